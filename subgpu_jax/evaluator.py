@@ -1,0 +1,305 @@
+"""The vectorised max-plus evaluator (DESIGN §2, §3 "fast scorer").
+
+The recurrence A_i = max(C_j : j in preds(i)), C_i = A_i + tau_i, T = max_i C_i is written for ONE
+vector of task durations as a ``lax.scan`` over the tasks in dispatch order (a topological order of
+the augmented DAG); ``jax.vmap`` lifts it over a batch of SM allocations at the API edge. A smooth variant replaces every max by a temperature-scaled logsumexp (finite sentinels,
+never -inf, so the gradient is finite everywhere).
+
+Shapes are padded to power-of-two buckets (``taskdag.bucket``) and the index tables are passed as
+arguments, so another cut, allocation batch or temperature of the same bucket reuses one compiled
+function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .graph import OpGraph, StaticDurationModel
+from .hardware import Hardware
+from .space import Config, binding
+from .taskdag import TaskDAG, bucket, build_task_dag
+
+__all__ = ["DagArrays", "maxplus_makespan", "smooth_makespan", "Evaluator", "validate_durations",
+           "TRACE_COUNTS"]
+
+#: Number of times each jitted entry point has been traced (used by the no-recompilation tests).
+TRACE_COUNTS: dict[str, int] = {"hard": 0, "smooth": 0, "tau": 0}
+
+_NEG = -1e9  # finite sentinel for masked entries of the smooth max (never -inf)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class DagArrays:
+    """Padded index arrays of one augmented task DAG (a pytree of arrays).
+
+    Tasks are in the global dispatch order, a topological order, so one pass over them in order
+    fills every completion time after its predecessors'.
+
+    Attributes:
+        preds: (T_pad, P) int32 predecessor indices; pads point to slot T_pad (always 0).
+        pred_mask: (T_pad, P) bool, True for real predecessors.
+        task_seg: (T_pad,) int32 segment of each task (pads 0).
+        task_valid: (T_pad,) bool, True for real tasks (pads have no predecessors, tau 0).
+    """
+
+    preds: jax.Array
+    pred_mask: jax.Array
+    task_seg: jax.Array
+    task_valid: jax.Array
+
+    def tree_flatten(self):
+        return (self.preds, self.pred_mask, self.task_seg, self.task_valid), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+    @classmethod
+    def from_dag(cls, dag: TaskDAG, pad_tasks: int | None = None,
+                 pad_preds: int | None = None) -> "DagArrays":
+        """Build from a ``TaskDAG``; sizes default to ``bucket`` of the true sizes."""
+        a = dag.arrays(pad_tasks=pad_tasks, pad_preds=pad_preds)
+        return cls(jnp.asarray(a["preds"]), jnp.asarray(a["pred_mask"]),
+                   jnp.asarray(a["task_seg"]), jnp.asarray(a["task_valid"]))
+
+    @property
+    def T_pad(self) -> int:
+        """Padded task count."""
+        return int(self.preds.shape[0])
+
+
+def validate_durations(tau: np.ndarray, name: str = "durations") -> None:
+    """Host-side check: every duration finite and >= 0.
+
+    Raises:
+        ValueError: names ``name`` and the first bad index.
+    """
+    t = np.asarray(tau, dtype=float)
+    bad = np.flatnonzero(~np.isfinite(t) | (t < 0))
+    if bad.size:
+        raise ValueError(f"{name} must be finite and >= 0 (µs); entry {int(bad[0])} is "
+                         f"{t.flat[bad[0]]!r}")
+
+
+def completion_times(arrs: DagArrays, tau: jax.Array) -> jax.Array:
+    """Completion times C (T_pad+1,) of ONE duration vector ``tau`` (T_pad,) (µs); the last slot
+    is the always-zero source that padded predecessor entries point to."""
+    C0 = jnp.zeros(arrs.T_pad + 1, dtype=tau.dtype)
+
+    def body(C, x):
+        i, pr, mk = x
+        A = jnp.max(jnp.where(mk, C[pr], 0.0))
+        return C.at[i].set(A + tau[i]), None
+
+    idx = jnp.arange(arrs.T_pad)
+    C, _ = jax.lax.scan(body, C0, (idx, arrs.preds, arrs.pred_mask))
+    return C
+
+
+def maxplus_makespan(arrs: DagArrays, tau: jax.Array) -> jax.Array:
+    """Hard makespan T = max_i C_i (µs) of ONE duration vector ``tau`` (T_pad,), pads 0."""
+    return jnp.max(completion_times(arrs, tau))
+
+
+def _smax(x: jax.Array, mask: jax.Array, temp: jax.Array, axis: int = -1) -> jax.Array:
+    """temp * logsumexp(x / temp) over masked entries (masked-out -> finite _NEG)."""
+    z = jnp.where(mask, x, _NEG) / temp
+    return temp * jax.scipy.special.logsumexp(z, axis=axis)
+
+
+def smooth_makespan(arrs: DagArrays, tau: jax.Array, temp: jax.Array) -> jax.Array:
+    """Smooth makespan: every max of the recurrence replaced by ``temp``-scaled logsumexp.
+
+    Converges to ``maxplus_makespan`` from above as temp -> 0 (bias at most temp * log(#preds)
+    per max). Tasks without predecessors start at 0 exactly. Gradient finite everywhere.
+    """
+    C0 = jnp.zeros(arrs.T_pad + 1, dtype=tau.dtype)
+
+    def body(C, x):
+        i, pr, mk = x
+        A = jnp.where(mk.any(), _smax(C[pr], mk, temp), 0.0)
+        return C.at[i].set(A + tau[i]), None
+
+    idx = jnp.arange(arrs.T_pad)
+    C, _ = jax.lax.scan(body, C0, (idx, arrs.preds, arrs.pred_mask))
+    return _smax(C[:-1], arrs.task_valid, temp, axis=0)
+
+
+def _tau_from_alloc(seg_table: jax.Array, seg_stage: jax.Array, arrs: DagArrays,
+                    alloc: jax.Array) -> jax.Array:
+    """Task durations (T_pad+2,) for ONE integer allocation (D,): tau_i = seg_table[k_i, p]."""
+    p_seg = alloc[seg_stage]                                   # (K_pad,)
+    seg_dur = jnp.take_along_axis(seg_table, p_seg[:, None], axis=1)[:, 0]
+    return jnp.where(arrs.task_valid, seg_dur[arrs.task_seg], 0.0)
+
+
+def _tau_from_alloc_cont(seg_table: jax.Array, seg_stage: jax.Array, arrs: DagArrays,
+                         alloc: jax.Array) -> jax.Array:
+    """As ``_tau_from_alloc`` for a real-valued allocation: linear interpolation between SM
+    counts (differentiable in ``alloc``)."""
+    N = seg_table.shape[1] - 1
+    p = jnp.clip(alloc[seg_stage], 1.0, float(N))
+    lo = jnp.floor(p).astype(jnp.int32)
+    hi = jnp.minimum(lo + 1, N)
+    f = p - lo
+    t_lo = jnp.take_along_axis(seg_table, lo[:, None], axis=1)[:, 0]
+    t_hi = jnp.take_along_axis(seg_table, hi[:, None], axis=1)[:, 0]
+    seg_dur = t_lo + f * (t_hi - t_lo)
+    return jnp.where(arrs.task_valid, seg_dur[arrs.task_seg], 0.0)
+
+
+def _hard_batch_impl(seg_table, seg_stage, arrs, allocs):
+    TRACE_COUNTS["hard"] += 1
+
+    def one(a):
+        return maxplus_makespan(arrs, _tau_from_alloc(seg_table, seg_stage, arrs, a))
+
+    return jax.vmap(one)(allocs)
+
+
+def _smooth_batch_impl(seg_table, seg_stage, arrs, allocs, temp):
+    TRACE_COUNTS["smooth"] += 1
+
+    def one(a):
+        return smooth_makespan(arrs, _tau_from_alloc_cont(seg_table, seg_stage, arrs, a), temp)
+
+    return jax.vmap(one)(allocs)
+
+
+def _tau_batch_impl(arrs, taus):
+    TRACE_COUNTS["tau"] += 1
+    return jax.vmap(lambda t: maxplus_makespan(arrs, t))(taus)
+
+
+_hard_batch = jax.jit(_hard_batch_impl)
+_smooth_batch = jax.jit(_smooth_batch_impl)
+_tau_batch = jax.jit(_tau_batch_impl)
+
+
+def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
+    """Hard makespans (µs) of explicit per-task durations ``taus`` (B, T) on ``dag``; (B,).
+
+    Raises:
+        ValueError: a duration negative or NaN, or the wrong number of tasks.
+    """
+    taus = np.atleast_2d(np.asarray(taus))
+    if taus.shape[1] != dag.T:
+        raise ValueError(f"durations: {taus.shape[1]} per row given, the DAG has {dag.T} tasks")
+    validate_durations(taus)
+    arrs = DagArrays.from_dag(dag)
+    pad = np.zeros((taus.shape[0], arrs.T_pad), dtype=taus.dtype)
+    pad[:, : dag.T] = taus
+    return np.asarray(_tau_batch(arrs, jnp.asarray(pad)))
+
+
+__all__.append("makespan_of_durations")
+
+
+class Evaluator:
+    """Scores many SM allocations of ONE (cut, D, w, m, policy) on one workload.
+
+    Args:
+        graph: the region graph built for m microbatches (``build_graph``).
+        seg_of: the cut (segment of every kernel).
+        D: stages; w: boundary reuse; policy: dispatch order.
+        hw: the GPU; durations come from ``duration_model.table(graph)`` (µs, shape
+            (n, N_SM+1)), the static model by default.
+        dtype: float dtype of the evaluation (float32; float64 needs ``jax_enable_x64``).
+        chunk: allocations per compiled call; batches are padded to it (no recompilation).
+
+    Raises:
+        ValueError: an illegal cut or D/w, or negative/NaN durations in the table.
+    """
+
+    def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
+                 policy: str = "wavefront", duration_model=None, dtype=jnp.float32,
+                 chunk: int = 8192, table: np.ndarray | None = None) -> None:
+        from .space import check_cut
+
+        K = D + w
+        check_cut(seg_of, graph.n, graph.edges, K)
+        self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, K
+        self.seg_of = tuple(int(s) for s in seg_of)
+        self.dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, self.seg_of, D, w,
+                                  graph.num_regions, graph.microbatches, policy)
+        self.arrs = DagArrays.from_dag(self.dag)
+        if table is None:
+            model = duration_model or StaticDurationModel(hw)
+            table = model.table(graph)
+        table = np.asarray(table, dtype=float)
+        validate_durations(table, "duration table")
+        self.kernel_table = table
+        Kp = bucket(K, 2)
+        seg_table = np.zeros((Kp, table.shape[1]))
+        for i, s in enumerate(self.seg_of):
+            seg_table[s] += table[i]
+        self.seg_table_np = seg_table
+        self.seg_table = jnp.asarray(seg_table, dtype=dtype)
+        stage = np.zeros(Kp, dtype=np.int32)
+        stage[:K] = [binding(k, K, w) for k in range(K)]
+        self.seg_stage = jnp.asarray(stage)
+        self.dtype = dtype
+        self.chunk = int(chunk)
+
+    @classmethod
+    def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware, **kw) -> "Evaluator":
+        """Evaluator of ``cfg``'s structure (its allocation is scored by ``makespan([cfg.alloc])``)."""
+        return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
+
+    def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:
+        a = np.asarray(allocs)
+        if a.ndim == 1:
+            a = a[None]
+        if a.ndim != 2 or a.shape[1] != self.D:
+            raise ValueError(f"allocations must have shape (batch, {self.D}), got {a.shape}")
+        if np.any(a < 1) or np.any(a > self.seg_table.shape[1] - 1):
+            raise ValueError(f"allocations: SMs per stage must be in 1..{self.seg_table.shape[1] - 1}")
+        return a
+
+    def makespan(self, allocs: np.ndarray) -> np.ndarray:
+        """Hard makespans (µs) of integer allocations (B, D) -> (B,), in chunks of ``chunk``."""
+        a = self._check_allocs(allocs).astype(np.int32)
+        out = np.empty(a.shape[0])
+        c = self.chunk if a.shape[0] > self.chunk else bucket(a.shape[0], 8)
+        for s in range(0, a.shape[0], c):
+            part = a[s:s + c]
+            padded = np.concatenate([part, np.repeat(part[-1:], c - len(part), 0)])
+            out[s:s + len(part)] = np.asarray(
+                _hard_batch(self.seg_table, self.seg_stage, self.arrs, jnp.asarray(padded))
+            )[: len(part)]
+        return out
+
+    def smooth(self, allocs: jax.Array, temp: float | jax.Array) -> jax.Array:
+        """Smooth makespans (µs) of real-valued allocations (B, D) at temperature ``temp`` (µs);
+        differentiable in ``allocs``; returns a jax array (B,)."""
+        return _smooth_batch(self.seg_table, self.seg_stage, self.arrs,
+                             jnp.asarray(allocs, dtype=self.dtype), jnp.asarray(temp, self.dtype))
+
+    def task_durations(self, alloc: Sequence[int]) -> np.ndarray:
+        """tau (T,) in µs of every task for one integer allocation (host, numpy)."""
+        a = self._check_allocs(np.asarray(alloc))[0]
+        st = np.asarray(self.seg_stage)[: self.K]
+        seg_dur = self.seg_table_np[np.arange(self.K), a[st]]
+        return seg_dur[self.dag.seg]
+
+
+def temporal_makespan(graph: OpGraph, hw: Hardware, duration_model=None,
+                      table: np.ndarray | None = None) -> float:
+    """Temporal baseline (µs): every kernel of every region, one full-batch pass on all SMs.
+
+    ``graph`` must be built for one microbatch (m = 1). With D = 1 the recurrence is the sum.
+    """
+    if graph.microbatches != 1:
+        raise ValueError("temporal_makespan needs a graph built with microbatches=1")
+    if table is None:
+        table = (duration_model or StaticDurationModel(hw)).table(graph)
+    return float(np.asarray(table)[:, hw.num_sms].sum() * graph.num_regions)
+
+
+__all__.append("temporal_makespan")
