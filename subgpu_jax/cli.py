@@ -1,0 +1,234 @@
+"""``subgpu`` command line: ``simulate``, ``space`` (and later ``search``, ``run``, ``calibrate``).
+
+Every bad input ends with a one-line ``error: ...`` on stderr and exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+from .graph import Deployment
+from .hardware import HARDWARE
+from .models import MODELS
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload (defaults: the reference workload, DESIGN §5)")
+    g.add_argument("--model", default="gpt-oss-120b",
+                   help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
+                        "config.json (llama, qwen3_moe, gpt_oss). Default: gpt-oss-120b")
+    g.add_argument("--hardware", default="B200",
+                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: B200")
+    g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
+                   "Default: 32")
+    g.add_argument("--tp", type=int, default=8, help="attention tensor parallelism t. Default: 8")
+    g.add_argument("--dp", type=int, default=4, help="attention data parallelism d. Default: 4")
+    g.add_argument("--ep", type=int, default=32,
+                   help="MoE expert parallelism e (must be 1 for dense models). Default: 32")
+    g.add_argument("--batch", type=int, default=2048,
+                   help="global decode batch G (requests = tokens per step). Default: 2048")
+    g.add_argument("--input-len", type=int, default=32768,
+                   help="prompt length (tokens). Default: 32768")
+    g.add_argument("--kv-history", type=int, default=32768,
+                   help="tokens in each request's KV cache (tokens). Default: 32768")
+
+
+def _workload(a):
+    from .workload import Workload
+
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+    return Workload.from_names(a.model, a.hardware, dep)
+
+
+def _int_list(s: str, field: str) -> list[int]:
+    try:
+        return [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{field} must be a comma-separated list of integers, got {s!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``subgpu`` command (all sub-commands)."""
+    p = argparse.ArgumentParser(
+        prog="subgpu",
+        description="SubGPU pipelining of LLM decode: simulate and search configurations "
+                    "(cuts, SM pools, microbatches) against the temporal baseline.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("simulate", help="temporal baseline vs one configuration: makespan (µs), "
+                       "per-user and per-GPU throughput (tokens/s)",
+                       description="Evaluate the temporal baseline and one SubGPU configuration. "
+                       "Default configuration: the 'Macro' design (the region's full-attention "
+                       "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
+                       "reuse, two microbatches) with the SM budget split evenly.")
+    _add_workload_args(s)
+    c = s.add_argument_group("configuration")
+    c.add_argument("--cuts", default=None,
+                   help="comma-separated kernels (names like L1.attn, or indices) where segments "
+                        "2..K start. Default: the Macro cut around the full-attention FMHA")
+    c.add_argument("--sms", default=None,
+                   help="comma-separated SMs per stage (multiples of the GPU's quantum, >= its "
+                        "minimum, summing to its budget: B200 148, H200/H100 128). Default: even")
+    c.add_argument("--microbatch", type=int, default=None,
+                   help="microbatch size b in requests of the per-GPU attention batch R = G/d; "
+                        "must divide R. Default: R/2 (two microbatches)")
+    c.add_argument("--reuse", dest="reuse", action="store_true", default=None,
+                   help="boundary reuse w=1: the last segment shares stage 0 with the next "
+                        "region's first (default for the Macro cut)")
+    c.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="no boundary reuse, w=0: K = D segments")
+    c.add_argument("--policy", default="wavefront",
+                   help="global dispatch order: wavefront (default) or layer_major")
+    s.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    s.add_argument("--list-kernels", action="store_true",
+                   help="print the region's kernels (index, name, category) and exit")
+
+    sp = sub.add_parser("space", help="size of the design space (cuts x bindings x allocations)",
+                        description="Print the number of legal cuts (w=0 and w=1), SM allocations "
+                        "and their product for each stage count, for a workload's region graph or "
+                        "a synthetic chain.")
+    _add_workload_args(sp)
+    sp.add_argument("--chain", type=int, default=None,
+                    help="use a synthetic chain of this many operators instead of the model")
+    sp.add_argument("--stages", default="2,3,4,5,6",
+                    help="comma-separated stage counts D. Default: 2,3,4,5,6")
+    sp.add_argument("--sms", type=int, default=None,
+                    help="SM budget to split (SMs). Default: the hardware's budget")
+    sp.add_argument("--quantum", type=int, default=None,
+                    help="SM quantum g (SMs). Default: the hardware's")
+    sp.add_argument("--min-pool", type=int, default=None,
+                    help="minimum SMs per stage. Default: the hardware's")
+    sp.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    return p
+
+
+def _cmd_simulate(a) -> int:
+    from .evaluator import Evaluator, temporal_makespan
+    from .workload import throughputs
+
+    wl = _workload(a)
+    g1 = wl.graph(1)
+    if a.list_kernels:
+        for i, k in enumerate(g1.kernels):
+            print(f"{i:3d}  {k.name:18s} {k.category}")
+        return 0
+    hw = wl.hw
+    starts = a.cuts.split(",") if a.cuts else wl.macro_starts()
+    reuse = (a.cuts is None) if a.reuse is None else a.reuse
+    K = len(starts) + 1
+    D = K - (1 if reuse else 0)
+    if a.sms:
+        sms = _int_list(a.sms, "sms")
+    else:
+        q = hw.sm_quantum
+        units = hw.sm_budget // q
+        sms = [q * (units // D + (1 if d < units % D else 0)) for d in range(D)]
+    b = a.microbatch if a.microbatch is not None else max(1, wl.batch // 2)
+    cfg = wl.config(starts, sms, b, reuse, a.policy)
+    m = wl.microbatches_of(cfg.microbatch)
+    t_temp = temporal_makespan(g1, hw)
+    g = wl.graph(m)
+    ev = Evaluator.for_config(g, cfg, hw)
+    t_cfg = float(ev.makespan([cfg.alloc])[0])
+    tok = wl.deploy.tokens_per_gpu
+    res = {
+        "workload": {"model": wl.arch.name, "hardware": hw.name, **wl.deploy.__dict__},
+        "duration_model": "static",
+        "temporal": throughputs(t_temp, tok),
+        "config": {"D": cfg.D, "w": cfg.w, "K": cfg.K,
+                   "segments": [[k.name for k, s in zip(g1.kernels, cfg.seg_of) if s == j]
+                                for j in range(cfg.K)],
+                   "stage_of_segment": list(cfg.stage_of_segment()), "sms": list(cfg.alloc),
+                   "microbatch": cfg.microbatch, "microbatches": m, "policy": cfg.policy,
+                   **throughputs(t_cfg, tok)},
+    }
+    res["speedup"] = t_temp / t_cfg
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    d = wl.deploy
+    print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
+          f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
+    print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
+          f"{g1.num_regions} regions x {g1.n} kernels, duration model: static")
+    print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
+    for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
+        print(f"{name:10s}{r['makespan_us']:15.1f}{r['per_user_tok_s']:13.2f}"
+              f"{r['per_gpu_tok_s']:13.1f}")
+    print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
+          f"(m={m}) policy={cfg.policy}")
+    for j, segk in enumerate(res["config"]["segments"]):
+        print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
+              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernels)")
+    print(f"speedup   {res['speedup']:.3f}x over temporal")
+    return 0
+
+
+def _cmd_space(a) -> int:
+    from .space import space_size
+
+    stages = _int_list(a.stages, "stages")
+    if a.chain is not None:
+        if a.chain < 1:
+            raise ValueError(f"chain must be >= 1 operators, got {a.chain}")
+        n, edges, label = a.chain, [(i, i + 1) for i in range(a.chain - 1)], f"{a.chain}-operator chain"
+        from .hardware import get_hardware
+        hw = get_hardware(a.hardware)
+    else:
+        wl = _workload(a)
+        g = wl.graph(1)
+        n, edges, hw = g.n, list(g.edges), wl.hw
+        label = f"{wl.arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
+    budget = a.sms if a.sms is not None else hw.sm_budget
+    q = a.quantum if a.quantum is not None else hw.sm_quantum
+    mn = a.min_pool if a.min_pool is not None else max(q, hw.min_pool_sms if a.quantum is None else q)
+    for f, v in (("sms", budget), ("quantum", q), ("min-pool", mn)):
+        if v <= 0:
+            raise ValueError(f"{f} must be a positive integer, got {v}")
+    if budget % q or mn % q:
+        raise ValueError(f"sms ({budget}) and min-pool ({mn}) must be multiples of quantum ({q})")
+    rows = []
+    for D in stages:
+        if not 1 <= D <= n:
+            raise ValueError(f"stages must be in 1..{n} for {n} operators, got {D}")
+        rows.append({"D": D, **space_size(n, edges, D, budget, q, mn)})
+    if a.json:
+        print(json.dumps({"graph": label, "sm_budget": budget, "quantum": q, "min_pool": mn,
+                          "rows": rows}, indent=2))
+        return 0
+    print(f"{label}; {budget} SMs in quanta of {q}, >= {mn} per stage")
+    print(f"{'D':>3s}{'cuts w=0':>12s}{'cuts w=1':>12s}{'cut+binding':>14s}{'allocations':>16s}"
+          f"{'total':>20s}")
+    for r in rows:
+        print(f"{r['D']:3d}{r['cuts_w0']:12,d}{r['cuts_w1']:12,d}{r['cut_binding_choices']:14,d}"
+              f"{r['allocations']:16,d}{r['total']:20,d}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input)."""
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        if a.cmd == "simulate":
+            return _cmd_simulate(a)
+        if a.cmd == "space":
+            return _cmd_space(a)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {a.cmd}")  # pragma: no cover
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
