@@ -210,7 +210,7 @@ def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
     Raises:
         ValueError: a duration negative or NaN, or the wrong number of tasks.
     """
-    taus = np.atleast_2d(np.asarray(taus))
+    taus = np.atleast_2d(np.asarray(taus, dtype=float))
     if taus.shape[1] != dag.T:
         raise ValueError(f"durations: {taus.shape[1]} per row given, the DAG has {dag.T} tasks")
     validate_durations(taus)
@@ -286,6 +286,8 @@ class Evaluator:
             a = a[None]
         if a.ndim != 2 or a.shape[1] != self.D:
             raise ValueError(f"allocations must have shape (batch, {self.D}), got {a.shape}")
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise ValueError("allocations: SMs per stage must be integers")
         if np.any(a < 1) or np.any(a > self.seg_table.shape[1] - 1):
             raise ValueError(f"allocations: SMs per stage must be in 1..{self.seg_table.shape[1] - 1}")
         return a

@@ -384,7 +384,7 @@ def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1) -> O
         kv_read = Rm * L_kv * kvh * hd * 2 * kvb
         splits = max(1, math.ceil(L_kv / 1024))  # flash-decoding KV splits (assumption)
         sinks = ((pre + "sinks", qh * 4.0),) if arch.attention_sinks else ()
-        params += arch.num_heads if arch.attention_sinks else 0
+        params += qh if arch.attention_sinks else 0  # this GPU's 1/t share of the sinks
         i_attn = add(name=pre + "attn", op="attn",
                      category="attn_sliding" if sliding else "attn_full", layer=j,
                      flops=4.0 * Rm * qh * L_kv * hd, dtype=arch.kv_dtype, tensor=True,

@@ -260,8 +260,10 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     layers = _int(cfg, "num_hidden_layers", p)
     hidden = _int(cfg, "hidden_size", p)
     heads = _int(cfg, "num_attention_heads", p)
-    kv = cfg.get("num_key_value_heads") or heads
-    hd = cfg.get("head_dim") or None
+    # absent/null means the default (MHA; hidden/heads); 0 or junk is an error, not the default
+    kv = cfg.get("num_key_value_heads")
+    kv = heads if kv is None else kv
+    hd = cfg.get("head_dim")
     if hd is None:
         if hidden % heads:
             raise ValueError(f"config.json {p}: no 'head_dim' and hidden_size is not a multiple "

@@ -169,7 +169,7 @@ def check_allocation(alloc: Sequence[int], hw: Hardware, D: int) -> None:
     if len(a) != D:
         raise ValueError(f"allocation: {len(a)} pools given, D = {D} stages need {D}")
     for d, p in enumerate(a):
-        if isinstance(p, bool) or int(p) != p:
+        if isinstance(p, bool) or not np.isfinite(p) or int(p) != p:  # NaN/inf: no int()
             raise ValueError(f"allocation: stage {d} has {p!r} SMs, must be an integer")
         if p < hw.min_pool_sms:
             raise ValueError(f"allocation: stage {d} has {p} SMs, below the minimum "

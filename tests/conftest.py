@@ -1,0 +1,47 @@
+"""Shared fixtures of the foundation tests.
+
+* A hypothesis profile (modest example counts, no deadline: the first call of a jitted function
+  compiles, which is slow but not a failure) so the whole suite stays well under 3 minutes on a
+  2-core CPU machine.
+* ``x64``: turns on ``jax_enable_x64`` for ONE test and restores the previous value afterwards,
+  so float64 oracles compare against a float64 evaluator without leaking into other tests.
+* ``calibration_dir``: ``shared/calibration`` beside the checkout (skips the test if absent).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "subgpu",
+    max_examples=40,
+    deadline=None,
+    # ``x64`` is function-scoped on purpose: it must stay on for every example of the test.
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                           HealthCheck.data_too_large],
+)
+settings.load_profile("subgpu")
+
+
+@pytest.fixture
+def x64():
+    """Enable float64 in JAX for the duration of one test; restores the previous setting."""
+    old = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", old)
+
+
+@pytest.fixture(scope="session")
+def calibration_dir() -> Path:
+    """``<repo>/../shared/calibration`` (the measured H200 facts); skip when it is absent."""
+    p = Path(__file__).resolve().parents[2] / "shared" / "calibration"
+    if not p.is_dir():
+        pytest.skip(f"calibration folder {p} not present")
+    return p
