@@ -85,7 +85,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no boundary reuse, w=0: K = D segments")
     c.add_argument("--policy", default="wavefront",
                    help="global dispatch order: wavefront (default) or layer_major")
-    s.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    sm = s.add_argument_group("simulator")
+    sm.add_argument("--simulator", default="event", choices=("event", "static"),
+                    help="event: the exact event-driven simulator with the contention model and "
+                         "L2 residency (default); static: the max-plus evaluator with isolated "
+                         "per-kernel durations (no contention, no cache)")
+    sm.add_argument("--no-contention", action="store_true",
+                    help="event simulator with every kernel at its isolated static rate")
+    sm.add_argument("--cache", default="lru",
+                    help="L2 residency policy of the event simulator: lru (default), fifo, none")
+    o = s.add_argument_group("outputs")
+    o.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    o.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="write the configuration's schedule as a Chrome/Perfetto trace-event file "
+                        "(open in ui.perfetto.dev); event simulator only")
+    o.add_argument("--gantt", metavar="FILE.png", default=None,
+                   help="draw the stage timeline (kernels coloured by category); event only")
+    o.add_argument("--utilization", metavar="FILE.png", default=None,
+                   help="plot HBM and SM utilisation over time, temporal above the configuration; "
+                        "event simulator only")
     s.add_argument("--list-kernels", action="store_true",
                    help="print the region's kernels (index, name, category) and exit")
 
@@ -132,21 +150,53 @@ def _cmd_simulate(a) -> int:
     b = a.microbatch if a.microbatch is not None else max(1, wl.batch // 2)
     cfg = wl.config(starts, sms, b, reuse, a.policy)
     m = wl.microbatches_of(cfg.microbatch)
-    t_temp = temporal_makespan(g1, hw)
     g = wl.graph(m)
-    ev = Evaluator.for_config(g, cfg, hw)
-    t_cfg = float(ev.makespan([cfg.alloc])[0])
     tok = wl.deploy.tokens_per_gpu
+    extra_t: dict = {}
+    extra_c: dict = {}
+    if a.simulator == "static":
+        for f in ("trace", "gantt", "utilization"):
+            if getattr(a, f):
+                raise ValueError(f"--{f} needs --simulator event")
+        t_temp = temporal_makespan(g1, hw)
+        t_cfg = float(Evaluator.for_config(g, cfg, hw).makespan([cfg.alloc])[0])
+        label = "static (max-plus evaluator, isolated kernel durations)"
+    else:
+        from .contention import ContentionModel
+        from .eventsim import simulate
+        from .l2cache import check_policy
+        from . import viz
+
+        check_policy(a.cache)
+        for f, ext in (("trace", ".json"), ("gantt", ".png"), ("utilization", ".png")):
+            v = getattr(a, f)
+            if v is not None:
+                viz._check_out(v, f"--{f}")
+        model = ContentionModel.off() if a.no_contention else ContentionModel()
+        rec = a.utilization is not None
+        r_temp = simulate(g1, wl.temporal(), hw, model, cache=a.cache, record=rec)
+        r_cfg = simulate(g, cfg, hw, model, cache=a.cache, record=rec)
+        t_temp, t_cfg = float(r_temp.makespan), float(r_cfg.makespan)
+        extra_t, extra_c = _sim_extra(r_temp), _sim_extra(r_cfg)
+        label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
+                 + f", L2 cache {a.cache}")
+        if a.trace:
+            viz.write_trace(r_cfg, a.trace)
+        if a.gantt:
+            viz.plot_gantt(r_cfg, a.gantt, title=f"{wl.arch.name} on {hw.name}: D={cfg.D} "
+                           f"w={cfg.w} SMs={list(cfg.alloc)} m={m}")
+        if a.utilization:
+            viz.plot_utilisation(r_temp, r_cfg, a.utilization)
     res = {
         "workload": {"model": wl.arch.name, "hardware": hw.name, **wl.deploy.__dict__},
-        "duration_model": "static",
-        "temporal": throughputs(t_temp, tok),
+        "duration_model": label,
+        "temporal": {**throughputs(t_temp, tok), **extra_t},
         "config": {"D": cfg.D, "w": cfg.w, "K": cfg.K,
                    "segments": [[k.name for k, s in zip(g1.kernels, cfg.seg_of) if s == j]
                                 for j in range(cfg.K)],
                    "stage_of_segment": list(cfg.stage_of_segment()), "sms": list(cfg.alloc),
                    "microbatch": cfg.microbatch, "microbatches": m, "policy": cfg.policy,
-                   **throughputs(t_cfg, tok)},
+                   **throughputs(t_cfg, tok), **extra_c},
     }
     res["speedup"] = t_temp / t_cfg
     if a.json:
@@ -156,7 +206,8 @@ def _cmd_simulate(a) -> int:
     print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
           f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
     print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
-          f"{g1.num_regions} regions x {g1.n} kernels, duration model: static")
+          f"{g1.num_regions} regions x {g1.n} kernels")
+    print(f"          duration model: {label}")
     print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
         print(f"{name:10s}{r['makespan_us']:15.1f}{r['per_user_tok_s']:13.2f}"
@@ -166,8 +217,26 @@ def _cmd_simulate(a) -> int:
     for j, segk in enumerate(res["config"]["segments"]):
         print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
               f"{segk[0]} .. {segk[-1]} ({len(segk)} kernels)")
+    if extra_c:
+        print(f"{'':10s}{'L2 hit':>9s}{'HBM util':>10s}{'SM util':>9s}   kernel residence per "
+              "category (µs)")
+        for name in ("temporal", "config"):
+            r = res[name]
+            cats = "  ".join(f"{k}={v:.0f}" for k, v in r["category_time_us"].items() if v > 0)
+            print(f"{name:10s}{r['l2_hit_rate']:9.1%}{r['mean_hbm_util']:10.1%}"
+                  f"{r['mean_sm_util']:9.1%}   {cats}")
     print(f"speedup   {res['speedup']:.3f}x over temporal")
+    for f in ("trace", "gantt", "utilization"):
+        if getattr(a, f, None):
+            print(f"wrote     {getattr(a, f)}")
     return 0
+
+
+def _sim_extra(r) -> dict:
+    """Event-simulator outputs added to the JSON: L2 hit rate, mean utilisations, categories."""
+    return {"l2_hit_rate": float(r.l2_hit_rate), "mean_hbm_util": float(r.mean_hbm_util),
+            "mean_sm_util": float(r.mean_sm_util),
+            "category_time_us": {k: float(v) for k, v in r.category_time.items()}}
 
 
 def _cmd_space(a) -> int:
