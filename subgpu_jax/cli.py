@@ -107,6 +107,46 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--list-kernels", action="store_true",
                    help="print the region's kernels (index, name, category) and exit")
 
+    se = sub.add_parser("search", help="Algorithm 1 over the outer grid: records, Pareto "
+                        "frontiers, matched gains, figures (the main job)",
+                        description="Search cuts, SM splits and microbatches at every grid "
+                        "point (attention TP x DP and MoE EP for the GPU count, global batch, "
+                        "microbatch count, stage count, dispatch policy), with the temporal "
+                        "baseline at every (parallelism, batch). Writes records.csv, "
+                        "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
+                        "gantt_best.png into --out. Interrupted sweeps continue with --resume.")
+    _add_workload_args(se)
+    se.set_defaults(batch=None)
+    g = se.add_argument_group("grid")
+    g.add_argument("--batches", default="512,1024,2048",
+                   help="comma-separated global batches G (requests). Default: 512,1024,2048")
+    g.add_argument("--stages", default="2,3",
+                   help="comma-separated stage counts D (>= 2). Default: 2,3 (use 2,3,4,5,6 "
+                        "for the full grid)")
+    g.add_argument("--microbatches", default="2,4",
+                   help="comma-separated microbatch counts m (each must divide R = G/d). "
+                        "Default: 2,4")
+    g.add_argument("--policies", default="wavefront",
+                   help="comma-separated dispatch policies (wavefront, layer_major)")
+    g.add_argument("--all-parallelisms", action="store_true",
+                   help="enumerate every attention TP x DP split of --gpus (TP <= 8) instead of "
+                        "only --tp/--dp")
+    x = se.add_argument_group("scoring")
+    x.add_argument("--exact", default="event", choices=("event", "static"),
+                   help="exact scorer: event simulator with contention and L2 (default) or the "
+                        "static max-plus evaluator")
+    x.add_argument("--cache", default="lru", help="L2 policy of the event simulator")
+    x.add_argument("--l-sim", type=int, default=2,
+                   help="pass limit of the exact polish (Algorithm 2 with the simulator)")
+    r = se.add_argument_group("run")
+    r.add_argument("--out", default="runs/search",
+                   help="results folder. Default: runs/search")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the interrupted sweep in --out (finished grid points are kept)")
+    r.add_argument("--budget", type=int, default=None,
+                   help="evaluate at most this many grid points in this call (>= 1)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     sp = sub.add_parser("space", help="size of the design space (cuts x bindings x allocations)",
                         description="Print the number of legal cuts (w=0 and w=1), SM allocations "
                         "and their product for each stage count, for a workload's region graph or "
@@ -280,6 +320,77 @@ def _cmd_space(a) -> int:
     return 0
 
 
+def _cmd_search(a) -> int:
+    from .hardware import get_hardware
+    from .models import resolve_model
+    from .searchrun import run_search
+    from .sweep import build_grid
+
+    arch = resolve_model(a.model)
+    hw = get_hardware(a.hardware)
+    batches = _int_list(a.batches, "batches")
+    stages = _int_list(a.stages, "stages")
+    mbs = _int_list(a.microbatches, "microbatches")
+    pols = [p.strip() for p in a.policies.split(",") if p.strip()]
+    if a.l_sim < 1:
+        raise ValueError(f"l-sim must be >= 1 passes, got {a.l_sim}")
+    if a.budget is not None and a.budget < 1:
+        raise ValueError(f"budget must be >= 1 grid points, got {a.budget}")
+    for f, v in (("batches", batches), ("microbatches", mbs)):
+        if any(x < 1 for x in v):
+            raise ValueError(f"{f} must be positive integers, got {v}")
+    pars = None
+    if not a.all_parallelisms:
+        Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                   global_batch=a.dp, kv_history=a.kv_history).validate(arch)
+        pars = [(a.tp, a.dp, a.ep)]
+    pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
+                     input_len=a.input_len, parallelisms=pars)
+    meta = {"model": arch.name, "arch": repr(arch), "hardware": hw.name, "gpus": a.gpus,
+            "parallelisms": pars or "all", "batches": batches, "stages": stages,
+            "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
+            "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
+    print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
+          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
+    stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
+                             exact=a.exact, cache=a.cache, L_sim=a.l_sim,
+                             progress=not a.no_progress)
+    if stats["dropped"]:
+        print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
+              f"{stats['dropped'][:3]}")
+    print(f"evaluated {stats['evaluated']} grid points, skipped {stats['skipped']} already done, "
+          f"{stats['remaining']} remaining ({stats['seconds']:.1f} s)")
+    _print_summary(summ)
+    return 0
+
+
+def _print_summary(summ: dict) -> None:
+    """Frontier and matched-gain tables of a search summary, as text."""
+    for name in ("frontier_temporal", "frontier_subgpu"):
+        rows = summ[name]
+        print(f"\n{name.replace('_', ' ')} ({len(rows)} points)")
+        print(f"{'tok/s/GPU':>11s}{'tok/s/user':>12s}{'T (µs)':>10s}{'G':>6s}{'TPxDP':>7s}"
+              f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
+        for r in rows:
+            print(f"{r['per_gpu_tok_s']:11.1f}{r['per_user_tok_s']:12.2f}{r['makespan_us']:10.1f}"
+                  f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
+                  f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
+    m = summ["matched"]
+    print("\nper-user gain at matched per-GPU throughput (SubGPU vs temporal frontier)")
+    for r in m["per_user_gain_at_matched_per_gpu"]:
+        print(f"  at {r['per_gpu_tok_s']:10.1f} tok/s/GPU: {r['gain']:+.2%}")
+    print("per-GPU gain at matched per-user throughput")
+    for r in m["per_gpu_gain_at_matched_per_user"]:
+        print(f"  at {r['per_user_tok_s']:10.2f} tok/s/user: {r['gain']:+.2%}")
+    if not m["per_user_gain_at_matched_per_gpu"] and not m["per_gpu_gain_at_matched_per_user"]:
+        print("  (the frontiers do not overlap: no matched comparison)")
+    b = summ["best_speedup_record"]
+    if b:
+        print(f"\nbest SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
+              f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
+              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input)."""
     parser = build_parser()
@@ -289,6 +400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_simulate(a)
         if a.cmd == "space":
             return _cmd_space(a)
+        if a.cmd == "search":
+            return _cmd_search(a)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
