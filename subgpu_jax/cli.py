@@ -147,6 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="evaluate at most this many grid points in this call (>= 1)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    try:  # `subgpu run` and `subgpu calibrate` (GPU runtime); importable without a GPU
+        from hw_runtime.cli import add_commands
+    except ImportError:  # pragma: no cover - hw_runtime ships with the package
+        add_commands = None
+    if add_commands is not None:
+        add_commands(sub)
+
     sp = sub.add_parser("space", help="size of the design space (cuts x bindings x allocations)",
                         description="Print the number of legal cuts (w=0 and w=1), SM allocations "
                         "and their product for each stage count, for a workload's region graph or "
@@ -402,6 +409,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_space(a)
         if a.cmd == "search":
             return _cmd_search(a)
+        if hasattr(a, "func"):
+            return a.func(a)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
