@@ -1,16 +1,269 @@
 """``subgpu run`` and ``subgpu calibrate``: sub-commands registered by ``subgpu_jax.cli``.
 
 Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
-error (exit code 2) on a machine without a GPU or without green-context support.
+error (exit code 2, through ``subgpu_jax.cli.main``'s ``ValueError`` handling) on a machine
+without a GPU or without green-context support.
+
+``subgpu run``: the configuration options of ``subgpu simulate`` (``--cuts/--sms/--microbatch/
+--reuse``) or ``--from-search DIR`` (the best record of ``DIR/summary.json``); executes the
+temporal baseline and the configuration on the local GPU (``hw_runtime.executor``) and prints
+measured vs predicted makespans (the event simulator, calibrated with ``--calibration``).
+
+``subgpu calibrate --out FILE``: ``hw_runtime.calibrate.calibrate`` for the workload options.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "gpu_check", "config_from_search"]
+
+
+def gpu_check() -> None:
+    """Raise ``ValueError`` (one line) unless torch, a CUDA GPU, cuda-bindings and green
+    contexts are all available here."""
+    from hw_runtime.partition import green_contexts_available
+
+    ok, why = green_contexts_available(0)
+    if not ok:
+        raise ValueError(f"this machine cannot run configurations on a GPU: {why}")
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
-    """Register the GPU sub-commands on the ``subgpu`` parser's sub-parsers (none yet)."""
-    return None
+    """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
+    from subgpu_jax.cli import _add_workload_args
+
+    r = sub.add_parser("run", help="execute a configuration on the local GPU (green contexts) "
+                       "and compare with the simulator",
+                       description="Capture one forward pass of the temporal baseline and of a "
+                       "configuration as CUDA graphs (each stage on its own green-context SM "
+                       "pool), time graph replays, check the pipelined output against a "
+                       "sequential run, and print measured vs predicted makespans. Hopper GPUs "
+                       "run the experts in bf16 (no MXFP4 tensor cores).")
+    _add_workload_args(r)
+    r.set_defaults(hardware="H200")
+    c = r.add_argument_group("configuration (as `subgpu simulate`)")
+    c.add_argument("--cuts", default=None, help="kernels where segments 2..K start (default: "
+                   "the Macro cut around the full-attention FMHA)")
+    c.add_argument("--sms", default=None, help="SMs per stage (multiples of the quantum, "
+                   "summing to the budget, 128 on an H200). Default: even split")
+    c.add_argument("--microbatch", type=int, default=None,
+                   help="microbatch size b (divides R = G/d). Default: R/2")
+    c.add_argument("--reuse", dest="reuse", action="store_true", default=None,
+                   help="boundary reuse w=1 (default for the Macro cut)")
+    c.add_argument("--no-reuse", dest="reuse", action="store_false", help="w=0")
+    c.add_argument("--policy", default="wavefront", help="wavefront (default) or layer_major")
+    c.add_argument("--from-search", metavar="DIR", default=None,
+                   help="run the best record of DIR/summary.json (a `subgpu search` folder); "
+                        "its deployment replaces the workload options")
+    x = r.add_argument_group("execution")
+    x.add_argument("--mode", default="green", choices=("green", "multistream"),
+                   help="green: one green-context SM pool per stage (default); multistream: the "
+                        "same schedule on plain streams without SM partitioning")
+    x.add_argument("--rounds", type=int, default=3, help="timing rounds (>= 1). Default: 3")
+    x.add_argument("--replays", type=int, default=100,
+                   help="graph replays per round (>= 1). Default: 100")
+    x.add_argument("--warmup", type=int, default=3, help="warm-up replays. Default: 3")
+    x.add_argument("--no-check", action="store_true",
+                   help="skip the pipelined-vs-sequential output check")
+    x.add_argument("--calibration", metavar="FILE.json", default=None,
+                   help="calibration for the prediction (default: the analytical model)")
+    x.add_argument("--cache", default="lru", help="L2 policy of the predicting simulator")
+    x.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    r.set_defaults(func=_cmd_run)
+
+    k = sub.add_parser("calibrate", help="measure per-kernel times on SM pools, the copy "
+                       "bandwidth curve and co-running pairs on the local GPU",
+                       description="Time every distinct kernel of the workload alone on "
+                       "green-context pools and the whole GPU, the copy bandwidth on each pool, "
+                       "and a few co-running pairs; write a calibration file for "
+                       "`subgpu simulate/search --calibration`.")
+    _add_workload_args(k)
+    k.set_defaults(hardware="H200")
+    k.add_argument("--out", required=True, metavar="FILE.json", help="calibration file to write")
+    k.add_argument("--batches", default=None,
+                   help="comma-separated global batches (default: --batch)")
+    k.add_argument("--microbatches", default="1,2,4",
+                   help="comma-separated microbatch counts m. Default: 1,2,4")
+    k.add_argument("--pools", default="8,16,32,64,96,128",
+                   help="comma-separated pool sizes (SMs); the whole GPU is added")
+    k.add_argument("--reps", type=int, default=7, help="replays per measurement (median)")
+    k.add_argument("--no-coruns", action="store_true", help="skip the co-running pairs")
+    k.set_defaults(func=_cmd_calibrate)
+
+
+def config_from_search(folder: str) -> tuple[dict, dict]:
+    """The best record of a search folder: ``(record, deployment kwargs)``.
+
+    Raises:
+        ValueError: no summary.json, no best record, or missing fields (one line).
+    """
+    path = os.path.join(folder, "summary.json")
+    try:
+        with open(path) as fh:
+            summ = json.load(fh)
+    except OSError as e:
+        raise ValueError(f"--from-search: cannot read {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--from-search: {path} is not valid JSON ({e.msg})") from None
+    best = summ.get("best_speedup_record") if isinstance(summ, dict) else None
+    if not best:
+        raise ValueError(f"--from-search: {path} has no best_speedup_record (no SubGPU record)")
+    need = ("D", "w", "microbatch", "sms", "cuts", "num_gpus", "attn_tp", "attn_dp", "moe_ep",
+            "global_batch", "kv_history")
+    miss = [f for f in need if f not in best]
+    if miss:
+        raise ValueError(f"--from-search: the best record lacks {', '.join(miss)}")
+    dep = {f: int(best[f]) for f in ("num_gpus", "attn_tp", "attn_dp", "moe_ep",
+                                     "global_batch", "kv_history")}
+    return best, dep
+
+
+def _cmd_run(a) -> int:
+    import dataclasses
+
+    from subgpu_jax.contention import ContentionModel
+    from subgpu_jax.eventsim import simulate
+    from subgpu_jax.graph import Deployment
+    from subgpu_jax.workload import Workload as SimWorkload
+    from hw_runtime.workload import hopper_arch
+
+    for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0)):
+        if getattr(a, f) < lo:
+            raise ValueError(f"--{f} must be >= {lo}, got {getattr(a, f)}")
+    policy = a.policy
+    if a.from_search:
+        best, depkw = config_from_search(a.from_search)
+        dep = Deployment(**depkw, input_len=a.input_len)
+        starts = best["cuts"].split("|") if best["cuts"] else []
+        sms = [int(x) for x in str(best["sms"]).split("|")]
+        b, reuse = int(best["microbatch"]), bool(int(best["w"]))
+        policy = best.get("policy", policy)
+        if best.get("hardware") and best["hardware"] != a.hardware:
+            raise ValueError(f"--from-search: the record is for {best['hardware']}, this run "
+                             f"uses --hardware {a.hardware}")
+    else:
+        dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                         global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+        starts, sms, b, reuse = None, None, a.microbatch, a.reuse
+    wl0 = SimWorkload.from_names(a.model, a.hardware, dep)
+    wl = SimWorkload(hopper_arch(wl0.arch), dep, wl0.hw)
+    hw = wl.hw
+    if starts is None:
+        starts = a.cuts.split(",") if a.cuts else wl.macro_starts()
+        if reuse is None:
+            reuse = a.cuts is None
+    K = len(starts) + 1
+    D = K - (1 if reuse else 0)
+    if sms is None:
+        if a.sms:
+            from subgpu_jax.cli import _int_list
+            sms = _int_list(a.sms, "sms")
+        else:
+            q = hw.sm_quantum
+            units = hw.sm_budget // q
+            sms = [q * (units // D + (1 if d < units % D else 0)) for d in range(D)]
+    if b is None:
+        b = max(1, wl.batch // 2)
+    cfg = wl.config(starts, sms, b, reuse, policy)       # ValueError on any infeasibility
+    m = wl.microbatches_of(cfg.microbatch)
+    model = ContentionModel()
+    hw_sim = hw
+    if a.calibration:
+        from subgpu_jax.calibration import load_calibration
+        cal = load_calibration(a.calibration, wl.arch, dep, hw)
+        hw_sim = cal.apply_to_hardware(hw)
+        model = model.replace(calibration=cal)
+    gpu_check()
+    # ---- GPU from here on
+    from hw_runtime.executor import Executor
+    from hw_runtime.partition import GreenContextError
+    from hw_runtime.workload import Workload as HwWorkload, WorkloadMemoryError
+
+    try:
+        hwl = HwWorkload(wl.graph(1), device="cuda")
+    except WorkloadMemoryError as e:
+        raise ValueError(str(e)) from None
+    try:
+        ex = Executor(hwl)
+        t_cfg = ex.temporal_config()
+        meas_t = ex.measure(t_cfg, "temporal", a.rounds, a.replays, a.warmup)
+        meas_c = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup)
+        chk = None if a.no_check else ex.check_output(cfg, a.mode)
+    except GreenContextError as e:
+        raise ValueError(str(e)) from None
+    pred_t = float(simulate(wl.graph(1), wl.temporal(), hw_sim, model, cache=a.cache,
+                            record=False).makespan)
+    pred_c = float(simulate(wl.graph(m), cfg, hw_sim, model, cache=a.cache,
+                            record=False).makespan)
+    res = {"workload": {"model": wl.arch.name, "hardware": hw.name, **dep.__dict__},
+           "config": {"D": cfg.D, "w": cfg.w, "cuts": list(starts), "sms": list(cfg.alloc),
+                      "microbatch": cfg.microbatch, "microbatches": m, "mode": a.mode},
+           "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
+                        "spread": meas_t.spread},
+           "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
+                   "spread": meas_c.spread},
+           "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
+           "speedup_predicted": pred_t / pred_c, "output_check": chk,
+           "calibration": a.calibration}
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    print(f"workload  {wl.arch.name} (bf16 experts) G={dep.global_batch} on {hw.name}; config "
+          f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) mode={a.mode}")
+    print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
+    for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
+        print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"
+              f"{r['predicted_us'] / r['measured_us'] - 1:9.1%}{r['spread']:8.1%}")
+    print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
+          f"{res['speedup_predicted']:.3f}x")
+    if chk is not None:
+        print(f"output    pipelined vs sequential: bitwise_equal={chk['bitwise_equal']} "
+              f"rel_l2={chk['rel_l2']:.2e}")
+    return 0
+
+
+def _cmd_calibrate(a) -> int:
+    from subgpu_jax.cli import _int_list
+    from subgpu_jax.graph import Deployment
+    from subgpu_jax.workload import Workload as SimWorkload
+    from hw_runtime.workload import hopper_arch
+
+    batches = _int_list(a.batches, "batches") if a.batches else [a.batch]
+    mbs = _int_list(a.microbatches, "microbatches")
+    pools = _int_list(a.pools, "pools")
+    if a.reps < 1:
+        raise ValueError(f"--reps must be >= 1, got {a.reps}")
+    for f, v in (("batches", batches), ("microbatches", mbs), ("pools", pools)):
+        if not v or any(x < 1 for x in v):
+            raise ValueError(f"--{f} must be positive integers, got {v}")
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                     global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
+    wl = SimWorkload.from_names(a.model, a.hardware, dep)
+    for G in batches:
+        import dataclasses
+        dataclasses.replace(dep, global_batch=G).validate(wl.arch)
+    hw = wl.hw
+    for p in pools:
+        if p % hw.sm_quantum or p < hw.min_pool_sms or p > hw.sm_budget:
+            raise ValueError(f"--pools: {p} SMs is not a valid {hw.name} pool (multiples of "
+                             f"{hw.sm_quantum}, {hw.min_pool_sms}..{hw.sm_budget})")
+    d = os.path.dirname(os.path.abspath(a.out))
+    if not os.path.isdir(d):
+        raise ValueError(f"--out: folder {d} does not exist")
+    gpu_check()
+    from hw_runtime.calibrate import calibrate
+    from hw_runtime.partition import GreenContextError
+    from hw_runtime.workload import WorkloadMemoryError
+
+    try:
+        res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
+                        coruns=not a.no_coruns, hardware=hw.name)
+    except (WorkloadMemoryError, GreenContextError) as e:
+        raise ValueError(str(e)) from None
+    with open(a.out, "w") as fh:
+        json.dump(res, fh, indent=1)
+    print(f"wrote {a.out}: {len(res['kernels'])} kernel tables, {len(res['coruns'])} co-runs")
+    return 0

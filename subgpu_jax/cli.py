@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="event simulator with every kernel at its isolated static rate")
     sm.add_argument("--cache", default="lru",
                     help="L2 residency policy of the event simulator: lru (default), fifo, none")
+    sm.add_argument("--calibration", metavar="FILE.json", default=None,
+                    help="measured calibration (subgpu calibrate): per-kernel time tables over "
+                         "SM pools and the HBM bandwidth curve replace the analytical kernel "
+                         "times (must match the model, deployment and --hardware)")
     o = s.add_argument_group("outputs")
     o.add_argument("--json", action="store_true", help="print machine-readable JSON")
     o.add_argument("--trace", metavar="FILE.json", default=None,
@@ -136,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exact scorer: event simulator with contention and L2 (default) or the "
                         "static max-plus evaluator")
     x.add_argument("--cache", default="lru", help="L2 policy of the event simulator")
+    x.add_argument("--calibration", metavar="FILE.json", default=None,
+                   help="measured calibration (subgpu calibrate) for both scorers; must match "
+                        "the model, deployment and --hardware")
     x.add_argument("--l-sim", type=int, default=2,
                    help="pass limit of the exact polish (Algorithm 2 with the simulator)")
     r = se.add_argument_group("run")
@@ -184,6 +191,14 @@ def _cmd_simulate(a) -> int:
             print(f"{i:3d}  {k.name:18s} {k.category}")
         return 0
     hw = wl.hw
+    cal = None
+    if getattr(a, "calibration", None):
+        from .calibration import load_calibration
+        cal = load_calibration(a.calibration, wl.arch, wl.deploy, hw)
+        hw = cal.apply_to_hardware(hw)
+        for mm in sorted({1, max(1, wl.batch // (a.microbatch or max(1, wl.batch // 2)))}):
+            if wl.batch % mm == 0:
+                cal.check_graph(wl.graph(mm))
     starts = a.cuts.split(",") if a.cuts else wl.macro_starts()
     reuse = (a.cuts is None) if a.reuse is None else a.reuse
     K = len(starts) + 1
@@ -205,8 +220,12 @@ def _cmd_simulate(a) -> int:
         for f in ("trace", "gantt", "utilization"):
             if getattr(a, f):
                 raise ValueError(f"--{f} needs --simulator event")
-        t_temp = temporal_makespan(g1, hw)
-        t_cfg = float(Evaluator.for_config(g, cfg, hw).makespan([cfg.alloc])[0])
+        dm = None
+        if cal is not None:
+            from .calibration import CalibratedDurationModel
+            dm = CalibratedDurationModel(cal, hw)
+        t_temp = temporal_makespan(g1, hw, dm)
+        t_cfg = float(Evaluator.for_config(g, cfg, hw, duration_model=dm).makespan([cfg.alloc])[0])
         label = "static (max-plus evaluator, isolated kernel durations)"
     else:
         from .contention import ContentionModel
@@ -220,6 +239,8 @@ def _cmd_simulate(a) -> int:
             if v is not None:
                 viz._check_out(v, f"--{f}")
         model = ContentionModel.off() if a.no_contention else ContentionModel()
+        if cal is not None:
+            model = model.replace(calibration=cal)
         rec = a.utilization is not None
         r_temp = simulate(g1, wl.temporal(), hw, model, cache=a.cache, record=rec)
         r_cfg = simulate(g, cfg, hw, model, cache=a.cache, record=rec)
@@ -234,6 +255,8 @@ def _cmd_simulate(a) -> int:
                            f"w={cfg.w} SMs={list(cfg.alloc)} m={m}")
         if a.utilization:
             viz.plot_utilisation(r_temp, r_cfg, a.utilization)
+    if cal is not None:
+        label += f", calibrated ({a.calibration})"
     res = {
         "workload": {"model": wl.arch.name, "hardware": hw.name, **wl.deploy.__dict__},
         "duration_model": label,
@@ -359,9 +382,18 @@ def _cmd_search(a) -> int:
             "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
+    cal = None
+    if a.calibration:
+        from .calibration import load_calibration
+        cal = load_calibration(a.calibration)
+        cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp,
+                                            moe_ep=a.ep, global_batch=a.dp,
+                                            input_len=a.input_len, kv_history=a.kv_history), hw)
+        hw = cal.apply_to_hardware(hw)
+        meta["calibration"] = a.calibration
     stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
                              exact=a.exact, cache=a.cache, L_sim=a.l_sim,
-                             progress=not a.no_progress)
+                             progress=not a.no_progress, calibration=cal)
     if stats["dropped"]:
         print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
               f"{stats['dropped'][:3]}")

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace as _dc_replace
+from typing import Any
 
 import numpy as np
 
@@ -94,6 +95,13 @@ class ContentionModel:
             (1.114: mean measured GEMM TFLOP/s per SM at 16-72 SMs over the whole-GPU figure,
             ``H200_GEMM_PER_SM_TFLOPS``); the chip total stays capped at ``flops_rate``
             (power/clock limit). 1.0 gives the linear static model.
+        calibration: a ``calibration.Calibration`` (measured per-kernel time tables) or None.
+            With it, every measured kernel alone on a pool of p SMs takes its measured time
+            (interpolated in 1/p): ``BoundModel.work`` adds a fixed latency phase after the launch
+            (ops that are launch-bound chains of small CUDA kernels) or scales the kernel's work
+            counters down (kernels faster than the analytical model); co-running kernels still
+            share HBM/L2/compute through the rate model. Use ``Calibration.apply_to_hardware(hw)`` for the
+            measured bandwidth curve. Isolated mode uses the measured times directly.
 
     Raises:
         ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
@@ -108,8 +116,14 @@ class ContentionModel:
     miss_l2_cost: float = 2.5
     tile_edge: float = 136.0
     compute_gain: float = _GAIN
+    calibration: Any = None
 
     def __post_init__(self) -> None:
+        if self.calibration is not None:
+            from .calibration import Calibration
+            if not isinstance(self.calibration, Calibration):
+                raise ValueError(f"contention.calibration must be a calibration.Calibration or "
+                                 f"None, got {type(self.calibration).__name__}")
         for f in ("isolated", "demand_cap"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
@@ -173,7 +187,12 @@ class KernelWork:
         reread_per_flop: operand re-read bytes per FLOP (L2 traffic paced by compute).
         peak_Bps: HBM ceiling of the kernel (read or copy, the static model's rule).
         comm_bytes: NVLink payload (bytes); comm: True for a collective.
-        static_us: isolated static duration (µs), ``StaticDurationModel.kernel_time_us``.
+        static_us: isolated duration (µs): ``StaticDurationModel.kernel_time_us``, or the
+            measured time when the model carries a calibration that has this kernel.
+        fixed_us: extra latency after the launch overhead during which the kernel holds its SMs
+            but moves no work (µs, calibration; 0 otherwise).
+        scale: factor applied to the kernel's work counters (FLOP, bytes, payload) at activation
+            (calibration; 1 otherwise).
     """
 
     sms: float
@@ -186,6 +205,13 @@ class KernelWork:
     comm_bytes: float
     comm: bool
     static_us: float
+    fixed_us: float = 0.0
+    scale: float = 1.0
+
+
+#: (calibration id, hardware id, curve, copy peak, model parameters, kernel key, pool SMs) ->
+#: ((scale, fixed_us), calibration, hardware): memoised lone-kernel solves of ``_calibrated``.
+_CAL_CACHE: dict = {}
 
 
 class BoundModel:
@@ -241,10 +267,60 @@ class BoundModel:
             beta = DTYPE_BYTES[k.dtype] / self.model.tile_edge
             rr = max(0.0, beta * k.flops - obj) / k.flops
         static = float(self.static.kernel_time_us(k, pool_sms))
-        return KernelWork(sms=p, flops=float(k.flops), rate_full=float(rate),
-                          power=min(1.0, self.gain * p / self.N), obj_bytes=float(obj),
-                          reread_per_flop=rr, peak_Bps=float(peak),
-                          comm_bytes=float(k.comm_bytes), comm=k.is_comm, static_us=static)
+        w = KernelWork(sms=p, flops=float(k.flops), rate_full=float(rate),
+                       power=min(1.0, self.gain * p / self.N), obj_bytes=float(obj),
+                       reread_per_flop=rr, peak_Bps=float(peak),
+                       comm_bytes=float(k.comm_bytes), comm=k.is_comm, static_us=static)
+        cal = self.model.calibration
+        if cal is not None and cal.has(k):
+            w = self._calibrated(k, int(pool_sms), w, cal)
+        return w
+
+    def _calibrated(self, k: Kernel, pool_sms: int, w: KernelWork, cal) -> KernelWork:
+        """``w`` adjusted so that ``k`` alone on ``pool_sms`` SMs (cache off) takes its measured
+        time: a fixed latency when the model is faster than the measurement, else a work scale
+        solved by a few secant steps on lone-kernel simulations (memoised per calibration,
+        model parameters, hardware, kernel and pool)."""
+        from .calibration import kernel_key
+
+        t_meas = float(cal.kernel_time_us(k, pool_sms))
+        if self.model.isolated:
+            return _dc_replace(w, static_us=t_meas)
+        hw = self.hw
+        mkey = tuple(getattr(self.model, f.name) for f in fields(self.model)
+                     if f.name != "calibration")
+        key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
+        hit = _CAL_CACHE.get(key)
+        if hit is None:
+            base = self.model.replace(calibration=None)
+
+            def alone(scale: float, fixed: float) -> float:
+                from .eventsim import EventSimulator
+                sim = EventSimulator([k], [pool_sms], [(0, (), 0, 0, (0,))], hw, base, "none",
+                                     record=False)
+                sim._work[(0, 0)] = _dc_replace(sim._work[(0, 0)], scale=scale, fixed_us=fixed)
+                return float(sim.run().makespan)
+
+            t0 = alone(1.0, 0.0)
+            if t_meas >= t0:
+                hit = (1.0, t_meas - t0)
+            else:
+                c = self.launch_us + (self.setup_us if k.is_comm else 0.0)
+                s, t = 1.0, t0
+                for _ in range(4):
+                    if t - c <= 1e-9:
+                        break
+                    s = max(1e-4, s * max(t_meas - c, 1e-6) / (t - c))
+                    t = alone(s, 0.0)
+                    if abs(t - t_meas) <= 1e-3 * t_meas:
+                        break
+                hit = (s, 0.0)
+            if len(_CAL_CACHE) > 200_000:
+                _CAL_CACHE.clear()
+            _CAL_CACHE[key] = (hit, cal, hw)  # keep cal and hw alive while their ids are keys
+        else:
+            hit = hit[0]
+        return _dc_replace(w, scale=hit[0], fixed_us=hit[1], static_us=t_meas)
 
     # ------------------------------------------------------------------ the curve
     def bw_fraction_of_window(self, c: float) -> float:

@@ -272,7 +272,7 @@ class EventSimulator:
             self._push(t + w.static_us, _DONE, _KEND, s, self.epoch[s])
         else:
             self.s_phase[s] = 1
-            self._push(t + self.bm.launch_us, _LAUNCH, _LAUNCH, s, -1)
+            self._push(t + self.bm.launch_us + w.fixed_us, _LAUNCH, _LAUNCH, s, -1)
 
     def _lookups(self, s: int, kid: int, j: int) -> tuple[float, float]:
         """L2 lookups of the reads of kernel ``kid`` of job ``j``; returns (HBM bytes, hit bytes)."""
@@ -306,13 +306,14 @@ class EventSimulator:
         w = self.s_w[s]
         hbm, hit = self._lookups(s, kid, j)
         data = hbm + hit
+        sc = w.scale  # calibration: work scale (1 without one)
         self.s_phase[s] = 2
         self.k_sms[s], self.k_rfull[s], self.k_pow[s] = w.sms, w.rate_full, w.power
         self.k_peak[s], self.k_rr[s] = w.peak_Bps, w.reread_per_flop
-        self.F[s] = w.flops
-        self.Dd[s] = data
+        self.F[s] = w.flops * sc
+        self.Dd[s] = data * sc
         self.phi[s] = hbm / data if data > 0 else 0.0
-        self.Nn[s] = w.comm_bytes
+        self.Nn[s] = w.comm_bytes * sc
         self.bytes_reread += w.reread_per_flop * w.flops
         if w.comm_bytes > 0 and self.bm.setup_us > 0:
             self.setup[s] = True

@@ -44,13 +44,18 @@ class PointScorer:
     """
 
     def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
-                 L_sim: int = 2) -> None:
+                 L_sim: int = 2, calibration=None) -> None:
+        from .contention import ContentionModel
         from .l2cache import check_policy
 
         if exact not in EXACT_KINDS:
             raise ValueError(f"exact must be one of {', '.join(EXACT_KINDS)}, got {exact!r}")
         check_policy(cache)
         self.arch, self.hw, self.exact_kind, self.cache, self.L_sim = arch, hw, exact, cache, L_sim
+        # calibration (subgpu_jax.calibration): measured per-kernel tables for the cheap
+        # estimator and the event simulator (pass hw = calibration.apply_to_hardware(hw) for its curve)
+        self.calibration = calibration
+        self.model = ContentionModel(calibration=calibration)
         self._problems: dict = {}
         self._temporal: dict = {}
 
@@ -60,7 +65,12 @@ class PointScorer:
 
         key = dep
         if key not in self._problems:
-            self._problems[key] = Problem(Workload.from_model(self.arch, dep), self.hw)
+            dm = None
+            if self.calibration is not None:
+                from .calibration import CalibratedDurationModel
+                self.calibration.check_workload(self.arch, dep, self.hw)
+                dm = CalibratedDurationModel(self.calibration, self.hw)
+            self._problems[key] = Problem(Workload.from_model(self.arch, dep), self.hw, dm)
         return self._problems[key]
 
     def _simulate(self, dep: Deployment, cfg: Config):
@@ -69,7 +79,7 @@ class PointScorer:
 
         p = self.problem(dep)
         m = p.workload.m_of(cfg)
-        return simulate(p.workload.graph(m), cfg, self.hw, ContentionModel(), cache=self.cache,
+        return simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
                         record=False, validate=False)
 
     def exact(self, dep: Deployment):
@@ -194,7 +204,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                      microbatch=best["microbatch"], policy=best["policy"])
         from .contention import ContentionModel
         from .eventsim import simulate
-        r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw, ContentionModel(),
+        r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,
+                     getattr(scorer, "model", None) or ContentionModel(),
                      cache=scorer.cache, record=False)
         plot_gantt(r, os.path.join(folder, "gantt_best.png"),
                    title=f"best: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
@@ -207,16 +218,17 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
 def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, resume: bool = False, budget: int | None = None,
                exact: str = "event", cache: str = "lru", L_sim: int = 2,
-               progress: bool = True) -> tuple[dict, dict]:
+               progress: bool = True, calibration=None) -> tuple[dict, dict]:
     """Run (or resume) a sweep and write its outputs.
 
     Returns:
         ``(sweep_stats, summary)``.
 
     Raises:
-        ValueError: bad scorer options, a folder holding another sweep, a budget < 1.
+        ValueError: bad scorer options, a folder holding another sweep, a budget < 1, a
+            calibration for another model/deployment/GPU.
     """
-    scorer = PointScorer(arch, hw, exact, cache, L_sim)
+    scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration)
     store = SweepStore(folder, meta, resume)
     stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
     stats["dropped"] = list(store.dropped)

@@ -1,0 +1,681 @@
+"""Execute a subgpu_jax ``Config`` on an NVIDIA GPU (DESIGN §6, issue 5 item 3).
+
+Two layers:
+
+* **Launch plan** (pure CPU, no torch): ``build_launch_plan(graph, cfg)`` turns a configuration
+  into the exact schedule the simulator scores: the segment tasks of
+  ``taskdag.build_task_dag`` in the global dispatch order, each on the stream of its stage
+  (rho_w(k)), with the CUDA events it must wait on (its data predecessors that run on another
+  stream; same-stream predecessors, including the stage edge, are implied by stream order) and
+  whether it must record an event. ``issue_plan(plan, backend, launch)`` walks a plan against a
+  stream backend; ``FakeStreamBackend`` replays it with given kernel durations (stream FIFO +
+  event waits), which is how CI checks the plan against the simulator's task DAG.
+* **Executor** (needs torch + CUDA): ``Executor(workload)`` holds a ``hw_runtime.workload.Workload``
+  (weights and KV caches allocated once) and derives the per-microbatch-count workloads from it
+  (sharing weights and KV, ``derive_workload``). ``Executor.measure(cfg, mode)`` captures ONE
+  forward pass (all region instances, all microbatches) as a CUDA graph, each stage's tasks on
+  its own stream (``mode="green"``: a ``GreenPartition`` with the Config's SM allocation, the
+  capturing stream of each kernel fixes its SMs; ``"multistream"``: the same schedule on plain
+  streams, no SM partition; ``"temporal"``: the D = 1 plan on one whole-GPU stream), and times
+  graph replays with CUDA events: ``warmup`` replays, then ``rounds`` rounds of ``replays``
+  back-to-back replays with an event between consecutive replays; the per-pass time is the median
+  over all replays, the spread is (max - min) / median of the round medians.
+
+Correctness: ``Executor.check_output(cfg, mode)`` restores the same inputs, runs the plan
+sequentially on one stream (the dispatch order is a topological order of the data edges, so this
+is the reference) and then as a pipelined graph replay, and compares the residual-stream outputs
+of every microbatch (bitwise equality and the relative L2 error).
+
+Units: µs for times, bytes, SMs. Errors: ``ValueError`` (one line) for configurations the
+workload cannot run, ``ExecutorUnavailable`` when torch / a GPU / green contexts are missing.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol, Sequence
+
+from subgpu_jax.graph import OpGraph
+from subgpu_jax.space import Config, temporal_config
+from subgpu_jax.taskdag import build_task_dag
+
+__all__ = [
+    "PlanTask", "LaunchPlan", "build_launch_plan", "issue_plan", "StreamBackend",
+    "FakeStreamBackend", "ExecutorUnavailable", "Executor", "Measurement", "derive_workload",
+    "MODES", "check_config_for_graph",
+]
+
+#: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
+MODES: tuple[str, ...] = ("green", "multistream", "temporal")
+
+
+class ExecutorUnavailable(RuntimeError):
+    """torch, a CUDA GPU, or green-context support is missing on this machine."""
+
+
+# =========================================================================== the launch plan
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One segment task of the plan (one entry of the global dispatch order).
+
+    Attributes:
+        index: position in the dispatch order (= the task index of ``taskdag.TaskDAG``).
+        region: region instance l. microbatch: mu. segment: k. stage: rho_w(k) = its stream.
+        kernels: kernel indices of the region graph launched for this task, in order.
+        data_preds: data-predecessor task indices (as in the TaskDAG).
+        stage_pred: the previous task on the same stage, or -1.
+        waits: task indices whose completion event this task's stream waits on before its first
+            kernel: the data predecessors on OTHER streams (sorted).
+        record: True when some later task on another stream waits on this task's event.
+    """
+
+    index: int
+    region: int
+    microbatch: int
+    segment: int
+    stage: int
+    kernels: tuple[int, ...]
+    data_preds: tuple[int, ...]
+    stage_pred: int
+    waits: tuple[int, ...]
+    record: bool
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The schedule of one forward pass.
+
+    Attributes:
+        tasks: ``PlanTask`` in the global dispatch order (issue order).
+        num_streams: D, one stream per stage.
+        stage_sms: SMs of each stage's pool (the Config's allocation; ``(num_sms,)`` for temporal).
+        microbatches: m. num_regions: L. kernels_per_region: n.
+        config: the Config the plan realises.
+    """
+
+    tasks: tuple[PlanTask, ...]
+    num_streams: int
+    stage_sms: tuple[int, ...]
+    microbatches: int
+    num_regions: int
+    kernels_per_region: int
+    config: Config
+
+    @property
+    def T(self) -> int:
+        """Number of segment tasks, L * m * K."""
+        return len(self.tasks)
+
+    def stream_tasks(self) -> list[list[int]]:
+        """Task indices issued on each stream, in issue order (list of D lists)."""
+        out: list[list[int]] = [[] for _ in range(self.num_streams)]
+        for t in self.tasks:
+            out[t.stage].append(t.index)
+        return out
+
+    def events(self) -> int:
+        """CUDA events the plan records (tasks with ``record``)."""
+        return sum(1 for t in self.tasks if t.record)
+
+    def kernel_launches(self) -> int:
+        """Kernel launches of one pass (sum of ``len(task.kernels)``)."""
+        return sum(len(t.kernels) for t in self.tasks)
+
+    def summary(self) -> dict:
+        """JSON-ready description (counts, streams, SMs)."""
+        c = self.config
+        return {"D": c.D, "w": c.w, "K": c.K, "alloc": list(self.stage_sms),
+                "microbatch": c.microbatch, "microbatches": self.microbatches,
+                "policy": c.policy, "tasks": self.T, "events": self.events(),
+                "waits": sum(len(t.waits) for t in self.tasks),
+                "kernel_launches": self.kernel_launches()}
+
+
+def check_config_for_graph(graph: OpGraph, cfg: Config, batch: int | None = None) -> None:
+    """Check that ``cfg`` fits ``graph`` (cut length, segment count, microbatch count).
+
+    Args:
+        graph: the region graph built for m = R / cfg.microbatch microbatches.
+        cfg: the configuration.
+        batch: per-GPU attention batch R (default: from ``graph.deployment``).
+
+    Raises:
+        ValueError: the cut does not have one entry per kernel (a config built for another model
+            or deployment), K != D + w, or the graph's microbatch count is not R / b.
+    """
+    if not isinstance(cfg, Config):
+        raise ValueError(f"config must be a subgpu_jax.space.Config, got {type(cfg).__name__}")
+    if len(cfg.seg_of) != graph.n:
+        raise ValueError(f"config has a cut of {len(cfg.seg_of)} kernels, the workload's region "
+                         f"has {graph.n}: the configuration was built for another model")
+    if max(cfg.seg_of) + 1 != cfg.K:
+        raise ValueError(f"config: the cut has {max(cfg.seg_of) + 1} segments, D + w = {cfg.K}")
+    if len(cfg.alloc) != cfg.D:
+        raise ValueError(f"config.alloc has {len(cfg.alloc)} pools, D = {cfg.D}")
+    R = batch if batch is not None else (graph.deployment.requests_per_gpu
+                                         if graph.deployment is not None else None)
+    if R is not None:
+        if cfg.microbatch < 1 or R % cfg.microbatch:
+            raise ValueError(f"config.microbatch={cfg.microbatch} does not divide the per-GPU "
+                             f"batch R = {R}: the configuration was built for another deployment")
+        if R // cfg.microbatch != graph.microbatches:
+            raise ValueError(f"config.microbatch={cfg.microbatch} gives m = "
+                             f"{R // cfg.microbatch}, the graph has {graph.microbatches}")
+
+
+def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None) -> LaunchPlan:
+    """The launch plan of ``cfg`` on ``graph`` (pure CPU; no torch).
+
+    Tasks, stages, data and stage predecessors are exactly those of
+    ``taskdag.build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
+    graph.num_regions, graph.microbatches, cfg.policy)``, i.e. what ``eventsim.simulate`` scores.
+
+    Args:
+        graph: region graph built for m = R / b microbatches (``build_graph(arch, dep, m)``).
+        cfg: the configuration (temporal: ``space.temporal_config``).
+        batch: per-GPU attention batch R (default from the graph's deployment).
+
+    Returns:
+        The ``LaunchPlan``.
+
+    Raises:
+        ValueError: see ``check_config_for_graph``; an illegal cut or policy (from the DAG).
+    """
+    check_config_for_graph(graph, cfg, batch)
+    dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
+                         graph.num_regions, graph.microbatches, cfg.policy)
+    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
+    T = dag.T
+    stage = [int(s) for s in dag.stage]
+    waits = []
+    recorded = [False] * T
+    for i in range(T):
+        w = tuple(sorted(j for j in dag.data_preds[i] if stage[j] != stage[i]))
+        for j in w:
+            recorded[j] = True
+        waits.append(w)
+    tasks = tuple(PlanTask(index=i, region=int(dag.region[i]), microbatch=int(dag.mb[i]),
+                           segment=int(dag.seg[i]), stage=stage[i],
+                           kernels=segk[int(dag.seg[i])], data_preds=tuple(dag.data_preds[i]),
+                           stage_pred=int(dag.stage_pred[i]), waits=waits[i],
+                           record=recorded[i]) for i in range(T))
+    return LaunchPlan(tasks=tasks, num_streams=cfg.D, stage_sms=tuple(int(a) for a in cfg.alloc),
+                      microbatches=graph.microbatches, num_regions=graph.num_regions,
+                      kernels_per_region=graph.n, config=cfg)
+
+
+class StreamBackend(Protocol):
+    """What ``issue_plan`` needs from a stream implementation.
+
+    ``wait(stream, task)``: the stream waits for the event recorded after ``task``;
+    ``launch(stream, task, kernel)``: enqueue one kernel of a task; ``record(stream, task)``:
+    record the task's completion event on the stream.
+    """
+
+    def wait(self, stream: int, task: int) -> None: ...
+
+    def launch(self, stream: int, task: PlanTask, kernel: int) -> None: ...
+
+    def record(self, stream: int, task: int) -> None: ...
+
+
+def issue_plan(plan: LaunchPlan, backend: StreamBackend, single_stream: bool = False) -> None:
+    """Issue every task of ``plan`` in the global dispatch order on ``backend``.
+
+    For each task: wait on the events of its cross-stream data predecessors, launch its kernels
+    on its stage's stream, record its event if a later task on another stream needs it.
+
+    Args:
+        plan: the launch plan.
+        backend: a ``StreamBackend`` (``FakeStreamBackend`` or the executor's torch backend).
+        single_stream: issue everything on stream 0 with no events (the sequential reference).
+    """
+    for t in plan.tasks:
+        s = 0 if single_stream else t.stage
+        if not single_stream:
+            for j in t.waits:
+                backend.wait(s, j)
+        for k in t.kernels:
+            backend.launch(s, t, k)
+        if t.record and not single_stream:
+            backend.record(s, t.index)
+
+
+class FakeStreamBackend:
+    """A CPU model of CUDA streams and events, for testing plans without a GPU.
+
+    Each stream executes its operations in FIFO order; a kernel of ``duration(task, kernel)`` µs
+    starts when the stream is free and every event the stream waited on before it has completed;
+    an event completes when everything enqueued on its stream before the record has completed
+    (CUDA semantics of ``cudaEventRecord`` / ``cudaStreamWaitEvent``).
+
+    Args:
+        num_streams: streams (>= 1).
+        duration: ``(task: PlanTask, kernel: int) -> µs`` (>= 0).
+
+    Attributes:
+        ops: the operations in issue order, ``(kind, stream, task, kernel)``.
+        task_start, task_end: µs per task index (first kernel start / last kernel end).
+        kernel_times: ``(task, kernel, start, end)`` per launch.
+
+    Raises:
+        ValueError: a wait on an event that was never recorded (a plan bug), a negative duration.
+    """
+
+    def __init__(self, num_streams: int,
+                 duration: Callable[[PlanTask, int], float] | None = None) -> None:
+        if num_streams < 1:
+            raise ValueError(f"num_streams must be >= 1, got {num_streams}")
+        self.duration = duration or (lambda task, k: 1.0)
+        self.ops: list[tuple] = []
+        self.free = [0.0] * num_streams     # when each stream's last operation completes
+        self.gate = [0.0] * num_streams     # pending waits of the stream
+        self.events: dict[int, float] = {}
+        self.task_start: dict[int, float] = {}
+        self.task_end: dict[int, float] = {}
+        self.kernel_times: list[tuple[int, int, float, float]] = []
+
+    def wait(self, stream: int, task: int) -> None:
+        """The stream waits for task ``task``'s recorded event."""
+        if task not in self.events:
+            raise ValueError(f"stream {stream} waits on the event of task {task}, which was not "
+                             "recorded before (plan bug)")
+        self.ops.append(("wait", stream, task, -1))
+        self.gate[stream] = max(self.gate[stream], self.events[task])
+
+    def launch(self, stream: int, task: PlanTask, kernel: int) -> None:
+        """Enqueue one kernel."""
+        d = float(self.duration(task, kernel))
+        if not d >= 0:
+            raise ValueError(f"duration of task {task.index} kernel {kernel} must be >= 0, "
+                             f"got {d!r}")
+        self.ops.append(("launch", stream, task.index, kernel))
+        st = max(self.free[stream], self.gate[stream])
+        en = st + d
+        self.free[stream] = en
+        self.task_start.setdefault(task.index, st)
+        self.task_end[task.index] = en
+        self.kernel_times.append((task.index, kernel, st, en))
+
+    def record(self, stream: int, task: int) -> None:
+        """Record task ``task``'s completion event on the stream."""
+        self.ops.append(("record", stream, task, -1))
+        self.events[task] = max(self.free[stream], self.gate[stream])
+
+    @property
+    def makespan(self) -> float:
+        """Completion of the last operation (µs)."""
+        return max(self.free) if self.free else 0.0
+
+
+# =========================================================================== the GPU executor
+
+def _torch():
+    try:
+        import torch  # type: ignore
+    except Exception as e:  # noqa: BLE001
+        raise ExecutorUnavailable(f"executor: torch is not importable ({e.__class__.__name__}: "
+                                  f"{e})") from None
+    if not torch.cuda.is_available():
+        raise ExecutorUnavailable("executor: no CUDA GPU is visible (torch.cuda.is_available() "
+                                  "is False)")
+    return torch
+
+
+def derive_workload(base, graph: OpGraph):
+    """A ``hw_runtime.workload.Workload`` for ``graph`` that SHARES the weights and KV caches of
+    ``base`` and owns new activation buffers (so one device copy of the 7.4 GB of weights and
+    the KV caches serves every microbatch count).
+
+    ``graph`` must be the same model and deployment as ``base.graph`` (any microbatch count).
+    KV rows of microbatch mu are rows ``mu*R/m .. (mu+1)*R/m`` of the shared caches, as in the
+    base workload. Activation memory: ``estimate_bytes(graph)["activations"]`` (tens of MB).
+
+    Raises:
+        ValueError: another model/deployment than ``base``.
+    """
+    from hw_runtime import workload as hwl
+
+    if graph.arch != base.arch or graph.deployment != base.deployment:
+        raise ValueError("derive_workload: the graph's model/deployment differs from the base "
+                         "workload's")
+    if graph.microbatches == base.graph.microbatches:
+        return base
+    W = object.__new__(hwl.Workload)
+    W.torch = base.torch
+    W.graph = graph
+    W.arch, W.deployment = base.arch, base.deployment
+    W.shapes = s = hwl.workload_shapes(graph)
+    W.instances = base.instances
+    W.device, W.is_cuda = base.device, base.is_cuda
+    W.comm_floor_us, W.link_Bps, W.copy_Bps = base.comm_floor_us, base.link_Bps, base.copy_Bps
+    W.spin = base.spin
+    W.kv_cache = base.kv_cache
+    W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
+    W._gen = base.torch.Generator(device=base.device)
+    W._gen.manual_seed(1 + graph.microbatches)
+    W.weights, W.kv = base.weights, base.kv
+    W.acts = []
+    for _ in range(s.m):
+        a = {nm: W._rand(shp, 1.0, dt) for nm, (shp, dt) in hwl._act_specs(s, graph).items()}
+        a[f"resid.{s.P}"] = a["resid.0"]
+        W.acts.append(a)
+    W._consts()
+    W._cycles_per_us = base._cycles_per_us
+    W._fns = [W._make(i, k) for i, k in enumerate(graph.kernels)]
+    return W
+
+
+class _TorchBackend:
+    """``StreamBackend`` over torch streams: one ``torch.cuda.Event`` per recorded task."""
+
+    def __init__(self, torch, streams: Sequence, wl) -> None:
+        self.t, self.streams, self.wl = torch, list(streams), wl
+        self.ev: dict[int, Any] = {}
+        self._cur = None
+
+    def wait(self, stream: int, task: int) -> None:
+        self.streams[stream].wait_event(self.ev[task])
+
+    def launch(self, stream: int, task: PlanTask, kernel: int) -> None:
+        s = self.streams[stream]
+        if self._cur is not s:
+            self._ctx_exit()
+            self._ctx = self.t.cuda.stream(s)
+            self._ctx.__enter__()
+            self._cur = s
+        self.wl._fns[kernel](task.microbatch, task.region)
+
+    def record(self, stream: int, task: int) -> None:
+        e = self.t.cuda.Event()
+        e.record(self.streams[stream])
+        self.ev[task] = e
+
+    def _ctx_exit(self) -> None:
+        if self._cur is not None:
+            self._ctx.__exit__(None, None, None)
+            self._cur = None
+
+    def close(self) -> None:
+        self._ctx_exit()
+
+
+@dataclass
+class Measurement:
+    """A timed configuration.
+
+    Attributes:
+        mode: ``green`` / ``multistream`` / ``temporal``.
+        makespan_us: median per-pass time over all timed replays (µs).
+        round_medians_us: median of each round (µs). spread: (max - min) / median of the round
+            medians. replays, rounds, warmup: what was run.
+        capture_s: seconds to capture + instantiate the graph. graph_nodes: captured nodes (or
+            None). plan: ``LaunchPlan.summary()``. partition: ``GreenPartition.summary()`` or
+            None. all_us: every replay's time (µs). note: set when graph capture failed and
+            eager launches were timed instead.
+    """
+
+    mode: str
+    makespan_us: float
+    round_medians_us: list
+    spread: float
+    replays: int
+    rounds: int
+    warmup: int
+    capture_s: float
+    graph_nodes: int | None
+    plan: dict
+    partition: dict | None = None
+    all_us: list = field(default_factory=list)
+    note: str = ""
+
+    def as_dict(self) -> dict:
+        """JSON-ready dict (without ``all_us``)."""
+        return {k: v for k, v in self.__dict__.items() if k != "all_us"}
+
+
+class Executor:
+    """Runs configurations of one workload on the local GPU.
+
+    Args:
+        workload: a ``hw_runtime.workload.Workload`` (any microbatch count; it owns the weights
+            and KV caches that every derived workload shares).
+        device: CUDA ordinal.
+
+    Raises:
+        ExecutorUnavailable: no torch / no GPU.
+        ValueError: a CPU workload.
+    """
+
+    def __init__(self, workload, device: int = 0) -> None:
+        self.torch = _torch()
+        if not getattr(workload, "is_cuda", False):
+            raise ValueError("Executor: the workload must live on a CUDA device")
+        self.base = workload
+        self.device = device
+        self._wls = {workload.graph.microbatches: workload}
+
+    # ------------------------------------------------------------------ workloads
+    def workload_for(self, m: int):
+        """The workload for m microbatches (derived from the base, cached)."""
+        if m not in self._wls:
+            from subgpu_jax.graph import build_graph
+            g = build_graph(self.base.arch, self.base.deployment, m)
+            self._wls[m] = derive_workload(self.base, g)
+        return self._wls[m]
+
+    @property
+    def batch(self) -> int:
+        """R, the per-GPU attention batch."""
+        return self.base.deployment.requests_per_gpu
+
+    def temporal_config(self) -> Config:
+        """The temporal baseline Config (D = 1, whole GPU, one full-batch microbatch)."""
+        sms = self.torch.cuda.get_device_properties(self.device).multi_processor_count
+        return temporal_config(self.base.graph.n, _hw_like(sms), self.batch)
+
+    def plan(self, cfg: Config) -> LaunchPlan:
+        """``build_launch_plan`` for ``cfg`` on the workload of its microbatch count.
+
+        Raises:
+            ValueError: the config does not fit the workload (see ``check_config_for_graph``).
+        """
+        if len(cfg.seg_of) != self.base.graph.n:
+            raise ValueError(f"config has a cut of {len(cfg.seg_of)} kernels, the workload's "
+                             f"region has {self.base.graph.n}: built for another model")
+        R = self.batch
+        if cfg.microbatch < 1 or R % cfg.microbatch:
+            raise ValueError(f"config.microbatch={cfg.microbatch} does not divide the per-GPU "
+                             f"batch R = {R}: built for another deployment")
+        wl = self.workload_for(R // cfg.microbatch)
+        return build_launch_plan(wl.graph, cfg, R)
+
+    # ------------------------------------------------------------------ streams
+    def _streams(self, cfg: Config, mode: str):
+        t = self.torch
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if mode == "temporal":
+            if cfg.D != 1:
+                raise ValueError("mode 'temporal' runs D = 1 configurations only")
+            return [t.cuda.Stream(device=self.device)], None
+        if mode == "multistream" or cfg.D == 1:
+            return [t.cuda.Stream(device=self.device) for _ in range(cfg.D)], None
+        from hw_runtime.partition import GreenPartition
+        part = GreenPartition(list(cfg.alloc), streams_per_pool=1, device=self.device)
+        return [part.stream(d, 0) for d in range(cfg.D)], part
+
+    def issue(self, plan: LaunchPlan, streams: Sequence, single_stream: bool = False) -> None:
+        """Issue one forward pass of ``plan`` on ``streams`` (eager or under capture)."""
+        wl = self.workload_for(plan.microbatches)
+        be = _TorchBackend(self.torch, streams, wl)
+        try:
+            issue_plan(plan, be, single_stream=single_stream)
+        finally:
+            be.close()
+
+    def capture(self, plan: LaunchPlan, streams: Sequence):
+        """Capture one forward pass as a CUDA graph on ``streams[0]`` (the other streams fork
+        from and join back into it through events). Returns ``(graph, nodes, seconds)``."""
+        t = self.torch
+        s0 = streams[0]
+        # warm (cuBLAS handles, SDPA kernel choice) outside capture
+        self.issue(plan, streams)
+        t.cuda.synchronize(self.device)
+        t0 = time.perf_counter()
+        g = t.cuda.CUDAGraph(keep_graph=True)
+        with t.cuda.graph(g, stream=s0):
+            fork = t.cuda.Event()
+            fork.record(s0)
+            for s in streams[1:]:
+                s.wait_event(fork)
+            self.issue(plan, streams)
+            for s in streams[1:]:
+                j = t.cuda.Event()
+                j.record(s)
+                s0.wait_event(j)
+        nodes = _graph_nodes(g)
+        g.instantiate()
+        t.cuda.synchronize(self.device)
+        return g, nodes, time.perf_counter() - t0
+
+    def measure(self, cfg: Config, mode: str = "green", rounds: int = 3, replays: int = 100,
+                warmup: int = 3) -> Measurement:
+        """Capture ``cfg`` as a CUDA graph and time its replays.
+
+        Args:
+            cfg: the configuration (D = 1 for ``mode="temporal"``).
+            mode: ``green`` (SM pools from ``cfg.alloc``), ``multistream`` (no partition) or
+                ``temporal``.
+            rounds, replays, warmup: timing protocol (module docstring).
+
+        Returns:
+            ``Measurement``.
+
+        Raises:
+            ValueError: bad mode / config; GreenContextError / GreenContextUnavailable from the
+                partition. The partition is closed on return or error.
+        """
+        t = self.torch
+        if rounds < 1 or replays < 1 or warmup < 0:
+            raise ValueError("rounds and replays must be >= 1, warmup >= 0")
+        plan = self.plan(cfg)
+        streams, part = self._streams(cfg, mode)
+        try:
+            note = ""
+            try:
+                g, nodes, cap_s = self.capture(plan, streams)
+                run = g.replay
+            except Exception as e:  # noqa: BLE001 - fall back to eager launches, say so
+                t.cuda.synchronize(self.device)
+                g, nodes, cap_s = None, None, 0.0
+                note = f"graph capture failed ({e.__class__.__name__}: {e}); eager launches"
+
+                def run():
+                    self.issue(plan, streams)
+                    for s in streams[1:]:  # join: the next pass starts after all streams
+                        j = t.cuda.Event()
+                        j.record(s)
+                        streams[0].wait_event(j)
+                    for s in streams[1:]:
+                        f = t.cuda.Event()
+                        f.record(streams[0])
+                        s.wait_event(f)
+            s0 = streams[0]
+            with t.cuda.stream(s0):
+                for _ in range(warmup):
+                    run()
+                allv, meds = [], []
+                for _ in range(rounds):
+                    evs = [t.cuda.Event(enable_timing=True) for _ in range(replays + 1)]
+                    evs[0].record(s0)
+                    for r in range(replays):
+                        run()
+                        evs[r + 1].record(s0)
+                    evs[-1].synchronize()
+                    ts = [evs[r].elapsed_time(evs[r + 1]) * 1e3 for r in range(replays)]
+                    allv += ts
+                    meds.append(statistics.median(ts))
+            t.cuda.synchronize(self.device)
+            del g
+            med = statistics.median(allv)
+            spread = (max(meds) - min(meds)) / med if med > 0 else 0.0
+            return Measurement(mode=mode, makespan_us=med, round_medians_us=meds, spread=spread,
+                               replays=replays, rounds=rounds, warmup=warmup, capture_s=cap_s,
+                               graph_nodes=nodes, plan=plan.summary(),
+                               partition=part.summary() if part is not None else None,
+                               all_us=allv, note=note)
+        finally:
+            if part is not None:
+                t.cuda.synchronize(self.device)
+                part.close()
+
+    # ------------------------------------------------------------------ correctness
+    def check_output(self, cfg: Config, mode: str = "green") -> dict:
+        """Pipelined graph replay vs sequential execution of the same plan, same inputs.
+
+        Returns:
+            ``{"bitwise_equal", "max_abs_diff", "rel_l2", "finite", "microbatches"}`` over the
+            residual-stream outputs of all microbatches (rel_l2 = ||out - ref|| / ||ref||).
+        """
+        t = self.torch
+        plan = self.plan(cfg)
+        wl = self.workload_for(plan.microbatches)
+        inputs = [wl.output(mu).clone() for mu in range(plan.microbatches)]
+
+        def restore():
+            for mu in range(plan.microbatches):
+                wl.output(mu).copy_(inputs[mu])
+            t.cuda.synchronize(self.device)
+
+        ref_stream = t.cuda.Stream(device=self.device)
+        restore()
+        self.issue(plan, [ref_stream], single_stream=True)
+        t.cuda.synchronize(self.device)
+        ref = [wl.output(mu).clone() for mu in range(plan.microbatches)]
+        streams, part = self._streams(cfg, mode)
+        how = "graph"
+        try:
+            try:
+                g, _, _ = self.capture(plan, streams)  # capture warms by running once: restore
+            except Exception:  # noqa: BLE001 - eager pipelined launches instead
+                g, how = None, "eager"
+            restore()
+            if g is not None:
+                with t.cuda.stream(streams[0]):
+                    g.replay()
+            else:
+                self.issue(plan, streams)
+            t.cuda.synchronize(self.device)
+            out = [wl.output(mu).clone() for mu in range(plan.microbatches)]
+            del g
+        finally:
+            if part is not None:
+                t.cuda.synchronize(self.device)
+                part.close()
+        restore()
+        eq = all(bool(t.equal(a, b)) for a, b in zip(out, ref))
+        diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))
+        num = math.sqrt(sum(float(((a.float() - b.float()) ** 2).sum()) for a, b in zip(out, ref)))
+        den = math.sqrt(sum(float((b.float() ** 2).sum()) for b in ref))
+        fin = all(bool(t.isfinite(a.float()).all()) for a in out + ref)
+        return {"bitwise_equal": eq, "max_abs_diff": diff, "rel_l2": num / den if den else 0.0,
+                "finite": fin, "microbatches": plan.microbatches, "mode": mode, "how": how}
+
+
+def _hw_like(num_sms: int):
+    """A stand-in ``Hardware`` with ``num_sms`` for ``temporal_config`` (only num_sms is read)."""
+    from subgpu_jax.hardware import get_hardware
+    import dataclasses
+    h = get_hardware("H200")
+    return h if h.num_sms == num_sms else dataclasses.replace(
+        h, num_sms=num_sms, sm_budget=min(h.sm_budget, (num_sms // h.sm_quantum) * h.sm_quantum))
+
+
+def _graph_nodes(g) -> int | None:
+    from hw_runtime.workload import _graph_nodes as gn
+    return gn(g)
