@@ -61,7 +61,7 @@ def main() -> None:
         seg = chain_cut(g1.n, starts)
         D = len(starts) + 1 - w
         res = allocate_pairwise(prob, seg, D, w, m, exact=memo)
-        rows.append({"design": name, "D": D, "w": w, "m": m, "sms": list(res.alloc),
+        rows.append({"design": name, "D": D, "w": w, "m": m, "sms": [int(x) for x in res.alloc],
                      "cuts": [g1.kernels[i].name for i in starts],
                      "makespan_us": res.makespan_us,
                      "reduction_vs_temporal": 1 - res.makespan_us / t_temp,
@@ -71,7 +71,7 @@ def main() -> None:
     sr = algorithm1(prob, [2, 3, 4], [1, 2, 4, 8], exact=memo, include_temporal=False)
     b = sr.best()
     starts = [i for i in range(1, g1.n) if b.seg_of[i] != b.seg_of[i - 1]]
-    rows.append({"design": "search", "D": b.D, "w": b.w, "m": b.m, "sms": list(b.alloc),
+    rows.append({"design": "search", "D": b.D, "w": b.w, "m": b.m, "sms": [int(x) for x in b.alloc],
                  "cuts": [g1.kernels[i].name for i in starts], "makespan_us": b.makespan_us,
                  "reduction_vs_temporal": 1 - b.makespan_us / t_temp,
                  "exact_calls": sr.exact_calls, "seconds": time.time() - t0})

@@ -34,8 +34,9 @@ STUDIES = {
     "gptoss20b_h200": dict(model="gpt-oss-20b", hw="H200", gpus=8,
                            batches=[64, 128, 256, 512, 1024], stages=[2, 3, 4],
                            microbatches=[1, 2, 4]),
+    # KV of a Llama-3.1-70B request at 32k tokens is 10.7 GB over 8 GPUs: G <= ~96 fits.
     "llama70b_h200": dict(model="llama-3.1-70b", hw="H200", gpus=8,
-                          batches=[32, 64, 128, 256, 512], stages=[2, 3, 4],
+                          batches=[8, 16, 32, 64, 96], stages=[2, 3, 4],
                           microbatches=[1, 2, 4]),
 }
 
@@ -55,8 +56,11 @@ def main(argv=None) -> int:
     if a.tp:
         from subgpu_jax.sweep import outer_parallelisms
         pars = [p for p in outer_parallelisms(arch, st["gpus"]) if p[0] == a.tp]
+    skipped: list = []
     pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches"],
-                     kv_history=a.kv_history, parallelisms=pars)
+                     kv_history=a.kv_history, parallelisms=pars, hw=hw, skipped=skipped)
+    if skipped:
+        print(f"skipped {len(skipped)} infeasible combinations, e.g. {skipped[0]}")
     out = os.path.join(HERE, "results", f"frontier_{a.study}")
     meta = {"study": a.study, **st, "exact": a.exact, "kv_history": a.kv_history, "tp": a.tp}
     print(f"{a.study}: {len(pts)} grid points -> {out}")

@@ -31,6 +31,13 @@ def gpu_check() -> None:
         raise ValueError(f"this machine cannot run configurations on a GPU: {why}")
 
 
+def _ep(a) -> int:
+    """``--ep`` or its default for the model (see ``subgpu_jax.cli.resolve_arch_ep``)."""
+    from subgpu_jax.cli import resolve_arch_ep
+
+    return resolve_arch_ep(a)[1]
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
     from subgpu_jax.cli import _add_workload_args
@@ -145,7 +152,7 @@ def _cmd_run(a) -> int:
             raise ValueError(f"--from-search: the record is for {best['hardware']}, this run "
                              f"uses --hardware {a.hardware}")
     else:
-        dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+        dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
                          global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
         starts, sms, b, reuse = None, None, a.microbatch, a.reuse
     wl0 = SimWorkload.from_names(a.model, a.hardware, dep)
@@ -239,7 +246,7 @@ def _cmd_calibrate(a) -> int:
     for f, v in (("batches", batches), ("microbatches", mbs), ("pools", pools)):
         if not v or any(x < 1 for x in v):
             raise ValueError(f"--{f} must be positive integers, got {v}")
-    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
                      global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
     wl = SimWorkload.from_names(a.model, a.hardware, dep)
     for G in batches:

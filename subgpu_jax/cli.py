@@ -28,22 +28,49 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
                    "Default: 32")
     g.add_argument("--tp", type=int, default=8, help="attention tensor parallelism t. Default: 8")
     g.add_argument("--dp", type=int, default=4, help="attention data parallelism d. Default: 4")
-    g.add_argument("--ep", type=int, default=32,
-                   help="MoE expert parallelism e (must be 1 for dense models). Default: 32")
+    g.add_argument("--ep", type=int, default=None,
+                   help="MoE expert parallelism e. Default: --gpus for MoE models (the largest "
+                        "divisor of both --gpus and the expert count), 1 for dense models")
+    g.add_argument("--expert-dtype", default=None, choices=("bf16", "fp8", "mxfp4"),
+                   help="datatype of the expert weights. Default: the model's (MXFP4 for "
+                        "GPT-OSS); use bf16 to match what Hopper runs (`subgpu run`)")
     g.add_argument("--batch", type=int, default=2048,
                    help="global decode batch G (requests = tokens per step). Default: 2048")
     g.add_argument("--input-len", type=int, default=32768,
-                   help="prompt length (tokens). Default: 32768")
+                   help="prompt length (tokens); recorded with the results, the decode cost "
+                        "depends on --kv-history. Default: 32768")
     g.add_argument("--kv-history", type=int, default=32768,
                    help="tokens in each request's KV cache (tokens). Default: 32768")
 
 
+def resolve_arch_ep(a):
+    """The model (with ``--expert-dtype`` applied) and the MoE EP degree (``--ep`` or its
+    default) of parsed workload arguments."""
+    import dataclasses
+
+    from .models import resolve_model
+
+    arch = resolve_model(a.model)
+    if getattr(a, "expert_dtype", None):
+        arch = dataclasses.replace(arch, expert_dtype=a.expert_dtype)
+    ep = a.ep
+    if ep is None:
+        if arch.is_moe and a.gpus >= 1:
+            ep = max(x for x in range(1, a.gpus + 1)
+                     if a.gpus % x == 0 and arch.num_experts % x == 0)
+        else:
+            ep = 1
+    return arch, ep
+
+
 def _workload(a):
+    from .hardware import get_hardware
     from .workload import Workload
 
-    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+    arch, ep = resolve_arch_ep(a)
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
                      global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
-    return Workload.from_names(a.model, a.hardware, dep)
+    return Workload.checked(arch, dep, get_hardware(a.hardware))
 
 
 def _int_list(s: str, field: str) -> list[int]:
@@ -241,7 +268,7 @@ def _cmd_simulate(a) -> int:
         model = ContentionModel.off() if a.no_contention else ContentionModel()
         if cal is not None:
             model = model.replace(calibration=cal)
-        rec = a.utilization is not None
+        rec = True  # utilisation means are part of the output
         r_temp = simulate(g1, wl.temporal(), hw, model, cache=a.cache, record=rec)
         r_cfg = simulate(g, cfg, hw, model, cache=a.cache, record=rec)
         t_temp, t_cfg = float(r_temp.makespan), float(r_cfg.makespan)
@@ -286,7 +313,7 @@ def _cmd_simulate(a) -> int:
           f"(m={m}) policy={cfg.policy}")
     for j, segk in enumerate(res["config"]["segments"]):
         print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
-              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernels)")
+              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")
     if extra_c:
         print(f"{'':10s}{'L2 hit':>9s}{'HBM util':>10s}{'SM util':>9s}   kernel residence per "
               "category (µs)")
@@ -352,11 +379,14 @@ def _cmd_space(a) -> int:
 
 def _cmd_search(a) -> int:
     from .hardware import get_hardware
-    from .models import resolve_model
     from .searchrun import run_search
     from .sweep import build_grid
 
-    arch = resolve_model(a.model)
+    if a.batch is not None:
+        raise ValueError("batch: search takes a list of global batches, --batches; --batch is "
+                         "for simulate and run")
+    arch, ep = resolve_arch_ep(a)
+    a.ep = ep
     hw = get_hardware(a.hardware)
     batches = _int_list(a.batches, "batches")
     stages = _int_list(a.stages, "stages")
@@ -374,8 +404,13 @@ def _cmd_search(a) -> int:
         Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
                    global_batch=a.dp, kv_history=a.kv_history).validate(arch)
         pars = [(a.tp, a.dp, a.ep)]
+    skipped: list = []
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
-                     input_len=a.input_len, parallelisms=pars)
+                     input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped)
+    for note in skipped[:5]:
+        print(f"skipped: {note}")
+    if len(skipped) > 5:
+        print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
     meta = {"model": arch.name, "arch": repr(arch), "hardware": hw.name, "gpus": a.gpus,
             "parallelisms": pars or "all", "batches": batches, "stages": stages,
             "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
@@ -407,7 +442,7 @@ def _print_summary(summ: dict) -> None:
     """Frontier and matched-gain tables of a search summary, as text."""
     for name in ("frontier_temporal", "frontier_subgpu"):
         rows = summ[name]
-        print(f"\n{name.replace('_', ' ')} ({len(rows)} points)")
+        print(f"\n{name.replace('_', ' ')} ({len(rows)} point{'s' if len(rows) != 1 else ''})")
         print(f"{'tok/s/GPU':>11s}{'tok/s/user':>12s}{'T (µs)':>10s}{'G':>6s}{'TPxDP':>7s}"
               f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
         for r in rows:
@@ -415,17 +450,23 @@ def _print_summary(summ: dict) -> None:
                   f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
                   f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
     m = summ["matched"]
-    print("\nper-user gain at matched per-GPU throughput (SubGPU vs temporal frontier)")
+    print("\nmatched gains: each frontier is interpolated linearly between its points (which lie "
+          "at different batches),\nso a gain compares the SubGPU frontier with the temporal one "
+          "at the same throughput, not one configuration with another")
+    print("per-user gain at matched per-GPU throughput (SubGPU vs temporal frontier)")
     for r in m["per_user_gain_at_matched_per_gpu"]:
         print(f"  at {r['per_gpu_tok_s']:10.1f} tok/s/GPU: {r['gain']:+.2%}")
+    if not m["per_user_gain_at_matched_per_gpu"]:
+        print("  (the frontiers do not overlap in per-GPU throughput: no matched comparison)")
     print("per-GPU gain at matched per-user throughput")
     for r in m["per_gpu_gain_at_matched_per_user"]:
         print(f"  at {r['per_user_tok_s']:10.2f} tok/s/user: {r['gain']:+.2%}")
-    if not m["per_user_gain_at_matched_per_gpu"] and not m["per_gpu_gain_at_matched_per_user"]:
-        print("  (the frontiers do not overlap: no matched comparison)")
+    if not m["per_gpu_gain_at_matched_per_user"]:
+        print("  (the frontiers do not overlap in per-user throughput: no matched comparison)")
     b = summ["best_speedup_record"]
     if b:
-        print(f"\nbest SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
+        word = "best" if b["speedup_vs_temporal"] > 1 else "least slow (none beats temporal)"
+        print(f"\n{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
               f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
               f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
 
@@ -447,7 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        print("interrupted (a search keeps its finished grid points: continue it with --resume)",
+              file=sys.stderr)
         return 130
     parser.error(f"unknown command {a.cmd}")  # pragma: no cover
     return 2

@@ -106,6 +106,48 @@ class Deployment:
                 raise ValueError(f"deployment.attn_tp={self.attn_tp} must divide the MLP "
                                  f"intermediate size {arch.intermediate}")
 
+    def memory_bytes(self, arch: ModelArch) -> dict[str, float]:
+        """HBM each GPU needs: its weight shard and the KV cache of its requests (bytes).
+
+        Weights: attention (q/k/v/o, sinks, norms) and dense MLP split over attn_tp (KV
+        projections replicated like the KV heads), the router replicated, E/e local experts, and
+        the embedding and LM head split over attn_tp. KV: R = G/d requests x kv_history tokens
+        (the window for sliding layers) x ceil(kv_heads/t) heads x head_dim x 2 (K and V) x the
+        KV dtype, summed over layers. Activations and workspaces are not counted (small).
+
+        Returns:
+            ``{"weights": bytes, "kv": bytes, "total": bytes}``.
+        """
+        t, e = self.attn_tp, self.moe_ep
+        H, hd = arch.hidden, arch.head_dim
+        wb, kvb, eb = (DTYPE_BYTES[arch.weight_dtype], DTYPE_BYTES[arch.kv_dtype],
+                       DTYPE_BYTES[arch.expert_dtype])
+        qh, kvh = arch.num_heads // t, max(1, math.ceil(arch.num_kv_heads / t))
+        attn = (H * (qh + 2 * kvh) * hd + qh * hd * H) * wb
+        if arch.is_moe:
+            mlp = (arch.num_experts // e) * 3 * H * arch.moe_intermediate * eb \
+                + H * arch.num_experts * wb
+        else:
+            mlp = 3 * H * (arch.intermediate // t) * wb
+        emb = (1 if arch.tie_embeddings else 2) * arch.vocab * H * wb / t
+        weights = arch.num_layers * (attn + mlp) + emb
+        kv = 0.0
+        for kind in arch.layer_types:
+            L = min(arch.sliding_window, self.kv_history) if kind == "sliding" else self.kv_history
+            kv += self.requests_per_gpu * L * kvh * hd * 2 * kvb
+        return {"weights": float(weights), "kv": float(kv), "total": float(weights + kv)}
+
+    def check_memory(self, arch: ModelArch, hw: Hardware) -> None:
+        """Raise ValueError when weights + KV cache exceed the GPU's HBM (names the sizes)."""
+        mb = self.memory_bytes(arch)
+        if mb["total"] > hw.hbm_bytes:
+            raise ValueError(
+                f"deployment does not fit: each GPU needs {mb['total'] / 1e9:.1f} GB (weights "
+                f"{mb['weights'] / 1e9:.1f} GB + KV cache {mb['kv'] / 1e9:.1f} GB for "
+                f"{self.requests_per_gpu} requests x {self.kv_history} tokens) but a {hw.name} "
+                f"has {hw.hbm_bytes / 1e9:.0f} GB; lower global_batch or kv_history, or raise "
+                "attn_dp")
+
     @property
     def requests_per_gpu(self) -> int:
         """R = G/d: requests whose attention each GPU runs."""

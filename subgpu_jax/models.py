@@ -206,12 +206,23 @@ def get_model(name: str) -> ModelArch:
 
 
 def resolve_model(name_or_path: str) -> ModelArch:
-    """A preset name, or a path to a Hugging Face ``config.json`` (see ``load_hf_config``)."""
-    if str(name_or_path).lower() in MODELS:
-        return get_model(name_or_path)
-    if os.path.sep in str(name_or_path) or str(name_or_path).endswith(".json"):
-        return load_hf_config(name_or_path)
-    return get_model(name_or_path)
+    """A preset name, a path to a Hugging Face ``config.json`` (see ``load_hf_config``), or a
+    model folder (a Hugging Face snapshot) holding one.
+
+    Raises:
+        ValueError: unknown name, missing file, or a bad config (see ``load_hf_config``).
+    """
+    s = str(name_or_path)
+    if s.lower() in MODELS:
+        return get_model(s)
+    if os.path.isdir(s):
+        cfg = os.path.join(s, "config.json")
+        if not os.path.isfile(cfg):
+            raise ValueError(f"model: folder {s!r} holds no config.json")
+        return load_hf_config(cfg)
+    if os.path.sep in s or s.endswith(".json"):
+        return load_hf_config(s)
+    return get_model(s)
 
 
 def _req(cfg: Mapping[str, Any], key: str, path: str, *alts: str) -> Any:
@@ -251,12 +262,16 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
             cfg = json.load(fh)
     except FileNotFoundError:
         raise ValueError(f"config.json {p}: file does not exist") from None
+    except OSError as e:
+        raise ValueError(f"config.json {p}: cannot read it ({e.__class__.__name__})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"config.json {p}: malformed JSON ({e.__class__.__name__}: {e})") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"config.json {p}: top level must be a JSON object")
     mt = _req(cfg, "model_type", p)
-    nm = name or cfg.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(p)))
+    nm = name or cfg.get("_name_or_path") or (
+        os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json"
+        else os.path.splitext(os.path.basename(p))[0])
     layers = _int(cfg, "num_hidden_layers", p)
     hidden = _int(cfg, "hidden_size", p)
     heads = _int(cfg, "num_attention_heads", p)

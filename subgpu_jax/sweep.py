@@ -78,11 +78,14 @@ def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[
 def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: Sequence[int],
                microbatches: Sequence[int], policies: Sequence[str] = ("wavefront",),
                kv_history: int = 32768, input_len: int = 32768,
-               parallelisms: Sequence[tuple[int, int, int]] | None = None) -> list[GridPoint]:
+               parallelisms: Sequence[tuple[int, int, int]] | None = None,
+               hw=None, skipped: list | None = None) -> list[GridPoint]:
     """Enumerate the feasible grid points (temporal first at each (q, G)).
 
-    A combination is skipped when G is not divisible by d or m does not divide R = G/d; when
-    nothing is left, the error names the constraint that emptied the grid.
+    A combination is skipped when G is not divisible by d, when m does not divide R = G/d, or
+    (with ``hw``) when weights + KV cache do not fit in the GPU's HBM
+    (``Deployment.check_memory``); each skip is described in ``skipped`` if a list is given.
+    When nothing is left, the error names the constraint that emptied the grid.
 
     Raises:
         ValueError: empty or infeasible grid, naming the constraint.
@@ -101,27 +104,41 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
                          f"{list(microbatches)}")
     pars = list(parallelisms) if parallelisms else outer_parallelisms(arch, num_gpus)
     pts: list[GridPoint] = []
-    reasons = {"batch % dp": 0, "R % m": 0}
+    reasons = {"batch % dp": 0, "R % m": 0, "memory": 0}
+    notes = skipped if skipped is not None else []
     for (t, d, e) in pars:
         for G in batches:
             if G % d:
                 reasons["batch % dp"] += 1
+                notes.append(f"TP{t}xDP{d} G={G}: G not divisible by DP {d}")
                 continue
             dep = Deployment(num_gpus=num_gpus, attn_tp=t, attn_dp=d, moe_ep=e, global_batch=G,
                              input_len=input_len, kv_history=kv_history)
             dep.validate(arch)
+            if hw is not None:
+                try:
+                    dep.check_memory(arch, hw)
+                except ValueError as err:
+                    reasons["memory"] += 1
+                    notes.append(f"TP{t}xDP{d} G={G}: {err}")
+                    continue
             pts.append(GridPoint(dep, 1, 1, "wavefront"))
             R = G // d
             for m in microbatches:
                 if R % m:
                     reasons["R % m"] += 1
+                    notes.append(f"TP{t}xDP{d} G={G} m={m}: m does not divide R = {R}")
                     continue
                 for D in stages:
                     for pol in policies:
                         pts.append(GridPoint(dep, D, m, pol))
     if not any(p.D > 1 for p in pts):
-        why = ("no batch is divisible by the attention DP degree" if reasons["batch % dp"]
-               and not pts else "no microbatch count divides the per-GPU batch R = G/d")
+        if not pts and reasons["memory"]:
+            why = "no deployment fits in the GPU's HBM (" + notes[-1] + ")"
+        elif not pts:
+            why = "no batch is divisible by the attention DP degree"
+        else:
+            why = "no microbatch count divides the per-GPU batch R = G/d"
         raise ValueError(f"grid is empty: {why} (batches={list(batches)}, "
                          f"microbatches={list(microbatches)})")
     return pts
@@ -164,9 +181,11 @@ class SweepStore:
             except (OSError, json.JSONDecodeError) as e:
                 raise ValueError(f"results folder {folder}: manifest.json unreadable ({e})") from None
             if old.get("fingerprint") != self.fp:
+                om = old.get("meta", {})
+                diff = sorted(k for k in set(om) | set(self.meta) if om.get(k) != self.meta.get(k))
                 raise ValueError(f"results folder {folder} holds another sweep (model "
-                                 f"{old.get('meta', {}).get('model')!r}, fingerprint "
-                                 f"{old.get('fingerprint')}); use another --out")
+                                 f"{om.get('model')!r}; differs in {', '.join(diff) or 'options'}); "
+                                 "use another --out")
             if not resume and os.path.exists(self.path) and os.path.getsize(self.path) > 0:
                 raise ValueError(f"results folder {folder} already holds records of this sweep; "
                                  "pass --resume to continue it or choose another --out")

@@ -60,8 +60,18 @@ class Workload:
         arch = resolve_model(model)
         hw = get_hardware(hardware)
         d = deploy or Deployment()
-        d.validate(arch)
-        return cls(arch, d, hw)
+        return cls.checked(arch, d, hw)
+
+    @classmethod
+    def checked(cls, arch: ModelArch, deploy: Deployment, hw: Hardware) -> "Workload":
+        """Build after validating the deployment against the model and the GPU's HBM capacity.
+
+        Raises:
+            ValueError: invalid deployment, or weights + KV cache larger than the GPU's HBM.
+        """
+        deploy.validate(arch)
+        deploy.check_memory(arch, hw)
+        return cls(arch, deploy, hw)
 
     @property
     def batch(self) -> int:

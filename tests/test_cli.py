@@ -73,6 +73,12 @@ def test_simulate_event_outputs(tmp_path, capsys):
     (["simulate", "--cache", "mru"], "policy"),
     (["simulate", "--trace", "/nonexistent-dir/x.json"], "trace"),
     (["simulate", "--simulator", "static", "--gantt", "x.png"], "gantt"),
+    (["simulate", "--model", "llama-3.1-70b", "--hardware", "H200", "--gpus", "8", "--tp", "8",
+      "--dp", "1", "--batch", "256"], "does not fit"),
+    (["simulate", "--model", "/"], "config.json"),
+    (["search", "--batch", "512"], "batches"),
+    (["search", "--microbatches", "3", "--batches", "512", "--out", "/nonexistent-dir/x/y"],
+     "grid is empty"),
     (["space", "--stages", "0"], "stages"),
     (["space", "--chain", "20", "--quantum", "3"], "quantum"),
 ])
@@ -105,3 +111,26 @@ def test_config_json_model(tmp_path, capsys):
     bad.write_text("{not json")
     rc, _, err = run_cli(["simulate", "--model", str(bad)], capsys)
     assert rc == 2 and "malformed" in err
+
+
+def test_dense_model_defaults_to_ep1_and_model_folder(tmp_path, capsys):
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 512,
+           "num_attention_heads": 8, "vocab_size": 1000, "intermediate_size": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    rc, out, err = run_cli(["simulate", "--model", str(tmp_path), "--hardware", "H200", "--gpus",
+                            "1", "--tp", "1", "--dp", "1", "--batch", "16", "--json",
+                            "--simulator", "static"], capsys)
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["workload"]["moe_ep"] == 1
+
+
+def test_memory_infeasible_points_are_skipped():
+    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax.sweep import build_grid
+
+    notes = []
+    pts = build_grid(get_model("llama-3.1-70b"), 8, [32, 256], [2], [1],
+                     parallelisms=[(8, 1, 1)], hw=get_hardware("H200"), skipped=notes)
+    assert {p.deploy.global_batch for p in pts} == {32}
+    assert any("does not fit" in n and "G=256" in n for n in notes)

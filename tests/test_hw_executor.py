@@ -135,8 +135,8 @@ def test_fake_backend_refuses_unrecorded_wait():
 def test_plan_bad_inputs():
     g = REF.graph(2)
     llama = Workload.from_names("llama-3.1-8b", "H200", Deployment(
-        num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=1, global_batch=512))
-    cfg_llama = llama.config(["L0.attn"], [64, 64], 256, False)
+        num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=1, global_batch=128))
+    cfg_llama = llama.config(["L0.attn"], [64, 64], 64, False)
     with pytest.raises(ValueError, match="another model"):
         build_launch_plan(g, cfg_llama)
     cfg = REF.config(REF.macro_starts(), [64, 64], 256, True)
