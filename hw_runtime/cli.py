@@ -167,7 +167,7 @@ def _cmd_run(a) -> int:
     if sms is None:
         if a.sms:
             from subgpu_jax.cli import _int_list
-            sms = _int_list(a.sms, "sms")
+            sms = _int_list(a.sms, "sms", unique=False)
         else:
             q = hw.sm_quantum
             units = hw.sm_budget // q

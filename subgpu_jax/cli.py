@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -73,16 +74,34 @@ def _workload(a):
     return Workload.checked(arch, dep, get_hardware(a.hardware))
 
 
-def _int_list(s: str, field: str) -> list[int]:
+def _int_list(s: str, field: str, unique: bool = True) -> list[int]:
+    """Parse a comma-separated list of integers; with ``unique``, duplicates are an error.
+
+    Raises:
+        ValueError: not integers, empty, or duplicated values (names ``field``).
+    """
     try:
-        return [int(x) for x in s.split(",") if x.strip()]
+        v = [int(x) for x in s.split(",") if x.strip()]
     except ValueError:
         raise ValueError(f"{field} must be a comma-separated list of integers, got {s!r}") from None
+    if not v:
+        raise ValueError(f"{field} must not be empty")
+    if unique and len(set(v)) != len(v):
+        raise ValueError(f"{field} has duplicated values: {v}")
+    return v
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are one line (``error: ...``) and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        sys.exit(2)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``subgpu`` command (all sub-commands)."""
-    p = argparse.ArgumentParser(
+    p = _OneLineParser(
         prog="subgpu",
         description="SubGPU pipelining of LLM decode: simulate and search configurations "
                     "(cuts, SM pools, microbatches) against the temporal baseline.")
@@ -229,9 +248,12 @@ def _cmd_simulate(a) -> int:
     starts = a.cuts.split(",") if a.cuts else wl.macro_starts()
     reuse = (a.cuts is None) if a.reuse is None else a.reuse
     K = len(starts) + 1
+    if reuse and K < 3:
+        raise ValueError("cuts: --reuse (w = 1) needs at least 2 cuts (3 segments, the last "
+                         "sharing stage 0 with the first); give another cut or --no-reuse")
     D = K - (1 if reuse else 0)
     if a.sms:
-        sms = _int_list(a.sms, "sms")
+        sms = _int_list(a.sms, "sms", unique=False)
     else:
         q = hw.sm_quantum
         units = hw.sm_budget // q
@@ -243,6 +265,9 @@ def _cmd_simulate(a) -> int:
     tok = wl.deploy.tokens_per_gpu
     extra_t: dict = {}
     extra_c: dict = {}
+    from .l2cache import check_policy as _check_cache
+
+    _check_cache(a.cache)
     if a.simulator == "static":
         for f in ("trace", "gantt", "utilization"):
             if getattr(a, f):
@@ -341,16 +366,22 @@ def _cmd_space(a) -> int:
 
     stages = _int_list(a.stages, "stages")
     if a.chain is not None:
-        if a.chain < 1:
-            raise ValueError(f"chain must be >= 1 operators, got {a.chain}")
+        if not 1 <= a.chain <= 100_000:
+            raise ValueError(f"chain must be 1..100000 operators, got {a.chain}")
         n, edges, label = a.chain, [(i, i + 1) for i in range(a.chain - 1)], f"{a.chain}-operator chain"
         from .hardware import get_hardware
         hw = get_hardware(a.hardware)
     else:
-        wl = _workload(a)
-        g = wl.graph(1)
-        n, edges, hw = g.n, list(g.edges), wl.hw
-        label = f"{wl.arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
+        from .graph import build_graph
+        from .hardware import get_hardware
+
+        arch, ep = resolve_arch_ep(a)  # counts do not depend on batch or KV: no memory check
+        dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
+                         global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+        g = build_graph(arch, dep, 1)
+        hw = get_hardware(a.hardware)
+        n, edges = g.n, list(g.edges)
+        label = f"{arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
     budget = a.sms if a.sms is not None else hw.sm_budget
     q = a.quantum if a.quantum is not None else hw.sm_quantum
     mn = a.min_pool if a.min_pool is not None else max(q, hw.min_pool_sms if a.quantum is None else q)
@@ -359,10 +390,12 @@ def _cmd_space(a) -> int:
             raise ValueError(f"{f} must be a positive integer, got {v}")
     if budget % q or mn % q:
         raise ValueError(f"sms ({budget}) and min-pool ({mn}) must be multiples of quantum ({q})")
+    if mn > budget:
+        raise ValueError(f"min-pool ({mn}) must not exceed the SM budget ({budget})")
     rows = []
     for D in stages:
-        if not 1 <= D <= n:
-            raise ValueError(f"stages must be in 1..{n} for {n} operators, got {D}")
+        if not 2 <= D <= n:
+            raise ValueError(f"stages must be in 2..{n} for {n} operators, got {D}")
         rows.append({"D": D, **space_size(n, edges, D, budget, q, mn)})
     if a.json:
         print(json.dumps({"graph": label, "sm_budget": budget, "quantum": q, "min_pool": mn,
@@ -392,6 +425,10 @@ def _cmd_search(a) -> int:
     stages = _int_list(a.stages, "stages")
     mbs = _int_list(a.microbatches, "microbatches")
     pols = [p.strip() for p in a.policies.split(",") if p.strip()]
+    if not pols:
+        raise ValueError("policies must not be empty (wavefront, layer_major)")
+    if len(set(pols)) != len(pols):
+        raise ValueError(f"policies has duplicated values: {pols}")
     if a.l_sim < 1:
         raise ValueError(f"l-sim must be >= 1 passes, got {a.l_sim}")
     if a.budget is not None and a.budget < 1:
@@ -404,6 +441,16 @@ def _cmd_search(a) -> int:
         Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
                    global_batch=a.dp, kv_history=a.kv_history).validate(arch)
         pars = [(a.tp, a.dp, a.ep)]
+    from .graph import build_graph as _bg
+    n_region = _bg(arch, Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                                    global_batch=a.dp, kv_history=a.kv_history), 1).n
+    bad = [D for D in stages if not 2 <= D <= n_region]
+    if bad:
+        raise ValueError(f"stages must be in 2..{n_region} (the region has {n_region} kernels), "
+                         f"got {bad}")
+    if a.resume and not os.path.exists(os.path.join(a.out, "manifest.json")):
+        raise ValueError(f"out: nothing to resume in {a.out!r} (no manifest.json); run without "
+                         "--resume to start this sweep")
     skipped: list = []
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
                      input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped)
@@ -486,6 +533,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return a.func(a)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # unwritable or unreadable paths given on the command line
+        where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
+        print(f"error: cannot access{where}: {e.strerror or e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted (a search keeps its finished grid points: continue it with --resume)",

@@ -292,9 +292,29 @@ class Evaluator:
             raise ValueError(f"allocations: SMs per stage must be in 1..{self.seg_table.shape[1] - 1}")
         return a
 
-    def makespan(self, allocs: np.ndarray) -> np.ndarray:
-        """Hard makespans (µs) of integer allocations (B, D) -> (B,), in chunks of ``chunk``."""
+    def makespan(self, allocs: np.ndarray, feasible_only: bool = True) -> np.ndarray:
+        """Hard makespans (µs) of integer allocations (B, D) -> (B,), in chunks of ``chunk``.
+
+        Args:
+            allocs: SMs per stage, (B, D) or (D,).
+            feasible_only: require every row to be in P_H^(D) of ``hw`` (multiples of the SM
+                quantum, each >= the minimum pool, summing to the SM budget). Pass False to score
+                arbitrary SM counts in 1..N_SM (model studies).
+
+        Raises:
+            ValueError: wrong shape, non-integer values, or (``feasible_only``) an infeasible row
+                (names the row and the violated condition).
+        """
         a = self._check_allocs(allocs).astype(np.int32)
+        if feasible_only and self.D > 1:
+            hw = self.hw
+            bad = ((a % hw.sm_quantum != 0).any(1) | (a < hw.min_pool_sms).any(1)
+                   | (a.sum(1) != hw.sm_budget))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"allocations: row {i} {a[i].tolist()} is not feasible on "
+                                 f"{hw.name}: multiples of {hw.sm_quantum} SMs, each >= "
+                                 f"{hw.min_pool_sms}, summing to {hw.sm_budget}")
         out = np.empty(a.shape[0])
         c = self.chunk if a.shape[0] > self.chunk else bucket(a.shape[0], 8)
         for s in range(0, a.shape[0], c):

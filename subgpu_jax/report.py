@@ -112,7 +112,7 @@ def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
     return path
 
@@ -140,6 +140,6 @@ def plot_frontier_by_stages(records: Sequence[dict], path: str, title: str = "")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
     return path

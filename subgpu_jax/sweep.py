@@ -178,8 +178,10 @@ class SweepStore:
             try:
                 with open(man) as fh:
                     old = json.load(fh)
-            except (OSError, json.JSONDecodeError) as e:
+            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise ValueError(f"results folder {folder}: manifest.json unreadable ({e})") from None
+            if not isinstance(old, dict):
+                raise ValueError(f"results folder {folder}: manifest.json must hold a JSON object")
             if old.get("fingerprint") != self.fp:
                 om = old.get("meta", {})
                 diff = sorted(k for k in set(om) | set(self.meta) if om.get(k) != self.meta.get(k))
@@ -209,6 +211,8 @@ class SweepStore:
         if not os.path.exists(self.path):
             return recs, done
         good_bytes = 0
+        if not os.path.isfile(self.path):
+            raise ValueError(f"results folder {self.folder}: records.jsonl is not a file")
         with open(self.path, "rb") as fh:
             data = fh.read()
         pos = 0
@@ -221,26 +225,57 @@ class SweepStore:
             try:
                 obj = json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError):
+                obj = None
+            if not isinstance(obj, dict):
                 self.dropped.append(line[:80].decode("utf-8", "replace"))
+                pending.append(None)  # poisons this grid point: it is recomputed
                 continue
             if "_done" in obj:
-                recs.extend(pending)
-                done.add(obj["_done"])
+                ok = bool(pending) and all(r is not None and self._valid(r) for r in pending)
+                if ok:
+                    recs.extend(pending)
+                    done.add(obj["_done"])
+                else:
+                    self.dropped.append(f"grid point {obj['_done']}: "
+                                        f"{'no record' if not pending else 'invalid record'}"
+                                        " (recomputed)")
                 pending = []
                 good_bytes = min(end, len(data))
             else:
                 pending.append(obj)
         if pending:
-            self.dropped.extend(f"unfinished record of {r.get('grid_key')}" for r in pending)
+            self.dropped.extend(f"unfinished record of {r.get('grid_key')}" if r else "garbage"
+                                for r in pending)
         if self.dropped or good_bytes != len(data):
-            # rewrite atomically with only the finished grid points
+            # rewrite atomically with only the valid, finished grid points
             tmp = self.path + ".tmp"
-            with open(tmp, "wb") as fh:
-                fh.write(data[:good_bytes])
+            with open(tmp, "w") as fh:
+                by_key: dict = {}
+                for r in recs:
+                    by_key.setdefault(r["grid_key"], []).append(r)
+                for key, rs in by_key.items():
+                    fh.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rs))
+                    fh.write(json.dumps({"_done": key}) + "\n")
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, self.path)
         return recs, done
+
+    @staticmethod
+    def _valid(r: dict) -> bool:
+        """A stored record is usable: it names its grid point and, when it carries throughput
+        fields, they are finite positive numbers."""
+        import math
+
+        if not isinstance(r.get("grid_key"), str):
+            return False
+        for k in ("makespan_us", "per_user_tok_s", "per_gpu_tok_s"):
+            if k in r:
+                v = r[k]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                        or v <= 0:
+                    return False
+        return True
 
     def add(self, key: str, records: Iterable[dict]) -> None:
         """Append one finished grid point's records (atomic at the grid-point level)."""

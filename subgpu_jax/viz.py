@@ -29,6 +29,8 @@ def _check_out(path: str | os.PathLike, field: str) -> Path:
         raise ValueError(f"{field} must be a file path, got an empty string")
     if not p.parent.is_dir():
         raise ValueError(f"{field}: directory {str(p.parent)!r} does not exist")
+    if p.is_dir():
+        raise ValueError(f"{field}: {str(p)!r} is a directory, give a file path")
     return p
 
 
@@ -130,7 +132,7 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
               loc="upper center", bbox_to_anchor=(0.5, -0.35 if D < 3 else -0.2),
               ncol=len(used), fontsize=8, frameon=False)
     fig.tight_layout()
-    fig.savefig(p, dpi=120)
+    fig.savefig(p, dpi=120, format="png")
     plt.close(fig)
     return p
 
@@ -177,6 +179,6 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
         ax.legend(loc="lower right", fontsize=8)
     axes[-1].set_xlabel("time (µs)")
     fig.tight_layout()
-    fig.savefig(p, dpi=120)
+    fig.savefig(p, dpi=120, format="png")
     plt.close(fig)
     return p

@@ -111,3 +111,30 @@ def test_budget(tmp_path):
         run_sweep(pts, _score, s, budget=0, progress=False)
     lines = [json.loads(x) for x in open(tmp_path / "records.jsonl")]
     assert sum("_done" in x for x in lines) == 2
+
+
+def test_invalid_records_are_dropped_and_recomputed(tmp_path):
+    arch = get_model("gpt-oss-20b")
+    pts = build_grid(arch, 8, [256], [2], [1, 2])
+    s = SweepStore(str(tmp_path), {"m": 1}, resume=False)
+    run_sweep(pts, lambda p: [dict(_score(p)[0], makespan_us=100.0)], s, progress=False)
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    bad = json.loads(lines[0])
+    bad["makespan_us"] = -5.0
+    lines[0] = json.dumps(bad)
+    lines.insert(2, "[1, 2]")
+    lines.append(json.dumps({"_done": "orphan-key"}))
+    (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n")
+    again = SweepStore(str(tmp_path), {"m": 1}, resume=True)
+    assert "orphan-key" not in again.done
+    assert len(again.done) == len(pts) - 2  # the poisoned point and the one with garbage
+    assert all(r["makespan_us"] > 0 for r in again.records)
+    assert any("invalid" in d or "no record" in d for d in again.dropped)
+    r = run_sweep(pts, lambda p: [dict(_score(p)[0], makespan_us=100.0)], again, progress=False)
+    assert r["evaluated"] == 2 and len(again.records) == len(pts)
+
+
+def test_manifest_not_an_object(tmp_path):
+    (tmp_path / "manifest.json").write_text("[]")
+    with pytest.raises(ValueError, match="JSON object"):
+        SweepStore(str(tmp_path), {"m": 1}, resume=True)

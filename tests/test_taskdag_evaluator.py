@@ -252,7 +252,7 @@ def test_evaluator_equals_python_loop_over_task_durations(x64, case):
     rng = np.random.default_rng(0)
     odd = rng.integers(1, H200.num_sms // D + 1, size=(7, D))  # off-quantum pools work too
     allocs = np.concatenate([allocs, odd])
-    got = ev.makespan(allocs)
+    got = ev.makespan(allocs, feasible_only=False)
     assert got.shape == (len(allocs),) and got.dtype == np.float64
     table = StaticDurationModel(H200).table(g)
     K = D + w
@@ -267,10 +267,10 @@ def test_evaluator_equals_python_loop_over_task_durations(x64, case):
         assert t == pytest.approx(dp_longest(nxg, tau), rel=1e-12)
     # the float32 default agrees to float32 precision
     ev32 = Evaluator(g, seg_of, D, w, H200, policy=policy)
-    np.testing.assert_allclose(ev32.makespan(allocs), got, rtol=2e-5)
+    np.testing.assert_allclose(ev32.makespan(allocs, feasible_only=False), got, rtol=2e-5)
     # chunking does not change results
     ev_small = Evaluator(g, seg_of, D, w, H200, policy=policy, dtype=jnp.float64, chunk=8)
-    np.testing.assert_allclose(ev_small.makespan(allocs), got, rtol=1e-12)
+    np.testing.assert_allclose(ev_small.makespan(allocs, feasible_only=False), got, rtol=1e-12)
 
 
 def test_evaluator_for_config_scores_config_alloc(x64):
@@ -435,3 +435,18 @@ def test_evaluator_rejects_fractional_allocation():
     ev = Evaluator(g, cut_from_starts(g.n, g.edges, [i, i + 1]), 2, 1, get_hardware("H200"))
     with pytest.raises(ValueError, match="integers"):
         ev.makespan(np.array([[64.7, 63.3]]))
+
+
+def test_evaluator_rejects_infeasible_allocations_by_default():
+    from subgpu_jax import Deployment, build_graph, get_hardware, get_model
+    from subgpu_jax.evaluator import Evaluator
+    from subgpu_jax.space import cut_from_starts
+
+    g = build_graph(get_model("gpt-oss-20b"), Deployment(num_gpus=8, attn_tp=8, attn_dp=1,
+                                                         moe_ep=8, global_batch=256), 2)
+    i = g.index("L1.attn")
+    ev = Evaluator(g, cut_from_starts(g.n, g.edges, [i, i + 1]), 2, 1, get_hardware("H200"))
+    for bad in ([128, 128], [60, 68], [0, 128]):
+        with pytest.raises(ValueError, match="allocations"):
+            ev.makespan(np.array([bad]))
+    assert ev.makespan(np.array([[128, 128]]), feasible_only=False)[0] > 0
