@@ -144,9 +144,13 @@ class Calibration:
             raise ValueError("calibration: kernels must be a non-empty list")
         tables, names = {}, {}
         for i, e in enumerate(ks):
+            if not isinstance(e, Mapping):
+                raise ValueError(f"calibration: kernels[{i}] must be an object")
             key = _need(e, "key", f"kernels[{i}]")
             if not isinstance(key, str) or key.count("|") != 5:
                 raise ValueError(f"calibration: kernels[{i}].key {key!r} is not a kernel key")
+            if key in tables:
+                raise ValueError(f"calibration: kernels[{i}].key {key!r} is duplicated")
             times = _need(e, "times_us", f"kernels[{i}]")
             if not isinstance(times, Mapping) or not times:
                 raise ValueError(f"calibration: kernels[{i}].times_us must map SMs to µs")
@@ -171,8 +175,12 @@ class Calibration:
                 or len(sms) < 2:
             raise ValueError("calibration: bw_curve.sms and bw_curve.copy_GBps must be lists of "
                              "the same length >= 2")
-        pts = sorted((_num(s, "bw_curve.sms[]"), _num(g, "bw_curve.copy_GBps[]") * 1e9)
-                     for s, g in zip(sms, gbps))
+        pts = [(_num(s, "bw_curve.sms[]"), _num(g, "bw_curve.copy_GBps[]") * 1e9)
+               for s, g in zip(sms, gbps)]
+        if any(b[0] <= a[0] for a, b in zip(pts, pts[1:])):
+            raise ValueError("calibration: bw_curve.sms must increase strictly")
+        if any(b[1] < a[1] for a, b in zip(pts, pts[1:])):
+            raise ValueError("calibration: bw_curve.copy_GBps must not decrease as the pool grows")
         if pts[-1][0] > num_sms:
             raise ValueError(f"calibration: bw_curve has a pool of {pts[-1][0]:g} SMs, more than "
                              f"the device's {num_sms}")
@@ -180,7 +188,16 @@ class Calibration:
                    expert_dtype=str(d.get("expert_dtype", "")), deployment=depd,
                    global_batches=gbs, tables=tables, names=names,
                    bw_sms=tuple(p for p, _ in pts), bw_Bps=tuple(b for _, b in pts),
-                   coruns=tuple(d.get("coruns", ()) or ()), meta=dict(d.get("meta", {}) or {}))
+                   coruns=cls._coruns(d.get("coruns", ())), meta=dict(d.get("meta", {}) or {}))
+
+    @staticmethod
+    def _coruns(c) -> tuple:
+        """Validate the held-out co-running measurements: a list of objects (or absent)."""
+        if c is None:
+            return ()
+        if not isinstance(c, list) or any(not isinstance(x, Mapping) for x in c):
+            raise ValueError("calibration: coruns must be a list of objects")
+        return tuple(c)
 
     @classmethod
     def load(cls, path: str) -> "Calibration":

@@ -239,6 +239,34 @@ def _int(cfg: Mapping[str, Any], key: str, path: str, *alts: str) -> int:
     return v
 
 
+def _bool(cfg: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    if not isinstance(v, bool):
+        raise ValueError(f"config.json {path}: field {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def _layer_types(cfg: Mapping[str, Any], path: str, layers: int) -> tuple[str, ...]:
+    raw = cfg.get("layer_types")
+    if raw is None:
+        return ("full",) * layers
+    if not isinstance(raw, list) or len(raw) != layers:
+        raise ValueError(f"config.json {path}: field 'layer_types' must be a list of {layers} "
+                         f"entries, got {raw!r}"[:200])
+    out = []
+    for i, t in enumerate(raw):
+        if t in ("sliding_attention", "sliding"):
+            out.append("sliding")
+        elif t in ("full_attention", "full"):
+            out.append("full")
+        else:
+            raise ValueError(f"config.json {path}: layer_types[{i}] must be 'sliding_attention' "
+                             f"or 'full_attention', got {t!r}")
+    return tuple(out)
+
+
 def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArch:
     """Build a ``ModelArch`` from a Hugging Face ``config.json`` on disk (no network).
 
@@ -286,31 +314,40 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
         hd = hidden // heads
     common = dict(name=str(nm), num_layers=layers, hidden=hidden, num_heads=heads,
                   num_kv_heads=kv, head_dim=hd, vocab=_int(cfg, "vocab_size", p),
-                  tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+                  tie_embeddings=_bool(cfg, "tie_word_embeddings", p, False))
     try:
         if mt == "llama":
             return ModelArch(family="llama", intermediate=_int(cfg, "intermediate_size", p),
-                             attn_bias=bool(cfg.get("attention_bias", False)), **common)
+                             attn_bias=_bool(cfg, "attention_bias", p, False), **common)
         if mt == "qwen3_moe":
             return ModelArch(family="qwen3_moe", num_experts=_int(cfg, "num_experts", p),
                              top_k=_int(cfg, "num_experts_per_tok", p),
                              moe_intermediate=_int(cfg, "moe_intermediate_size", p),
                              qk_norm=True, **common)
         if mt == "gpt_oss":
-            lt_raw = cfg.get("layer_types") or ["full_attention"] * layers
-            lt = tuple("sliding" if str(t).startswith("sliding") else "full" for t in lt_raw)
+            lt = _layer_types(cfg, p, layers)
             quant = cfg.get("quantization_config") or {}
+            if not isinstance(quant, dict):
+                raise ValueError(f"field 'quantization_config' must be an object, got {quant!r}")
             exp_dtype = "mxfp4" if str(quant.get("quant_method", "")).lower() == "mxfp4" else "bf16"
+            sw = cfg.get("sliding_window")
+            if sw is None:
+                sw = 0
+            if isinstance(sw, bool) or not isinstance(sw, int) or sw < 0:
+                raise ValueError(f"field 'sliding_window' must be a non-negative integer, "
+                                 f"got {sw!r}")
             return ModelArch(family="gpt_oss",
                              num_experts=_int(cfg, "num_local_experts", p, "num_experts"),
                              top_k=_int(cfg, "num_experts_per_tok", p, "experts_per_token"),
                              moe_intermediate=_int(cfg, "intermediate_size", p),
                              layer_types=lt,
-                             sliding_window=int(cfg.get("sliding_window") or 0),
-                             attn_bias=bool(cfg.get("attention_bias", True)), mlp_bias=True,
+                             sliding_window=sw,
+                             attn_bias=_bool(cfg, "attention_bias", p, True), mlp_bias=True,
                              attention_sinks=True, expert_dtype=exp_dtype, **common)
     except ValueError as e:
-        raise ValueError(f"config.json {p}: {e}") from None
+        msg = str(e)
+        raise ValueError(msg if msg.startswith("config.json") else f"config.json {p}: {msg}") \
+            from None
     raise ValueError(f"config.json {p}: model_type must be one of llama, qwen3_moe, gpt_oss, "
                      f"got {mt!r}")
 

@@ -585,3 +585,28 @@ def test_dense_graph_kv_bytes_formula(tp_exp, dp, m_exp, hist):
     assert kernel(g, "L0.attn").kv_bytes == Rm * hist * kvh * 128 * 2 * 2
     assert kernel(g, "L0.attn").flops == 4 * Rm * (32 // tp) * hist * 128
     assert kernel(g, "L0.mlp_up").weight_bytes == 4096 * 2 * (14336 // tp) * 2
+
+
+@pytest.mark.parametrize("field, value, msg", [
+    ("layer_types", ["banana"] * 24, "layer_types"),
+    ("layer_types", 5, "layer_types"),
+    ("tie_word_embeddings", "false", "tie_word_embeddings"),
+    ("attention_bias", "no", "attention_bias"),
+    ("sliding_window", 128.9, "sliding_window"),
+    ("sliding_window", True, "sliding_window"),
+    ("sliding_window", [128], "sliding_window"),
+    ("quantization_config", "mxfp4", "quantization_config"),
+])
+def test_gpt_oss_config_json_bad_types(tmp_path, field, value, msg):
+    from subgpu_jax.models import load_hf_config
+
+    cfg = {"model_type": "gpt_oss", "num_hidden_layers": 24, "hidden_size": 2880,
+           "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
+           "vocab_size": 201088, "num_local_experts": 32, "num_experts_per_tok": 4,
+           "intermediate_size": 2880, "sliding_window": 128,
+           "layer_types": ["sliding_attention", "full_attention"] * 12, field: value}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=msg) as ei:
+        load_hf_config(p)
+    assert str(ei.value).count("config.json /") == 1
