@@ -134,10 +134,9 @@ class ContentionModel:
                 continue
             if v is None:
                 raise ValueError(f"contention.{f} is missing (None); it must be a number")
-            try:
-                x = float(v)
-            except (TypeError, ValueError):
+            if isinstance(v, (bool, np.bool_, str)) or not isinstance(v, (int, float, np.number)):
                 raise ValueError(f"contention.{f} must be a number, got {v!r}")
+            x = float(v)
             if math.isnan(x) or math.isinf(x):
                 raise ValueError(f"contention.{f} must be finite, got {v!r}")
             if f == "tile_edge":

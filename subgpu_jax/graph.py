@@ -362,6 +362,10 @@ def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1) -> O
     Raises:
         ValueError: invalid deployment for the model, or m not dividing R (no work is dropped).
     """
+    if not isinstance(arch, ModelArch):
+        raise ValueError(f"arch must be a ModelArch (models.get_model), got {type(arch).__name__}")
+    if not isinstance(deploy, Deployment):
+        raise ValueError(f"deploy must be a Deployment, got {type(deploy).__name__}")
     deploy.validate(arch)
     m = microbatches
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:

@@ -18,6 +18,8 @@ admission order, hits do not refresh) and ``"none"`` (nothing is ever admitted: 
 from __future__ import annotations
 
 from collections import OrderedDict
+
+import numpy as np
 from typing import Hashable
 
 __all__ = ["L2Cache", "L2_POLICIES", "check_policy"]
@@ -59,10 +61,9 @@ class L2Cache:
                  "miss_bytes", "evictions", "_admit", "_refresh")
 
     def __init__(self, capacity: float, policy: str = "lru") -> None:
-        try:
-            cap = float(capacity)
-        except (TypeError, ValueError):
+        if isinstance(capacity, (bool, str)) or not isinstance(capacity, (int, float, np.number)):
             raise ValueError(f"l2 capacity must be a positive number of bytes, got {capacity!r}")
+        cap = float(capacity)
         if not cap > 0 or cap == float("inf"):
             raise ValueError(f"l2 capacity must be a positive finite number of bytes, "
                              f"got {capacity!r}")

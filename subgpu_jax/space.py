@@ -232,7 +232,16 @@ class Config:
         Raises:
             ValueError: the first violated condition, naming the field and what is allowed.
         """
-        if self.w not in (0, 1):
+        if not isinstance(hw, Hardware):
+            raise ValueError(f"hw must be a Hardware preset (hardware.get_hardware), got "
+                             f"{type(hw).__name__}")
+        if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+            raise ValueError(f"batch (per-GPU requests R) must be a positive integer, got {batch!r}")
+        if isinstance(self.D, bool) or not isinstance(self.D, (int, np.integer)):
+            raise ValueError(f"config.D must be an integer, got {self.D!r}")
+        if isinstance(self.microbatch, bool) or not isinstance(self.microbatch, (int, np.integer)):
+            raise ValueError(f"config.microbatch must be an integer, got {self.microbatch!r}")
+        if self.w not in (0, 1) or isinstance(self.w, bool):
             raise ValueError(f"config.w (boundary reuse) must be 0 or 1, got {self.w!r}")
         if self.policy not in DISPATCH_POLICIES:
             raise ValueError(f"config.policy must be one of {', '.join(DISPATCH_POLICIES)}, "
