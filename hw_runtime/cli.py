@@ -159,22 +159,12 @@ def _cmd_run(a) -> int:
     wl = SimWorkload(hopper_arch(wl0.arch), dep, wl0.hw)
     hw = wl.hw
     if starts is None:
-        starts = a.cuts.split(",") if a.cuts else wl.macro_starts()
-        if reuse is None:
-            reuse = a.cuts is None
-    K = len(starts) + 1
-    D = K - (1 if reuse else 0)
-    if sms is None:
-        if a.sms:
-            from subgpu_jax.cli import _int_list
-            sms = _int_list(a.sms, "sms", unique=False)
-        else:
-            q = hw.sm_quantum
-            units = hw.sm_budget // q
-            sms = [q * (units // D + (1 if d < units % D else 0)) for d in range(D)]
-    if b is None:
-        b = max(1, wl.batch // 2)
-    cfg = wl.config(starts, sms, b, reuse, policy)       # ValueError on any infeasibility
+        from subgpu_jax.cli import _int_list
+        cuts = a.cuts.split(",") if a.cuts else None
+        sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
+        cfg = wl.config_from_options(cuts, sms, b, reuse, policy)  # ValueError if infeasible
+    else:
+        cfg = wl.config(starts, sms, b, reuse, policy)
     m = wl.microbatches_of(cfg.microbatch)
     model = ContentionModel()
     hw_sim = hw

@@ -245,21 +245,9 @@ def _cmd_simulate(a) -> int:
         for mm in sorted({1, max(1, wl.batch // (a.microbatch or max(1, wl.batch // 2)))}):
             if wl.batch % mm == 0:
                 cal.check_graph(wl.graph(mm))
-    starts = a.cuts.split(",") if a.cuts else wl.macro_starts()
-    reuse = (a.cuts is None) if a.reuse is None else a.reuse
-    K = len(starts) + 1
-    if reuse and K < 3:
-        raise ValueError("cuts: --reuse (w = 1) needs at least 2 cuts (3 segments, the last "
-                         "sharing stage 0 with the first); give another cut or --no-reuse")
-    D = K - (1 if reuse else 0)
-    if a.sms:
-        sms = _int_list(a.sms, "sms", unique=False)
-    else:
-        q = hw.sm_quantum
-        units = hw.sm_budget // q
-        sms = [q * (units // D + (1 if d < units % D else 0)) for d in range(D)]
-    b = a.microbatch if a.microbatch is not None else max(1, wl.batch // 2)
-    cfg = wl.config(starts, sms, b, reuse, a.policy)
+    sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
+    cfg = wl.config_from_options(a.cuts.split(",") if a.cuts else None, sms, a.microbatch,
+                                 a.reuse, a.policy)
     m = wl.microbatches_of(cfg.microbatch)
     g = wl.graph(m)
     tok = wl.deploy.tokens_per_gpu

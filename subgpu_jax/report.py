@@ -81,6 +81,21 @@ def _frontier_line(ax, recs, **kw):
     ax.plot(f[:, 1], f[:, 0], **kw)
 
 
+def _finish(fig, ax, path: str, title: str) -> str:
+    """Label the throughput axes, save the PNG at exactly ``path`` and close the figure."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel("per-GPU throughput (tokens/s/GPU)")
+    ax.set_ylabel("per-user throughput (tokens/s/user)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, format="png")
+    plt.close(fig)
+    return path
+
+
 def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
     """Per-user throughput (tokens/s/user, y) vs per-GPU throughput (tokens/s/GPU, x): every
     record as a dot, the temporal and SubGPU frontiers as lines. Writes a PNG; returns the path.
@@ -106,15 +121,7 @@ def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
         ax.scatter(p[:, 1], p[:, 0], s=14, c="tab:blue", alpha=0.6, label="temporal points")
     _frontier_line(ax, t, color="tab:blue", lw=2, marker="o", label="temporal frontier")
     _frontier_line(ax, s, color="tab:orange", lw=2, marker="s", label="SubGPU frontier")
-    ax.set_xlabel("per-GPU throughput (tokens/s/GPU)")
-    ax.set_ylabel("per-user throughput (tokens/s/user)")
-    ax.set_title(title or "decode throughput frontier")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, title or "decode throughput frontier")
 
 
 def plot_frontier_by_stages(records: Sequence[dict], path: str, title: str = "") -> str:
@@ -134,12 +141,4 @@ def plot_frontier_by_stages(records: Sequence[dict], path: str, title: str = "")
     for i, D in enumerate(Ds):
         _frontier_line(ax, fr["subgpu_D"][D], color=cmap(i / max(1, len(Ds) - 1)), lw=1.5,
                        marker="s", label=f"SubGPU D={D}")
-    ax.set_xlabel("per-GPU throughput (tokens/s/GPU)")
-    ax.set_ylabel("per-user throughput (tokens/s/user)")
-    ax.set_title(title or "frontier per stage count")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120, format="png")
-    plt.close(fig)
-    return path
+    return _finish(fig, ax, path, title or "frontier per stage count")

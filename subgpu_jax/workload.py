@@ -135,3 +135,31 @@ class Workload:
                      microbatch=int(microbatch), policy=policy)
         cfg.check(g.n, g.edges, self.hw, self.batch)
         return cfg
+
+    def even_split(self, D: int) -> list[int]:
+        """The SM budget split as evenly as the quantum allows over D stages (SMs)."""
+        q = self.hw.sm_quantum
+        units = self.hw.sm_budget // q
+        return [q * (units // D + (1 if d < units % D else 0)) for d in range(D)]
+
+    def config_from_options(self, cuts: Sequence[int | str] | None, sms: Sequence[int] | None,
+                            microbatch: int | None, reuse: bool | None,
+                            policy: str = "wavefront") -> Config:
+        """A configuration from command-line style options, with the CLI's defaults: the Macro
+        cut (``macro_starts``) with boundary reuse when ``cuts`` is None (explicit cuts default to
+        no reuse), an even SM split, and two microbatches.
+
+        Raises:
+            ValueError: reuse with fewer than 2 cuts, or any infeasibility of ``config``.
+        """
+        starts = list(cuts) if cuts else self.macro_starts()
+        if reuse is None:
+            reuse = not cuts
+        K = len(starts) + 1
+        if reuse and K < 3:
+            raise ValueError("cuts: --reuse (w = 1) needs at least 2 cuts (3 segments, the last "
+                             "sharing stage 0 with the first); give another cut or --no-reuse")
+        D = K - (1 if reuse else 0)
+        alloc = list(sms) if sms else self.even_split(D)
+        b = microbatch if microbatch is not None else max(1, self.batch // 2)
+        return self.config(starts, alloc, b, reuse, policy)
