@@ -118,13 +118,19 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
     best = summ.get("best_speedup_record") if isinstance(summ, dict) else None
     if not best:
         raise ValueError(f"--from-search: {path} has no best_speedup_record (no SubGPU record)")
+    if not isinstance(best, dict):
+        raise ValueError(f"--from-search: {path}: best_speedup_record must be an object")
     need = ("D", "w", "microbatch", "sms", "cuts", "num_gpus", "attn_tp", "attn_dp", "moe_ep",
             "global_batch", "kv_history")
     miss = [f for f in need if f not in best]
     if miss:
         raise ValueError(f"--from-search: the best record lacks {', '.join(miss)}")
-    dep = {f: int(best[f]) for f in ("num_gpus", "attn_tp", "attn_dp", "moe_ep",
-                                     "global_batch", "kv_history")}
+    try:
+        dep = {f: int(best[f]) for f in ("num_gpus", "attn_tp", "attn_dp", "moe_ep",
+                                         "global_batch", "kv_history")}
+    except (TypeError, ValueError):
+        raise ValueError(f"--from-search: {path}: the best record's deployment fields must be "
+                         "integers") from None
     return best, dep
 
 

@@ -53,6 +53,8 @@ def resolve_arch_ep(a):
 
     arch = resolve_model(a.model)
     if getattr(a, "expert_dtype", None):
+        if not arch.is_moe:
+            raise ValueError(f"expert-dtype: {arch.name} is a dense model without experts")
         arch = dataclasses.replace(arch, expert_dtype=a.expert_dtype)
     ep = a.ep
     if ep is None:

@@ -54,7 +54,8 @@ __all__ = [
     # problems and scorers
     "Workload", "Problem", "EvaluatorExact", "MemoScorer",
     # Algorithm 1
-    "AllocResult", "allocate_pairwise", "choose_cut", "rank_cuts", "cut_neighbours", "refine_cut", "Record", "SearchResult", "algorithm1", "pareto_records",
+    "AllocResult", "allocate_pairwise", "choose_cut", "rank_cuts", "cut_neighbours", "refine_cut",
+    "CUT_STRATEGIES", "screen_cuts", "Record", "SearchResult", "algorithm1", "pareto_records",
     # relaxation
     "RelaxResult", "relax_allocation", "relax_and_polish", "ANNEAL_TRACES",
     # exhaustive
@@ -1125,12 +1126,201 @@ def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str
             cur.value)
 
 
+#: Cut strategies of ``algorithm1`` (see its docstring).
+CUT_STRATEGIES: tuple[str, ...] = ("proposal", "local_search", "screen")
+
+
+def _legal_layouts(graph: OpGraph, D: int, limit: int
+                   ) -> list[tuple[tuple[int, ...], int]] | None:
+    """Every legal layout (seg_of, w): C_D with w = 0 and, when D >= 2 and D + 1 <= n, C_{D+1}
+    with w = 1; None when there are more than ``limit`` (the enumeration stops early)."""
+    n = graph.n
+    gens = [((c, 0) for c in enumerate_cuts(n, graph.edges, D))]
+    if D >= 2 and D + 1 <= n:
+        gens.append(((c, 1) for c in enumerate_cuts(n, graph.edges, D + 1)))
+    out = list(itertools.islice(itertools.chain(*gens), limit + 1))
+    return None if len(out) > limit else out
+
+
+def _layout_groups(problem: Problem, layouts: Sequence[tuple[tuple[int, ...], int]], D: int,
+                   m: int, policy: str) -> tuple[list, int, int]:
+    """Group layouts whose task DAGs coincide (same w and segment-level edges, as
+    ``exhaustive_search``); returns ([(w, layout indices, TaskDAG, segment tables float64
+    (C, K, N+1) µs)], T_pad, P_pad) with one padding for all groups."""
+    from .taskdag import bucket, build_task_dag
+
+    g = problem.workload.graph(m)
+    table = problem.table(m)
+    groups: dict[tuple, list[int]] = {}
+    for i, (c, w) in enumerate(layouts):
+        groups.setdefault((w,) + _dag_key(c, g.edges, g.cross_edges), []).append(i)
+    work, T_max, P_max = [], 1, 1
+    for key, idx in groups.items():
+        w = key[0]
+        K = D + w
+        dag = build_task_dag(g.n, g.edges, g.cross_edges, layouts[idx[0]][0], D, w,
+                             g.num_regions, m, policy)
+        T_max = max(T_max, dag.T)
+        P_max = max(P_max, max((len(dag.preds(i)) for i in range(dag.T)), default=1))
+        C = np.asarray([layouts[i][0] for i in idx])                        # (C, n)
+        onehot = (C[:, None, :] == np.arange(K)[None, :, None]).astype(float)
+        work.append((w, np.asarray(idx), dag, np.einsum("ckn,nj->ckj", onehot, table)))
+    return work, bucket(T_max, 8), bucket(P_max, 2)
+
+
+def _score_group(w: int, dag, segtab: np.ndarray, A: np.ndarray, D: int, T_pad: int,
+                 P_pad: int, chunk: int) -> np.ndarray:
+    """Cheap hard makespans (C, R) µs of allocations A int (C, R, D) of the C layouts of one
+    task-DAG group with segment tables ``segtab`` (C, K, N+1): durations built on the host
+    (float32, as ``Evaluator``), scored by the vmapped max-plus kernel in padded chunks."""
+    from .taskdag import bucket
+
+    K = D + w
+    C, R = A.shape[:2]
+    stage = np.array([binding(k, K, w) for k in range(K)])
+    st32 = segtab.astype(np.float32)
+    sd = np.take_along_axis(st32, A[:, :, stage].transpose(0, 2, 1), 2)    # (C, K, R)
+    sd = sd.transpose(0, 2, 1)                                              # (C, R, K)
+    taus = np.zeros((C * R, T_pad), dtype=np.float32)
+    taus[:, : dag.T] = sd[:, :, np.asarray(dag.seg)].reshape(-1, dag.T)
+    arrs = _evmod.DagArrays.from_dag(dag, pad_tasks=T_pad, pad_preds=P_pad)
+    v = np.empty(len(taus))
+    rows = min(chunk, bucket(len(taus), 256))
+    for s in range(0, len(taus), rows):
+        part = taus[s:s + rows]
+        pad = np.concatenate([part, np.repeat(part[-1:], rows - len(part), 0)])
+        v[s:s + len(part)] = np.asarray(_maxplus_rows(arrs, jnp.asarray(pad)))[: len(part)]
+    return v.reshape(C, R)
+
+
+def _group_seeds(segtab: np.ndarray, w: int, space: AllocSpace) -> np.ndarray:
+    """The two seeds (uniform, service-proportional as ``_seeds``) of each layout of a group:
+    int64 (C, 2, D)."""
+    D = space.D
+    K = D + w
+    stage = np.array([binding(k, K, w) for k in range(K)])
+    col = min(space.budget, segtab.shape[2] - 1)
+    service = np.zeros((len(segtab), D))
+    np.add.at(service.T, stage, segtab[:, :, col].T)
+    tot = service.sum(1, keepdims=True)
+    free = space.budget - D * space.minimum
+    prop = space.round(space.minimum + service / np.where(tot > 0, tot, 1.0) * free)
+    prop[tot[:, 0] <= 0] = space.uniform()
+    return np.stack([np.broadcast_to(space.uniform(), prop.shape), prop], 1)
+
+
+def _one_quantum_moves(A: np.ndarray, space: AllocSpace) -> np.ndarray:
+    """All D(D-1) one-quantum moves of allocations A (C, D) -> (C, D(D-1), D); a move whose
+    donor would drop below the minimum is replaced by the allocation itself."""
+    D, g = space.D, space.quantum
+    pairs = [(d, r) for d in range(D) for r in range(D) if d != r]
+    M = np.repeat(A[:, None, :], len(pairs), 1).copy()
+    for j, (d, r) in enumerate(pairs):
+        ok = A[:, d] - g >= space.minimum
+        M[ok, j, d] -= g
+        M[ok, j, r] += g
+    return M
+
+
+def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
+                max_cuts: int = 5000, top: int = 8, proposal: Proposal | None = None,
+                chunk: int = 8192, eta: int = 4) -> tuple[list[tuple[float, CutCandidate]], int] | None:
+    """Extension (not in DESIGN's Algorithm 1): cheap cut screening by successive halving.
+
+    When the legal layouts (cuts of C_D with w = 0 and, for D >= 2, of C_{D+1} with w = 1)
+    number at most ``max_cuts``:
+
+    1. score EVERY layout with the cheap estimator at its two seed allocations (uniform and
+       service-proportional) -- 2 evaluations per layout;
+    2. successive halving: keep the best 1/``eta`` of the surviving layouts (at least ``top``),
+       give each one steepest-descent step (all D(D-1) one-quantum moves from its current best
+       allocation, scored together), and repeat until ``top`` layouts remain;
+    3. refine the ``top`` survivors with ``pairwise_line`` on the cheap estimator (Algorithm 2,
+       all moves of a pass in one call) and rank them by the refined makespan.
+
+    Steps 1-2 build task durations on the host and score every layout group sharing one task DAG
+    (same w and segment-level edges) in one vmapped max-plus call (``evaluator`` kernel, one
+    padding per call of this function, so few compilations). Each layout gets 2 allocations
+    plus D(D-1) per round it survives, so the cost is about 2C + (D(D-1)/(eta-1)) C cheap
+    evaluations for C layouts, independent of |P_H^(D)|: a heuristic over cuts and
+    allocations, not the exhaustive (cut, allocation) search. No exact-scorer calls.
+
+    Args:
+        problem: workload and GPU; D: stages (>= 1); m: microbatches; policy: dispatch order.
+        max_cuts: screening budget; more legal layouts than this returns None.
+        top: layouts refined (>= 1).
+        proposal: used only to label screened layouts that the DP proposal also produced with
+            their proposal origin (others get origin ``"screen"``).
+        chunk: max rows (allocations) per compiled scoring call.
+        eta: halving factor (>= 2): each round keeps 1/eta of the layouts.
+
+    Returns:
+        ``(ranked, cheap evaluations)`` with ranked = [(refined cheap makespan µs,
+        CutCandidate)] ascending (feature_cost is NaN for layouts not in ``proposal``), or None
+        when the cut space exceeds ``max_cuts``.
+
+    Raises:
+        ValueError: unknown policy, D outside 1..n, m not dividing the batch, a nonpositive
+            ``max_cuts``/``top``/``chunk``, ``eta`` < 2, an empty allocation space.
+    """
+    _check_policy(policy)
+    max_cuts, top = _pos_int(max_cuts, "max_cuts"), _pos_int(top, "top")
+    chunk, eta = _pos_int(chunk, "chunk"), _pos_int(eta, "eta", 2)
+    g = problem.workload.graph(m)
+    D = _pos_int(D, "D")
+    if D > g.n:
+        raise ValueError(f"D must be in 1..{g.n} (the region has {g.n} kernels), got {D}")
+    space = problem.space(D)
+    layouts = _legal_layouts(g, D, max_cuts)
+    if layouts is None:
+        return None
+    work, T_pad, P_pad = _layout_groups(problem, layouts, D, m, policy)
+    vals = np.empty(len(layouts))
+    cur = np.empty((len(layouts), D), dtype=np.int64)
+    evals = 0
+    for w, idx, dag, segtab in work:  # round 0: every layout at its two seeds
+        A = _group_seeds(segtab, w, space)
+        v = _score_group(w, dag, segtab, A, D, T_pad, P_pad, chunk)
+        evals += v.size
+        j = np.argmin(v, 1)
+        vals[idx], cur[idx] = v[np.arange(len(idx)), j], A[np.arange(len(idx)), j]
+    alive = np.arange(len(layouts))
+    while len(alive) > top and D > 1:  # successive halving with one descent step per round
+        alive = alive[np.argsort(vals[alive], kind="stable")[: max(top, -(-len(alive) // eta))]]
+        keep = set(alive.tolist())
+        for w, idx, dag, segtab in work:
+            sel = np.array([t for t, i in enumerate(idx) if i in keep], dtype=np.int64)
+            if len(sel) == 0:
+                continue
+            ii = idx[sel]
+            M = _one_quantum_moves(cur[ii], space)
+            v = _score_group(w, dag, segtab[sel], M, D, T_pad, P_pad, chunk)
+            evals += v.size
+            j = np.argmin(v, 1)
+            better = v[np.arange(len(ii)), j] < vals[ii]
+            vals[ii[better]] = v[np.arange(len(ii)), j][better]
+            cur[ii[better]] = M[np.arange(len(ii)), j][better]
+    known = {} if proposal is None else {(c.seg_of, c.w): c for c in proposal.candidates}
+    ranked = []
+    for i in alive[np.argsort(vals[alive], kind="stable")][:top]:
+        c, w = layouts[int(i)]
+        ev = problem.evaluator(c, D, w, m, policy)
+        r = pairwise_line(ev.makespan, cur[int(i)], space, None, batch_line=True)
+        evals += r.evals
+        cand = known.get((tuple(c), w), CutCandidate(tuple(c), w, float("nan"), "screen"))
+        ranked.append((r.value, cand))
+    ranked.sort(key=lambda t: t[0])
+    return ranked, evals
+
+
 def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Sequence[int],
                policies: Sequence[str] = ("wavefront",),
                exact: Callable[[Config], float] | None = None, L_est: int | None = None,
                L_sim: int | None = 2, rotation_refine: int = 3, include_temporal: bool = True,
                cut_local_search: bool = False, ls_starts: int = 3, ls_top: int = 8,
-               progress: Callable[[str], None] | None = None) -> SearchResult:
+               progress: Callable[[str], None] | None = None, cut_strategy: str | None = None,
+               screen_max_cuts: int = 5000, screen_top: int = 8, screen_polish: int = 1
+               ) -> SearchResult:
     """Algorithm 1 (simulation-guided search) over the grid x = (m, D, policy) of one workload.
 
     Per grid point: instantiate the graph (skip infeasible points: m not dividing the batch,
@@ -1154,14 +1344,44 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
             layouts. Off by default (the faithful algorithm).
         ls_starts, ls_top: local-search starts, and neighbours refined per iteration.
         progress: optional callback receiving one line per grid point.
+        cut_strategy: how the cut is chosen (``CUT_STRATEGIES``); None means ``"local_search"``
+            when ``cut_local_search`` else ``"proposal"`` (backwards compatible).
+
+            * ``"proposal"``: DESIGN's Algorithm 1 (the best of ``rank_cuts``);
+            * ``"local_search"``: the same plus ``refine_cut`` from the ``ls_starts`` best
+              ranked layouts (extension, = ``cut_local_search=True``);
+            * ``"screen"``: extension: when the legal layouts (w = 0 and w = 1) number at most
+              ``screen_max_cuts``, ``screen_cuts`` scores every one at its two seeds with the
+              cheap estimator in batched calls and refines the ``screen_top`` best by cheap
+              pairwise-line search; these join the ranked proposal, and the ``screen_polish``
+              best distinct layouts of that merged cheap ranking, plus the proposal's own choice
+              (so the result is never worse than ``"proposal"`` at the same grid point with a
+              deterministic scorer), go through the seeds/refine/exact-polish of
+              ``allocate_pairwise``; the best exact makespan is kept. Larger cut spaces fall
+              back to ``"local_search"``. The exact-scorer cost is at most
+              (``screen_polish`` + 1) allocation searches per grid point.
+        screen_max_cuts: screening budget (legal layouts per grid point).
+        screen_top: screened layouts refined with the cheap estimator.
+        screen_polish: best layouts of the merged ranking polished with the exact scorer.
 
     Returns:
         ``SearchResult``.
 
     Raises:
-        ValueError: an unknown policy, a D < 2 in ``D_values``, or no feasible grid point (the
-            message gives each point's reason).
+        ValueError: an unknown policy, a D < 2 in ``D_values``, an unknown ``cut_strategy``
+            (or one contradicting ``cut_local_search=True``), a nonpositive screening
+            parameter, or no feasible grid point (the message gives each point's reason).
     """
+    if cut_strategy is None:
+        cut_strategy = "local_search" if cut_local_search else "proposal"
+    if cut_strategy not in CUT_STRATEGIES:
+        raise ValueError(f"cut_strategy must be one of {', '.join(CUT_STRATEGIES)}, got "
+                         f"{cut_strategy!r}")
+    if cut_local_search and cut_strategy != "local_search":
+        raise ValueError(f"cut_local_search=True contradicts cut_strategy={cut_strategy!r}")
+    _pos_int(screen_max_cuts, "screen_max_cuts")
+    _pos_int(screen_top, "screen_top")
+    _pos_int(screen_polish, "screen_polish")
     for pol in policies:
         _check_policy(pol)
     for D in D_values:
@@ -1194,25 +1414,45 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 except ValueError as e:
                     skipped.append((x, str(e)))
                     continue
-                ranked, _, cheap = rank_cuts(problem, D, m, pol, rotation_refine)
+                ranked, prop, cheap = rank_cuts(problem, D, m, pol, rotation_refine)
                 cand = ranked[0][1]
-                if cut_local_search:
+                polish = [cand]
+                screened = None
+                if cut_strategy == "screen":
+                    screened = screen_cuts(problem, D, m, pol, screen_max_cuts, screen_top,
+                                           prop)
+                if screened is not None:
+                    sranked, more = screened
+                    cheap += more
+                    merged, seen = [], set()
+                    for _, c in sorted(ranked + sranked, key=lambda t: t[0]):
+                        if (c.seg_of, c.w) not in seen:
+                            seen.add((c.seg_of, c.w))
+                            merged.append(c)
+                    polish = merged[:screen_polish]
+                    if all((c.seg_of, c.w) != (cand.seg_of, cand.w) for c in polish):
+                        polish.append(cand)
+                elif cut_strategy != "proposal":  # local search, or screening over budget
                     best_ls = None
                     for _, c in ranked[: max(1, ls_starts)]:
                         c2, more, v2 = refine_cut(problem, c, D, m, pol, top=ls_top)
                         cheap += more
                         if best_ls is None or v2 < best_ls[1]:
                             best_ls = (c2, v2)
-                    cand = best_ls[0]
+                    polish = [best_ls[0]]
                 c0 = memo.calls
-                res = allocate_pairwise(problem, cand.seg_of, D, cand.w, m, pol, memo,
-                                        L_est, L_sim)
+                res = None
+                for c in polish:
+                    r = allocate_pairwise(problem, c.seg_of, D, c.w, m, pol, memo, L_est, L_sim)
+                    cheap += r.cheap_evals
+                    if res is None or r.makespan_us < res.makespan_us:
+                        res, cand = r, c
                 pu, pg = throughputs(res.makespan_us, wl.tokens_per_gpu)
                 rec = Record(m=int(m), D=int(D), policy=pol, microbatch=wl.microbatch_size(m),
                              seg_of=cand.seg_of, w=cand.w, origin=cand.origin,
                              alloc=tuple(int(a) for a in res.alloc),
                              makespan_us=res.makespan_us, per_user=float(pu), per_gpu=float(pg),
-                             exact_calls=memo.calls - c0, cheap_evals=cheap + res.cheap_evals,
+                             exact_calls=memo.calls - c0, cheap_evals=cheap,
                              seconds=time.perf_counter() - t0)
                 records.append(rec)
                 if progress:
