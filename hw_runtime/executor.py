@@ -21,10 +21,12 @@ Two layers:
   back-to-back replays with an event between consecutive replays; the per-pass time is the median
   over all replays, the spread is (max - min) / median of the round medians.
 
-Correctness: ``Executor.check_output(cfg, mode)`` restores the same inputs, runs the plan
-sequentially on one stream (the dispatch order is a topological order of the data edges, so this
-is the reference) and then as a pipelined graph replay, and compares the residual-stream outputs
-of every microbatch (bitwise equality and the relative L2 error).
+Correctness: ``Executor.check_output(cfg, mode)`` restores the same inputs before each run,
+warms the stage streams with a sequential pass on each, captures the pipelined graph, runs the
+plan sequentially on one whole-GPU stream (the dispatch order is a topological order of the data
+edges, so this is the reference) and replays the graph (twice by default), and compares the
+residual-stream outputs of every microbatch (bitwise equality, relative L2 error, replay-to-replay
+equality, top-k index flips).
 
 Units: µs for times, bytes, SMs. Errors: ``ValueError`` (one line) for configurations the
 workload cannot run, ``ExecutorUnavailable`` when torch / a GPU / green contexts are missing.
@@ -615,56 +617,118 @@ class Executor:
                 part.close()
 
     # ------------------------------------------------------------------ correctness
-    def check_output(self, cfg: Config, mode: str = "green") -> dict:
+    def check_output(self, cfg: Config, mode: str = "green", replays: int = 2) -> dict:
         """Pipelined graph replay vs sequential execution of the same plan, same inputs.
 
+        Procedure (every step starts from the same restored residual-stream inputs, and every
+        stream used is synchronised explicitly after it):
+
+        1. open the stage streams (a fresh ``GreenPartition`` for ``mode="green"``) and run the
+           plan SEQUENTIALLY (``single_stream``, no overlap) once on each stage's stream: this
+           warms every stream (kernel loading, cuBLAS workspaces) before any cross-stream work
+           and gives ``pool_sequential_equal`` (the same sequential pass on each SM pool is
+           bitwise equal to the whole-GPU reference: kernel choice does not depend on the pool);
+        2. capture the pipelined pass as a CUDA graph (``capture``; its warm-up run is discarded);
+        3. the reference: the plan sequentially on one plain whole-GPU stream;
+        4. ``replays`` graph replays, each from the restored inputs.
+
+        Seen on the H200 (experiments/results/hw_diag_output*.json, TINY test model): the
+        former procedure (reference first, then a pipelined eager warm-up as the first work on
+        brand-new green contexts, capture, ONE replay, no per-stream synchronisation) failed
+        intermittently, on the first check of a process (rel_l2 0.42 in the pytest run, 0.20 in
+        the diagnostic, 0 when repeated at once, 0 under CUDA_LAUNCH_BLOCKING=1, 0 in 9 checks of
+        an instrumented copy). Every other variant of the same plan was bitwise equal to the
+        sequential reference: sequential on each pool's stream, task by task fully synchronised,
+        eager pipelined (repeated, with delays injected on each stage), 5 graph replays, the graph
+        with all tasks chained, graphs of every plan prefix. So it is neither a numerical effect
+        of the pools nor a missing event wait of the plan; ``replays_equal`` is there to catch a
+        race should it come back.
+
         Returns:
-            ``{"bitwise_equal", "max_abs_diff", "rel_l2", "finite", "microbatches"}`` over the
-            residual-stream outputs of all microbatches (rel_l2 = ||out - ref|| / ||ref||).
+            dict: ``bitwise_equal`` / ``max_abs_diff`` / ``rel_l2`` (first replay vs the
+            reference, residual-stream outputs of all microbatches; rel_l2 = ||out - ref|| /
+            ||ref||), ``replays_equal`` (every replay bitwise equal to the first: a race gives
+            varying results), ``pool_sequential_equal``, ``topk_flips`` (top-k expert indices
+            that differ from the reference over all layers and microbatches; the routing of the
+            workload is static, so flips change only the combine weights), ``finite``,
+            ``microbatches``, ``mode``, ``how`` (``graph`` or ``eager`` when capture failed).
         """
         t = self.torch
+        if replays < 1:
+            raise ValueError(f"check_output: replays must be >= 1, got {replays}")
         plan = self.plan(cfg)
         wl = self.workload_for(plan.microbatches)
-        inputs = [wl.output(mu).clone() for mu in range(plan.microbatches)]
+        m = plan.microbatches
+        t.cuda.synchronize(self.device)
+        inputs = [wl.output(mu).clone() for mu in range(m)]
+        topk_keys = [k for k in wl.acts[0] if k.endswith("topk_i")]
+        plain = t.cuda.Stream(device=self.device)
 
-        def restore():
-            for mu in range(plan.microbatches):
+        def sync(streams) -> None:
+            for s in streams:
+                s.synchronize()
+            t.cuda.synchronize(self.device)
+
+        def restore() -> None:
+            t.cuda.synchronize(self.device)
+            for mu in range(m):
                 wl.output(mu).copy_(inputs[mu])
             t.cuda.synchronize(self.device)
 
-        ref_stream = t.cuda.Stream(device=self.device)
-        restore()
-        self.issue(plan, [ref_stream], single_stream=True)
-        t.cuda.synchronize(self.device)
-        ref = [wl.output(mu).clone() for mu in range(plan.microbatches)]
+        def state(streams):
+            sync(streams)
+            outs = [wl.output(mu).clone() for mu in range(m)]
+            tk = [wl.acts[mu][k].clone() for mu in range(m) for k in topk_keys]
+            t.cuda.synchronize(self.device)
+            return outs, tk
+
+        def same(a, b) -> bool:
+            return all(bool(t.equal(x, y)) for x, y in zip(a, b))
+
         streams, part = self._streams(cfg, mode)
         how = "graph"
+        pool_seq = []
+        runs = []
         try:
-            try:
-                g, _, _ = self.capture(plan, streams)  # capture warms by running once: restore
+            for s in streams:                      # 1. sequential on each stage stream
+                restore()
+                self.issue(plan, [s], single_stream=True)
+                pool_seq.append(state(streams)[0])
+            try:                                   # 2. capture (warm-up run discarded)
+                restore()
+                g, _, _ = self.capture(plan, streams)
             except Exception:  # noqa: BLE001 - eager pipelined launches instead
+                sync(streams)
                 g, how = None, "eager"
-            restore()
-            if g is not None:
-                with t.cuda.stream(streams[0]):
-                    g.replay()
-            else:
-                self.issue(plan, streams)
-            t.cuda.synchronize(self.device)
-            out = [wl.output(mu).clone() for mu in range(plan.microbatches)]
+            restore()                              # 3. the reference
+            self.issue(plan, [plain], single_stream=True)
+            ref, ref_tk = state([plain])
+            for _ in range(replays):               # 4. pipelined replays
+                restore()
+                if g is not None:
+                    with t.cuda.stream(streams[0]):
+                        g.replay()
+                else:
+                    self.issue(plan, streams)
+                runs.append(state(streams))
             del g
         finally:
             if part is not None:
-                t.cuda.synchronize(self.device)
+                sync(streams)
                 part.close()
         restore()
-        eq = all(bool(t.equal(a, b)) for a, b in zip(out, ref))
+        out, out_tk = runs[0]
+        eq = same(out, ref)
         diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))
         num = math.sqrt(sum(float(((a.float() - b.float()) ** 2).sum()) for a, b in zip(out, ref)))
         den = math.sqrt(sum(float((b.float() ** 2).sum()) for b in ref))
         fin = all(bool(t.isfinite(a.float()).all()) for a in out + ref)
+        flips = sum(int((a != b).sum()) for a, b in zip(out_tk, ref_tk))
         return {"bitwise_equal": eq, "max_abs_diff": diff, "rel_l2": num / den if den else 0.0,
-                "finite": fin, "microbatches": plan.microbatches, "mode": mode, "how": how}
+                "replays_equal": all(same(o, out) for o, _ in runs[1:]),
+                "pool_sequential_equal": all(same(o, ref) for o in pool_seq),
+                "topk_flips": flips, "finite": fin, "microbatches": m, "mode": mode,
+                "how": how}
 
 
 def _hw_like(num_sms: int):

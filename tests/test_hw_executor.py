@@ -226,7 +226,12 @@ def test_gpu_capture_and_pipelined_output_equals_sequential():
                       (TINY_WL.config(TINY_WL.macro_starts(), [64, 64], 4, True),
                        "multistream")):
         chk = ex.check_output(cfg, mode)
-        assert chk["finite"] and chk["rel_l2"] < 1e-2, chk
+        # Guaranteed: finite, replays of one captured graph identical (no race), and the
+        # pipelined result within bf16 rounding of the sequential reference. Bitwise equality
+        # (seen on the H200 for all three) is not promised by cuBLAS once several streams are
+        # active, so it is reported, not asserted.
+        assert chk["finite"] and chk["replays_equal"] and chk["how"] == "graph", chk
+        assert chk["rel_l2"] < 1e-2, chk
         meas = ex.measure(cfg, mode, rounds=2, replays=5, warmup=1)
         assert meas.makespan_us > 0 and len(meas.round_medians_us) == 2
         if mode == "green":
