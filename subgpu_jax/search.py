@@ -1194,56 +1194,76 @@ def _score_group(w: int, dag, segtab: np.ndarray, A: np.ndarray, D: int, T_pad: 
 
 
 def _group_seeds(segtab: np.ndarray, w: int, space: AllocSpace) -> np.ndarray:
-    """The two seeds (uniform, service-proportional as ``_seeds``) of each layout of a group:
-    int64 (C, 2, D)."""
+    """The screening seeds of each layout of a group with segment tables ``segtab``
+    (C, K, N+1) µs: uniform and service-proportional (as ``_seeds``), and balanced (each of the
+    U free quanta in turn goes to the stage whose segments are slowest on its current
+    allocation: the greedy min-max of the stage times, which follows each stage's own
+    SM-scaling curve). Returns int64 (C, 3, D)."""
     D = space.D
+    C = len(segtab)
     K = D + w
     stage = np.array([binding(k, K, w) for k in range(K)])
     col = min(space.budget, segtab.shape[2] - 1)
-    service = np.zeros((len(segtab), D))
-    np.add.at(service.T, stage, segtab[:, :, col].T)
+    st_time = np.zeros((D, C, segtab.shape[2]))                            # (D, C, N+1)
+    np.add.at(st_time, stage, segtab.transpose(1, 0, 2))
+    service = st_time[:, :, col].T                                         # (C, D)
     tot = service.sum(1, keepdims=True)
     free = space.budget - D * space.minimum
     prop = space.round(space.minimum + service / np.where(tot > 0, tot, 1.0) * free)
     prop[tot[:, 0] <= 0] = space.uniform()
-    return np.stack([np.broadcast_to(space.uniform(), prop.shape), prop], 1)
+    bal = np.full((C, D), space.minimum, dtype=np.int64)
+    rows = np.arange(C)
+    st_time = st_time.transpose(1, 0, 2)                                   # (C, D, N+1)
+    for _ in range(space.free_quanta):
+        cur = np.take_along_axis(st_time, bal[:, :, None], 2)[:, :, 0]
+        bal[rows, np.argmax(cur, 1)] += space.quantum
+    return np.stack([np.broadcast_to(space.uniform(), prop.shape), prop, bal], 1)
 
 
-def _one_quantum_moves(A: np.ndarray, space: AllocSpace) -> np.ndarray:
-    """All D(D-1) one-quantum moves of allocations A (C, D) -> (C, D(D-1), D); a move whose
+def _line_moves(A: np.ndarray, space: AllocSpace, max_quanta: int | None = None) -> np.ndarray:
+    """The geometric line moves of allocations A (C, D): for every (donor d, receiver r) pair,
+    z = 1, 2, 4, ... quanta (z <= min(U, max_quanta)) moved from d to r, as Algorithm 2's
+    doubling visits them -> (C, D(D-1)(floor(log2 min(U, max_quanta)) + 1), D); a move whose
     donor would drop below the minimum is replaced by the allocation itself."""
     D, g = space.D, space.quantum
-    pairs = [(d, r) for d in range(D) for r in range(D) if d != r]
-    M = np.repeat(A[:, None, :], len(pairs), 1).copy()
-    for j, (d, r) in enumerate(pairs):
-        ok = A[:, d] - g >= space.minimum
-        M[ok, j, d] -= g
-        M[ok, j, r] += g
+    top_z = space.free_quanta if max_quanta is None else min(space.free_quanta, max_quanta)
+    zs = [1 << e for e in range(max(1, top_z).bit_length())]
+    moves = [(d, r, z) for d in range(D) for r in range(D) if d != r for z in zs]
+    M = np.repeat(A[:, None, :], len(moves), 1).copy()
+    for j, (d, r, z) in enumerate(moves):
+        ok = A[:, d] - z * g >= space.minimum
+        M[ok, j, d] -= z * g
+        M[ok, j, r] += z * g
     return M
 
 
 def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
-                max_cuts: int = 5000, top: int = 8, proposal: Proposal | None = None,
-                chunk: int = 8192, eta: int = 4) -> tuple[list[tuple[float, CutCandidate]], int] | None:
+                max_cuts: int = 20_000, top: int = 8, proposal: Proposal | None = None,
+                chunk: int = 8192, eta: int = 4, max_step: int | None = 1
+                ) -> tuple[list[tuple[float, CutCandidate]], int] | None:
     """Extension (not in DESIGN's Algorithm 1): cheap cut screening by successive halving.
 
     When the legal layouts (cuts of C_D with w = 0 and, for D >= 2, of C_{D+1} with w = 1)
     number at most ``max_cuts``:
 
-    1. score EVERY layout with the cheap estimator at its two seed allocations (uniform and
-       service-proportional) -- 2 evaluations per layout;
+    1. score EVERY layout with the cheap estimator at three seed allocations: the design's
+       uniform and service-proportional seeds, and a balanced seed (greedy min-max of the stage
+       times, ``_group_seeds``) -- 3 evaluations per layout;
     2. successive halving: keep the best 1/``eta`` of the surviving layouts (at least ``top``),
-       give each one steepest-descent step (all D(D-1) one-quantum moves from its current best
-       allocation, scored together), and repeat until ``top`` layouts remain;
+       give each one steepest-descent step from its current best allocation over the moves of
+       Algorithm 2 (every (donor, receiver) pair, z = 1, 2, 4, ... <= ``max_step`` quanta; by
+       default one quantum), all scored together, and repeat until ``top`` layouts remain;
     3. refine the ``top`` survivors with ``pairwise_line`` on the cheap estimator (Algorithm 2,
        all moves of a pass in one call) and rank them by the refined makespan.
 
     Steps 1-2 build task durations on the host and score every layout group sharing one task DAG
     (same w and segment-level edges) in one vmapped max-plus call (``evaluator`` kernel, one
-    padding per call of this function, so few compilations). Each layout gets 2 allocations
-    plus D(D-1) per round it survives, so the cost is about 2C + (D(D-1)/(eta-1)) C cheap
-    evaluations for C layouts, independent of |P_H^(D)|: a heuristic over cuts and
-    allocations, not the exhaustive (cut, allocation) search. No exact-scorer calls.
+    padding per call of this function, so few compilations). Each layout gets 3 allocations
+    plus M = D(D-1)(floor(log2 min(U, max_step)) + 1) per round it survives (U free quanta;
+    M = D(D-1) by default), so the cost is about (3 + M/(eta-1)) C cheap evaluations for C
+    layouts, independent of |P_H^(D)| = binomial(U+D-1, D-1) (plus the ``top`` refinements):
+    a heuristic over cuts and allocations, not the
+    exhaustive (cut, allocation) search. No exact-scorer calls.
 
     Args:
         problem: workload and GPU; D: stages (>= 1); m: microbatches; policy: dispatch order.
@@ -1253,6 +1273,7 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
             their proposal origin (others get origin ``"screen"``).
         chunk: max rows (allocations) per compiled scoring call.
         eta: halving factor (>= 2): each round keeps 1/eta of the layouts.
+        max_step: largest move of a halving descent step, in quanta (>= 1; None = U).
 
     Returns:
         ``(ranked, cheap evaluations)`` with ranked = [(refined cheap makespan µs,
@@ -1261,11 +1282,14 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
 
     Raises:
         ValueError: unknown policy, D outside 1..n, m not dividing the batch, a nonpositive
-            ``max_cuts``/``top``/``chunk``, ``eta`` < 2, an empty allocation space.
+            ``max_cuts``/``top``/``chunk``/``max_step``, ``eta`` < 2, an empty allocation
+            space.
     """
     _check_policy(policy)
     max_cuts, top = _pos_int(max_cuts, "max_cuts"), _pos_int(top, "top")
     chunk, eta = _pos_int(chunk, "chunk"), _pos_int(eta, "eta", 2)
+    if max_step is not None:
+        max_step = _pos_int(max_step, "max_step")
     g = problem.workload.graph(m)
     D = _pos_int(D, "D")
     if D > g.n:
@@ -1278,7 +1302,7 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
     vals = np.empty(len(layouts))
     cur = np.empty((len(layouts), D), dtype=np.int64)
     evals = 0
-    for w, idx, dag, segtab in work:  # round 0: every layout at its two seeds
+    for w, idx, dag, segtab in work:  # round 0: every layout at its three seeds
         A = _group_seeds(segtab, w, space)
         v = _score_group(w, dag, segtab, A, D, T_pad, P_pad, chunk)
         evals += v.size
@@ -1293,7 +1317,7 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
             if len(sel) == 0:
                 continue
             ii = idx[sel]
-            M = _one_quantum_moves(cur[ii], space)
+            M = _line_moves(cur[ii], space, max_step)
             v = _score_group(w, dag, segtab[sel], M, D, T_pad, P_pad, chunk)
             evals += v.size
             j = np.argmin(v, 1)
@@ -1319,8 +1343,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                L_sim: int | None = 2, rotation_refine: int = 3, include_temporal: bool = True,
                cut_local_search: bool = False, ls_starts: int = 3, ls_top: int = 8,
                progress: Callable[[str], None] | None = None, cut_strategy: str | None = None,
-               screen_max_cuts: int = 5000, screen_top: int = 8, screen_polish: int = 1
-               ) -> SearchResult:
+               screen_max_cuts: int = 20_000, screen_top: int = 8, screen_polish: int = 1,
+               screen_keep_proposal: bool = True) -> SearchResult:
     """Algorithm 1 (simulation-guided search) over the grid x = (m, D, policy) of one workload.
 
     Per grid point: instantiate the graph (skip infeasible points: m not dividing the batch,
@@ -1351,18 +1375,21 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
             * ``"local_search"``: the same plus ``refine_cut`` from the ``ls_starts`` best
               ranked layouts (extension, = ``cut_local_search=True``);
             * ``"screen"``: extension: when the legal layouts (w = 0 and w = 1) number at most
-              ``screen_max_cuts``, ``screen_cuts`` scores every one at its two seeds with the
-              cheap estimator in batched calls and refines the ``screen_top`` best by cheap
+              ``screen_max_cuts``, ``screen_cuts`` scores every one at three seeds with the
+              cheap estimator in batched calls, prunes them by successive halving with
+              line-move descent steps and refines the ``screen_top`` survivors by cheap
               pairwise-line search; these join the ranked proposal, and the ``screen_polish``
-              best distinct layouts of that merged cheap ranking, plus the proposal's own choice
-              (so the result is never worse than ``"proposal"`` at the same grid point with a
-              deterministic scorer), go through the seeds/refine/exact-polish of
-              ``allocate_pairwise``; the best exact makespan is kept. Larger cut spaces fall
-              back to ``"local_search"``. The exact-scorer cost is at most
-              (``screen_polish`` + 1) allocation searches per grid point.
+              best distinct layouts of that merged cheap ranking, plus (``screen_keep_proposal``)
+              the proposal's own choice (so the result is never worse than ``"proposal"`` at
+              the same grid point with a deterministic scorer), go through the
+              seeds/refine/exact-polish of ``allocate_pairwise``; the best exact makespan is
+              kept. Larger cut spaces fall back to ``"local_search"``. The exact-scorer cost is
+              at most ``screen_polish`` (+ 1) allocation searches per grid point.
         screen_max_cuts: screening budget (legal layouts per grid point).
         screen_top: screened layouts refined with the cheap estimator.
         screen_polish: best layouts of the merged ranking polished with the exact scorer.
+        screen_keep_proposal: also polish the proposal's choice (the never-worse guarantee,
+            at the price of one more exact allocation search when it is not already polished).
 
     Returns:
         ``SearchResult``.
@@ -1430,7 +1457,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                             seen.add((c.seg_of, c.w))
                             merged.append(c)
                     polish = merged[:screen_polish]
-                    if all((c.seg_of, c.w) != (cand.seg_of, cand.w) for c in polish):
+                    if screen_keep_proposal and all((c.seg_of, c.w) != (cand.seg_of, cand.w)
+                                                    for c in polish):
                         polish.append(cand)
                 elif cut_strategy != "proposal":  # local search, or screening over budget
                     best_ls = None

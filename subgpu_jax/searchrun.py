@@ -44,9 +44,15 @@ class PointScorer:
     """
 
     def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
-                 L_sim: int = 2, calibration=None) -> None:
+                 L_sim: int = 2, calibration=None, cut_strategy: str = "proposal") -> None:
         from .contention import ContentionModel
         from .l2cache import check_policy
+        from .search import CUT_STRATEGIES
+
+        if cut_strategy not in CUT_STRATEGIES:
+            raise ValueError(f"cut_strategy must be one of {', '.join(CUT_STRATEGIES)}, got "
+                             f"{cut_strategy!r}")
+        self.cut_strategy = cut_strategy
 
         if exact not in EXACT_KINDS:
             raise ValueError(f"exact must be one of {', '.join(EXACT_KINDS)}, got {exact!r}")
@@ -136,7 +142,8 @@ class PointScorer:
             return [self._record(pt, cfg, self.temporal_makespan(d),
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
         res = algorithm1(p, [pt.D], [pt.microbatches], [pt.policy], exact=self.exact(d),
-                         L_sim=self.L_sim, include_temporal=False)
+                         L_sim=self.L_sim, include_temporal=False,
+                         cut_strategy=self.cut_strategy)
         out = []
         for r in res.records:
             out.append(self._record(pt, r.config(), r.makespan_us,
@@ -218,7 +225,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
 def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, resume: bool = False, budget: int | None = None,
                exact: str = "event", cache: str = "lru", L_sim: int = 2,
-               progress: bool = True, calibration=None) -> tuple[dict, dict]:
+               progress: bool = True, calibration=None,
+               cut_strategy: str = "proposal") -> tuple[dict, dict]:
     """Run (or resume) a sweep and write its outputs.
 
     Returns:
@@ -228,7 +236,8 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         ValueError: bad scorer options, a folder holding another sweep, a budget < 1, a
             calibration for another model/deployment/GPU.
     """
-    scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration)
+    scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
+                         cut_strategy=cut_strategy)
     store = SweepStore(folder, meta, resume)
     stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
     stats["dropped"] = list(store.dropped)

@@ -257,6 +257,48 @@ def test_cut_neighbours_are_legal(tiny_dag):
             check_cut(c, g.n, g.edges, 3 + w)
 
 
+def test_screen_never_worse_than_proposal(tiny, tiny_dag):
+    """The screening extension polishes the proposal's choice too, so per grid point it is never
+    worse than the faithful Algorithm 1."""
+    for pb in (tiny, tiny_dag):
+        a = S.algorithm1(pb, [2, 3], [2], include_temporal=False)
+        b = S.algorithm1(pb, [2, 3], [2], include_temporal=False, cut_strategy="screen")
+        assert [(r.m, r.D) for r in a.records] == [(r.m, r.D) for r in b.records]
+        for ra, rb in zip(a.records, b.records):
+            assert rb.makespan_us <= ra.makespan_us * (1 + 1e-6)
+            assert pb.space(rb.D).contains(np.array(rb.alloc))
+            assert S.EvaluatorExact(pb)(rb.config()) == pytest.approx(rb.makespan_us, rel=1e-6)
+
+
+def test_screen_finds_exhaustive_optimum_on_tiny_chains(tiny):
+    for D in (2, 3):
+        ex = S.exhaustive_search(tiny, D, (1, 2))
+        b = S.algorithm1(tiny, [D], [1, 2], include_temporal=False, cut_strategy="screen")
+        assert b.best().makespan_us == pytest.approx(ex.makespan_us, rel=1e-5)
+
+
+def test_screen_cuts_budget_and_strategy_validation(tiny):
+    g = tiny.workload.graph(1)
+    n_layouts = len(S._legal_layouts(g, 2, 10_000))
+    assert S.screen_cuts(tiny, 2, 1, max_cuts=n_layouts - 1) is None
+    ranked, evals = S.screen_cuts(tiny, 2, 1, max_cuts=n_layouts, top=3)
+    assert 1 <= len(ranked) <= 3 and evals >= 2 * n_layouts
+    assert [v for v, _ in ranked] == sorted(v for v, _ in ranked)
+    for v, c in ranked:
+        ev = tiny.evaluator(c.seg_of, 2, c.w, 1)
+        assert v >= S.exhaustive_allocations(ev, tiny.space(2))[1] * (1 - 1e-6)
+    # over budget, "screen" falls back to the local search and stays feasible
+    r = S.algorithm1(tiny, [2], [1], include_temporal=False, cut_strategy="screen",
+                     screen_max_cuts=1)
+    assert tiny.space(2).contains(np.array(r.records[0].alloc))
+    with pytest.raises(ValueError, match="cut_strategy"):
+        S.algorithm1(tiny, [2], [1], cut_strategy="nope")
+    with pytest.raises(ValueError, match="contradicts"):
+        S.algorithm1(tiny, [2], [1], cut_strategy="screen", cut_local_search=True)
+    with pytest.raises(ValueError, match="eta"):
+        S.screen_cuts(tiny, 2, 1, eta=1)
+
+
 # ------------------------------------------------------------------ bad input
 def test_bad_inputs(tiny):
     with pytest.raises(ValueError, match="policy"):
