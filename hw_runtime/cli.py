@@ -135,8 +135,6 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
 
 
 def _cmd_run(a) -> int:
-    import dataclasses
-
     from subgpu_jax.contention import ContentionModel
     from subgpu_jax.eventsim import simulate
     from subgpu_jax.graph import Deployment

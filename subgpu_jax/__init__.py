@@ -7,4 +7,10 @@ from .models import MODELS, ModelArch, get_model, load_hf_config, resolve_model
 from .graph import (CATEGORIES, REFERENCE_DEPLOYMENT, Deployment, Kernel, OpGraph,
                     StaticDurationModel, build_graph)
 
+__all__ = [
+    "HARDWARE", "Hardware", "get_hardware", "MODELS", "ModelArch", "get_model", "load_hf_config",
+    "resolve_model", "CATEGORIES", "REFERENCE_DEPLOYMENT", "Deployment", "Kernel", "OpGraph",
+    "StaticDurationModel", "build_graph",
+]
+
 __version__ = "0.1.0"

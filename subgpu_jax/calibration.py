@@ -35,9 +35,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from bisect import bisect_right
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 

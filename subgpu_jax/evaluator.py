@@ -24,7 +24,7 @@ from .hardware import Hardware
 from .space import Config, binding
 from .taskdag import TaskDAG, bucket, build_task_dag
 
-__all__ = ["DagArrays", "maxplus_makespan", "smooth_makespan", "Evaluator", "validate_durations",
+__all__ = ["check_alloc_batch", "run_in_chunks", "DagArrays", "maxplus_makespan", "smooth_makespan", "Evaluator", "validate_durations",
            "TRACE_COUNTS"]
 
 #: Number of times each jitted entry point has been traced (used by the no-recompilation tests).
@@ -223,6 +223,38 @@ def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
 __all__.append("makespan_of_durations")
 
 
+def check_alloc_batch(allocs: np.ndarray, D: int, max_sms: int) -> np.ndarray:
+    """Validate a batch of allocations on the host: shape (B, D) (a (D,) vector is promoted),
+    integer SM counts in 1..``max_sms``. Returns the (B, D) array.
+
+    Raises:
+        ValueError: wrong shape, non-integer or out-of-range SM counts.
+    """
+    a = np.asarray(allocs)
+    if a.ndim == 1:
+        a = a[None]
+    if a.ndim != 2 or a.shape[1] != D:
+        raise ValueError(f"allocations must have shape (batch, {D}), got {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+        raise ValueError("allocations: SMs per stage must be integers")
+    if np.any(a < 1) or np.any(a > max_sms):
+        raise ValueError(f"allocations: SMs per stage must be in 1..{max_sms}")
+    return a
+
+
+def run_in_chunks(a: np.ndarray, chunk: int, fn) -> np.ndarray:
+    """Apply a compiled batch scorer ``fn`` ((c, D) int32 -> (c,)) to ``a`` (B, D) in chunks of
+    ``chunk`` rows; the last chunk is padded by repeating its last row, so every call has the
+    same shape and nothing recompiles (small batches use a bucketed chunk). Returns float (B,)."""
+    out = np.empty(a.shape[0])
+    c = chunk if a.shape[0] > chunk else bucket(a.shape[0], 8)
+    for s in range(0, a.shape[0], c):
+        part = a[s:s + c]
+        padded = np.concatenate([part, np.repeat(part[-1:], c - len(part), 0)])
+        out[s:s + len(part)] = np.asarray(fn(padded))[: len(part)]
+    return out
+
+
 class Evaluator:
     """Scores many SM allocations of ONE (cut, D, w, m, policy) on one workload.
 
@@ -281,16 +313,7 @@ class Evaluator:
         return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
 
     def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:
-        a = np.asarray(allocs)
-        if a.ndim == 1:
-            a = a[None]
-        if a.ndim != 2 or a.shape[1] != self.D:
-            raise ValueError(f"allocations must have shape (batch, {self.D}), got {a.shape}")
-        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            raise ValueError("allocations: SMs per stage must be integers")
-        if np.any(a < 1) or np.any(a > self.seg_table.shape[1] - 1):
-            raise ValueError(f"allocations: SMs per stage must be in 1..{self.seg_table.shape[1] - 1}")
-        return a
+        return check_alloc_batch(allocs, self.D, self.seg_table.shape[1] - 1)
 
     def makespan(self, allocs: np.ndarray, feasible_only: bool = True) -> np.ndarray:
         """Hard makespans (µs) of integer allocations (B, D) -> (B,), in chunks of ``chunk``.
@@ -315,15 +338,8 @@ class Evaluator:
                 raise ValueError(f"allocations: row {i} {a[i].tolist()} is not feasible on "
                                  f"{hw.name}: multiples of {hw.sm_quantum} SMs, each >= "
                                  f"{hw.min_pool_sms}, summing to {hw.sm_budget}")
-        out = np.empty(a.shape[0])
-        c = self.chunk if a.shape[0] > self.chunk else bucket(a.shape[0], 8)
-        for s in range(0, a.shape[0], c):
-            part = a[s:s + c]
-            padded = np.concatenate([part, np.repeat(part[-1:], c - len(part), 0)])
-            out[s:s + len(part)] = np.asarray(
-                _hard_batch(self.seg_table, self.seg_stage, self.arrs, jnp.asarray(padded))
-            )[: len(part)]
-        return out
+        return run_in_chunks(a, self.chunk, lambda c: _hard_batch(
+            self.seg_table, self.seg_stage, self.arrs, jnp.asarray(c)))
 
     def smooth(self, allocs: jax.Array, temp: float | jax.Array) -> jax.Array:
         """Smooth makespans (µs) of real-valued allocations (B, D) at temperature ``temp`` (µs);

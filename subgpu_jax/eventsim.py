@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import gc
 import heapq
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np

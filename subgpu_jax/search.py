@@ -43,6 +43,7 @@ from .hardware import Hardware, get_hardware
 from .pareto import (frontier_curve, pareto_front, pareto_mask, per_gpu_gain_at_matched_user,
                      per_user_gain_at_matched_gpu, throughputs)
 from .space import (DISPATCH_POLICIES, Config, binding, chain_cut, check_cut, count_allocations,
+                    even_allocation,
                     enumerate_cuts)
 
 __all__ = [
@@ -457,10 +458,7 @@ class AllocSpace:
     def uniform(self) -> np.ndarray:
         """The uniform seed: the free quanta split as evenly as possible (extra quanta to the
         first stages); int64 (D,)."""
-        U = self.free_quanta
-        q = np.full(self.D, U // self.D, dtype=np.int64)
-        q[: U % self.D] += 1
-        return self.minimum + self.quantum * q
+        return even_allocation(self.budget, self.D, self.quantum, self.minimum)
 
     def proportional(self, service: Sequence[float]) -> np.ndarray:
         """The service-proportional seed: SMs proportional to each stage's service demand,

@@ -24,6 +24,7 @@ from .models import ModelArch
 from .report import frontiers, matched_tables, plot_frontier, plot_frontier_by_stages
 from .space import Config
 from .sweep import GridPoint, SweepStore, run_sweep
+from .workload import throughputs
 
 __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS"]
 
@@ -64,6 +65,7 @@ class PointScorer:
         self.model = ContentionModel(calibration=calibration)
         self._problems: dict = {}
         self._temporal: dict = {}
+        self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
 
     def problem(self, dep: Deployment):
         """The ``search.Problem`` of a deployment (cached)."""
@@ -80,13 +82,17 @@ class PointScorer:
         return self._problems[key]
 
     def _simulate(self, dep: Deployment, cfg: Config):
-        from .contention import ContentionModel
+        """Event-simulate ``cfg``; keeps its per-category times and L2 hit rate for ``_record``
+        so that a record never re-runs the simulation that scored it."""
         from .eventsim import simulate
 
         p = self.problem(dep)
         m = p.workload.m_of(cfg)
-        return simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
-                        record=False, validate=False)
+        r = simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
+                     record=False, validate=False)
+        self._sim_summary[(dep, cfg)] = (
+            {c: float(r.category_time.get(c, 0.0)) for c in CATEGORIES}, float(r.l2_hit_rate))
+        return r
 
     def exact(self, dep: Deployment):
         """Exact scorer Config -> makespan µs for this deployment."""
@@ -117,17 +123,18 @@ class PointScorer:
                "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
                "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
                "policy": cfg.policy, "cuts": "|".join(g1.kernels[i].name for i in starts),
-               "sms": "|".join(str(a) for a in cfg.alloc), "makespan_us": makespan,
-               "per_user_tok_s": 1e6 / makespan,
-               "per_gpu_tok_s": d.tokens_per_gpu * 1e6 / makespan,
+               "sms": "|".join(str(a) for a in cfg.alloc),
+               **throughputs(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
                "exact": self.exact_kind}
         rec.update(extra)
         if self.exact_kind == "event":
-            r = self._simulate(d, cfg)
+            if (d, cfg) not in self._sim_summary:
+                self._simulate(d, cfg)
+            cats, hit = self._sim_summary[(d, cfg)]
             for c in CATEGORIES:
-                rec[f"cat_{c}_us"] = float(r.category_time.get(c, 0.0))
-            rec["l2_hit_rate"] = float(r.l2_hit_rate)
+                rec[f"cat_{c}_us"] = cats[c]
+            rec["l2_hit_rate"] = hit
         return rec
 
     def __call__(self, pt: GridPoint) -> list[dict]:

@@ -20,7 +20,7 @@ from .hardware import Hardware
 __all__ = [
     "Config", "binding", "enumerate_cuts", "count_cuts", "chain_cut", "cut_from_starts",
     "enumerate_allocations", "count_allocations", "microbatch_sizes", "temporal_config",
-    "check_allocation", "space_size", "DISPATCH_POLICIES",
+    "check_allocation", "space_size", "DISPATCH_POLICIES", "even_allocation",
 ]
 
 #: Global dispatch-order policies understood by ``taskdag.build_task_dag``.
@@ -161,6 +161,22 @@ def enumerate_allocations(budget: int, D: int, quantum: int, minimum: int,
     ext = np.concatenate([np.full((c, 1), -1), bars, np.full((c, 1), U + D - 1)], axis=1)
     parts = np.diff(ext, axis=1) - 1
     return (parts * quantum + minimum).astype(np.int32)
+
+
+def even_allocation(budget: int, D: int, quantum: int, minimum: int) -> np.ndarray:
+    """The allocation of P_H^(D) closest to equal: each stage gets ``minimum`` SMs plus an even
+    share of the free quanta, the extra quanta going to the first stages; int64 (D,) SMs.
+
+    Raises:
+        ValueError: no allocation exists (``count_allocations`` is 0).
+    """
+    if count_allocations(budget, D, quantum, minimum) == 0:
+        raise ValueError(f"allocation: no way to split {budget} SMs into {D} pools of >= "
+                         f"{minimum} SMs in multiples of {quantum}")
+    U = (budget - D * minimum) // quantum
+    q = np.full(D, U // D, dtype=np.int64)
+    q[: U % D] += 1
+    return minimum + quantum * q
 
 
 def check_allocation(alloc: Sequence[int], hw: Hardware, D: int) -> None:

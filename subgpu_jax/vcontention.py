@@ -42,10 +42,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from .contention import ContentionModel
-from .evaluator import DagArrays, completion_times, validate_durations
+from .evaluator import (DagArrays, check_alloc_batch, completion_times, run_in_chunks,
+                        validate_durations)
 from .graph import OpGraph, StaticDurationModel
 from .hardware import Hardware
-from .space import Config, binding, check_cut
+from .space import Config, binding, check_cut, even_allocation
 from .taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "BandIndex", "band_coverage", "kernel_profiles", "segment_tables", "estimate_hits",
@@ -542,7 +543,8 @@ class VContentionEvaluator:
                 hits = np.zeros(graph.n)
             else:
                 if ref_alloc is None:
-                    ref_alloc = _even_alloc(hw, D)
+                    ref_alloc = even_allocation(hw.sm_budget, D, hw.sm_quantum,
+                                                hw.min_pool_sms)
                 R = graph.deployment.requests_per_gpu if graph.deployment is not None else None
                 mb = R // graph.microbatches if R is not None else 1
                 cfg = Config(D=D, w=w, seg_of=self.seg_of, alloc=tuple(int(a) for a in ref_alloc),
@@ -567,15 +569,7 @@ class VContentionEvaluator:
         return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
 
     def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:
-        a = np.asarray(allocs)
-        if a.ndim == 1:
-            a = a[None]
-        if a.ndim != 2 or a.shape[1] != self.D:
-            raise ValueError(f"allocations must have shape (batch, {self.D}), got {a.shape}")
-        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            raise ValueError("allocations: SMs per stage must be integers")
-        if np.any(a < 1) or np.any(a > self.hw.num_sms):
-            raise ValueError(f"allocations: SMs per stage must be in 1..{self.hw.num_sms}")
+        a = check_alloc_batch(allocs, self.D, self.hw.num_sms)
         if np.any(a.sum(axis=1) > self.hw.num_sms):
             raise ValueError(f"allocations: SMs must sum to at most {self.hw.num_sms}")
         return a
@@ -587,19 +581,6 @@ class VContentionEvaluator:
             ValueError: wrong shape, non-integer SMs, a pool outside 1..N, sum above N.
         """
         a = self._check_allocs(allocs).astype(np.int32)
-        out = np.empty(a.shape[0])
-        c = self.chunk if a.shape[0] > self.chunk else bucket(a.shape[0], 8)
-        for s in range(0, a.shape[0], c):
-            part = a[s:s + c]
-            padded = np.concatenate([part, np.repeat(part[-1:], c - len(part), 0)])
-            out[s:s + len(part)] = np.asarray(
-                _vc_batch(self.tabs, self.arrs, self.band, jnp.asarray(padded), self.iters,
-                          self.damping, bool(self.model.isolated)))[: len(part)]
-        return out
-
-
-def _even_alloc(hw: Hardware, D: int) -> tuple[int, ...]:
-    """A feasible allocation as equal as the quantum allows (remainder to the first stages)."""
-    q = hw.sm_budget // hw.sm_quantum
-    base, rem = divmod(q, D)
-    return tuple((base + (1 if d < rem else 0)) * hw.sm_quantum for d in range(D))
+        return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
+            self.tabs, self.arrs, self.band, jnp.asarray(c), self.iters, self.damping,
+            bool(self.model.isolated)))

@@ -30,10 +30,11 @@ def throughputs(makespan_us: float, tokens_per_gpu: float) -> dict[str, float]:
     Raises:
         ValueError: a non-positive or non-finite makespan.
     """
-    if not makespan_us > 0 or makespan_us == float("inf"):
-        raise ValueError(f"makespan_us must be positive and finite, got {makespan_us!r}")
-    return {"makespan_us": float(makespan_us), "per_user_tok_s": 1e6 / makespan_us,
-            "per_gpu_tok_s": tokens_per_gpu * 1e6 / makespan_us}
+    from .pareto import throughputs as _tp
+
+    per_user, per_gpu = _tp(makespan_us, tokens_per_gpu)
+    return {"makespan_us": float(makespan_us), "per_user_tok_s": float(per_user),
+            "per_gpu_tok_s": float(per_gpu)}
 
 
 @dataclass(frozen=True)
@@ -138,9 +139,10 @@ class Workload:
 
     def even_split(self, D: int) -> list[int]:
         """The SM budget split as evenly as the quantum allows over D stages (SMs)."""
-        q = self.hw.sm_quantum
-        units = self.hw.sm_budget // q
-        return [q * (units // D + (1 if d < units % D else 0)) for d in range(D)]
+        from .space import even_allocation
+
+        hw = self.hw
+        return even_allocation(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms).tolist()
 
     def config_from_options(self, cuts: Sequence[int | str] | None, sms: Sequence[int] | None,
                             microbatch: int | None, reuse: bool | None,
