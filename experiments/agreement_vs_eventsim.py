@@ -1,4 +1,4 @@
-"""Agreement of the vectorised-contention evaluator with the exact event simulator (issue 3, item 4).
+"""Agreement of the vectorised-contention evaluator with the exact event simulator (item 4).
 
 Draws random valid configurations on the H200 preset of
 * gpt-oss-120b, ``graph.REFERENCE_DEPLOYMENT`` (TP8 x DP4, EP32, G = 2048: R = 512 requests/GPU),
@@ -29,14 +29,14 @@ import jax
 import numpy as np
 from scipy.stats import spearmanr
 
-from subgpu_jax.contention import ContentionModel
-from subgpu_jax.evaluator import Evaluator
-from subgpu_jax.eventsim import simulate
-from subgpu_jax.graph import REFERENCE_DEPLOYMENT, Deployment, build_graph
-from subgpu_jax.hardware import get_hardware
-from subgpu_jax.models import get_model
-from subgpu_jax.space import Config, chain_cut, enumerate_allocations
-from subgpu_jax.vcontention import VContentionEvaluator
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.sim.eventsim import simulate
+from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, Deployment, build_graph
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.models import get_model
+from subgpu_jax.space.config import Config, chain_cut, enumerate_allocations
+from subgpu_jax.score.vcontention import VContentionEvaluator
 
 HERE = Path(__file__).resolve().parent
 HW = get_hardware("H200")

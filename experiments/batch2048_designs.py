@@ -25,10 +25,13 @@ import os
 import time
 
 from subgpu_jax import REFERENCE_DEPLOYMENT, get_hardware, get_model
-from subgpu_jax.contention import ContentionModel
-from subgpu_jax.eventsim import simulate
-from subgpu_jax.search import MemoScorer, Problem, Workload, algorithm1, allocate_pairwise
-from subgpu_jax.space import Config, chain_cut
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.sim.eventsim import simulate
+from subgpu_jax.search.problem import MemoScorer, Problem
+from subgpu_jax.model.workload import Workload
+from subgpu_jax.search.algorithm1 import algorithm1
+from subgpu_jax.search.pairwise import allocate_pairwise
+from subgpu_jax.space.config import Config, chain_cut
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

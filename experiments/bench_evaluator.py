@@ -1,4 +1,4 @@
-"""Benchmark: SM-allocation evaluations per second, per workload and backend (issue 6 item 1).
+"""Benchmark: SM-allocation evaluations per second, per workload and backend.
 
 Rows (one backend per run: the default JAX backend, CPU or GPU):
 
@@ -39,9 +39,9 @@ import networkx as nx  # noqa: E402
 import numpy as np  # noqa: E402
 
 from subgpu_jax import REFERENCE_DEPLOYMENT, build_graph, get_hardware, get_model  # noqa: E402
-from subgpu_jax.evaluator import Evaluator  # noqa: E402
-from subgpu_jax.massive import MassiveEvaluator, numpy_makespans  # noqa: E402
-from subgpu_jax.space import cut_from_starts, enumerate_allocations  # noqa: E402
+from subgpu_jax.score.evaluator import Evaluator  # noqa: E402
+from subgpu_jax.score.massive import MassiveEvaluator, numpy_makespans  # noqa: E402
+from subgpu_jax.space.config import cut_from_starts, enumerate_allocations  # noqa: E402
 
 
 def nx_makespan(ev: Evaluator, alloc) -> float:
@@ -185,7 +185,7 @@ def main() -> None:
 def bench_vcontention(a, D) -> dict:
     """Evaluations/s of the vectorised-contention evaluator (calibrated model) at m = 8."""
     try:
-        from subgpu_jax.vcontention import VContentionEvaluator
+        from subgpu_jax.score.vcontention import VContentionEvaluator
     except Exception as e:  # noqa: BLE001
         return {"status": f"vcontention unavailable: {e!r}"}
     hw = get_hardware("B200")

@@ -19,12 +19,12 @@ import statistics
 import time
 from pathlib import Path
 
-from subgpu_jax.contention import ContentionModel
-from subgpu_jax.eventsim import simulate
-from subgpu_jax.graph import REFERENCE_DEPLOYMENT, build_graph
-from subgpu_jax.hardware import get_hardware
-from subgpu_jax.models import get_model
-from subgpu_jax.space import Config, cut_from_starts, temporal_config
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.sim.eventsim import simulate
+from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, build_graph
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.models import get_model
+from subgpu_jax.space.config import Config, cut_from_starts, temporal_config
 
 HERE = Path(__file__).resolve().parent
 

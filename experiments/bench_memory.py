@@ -1,4 +1,4 @@
-"""Peak memory vs candidate count (issue 6 item 2): streaming evaluation keeps memory flat.
+"""Peak memory vs candidate count: streaming evaluation keeps memory flat.
 
 For each candidate count N (default 1e5, 1e6, 1e7) a fresh subprocess streams the first N
 candidates (cut x allocation, generated on the device) of the 20-operator GPT-OSS-like chain
@@ -27,9 +27,9 @@ import json, math, resource, sys, time
 sys.path.insert(0, sys.argv[1]); sys.path.insert(0, sys.argv[1] + '/experiments')
 import jax
 from subgpu_jax import get_hardware
-from subgpu_jax.massive import MassiveEvaluator
-from subgpu_jax.space import chain_cut
-from subgpu_jax.taskdag import build_task_dag
+from subgpu_jax.score.massive import MassiveEvaluator
+from subgpu_jax.space.config import chain_cut
+from subgpu_jax.space.taskdag import build_task_dag
 from exhaustive_gridpoint import make_instance
 N, budget, L = int(float(sys.argv[2])), int(sys.argv[3]), int(sys.argv[4])
 hw = get_hardware('B200'); D, w, m = 5, 1, 2

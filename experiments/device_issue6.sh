@@ -5,7 +5,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=.
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,memory.total,clocks.sm --format=csv > $OUT/gpu.txt 2>&1
 python3 -m pip install -q --no-deps --no-index -e . 2>/dev/null
-( timeout 100 python3 -m subgpu_jax.cli run --model gpt-oss-120b --hardware H200 --sms 64,64 \
+( timeout 100 python3 -m subgpu_jax.app.cli run --model gpt-oss-120b --hardware H200 --sms 64,64 \
     --rounds 3 --replays 20 ) > $OUT/subgpu_run_h200.log 2>&1; echo "cli rc=$?" >> $OUT/subgpu_run_h200.log
 timeout ${BENCH_S:-210} python3 experiments/bench_evaluator.py --barriers 0,8 --vcontention \
     --out $OUT/bench_evaluator_gpu.json > $OUT/bench_gpu.log 2>&1; echo "bench rc=$?" >> $OUT/bench_gpu.log

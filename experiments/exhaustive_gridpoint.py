@@ -1,8 +1,8 @@
-"""Exhaustive search of one full grid point (issue 6 item 3): every cut-and-binding choice x every
+"""Exhaustive search of one full grid point: every cut-and-binding choice x every
 SM allocation of a 20-operator chain under the static duration model, exact, on one device.
 
-Instance (stated, DESIGN §2 check numbers): a GPT-OSS-like 20-operator chain on B200: the
-two-layer GPT-OSS 120B region of ``build_graph`` (24 kernels, reference deployment of DESIGN §5)
+Instance (stated, docs/method.md §2 check numbers): a GPT-OSS-like 20-operator chain on B200: the
+two-layer GPT-OSS 120B region of ``build_graph`` (24 kernels, reference deployment of docs/method.md §5)
 with, in each layer, RMSNorm merged into the QKV projection and top-k merged into the router GEMM
 (merged operator duration = sum of its kernels' static durations at the same SM count), edges
 i -> i+1 and the residual cross edge 19 -> 0. D = 5 stages, w in {0, 1} -> 3,876 + 11,628 =
@@ -43,9 +43,9 @@ import numpy as np  # noqa: E402
 
 from subgpu_jax import REFERENCE_DEPLOYMENT, OpGraph, StaticDurationModel, build_graph  # noqa: E402
 from subgpu_jax import get_hardware, get_model  # noqa: E402
-from subgpu_jax.massive import MassiveEvaluator, exhaustive_chain  # noqa: E402
-from subgpu_jax.space import chain_cut  # noqa: E402
-from subgpu_jax.taskdag import build_task_dag  # noqa: E402
+from subgpu_jax.score.massive import MassiveEvaluator, exhaustive_chain  # noqa: E402
+from subgpu_jax.space.config import chain_cut  # noqa: E402
+from subgpu_jax.space.taskdag import build_task_dag  # noqa: E402
 
 #: Kernels merged into one operator, per layer (indices inside a layer of 12 kernels).
 MERGE = ((0, 1), (6, 7))
@@ -219,7 +219,7 @@ def main() -> None:
            "evaluated": evaluated, "seconds": secs, "evals_per_s": evaluated / max(secs, 1e-9),
            "per_w": results}
     # independent check of the optimum with the package's Evaluator
-    from subgpu_jax.evaluator import Evaluator
+    from subgpu_jax.score.evaluator import Evaluator
     ev = Evaluator(chain, best["seg_of"], D, best["w"], hw, table=table)
     out["optimum_check_evaluator_us"] = float(ev.makespan(np.array([best["alloc"]]))[0])
     if not a.no_heuristics:
@@ -240,9 +240,10 @@ def main() -> None:
 def heuristics(hw, m, L, D, best, chain, model) -> dict:
     """Algorithm 1 (static scorer) and relax_and_polish on the same instance; gaps to optimum."""
     from subgpu_jax import search
+    from subgpu_jax.model.workload import Workload
 
     opt = best["makespan_us"]
-    wl = search.Workload(lambda mm: dataclasses.replace(chain, microbatches=mm) if mm == m
+    wl = Workload(lambda mm: dataclasses.replace(chain, microbatches=mm) if mm == m
                          else make_instance(hw, mm, L)[0], batch=chain.deployment.requests_per_gpu,
                          tokens_per_gpu=chain.deployment.tokens_per_gpu, name="gptoss-chain20")
     prob = search.Problem(wl, hw, duration_model=model)

@@ -1,7 +1,7 @@
 """Frontier studies: temporal vs SubGPU per-user / per-GPU throughput frontiers with matched gains.
 
 Presets (``--study``):
-  gptoss120b_b200  GPT-OSS 120B on 32 B200 (the reference study, DESIGN §5), every attention
+  gptoss120b_b200  GPT-OSS 120B on 32 B200 (the reference study, docs/method.md §5), every attention
                    TP x DP split with TP <= 8, MoE EP32, KV history 32,768.
   gptoss20b_h200   GPT-OSS 20B on 8 H200 (attention TP x DP, MoE EP8), KV history 32,768.
   llama70b_h200    Llama-3.1-70B on 8 H200 (attention TP x DP, dense MLP on TP), KV 32,768.
@@ -22,8 +22,8 @@ import os
 import sys
 
 from subgpu_jax import get_hardware, get_model
-from subgpu_jax.searchrun import run_search
-from subgpu_jax.sweep import build_grid
+from subgpu_jax.app.searchjob import run_search
+from subgpu_jax.app.sweep import build_grid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     arch, hw = get_model(st["model"]), get_hardware(st["hw"])
     pars = None
     if a.tp:
-        from subgpu_jax.sweep import outer_parallelisms
+        from subgpu_jax.app.sweep import outer_parallelisms
         pars = [p for p in outer_parallelisms(arch, st["gpus"]) if p[0] == a.tp]
     skipped: list = []
     pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches"],

@@ -1,6 +1,6 @@
 """Optimality gap of the heuristics against exhaustive search on small random instances.
 
-Each instance (``search.synthetic_workload``): a random chain or small DAG of 5-10 kernels with
+Each instance (``synthetic_workload``): a random chain or small DAG of 5-10 kernels with
 random FLOPs/bytes/CTAs, 2-6 region instances, D in 2..4 stages, microbatch counts {1, 2, 4} of a
 per-GPU batch of 8, on an H200 with a coarse SM quantum (16 SMs, minimum 16, budget 128) so that
 the full space (all cuts, w in {0, 1}, all allocations, all m) can be enumerated. Every scorer is
@@ -9,7 +9,7 @@ search, not the model.
 
 Methods (Algorithm 1 takes the best record over m):
 
-* ``alg1``: Algorithm 1 as in DESIGN §4 (feature-DP proposal + rotations ranked by the cheap
+* ``alg1``: Algorithm 1 as in docs/method.md §4 (feature-DP proposal + rotations ranked by the cheap
   estimator, seeds, pairwise-line refinement, exact polish);
 * ``alg1_ls``: the same plus our cut local search (``cut_strategy="local_search"``, formerly
   ``cut_local_search=True``, an extension);
@@ -45,6 +45,7 @@ import time
 import numpy as np
 
 from subgpu_jax import search as S
+from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
 
 MS = (1, 2, 4)
 
@@ -63,14 +64,14 @@ def main() -> None:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                   "heuristic_gap.json"))
     args = ap.parse_args()
-    hw = S.coarse_hardware("H200", quantum=16, minimum=16, budget=128)
+    hw = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
     rows = []
     t_all = time.perf_counter()
     print(f"{'#':>3s} {'instance':28s} {'D':>1s} {'optimum_us':>11s} {'alg1':>7s} "
           f"{'alg1_ls':>7s} {'screen':>7s} {'lean':>7s} {'relax':>7s} {'cfgs':>7s} {'s':>5s}")
     for i in range(args.seed0, args.seed0 + args.n):
         t0 = time.perf_counter()
-        wl = S.synthetic_workload(i)
+        wl = synthetic_workload(i)
         n = wl.graph(1).n
         D = min(int(np.random.default_rng(10_000 + i).integers(2, 5)), n - 1)
         pb = S.Problem(wl, hw)

@@ -1,4 +1,4 @@
-"""Diagnose pipelined-vs-sequential output differences of ``hw_runtime.executor`` (H200).
+"""Diagnose pipelined-vs-sequential output differences of ``hw_runtime.gpu.executor`` (H200).
 
 For the TINY GPT-OSS-like model of ``tests/test_hw_executor.py`` and the three configurations
 of ``test_gpu_capture_and_pipelined_output_equals_sequential`` this runs, from the SAME restored
@@ -31,6 +31,7 @@ import os
 import sys
 import time
 import traceback
+from subgpu_jax.space.config import workload_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -45,8 +46,9 @@ def main() -> int:
     a = ap.parse_args()
     import torch
     from test_hw_executor import TINY_WL
-    from hw_runtime.executor import Executor, issue_plan
-    from hw_runtime.workload import Workload as HwWorkload
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.plan import issue_plan
+    from hw_runtime.gpu.workload import TorchWorkload as HwWorkload
 
     t0 = time.time()
     res: dict = {"part": a.part, "env_launch_blocking": os.environ.get("CUDA_LAUNCH_BLOCKING"),
@@ -83,7 +85,7 @@ def main() -> int:
     # ------------------------------------------------------------- green sync probe
     if a.part == "main":
         try:
-            from hw_runtime.partition import GreenPartition
+            from hw_runtime.gpu.partition import GreenPartition
             with GreenPartition([64, 64], streams_per_pool=1) as part:
                 s = part.stream(1, 0)
                 x = torch.zeros(1 << 20, device="cuda")
@@ -138,10 +140,10 @@ def main() -> int:
 
 
 def _configs(TINY_WL):
-    return [("A_green", TINY_WL.config(TINY_WL.macro_starts(), [64, 64], 4, True), "green"),
-            ("B_green", TINY_WL.config(["L0.attn", "L1.router"], [32, 32, 64], 2, False),
+    return [("A_green", workload_config(TINY_WL, TINY_WL.macro_starts(), [64, 64], 4, True), "green"),
+            ("B_green", workload_config(TINY_WL, ["L0.attn", "L1.router"], [32, 32, 64], 2, False),
              "green"),
-            ("A_multistream", TINY_WL.config(TINY_WL.macro_starts(), [64, 64], 4, True),
+            ("A_multistream", workload_config(TINY_WL, TINY_WL.macro_starts(), [64, 64], 4, True),
              "multistream")]
 
 
@@ -329,7 +331,7 @@ def run_config(torch, ex, cfg, mode, rec, a, issue_plan):
                 j = torch.cuda.Event()
                 j.record(s)
                 s0.wait_event(j)
-        from hw_runtime.executor import _graph_nodes
+        from hw_runtime.gpu.executor import _graph_nodes
         nodes = _graph_nodes(g)
         g.instantiate()
         torch.cuda.synchronize()

@@ -1,4 +1,4 @@
-"""Device probe for issue 5 (items 1-2): green-context partitions and the reference workload.
+"""Device probe: green-context partitions and the reference workload.
 
 Run on the H200 device machine from the repository root::
 
@@ -31,7 +31,7 @@ import traceback
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-COPY_PEAK_GBPS = 4245.0  # shared/calibration/h200_copy_bandwidth_vs_pool.csv, whole GPU
+COPY_PEAK_GBPS = 4245.0  # tests/data/h200_copy_bandwidth_vs_pool.csv, whole GPU
 
 
 def main() -> int:
@@ -62,11 +62,11 @@ def main() -> int:
         return deco
 
     import torch
-    from hw_runtime.partition import GreenPartition, device_sm_info, plan_pools
-    from hw_runtime.workload import Workload, hopper_arch, time_kernels
-    from subgpu_jax.graph import REFERENCE_DEPLOYMENT, StaticDurationModel, build_graph
-    from subgpu_jax.hardware import get_hardware
-    from subgpu_jax.models import get_model
+    from hw_runtime.gpu.partition import GreenPartition, device_sm_info, plan_pools
+    from hw_runtime.gpu.workload import TorchWorkload, hopper_arch, time_kernels
+    from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, StaticDurationModel, build_graph
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.models import get_model
 
     @section("env")
     def _env():
@@ -196,7 +196,7 @@ def main() -> int:
     def kernel_table(m: int):
         g = build_graph(arch, REFERENCE_DEPLOYMENT, m)
         t1 = time.time()
-        wl = Workload(g, device="cuda")
+        wl = TorchWorkload(g, device="cuda")
         build_s = time.time() - t1
         rows = time_kernels(wl, reps=args.reps, warmup=3)
         for r, k in zip(rows, g.kernels):
@@ -241,7 +241,7 @@ def main() -> int:
         wl = keep.get("wl")
         if wl is None:
             g = build_graph(arch, REFERENCE_DEPLOYMENT, 2)
-            wl = Workload(g, device="cuda", kv_cache="shared")
+            wl = TorchWorkload(g, device="cuda", kv_cache="shared")
             keep["wl"] = wl
 
         def med_replay(graph, stream, reps=10):

@@ -1,13 +1,13 @@
-"""Issue 5 item 5: validate the calibrated simulator against executed configurations on one H200.
+"""validate the calibrated simulator against executed configurations on one H200.
 
-Workload: GPT-OSS 120B (bf16 experts, ``hw_runtime.workload.hopper_arch``), one rank of the
+Workload: GPT-OSS 120B (bf16 experts, ``hw_runtime.gpu.workload.hopper_arch``), one rank of the
 reference 32-GPU deployment (``graph.REFERENCE_DEPLOYMENT``: attention TP8 x DP4, MoE EP32,
 input 32,768, KV history 32,768, all 36 layers) at global batch 2,048 and 512.
 
 Three phases (one script, so that one device call does all the GPU work):
 
 ``--phase device`` (on the H200; writes under ``--out``):
-    1. ``--calibrate``: ``hw_runtime.calibrate.calibrate`` (kernel tables on 8..128-SM pools and
+    1. ``--calibrate``: ``hw_runtime.gpu.calibrate.calibrate`` (kernel tables on 8..128-SM pools and
        the whole GPU, copy curve, co-run pairs) -> ``calibration_raw.json``.
     2. every configuration of ``--configs`` (JSON written by ``--phase plan``): temporal,
        multi-stream without partitioning, Macro and the others, each captured as one CUDA graph
@@ -32,6 +32,7 @@ import os
 import sys
 import time
 import traceback
+from subgpu_jax.space.config import temporal_of, workload_config
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
@@ -41,14 +42,14 @@ BATCHES = (2048, 512)
 
 
 def _sim_workload(G: int):
-    from hw_runtime.workload import hopper_arch
-    from subgpu_jax.graph import REFERENCE_DEPLOYMENT
-    from subgpu_jax.models import MODELS
-    from subgpu_jax.workload import Workload
-    from subgpu_jax.hardware import get_hardware
+    from hw_runtime.gpu.workload import hopper_arch
+    from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT
+    from subgpu_jax.model.models import MODELS
+    from subgpu_jax.model.workload import Workload
+    from subgpu_jax.model.hardware import get_hardware
 
     dep = dataclasses.replace(REFERENCE_DEPLOYMENT, global_batch=G)
-    return Workload(hopper_arch(MODELS["gpt-oss-120b"]), dep, get_hardware("H200"))
+    return Workload.from_model(hopper_arch(MODELS["gpt-oss-120b"]), dep, get_hardware("H200"))
 
 
 def cfg_to_json(wl, cfg, name: str, mode: str = "green", check: bool = False, **extra) -> dict:
@@ -63,8 +64,8 @@ def cfg_to_json(wl, cfg, name: str, mode: str = "green", check: bool = False, **
 def cfg_from_json(wl, d: dict):
     """Inverse of ``cfg_to_json`` (validated by ``Workload.config``; temporal for D = 1)."""
     if d["D"] == 1:
-        return wl.temporal()
-    return wl.config(d["starts"], d["alloc"], d["microbatch"], bool(d["w"]), d["policy"])
+        return temporal_of(wl)
+    return workload_config(wl, d["starts"], d["alloc"], d["microbatch"], bool(d["w"]), d["policy"])
 
 
 # =============================================================================== device phase
@@ -72,8 +73,8 @@ def cfg_from_json(wl, d: dict):
 def device_phase(args) -> int:
     import torch
 
-    from hw_runtime.executor import Executor
-    from hw_runtime.workload import Workload as HwWorkload
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.gpu.workload import TorchWorkload as HwWorkload
 
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
@@ -88,10 +89,10 @@ def device_phase(args) -> int:
     res["env"] = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0),
                   "mem": list(torch.cuda.mem_get_info())}
     if args.calibrate:
-        from hw_runtime.calibrate import calibrate
-        from hw_runtime.workload import hopper_arch
-        from subgpu_jax.graph import REFERENCE_DEPLOYMENT
-        from subgpu_jax.models import MODELS
+        from hw_runtime.gpu.calibrate import calibrate
+        from hw_runtime.gpu.workload import hopper_arch
+        from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT
+        from subgpu_jax.model.models import MODELS
         try:
             cal = calibrate(hopper_arch(MODELS["gpt-oss-120b"]), REFERENCE_DEPLOYMENT,
                             batches=BATCHES, microbatches=tuple(args.microbatches),
@@ -156,11 +157,13 @@ def plan_phase(args) -> int:
     """Choose the configurations with the calibrated simulator (CPU)."""
     import numpy as np
 
-    from subgpu_jax.calibration import CalibratedDurationModel, load_calibration
-    from subgpu_jax.contention import ContentionModel
-    from subgpu_jax.eventsim import simulate
-    from subgpu_jax.search import (AllocSpace, MemoScorer, Problem, Workload as SWorkload,
-                                   allocate_pairwise)
+    from subgpu_jax.model.calibration import CalibratedDurationModel, load_calibration
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.sim.eventsim import simulate
+    from subgpu_jax.space.config import AllocSpace
+    from subgpu_jax.search.problem import MemoScorer, Problem
+    from subgpu_jax.model.workload import Workload as SWorkload
+    from subgpu_jax.search.pairwise import allocate_pairwise
 
     out: dict = {}
     cal = load_calibration(args.calibration) if args.calibration else None
@@ -178,7 +181,7 @@ def plan_phase(args) -> int:
                                   validate=False).makespan)
 
         memo = MemoScorer(exact)
-        cfgs = [cfg_to_json(wl, wl.temporal(), "temporal", check=False)]
+        cfgs = [cfg_to_json(wl, temporal_of(wl), "temporal", check=False)]
         macro = wl.macro_starts()
         g1 = wl.graph(1)
         cands = []  # (name, starts, w, m)
@@ -192,7 +195,7 @@ def plan_phase(args) -> int:
         cands.append(("attn_moe", [ia_f, g1.index("L1.router")], 1, 2))  # D=2: attn+oproj
         rows = []
         for name, starts, w, m in cands:
-            seg = wl.config(starts, _even(hw, len(starts) + 1 - w), R // m, bool(w)).seg_of
+            seg = workload_config(wl, starts, _even(hw, len(starts) + 1 - w), R // m, bool(w)).seg_of
             D = len(starts) + 1 - w
             try:
                 if cal:
@@ -205,13 +208,13 @@ def plan_phase(args) -> int:
             rows.append((res.makespan_us, name, cfg))
             print(f"G={G} {name:22s} D={D} w={w} m={m} best {list(res.alloc)} "
                   f"{res.makespan_us:10.1f} µs", flush=True)
-        t_temp = exact(wl.temporal())
+        t_temp = exact(temporal_of(wl))
         best = min(rows, key=lambda r: r[0])
         print(f"G={G} temporal {t_temp:.1f} µs, best {best[1]} {best[0]:.1f} µs "
               f"({t_temp / best[0]:.3f}x)")
         # measured set: temporal, multistream Macro, Macro at the paper split and the search's
         # allocation, every candidate at its best allocation
-        cm = wl.config(macro, [64, 64], R // 2, True)
+        cm = workload_config(wl, macro, [64, 64], R // 2, True)
         cfgs.append(cfg_to_json(wl, cm, "macro_multistream", mode="multistream"))
         cfgs.append(cfg_to_json(wl, cm, "macro_64_64", check=True))
         for t, name, cfg in rows:
@@ -256,10 +259,10 @@ def kendall_tau(a, b) -> float:
 def analyze_phase(args) -> int:
     import numpy as np
 
-    from subgpu_jax.calibration import load_calibration
-    from subgpu_jax.contention import ContentionModel
-    from subgpu_jax.eventsim import simulate, simulate_streams
-    from subgpu_jax.graph import CATEGORIES
+    from subgpu_jax.model.calibration import load_calibration
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.sim.eventsim import simulate, simulate_streams
+    from subgpu_jax.model.graph import CATEGORIES
 
     with open(args.measured) as fh:
         meas = json.load(fh)
@@ -346,8 +349,8 @@ def analyze_phase(args) -> int:
             hw = cal.apply_to_hardware(wl.hw)
             g = wl.graph(int(c["microbatches"]))
             byk = {}
-            from subgpu_jax.calibration import kernel_key
-            from subgpu_jax.contention import probe_kernels
+            from subgpu_jax.model.calibration import kernel_key
+            from subgpu_jax.sim.probe import probe_kernels
             for k in list(g.kernels) + [probe_kernels()[0]]:
                 byk.setdefault(kernel_key(k), k)
             ka, kb = byk[c["a"]["key"]], byk[c["b"]["key"]]

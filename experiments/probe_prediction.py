@@ -1,4 +1,4 @@
-"""The contention model's prediction of our H200 probe (shared/calibration/h200_green_context_probe.csv):
+"""The contention model's prediction of our H200 probe (tests/data/h200_green_context_probe.csv):
 bf16 8192^3 GEMM and 2 GiB copy alone on pools of 16..132 SMs, and the GEMM on 64 SMs beside the
 copy on 68. Prints a table and writes experiments/results/probe_prediction_h200.json.
 
@@ -11,7 +11,7 @@ import json
 import os
 
 from subgpu_jax import get_hardware
-from subgpu_jax.contention import predict_probe
+from subgpu_jax.sim.probe import predict_probe
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -33,9 +33,10 @@ import numpy as np
 
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax import search as S
-from subgpu_jax.graph import REFERENCE_DEPLOYMENT, Deployment
+from subgpu_jax.model.workload import Workload
+from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, Deployment
 
-#: Deployments per model (per-GPU graphs): GPT-OSS-120B at the DESIGN §5 reference point;
+#: Deployments per model (per-GPU graphs): GPT-OSS-120B at the docs/method.md §5 reference point;
 #: GPT-OSS-20B on 8 GPUs (attention TP8, MoE EP8, G = 512); Llama-3.1-8B on one GPU (G = 128,
 #: KV history 8192).
 DEPLOYMENTS = {
@@ -62,7 +63,7 @@ def main() -> None:
     grid = [(mo, h, D, m) for mo in models for h in hws for D in Ds for m in ms]
     if args.quick:
         grid = grid[::4]
-    problems = {(mo, h): S.Problem(S.Workload.from_model(get_model(mo), DEPLOYMENTS[mo]),
+    problems = {(mo, h): S.Problem(Workload.from_model(get_model(mo), DEPLOYMENTS[mo]),
                                    get_hardware(h)) for mo in models for h in hws}
     rows = []
     t_all = time.perf_counter()

@@ -1,15 +1,15 @@
-"""``subgpu run`` and ``subgpu calibrate``: sub-commands registered by ``subgpu_jax.cli``.
+"""``subgpu run`` and ``subgpu calibrate``: sub-commands registered by ``subgpu_jax.app.cli``.
 
 Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
-error (exit code 2, through ``subgpu_jax.cli.main``'s ``ValueError`` handling) on a machine
+error (exit code 2, through ``subgpu_jax.app.cli.main``'s ``ValueError`` handling) on a machine
 without a GPU or without green-context support.
 
 ``subgpu run``: the configuration options of ``subgpu simulate`` (``--cuts/--sms/--microbatch/
 --reuse``) or ``--from-search DIR`` (the best record of ``DIR/summary.json``); executes the
-temporal baseline and the configuration on the local GPU (``hw_runtime.executor``) and prints
+temporal baseline and the configuration on the local GPU (``hw_runtime.gpu.executor``) and prints
 measured vs predicted makespans (the event simulator, calibrated with ``--calibration``).
 
-``subgpu calibrate --out FILE``: ``hw_runtime.calibrate.calibrate`` for the workload options.
+``subgpu calibrate --out FILE``: ``hw_runtime.gpu.calibrate.calibrate`` for the workload options.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from subgpu_jax.space.config import config_from_options, temporal_of, workload_config
 
 __all__ = ["add_commands", "gpu_check", "config_from_search"]
 
@@ -24,7 +25,7 @@ __all__ = ["add_commands", "gpu_check", "config_from_search"]
 def gpu_check() -> None:
     """Raise ``ValueError`` (one line) unless torch, a CUDA GPU, cuda-bindings and green
     contexts are all available here."""
-    from hw_runtime.partition import green_contexts_available
+    from hw_runtime.gpu.partition import green_contexts_available
 
     ok, why = green_contexts_available(0)
     if not ok:
@@ -32,15 +33,15 @@ def gpu_check() -> None:
 
 
 def _ep(a) -> int:
-    """``--ep`` or its default for the model (see ``subgpu_jax.cli.resolve_arch_ep``)."""
-    from subgpu_jax.cli import resolve_arch_ep
+    """``--ep`` or its default for the model (see ``subgpu_jax.app.cli.resolve_arch_ep``)."""
+    from subgpu_jax.app.cli import resolve_arch_ep
 
     return resolve_arch_ep(a)[1]
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.cli import _add_workload_args
+    from subgpu_jax.app.cli import _add_workload_args
 
     r = sub.add_parser("run", help="execute a configuration on the local GPU (green contexts) "
                        "and compare with the simulator",
@@ -135,11 +136,11 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
 
 
 def _cmd_run(a) -> int:
-    from subgpu_jax.contention import ContentionModel
-    from subgpu_jax.eventsim import simulate
-    from subgpu_jax.graph import Deployment
-    from subgpu_jax.workload import Workload as SimWorkload
-    from hw_runtime.workload import hopper_arch
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.sim.eventsim import simulate
+    from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.model.workload import Workload as SimWorkload
+    from hw_runtime.gpu.workload import hopper_arch
 
     for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0)):
         if getattr(a, f) < lo:
@@ -160,28 +161,28 @@ def _cmd_run(a) -> int:
                          global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
         starts, sms, b, reuse = None, None, a.microbatch, a.reuse
     wl0 = SimWorkload.from_names(a.model, a.hardware, dep)
-    wl = SimWorkload(hopper_arch(wl0.arch), dep, wl0.hw)
+    wl = SimWorkload.from_model(hopper_arch(wl0.arch), dep, wl0.hw)
     hw = wl.hw
     if starts is None:
-        from subgpu_jax.cli import _int_list
+        from subgpu_jax.app.cli import _int_list
         cuts = a.cuts.split(",") if a.cuts else None
         sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
-        cfg = wl.config_from_options(cuts, sms, b, reuse, policy)  # ValueError if infeasible
+        cfg = config_from_options(wl, cuts, sms, b, reuse, policy)  # ValueError if infeasible
     else:
-        cfg = wl.config(starts, sms, b, reuse, policy)
+        cfg = workload_config(wl, starts, sms, b, reuse, policy)
     m = wl.microbatches_of(cfg.microbatch)
     model = ContentionModel()
     hw_sim = hw
     if a.calibration:
-        from subgpu_jax.calibration import load_calibration
+        from subgpu_jax.model.calibration import load_calibration
         cal = load_calibration(a.calibration, wl.arch, dep, hw)
         hw_sim = cal.apply_to_hardware(hw)
         model = model.replace(calibration=cal)
     gpu_check()
     # ---- GPU from here on
-    from hw_runtime.executor import Executor
-    from hw_runtime.partition import GreenContextError
-    from hw_runtime.workload import Workload as HwWorkload, WorkloadMemoryError
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.gpu.partition import GreenContextError
+    from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
 
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda")
@@ -195,7 +196,7 @@ def _cmd_run(a) -> int:
         chk = None if a.no_check else ex.check_output(cfg, a.mode)
     except GreenContextError as e:
         raise ValueError(str(e)) from None
-    pred_t = float(simulate(wl.graph(1), wl.temporal(), hw_sim, model, cache=a.cache,
+    pred_t = float(simulate(wl.graph(1), temporal_of(wl), hw_sim, model, cache=a.cache,
                             record=False).makespan)
     pred_c = float(simulate(wl.graph(m), cfg, hw_sim, model, cache=a.cache,
                             record=False).makespan)
@@ -227,10 +228,10 @@ def _cmd_run(a) -> int:
 
 
 def _cmd_calibrate(a) -> int:
-    from subgpu_jax.cli import _int_list
-    from subgpu_jax.graph import Deployment
-    from subgpu_jax.workload import Workload as SimWorkload
-    from hw_runtime.workload import hopper_arch
+    from subgpu_jax.app.cli import _int_list
+    from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.model.workload import Workload as SimWorkload
+    from hw_runtime.gpu.workload import hopper_arch
 
     batches = _int_list(a.batches, "batches") if a.batches else [a.batch]
     mbs = _int_list(a.microbatches, "microbatches")
@@ -255,9 +256,9 @@ def _cmd_calibrate(a) -> int:
     if not os.path.isdir(d):
         raise ValueError(f"--out: folder {d} does not exist")
     gpu_check()
-    from hw_runtime.calibrate import calibrate
-    from hw_runtime.partition import GreenContextError
-    from hw_runtime.workload import WorkloadMemoryError
+    from hw_runtime.gpu.calibrate import calibrate
+    from hw_runtime.gpu.partition import GreenContextError
+    from hw_runtime.gpu.workload import WorkloadMemoryError
 
     try:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,

@@ -1,0 +1,290 @@
+"""Measure a calibration file on the local GPU (``subgpu calibrate``).
+
+``calibrate(arch, deploy, batches, microbatches)`` times every distinct kernel of the workload
+(``subgpu_jax.model.calibration.kernel_key``: L0/L1 copies of one op on one shape are measured once)
+alone on green-context pools of ``pools`` SMs (default 8, 16, 32, 64, 96, 128) and on the whole
+GPU (no green context), for every global batch and microbatch count asked for; measures the
+copy-bandwidth curve on the same pools; and runs a few co-running pairs on two 64-SM pools
+(memory-bound full-attention FMHA beside the expert up-projection, beside a compute-bound
+8192^3 bf16 GEMM, and beside another FMHA), which are stored for validation only.
+
+Protocol of a kernel time: ``hw_runtime.gpu.workload.time_kernels``: the op launched once for each of
+``rotate`` region instances (different weights/KV, so nothing stays in L2 between launches),
+captured in a CUDA graph, median over ``reps`` replays of graph time / ``rotate`` (µs). A copy
+time: 2 GiB moved (1 GiB read + 1 GiB written), median of ``reps`` launches.
+
+The result is the JSON object ``subgpu_jax.model.calibration.Calibration.from_dict`` accepts, plus
+``meta.raw`` (min/max per measurement, graph nodes per launch) for reports.
+
+Errors: ``ExecutorUnavailable`` / ``GreenContextUnavailable`` without a GPU or green contexts;
+``WorkloadMemoryError`` when the KV caches do not fit (raised before allocating, with the bytes
+needed); ``ValueError`` for bad arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import math
+import platform
+import statistics
+import time
+from typing import Callable, Sequence
+
+from subgpu_jax.model.calibration import DEPLOY_FIELDS, FORMAT, kernel_key
+from subgpu_jax.model.graph import Deployment, build_graph
+
+__all__ = ["DEFAULT_POOLS", "calibrate", "copy_bandwidth", "distinct_kernels", "corun_pairs"]
+
+#: Pool sizes timed (SMs), multiples of the H200's 8-SM quantum; the whole GPU is added.
+DEFAULT_POOLS: tuple[int, ...] = (8, 16, 32, 64, 96, 128)
+
+
+def distinct_kernels(graph) -> list[int]:
+    """Indices of the first kernel of each distinct ``kernel_key`` in ``graph`` (launch order)."""
+    seen, out = set(), []
+    for i, k in enumerate(graph.kernels):
+        key = kernel_key(k)
+        if key not in seen:
+            seen.add(key)
+            out.append(i)
+    return out
+
+
+def copy_bandwidth(torch, stream, nbytes: int = 2 ** 30, reps: int = 10) -> float:
+    """Copy bandwidth (read + write bytes / s) of a ``nbytes`` device-to-device copy on
+    ``stream``: median of ``reps`` launches after 2 warm-ups, timed with CUDA events."""
+    n = nbytes // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    ts = []
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            dst.copy_(src)
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(stream)
+            dst.copy_(src)
+            e1.record(stream)
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1) * 1e-3)
+    del src, dst
+    return 2.0 * n * 2 / statistics.median(ts)
+
+
+def _graph_of(torch, stream, fn, reps: int):
+    """CUDA graph of ``reps`` calls of ``fn`` captured on ``stream`` (after one eager warm call)."""
+    with torch.cuda.stream(stream):
+        fn()
+    stream.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for r in range(reps):
+            fn(r)
+    stream.synchronize()
+    return g
+
+
+def _replay_ms(torch, g, stream, reps: int = 5) -> float:
+    ts = []
+    with torch.cuda.stream(stream):
+        g.replay()
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(stream)
+            g.replay()
+            e1.record(stream)
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1))
+    return statistics.median(ts)
+
+
+def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
+    """Co-running pairs on a two-pool partition ``part`` (pool 0 runs A, pool 1 runs B).
+
+    A = the full-attention FMHA of microbatch 0 over 4 region instances. B = (1) the expert
+    up-projection, (2) an 8192^3 bf16 GEMM (compute-bound, not a workload kernel), (3) the
+    full-attention FMHA of the last microbatch. B's graph is replayed back to back until A is
+    done (enough replays to outlast A alone).
+
+    Returns:
+        one dict per pair: ``a``/``b`` (names, kernel keys, launches per graph), pools,
+        ``a_alone_us``, ``b_alone_us`` (per graph), ``a_corun_us`` (start to A's end while B
+        runs), ``b_replays``, ``b_corun_us`` (per B graph while overlapped),
+        ``a_slowdown`` = a_corun / a_alone - 1.
+    """
+    from subgpu_jax.sim.probe import probe_kernels
+
+    s0, s1 = part.stream(0, 0), part.stream(1, 0)
+    g = wl.graph
+    ia = g.index([k.name for k in g.kernels if k.category == "attn_full"][-1])
+    iu = g.index([k.name for k in g.kernels if k.op == "expert_up"][0])
+    m = wl.shapes.m
+    n = 8192
+    A_ = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    B_ = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
+    C_ = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")
+    L = min(4, g.num_regions)
+    ga = _graph_of(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
+    cands = [
+        ("expert_up", lambda r=0: wl.launch(iu, m - 1, r % g.num_regions),
+         {"name": g.kernels[iu].name, "key": kernel_key(g.kernels[iu])}, 8),
+        ("gemm8192", lambda r=0: torch.mm(A_, B_, out=C_),
+         {"name": "mm8192_bf16", "key": kernel_key(probe_kernels()[0]), "analytical": True}, 1),
+        ("attn_full", lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions),
+         {"name": g.kernels[ia].name + f"(mb{m - 1})", "key": kernel_key(g.kernels[ia])}, 1),
+    ]
+    a_alone = _replay_ms(torch, ga, s0, reps)
+    out = []
+    for label, fn, info, nb in cands:
+        gb = _graph_of(torch, s1, fn, nb)
+        b_alone = _replay_ms(torch, gb, s1, reps)
+        rb = max(2, int(math.ceil(a_alone / b_alone)) + 2)
+        ta, tb = [], []
+        for _ in range(reps):
+            e0 = torch.cuda.Event(enable_timing=True)
+            ea = torch.cuda.Event(enable_timing=True)
+            eb = torch.cuda.Event(enable_timing=True)
+            e0.record(s0)
+            s1.wait_event(e0)
+            with torch.cuda.stream(s1):
+                for _ in range(rb):
+                    gb.replay()
+            with torch.cuda.stream(s0):
+                ga.replay()
+            ea.record(s0)
+            eb.record(s1)
+            eb.synchronize()
+            ea.synchronize()
+            ta.append(e0.elapsed_time(ea))
+            tb.append(e0.elapsed_time(eb))
+        out.append({"pair": f"attn_full|{label}", "a": {"name": g.kernels[ia].name,
+                    "key": kernel_key(g.kernels[ia]), "launches": L},
+                    "b": {**info, "launches": nb}, "pools": list(part.granted),
+                    "global_batch": wl.deployment.global_batch, "microbatches": m,
+                    "a_alone_us": a_alone * 1e3, "b_alone_us": b_alone * 1e3,
+                    "a_corun_us": statistics.median(ta) * 1e3, "b_replays": rb,
+                    "b_corun_us": statistics.median(tb) * 1e3 / rb,
+                    "a_slowdown": statistics.median(ta) / a_alone - 1.0})
+        del gb
+    del ga, A_, B_, C_
+    return out
+
+
+def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
+              microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
+              reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
+              log: Callable[[str], None] = print) -> dict:
+    """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
+
+    Args:
+        arch: the model, with bf16 experts on Hopper (``hw_runtime.gpu.workload.hopper_arch``).
+        deploy: the deployment (its ``global_batch`` is replaced by each of ``batches``).
+        batches: global batches G to measure.
+        microbatches: microbatch counts m (those not dividing R = G/d are skipped).
+        pools: green-context pool sizes (SMs); the whole GPU is always measured too.
+        reps, warmup: replays per kernel measurement (median) and warm-up replays.
+        coruns: also measure the co-running pairs (at the first batch, largest m <= 2).
+        hardware: preset name written into the file (must match the simulator's preset).
+        log: progress printer.
+
+    Returns:
+        the calibration JSON object (``Calibration.from_dict`` accepts it).
+
+    Raises:
+        ExecutorUnavailable, GreenContextUnavailable: no GPU / green contexts.
+        WorkloadMemoryError: the workload does not fit (before allocating).
+        ValueError: bad pools/batches.
+    """
+    from hw_runtime.gpu.executor import _torch, derive_workload
+    from hw_runtime.gpu.partition import GreenPartition, device_sm_info
+    from hw_runtime.gpu.workload import TorchWorkload, time_kernels
+
+    torch = _torch()
+    info = device_sm_info(0)
+    if not batches or not microbatches or not pools:
+        raise ValueError("calibrate: batches, microbatches and pools must be non-empty")
+    t0 = time.time()
+    tables: dict[str, dict] = {}
+    names: dict[str, str] = {}
+    raw: list[dict] = []
+    corun_res: list[dict] = []
+    full = torch.cuda.Stream()
+    for G in batches:
+        dep = dataclasses.replace(deploy, global_batch=int(G))
+        dep.validate(arch)
+        R = dep.requests_per_gpu
+        ms = [m for m in microbatches if R % m == 0]
+        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda")
+        log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
+            f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
+        wls = {}
+        for m in ms:
+            wls[m] = derive_workload(base, build_graph(arch, dep, m))
+        todo = []  # (wl, [kernel ids]) of keys not measured yet
+        for m, wl in wls.items():
+            ids = [i for i in distinct_kernels(wl.graph)
+                   if kernel_key(wl.graph.kernels[i]) not in tables]
+            for i in ids:
+                key = kernel_key(wl.graph.kernels[i])
+                tables[key] = {}
+                names[key] = f"{wl.graph.kernels[i].name}@G{G}m{m}"
+            todo.append((wl, ids, m))
+        for p in list(pools) + [info.sm_count]:
+            part = None
+            try:
+                if p == info.sm_count:
+                    stream = full
+                else:
+                    part = GreenPartition([int(p)], streams_per_pool=1)
+                    stream = part.stream(0, 0)
+                for wl, ids, m in todo:
+                    if not ids:
+                        continue
+                    res = time_kernels(wl, kernels=ids, reps=reps, warmup=warmup, stream=stream)
+                    for r in res:
+                        key = kernel_key(wl.graph.kernels[wl.graph.index(r["name"])])
+                        tables[key][str(int(p))] = float(r["us"])
+                        raw.append({"key": key, "name": r["name"], "G": G, "m": m, "sms": int(p),
+                                    "us": r["us"], "us_min": r["us_min"], "us_max": r["us_max"],
+                                    "nodes": r["graph_nodes_per_launch"]})
+            finally:
+                if part is not None:
+                    torch.cuda.synchronize()
+                    part.close()
+            log(f"  pool {p:3d} SMs done ({time.time() - t0:.0f} s)")
+        if coruns and not corun_res:
+            mc = max([m for m in ms if m <= 2] or [ms[0]])
+            with GreenPartition([64, 64], streams_per_pool=1) as part:
+                corun_res = corun_pairs(torch, wls[mc], part)
+            log(f"  co-runs done ({time.time() - t0:.0f} s)")
+        del wls, todo, base
+        gc.collect()
+        torch.cuda.empty_cache()
+    # copy-bandwidth curve
+    bw_sms, bw = [], []
+    for p in list(pools) + [info.sm_count]:
+        if p == info.sm_count:
+            bw.append(copy_bandwidth(torch, full) / 1e9)
+        else:
+            with GreenPartition([int(p)], streams_per_pool=1) as part:
+                bw.append(copy_bandwidth(torch, part.stream(0, 0)) / 1e9)
+        bw_sms.append(int(p))
+    log(f"calibrate: copy curve {dict(zip(bw_sms, [round(x) for x in bw]))} "
+        f"({time.time() - t0:.0f} s)")
+    return {
+        "format": FORMAT, "model": arch.name, "hardware": hardware, "num_sms": info.sm_count,
+        "expert_dtype": arch.expert_dtype,
+        "deployment": {f: int(getattr(deploy, f)) for f in DEPLOY_FIELDS},
+        "global_batches": [int(g) for g in batches],
+        "kernels": [{"key": k, "name": names[k], "times_us": v} for k, v in tables.items()],
+        "bw_curve": {"sms": bw_sms, "copy_GBps": bw},
+        "coruns": corun_res,
+        "meta": {"device": info.name, "driver": info.driver_version,
+                 "torch": torch.__version__, "python": platform.python_version(),
+                 "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
+                 "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
+                 "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
+                             "in one CUDA graph; median of reps replays / instances",
+                 "seconds": time.time() - t0, "raw": raw},
+    }

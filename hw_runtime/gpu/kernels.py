@@ -1,0 +1,334 @@
+"""Torch kernels of the GPU workload as a registry: one builder per op (docs/method.md §5-6).
+
+``kernel_builder(kernel)`` returns the builder of a graph kernel's op; a builder takes the
+``KernelContext`` of one kernel of a ``TorchWorkload`` (its tensors, shapes and helpers) and
+returns ``f(mu, l)``, which launches the kernel for microbatch ``mu`` on region instance ``l``
+(writes only into preallocated tensors, so it can be captured in a CUDA graph). Virtual
+collectives copy their payload and then spin to the modelled link time (``TorchWorkload``).
+Needs torch only when a builder runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+__all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT"]
+
+#: GPT-OSS clamped SwiGLU constants (public reference implementation).
+SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
+
+
+class KernelContext:
+    """Everything a kernel builder needs about kernel ``i`` of a ``TorchWorkload``.
+
+    Attributes:
+        wl: the workload; t: torch; F_: torch.nn.functional; s: its ``WorkloadShapes``;
+        arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
+        H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
+        eps: RMSNorm epsilon; spin: spin cycles after a virtual collective; stage: the name of
+        its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
+        KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
+        counts; resid_in, resid_out: residual-stream tensor names of the layer.
+    """
+
+    def __init__(self, wl: Any, i: int, kern: Any) -> None:
+        t, s = wl.torch, wl.shapes
+        self.wl, self.t, self.s, self.arch, self.kern = wl, t, s, wl.arch, kern
+        self.F_ = t.nn.functional
+        j = kern.layer
+        self.p = f"L{j}."
+        self.H, self.Rm, self.hd, self.qh, self.kvh = s.H, s.Rm, s.hd, s.qh, s.kvh
+        self.eps = 1e-5
+        self.spin = wl._spin_cycles(kern)
+        self.stage = f"stage.{i}"
+        self.kv_pos = s.kv_pos[j]
+        self.W, self.KV, self.ACT = wl.weights, wl.kv, wl.acts
+        self.nW, self.nKV = len(self.W), len(self.KV)
+        self.resid_in, self.resid_out = f"resid.{j}", f"resid.{j + 1}"
+
+    def norm_into(self, dst, x, w) -> None:
+        """dst <- RMSNorm(x) * w over the last axis."""
+        dst.copy_(self.F_.rms_norm(x, (x.shape[-1],), w, self.eps))
+
+    def comm(self, a, src) -> None:
+        """The endpoint work of a virtual collective: copy ``src`` into the stage's buffer."""
+        if self.stage in a:
+            self.wl._cycle_copy(a[self.stage], src.reshape(-1))
+
+    def spin_end(self) -> None:
+        """Spin the SMs to the modelled link time of a virtual collective."""
+        if self.spin:
+            self.t.cuda._sleep(self.spin)
+
+    def rope_into(self, dst, x) -> None:
+        """dst <- rotary embedding of x (half-split layout) at the decode position."""
+        t, wl = self.t, self.wl
+        h2 = self.hd // 2
+        x1, x2 = x[..., :h2], x[..., h2:]
+        d1, d2 = dst[..., :h2], dst[..., h2:]
+        t.mul(x1, wl._cos, out=d1)
+        d1.addcmul_(x2, wl._sin, value=-1.0)
+        t.mul(x2, wl._cos, out=d2)
+        d2.addcmul_(x1, wl._sin)
+
+
+def _rmsnorm(c: KernelContext) -> Callable[[int, int], None]:
+    """RMSNorm of the residual stream before attention."""
+    W, nW, ACT, p, resid_in = c.W, c.nW, c.ACT, c.p, c.resid_in
+    norm_into = c.norm_into
+
+    def f(mu, l):
+        a = ACT[mu]
+        norm_into(a[p + "xn"], a[resid_in], W[l % nW][p + "attn_norm.w"])
+    return f
+
+
+def _qkv(c: KernelContext) -> Callable[[int, int], None]:
+    """QKV projection (GEMM, optional bias)."""
+    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        if p + "qkv.b" in w:
+            t.addmm(w[p + "qkv.b"], a[p + "xn"], w[p + "qkv.w"], out=a[p + "qkv"])
+        else:
+            t.mm(a[p + "xn"], w[p + "qkv.w"], out=a[p + "qkv"])
+    return f
+
+
+def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
+    """RoPE on q and k (optional q/k norm) and the KV-cache append."""
+    F_, Rm, hd, qh, kvh = c.F_, c.Rm, c.hd, c.qh, c.kvh
+    eps, W, nW, KV, nKV = c.eps, c.W, c.nW, c.KV, c.nKV
+    ACT, p, kv_pos, rope_into = c.ACT, c.p, c.kv_pos, c.rope_into
+
+    def f(mu, l):
+        a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
+        x = a[p + "qkv"].view(Rm, qh + 2 * kvh, hd)
+        q, k, v = x[:, :qh], x[:, qh:qh + kvh], x[:, qh + kvh:]
+        if p + "q_norm.w" in w:
+            q = F_.rms_norm(q, (hd,), w[p + "q_norm.w"], eps)
+            k = F_.rms_norm(k, (hd,), w[p + "k_norm.w"], eps)
+        sl = slice(mu * Rm, (mu + 1) * Rm)
+        rope_into(a[p + "q"], q)
+        rope_into(kv[p + "k_cache"][sl, :, kv_pos, :], k)
+        kv[p + "v_cache"][sl, :, kv_pos, :].copy_(v)
+    return f
+
+
+def _attn(c: KernelContext) -> Callable[[int, int], None]:
+    """Decode attention (FMHA; GQA when fewer KV heads), optional sink scale."""
+    t, F_, Rm, hd, qh = c.t, c.F_, c.Rm, c.hd, c.qh
+    kvh, W, nW, KV, nKV = c.kvh, c.W, c.nW, c.KV, c.nKV
+    ACT, p = c.ACT, c.p
+    gqa = qh != kvh
+
+    def f(mu, l):
+        a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
+        sl = slice(mu * Rm, (mu + 1) * Rm)
+        q = a[p + "q"].view(Rm, qh, 1, hd)
+        kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
+        o = F_.scaled_dot_product_attention(q, kk, vv, enable_gqa=gqa) if gqa else \
+            F_.scaled_dot_product_attention(q, kk, vv)
+        dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
+        if p + "sink_scale" in w:
+            t.mul(o, w[p + "sink_scale"], out=dst)
+        else:
+            dst.copy_(o)
+    return f
+
+
+def _o_proj(c: KernelContext) -> Callable[[int, int], None]:
+    """Attention output projection (GEMM, optional bias)."""
+    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        if p + "o.b" in w:
+            t.addmm(w[p + "o.b"], a[p + "attn_out"], w[p + "o.w"], out=a[p + "o_part"])
+        else:
+            t.mm(a[p + "attn_out"], w[p + "o.w"], out=a[p + "o_part"])
+    return f
+
+
+def _out_residual(c: KernelContext) -> Callable[[int, int], None]:
+    """Attention all-reduce (virtual: a copy of the payload) + residual add + MLP norm."""
+    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+    resid_in, norm_into, comm, spin_end = c.resid_in, c.norm_into, c.comm, c.spin_end
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        comm(a, a[p + "o_part"])
+        t.add(a[p + "o_part"], a[resid_in], out=a[p + "h"])
+        norm_into(a[p + "hn"], a[p + "h"], w[p + "mlp_norm.w"])
+        spin_end()
+    return f
+
+
+def _router(c: KernelContext) -> Callable[[int, int], None]:
+    """MoE router GEMM (optional bias)."""
+    t, s, W, nW, ACT = c.t, c.s, c.W, c.nW, c.ACT
+    p = c.p
+    Tr = s.Tr
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        z = t.mm(a[p + "hn"][:Tr], w[p + "router.w"])
+        if p + "router.b" in w:
+            t.add(z, w[p + "router.b"], out=a[p + "logits"])
+        else:
+            a[p + "logits"].copy_(z)
+    return f
+
+
+def _topk(c: KernelContext) -> Callable[[int, int], None]:
+    """Top-k expert selection and softmax of the selected logits."""
+    t, s, ACT, p = c.t, c.s, c.ACT, c.p
+    k_ = s.k
+
+    def f(mu, l):
+        a = ACT[mu]
+        t.topk(a[p + "logits"], k_, dim=-1, out=(a[p + "topk_w"], a[p + "topk_i"]))
+        a[p + "topk_w"].copy_(t.softmax(a[p + "topk_w"], dim=-1))
+    return f
+
+
+def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
+    """MoE dispatch all-to-all (virtual) and the gather into expert order."""
+    t, s, H, ACT, p = c.t, c.s, c.H, c.ACT, c.p
+    comm, spin_end, wl = c.comm, c.spin_end, c.wl
+    Tr = s.Tr
+
+    def f(mu, l):
+        a = ACT[mu]
+        src = a[p + "hn"][:Tr]
+        comm(a, src)
+        t.index_select(src, 0, wl._disp_idx, out=a[p + "x_exp"].view(-1, H))
+        spin_end()
+    return f
+
+
+def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
+    """Expert up-projection (batched GEMM) with SwiGLU (clamped for GPT-OSS)."""
+    t, F_, s, arch, W = c.t, c.F_, c.s, c.arch, c.W
+    nW, ACT, p = c.nW, c.ACT, c.p
+    nh, F = s.n_hit, s.F
+    gptoss = arch.family == "gpt_oss"
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        wu = w[p + "experts_up.w"][:nh]
+        gu = a[p + "gu_exp"]
+        if p + "experts_up.b" in w:
+            t.baddbmm(w[p + "experts_up.b"][:nh], a[p + "x_exp"], wu, out=gu)
+        else:
+            t.bmm(a[p + "x_exp"], wu, out=gu)
+        if gptoss:  # clamped SwiGLU, gate/up interleaved
+            g = gu[..., ::2].clamp(max=SWIGLU_LIMIT)
+            u = gu[..., 1::2].clamp(-SWIGLU_LIMIT, SWIGLU_LIMIT)
+            glu = g * t.sigmoid(g * SWIGLU_ALPHA)
+            t.mul(u + 1.0, glu, out=a[p + "act_exp"])
+        else:
+            t.mul(F_.silu(gu[..., :F]), gu[..., F:], out=a[p + "act_exp"])
+    return f
+
+
+def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
+    """Expert down-projection (batched GEMM)."""
+    t, s, W, nW, ACT = c.t, c.s, c.W, c.nW, c.ACT
+    p = c.p
+    nh = s.n_hit
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        wd = w[p + "experts_down.w"][:nh]
+        if p + "experts_down.b" in w:
+            t.baddbmm(w[p + "experts_down.b"][:nh], a[p + "act_exp"], wd,
+                      out=a[p + "y_exp"])
+        else:
+            t.bmm(a[p + "act_exp"], wd, out=a[p + "y_exp"])
+    return f
+
+
+def _combine(c: KernelContext) -> Callable[[int, int], None]:
+    """MoE combine all-to-all (virtual) + weighted sum + residual."""
+    t, s, H, Rm, ACT = c.t, c.s, c.H, c.Rm, c.ACT
+    p, resid_out, comm, spin_end, wl = c.p, c.resid_out, c.comm, c.spin_end, c.wl
+    k_ = s.k
+
+    def f(mu, l):
+        a = ACT[mu]
+        y = a[p + "y_exp"].view(-1, H)
+        comm(a, y)
+        g = t.index_select(y, 0, wl._comb_idx).view(Rm, k_, H)
+        wsel = t.index_select(a[p + "topk_w"], 0, wl._wsel_idx).to(t.bfloat16)
+        t.baddbmm(a[p + "h"].view(Rm, 1, H), wsel.view(Rm, 1, k_), g,
+                  out=a[resid_out].view(Rm, 1, H))
+        spin_end()
+    return f
+
+
+def _mlp_up(c: KernelContext) -> Callable[[int, int], None]:
+    """Dense MLP up/gate projection with SiLU gating."""
+    t, F_, s, W, nW = c.t, c.F_, c.s, c.W, c.nW
+    ACT, p = c.ACT, c.p
+    I = s.I
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        t.mm(a[p + "hn"], w[p + "mlp_up.w"], out=a[p + "gu"])
+        t.mul(F_.silu(a[p + "gu"][:, :I]), a[p + "gu"][:, I:], out=a[p + "act"])
+    return f
+
+
+def _mlp_down(c: KernelContext) -> Callable[[int, int], None]:
+    """Dense MLP down projection."""
+    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        t.mm(a[p + "act"], w[p + "mlp_down.w"], out=a[p + "y"])
+    return f
+
+
+def _dense_residual(c: KernelContext) -> Callable[[int, int], None]:
+    """Dense MLP's all-reduce (virtual) + residual add."""
+    t, ACT, p, resid_out, comm = c.t, c.ACT, c.p, c.resid_out, c.comm
+    spin_end = c.spin_end
+
+    def f(mu, l):
+        a = ACT[mu]
+        comm(a, a[p + "y"])
+        t.add(a[p + "y"], a[p + "h"], out=a[resid_out])
+        spin_end()
+    return f
+
+
+#: op (or ``"out_residual"`` / ``"dense_residual"`` for the collectives) -> builder.
+KERNELS: dict[str, Callable[[KernelContext], Callable[[int, int], None]]] = {
+    "rmsnorm": _rmsnorm, "qkv": _qkv, "rope_kv": _rope_kv, "attn": _attn, "o_proj": _o_proj,
+    "out_residual": _out_residual, "router": _router, "topk": _topk, "dispatch": _dispatch,
+    "expert_up": _expert_up, "expert_down": _expert_down, "combine": _combine,
+    "mlp_up": _mlp_up, "mlp_down": _mlp_down, "dense_residual": _dense_residual,
+}
+
+
+def _key(kern: Any) -> str:
+    if kern.op in ("allreduce", "residual_norm") and kern.category == "out_residual":
+        return "out_residual"
+    if kern.op in ("allreduce", "residual"):
+        return "dense_residual"
+    return kern.op
+
+
+def kernel_builder(kern: Any) -> Callable[[KernelContext], Callable[[int, int], None]]:
+    """The builder of a graph kernel's op (``KERNELS``).
+
+    Raises:
+        ValueError: an op the workload does not implement.
+    """
+    builder = None if kern.op in ("out_residual", "dense_residual") else KERNELS.get(_key(kern))
+    if builder is None:
+        raise ValueError(f"TorchWorkload: kernel {kern.name} has op {kern.op!r}, which the "
+                         "workload does not implement")
+    return builder

@@ -1,0 +1,646 @@
+"""A real PyTorch workload for every kernel of a per-GPU ``OpGraph`` (docs/method.md §5-6).
+
+``TorchWorkload(graph)`` allocates, once, random weights (nothing is downloaded), KV caches and per-
+microbatch activation buffers at the graph's exact per-GPU shapes, and
+``workload.launch(kernel_index, microbatch, region_instance)`` runs that kernel's work on the
+current torch stream (wrap it in ``torch.cuda.stream(s)`` to place it on a green-context pool).
+Every launch writes into preallocated buffers, so launches can be captured in CUDA graphs.
+
+Kernels (``Kernel.op``) and what runs:
+
+========================  ===================================================================
+rmsnorm                   ``F.rms_norm`` of the residual into ``xn``
+qkv                       ``addmm`` xn @ W_qkv (+ bias) -> qkv            [Rm, (qh+2kvh)*hd]
+rope_kv                   (q/k RMSNorm for Qwen3) RoPE of q and k at position kv_history-1;
+                          q -> ``q``, k and v written into slot kv_history-1 of the KV cache
+                          (ring slot ``(kv_history-1) % window`` for sliding layers)
+attn                      ``F.scaled_dot_product_attention(..., enable_gqa=True)`` of one query
+                          token over the layer's KV (kv_history tokens, or the window for
+                          sliding layers). Attention sinks are APPROXIMATED by a per-head scale
+                          of the output (the exact rescaling needs the log-sum-exp, which SDPA
+                          does not return; the extra work is one tiny elementwise kernel)
+o_proj                    ``addmm`` attn_out @ W_o (+ bias) -> o_part
+allreduce (attention)     virtual collective (below) + residual add + post-attention RMSNorm
+residual_norm             residual add + post-attention RMSNorm (attention TP 1)
+router                    hn[:Tr] @ W_router (+ bias) -> fp32 logits
+topk                      ``torch.topk`` + softmax over the k selected logits
+dispatch                  virtual all-to-all: gather of the routed tokens into the expert input
+                          ``x_exp`` [experts hit, tokens per expert, H] + the collective
+expert_up                 ``baddbmm`` over the local experts hit (+ bias), clamped SwiGLU of
+                          GPT-OSS (alpha 1.702, limit 7; SiLU-GLU for other families)
+expert_down               ``baddbmm`` (+ bias) -> y_exp
+combine                   virtual all-to-all + top-k weighted sum (``baddbmm``) + residual add
+mlp_up / mlp_down         dense SwiGLU MLP (``mm``) for dense models
+allreduce (mlp) /         virtual collective + residual add / residual add
+residual
+========================  ===================================================================
+
+Virtual collectives (docs/method.md §5): the endpoint memory work is a copy of the payload
+(``Kernel.comm_bytes``, read + write, from the kernel's source activation into a staging buffer),
+then the kernel's local work, then a spin (``torch.cuda._sleep``, calibrated in clock cycles per
+µs when the workload is built) so the kernel lasts at least ``comm_floor_us + comm_bytes /
+link_Bps`` (3 µs + payload / 450 GB/s for H200 NVLink 4). The copy's expected time at the copy
+peak is subtracted from the spin.
+
+Routing is static: the expected counts of docs/method.md §5 (``G*k/(e*m)`` assignments per microbatch,
+spread evenly over the expected number of distinct local experts hit, padded to equal counts per
+expert so one ``bmm`` serves them all), not the data-dependent top-k result; this keeps every
+launch free of host synchronisation and capturable.
+
+Datatypes: bf16 weights, activations and KV. Expert weights must be bf16 on Hopper (MXFP4 has no
+tensor-core support there): build the graph with ``dataclasses.replace(arch, expert_dtype='bf16')``
+(``hopper_arch`` does that) so the simulator's byte counts match what runs; a graph with MXFP4
+experts is refused.
+
+Memory: weights are allocated per region instance (``instances``, default every instance, so a
+kernel never finds another instance's weights in L2), activations per microbatch (shared by the
+region instances of that microbatch, which run one after the other). KV caches:
+``kv_cache="per_instance"`` gives every region instance its own cache (the reference's 18
+full-attention layers x 4.29 GB = 77 GB fit on one H200), ``"shared"`` one cache per layer of the
+region, reused by all instances (fine for timing: a 4.29 GB cache is far larger than the L2), and
+``"auto"`` (default) picks per-instance when it fits. The bytes needed are computed before any
+allocation and a workload that does not fit in the GPU's free memory is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from subgpu_jax.model.graph import Kernel, OpGraph
+from subgpu_jax.model.models import ModelArch, expected_distinct
+
+from hw_runtime.gpu.kernels import KernelContext, kernel_builder
+
+__all__ = [
+    "TorchWorkload", "WorkloadShapes", "workload_shapes", "estimate_bytes", "hopper_arch",
+    "time_kernels", "WorkloadMemoryError",
+]
+
+_GIB = float(2 ** 30)
+_ELEM = {"bf16": 2, "fp32": 4, "int64": 8}
+
+
+class WorkloadMemoryError(MemoryError):
+    """The workload needs more device memory than is free."""
+
+
+def hopper_arch(arch: ModelArch) -> ModelArch:
+    """``arch`` with bf16 expert weights (Hopper has no MXFP4 tensor cores): build the graph for
+    the workload and the simulator from this."""
+    return arch if arch.expert_dtype == "bf16" else replace(arch, expert_dtype="bf16")
+
+
+# --------------------------------------------------------------------------- pure shapes/bytes
+
+@dataclass(frozen=True)
+class WorkloadShapes:
+    """Per-GPU, per-microbatch shapes of a region (derived from the graph; no torch needed).
+
+    Attributes:
+        R, m, Rm: attention requests per GPU, microbatches, requests per microbatch.
+        H, qh, kvh, hd, nq: hidden, local q heads, local KV heads, head dim, qkv width.
+        t: attention TP. kv_history: tokens in each request's cache.
+        layer_kinds: ``"full"``/``"sliding"`` per layer of the region.
+        kv_len: KV slots of each layer (history, or the window); kv_pos: the appended slot.
+        moe: MoE model. E, El, k, F: experts, local experts, top-k, expert intermediate.
+        Tr: tokens routed by this GPU per microbatch; A: expert assignments received;
+        n_hit: local experts hit; cap: tokens per hit expert (padded); I: dense intermediate/TP.
+    """
+
+    R: int
+    m: int
+    Rm: int
+    H: int
+    qh: int
+    kvh: int
+    hd: int
+    nq: int
+    t: int
+    kv_history: int
+    layer_kinds: tuple[str, ...]
+    kv_len: tuple[int, ...]
+    kv_pos: tuple[int, ...]
+    moe: bool
+    E: int = 0
+    El: int = 0
+    k: int = 0
+    F: int = 0
+    Tr: int = 0
+    A: int = 0
+    n_hit: int = 0
+    cap: int = 0
+    I: int = 0
+
+    @property
+    def P(self) -> int:
+        """Layers in the region."""
+        return len(self.layer_kinds)
+
+
+def _need_graph(graph: OpGraph) -> tuple[ModelArch, Any]:
+    if not isinstance(graph, OpGraph):
+        raise TypeError(f"TorchWorkload: graph must be an OpGraph from build_graph, got "
+                        f"{type(graph).__name__}")
+    if graph.arch is None or graph.deployment is None:
+        raise ValueError("TorchWorkload: the graph must come from build_graph (it needs its arch and "
+                         "deployment); synthetic chain graphs have no shapes")
+    return graph.arch, graph.deployment
+
+
+def workload_shapes(graph: OpGraph) -> WorkloadShapes:
+    """The shapes the workload allocates for ``graph`` (see ``WorkloadShapes``).
+
+    Raises:
+        ValueError: the graph has no arch/deployment, or datatypes the workload cannot run
+            (experts or weights not bf16, KV not bf16).
+    """
+    arch, dep = _need_graph(graph)
+    if arch.expert_dtype != "bf16" and arch.is_moe:
+        raise ValueError(f"TorchWorkload: expert_dtype {arch.expert_dtype!r} cannot run on Hopper "
+                         "tensor cores; build the graph from hopper_arch(arch) "
+                         "(dataclasses.replace(arch, expert_dtype='bf16'))")
+    if arch.weight_dtype != "bf16" or arch.kv_dtype != "bf16":
+        raise ValueError(f"TorchWorkload: weights and KV must be bf16, got weight_dtype="
+                         f"{arch.weight_dtype!r}, kv_dtype={arch.kv_dtype!r}")
+    m = graph.microbatches
+    R = dep.requests_per_gpu
+    Rm = R // m
+    t = dep.attn_tp
+    qh = arch.num_heads // t
+    kvh = max(1, math.ceil(arch.num_kv_heads / t))
+    hd = arch.head_dim
+    if qh % kvh:
+        raise ValueError(f"TorchWorkload: {qh} local q heads are not a multiple of {kvh} KV heads")
+    kinds = tuple(arch.period)
+    kv_len, kv_pos = [], []
+    for kind in kinds:
+        if kind == "sliding":
+            L = min(arch.sliding_window, dep.kv_history)
+            kv_len.append(L)
+            kv_pos.append((dep.kv_history - 1) % L)
+        else:
+            kv_len.append(dep.kv_history)
+            kv_pos.append(dep.kv_history - 1)
+    common = dict(R=R, m=m, Rm=Rm, H=arch.hidden, qh=qh, kvh=kvh, hd=hd, nq=(qh + 2 * kvh) * hd,
+                  t=t, kv_history=dep.kv_history, layer_kinds=kinds, kv_len=tuple(kv_len),
+                  kv_pos=tuple(kv_pos), moe=arch.is_moe)
+    if arch.is_moe:
+        E, k, e = arch.num_experts, arch.top_k, dep.moe_ep
+        El = E // e
+        Tr = max(1, int(round(Rm / t)))
+        A = max(1, int(round(dep.global_batch * k / (e * m))))
+        hit = expected_distinct(E, dep.global_batch / m, k) * El / E
+        n_hit = int(min(El, max(1, round(hit))))
+        cap = int(math.ceil(A / n_hit))
+        return WorkloadShapes(**common, E=E, El=El, k=k, F=arch.moe_intermediate, Tr=Tr, A=A,
+                              n_hit=n_hit, cap=cap)
+    return WorkloadShapes(**common, I=arch.intermediate // t)
+
+
+def _comm_elems(kernel: Kernel) -> int:
+    return int(math.ceil(kernel.comm_bytes / 2.0)) if kernel.is_comm else 0
+
+
+def _weight_specs(s: WorkloadShapes, arch: ModelArch) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) of one region instance's weights."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    H = s.H
+    for j in range(s.P):
+        p = f"L{j}."
+        out[p + "attn_norm.w"] = ((H,), "bf16")
+        out[p + "qkv.w"] = ((H, s.nq), "bf16")
+        if arch.attn_bias:
+            out[p + "qkv.b"] = ((s.nq,), "bf16")
+        if arch.qk_norm:
+            out[p + "q_norm.w"] = ((s.hd,), "bf16")
+            out[p + "k_norm.w"] = ((s.hd,), "bf16")
+        if arch.attention_sinks:
+            out[p + "sink_scale"] = ((1, s.qh, 1, 1), "bf16")
+        out[p + "o.w"] = ((s.qh * s.hd, H), "bf16")
+        if arch.attn_bias:
+            out[p + "o.b"] = ((H,), "bf16")
+        out[p + "mlp_norm.w"] = ((H,), "bf16")
+        if s.moe:
+            out[p + "router.w"] = ((H, s.E), "bf16")
+            if arch.mlp_bias:
+                out[p + "router.b"] = ((s.E,), "bf16")
+            out[p + "experts_up.w"] = ((s.El, H, 2 * s.F), "bf16")
+            out[p + "experts_down.w"] = ((s.El, s.F, H), "bf16")
+            if arch.mlp_bias:
+                out[p + "experts_up.b"] = ((s.El, 1, 2 * s.F), "bf16")
+                out[p + "experts_down.b"] = ((s.El, 1, H), "bf16")
+        else:
+            out[p + "mlp_up.w"] = ((H, 2 * s.I), "bf16")
+            out[p + "mlp_down.w"] = ((s.I, H), "bf16")
+    return out
+
+
+def _kv_specs(s: WorkloadShapes) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) of one copy of the region's KV caches (all microbatches)."""
+    out = {}
+    for j in range(s.P):
+        shp = (s.R, s.kvh, s.kv_len[j], s.hd)
+        out[f"L{j}.k_cache"] = (shp, "bf16")
+        out[f"L{j}.v_cache"] = (shp, "bf16")
+    return out
+
+
+def _act_specs(s: WorkloadShapes, graph: OpGraph) -> dict[str, tuple[tuple[int, ...], str]]:
+    """name -> (shape, dtype) of one microbatch's activation buffers."""
+    Rm, H = s.Rm, s.H
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for j in range(s.P):
+        out[f"resid.{j}"] = ((Rm, H), "bf16")  # resid.P aliases resid.0
+        p = f"L{j}."
+        out[p + "xn"] = ((Rm, H), "bf16")
+        out[p + "qkv"] = ((Rm, s.nq), "bf16")
+        out[p + "q"] = ((Rm, s.qh, s.hd), "bf16")
+        out[p + "attn_out"] = ((Rm, s.qh * s.hd), "bf16")
+        out[p + "o_part"] = ((Rm, H), "bf16")
+        out[p + "h"] = ((Rm, H), "bf16")
+        out[p + "hn"] = ((Rm, H), "bf16")
+        if s.moe:
+            out[p + "logits"] = ((s.Tr, s.E), "fp32")
+            out[p + "topk_w"] = ((s.Tr, s.k), "fp32")
+            out[p + "topk_i"] = ((s.Tr, s.k), "int64")
+            out[p + "x_exp"] = ((s.n_hit, s.cap, H), "bf16")
+            out[p + "gu_exp"] = ((s.n_hit, s.cap, 2 * s.F), "bf16")
+            out[p + "act_exp"] = ((s.n_hit, s.cap, s.F), "bf16")
+            out[p + "y_exp"] = ((s.n_hit, s.cap, H), "bf16")
+        else:
+            out[p + "gu"] = ((Rm, 2 * s.I), "bf16")
+            out[p + "act"] = ((Rm, s.I), "bf16")
+            out[p + "y"] = ((Rm, H), "bf16")
+    for i, kern in enumerate(graph.kernels):
+        n = _comm_elems(kern)
+        if n:
+            out[f"stage.{i}"] = ((n,), "bf16")
+    return out
+
+
+def _nbytes(specs: dict) -> int:
+    return int(sum(math.prod(shp) * _ELEM[dt] for shp, dt in specs.values()))
+
+
+def estimate_bytes(graph: OpGraph, instances: int | None = None, kv_cache: str = "per_instance",
+                   workspace_bytes: float = 2 * _GIB) -> dict[str, float]:
+    """Device memory a ``TorchWorkload`` of ``graph`` needs, computed before allocating anything.
+
+    Args:
+        graph: the per-GPU region graph (from ``build_graph`` with bf16 experts).
+        instances: region instances with their own weights (default: all ``num_regions``).
+        kv_cache: ``"per_instance"`` or ``"shared"`` (see the module docstring).
+        workspace_bytes: allowance for cuBLAS workspaces, temporaries and graph pools.
+
+    Returns:
+        bytes of ``weights``, ``kv``, ``activations``, ``workspace``, ``total``; and
+        ``weights_per_instance``, ``kv_per_copy``, ``activations_per_microbatch``.
+
+    Raises:
+        ValueError: bad ``instances``/``kv_cache``, or a graph the workload cannot run.
+    """
+    s = workload_shapes(graph)
+    n = _instances(graph, instances)
+    if kv_cache not in ("per_instance", "shared"):
+        raise ValueError(f"kv_cache must be 'per_instance' or 'shared' here, got {kv_cache!r}")
+    w = _nbytes(_weight_specs(s, graph.arch))
+    kv = _nbytes(_kv_specs(s))
+    act = _nbytes(_act_specs(s, graph))
+    consts = 8 * (s.n_hit * s.cap + s.Rm * s.k + s.Rm) if s.moe else 0
+    n_kv = n if kv_cache == "per_instance" else 1
+    tot = w * n + kv * n_kv + act * s.m + consts + workspace_bytes
+    return {"weights": float(w * n), "kv": float(kv * n_kv), "activations": float(act * s.m),
+            "workspace": float(workspace_bytes + consts), "total": float(tot),
+            "weights_per_instance": float(w), "kv_per_copy": float(kv),
+            "activations_per_microbatch": float(act), "instances": n, "kv_copies": n_kv}
+
+
+def _instances(graph: OpGraph, instances: int | None) -> int:
+    if instances is None:
+        return graph.num_regions
+    if isinstance(instances, bool) or not isinstance(instances, int) or not \
+            1 <= instances <= graph.num_regions:
+        raise ValueError(f"TorchWorkload: instances must be an integer in 1..{graph.num_regions}, "
+                         f"got {instances!r}")
+    return instances
+
+
+# --------------------------------------------------------------------------- the workload
+
+def _torch():
+    try:
+        import torch  # type: ignore
+    except Exception as e:
+        raise ImportError(f"TorchWorkload needs torch ({e.__class__.__name__}: {e}); install the "
+                          "'gpu' extra") from None
+    return torch
+
+
+class TorchWorkload:
+    """Buffers and kernel callables for one per-GPU region graph.
+
+    Args:
+        graph: from ``build_graph(hopper_arch(arch), deployment, microbatches)``.
+        device: torch device (``"cuda"``, ``"cuda:0"``; ``"cpu"`` runs everything except the
+            spins, for tests).
+        instances: region instances with their own weights (and KV when per-instance); a launch
+            for instance l uses copy ``l % instances``. Default: all ``graph.num_regions``.
+        kv_cache: ``"auto"``, ``"per_instance"`` or ``"shared"``.
+        seed: RNG seed of the random weights/caches.
+        comm_floor_us, link_Bps: the virtual collective's floor and link bandwidth.
+        copy_Bps: copy bandwidth used to subtract the payload copy from the spin (H200: 4245e9).
+        spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only).
+        workspace_bytes: memory kept free for workspaces/temporaries.
+
+    Raises:
+        ValueError: a graph the workload cannot run, bad arguments.
+        WorkloadMemoryError: the GPU's free memory is below ``estimate_bytes(...)["total"]``
+            (nothing is allocated then).
+        ImportError: torch is missing.
+    """
+
+    def __init__(self, graph: OpGraph, device: str = "cuda", instances: int | None = None,
+                 kv_cache: str = "auto", seed: int = 0, comm_floor_us: float = 3.0,
+                 link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
+                 workspace_bytes: float = 2 * _GIB) -> None:
+        torch = _torch()
+        self.torch = torch
+        self.graph = graph
+        self.arch, self.deployment = _need_graph(graph)
+        self.shapes = s = workload_shapes(graph)
+        self.instances = _instances(graph, instances)
+        if kv_cache not in ("auto", "per_instance", "shared"):
+            raise ValueError(f"TorchWorkload: kv_cache must be 'auto', 'per_instance' or 'shared', "
+                             f"got {kv_cache!r}")
+        self.device = torch.device(device)
+        self.is_cuda = self.device.type == "cuda"
+        if self.is_cuda and not torch.cuda.is_available():
+            raise ValueError("TorchWorkload: device is CUDA but torch sees no GPU")
+        self.comm_floor_us, self.link_Bps, self.copy_Bps = comm_floor_us, link_Bps, copy_Bps
+        self.spin = bool(spin) and self.is_cuda
+        # ---- memory check before allocating anything
+        free = None
+        if self.is_cuda:
+            free, _total = torch.cuda.mem_get_info(self.device)
+        if kv_cache == "auto":
+            per = estimate_bytes(graph, self.instances, "per_instance", workspace_bytes)
+            kv_cache = "per_instance" if (free is None or per["total"] <= free) else "shared"
+        self.kv_cache = kv_cache
+        self.memory = estimate_bytes(graph, self.instances, kv_cache, workspace_bytes)
+        if free is not None and self.memory["total"] > free:
+            mm = self.memory
+            raise WorkloadMemoryError(
+                f"TorchWorkload needs {mm['total'] / 1e9:.1f} GB (weights {mm['weights'] / 1e9:.1f}, "
+                f"KV {mm['kv'] / 1e9:.1f}, activations {mm['activations'] / 1e9:.2f}, workspace "
+                f"{mm['workspace'] / 1e9:.1f}) but the GPU has {free / 1e9:.1f} GB free; use "
+                f"kv_cache='shared' or fewer instances")
+        # ---- allocate
+        self._gen = torch.Generator(device=self.device)
+        self._gen.manual_seed(int(seed))
+        wspec, kvspec, aspec = (_weight_specs(s, self.arch), _kv_specs(s),
+                                _act_specs(s, graph))
+        self.weights = [self._alloc_weights(wspec) for _ in range(self.instances)]
+        n_kv = self.instances if kv_cache == "per_instance" else 1
+        self.kv = [{nm: self._rand(shp, 1.0) for nm, (shp, _) in kvspec.items()}
+                   for _ in range(n_kv)]
+        self.acts = []
+        for _ in range(s.m):
+            a = {nm: self._rand(shp, 1.0, dt) for nm, (shp, dt) in aspec.items()}
+            a[f"resid.{s.P}"] = a["resid.0"]  # the region's output is the next instance's input
+            self.acts.append(a)
+        self._consts()
+        self._cycles_per_us = self._calibrate_spin() if self.spin else 0.0
+        self._fns = [self._make(i, kern) for i, kern in enumerate(graph.kernels)]
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    # ---------------------------------------------------------------- allocation helpers
+    def _dtype(self, dt: str):
+        t = self.torch
+        return {"bf16": t.bfloat16, "fp32": t.float32, "int64": t.int64}[dt]
+
+    def _rand(self, shape, std: float, dt: str = "bf16"):
+        t = self.torch
+        if dt == "int64":
+            return t.zeros(shape, dtype=t.int64, device=self.device)
+        x = t.empty(shape, dtype=self._dtype(dt), device=self.device)
+        x.normal_(0.0, std, generator=self._gen)
+        return x
+
+    def _alloc_weights(self, spec) -> dict:
+        out = {}
+        for nm, (shp, _dt) in spec.items():
+            if nm.endswith("norm.w"):
+                out[nm] = self.torch.ones(shp, dtype=self.torch.bfloat16, device=self.device)
+            elif nm.endswith("sink_scale"):
+                x = self.torch.empty(shp, dtype=self.torch.float32, device=self.device)
+                x.uniform_(0.6, 1.0, generator=self._gen)
+                out[nm] = x.to(self.torch.bfloat16)
+            elif nm.endswith(".b"):
+                out[nm] = self._rand(shp, 0.02)
+            else:  # fan-in scaled so activations stay O(1)
+                fan_in = shp[-2]
+                out[nm] = self._rand(shp, 1.0 / math.sqrt(fan_in))
+        return out
+
+    def _consts(self) -> None:
+        t, s = self.torch, self.shapes
+        hd = s.hd
+        pos = s.kv_history - 1
+        inv = 1.0 / (10000.0 ** (t.arange(0, hd // 2, dtype=t.float64) * 2.0 / hd))
+        ang = pos * inv
+        self._cos = t.cos(ang).to(t.bfloat16).to(self.device)
+        self._sin = t.sin(ang).to(t.bfloat16).to(self.device)
+        if s.moe:
+            rows = s.n_hit * s.cap
+            self._disp_idx = (t.arange(rows) % s.Tr).to(self.device)
+            self._comb_idx = (t.arange(s.Rm * s.k) % rows).to(self.device)
+            self._wsel_idx = (t.arange(s.Rm) % s.Tr).to(self.device)
+
+    def _calibrate_spin(self) -> float:
+        """Clock cycles of ``torch.cuda._sleep`` per µs, timed on this GPU."""
+        t = self.torch
+        st = t.cuda.current_stream(self.device)
+        for _ in range(2):
+            t.cuda._sleep(100_000)
+        cyc, best = 2_000_000, float("inf")
+        for _ in range(3):
+            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            e0.record(st)
+            t.cuda._sleep(cyc)
+            e1.record(st)
+            e1.synchronize()
+            best = min(best, e0.elapsed_time(e1) * 1000.0)
+        return cyc / best
+
+    # ---------------------------------------------------------------- kernels
+    def comm_target_us(self, kernel: Kernel) -> float:
+        """Floor duration of a virtual collective: floor + payload / link bandwidth (µs)."""
+        return self.comm_floor_us + kernel.comm_bytes / self.link_Bps * 1e6 if kernel.is_comm \
+            else 0.0
+
+    def _spin_cycles(self, kernel: Kernel) -> int:
+        if not self.spin or not kernel.is_comm:
+            return 0
+        copy_us = 2.0 * kernel.comm_bytes / self.copy_Bps * 1e6
+        return int(max(0.0, self.comm_target_us(kernel) - copy_us) * self._cycles_per_us)
+
+    @staticmethod
+    def _cycle_copy(dst, src) -> None:
+        """Fill the flat ``dst`` with copies of the flat ``src`` (the payload's endpoint work)."""
+        n, m = dst.numel(), src.numel()
+        full = n // m
+        for r in range(full):
+            dst[r * m:(r + 1) * m].copy_(src)
+        rem = n - full * m
+        if rem:
+            dst[full * m:].copy_(src[:rem])
+
+    def _make(self, i: int, kern: Kernel):
+        """The callable ``f(mu, l)`` of kernel ``i`` (built by its op's ``kernels.KERNELS`` entry).
+
+        Raises:
+            ValueError: an op the workload does not implement.
+        """
+        return kernel_builder(kern)(KernelContext(self, i, kern))
+
+    # ---------------------------------------------------------------- public API
+    @property
+    def n(self) -> int:
+        """Kernels in the region."""
+        return self.graph.n
+
+    def launch(self, kernel_index: int | str, microbatch: int = 0, region_instance: int = 0
+               ) -> None:
+        """Run one kernel's work on the current torch stream (asynchronously).
+
+        Args:
+            kernel_index: index (or name, e.g. ``"L1.attn"``) of the kernel in the region.
+            microbatch: 0..m-1 (selects the activation buffers and the KV rows).
+            region_instance: 0..num_regions-1 (selects the weights/KV copy ``l % instances``).
+
+        Raises:
+            ValueError: an index out of range (names the valid range).
+        """
+        i = self.graph.index(kernel_index)
+        m, L = self.shapes.m, self.graph.num_regions
+        if isinstance(microbatch, bool) or not 0 <= int(microbatch) < m:
+            raise ValueError(f"TorchWorkload.launch: microbatch must be in 0..{m - 1}, got "
+                             f"{microbatch!r}")
+        if isinstance(region_instance, bool) or not 0 <= int(region_instance) < L:
+            raise ValueError(f"TorchWorkload.launch: region_instance must be in 0..{L - 1}, got "
+                             f"{region_instance!r}")
+        self._fns[i](int(microbatch), int(region_instance))
+
+    def launch_region(self, microbatch: int = 0, region_instance: int = 0,
+                      kernels: Sequence[int] | None = None) -> None:
+        """Launch kernels (default: all, in order) of one region instance for one microbatch."""
+        for i in (range(self.n) if kernels is None else kernels):
+            self.launch(i, microbatch, region_instance)
+
+    def output(self, microbatch: int = 0):
+        """The residual stream of a microbatch (the region's input and output buffer)."""
+        return self.acts[microbatch]["resid.0"]
+
+    def kernel_info(self, i: int) -> dict:
+        """Analytical work of kernel ``i`` (from the graph) plus the collective's floor."""
+        k = self.graph.kernels[i]
+        return {"name": k.name, "op": k.op, "category": k.category, "flops": k.flops,
+                "hbm_bytes": k.hbm_bytes, "weight_bytes": k.weight_bytes,
+                "kv_bytes": k.kv_bytes, "act_bytes": k.act_bytes, "comm_bytes": k.comm_bytes,
+                "comm_target_us": self.comm_target_us(k)}
+
+    def summary(self) -> dict:
+        """JSON-able description of shapes, memory and settings."""
+        s = self.shapes
+        return {"shapes": {f: getattr(s, f) for f in s.__dataclass_fields__},
+                "memory_bytes": self.memory, "kv_cache": self.kv_cache,
+                "instances": self.instances, "spin_cycles_per_us": self._cycles_per_us,
+                "comm_floor_us": self.comm_floor_us, "link_Bps": self.link_Bps,
+                "expert_dtype": self.arch.expert_dtype, "device": str(self.device)}
+
+
+# --------------------------------------------------------------------------- timing
+
+def _graph_nodes(g) -> int | None:
+    """Nodes (kernels, memcpys, memsets) of a captured, not yet instantiated CUDA graph."""
+    try:
+        from cuda.bindings import driver as drv
+        h = g.raw_cuda_graph()
+        r = drv.cuGraphGetNodes(drv.CUgraph(int(h)), 0)
+        return int(r[-1]) if r[0] == drv.CUresult.CUDA_SUCCESS else None
+    except Exception:  # counting is informative only
+        return None
+
+
+def time_kernels(wl: TorchWorkload, kernels: Sequence[int] | None = None, microbatch: int = 0,
+                 reps: int = 25, warmup: int = 3, rotate: int | None = None, stream=None,
+                 use_graphs: bool = True) -> list[dict]:
+    """Time kernels one at a time with CUDA events (each kernel alone on ``stream``).
+
+    Each measurement runs the kernel once for each of ``rotate`` region instances (different
+    weights/KV, so repeated runs do not find their data in L2), captured in one CUDA graph (no
+    host launch gaps) when ``use_graphs``; per-launch time = replay time / ``rotate``; the median
+    over ``reps`` replays is reported.
+
+    Returns:
+        one dict per kernel: ``kernel_info`` plus ``us`` (median), ``us_min``, ``us_max``,
+        ``GBps`` (graph hbm_bytes / time), ``kv_GBps``, ``TFLOPs``, ``launches``, and
+        ``graph_nodes_per_launch`` (CUDA kernels/copies one launch of the op issues; None if
+        cuda-bindings cannot count them).
+    """
+    t = wl.torch
+    if not wl.is_cuda:
+        raise ValueError("time_kernels needs a CUDA workload")
+    s = stream if stream is not None else t.cuda.Stream(device=wl.device)
+    nrot = min(wl.graph.num_regions, rotate or wl.instances)
+    ids = list(range(wl.n)) if kernels is None else [wl.graph.index(k) for k in kernels]
+    pool = t.cuda.graph_pool_handle() if use_graphs else None
+    out = []
+    # Warm every kernel (cuBLAS handles, SDPA backend choice) before any capture.
+    with t.cuda.stream(s):
+        for i in ids:
+            for l in range(nrot):
+                wl.launch(i, microbatch, l)
+    s.synchronize()
+    for i in ids:
+        times = []
+        with t.cuda.stream(s):
+            nodes = None
+            if use_graphs:
+                g = t.cuda.CUDAGraph(keep_graph=True)
+                with t.cuda.graph(g, stream=s, pool=pool):
+                    for l in range(nrot):
+                        wl.launch(i, microbatch, l)
+                nodes = _graph_nodes(g)
+                g.instantiate()
+                run = g.replay
+            else:
+                def run(i=i):
+                    for l in range(nrot):
+                        wl.launch(i, microbatch, l)
+            for _ in range(warmup):
+                run()
+            evs = []
+            for _ in range(reps):
+                e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+                e0.record(s)
+                run()
+                e1.record(s)
+                evs.append((e0, e1))
+        s.synchronize()
+        times = [a.elapsed_time(b) * 1000.0 / nrot for a, b in evs]
+        if use_graphs:
+            del g
+        info = wl.kernel_info(i)
+        us = statistics.median(times)
+        info.update(us=us, us_min=min(times), us_max=max(times), launches=nrot, reps=reps,
+                    graph_nodes_per_launch=None if nodes is None else nodes / nrot,
+                    GBps=info["hbm_bytes"] / us / 1e3,
+                    kv_GBps=info["kv_bytes"] / us / 1e3 if info["kv_bytes"] else 0.0,
+                    TFLOPs=info["flops"] / us / 1e6)
+        out.append(info)
+    return out

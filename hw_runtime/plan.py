@@ -1,0 +1,277 @@
+"""The CPU half of the GPU runtime (docs/method.md §6): the launch plan of a ``Config``, the stream
+backend protocol, ``issue_plan`` and ``FakeStreamBackend``.
+
+``build_launch_plan(graph, cfg)`` turns a configuration into the exact schedule the simulator
+scores: the segment tasks of ``subgpu_jax.space.taskdag.build_task_dag`` in the global dispatch
+order, each on the stream of its stage (rho_w(k)), with the CUDA events it must wait on (its data
+predecessors that run on another stream; same-stream predecessors, including the stage edge, are
+implied by stream order) and whether it must record an event. ``issue_plan(plan, backend)`` walks
+a plan against a stream backend; ``FakeStreamBackend`` replays it with given kernel durations
+(stream FIFO + event waits), which is how CI checks the plan against the simulator's task DAG.
+Pure CPU: no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+from subgpu_jax.model.graph import OpGraph
+from subgpu_jax.space.config import Config
+from subgpu_jax.space.taskdag import build_task_dag
+
+
+@dataclass(frozen=True)
+class PlanTask:
+    """One segment task of the plan (one entry of the global dispatch order).
+
+    Attributes:
+        index: position in the dispatch order (= the task index of ``taskdag.TaskDAG``).
+        region: region instance l. microbatch: mu. segment: k. stage: rho_w(k) = its stream.
+        kernels: kernel indices of the region graph launched for this task, in order.
+        data_preds: data-predecessor task indices (as in the TaskDAG).
+        stage_pred: the previous task on the same stage, or -1.
+        waits: task indices whose completion event this task's stream waits on before its first
+            kernel: the data predecessors on OTHER streams (sorted).
+        record: True when some later task on another stream waits on this task's event.
+    """
+
+    index: int
+    region: int
+    microbatch: int
+    segment: int
+    stage: int
+    kernels: tuple[int, ...]
+    data_preds: tuple[int, ...]
+    stage_pred: int
+    waits: tuple[int, ...]
+    record: bool
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The schedule of one forward pass.
+
+    Attributes:
+        tasks: ``PlanTask`` in the global dispatch order (issue order).
+        num_streams: D, one stream per stage.
+        stage_sms: SMs of each stage's pool (the Config's allocation; ``(num_sms,)`` for temporal).
+        microbatches: m. num_regions: L. kernels_per_region: n.
+        config: the Config the plan realises.
+    """
+
+    tasks: tuple[PlanTask, ...]
+    num_streams: int
+    stage_sms: tuple[int, ...]
+    microbatches: int
+    num_regions: int
+    kernels_per_region: int
+    config: Config
+
+    @property
+    def T(self) -> int:
+        """Number of segment tasks, L * m * K."""
+        return len(self.tasks)
+
+    def stream_tasks(self) -> list[list[int]]:
+        """Task indices issued on each stream, in issue order (list of D lists)."""
+        out: list[list[int]] = [[] for _ in range(self.num_streams)]
+        for t in self.tasks:
+            out[t.stage].append(t.index)
+        return out
+
+    def events(self) -> int:
+        """CUDA events the plan records (tasks with ``record``)."""
+        return sum(1 for t in self.tasks if t.record)
+
+    def kernel_launches(self) -> int:
+        """Kernel launches of one pass (sum of ``len(task.kernels)``)."""
+        return sum(len(t.kernels) for t in self.tasks)
+
+    def summary(self) -> dict:
+        """JSON-ready description (counts, streams, SMs)."""
+        c = self.config
+        return {"D": c.D, "w": c.w, "K": c.K, "alloc": list(self.stage_sms),
+                "microbatch": c.microbatch, "microbatches": self.microbatches,
+                "policy": c.policy, "tasks": self.T, "events": self.events(),
+                "waits": sum(len(t.waits) for t in self.tasks),
+                "kernel_launches": self.kernel_launches()}
+
+
+def check_config_for_graph(graph: OpGraph, cfg: Config, batch: int | None = None) -> None:
+    """Check that ``cfg`` fits ``graph`` (cut length, segment count, microbatch count).
+
+    Args:
+        graph: the region graph built for m = R / cfg.microbatch microbatches.
+        cfg: the configuration.
+        batch: per-GPU attention batch R (default: from ``graph.deployment``).
+
+    Raises:
+        ValueError: the cut does not have one entry per kernel (a config built for another model
+            or deployment), K != D + w, or the graph's microbatch count is not R / b.
+    """
+    if not isinstance(cfg, Config):
+        raise ValueError(f"config must be a subgpu_jax.space.Config, got {type(cfg).__name__}")
+    if len(cfg.seg_of) != graph.n:
+        raise ValueError(f"config has a cut of {len(cfg.seg_of)} kernels, the workload's region "
+                         f"has {graph.n}: the configuration was built for another model")
+    if max(cfg.seg_of) + 1 != cfg.K:
+        raise ValueError(f"config: the cut has {max(cfg.seg_of) + 1} segments, D + w = {cfg.K}")
+    if len(cfg.alloc) != cfg.D:
+        raise ValueError(f"config.alloc has {len(cfg.alloc)} pools, D = {cfg.D}")
+    R = batch if batch is not None else (graph.deployment.requests_per_gpu
+                                         if graph.deployment is not None else None)
+    if R is not None:
+        if cfg.microbatch < 1 or R % cfg.microbatch:
+            raise ValueError(f"config.microbatch={cfg.microbatch} does not divide the per-GPU "
+                             f"batch R = {R}: the configuration was built for another deployment")
+        if R // cfg.microbatch != graph.microbatches:
+            raise ValueError(f"config.microbatch={cfg.microbatch} gives m = "
+                             f"{R // cfg.microbatch}, the graph has {graph.microbatches}")
+
+
+def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None) -> LaunchPlan:
+    """The launch plan of ``cfg`` on ``graph`` (pure CPU; no torch).
+
+    Tasks, stages, data and stage predecessors are exactly those of
+    ``taskdag.build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
+    graph.num_regions, graph.microbatches, cfg.policy)``, i.e. what ``eventsim.simulate`` scores.
+
+    Args:
+        graph: region graph built for m = R / b microbatches (``build_graph(arch, dep, m)``).
+        cfg: the configuration (temporal: ``space.temporal_config``).
+        batch: per-GPU attention batch R (default from the graph's deployment).
+
+    Returns:
+        The ``LaunchPlan``.
+
+    Raises:
+        ValueError: see ``check_config_for_graph``; an illegal cut or policy (from the DAG).
+    """
+    check_config_for_graph(graph, cfg, batch)
+    dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
+                         graph.num_regions, graph.microbatches, cfg.policy)
+    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
+    T = dag.T
+    stage = [int(s) for s in dag.stage]
+    waits = []
+    recorded = [False] * T
+    for i in range(T):
+        w = tuple(sorted(j for j in dag.data_preds[i] if stage[j] != stage[i]))
+        for j in w:
+            recorded[j] = True
+        waits.append(w)
+    tasks = tuple(PlanTask(index=i, region=int(dag.region[i]), microbatch=int(dag.mb[i]),
+                           segment=int(dag.seg[i]), stage=stage[i],
+                           kernels=segk[int(dag.seg[i])], data_preds=tuple(dag.data_preds[i]),
+                           stage_pred=int(dag.stage_pred[i]), waits=waits[i],
+                           record=recorded[i]) for i in range(T))
+    return LaunchPlan(tasks=tasks, num_streams=cfg.D, stage_sms=tuple(int(a) for a in cfg.alloc),
+                      microbatches=graph.microbatches, num_regions=graph.num_regions,
+                      kernels_per_region=graph.n, config=cfg)
+
+
+class StreamBackend(Protocol):
+    """What ``issue_plan`` needs from a stream implementation.
+
+    ``wait(stream, task)``: the stream waits for the event recorded after ``task``;
+    ``launch(stream, task, kernel)``: enqueue one kernel of a task; ``record(stream, task)``:
+    record the task's completion event on the stream.
+    """
+
+    def wait(self, stream: int, task: int) -> None: ...
+
+    def launch(self, stream: int, task: PlanTask, kernel: int) -> None: ...
+
+    def record(self, stream: int, task: int) -> None: ...
+
+
+def issue_plan(plan: LaunchPlan, backend: StreamBackend, single_stream: bool = False) -> None:
+    """Issue every task of ``plan`` in the global dispatch order on ``backend``.
+
+    For each task: wait on the events of its cross-stream data predecessors, launch its kernels
+    on its stage's stream, record its event if a later task on another stream needs it.
+
+    Args:
+        plan: the launch plan.
+        backend: a ``StreamBackend`` (``FakeStreamBackend`` or the executor's torch backend).
+        single_stream: issue everything on stream 0 with no events (the sequential reference).
+    """
+    for t in plan.tasks:
+        s = 0 if single_stream else t.stage
+        if not single_stream:
+            for j in t.waits:
+                backend.wait(s, j)
+        for k in t.kernels:
+            backend.launch(s, t, k)
+        if t.record and not single_stream:
+            backend.record(s, t.index)
+
+
+class FakeStreamBackend:
+    """A CPU model of CUDA streams and events, for testing plans without a GPU.
+
+    Each stream executes its operations in FIFO order; a kernel of ``duration(task, kernel)`` µs
+    starts when the stream is free and every event the stream waited on before it has completed;
+    an event completes when everything enqueued on its stream before the record has completed
+    (CUDA semantics of ``cudaEventRecord`` / ``cudaStreamWaitEvent``).
+
+    Args:
+        num_streams: streams (>= 1).
+        duration: ``(task: PlanTask, kernel: int) -> µs`` (>= 0).
+
+    Attributes:
+        ops: the operations in issue order, ``(kind, stream, task, kernel)``.
+        task_start, task_end: µs per task index (first kernel start / last kernel end).
+        kernel_times: ``(task, kernel, start, end)`` per launch.
+
+    Raises:
+        ValueError: a wait on an event that was never recorded (a plan bug), a negative duration.
+    """
+
+    def __init__(self, num_streams: int,
+                 duration: Callable[[PlanTask, int], float] | None = None) -> None:
+        if num_streams < 1:
+            raise ValueError(f"num_streams must be >= 1, got {num_streams}")
+        self.duration = duration or (lambda task, k: 1.0)
+        self.ops: list[tuple] = []
+        self.free = [0.0] * num_streams     # when each stream's last operation completes
+        self.gate = [0.0] * num_streams     # pending waits of the stream
+        self.events: dict[int, float] = {}
+        self.task_start: dict[int, float] = {}
+        self.task_end: dict[int, float] = {}
+        self.kernel_times: list[tuple[int, int, float, float]] = []
+
+    def wait(self, stream: int, task: int) -> None:
+        """The stream waits for task ``task``'s recorded event."""
+        if task not in self.events:
+            raise ValueError(f"stream {stream} waits on the event of task {task}, which was not "
+                             "recorded before (plan bug)")
+        self.ops.append(("wait", stream, task, -1))
+        self.gate[stream] = max(self.gate[stream], self.events[task])
+
+    def launch(self, stream: int, task: PlanTask, kernel: int) -> None:
+        """Enqueue one kernel."""
+        d = float(self.duration(task, kernel))
+        if not d >= 0:
+            raise ValueError(f"duration of task {task.index} kernel {kernel} must be >= 0, "
+                             f"got {d!r}")
+        self.ops.append(("launch", stream, task.index, kernel))
+        st = max(self.free[stream], self.gate[stream])
+        en = st + d
+        self.free[stream] = en
+        self.task_start.setdefault(task.index, st)
+        self.task_end[task.index] = en
+        self.kernel_times.append((task.index, kernel, st, en))
+
+    def record(self, stream: int, task: int) -> None:
+        """Record task ``task``'s completion event on the stream."""
+        self.ops.append(("record", stream, task, -1))
+        self.events[task] = max(self.free[stream], self.gate[stream])
+
+    @property
+    def makespan(self) -> float:
+        """Completion of the last operation (µs)."""
+        return max(self.free) if self.free else 0.0
+
+

@@ -1,0 +1,566 @@
+"""``subgpu`` command line: ``simulate``, ``space`` (and later ``search``, ``run``, ``calibrate``).
+
+Every bad input ends with a one-line ``error: ...`` on stderr and exit code 2, no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from importlib.metadata import entry_points
+from typing import Sequence
+
+from subgpu_jax.model.graph import Deployment
+from subgpu_jax.model.hardware import HARDWARE
+from subgpu_jax.model.models import MODELS
+from subgpu_jax.space.config import config_from_options, temporal_of
+
+__all__ = ["main", "build_parser"]
+
+
+def _add_workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
+    g.add_argument("--model", default="gpt-oss-120b",
+                   help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
+                        "config.json (llama, qwen3_moe, gpt_oss). Default: gpt-oss-120b")
+    g.add_argument("--hardware", default="B200",
+                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: B200")
+    g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
+                   "Default: 32")
+    g.add_argument("--tp", type=int, default=8, help="attention tensor parallelism t. Default: 8")
+    g.add_argument("--dp", type=int, default=4, help="attention data parallelism d. Default: 4")
+    g.add_argument("--ep", type=int, default=None,
+                   help="MoE expert parallelism e. Default: --gpus for MoE models (the largest "
+                        "divisor of both --gpus and the expert count), 1 for dense models")
+    g.add_argument("--expert-dtype", default=None, choices=("bf16", "fp8", "mxfp4"),
+                   help="datatype of the expert weights. Default: the model's (MXFP4 for "
+                        "GPT-OSS); use bf16 to match what Hopper runs (`subgpu run`)")
+    g.add_argument("--batch", type=int, default=2048,
+                   help="global decode batch G (requests = tokens per step). Default: 2048")
+    g.add_argument("--input-len", type=int, default=32768,
+                   help="prompt length (tokens); recorded with the results, the decode cost "
+                        "depends on --kv-history. Default: 32768")
+    g.add_argument("--kv-history", type=int, default=32768,
+                   help="tokens in each request's KV cache (tokens). Default: 32768")
+
+
+def resolve_arch_ep(a):
+    """The model (with ``--expert-dtype`` applied) and the MoE EP degree (``--ep`` or its
+    default) of parsed workload arguments."""
+    import dataclasses
+
+    from subgpu_jax.model.models import resolve_model
+
+    arch = resolve_model(a.model)
+    if getattr(a, "expert_dtype", None):
+        if not arch.is_moe:
+            raise ValueError(f"expert-dtype: {arch.name} is a dense model without experts")
+        arch = dataclasses.replace(arch, expert_dtype=a.expert_dtype)
+    ep = a.ep
+    if ep is None:
+        if arch.is_moe and a.gpus >= 1:
+            ep = max(x for x in range(1, a.gpus + 1)
+                     if a.gpus % x == 0 and arch.num_experts % x == 0)
+        else:
+            ep = 1
+    return arch, ep
+
+
+def _workload(a):
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.workload import Workload
+
+    arch, ep = resolve_arch_ep(a)
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
+                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+    return Workload.checked(arch, dep, get_hardware(a.hardware))
+
+
+def _int_list(s: str, field: str, unique: bool = True) -> list[int]:
+    """Parse a comma-separated list of integers; with ``unique``, duplicates are an error.
+
+    Raises:
+        ValueError: not integers, empty, or duplicated values (names ``field``).
+    """
+    try:
+        v = [int(x) for x in s.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{field} must be a comma-separated list of integers, got {s!r}") from None
+    if not v:
+        raise ValueError(f"{field} must not be empty")
+    if unique and len(set(v)) != len(v):
+        raise ValueError(f"{field} has duplicated values: {v}")
+    return v
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are one line (``error: ...``) and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        sys.exit(2)
+
+
+#: Entry-point group through which other packages add ``subgpu`` sub-commands (``hw_runtime``
+#: adds ``run`` and ``calibrate``: pyproject ``[project.entry-points."subgpu.commands"]``).
+COMMANDS_GROUP = "subgpu.commands"
+
+
+def add_plugin_commands(sub: argparse._SubParsersAction) -> None:
+    """Call every ``subgpu.commands`` entry point (``add_commands(sub)``) to add its sub-commands.
+
+    Plugins are discovered with ``importlib.metadata.entry_points``; this package never imports
+    them by name. A plugin that fails to load is reported on stderr and skipped.
+    """
+    for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        try:
+            add = ep.load()
+        except ImportError as e:  # pragma: no cover - a broken optional plugin
+            print(f"subgpu: commands plugin {ep.name!r} not loaded: {e}", file=sys.stderr)
+            continue
+        add(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the ``subgpu`` command (all sub-commands)."""
+    p = _OneLineParser(
+        prog="subgpu",
+        description="SubGPU pipelining of LLM decode: simulate and search configurations "
+                    "(cuts, SM pools, microbatches) against the temporal baseline.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("simulate", help="temporal baseline vs one configuration: makespan (µs), "
+                       "per-user and per-GPU throughput (tokens/s)",
+                       description="Evaluate the temporal baseline and one SubGPU configuration. "
+                       "Default configuration: the 'Macro' design (the region's full-attention "
+                       "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
+                       "reuse, two microbatches) with the SM budget split evenly.")
+    _add_workload_args(s)
+    c = s.add_argument_group("configuration")
+    c.add_argument("--cuts", default=None,
+                   help="comma-separated kernels (names like L1.attn, or indices) where segments "
+                        "2..K start. Default: the Macro cut around the full-attention FMHA")
+    c.add_argument("--sms", default=None,
+                   help="comma-separated SMs per stage (multiples of the GPU's quantum, >= its "
+                        "minimum, summing to its budget: B200 148, H200/H100 128). Default: even")
+    c.add_argument("--microbatch", type=int, default=None,
+                   help="microbatch size b in requests of the per-GPU attention batch R = G/d; "
+                        "must divide R. Default: R/2 (two microbatches)")
+    c.add_argument("--reuse", dest="reuse", action="store_true", default=None,
+                   help="boundary reuse w=1: the last segment shares stage 0 with the next "
+                        "region's first (default for the Macro cut)")
+    c.add_argument("--no-reuse", dest="reuse", action="store_false",
+                   help="no boundary reuse, w=0: K = D segments")
+    c.add_argument("--policy", default="wavefront",
+                   help="global dispatch order: wavefront (default) or layer_major")
+    sm = s.add_argument_group("simulator")
+    sm.add_argument("--simulator", default="event", choices=("event", "static"),
+                    help="event: the exact event-driven simulator with the contention model and "
+                         "L2 residency (default); static: the max-plus evaluator with isolated "
+                         "per-kernel durations (no contention, no cache)")
+    sm.add_argument("--no-contention", action="store_true",
+                    help="event simulator with every kernel at its isolated static rate")
+    sm.add_argument("--cache", default="lru",
+                    help="L2 residency policy of the event simulator: lru (default), fifo, none")
+    sm.add_argument("--calibration", metavar="FILE.json", default=None,
+                    help="measured calibration (subgpu calibrate): per-kernel time tables over "
+                         "SM pools and the HBM bandwidth curve replace the analytical kernel "
+                         "times (must match the model, deployment and --hardware)")
+    o = s.add_argument_group("outputs")
+    o.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    o.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="write the configuration's schedule as a Chrome/Perfetto trace-event file "
+                        "(open in ui.perfetto.dev); event simulator only")
+    o.add_argument("--gantt", metavar="FILE.png", default=None,
+                   help="draw the stage timeline (kernels coloured by category); event only")
+    o.add_argument("--utilization", metavar="FILE.png", default=None,
+                   help="plot HBM and SM utilisation over time, temporal above the configuration; "
+                        "event simulator only")
+    s.add_argument("--list-kernels", action="store_true",
+                   help="print the region's kernels (index, name, category) and exit")
+
+    se = sub.add_parser("search", help="Algorithm 1 over the outer grid: records, Pareto "
+                        "frontiers, matched gains, figures (the main job)",
+                        description="Search cuts, SM splits and microbatches at every grid "
+                        "point (attention TP x DP and MoE EP for the GPU count, global batch, "
+                        "microbatch count, stage count, dispatch policy), with the temporal "
+                        "baseline at every (parallelism, batch). Writes records.csv, "
+                        "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
+                        "gantt_best.png into --out. Interrupted sweeps continue with --resume.")
+    _add_workload_args(se)
+    se.set_defaults(batch=None)
+    g = se.add_argument_group("grid")
+    g.add_argument("--batches", default="512,1024,2048",
+                   help="comma-separated global batches G (requests). Default: 512,1024,2048")
+    g.add_argument("--stages", default="2,3",
+                   help="comma-separated stage counts D (>= 2). Default: 2,3 (use 2,3,4,5,6 "
+                        "for the full grid)")
+    g.add_argument("--microbatches", default="2,4",
+                   help="comma-separated microbatch counts m (each must divide R = G/d). "
+                        "Default: 2,4")
+    g.add_argument("--policies", default="wavefront",
+                   help="comma-separated dispatch policies (wavefront, layer_major)")
+    g.add_argument("--all-parallelisms", action="store_true",
+                   help="enumerate every attention TP x DP split of --gpus (TP <= 8) instead of "
+                        "only --tp/--dp")
+    x = se.add_argument_group("scoring")
+    x.add_argument("--exact", default="event", choices=("event", "static"),
+                   help="exact scorer: event simulator with contention and L2 (default) or the "
+                        "static max-plus evaluator")
+    x.add_argument("--cache", default="lru", help="L2 policy of the event simulator")
+    x.add_argument("--cut-strategy", default="proposal",
+                   choices=("proposal", "local_search", "screen"),
+                   help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
+                        "feature partition + rotations, default), local_search (+ boundary moves), "
+                        "screen (score every legal cut with the cheap estimator when there are "
+                        "<= 20,000; within 1%% of the exhaustive optimum on 50/50 test instances)")
+    x.add_argument("--calibration", metavar="FILE.json", default=None,
+                   help="measured calibration (subgpu calibrate) for both scorers; must match "
+                        "the model, deployment and --hardware")
+    x.add_argument("--l-sim", type=int, default=2,
+                   help="pass limit of the exact polish (Algorithm 2 with the simulator)")
+    r = se.add_argument_group("run")
+    r.add_argument("--out", default="runs/search",
+                   help="results folder. Default: runs/search")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the interrupted sweep in --out (finished grid points are kept)")
+    r.add_argument("--budget", type=int, default=None,
+                   help="evaluate at most this many grid points in this call (>= 1)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    add_plugin_commands(sub)
+
+    sp = sub.add_parser("space", help="size of the design space (cuts x bindings x allocations)",
+                        description="Print the number of legal cuts (w=0 and w=1), SM allocations "
+                        "and their product for each stage count, for a workload's region graph or "
+                        "a synthetic chain.")
+    _add_workload_args(sp)
+    sp.add_argument("--chain", type=int, default=None,
+                    help="use a synthetic chain of this many operators instead of the model")
+    sp.add_argument("--stages", default="2,3,4,5,6",
+                    help="comma-separated stage counts D. Default: 2,3,4,5,6")
+    sp.add_argument("--sms", type=int, default=None,
+                    help="SM budget to split (SMs). Default: the hardware's budget")
+    sp.add_argument("--quantum", type=int, default=None,
+                    help="SM quantum g (SMs). Default: the hardware's")
+    sp.add_argument("--min-pool", type=int, default=None,
+                    help="minimum SMs per stage. Default: the hardware's")
+    sp.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    return p
+
+
+def _cmd_simulate(a) -> int:
+    from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
+    from subgpu_jax.model.accounting import throughput_record
+
+    wl = _workload(a)
+    g1 = wl.graph(1)
+    if a.list_kernels:
+        for i, k in enumerate(g1.kernels):
+            print(f"{i:3d}  {k.name:18s} {k.category}")
+        return 0
+    hw = wl.hw
+    cal = None
+    if getattr(a, "calibration", None):
+        from subgpu_jax.model.calibration import load_calibration
+        cal = load_calibration(a.calibration, wl.arch, wl.deploy, hw)
+        hw = cal.apply_to_hardware(hw)
+        for mm in sorted({1, max(1, wl.batch // (a.microbatch or max(1, wl.batch // 2)))}):
+            if wl.batch % mm == 0:
+                cal.check_graph(wl.graph(mm))
+    sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
+    cfg = config_from_options(wl, a.cuts.split(",") if a.cuts else None, sms, a.microbatch,
+                                 a.reuse, a.policy)
+    m = wl.microbatches_of(cfg.microbatch)
+    g = wl.graph(m)
+    tok = wl.deploy.tokens_per_gpu
+    extra_t: dict = {}
+    extra_c: dict = {}
+    from subgpu_jax.sim.l2cache import check_policy as _check_cache
+
+    _check_cache(a.cache)
+    if a.simulator == "static":
+        for f in ("trace", "gantt", "utilization"):
+            if getattr(a, f):
+                raise ValueError(f"--{f} needs --simulator event")
+        dm = None
+        if cal is not None:
+            from subgpu_jax.model.calibration import CalibratedDurationModel
+            dm = CalibratedDurationModel(cal, hw)
+        t_temp = temporal_makespan(g1, hw, dm)
+        t_cfg = float(Evaluator.for_config(g, cfg, hw, duration_model=dm).makespan([cfg.alloc])[0])
+        label = "static (max-plus evaluator, isolated kernel durations)"
+    else:
+        from subgpu_jax.sim.contention import ContentionModel
+        from subgpu_jax.sim.eventsim import simulate
+        from subgpu_jax.sim.l2cache import check_policy
+        from subgpu_jax.app import viz
+
+        check_policy(a.cache)
+        for f, ext in (("trace", ".json"), ("gantt", ".png"), ("utilization", ".png")):
+            v = getattr(a, f)
+            if v is not None:
+                viz._check_out(v, f"--{f}")
+        model = ContentionModel.off() if a.no_contention else ContentionModel()
+        if cal is not None:
+            model = model.replace(calibration=cal)
+        rec = True  # utilisation means are part of the output
+        r_temp = simulate(g1, temporal_of(wl), hw, model, cache=a.cache, record=rec)
+        r_cfg = simulate(g, cfg, hw, model, cache=a.cache, record=rec)
+        t_temp, t_cfg = float(r_temp.makespan), float(r_cfg.makespan)
+        extra_t, extra_c = _sim_extra(r_temp), _sim_extra(r_cfg)
+        label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
+                 + f", L2 cache {a.cache}")
+        if a.trace:
+            viz.write_trace(r_cfg, a.trace)
+        if a.gantt:
+            viz.plot_gantt(r_cfg, a.gantt, title=f"{wl.arch.name} on {hw.name}: D={cfg.D} "
+                           f"w={cfg.w} SMs={list(cfg.alloc)} m={m}")
+        if a.utilization:
+            viz.plot_utilisation(r_temp, r_cfg, a.utilization)
+    if cal is not None:
+        label += f", calibrated ({a.calibration})"
+    res = {
+        "workload": {"model": wl.arch.name, "hardware": hw.name, **wl.deploy.__dict__},
+        "duration_model": label,
+        "temporal": {**throughput_record(t_temp, tok), **extra_t},
+        "config": {"D": cfg.D, "w": cfg.w, "K": cfg.K,
+                   "segments": [[k.name for k, s in zip(g1.kernels, cfg.seg_of) if s == j]
+                                for j in range(cfg.K)],
+                   "stage_of_segment": list(cfg.stage_of_segment()), "sms": list(cfg.alloc),
+                   "microbatch": cfg.microbatch, "microbatches": m, "policy": cfg.policy,
+                   **throughput_record(t_cfg, tok), **extra_c},
+    }
+    res["speedup"] = t_temp / t_cfg
+    if a.json:
+        print(json.dumps(res, indent=2))
+        return 0
+    d = wl.deploy
+    print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
+          f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
+    print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
+          f"{g1.num_regions} regions x {g1.n} kernels")
+    print(f"          duration model: {label}")
+    print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
+    for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
+        print(f"{name:10s}{r['makespan_us']:15.1f}{r['per_user_tok_s']:13.2f}"
+              f"{r['per_gpu_tok_s']:13.1f}")
+    print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
+          f"(m={m}) policy={cfg.policy}")
+    for j, segk in enumerate(res["config"]["segments"]):
+        print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
+              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")
+    if extra_c:
+        print(f"{'':10s}{'L2 hit':>9s}{'HBM util':>10s}{'SM util':>9s}   kernel residence per "
+              "category (µs)")
+        for name in ("temporal", "config"):
+            r = res[name]
+            cats = "  ".join(f"{k}={v:.0f}" for k, v in r["category_time_us"].items() if v > 0)
+            print(f"{name:10s}{r['l2_hit_rate']:9.1%}{r['mean_hbm_util']:10.1%}"
+                  f"{r['mean_sm_util']:9.1%}   {cats}")
+    print(f"speedup   {res['speedup']:.3f}x over temporal")
+    for f in ("trace", "gantt", "utilization"):
+        if getattr(a, f, None):
+            print(f"wrote     {getattr(a, f)}")
+    return 0
+
+
+def _sim_extra(r) -> dict:
+    """Event-simulator outputs added to the JSON: L2 hit rate, mean utilisations, categories."""
+    return {"l2_hit_rate": float(r.l2_hit_rate), "mean_hbm_util": float(r.mean_hbm_util),
+            "mean_sm_util": float(r.mean_sm_util),
+            "category_time_us": {k: float(v) for k, v in r.category_time.items()}}
+
+
+def _cmd_space(a) -> int:
+    from subgpu_jax.space.config import space_size
+
+    stages = _int_list(a.stages, "stages")
+    if a.chain is not None:
+        if not 1 <= a.chain <= 100_000:
+            raise ValueError(f"chain must be 1..100000 operators, got {a.chain}")
+        n, edges, label = a.chain, [(i, i + 1) for i in range(a.chain - 1)], f"{a.chain}-operator chain"
+        from subgpu_jax.model.hardware import get_hardware
+        hw = get_hardware(a.hardware)
+    else:
+        from subgpu_jax.model.graph import build_graph
+        from subgpu_jax.model.hardware import get_hardware
+
+        arch, ep = resolve_arch_ep(a)  # counts do not depend on batch or KV: no memory check
+        dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
+                         global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+        g = build_graph(arch, dep, 1)
+        hw = get_hardware(a.hardware)
+        n, edges = g.n, list(g.edges)
+        label = f"{arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
+    budget = a.sms if a.sms is not None else hw.sm_budget
+    q = a.quantum if a.quantum is not None else hw.sm_quantum
+    mn = a.min_pool if a.min_pool is not None else max(q, hw.min_pool_sms if a.quantum is None else q)
+    for f, v in (("sms", budget), ("quantum", q), ("min-pool", mn)):
+        if v <= 0:
+            raise ValueError(f"{f} must be a positive integer, got {v}")
+    if budget % q or mn % q:
+        raise ValueError(f"sms ({budget}) and min-pool ({mn}) must be multiples of quantum ({q})")
+    if mn > budget:
+        raise ValueError(f"min-pool ({mn}) must not exceed the SM budget ({budget})")
+    rows = []
+    for D in stages:
+        if not 2 <= D <= n:
+            raise ValueError(f"stages must be in 2..{n} for {n} operators, got {D}")
+        rows.append({"D": D, **space_size(n, edges, D, budget, q, mn)})
+    if a.json:
+        print(json.dumps({"graph": label, "sm_budget": budget, "quantum": q, "min_pool": mn,
+                          "rows": rows}, indent=2))
+        return 0
+    print(f"{label}; {budget} SMs in quanta of {q}, >= {mn} per stage")
+    print(f"{'D':>3s}{'cuts w=0':>12s}{'cuts w=1':>12s}{'cut+binding':>14s}{'allocations':>16s}"
+          f"{'total':>20s}")
+    for r in rows:
+        print(f"{r['D']:3d}{r['cuts_w0']:12,d}{r['cuts_w1']:12,d}{r['cut_binding_choices']:14,d}"
+              f"{r['allocations']:16,d}{r['total']:20,d}")
+    return 0
+
+
+def _cmd_search(a) -> int:
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.app.searchjob import run_search
+    from subgpu_jax.app.sweep import build_grid
+
+    if a.batch is not None:
+        raise ValueError("batch: search takes a list of global batches, --batches; --batch is "
+                         "for simulate and run")
+    arch, ep = resolve_arch_ep(a)
+    a.ep = ep
+    hw = get_hardware(a.hardware)
+    batches = _int_list(a.batches, "batches")
+    stages = _int_list(a.stages, "stages")
+    mbs = _int_list(a.microbatches, "microbatches")
+    pols = [p.strip() for p in a.policies.split(",") if p.strip()]
+    if not pols:
+        raise ValueError("policies must not be empty (wavefront, layer_major)")
+    if len(set(pols)) != len(pols):
+        raise ValueError(f"policies has duplicated values: {pols}")
+    if a.l_sim < 1:
+        raise ValueError(f"l-sim must be >= 1 passes, got {a.l_sim}")
+    if a.budget is not None and a.budget < 1:
+        raise ValueError(f"budget must be >= 1 grid points, got {a.budget}")
+    for f, v in (("batches", batches), ("microbatches", mbs)):
+        if any(x < 1 for x in v):
+            raise ValueError(f"{f} must be positive integers, got {v}")
+    pars = None
+    if not a.all_parallelisms:
+        Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                   global_batch=a.dp, kv_history=a.kv_history).validate(arch)
+        pars = [(a.tp, a.dp, a.ep)]
+    from subgpu_jax.model.graph import build_graph as _bg
+    n_region = _bg(arch, Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
+                                    global_batch=a.dp, kv_history=a.kv_history), 1).n
+    bad = [D for D in stages if not 2 <= D <= n_region]
+    if bad:
+        raise ValueError(f"stages must be in 2..{n_region} (the region has {n_region} kernels), "
+                         f"got {bad}")
+    if a.resume and not os.path.exists(os.path.join(a.out, "manifest.json")):
+        raise ValueError(f"out: nothing to resume in {a.out!r} (no manifest.json); run without "
+                         "--resume to start this sweep")
+    skipped: list = []
+    pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
+                     input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped)
+    for note in skipped[:5]:
+        print(f"skipped: {note}")
+    if len(skipped) > 5:
+        print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
+    meta = {"model": arch.name, "arch": repr(arch), "hardware": hw.name, "gpus": a.gpus,
+            "parallelisms": pars or "all", "batches": batches, "stages": stages,
+            "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
+            "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
+    if a.cut_strategy != "proposal":
+        meta["cut_strategy"] = a.cut_strategy
+    print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
+          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
+    cal = None
+    if a.calibration:
+        from subgpu_jax.model.calibration import load_calibration
+        cal = load_calibration(a.calibration)
+        cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp,
+                                            moe_ep=a.ep, global_batch=a.dp,
+                                            input_len=a.input_len, kv_history=a.kv_history), hw)
+        hw = cal.apply_to_hardware(hw)
+        meta["calibration"] = a.calibration
+    stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
+                             exact=a.exact, cache=a.cache, L_sim=a.l_sim,
+                             progress=not a.no_progress, calibration=cal,
+                             cut_strategy=a.cut_strategy)
+    if stats["dropped"]:
+        print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
+              f"{stats['dropped'][:3]}")
+    print(f"evaluated {stats['evaluated']} grid points, skipped {stats['skipped']} already done, "
+          f"{stats['remaining']} remaining ({stats['seconds']:.1f} s)")
+    _print_summary(summ)
+    return 0
+
+
+def _print_summary(summ: dict) -> None:
+    """Frontier and matched-gain tables of a search summary, as text."""
+    for name in ("frontier_temporal", "frontier_subgpu"):
+        rows = summ[name]
+        print(f"\n{name.replace('_', ' ')} ({len(rows)} point{'s' if len(rows) != 1 else ''})")
+        print(f"{'tok/s/GPU':>11s}{'tok/s/user':>12s}{'T (µs)':>10s}{'G':>6s}{'TPxDP':>7s}"
+              f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
+        for r in rows:
+            print(f"{r['per_gpu_tok_s']:11.1f}{r['per_user_tok_s']:12.2f}{r['makespan_us']:10.1f}"
+                  f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
+                  f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
+    m = summ["matched"]
+    print("\nmatched gains: each frontier is interpolated linearly between its points (which lie "
+          "at different batches),\nso a gain compares the SubGPU frontier with the temporal one "
+          "at the same throughput, not one configuration with another")
+    print("per-user gain at matched per-GPU throughput (SubGPU vs temporal frontier)")
+    for r in m["per_user_gain_at_matched_per_gpu"]:
+        print(f"  at {r['per_gpu_tok_s']:10.1f} tok/s/GPU: {r['gain']:+.2%}")
+    if not m["per_user_gain_at_matched_per_gpu"]:
+        print("  (the frontiers do not overlap in per-GPU throughput: no matched comparison)")
+    print("per-GPU gain at matched per-user throughput")
+    for r in m["per_gpu_gain_at_matched_per_user"]:
+        print(f"  at {r['per_user_tok_s']:10.2f} tok/s/user: {r['gain']:+.2%}")
+    if not m["per_gpu_gain_at_matched_per_user"]:
+        print("  (the frontiers do not overlap in per-user throughput: no matched comparison)")
+    b = summ["best_speedup_record"]
+    if b:
+        word = "best" if b["speedup_vs_temporal"] > 1 else "least slow (none beats temporal)"
+        print(f"\n{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
+              f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
+              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input)."""
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        if a.cmd == "simulate":
+            return _cmd_simulate(a)
+        if a.cmd == "space":
+            return _cmd_space(a)
+        if a.cmd == "search":
+            return _cmd_search(a)
+        if hasattr(a, "func"):
+            return a.func(a)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # unwritable or unreadable paths given on the command line
+        where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
+        print(f"error: cannot access{where}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted (a search keeps its finished grid points: continue it with --resume)",
+              file=sys.stderr)
+        return 130
+    parser.error(f"unknown command {a.cmd}")  # pragma: no cover
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

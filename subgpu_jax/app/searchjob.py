@@ -1,0 +1,250 @@
+"""The main job: Algorithm 1 over the outer grid, with records, frontiers, tables and figures.
+
+``run_search`` evaluates every grid point of ``sweep.build_grid`` (temporal baseline at every
+(q, G); Algorithm 1 at every (q, G, m, D, policy)) with the exact scorer (the event simulator with
+contention and L2 residency by default), appends the records to a crash-safe store, and writes
+into the results folder:
+
+* ``records.jsonl`` (the store) and ``records.csv`` (every record: all of theta, makespan,
+  throughputs, speedup over the temporal baseline of the same (q, G), per-category times),
+* ``summary.json`` (frontiers, matched-gain tables, best configurations),
+* ``frontier.png``, ``frontier_by_stages.png`` and ``gantt_best.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Sequence
+
+from subgpu_jax.model.graph import CATEGORIES, Deployment
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.models import ModelArch
+from subgpu_jax.app.report import frontiers, matched_tables, write_search_figures
+from subgpu_jax.space.config import Config
+from subgpu_jax.app.sweep import GridPoint, SweepStore, run_sweep
+from subgpu_jax.model.accounting import throughput_record
+
+__all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS"]
+
+#: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
+#: max-plus evaluator with isolated kernel durations (fast, no contention).
+EXACT_KINDS = ("event", "static")
+
+
+class PointScorer:
+    """Scores grid points of one model on one GPU (callable: GridPoint -> list of records).
+
+    Args:
+        arch: model. hw: GPU. exact: one of ``EXACT_KINDS``. cache: L2 policy of the event
+        simulator. L_sim: pass limit of the exact polish of Algorithm 2.
+
+    Raises:
+        ValueError: unknown ``exact`` or cache policy.
+    """
+
+    def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
+                 L_sim: int = 2, calibration=None, cut_strategy: str = "proposal") -> None:
+        from subgpu_jax.sim.contention import ContentionModel
+        from subgpu_jax.sim.l2cache import check_policy
+        from subgpu_jax.search.cuts import CUT_STRATEGIES
+
+        if cut_strategy not in CUT_STRATEGIES:
+            raise ValueError(f"cut_strategy must be one of {', '.join(CUT_STRATEGIES)}, got "
+                             f"{cut_strategy!r}")
+        self.cut_strategy = cut_strategy
+
+        if exact not in EXACT_KINDS:
+            raise ValueError(f"exact must be one of {', '.join(EXACT_KINDS)}, got {exact!r}")
+        check_policy(cache)
+        self.arch, self.hw, self.exact_kind, self.cache, self.L_sim = arch, hw, exact, cache, L_sim
+        # calibration (subgpu_jax.model.calibration): measured per-kernel tables for the cheap
+        # estimator and the event simulator (pass hw = calibration.apply_to_hardware(hw) for its curve)
+        self.calibration = calibration
+        self.model = ContentionModel(calibration=calibration)
+        self._problems: dict = {}
+        self._temporal: dict = {}
+        self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
+
+    def problem(self, dep: Deployment):
+        """The ``search.Problem`` of a deployment (cached)."""
+        from subgpu_jax.search.problem import Problem
+        from subgpu_jax.model.workload import Workload
+
+        key = dep
+        if key not in self._problems:
+            dm = None
+            if self.calibration is not None:
+                from subgpu_jax.model.calibration import CalibratedDurationModel
+                self.calibration.check_workload(self.arch, dep, self.hw)
+                dm = CalibratedDurationModel(self.calibration, self.hw)
+            self._problems[key] = Problem(Workload.from_model(self.arch, dep), self.hw, dm)
+        return self._problems[key]
+
+    def _simulate(self, dep: Deployment, cfg: Config):
+        """Event-simulate ``cfg``; keeps its per-category times and L2 hit rate for ``_record``
+        so that a record never re-runs the simulation that scored it."""
+        from subgpu_jax.sim.eventsim import simulate
+
+        p = self.problem(dep)
+        m = p.workload.m_of(cfg)
+        r = simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
+                     record=False, validate=False)
+        self._sim_summary[(dep, cfg)] = (
+            {c: float(r.category_time.get(c, 0.0)) for c in CATEGORIES}, float(r.l2_hit_rate))
+        return r
+
+    def exact(self, dep: Deployment):
+        """Exact scorer Config -> makespan µs for this deployment."""
+        if self.exact_kind == "static":
+            from subgpu_jax.search.problem import EvaluatorExact
+            return EvaluatorExact(self.problem(dep))
+        return lambda cfg: float(self._simulate(dep, cfg).makespan)
+
+    def temporal_makespan(self, dep: Deployment) -> float:
+        """Temporal baseline (µs) of a deployment under the exact scorer (cached)."""
+        if dep not in self._temporal:
+            p = self.problem(dep)
+            g1 = p.workload.graph(1)
+            cfg = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(self.hw.num_sms,),
+                         microbatch=p.workload.batch)
+            self._temporal[dep] = float(self.exact(dep)(cfg))
+        return self._temporal[dep]
+
+    def _record(self, pt: GridPoint, cfg: Config, makespan: float, extra: dict) -> dict:
+        d = pt.deploy
+        p = self.problem(d)
+        g1 = p.workload.graph(1)
+        starts = [i for i in range(1, g1.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
+        t_temp = self.temporal_makespan(d)
+        rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
+               "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
+               "global_batch": d.global_batch, "kv_history": d.kv_history,
+               "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
+               "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
+               "policy": cfg.policy, "cuts": "|".join(g1.kernels[i].name for i in starts),
+               "sms": "|".join(str(a) for a in cfg.alloc),
+               **throughput_record(makespan, d.tokens_per_gpu),
+               "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
+               "exact": self.exact_kind}
+        rec.update(extra)
+        if self.exact_kind == "event":
+            if (d, cfg) not in self._sim_summary:
+                self._simulate(d, cfg)
+            cats, hit = self._sim_summary[(d, cfg)]
+            for c in CATEGORIES:
+                rec[f"cat_{c}_us"] = cats[c]
+            rec["l2_hit_rate"] = hit
+        return rec
+
+    def __call__(self, pt: GridPoint) -> list[dict]:
+        from subgpu_jax.search.algorithm1 import algorithm1
+
+        d = pt.deploy
+        p = self.problem(d)
+        if pt.D == 1:
+            g1 = p.workload.graph(1)
+            cfg = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(self.hw.num_sms,),
+                         microbatch=p.workload.batch)
+            return [self._record(pt, cfg, self.temporal_makespan(d),
+                                 {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
+        res = algorithm1(p, [pt.D], [pt.microbatches], [pt.policy], exact=self.exact(d),
+                         L_sim=self.L_sim, include_temporal=False,
+                         cut_strategy=self.cut_strategy)
+        out = []
+        for r in res.records:
+            out.append(self._record(pt, r.config(), r.makespan_us,
+                                    {"exact_calls": r.exact_calls, "cheap_evals": r.cheap_evals,
+                                     "origin": r.origin}))
+        return out
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", newline="") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None
+                  ) -> dict:
+    """Write records.csv, summary.json and the figures of a finished (or partial) sweep.
+
+    Returns:
+        The summary dict (also in summary.json).
+    """
+    import io
+
+    recs = list(records)
+    if recs:
+        cols = sorted({k for r in recs for k in r})
+        first = ["mode", "model", "hardware", "num_gpus", "attn_tp", "attn_dp", "moe_ep",
+                 "global_batch", "D", "w", "microbatches", "policy", "cuts", "sms",
+                 "makespan_us", "per_user_tok_s", "per_gpu_tok_s", "speedup_vs_temporal"]
+        cols = [c for c in first if c in cols] + [c for c in cols if c not in first]
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=cols)
+        w.writeheader()
+        for r in recs:
+            w.writerow(r)
+        _atomic_write(os.path.join(folder, "records.csv"), buf.getvalue())
+    fr = frontiers(recs)
+    tables = matched_tables(recs)
+    sub = [r for r in recs if r["mode"] == "subgpu"]
+    best = max(sub, key=lambda r: r["speedup_vs_temporal"]) if sub else None
+    summary = {"title": title, "records": len(recs),
+               "frontier_temporal": fr["temporal"], "frontier_subgpu": fr["subgpu"],
+               "frontier_subgpu_by_D": {str(k): v for k, v in fr["subgpu_D"].items()},
+               "matched": tables, "best_speedup_record": best}
+    _atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
+    best_run = None
+    if best is not None and scorer is not None and scorer.exact_kind == "event":
+        dep = Deployment(num_gpus=best["num_gpus"], attn_tp=best["attn_tp"],
+                         attn_dp=best["attn_dp"], moe_ep=best["moe_ep"],
+                         global_batch=best["global_batch"], kv_history=best["kv_history"])
+        p = scorer.problem(dep)
+        g1 = p.workload.graph(1)
+        names = best["cuts"].split("|") if best["cuts"] else []
+        from subgpu_jax.space.config import chain_cut
+        seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
+        cfg = Config(D=best["D"], w=best["w"], seg_of=seg,
+                     alloc=tuple(int(x) for x in best["sms"].split("|")),
+                     microbatch=best["microbatch"], policy=best["policy"])
+        from subgpu_jax.sim.contention import ContentionModel
+        from subgpu_jax.sim.eventsim import simulate
+        r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,
+                     getattr(scorer, "model", None) or ContentionModel(),
+                     cache=scorer.cache, record=False)
+        best_run = (r, f"best: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
+                       f"m={best['microbatches']} G={best['global_batch']} "
+                       f"({best['speedup_vs_temporal']:.3f}x)")
+    write_search_figures(folder, recs, title, best_run)
+    return summary
+
+
+def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folder: str,
+               meta: dict, resume: bool = False, budget: int | None = None,
+               exact: str = "event", cache: str = "lru", L_sim: int = 2,
+               progress: bool = True, calibration=None,
+               cut_strategy: str = "proposal") -> tuple[dict, dict]:
+    """Run (or resume) a sweep and write its outputs.
+
+    Returns:
+        ``(sweep_stats, summary)``.
+
+    Raises:
+        ValueError: bad scorer options, a folder holding another sweep, a budget < 1, a
+            calibration for another model/deployment/GPU.
+    """
+    scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
+                         cut_strategy=cut_strategy)
+    store = SweepStore(folder, meta, resume)
+    stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
+    stats["dropped"] = list(store.dropped)
+    title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
+             f"({exact} scorer)") if points else arch.name
+    summary = write_outputs(store.records, folder, title, scorer)
+    return stats, summary

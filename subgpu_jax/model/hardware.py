@@ -1,0 +1,269 @@
+"""Hardware presets: SM counts, green-context quanta, HBM/L2/NVLink figures and tensor rates.
+
+Every number carries its source. Two kinds of source are used:
+
+* vendor datasheets (NVIDIA H100/H200/B200 product briefs and the DGX B200 datasheet), and
+* measurements on one NVIDIA H200 in ``tests/data/`` (2026-11-29), which this module
+  embeds verbatim (``H200_COPY_BW_GBPS``) and which ``tests/test_hardware.py`` checks against the
+  CSV files whenever they are present beside the checkout.
+
+Units: bandwidths in bytes/s, capacities in bytes, tensor throughput in FLOP/s, times in µs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
+
+import numpy as np
+
+__all__ = [
+    "Hardware",
+    "HARDWARE",
+    "get_hardware",
+    "H200_COPY_BW_GBPS",
+    "DTYPE_BYTES",
+]
+
+#: Bytes per element of each datatype the model knows. ``mxfp4`` is 4-bit values plus one 8-bit
+#: scale per 32 values (OCP Microscaling spec v1.0): 4.25 bits = 0.53125 bytes per parameter.
+DTYPE_BYTES: Mapping[str, float] = MappingProxyType(
+    {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp4": 0.53125, "int32": 4.0}
+)
+
+#: Device-to-device copy bandwidth (read + write bytes / time, GB/s) on a green-context pool of the
+#: given SM count, measured on one H200 (``tests/data/h200_copy_bandwidth_vs_pool.csv``,
+#: 1 GiB bf16 copy, mean of 20 launches). 132 = whole GPU without a green context.
+H200_COPY_BW_GBPS: Mapping[int, float] = MappingProxyType(
+    {
+        8: 645.0, 16: 1200.0, 24: 1734.0, 32: 2222.0, 40: 2664.0, 48: 3061.0, 56: 3393.0,
+        64: 3610.0, 72: 3735.0, 80: 3805.0, 88: 3855.0, 96: 3917.0, 104: 4016.0, 112: 4111.0,
+        120: 4182.0, 128: 4230.0, 132: 4245.0,
+    }
+)
+
+
+def _h200_bw_fraction_curve() -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Return the H200 copy-bandwidth response as (SM fraction, bandwidth fraction) knots.
+
+    Derived from ``H200_COPY_BW_GBPS``: x = pool SMs / 132, y = GB/s / 4245 (whole-GPU copy), with
+    the origin (0, 0) prepended. Monotone nondecreasing by measurement.
+    """
+    sms = np.array(sorted(H200_COPY_BW_GBPS), dtype=float)
+    bw = np.array([H200_COPY_BW_GBPS[int(s)] for s in sms])
+    x = np.concatenate([[0.0], sms / 132.0])
+    y = np.concatenate([[0.0], bw / H200_COPY_BW_GBPS[132]])
+    return tuple(float(v) for v in x), tuple(float(v) for v in y)
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One GPU model as the simulators see it.
+
+    Attributes:
+        name: preset name (``"B200"``, ``"H200"``, ``"H100"``).
+        num_sms: streaming multiprocessors on the die (SMs).
+        sm_quantum: granularity g of a green-context SM pool (SMs); allocations are multiples.
+        min_pool_sms: smallest pool a green context can own (SMs).
+        sm_budget: SMs that can be split into aligned pools (the partitionable budget of docs/method.md
+            §2/§6); a SubGPU allocation sums to this. Temporal execution uses ``num_sms``.
+        hbm_bytes: HBM capacity (bytes).
+        hbm_peak_Bps: datasheet HBM bandwidth (bytes/s).
+        hbm_copy_Bps: achievable whole-GPU copy bandwidth (read+write bytes/s), measured or derated.
+        hbm_read_Bps: achievable whole-GPU read-dominated streaming bandwidth (bytes/s).
+        l2_bytes: L2 capacity (bytes).
+        l2_Bps: L2 bandwidth (bytes/s); an estimate, see the preset's source note.
+        tensor_flops: dense tensor-core throughput per datatype (FLOP/s, datasheet, no sparsity).
+        gemm_efficiency: fraction of ``tensor_flops`` a well-shaped GEMM reaches (measured on H200).
+        nvlink_Bps: NVLink bandwidth per direction per GPU (bytes/s).
+        comm_setup_us: fixed latency of one collective (µs); docs/method.md §5's 3 µs virtual-kernel floor.
+        launch_us: per-kernel launch/dispatch overhead inside a CUDA graph (µs); an assumption.
+        bw_curve_x, bw_curve_y: knots of the HBM bandwidth response: fraction of the whole GPU's
+            bandwidth (y) reached by a pool holding a fraction x of the SMs (measured on H200).
+        source: free-text provenance of every number above.
+
+    Raises:
+        ValueError: from ``__post_init__`` when a field is out of range (names the field).
+    """
+
+    name: str
+    num_sms: int
+    sm_quantum: int
+    min_pool_sms: int
+    sm_budget: int
+    hbm_bytes: float
+    hbm_peak_Bps: float
+    hbm_copy_Bps: float
+    hbm_read_Bps: float
+    l2_bytes: float
+    l2_Bps: float
+    tensor_flops: Mapping[str, float]
+    gemm_efficiency: float
+    nvlink_Bps: float
+    comm_setup_us: float
+    launch_us: float
+    bw_curve_x: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[0])
+    bw_curve_y: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[1])
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        for f in ("num_sms", "sm_quantum", "min_pool_sms", "sm_budget"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, np.integer)) or v <= 0:
+                raise ValueError(f"hardware.{f} must be a positive integer, got {v!r}")
+        for f in ("hbm_bytes", "hbm_peak_Bps", "hbm_copy_Bps", "hbm_read_Bps", "l2_bytes",
+                  "l2_Bps", "gemm_efficiency", "nvlink_Bps", "launch_us"):
+            v = float(getattr(self, f))
+            if not np.isfinite(v) or v <= 0:
+                raise ValueError(f"hardware.{f} must be a positive finite number, got {v!r}")
+        if not np.isfinite(self.comm_setup_us) or self.comm_setup_us < 0:
+            raise ValueError(f"hardware.comm_setup_us must be >= 0, got {self.comm_setup_us!r}")
+        if self.sm_budget > self.num_sms:
+            raise ValueError(f"hardware.sm_budget must be <= num_sms={self.num_sms}")
+        if self.min_pool_sms % self.sm_quantum or self.sm_budget % self.sm_quantum:
+            raise ValueError("hardware.min_pool_sms and sm_budget must be multiples of sm_quantum")
+        if not self.tensor_flops or any(not np.isfinite(v) or v <= 0
+                                        for v in self.tensor_flops.values()):
+            raise ValueError("hardware.tensor_flops must map datatypes to positive FLOP/s")
+        x, y = np.asarray(self.bw_curve_x), np.asarray(self.bw_curve_y)
+        if x.shape != y.shape or x.size < 2 or np.any(np.diff(x) <= 0) or np.any(np.diff(y) < 0):
+            raise ValueError("hardware.bw_curve_x must increase and bw_curve_y must not decrease")
+        object.__setattr__(self, "tensor_flops", MappingProxyType(dict(self.tensor_flops)))
+
+    # ------------------------------------------------------------------ derived quantities
+    def compute_dtype(self, dtype: str) -> str:
+        """Return the tensor datatype a kernel with operands of ``dtype`` computes in (str).
+
+        A datatype the tensor cores lack (MXFP4 on Hopper) is dequantised and computed in bf16,
+        which is what Hopper MoE kernels do with MXFP4 weights. ``fp32`` maps to ``bf16`` rates
+        for the activations' tensor work (the model keeps fp32 only for reductions).
+
+        Raises:
+            ValueError: ``dtype`` is not a datatype of ``DTYPE_BYTES``.
+        """
+        if dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+        if dtype in ("fp32", "fp16", "int32"):
+            return "bf16"
+        if dtype == "mxfp4":
+            return "fp4" if "fp4" in self.tensor_flops else "bf16"
+        return dtype if dtype in self.tensor_flops else "bf16"
+
+    def flops_rate(self, dtype: str) -> float:
+        """Achievable whole-GPU tensor throughput (FLOP/s) for operands of ``dtype``.
+
+        = datasheet dense rate of ``compute_dtype(dtype)`` x ``gemm_efficiency``.
+        """
+        return float(self.tensor_flops[self.compute_dtype(dtype)]) * self.gemm_efficiency
+
+    def bw_fraction(self, sms: float | np.ndarray) -> np.ndarray:
+        """Fraction of the whole-GPU HBM bandwidth a pool of ``sms`` SMs reaches (0..1).
+
+        Piecewise-linear interpolation of the measured response curve in SM fraction; shape of
+        ``sms`` is kept. Not a linear share: 12% of the H200's SMs reach 28% of its bandwidth.
+        """
+        x = np.asarray(sms, dtype=float) / self.num_sms
+        return np.interp(x, self.bw_curve_x, self.bw_curve_y)
+
+    def mem_bandwidth(self, sms: float | np.ndarray, read_only: bool = True) -> np.ndarray:
+        """Achievable HBM bandwidth (bytes/s) of a kernel running alone on ``sms`` SMs.
+
+        ``read_only`` selects the read-dominated ceiling (``hbm_read_Bps``) instead of the copy
+        ceiling (``hbm_copy_Bps``); both are scaled by ``bw_fraction``.
+        """
+        peak = self.hbm_read_Bps if read_only else self.hbm_copy_Bps
+        return self.bw_fraction(sms) * peak
+
+
+_NOTE_CURVE = ("HBM response curve: H200 copy bandwidth vs pool size, "
+               "tests/data/h200_copy_bandwidth_vs_pool.csv, as fractions of SMs and of the "
+               "whole-GPU figure; reused in SM fraction for the other GPUs (assumption).")
+
+B200 = Hardware(
+    name="B200",
+    num_sms=148,
+    sm_quantum=2,
+    min_pool_sms=2,
+    sm_budget=148,
+    hbm_bytes=180e9,
+    hbm_peak_Bps=8.0e12,
+    hbm_copy_Bps=8.0e12 * 4245.0 / 4800.0,
+    hbm_read_Bps=8.0e12 * 4614.0 / 4800.0,
+    l2_bytes=126.5e6,
+    l2_Bps=8.0e12 * 2.5,
+    tensor_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "fp4": 9.0e15},
+    gemm_efficiency=801.7 / 989.0,
+    nvlink_Bps=900e9,
+    comm_setup_us=3.0,
+    launch_us=2.0,
+    source=("NVIDIA DGX B200 datasheet: 148 SMs, 180 GB HBM3e at 8 TB/s, dense BF16 2.25 PFLOP/s, "
+            "FP8 4.5, FP4 9; NVLink 5 1.8 TB/s bidirectional = 900 GB/s per direction; L2 126.5 MB "
+            "(docs/method.md §5). SM quantum 2 = the search policy of docs/method.md §5. Copy/read efficiency and "
+            "GEMM efficiency carried over from the H200 measurements (assumption). L2 bandwidth "
+            "2.5x HBM (assumption, no public figure). Launch 2 µs per kernel in a CUDA graph "
+            "(assumption). " + _NOTE_CURVE),
+)
+
+H200 = Hardware(
+    name="H200",
+    num_sms=132,
+    sm_quantum=8,
+    min_pool_sms=8,
+    sm_budget=128,
+    hbm_bytes=141e9,
+    hbm_peak_Bps=4.8e12,
+    hbm_copy_Bps=4245e9,
+    hbm_read_Bps=4614e9,
+    l2_bytes=60 * 2**20,
+    l2_Bps=4.8e12 * 2.5,
+    tensor_flops={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12},
+    gemm_efficiency=801.7 / 989.0,
+    nvlink_Bps=450e9,
+    comm_setup_us=3.0,
+    launch_us=2.0,
+    source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
+            "TFLOP/s, FP8 1979; NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
+            "(tests/data): 60 MiB L2; green-context quantum and minimum 8 SMs, 128 = 16x8 "
+            "splittable SMs; copy 4245 GB/s; decode attention reads K/V at 4614 GB/s; 8192^3 bf16 "
+            "mm 1.0995e12 FLOP in 1.3715 ms = 801.7 TFLOP/s. L2 bandwidth 2.5x HBM (assumption). "
+            "Launch 2 µs (assumption). " + _NOTE_CURVE),
+)
+
+H100 = Hardware(
+    name="H100",
+    num_sms=132,
+    sm_quantum=8,
+    min_pool_sms=8,
+    sm_budget=128,
+    hbm_bytes=80e9,
+    hbm_peak_Bps=3.35e12,
+    hbm_copy_Bps=3.35e12 * 4245.0 / 4800.0,
+    hbm_read_Bps=3.35e12 * 4614.0 / 4800.0,
+    l2_bytes=50e6,
+    l2_Bps=3.35e12 * 2.5,
+    tensor_flops={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12},
+    gemm_efficiency=801.7 / 989.0,
+    nvlink_Bps=450e9,
+    comm_setup_us=3.0,
+    launch_us=2.0,
+    source=("NVIDIA H100 SXM datasheet: 132 SMs, 80 GB HBM3 at 3.35 TB/s, 50 MB L2, dense BF16 "
+            "989 TFLOP/s, FP8 1979; NVLink 4 450 GB/s per direction. Same chip family as H200, so "
+            "quantum/minimum 8 and a 128-SM budget as measured there; efficiencies from the H200 "
+            "measurements (assumption). " + _NOTE_CURVE),
+)
+
+#: Presets by name.
+HARDWARE: Mapping[str, Hardware] = MappingProxyType({"B200": B200, "H200": H200, "H100": H100})
+
+
+def get_hardware(name: str) -> Hardware:
+    """Return the preset called ``name`` (case-insensitive).
+
+    Raises:
+        ValueError: unknown name; the message lists the presets.
+    """
+    key = str(name).upper()
+    if key not in HARDWARE:
+        raise ValueError(f"hardware must be one of {', '.join(HARDWARE)}, got {name!r}")
+    return HARDWARE[key]

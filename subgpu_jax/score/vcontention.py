@@ -1,0 +1,585 @@
+"""Vectorised contention (docs/method.md §3 "fast scorer"): the max-plus evaluator with the
+contention-rate updates of ``contention.BoundModel`` approximated by a fixed-point iteration in
+JAX, for ONE allocation and ``jax.vmap``-ed over a batch of allocations at the API edge.
+
+Scheme (everything in µs, bytes, SMs):
+
+1. Host (numpy), once per (graph, cut, D, w, m): for every segment k, pool size p (0..N SMs) and
+   a grid of *external* conditions -- the bytes in flight ``c_o`` of the kernels running on other
+   stages (normalised by the whole-GPU window ``inflight_per_sm_B * N``) and their compute power
+   ``pi_o`` (the power-cap share of ``contention``) -- the time of every kernel of the segment is
+   evaluated with the rate rules of ``BoundModel.rates_into`` for that kernel alone beside a
+   constant external load: launch, then compute, data and network counters concurrently. Summing
+   over the segment's kernels gives ``SegTables``: the task duration, its data-active time, its
+   concurrency-time integral and its compute-power-time integral. L2 hits enter through a
+   per-kernel hit fraction (``estimate_hits``: the event simulator's LRU table replayed once on
+   the static schedule of a reference allocation).
+2. JAX, per allocation: tau <- isolated durations (c_o = pi_o = 0); repeat ``iters`` times:
+   completion times C by the max-plus scan (``evaluator.completion_times``), S = C - tau; for every
+   task i, the data-active time, concurrency-time and power-time that tasks of OTHER stages spend
+   inside [S_i, C_i] (tasks uniform inside their interval; partners restricted to a band of the
+   dispatch order, ``BandIndex``: O(W T) work, O(T) memory, no T x T matrix); the fraction f of
+   task i's window during which other stages move data (union bound, clipped to 1) and their mean
+   concurrency / power while they do; the new duration is the harmonic mixture
+   1 / ((1 - f) / tau_iso + f / tau_busy), tau_busy
+   bilinearly interpolated in the table; damped update. Then the makespan of the final tau.
+
+With ``ContentionModel.off()`` the tables hold the static durations and the iteration is skipped:
+the result equals ``evaluator.Evaluator.makespan`` exactly (same seg-table sums, same scan).
+
+Shapes are padded to power-of-two buckets (``taskdag.bucket``) and all tables are arguments, so
+another cut, allocation batch or graph of the same bucket reuses one compiled function
+(``TRACE_COUNTS["vc"]`` counts traces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.score.evaluator import (DagArrays, check_alloc_batch, completion_times,
+    run_in_chunks, validate_durations)
+from subgpu_jax.model.graph import OpGraph, StaticDurationModel
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
+from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
+from subgpu_jax.sim.l2cache import check_policy
+from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
+
+__all__ = ["SegTables", "BandIndex", "band_coverage", "kernel_profiles", "segment_tables", "estimate_hits",
+           "vc_makespan", "VContentionEvaluator", "TRACE_COUNTS", "CONC_GRID", "POWER_GRID"]
+
+#: Number of times the jitted batch entry point has been traced (no-recompilation tests).
+TRACE_COUNTS: dict[str, int] = {"vc": 0}
+
+#: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
+#: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
+CONC_GRID: np.ndarray = np.linspace(0.0, 1.0, 33)
+#: Grid of the other stages' compute power (sum of pi = min(1, g p / N) of computing kernels);
+#: the sum over a full partition is at most ``compute_gain`` * budget / N ~ 1.08 on H200.
+POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
+
+_BIG = 1e30  # sentinel time (µs) of padded stage slots
+
+
+# ============================================================================ host tables
+def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None = None,
+                    hits: np.ndarray | None = None, conc_grid: np.ndarray = CONC_GRID,
+                    power_grid: np.ndarray = POWER_GRID) -> dict[str, np.ndarray]:
+    """Per-kernel time and resource integrals under a constant external load (host, numpy).
+
+    For kernel u on a pool of p SMs (p = 0..N; 0 is treated as 1), beside other kernels holding
+    ``conc_grid[a] * window * N`` bytes in flight with total compute power ``power_grid[b]``, the
+    rates follow ``BoundModel.rates_into`` for u (its HBM share is proportional to its bytes in
+    flight; the others' ceiling is taken equal to u's; the others' L2 and NVLink use is ignored):
+    compute rate R_u pi_u / max(1, pi_u + pi_o); bytes in flight c_u = min(p_u w, cmax, miss
+    bytes); HBM share = curve((c_u + c_o) / (w N)) * peak_u * c_u / (c_u + c_o), capped by
+    phi_u p_u issue; data rate = min(p_u issue, share / phi_u); L2 bandwidth scaling; network
+    after the setup latency at ``nvlink_Bps``. Duration = launch + max(compute, data, network).
+
+    Args:
+        graph: the region graph (n kernels). hw: the GPU. model: rate-model parameters (default
+            ``ContentionModel()``); with ``isolated=True`` every entry is the static duration.
+        hits: (n,) fraction (0..1) of each kernel's object-read bytes (weights + activation
+            reads) served by L2; None = 0.
+        conc_grid: (NC,) others' bytes in flight / (w N), increasing, from 0.
+        power_grid: (NP,) others' compute power, increasing, from 0.
+
+    Returns:
+        dict of float64 arrays (n, N+1, NC, NP): ``tau`` µs, ``busy`` µs with the data counter
+        active, ``conc`` (bytes in flight / (w N)) x µs, ``power`` pi x µs of compute activity.
+
+    Raises:
+        ValueError: hits of the wrong shape or outside 0..1; grids not increasing from 0.
+    """
+    model = ContentionModel() if model is None else model
+    bm = model.bind(hw, lone_makespan)
+    n, N = graph.n, hw.num_sms
+    cg = np.asarray(conc_grid, dtype=float)
+    pg = np.asarray(power_grid, dtype=float)
+    for nm, g in (("conc_grid", cg), ("power_grid", pg)):
+        if g.ndim != 1 or g.size < 2 or g[0] != 0.0 or np.any(np.diff(g) <= 0):
+            raise ValueError(f"{nm} must be 1-D, increasing, starting at 0")
+    h = np.zeros(n) if hits is None else np.asarray(hits, dtype=float)
+    if h.shape != (n,) or np.any(~np.isfinite(h)) or np.any(h < 0) or np.any(h > 1):
+        raise ValueError(f"hits must be ({n},) fractions in 0..1")
+    NC, NP = cg.size, pg.size
+    shape = (n, N + 1, NC, NP)
+    out = {k: np.zeros(shape) for k in ("tau", "busy", "conc", "power")}
+    P = np.arange(N + 1, dtype=float)
+    P[0] = 1.0
+    static = StaticDurationModel(hw)
+    if model.isolated:
+        for u, k in enumerate(graph.kernels):
+            out["tau"][u] = static.kernel_time_us(k, P)[:, None, None]
+            # isolated kernels still report their resource use (for inspection only)
+            out["busy"][u] = out["tau"][u]
+        return out
+    W = bm.full_window
+    xs, ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
+    co = (cg * W)[None, :, None]                          # (1, NC, 1) bytes
+    po = pg[None, None, :]                                # (1, 1, NP)
+    for u, k in enumerate(graph.kernels):
+        w = bm.work(k, 1)
+        pu = np.minimum(P, float(k.ctas))[:, None, None]  # (N+1, 1, 1)
+        pi = np.minimum(1.0, bm.gain * pu / bm.N)
+        read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
+        hit_b = h[u] * read_b
+        data = w.obj_bytes
+        miss = data - hit_b
+        phi = miss / data if data > 0 else 0.0
+        # compute
+        if w.flops > 0:
+            ptot = pi + po
+            cs = np.where(ptot > 1.0, 1.0 / np.maximum(ptot, 1e-30), 1.0)
+            rc = w.rate_full * pi * cs
+        else:
+            rc = np.zeros_like(pi + po)
+        # HBM share and data rate
+        if data > 0:
+            issue = pu * bm.issue
+            if phi > 0:
+                c = np.minimum(pu * bm.window, bm.cmax)
+                if bm.demand_cap:
+                    c = np.minimum(c, miss)
+                ct = c + co
+                frac = np.interp(ct / W, xs, ys)
+                share = frac * w.peak_Bps * c / ct
+                rh = np.minimum(phi * issue, share)
+                rd = np.where(rh < issue * phi, rh / phi, issue)
+            else:
+                c = np.zeros_like(pu)
+                rd = issue + 0.0 * co
+            ld = rd * (1.0 + (bm.kappa - 1.0) * phi)
+            lc = w.reread_per_flop * rc
+            sc = np.where(ld + lc > bm.l2, bm.l2 / np.maximum(ld + lc, 1e-30), 1.0)
+            td = data / (rd * sc) * 1e6
+            if w.reread_per_flop > 0 and w.flops > 0:
+                # both counters slowed by the L2 port until the first finishes; then the other
+                # runs alone on the port (the event simulator recomputes rates at that event)
+                tc = w.flops / (rc * sc) * 1e6
+                sd = np.minimum(1.0, bm.l2 / np.maximum(ld, 1e-30))
+                scc = np.minimum(1.0, bm.l2 / np.maximum(lc, 1e-30))
+                td_after = tc + (data - rd * sc * tc * 1e-6) / (rd * sd) * 1e6
+                tc_after = td + (w.flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
+                first_c = tc <= td
+                td, tc = np.where(first_c, td_after, td), np.where(first_c, tc, tc_after)
+                rc = w.flops / tc * 1e6
+        else:
+            c = np.zeros_like(pu)
+            td = np.zeros_like(pu + co + po)
+        tc = (w.flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
+        tn = (bm.setup_us + w.comm_bytes / bm.nvlink * 1e6) if w.comm else 0.0
+        t = bm.launch_us + np.maximum(np.maximum(tc, td), tn)
+        bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
+        out["tau"][u] = np.broadcast_to(t, bshape)
+        out["busy"][u] = np.broadcast_to(td, bshape)
+        out["conc"][u] = np.broadcast_to(c / W * td, bshape)
+        out["power"][u] = np.broadcast_to(pi * tc, bshape)
+    return out
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class SegTables:
+    """Per-segment tables of one cut (a pytree of arrays), K_pad = bucket(K, 2), N = num_sms.
+
+    Attributes:
+        tau: (K_pad, N+1, NC, NP) µs, segment duration on p SMs beside external load (c_o, pi_o).
+        busy: same shape, µs during which the segment's data counter is active.
+        conc: same shape, (bytes in flight / whole-GPU window) x µs.
+        power: same shape, compute power pi x µs.
+        seg_stage: (K_pad,) int32 stage of each segment (pads 0).
+        conc_grid: (NC,) and power_grid: (NP,) the grid abscissae.
+    """
+
+    tau: jax.Array
+    busy: jax.Array
+    conc: jax.Array
+    power: jax.Array
+    seg_stage: jax.Array
+    conc_grid: jax.Array
+    power_grid: jax.Array
+
+    def tree_flatten(self):
+        return (self.tau, self.busy, self.conc, self.power, self.seg_stage, self.conc_grid,
+                self.power_grid), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+
+def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Hardware,
+                   model: ContentionModel | None = None, hits: np.ndarray | None = None,
+                   dtype=jnp.float32, pad_segments: int | None = None) -> SegTables:
+    """Sum ``kernel_profiles`` over the kernels of each segment of the cut ``seg_of``.
+
+    Args:
+        graph, hw, model, hits: as in ``kernel_profiles``.
+        seg_of: (n,) segment of each kernel, K segments; w: boundary reuse (binding).
+        dtype: float dtype of the tables. pad_segments: K_pad (default bucket(K, 2)).
+
+    Returns:
+        ``SegTables`` (padded segments are all-zero, stage 0).
+
+    Raises:
+        ValueError: an illegal cut, or a table entry negative/NaN.
+    """
+    check_cut(seg_of, graph.n, graph.edges, K)
+    prof = kernel_profiles(graph, hw, model, hits)
+    Kp = pad_segments or bucket(K, 2)
+    if Kp < K:
+        raise ValueError(f"pad_segments={Kp} smaller than K={K}")
+    seg = np.asarray(seg_of)
+    tabs = {}
+    for key, arr in prof.items():
+        t = np.zeros((Kp,) + arr.shape[1:])
+        np.add.at(t, seg, arr)
+        tabs[key] = t
+    validate_durations(tabs["tau"], "segment duration table")
+    stage = np.zeros(Kp, dtype=np.int32)
+    stage[:K] = [binding(k, K, w) for k in range(K)]
+    return SegTables(*(jnp.asarray(tabs[k], dtype=dtype) for k in ("tau", "busy", "conc",
+                                                                    "power")),
+                     jnp.asarray(stage), jnp.asarray(CONC_GRID, dtype=dtype),
+                     jnp.asarray(POWER_GRID, dtype=dtype))
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclass(frozen=True)
+class BandIndex:
+    """Which tasks can overlap in time, as a band of the dispatch order (a pytree of arrays).
+
+    In the wavefront (or layer-major) dispatch order, tasks running at the same instant on
+    different stages are close in index: the data edges keep every stage within about one
+    region instance (m * K tasks) of the others. Task i is compared with the tasks i + o for the
+    static offsets o in -W..W (o != 0), W = ``band``; this replaces a T x T overlap matrix by W
+    static shifted slices (no gathers, O(T) memory per allocation). ``band_coverage`` measures on a schedule
+    whether any overlapping pair lies outside the band.
+
+    Attributes:
+        mask: (W, T_pad) float, row o-1 is 1 where tasks i and i + o exist and run on
+            different stages (o = 1..W).
+    """
+
+    mask: jax.Array
+
+    def tree_flatten(self):
+        return (self.mask,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children)
+
+    @property
+    def band(self) -> int:
+        """W, the largest index offset compared."""
+        return int(self.mask.shape[0])
+
+    @staticmethod
+    def default_band(dag: TaskDAG) -> int:
+        """W = bucket((m + 1) * K, 4): one region instance of tasks plus one wave (measured on
+        160 random GPT-OSS configurations: the largest offset between overlapping tasks on
+        different stages of the event simulator's schedule was 31 for m * K = 48)."""
+        return bucket((dag.microbatches + 1) * dag.K, 4)
+
+    @classmethod
+    def from_dag(cls, dag: TaskDAG, T_pad: int, band: int | None = None,
+                 pad_stages: int | None = None, dtype=jnp.float32) -> "BandIndex":
+        """Build from a ``TaskDAG`` whose evaluator arrays have ``T_pad`` task slots.
+
+        Raises:
+            ValueError: band < 1, or paddings smaller than the DAG.
+        """
+        W = band or cls.default_band(dag)
+        Dp = pad_stages or bucket(dag.D, 2)
+        if W < 1 or Dp < dag.D or T_pad < dag.T:
+            raise ValueError(f"BandIndex: band {W} must be >= 1 and paddings ({Dp}, {T_pad}) "
+                             f">= ({dag.D}, {dag.T})")
+        offs = np.arange(1, W + 1)
+        i = np.arange(T_pad)
+        j = i[None, :] + offs[:, None]                            # (W, T_pad)
+        ok = (i[None, :] < dag.T) & (j < dag.T)
+        st = np.full(T_pad, -1)
+        st[: dag.T] = dag.stage
+        sj = np.where(ok, st[np.clip(j, 0, T_pad - 1)], -1)
+        mask = ok & (sj != st[None, :])
+        return cls(jnp.asarray(mask, dtype))
+
+
+def band_coverage(dag: TaskDAG, tau: np.ndarray, band: int) -> int:
+    """Largest index distance |i - j| between tasks of different stages whose intervals overlap
+    in the schedule of durations ``tau`` (T,) µs (host, numpy, O(T^2) memory); compare with the
+    band W of ``BandIndex`` (the band is exact for this schedule iff the result <= W)."""
+    T = dag.T
+    C = np.zeros(T)
+    for i in range(T):
+        C[i] = max((C[j] for j in dag.preds(i)), default=0.0) + float(tau[i])
+    S = C - np.asarray(tau, dtype=float)
+    ov = (np.minimum(C[:, None], C[None]) - np.maximum(S[:, None], S[None])) > 1e-9
+    ov &= dag.stage[:, None] != dag.stage[None]
+    ii, jj = np.nonzero(ov)
+    return int(np.abs(ii - jj).max()) if ii.size else 0
+
+
+# ============================================================================ L2 hit estimate
+def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru") -> np.ndarray:
+    """Per-kernel L2 hit fraction of object-read bytes, averaged over all instances (host).
+
+    Replays the event simulator with isolated static durations (``ContentionModel.off()``, the
+    same L2 table and policy) for ``cfg`` and records each kernel instance's hit and read bytes;
+    contention changes the interleaving only slightly, so one replay per structure serves every
+    allocation (the allocation of ``cfg`` is the reference one).
+
+    Returns:
+        float64 (n,), hit bytes / (weight + activation read bytes) per region kernel (0 where a
+        kernel reads nothing); all zeros for ``cache="none"``.
+
+    Raises:
+        ValueError: invalid config or cache policy (from ``eventsim.simulate``).
+    """
+    check_policy(cache)
+    check_config(graph, cfg, hw)
+    n = graph.n
+    if cache == "none":
+        return np.zeros(n)
+    dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
+                         graph.num_regions, graph.microbatches, cfg.policy)
+    segk = [tuple(i for i in range(n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
+    jobs = [(int(dag.stage[i]), dag.data_preds[i], int(dag.region[i]), int(dag.mb[i]),
+             segk[int(dag.seg[i])]) for i in range(dag.T)]
+    hit = np.zeros(n)
+    tot = np.zeros(n)
+
+    class _Rec(EventSimulator):
+        def _lookups(self, s, kid, j):
+            h0, r0 = self.bytes_hit, self.bytes_obj_read
+            out = super()._lookups(s, kid, j)
+            hit[kid] += self.bytes_hit - h0
+            tot[kid] += self.bytes_obj_read - r0
+            return out
+
+    _Rec(graph.kernels, cfg.alloc, jobs, hw, ContentionModel.off(), cache,
+         layers_per_region=graph.layers_per_region, record=False).run()
+    return np.clip(np.where(tot > 0, hit / np.maximum(tot, 1e-30), 0.0), 0.0, 1.0)
+
+
+# ============================================================================ JAX core
+def _interp_weights(grid: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Lower index and fraction of ``x`` on the increasing ``grid`` (clipped to its range)."""
+    G = grid.shape[0]
+    xc = jnp.clip(x, grid[0], grid[-1])
+    i = jnp.clip(jnp.searchsorted(grid, xc, side="right") - 1, 0, G - 2)
+    f = (xc - grid[i]) / (grid[i + 1] - grid[i])
+    return i, f
+
+
+def _bilinear(tab: jax.Array, seg: jax.Array, ic, fc, ip, fp) -> jax.Array:
+    """tab (K_pad, NC, NP) at (seg, c, p) for per-task index/fraction arrays (T,)."""
+    t00 = tab[seg, ic, ip]
+    t10 = tab[seg, ic + 1, ip]
+    t01 = tab[seg, ic, ip + 1]
+    t11 = tab[seg, ic + 1, ip + 1]
+    return (t00 * (1 - fc) * (1 - fp) + t10 * fc * (1 - fp) + t01 * (1 - fc) * fp
+            + t11 * fc * fp)
+
+
+def _band_integrals(band: BandIndex, S, C, tau, vals):
+    """Integrals inside [S_i, C_i] of the other stages' per-task quantities.
+
+    For every static offset o = 1..W the overlap of tasks i and i + o is computed once
+    (max(0, min(C_i, C_j) - max(S_i, S_j)), zero unless both exist and run on different stages)
+    and credited both ways, so memory stays O(T) per allocation.
+
+    Args:
+        band: the band index. S, C, tau: (T_pad,) µs. vals: (3, T_pad) per-task integrals (busy
+            µs, concurrency x µs, power x µs), spread uniformly over each task's interval.
+
+    Returns:
+        (3, T_pad): busy µs, concurrency x µs and power x µs of the other stages in the window.
+    """
+    W = band.mask.shape[0]
+    T = S.shape[0]
+    rate = vals / jnp.maximum(tau, 1e-9)[None]                                  # (3, T)
+    Sp = jnp.pad(S, (0, W))
+    Cp = jnp.pad(C, (0, W))
+    rp = jnp.pad(rate, ((0, 0), (0, W)))
+
+    def step(o, carry):
+        acc, back = carry
+        Sj = jax.lax.dynamic_slice(Sp, (o,), (T,))
+        Cj = jax.lax.dynamic_slice(Cp, (o,), (T,))
+        rj = jax.lax.dynamic_slice(rp, (0, o), (3, T))
+        mk = jax.lax.dynamic_index_in_dim(band.mask, o - 1, keepdims=False)
+        ov = jnp.maximum(jnp.minimum(C, Cj) - jnp.maximum(S, Sj), 0.0) * mk       # (T,)
+        acc = acc + ov[None] * rj                                                # i <- i + o
+        # i + o <- i: accumulate at index i + o of a right-padded buffer
+        cur = jax.lax.dynamic_slice(back, (0, o), (3, T))
+        back = jax.lax.dynamic_update_slice(back, cur + ov[None] * rate, (0, o))
+        return acc, back
+
+    acc, back = jax.lax.fori_loop(1, W + 1, step,
+                                  (jnp.zeros_like(rate), jnp.zeros((3, T + W), rate.dtype)))
+    acc = acc + back[:, :T]
+    return acc
+
+
+def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Array,
+                iters: int = 4, damping: float = 0.5, isolated: bool = False) -> jax.Array:
+    """Makespan (µs) of ONE integer allocation (D,) with vectorised contention.
+
+    Args:
+        tabs: segment tables. arrs: the DAG (``evaluator.DagArrays``). band: ``BandIndex``.
+        alloc: (D,) int32 SMs per stage (validated on the host).
+        iters: fixed-point iterations (static). damping: weight of the previous durations in
+            each update (static, 0..1). isolated: skip the iteration (contention off).
+
+    Returns:
+        Scalar makespan T = max_i C_i in µs.
+    """
+    K = tabs.tau.shape[0]
+    p_seg = alloc[tabs.seg_stage]                                 # (K_pad,)
+    kk = jnp.arange(K)
+    tab_tau = tabs.tau[kk, p_seg]                                 # (K_pad, NC, NP)
+    valid = arrs.task_valid
+    seg = arrs.task_seg
+    tau_iso = jnp.where(valid, tab_tau[seg, 0, 0], 0.0)
+    if isolated or iters == 0:
+        return jnp.max(completion_times(arrs, tau_iso))
+    tab_b = tabs.busy[kk, p_seg]
+    tab_q = tabs.conc[kk, p_seg]
+    tab_p = tabs.power[kk, p_seg]
+    iso = jnp.stack([tab_b[seg, 0, 0], tab_q[seg, 0, 0], tab_p[seg, 0, 0]])  # (3, T)
+    safe_iso = jnp.maximum(tau_iso, 1e-9)
+
+    def body(_, carry):
+        tau, vals = carry
+        C = completion_times(arrs, tau)
+        S = C - tau
+        busy_o, conc_o, power_o = _band_integrals(band, S, C, tau, vals)
+        tsafe = jnp.maximum(tau, 1e-9)
+        f = jnp.clip(busy_o / tsafe, 0.0, 1.0)   # union bound of the other stages' busy share
+        fb = jnp.maximum(f * tsafe, 1e-9)
+        cb = conc_o / fb
+        pb = power_o / fb
+        ic, fc = _interp_weights(tabs.conc_grid, cb)
+        ip, fp = _interp_weights(tabs.power_grid, pb)
+        tb = jnp.maximum(_bilinear(tab_tau, seg, ic, fc, ip, fp), 1e-9)
+        rate = (1.0 - f) / safe_iso + f / tb
+        new = jnp.where(valid, 1.0 / rate, 0.0)
+        busy_v = jnp.stack([_bilinear(t, seg, ic, fc, ip, fp) for t in (tab_b, tab_q, tab_p)])
+        new_vals = new[None] * ((1.0 - f)[None] * iso / safe_iso[None] + f[None] * busy_v / tb[None])
+        tau2 = damping * tau + (1.0 - damping) * new
+        vals2 = damping * vals + (1.0 - damping) * jnp.where(valid[None], new_vals, 0.0)
+        return tau2, vals2
+
+    tau, _ = jax.lax.fori_loop(0, iters, body, (tau_iso, jnp.where(valid[None], iso, 0.0)))
+    return jnp.max(completion_times(arrs, tau))
+
+
+def _vc_batch_impl(tabs, arrs, band, allocs, iters, damping, isolated):
+    TRACE_COUNTS["vc"] += 1
+    return jax.vmap(lambda a: vc_makespan(tabs, arrs, band, a, iters, damping, isolated))(allocs)
+
+
+_vc_batch = jax.jit(_vc_batch_impl, static_argnums=(4, 5, 6))
+
+
+# ============================================================================ API
+class VContentionEvaluator:
+    """Scores many SM allocations of ONE (cut, D, w, m, policy) with vectorised contention.
+
+    Args:
+        graph: region graph built for m microbatches. seg_of, D, w, policy: the structure.
+        hw: the GPU. model: ``ContentionModel`` (default calibrated; ``off()`` = static
+            durations, identical to ``evaluator.Evaluator``). cache: L2 policy for the hit
+            estimate (``"lru"``, ``"fifo"``, ``"none"``).
+        hits: (n,) per-kernel L2 hit fractions; None = ``estimate_hits`` on ``ref_alloc``.
+        ref_alloc: reference allocation of the hit replay (default: as equal as the quantum
+            allows, remainder to the first stages).
+        iters: fixed-point iterations (default 4). damping: 0..1 (default 0.5).
+        dtype: float dtype (float32). chunk: allocations per compiled call (as ``Evaluator``;
+            default 128 on CPU: the band loop stays in cache; measured fastest on 2 cores).
+        band: W of ``BandIndex`` (default ``BandIndex.default_band``).
+        pad_tasks, pad_preds, pad_window: paddings of ``DagArrays.from_dag``; pad_segments:
+            K_pad of the tables; pad_stages: D_pad. Fix them to one value across structures to
+            share one compiled function (default: power-of-two buckets of the true sizes).
+
+    Raises:
+        ValueError: an illegal cut/D/w, bad hits, iters < 0, damping outside [0, 1).
+    """
+
+    def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
+                 policy: str = "wavefront", model: ContentionModel | None = None,
+                 cache: str = "lru", hits: np.ndarray | None = None,
+                 ref_alloc: Sequence[int] | None = None, iters: int = 4, damping: float = 0.5,
+                 dtype=jnp.float32, chunk: int | None = None, band: int | None = None,
+                 pad_tasks: int | None = None, pad_preds: int | None = None,
+                 pad_window: int | None = None, pad_segments: int | None = None,
+                 pad_stages: int | None = None) -> None:
+        K = D + w
+        check_cut(seg_of, graph.n, graph.edges, K)
+        if isinstance(iters, bool) or int(iters) != iters or iters < 0:
+            raise ValueError(f"iters must be an integer >= 0, got {iters!r}")
+        if not 0.0 <= float(damping) < 1.0:
+            raise ValueError(f"damping must be in [0, 1), got {damping!r}")
+        self.model = ContentionModel() if model is None else model
+        self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, K
+        self.seg_of = tuple(int(s) for s in seg_of)
+        self.policy = policy
+        self.dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, self.seg_of, D, w,
+                                  graph.num_regions, graph.microbatches, policy)
+        self.arrs = DagArrays.from_dag(self.dag, pad_tasks, pad_preds, pad_window)
+        self.band = BandIndex.from_dag(self.dag, self.arrs.T_pad, band, pad_stages, dtype=dtype)
+        if hits is None:
+            if self.model.isolated or cache == "none":
+                hits = np.zeros(graph.n)
+            else:
+                if ref_alloc is None:
+                    ref_alloc = even_allocation(hw.sm_budget, D, hw.sm_quantum,
+                                                hw.min_pool_sms)
+                R = graph.deployment.requests_per_gpu if graph.deployment is not None else None
+                mb = R // graph.microbatches if R is not None else 1
+                cfg = Config(D=D, w=w, seg_of=self.seg_of, alloc=tuple(int(a) for a in ref_alloc),
+                             microbatch=mb, policy=policy)
+                hits = estimate_hits(graph, cfg, hw, cache)
+        self.hits = np.asarray(hits, dtype=float)
+        self.tabs = segment_tables(graph, self.seg_of, K, w, hw, self.model, self.hits, dtype,
+                                   pad_segments)
+        self.iters, self.damping = int(iters), float(damping)
+        self.dtype = dtype
+        if chunk is None:
+            chunk = 128 if jax.default_backend() == "cpu" else 65536
+        if int(chunk) < 1:
+            raise ValueError(f"chunk must be >= 1 allocations, got {chunk}")
+        self.chunk = int(chunk)
+
+    @classmethod
+    def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
+                   **kw) -> "VContentionEvaluator":
+        """Evaluator of ``cfg``'s structure; ``cfg.alloc`` is the reference of the hit replay."""
+        kw.setdefault("ref_alloc", cfg.alloc)
+        return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
+
+    def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:
+        a = check_alloc_batch(allocs, self.D, self.hw.num_sms)
+        if np.any(a.sum(axis=1) > self.hw.num_sms):
+            raise ValueError(f"allocations: SMs must sum to at most {self.hw.num_sms}")
+        return a
+
+    def makespan(self, allocs: np.ndarray) -> np.ndarray:
+        """Makespans (µs) of integer allocations (B, D) -> float64 (B,), in chunks of ``chunk``.
+
+        Raises:
+            ValueError: wrong shape, non-integer SMs, a pool outside 1..N, sum above N.
+        """
+        a = self._check_allocs(allocs).astype(np.int32)
+        return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
+            self.tabs, self.arrs, self.band, jnp.asarray(c), self.iters, self.damping,
+            bool(self.model.isolated)))

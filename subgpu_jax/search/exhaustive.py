@@ -1,0 +1,167 @@
+"""Exhaustive search for small instances: every allocation of every legal cut, scored by the
+vectorised evaluator (the oracle of the heuristic-gap experiment)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from subgpu_jax.model.checks import pos_int
+from subgpu_jax.score import evaluator as _evmod
+from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.search.problem import Problem
+from subgpu_jax.space.config import (AllocSpace, binding, check_dispatch_policy, Config,
+    enumerate_cuts)
+
+__all__ = ["ExhaustiveResult", "exhaustive_allocations", "exhaustive_search"]
+
+
+@dataclass(frozen=True)
+class ExhaustiveResult:
+    """Output of ``exhaustive_search``.
+
+    Attributes:
+        best: the optimal ``Config``; makespan_us: its makespan (µs).
+        per_m: {m: (best Config for that m, makespan µs)}.
+        evaluated: configurations scored.
+    """
+
+    best: Config
+    makespan_us: float
+    per_m: Mapping[int, tuple[Config, float]]
+    evaluated: int
+
+
+def exhaustive_allocations(ev: Evaluator, space: AllocSpace, chunk: int = 65536
+                           ) -> tuple[np.ndarray, float, int]:
+    """Best allocation of one structure by scoring all of P_H^(D) with the cheap estimator,
+    chunk by chunk (memory bounded by ``chunk`` rows; ``Evaluator.makespan`` further chunks).
+
+    Returns:
+        ``(alloc int64 (D,), makespan µs, count scored)``; ties go to the first in enumeration.
+    """
+    best, best_v, cnt = None, np.inf, 0
+    for A in space.iter_all(chunk):
+        v = ev.makespan(A)
+        cnt += len(A)
+        j = int(np.argmin(v))
+        if v[j] < best_v:
+            best, best_v = A[j].copy(), float(v[j])
+    return best, best_v, cnt
+
+
+#: Hard makespans of explicit task durations (B, T_pad) on one padded DAG (the evaluator's
+#: public single-example max-plus kernel, vmapped here).
+_maxplus_rows = jax.jit(jax.vmap(_evmod.maxplus_makespan, in_axes=(None, 0)))
+
+
+def _dag_key(seg_of: Sequence[int], edges, cross_edges) -> tuple:
+    """What the task DAG of a cut depends on besides (D, w, L, m, policy): the segment-level
+    edges inside a region and across regions."""
+    se = frozenset((seg_of[u], seg_of[v]) for u, v in edges if seg_of[u] != seg_of[v])
+    ce = frozenset((seg_of[u], seg_of[v]) for u, v in cross_edges)
+    return se, ce
+
+
+def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int],
+                      policy: str = "wavefront", ws: Sequence[int] = (0, 1),
+                      max_configs: int = 50_000_000, chunk: int = 8192) -> ExhaustiveResult:
+    """The exact optimum of the cheap estimator's model for one D: every legal cut of C_{D+w}
+    for each w in ``ws``, every allocation of P_H^(D), every microbatch count.
+
+    Cuts whose augmented task DAGs coincide (same segment-level edges; all contiguous cuts of a
+    chain) are scored together: the task durations of every (cut, allocation) pair of a group are
+    built on the host from the segment duration tables, exactly as ``Evaluator`` builds them
+    (float32), and scored by the evaluator's vmapped max-plus kernel
+    (``evaluator.makespan_of_durations``) in chunks of ``chunk`` rows, so memory stays bounded
+    by chunk x tasks (plus one allocation chunk per group).
+
+    Args:
+        problem: workload and GPU; D: stages (>= 1; D = 1 means w = 0 only).
+        microbatch_counts: m values (each must divide the batch).
+        policy: dispatch order; ws: boundary-reuse values to include.
+        max_configs: refuse larger spaces (ValueError) instead of running for hours.
+        chunk: rows (configurations) per compiled call.
+
+    Returns:
+        ``ExhaustiveResult`` (makespans of the cheap estimator's static model, µs; ties go to the
+        first configuration in enumeration order).
+
+    Raises:
+        ValueError: unknown policy, empty allocation space, m not dividing the batch, w not in
+            {0, 1}, no legal cut, or more than ``max_configs`` configurations.
+    """
+    from subgpu_jax.space.taskdag import bucket, build_task_dag
+
+    check_dispatch_policy(policy)
+    space = problem.space(D)
+    chunk = pos_int(chunk, "chunk")
+    for w in ws:
+        if w not in (0, 1):
+            raise ValueError(f"ws entries must be 0 or 1, got {w!r}")
+    total = 0
+    plan = []
+    for m in microbatch_counts:
+        g = problem.workload.graph(m)
+        for w in ws:
+            if D + w > g.n or (D == 1 and w == 1):
+                continue
+            cuts = list(enumerate_cuts(g.n, g.edges, D + w))
+            plan.append((m, w, cuts))
+            total += len(cuts) * space.size
+    if total == 0:
+        raise ValueError(f"exhaustive_search: no legal cut for D={D}")
+    if total > max_configs:
+        raise ValueError(f"exhaustive_search: {total} configurations exceed max_configs="
+                         f"{max_configs}")
+    # one padding for every group of this search, so the scoring kernel compiles once per row
+    # bucket (tasks padded to the largest DAG, predecessors to the largest in-degree)
+    work = []
+    T_max, P_max = 1, 1
+    for m, w, cuts in plan:
+        g = problem.workload.graph(m)
+        groups: dict[tuple, list[tuple[int, ...]]] = {}
+        for c in cuts:
+            groups.setdefault(_dag_key(c, g.edges, g.cross_edges), []).append(c)
+        for cs in groups.values():
+            dag = build_task_dag(g.n, g.edges, g.cross_edges, cs[0], D, w, g.num_regions, m,
+                                 policy)
+            T_max = max(T_max, dag.T)
+            P_max = max(P_max, max((len(dag.preds(i)) for i in range(dag.T)), default=1))
+            work.append((m, w, cs, dag))
+    T_pad, P_pad = bucket(T_max, 8), bucket(P_max, 2)
+    per_m: dict[int, tuple[Config, float]] = {}
+    cnt = 0
+    for m, w, cs, dag in work:
+        K = D + w
+        table = problem.table(m)
+        stage = np.array([binding(k, K, w) for k in range(K)])
+        arrs = _evmod.DagArrays.from_dag(dag, pad_tasks=T_pad, pad_preds=P_pad)
+        C = np.asarray(cs)                                           # (C, n)
+        onehot = (C[:, None, :] == np.arange(K)[None, :, None]).astype(float)
+        segtab = np.einsum("ckn,nj->ckj", onehot, table).astype(np.float32)   # (C, K, N+1)
+        task_seg = np.asarray(dag.seg)
+        for A in space.iter_all(max(1, chunk // len(cs))):
+            sd = segtab[:, np.arange(K)[None, :], A[:, stage]]       # (C, a, K) µs
+            taus = np.zeros((len(cs) * len(A), T_pad), dtype=np.float32)
+            taus[:, : dag.T] = sd[:, :, task_seg].reshape(-1, dag.T)
+            vals = np.empty(len(taus))
+            rows = min(chunk, bucket(len(taus), 256))
+            for s in range(0, len(taus), rows):
+                part = taus[s:s + rows]
+                pad = np.concatenate([part, np.repeat(part[-1:], rows - len(part), 0)])
+                vals[s:s + len(part)] = np.asarray(_maxplus_rows(arrs, jnp.asarray(pad)))[
+                    : len(part)]
+            cnt += len(vals)
+            j = int(np.argmin(vals))
+            v = float(vals[j])
+            if m not in per_m or v < per_m[m][1]:
+                ci, ai = divmod(j, len(A))
+                per_m[m] = (problem.config(cs[ci], D, w, A[ai], m, policy), v)
+    m_best = min(per_m, key=lambda k: per_m[k][1])
+    return ExhaustiveResult(best=per_m[m_best][0], makespan_us=per_m[m_best][1], per_m=per_m,
+                            evaluated=cnt)

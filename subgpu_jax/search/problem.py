@@ -1,0 +1,145 @@
+"""A search problem (workload on one GPU, cached duration tables and evaluators) and its exact
+scorers: ``EvaluatorExact`` (the evaluator's hard makespan) and ``MemoScorer`` (memoisation)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from subgpu_jax.model.graph import StaticDurationModel
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.workload import Workload
+from subgpu_jax.score import evaluator as _evmod
+from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
+
+__all__ = ["Problem", "EvaluatorExact", "MemoScorer"]
+
+
+class Problem:
+    """A workload on one GPU: caches duration tables and evaluators, names configurations.
+
+    Args:
+        workload: the graphs per microbatch count.
+        hw: the GPU.
+        duration_model: object with ``table(graph) -> (n, N+1)`` µs (default
+            ``StaticDurationModel(hw)``).
+    """
+
+    def __init__(self, workload: Workload, hw: Hardware, duration_model=None) -> None:
+        self.workload, self.hw = workload, hw
+        self.model = duration_model or StaticDurationModel(hw)
+        self._tables: dict[int, np.ndarray] = {}
+        self._evs: dict[tuple, Evaluator] = {}
+
+    def space(self, D: int) -> AllocSpace:
+        """``AllocSpace.from_hw(hw, D)``.
+
+        Raises:
+            ValueError: the space is empty (names budget/minimum) or D < 1.
+        """
+        return AllocSpace.from_hw(self.hw, D)
+
+    def table(self, m: int) -> np.ndarray:
+        """Kernel duration table (n, N_SM+1) µs for m microbatches (cached)."""
+        if m not in self._tables:
+            self._tables[m] = np.asarray(self.model.table(self.workload.graph(m)))
+        return self._tables[m]
+
+    def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
+                  policy: str = "wavefront") -> Evaluator:
+        """The cheap estimator of one (cut, D, w, m, policy), cached.
+
+        Raises:
+            ValueError: unknown policy, illegal cut/D/w, m not dividing the batch.
+        """
+        check_dispatch_policy(policy)
+        key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
+        if key not in self._evs:
+            self._evs[key] = Evaluator(self.workload.graph(m), key[0], D, w, self.hw,
+                                       policy=policy, table=self.table(m))
+        return self._evs[key]
+
+    def config(self, seg_of: Sequence[int], D: int, w: int, alloc: Sequence[int], m: int,
+               policy: str = "wavefront") -> Config:
+        """The ``Config`` of these choices (microbatch size b = R / m)."""
+        return Config(D=int(D), w=int(w), seg_of=tuple(int(s) for s in seg_of),
+                      alloc=tuple(int(a) for a in alloc),
+                      microbatch=self.workload.microbatch_size(m), policy=policy)
+
+    def exact_batch(self, exact: Callable[[Config], float], seg_of: Sequence[int], D: int, w: int,
+                    m: int, policy: str = "wavefront") -> Callable[[np.ndarray], np.ndarray]:
+        """Wrap ``exact`` into an objective over allocation batches (B, D) -> (B,) µs, one
+        scorer call per row (memoise ``exact`` with ``MemoScorer``)."""
+        def f(allocs: np.ndarray) -> np.ndarray:
+            return np.array([float(exact(self.config(seg_of, D, w, a, m, policy)))
+                             for a in np.atleast_2d(allocs)])
+        return f
+
+    def temporal(self) -> float:
+        """Temporal baseline makespan (µs): D = 1, one full-batch microbatch, all SMs."""
+        return _evmod.temporal_makespan(self.workload.graph(1), self.hw, table=self.table(1))
+
+
+class EvaluatorExact:
+    """Default exact scorer: the vectorised evaluator's hard makespan of a ``Config`` (µs).
+
+    Args:
+        problem: supplies graphs and cached evaluators.
+
+    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
+    ``Config.check``).
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+
+    def __call__(self, cfg: Config) -> float:
+        pb = self.problem
+        m = pb.workload.m_of(cfg)
+        g = pb.workload.graph(m)
+        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
+        ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, m, cfg.policy)
+        return float(ev.makespan(np.asarray([cfg.alloc]))[0])
+
+
+class MemoScorer:
+    """Memoises an exact scorer by ``Config`` and counts its distinct calls.
+
+    Args:
+        fn: ``Config -> makespan (µs)``.
+
+    Attributes:
+        calls: distinct configurations scored (calls that reached ``fn``).
+        requests: all lookups, hits included.
+        cache: ``{Config: makespan}``.
+        seconds: wall time spent inside ``fn``.
+    """
+
+    def __init__(self, fn: Callable[[Config], float]) -> None:
+        self.fn = fn
+        self.cache: dict[Config, float] = {}
+        self.calls = 0
+        self.requests = 0
+        self.seconds = 0.0
+
+    def __call__(self, cfg: Config) -> float:
+        self.requests += 1
+        if cfg not in self.cache:
+            t0 = time.perf_counter()
+            v = float(self.fn(cfg))
+            self.seconds += time.perf_counter() - t0
+            if not np.isfinite(v) or v <= 0:
+                raise ValueError(f"exact scorer returned {v!r} for {cfg}; makespans must be "
+                                 "finite and > 0 µs")
+            self.cache[cfg] = v
+            self.calls += 1
+        return self.cache[cfg]
+
+
+def _memo(problem: Problem, exact: Callable[[Config], float] | None) -> MemoScorer:
+    if exact is None:
+        return MemoScorer(EvaluatorExact(problem))
+    return exact if isinstance(exact, MemoScorer) else MemoScorer(exact)

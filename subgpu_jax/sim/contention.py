@@ -1,0 +1,484 @@
+"""Contention (rate) model of docs/method.md §3: how fast each running kernel progresses, given every
+other kernel running at the same instant.
+
+A running kernel u on a stage of p SMs uses p_u = min(p, ctas_u) SMs and carries three work
+counters that progress concurrently; it finishes when all are zero (plus its launch overhead,
+paid first, and the collective setup latency, paid before its payload moves):
+
+* compute (FLOP): rate = R_u * pi_u * s_pow, with R_u the kernel's full-GPU rate (the same as
+  ``graph.StaticDurationModel``: ``Hardware.flops_rate(dtype)`` for tensor work, bf16/16 for
+  CUDA-core work), pi_u = min(1, g * p_u / N) its share of the chip's compute power (linear in SMs,
+  g = ``compute_gain``), s_pow = 1 / max(1, sum pi) when the running kernels together ask for more
+  than the whole chip (power/clock cap: a full-GPU GEMM runs ~11% slower per SM than one on a
+  small pool, measured).
+* data (bytes moved through L2: hits, HBM misses, and for tensor kernels the operand re-reads of a
+  tiled GEMM, ``reread_bytes``): its bytes in flight c_u = min(p_u * ``inflight_per_sm_B``,
+  ``inflight_max_B``, remaining miss bytes) select, summed over all running kernels, the HBM
+  bandwidth from the measured response curve (``Hardware.bw_curve_x/y`` in units of "SMs of a copy
+  kernel", scaled by the concurrency-weighted read/copy ceiling ``hbm_read_Bps``/``hbm_copy_Bps``).
+  That bandwidth is shared in proportion to c_u (water-filling: a kernel never gets more than it can
+  use); every kernel is capped by the issue bandwidth of its SMs, p_u * ``issue_Bps_per_sm``.
+  L2 bandwidth (``Hardware.l2_Bps``) is consumed by hits (1 byte per byte), by HBM traffic
+  (``miss_l2_cost`` bytes per byte: the fill plus the access) and by operand re-reads paced by the
+  compute counter; when the demand exceeds it, every consumer is scaled by the same factor
+  (a FIFO-served port gives each client a share proportional to its offered load).
+* network (bytes): after ``Hardware.comm_setup_us``, the payload shares ``Hardware.nvlink_Bps``
+  equally with the other collectives moving payload.
+
+With one kernel alone, cache off and ``compute_gain = 1`` this is exactly
+``StaticDurationModel`` for every kernel whose re-read L2 traffic does not saturate L2 and whose
+bytes exceed its in-flight window (then it is at most about one memory latency slower: Little's
+law). ``ContentionModel.off()`` makes every kernel run at its isolated static duration, the mode
+in which the event simulator equals the max-plus evaluator.
+
+Units: bytes, bytes/s, FLOP, FLOP/s; times in µs at the API edge.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, fields, replace as _dc_replace
+from typing import Any, Callable
+
+import numpy as np
+
+from subgpu_jax.model.graph import Kernel, StaticDurationModel
+from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
+
+__all__ = ["ContentionModel", "BoundModel", "KernelWork", "H200_GEMM_PER_SM_TFLOPS", "LoneMakespan"]
+
+#: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> makespan µs`` of one kernel alone.
+LoneMakespan = Callable[[Kernel, int, Hardware, "ContentionModel", float, float], float]
+
+#: Per-SM bf16 GEMM throughput (TFLOP/s per SM) measured on green-context pools of an H200
+#: (tests/data/h200_green_context_probe.csv: 1.0995e12 FLOP / mm_ms / granted SMs) at the
+#: pool sizes below the chip's power cap (16, 32, 64, 72 SMs).
+H200_GEMM_PER_SM_TFLOPS: dict[int, float] = {
+    16: 1.0995e12 / 9.972e-3 / 16 / 1e12,
+    32: 1.0995e12 / 5.044e-3 / 32 / 1e12,
+    64: 1.0995e12 / 2.573e-3 / 64 / 1e12,
+    72: 1.0995e12 / 2.287e-3 / 72 / 1e12,
+}
+_H200_FULL_PER_SM = 1.0995e12 / 1.3715e-3 / 132 / 1e12  # 6.07 TFLOP/s per SM on the whole GPU
+_GAIN = float(np.mean(list(H200_GEMM_PER_SM_TFLOPS.values())) / _H200_FULL_PER_SM)  # ~1.114
+
+
+@dataclass(frozen=True)
+class ContentionModel:
+    """Parameters of the rate model (all floats >= 0 unless stated; every one has a source).
+
+    Attributes:
+        isolated: True = no contention at all: each kernel takes its isolated static duration
+            ``StaticDurationModel.kernel_time_us`` (what ``off()`` returns). Default False.
+        inflight_per_sm_B: bytes in flight one SM of a streaming kernel keeps outstanding
+            (32 KiB). Source: Little's law on the measured whole-GPU copy, 4245 GB/s x ~1 µs loaded
+            latency / 132 SMs = 32 KB (latency: assumption). The response curve is indexed in
+            units of this per-SM window, so its value only matters relative to kernels' remaining
+            miss bytes (the demand cap). > 0.
+        inflight_max_B: hardware limit on one kernel's bytes in flight; ``None`` = the whole GPU's
+            window (num_sms x inflight_per_sm_B), where the measured curve saturates. > 0.
+        demand_cap: cap each kernel's bytes in flight by its remaining HBM bytes (Little's law: a
+            kernel cannot have more in flight than it still has to move). Default True.
+        issue_ratio: per-SM issue bandwidth as a multiple of the whole-GPU read bandwidth per SM
+            (``hbm_read_Bps / num_sms``): 3.2 -> 112 GB/s per H200 SM, i.e. 64 B/clk at ~1.75 GHz
+            (assumption), above the 80-88 GB/s per SM the measured copy reaches on an 8-SM pool
+            (the curve's steepest part), so it never binds a lone streaming kernel. > 0.
+        miss_l2_cost: L2 bandwidth consumed per HBM byte in units of a hit byte: 2 by
+            construction (a read miss is an L2 fill plus the access; a write is the access plus
+            the write-back), raised to 2.5 to fit the measured co-run probe (GEMM on 64 SMs
+            beside a copy on 68: 25% slowdown; the model gives 28% in steady state). >= 1.
+        tile_edge: effective output-tile edge of tensor-core kernels; operand re-read traffic
+            through L2 = dtype_bytes / tile_edge per FLOP (minus the object bytes already
+            counted), paced by the compute counter. 136: the smallest round value for which the
+            measured full-GPU bf16 GEMM (801.7 TFLOP/s) is not L2-bound under
+            ``Hardware.l2_Bps`` = 12 TB/s (needs >= 134; cuBLAS mixes 128x128 and 128x256
+            tiles, so an effective edge between 128 and 170 is plausible). 0 disables re-reads.
+        compute_gain: per-SM compute rate on a partial pool relative to ``flops_rate / num_sms``
+            (1.114: mean measured GEMM TFLOP/s per SM at 16-72 SMs over the whole-GPU figure,
+            ``H200_GEMM_PER_SM_TFLOPS``); the chip total stays capped at ``flops_rate``
+            (power/clock limit). 1.0 gives the linear static model.
+        calibration: a ``calibration.Calibration`` (measured per-kernel time tables) or None.
+            With it, every measured kernel alone on a pool of p SMs takes its measured time
+            (interpolated in 1/p): ``BoundModel.work`` adds a fixed latency phase after the launch
+            (ops that are launch-bound chains of small CUDA kernels) or scales the kernel's work
+            counters down (kernels faster than the analytical model); co-running kernels still
+            share HBM/L2/compute through the rate model. Use ``Calibration.apply_to_hardware(hw)`` for the
+            measured bandwidth curve. Isolated mode uses the measured times directly.
+
+    Raises:
+        ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
+            (one line naming the field).
+    """
+
+    isolated: bool = False
+    inflight_per_sm_B: float = 32768.0
+    inflight_max_B: float | None = None
+    demand_cap: bool = True
+    issue_ratio: float = 3.2
+    miss_l2_cost: float = 2.5
+    tile_edge: float = 136.0
+    compute_gain: float = _GAIN
+    calibration: Any = None
+
+    def __post_init__(self) -> None:
+        if self.calibration is not None:
+            from subgpu_jax.model.calibration import Calibration
+            if not isinstance(self.calibration, Calibration):
+                raise ValueError(f"contention.calibration must be a calibration.Calibration or "
+                                 f"None, got {type(self.calibration).__name__}")
+        for f in ("isolated", "demand_cap"):
+            if not isinstance(getattr(self, f), (bool, np.bool_)):
+                raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
+        for f in ("inflight_per_sm_B", "issue_ratio", "miss_l2_cost", "tile_edge",
+                  "compute_gain", "inflight_max_B"):
+            v = getattr(self, f)
+            if v is None and f == "inflight_max_B":
+                continue
+            if v is None:
+                raise ValueError(f"contention.{f} is missing (None); it must be a number")
+            if isinstance(v, (bool, np.bool_, str)) or not isinstance(v, (int, float, np.number)):
+                raise ValueError(f"contention.{f} must be a number, got {v!r}")
+            x = float(v)
+            if math.isnan(x) or math.isinf(x):
+                raise ValueError(f"contention.{f} must be finite, got {v!r}")
+            if f == "tile_edge":
+                if x < 0:
+                    raise ValueError(f"contention.tile_edge must be >= 0 (0 = no re-reads), "
+                                     f"got {v!r}")
+            elif f == "miss_l2_cost":
+                if x < 1:
+                    raise ValueError(f"contention.miss_l2_cost must be >= 1, got {v!r}")
+            elif x <= 0:
+                raise ValueError(f"contention.{f} must be > 0 (it sets a rate), got {v!r}")
+
+    @classmethod
+    def off(cls) -> "ContentionModel":
+        """No contention: every kernel runs for its isolated static duration."""
+        return cls(isolated=True)
+
+    @classmethod
+    def static_consistent(cls) -> "ContentionModel":
+        """Contention on, but a lone kernel reproduces ``StaticDurationModel`` (linear compute,
+        no operand re-read traffic, no demand cap)."""
+        return cls(compute_gain=1.0, tile_edge=0.0, demand_cap=False)
+
+    def replace(self, **kw) -> "ContentionModel":
+        """A copy with some fields changed (validated)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        unknown = set(kw) - set(d)
+        if unknown:
+            raise ValueError(f"contention: unknown field(s) {sorted(unknown)}; allowed: "
+                             f"{', '.join(d)}")
+        d.update(kw)
+        return ContentionModel(**d)
+
+    def bind(self, hw: Hardware, lone_makespan: LoneMakespan | None = None) -> "BoundModel":
+        """Precompute the hardware-dependent constants (see ``BoundModel``; ``lone_makespan``
+        is the lone-kernel simulation a calibrated model needs, ``eventsim.lone_makespan``)."""
+        return BoundModel(self, hw, lone_makespan)
+
+
+@dataclass(frozen=True)
+class KernelWork:
+    """The work of one kernel on one pool, as the rate model sees it.
+
+    Attributes:
+        sms: p_u = min(pool SMs, ctas) (SMs).
+        flops: FLOP; rate_full: full-GPU FLOP/s; power: pi_u = min(1, g p_u / N).
+        obj_bytes: weight + activation + KV bytes (all HBM when the cache is off).
+        reread_per_flop: operand re-read bytes per FLOP (L2 traffic paced by compute).
+        peak_Bps: HBM ceiling of the kernel (read or copy, the static model's rule).
+        comm_bytes: NVLink payload (bytes); comm: True for a collective.
+        static_us: isolated duration (µs): ``StaticDurationModel.kernel_time_us``, or the
+            measured time when the model carries a calibration that has this kernel.
+        fixed_us: extra latency after the launch overhead during which the kernel holds its SMs
+            but moves no work (µs, calibration; 0 otherwise).
+        scale: factor applied to the kernel's work counters (FLOP, bytes, payload) at activation
+            (calibration; 1 otherwise).
+    """
+
+    sms: float
+    flops: float
+    rate_full: float
+    power: float
+    obj_bytes: float
+    reread_per_flop: float
+    peak_Bps: float
+    comm_bytes: float
+    comm: bool
+    static_us: float
+    fixed_us: float = 0.0
+    scale: float = 1.0
+
+
+#: (calibration id, hardware id, curve, copy peak, model parameters, kernel key, pool SMs) ->
+#: ((scale, fixed_us), calibration, hardware): memoised lone-kernel solves of ``_calibrated``.
+_CAL_CACHE: dict = {}
+
+
+class BoundModel:
+    """A ``ContentionModel`` bound to one ``Hardware``: constants and the rate function.
+
+    Attributes:
+        model, hw: the inputs. N: SMs. curve_x, curve_y: response curve knots (lists).
+        window: bytes in flight of one SM (``inflight_per_sm_B``); cmax: per-kernel limit.
+        issue: issue bytes/s per SM. l2: L2 bytes/s. nvlink: bytes/s. launch_us, setup_us: µs.
+        lone_makespan: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> µs``, the event
+            simulation of one kernel alone on a pool (``eventsim.lone_makespan``), injected so
+            that this rate model does not import the simulator; needed only when the model
+            carries a calibration (``work`` raises ValueError without it).
+    """
+
+    def __init__(self, model: ContentionModel, hw: Hardware,
+                 lone_makespan: LoneMakespan | None = None) -> None:
+        if not isinstance(model, ContentionModel):
+            raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
+        if not isinstance(hw, Hardware):
+            raise ValueError(f"hw must be a Hardware, got {type(hw).__name__}")
+        self.model, self.hw = model, hw
+        self.lone_makespan = lone_makespan
+        self.N = float(hw.num_sms)
+        self.curve_x = [float(v) for v in hw.bw_curve_x]
+        self.curve_y = [float(v) for v in hw.bw_curve_y]
+        self.window = float(model.inflight_per_sm_B)
+        self.cmax = (float(model.inflight_max_B) if model.inflight_max_B is not None
+                     else self.window * self.N)
+        self.full_window = self.window * self.N
+        self.issue = model.issue_ratio * hw.hbm_read_Bps / hw.num_sms
+        self.l2 = float(hw.l2_Bps)
+        self.nvlink = float(hw.nvlink_Bps)
+        self.launch_us = float(hw.launch_us)
+        self.setup_us = float(hw.comm_setup_us)
+        self.gain = float(model.compute_gain)
+        self.kappa = float(model.miss_l2_cost)
+        self.demand_cap = bool(model.demand_cap)
+        self.static = StaticDurationModel(hw)
+
+    # ------------------------------------------------------------------ per-kernel work
+    def work(self, k: Kernel, pool_sms: int) -> KernelWork:
+        """``KernelWork`` of kernel ``k`` on a pool of ``pool_sms`` SMs.
+
+        Raises:
+            ValueError: ``pool_sms`` < 1, or negative/NaN work in the kernel (names the field).
+        """
+        if not pool_sms >= 1:
+            raise ValueError(f"pool_sms must be >= 1, got {pool_sms!r}")
+        _check_kernel(k)
+        hw = self.hw
+        p = float(min(pool_sms, k.ctas))
+        rate = hw.flops_rate(k.dtype) if k.tensor else hw.tensor_flops["bf16"] / 16.0
+        obj = k.hbm_bytes
+        read_only = k.act_bytes < 0.5 * obj
+        peak = hw.hbm_read_Bps if read_only else hw.hbm_copy_Bps
+        rr = 0.0
+        if k.tensor and self.model.tile_edge > 0 and k.flops > 0:
+            beta = DTYPE_BYTES[k.dtype] / self.model.tile_edge
+            rr = max(0.0, beta * k.flops - obj) / k.flops
+        static = float(self.static.kernel_time_us(k, pool_sms))
+        w = KernelWork(sms=p, flops=float(k.flops), rate_full=float(rate),
+                       power=min(1.0, self.gain * p / self.N), obj_bytes=float(obj),
+                       reread_per_flop=rr, peak_Bps=float(peak),
+                       comm_bytes=float(k.comm_bytes), comm=k.is_comm, static_us=static)
+        cal = self.model.calibration
+        if cal is not None and cal.has(k):
+            w = self._calibrated(k, int(pool_sms), w, cal)
+        return w
+
+    def _calibrated(self, k: Kernel, pool_sms: int, w: KernelWork, cal) -> KernelWork:
+        """``w`` adjusted so that ``k`` alone on ``pool_sms`` SMs (cache off) takes its measured
+        time: a fixed latency when the model is faster than the measurement, else a work scale
+        solved by a few secant steps on lone-kernel simulations (memoised per calibration,
+        model parameters, hardware, kernel and pool)."""
+        from subgpu_jax.model.calibration import kernel_key
+
+        t_meas = float(cal.kernel_time_us(k, pool_sms))
+        if self.model.isolated:
+            return _dc_replace(w, static_us=t_meas)
+        hw = self.hw
+        mkey = tuple(getattr(self.model, f.name) for f in fields(self.model)
+                     if f.name != "calibration")
+        key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
+        hit = _CAL_CACHE.get(key)
+        if hit is None:
+            if self.lone_makespan is None:
+                raise ValueError("a calibrated ContentionModel needs the lone-kernel simulation: "
+                                 "bind it with lone_makespan=eventsim.lone_makespan")
+            base = self.model.replace(calibration=None)
+
+            def alone(scale: float, fixed: float) -> float:
+                return float(self.lone_makespan(k, pool_sms, hw, base, scale, fixed))
+
+            t0 = alone(1.0, 0.0)
+            if t_meas >= t0:
+                hit = (1.0, t_meas - t0)
+            else:
+                c = self.launch_us + (self.setup_us if k.is_comm else 0.0)
+                s, t = 1.0, t0
+                for _ in range(4):
+                    if t - c <= 1e-9:
+                        break
+                    s = max(1e-4, s * max(t_meas - c, 1e-6) / (t - c))
+                    t = alone(s, 0.0)
+                    if abs(t - t_meas) <= 1e-3 * t_meas:
+                        break
+                hit = (s, 0.0)
+            if len(_CAL_CACHE) > 200_000:
+                _CAL_CACHE.clear()
+            _CAL_CACHE[key] = (hit, cal, hw)  # keep cal and hw alive while their ids are keys
+        else:
+            hit = hit[0]
+        return _dc_replace(w, scale=hit[0], fixed_us=hit[1], static_us=t_meas)
+
+    # ------------------------------------------------------------------ the curve
+    def bw_fraction_of_window(self, c: float) -> float:
+        """Fraction (0..1) of the whole-GPU HBM bandwidth reached with ``c`` bytes in flight
+        (piecewise-linear in the measured curve, x = c / (window * N), clipped to the last knot)."""
+        x = c / self.full_window
+        xs, ys = self.curve_x, self.curve_y
+        if x >= xs[-1]:
+            return ys[-1]
+        if x <= xs[0]:
+            return ys[0]
+        i = bisect_right(xs, x)
+        x0, x1 = xs[i - 1], xs[i]
+        y0, y1 = ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    # ------------------------------------------------------------------ the rates
+    def rates(self, sms, rate_full, power, flops_left, data_left, miss_frac, peak, reread,
+              comm_on):
+        """Instantaneous rates of the running kernels (lists of equal length n, plain floats).
+
+        Args:
+            sms: p_u (SMs). rate_full: full-GPU FLOP/s. power: pi_u.
+            flops_left: remaining FLOP (0 = compute done).
+            data_left: remaining bytes of the data counter (0 = done).
+            miss_frac: fraction of the data counter's bytes that go to HBM (0..1).
+            peak: HBM ceiling of each kernel (bytes/s). reread: operand bytes per FLOP.
+            comm_on: True while the kernel's network payload is moving.
+
+        Returns:
+            ``(r_comp, r_data, r_hbm, r_net)``: lists of FLOP/s, data bytes/s, HBM bytes/s and
+            network bytes/s (0 for counters that are done or not moving).
+        """
+        n = len(sms)
+        rc, rd, rh, rn = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
+        self.rates_into(list(range(n)), sms, rate_full, power, flops_left, data_left, miss_frac,
+                        peak, reread, comm_on, rc, rd, rh, rn)
+        return rc, rd, rh, rn
+
+    def rates_into(self, act, sms, rate_full, power, F, Dd, phi, peak, rr, comm_on,
+                   rc, rd, rh, rn):
+        """In-place form of ``rates`` used by the event simulator: inputs and outputs are lists
+        indexed by stage, ``act`` lists the stages whose kernel is active; only those entries of
+        ``rc, rd, rh, rn`` (FLOP/s, bytes/s, HBM bytes/s, network bytes/s) are written.
+
+        Returns:
+            ``(hbm_total_Bps, curve_Bps, power_capped, l2_scaled)``: the HBM bandwidth in use,
+            the bandwidth the response curve allows at the current concurrency, whether the
+            compute power cap binds, whether L2 bandwidth binds.
+        """
+        ptot = 0.0
+        for s in act:
+            if F[s] > 0:
+                ptot += power[s]
+        cs = 1.0 / ptot if ptot > 1.0 else 1.0
+        issue, win, cmax, dcap = self.issue, self.window, self.cmax, self.demand_cap
+        ctot = pk = 0.0
+        concs = []
+        ncomm = 0
+        for s in act:
+            rc[s] = rate_full[s] * power[s] * cs if F[s] > 0 else 0.0
+            if comm_on[s]:
+                ncomm += 1
+            d = Dd[s]
+            rh[s] = 0.0
+            if d > 0:
+                f = phi[s]
+                if f > 0:
+                    c = sms[s] * win
+                    if c > cmax:
+                        c = cmax
+                    if dcap:
+                        m = d * f
+                        if m < c:
+                            c = m
+                    concs.append((s, c))
+                    ctot += c
+                    pk += c * peak[s]
+        bw = 0.0
+        if concs:
+            # fraction of the response curve at the total concurrency (inlined for speed)
+            x = ctot / self.full_window
+            xs, ys = self.curve_x, self.curve_y
+            if x >= xs[-1]:
+                frac = ys[-1]
+            else:
+                i = bisect_right(xs, x)
+                x0 = xs[i - 1]
+                frac = ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (xs[i] - x0)
+            bw = frac * (pk / ctot)
+            if len(concs) == 1:
+                s = concs[0][0]
+                want = phi[s] * sms[s] * issue
+                rh[s] = want if want < bw else bw
+            else:
+                # water-filling in proportion to concurrency, capped by usable HBM rate
+                concs.sort(key=lambda sc: (phi[sc[0]] * sms[sc[0]] * issue / sc[1], sc[0]))
+                left_bw, left_w = bw, ctot
+                for j, (s, c) in enumerate(concs):
+                    want = phi[s] * sms[s] * issue
+                    share = left_bw * c / left_w
+                    if want <= share:
+                        rh[s] = want
+                        left_bw -= want
+                        left_w -= c
+                    else:
+                        for s2, c2 in concs[j:]:
+                            rh[s2] = left_bw * c2 / left_w
+                        break
+        k1 = self.kappa - 1.0
+        l2 = 0.0
+        for s in act:
+            if Dd[s] > 0:
+                r = sms[s] * issue
+                f = phi[s]
+                if f > 0 and rh[s] < r * f:
+                    r = rh[s] / f
+                rd[s] = r
+                l2 += r * (1.0 + k1 * f)
+            else:
+                rd[s] = 0.0
+            if rr[s] > 0:
+                l2 += rr[s] * rc[s]
+        scaled = l2 > self.l2
+        if scaled:
+            sc = self.l2 / l2
+            for s in act:
+                rd[s] *= sc
+                if rr[s] > 0:
+                    rc[s] *= sc
+        hsum = 0.0
+        nv = self.nvlink / ncomm if ncomm else 0.0
+        for s in act:
+            h = rd[s] * phi[s]
+            rh[s] = h
+            hsum += h
+            rn[s] = nv if ncomm and comm_on[s] else 0.0
+        return hsum, bw, ptot > 1.0, scaled
+
+
+def _check_kernel(k: Kernel) -> None:
+    """Raise ValueError naming the kernel and field when its work is negative, NaN or missing."""
+    for f in ("flops", "kv_bytes", "comm_bytes"):
+        v = getattr(k, f)
+        if v is None or not isinstance(v, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(v) or v < 0:
+            raise ValueError(f"kernel {k.name}: {f} must be a finite number >= 0, got {v!r}")
+    for nm, b in k.weight_objects + k.act_reads + k.act_writes:
+        if b is None or not math.isfinite(b) or b < 0:
+            raise ValueError(f"kernel {k.name}: bytes of object {nm} must be finite and >= 0, "
+                             f"got {b!r}")
+    if isinstance(k.ctas, bool) or not isinstance(k.ctas, (int, np.integer)) or k.ctas < 1:
+        raise ValueError(f"kernel {k.name}: ctas must be an integer >= 1, got {k.ctas!r}")

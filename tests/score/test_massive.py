@@ -1,0 +1,238 @@
+"""device-side unranking, unrolled static evaluator, chunked/streamed/sharded exhaustive
+search, memory budgets, and a two-process jax.distributed cluster on loopback."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.model.graph import StaticDurationModel
+from subgpu_jax.score.massive import (TRACE_COUNTS, MassiveEvaluator, StreamingPareto, TopK,
+    exhaustive_chain, numpy_makespans, unrank_allocation, unrank_chain_bounds, unrank_combination)
+from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
+from subgpu_jax.space.config import chain_cut, enumerate_allocations, enumerate_cuts
+from subgpu_jax.space.taskdag import build_task_dag
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HW = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
+
+
+def _instance(seed=3, n=7, L=3, m=2):
+    wl = synthetic_workload(seed, n=n, chain=True, num_regions=L, batch=4)
+    g = wl.graph(m)
+    return g, np.asarray(StaticDurationModel(HW).table(g))
+
+
+@pytest.mark.parametrize("n,r", [(7, 3), (10, 4), (6, 6), (9, 1), (12, 2)])
+def test_unrank_combination_matches_itertools(n, r):
+    ref = np.array(list(itertools.combinations(range(n), r)), dtype=np.int32)
+    got = np.asarray(jax.jit(jax.vmap(lambda x: unrank_combination(x, n, r)))(
+        jnp.arange(len(ref))))
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.parametrize("D,budget,q,mn", [(3, 40, 4, 4), (4, 128, 16, 16), (2, 148, 2, 2),
+                                           (1, 64, 8, 8)])
+def test_unrank_allocation_matches_enumerate(D, budget, q, mn):
+    ref = enumerate_allocations(budget, D, q, mn)
+    got = np.asarray(jax.vmap(lambda x: unrank_allocation(x, D, budget, q, mn))(
+        jnp.arange(len(ref))))
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_unrank_chain_bounds_matches_enumerate_cuts():
+    n, K = 8, 4
+    edges = [(i, i + 1) for i in range(n - 1)]
+    ref = list(enumerate_cuts(n, edges, K))
+    b = np.asarray(jax.vmap(lambda x: unrank_chain_bounds(x, n, K))(jnp.arange(len(ref))))
+    got = [chain_cut(n, list(row[1:-1])) for row in b]
+    assert got == ref
+
+
+def test_fixed_mode_equals_evaluator_and_numpy():
+    g, table = _instance()
+    seg = chain_cut(g.n, [2, 5])
+    ev = Evaluator(g, seg, 3, 0, HW, table=table)
+    me = MassiveEvaluator(ev.dag, table, 3, 0, HW.sm_budget, HW.sm_quantum, HW.min_pool_sms,
+                          mode="fixed", seg_of=seg, topk=5)
+    A = enumerate_allocations(HW.sm_budget, 3, HW.sm_quantum, HW.min_pool_sms)
+    ref = ev.makespan(A)
+    np.testing.assert_array_equal(me.score(A), ref)           # bit-identical float32
+    np.testing.assert_array_equal(numpy_makespans(ev.dag, me.seg_tab_np, me.stage, A), ref)
+    r = me.run()
+    order = np.lexsort((np.arange(len(ref)), ref))[:5]
+    np.testing.assert_array_equal(r.alloc_ranks, order)
+    np.testing.assert_allclose(r.values, ref[order])
+    assert r.evaluated == len(A)
+
+
+def _chain_me(table, g, D, w, **kw):
+    n = g.n
+    dag = build_task_dag(n, g.edges, g.cross_edges, chain_cut(n, range(1, D + w)), D, w,
+                         g.num_regions, g.microbatches)
+    return MassiveEvaluator(dag, table, D, w, HW.sm_budget, HW.sm_quantum, HW.min_pool_sms,
+                            mode="chain", **kw)
+
+
+def test_chunked_equals_unchunked_and_no_recompilation():
+    g, table = _instance(n=8)
+    big = _chain_me(table, g, 3, 1, topk=6)
+    r_big = big.run()
+    small = _chain_me(table, g, 3, 1, topk=6, cut_block=2, alloc_block=8)
+    before = TRACE_COUNTS["block"]
+    r_small = small.run()
+    calls = -(-small.n_cuts // 2) * -(-small.n_allocs // 8)
+    assert calls >= 5
+    assert TRACE_COUNTS["block"] - before == 1                  # one trace for every chunk
+    assert r_small.evaluated == r_big.evaluated == big.total
+    np.testing.assert_array_equal(r_small.values, r_big.values)
+    np.testing.assert_array_equal(r_small.cut_ranks, r_big.cut_ranks)
+    np.testing.assert_array_equal(r_small.alloc_ranks, r_big.alloc_ranks)
+
+
+def _longest_path(dag, tau_seg):
+    C = [0.0] * dag.T
+    for i in range(dag.T):
+        p = dag.preds(i)
+        C[i] = (max(C[j] for j in p) if p else 0.0) + tau_seg[dag.seg[i]]
+    return max(C)
+
+
+def test_exhaustive_optimum_equals_python_brute_force():
+    g, table = _instance(seed=5, n=6, L=2, m=2)
+    D = 2
+    res = exhaustive_chain(table, g.num_regions, g.microbatches, D, HW.sm_budget,
+                           HW.sm_quantum, HW.min_pool_sms, topk=3)
+    best = (np.inf, None)
+    count = 0
+    edges = [(i, i + 1) for i in range(g.n - 1)]
+    allocs = enumerate_allocations(HW.sm_budget, D, HW.sm_quantum, HW.min_pool_sms)
+    for w in (0, 1):
+        K = D + w
+        for seg in enumerate_cuts(g.n, edges, K):
+            dag = build_task_dag(g.n, edges, [(g.n - 1, 0)], seg, D, w, g.num_regions,
+                                 g.microbatches)
+            stage = [0 if (w and k == K - 1) else k for k in range(K)]
+            for a in allocs:
+                tau = [sum(table[i, a[stage[seg[i]]]] for i in range(g.n) if seg[i] == k)
+                       for k in range(K)]
+                v = _longest_path(dag, tau)
+                count += 1
+                if v < best[0] - 1e-9:
+                    best = (v, (w, seg, tuple(int(x) for x in a)))
+    assert res["evaluated"] == count
+    assert res["best"]["makespan_us"] == pytest.approx(best[0], rel=1e-5)
+    b = res["best"]
+    dag = build_task_dag(g.n, edges, [(g.n - 1, 0)], b["seg_of"], D, b["w"], g.num_regions,
+                         g.microbatches)
+    K = D + b["w"]
+    stage = [0 if (b["w"] and k == K - 1) else k for k in range(K)]
+    tau = [sum(table[i, b["alloc"][stage[b["seg_of"][i]]]] for i in range(g.n)
+               if b["seg_of"][i] == k) for k in range(K)]
+    assert _longest_path(dag, tau) == pytest.approx(best[0], rel=1e-5)
+
+
+def test_memory_budget_sizes_chunks_and_rejects_too_small():
+    g, table = _instance(n=8)
+    small = _chain_me(table, g, 3, 0, memory_budget=200_000)
+    large = _chain_me(table, g, 3, 0, memory_budget=50_000_000)
+    assert small.plan.size < large.plan.size
+    assert small.plan.est_bytes <= 200_000
+    with pytest.raises(ValueError, match="at least"):
+        _chain_me(table, g, 3, 0, memory_budget=1000)
+    with pytest.raises(ValueError, match="devices=99"):
+        _chain_me(table, g, 3, 0, devices=99)
+
+
+def test_topk_and_pareto_streaming():
+    t = TopK(3)
+    t.add(np.array([5.0, 1.0, np.inf]), np.array([[0, 0], [0, 1], [0, 2]]))
+    t.add(np.array([1.0, 0.5]), np.array([[0, 0], [1, 1]]))
+    np.testing.assert_array_equal(t.values, [0.5, 1.0, 1.0])
+    np.testing.assert_array_equal(t.keys, [[1, 1], [0, 0], [0, 1]])
+    p = StreamingPareto()
+    assert p.add({"makespan_us": 10.0, "tokens_per_gpu": 4})
+    assert p.add({"makespan_us": 5.0, "tokens_per_gpu": 1})
+    assert not p.add({"makespan_us": 12.0, "tokens_per_gpu": 4})
+    assert p.add({"makespan_us": 10.0, "tokens_per_gpu": 8})   # dominates the first
+    assert sorted(r["tokens_per_gpu"] for r in p.records) == [1, 8]
+
+
+_SHARD_SCRIPT = r"""
+import json, sys, numpy as np, jax
+sys.path.insert(0, sys.argv[1])
+from test_massive import _instance, _chain_me
+assert len(jax.devices()) == 2, jax.devices()
+g, table = _instance(n=8)
+out = {}
+for d in (1, 2):
+    r = _chain_me(table, g, 3, 1, topk=5, cut_block=4, alloc_block=16, devices=d).run()
+    out[d] = [r.values.tolist(), r.cut_ranks.tolist(), r.alloc_ranks.tolist(), r.evaluated]
+try:
+    _chain_me(table, g, 3, 1, devices=3)
+    out["err"] = None
+except ValueError as e:
+    out["err"] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_sharded_equals_unsharded_two_cpu_devices():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    p = subprocess.run([sys.executable, "-c", _SHARD_SCRIPT, HERE], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["1"] == out["2"]
+    assert "devices=3" in out["err"] and "2 local device" in out["err"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_cluster_equals_single_process(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    cmd = [sys.executable, "-m", "subgpu_jax.app.distributed"]
+    subprocess.run(cmd + ["--out", str(tmp_path / "single.json")], env=env, cwd=ROOT,
+                   check=True, timeout=120)
+    addr = f"127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen(cmd + ["--address", addr, "--num-processes", "2", "--process-id",
+                                     str(i), "--out", str(tmp_path / f"p{i}.json")],
+                              env=env, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+             for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err[-2000:]
+    single = json.loads((tmp_path / "single.json").read_text())
+    assert len(single) == 4
+    for i in range(2):
+        assert json.loads((tmp_path / f"p{i}.json").read_text()) == single
+
+
+def test_unreachable_cluster_fails_fast(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=ROOT)
+    addr = f"127.0.0.1:{_free_port()}"
+    t0 = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "subgpu_jax.app.distributed", "--address", addr,
+                        "--num-processes", "2", "--process-id", "1", "--timeout", "2",
+                        "--out", str(tmp_path / "x.json")], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert addr in p.stderr and "unreachable" in p.stderr
+    assert time.monotonic() - t0 < 30

@@ -1,0 +1,132 @@
+"""The package's import structure (README "Layout"): every module of ``subgpu_jax`` and
+``hw_runtime`` is parsed with ``ast`` (module-level AND function-local imports), and
+
+(a) the module import graph (a networkx ``DiGraph``) is acyclic;
+(b) ``subgpu_jax`` layers are read in the order model < space < sim < score < search < app: a
+    module never imports a module of a later layer;
+(c) ``subgpu_jax`` never imports ``hw_runtime`` (the runtime plugs into the CLI through the
+    ``subgpu.commands`` entry point);
+(d) no module is longer than 800 lines.
+
+Oracle: the rules themselves, applied to the source text (no import is executed).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("subgpu_jax", "hw_runtime")
+LAYERS = ("model", "space", "sim", "score", "search", "app")
+MAX_LINES = 800
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file of the two packages."""
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _resolve(name: str, known=None) -> str | None:
+    """The longest known module that ``name`` (a module or module.attribute) refers to."""
+    known = MODULES if known is None else known
+    while name:
+        if name in known:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _imports(mod: str, path: Path, known=None) -> set[str]:
+    """Modules of the two packages that ``mod`` imports anywhere in its body."""
+    is_pkg = path.name == "__init__.py"
+    here = mod if is_pkg else mod.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here
+                for _ in range(node.level - 1):
+                    base = base.rpartition(".")[0]
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        else:
+            continue
+        for n in names:
+            r = _resolve(n, known)
+            if r is not None and r != mod:
+                found.add(r)
+    return found
+
+
+def _graph() -> nx.DiGraph:
+    g = nx.DiGraph()
+    g.add_nodes_from(MODULES)
+    for mod, path in MODULES.items():
+        for dep in _imports(mod, path):
+            g.add_edge(mod, dep)
+    return g
+
+
+def _layer(mod: str) -> int | None:
+    parts = mod.split(".")
+    if parts[0] == "subgpu_jax" and len(parts) > 1 and parts[1] in LAYERS:
+        return LAYERS.index(parts[1])
+    return None
+
+
+def test_every_layer_folder_exists():
+    for layer in LAYERS:
+        assert (ROOT / "subgpu_jax" / layer / "__init__.py").is_file(), layer
+
+
+def test_import_graph_is_acyclic():
+    g = _graph()
+    cycles = list(nx.simple_cycles(g))
+    assert nx.is_directed_acyclic_graph(g), f"import cycles: {cycles[:5]}"
+
+
+def test_no_import_of_a_later_layer():
+    bad = [(a, b) for a, b in _graph().edges
+           if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)]
+    assert not bad, f"imports running back up the layers: {bad}"
+
+
+def test_subgpu_jax_never_imports_hw_runtime():
+    bad = [(a, b) for a, b in _graph().edges
+           if a.startswith("subgpu_jax") and b.startswith("hw_runtime")]
+    assert not bad, bad
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_module_length(mod):
+    n = len(MODULES[mod].read_text().splitlines())
+    assert n <= MAX_LINES, f"{mod}: {n} lines > {MAX_LINES}"
+
+
+def test_the_oracle_sees_function_local_and_relative_imports(tmp_path):
+    """Self-check on a hand-made package: ``pkg/a.py`` imports ``pkg.b`` only inside a function
+    and ``pkg/b.py`` imports ``a`` relatively at module level, so the two edges a -> b and b -> a
+    (a cycle) must both be found."""
+    (tmp_path / "a.py").write_text("def f():\n    from pkg.b import g\n    return g\n")
+    (tmp_path / "b.py").write_text("from .a import f\n")
+    known = {"pkg.a": tmp_path / "a.py", "pkg.b": tmp_path / "b.py"}
+    assert _imports("pkg.a", known["pkg.a"], known) == {"pkg.b"}
+    assert _imports("pkg.b", known["pkg.b"], known) == {"pkg.a"}
