@@ -196,6 +196,11 @@ class KernelWork:
             but moves no work (µs, calibration; 0 otherwise).
         scale: factor applied to the kernel's work counters (FLOP, bytes, payload) at activation
             (calibration; 1 otherwise).
+        window_B_per_sm: bytes in flight each of this kernel's SMs keeps outstanding (bytes);
+            its concurrency is c_u = min(p_u * window_B_per_sm, cap, remaining miss bytes), and
+            co-running kernels share HBM in proportion to c_u. Default: the model's
+            ``inflight_per_sm_B``; a calibration sets it per kernel and pool (kernel-aware
+            contention, docs/fidelity.md).
     """
 
     sms: float
@@ -210,6 +215,7 @@ class KernelWork:
     static_us: float
     fixed_us: float = 0.0
     scale: float = 1.0
+    window_B_per_sm: float = 32768.0
 
 
 #: (calibration id, hardware id, curve, copy peak, model parameters, kernel key, pool SMs) ->
@@ -279,7 +285,8 @@ class BoundModel:
         w = KernelWork(sms=p, flops=float(k.flops), rate_full=float(rate),
                        power=min(1.0, self.gain * p / self.N), obj_bytes=float(obj),
                        reread_per_flop=rr, peak_Bps=float(peak),
-                       comm_bytes=float(k.comm_bytes), comm=k.is_comm, static_us=static)
+                       comm_bytes=float(k.comm_bytes), comm=k.is_comm, static_us=static,
+                       window_B_per_sm=self.window)
         cal = self.model.calibration
         if cal is not None and cal.has(k):
             w = self._calibrated(k, int(pool_sms), w, cal)
@@ -369,10 +376,12 @@ class BoundModel:
         return rc, rd, rh, rn
 
     def rates_into(self, act, sms, rate_full, power, F, Dd, phi, peak, rr, comm_on,
-                   rc, rd, rh, rn):
+                   rc, rd, rh, rn, win=None):
         """In-place form of ``rates`` used by the event simulator: inputs and outputs are lists
         indexed by stage, ``act`` lists the stages whose kernel is active; only those entries of
         ``rc, rd, rh, rn`` (FLOP/s, bytes/s, HBM bytes/s, network bytes/s) are written.
+        ``win``: per-stage bytes in flight per SM of the running kernel
+        (``KernelWork.window_B_per_sm``; None = the model's ``inflight_per_sm_B`` for all).
 
         Returns:
             ``(hbm_total_Bps, curve_Bps, power_capped, l2_scaled)``: the HBM bandwidth in use,
@@ -384,7 +393,8 @@ class BoundModel:
             if F[s] > 0:
                 ptot += power[s]
         cs = 1.0 / ptot if ptot > 1.0 else 1.0
-        issue, win, cmax, dcap = self.issue, self.window, self.cmax, self.demand_cap
+        issue, dcap = self.issue, self.demand_cap
+        w0, cmax0, capped = self.window, self.cmax, self.model.inflight_max_B is not None
         ctot = pk = 0.0
         concs = []
         ncomm = 0
@@ -397,7 +407,12 @@ class BoundModel:
             if d > 0:
                 f = phi[s]
                 if f > 0:
-                    c = sms[s] * win
+                    if win is None:
+                        c = sms[s] * w0
+                        cmax = cmax0
+                    else:
+                        c = sms[s] * win[s]
+                        cmax = cmax0 if capped else win[s] * self.N
                     if c > cmax:
                         c = cmax
                     if dcap:

@@ -242,6 +242,7 @@ class EventSimulator:
         self.k_sms = [0.0] * D      # constants of the running kernel, per stage
         self.k_rfull = [0.0] * D
         self.k_pow = [0.0] * D
+        self.k_win = [0.0] * D      # bytes in flight per SM of the running kernel
         self.k_peak = [0.0] * D
         self.k_rr = [0.0] * D
         self.comm_on = [False] * D
@@ -322,6 +323,7 @@ class EventSimulator:
         sc = w.scale  # calibration: work scale (1 without one)
         self.s_phase[s] = 2
         self.k_sms[s], self.k_rfull[s], self.k_pow[s] = w.sms, w.rate_full, w.power
+        self.k_win[s] = w.window_B_per_sm
         self.k_peak[s], self.k_rr[s] = w.peak_Bps, w.reread_per_flop
         self.F[s] = w.flops * sc
         self.Dd[s] = data * sc
@@ -410,7 +412,7 @@ class EventSimulator:
         oc, od, on = rc[:], rd[:], rn[:]
         hsum, cap, pcap, l2s = self.bm.rates_into(
             act, self.k_sms, self.k_rfull, self.k_pow, F, Dd, self.phi, self.k_peak, self.k_rr,
-            self.comm_on, rc, rd, self.rh, rn)
+            self.comm_on, rc, rd, self.rh, rn, self.k_win)
         busy = 0.0
         live, pfl, krr, ksms, epoch = self._live, self.pf, self.k_rr, self.k_sms, self.epoch
         heap = self.heap
