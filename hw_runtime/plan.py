@@ -3,9 +3,13 @@ backend protocol, ``issue_plan`` and ``FakeStreamBackend``.
 
 ``build_launch_plan(graph, cfg)`` turns a configuration into the exact schedule the simulator
 scores: the segment tasks of ``subgpu_jax.space.taskdag.build_task_dag`` in the global dispatch
-order, each on the stream of its stage (rho_w(k)), with the CUDA events it must wait on (its data
+order, each on a stream of its stage (rho_w(k)), with the CUDA events it must wait on (its data
 predecessors that run on another stream; same-stream predecessors, including the stage edge, are
-implied by stream order) and whether it must record an event. ``issue_plan(plan, backend)`` walks
+implied by stream order) and whether it must record an event. With k streams per stage (the
+published prototype used two per green context) the j-th task issued on stage d goes to the
+stage's stream j mod k (its *lane* d*k + j mod k): a stage then runs up to k tasks at once, and
+each task still follows the task k positions earlier on its stage in stream order, the stage
+edge of the task DAG with k streams per stage. ``issue_plan(plan, backend)`` walks
 a plan against a stream backend; ``FakeStreamBackend`` replays it with given kernel durations
 (stream FIFO + event waits), which is how CI checks the plan against the simulator's task DAG.
 Pure CPU: no torch.
@@ -34,6 +38,8 @@ class PlanTask:
         waits: task indices whose completion event this task's stream waits on before its first
             kernel: the data predecessors on OTHER streams (sorted).
         record: True when some later task on another stream waits on this task's event.
+        lane: the stream the task is issued on, stage * k + (j mod k) for the j-th task of its
+            stage with k streams per stage (= stage when k = 1).
     """
 
     index: int
@@ -46,6 +52,11 @@ class PlanTask:
     stage_pred: int
     waits: tuple[int, ...]
     record: bool
+    lane: int = -1
+
+    def __post_init__(self) -> None:
+        if self.lane < 0:
+            object.__setattr__(self, "lane", self.stage)
 
 
 @dataclass(frozen=True)
@@ -54,7 +65,8 @@ class LaunchPlan:
 
     Attributes:
         tasks: ``PlanTask`` in the global dispatch order (issue order).
-        num_streams: D, one stream per stage.
+        num_streams: D * k streams (k = ``streams_per_stage``); stage d owns streams
+            d*k .. d*k + k - 1.
         stage_sms: SMs of each stage's pool (the Config's allocation; ``(num_sms,)`` for temporal).
         microbatches: m. num_regions: L. kernels_per_region: n.
         config: the Config the plan realises.
@@ -67,6 +79,7 @@ class LaunchPlan:
     num_regions: int
     kernels_per_region: int
     config: Config
+    streams_per_stage: int = 1
 
     @property
     def T(self) -> int:
@@ -74,10 +87,10 @@ class LaunchPlan:
         return len(self.tasks)
 
     def stream_tasks(self) -> list[list[int]]:
-        """Task indices issued on each stream, in issue order (list of D lists)."""
+        """Task indices issued on each stream (lane), in issue order (list of D*k lists)."""
         out: list[list[int]] = [[] for _ in range(self.num_streams)]
         for t in self.tasks:
-            out[t.stage].append(t.index)
+            out[t.lane].append(t.index)
         return out
 
     def events(self) -> int:
@@ -95,6 +108,7 @@ class LaunchPlan:
                 "microbatch": c.microbatch, "microbatches": self.microbatches,
                 "policy": c.policy, "tasks": self.T, "events": self.events(),
                 "waits": sum(len(t.waits) for t in self.tasks),
+                "streams_per_stage": self.streams_per_stage,
                 "kernel_launches": self.kernel_launches()}
 
 
@@ -130,7 +144,8 @@ def check_config_for_graph(graph: OpGraph, cfg: Config, batch: int | None = None
                              f"{R // cfg.microbatch}, the graph has {graph.microbatches}")
 
 
-def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None) -> LaunchPlan:
+def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None,
+                      streams_per_stage: int | None = None) -> LaunchPlan:
     """The launch plan of ``cfg`` on ``graph`` (pure CPU; no torch).
 
     Tasks, stages, data and stage predecessors are exactly those of
@@ -141,23 +156,33 @@ def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None) -> 
         graph: region graph built for m = R / b microbatches (``build_graph(arch, dep, m)``).
         cfg: the configuration (temporal: ``space.temporal_config``).
         batch: per-GPU attention batch R (default from the graph's deployment).
+        streams_per_stage: k >= 1 streams per stage (default: ``cfg.streams_per_stage`` when the
+            Config has it, else 1).
 
     Returns:
         The ``LaunchPlan``.
 
     Raises:
-        ValueError: see ``check_config_for_graph``; an illegal cut or policy (from the DAG).
+        ValueError: see ``check_config_for_graph``; an illegal cut or policy (from the DAG);
+            ``streams_per_stage`` not an integer >= 1.
     """
     check_config_for_graph(graph, cfg, batch)
+    k = streams_per_stage if streams_per_stage is not None else getattr(cfg, "streams_per_stage", 1)
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"streams_per_stage must be an integer >= 1, got {k!r}")
     dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
                          graph.num_regions, graph.microbatches, cfg.policy)
     segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
     T = dag.T
     stage = [int(s) for s in dag.stage]
+    lane, seen = [0] * T, [0] * cfg.D
+    for i in range(T):
+        lane[i] = stage[i] * k + seen[stage[i]] % k
+        seen[stage[i]] += 1
     waits = []
     recorded = [False] * T
     for i in range(T):
-        w = tuple(sorted(j for j in dag.data_preds[i] if stage[j] != stage[i]))
+        w = tuple(sorted(j for j in dag.data_preds[i] if lane[j] != lane[i]))
         for j in w:
             recorded[j] = True
         waits.append(w)
@@ -165,10 +190,11 @@ def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None) -> 
                            segment=int(dag.seg[i]), stage=stage[i],
                            kernels=segk[int(dag.seg[i])], data_preds=tuple(dag.data_preds[i]),
                            stage_pred=int(dag.stage_pred[i]), waits=waits[i],
-                           record=recorded[i]) for i in range(T))
-    return LaunchPlan(tasks=tasks, num_streams=cfg.D, stage_sms=tuple(int(a) for a in cfg.alloc),
+                           record=recorded[i], lane=lane[i]) for i in range(T))
+    return LaunchPlan(tasks=tasks, num_streams=cfg.D * k,
+                      stage_sms=tuple(int(a) for a in cfg.alloc),
                       microbatches=graph.microbatches, num_regions=graph.num_regions,
-                      kernels_per_region=graph.n, config=cfg)
+                      kernels_per_region=graph.n, config=cfg, streams_per_stage=k)
 
 
 class StreamBackend(Protocol):
@@ -190,7 +216,7 @@ def issue_plan(plan: LaunchPlan, backend: StreamBackend, single_stream: bool = F
     """Issue every task of ``plan`` in the global dispatch order on ``backend``.
 
     For each task: wait on the events of its cross-stream data predecessors, launch its kernels
-    on its stage's stream, record its event if a later task on another stream needs it.
+    on its stream (``task.lane``), record its event if a later task on another stream needs it.
 
     Args:
         plan: the launch plan.
@@ -198,7 +224,7 @@ def issue_plan(plan: LaunchPlan, backend: StreamBackend, single_stream: bool = F
         single_stream: issue everything on stream 0 with no events (the sequential reference).
     """
     for t in plan.tasks:
-        s = 0 if single_stream else t.stage
+        s = 0 if single_stream else t.lane
         if not single_stream:
             for j in t.waits:
                 backend.wait(s, j)

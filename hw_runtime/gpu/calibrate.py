@@ -174,7 +174,7 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
 def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
-              log: Callable[[str], None] = print) -> dict:
+              log: Callable[[str], None] = print, copy_curve: bool = True) -> dict:
     """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
 
     Args:
@@ -187,6 +187,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         coruns: also measure the co-running pairs (at the first batch, largest m <= 2).
         hardware: preset name written into the file (must match the simulator's preset).
         log: progress printer.
+        copy_curve: measure the copy-bandwidth curve on every pool (else ``bw_curve`` is None).
 
     Returns:
         the calibration JSON object (``Calibration.from_dict`` accepts it).
@@ -263,7 +264,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         torch.cuda.empty_cache()
     # copy-bandwidth curve
     bw_sms, bw = [], []
-    for p in list(pools) + [info.sm_count]:
+    for p in (list(pools) + [info.sm_count]) if copy_curve else []:
         if p == info.sm_count:
             bw.append(copy_bandwidth(torch, full) / 1e9)
         else:
@@ -278,7 +279,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         "deployment": {f: int(getattr(deploy, f)) for f in DEPLOY_FIELDS},
         "global_batches": [int(g) for g in batches],
         "kernels": [{"key": k, "name": names[k], "times_us": v} for k, v in tables.items()],
-        "bw_curve": {"sms": bw_sms, "copy_GBps": bw},
+        "bw_curve": {"sms": bw_sms, "copy_GBps": bw} if copy_curve else None,
         "coruns": corun_res,
         "meta": {"device": info.name, "driver": info.driver_version,
                  "torch": torch.__version__, "python": platform.python_version(),

@@ -221,8 +221,12 @@ class Executor:
         sms = self.torch.cuda.get_device_properties(self.device).multi_processor_count
         return temporal_config(self.base.graph.n, _hw_like(sms), self.batch)
 
-    def plan(self, cfg: Config) -> LaunchPlan:
+    def plan(self, cfg: Config, streams_per_stage: int | None = None) -> LaunchPlan:
         """``build_launch_plan`` for ``cfg`` on the workload of its microbatch count.
+
+        Args:
+            cfg: the configuration. streams_per_stage: k streams per stage (default the
+                Config's, else 1).
 
         Raises:
             ValueError: the config does not fit the workload (see ``check_config_for_graph``).
@@ -235,10 +239,12 @@ class Executor:
             raise ValueError(f"config.microbatch={cfg.microbatch} does not divide the per-GPU "
                              f"batch R = {R}: built for another deployment")
         wl = self.workload_for(R // cfg.microbatch)
-        return build_launch_plan(wl.graph, cfg, R)
+        return build_launch_plan(wl.graph, cfg, R, streams_per_stage)
 
     # ------------------------------------------------------------------ streams
-    def _streams(self, cfg: Config, mode: str):
+    def _streams(self, cfg: Config, mode: str, k: int = 1):
+        """D * k streams, stage d's at d*k .. d*k + k - 1 (green: k streams per pool), and the
+        ``GreenPartition`` (None without one)."""
         t = self.torch
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -247,10 +253,10 @@ class Executor:
                 raise ValueError("mode 'temporal' runs D = 1 configurations only")
             return [t.cuda.Stream(device=self.device)], None
         if mode == "multistream" or cfg.D == 1:
-            return [t.cuda.Stream(device=self.device) for _ in range(cfg.D)], None
+            return [t.cuda.Stream(device=self.device) for _ in range(cfg.D * k)], None
         from hw_runtime.gpu.partition import GreenPartition
-        part = GreenPartition(list(cfg.alloc), streams_per_pool=1, device=self.device)
-        return [part.stream(d, 0) for d in range(cfg.D)], part
+        part = GreenPartition(list(cfg.alloc), streams_per_pool=k, device=self.device)
+        return [part.stream(d, j) for d in range(cfg.D) for j in range(k)], part
 
     def issue(self, plan: LaunchPlan, streams: Sequence, single_stream: bool = False) -> None:
         """Issue one forward pass of ``plan`` on ``streams`` (eager or under capture)."""
@@ -287,7 +293,7 @@ class Executor:
         return g, nodes, time.perf_counter() - t0
 
     def measure(self, cfg: Config, mode: str = "green", rounds: int = 3, replays: int = 100,
-                warmup: int = 3) -> Measurement:
+                warmup: int = 3, streams_per_stage: int | None = None) -> Measurement:
         """Capture ``cfg`` as a CUDA graph and time its replays.
 
         Args:
@@ -306,8 +312,8 @@ class Executor:
         t = self.torch
         if rounds < 1 or replays < 1 or warmup < 0:
             raise ValueError("rounds and replays must be >= 1, warmup >= 0")
-        plan = self.plan(cfg)
-        streams, part = self._streams(cfg, mode)
+        plan = self.plan(cfg, streams_per_stage)
+        streams, part = self._streams(cfg, mode, plan.streams_per_stage)
         try:
             note = ""
             try:
@@ -358,7 +364,32 @@ class Executor:
                 part.close()
 
     # ------------------------------------------------------------------ correctness
-    def check_output(self, cfg: Config, mode: str = "green", replays: int = 2) -> dict:
+    def check_output(self, cfg: Config, mode: str = "green", replays: int = 2,
+                     deterministic: bool = False, streams_per_stage: int | None = None) -> dict:
+        """``_check_output`` (below), optionally under deterministic settings:
+        ``torch.use_deterministic_algorithms(True)`` (cuBLAS also needs
+        ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment before its first use; the result
+        says whether it was set). Two replays of the same graph must then be bitwise equal;
+        ``replays_equal: false`` there is a race, not numerics.
+
+        Returns:
+            ``_check_output``'s dict plus ``deterministic`` and ``cublas_workspace_config``.
+        """
+        import os
+        t = self.torch
+        prev = t.are_deterministic_algorithms_enabled()
+        if deterministic:
+            t.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            out = self._check_output(cfg, mode, replays, streams_per_stage)
+        finally:
+            t.use_deterministic_algorithms(prev)
+        out["deterministic"] = bool(deterministic)
+        out["cublas_workspace_config"] = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        return out
+
+    def _check_output(self, cfg: Config, mode: str = "green", replays: int = 2,
+                      streams_per_stage: int | None = None) -> dict:
         """Pipelined graph replay vs sequential execution of the same plan, same inputs.
 
         Procedure (every step starts from the same restored residual-stream inputs, and every
@@ -397,7 +428,7 @@ class Executor:
         t = self.torch
         if replays < 1:
             raise ValueError(f"check_output: replays must be >= 1, got {replays}")
-        plan = self.plan(cfg)
+        plan = self.plan(cfg, streams_per_stage)
         wl = self.workload_for(plan.microbatches)
         m = plan.microbatches
         t.cuda.synchronize(self.device)
@@ -426,7 +457,7 @@ class Executor:
         def same(a, b) -> bool:
             return all(bool(t.equal(x, y)) for x, y in zip(a, b))
 
-        streams, part = self._streams(cfg, mode)
+        streams, part = self._streams(cfg, mode, plan.streams_per_stage)
         how = "graph"
         pool_seq = []
         runs = []

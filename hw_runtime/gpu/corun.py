@@ -1,0 +1,328 @@
+"""The co-run matrix: pairs of kernel classes on disjoint green-context pools (needs a GPU).
+
+Kernel classes (``CLASSES``) and what stands for each one:
+
+==============  ==============================================================================
+attn            the full-attention decode FMHA of the workload (``category == "attn_full"``)
+elementwise     the RMSNorm of the workload (memory-bound, one small kernel chain)
+expert_gemm     the batched expert up-projection (``op == "expert_up"``)
+dense_gemm      a compute-bound bf16 GEMM, M x K x N = 512 x 8192 x 7168 (the shape of
+                Llama-3.1-70B's TP8 gate+up projection at 512 tokens; not a workload kernel)
+gemv            the router GEMM of the workload (a thin GEMM: few rows, latency-bound)
+copy            a 256 MiB device-to-device copy (bf16), the copy kernel the bandwidth curve uses
+==============  ==============================================================================
+
+Protocol (``corun_matrix``): for every split (a, b) of the GPU into two green-context pools and
+every ordered pair (A, B) of classes, A runs on pool a as a CUDA graph of launches rotating over
+region instances (cold L2), B runs on pool b as a graph replayed back to back so that it covers
+A's whole run; A's time is read with CUDA events on its own stream. A alone on pool a is timed
+the same way. The SM clock is sampled through NVML (``nvidia-ml-py``) while each co-run runs.
+
+Units: µs, SMs, MHz.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+#: The kernel classes of the co-run matrix, in table order.
+CLASSES: tuple[str, ...] = ("attn", "elementwise", "expert_gemm", "dense_gemm", "gemv", "copy")
+
+#: Shape (M, K, N) of the synthetic compute-bound GEMM (Llama-3.1-70B gate+up at TP8, 512 tokens:
+#: hidden 8192, 2 x 28672 / 8 = 7168 columns; public config of meta-llama/Llama-3.1-70B).
+DENSE_GEMM_MKN: tuple[int, int, int] = (512, 8192, 7168)
+#: Bytes of the synthetic copy (read 256 MiB + write 256 MiB).
+COPY_BYTES: int = 256 * 2 ** 20
+
+
+def synthetic_kernels():
+    """The ``Kernel`` objects of the two synthetic classes, for the simulator.
+
+    Returns:
+        ``{"dense_gemm": Kernel, "copy": Kernel}``: the GEMM of ``DENSE_GEMM_MKN`` (2 M K N FLOPs,
+        bf16 tensor work, weight K x N x 2 bytes, activation reads M x K x 2, writes M x N x 2,
+        one CTA per 128 x 128 output tile) and the copy of ``COPY_BYTES`` (one CTA per 64 KiB).
+    """
+    from subgpu_jax.model.graph import Kernel
+
+    M, K, N = DENSE_GEMM_MKN
+    gemm = Kernel(name="dense_gemm", op="gemm", category="mlp", layer=0, flops=2.0 * M * K * N,
+                  dtype="bf16", tensor=True, weight_objects=(("W", float(K * N * 2)),),
+                  act_reads=(("x", float(M * K * 2)),), act_writes=(("y", float(M * N * 2)),),
+                  ctas=math.ceil(M / 128) * math.ceil(N / 128))
+    copy = Kernel(name="copy", op="copy", category="mlp", layer=0, flops=0.0, dtype="bf16",
+                  tensor=False, act_reads=(("src", float(COPY_BYTES)),),
+                  act_writes=(("dst", float(COPY_BYTES)),), ctas=COPY_BYTES // 2 ** 16)
+    return {"dense_gemm": gemm, "copy": copy}
+
+
+def workload_class_kernels(graph) -> dict[str, int]:
+    """Kernel indices of the workload classes in a region graph.
+
+    Args:
+        graph: an ``OpGraph`` of a MoE model with full attention (GPT-OSS).
+
+    Returns:
+        ``{"attn", "elementwise", "expert_gemm", "gemv"} -> kernel index``.
+
+    Raises:
+        ValueError: the graph lacks one of them (names the class).
+    """
+    want = {"attn": lambda k: k.category == "attn_full", "elementwise": lambda k: k.op == "rmsnorm",
+            "expert_gemm": lambda k: k.op == "expert_up", "gemv": lambda k: k.op == "router"}
+    out = {}
+    for c, pred in want.items():
+        idx = [i for i, k in enumerate(graph.kernels) if pred(k)]
+        if not idx:
+            raise ValueError(f"corun: the graph has no kernel of class {c!r}")
+        out[c] = idx[-1] if c == "attn" else idx[0]
+    return out
+
+
+class ClockSampler:
+    """Samples the SM clock (MHz) through NVML in a background thread while active.
+
+    Use as a context manager; ``samples`` holds the readings. Without NVML it records nothing
+    (``available`` is False).
+    """
+
+    def __init__(self, device: int = 0, period_s: float = 0.0005) -> None:
+        self.samples: list[float] = []
+        self.period = period_s
+        self._stop = threading.Event()
+        self.available = False
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nv = pynvml
+            self._h = pynvml.nvmlDeviceGetHandleByIndex(device)
+            self.available = True
+        except Exception:  # noqa: BLE001 - NVML is optional; say so through `available`
+            self._nv = None
+
+    def _run(self) -> None:
+        nv, h = self._nv, self._h
+        while not self._stop.is_set():
+            try:
+                self.samples.append(float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)))
+            except Exception:  # noqa: BLE001
+                return
+            time.sleep(self.period)
+
+    def __enter__(self) -> "ClockSampler":
+        if self.available:
+            self._t = threading.Thread(target=self._run, daemon=True)
+            self._t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.available:
+            self._stop.set()
+            self._t.join()
+
+    def summary(self) -> dict:
+        """``{"n", "mean_mhz", "min_mhz", "max_mhz"}`` (None values without samples)."""
+        s = self.samples
+        if not s:
+            return {"n": 0, "mean_mhz": None, "min_mhz": None, "max_mhz": None}
+        return {"n": len(s), "mean_mhz": statistics.fmean(s), "min_mhz": min(s),
+                "max_mhz": max(s)}
+
+
+def _graph(torch, stream, fn: Callable[[int], Any], launches: int):
+    """CUDA graph of ``launches`` calls ``fn(r)`` captured on ``stream`` (after eager warm-up)."""
+    with torch.cuda.stream(stream):
+        for r in range(min(2, launches)):
+            fn(r)
+    stream.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=stream):
+        for r in range(launches):
+            fn(r)
+    stream.synchronize()
+    return g
+
+
+def _time_alone(torch, g, stream, reps: int) -> float:
+    """Median replay time (µs) of graph ``g`` on ``stream`` (one warm replay first)."""
+    ts = []
+    with torch.cuda.stream(stream):
+        g.replay()
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record(stream)
+            g.replay()
+            e1.record(stream)
+            e1.synchronize()
+            ts.append(e0.elapsed_time(e1) * 1e3)
+    return statistics.median(ts)
+
+
+def _time_corun(torch, ga, sa, gb, sb, rb: int, reps: int) -> tuple[float, float]:
+    """Median time (µs) of A's graph on ``sa`` while ``rb`` replays of B run on ``sb`` from the
+    same start; also the median per-replay time of B (µs) over the overlapped span."""
+    ta, tb = [], []
+    for _ in range(reps):
+        e0 = torch.cuda.Event(enable_timing=True)
+        ea = torch.cuda.Event(enable_timing=True)
+        eb = torch.cuda.Event(enable_timing=True)
+        e0.record(sa)
+        sb.wait_event(e0)
+        with torch.cuda.stream(sb):
+            for _ in range(rb):
+                gb.replay()
+        with torch.cuda.stream(sa):
+            ga.replay()
+        ea.record(sa)
+        eb.record(sb)
+        eb.synchronize()
+        ea.synchronize()
+        ta.append(e0.elapsed_time(ea) * 1e3)
+        tb.append(e0.elapsed_time(eb) * 1e3 / rb)
+    return statistics.median(ta), statistics.median(tb)
+
+
+def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (96, 32)),
+                 classes: Sequence[str] = CLASSES, target_us: float = 1500.0, reps: int = 5,
+                 microbatch: int = 0, log: Callable[[str], None] = print) -> dict:
+    """Measure the co-run matrix on a GPT-OSS workload (see the module docstring).
+
+    Args:
+        wl: a CUDA ``TorchWorkload`` of a GPT-OSS graph (supplies attn, elementwise,
+            expert_gemm, gemv); the synthetic classes are allocated here.
+        splits: (a, b) pool sizes (SMs), multiples of the green-context quantum.
+        classes: subset of ``CLASSES``.
+        target_us: each class graph is made of enough launches to last about this long alone on
+            the smaller pool it is timed on (at least 1 launch).
+        reps: timed repetitions (median).
+        microbatch: the workload microbatch whose buffers the workload kernels use.
+        log: progress printer.
+
+    Returns:
+        ``{"classes", "kernels": {class: {name, key}}, "launches": {class: n},
+        "alone": [{class, sms, us}], "pairs": [{a, b, sms_a, sms_b, a_alone_us, b_alone_us,
+        a_corun_us, b_corun_us_per_graph, b_replays, a_slowdown, clock}]}``; per-graph times.
+
+    Raises:
+        ValueError: unknown class, or a split the partition cannot grant.
+    """
+    from subgpu_jax.model.calibration import kernel_key
+    from hw_runtime.gpu.partition import GreenPartition
+
+    bad = [c for c in classes if c not in CLASSES]
+    if bad:
+        raise ValueError(f"corun: unknown class(es) {bad}; allowed: {', '.join(CLASSES)}")
+    torch = wl.torch
+    g = wl.graph
+    idx = workload_class_kernels(g)
+    L = g.num_regions
+    M, K, N = DENSE_GEMM_MKN
+    Wg = torch.randn(K, N, dtype=torch.bfloat16, device=wl.device) * 0.02
+    Xg = torch.randn(M, K, dtype=torch.bfloat16, device=wl.device)
+    Yg = torch.empty(M, N, dtype=torch.bfloat16, device=wl.device)
+    nc = COPY_BYTES // 2
+    src = [torch.randn(nc, dtype=torch.bfloat16, device=wl.device) for _ in range(4)]
+    dst = torch.empty(nc, dtype=torch.bfloat16, device=wl.device)
+
+    def fn_of(c: str) -> Callable[[int], Any]:
+        if c in idx:
+            i = idx[c]
+            return lambda r, i=i: wl.launch(i, microbatch, r % L)
+        if c == "dense_gemm":
+            return lambda r: torch.mm(Xg, Wg, out=Yg)
+        return lambda r: dst.copy_(src[r % len(src)])
+
+    syn = synthetic_kernels()
+    kinfo = {c: ({"name": g.kernels[idx[c]].name, "key": kernel_key(g.kernels[idx[c]])}
+                 if c in idx else {"name": syn[c].name, "key": kernel_key(syn[c]),
+                                   "synthetic": True}) for c in classes}
+    out: dict = {"classes": list(classes), "kernels": kinfo, "launches": {}, "alone": [],
+                 "pairs": [], "splits": [list(s) for s in splits], "target_us": target_us}
+    t0 = time.time()
+    for a, b in splits:
+        with GreenPartition([int(a), int(b)], streams_per_pool=1) as part:
+            sa, sb = part.stream(0, 0), part.stream(1, 0)
+            ga_, gb_, ta_, tb_ = {}, {}, {}, {}
+            for c in classes:
+                # launches sized on a one-launch probe on pool a
+                g1 = _graph(torch, sa, fn_of(c), 1)
+                t1 = _time_alone(torch, g1, sa, 3)
+                del g1
+                n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
+                ga_[c] = _graph(torch, sa, fn_of(c), n)
+                gb_[c] = _graph(torch, sb, fn_of(c), n)
+                ta_[c] = _time_alone(torch, ga_[c], sa, reps)
+                tb_[c] = _time_alone(torch, gb_[c], sb, reps)
+                out["alone"].append({"class": c, "sms": int(part.granted[0]), "us": ta_[c],
+                                     "launches": n})
+                out["alone"].append({"class": c, "sms": int(part.granted[1]), "us": tb_[c],
+                                     "launches": n})
+            for ca in classes:
+                for cb in classes:
+                    rb = max(2, int(math.ceil(ta_[ca] / tb_[cb])) + 2)
+                    with ClockSampler() as clk:
+                        a_co, b_co = _time_corun(torch, ga_[ca], sa, gb_[cb], sb, rb, reps)
+                    out["pairs"].append({"a": ca, "b": cb, "sms_a": int(part.granted[0]),
+                                         "sms_b": int(part.granted[1]),
+                                         "launches_a": out["launches"][ca],
+                                         "launches_b": out["launches"][cb],
+                                         "a_alone_us": ta_[ca], "b_alone_us": tb_[cb],
+                                         "a_corun_us": a_co, "b_corun_us_per_graph": b_co,
+                                         "b_replays": rb, "a_slowdown": a_co / ta_[ca] - 1.0,
+                                         "clock": clk.summary()})
+            del ga_, gb_
+            torch.cuda.synchronize()
+        log(f"  co-run split {a}/{b} done ({time.time() - t0:.0f} s)")
+    with ClockSampler() as clk:
+        time.sleep(0.05)
+    out["idle_clock"] = clk.summary()
+    return out
+
+
+def event_latency(torch, n: int = 200, reps: int = 5) -> dict:
+    """Cost of a cross-stream dependency inside a CUDA graph (µs per dependency).
+
+    Two graphs of ``n`` tiny kernels (an in-place add on 1 KiB): one on a single stream, one
+    alternating between two streams with an event record + wait before each kernel, so every
+    kernel depends on the previous one through an event. The difference per kernel is the extra
+    latency of an inter-stream dependency over stream order.
+
+    Returns:
+        ``{"n", "one_stream_us", "two_streams_us", "per_kernel_us", "per_dependency_us"}``.
+    """
+    x = torch.zeros(256, dtype=torch.float32, device="cuda")
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def one(r=0):
+        x.add_(1.0)
+
+    g1 = _graph(torch, s1, one, n)
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s1):
+        one()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g2, stream=s1):
+        fork = torch.cuda.Event()
+        fork.record(s1)
+        s2.wait_event(fork)
+        cur, oth = s1, s2
+        for _ in range(n):
+            with torch.cuda.stream(cur):
+                x.add_(1.0)
+            e = torch.cuda.Event()
+            e.record(cur)
+            oth.wait_event(e)
+            cur, oth = oth, cur
+        j = torch.cuda.Event()
+        j.record(s2)
+        s1.wait_event(j)
+    torch.cuda.synchronize()
+    t1 = _time_alone(torch, g1, s1, reps)
+    t2 = _time_alone(torch, g2, s1, reps)
+    del g1, g2
+    return {"n": n, "one_stream_us": t1, "two_streams_us": t2, "per_kernel_us": t1 / n,
+            "per_dependency_us": (t2 - t1) / n}

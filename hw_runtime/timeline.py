@@ -1,0 +1,205 @@
+"""Measured timelines on the CPU: map profiled device activities of a graph replay onto the plan's
+(task, op) launches, write them beside the simulated schedule as one Perfetto trace, and split the
+makespan error into isolated kernel times, co-run slowdowns and gaps (pure Python, no torch).
+
+Mapping (``map_activities``): inside one CUDA graph replay every launch lane (a stage's stream)
+issues its device activities (kernels, memcpys, memsets) in plan order, and one launch of op i
+issues ``counts[i]`` of them (``hw_runtime.gpu.profile.op_activity_counts``, measured). Each
+profiled stream is matched to the lane with the same activity count (ties broken by the order of
+first activity), then its activities are cut into consecutive runs of ``counts[op]``: one run is
+one op of one task, its interval [first start, last end].
+
+Units: µs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Sequence
+
+__all__ = ["MappingError", "lanes_of_plan", "map_activities", "stage_busy", "category_residence",
+           "error_breakdown", "write_trace"]
+
+
+class MappingError(ValueError):
+    """Profiled activities that cannot be matched to the plan's launches (counts differ)."""
+
+
+def lanes_of_plan(plan, streams_per_stage: int = 1) -> dict[tuple[int, int], list]:
+    """The launch lanes of ``plan``: ``(stage, substream) -> [(task, op), ...]`` in issue order.
+
+    With k streams per stage the j-th task issued on stage d goes to substream j mod k (the
+    runtime's rule, ``hw_runtime.plan``).
+    """
+    lanes: dict[tuple[int, int], list] = defaultdict(list)
+    seen = defaultdict(int)
+    for t in plan.tasks:
+        j = seen[t.stage] % streams_per_stage
+        seen[t.stage] += 1
+        for op in t.kernels:
+            lanes[(t.stage, j)].append((t, op))
+    return dict(lanes)
+
+
+def map_activities(plan, activities: Sequence[dict], counts: Sequence[int],
+                   streams_per_stage: int = 1) -> list[dict]:
+    """Intervals of every (task, op) launch of ONE profiled replay of ``plan``.
+
+    Args:
+        plan: the ``LaunchPlan`` that was captured.
+        activities: ``{"stream", "start_us", "dur_us", "name"}`` of one replay (any order).
+        counts: device activities per launch of each op (length n).
+        streams_per_stage: k.
+
+    Returns:
+        one dict per launch: ``task, op, stage, lane, region, microbatch, segment, start_us,
+        end_us, activities`` (kernel names), sorted by start.
+
+    Raises:
+        MappingError: no one-to-one match of profiled streams to lanes by activity count.
+    """
+    lanes = lanes_of_plan(plan, streams_per_stage)
+    need = {ln: sum(counts[op] for _, op in seq) for ln, seq in lanes.items()}
+    by_stream: dict[int, list[dict]] = defaultdict(list)
+    for a in activities:
+        by_stream[int(a["stream"])].append(a)
+    for s in by_stream.values():
+        s.sort(key=lambda a: a["start_us"])
+    streams = sorted(by_stream, key=lambda s: by_stream[s][0]["start_us"])
+    lane_order = sorted(lanes, key=lambda ln: lanes[ln][0][0].index)
+    assign: dict[tuple[int, int], int] = {}
+    free = list(streams)
+    for ln in lane_order:
+        hit = next((s for s in free if len(by_stream[s]) == need[ln]), None)
+        if hit is None:
+            have = {s: len(by_stream[s]) for s in streams}
+            raise MappingError(f"trace mapping: lane {ln} needs {need[ln]} activities, profiled "
+                               f"streams have {have}")
+        assign[ln] = hit
+        free.remove(hit)
+    out = []
+    for ln, seq in lanes.items():
+        acts = by_stream[assign[ln]]
+        pos = 0
+        for t, op in seq:
+            c = counts[op]
+            run = acts[pos:pos + c]
+            pos += c
+            if not run:
+                continue
+            out.append({"task": t.index, "op": op, "stage": t.stage, "lane": ln[1],
+                        "region": t.region, "microbatch": t.microbatch, "segment": t.segment,
+                        "start_us": min(a["start_us"] for a in run),
+                        "end_us": max(a["start_us"] + a["dur_us"] for a in run),
+                        "activities": [a["name"][:80] for a in run]})
+    out.sort(key=lambda r: r["start_us"])
+    return out
+
+
+def stage_busy(intervals: Sequence[dict], D: int) -> list[dict]:
+    """Per stage: busy µs (union of its launch intervals), first start, last end, idle µs.
+
+    Args:
+        intervals: from ``map_activities`` (or the simulator's in the same form).
+        D: stages.
+
+    Returns:
+        D dicts ``{"stage", "busy_us", "span_us", "idle_us"}``; span = last end - first start of
+        the whole pass, idle = span - busy.
+    """
+    if not intervals:
+        return [{"stage": d, "busy_us": 0.0, "span_us": 0.0, "idle_us": 0.0} for d in range(D)]
+    t0 = min(r["start_us"] for r in intervals)
+    t1 = max(r["end_us"] for r in intervals)
+    out = []
+    for d in range(D):
+        iv = sorted((r["start_us"], r["end_us"]) for r in intervals if r["stage"] == d)
+        busy, cur_s, cur_e = 0.0, None, None
+        for s, e in iv:
+            if cur_e is None or s > cur_e:
+                if cur_e is not None:
+                    busy += cur_e - cur_s
+                cur_s, cur_e = s, e
+            else:
+                cur_e = max(cur_e, e)
+        if cur_e is not None:
+            busy += cur_e - cur_s
+        out.append({"stage": d, "busy_us": busy, "span_us": t1 - t0, "idle_us": t1 - t0 - busy})
+    return out
+
+
+def category_residence(intervals: Sequence[dict], graph) -> dict[str, float]:
+    """Sum of launch durations per kernel category (µs) of ``graph``'s ops."""
+    out: dict[str, float] = defaultdict(float)
+    for r in intervals:
+        out[graph.kernels[r["op"]].category] += r["end_us"] - r["start_us"]
+    return dict(out)
+
+
+def error_breakdown(measured: dict, simulated: dict, isolated_measured_us: Sequence[float],
+                    isolated_model_us: Sequence[float]) -> dict:
+    """Split ``simulated makespan - measured makespan`` on the measured bottleneck stage.
+
+    With, for stage d, busy_x(d) (union of launch intervals), gap_x(d) = makespan_x - busy_x(d)
+    and iso_x(d) the sum of the isolated times of its launches at its pool size (x = measured:
+    the calibration tables; x = model: the model's lone-kernel times), on the stage b with the
+    largest measured busy time:
+
+        P - M = (iso_model(b) - iso_meas(b))                         isolated kernel times
+              + ((busy_sim(b) - iso_model(b)) - (busy_meas(b) - iso_meas(b)))   co-run slowdowns
+              + (gap_sim(b) - gap_meas(b))                             gaps (launches, waits,
+                                                                       dependency bubbles)
+
+    which adds up exactly (each term in µs and as a fraction of M).
+
+    Args:
+        measured, simulated: ``{"makespan_us", "busy_us": [per stage]}``.
+        isolated_measured_us, isolated_model_us: per stage sums (µs).
+
+    Returns:
+        ``{"stage", "isolated_us", "corun_us", "gaps_us", "total_us", and *_frac}``.
+    """
+    M, P = float(measured["makespan_us"]), float(simulated["makespan_us"])
+    bm, bs = measured["busy_us"], simulated["busy_us"]
+    b = max(range(len(bm)), key=lambda d: bm[d])
+    iso = isolated_model_us[b] - isolated_measured_us[b]
+    cor = (bs[b] - isolated_model_us[b]) - (bm[b] - isolated_measured_us[b])
+    gap = (P - bs[b]) - (M - bm[b])
+    out = {"stage": b, "isolated_us": iso, "corun_us": cor, "gaps_us": gap, "total_us": P - M}
+    for k in ("isolated", "corun", "gaps", "total"):
+        out[f"{k}_frac"] = out[f"{k}_us"] / M if M else 0.0
+    return out
+
+
+def write_trace(path: str, processes: Sequence[tuple[str, Sequence[dict], object]]) -> None:
+    """Write a Chrome/Perfetto trace with one process per timeline.
+
+    Args:
+        path: output JSON file.
+        processes: ``(label, intervals, graph)``: intervals as ``map_activities`` returns them
+            (``stage``, ``op``, ``start_us``, ``end_us``, ``region``, ``microbatch``,
+            ``segment``); one track per stage, slices named by the op's kernel name.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    ev = []
+    for pid, (label, intervals, graph) in enumerate(processes, start=1):
+        ev.append({"ph": "M", "pid": pid, "name": "process_name", "args": {"name": label}})
+        ev.append({"ph": "M", "pid": pid, "name": "process_sort_index", "args": {"sort_index": pid}})
+        stages = sorted({r["stage"] for r in intervals})
+        for s in stages:
+            ev.append({"ph": "M", "pid": pid, "tid": s, "name": "thread_name",
+                       "args": {"name": f"stage {s}"}})
+        t0 = min((r["start_us"] for r in intervals), default=0.0)
+        for r in intervals:
+            k = graph.kernels[r["op"]]
+            ev.append({"ph": "X", "pid": pid, "tid": r["stage"], "name": k.name,
+                       "cat": k.category, "ts": r["start_us"] - t0,
+                       "dur": max(0.0, r["end_us"] - r["start_us"]),
+                       "args": {"kernel": k.name, "category": k.category, "layer": k.layer,
+                                "region": r.get("region"), "microbatch": r.get("microbatch"),
+                                "segment": r.get("segment"), "stage": r["stage"]}})
+    with open(path, "w") as fh:
+        json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, fh)
