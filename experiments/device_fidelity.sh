@@ -11,6 +11,7 @@ for ph in $PHASES; do
   case $ph in
     fitdata)  timeout 200 python3 experiments/hw_fidelity_h200.py --phase fitdata --out "$D" --time-limit 170 2>&1 | tee "$D/fitdata.log" ;;
     validate) timeout "${VALIDATE_S:-320}" python3 experiments/hw_fidelity_h200.py --phase validate --out "$D" --time-limit "${VALIDATE_LIMIT:-290}" ${VALIDATE_WL:+--workloads $VALIDATE_WL} 2>&1 | tee "$D/validate.log" ;;
+    corun)    timeout 120 python3 experiments/hw_fidelity_h200.py --phase corun --out "$D" 2>&1 | tee "$D/corun.log" ;;
     outcheck) CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout 70 python3 experiments/hw_fidelity_h200.py --phase validate --checks-only --out "$D" --workloads llama70b_tp8_g512 2>&1 | tee "$D/outcheck.log" ;;
   esac
 done

@@ -213,6 +213,24 @@ def fitdata_phase(args) -> int:
     return 0
 
 
+def corun_phase(args) -> int:
+    """The co-run matrix (and the event-latency probe) alone, on ``--corun-workload`` at m=2."""
+    import torch
+    from hw_runtime.gpu.corun import corun_matrix, event_latency
+    from hw_runtime.gpu.executor import derive_workload
+
+    os.makedirs(args.out, exist_ok=True)
+    wl = sim_workload(args.corun_workload)
+    base = _torch_workload(wl, 1)
+    wl2 = derive_workload(base, wl.graph(2))
+    cm = corun_matrix(wl2, log=print)
+    cm["event_latency"] = event_latency(torch)
+    cm["workload"] = args.corun_workload
+    with open(os.path.join(args.out, "corun_matrix.json"), "w") as fh:
+        json.dump(cm, fh, indent=1)
+    return 0
+
+
 def validate_phase(args) -> int:
     """Measure every configuration of ``--configs``; profile and check the flagged ones."""
     from hw_runtime.gpu.executor import Executor
@@ -307,7 +325,7 @@ def load_fitdata(folder: str, names) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--phase", choices=("plan", "fitdata", "validate", "analyze"), required=True)
+    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "validate", "analyze"), required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", FIDELITY))
     ap.add_argument("--configs", default=os.path.join(FIDELITY, "configs.json"))
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
