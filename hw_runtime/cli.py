@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from subgpu_jax.space.config import config_from_options, temporal_of, workload_config
+from subgpu_jax.space.config import config_from_options, workload_config
 
 __all__ = ["add_commands", "gpu_check", "config_from_search"]
 
@@ -78,7 +78,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="skip the pipelined-vs-sequential output check")
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="calibration for the prediction (default: the analytical model)")
-    x.add_argument("--cache", default="lru", help="L2 policy of the predicting simulator")
+    x.add_argument("--cache", default=None, help="L2 policy of the predicting simulator: lru, "
+                   "fifo or none. Default: none with --calibration (measured kernel times already "
+                   "hold the L2 behaviour of the real run), else lru")
+    x.add_argument("--streams-per-stage", type=int, default=1, metavar="K",
+                   help="streams per stage (green context): a stage runs up to K tasks at once "
+                        "(the published prototype used 2). Default: 1")
+    x.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="profile one graph replay (torch.profiler) and write a Perfetto trace: "
+                        "the measured kernels per stage (process 1) above the simulated "
+                        "schedule of the same configuration (process 2)")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=_cmd_run)
 
@@ -135,16 +144,25 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
     return best, dep
 
 
-def _cmd_run(a) -> int:
+def prepare_run(a):
+    """The CPU part of ``subgpu run``: the workload, the Config, the predicting model.
+
+    Returns:
+        ``(wl, cfg, dep, model, hw_sim, m)``: the simulator's ``Workload`` (bf16 experts), the
+        validated Config, the Deployment, the ``ContentionModel`` (calibrated with
+        ``--calibration``), the hardware it predicts with and the microbatch count.
+
+    Raises:
+        ValueError: bad options (one line naming the option).
+    """
     from subgpu_jax.sim.contention import ContentionModel
-    from subgpu_jax.sim.eventsim import simulate
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.workload import Workload as SimWorkload
     from hw_runtime.gpu.workload import hopper_arch
 
-    for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0)):
+    for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0), ("streams_per_stage", 1)):
         if getattr(a, f) < lo:
-            raise ValueError(f"--{f} must be >= {lo}, got {getattr(a, f)}")
+            raise ValueError(f"--{f.replace('_', '-')} must be >= {lo}, got {getattr(a, f)}")
     policy = a.policy
     if a.from_search:
         best, depkw = config_from_search(a.from_search)
@@ -165,19 +183,133 @@ def _cmd_run(a) -> int:
     hw = wl.hw
     if starts is None:
         from subgpu_jax.app.cli import _int_list
-        cuts = a.cuts.split(",") if a.cuts else None
+        cuts = [c.strip() for c in a.cuts.split(",")] if a.cuts else None
         sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
         cfg = config_from_options(wl, cuts, sms, b, reuse, policy)  # ValueError if infeasible
     else:
         cfg = workload_config(wl, starts, sms, b, reuse, policy)
+    k = int(a.streams_per_stage)
+    if k != 1:
+        import dataclasses
+        if not hasattr(cfg, "streams_per_stage"):
+            raise ValueError("--streams-per-stage: this build's simulator has no streams per "
+                             "stage; use 1")
+        cfg = dataclasses.replace(cfg, streams_per_stage=k)
     m = wl.microbatches_of(cfg.microbatch)
     model = ContentionModel()
     hw_sim = hw
+    if getattr(a, "cache", None) is None:
+        a.cache = "none" if a.calibration else "lru"
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
         cal = load_calibration(a.calibration, wl.arch, dep, hw)
         hw_sim = cal.apply_to_hardware(hw)
         model = model.replace(calibration=cal)
+    return wl, cfg, dep, model, hw_sim, m
+
+
+def _cut_names(graph, cfg) -> list[str]:
+    """Kernel names where segments 2..K of ``cfg`` start."""
+    return [graph.kernels[i].name for i in range(1, graph.n)
+            if cfg.seg_of[i] != cfg.seg_of[i - 1]]
+
+
+def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) -> dict:
+    """Measure (through ``ex``, an ``Executor`` or a stand-in with the same methods), predict
+    and compare: the JSON object ``subgpu run --json`` prints.
+
+    Args:
+        a: the parsed options (mode, rounds, replays, warmup, no_check, cache, trace,
+            streams_per_stage). wl, cfg, dep, model, hw_sim, m: from ``prepare_run``.
+        ex: executor (``measure``, ``temporal_config``, ``check_output``; ``profile`` and
+            ``activity_counts`` when tracing).
+        make_trace: profile a replay and add the timeline fields (and write ``a.trace``).
+
+    Returns:
+        ``{"workload", "config", "temporal", "run", "speedup_measured", "speedup_predicted",
+        "output_check", "calibration"}`` and, with a trace, ``"timeline"``: per-stage busy and
+        idle µs (measured, simulated), per-category residence µs (measured, simulated) and the
+        error breakdown (``hw_runtime.timeline.error_breakdown``).
+    """
+    from subgpu_jax.sim.eventsim import simulate
+    from subgpu_jax.space.config import temporal_of
+
+    k = int(getattr(a, "streams_per_stage", 1))
+    t_cfg = ex.temporal_config()
+    meas_t = ex.measure(t_cfg, "temporal", a.rounds, a.replays, a.warmup)
+    meas_c = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup, streams_per_stage=k)
+    chk = None if a.no_check else ex.check_output(cfg, a.mode, streams_per_stage=k)
+    g = wl.graph(m)
+    pred_t = float(simulate(wl.graph(1), temporal_of(wl), hw_sim, model, cache=a.cache,
+                            record=False).makespan)
+    sim_c = simulate(g, cfg, hw_sim, model, cache=a.cache, record=False)
+    pred_c = float(sim_c.makespan)
+    res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
+           "config": {"D": cfg.D, "w": cfg.w, "cuts": _cut_names(wl.graph(1), cfg),
+                      "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
+                      "mode": a.mode, "streams_per_stage": k},
+           "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
+                        "spread": meas_t.spread},
+           "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
+                   "spread": meas_c.spread},
+           "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
+           "speedup_predicted": pred_t / pred_c, "output_check": chk,
+           "calibration": a.calibration}
+    if make_trace:
+        res["timeline"] = timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim_c)
+    return res
+
+
+def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
+    """Profile one replay, map it to the plan, write ``a.trace`` (measured + simulated) and
+    return the timeline fields of ``run_report``."""
+    from hw_runtime.timeline import (category_residence, error_breakdown, map_activities,
+                                     sim_intervals, stage_busy, write_trace)
+
+    k = int(getattr(a, "streams_per_stage", 1))
+    prof = ex.profile(cfg, a.mode, streams_per_stage=k)
+    plan = prof["plan_object"]
+    g = wl.graph(m)
+    counts = ex.activity_counts(m)
+    meas_iv = map_activities(plan, prof["activities"], counts, k)
+    sim_iv = sim_intervals(sim)
+    D = cfg.D
+    bm, bs = stage_busy(meas_iv, D), stage_busy(sim_iv, D)
+    M = max(r["end_us"] for r in meas_iv) - min(r["start_us"] for r in meas_iv)
+    P = float(sim.makespan)
+    cal = model.calibration
+    iso_meas, iso_model = [0.0] * D, [0.0] * D
+    sms = list(cfg.alloc)
+    from subgpu_jax.sim.eventsim import simulate_streams
+    lone: dict = {}
+    for r in meas_iv:
+        kern = g.kernels[r["op"]]
+        d, p = r["stage"], sms[r["stage"]]
+        key = (r["op"], p)
+        if key not in lone:
+            tm = cal.kernel_time_us(kern, p) if cal is not None else None
+            tmod = float(simulate_streams([(p, [kern])], hw_sim, model.replace(calibration=None),
+                                          "none", record=False).makespan)
+            lone[key] = (tm if tm is not None else float("nan"), tmod)
+        iso_meas[d] += lone[key][0]
+        iso_model[d] += lone[key][1] if cal is None else lone[key][0]
+    write_trace(a.trace, [("measured (GPU, one graph replay)", meas_iv, g),
+                          ("simulated (event simulator)", sim_iv, g)])
+    brk = error_breakdown({"makespan_us": M, "busy_us": [b["busy_us"] for b in bm]},
+                          {"makespan_us": P, "busy_us": [b["busy_us"] for b in bs]},
+                          iso_meas, iso_model) if cal is not None else None
+    return {"trace": a.trace, "profiled_makespan_us": M,
+            "stages_measured": bm, "stages_simulated": bs,
+            "category_measured_us": category_residence(meas_iv, g),
+            "category_simulated_us": {c: float(v) for c, v in sim.category_time.items()},
+            "isolated_measured_us": iso_meas, "isolated_model_us": iso_model,
+            "error_breakdown": brk,
+            "note": None if cal is not None else "no --calibration: the isolated measured "
+                    "times are unknown, so the error breakdown needs a calibration file"}
+
+
+def _cmd_run(a) -> int:
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
     gpu_check()
     # ---- GPU from here on
     from hw_runtime.gpu.executor import Executor
@@ -190,41 +322,44 @@ def _cmd_run(a) -> int:
         raise ValueError(str(e)) from None
     try:
         ex = Executor(hwl)
-        t_cfg = ex.temporal_config()
-        meas_t = ex.measure(t_cfg, "temporal", a.rounds, a.replays, a.warmup)
-        meas_c = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup)
-        chk = None if a.no_check else ex.check_output(cfg, a.mode)
+        res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None
-    pred_t = float(simulate(wl.graph(1), temporal_of(wl), hw_sim, model, cache=a.cache,
-                            record=False).makespan)
-    pred_c = float(simulate(wl.graph(m), cfg, hw_sim, model, cache=a.cache,
-                            record=False).makespan)
-    res = {"workload": {"model": wl.arch.name, "hardware": hw.name, **dep.__dict__},
-           "config": {"D": cfg.D, "w": cfg.w, "cuts": list(starts), "sms": list(cfg.alloc),
-                      "microbatch": cfg.microbatch, "microbatches": m, "mode": a.mode},
-           "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
-                        "spread": meas_t.spread},
-           "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
-                   "spread": meas_c.spread},
-           "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
-           "speedup_predicted": pred_t / pred_c, "output_check": chk,
-           "calibration": a.calibration}
+    print_run(a, res, wl, cfg, dep, m)
+    return 0
+
+
+def print_run(a, res: dict, wl, cfg, dep, m) -> None:
+    """Print ``run_report``'s result as JSON (``--json``) or as a table."""
     if a.json:
         print(json.dumps(res, indent=2))
-        return 0
+        return
+    hw = wl.hw
     print(f"workload  {wl.arch.name} (bf16 experts) G={dep.global_batch} on {hw.name}; config "
-          f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) mode={a.mode}")
+          f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
+          f"mode={a.mode} streams/stage={res['config']['streams_per_stage']}")
     print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
         print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"
               f"{r['predicted_us'] / r['measured_us'] - 1:9.1%}{r['spread']:8.1%}")
     print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
           f"{res['speedup_predicted']:.3f}x")
+    chk = res["output_check"]
     if chk is not None:
         print(f"output    pipelined vs sequential: bitwise_equal={chk['bitwise_equal']} "
               f"rel_l2={chk['rel_l2']:.2e}")
-    return 0
+    tl = res.get("timeline")
+    if tl:
+        for mb, sb in zip(tl["stages_measured"], tl["stages_simulated"]):
+            print(f"stage {mb['stage']}   busy measured {mb['busy_us']:10.1f} µs (idle "
+                  f"{mb['idle_us']:.1f}), simulated {sb['busy_us']:10.1f} µs (idle "
+                  f"{sb['idle_us']:.1f})")
+        b = tl["error_breakdown"]
+        if b:
+            print(f"error     {b['total_frac']:+.1%} = isolated {b['isolated_frac']:+.1%} + "
+                  f"co-run {b['corun_frac']:+.1%} + gaps {b['gaps_frac']:+.1%} (stage "
+                  f"{b['stage']})")
+        print(f"trace     {tl['trace']} (Perfetto: measured above simulated)")
 
 
 def _cmd_calibrate(a) -> int:

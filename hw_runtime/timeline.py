@@ -18,8 +18,8 @@ import json
 from collections import defaultdict
 from typing import Sequence
 
-__all__ = ["MappingError", "lanes_of_plan", "map_activities", "stage_busy", "category_residence",
-           "error_breakdown", "write_trace"]
+__all__ = ["MappingError", "lanes_of_plan", "map_activities", "sim_intervals", "stage_busy",
+           "category_residence", "error_breakdown", "write_trace"]
 
 
 class MappingError(ValueError):
@@ -93,6 +93,23 @@ def map_activities(plan, activities: Sequence[dict], counts: Sequence[int],
                         "start_us": min(a["start_us"] for a in run),
                         "end_us": max(a["start_us"] + a["dur_us"] for a in run),
                         "activities": [a["name"][:80] for a in run]})
+    out.sort(key=lambda r: r["start_us"])
+    return out
+
+
+def sim_intervals(sim) -> list[dict]:
+    """The kernel instances of an event-simulator result (``SimResult`` with its task DAG) in
+    the form of ``map_activities``: ``task, op, stage, region, microbatch, segment, start_us,
+    end_us``."""
+    dag = sim.dag
+    out = []
+    for i in range(len(sim.kernel_start)):
+        t = int(sim.kernel_task[i])
+        out.append({"task": t, "op": int(sim.kernel_index[i]), "stage": int(sim.kernel_stage[i]),
+                    "lane": 0, "region": int(sim.kernel_region[i]),
+                    "microbatch": int(sim.kernel_mb[i]),
+                    "segment": int(dag.seg[t]) if dag is not None else 0,
+                    "start_us": float(sim.kernel_start[i]), "end_us": float(sim.kernel_end[i])})
     out.sort(key=lambda r: r["start_us"])
     return out
 

@@ -363,6 +363,26 @@ class Executor:
                 t.cuda.synchronize(self.device)
                 part.close()
 
+    # ------------------------------------------------------------------ timelines
+    def profile(self, cfg: Config, mode: str = "green", streams_per_stage: int | None = None
+                ) -> dict:
+        """Device activities of one profiled graph replay of ``cfg``
+        (``hw_runtime.gpu.profile.profile_replays``), plus ``plan_object`` (the LaunchPlan)."""
+        from hw_runtime.gpu.profile import profile_replays
+
+        out = profile_replays(self, cfg, mode, replays=1, streams_per_stage=streams_per_stage)
+        out["plan_object"] = self.plan(cfg, streams_per_stage)
+        return out
+
+    def activity_counts(self, m: int) -> list[int]:
+        """Device activities per launch of each op at m microbatches (measured, cached)."""
+        from hw_runtime.gpu.profile import op_activity_counts
+
+        cache = self.__dict__.setdefault("_acts", {})
+        if m not in cache:
+            cache[m] = op_activity_counts(self.workload_for(m))
+        return cache[m]
+
     # ------------------------------------------------------------------ correctness
     def check_output(self, cfg: Config, mode: str = "green", replays: int = 2,
                      deterministic: bool = False, streams_per_stage: int | None = None) -> dict:

@@ -94,6 +94,9 @@ class Calibration:
         names: kernel key -> a kernel name it was measured as (for reports).
         bw_sms, bw_Bps: the copy bandwidth curve (SMs, bytes/s), ascending in SMs.
         coruns: the held-out co-run measurements (list of dicts).
+        activity_counts: kernel key -> device activities (CUDA kernels, memcpys, memsets) one
+            launch of the op issues, measured with the profiler (optional ``activities`` field of
+            a kernel entry; used by the kernel-aware contention model's launch phase).
         meta: free-form provenance (device, driver, torch, date, protocol).
     """
 
@@ -109,6 +112,7 @@ class Calibration:
     bw_Bps: tuple[float, ...]
     coruns: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
+    activity_counts: Mapping[str, int] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -141,7 +145,7 @@ class Calibration:
         ks = _need(d, "kernels", "")
         if not isinstance(ks, list) or not ks:
             raise ValueError("calibration: kernels must be a non-empty list")
-        tables, names = {}, {}
+        tables, names, acts = {}, {}, {}
         for i, e in enumerate(ks):
             if not isinstance(e, Mapping):
                 raise ValueError(f"calibration: kernels[{i}] must be an object")
@@ -167,6 +171,8 @@ class Calibration:
             pts.sort()
             tables[key] = (np.array([p for p, _ in pts], float), np.array([v for _, v in pts]))
             names[key] = str(e.get("name", key))
+            if "activities" in e:
+                acts[key] = int(_num(e["activities"], f"kernels[{i}].activities"))
         bw = _need(d, "bw_curve", "")
         sms = _need(bw, "sms", "bw_curve")
         gbps = _need(bw, "copy_GBps", "bw_curve")
@@ -187,7 +193,8 @@ class Calibration:
                    expert_dtype=str(d.get("expert_dtype", "")), deployment=depd,
                    global_batches=gbs, tables=tables, names=names,
                    bw_sms=tuple(p for p, _ in pts), bw_Bps=tuple(b for _, b in pts),
-                   coruns=cls._coruns(d.get("coruns", ())), meta=dict(d.get("meta", {}) or {}))
+                   coruns=cls._coruns(d.get("coruns", ())), meta=dict(d.get("meta", {}) or {}),
+                   activity_counts=acts)
 
     @staticmethod
     def _coruns(c) -> tuple:
@@ -256,6 +263,10 @@ class Calibration:
         """True when kernel ``k`` has a measured table."""
         return kernel_key(k) in self.tables
 
+    def activities(self, k: Kernel) -> int | None:
+        """Device activities one launch of ``k`` issues (measured), or None when unknown."""
+        return self.activity_counts.get(kernel_key(k))
+
     def kernel_time_us(self, k: Kernel, sms: float) -> float | None:
         """Measured time (µs) of ``k`` alone on ``sms`` SMs, interpolated linearly in 1/SMs
         between measured pools and clamped outside them; None when ``k`` was not measured."""
@@ -305,7 +316,9 @@ class Calibration:
                 "num_sms": self.num_sms, "expert_dtype": self.expert_dtype,
                 "deployment": dict(self.deployment), "global_batches": list(self.global_batches),
                 "kernels": [{"key": k, "name": self.names.get(k, k),
-                             "times_us": {str(int(s)): float(v) for s, v in zip(*self.tables[k])}}
+                             "times_us": {str(int(s)): float(v) for s, v in zip(*self.tables[k])},
+                             **({"activities": int(self.activity_counts[k])}
+                                if k in self.activity_counts else {})}
                             for k in self.tables],
                 "bw_curve": {"sms": [float(s) for s in self.bw_sms],
                              "copy_GBps": [b / 1e9 for b in self.bw_Bps]},

@@ -49,7 +49,7 @@ from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "H200_GEMM_PER_SM_TFLOPS", "LoneMakespan"]
 
 #: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> makespan µs`` of one kernel alone.
-LoneMakespan = Callable[[Kernel, int, Hardware, "ContentionModel", float, float], float]
+LoneMakespan = Callable[..., float]  # (kernel, pool_sms, hw, model, scale, fixed_us[, window]) -> µs
 
 #: Per-SM bf16 GEMM throughput (TFLOP/s per SM) measured on green-context pools of an H200
 #: (tests/data/h200_green_context_probe.csv: 1.0995e12 FLOP / mm_ms / granted SMs) at the
@@ -106,6 +106,26 @@ class ContentionModel:
             share HBM/L2/compute through the rate model. Use ``Calibration.apply_to_hardware(hw)`` for the
             measured bandwidth curve. Isolated mode uses the measured times directly.
 
+        kernel_aware: with a calibration, each measured kernel gets its own bytes in flight per
+            SM (``KernelWork.window_B_per_sm``) solved from its isolated time on each pool, so
+            co-running kernels share HBM in proportion to what each keeps in flight
+            (``BoundModel._solve_kernel_aware``; docs/fidelity.md). False = the first rule
+            (one global window; a fixed latency or a work scale). Default True.
+        saturating_window_gain: sigma >= 1, the factor on the window of a kernel that reaches
+            its HBM ceiling alone (it keeps more in flight than the least that saturates HBM).
+            Fitted on the measured co-run matrix (``sim.fit.fit_corun``); 1.0 = not fitted.
+        saturation_ratio: a calibrated kernel whose isolated time is within this factor of its
+            time with unlimited bytes in flight counts as HBM-saturating (>= 1; 1.25: the copy
+            kernel on 64 of the H200's SMs reaches 87% of the whole-GPU copy bandwidth,
+            shared/calibration).
+        gemm_window_gain: the same factor for tensor-core GEMMs (compute-limited ones, and those
+            reaching >= 35% of their HBM ceiling alone). Fitted on the co-run matrix; 1.0 = not
+            fitted.
+        launch_us_per_activity: delta >= 0, µs of a calibrated memory-latency-limited kernel's
+            time that is launch overhead per device activity (kernels, memcpys) inside a CUDA
+            graph: it holds the SMs, moves no bytes and does not slow under contention. Fitted on
+            the co-run matrix; 0.0 = not fitted.
+
     Raises:
         ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
             (one line naming the field).
@@ -120,6 +140,11 @@ class ContentionModel:
     tile_edge: float = 136.0
     compute_gain: float = _GAIN
     calibration: Any = None
+    kernel_aware: bool = True
+    saturating_window_gain: float = 1.0
+    gemm_window_gain: float = 1.0
+    launch_us_per_activity: float = 0.0
+    saturation_ratio: float = 1.25
 
     def __post_init__(self) -> None:
         if self.calibration is not None:
@@ -127,11 +152,12 @@ class ContentionModel:
             if not isinstance(self.calibration, Calibration):
                 raise ValueError(f"contention.calibration must be a calibration.Calibration or "
                                  f"None, got {type(self.calibration).__name__}")
-        for f in ("isolated", "demand_cap"):
+        for f in ("isolated", "demand_cap", "kernel_aware"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
         for f in ("inflight_per_sm_B", "issue_ratio", "miss_l2_cost", "tile_edge",
-                  "compute_gain", "inflight_max_B"):
+                  "compute_gain", "inflight_max_B", "saturating_window_gain", "gemm_window_gain",
+                  "launch_us_per_activity", "saturation_ratio"):
             v = getattr(self, f)
             if v is None and f == "inflight_max_B":
                 continue
@@ -146,9 +172,13 @@ class ContentionModel:
                 if x < 0:
                     raise ValueError(f"contention.tile_edge must be >= 0 (0 = no re-reads), "
                                      f"got {v!r}")
-            elif f == "miss_l2_cost":
+            elif f in ("miss_l2_cost", "saturating_window_gain", "gemm_window_gain",
+                       "saturation_ratio"):
                 if x < 1:
-                    raise ValueError(f"contention.miss_l2_cost must be >= 1, got {v!r}")
+                    raise ValueError(f"contention.{f} must be >= 1, got {v!r}")
+            elif f == "launch_us_per_activity":
+                if x < 0:
+                    raise ValueError(f"contention.launch_us_per_activity must be >= 0, got {v!r}")
             elif x <= 0:
                 raise ValueError(f"contention.{f} must be > 0 (it sets a rate), got {v!r}")
 
@@ -312,30 +342,119 @@ class BoundModel:
                 raise ValueError("a calibrated ContentionModel needs the lone-kernel simulation: "
                                  "bind it with lone_makespan=eventsim.lone_makespan")
             base = self.model.replace(calibration=None)
-
-            def alone(scale: float, fixed: float) -> float:
-                return float(self.lone_makespan(k, pool_sms, hw, base, scale, fixed))
-
-            t0 = alone(1.0, 0.0)
-            if t_meas >= t0:
-                hit = (1.0, t_meas - t0)
+            if self.model.kernel_aware:
+                hit = self._solve_kernel_aware(k, pool_sms, w, t_meas, cal, base)
             else:
-                c = self.launch_us + (self.setup_us if k.is_comm else 0.0)
-                s, t = 1.0, t0
-                for _ in range(4):
-                    if t - c <= 1e-9:
-                        break
-                    s = max(1e-4, s * max(t_meas - c, 1e-6) / (t - c))
-                    t = alone(s, 0.0)
-                    if abs(t - t_meas) <= 1e-3 * t_meas:
-                        break
-                hit = (s, 0.0)
+                hit = self._solve_legacy(k, pool_sms, t_meas, base)
             if len(_CAL_CACHE) > 200_000:
                 _CAL_CACHE.clear()
             _CAL_CACHE[key] = (hit, cal, hw)  # keep cal and hw alive while their ids are keys
         else:
             hit = hit[0]
-        return _dc_replace(w, scale=hit[0], fixed_us=hit[1], static_us=t_meas)
+        return _dc_replace(w, scale=hit[0], fixed_us=hit[1], window_B_per_sm=hit[2],
+                           static_us=t_meas)
+
+    def _solve_legacy(self, k: Kernel, pool_sms: int, t_meas: float, base) -> tuple:
+        """The first calibration rule: a fixed latency when the model is faster than the
+        measurement, else a work scale (secant steps); the window stays the global one."""
+        hw = self.hw
+
+        def alone(scale: float, fixed: float) -> float:
+            return float(self.lone_makespan(k, pool_sms, hw, base, scale, fixed))
+
+        t0 = alone(1.0, 0.0)
+        if t_meas >= t0:
+            return (1.0, t_meas - t0, self.window)
+        return (self._secant_scale(lambda s: alone(s, 0.0), t0, t_meas, k), 0.0, self.window)
+
+    def _secant_scale(self, f, t0: float, t_meas: float, k: Kernel) -> float:
+        """Work scale s with ``f(s)`` = ``t_meas`` (a few secant steps from s = 1, f(1) = t0)."""
+        c = self.launch_us + (self.setup_us if k.is_comm else 0.0)
+        s, t = 1.0, t0
+        for _ in range(6):
+            if t - c <= 1e-9:
+                break
+            s = max(1e-4, s * max(t_meas - c, 1e-6) / (t - c))
+            t = f(s)
+            if abs(t - t_meas) <= 1e-3 * t_meas:
+                break
+        return s
+
+    def _solve_kernel_aware(self, k: Kernel, pool_sms: int, w: KernelWork, t_meas: float,
+                            cal, base) -> tuple:
+        """Kernel-aware calibration of one kernel on one pool (docs/fidelity.md).
+
+        With t_inf its lone time when it may keep unlimited bytes in flight and w_s the least
+        window (bytes in flight per SM) within 2% of t_inf:
+
+        * compute-limited (its compute alone takes >= 80% of t_inf): a work scale reproduces
+          ``t_meas``, window ``gemm_window_gain`` x w_s (tensor-core GEMMs keep deep load
+          pipelines in flight);
+        * at its HBM ceiling (``t_meas`` <= ``saturation_ratio`` x t_inf): a work scale (bytes
+          it effectively moves) reproduces ``t_meas``, window ``saturating_window_gain`` x w_s (it keeps more in flight
+          than the least that saturates HBM, fitted on the co-run matrix);
+        * a tensor GEMM reaching >= 35% of its HBM ceiling alone: window
+          ``gemm_window_gain`` x w_s and the time beyond t_inf as a fixed phase (non-memory work
+          that does not dilate with HBM load);
+        * otherwise memory-latency-limited: a fixed launch phase of
+          ``launch_us_per_activity`` x its device activities (capped at ``t_meas - t_inf``), and
+          the window w < w_s solved by bisection so that it alone takes ``t_meas``: few bytes in
+          flight, so it slows as co-running kernels load HBM (Little's law).
+
+        Returns:
+            ``(scale, fixed_us, window_B_per_sm)``.
+        """
+        hw = self.hw
+        p = float(min(pool_sms, k.ctas))
+
+        def alone(scale: float, fixed: float, win: float) -> float:
+            return float(self.lone_makespan(k, pool_sms, hw, base, scale, fixed, win))
+
+        big = 1e12 / max(p, 1.0)
+        t_inf = alone(1.0, 0.0, big)
+        lo, hi = 1.0, big
+        for _ in range(40):                       # least window within 2% of t_inf
+            mid = math.sqrt(lo * hi)
+            if alone(1.0, 0.0, mid) <= 1.02 * t_inf:
+                hi = mid
+            else:
+                lo = mid
+            if hi / lo < 1.05:
+                break
+        w_s = hi
+        c0 = self.launch_us + (self.setup_us if k.is_comm else 0.0)
+        t_comp = c0 + (w.flops / (w.rate_full * w.power) * 1e6 if w.flops > 0 else 0.0)
+        wg = w_s * float(self.model.gemm_window_gain)
+        if t_comp >= 0.8 * t_inf:
+            if abs(t_meas - t_inf) <= 1e-3 * t_meas:
+                return (1.0, 0.0, wg)
+            return (self._secant_scale(lambda s: alone(s, 0.0, wg), t_inf, t_meas, k), 0.0, wg)
+        if t_meas <= float(self.model.saturation_ratio) * t_inf:
+            wsat = w_s * float(self.model.saturating_window_gain)
+            t_sat = alone(1.0, 0.0, wsat)
+            s = 1.0
+            if abs(t_meas - t_sat) > 1e-3 * t_meas:
+                s = self._secant_scale(lambda s: alone(s, 0.0, wsat), t_sat, t_meas, k)
+            return (s, 0.0, wsat)
+        bw_frac = (k.hbm_bytes / (t_meas * 1e-6)) / w.peak_Bps if t_meas > 0 else 0.0
+        if k.tensor and w.flops > 0 and bw_frac >= 0.35:
+            # a GEMM streaming its operands through a deep pipeline, with non-memory phases
+            # (tile synchronisation, epilogues): the time beyond t_inf does not dilate with HBM
+            return (1.0, t_meas - t_inf, wg)
+        acts = float(cal.activities(k) or 1)
+        fixed = min(float(self.model.launch_us_per_activity) * acts, max(0.0, t_meas - t_inf))
+        lo, hi = 1e-3, w_s
+        if alone(1.0, fixed, lo) < t_meas:        # even a tiny window is too fast: add latency
+            return (1.0, fixed + t_meas - alone(1.0, fixed, lo), lo)
+        for _ in range(60):
+            mid = math.sqrt(lo * hi)
+            if alone(1.0, fixed, mid) > t_meas:
+                lo = mid
+            else:
+                hi = mid
+            if hi / lo < 1.002:
+                break
+        return (1.0, fixed, math.sqrt(lo * hi))
 
     # ------------------------------------------------------------------ the curve
     def bw_fraction_of_window(self, c: float) -> float:

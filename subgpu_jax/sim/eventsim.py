@@ -126,16 +126,20 @@ def _canon(name: str, P: int | None) -> tuple[str, int]:
 
 
 def lone_makespan(k: Kernel, pool_sms: int, hw: Hardware, model: ContentionModel, scale: float,
-                  fixed_us: float) -> float:
+                  fixed_us: float, window_B_per_sm: float | None = None) -> float:
     """Makespan (µs) of kernel ``k`` alone on a pool of ``pool_sms`` SMs (cache off), with its
-    work scaled by ``scale`` and a fixed latency ``fixed_us`` µs added: the lone-kernel solve of a
-    calibrated ``ContentionModel`` (injected into ``BoundModel``).
+    work scaled by ``scale``, a fixed latency ``fixed_us`` µs added and (when given) its bytes in
+    flight per SM set to ``window_B_per_sm``: the lone-kernel solve of a calibrated
+    ``ContentionModel`` (injected into ``BoundModel``).
 
     Raises:
         ValueError: bad kernel work or pool (as ``EventSimulator``).
     """
     sim = EventSimulator([k], [pool_sms], [(0, (), 0, 0, (0,))], hw, model, "none", record=False)
-    sim._work[(0, 0)] = _dc_replace(sim._work[(0, 0)], scale=scale, fixed_us=fixed_us)
+    over = {"scale": scale, "fixed_us": fixed_us}
+    if window_B_per_sm is not None:
+        over["window_B_per_sm"] = float(window_B_per_sm)
+    sim._work[(0, 0)] = _dc_replace(sim._work[(0, 0)], **over)
     return float(sim.run().makespan)
 
 

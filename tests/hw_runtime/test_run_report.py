@@ -1,0 +1,171 @@
+"""``subgpu run``'s report on the CPU with a fake executor: the JSON path without
+``--from-search`` (it used to end in ``TypeError: 'NoneType' object is not iterable``), the measured
+timeline mapped onto the plan, the Perfetto trace with a measured and a simulated process, per-stage
+busy/idle time and the error breakdown, which must add up exactly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from hw_runtime.cli import prepare_run, run_report
+from hw_runtime.gpu.executor import Measurement
+from hw_runtime.plan import FakeStreamBackend, build_launch_plan, issue_plan
+from hw_runtime.timeline import MappingError, map_activities, stage_busy
+from subgpu_jax.model.graph import StaticDurationModel
+from subgpu_jax.model.hardware import get_hardware
+
+H200 = get_hardware("H200")
+
+
+class FakeExecutor:
+    """Executor stand-in: static kernel durations on each stage's pool, streams and events
+    modelled by ``FakeStreamBackend``; ``COUNTS`` device activities per op launch."""
+
+    COUNTS = 2
+
+    def __init__(self, wl, slow: float = 1.0) -> None:
+        self.wl, self.slow = wl, slow
+        self.sd = StaticDurationModel(H200)
+
+    def temporal_config(self):
+        from subgpu_jax.space.config import temporal_of
+        return temporal_of(self.wl)
+
+    def _run(self, cfg, streams_per_stage=None):
+        m = self.wl.batch // cfg.microbatch
+        g = self.wl.graph(m)
+        plan = build_launch_plan(g, cfg, self.wl.batch, streams_per_stage)
+        fb = FakeStreamBackend(plan.num_streams, lambda t, k: self.slow * float(
+            self.sd.kernel_time_us(g.kernels[k], cfg.alloc[t.stage])))
+        issue_plan(plan, fb)
+        return plan, fb
+
+    def measure(self, cfg, mode, rounds=3, replays=100, warmup=3, streams_per_stage=None):
+        plan, fb = self._run(cfg, streams_per_stage)
+        T = fb.makespan
+        return Measurement(mode=mode, makespan_us=T, round_medians_us=[T] * rounds, spread=0.0,
+                           replays=replays, rounds=rounds, warmup=warmup, capture_s=0.0,
+                           graph_nodes=None, plan=plan.summary())
+
+    def check_output(self, cfg, mode, streams_per_stage=None, **kw):
+        return {"bitwise_equal": True, "rel_l2": 0.0}
+
+    def activity_counts(self, m):
+        return [self.COUNTS] * self.wl.graph(m).n
+
+    def profile(self, cfg, mode="green", streams_per_stage=None):
+        plan, fb = self._run(cfg, streams_per_stage)
+        acts = []
+        for task, k, st, en in fb.kernel_times:
+            t = plan.tasks[task]
+            half = (en - st) / self.COUNTS
+            for j in range(self.COUNTS):
+                acts.append({"stream": 7 + 3 * t.lane, "start_us": st + j * half,
+                             "dur_us": half, "name": f"k{k}.{j}"})
+        return {"activities": acts, "plan_object": plan}
+
+
+def _args(tmp_path, **kw):
+    base = dict(model="gpt-oss-120b", hardware="H200", gpus=32, tp=8, dp=4, ep=None, batch=512,
+                input_len=32768, kv_history=32768, cuts="L1.attn, L1.o_proj", sms="64,64",
+                microbatch=64, reuse=True, policy="wavefront", from_search=None, mode="green",
+                rounds=1, replays=2, warmup=0, no_check=False, calibration=None, cache=None,
+                json=True, streams_per_stage=1, trace=str(tmp_path / "t.json"))
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_json_without_from_search_names_the_cuts(tmp_path):
+    """The report of an explicit ``--cuts/--sms`` run (no ``--from-search``) is JSON-serialisable
+    and names the cuts by kernel (the fix of the ``starts is None`` crash)."""
+    a = _args(tmp_path, trace=None)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    res = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl))
+    json.dumps(res)
+    assert res["config"]["cuts"] == ["L1.attn", "L1.o_proj"]
+    assert res["config"]["sms"] == [64, 64] and res["config"]["microbatches"] == 2
+    assert res["speedup_measured"] == pytest.approx(
+        res["temporal"]["measured_us"] / res["run"]["measured_us"])
+    assert a.cache == "lru"  # no calibration: the L2 model stays on
+
+
+def test_trace_has_measured_and_simulated_processes(tmp_path):
+    """``--trace``: one process per timeline, one track per stage, every launch of the plan
+    mapped once; busy + idle = span per stage; the error split adds up exactly."""
+    a = _args(tmp_path)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    res = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl), make_trace=True)
+    tl = res["timeline"]
+    ev = json.load(open(a.trace))["traceEvents"]
+    names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
+    assert names == {"measured (GPU, one graph replay)", "simulated (event simulator)"}
+    g = wl.graph(m)
+    launches = g.num_regions * m * g.n
+    for pid in (1, 2):
+        xs = [e for e in ev if e["ph"] == "X" and e["pid"] == pid]
+        assert len(xs) == launches
+        assert {e["tid"] for e in xs} == {0, 1}
+    for s in tl["stages_measured"]:
+        assert s["busy_us"] + s["idle_us"] == pytest.approx(s["span_us"])
+        assert 0 < s["busy_us"] <= s["span_us"]
+    assert tl["error_breakdown"] is None  # no calibration: isolated measured times unknown
+    assert set(tl["category_measured_us"]) <= set(tl["category_simulated_us"]) | {"comm"}
+
+
+def test_error_breakdown_adds_up():
+    """P - M = isolated + co-run + gaps on the measured bottleneck stage (hand example: stage 1
+    busy 80 of M = 100 measured, 70 of P = 90 simulated; isolated sums 60 measured, 65 model:
+    isolated +5, co-run (70-65)-(80-60) = -15, gaps (90-70)-(100-80) = 0, total -10)."""
+    from hw_runtime.timeline import error_breakdown
+
+    b = error_breakdown({"makespan_us": 100.0, "busy_us": [50.0, 80.0]},
+                        {"makespan_us": 90.0, "busy_us": [40.0, 70.0]}, [30.0, 60.0],
+                        [35.0, 65.0])
+    assert b["stage"] == 1
+    assert (b["isolated_us"], b["corun_us"], b["gaps_us"]) == (5.0, -15.0, 0.0)
+    assert b["isolated_us"] + b["corun_us"] + b["gaps_us"] == b["total_us"] == -10.0
+
+
+def test_mapping_refuses_wrong_counts(tmp_path):
+    """Activity counts that do not match a stream's activities give a one-line MappingError."""
+    a = _args(tmp_path)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    ex = FakeExecutor(wl)
+    prof = ex.profile(cfg)
+    with pytest.raises(MappingError, match="lane"):
+        map_activities(prof["plan_object"], prof["activities"], [3] * wl.graph(m).n)
+
+
+def test_streams_per_stage_lanes(tmp_path):
+    """With 2 streams per stage the plan has 2*D lanes, tasks alternate between a stage's two
+    lanes, and the profiled timeline still maps one interval per launch."""
+    a = _args(tmp_path)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    plan = build_launch_plan(wl.graph(m), cfg, wl.batch, 2)
+    assert plan.num_streams == 4
+    per_stage = {}
+    for t in plan.tasks:
+        per_stage.setdefault(t.stage, []).append(t.lane)
+    for d, lanes in per_stage.items():
+        assert lanes[:4] == [2 * d, 2 * d + 1, 2 * d, 2 * d + 1]
+    ex = FakeExecutor(wl)
+    prof = ex.profile(cfg, streams_per_stage=2)
+    iv = map_activities(prof["plan_object"], prof["activities"], ex.activity_counts(m), 2)
+    assert len(iv) == sum(len(t.kernels) for t in plan.tasks)
+    assert all(s["busy_us"] > 0 for s in stage_busy(iv, cfg.D))
+    with pytest.raises(ValueError, match="streams_per_stage"):
+        build_launch_plan(wl.graph(m), cfg, wl.batch, 0)
+
+
+def test_run_refuses_without_gpu(tmp_path, capsys):
+    """``subgpu run`` on a machine without a GPU: one line, exit code 2."""
+    from subgpu_jax.app.cli import main
+
+    rc = main(["run", "--json", "--cuts", "L1.attn,L1.o_proj", "--reuse", "--sms", "64,64",
+               "--batch", "512"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert any(w in err[0] for w in ("GPU", "green", "torch", "cuda"))
