@@ -171,8 +171,8 @@ def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None,
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"streams_per_stage must be an integer >= 1, got {k!r}")
     dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
-                         graph.num_regions, graph.microbatches, cfg.policy)
-    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
+                         graph.num_regions, graph.microbatches, cfg.policy, streams_per_stage=k)
+    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == kk) for kk in range(cfg.K)]
     T = dag.T
     stage = [int(s) for s in dag.stage]
     lane, seen = [0] * T, [0] * cfg.D

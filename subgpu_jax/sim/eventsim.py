@@ -155,6 +155,11 @@ class EventSimulator:
         cache: L2 policy name (``l2cache.L2_POLICIES``).
         layers_per_region: P for the residual-stream aliasing (None: no aliasing).
         record: keep the utilisation time series.
+        pool_of_stage: with k streams per stage, the "stages" here are lanes (streams) and this
+            names the SM pool of each lane (lanes of one pool list the pool's SMs in
+            ``stage_sms``); while n lanes of a pool run kernels at once, each gets 1/n of the
+            pool's SMs (and so of its compute power, issue bandwidth and bytes in flight). None:
+            every stage is its own pool.
 
     Raises:
         ValueError: bad stages, jobs, policy or kernel work (one line naming the field).
@@ -162,7 +167,8 @@ class EventSimulator:
 
     def __init__(self, kernels: Sequence[Kernel], stage_sms: Sequence[int], jobs: Sequence,
                  hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
-                 layers_per_region: int | None = None, record: bool = True) -> None:
+                 layers_per_region: int | None = None, record: bool = True,
+                 pool_of_stage: Sequence[int] | None = None) -> None:
         model = ContentionModel() if model is None else model
         self.bm = BoundModel(model, hw, lone_makespan)
         self.hw, self.model = hw, model
@@ -175,8 +181,22 @@ class EventSimulator:
             sms.append(int(p))
         if not sms:
             raise ValueError("stage_sms must name at least one stage")
-        if sum(sms) > hw.num_sms:
-            raise ValueError(f"stage_sms sum to {sum(sms)}, more than the {hw.num_sms} SMs of "
+        if pool_of_stage is not None:
+            if len(pool_of_stage) != len(sms):
+                raise ValueError(f"pool_of_stage has {len(pool_of_stage)} entries, stage_sms "
+                                 f"{len(sms)}")
+            pools: dict[int, int] = {}
+            for d, (q, p) in enumerate(zip(pool_of_stage, sms)):
+                if pools.setdefault(int(q), p) != p:
+                    raise ValueError(f"pool_of_stage: lane {d} of pool {q} has {p} SMs, another "
+                                     f"lane of that pool {pools[int(q)]}")
+            total = sum(pools.values())
+            self.pool_of = [int(q) for q in pool_of_stage]
+        else:
+            total = sum(sms)
+            self.pool_of = None
+        if total > hw.num_sms:
+            raise ValueError(f"stage_sms sum to {total}, more than the {hw.num_sms} SMs of "
                              f"{hw.name}")
         self.stage_sms = tuple(sms)
         self.kernels = tuple(kernels)
@@ -414,11 +434,14 @@ class EventSimulator:
         act = [s for s in range(len(phase)) if phase[s] == 2]
         F, Dd, Nn, rc, rd, rn = self.F, self.Dd, self.Nn, self.rc, self.rd, self.rn
         oc, od, on = rc[:], rd[:], rn[:]
+        ksms, kpow = self.k_sms, self.k_pow
+        if self.pool_of is not None:
+            ksms, kpow = self._share_pools(act)
         hsum, cap, pcap, l2s = self.bm.rates_into(
-            act, self.k_sms, self.k_rfull, self.k_pow, F, Dd, self.phi, self.k_peak, self.k_rr,
+            act, ksms, self.k_rfull, kpow, F, Dd, self.phi, self.k_peak, self.k_rr,
             self.comm_on, rc, rd, self.rh, rn, self.k_win)
         busy = 0.0
-        live, pfl, krr, ksms, epoch = self._live, self.pf, self.k_rr, self.k_sms, self.epoch
+        live, pfl, krr, epoch = self._live, self.pf, self.k_rr, self.epoch
         heap = self.heap
         for s in act:
             busy += ksms[s]
@@ -446,6 +469,30 @@ class EventSimulator:
                 live[s] = False
         if self.record:
             self._rec(t, hsum, busy, cap)
+
+    def _share_pools(self, act: list[int]) -> tuple[list[float], list[float]]:
+        """SMs and compute power of the running kernels when lanes share a pool: each kernel
+        wants min(pool SMs, its CTAs); when the wants of a pool's running kernels exceed its
+        SMs, the pool is water-filled (equal shares, a kernel never above its want, leftovers
+        to the others). Power scales with the SMs granted."""
+        ksms, kpow = self.k_sms[:], self.k_pow[:]
+        by_pool: dict[int, list[int]] = {}
+        for s in act:
+            by_pool.setdefault(self.pool_of[s], []).append(s)
+        for lanes in by_pool.values():
+            if len(lanes) < 2:
+                continue
+            cap = float(self.stage_sms[lanes[0]])
+            if sum(self.k_sms[s] for s in lanes) <= cap:
+                continue
+            left, todo = cap, sorted(lanes, key=lambda s: self.k_sms[s])
+            for i, s in enumerate(todo):
+                share = left / (len(todo) - i)
+                g = min(self.k_sms[s], share)
+                ksms[s] = g
+                kpow[s] = self.k_pow[s] * g / self.k_sms[s] if self.k_sms[s] > 0 else 0.0
+                left -= g
+        return ksms, kpow
 
     def _rec(self, t: float, hbm: float, busy: float, cap: float) -> None:
         if self.ut and self.ut[-1] == t:
@@ -669,14 +716,32 @@ def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel |
         raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
     if validate:
         check_config(graph, cfg, hw)
+    k = int(getattr(cfg, "streams_per_stage", 1))
     dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
-                         graph.num_regions, graph.microbatches, cfg.policy)
-    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
-    jobs = [(int(dag.stage[i]), dag.data_preds[i], int(dag.region[i]), int(dag.mb[i]),
+                         graph.num_regions, graph.microbatches, cfg.policy,
+                         streams_per_stage=k)
+    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == kk) for kk in range(cfg.K)]
+    if k == 1:
+        lane = [int(s) for s in dag.stage]
+        sms, pool_of = list(cfg.alloc), None
+    else:  # stage d's j-th task on lane d*k + j mod k (the runtime's rule, hw_runtime.plan)
+        seen = [0] * cfg.D
+        lane = []
+        for i in range(dag.T):
+            d = int(dag.stage[i])
+            lane.append(d * k + seen[d] % k)
+            seen[d] += 1
+        sms = [int(cfg.alloc[d]) for d in range(cfg.D) for _ in range(k)]
+        pool_of = [d for d in range(cfg.D) for _ in range(k)]
+    jobs = [(lane[i], dag.data_preds[i], int(dag.region[i]), int(dag.mb[i]),
              segk[int(dag.seg[i])]) for i in range(dag.T)]
-    sim = EventSimulator(graph.kernels, cfg.alloc, jobs, hw, model, cache,
-                         layers_per_region=graph.layers_per_region, record=record)
+    sim = EventSimulator(graph.kernels, sms, jobs, hw, model, cache,
+                         layers_per_region=graph.layers_per_region, record=record,
+                         pool_of_stage=pool_of)
     res = sim.run()
+    if k != 1:
+        res.kernel_stage = res.kernel_stage // k
+        res.stage_sms = tuple(int(a) for a in cfg.alloc)
     res.dag = dag
     res.config = cfg
     return res

@@ -232,6 +232,8 @@ class Config:
         alloc: SMs of each stage, length D.
         microbatch: b, requests of the per-GPU attention batch R in one microbatch (m = R / b).
         policy: global dispatch-order policy (``DISPATCH_POLICIES``).
+        streams_per_stage: k >= 1 streams per stage (green context): a stage runs up to k tasks
+            at once, sharing its SMs (the published prototype used 2). Default 1.
     """
 
     D: int
@@ -240,6 +242,7 @@ class Config:
     alloc: tuple[int, ...]
     microbatch: int
     policy: str = "wavefront"
+    streams_per_stage: int = 1
 
     @property
     def K(self) -> int:
@@ -271,6 +274,9 @@ class Config:
             raise ValueError(f"config.microbatch must be an integer, got {self.microbatch!r}")
         if self.w not in (0, 1) or isinstance(self.w, bool):
             raise ValueError(f"config.w (boundary reuse) must be 0 or 1, got {self.w!r}")
+        k = self.streams_per_stage
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"config.streams_per_stage must be an integer >= 1, got {k!r}")
         if self.policy not in DISPATCH_POLICIES:
             raise ValueError(f"config.policy must be one of {', '.join(DISPATCH_POLICIES)}, "
                              f"got {self.policy!r}")

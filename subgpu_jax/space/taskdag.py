@@ -127,7 +127,7 @@ class TaskDAG:
 
 def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequence[tuple[int, int]],
                    seg_of: Sequence[int], D: int, w: int, num_regions: int, microbatches: int,
-                   policy: str = "wavefront") -> TaskDAG:
+                   policy: str = "wavefront", streams_per_stage: int = 1) -> TaskDAG:
     """Unroll a cut region into the augmented task DAG.
 
     Args:
@@ -139,6 +139,8 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
         policy: ``"wavefront"`` (default: a task of global segment g = l*K + k of microbatch mu
             is dispatched in wave g + mu, lower mu first: the factory line) or ``"layer_major"``
             (region by region, segment by segment, microbatches innermost).
+        streams_per_stage: k >= 1; a stage runs up to k tasks at once, so the stage edge of a
+            task comes from the task k positions earlier on its stage (k = 1: the previous one).
 
     Returns:
         The TaskDAG, tasks in dispatch order.
@@ -153,6 +155,9 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
         raise ValueError(f"cut has {K} segments, D + w = {D + w}")
     if num_regions < 1 or microbatches < 1:
         raise ValueError("num_regions and microbatches must be >= 1")
+    if isinstance(streams_per_stage, bool) or not isinstance(streams_per_stage, (int, np.integer)) \
+            or streams_per_stage < 1:
+        raise ValueError(f"streams_per_stage must be an integer >= 1, got {streams_per_stage!r}")
     seg_edges = sorted({(seg_of[u], seg_of[v]) for u, v in edges if seg_of[u] != seg_of[v]})
     cross_seg = sorted({(seg_of[u], seg_of[v]) for u, v in cross_edges})
     L, m = num_regions, microbatches
@@ -178,12 +183,12 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
             p |= {pos[(l - 1, mu, a)] for a, b in cross_seg if b == k}
         data_preds.append(tuple(sorted(p)))
     stage_pred = np.full(T, -1, dtype=np.int64)
-    last = {}
+    hist: dict[int, list[int]] = {}
     for i in range(T):
-        s = int(stage[i])
-        if s in last:
-            stage_pred[i] = last[s]
-        last[s] = i
+        h = hist.setdefault(int(stage[i]), [])
+        if len(h) >= streams_per_stage:
+            stage_pred[i] = h[-streams_per_stage]
+        h.append(i)
     for i in range(T):  # the order must be topological for data edges
         assert all(j < i for j in data_preds[i]), "dispatch order is not topological"
     return TaskDAG(region=region, mb=mb, seg=seg, stage=stage, data_preds=tuple(data_preds),
