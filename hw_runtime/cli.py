@@ -66,6 +66,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--from-search", metavar="DIR", default=None,
                    help="run the best record of DIR/summary.json (a `subgpu search` folder); "
                         "its deployment replaces the workload options")
+    c.add_argument("--top", type=int, default=None, metavar="K",
+                   help="with --from-search: run the K best predicted SubGPU records of every "
+                        "global batch of the search and the temporal baseline of each, and write "
+                        "the measured frontier beside the predicted one (--out-dir)")
+    c.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="with --top: folder for measured_frontier.json and .png "
+                        "(default: the search folder)")
     x = r.add_argument_group("execution")
     x.add_argument("--mode", default="green", choices=("green", "multistream"),
                    help="green: one green-context SM pool per stage (default); multistream: the "
@@ -308,7 +315,149 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
                     "times are unknown, so the error breakdown needs a calibration file"}
 
 
+def search_records(folder: str) -> list[dict]:
+    """The evaluated records of a ``subgpu search`` folder (``records.jsonl``; lines that are not
+    records, such as completion markers, are skipped).
+
+    Raises:
+        ValueError: no readable records.jsonl, or no record in it (one line).
+    """
+    path = os.path.join(folder, "records.jsonl")
+    try:
+        with open(path) as fh:
+            lines = fh.read().splitlines()
+    except OSError as e:
+        raise ValueError(f"--from-search: cannot read {path}: {e.strerror or e}") from None
+    out = []
+    for ln in lines:
+        try:
+            r = json.loads(ln)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(r, dict) and isinstance(r.get("record"), dict):
+            r = r["record"]
+        if isinstance(r, dict) and "makespan_us" in r and "mode" in r:
+            out.append(r)
+    if not out:
+        raise ValueError(f"--from-search: {path} holds no evaluated record")
+    return out
+
+
+def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[dict]]:
+    """Per global batch: the temporal record, then the ``k`` SubGPU records with the shortest
+    predicted makespan.
+
+    Raises:
+        ValueError: ``k`` < 1, or records made for another GPU (one line saying how to make a
+            search for this one).
+    """
+    if k < 1:
+        raise ValueError(f"--top must be >= 1, got {k}")
+    other = sorted({str(r.get("hardware")) for r in records if r.get("hardware") != hardware})
+    if other:
+        raise ValueError(f"--from-search: the search was made for {', '.join(other)}, this run "
+                         f"is on {hardware}; make one for this GPU with `subgpu search "
+                         f"--hardware {hardware} --expert-dtype bf16 ...`")
+    by: dict[int, list[dict]] = {}
+    for r in records:
+        by.setdefault(int(r["global_batch"]), []).append(r)
+    out = {}
+    for G, rs in sorted(by.items()):
+        tmp = [r for r in rs if r["mode"] == "temporal"]
+        sub = sorted((r for r in rs if r["mode"] != "temporal"), key=lambda r: r["makespan_us"])
+        out[G] = tmp[:1] + sub[:k]
+    return out
+
+
+def _cmd_run_top(a) -> int:
+    """``subgpu run --from-search DIR --top K``: measure the K best predicted records of every
+    batch and the temporal baseline, write the measured frontier beside the predicted one."""
+    import argparse as _ap
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
+
+    if a.top < 1:
+        raise ValueError(f"--top must be >= 1, got {a.top}")
+    groups = top_records(search_records(a.from_search), a.top, a.hardware)
+    gpu_check()
+    rows = []
+    for G, recs in groups.items():
+        hwl = ex = None
+        for r in recs:
+            sub = _ap.Namespace(**vars(a))
+            sub.from_search, sub.top = None, None
+            sub.gpus, sub.tp, sub.dp, sub.ep = (int(r["num_gpus"]), int(r["attn_tp"]),
+                                                int(r["attn_dp"]), int(r["moe_ep"]))
+            sub.batch, sub.kv_history = int(r["global_batch"]), int(r["kv_history"])
+            sub.cuts = ",".join(r["cuts"].split("|")) if r["cuts"] else None
+            sub.sms = ",".join(str(r["sms"]).split("|"))
+            sub.microbatch, sub.reuse = int(r["microbatch"]), bool(int(r["w"]))
+            sub.policy = r.get("policy", a.policy)
+            if r["mode"] == "temporal":
+                sub.cuts, sub.sms, sub.reuse = None, None, None
+            wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
+            if hwl is None:
+                try:
+                    hwl = TorchWorkload(wl.graph(1), device="cuda")
+                except WorkloadMemoryError as e:
+                    raise ValueError(str(e)) from None
+                ex = Executor(hwl)
+            if r["mode"] == "temporal":
+                meas = ex.measure(ex.temporal_config(), "temporal", a.rounds, a.replays, a.warmup)
+            else:
+                meas = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup)
+            T = meas.makespan_us
+            rows.append({"global_batch": G, "mode": r["mode"], "cuts": r["cuts"],
+                         "sms": r["sms"], "microbatch": r["microbatch"], "D": r["D"],
+                         "predicted_us": r["makespan_us"], "measured_us": T,
+                         "predicted_per_user_tok_s": r["per_user_tok_s"],
+                         "predicted_per_gpu_tok_s": r["per_gpu_tok_s"],
+                         "measured_per_user_tok_s": 1e6 / T,
+                         "measured_per_gpu_tok_s": r["per_gpu_tok_s"] * r["makespan_us"] / T})
+            print(f"G={G:5d} {r['mode']:8s} {r['cuts'] or '-':24s} {str(r['sms']):8s} "
+                  f"predicted {r['makespan_us']:9.1f} µs measured {T:9.1f} µs", flush=True)
+        del ex, hwl
+    out_dir = a.out_dir or a.from_search
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "measured_frontier.json"), "w") as fh:
+        json.dump({"search": a.from_search, "top": a.top, "rows": rows}, fh, indent=1)
+    plot_measured_frontier(rows, os.path.join(out_dir, "measured_frontier.png"))
+    print(f"wrote {os.path.join(out_dir, 'measured_frontier.json')} and measured_frontier.png")
+    return 0
+
+
+def plot_measured_frontier(rows: list[dict], path: str) -> None:
+    """Per-user vs per-GPU throughput: temporal and SubGPU Pareto frontiers, predicted dashed,
+    measured solid (one figure, PNG at ``path``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from subgpu_jax.search.pareto import pareto_front
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for mode, color in (("temporal", "tab:gray"), ("subgpu", "tab:blue")):
+        rs = [r for r in rows if (r["mode"] == "temporal") == (mode == "temporal")]
+        for kind, ls in (("predicted", "--"), ("measured", "-")):
+            pts = [(r[f"{kind}_per_gpu_tok_s"], r[f"{kind}_per_user_tok_s"]) for r in rs]
+            if not pts:
+                continue
+            idx = pareto_front([(u, g) for g, u in pts])
+            fr = sorted(pts[int(i)] for i in idx)
+            ax.plot([p[0] for p in fr], [p[1] for p in fr], ls, color=color, marker="o",
+                    label=f"{mode} {kind}")
+    ax.set_xlabel("per-GPU throughput (tokens/s/GPU)")
+    ax.set_ylabel("per-user throughput (tokens/s/user)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _cmd_run(a) -> int:
+    if a.top is not None:
+        if not a.from_search:
+            raise ValueError("--top needs --from-search DIR")
+        return _cmd_run_top(a)
     wl, cfg, dep, model, hw_sim, m = prepare_run(a)
     gpu_check()
     # ---- GPU from here on

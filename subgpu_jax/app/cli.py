@@ -114,7 +114,11 @@ def add_plugin_commands(sub: argparse._SubParsersAction) -> None:
     Plugins are discovered with ``importlib.metadata.entry_points``; this package never imports
     them by name. A plugin that fails to load is reported on stderr and skipped.
     """
+    seen = set()
     for ep in sorted(entry_points(group=COMMANDS_GROUP), key=lambda e: e.name):
+        if ep.value in seen:  # the same plugin declared by two distributions on the path
+            continue
+        seen.add(ep.value)
         try:
             add = ep.load()
         except ImportError as e:  # pragma: no cover - a broken optional plugin

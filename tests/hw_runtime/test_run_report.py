@@ -169,3 +169,43 @@ def test_run_refuses_without_gpu(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert any(w in err[0] for w in ("GPU", "green", "torch", "cuda"))
+
+
+def test_top_records_per_batch_and_refusal(tmp_path):
+    """``--from-search DIR --top K``: per batch the temporal record then the K shortest
+    predicted SubGPU records; a search made for another GPU is refused with the command that
+    makes one for this GPU; non-record lines of records.jsonl are skipped."""
+    from hw_runtime.cli import search_records, top_records
+
+    recs = [{"mode": "temporal", "global_batch": 512, "makespan_us": 100.0, "hardware": "H200"}]
+    recs += [{"mode": "subgpu", "global_batch": 512, "makespan_us": t, "hardware": "H200"}
+             for t in (90.0, 80.0, 95.0)]
+    recs += [{"mode": "subgpu", "global_batch": 2048, "makespan_us": 300.0, "hardware": "H200"}]
+    path = tmp_path / "records.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in recs) + '\n{"_done": "x"}\n')
+    got = top_records(search_records(str(tmp_path)), 2, "H200")
+    assert [r["makespan_us"] for r in got[512]] == [100.0, 80.0, 90.0]
+    assert [r["makespan_us"] for r in got[2048]] == [300.0]
+    with pytest.raises(ValueError, match="made for B200.*--hardware H200"):
+        top_records([dict(recs[0], hardware="B200")], 1, "H200")
+    with pytest.raises(ValueError, match="--top"):
+        top_records(recs, 0, "H200")
+    with pytest.raises(ValueError, match="no evaluated record"):
+        (tmp_path / "records.jsonl").write_text('{"_done": "x"}\n')
+        search_records(str(tmp_path))
+
+
+def test_measured_frontier_plot(tmp_path):
+    """The frontier figure is written (temporal and SubGPU, predicted and measured)."""
+    from hw_runtime.cli import plot_measured_frontier
+
+    rows = []
+    for mode, t in (("temporal", 100.0), ("subgpu", 90.0)):
+        for G in (512, 2048):
+            rows.append({"mode": mode, "predicted_per_gpu_tok_s": G / t,
+                         "predicted_per_user_tok_s": 1e4 / t / G ** 0.5,
+                         "measured_per_gpu_tok_s": G / (t * 1.1),
+                         "measured_per_user_tok_s": 1e4 / (t * 1.1) / G ** 0.5})
+    out = tmp_path / "f.png"
+    plot_measured_frontier(rows, str(out))
+    assert out.stat().st_size > 1000
