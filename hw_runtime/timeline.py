@@ -4,10 +4,10 @@ makespan error into isolated kernel times, co-run slowdowns and gaps (pure Pytho
 
 Mapping (``map_activities``): inside one CUDA graph replay every launch lane (a stage's stream)
 issues its device activities (kernels, memcpys, memsets) in plan order, and one launch of op i
-issues ``counts[i]`` of them (``hw_runtime.gpu.profile.op_activity_counts``, measured). Each
-profiled stream is matched to the lane with the same activity count (ties broken by the order of
-first activity), then its activities are cut into consecutive runs of ``counts[op]``: one run is
-one op of one task, its interval [first start, last end].
+issues ``counts[i]`` of them (``hw_runtime.gpu.profile.op_activity_names``, measured). Profiled
+streams are matched to lanes by activity count, or, when the graph executor spread a lane over
+several hardware streams, task by task by activity names (see ``map_activities``); one run of
+activities is one op of one task, its interval [first start, last end].
 
 Units: µs.
 """
@@ -42,14 +42,31 @@ def lanes_of_plan(plan, streams_per_stage: int = 1) -> dict[tuple[int, int], lis
     return dict(lanes)
 
 
-def map_activities(plan, activities: Sequence[dict], counts: Sequence[int],
+def _count(c) -> int:
+    return c if isinstance(c, int) else len(c)
+
+
+def map_activities(plan, activities: Sequence[dict], counts: Sequence,
                    streams_per_stage: int = 1) -> list[dict]:
     """Intervals of every (task, op) launch of ONE profiled replay of ``plan``.
+
+    Two rules, the first that applies:
+
+    1. *lanes*: every profiled stream matches one launch lane by its activity count (ties broken
+       by the order of first activity); its activities are cut into consecutive runs of
+       ``counts[op]`` in the lane's launch order.
+    2. *task blocks* (the CUDA graph executor may replay one lane on several hardware streams,
+       as seen with 2 streams per stage): each profiled stream is a sequence of whole tasks.
+       Going through the streams' next unassigned activities in time order, each block is given
+       to the earliest task in dispatch order whose data predecessors and lane predecessor are
+       already placed and whose expected activity names (``counts`` given as name lists) match
+       the stream's next activities.
 
     Args:
         plan: the ``LaunchPlan`` that was captured.
         activities: ``{"stream", "start_us", "dur_us", "name"}`` of one replay (any order).
-        counts: device activities per launch of each op (length n).
+        counts: per op of the region, its activity count, or the list of its activity names
+            (``Executor.activity_counts``; rule 2 needs names).
         streams_per_stage: k.
 
     Returns:
@@ -57,42 +74,102 @@ def map_activities(plan, activities: Sequence[dict], counts: Sequence[int],
         end_us, activities`` (kernel names), sorted by start.
 
     Raises:
-        MappingError: no one-to-one match of profiled streams to lanes by activity count.
+        MappingError: neither rule maps the activities (one line with the counts).
     """
     lanes = lanes_of_plan(plan, streams_per_stage)
-    need = {ln: sum(counts[op] for _, op in seq) for ln, seq in lanes.items()}
+    need = {ln: sum(_count(counts[op]) for _, op in seq) for ln, seq in lanes.items()}
     by_stream: dict[int, list[dict]] = defaultdict(list)
     for a in activities:
         by_stream[int(a["stream"])].append(a)
-    for s in by_stream.values():
-        s.sort(key=lambda a: a["start_us"])
-    streams = sorted(by_stream, key=lambda s: by_stream[s][0]["start_us"])
+    for st in by_stream.values():
+        st.sort(key=lambda a: a["start_us"])
+    streams = sorted(by_stream, key=lambda st: by_stream[st][0]["start_us"])
     lane_order = sorted(lanes, key=lambda ln: lanes[ln][0][0].index)
     assign: dict[tuple[int, int], int] = {}
     free = list(streams)
     for ln in lane_order:
-        hit = next((s for s in free if len(by_stream[s]) == need[ln]), None)
+        hit = next((st for st in free if len(by_stream[st]) == need[ln]), None)
         if hit is None:
-            have = {s: len(by_stream[s]) for s in streams}
-            raise MappingError(f"trace mapping: lane {ln} needs {need[ln]} activities, profiled "
-                               f"streams have {have}")
+            break
         assign[ln] = hit
         free.remove(hit)
-    out = []
-    for ln, seq in lanes.items():
-        acts = by_stream[assign[ln]]
-        pos = 0
-        for t, op in seq:
-            c = counts[op]
-            run = acts[pos:pos + c]
-            pos += c
-            if not run:
+    if len(assign) == len(lanes) and not free:
+        out = []
+        for ln, seq in lanes.items():
+            acts = by_stream[assign[ln]]
+            pos = 0
+            for t, op in seq:
+                c = _count(counts[op])
+                out.append(_launch(t, op, ln[1], acts[pos:pos + c]))
+                pos += c
+        out = [r for r in out if r is not None]
+        out.sort(key=lambda r: r["start_us"])
+        return out
+    if not all(isinstance(c, (list, tuple)) for c in counts):
+        have = {st: len(by_stream[st]) for st in streams}
+        raise MappingError(f"trace mapping: lanes need {sorted(need.values())} activities, "
+                           f"profiled streams have {sorted(have.values())} (task-block matching "
+                           f"needs activity names)")
+    return _map_blocks(plan, by_stream, counts, streams_per_stage)
+
+
+def _launch(t, op: int, lane: int, run: Sequence[dict]) -> dict | None:
+    if not run:
+        return None
+    return {"task": t.index, "op": op, "stage": t.stage, "lane": lane, "region": t.region,
+            "microbatch": t.microbatch, "segment": t.segment,
+            "start_us": min(a["start_us"] for a in run),
+            "end_us": max(a["start_us"] + a["dur_us"] for a in run),
+            "activities": [a["name"][:80] for a in run]}
+
+
+def _map_blocks(plan, by_stream: dict, names: Sequence[Sequence[str]],
+                streams_per_stage: int) -> list[dict]:
+    """Rule 2 of ``map_activities``."""
+    tasks = plan.tasks
+    sig = [tuple(n for op in t.kernels for n in names[op]) for t in tasks]
+    lane_prev: dict[int, int] = {}
+    prev_of = [-1] * len(tasks)
+    for t in tasks:
+        prev_of[t.index] = lane_prev.get(t.lane, -1)
+        lane_prev[t.lane] = t.index
+    placed = [False] * len(tasks)
+    cursor = {st: 0 for st in by_stream}
+    out: list[dict] = []
+    left = len(tasks)
+    while left:
+        live = [st for st in by_stream if cursor[st] < len(by_stream[st])]
+        if not live:
+            break
+        st = min(live, key=lambda x: by_stream[x][cursor[x]]["start_us"])
+        acts = by_stream[st]
+        pos = cursor[st]
+        nxt = tuple(a["name"] for a in acts[pos:])
+        hit = None
+        for t in tasks:
+            if placed[t.index] or (prev_of[t.index] >= 0 and not placed[prev_of[t.index]]):
                 continue
-            out.append({"task": t.index, "op": op, "stage": t.stage, "lane": ln[1],
-                        "region": t.region, "microbatch": t.microbatch, "segment": t.segment,
-                        "start_us": min(a["start_us"] for a in run),
-                        "end_us": max(a["start_us"] + a["dur_us"] for a in run),
-                        "activities": [a["name"][:80] for a in run]})
+            if any(not placed[j] for j in t.data_preds):
+                continue
+            s_ = sig[t.index]
+            if nxt[:len(s_)] == s_:
+                hit = t
+                break
+        if hit is None:
+            raise MappingError(f"trace mapping: no ready task matches the activities of stream "
+                               f"{st} at position {pos} ({nxt[0][:40] if nxt else '-'}...)")
+        placed[hit.index] = True
+        left -= 1
+        p = pos
+        for op in hit.kernels:
+            c = len(names[op])
+            r = _launch(hit, op, hit.lane % streams_per_stage, acts[p:p + c])
+            if r is not None:
+                out.append(r)
+            p += c
+        cursor[st] = p
+    if left:
+        raise MappingError(f"trace mapping: {left} tasks left without activities")
     out.sort(key=lambda r: r["start_us"])
     return out
 

@@ -374,13 +374,14 @@ class Executor:
         out["plan_object"] = self.plan(cfg, streams_per_stage)
         return out
 
-    def activity_counts(self, m: int) -> list[int]:
-        """Device activities per launch of each op at m microbatches (measured, cached)."""
-        from hw_runtime.gpu.profile import op_activity_counts
+    def activity_counts(self, m: int) -> list[list[str]]:
+        """Names of the device activities each op issues per launch at m microbatches (measured
+        with the profiler, cached); ``len`` of each entry is the op's activity count."""
+        from hw_runtime.gpu.profile import op_activity_names
 
         cache = self.__dict__.setdefault("_acts", {})
         if m not in cache:
-            cache[m] = op_activity_counts(self.workload_for(m))
+            cache[m] = op_activity_names(self.workload_for(m))
         return cache[m]
 
     # ------------------------------------------------------------------ correctness

@@ -70,6 +70,16 @@ def op_activity_counts(wl, microbatch: int = 0, region: int = 0) -> list[int]:
     Returns:
         list of n ints (one per op of the region, in graph order).
     """
+    return [len(x) for x in op_activity_names(wl, microbatch, region)]
+
+
+def op_activity_names(wl, microbatch: int = 0, region: int = 0) -> list[list[str]]:
+    """Names of the device activities one launch of each op issues, in order (profiled eagerly,
+    alone; the same kernels run inside the CUDA graph).
+
+    Returns:
+        n lists of activity names (kernel names, memcpy/memset labels).
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -84,7 +94,7 @@ def op_activity_counts(wl, microbatch: int = 0, region: int = 0) -> list[int]:
             with torch.cuda.stream(s):
                 wl.launch(i, microbatch, region)
             torch.cuda.synchronize()
-        counts.append(len(_kineto_events(prof)))
+        counts.append([a["name"] for a in _kineto_events(prof)])
     return counts
 
 

@@ -209,3 +209,30 @@ def test_measured_frontier_plot(tmp_path):
     out = tmp_path / "f.png"
     plot_measured_frontier(rows, str(out))
     assert out.stat().st_size > 1000
+
+
+def test_task_block_mapping_when_lanes_are_split(tmp_path):
+    """The CUDA graph executor may replay one lane on many hardware streams (seen on the H200
+    with 2 streams per stage): with activity names, every task is still mapped once, to the
+    right op intervals."""
+    a = _args(tmp_path)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    ex = FakeExecutor(wl)
+    prof = ex.profile(cfg, streams_per_stage=2)
+    plan = prof["plan_object"]
+    names = [[f"k{op}.{j}" for j in range(ex.COUNTS)] for op in range(wl.graph(m).n)]
+    acts = [dict(x) for x in prof["activities"]]  # names kept; one hardware stream per task:
+    _, fb = ex._run(cfg, 2)
+    i = 0
+    for task, k, st, en in fb.kernel_times:
+        for j in range(ex.COUNTS):
+            acts[i]["stream"] = 1000 + task
+            i += 1
+    with pytest.raises(MappingError):
+        map_activities(plan, acts, [len(n) for n in names], 2)
+    iv = map_activities(plan, acts, names, 2)
+    assert len(iv) == sum(len(t.kernels) for t in plan.tasks)
+    assert sorted((r["task"], r["op"]) for r in iv) == sorted(
+        (t.index, op) for t in plan.tasks for op in t.kernels)
+    for r in iv:
+        assert r["activities"] == names[r["op"]]
