@@ -8,7 +8,7 @@ printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_
 export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
 D=/tmp/trace_run; mkdir -p "$D"
 CAL=experiments/results/hw_fidelity/calibration_h200_gptoss120b_ref.json
-for k in 1 2; do
+for k in ${KS:-1 2}; do
   timeout 150 python3 -m subgpu_jax.app.cli run --hardware H200 --batch 2048 --cuts L1.attn,L1.o_proj --reuse --sms 64,64 --microbatch 256 --streams-per-stage $k --calibration $CAL --trace "$D/trace_ref_g2048_macro_64_64_m2_k$k.json" --json --rounds 2 --replays 10 > "$D/run_k$k.json" 2> "$D/run_k$k.err"; tail -2 "$D/run_k$k.err"
   timeout 150 python3 -m subgpu_jax.app.cli run --hardware H200 --batch 2048 --cuts L1.attn,L1.o_proj --reuse --sms 64,64 --microbatch 256 --streams-per-stage $k --calibration $CAL --trace "$D/t$k.json" --rounds 1 --replays 5 --no-check 2>&1 | tail -8
 done

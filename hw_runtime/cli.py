@@ -270,15 +270,20 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
 def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
     """Profile one replay, map it to the plan, write ``a.trace`` (measured + simulated) and
     return the timeline fields of ``run_report``."""
-    from hw_runtime.timeline import (category_residence, error_breakdown, map_activities,
-                                     sim_intervals, stage_busy, write_trace)
+    from hw_runtime.timeline import (MappingError, category_residence, error_breakdown,
+                                     map_activities, sim_intervals, stage_busy, write_trace)
 
     k = int(getattr(a, "streams_per_stage", 1))
     prof = ex.profile(cfg, a.mode, streams_per_stage=k)
     plan = prof["plan_object"]
     g = wl.graph(m)
     counts = ex.activity_counts(m)
-    meas_iv = map_activities(plan, prof["activities"], counts, k)
+    try:
+        meas_iv = map_activities(plan, prof["activities"], counts, k)
+    except MappingError:
+        with open(a.trace + ".activities.json", "w") as fh:  # kept for diagnosis
+            json.dump({"activities": prof["activities"], "op_activities": counts}, fh)
+        raise
     sim_iv = sim_intervals(sim)
     D = cfg.D
     bm, bs = stage_busy(meas_iv, D), stage_busy(sim_iv, D)

@@ -123,11 +123,22 @@ def _launch(t, op: int, lane: int, run: Sequence[dict]) -> dict | None:
             "activities": [a["name"][:80] for a in run]}
 
 
+def _norm(name: str) -> str:
+    """Activity name for matching: copies and sets are named differently inside CUDA graphs
+    (a copy kernel eagerly, a memcpy node in a graph), so they match by kind only."""
+    low = name.lower()
+    if "memcpy" in low or "copy" in low and "kernel" not in low:
+        return "memcpy"
+    if "memset" in low:
+        return "memset"
+    return name
+
+
 def _map_blocks(plan, by_stream: dict, names: Sequence[Sequence[str]],
                 streams_per_stage: int) -> list[dict]:
     """Rule 2 of ``map_activities``."""
     tasks = plan.tasks
-    sig = [tuple(n for op in t.kernels for n in names[op]) for t in tasks]
+    sig = [tuple(_norm(n) for op in t.kernels for n in names[op]) for t in tasks]
     lane_prev: dict[int, int] = {}
     prev_of = [-1] * len(tasks)
     for t in tasks:
@@ -144,7 +155,7 @@ def _map_blocks(plan, by_stream: dict, names: Sequence[Sequence[str]],
         st = min(live, key=lambda x: by_stream[x][cursor[x]]["start_us"])
         acts = by_stream[st]
         pos = cursor[st]
-        nxt = tuple(a["name"] for a in acts[pos:])
+        nxt = tuple(_norm(a["name"]) for a in acts[pos:pos + 4096])
         hit = None
         for t in tasks:
             if placed[t.index] or (prev_of[t.index] >= 0 and not placed[prev_of[t.index]]):
