@@ -366,6 +366,49 @@ def load_fitdata(folder: str, names) -> dict:
     return out
 
 
+def classes_phase(args) -> int:
+    """Per kernel category and pool size: the analytical (uncalibrated) isolated time over the
+    measured one (median over the workloads' kernels), added to hw_fidelity_h200.json."""
+    import numpy as np
+
+    from subgpu_jax.model.calibration import kernel_key
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.model.hardware import get_hardware
+
+    hw = get_hardware("H200")
+    sd = StaticDurationModel(hw)
+    fits = load_fitdata(args.data, args.workloads)
+    ratios: dict = {}
+    for w, f in fits.items():
+        wl = sim_workload(w)
+        tab = {e["key"]: e["times_us"] for e in f["kernels"]}
+        for m in (1, 2, 4):
+            if wl.batch % m:
+                continue
+            for k in wl.graph(m).kernels:
+                t = tab.get(kernel_key(k))
+                if not t:
+                    continue
+                for p, us in t.items():
+                    a = float(sd.kernel_time_us(k, int(p)))
+                    ratios.setdefault(k.category, {}).setdefault(p, []).append(a / us)
+    table = {c: {p: {"median_analytical_over_measured": float(np.median(v)), "n": len(v)}
+                 for p, v in sorted(d.items(), key=lambda x: int(x[0]))}
+             for c, d in ratios.items()}
+    path = os.path.join(RESULTS, "hw_fidelity_h200.json")
+    with open(path) as fh:
+        out = json.load(fh)
+    out["analytical_vs_measured"] = table
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+    pools = sorted({p for d in table.values() for p in d}, key=int)
+    print(f"{'category':16s}" + "".join(f"{p:>7s}" for p in pools))
+    for c, d in table.items():
+        print(f"{c:16s}" + "".join(f"{d[p]['median_analytical_over_measured']:7.2f}"
+                                   if p in d else "       " for p in pools))
+    return 0
+
+
 def _cfg_sim(wl, d, hw):
     """(graph, Config to simulate, note) of a validation row; multi-stream (no partition) is
     modelled as an even split of all the GPU's SMs (the hardware schedules both streams' CTAs
@@ -547,7 +590,7 @@ def figures(out: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "validate", "analyze"), required=True)
+    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "validate", "analyze", "classes"), required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", FIDELITY))
     ap.add_argument("--configs", default=os.path.join(FIDELITY, "configs.json"))
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))

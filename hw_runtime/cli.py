@@ -262,6 +262,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
            "calibration": a.calibration}
+    from subgpu_jax.sim.ceiling import overlap_ceiling
+    res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
     if make_trace:
         res["timeline"] = timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim_c)
     return res
@@ -498,6 +500,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
               f"{r['predicted_us'] / r['measured_us'] - 1:9.1%}{r['spread']:8.1%}")
     print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
           f"{res['speedup_predicted']:.3f}x")
+    from subgpu_jax.sim.ceiling import describe
+    print(describe(res["ceiling"]) + " (measured temporal)")
     chk = res["output_check"]
     if chk is not None:
         print(f"output    pipelined vs sequential: bitwise_equal={chk['bitwise_equal']} "

@@ -338,6 +338,8 @@ def _cmd_simulate(a) -> int:
                    **throughput_record(t_cfg, tok), **extra_c},
     }
     res["speedup"] = t_temp / t_cfg
+    from subgpu_jax.sim.ceiling import describe, overlap_ceiling
+    res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
     if a.json:
         print(json.dumps(res, indent=2))
         return 0
@@ -365,6 +367,7 @@ def _cmd_simulate(a) -> int:
             print(f"{name:10s}{r['l2_hit_rate']:9.1%}{r['mean_hbm_util']:10.1%}"
                   f"{r['mean_sm_util']:9.1%}   {cats}")
     print(f"speedup   {res['speedup']:.3f}x over temporal")
+    print(describe(res["ceiling"]) + " (simulated temporal)")
     for f in ("trace", "gantt", "utilization"):
         if getattr(a, f, None):
             print(f"wrote     {getattr(a, f)}")
