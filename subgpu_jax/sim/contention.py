@@ -426,9 +426,10 @@ class BoundModel:
         t_comp = c0 + (w.flops / (w.rate_full * w.power) * 1e6 if w.flops > 0 else 0.0)
         wg = w_s * float(self.model.gemm_window_gain)
         if t_comp >= 0.8 * t_inf:
-            if abs(t_meas - t_inf) <= 1e-3 * t_meas:
+            t_g = alone(1.0, 0.0, wg)
+            if abs(t_meas - t_g) <= 1e-3 * t_meas:
                 return (1.0, 0.0, wg)
-            return (self._secant_scale(lambda s: alone(s, 0.0, wg), t_inf, t_meas, k), 0.0, wg)
+            return (self._secant_scale(lambda s: alone(s, 0.0, wg), t_g, t_meas, k), 0.0, wg)
         if t_meas <= float(self.model.saturation_ratio) * t_inf:
             wsat = w_s * float(self.model.saturating_window_gain)
             t_sat = alone(1.0, 0.0, wsat)
@@ -440,7 +441,10 @@ class BoundModel:
         if k.tensor and w.flops > 0 and bw_frac >= 0.35:
             # a GEMM streaming its operands through a deep pipeline, with non-memory phases
             # (tile synchronisation, epilogues): the time beyond t_inf does not dilate with HBM
-            return (1.0, t_meas - t_inf, wg)
+            t_g = alone(1.0, 0.0, wg)
+            if t_meas >= t_g:
+                return (1.0, t_meas - t_g, wg)
+            return (self._secant_scale(lambda s: alone(s, 0.0, wg), t_g, t_meas, k), 0.0, wg)
         acts = float(cal.activities(k) or 1)
         fixed = min(float(self.model.launch_us_per_activity) * acts, max(0.0, t_meas - t_inf))
         lo, hi = 1e-3, w_s
