@@ -24,7 +24,8 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
     g.add_argument("--model", default="gpt-oss-120b",
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
-                        "config.json (llama, qwen3_moe, gpt_oss). Default: gpt-oss-120b")
+                        "config.json (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, "
+                        "deepseek_v3). Default: gpt-oss-120b")
     g.add_argument("--hardware", default="B200",
                    help=f"GPU preset ({', '.join(HARDWARE)}). Default: B200")
     g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
@@ -68,13 +69,36 @@ def resolve_arch_ep(a):
     return arch, ep
 
 
+#: NVLink domain presets (GPUs per domain; 0 = all GPUs in one domain): DGX/HGX 8-GPU nodes,
+#: GB200 NVL72 racks.
+TOPOLOGIES = {"one-domain": 0, "hgx8": 8, "nvl72": 72}
+
+
+def _add_topology_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("topology (default: all GPUs in one NVLink domain)")
+    g.add_argument("--topology", default="one-domain", choices=tuple(TOPOLOGIES),
+                   help="NVLink domain preset: one-domain (default), hgx8 (DGX/HGX 8-GPU nodes), "
+                        "nvl72 (GB200 NVL72 racks); collectives spanning domains are charged at "
+                        "--scaleout-gbps")
+    g.add_argument("--nvlink-domain", type=int, default=None,
+                   help="GPUs per NVLink domain (overrides --topology; 0 = one domain)")
+    g.add_argument("--scaleout-gbps", type=float, default=50.0,
+                   help="scale-out bandwidth per GPU and direction between domains, GB/s. "
+                        "Default: 50 (one 400 Gb/s NIC per GPU)")
+
+
 def _workload(a):
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.workload import Workload
 
     arch, ep = resolve_arch_ep(a)
+    topo = {}
+    if hasattr(a, "topology"):
+        dom = a.nvlink_domain if a.nvlink_domain is not None else TOPOLOGIES[a.topology]
+        topo = dict(nvlink_domain=dom, scaleout_GBps=a.scaleout_gbps)
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
-                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history,
+                     **topo)
     return Workload.checked(arch, dep, get_hardware(a.hardware))
 
 
@@ -142,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
                        "reuse, two microbatches) with the SM budget split evenly.")
     _add_workload_args(s)
+    _add_topology_args(s)
     c = s.add_argument_group("configuration")
     c.add_argument("--cuts", default=None,
                    help="comma-separated kernels (names like L1.attn, or indices) where segments "
@@ -256,7 +281,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_simulate(a) -> int:
-    from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
     from subgpu_jax.model.accounting import throughput_record
 
     wl = _workload(a)
@@ -278,13 +302,16 @@ def _cmd_simulate(a) -> int:
     cfg = config_from_options(wl, a.cuts.split(",") if a.cuts else None, sms, a.microbatch,
                                  a.reuse, a.policy)
     m = wl.microbatches_of(cfg.microbatch)
-    g = wl.graph(m)
     tok = wl.deploy.tokens_per_gpu
     extra_t: dict = {}
     extra_c: dict = {}
     from subgpu_jax.sim.l2cache import check_policy as _check_cache
 
     _check_cache(a.cache)
+    from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.model.graph import build_forward
+
+    fp1, fpm = build_forward(wl.arch, wl.deploy, 1), build_forward(wl.arch, wl.deploy, m)
     if a.simulator == "static":
         for f in ("trace", "gantt", "utilization"):
             if getattr(a, f):
@@ -293,12 +320,11 @@ def _cmd_simulate(a) -> int:
         if cal is not None:
             from subgpu_jax.model.calibration import CalibratedDurationModel
             dm = CalibratedDurationModel(cal, hw)
-        t_temp = temporal_makespan(g1, hw, dm)
-        t_cfg = float(Evaluator.for_config(g, cfg, hw, duration_model=dm).makespan([cfg.alloc])[0])
+        s_temp = simulate_step(fp1, temporal_of(wl), hw, "static", duration_model=dm)
+        s_cfg = simulate_step(fpm, cfg, hw, "static", duration_model=dm)
         label = "static (max-plus evaluator, isolated kernel durations)"
     else:
         from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.eventsim import simulate
         from subgpu_jax.sim.l2cache import check_policy
         from subgpu_jax.app import viz
 
@@ -311,10 +337,12 @@ def _cmd_simulate(a) -> int:
         if cal is not None:
             model = model.replace(calibration=cal)
         rec = True  # utilisation means are part of the output
-        r_temp = simulate(g1, temporal_of(wl), hw, model, cache=a.cache, record=rec)
-        r_cfg = simulate(g, cfg, hw, model, cache=a.cache, record=rec)
-        t_temp, t_cfg = float(r_temp.makespan), float(r_cfg.makespan)
+        s_temp = simulate_step(fp1, temporal_of(wl), hw, "event", model, a.cache, record=rec)
+        s_cfg = simulate_step(fpm, cfg, hw, "event", model, a.cache, record=rec)
+        r_temp, r_cfg = s_temp.main, s_cfg.main
         extra_t, extra_c = _sim_extra(r_temp), _sim_extra(r_cfg)
+        extra_t["category_time_us"] = s_temp.category_time_us
+        extra_c["category_time_us"] = s_cfg.category_time_us
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
         if a.trace:
@@ -324,18 +352,27 @@ def _cmd_simulate(a) -> int:
                            f"w={cfg.w} SMs={list(cfg.alloc)} m={m}")
         if a.utilization:
             viz.plot_utilisation(r_temp, r_cfg, a.utilization)
+    t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
     if cal is not None:
         label += f", calibrated ({a.calibration})"
+    pc = wl.arch.param_counts()
     res = {
-        "workload": {"model": wl.arch.name, "hardware": hw.name, **wl.deploy.__dict__},
+        "workload": {"model": wl.arch.name, "family": wl.arch.family, "hardware": hw.name,
+                     **wl.deploy.__dict__, "topology": wl.deploy.topology_label(),
+                     "expert_dtype": wl.arch.expert_dtype if wl.arch.is_moe else None,
+                     "parameters": {"total": pc["total"], "active": pc["active"]},
+                     "regions": [{"layers": [list(x) for x in gr.region_kinds],
+                                  "instances": c, "kernels": gr.n} for gr, c in fp1.runs]},
         "duration_model": label,
-        "temporal": {**throughput_record(t_temp, tok), **extra_t},
+        "temporal": {**throughput_record(t_temp, tok), **extra_t,
+                     "step": {"runs": s_temp.runs, "head_us": s_temp.head_us}},
         "config": {"D": cfg.D, "w": cfg.w, "K": cfg.K,
                    "segments": [[k.name for k, s in zip(g1.kernels, cfg.seg_of) if s == j]
                                 for j in range(cfg.K)],
                    "stage_of_segment": list(cfg.stage_of_segment()), "sms": list(cfg.alloc),
                    "microbatch": cfg.microbatch, "microbatches": m, "policy": cfg.policy,
-                   **throughput_record(t_cfg, tok), **extra_c},
+                   **throughput_record(t_cfg, tok), **extra_c,
+                   "step": {"runs": s_cfg.runs, "head_us": s_cfg.head_us}},
     }
     res["speedup"] = t_temp / t_cfg
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
@@ -346,8 +383,13 @@ def _cmd_simulate(a) -> int:
     d = wl.deploy
     print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
           f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
+    runs = " + ".join(f"{c} x {len(gr.region_kinds)}-layer region ({gr.n} kernels"
+                      f"{', main' if gr is fp1.main else ''})" for gr, c in fp1.runs)
     print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
-          f"{g1.num_regions} regions x {g1.n} kernels")
+          f"{runs} + head (final norm, LM head, sampling, embedding)")
+    exp = f", experts {wl.arch.expert_dtype}" if wl.arch.is_moe else ""
+    print(f"          {wl.arch.family}: {pc['total'] / 1e9:.2f} B parameters, "
+          f"{pc['active'] / 1e9:.2f} B active per token{exp}; {d.topology_label()}")
     print(f"          duration model: {label}")
     print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
