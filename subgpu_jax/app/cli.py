@@ -85,6 +85,59 @@ def _add_topology_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scaleout-gbps", type=float, default=50.0,
                    help="scale-out bandwidth per GPU and direction between domains, GB/s. "
                         "Default: 50 (one 400 Gb/s NIC per GPU)")
+    r = p.add_argument_group("traffic (default: uniform routing, every request at --kv-history)")
+    r.add_argument("--routing", default="uniform", choices=("uniform", "multinomial"),
+                   help="expert load of the busiest EP rank: uniform (the mean G*k/n, default) "
+                        "or multinomial (expected maximum under random routing of a microbatch)")
+    r.add_argument("--routing-imbalance", type=float, default=1.0,
+                   help="extra factor >= 1 on the busiest EP rank's load (busiest / mean)")
+    r.add_argument("--kv-lengths", default=None, metavar="FILE|DIST",
+                   help="per-request KV lengths (tokens): a file of integers (whitespace, comma "
+                        "or JSON list), or uniform:LO:HI or lognormal:MEDIAN:SIGMA sampled for "
+                        "the G requests (seed 0); attention is charged for the busiest DP rank")
+
+
+def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
+    """Per-request KV lengths (tokens) from ``--kv-lengths``: a file of positive integers, or
+    ``uniform:LO:HI`` / ``lognormal:MEDIAN:SIGMA`` sampled for ``count`` requests with seed 0.
+
+    Raises:
+        ValueError: an unreadable file, non-integers, or a bad distribution (names the option).
+    """
+    import numpy as np
+
+    kind, _, rest = spec.partition(":")
+    if kind in ("uniform", "lognormal") and rest:
+        try:
+            a_, b_ = (float(x) for x in rest.split(":"))
+        except ValueError:
+            raise ValueError(f"kv-lengths: {kind} needs two numbers, {kind}:A:B, got "
+                             f"{spec!r}") from None
+        rng = np.random.default_rng(0)
+        if kind == "uniform":
+            if not 1 <= a_ <= b_:
+                raise ValueError(f"kv-lengths: uniform:LO:HI needs 1 <= LO <= HI, got {spec!r}")
+            x = rng.integers(int(a_), int(b_) + 1, size=count)
+        else:
+            if a_ < 1 or b_ < 0:
+                raise ValueError(f"kv-lengths: lognormal:MEDIAN:SIGMA needs MEDIAN >= 1 and "
+                                 f"SIGMA >= 0, got {spec!r}")
+            x = np.maximum(1, np.rint(a_ * np.exp(b_ * rng.standard_normal(count))))
+        return tuple(int(v) for v in x)
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise ValueError(f"kv-lengths: cannot read {spec!r} ({e.strerror or e}); give a file "
+                         "or uniform:LO:HI / lognormal:MEDIAN:SIGMA") from None
+    toks = text.replace("[", " ").replace("]", " ").replace(",", " ").split()
+    try:
+        vals = tuple(int(t) for t in toks)
+    except ValueError:
+        raise ValueError(f"kv-lengths: {spec!r} must hold integers (tokens)") from None
+    if not vals or min(vals) < 1:
+        raise ValueError(f"kv-lengths: {spec!r} must hold positive integers")
+    return vals
 
 
 def _workload(a):
@@ -95,7 +148,10 @@ def _workload(a):
     topo = {}
     if hasattr(a, "topology"):
         dom = a.nvlink_domain if a.nvlink_domain is not None else TOPOLOGIES[a.topology]
-        topo = dict(nvlink_domain=dom, scaleout_GBps=a.scaleout_gbps)
+        topo = dict(nvlink_domain=dom, scaleout_GBps=a.scaleout_gbps, routing=a.routing,
+                    routing_imbalance=a.routing_imbalance)
+        if a.kv_lengths:
+            topo["kv_lengths"] = kv_lengths_from(a.kv_lengths, a.batch)
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
                      global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history,
                      **topo)
@@ -358,7 +414,14 @@ def _cmd_simulate(a) -> int:
     pc = wl.arch.param_counts()
     res = {
         "workload": {"model": wl.arch.name, "family": wl.arch.family, "hardware": hw.name,
-                     **wl.deploy.__dict__, "topology": wl.deploy.topology_label(),
+                     **{k: v for k, v in wl.deploy.__dict__.items() if k != "kv_lengths"},
+                     "kv_lengths": ({"count": len(wl.deploy.kv_lengths),
+                                     "mean": float(sum(wl.deploy.kv_lengths)
+                                                   / len(wl.deploy.kv_lengths)),
+                                     "max": max(wl.deploy.kv_lengths),
+                                     "busiest_rank_tokens": wl.deploy.kv_tokens()}
+                                    if wl.deploy.kv_lengths else None),
+                     "topology": wl.deploy.topology_label(),
                      "expert_dtype": wl.arch.expert_dtype if wl.arch.is_moe else None,
                      "parameters": {"total": pc["total"], "active": pc["active"]},
                      "regions": [{"layers": [list(x) for x in gr.region_kinds],
@@ -390,6 +453,12 @@ def _cmd_simulate(a) -> int:
     exp = f", experts {wl.arch.expert_dtype}" if wl.arch.is_moe else ""
     print(f"          {wl.arch.family}: {pc['total'] / 1e9:.2f} B parameters, "
           f"{pc['active'] / 1e9:.2f} B active per token{exp}; {d.topology_label()}")
+    if wl.arch.is_moe and (d.routing != "uniform" or d.routing_imbalance != 1):
+        print(f"          routing {d.routing}: busiest EP rank at "
+              f"{d.expert_load_factor(wl.arch.top_k, m):.3f}x the mean expert load (m={m})")
+    if d.kv_lengths:
+        print(f"          per-request KV lengths: mean {res['workload']['kv_lengths']['mean']:.0f}"
+              f", max {max(d.kv_lengths)}; busiest DP rank {d.kv_tokens():.0f} tokens/request")
     print(f"          duration model: {label}")
     print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["config"])):

@@ -34,6 +34,17 @@ class Deployment:
         scaleout_GBps: scale-out (InfiniBand/Ethernet) bandwidth per GPU and direction, GB/s
             (default 50: one 400 Gb/s ConnectX-7 NIC per GPU, as in DGX H100/H200/B200 and
             GB200 NVL72 systems).
+        routing: ``"uniform"`` (default: every EP rank receives the mean G*k/n assignments) or
+            ``"multinomial"`` (the busiest EP rank's expected load when a microbatch's
+            assignments are routed independently and uniformly: mean + sigma * E[max of e
+            standard normals], the normal approximation of the binomial loads).
+        routing_imbalance: a user-given factor >= 1 on the busiest EP rank's load (measured
+            load of the busiest rank / mean), applied on top of ``routing``.
+        kv_lengths: per-request KV lengths (tokens) of the G requests, in order (empty: every
+            request has ``kv_history``); requests are dealt to the d attention-DP ranks round
+            robin (request i to rank i mod d; a list shorter than G is repeated), and decode
+            attention is charged for the busiest rank (``kv_tokens``), since the step waits for
+            the slowest rank.
 
     Raises:
         ValueError: ``validate`` names the offending field.
@@ -48,8 +59,23 @@ class Deployment:
     kv_history: int = 32768
     nvlink_domain: int = 0
     scaleout_GBps: float = 50.0
+    routing: str = "uniform"
+    routing_imbalance: float = 1.0
+    kv_lengths: tuple = ()
 
     def __post_init__(self) -> None:
+        if self.routing not in ("uniform", "multinomial"):
+            raise ValueError(f"deployment.routing must be 'uniform' or 'multinomial', got "
+                             f"{self.routing!r}")
+        v = self.routing_imbalance
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(v) or v < 1:
+            raise ValueError(f"deployment.routing_imbalance must be a number >= 1 (busiest rank "
+                             f"load / mean), got {v!r}")
+        kl = tuple(self.kv_lengths)
+        if any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x < 1 for x in kl):
+            raise ValueError("deployment.kv_lengths must be positive integers (tokens)")
+        object.__setattr__(self, "kv_lengths", tuple(int(x) for x in kl))
         v = self.nvlink_domain
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ValueError(f"deployment.nvlink_domain must be a non-negative integer (0 = one "
@@ -150,7 +176,7 @@ class Deployment:
         weights = sum(attn + (moe if mk == "moe" else dense) for mk in arch.mlp_types) + emb
         kv = 0.0
         for kind in arch.layer_types:
-            L = min(arch.sliding_window, self.kv_history) if kind == "sliding" else self.kv_history
+            L = self.kv_tokens(arch.sliding_window if kind == "sliding" else None)
             kv += self.requests_per_gpu * L * kv_tok
         return {"weights": float(weights), "kv": float(kv), "total": float(weights + kv)}
 
@@ -164,6 +190,37 @@ class Deployment:
                 f"{self.requests_per_gpu} requests x {self.kv_history} tokens) but a {hw.name} "
                 f"has {hw.hbm_bytes / 1e9:.0f} GB; lower global_batch or kv_history, or raise "
                 "attn_dp")
+
+    def kv_tokens(self, window: int | None = None) -> float:
+        """KV tokens per request that the busiest attention-DP rank reads per layer (tokens):
+        ``min(kv_history, window)`` without ``kv_lengths``; otherwise the largest, over the d
+        ranks, of the mean of min(length, window) over the rank's requests."""
+        w = window if window else None
+        if not self.kv_lengths:
+            return min(self.kv_history, w) if w else self.kv_history
+        G, d = self.global_batch, self.attn_dp
+        L = np.asarray([self.kv_lengths[i % len(self.kv_lengths)] for i in range(G)], float)
+        if w:
+            L = np.minimum(L, w)
+        return float(L.reshape(G // d, d).mean(axis=0).max())
+
+    def expert_load_factor(self, top_k: int, microbatches: int = 1) -> float:
+        """Load of the busiest EP rank / the mean G*k/n (>= 1): ``routing_imbalance`` times, for
+        ``routing="multinomial"``, (mu + sigma * c_e) / mu with N = G*k*e/(n*m) assignments of
+        a microbatch in an EP group, mu = N/e, sigma = sqrt(N (1/e)(1 - 1/e)) and c_e the
+        expected maximum of e standard normals (numerical integral); capped at e."""
+        f = float(self.routing_imbalance)
+        e = int(self.moe_ep)
+        if self.routing == "multinomial" and e > 1:
+            from scipy.special import ndtr
+
+            N = self.global_batch * top_k * e / (self.num_gpus * microbatches)
+            mu, sig = N / e, math.sqrt(N * (1 / e) * (1 - 1 / e))
+            x = np.linspace(-12.0, 12.0, 24001)
+            pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+            c = float(np.trapezoid(x * e * pdf * ndtr(x) ** (e - 1), x))
+            f *= min(float(e), (mu + sig * c) / mu)
+        return f
 
     @property
     def domain(self) -> int:

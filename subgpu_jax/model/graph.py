@@ -356,8 +356,7 @@ class _Builder:
                           ctas=max(1, Rm))
         self.params += H
         sliding = kind == "sliding"
-        L_kv = (min(arch.sliding_window, self.deploy.kv_history) if sliding
-                else self.deploy.kv_history)
+        L_kv = self.deploy.kv_tokens(arch.sliding_window if sliding else None)
         chain = [i_norm]
         chain += self._mla(j, L_kv, sliding) if arch.is_mla else self._gqa(j, L_kv, sliding)
         # output residual: attention all-reduce + residual add + post-attention norm
@@ -536,7 +535,8 @@ class _Builder:
         F = arch.moe_intermediate
         n = dep.num_gpus
         Tr = Rm / t  # tokens this GPU routes per microbatch
-        A = dep.global_batch * k / (n * m)  # assignments received per microbatch
+        # assignments received per microbatch (the busiest EP rank's, see Deployment.routing)
+        A = dep.global_batch * k / (n * m) * dep.expert_load_factor(k, m)
         group_tokens = dep.global_batch * e / (n * m)  # tokens its EP group routes
         hit = expected_distinct(E, group_tokens, k) * El / E
         xdt = arch.expert_act_dtype  # expert GEMMs run at the activation dtype's rate

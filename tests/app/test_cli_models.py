@@ -77,3 +77,16 @@ def test_gpt_oss_non_mxfp4_quant_refused(tmp_path, capsys):
     p.write_text(json.dumps(cfg))
     rc, _, err = run_cli(["simulate", "--model", str(p), "--simulator", "static"], capsys)
     assert rc == 2 and "quant_method" in err and "'bitsandbytes'" in err
+
+
+def test_kv_lengths_file_and_distribution(tmp_path, capsys):
+    """A file of lengths [100, 900] repeats over the G = 64 requests dealt round robin to the
+    DP ranks (TP8 x DP1: one rank), so the rank's mean is 500 tokens per request."""
+    p = tmp_path / "lens.txt"
+    p.write_text("100, 900\n")
+    rc, out, _ = run_cli(["simulate", *QWEN3, "--simulator", "static", "--json",
+                          "--kv-lengths", str(p)], capsys)
+    assert rc == 0
+    assert json.loads(out)["workload"]["kv_lengths"]["busiest_rank_tokens"] == 500
+    rc, _, err = run_cli(["simulate", *QWEN3, "--kv-lengths", "uniform:9:3"], capsys)
+    assert rc == 2 and "uniform:LO:HI" in err

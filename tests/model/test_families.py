@@ -286,3 +286,40 @@ def test_topology_charges_cross_domain_collectives_at_scale_out():
     assert ar8.scaleout_bytes == 0 and ar8 == ar1
     with pytest.raises(ValueError, match="nvlink_domain"):
         Deployment(nvlink_domain=-1)
+
+
+# ============================================================================ routing skew, KV lengths
+def test_multinomial_routing_charges_the_busiest_ep_rank():
+    """gpt-oss-20b on 2 GPUs (TP2, EP2), G = 64, top-4, m = 1: an EP group routes
+    N = G*k*e/n = 256 assignments, mean mu = 128 per rank, sigma = sqrt(256 * 1/2 * 1/2) = 8;
+    the expected maximum of 2 standard normals is 1/sqrt(pi), so the busiest rank receives
+    128 * (1 + 8/(128 sqrt(pi))) = 132.5135 assignments; a user factor 1.5 multiplies that."""
+    arch = get_model("gpt-oss-20b")
+    kw = dict(num_gpus=2, attn_tp=2, attn_dp=1, moe_ep=2, global_batch=64)
+    base = kernel(build_graph(arch, Deployment(**kw)), "L0.expert_up").flops
+    assert base == 2 * 128 * 2880 * 5760
+    f = 1 + 8 / (128 * math.sqrt(math.pi))
+    multi = Deployment(**kw, routing="multinomial")
+    assert multi.expert_load_factor(4, 1) == pytest.approx(f, rel=1e-6)
+    assert kernel(build_graph(arch, multi), "L0.expert_up").flops == pytest.approx(base * f,
+                                                                                   rel=1e-6)
+    both = Deployment(**kw, routing="multinomial", routing_imbalance=1.5)
+    assert kernel(build_graph(arch, both), "L0.expert_up").flops == pytest.approx(
+        base * f * 1.5, rel=1e-6)
+    with pytest.raises(ValueError, match="routing_imbalance"):
+        Deployment(**kw, routing_imbalance=0.5)
+
+
+def test_per_request_kv_lengths_follow_the_busiest_dp_rank():
+    """Llama-3.1-8B on TP1 x DP2, G = 8 requests of lengths 100, 900, 100, 900, ... dealt round
+    robin: rank 0 holds the 100s, rank 1 the 900s. The step waits for rank 1, so attention reads
+    R * 900 tokens: 4 * 900 * 8 KV heads * 128 * 2 (K, V) * 2 bytes = 14,745,600 bytes, not the
+    mean's 500. GPT-OSS's sliding layers cap each request at the 128-token window."""
+    dep = Deployment(num_gpus=2, attn_tp=1, attn_dp=2, moe_ep=1, global_batch=8,
+                     kv_lengths=(100, 900) * 4)
+    assert dep.kv_tokens() == 900
+    g = build_graph(get_model("llama-3.1-8b"), dep)
+    assert kernel(g, "L0.attn").kv_bytes == 14_745_600
+    assert dep.kv_tokens(128) == 128
+    with pytest.raises(ValueError, match="kv_lengths"):
+        Deployment(kv_lengths=(0, 5))
