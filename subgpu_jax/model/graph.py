@@ -620,9 +620,10 @@ def head_kernels(arch: ModelArch, deploy: Deployment) -> tuple[Kernel, ...]:
     * ``lm_head``: logits of this GPU's V/t vocabulary shard (vocabulary-parallel over attention
       TP): 2*R*h*V/t FLOPs, V*h/t weights (summed over the t GPUs of a group: 2*V*h FLOPs per
       token and the V*h weight bytes every step);
-    * ``sample``: softmax + top-k/top-p sampling over the shard (fp32 logits, ~5 FLOPs per
-      logit on CUDA cores); with t > 1 each GPU exchanges its shard's (max, sum, candidate)
-      for every request, 16 bytes per request to each of t-1 peers;
+    * ``sample``: Gumbel-max sampling over the shard (argmax of logits + Gumbel noise, which
+      draws from the softmax: 2 FLOPs per logit on CUDA cores, reading the bf16 logits and a
+      bf16 noise buffer); with t > 1 each GPU exchanges its shard's (value, token) candidate for
+      every request, 16 bytes per request to each of t-1 peers;
     * ``embed``: embedding lookup of the sampled token, the next step's input (R rows of h;
       vocabulary-parallel, so t > 1 adds an all-reduce of R*h).
 
@@ -646,10 +647,11 @@ def head_kernels(arch: ModelArch, deploy: Deployment) -> tuple[Kernel, ...]:
         Kernel(name="lm_head", op="lm_head", category="head", layer=0,
                flops=2.0 * R * H * Vl, dtype=dt, tensor=True,
                weight_objects=(("lm_head.w", w_head),), act_reads=(("final_xn", x),),
-               act_writes=(("logits", R * Vl * 4.0),), ctas=_gemm_ctas(R, Vl, H, w_head)),
+               act_writes=(("logits", R * Vl * ab),), ctas=_gemm_ctas(R, Vl, H, w_head)),
         Kernel(name="sample", op="sample", category="head", layer=0,
-               flops=5.0 * R * Vl, dtype="fp32", tensor=False,
-               act_reads=(("logits", R * Vl * 4.0),), act_writes=(("tokens", R * 8.0),),
+               flops=2.0 * R * Vl, dtype=dt, tensor=False,
+               act_reads=(("logits", R * Vl * ab), ("gumbel", R * Vl * ab)),
+               act_writes=(("tokens", R * 8.0),),
                **deploy.comm_split(16.0 * R * (t - 1), t, "allreduce"), ctas=max(1, R)),
         Kernel(name="embed", op="embed", category="head", layer=0,
                flops=0.0, dtype=dt, tensor=False,
