@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from importlib.metadata import entry_points
@@ -311,6 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder. Default: runs/search")
     r.add_argument("--resume", action="store_true",
                    help="continue the interrupted sweep in --out (finished grid points are kept)")
+    r.add_argument("--min-tokens-per-user", type=float, default=None, metavar="X",
+                   help="service-level filter: frontiers and matched gains use only points "
+                        "with at least X tokens/s per user (a per-token latency of at most "
+                        "1e6/X µs); records.csv keeps every point")
     r.add_argument("--budget", type=int, default=None,
                    help="evaluate at most this many grid points in this call (>= 1)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -562,6 +567,10 @@ def _cmd_search(a) -> int:
         raise ValueError(f"policies has duplicated values: {pols}")
     if a.l_sim < 1:
         raise ValueError(f"l-sim must be >= 1 passes, got {a.l_sim}")
+    if a.min_tokens_per_user is not None and not (a.min_tokens_per_user > 0 and
+                                                  math.isfinite(a.min_tokens_per_user)):
+        raise ValueError(f"min-tokens-per-user must be a positive number of tokens/s, got "
+                         f"{a.min_tokens_per_user}")
     if a.budget is not None and a.budget < 1:
         raise ValueError(f"budget must be >= 1 grid points, got {a.budget}")
     for f, v in (("batches", batches), ("microbatches", mbs)):
@@ -609,7 +618,8 @@ def _cmd_search(a) -> int:
     stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
                              exact=a.exact, cache=a.cache, L_sim=a.l_sim,
                              progress=not a.no_progress, calibration=cal,
-                             cut_strategy=a.cut_strategy)
+                             cut_strategy=a.cut_strategy,
+                             min_tokens_per_user=a.min_tokens_per_user)
     if stats["dropped"]:
         print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
               f"{stats['dropped'][:3]}")

@@ -88,3 +88,32 @@ def test_event_step_adds_the_head_category():
     assert r.category_time_us["head"] == pytest.approx(r.head_us, rel=1e-6)
     assert r.makespan_us == pytest.approx(r.runs[0]["makespan_us"] + r.head_us, rel=1e-12)
     assert r.head_us > 0
+
+
+def test_search_records_time_the_whole_step():
+    """A search record's makespan = the searched main region + the rest of the step (the other
+    region kinds under the carried-over cut, and the head). Llama-3.1-8B has one region kind, so
+    the rest is the head alone: the four head kernels' static times on all SMs."""
+    from subgpu_jax.app.searchjob import PointScorer
+    from subgpu_jax.app.sweep import GridPoint
+
+    arch = get_model("llama-3.1-8b")
+    dep = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=1, global_batch=64,
+                     kv_history=1024)
+    sc = PointScorer(arch, H200, exact="static")
+    rec = sc(GridPoint(dep, 1, 1))[0]
+    fp = build_forward(arch, dep, 1)
+    assert rec["rest_of_step_us"] == pytest.approx(_head_static(fp, H200), rel=1e-12)
+    assert rec["makespan_us"] == pytest.approx(
+        rec["region_makespan_us"] + rec["rest_of_step_us"], rel=1e-12)
+    # the exact static scorer is the float32 JAX evaluator
+    assert rec["region_makespan_us"] == pytest.approx(temporal_makespan(fp.main, H200), rel=1e-5)
+    ds = get_model("deepseek-v3")
+    dd = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8, global_batch=64,
+                    kv_history=1024)
+    fd = build_forward(ds, dd, 1)
+    cfg = temporal_config(fd.main.n, H200, 64)
+    dense = fd.runs[0][0]
+    assert PointScorer(ds, H200, exact="static").rest_of_step(dd, cfg) == pytest.approx(
+        temporal_makespan(dataclasses.replace(dense, num_regions=3), H200)
+        + _head_static(fd, H200), rel=1e-9)
