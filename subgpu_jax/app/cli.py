@@ -276,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
                         "gantt_best.png into --out. Interrupted sweeps continue with --resume.")
     _add_workload_args(se)
+    _add_topology_args(se)
     se.set_defaults(batch=None)
     g = se.add_argument_group("grid")
     g.add_argument("--batches", default="512,1024,2048",
@@ -591,9 +592,18 @@ def _cmd_search(a) -> int:
     if a.resume and not os.path.exists(os.path.join(a.out, "manifest.json")):
         raise ValueError(f"out: nothing to resume in {a.out!r} (no manifest.json); run without "
                          "--resume to start this sweep")
+    if a.kv_lengths:
+        raise ValueError("kv-lengths: per-request KV lengths are a subgpu simulate option; "
+                         "search with --kv-history")
+    opts = dict(nvlink_domain=(a.nvlink_domain if a.nvlink_domain is not None
+                               else TOPOLOGIES[a.topology]),
+                scaleout_GBps=a.scaleout_gbps, routing=a.routing,
+                routing_imbalance=a.routing_imbalance)
+    Deployment(**opts)  # validates the options (one-line errors)
     skipped: list = []
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
-                     input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped)
+                     input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped,
+                     deploy_options=opts)
     for note in skipped[:5]:
         print(f"skipped: {note}")
     if len(skipped) > 5:
@@ -602,6 +612,9 @@ def _cmd_search(a) -> int:
             "parallelisms": pars or "all", "batches": batches, "stages": stages,
             "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
             "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
+    if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
+                    routing_imbalance=1.0):
+        meta["deployment_options"] = opts
     if a.cut_strategy != "proposal":
         meta["cut_strategy"] = a.cut_strategy
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "

@@ -28,6 +28,9 @@ from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS"]
 
+#: Deployment fields beyond the grid's (topology, routing) that records carry.
+DEPLOY_OPTIONS = ("nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
+
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
 EXACT_KINDS = ("event", "static")
@@ -144,6 +147,7 @@ class PointScorer:
         rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
                "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
                "global_batch": d.global_batch, "kv_history": d.kv_history,
+               **{f: getattr(d, f) for f in DEPLOY_OPTIONS},
                "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
                "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
                "policy": cfg.policy, "cuts": "|".join(g1.kernels[i].name for i in starts),
@@ -238,7 +242,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     if best is not None and scorer is not None and scorer.exact_kind == "event":
         dep = Deployment(num_gpus=best["num_gpus"], attn_tp=best["attn_tp"],
                          attn_dp=best["attn_dp"], moe_ep=best["moe_ep"],
-                         global_batch=best["global_batch"], kv_history=best["kv_history"])
+                         global_batch=best["global_batch"], kv_history=best["kv_history"],
+                         **{f: best[f] for f in DEPLOY_OPTIONS if f in best})
         p = scorer.problem(dep)
         g1 = p.workload.graph(1)
         names = best["cuts"].split("|") if best["cuts"] else []

@@ -33,3 +33,16 @@ def test_bad_bound_is_one_line(capsys):
     rc = main(["search", "--min-tokens-per-user", "-3", "--out", "/tmp/x-never"])
     err = capsys.readouterr().err
     assert rc == 2 and "min-tokens-per-user" in err and err.count("\n") == 1
+
+
+def test_search_grid_carries_topology_and_routing():
+    """build_grid's deploy_options reach every point's Deployment, so the search charges
+    cross-node collectives and the busiest EP rank like simulate does."""
+    from subgpu_jax.app.sweep import build_grid
+    from subgpu_jax.model.models import get_model
+
+    opts = dict(nvlink_domain=8, scaleout_GBps=25.0, routing="multinomial",
+                routing_imbalance=1.2)
+    pts = build_grid(get_model("gpt-oss-20b"), 16, [128], [2], [2],
+                     parallelisms=[(8, 2, 16)], deploy_options=opts)
+    assert pts and all(getattr(p.deploy, k) == v for p in pts for k, v in opts.items())
