@@ -677,8 +677,16 @@ def _print_summary(summ: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input)."""
+    import warnings
+
     parser = build_parser()
     a = parser.parse_args(argv)
+
+    def _one_line(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {message}", file=sys.stderr)
+
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
         if a.cmd == "simulate":
             return _cmd_simulate(a)
@@ -699,6 +707,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted (a search keeps its finished grid points: continue it with --resume)",
               file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = shown
     parser.error(f"unknown command {a.cmd}")  # pragma: no cover
     return 2
 
