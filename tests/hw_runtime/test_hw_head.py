@@ -51,3 +51,16 @@ def test_head_runs_and_matches_the_simulated_bytes(m):
         torch.testing.assert_close(got, ref)
     with pytest.raises(ValueError, match="head kernel must be one of"):
         head.launch("softmax")
+
+
+def test_runtime_shapes_use_tokens_per_gpu_whatever_ep():
+    """The torch workload allocates what the simulator charges: gpt-oss-120b (bf16 experts),
+    G = 2048 on TP8 x DP4 with EP8 (4 EP groups of 8): A = G*k/n = 2048*4/32 = 256 assignments
+    per GPU (m = 1), not G*k/e = 1024; its EP group routes G*e/n = 512 tokens, hitting
+    16 * (1 - (1 - 4/128)^512) = 16.0 of its 16 local experts."""
+    from hw_runtime.gpu.workload import hopper_arch, workload_shapes
+    from subgpu_jax.model.models import MODELS
+
+    dep = Deployment(num_gpus=32, attn_tp=8, attn_dp=4, moe_ep=8, global_batch=2048)
+    s = workload_shapes(build_graph(hopper_arch(MODELS["gpt-oss-120b"]), dep))
+    assert s.A == 256 and s.El == 16 and s.n_hit == 16 and s.cap == 16
