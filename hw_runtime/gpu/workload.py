@@ -42,7 +42,7 @@ then the kernel's local work, then a spin (``torch.cuda._sleep``, calibrated in 
 link_Bps`` (3 µs + payload / 450 GB/s for H200 NVLink 4). The copy's expected time at the copy
 peak is subtracted from the spin.
 
-Routing is static: the expected counts of docs/method.md §5 (``G*k/(e*m)`` assignments per microbatch,
+Routing is static: the expected counts of docs/method.md §5 (``G*k/(n*m)`` assignments per microbatch,
 spread evenly over the expected number of distinct local experts hit, padded to equal counts per
 expert so one ``bmm`` serves them all), not the data-dependent top-k result; this keeps every
 launch free of host synchronisation and capturable.
@@ -165,16 +165,26 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
     if arch.weight_dtype != "bf16" or arch.kv_dtype != "bf16":
         raise ValueError(f"TorchWorkload: weights and KV must be bf16, got weight_dtype="
                          f"{arch.weight_dtype!r}, kv_dtype={arch.kv_dtype!r}")
+    if arch.is_mla or arch.num_shared_experts:
+        raise ValueError("TorchWorkload: multi-head latent attention and shared experts have no "
+                         "torch kernels yet; simulate such models (subgpu simulate)")
+    kinds2 = graph.region_kinds or tuple((a, "moe" if arch.is_moe else "dense")
+                                         for a in arch.period)
+    mlps = {mk for _, mk in kinds2}
+    if len(mlps) > 1:
+        raise ValueError("TorchWorkload: a region mixing dense and MoE layers has no torch "
+                         "workload yet; simulate it (subgpu simulate)")
+    moe = mlps == {"moe"}
     m = graph.microbatches
     R = dep.requests_per_gpu
     Rm = R // m
     t = dep.attn_tp
     qh = arch.num_heads // t
-    kvh = max(1, math.ceil(arch.num_kv_heads / t))
+    kvh = dep.local_kv_heads(arch)
     hd = arch.head_dim
     if qh % kvh:
         raise ValueError(f"TorchWorkload: {qh} local q heads are not a multiple of {kvh} KV heads")
-    kinds = tuple(arch.period)
+    kinds = tuple(a for a, _ in kinds2)
     kv_len, kv_pos = [], []
     for kind in kinds:
         if kind == "sliding":
@@ -186,13 +196,14 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
             kv_pos.append(dep.kv_history - 1)
     common = dict(R=R, m=m, Rm=Rm, H=arch.hidden, qh=qh, kvh=kvh, hd=hd, nq=(qh + 2 * kvh) * hd,
                   t=t, kv_history=dep.kv_history, layer_kinds=kinds, kv_len=tuple(kv_len),
-                  kv_pos=tuple(kv_pos), moe=arch.is_moe)
-    if arch.is_moe:
+                  kv_pos=tuple(kv_pos), moe=moe)
+    if moe:
         E, k, e = arch.num_experts, arch.top_k, dep.moe_ep
         El = E // e
         Tr = max(1, int(round(Rm / t)))
-        A = max(1, int(round(dep.global_batch * k / (e * m))))
-        hit = expected_distinct(E, dep.global_batch / m, k) * El / E
+        # G*k/n assignments per GPU whatever e; its EP group routes G*e/(n*m) tokens
+        A = max(1, int(round(dep.global_batch * k / (dep.num_gpus * m))))
+        hit = expected_distinct(E, dep.global_batch * e / (dep.num_gpus * m), k) * El / E
         n_hit = int(min(El, max(1, round(hit))))
         cap = int(math.ceil(A / n_hit))
         return WorkloadShapes(**common, E=E, El=El, k=k, F=arch.moe_intermediate, Tr=Tr, A=A,
@@ -212,7 +223,7 @@ def _weight_specs(s: WorkloadShapes, arch: ModelArch) -> dict[str, tuple[tuple[i
         p = f"L{j}."
         out[p + "attn_norm.w"] = ((H,), "bf16")
         out[p + "qkv.w"] = ((H, s.nq), "bf16")
-        if arch.attn_bias:
+        if arch.attn_bias or arch.qkv_bias:
             out[p + "qkv.b"] = ((s.nq,), "bf16")
         if arch.qk_norm:
             out[p + "q_norm.w"] = ((s.hd,), "bf16")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from importlib.metadata import entry_points
@@ -24,7 +25,8 @@ def _add_workload_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
     g.add_argument("--model", default="gpt-oss-120b",
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
-                        "config.json (llama, qwen3_moe, gpt_oss). Default: gpt-oss-120b")
+                        "config.json (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, "
+                        "deepseek_v3). Default: gpt-oss-120b")
     g.add_argument("--hardware", default="B200",
                    help=f"GPU preset ({', '.join(HARDWARE)}). Default: B200")
     g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
@@ -68,13 +70,92 @@ def resolve_arch_ep(a):
     return arch, ep
 
 
+#: NVLink domain presets (GPUs per domain; 0 = all GPUs in one domain): DGX/HGX 8-GPU nodes,
+#: GB200 NVL72 racks.
+TOPOLOGIES = {"one-domain": 0, "hgx8": 8, "nvl72": 72}
+
+
+def _add_topology_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("topology (default: all GPUs in one NVLink domain)")
+    g.add_argument("--topology", default="one-domain", choices=tuple(TOPOLOGIES),
+                   help="NVLink domain preset: one-domain (default), hgx8 (DGX/HGX 8-GPU nodes), "
+                        "nvl72 (GB200 NVL72 racks); collectives spanning domains are charged at "
+                        "--scaleout-gbps")
+    g.add_argument("--nvlink-domain", type=int, default=None,
+                   help="GPUs per NVLink domain (overrides --topology; 0 = one domain)")
+    g.add_argument("--scaleout-gbps", type=float, default=50.0,
+                   help="scale-out bandwidth per GPU and direction between domains, GB/s. "
+                        "Default: 50 (one 400 Gb/s NIC per GPU)")
+    r = p.add_argument_group("traffic (default: uniform routing, every request at --kv-history)")
+    r.add_argument("--routing", default="uniform", choices=("uniform", "multinomial"),
+                   help="expert load of the busiest EP rank: uniform (the mean G*k/n, default) "
+                        "or multinomial (expected maximum under random routing of a microbatch)")
+    r.add_argument("--routing-imbalance", type=float, default=1.0,
+                   help="extra factor >= 1 on the busiest EP rank's load (busiest / mean)")
+    r.add_argument("--kv-lengths", default=None, metavar="FILE|DIST",
+                   help="per-request KV lengths (tokens): a file of integers (whitespace, comma "
+                        "or JSON list), or uniform:LO:HI or lognormal:MEDIAN:SIGMA sampled for "
+                        "the G requests (seed 0); attention is charged for the busiest DP rank")
+
+
+def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
+    """Per-request KV lengths (tokens) from ``--kv-lengths``: a file of positive integers, or
+    ``uniform:LO:HI`` / ``lognormal:MEDIAN:SIGMA`` sampled for ``count`` requests with seed 0.
+
+    Raises:
+        ValueError: an unreadable file, non-integers, or a bad distribution (names the option).
+    """
+    import numpy as np
+
+    kind, _, rest = spec.partition(":")
+    if kind in ("uniform", "lognormal") and rest:
+        try:
+            a_, b_ = (float(x) for x in rest.split(":"))
+        except ValueError:
+            raise ValueError(f"kv-lengths: {kind} needs two numbers, {kind}:A:B, got "
+                             f"{spec!r}") from None
+        rng = np.random.default_rng(0)
+        if kind == "uniform":
+            if not 1 <= a_ <= b_:
+                raise ValueError(f"kv-lengths: uniform:LO:HI needs 1 <= LO <= HI, got {spec!r}")
+            x = rng.integers(int(a_), int(b_) + 1, size=count)
+        else:
+            if a_ < 1 or b_ < 0:
+                raise ValueError(f"kv-lengths: lognormal:MEDIAN:SIGMA needs MEDIAN >= 1 and "
+                                 f"SIGMA >= 0, got {spec!r}")
+            x = np.maximum(1, np.rint(a_ * np.exp(b_ * rng.standard_normal(count))))
+        return tuple(int(v) for v in x)
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise ValueError(f"kv-lengths: cannot read {spec!r} ({e.strerror or e}); give a file "
+                         "or uniform:LO:HI / lognormal:MEDIAN:SIGMA") from None
+    toks = text.replace("[", " ").replace("]", " ").replace(",", " ").split()
+    try:
+        vals = tuple(int(t) for t in toks)
+    except ValueError:
+        raise ValueError(f"kv-lengths: {spec!r} must hold integers (tokens)") from None
+    if not vals or min(vals) < 1:
+        raise ValueError(f"kv-lengths: {spec!r} must hold positive integers")
+    return vals
+
+
 def _workload(a):
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.workload import Workload
 
     arch, ep = resolve_arch_ep(a)
+    topo = {}
+    if hasattr(a, "topology"):
+        dom = a.nvlink_domain if a.nvlink_domain is not None else TOPOLOGIES[a.topology]
+        topo = dict(nvlink_domain=dom, scaleout_GBps=a.scaleout_gbps, routing=a.routing,
+                    routing_imbalance=a.routing_imbalance)
+        if a.kv_lengths:
+            topo["kv_lengths"] = kv_lengths_from(a.kv_lengths, a.batch)
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
-                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history,
+                     **topo)
     return Workload.checked(arch, dep, get_hardware(a.hardware))
 
 
@@ -142,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
                        "reuse, two microbatches) with the SM budget split evenly.")
     _add_workload_args(s)
+    _add_topology_args(s)
     c = s.add_argument_group("configuration")
     c.add_argument("--cuts", default=None,
                    help="comma-separated kernels (names like L1.attn, or indices) where segments "
@@ -194,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
                         "gantt_best.png into --out. Interrupted sweeps continue with --resume.")
     _add_workload_args(se)
+    _add_topology_args(se)
     se.set_defaults(batch=None)
     g = se.add_argument_group("grid")
     g.add_argument("--batches", default="512,1024,2048",
@@ -230,6 +313,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder. Default: runs/search")
     r.add_argument("--resume", action="store_true",
                    help="continue the interrupted sweep in --out (finished grid points are kept)")
+    r.add_argument("--min-tokens-per-user", type=float, default=None, metavar="X",
+                   help="service-level filter: frontiers and matched gains use only points "
+                        "with at least X tokens/s per user (a per-token latency of at most "
+                        "1e6/X µs); records.csv keeps every point")
     r.add_argument("--budget", type=int, default=None,
                    help="evaluate at most this many grid points in this call (>= 1)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -256,12 +343,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_simulate(a) -> int:
-    from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
     from subgpu_jax.model.accounting import throughput_record
 
     wl = _workload(a)
     g1 = wl.graph(1)
     if a.list_kernels:
+        runs = wl.arch.region_runs()
+        if len(runs) > 1:  # name the main region, the one --cuts refers to
+            print("# main region (the one --cuts names): "
+                  + ", ".join(f"{att}/{mlp}" for att, mlp in g1.region_kinds)
+                  + f", {g1.num_regions} instances; other runs: "
+                  + "; ".join(f"{c} x " + ", ".join(f"{att}/{mlp}" for att, mlp in b)
+                              for b, c in runs if b != g1.region_kinds))
         for i, k in enumerate(g1.kernels):
             print(f"{i:3d}  {k.name:18s} {k.category}")
         return 0
@@ -278,13 +371,16 @@ def _cmd_simulate(a) -> int:
     cfg = config_from_options(wl, a.cuts.split(",") if a.cuts else None, sms, a.microbatch,
                                  a.reuse, a.policy)
     m = wl.microbatches_of(cfg.microbatch)
-    g = wl.graph(m)
     tok = wl.deploy.tokens_per_gpu
     extra_t: dict = {}
     extra_c: dict = {}
     from subgpu_jax.sim.l2cache import check_policy as _check_cache
 
     _check_cache(a.cache)
+    from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.model.graph import build_forward
+
+    fp1, fpm = build_forward(wl.arch, wl.deploy, 1), build_forward(wl.arch, wl.deploy, m)
     if a.simulator == "static":
         for f in ("trace", "gantt", "utilization"):
             if getattr(a, f):
@@ -293,12 +389,11 @@ def _cmd_simulate(a) -> int:
         if cal is not None:
             from subgpu_jax.model.calibration import CalibratedDurationModel
             dm = CalibratedDurationModel(cal, hw)
-        t_temp = temporal_makespan(g1, hw, dm)
-        t_cfg = float(Evaluator.for_config(g, cfg, hw, duration_model=dm).makespan([cfg.alloc])[0])
+        s_temp = simulate_step(fp1, temporal_of(wl), hw, "static", duration_model=dm)
+        s_cfg = simulate_step(fpm, cfg, hw, "static", duration_model=dm)
         label = "static (max-plus evaluator, isolated kernel durations)"
     else:
         from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.eventsim import simulate
         from subgpu_jax.sim.l2cache import check_policy
         from subgpu_jax.app import viz
 
@@ -311,10 +406,12 @@ def _cmd_simulate(a) -> int:
         if cal is not None:
             model = model.replace(calibration=cal)
         rec = True  # utilisation means are part of the output
-        r_temp = simulate(g1, temporal_of(wl), hw, model, cache=a.cache, record=rec)
-        r_cfg = simulate(g, cfg, hw, model, cache=a.cache, record=rec)
-        t_temp, t_cfg = float(r_temp.makespan), float(r_cfg.makespan)
+        s_temp = simulate_step(fp1, temporal_of(wl), hw, "event", model, a.cache, record=rec)
+        s_cfg = simulate_step(fpm, cfg, hw, "event", model, a.cache, record=rec)
+        r_temp, r_cfg = s_temp.main, s_cfg.main
         extra_t, extra_c = _sim_extra(r_temp), _sim_extra(r_cfg)
+        extra_t["category_time_us"] = s_temp.category_time_us
+        extra_c["category_time_us"] = s_cfg.category_time_us
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
         if a.trace:
@@ -324,18 +421,34 @@ def _cmd_simulate(a) -> int:
                            f"w={cfg.w} SMs={list(cfg.alloc)} m={m}")
         if a.utilization:
             viz.plot_utilisation(r_temp, r_cfg, a.utilization)
+    t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
     if cal is not None:
         label += f", calibrated ({a.calibration})"
+    pc = wl.arch.param_counts()
     res = {
-        "workload": {"model": wl.arch.name, "hardware": hw.name, **wl.deploy.__dict__},
+        "workload": {"model": wl.arch.name, "family": wl.arch.family, "hardware": hw.name,
+                     **{k: v for k, v in wl.deploy.__dict__.items() if k != "kv_lengths"},
+                     "kv_lengths": ({"count": len(wl.deploy.kv_lengths),
+                                     "mean": float(sum(wl.deploy.kv_lengths)
+                                                   / len(wl.deploy.kv_lengths)),
+                                     "max": max(wl.deploy.kv_lengths),
+                                     "busiest_rank_tokens": wl.deploy.kv_tokens()}
+                                    if wl.deploy.kv_lengths else None),
+                     "topology": wl.deploy.topology_label(),
+                     "expert_dtype": wl.arch.expert_dtype if wl.arch.is_moe else None,
+                     "parameters": {"total": pc["total"], "active": pc["active"]},
+                     "regions": [{"layers": [list(x) for x in gr.region_kinds],
+                                  "instances": c, "kernels": gr.n} for gr, c in fp1.runs]},
         "duration_model": label,
-        "temporal": {**throughput_record(t_temp, tok), **extra_t},
+        "temporal": {**throughput_record(t_temp, tok), **extra_t,
+                     "step": {"runs": s_temp.runs, "head_us": s_temp.head_us}},
         "config": {"D": cfg.D, "w": cfg.w, "K": cfg.K,
                    "segments": [[k.name for k, s in zip(g1.kernels, cfg.seg_of) if s == j]
                                 for j in range(cfg.K)],
                    "stage_of_segment": list(cfg.stage_of_segment()), "sms": list(cfg.alloc),
                    "microbatch": cfg.microbatch, "microbatches": m, "policy": cfg.policy,
-                   **throughput_record(t_cfg, tok), **extra_c},
+                   **throughput_record(t_cfg, tok), **extra_c,
+                   "step": {"runs": s_cfg.runs, "head_us": s_cfg.head_us}},
     }
     res["speedup"] = t_temp / t_cfg
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
@@ -346,8 +459,19 @@ def _cmd_simulate(a) -> int:
     d = wl.deploy
     print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
           f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
+    runs = " + ".join(f"{c} x {len(gr.region_kinds)}-layer region ({gr.n} kernels"
+                      f"{', main' if gr is fp1.main else ''})" for gr, c in fp1.runs)
     print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
-          f"{g1.num_regions} regions x {g1.n} kernels")
+          f"{runs} + head (final norm, LM head, sampling, embedding)")
+    exp = f", experts {wl.arch.expert_dtype}" if wl.arch.is_moe else ""
+    print(f"          {wl.arch.family}: {pc['total'] / 1e9:.2f} B parameters, "
+          f"{pc['active'] / 1e9:.2f} B active per token{exp}; {d.topology_label()}")
+    if wl.arch.is_moe and (d.routing != "uniform" or d.routing_imbalance != 1):
+        print(f"          routing {d.routing}: busiest EP rank at "
+              f"{d.expert_load_factor(wl.arch.top_k, m):.3f}x the mean expert load (m={m})")
+    if d.kv_lengths:
+        print(f"          per-request KV lengths: mean {res['workload']['kv_lengths']['mean']:.0f}"
+              f", max {max(d.kv_lengths)}; busiest DP rank {d.kv_tokens():.0f} tokens/request")
     print(f"          duration model: {label}")
     print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
@@ -451,6 +575,10 @@ def _cmd_search(a) -> int:
         raise ValueError(f"policies has duplicated values: {pols}")
     if a.l_sim < 1:
         raise ValueError(f"l-sim must be >= 1 passes, got {a.l_sim}")
+    if a.min_tokens_per_user is not None and not (a.min_tokens_per_user > 0 and
+                                                  math.isfinite(a.min_tokens_per_user)):
+        raise ValueError(f"min-tokens-per-user must be a positive number of tokens/s, got "
+                         f"{a.min_tokens_per_user}")
     if a.budget is not None and a.budget < 1:
         raise ValueError(f"budget must be >= 1 grid points, got {a.budget}")
     for f, v in (("batches", batches), ("microbatches", mbs)):
@@ -471,9 +599,18 @@ def _cmd_search(a) -> int:
     if a.resume and not os.path.exists(os.path.join(a.out, "manifest.json")):
         raise ValueError(f"out: nothing to resume in {a.out!r} (no manifest.json); run without "
                          "--resume to start this sweep")
+    if a.kv_lengths:
+        raise ValueError("kv-lengths: per-request KV lengths are a subgpu simulate option; "
+                         "search with --kv-history")
+    opts = dict(nvlink_domain=(a.nvlink_domain if a.nvlink_domain is not None
+                               else TOPOLOGIES[a.topology]),
+                scaleout_GBps=a.scaleout_gbps, routing=a.routing,
+                routing_imbalance=a.routing_imbalance)
+    Deployment(**opts)  # validates the options (one-line errors)
     skipped: list = []
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
-                     input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped)
+                     input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped,
+                     deploy_options=opts)
     for note in skipped[:5]:
         print(f"skipped: {note}")
     if len(skipped) > 5:
@@ -482,6 +619,9 @@ def _cmd_search(a) -> int:
             "parallelisms": pars or "all", "batches": batches, "stages": stages,
             "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
             "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
+    if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
+                    routing_imbalance=1.0):
+        meta["deployment_options"] = opts
     if a.cut_strategy != "proposal":
         meta["cut_strategy"] = a.cut_strategy
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
@@ -498,7 +638,8 @@ def _cmd_search(a) -> int:
     stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
                              exact=a.exact, cache=a.cache, L_sim=a.l_sim,
                              progress=not a.no_progress, calibration=cal,
-                             cut_strategy=a.cut_strategy)
+                             cut_strategy=a.cut_strategy,
+                             min_tokens_per_user=a.min_tokens_per_user)
     if stats["dropped"]:
         print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
               f"{stats['dropped'][:3]}")
@@ -543,8 +684,16 @@ def _print_summary(summ: dict) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input)."""
+    import warnings
+
     parser = build_parser()
     a = parser.parse_args(argv)
+
+    def _one_line(message, category, filename, lineno, file=None, line=None):
+        print(f"warning: {message}", file=sys.stderr)
+
+    shown = warnings.showwarning
+    warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
         if a.cmd == "simulate":
             return _cmd_simulate(a)
@@ -565,6 +714,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("interrupted (a search keeps its finished grid points: continue it with --resume)",
               file=sys.stderr)
         return 130
+    finally:
+        warnings.showwarning = shown
     parser.error(f"unknown command {a.cmd}")  # pragma: no cover
     return 2
 

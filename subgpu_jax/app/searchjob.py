@@ -28,6 +28,9 @@ from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS"]
 
+#: Deployment fields beyond the grid's (topology, routing) that records carry.
+DEPLOY_OPTIONS = ("nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
+
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
 EXACT_KINDS = ("event", "static")
@@ -112,21 +115,46 @@ class PointScorer:
             self._temporal[dep] = float(self.exact(dep)(cfg))
         return self._temporal[dep]
 
+    def rest_of_step(self, dep: Deployment, cfg: Config) -> float:
+        """Time (µs) of the step outside the searched main region (``app/step.py``): the runs
+        of the model's other region kinds under ``cfg`` carried over by ``map_cut``, and the
+        head kernels; the same scorer kind as the exact one (cached)."""
+        key = ("rest", dep, cfg)
+        if key not in self._temporal:
+            from subgpu_jax.app.step import simulate_step
+            from subgpu_jax.model.graph import ForwardPass, build_forward
+
+            fp = build_forward(self.arch, dep, self.problem(dep).workload.m_of(cfg))
+            rest = ForwardPass(runs=tuple((g, c) for g, c in fp.runs if g is not fp.main),
+                               head=fp.head, main=fp.main)
+            dm = self.problem(dep).model if self.calibration is not None else None
+            self._temporal[key] = simulate_step(
+                rest, cfg, self.hw, self.exact_kind, self.model, self.cache,
+                duration_model=dm, record=False).makespan_us
+        return self._temporal[key]
+
     def _record(self, pt: GridPoint, cfg: Config, makespan: float, extra: dict) -> dict:
         d = pt.deploy
         p = self.problem(d)
         g1 = p.workload.graph(1)
         starts = [i for i in range(1, g1.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
-        t_temp = self.temporal_makespan(d)
+        # the search scores the main region; records time the whole step (app/step.py)
+        region_us = makespan
+        makespan = region_us + self.rest_of_step(d, cfg)
+        t_cfg1 = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(self.hw.num_sms,),
+                        microbatch=p.workload.batch)
+        t_temp = self.temporal_makespan(d) + self.rest_of_step(d, t_cfg1)
         rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
                "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
                "global_batch": d.global_batch, "kv_history": d.kv_history,
+               **{f: getattr(d, f) for f in DEPLOY_OPTIONS},
                "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
                "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
                "policy": cfg.policy, "cuts": "|".join(g1.kernels[i].name for i in starts),
                "sms": "|".join(str(a) for a in cfg.alloc),
                **throughput_record(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
+               "region_makespan_us": region_us, "rest_of_step_us": makespan - region_us,
                "exact": self.exact_kind}
         rec.update(extra)
         if self.exact_kind == "event":
@@ -169,9 +197,13 @@ def _atomic_write(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
-def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None
-                  ) -> dict:
+def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
+                  min_tokens_per_user: float | None = None) -> dict:
     """Write records.csv, summary.json and the figures of a finished (or partial) sweep.
+
+    ``min_tokens_per_user`` (tokens/s/user, a per-token latency bound of 1e6/X µs): the
+    frontiers, matched gains and best configuration use only the records that meet it
+    (records.csv keeps them all).
 
     Returns:
         The summary dict (also in summary.json).
@@ -191,20 +223,27 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         for r in recs:
             w.writerow(r)
         _atomic_write(os.path.join(folder, "records.csv"), buf.getvalue())
+    all_recs = recs
+    if min_tokens_per_user is not None:
+        recs = [r for r in recs if r["per_user_tok_s"] >= min_tokens_per_user]
     fr = frontiers(recs)
     tables = matched_tables(recs)
     sub = [r for r in recs if r["mode"] == "subgpu"]
     best = max(sub, key=lambda r: r["speedup_vs_temporal"]) if sub else None
-    summary = {"title": title, "records": len(recs),
+    summary = {"title": title, "records": len(all_recs),
                "frontier_temporal": fr["temporal"], "frontier_subgpu": fr["subgpu"],
                "frontier_subgpu_by_D": {str(k): v for k, v in fr["subgpu_D"].items()},
                "matched": tables, "best_speedup_record": best}
+    if min_tokens_per_user is not None:
+        summary["min_tokens_per_user"] = float(min_tokens_per_user)
+        summary["records_meeting_it"] = len(recs)
     _atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
         dep = Deployment(num_gpus=best["num_gpus"], attn_tp=best["attn_tp"],
                          attn_dp=best["attn_dp"], moe_ep=best["moe_ep"],
-                         global_batch=best["global_batch"], kv_history=best["kv_history"])
+                         global_batch=best["global_batch"], kv_history=best["kv_history"],
+                         **{f: best[f] for f in DEPLOY_OPTIONS if f in best})
         p = scorer.problem(dep)
         g1 = p.workload.graph(1)
         names = best["cuts"].split("|") if best["cuts"] else []
@@ -229,8 +268,10 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
                meta: dict, resume: bool = False, budget: int | None = None,
                exact: str = "event", cache: str = "lru", L_sim: int = 2,
                progress: bool = True, calibration=None,
-               cut_strategy: str = "proposal") -> tuple[dict, dict]:
-    """Run (or resume) a sweep and write its outputs.
+               cut_strategy: str = "proposal",
+               min_tokens_per_user: float | None = None) -> tuple[dict, dict]:
+    """Run (or resume) a sweep and write its outputs (``min_tokens_per_user``: see
+    ``write_outputs``).
 
     Returns:
         ``(sweep_stats, summary)``.
@@ -246,5 +287,6 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
     stats["dropped"] = list(store.dropped)
     title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
              f"({exact} scorer)") if points else arch.name
-    summary = write_outputs(store.records, folder, title, scorer)
+    summary = write_outputs(store.records, folder, title, scorer,
+                            min_tokens_per_user=min_tokens_per_user)
     return stats, summary

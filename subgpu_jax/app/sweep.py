@@ -79,8 +79,11 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
                microbatches: Sequence[int], policies: Sequence[str] = ("wavefront",),
                kv_history: int = 32768, input_len: int = 32768,
                parallelisms: Sequence[tuple[int, int, int]] | None = None,
-               hw=None, skipped: list | None = None) -> list[GridPoint]:
+               hw=None, skipped: list | None = None,
+               deploy_options: dict | None = None) -> list[GridPoint]:
     """Enumerate the feasible grid points (temporal first at each (q, G)).
+
+    ``deploy_options``: further ``Deployment`` fields of every point (topology, routing).
 
     A combination is skipped when G is not divisible by d, when m does not divide R = G/d, or
     (with ``hw``) when weights + KV cache do not fit in the GPU's HBM
@@ -113,7 +116,8 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
                 notes.append(f"TP{t}xDP{d} G={G}: G not divisible by DP {d}")
                 continue
             dep = Deployment(num_gpus=num_gpus, attn_tp=t, attn_dp=d, moe_ep=e, global_batch=G,
-                             input_len=input_len, kv_history=kv_history)
+                             input_len=input_len, kv_history=kv_history,
+                             **(deploy_options or {}))
             dep.validate(arch)
             if hw is not None:
                 try:

@@ -19,7 +19,7 @@ __all__ = ["write_trace", "trace_events", "plot_gantt", "plot_utilisation", "CAT
 #: One colour per ``graph.CATEGORIES`` entry (matplotlib tab10), used by the Gantt chart.
 CATEGORY_COLORS: dict[str, str] = {
     c: col for c, col in zip(CATEGORIES, ("#1f77b4", "#d62728", "#ff7f0e", "#2ca02c", "#9467bd",
-                                          "#8c564b", "#e377c2"))
+                                          "#8c564b", "#e377c2", "#7f7f7f"))
 }
 
 

@@ -10,15 +10,18 @@ one model + deployment (all fields but the global batch) on one GPU type:
   (``rope_kv`` is 9), so these times include the launch gaps inside an op;
 * ``bw_curve``: device-to-device copy bandwidth (read + write bytes / s) on each pool size and on
   the whole GPU: the HBM bandwidth-response curve of the contention model;
-* ``coruns``: co-running pairs (held out for validation; not used by the fit).
+* ``coruns`` (optional): co-running pairs (held out for validation; not used by the fit).
 
 How the simulators use it:
 
 * ``CalibratedDurationModel.table(graph)``: the (n, N+1) duration table of the max-plus
   evaluator and the search's cheap estimator, from the measured tables, interpolated piecewise
-  linearly in 1/SMs (exact for times proportional to 1/SMs) between measured pools and clamped at
-  the ends (a pool above the largest green pool and below the whole GPU interpolates towards the
-  whole-GPU time).
+  linearly in 1/SMs (exact for times proportional to 1/SMs) between measured pools (a pool above
+  the largest green pool and below the whole GPU interpolates towards the whole-GPU time).
+  Outside the measured pools (a stage smaller than the smallest pool) the time is extrapolated
+  with the analytical model (``graph.StaticDurationModel`` on the calibrated hardware) scaled to
+  the nearest measurement, t(p) = t_meas(p0) * t_model(p) / t_model(p0), and a
+  ``CalibrationExtrapolationWarning`` is issued once per calibration.
 * ``ContentionModel(calibration=cal)``: the event simulator keeps its rate model (bandwidth
   sharing, L2, power cap) but each calibrated kernel alone reproduces its measured time:
   ``contention.BoundModel.work`` adds a fixed latency phase (launch-bound ops) or scales the
@@ -35,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -44,7 +48,11 @@ from subgpu_jax.model.graph import Deployment, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 
 __all__ = ["FORMAT", "Calibration", "CalibratedDurationModel", "kernel_key", "load_calibration",
-           "DEPLOY_FIELDS"]
+           "DEPLOY_FIELDS", "CalibrationExtrapolationWarning"]
+
+
+class CalibrationExtrapolationWarning(UserWarning):
+    """A kernel time was needed on a pool outside the calibration's measured pools."""
 
 #: Format tag written into every calibration file.
 FORMAT = "subgpu-calibration/1"
@@ -113,6 +121,7 @@ class Calibration:
     coruns: tuple = ()
     meta: Mapping[str, Any] = field(default_factory=dict)
     activity_counts: Mapping[str, int] = field(default_factory=dict)
+    _state: dict = field(default_factory=dict, repr=False)
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -193,7 +202,7 @@ class Calibration:
                    expert_dtype=str(d.get("expert_dtype", "")), deployment=depd,
                    global_batches=gbs, tables=tables, names=names,
                    bw_sms=tuple(p for p, _ in pts), bw_Bps=tuple(b for _, b in pts),
-                   coruns=cls._coruns(d.get("coruns", ())), meta=dict(d.get("meta", {}) or {}),
+                   coruns=cls._coruns(d.get("coruns")), meta=dict(d.get("meta", {}) or {}),
                    activity_counts=acts)
 
     @staticmethod
@@ -269,11 +278,64 @@ class Calibration:
 
     def kernel_time_us(self, k: Kernel, sms: float) -> float | None:
         """Measured time (µs) of ``k`` alone on ``sms`` SMs, interpolated linearly in 1/SMs
-        between measured pools and clamped outside them; None when ``k`` was not measured."""
+        between measured pools and extrapolated outside them (``times``); None when ``k`` was
+        not measured."""
+        if kernel_key(k) not in self.tables:
+            return None
+        return float(self.times(k, np.asarray([float(sms)]))[0])
+
+    def times(self, k: Kernel, sms: np.ndarray, warn: bool = True) -> np.ndarray:
+        """Time (µs) of the measured kernel ``k`` alone on each pool of ``sms`` (array of SMs):
+        linear in 1/SMs between measured pools; outside them the analytical model scaled to the
+        nearest measured pool p0, t_meas(p0) * t_model(p) / t_model(p0), with one
+        ``CalibrationExtrapolationWarning`` per calibration when ``warn`` (``table`` fills every
+        pool size and does not warn; the simulators ask for the pools they use).
+
+        Raises:
+            ValueError: ``k`` was not measured.
+        """
         t = self.tables.get(kernel_key(k))
         if t is None:
-            return None
-        return float(_interp_inv(np.asarray([float(sms)]), t[0], t[1])[0])
+            raise ValueError(f"calibration has no measurement of kernel {k.name}")
+        sms_m, ts = t
+        p = np.atleast_1d(np.asarray(sms, float))
+        out = _interp_inv(p, sms_m, ts)
+        lo, hi = p < sms_m[0], p > sms_m[-1]
+        if lo.any() or hi.any():
+            model = self._model()
+            for mask, p0, t0 in ((lo, sms_m[0], ts[0]), (hi, sms_m[-1], ts[-1])):
+                if mask.any():
+                    ref = float(model.kernel_time_us(k, float(p0)))
+                    out[mask] = t0 * model.kernel_time_us(k, p[mask]) / ref
+            if warn and not self._state.get("warned"):
+                self._state["warned"] = True
+                bad = float(p[lo | hi][0])
+                warnings.warn(
+                    f"calibration: a pool of {bad:g} SMs is outside the measured pools "
+                    f"({sms_m[0]:g}..{sms_m[-1]:g} SMs for kernel {k.name}); such times are "
+                    "extrapolated with the analytical model scaled to the nearest measurement "
+                    "(warned once per calibration)", CalibrationExtrapolationWarning,
+                    stacklevel=2)
+        return out
+
+    def _model(self):
+        """The analytical duration model on the calibrated hardware preset (cached)."""
+        m = self._state.get("model")
+        if m is None:
+            from subgpu_jax.model.graph import StaticDurationModel
+            from subgpu_jax.model.hardware import get_hardware
+
+            try:
+                hw = get_hardware(self.hardware)
+            except ValueError:
+                raise ValueError(f"calibration: hardware {self.hardware!r} is not a preset, so "
+                                 "times outside the measured pools cannot be extrapolated; "
+                                 "measure the pool sizes you simulate") from None
+            if hw.num_sms != self.num_sms:
+                raise ValueError(f"calibration: the {self.hardware} preset has {hw.num_sms} "
+                                 f"SMs, the calibration {self.num_sms}")
+            m = self._state["model"] = StaticDurationModel(self.apply_to_hardware(hw))
+        return m
 
     def apply_to_hardware(self, hw: Hardware) -> Hardware:
         """``hw`` with the measured copy-bandwidth curve (fractions of the whole-GPU copy) and
@@ -304,11 +366,7 @@ class Calibration:
         self.check_graph(graph)
         p = np.arange(num_sms + 1, dtype=float)
         p[0] = 1.0
-        rows = []
-        for k in graph.kernels:
-            sms, ts = self.tables[kernel_key(k)]
-            rows.append(_interp_inv(p, sms, ts))
-        return np.stack(rows)
+        return np.stack([self.times(k, p, warn=False) for k in graph.kernels])
 
     def to_dict(self) -> dict:
         """The JSON object (``from_dict`` round-trips it)."""
@@ -326,7 +384,8 @@ class Calibration:
 
 
 def _interp_inv(p: np.ndarray, sms: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Piecewise-linear interpolation of ``ts`` over x = 1/sms, clamped at the ends."""
+    """Piecewise-linear interpolation of ``ts`` over x = 1/sms, clamped at the ends (callers
+    extrapolate outside: ``Calibration.times``)."""
     x = 1.0 / np.asarray(p, float)
     xs = 1.0 / sms[::-1]
     ys = ts[::-1]
@@ -374,7 +433,4 @@ class CalibratedDurationModel:
         Raises:
             ValueError: ``k`` was not measured.
         """
-        t = self.cal.tables.get(kernel_key(k))
-        if t is None:
-            raise ValueError(f"calibration has no measurement of kernel {k.name}")
-        return _interp_inv(np.atleast_1d(np.asarray(sms, float)), t[0], t[1])
+        return self.cal.times(k, np.atleast_1d(np.asarray(sms, float)), warn=False)

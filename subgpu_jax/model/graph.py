@@ -5,19 +5,27 @@ Batch accounting (docs/method.md §5; used everywhere in the package):
 * A global decode batch of G requests produces G tokens per step.
 * Attention TP t x DP d on n = t*d GPUs: each attention group serves R = G/d requests and every GPU
   of the group runs attention for those R requests over its 1/t share of the query heads. KV heads
-  are split over t too; when there are fewer KV heads than t they are replicated, so a GPU always
-  holds ceil(kv_heads / t) >= 1 of them.
-* MoE EP e: each GPU hosts E/e experts and receives on average G*k/e token-expert assignments per
-  layer (k = top-k). Each GPU routes (router + top-k + dispatch) its 1/t share of its group's
-  tokens, G/n tokens, so every token is routed once.
+  are split over t too; when there are fewer KV heads than t they are replicated (t must then be
+  a multiple of the KV heads), so a GPU holds max(1, kv_heads / t) of them; KV heads that neither
+  divide nor are divided by t are refused. Multi-head latent attention (DeepSeek-V3) keeps one
+  compressed cache shared by all heads: every TP rank holds it whole for its R requests.
+* MoE EP e: each GPU hosts E/e experts. The n/e EP groups are replicas, each serving the tokens
+  of its share of the GPUs, so each GPU receives on average G*k/n token-expert assignments per
+  layer (k = top-k) whatever e. Each GPU routes (router + top-k + dispatch) its 1/t share of its
+  group's tokens, G/n tokens, so every token is routed once.
 * Microbatching splits the per-GPU work into m equal parts: R/m requests of attention,
-  G*k/(e*m) expert assignments, G/(n*m) routed tokens. All GPUs run microbatch mu together, so
-  microbatch mu globally holds G/m tokens; the expected number of distinct local experts its
-  assignments hit, under uniform top-k routing, is (E/e) * (1 - (1 - k/E)^(G/m)).
+  G*k/(n*m) expert assignments, G/(n*m) routed tokens. All GPUs run microbatch mu together; an
+  EP group routes G*e/(n*m) tokens of it, so the expected number of distinct local experts its
+  assignments hit, under uniform top-k routing, is (E/e) * (1 - (1 - k/E)^(G*e/(n*m))).
+* Weight-only quantised experts (MXFP4/FP8 weights, bf16 activations) compute at the activation
+  datatype's rate (``ModelArch.expert_act_dtype``), reading the narrow weight bytes.
 * Per-user throughput = 1 / step time; per-GPU throughput = G / n / step time (tokens/s).
 
 The region is one layer, or the model's repeating pattern of layer kinds (two layers, sliding then
-full attention, for GPT-OSS). Kernels are listed in the order an optimised engine launches them.
+full attention, for GPT-OSS). A model whose layers are not periodic (DeepSeek-V3: 3 dense layers,
+then 58 MoE layers) has several region kinds: ``build_forward`` returns each kind's graph with its
+run of instances, and the head kernels (final norm, LM head, sampling, embedding lookup) that end
+the step. Kernels are listed in the order an optimised engine launches them.
 """
 
 from __future__ import annotations
@@ -29,138 +37,20 @@ from typing import Iterable
 import networkx as nx
 import numpy as np
 
+from subgpu_jax.model.deployment import REFERENCE_DEPLOYMENT, Deployment
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.models import ModelArch, expected_distinct
 
 __all__ = [
     "Deployment", "Kernel", "OpGraph", "build_graph", "CATEGORIES", "REFERENCE_DEPLOYMENT",
-    "StaticDurationModel",
+    "StaticDurationModel", "ForwardPass", "build_forward", "head_kernels",
 ]
 
 #: Reporting categories (docs/method.md §5), in display order.
 CATEGORIES: tuple[str, ...] = (
     "norm_qkv", "attn_full", "attn_sliding", "out_residual", "router_dispatch", "mlp", "combine",
+    "head",
 )
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """How a model is spread over GPUs, and the decode step it serves.
-
-    Attributes:
-        num_gpus: n, GPUs serving the model (= attn_tp * attn_dp).
-        attn_tp: t, attention tensor parallelism.
-        attn_dp: d, attention data parallelism.
-        moe_ep: e, MoE expert parallelism (1 for dense models, whose MLP uses ``attn_tp``).
-        global_batch: G, decode requests in flight (tokens per step).
-        input_len: prompt length (tokens); recorded, the KV cache size is ``kv_history``.
-        kv_history: tokens in each request's KV cache at this step.
-
-    Raises:
-        ValueError: ``validate`` names the offending field.
-    """
-
-    num_gpus: int = 32
-    attn_tp: int = 8
-    attn_dp: int = 4
-    moe_ep: int = 32
-    global_batch: int = 2048
-    input_len: int = 32768
-    kv_history: int = 32768
-
-    def __post_init__(self) -> None:
-        for f in ("num_gpus", "attn_tp", "attn_dp", "moe_ep", "global_batch", "input_len",
-                  "kv_history"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
-                raise ValueError(f"deployment.{f} must be a positive integer, got {v!r}")
-        if self.attn_tp * self.attn_dp != self.num_gpus:
-            raise ValueError(f"deployment: attn_tp*attn_dp = {self.attn_tp * self.attn_dp} must "
-                             f"equal num_gpus = {self.num_gpus}")
-        if self.global_batch % self.attn_dp:
-            raise ValueError(f"deployment.global_batch={self.global_batch} must be divisible by "
-                             f"attn_dp={self.attn_dp} (no request may be dropped)")
-
-    def validate(self, arch: ModelArch) -> None:
-        """Check the deployment against a model.
-
-        Raises:
-            ValueError: TP larger than or not dividing the query heads; EP not dividing the experts
-                or the GPU count; EP != 1 for a dense model; a dense MLP not divisible by TP.
-        """
-        if self.attn_tp > arch.num_heads or arch.num_heads % self.attn_tp:
-            raise ValueError(f"deployment.attn_tp={self.attn_tp} must divide the model's "
-                             f"{arch.num_heads} query heads")
-        if arch.is_moe:
-            if arch.num_experts % self.moe_ep:
-                raise ValueError(f"deployment.moe_ep={self.moe_ep} must divide the model's "
-                                 f"{arch.num_experts} experts")
-            if self.moe_ep > self.num_gpus or self.num_gpus % self.moe_ep:
-                raise ValueError(f"deployment.moe_ep={self.moe_ep} must divide num_gpus="
-                                 f"{self.num_gpus}")
-        else:
-            if self.moe_ep != 1:
-                raise ValueError(f"deployment.moe_ep must be 1 for the dense model {arch.name}, "
-                                 f"got {self.moe_ep}")
-            if arch.intermediate % self.attn_tp:
-                raise ValueError(f"deployment.attn_tp={self.attn_tp} must divide the MLP "
-                                 f"intermediate size {arch.intermediate}")
-
-    def memory_bytes(self, arch: ModelArch) -> dict[str, float]:
-        """HBM each GPU needs: its weight shard and the KV cache of its requests (bytes).
-
-        Weights: attention (q/k/v/o, sinks, norms) and dense MLP split over attn_tp (KV
-        projections replicated like the KV heads), the router replicated, E/e local experts, and
-        the embedding and LM head split over attn_tp. KV: R = G/d requests x kv_history tokens
-        (the window for sliding layers) x ceil(kv_heads/t) heads x head_dim x 2 (K and V) x the
-        KV dtype, summed over layers. Activations and workspaces are not counted (small).
-
-        Returns:
-            ``{"weights": bytes, "kv": bytes, "total": bytes}``.
-        """
-        t, e = self.attn_tp, self.moe_ep
-        H, hd = arch.hidden, arch.head_dim
-        wb, kvb, eb = (DTYPE_BYTES[arch.weight_dtype], DTYPE_BYTES[arch.kv_dtype],
-                       DTYPE_BYTES[arch.expert_dtype])
-        qh, kvh = arch.num_heads // t, max(1, math.ceil(arch.num_kv_heads / t))
-        attn = (H * (qh + 2 * kvh) * hd + qh * hd * H) * wb
-        if arch.is_moe:
-            mlp = (arch.num_experts // e) * 3 * H * arch.moe_intermediate * eb \
-                + H * arch.num_experts * wb
-        else:
-            mlp = 3 * H * (arch.intermediate // t) * wb
-        emb = (1 if arch.tie_embeddings else 2) * arch.vocab * H * wb / t
-        weights = arch.num_layers * (attn + mlp) + emb
-        kv = 0.0
-        for kind in arch.layer_types:
-            L = min(arch.sliding_window, self.kv_history) if kind == "sliding" else self.kv_history
-            kv += self.requests_per_gpu * L * kvh * hd * 2 * kvb
-        return {"weights": float(weights), "kv": float(kv), "total": float(weights + kv)}
-
-    def check_memory(self, arch: ModelArch, hw: Hardware) -> None:
-        """Raise ValueError when weights + KV cache exceed the GPU's HBM (names the sizes)."""
-        mb = self.memory_bytes(arch)
-        if mb["total"] > hw.hbm_bytes:
-            raise ValueError(
-                f"deployment does not fit: each GPU needs {mb['total'] / 1e9:.1f} GB (weights "
-                f"{mb['weights'] / 1e9:.1f} GB + KV cache {mb['kv'] / 1e9:.1f} GB for "
-                f"{self.requests_per_gpu} requests x {self.kv_history} tokens) but a {hw.name} "
-                f"has {hw.hbm_bytes / 1e9:.0f} GB; lower global_batch or kv_history, or raise "
-                "attn_dp")
-
-    @property
-    def requests_per_gpu(self) -> int:
-        """R = G/d: requests whose attention each GPU runs."""
-        return self.global_batch // self.attn_dp
-
-    @property
-    def tokens_per_gpu(self) -> float:
-        """G/n: tokens per step per GPU (the numerator of per-GPU throughput)."""
-        return self.global_batch / self.num_gpus
-
-
-#: docs/method.md §5: GPT-OSS 120B, 32 GPUs, attention TP8 x DP4, MoE EP32, G = 2048, ISL = KV = 32768.
-REFERENCE_DEPLOYMENT = Deployment()
 
 
 @dataclass(frozen=True)
@@ -171,7 +61,9 @@ class Kernel:
         name: unique within the region, ``"L{j}.{op}"`` with j the layer inside the region.
         op: operator kind (``rmsnorm``, ``qkv``, ``rope_kv``, ``attn``, ``o_proj``, ``allreduce``,
             ``router``, ``topk``, ``dispatch``, ``expert_up``, ``expert_down``, ``combine``,
-            ``mlp_up``, ``mlp_down``, ``residual_norm``).
+            ``mlp_up``, ``mlp_down``, ``residual_norm``; multi-head latent attention:
+            ``mla_down``, ``mla_q_up``, ``mla_v_up``; the step's head: ``final_norm``,
+            ``lm_head``, ``sample``, ``embed``).
         category: one of ``CATEGORIES``.
         layer: layer index inside the region (0-based).
         flops: arithmetic work (FLOP).
@@ -181,7 +73,10 @@ class Kernel:
         act_reads: ``((name, bytes), ...)`` activations read.
         act_writes: ``((name, bytes), ...)`` activations written.
         kv_bytes: streaming KV-cache bytes read or appended (never cached in L2).
-        comm_bytes: bytes each GPU sends over NVLink for this collective (0 if none).
+        comm_bytes: bytes each GPU sends for this collective (0 if none).
+        scaleout_bytes: the part of ``comm_bytes`` that crosses the scale-out network
+            (``Deployment.comm_split``); the rest goes over NVLink.
+        scaleout_Bps: scale-out bandwidth per GPU (bytes/s; 0 when ``scaleout_bytes`` is 0).
         ctas: thread blocks launched; a kernel can use at most this many SMs.
     """
 
@@ -198,6 +93,8 @@ class Kernel:
     kv_bytes: float = 0.0
     comm_bytes: float = 0.0
     ctas: int = 1
+    scaleout_bytes: float = 0.0
+    scaleout_Bps: float = 0.0
 
     @property
     def weight_bytes(self) -> float:
@@ -214,6 +111,15 @@ class Kernel:
         """All bytes the kernel moves through the memory system (weights+activations+KV)."""
         return self.weight_bytes + self.act_bytes + self.kv_bytes
 
+    def link_bytes(self, nvlink_Bps: float) -> float:
+        """The payload in NVLink-equivalent bytes: the NVLink and scale-out parts move at the
+        same time, so the collective takes max(nvlink part / NVLink, scale-out part /
+        scale-out) = ``link_bytes / nvlink_Bps``. Equals ``comm_bytes`` inside one domain."""
+        if self.scaleout_bytes <= 0:
+            return float(self.comm_bytes)
+        return float(max(self.comm_bytes - self.scaleout_bytes,
+                         self.scaleout_bytes * nvlink_Bps / self.scaleout_Bps))
+
     @property
     def is_comm(self) -> bool:
         """True for a collective ("virtual kernel") that sends ``comm_bytes`` over NVLink."""
@@ -229,11 +135,14 @@ class OpGraph:
         edges: ``(u, v)`` data dependencies inside the region (kernel indices).
         cross_edges: ``(u, v)``: kernel v of region instance l consumes kernel u of instance l-1
             (the residual stream; may skip segments).
-        num_regions: L, region instances in one forward pass.
+        num_regions: L, instances of this region in one forward pass (of this region kind, when
+            the model has several: see ``build_forward``).
         layers_per_region: layers in one region (1, or 2 for GPT-OSS).
         microbatches: m, the per-GPU work of a step is split into this many microbatches.
         arch: the model.
         deployment: the deployment.
+        region_kinds: per-layer ``(attention, MLP)`` kinds of the region (``build_graph``;
+            empty for synthetic graphs).
     """
 
     kernels: tuple[Kernel, ...]
@@ -244,6 +153,7 @@ class OpGraph:
     microbatches: int
     arch: ModelArch | None = None
     deployment: Deployment | None = None
+    region_kinds: tuple = ()
     _index: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -348,19 +258,28 @@ def _stream_ctas(nbytes: float, per_cta: float = 2**16) -> int:
     return int(max(1, math.ceil(nbytes / per_cta)))
 
 
-def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1) -> OpGraph:
+Region = tuple  # tuple of per-layer (attention kind, MLP kind), see ModelArch.region_runs
+
+
+def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1,
+                region: Region | None = None) -> OpGraph:
     """Build the per-GPU ``OpGraph`` of one region for ONE of ``microbatches`` equal microbatches.
 
     Args:
         arch: the model.
         deploy: the deployment (validated against ``arch``).
         microbatches: m >= 1; must divide the per-GPU attention batch R = G/d.
+        region: the region kind, a tuple of per-layer ``(attention, MLP)`` kinds from
+            ``arch.region_runs()``; default ``arch.main_region()`` (the kind with most layers).
 
     Returns:
-        The region graph; ``num_regions`` = num_layers / len(arch.period).
+        The region graph; ``num_regions`` = the instances of this region kind in the forward
+        pass (all of them for a model with one region kind); ``region_kinds`` = ``region``.
+        ``build_forward`` gives every region kind and the step's head kernels.
 
     Raises:
-        ValueError: invalid deployment for the model, or m not dividing R (no work is dropped).
+        ValueError: invalid deployment for the model, m not dividing R (no work is dropped), or
+            a region kind the model does not have.
     """
     if not isinstance(arch, ModelArch):
         raise ValueError(f"arch must be a ModelArch (models.get_model), got {type(arch).__name__}")
@@ -374,173 +293,415 @@ def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1) -> O
     if R % m:
         raise ValueError(f"microbatches={m} must divide the per-GPU attention batch "
                          f"R = global_batch/attn_dp = {R}")
-    t, e = deploy.attn_tp, deploy.moe_ep
-    H, hd = arch.hidden, arch.head_dim
-    qh = arch.num_heads // t
-    kvh = max(1, math.ceil(arch.num_kv_heads / t))  # replicated when fewer KV heads than TP
-    ab = DTYPE_BYTES[arch.weight_dtype]  # activations in the weight dtype (bf16)
-    wb = ab
-    kvb = DTYPE_BYTES[arch.kv_dtype]
-    eb = DTYPE_BYTES[arch.expert_dtype]
-    Rm = R // m  # attention requests per microbatch
-    period = arch.period
-    P = len(period)
-    kernels: list[Kernel] = []
-    edges: list[tuple[int, int]] = []
-    params = 0.0
-
-    def add(**kw) -> int:
-        kernels.append(Kernel(**kw))
-        return len(kernels) - 1
-
+    runs = arch.region_runs()
+    if region is None:
+        region = arch.main_region()
+    region = tuple(tuple(x) for x in region)
+    count = sum(c for b, c in runs if b == region)
+    if not count:
+        raise ValueError(f"region must be one of the model's region kinds "
+                         f"{[b for b, _ in runs]}, got {region!r}")
+    b = _Builder(arch, deploy, m)
     last_of_prev_layer: int | None = None
-    for j, kind in enumerate(period):
+    first_ar = None
+    for j, (kind, mlp) in enumerate(region):
+        i_norm, i_ar = b.attention(j, kind)
+        if first_ar is None:
+            first_ar = i_ar
+        if last_of_prev_layer is not None:
+            b.edges += [(last_of_prev_layer, i_norm), (last_of_prev_layer, i_ar)]
+        last_of_prev_layer = b.moe(j, i_ar) if mlp == "moe" else b.dense(j, i_ar)
+    ks = b.kernels
+    cross = ((len(ks) - 1, 0), (len(ks) - 1, first_ar))
+    g = OpGraph(kernels=tuple(ks), edges=tuple(sorted(set(b.edges))), cross_edges=cross,
+                num_regions=count, layers_per_region=len(region), microbatches=m,
+                arch=arch, deployment=deploy, region_kinds=region)
+    object.__setattr__(g, "_params", b.params)
+    return g
+
+
+class _Builder:
+    """Appends the kernels of one region's layers (see ``build_graph``; accounting in the
+    module docstring)."""
+
+    def __init__(self, arch: ModelArch, deploy: Deployment, m: int) -> None:
+        self.arch, self.deploy, self.m = arch, deploy, m
+        self.t, self.e = deploy.attn_tp, deploy.moe_ep
+        self.H = arch.hidden
+        self.qh = arch.num_heads // self.t
+        self.kvh = deploy.local_kv_heads(arch)
+        self.ab = self.wb = DTYPE_BYTES[arch.weight_dtype]  # activations in the weight dtype
+        self.kvb = DTYPE_BYTES[arch.kv_dtype]
+        self.eb = DTYPE_BYTES[arch.expert_dtype]
+        self.Rm = deploy.requests_per_gpu // m  # attention requests per microbatch
+        self.x = self.Rm * self.H * self.ab
+        self.kernels: list[Kernel] = []
+        self.edges: list[tuple[int, int]] = []
+        self.params = 0.0
+
+    def add(self, **kw) -> int:
+        self.kernels.append(Kernel(**kw))
+        return len(self.kernels) - 1
+
+    # ------------------------------------------------------------------ attention
+    def attention(self, j: int, kind: str) -> tuple[int, int]:
+        """Norm .. attention all-reduce of layer j; returns (first, last) kernel indices."""
+        arch, H, Rm, x, ab, wb = self.arch, self.H, self.Rm, self.x, self.ab, self.wb
         pre = f"L{j}."
-        resid_in, resid_out = f"resid.{j}", f"resid.{j + 1}"
-        x = Rm * H * ab
-        # 1. RMSNorm
-        i_norm = add(name=pre + "rmsnorm", op="rmsnorm", category="norm_qkv", layer=j,
-                     flops=4.0 * Rm * H, dtype=arch.weight_dtype, tensor=False,
-                     weight_objects=((pre + "attn_norm.w", H * wb),),
-                     act_reads=((resid_in, x),), act_writes=((pre + "xn", x),),
-                     ctas=max(1, Rm))
-        params += H
-        # 2. QKV projection
-        nq = (qh + 2 * kvh) * hd
-        wq = H * nq * wb + (nq * wb if arch.attn_bias else 0)
-        params += H * nq + (nq if arch.attn_bias else 0)
-        i_qkv = add(name=pre + "qkv", op="qkv", category="norm_qkv", layer=j,
-                    flops=2.0 * Rm * H * nq, dtype=arch.weight_dtype, tensor=True,
-                    weight_objects=((pre + "qkv.w", wq),),
-                    act_reads=((pre + "xn", x),), act_writes=((pre + "qkv", Rm * nq * ab),),
-                    ctas=_gemm_ctas(Rm, nq, H, wq))
-        # 3. RoPE (+ q/k norm) + KV append
-        kv_new = Rm * kvh * hd * 2 * kvb
-        i_rope = add(name=pre + "rope_kv", op="rope_kv", category="norm_qkv", layer=j,
-                     flops=6.0 * Rm * nq, dtype=arch.weight_dtype, tensor=False,
-                     weight_objects=((pre + "qk_norm.w", 2 * hd * wb),) if arch.qk_norm else (),
-                     act_reads=((pre + "qkv", Rm * nq * ab),),
-                     act_writes=((pre + "q", Rm * qh * hd * ab),),
-                     kv_bytes=kv_new, ctas=_stream_ctas(Rm * nq * ab * 2))
-        if arch.qk_norm:
-            params += 2 * hd
-        # 4. attention
+        resid_in = f"resid.{j}"
+        i_norm = self.add(name=pre + "rmsnorm", op="rmsnorm", category="norm_qkv", layer=j,
+                          flops=4.0 * Rm * H, dtype=arch.weight_dtype, tensor=False,
+                          weight_objects=((pre + "attn_norm.w", H * wb),),
+                          act_reads=((resid_in, x),), act_writes=((pre + "xn", x),),
+                          ctas=max(1, Rm))
+        self.params += H
         sliding = kind == "sliding"
-        L_kv = min(arch.sliding_window, deploy.kv_history) if sliding else deploy.kv_history
+        L_kv = self.deploy.kv_tokens(arch.sliding_window if sliding else None)
+        chain = [i_norm]
+        chain += self._mla(j, L_kv, sliding) if arch.is_mla else self._gqa(j, L_kv, sliding)
+        # output residual: attention all-reduce + residual add + post-attention norm
+        t = self.t
+        self.params += H
+        i_ar = self.add(name=pre + ("allreduce" if t > 1 else "residual_norm"),
+                        op="allreduce" if t > 1 else "residual_norm", category="out_residual",
+                        layer=j, flops=6.0 * Rm * H, dtype=arch.weight_dtype, tensor=False,
+                        weight_objects=((pre + "mlp_norm.w", H * wb),),
+                        act_reads=((pre + "o_part", x), (resid_in, x)),
+                        act_writes=((pre + "h", x), (pre + "hn", x)),
+                        **self.deploy.comm_split(2.0 * (t - 1) / t * x, t, "allreduce"),
+                        ctas=_stream_ctas(4 * x))
+        chain.append(i_ar)
+        self.edges += list(zip(chain, chain[1:]))
+        return i_norm, i_ar
+
+    def _gqa(self, j: int, L_kv: int, sliding: bool) -> list[int]:
+        """QKV, RoPE + KV append, attention, output projection (grouped-query attention)."""
+        arch, H, Rm, x, ab, wb = self.arch, self.H, self.Rm, self.x, self.ab, self.wb
+        qh, kvh, hd, kvb = self.qh, self.kvh, arch.head_dim, self.kvb
+        pre = f"L{j}."
+        nq = (qh + 2 * kvh) * hd
+        bias = arch.attn_bias or arch.qkv_bias
+        wq = H * nq * wb + (nq * wb if bias else 0)
+        self.params += H * nq + (nq if bias else 0)
+        i_qkv = self.add(name=pre + "qkv", op="qkv", category="norm_qkv", layer=j,
+                         flops=2.0 * Rm * H * nq, dtype=arch.weight_dtype, tensor=True,
+                         weight_objects=((pre + "qkv.w", wq),),
+                         act_reads=((pre + "xn", x),), act_writes=((pre + "qkv", Rm * nq * ab),),
+                         ctas=_gemm_ctas(Rm, nq, H, wq))
+        kv_new = Rm * kvh * hd * 2 * kvb
+        i_rope = self.add(name=pre + "rope_kv", op="rope_kv", category="norm_qkv", layer=j,
+                          flops=6.0 * Rm * nq, dtype=arch.weight_dtype, tensor=False,
+                          weight_objects=((pre + "qk_norm.w", 2 * hd * wb),) if arch.qk_norm
+                          else (),
+                          act_reads=((pre + "qkv", Rm * nq * ab),),
+                          act_writes=((pre + "q", Rm * qh * hd * ab),),
+                          kv_bytes=kv_new, ctas=_stream_ctas(Rm * nq * ab * 2))
+        if arch.qk_norm:
+            self.params += 2 * hd
         kv_read = Rm * L_kv * kvh * hd * 2 * kvb
         splits = max(1, math.ceil(L_kv / 1024))  # flash-decoding KV splits (assumption)
         sinks = ((pre + "sinks", qh * 4.0),) if arch.attention_sinks else ()
-        params += qh if arch.attention_sinks else 0  # this GPU's 1/t share of the sinks
-        i_attn = add(name=pre + "attn", op="attn",
-                     category="attn_sliding" if sliding else "attn_full", layer=j,
-                     flops=4.0 * Rm * qh * L_kv * hd, dtype=arch.kv_dtype, tensor=True,
-                     weight_objects=sinks,
-                     act_reads=((pre + "q", Rm * qh * hd * ab),),
-                     act_writes=((pre + "attn_out", Rm * qh * hd * ab),),
-                     kv_bytes=kv_read, ctas=max(1, Rm * kvh * splits))
-        # 5. output projection
+        self.params += qh if arch.attention_sinks else 0  # this GPU's 1/t share of the sinks
+        i_attn = self.add(name=pre + "attn", op="attn",
+                          category="attn_sliding" if sliding else "attn_full", layer=j,
+                          flops=4.0 * Rm * qh * L_kv * hd, dtype=arch.kv_dtype, tensor=True,
+                          weight_objects=sinks,
+                          act_reads=((pre + "q", Rm * qh * hd * ab),),
+                          act_writes=((pre + "attn_out", Rm * qh * hd * ab),),
+                          kv_bytes=kv_read, ctas=max(1, Rm * kvh * splits))
         wo = qh * hd * H * wb
-        params += qh * hd * H + (H if arch.attn_bias else 0)
-        i_o = add(name=pre + "o_proj", op="o_proj", category="out_residual", layer=j,
-                  flops=2.0 * Rm * qh * hd * H, dtype=arch.weight_dtype, tensor=True,
-                  weight_objects=((pre + "o.w", wo + (H * wb if arch.attn_bias else 0)),),
-                  act_reads=((pre + "attn_out", Rm * qh * hd * ab),),
-                  act_writes=((pre + "o_part", x),), ctas=_gemm_ctas(Rm, H, qh * hd, wo))
-        # 6. attention all-reduce + residual add + post-attention norm
-        params += H
-        ar_comm = 2.0 * (t - 1) / t * x
-        i_ar = add(name=pre + ("allreduce" if t > 1 else "residual_norm"),
-                   op="allreduce" if t > 1 else "residual_norm", category="out_residual",
-                   layer=j, flops=6.0 * Rm * H, dtype=arch.weight_dtype, tensor=False,
-                   weight_objects=((pre + "mlp_norm.w", H * wb),),
-                   act_reads=((pre + "o_part", x), (resid_in, x)),
-                   act_writes=((pre + "h", x), (pre + "hn", x)),
-                   comm_bytes=ar_comm, ctas=_stream_ctas(4 * x))
-        edges += [(i_norm, i_qkv), (i_qkv, i_rope), (i_rope, i_attn), (i_attn, i_o),
-                  (i_o, i_ar)]
-        if last_of_prev_layer is not None:
-            edges += [(last_of_prev_layer, i_norm), (last_of_prev_layer, i_ar)]
-        if arch.is_moe:
-            E, k = arch.num_experts, arch.top_k
-            El = E // e
-            F = arch.moe_intermediate
-            Tr = Rm / t  # tokens this GPU routes per microbatch
-            A = deploy.global_batch * k / (e * m)  # assignments received per microbatch
-            hit = expected_distinct(E, deploy.global_batch / m, k) * El / E
-            wr = H * E * wb + (E * wb if arch.mlp_bias else 0)
-            params += H * E + (E if arch.mlp_bias else 0)
-            i_r = add(name=pre + "router", op="router", category="router_dispatch", layer=j,
-                      flops=2.0 * Tr * H * E, dtype=arch.weight_dtype, tensor=True,
-                      weight_objects=((pre + "router.w", wr),),
-                      act_reads=((pre + "hn", Tr * H * ab),),
-                      act_writes=((pre + "logits", Tr * E * 4.0),), ctas=_gemm_ctas(Tr, E, H, wr))
-            i_tk = add(name=pre + "topk", op="topk", category="router_dispatch", layer=j,
-                       flops=Tr * E * math.log2(max(E, 2)), dtype="fp32", tensor=False,
-                       act_reads=((pre + "logits", Tr * E * 4.0),),
-                       act_writes=((pre + "topk", Tr * k * 8.0),),
-                       ctas=max(1, math.ceil(Tr / 32)))
-            send = Tr * k * H * ab
-            i_d = add(name=pre + "dispatch", op="dispatch", category="router_dispatch", layer=j,
-                      flops=0.0, dtype=arch.weight_dtype, tensor=False,
-                      act_reads=((pre + "hn", send), (pre + "topk", Tr * k * 8.0)),
-                      act_writes=((pre + "x_exp", A * H * ab),),
-                      comm_bytes=send * (e - 1) / e, ctas=_stream_ctas(send + A * H * ab))
-            w_up = hit * (H * 2 * F * eb + (2 * F * wb if arch.mlp_bias else 0))
-            w_dn = hit * (F * H * eb + (H * wb if arch.mlp_bias else 0))
-            params += El * (3 * H * F + ((2 * F + H) if arch.mlp_bias else 0))
-            i_up = add(name=pre + "expert_up", op="expert_up", category="mlp", layer=j,
-                       flops=2.0 * A * H * 2 * F, dtype=arch.expert_dtype, tensor=True,
-                       weight_objects=((pre + "experts_up.w", w_up),),
-                       act_reads=((pre + "x_exp", A * H * ab),),
-                       act_writes=((pre + "act_exp", A * F * ab),),
-                       ctas=_gemm_ctas(A, 2 * F * hit, H, w_up))
-            i_dn = add(name=pre + "expert_down", op="expert_down", category="mlp", layer=j,
-                       flops=2.0 * A * F * H, dtype=arch.expert_dtype, tensor=True,
-                       weight_objects=((pre + "experts_down.w", w_dn),),
-                       act_reads=((pre + "act_exp", A * F * ab),),
-                       act_writes=((pre + "y_exp", A * H * ab),),
-                       ctas=_gemm_ctas(A, H * hit, F, w_dn))
-            i_c = add(name=pre + "combine", op="combine", category="combine", layer=j,
-                      flops=2.0 * Rm * k * H, dtype=arch.weight_dtype, tensor=False,
-                      act_reads=((pre + "y_exp", A * H * ab), (pre + "h", x)),
-                      act_writes=((resid_out, x),),
-                      comm_bytes=A * H * ab * (e - 1) / e, ctas=_stream_ctas(A * H * ab + 2 * x))
-            edges += [(i_ar, i_r), (i_r, i_tk), (i_tk, i_d), (i_ar, i_d), (i_d, i_up),
-                      (i_up, i_dn), (i_dn, i_c), (i_ar, i_c)]
-            last = i_c
-        else:
-            I = arch.intermediate // t
-            w_up = H * 2 * I * wb
-            w_dn = I * H * wb
-            params += 3 * H * I
-            i_up = add(name=pre + "mlp_up", op="mlp_up", category="mlp", layer=j,
-                       flops=2.0 * Rm * H * 2 * I, dtype=arch.weight_dtype, tensor=True,
-                       weight_objects=((pre + "mlp_up.w", w_up),),
-                       act_reads=((pre + "hn", x),), act_writes=((pre + "act", Rm * I * ab),),
-                       ctas=_gemm_ctas(Rm, 2 * I, H, w_up))
-            i_dn = add(name=pre + "mlp_down", op="mlp_down", category="mlp", layer=j,
-                       flops=2.0 * Rm * I * H, dtype=arch.weight_dtype, tensor=True,
-                       weight_objects=((pre + "mlp_down.w", w_dn),),
-                       act_reads=((pre + "act", Rm * I * ab),), act_writes=((pre + "y", x),),
-                       ctas=_gemm_ctas(Rm, H, I, w_dn))
-            i_c = add(name=pre + ("mlp_allreduce" if t > 1 else "mlp_residual"),
-                      op="allreduce" if t > 1 else "residual", category="combine", layer=j,
-                      flops=Rm * H, dtype=arch.weight_dtype, tensor=False,
-                      act_reads=((pre + "y", x), (pre + "h", x)), act_writes=((resid_out, x),),
-                      comm_bytes=2.0 * (t - 1) / t * x, ctas=_stream_ctas(3 * x))
-            edges += [(i_ar, i_up), (i_up, i_dn), (i_dn, i_c), (i_ar, i_c)]
-            last = i_c
-        last_of_prev_layer = last
+        self.params += qh * hd * H + (H if arch.attn_bias else 0)
+        i_o = self.add(name=pre + "o_proj", op="o_proj", category="out_residual", layer=j,
+                       flops=2.0 * Rm * qh * hd * H, dtype=arch.weight_dtype, tensor=True,
+                       weight_objects=((pre + "o.w", wo + (H * wb if arch.attn_bias else 0)),),
+                       act_reads=((pre + "attn_out", Rm * qh * hd * ab),),
+                       act_writes=((pre + "o_part", x),), ctas=_gemm_ctas(Rm, H, qh * hd, wo))
+        return [i_qkv, i_rope, i_attn, i_o]
 
-    first_norm = 0
-    first_ar = next(i for i, k in enumerate(kernels) if k.layer == 0 and k.category ==
-                    "out_residual" and k.op in ("allreduce", "residual_norm"))
-    cross = ((len(kernels) - 1, first_norm), (len(kernels) - 1, first_ar))
-    g = OpGraph(kernels=tuple(kernels), edges=tuple(sorted(set(edges))), cross_edges=cross,
-                num_regions=arch.num_layers // P, layers_per_region=P, microbatches=m,
-                arch=arch, deployment=deploy)
-    object.__setattr__(g, "_params", params)
-    return g
+    def _mla(self, j: int, L_kv: int, sliding: bool) -> list[int]:
+        """Multi-head latent attention in decode with absorbed projections (DeepSeek-V3):
+
+        * ``mla_down``: x @ [W_DQ | W_DKV | W_KR] (h -> q_lora + kv_lora + rope), replicated on
+          every TP rank (each GPU runs it for its group's Rm requests);
+        * ``mla_q_up``: latent norms, q = c_q @ W_UQ (this GPU's qh heads of nope + rope), then
+          the nope part absorbed into latent space, q_nope @ W_UK (qh heads x nope -> kv_lora);
+        * ``rope_kv``: RoPE of q_rope and k_rope, append (kv_lora + rope) elements per token to
+          the compressed KV cache (one head shared by all query heads);
+        * ``attn``: MQA over the compressed cache, 2*L*(kv_lora + rope) FLOPs per head for the
+          scores + 2*L*kv_lora for the values; the cache is read whole by every TP rank;
+        * ``mla_v_up``: W_UV absorbed after attention (qh heads x kv_lora -> v_head_dim);
+        * ``o_proj``: qh*v_head_dim -> h.
+        """
+        a, H, Rm, x, ab, wb, qh, kvb = (self.arch, self.H, self.Rm, self.x, self.ab, self.wb,
+                                        self.qh, self.kvb)
+        pre = f"L{j}."
+        c, r, nope, v = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
+        ql = a.q_lora_rank
+        nd = (ql if ql else 0) + c + r  # down-projection width (query direct when q_lora is 0)
+        w_down = H * nd * wb
+        self.params += H * nd
+        i_dn = self.add(name=pre + "mla_down", op="mla_down", category="norm_qkv", layer=j,
+                        flops=2.0 * Rm * H * nd, dtype=a.weight_dtype, tensor=True,
+                        weight_objects=((pre + "mla_down.w", w_down),),
+                        act_reads=((pre + "xn", x),), act_writes=((pre + "latent", Rm * nd * ab),),
+                        ctas=_gemm_ctas(Rm, nd, H, w_down))
+        q_in = ql if ql else H
+        n_q = q_in * qh * (nope + r)
+        n_uk = qh * nope * c
+        w_up = (n_q + n_uk + ql + c) * wb
+        self.params += n_q + n_uk + ql + c
+        i_qu = self.add(name=pre + "mla_q_up", op="mla_q_up", category="norm_qkv", layer=j,
+                        flops=2.0 * Rm * (n_q + n_uk), dtype=a.weight_dtype, tensor=True,
+                        weight_objects=((pre + "mla_q_up.w", w_up),),
+                        act_reads=((pre + "latent", Rm * nd * ab),),
+                        act_writes=((pre + "q_lat", Rm * qh * (c + r) * ab),),
+                        ctas=_gemm_ctas(Rm, qh * (nope + r), q_in, w_up))
+        kv_new = Rm * (c + r) * kvb
+        i_rope = self.add(name=pre + "rope_kv", op="rope_kv", category="norm_qkv", layer=j,
+                          flops=6.0 * Rm * (qh + 1) * r, dtype=a.weight_dtype, tensor=False,
+                          act_reads=((pre + "q_lat", Rm * qh * (c + r) * ab),
+                                     (pre + "latent", Rm * (c + r) * ab)),
+                          act_writes=((pre + "q", Rm * qh * (c + r) * ab),),
+                          kv_bytes=kv_new, ctas=_stream_ctas(Rm * qh * (c + r) * ab * 2))
+        kv_read = Rm * L_kv * (c + r) * kvb
+        splits = max(1, math.ceil(L_kv / 1024))
+        i_attn = self.add(name=pre + "attn", op="attn",
+                          category="attn_sliding" if sliding else "attn_full", layer=j,
+                          flops=2.0 * Rm * qh * L_kv * (2 * c + r), dtype=a.kv_dtype, tensor=True,
+                          act_reads=((pre + "q", Rm * qh * (c + r) * ab),),
+                          act_writes=((pre + "attn_lat", Rm * qh * c * ab),),
+                          kv_bytes=kv_read, ctas=max(1, Rm * splits * max(1, qh // 64)))
+        n_uv = qh * c * v
+        self.params += n_uv
+        i_vu = self.add(name=pre + "mla_v_up", op="mla_v_up", category="out_residual", layer=j,
+                        flops=2.0 * Rm * n_uv, dtype=a.weight_dtype, tensor=True,
+                        weight_objects=((pre + "mla_v_up.w", n_uv * wb),),
+                        act_reads=((pre + "attn_lat", Rm * qh * c * ab),),
+                        act_writes=((pre + "attn_out", Rm * qh * v * ab),),
+                        ctas=_gemm_ctas(Rm, qh * v, c, n_uv * wb))
+        wo = qh * v * H * wb
+        self.params += qh * v * H + (H if a.attn_bias else 0)
+        i_o = self.add(name=pre + "o_proj", op="o_proj", category="out_residual", layer=j,
+                       flops=2.0 * Rm * qh * v * H, dtype=a.weight_dtype, tensor=True,
+                       weight_objects=((pre + "o.w", wo + (H * wb if a.attn_bias else 0)),),
+                       act_reads=((pre + "attn_out", Rm * qh * v * ab),),
+                       act_writes=((pre + "o_part", x),), ctas=_gemm_ctas(Rm, H, qh * v, wo))
+        return [i_dn, i_qu, i_rope, i_attn, i_vu, i_o]
+
+    # ------------------------------------------------------------------ MLPs
+    def dense(self, j: int, i_ar: int) -> int:
+        """Dense SwiGLU MLP split over attention TP + all-reduce/residual; returns the last."""
+        arch, H, Rm, x, ab, wb, t = self.arch, self.H, self.Rm, self.x, self.ab, self.wb, self.t
+        pre = f"L{j}."
+        I = arch.intermediate // t
+        bias = arch.mlp_bias
+        w_up = H * 2 * I * wb + (2 * I * wb if bias else 0)
+        w_dn = I * H * wb + (H * wb if bias else 0)
+        self.params += 3 * H * I + ((2 * I + H) if bias else 0)
+        i_up = self.add(name=pre + "mlp_up", op="mlp_up", category="mlp", layer=j,
+                        flops=2.0 * Rm * H * 2 * I, dtype=arch.weight_dtype, tensor=True,
+                        weight_objects=((pre + "mlp_up.w", w_up),),
+                        act_reads=((pre + "hn", x),), act_writes=((pre + "act", Rm * I * ab),),
+                        ctas=_gemm_ctas(Rm, 2 * I, H, w_up))
+        i_dn = self.add(name=pre + "mlp_down", op="mlp_down", category="mlp", layer=j,
+                        flops=2.0 * Rm * I * H, dtype=arch.weight_dtype, tensor=True,
+                        weight_objects=((pre + "mlp_down.w", w_dn),),
+                        act_reads=((pre + "act", Rm * I * ab),), act_writes=((pre + "y", x),),
+                        ctas=_gemm_ctas(Rm, H, I, w_dn))
+        i_c = self.add(name=pre + ("mlp_allreduce" if t > 1 else "mlp_residual"),
+                       op="allreduce" if t > 1 else "residual", category="combine", layer=j,
+                       flops=Rm * H, dtype=arch.weight_dtype, tensor=False,
+                       act_reads=((pre + "y", x), (pre + "h", x)),
+                       act_writes=((f"resid.{j + 1}", x),),
+                       **self.deploy.comm_split(2.0 * (t - 1) / t * x, t, "allreduce"),
+                       ctas=_stream_ctas(3 * x))
+        self.edges += [(i_ar, i_up), (i_up, i_dn), (i_dn, i_c), (i_ar, i_c)]
+        return i_c
+
+    def moe(self, j: int, i_ar: int) -> int:
+        """Router, top-k, dispatch, (shared experts), expert GEMMs, combine; returns the last.
+
+        Expert parallelism e on n GPUs: the n/e EP groups are replicas, each serving the tokens
+        of its n/e share of the GPUs, so a GPU receives G*k/n assignments per step whatever e
+        (G*k/(n*m) per microbatch), and the distinct local experts they hit are those of the
+        G*e/(n*m) tokens its EP group routes per microbatch.
+        """
+        arch, H, Rm, x, ab, wb, t, e = (self.arch, self.H, self.Rm, self.x, self.ab, self.wb,
+                                        self.t, self.e)
+        dep, m, eb = self.deploy, self.m, self.eb
+        pre = f"L{j}."
+        E, k = arch.num_experts, arch.top_k
+        El = E // e
+        F = arch.moe_intermediate
+        n = dep.num_gpus
+        Tr = Rm / t  # tokens this GPU routes per microbatch
+        # assignments received per microbatch (the busiest EP rank's, see Deployment.routing)
+        A = dep.global_batch * k / (n * m) * dep.expert_load_factor(k, m)
+        group_tokens = dep.global_batch * e / (n * m)  # tokens its EP group routes
+        hit = expected_distinct(E, group_tokens, k) * El / E
+        xdt = arch.expert_act_dtype  # expert GEMMs run at the activation dtype's rate
+        wr = H * E * wb + (E * wb if arch.mlp_bias else 0)
+        self.params += H * E + (E if arch.mlp_bias else 0) + (E if arch.n_group else 0)
+        i_r = self.add(name=pre + "router", op="router", category="router_dispatch", layer=j,
+                       flops=2.0 * Tr * H * E, dtype=arch.weight_dtype, tensor=True,
+                       weight_objects=((pre + "router.w", wr),),
+                       act_reads=((pre + "hn", Tr * H * ab),),
+                       act_writes=((pre + "logits", Tr * E * 4.0),),
+                       ctas=_gemm_ctas(Tr, E, H, wr))
+        i_tk = self.add(name=pre + "topk", op="topk", category="router_dispatch", layer=j,
+                        flops=Tr * E * math.log2(max(E, 2)), dtype="fp32", tensor=False,
+                        act_reads=((pre + "logits", Tr * E * 4.0),),
+                        act_writes=((pre + "topk", Tr * k * 8.0),),
+                        ctas=max(1, math.ceil(Tr / 32)))
+        send = Tr * k * H * ab
+        i_d = self.add(name=pre + "dispatch", op="dispatch", category="router_dispatch", layer=j,
+                       flops=0.0, dtype=arch.weight_dtype, tensor=False,
+                       act_reads=((pre + "hn", send), (pre + "topk", Tr * k * 8.0)),
+                       act_writes=((pre + "x_exp", A * H * ab),),
+                       **dep.comm_split(send * (e - 1) / e, e, "alltoall"),
+                       ctas=_stream_ctas(send + A * H * ab))
+        chain = [i_r, i_tk, i_d]
+        shared_comm = 0.0
+        if arch.num_shared_experts:
+            # shared experts: a dense SwiGLU MLP of n_shared*F split over attention TP on the
+            # group's Rm tokens; its partial sums are reduced with the combine (2(t-1)/t x)
+            Fs = arch.num_shared_experts * F // t
+            ws_up, ws_dn = H * 2 * Fs * eb, Fs * H * eb
+            self.params += 3 * H * Fs
+            i_su = self.add(name=pre + "shared_up", op="mlp_up", category="mlp", layer=j,
+                            flops=2.0 * Rm * H * 2 * Fs, dtype=xdt, tensor=True,
+                            weight_objects=((pre + "shared_up.w", ws_up),),
+                            act_reads=((pre + "hn", x),),
+                            act_writes=((pre + "shared_act", Rm * Fs * ab),),
+                            ctas=_gemm_ctas(Rm, 2 * Fs, H, ws_up))
+            i_sd = self.add(name=pre + "shared_down", op="mlp_down", category="mlp", layer=j,
+                            flops=2.0 * Rm * Fs * H, dtype=xdt, tensor=True,
+                            weight_objects=((pre + "shared_down.w", ws_dn),),
+                            act_reads=((pre + "shared_act", Rm * Fs * ab),),
+                            act_writes=((pre + "shared_y", x),),
+                            ctas=_gemm_ctas(Rm, H, Fs, ws_dn))
+            chain += [i_su, i_sd]
+            self.edges += [(i_ar, i_su)]
+            shared_comm = 2.0 * (t - 1) / t * x
+        w_up = hit * (H * 2 * F * eb + (2 * F * wb if arch.mlp_bias else 0))
+        w_dn = hit * (F * H * eb + (H * wb if arch.mlp_bias else 0))
+        self.params += El * (3 * H * F + ((2 * F + H) if arch.mlp_bias else 0))
+        i_up = self.add(name=pre + "expert_up", op="expert_up", category="mlp", layer=j,
+                        flops=2.0 * A * H * 2 * F, dtype=xdt, tensor=True,
+                        weight_objects=((pre + "experts_up.w", w_up),),
+                        act_reads=((pre + "x_exp", A * H * ab),),
+                        act_writes=((pre + "act_exp", A * F * ab),),
+                        ctas=_gemm_ctas(A, 2 * F * hit, H, w_up))
+        i_dn = self.add(name=pre + "expert_down", op="expert_down", category="mlp", layer=j,
+                        flops=2.0 * A * F * H, dtype=xdt, tensor=True,
+                        weight_objects=((pre + "experts_down.w", w_dn),),
+                        act_reads=((pre + "act_exp", A * F * ab),),
+                        act_writes=((pre + "y_exp", A * H * ab),),
+                        ctas=_gemm_ctas(A, H * hit, F, w_dn))
+        reads = ((pre + "y_exp", A * H * ab), (pre + "h", x))
+        if arch.num_shared_experts:
+            reads += ((pre + "shared_y", x),)
+        i_c = self.add(name=pre + "combine", op="combine", category="combine", layer=j,
+                       flops=2.0 * Rm * k * H, dtype=arch.weight_dtype, tensor=False,
+                       act_reads=reads, act_writes=((f"resid.{j + 1}", x),),
+                       **dep.comm_split(A * H * ab * (e - 1) / e + shared_comm, e, "alltoall"),
+                       ctas=_stream_ctas(A * H * ab + 2 * x))
+        chain += [i_up, i_dn, i_c]
+        self.edges += list(zip(chain, chain[1:])) + [(i_ar, i_r), (i_ar, i_d), (i_d, i_up),
+                                                      (i_ar, i_c)]
+        return i_c
+
+
+def head_kernels(arch: ModelArch, deploy: Deployment) -> tuple[Kernel, ...]:
+    """The kernels of a decode step after the last region, for the whole per-GPU batch R
+    (category ``"head"``; run once per step on the whole GPU, after the pipeline drains):
+
+    * ``final_norm``: RMSNorm of the last residual (4*R*h FLOPs, h weights);
+    * ``lm_head``: logits of this GPU's V/t vocabulary shard (vocabulary-parallel over attention
+      TP): 2*R*h*V/t FLOPs, V*h/t weights (summed over the t GPUs of a group: 2*V*h FLOPs per
+      token and the V*h weight bytes every step);
+    * ``sample``: Gumbel-max sampling over the shard (argmax of logits + Gumbel noise, which
+      draws from the softmax: 2 FLOPs per logit on CUDA cores, reading the bf16 logits and a
+      bf16 noise buffer); with t > 1 each GPU exchanges its shard's (value, token) candidate for
+      every request, 16 bytes per request to each of t-1 peers;
+    * ``embed``: embedding lookup of the sampled token, the next step's input (R rows of h;
+      vocabulary-parallel, so t > 1 adds an all-reduce of R*h).
+
+    Raises:
+        ValueError: an invalid deployment for the model.
+    """
+    deploy.validate(arch)
+    t = deploy.attn_tp
+    R = deploy.requests_per_gpu
+    H, V = arch.hidden, arch.vocab
+    ab = wb = DTYPE_BYTES[arch.weight_dtype]
+    Vl = V / t
+    x = R * H * ab
+    w_head = Vl * H * wb
+    dt = arch.weight_dtype
+    return (
+        Kernel(name="final_norm", op="final_norm", category="head", layer=0,
+               flops=4.0 * R * H, dtype=dt, tensor=False,
+               weight_objects=(("final_norm.w", H * wb),), act_reads=(("resid.out", x),),
+               act_writes=(("final_xn", x),), ctas=max(1, R)),
+        Kernel(name="lm_head", op="lm_head", category="head", layer=0,
+               flops=2.0 * R * H * Vl, dtype=dt, tensor=True,
+               weight_objects=(("lm_head.w", w_head),), act_reads=(("final_xn", x),),
+               act_writes=(("logits", R * Vl * ab),), ctas=_gemm_ctas(R, Vl, H, w_head)),
+        Kernel(name="sample", op="sample", category="head", layer=0,
+               flops=2.0 * R * Vl, dtype=dt, tensor=False,
+               act_reads=(("logits", R * Vl * ab), ("gumbel", R * Vl * ab)),
+               act_writes=(("tokens", R * 8.0),),
+               **deploy.comm_split(16.0 * R * (t - 1), t, "allreduce"), ctas=max(1, R)),
+        Kernel(name="embed", op="embed", category="head", layer=0,
+               flops=0.0, dtype=dt, tensor=False,
+               weight_objects=(("embed.rows", x / t),), act_reads=(("tokens", R * 8.0),),
+               act_writes=(("resid.0", x),),
+               **deploy.comm_split(2.0 * (t - 1) / t * x, t, "allreduce"),
+               ctas=_stream_ctas(2 * x)),
+    )
+
+
+@dataclass(frozen=True)
+class ForwardPass:
+    """A whole decode step: region instances of possibly different region graphs, in layer
+    order, then the head kernels.
+
+    Attributes:
+        runs: ``((graph, count), ...)``: ``count`` consecutive instances of the region
+            ``graph`` (its ``num_regions`` counts the kind's instances over ALL runs).
+        head: ``head_kernels(arch, deploy)``.
+        main: the graph of ``arch.main_region()`` (the one configurations cut).
+    """
+
+    runs: tuple[tuple[OpGraph, int], ...]
+    head: tuple[Kernel, ...]
+    main: OpGraph
+
+    def param_count(self) -> float:
+        """Parameters this GPU holds: region weight objects x instances + the head's LM head
+        (V*h/t) + the embedding shard (V*h/t unless tied) + the final norm (h)."""
+        g = self.main
+        arch, t = g.arch, g.deployment.attn_tp
+        emb = arch.vocab * arch.hidden / t * (1 if arch.tie_embeddings else 2)
+        return float(sum(gr.weight_params() * c for gr, c in self.runs) + emb + arch.hidden)
+
+
+def build_forward(arch: ModelArch, deploy: Deployment, microbatches: int = 1) -> ForwardPass:
+    """Every region kind's graph (``build_graph(..., region=kind)``) in layer order with its
+    run length, and the head kernels.
+
+    Raises:
+        ValueError: as ``build_graph``.
+    """
+    graphs: dict = {}
+    runs = []
+    for b, c in arch.region_runs():
+        if b not in graphs:
+            graphs[b] = build_graph(arch, deploy, microbatches, region=b)
+        runs.append((graphs[b], c))
+    return ForwardPass(runs=tuple(runs), head=head_kernels(arch, deploy),
+                       main=graphs[arch.main_region()])
 
 
 class StaticDurationModel:
@@ -548,7 +709,10 @@ class StaticDurationModel:
 
         t(u, p) = launch + max(FLOPs / (rate_dtype * min(p, ctas)/N_SM),
                                bytes / BW(min(p, ctas)),
-                               comm_setup + comm_bytes / NVLink)          [µs]
+                               comm_setup + link_bytes / NVLink)          [µs]
+
+    (``Kernel.link_bytes``: the payload, or its scale-out part scaled to NVLink-equivalent
+    bytes when the collective spans NVLink domains.)
 
     BW(p) is the hardware's measured bandwidth-vs-SMs response (``Hardware.mem_bandwidth``), not a
     linear share. CUDA-core (``tensor=False``) FLOPs run at 1/16 of the bf16 tensor rate (the
@@ -573,7 +737,8 @@ class StaticDurationModel:
         rate = hw.flops_rate(k.dtype) if k.tensor else hw.tensor_flops["bf16"] / 16.0
         t_comp = k.flops / (rate * p / hw.num_sms) * 1e6
         t_mem = k.hbm_bytes / hw.mem_bandwidth(p, read_only=k.act_bytes < 0.5 * k.hbm_bytes) * 1e6
-        t_comm = (hw.comm_setup_us + k.comm_bytes / hw.nvlink_Bps * 1e6) if k.is_comm else 0.0
+        t_comm = ((hw.comm_setup_us + k.link_bytes(hw.nvlink_Bps) / hw.nvlink_Bps * 1e6)
+                  if k.is_comm else 0.0)
         return hw.launch_us + np.maximum(np.maximum(t_comp, t_mem), t_comm)
 
     def table(self, graph: OpGraph, max_sms: int | None = None) -> np.ndarray:

@@ -1,8 +1,13 @@
 """Model architectures: presets from the public Hugging Face configs, and ``config.json`` loading.
 
 Each preset copies the fields of the model's public ``config.json`` (sources in ``MODELS``'s
-docstrings). ``load_hf_config`` reads such a file from disk (never the network) for the llama,
-qwen3_moe and gpt_oss families.
+docstrings). ``load_hf_config`` reads such a file from disk (never the network) for the families
+in ``FAMILIES``.
+
+Layer-wise kinds: every layer has an attention kind (``layer_types``: full or sliding) and an MLP
+kind (``mlp_types``: dense or moe). The forward pass is a sequence of region instances of
+possibly different region graphs (``ModelArch.region_runs``): for example DeepSeek-V3 is 3 dense
+layers, then 58 MoE layers; GPT-OSS is 18 instances of one (sliding, full) two-layer region.
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ from typing import Any, Mapping
 
 from subgpu_jax.model.hardware import DTYPE_BYTES
 
-__all__ = ["ModelArch", "MODELS", "get_model", "load_hf_config", "resolve_model"]
+__all__ = ["ModelArch", "MODELS", "FAMILIES", "get_model", "load_hf_config", "resolve_model"]
+
+#: Hugging Face ``model_type`` values ``load_hf_config`` reads (the README lists them too).
+FAMILIES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss",
+                             "deepseek_v3")
 
 
 @dataclass(frozen=True)
@@ -24,27 +33,44 @@ class ModelArch:
 
     Attributes:
         name: identifier (``"gpt-oss-120b"`` ...).
-        family: ``"llama"``, ``"qwen3_moe"`` or ``"gpt_oss"``.
+        family: a ``FAMILIES`` entry (``"llama"``, ``"qwen3_moe"``, ``"deepseek_v3"`` ...).
         num_layers: decoder layers.
         hidden: hidden size (elements).
         num_heads: query heads.
-        num_kv_heads: key/value heads (GQA).
-        head_dim: per-head dimension, from the config (NOT hidden / heads: Qwen3 differs).
+        num_kv_heads: key/value heads (GQA; for MLA the query heads, unused by the cost model).
+        head_dim: per-head dimension, from the config (NOT hidden / heads: Qwen3 differs); for
+            MLA the query/key head dimension ``qk_nope_head_dim + qk_rope_head_dim``.
         vocab: vocabulary size.
-        intermediate: dense MLP intermediate size (0 for MoE models).
+        intermediate: dense MLP intermediate size (the dense layers of an MoE model too; 0 when
+            the model has no dense layer).
         num_experts: routed experts per MoE layer (0 = dense model).
         top_k: experts per token.
         moe_intermediate: intermediate size of one expert.
-        layer_types: per-layer attention kind, ``"full"`` or ``"sliding"``; its length is
+        num_shared_experts: experts every token uses besides its top-k (DeepSeek-V3: 1), each
+            of ``moe_intermediate`` width.
+        n_group, topk_group: grouped routing (DeepSeek-V3: 8 groups, the top 4 groups are
+            eligible); 0 = plain top-k. The expected per-expert load is the same k/E.
+        layer_types: per-layer attention kind, ``"full"`` or ``"sliding"``; length
             ``num_layers``.
+        mlp_types: per-layer MLP kind, ``"dense"`` or ``"moe"``; length ``num_layers``
+            (default: every layer ``"moe"`` for an MoE model, ``"dense"`` otherwise).
         sliding_window: window (tokens) of sliding-window layers; 0 if none.
         attn_bias: q/k/v/o projections carry biases (GPT-OSS).
+        qkv_bias: q/k/v projections (not o) carry biases (Qwen2).
         mlp_bias: expert/dense MLP projections carry biases (GPT-OSS).
         qk_norm: per-head RMSNorm of q and k (Qwen3).
         attention_sinks: one learned sink logit per head (GPT-OSS).
         tie_embeddings: input embedding and LM head share weights.
+        q_lora_rank, kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim: multi-head
+            latent attention (DeepSeek-V3; ``kv_lora_rank`` > 0 turns it on; ``q_lora_rank`` 0
+            means a direct query projection).
         weight_dtype: datatype of attention/dense/router weights and activations.
         expert_dtype: datatype of expert weights (``"mxfp4"`` for GPT-OSS).
+        expert_act_dtype: datatype of the activations entering the expert GEMMs. The GEMMs run
+            at this datatype's tensor rate: weight-only quantised experts (MXFP4 or FP8 weights,
+            bf16 activations) compute at the bf16 rate, since no GPU has a native
+            low-precision-weight x bf16-activation tensor-core path; DeepSeek-V3's FP8 experts
+            quantise activations too (``activation_scheme: dynamic``) and run at the FP8 rate.
         kv_dtype: datatype of the KV cache.
 
     Raises:
@@ -63,15 +89,26 @@ class ModelArch:
     num_experts: int = 0
     top_k: int = 0
     moe_intermediate: int = 0
+    num_shared_experts: int = 0
+    n_group: int = 0
+    topk_group: int = 0
     layer_types: tuple[str, ...] = ()
+    mlp_types: tuple[str, ...] = ()
     sliding_window: int = 0
     attn_bias: bool = False
+    qkv_bias: bool = False
     mlp_bias: bool = False
     qk_norm: bool = False
     attention_sinks: bool = False
     tie_embeddings: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    qk_nope_head_dim: int = 0
+    v_head_dim: int = 0
     weight_dtype: str = "bf16"
     expert_dtype: str = "bf16"
+    expert_act_dtype: str = "bf16"
     kv_dtype: str = "bf16"
 
     def __post_init__(self) -> None:
@@ -79,7 +116,9 @@ class ModelArch:
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"model.{f} must be a positive integer, got {v!r}")
-        for f in ("intermediate", "num_experts", "top_k", "moe_intermediate", "sliding_window"):
+        for f in ("intermediate", "num_experts", "top_k", "moe_intermediate", "sliding_window",
+                  "num_shared_experts", "n_group", "topk_group", "q_lora_rank", "kv_lora_rank",
+                  "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
             v = getattr(self, f)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"model.{f} must be a non-negative integer, got {v!r}")
@@ -91,19 +130,48 @@ class ModelArch:
                 raise ValueError(f"model.top_k must be in 1..{self.num_experts}, got {self.top_k}")
             if self.moe_intermediate <= 0:
                 raise ValueError("model.moe_intermediate must be positive for an MoE model")
-        elif self.intermediate <= 0:
-            raise ValueError("model.intermediate must be positive for a dense model")
+            if self.n_group:
+                if self.num_experts % self.n_group or not 1 <= self.topk_group <= self.n_group:
+                    raise ValueError(f"model.n_group={self.n_group} must divide the "
+                                     f"{self.num_experts} experts and topk_group must be in "
+                                     f"1..n_group, got {self.topk_group}")
+        elif self.num_shared_experts:
+            raise ValueError("model.num_shared_experts needs routed experts (num_experts > 0)")
+        n = self.num_layers
         if not self.layer_types:
-            object.__setattr__(self, "layer_types", ("full",) * self.num_layers)
-        if len(self.layer_types) != self.num_layers:
-            raise ValueError(f"model.layer_types has {len(self.layer_types)} entries, "
-                             f"num_layers is {self.num_layers}")
+            object.__setattr__(self, "layer_types", ("full",) * n)
+        if not self.mlp_types:
+            object.__setattr__(self, "mlp_types", ("moe" if self.num_experts else "dense",) * n)
+        for f in ("layer_types", "mlp_types"):
+            v = getattr(self, f)
+            if not isinstance(v, tuple):
+                object.__setattr__(self, f, tuple(v))
+            if len(getattr(self, f)) != n:
+                raise ValueError(f"model.{f} has {len(getattr(self, f))} entries, num_layers is "
+                                 f"{n}")
         bad = set(self.layer_types) - {"full", "sliding"}
         if bad:
             raise ValueError(f"model.layer_types entries must be 'full' or 'sliding', got {bad}")
+        bad = set(self.mlp_types) - {"dense", "moe"}
+        if bad:
+            raise ValueError(f"model.mlp_types entries must be 'dense' or 'moe', got {bad}")
+        if "moe" in self.mlp_types and not self.num_experts:
+            raise ValueError("model.mlp_types has 'moe' layers but num_experts is 0")
+        if "dense" in self.mlp_types and self.intermediate <= 0:
+            raise ValueError("model.intermediate must be positive when a layer is dense "
+                             "(mlp_types)")
         if "sliding" in self.layer_types and self.sliding_window <= 0:
             raise ValueError("model.sliding_window must be positive when a layer is 'sliding'")
-        for f in ("weight_dtype", "expert_dtype", "kv_dtype"):
+        if self.kv_lora_rank:
+            for f in ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):
+                if getattr(self, f) <= 0:
+                    raise ValueError(f"model.{f} must be positive for multi-head latent "
+                                     "attention (kv_lora_rank > 0)")
+            if self.head_dim != self.qk_nope_head_dim + self.qk_rope_head_dim:
+                raise ValueError(f"model.head_dim must be qk_nope_head_dim + qk_rope_head_dim = "
+                                 f"{self.qk_nope_head_dim + self.qk_rope_head_dim} for multi-head"
+                                 f" latent attention, got {self.head_dim}")
+        for f in ("weight_dtype", "expert_dtype", "expert_act_dtype", "kv_dtype"):
             if getattr(self, f) not in DTYPE_BYTES:
                 raise ValueError(f"model.{f} must be one of {sorted(DTYPE_BYTES)}, "
                                  f"got {getattr(self, f)!r}")
@@ -111,50 +179,124 @@ class ModelArch:
     # ------------------------------------------------------------------ derived
     @property
     def is_moe(self) -> bool:
-        """True for a mixture-of-experts model."""
+        """True for a mixture-of-experts model (some layers may still be dense)."""
         return self.num_experts > 0
 
     @property
+    def is_mla(self) -> bool:
+        """True for multi-head latent attention (a compressed, head-shared KV cache)."""
+        return self.kv_lora_rank > 0
+
+    @property
     def period(self) -> tuple[str, ...]:
-        """The shortest repeating pattern of ``layer_types`` (the region's layer kinds)."""
-        lt = self.layer_types
-        for p in range(1, len(lt) + 1):
-            if len(lt) % p == 0 and lt == lt[:p] * (len(lt) // p):
-                return lt[:p]
-        return lt  # pragma: no cover - p = len(lt) always matches
+        """The shortest repeating pattern of ``layer_types`` (the main region's attention
+        kinds; ``region_kinds`` gives the MLP kinds too)."""
+        return _period(self.layer_types)
+
+    def layer_kinds(self) -> tuple[tuple[str, str], ...]:
+        """Per layer ``(attention kind, MLP kind)``, e.g. ``("sliding", "moe")``."""
+        return tuple(zip(self.layer_types, self.mlp_types))
+
+    def region_runs(self) -> tuple[tuple[tuple[tuple[str, str], ...], int], ...]:
+        """The forward pass as runs of region instances: ``((region kinds, count), ...)`` in
+        layer order, a region being a tuple of per-layer ``(attention, MLP)`` kinds.
+
+        When the per-layer kinds repeat with a period p <= 8 (GPT-OSS: sliding, full) there is
+        one run of num_layers / p instances of that p-layer region. Otherwise the layers are
+        grouped into blocks of the attention period (1 if it is longer than 8) and consecutive
+        equal blocks form a run: DeepSeek-V3 gives ``(((full, dense),), 3), (((full, moe),),
+        58)``; ``mlp_only_layers=[0]`` gives one dense layer then 47 MoE layers.
+        """
+        kinds = self.layer_kinds()
+        p = len(_period(kinds))
+        if p <= 8:
+            return ((kinds[:p], len(kinds) // p),)
+        P = len(self.period)
+        if P > 8 or len(kinds) % P:
+            P = 1
+        runs: list[list] = []
+        for i in range(0, len(kinds), P):
+            b = kinds[i:i + P]
+            if runs and runs[-1][0] == b:
+                runs[-1][1] += 1
+            else:
+                runs.append([b, 1])
+        return tuple((b, c) for b, c in runs)
+
+    def main_region(self) -> tuple[tuple[str, str], ...]:
+        """The region kind with the most layers (ties: the first in layer order): the region
+        graph searches and pipelines by default."""
+        tot: dict = {}
+        for b, c in self.region_runs():
+            tot[b] = tot.get(b, 0) + c * len(b)
+        return max(tot, key=lambda b: tot[b])  # dicts keep insertion order: first on ties
+
+    def _attn_params(self) -> int:
+        """Parameters of one attention block (projections, biases, q/k norms, sinks, the
+        MLA latent norms)."""
+        h, hd, H = self.hidden, self.head_dim, self.num_heads
+        if self.is_mla:
+            r, c = self.qk_rope_head_dim, self.kv_lora_rank
+            if self.q_lora_rank:
+                qp = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * H * hd
+            else:
+                qp = h * H * hd
+            kvp = h * (c + r) + c + c * H * (self.qk_nope_head_dim + self.v_head_dim)
+            return qp + kvp + H * self.v_head_dim * h + (h if self.attn_bias else 0)
+        q, kv = H * hd, self.num_kv_heads * hd
+        attn = h * (q + 2 * kv) + q * h
+        if self.attn_bias:
+            attn += q + 2 * kv + h
+        elif self.qkv_bias:
+            attn += q + 2 * kv
+        if self.qk_norm:
+            attn += 2 * hd
+        if self.attention_sinks:
+            attn += H
+        return attn
 
     def param_counts(self) -> dict[str, int]:
         """Analytical parameter counts from the architecture (no graph needed).
 
         Returns:
-            ``{"total": N, "active": N}``: all parameters, and those one token touches (top-k
-            experts, LM head; the input embedding is a lookup and not counted as active,
-            matching the published GPT-OSS figures).
+            ``{"total": N, "active": N, "embedding": N}``: all parameters; those one token
+            touches (top-k routed + shared experts, the LM head; the input embedding is a lookup
+            and not counted as active, the convention of the GPT-OSS model card and of
+            DeepSeek-V3's 36.6B activated parameters; add ``embedding`` for publishers that
+            count it, e.g. Mixtral's 12.9B); and the input embedding's V*h.
         """
-        h, hd = self.hidden, self.head_dim
-        q, kv = self.num_heads * hd, self.num_kv_heads * hd
-        attn = h * (q + 2 * kv) + q * h
-        if self.attn_bias:
-            attn += q + 2 * kv + h
-        if self.qk_norm:
-            attn += 2 * hd
-        if self.attention_sinks:
-            attn += self.num_heads
+        h = self.hidden
+        attn = self._attn_params()
         norms = 2 * h
-        if self.is_moe:
-            f = self.moe_intermediate
-            expert = 3 * h * f + ((2 * f + h) if self.mlp_bias else 0)
-            router = h * self.num_experts + (self.num_experts if self.mlp_bias else 0)
-            layer_total = attn + norms + router + self.num_experts * expert
-            layer_active = attn + norms + router + self.top_k * expert
-        else:
-            mlp = 3 * h * self.intermediate
-            layer_total = layer_active = attn + norms + mlp
+        total = active = 0
+        for mk in self.mlp_types:
+            if mk == "moe":
+                f = self.moe_intermediate
+                expert = 3 * h * f + ((2 * f + h) if self.mlp_bias else 0)
+                router = h * self.num_experts + (self.num_experts if self.mlp_bias else 0)
+                if self.n_group:  # DeepSeek-V3's e_score_correction_bias
+                    router += self.num_experts
+                shared = self.num_shared_experts * 3 * h * f
+                total += attn + norms + router + shared + self.num_experts * expert
+                active += attn + norms + router + shared + self.top_k * expert
+            else:
+                mlp = 3 * h * self.intermediate + ((2 * self.intermediate + h)
+                                                   if self.mlp_bias else 0)
+                total += attn + norms + mlp
+                active += attn + norms + mlp
         emb = self.vocab * h
         head = 0 if self.tie_embeddings else self.vocab * h
-        total = self.num_layers * layer_total + emb + head + h
-        active = self.num_layers * layer_active + (head or emb) + h
-        return {"total": int(total), "active": int(active)}
+        total += emb + head + h
+        active += (head or emb) + h
+        return {"total": int(total), "active": int(active), "embedding": int(emb)}
+
+
+def _period(seq: tuple) -> tuple:
+    """The shortest prefix p of ``seq`` with seq = p * (len(seq) / len(p))."""
+    for p in range(1, len(seq) + 1):
+        if len(seq) % p == 0 and seq == seq[:p] * (len(seq) // p):
+            return seq[:p]
+    return seq  # pragma: no cover - p = len(seq) always matches
 
 
 def _alternating(n: int, first: str, second: str) -> tuple[str, ...]:
@@ -165,7 +307,11 @@ def _alternating(n: int, first: str, second: str) -> tuple[str, ...]:
 #: openai/gpt-oss-120b, openai/gpt-oss-20b (36/24 layers, hidden 2880, 64 q heads, 8 KV heads,
 #: head_dim 64, 128/32 experts, top-4, intermediate 2880, sliding window 128 on even layers,
 #: vocab 201088, MXFP4 experts); meta-llama/Llama-3.1-8B and -70B; Qwen/Qwen3-30B-A3B (head_dim
-#: 128 with hidden 2048 and 32 heads, q/k norm, 128 experts top-8, moe_intermediate 768).
+#: 128 with hidden 2048 and 32 heads, q/k norm, 128 experts top-8, moe_intermediate 768);
+#: Qwen/Qwen3-8B; Qwen/Qwen2.5-7B-Instruct (q/k/v biases); mistralai/Mixtral-8x7B-v0.1
+#: (sliding_window null: full attention); deepseek-ai/DeepSeek-V3 (MLA, 1 shared expert, first 3
+#: layers dense, 8 groups / top-4 groups routing, FP8 W8A8 experts, the MTP module excluded).
+#: The same files are in tests/data/configs/.
 MODELS: Mapping[str, ModelArch] = MappingProxyType({
     "gpt-oss-120b": ModelArch(
         name="gpt-oss-120b", family="gpt_oss", num_layers=36, hidden=2880, num_heads=64,
@@ -187,8 +333,25 @@ MODELS: Mapping[str, ModelArch] = MappingProxyType({
         num_kv_heads=8, head_dim=128, vocab=128256, intermediate=28672),
     "qwen3-30b-a3b": ModelArch(
         name="qwen3-30b-a3b", family="qwen3_moe", num_layers=48, hidden=2048, num_heads=32,
-        num_kv_heads=4, head_dim=128, vocab=151936, num_experts=128, top_k=8,
-        moe_intermediate=768, qk_norm=True),
+        num_kv_heads=4, head_dim=128, vocab=151936, intermediate=6144, num_experts=128,
+        top_k=8, moe_intermediate=768, qk_norm=True),
+    "qwen3-8b": ModelArch(
+        name="qwen3-8b", family="qwen3", num_layers=36, hidden=4096, num_heads=32,
+        num_kv_heads=8, head_dim=128, vocab=151936, intermediate=12288, qk_norm=True),
+    "qwen2.5-7b": ModelArch(
+        name="qwen2.5-7b", family="qwen2", num_layers=28, hidden=3584, num_heads=28,
+        num_kv_heads=4, head_dim=128, vocab=152064, intermediate=18944, qkv_bias=True),
+    "mixtral-8x7b": ModelArch(
+        name="mixtral-8x7b", family="mixtral", num_layers=32, hidden=4096, num_heads=32,
+        num_kv_heads=8, head_dim=128, vocab=32000, num_experts=8, top_k=2,
+        moe_intermediate=14336),
+    "deepseek-v3": ModelArch(
+        name="deepseek-v3", family="deepseek_v3", num_layers=61, hidden=7168, num_heads=128,
+        num_kv_heads=128, head_dim=192, vocab=129280, intermediate=18432, num_experts=256,
+        top_k=8, moe_intermediate=2048, num_shared_experts=1, n_group=8, topk_group=4,
+        mlp_types=("dense",) * 3 + ("moe",) * 58, q_lora_rank=1536, kv_lora_rank=512,
+        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, expert_dtype="fp8",
+        expert_act_dtype="fp8"),
 })
 
 
@@ -248,10 +411,20 @@ def _bool(cfg: Mapping[str, Any], key: str, path: str, default: bool) -> bool:
     return v
 
 
-def _layer_types(cfg: Mapping[str, Any], path: str, layers: int) -> tuple[str, ...]:
+def _nonneg(cfg: Mapping[str, Any], key: str, default: int = 0) -> int:
+    v = cfg.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError(f"field {key!r} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _layer_types(cfg: Mapping[str, Any], path: str, layers: int,
+                 default: tuple[str, ...] | None = None) -> tuple[str, ...]:
     raw = cfg.get("layer_types")
     if raw is None:
-        return ("full",) * layers
+        return default if default is not None else ("full",) * layers
     if not isinstance(raw, list) or len(raw) != layers:
         raise ValueError(f"config.json {path}: field 'layer_types' must be a list of {layers} "
                          f"entries, got {raw!r}"[:200])
@@ -267,11 +440,66 @@ def _layer_types(cfg: Mapping[str, Any], path: str, layers: int) -> tuple[str, .
     return tuple(out)
 
 
+def _window(cfg: Mapping[str, Any], enabled: bool = True) -> int:
+    """``sliding_window`` (0 when null/absent or when ``enabled`` is False)."""
+    sw = cfg.get("sliding_window")
+    if sw is None or not enabled:
+        return 0
+    if isinstance(sw, bool) or not isinstance(sw, int) or sw < 0:
+        raise ValueError(f"field 'sliding_window' must be a non-negative integer, got {sw!r}")
+    return sw
+
+
+def _qwen_layer_types(cfg: Mapping[str, Any], path: str, layers: int) -> tuple[tuple[str, ...], int]:
+    """Qwen2/Qwen3 attention kinds: sliding from layer ``max_window_layers`` on when
+    ``use_sliding_window`` is true (the Hugging Face rule), else full; an explicit
+    ``layer_types`` list wins. Returns (layer_types, window)."""
+    use = _bool(cfg, "use_sliding_window", path, False)
+    sw = _window(cfg, use)
+    mwl = _nonneg(cfg, "max_window_layers", layers)
+    default = tuple("sliding" if sw and i >= mwl else "full" for i in range(layers))
+    lt = _layer_types(cfg, path, layers, default)
+    if "sliding" in lt and not sw:
+        sw = _window(cfg)
+    return lt, sw
+
+
+def _moe_layers_qwen(cfg: Mapping[str, Any], layers: int) -> tuple[str, ...]:
+    """Qwen3-MoE MLP kinds (Hugging Face rule): layer i is MoE when it is not in
+    ``mlp_only_layers`` and (i + 1) % ``decoder_sparse_step`` == 0."""
+    only = cfg.get("mlp_only_layers") or []
+    if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int)
+                                         or not 0 <= i < layers for i in only):
+        raise ValueError(f"field 'mlp_only_layers' must be a list of layer indices in "
+                         f"0..{layers - 1}, got {only!r}"[:200])
+    step = _nonneg(cfg, "decoder_sparse_step", 1)
+    if step < 1:
+        raise ValueError(f"field 'decoder_sparse_step' must be >= 1, got {step}")
+    return tuple("dense" if (i in only or (i + 1) % step) else "moe" for i in range(layers))
+
+
+def _quant(cfg: Mapping[str, Any]) -> dict:
+    q = cfg.get("quantization_config") or {}
+    if not isinstance(q, dict):
+        raise ValueError(f"field 'quantization_config' must be an object, got {q!r}")
+    return q
+
+
 def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArch:
     """Build a ``ModelArch`` from a Hugging Face ``config.json`` on disk (no network).
 
-    Supported ``model_type``: ``llama``, ``qwen3_moe``, ``gpt_oss``. ``head_dim`` is read from the
-    file when present (else hidden/heads, the llama convention); ``layer_types`` likewise.
+    Supported ``model_type``: ``FAMILIES`` (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss,
+    deepseek_v3). ``head_dim`` is read from the file when present (else hidden/heads, the llama
+    convention). Defaults follow the Hugging Face configuration classes: GPT-OSS alternates
+    sliding and full attention when ``layer_types`` is absent; Qwen2/Qwen3 slide only with
+    ``use_sliding_window``; Mixtral slides on every layer when ``sliding_window`` is set;
+    Qwen3-MoE and DeepSeek-V3 layers are dense per ``mlp_only_layers`` /
+    ``decoder_sparse_step`` / ``first_k_dense_replace`` / ``moe_layer_freq``.
+
+    Quantisation: GPT-OSS ``quant_method`` must be ``mxfp4`` (or absent: bf16 experts); an
+    ``fp8`` DeepSeek-V3 gives FP8 experts with FP8 activations (``activation_scheme:
+    dynamic``), FP8 weight-only otherwise; any other method is refused (the model would be
+    costed at the wrong bytes).
 
     Args:
         path: file path of the config.
@@ -281,8 +509,8 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
         The architecture.
 
     Raises:
-        ValueError: unreadable or malformed JSON, an unsupported ``model_type``, or a missing or
-            invalid field (the message names it).
+        ValueError: unreadable or malformed JSON, an unsupported ``model_type`` or
+            ``quant_method``, or a missing or invalid field (the message names it).
     """
     p = str(path)
     try:
@@ -297,6 +525,9 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     if not isinstance(cfg, dict):
         raise ValueError(f"config.json {p}: top level must be a JSON object")
     mt = _req(cfg, "model_type", p)
+    if mt not in FAMILIES:
+        raise ValueError(f"config.json {p}: model_type must be one of {', '.join(FAMILIES)}, "
+                         f"got {mt!r}")
     nm = name or cfg.get("_name_or_path") or (
         os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json"
         else os.path.splitext(os.path.basename(p))[0])
@@ -307,6 +538,8 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     kv = cfg.get("num_key_value_heads")
     kv = heads if kv is None else kv
     hd = cfg.get("head_dim")
+    if mt == "deepseek_v3":
+        hd = _int(cfg, "qk_nope_head_dim", p) + _int(cfg, "qk_rope_head_dim", p)
     if hd is None:
         if hidden % heads:
             raise ValueError(f"config.json {p}: no 'head_dim' and hidden_size is not a multiple "
@@ -316,40 +549,90 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
                   num_kv_heads=kv, head_dim=hd, vocab=_int(cfg, "vocab_size", p),
                   tie_embeddings=_bool(cfg, "tie_word_embeddings", p, False))
     try:
+        quant = _quant(cfg)
+        qm = quant.get("quant_method")
+        if qm is not None and mt not in ("gpt_oss", "deepseek_v3"):
+            raise ValueError(f"field 'quantization_config.quant_method' {qm!r} is not supported "
+                             f"for {mt} (only unquantised bf16 checkpoints)")
         if mt == "llama":
             return ModelArch(family="llama", intermediate=_int(cfg, "intermediate_size", p),
+                             attn_bias=_bool(cfg, "attention_bias", p, False),
+                             mlp_bias=_bool(cfg, "mlp_bias", p, False), **common)
+        if mt in ("qwen2", "qwen3"):
+            lt, sw = _qwen_layer_types(cfg, p, layers)
+            return ModelArch(family=mt, intermediate=_int(cfg, "intermediate_size", p),
+                             layer_types=lt, sliding_window=sw,
+                             qkv_bias=(mt == "qwen2"), qk_norm=(mt == "qwen3"),
                              attn_bias=_bool(cfg, "attention_bias", p, False), **common)
         if mt == "qwen3_moe":
+            lt, sw = _qwen_layer_types(cfg, p, layers)
+            mlp = _moe_layers_qwen(cfg, layers)
+            inter = cfg.get("intermediate_size") or 0
+            if "dense" in mlp:
+                inter = _int(cfg, "intermediate_size", p)
             return ModelArch(family="qwen3_moe", num_experts=_int(cfg, "num_experts", p),
                              top_k=_int(cfg, "num_experts_per_tok", p),
                              moe_intermediate=_int(cfg, "moe_intermediate_size", p),
-                             qk_norm=True, **common)
+                             intermediate=inter, mlp_types=mlp, layer_types=lt,
+                             sliding_window=sw, qk_norm=True,
+                             attn_bias=_bool(cfg, "attention_bias", p, False), **common)
+        if mt == "mixtral":
+            sw = _window(cfg)
+            return ModelArch(family="mixtral", num_experts=_int(cfg, "num_local_experts", p),
+                             top_k=_int(cfg, "num_experts_per_tok", p),
+                             moe_intermediate=_int(cfg, "intermediate_size", p),
+                             layer_types=("sliding" if sw else "full",) * layers,
+                             sliding_window=sw, **common)
         if mt == "gpt_oss":
-            lt = _layer_types(cfg, p, layers)
-            quant = cfg.get("quantization_config") or {}
-            if not isinstance(quant, dict):
-                raise ValueError(f"field 'quantization_config' must be an object, got {quant!r}")
-            exp_dtype = "mxfp4" if str(quant.get("quant_method", "")).lower() == "mxfp4" else "bf16"
-            sw = cfg.get("sliding_window")
-            if sw is None:
-                sw = 0
-            if isinstance(sw, bool) or not isinstance(sw, int) or sw < 0:
-                raise ValueError(f"field 'sliding_window' must be a non-negative integer, "
-                                 f"got {sw!r}")
+            # Hugging Face GptOssConfig default: sliding on even layers, full on odd ones
+            lt = _layer_types(cfg, p, layers, _alternating(layers, "sliding", "full"))
+            if qm is None:
+                exp_dtype = "bf16"
+            elif str(qm).lower() == "mxfp4":
+                exp_dtype = "mxfp4"
+            else:
+                raise ValueError(f"field 'quantization_config.quant_method' must be 'mxfp4' (or "
+                                 f"absent for bf16 experts) for gpt_oss, got {qm!r}")
             return ModelArch(family="gpt_oss",
                              num_experts=_int(cfg, "num_local_experts", p, "num_experts"),
                              top_k=_int(cfg, "num_experts_per_tok", p, "experts_per_token"),
                              moe_intermediate=_int(cfg, "intermediate_size", p),
-                             layer_types=lt,
-                             sliding_window=sw,
+                             layer_types=lt, sliding_window=_window(cfg),
                              attn_bias=_bool(cfg, "attention_bias", p, True), mlp_bias=True,
                              attention_sinks=True, expert_dtype=exp_dtype, **common)
+        if mt == "deepseek_v3":
+            E = _nonneg(cfg, "n_routed_experts")
+            fk = _nonneg(cfg, "first_k_dense_replace")
+            freq = _nonneg(cfg, "moe_layer_freq", 1) or 1
+            mlp = tuple("moe" if E and i >= fk and i % freq == 0 else "dense"
+                        for i in range(layers))
+            if qm is None:
+                ed = ead = "bf16"
+            elif str(qm).lower() == "fp8":
+                ed = "fp8"
+                ead = "fp8" if quant.get("activation_scheme") == "dynamic" else "bf16"
+            else:
+                raise ValueError(f"field 'quantization_config.quant_method' must be 'fp8' (or "
+                                 f"absent) for deepseek_v3, got {qm!r}")
+            return ModelArch(family="deepseek_v3", num_experts=E,
+                             top_k=_int(cfg, "num_experts_per_tok", p) if E else 0,
+                             moe_intermediate=_int(cfg, "moe_intermediate_size", p) if E else 0,
+                             intermediate=_int(cfg, "intermediate_size", p),
+                             num_shared_experts=_nonneg(cfg, "n_shared_experts") if E else 0,
+                             n_group=_nonneg(cfg, "n_group") if E else 0,
+                             topk_group=_nonneg(cfg, "topk_group") if E else 0,
+                             mlp_types=mlp, q_lora_rank=_nonneg(cfg, "q_lora_rank"),
+                             kv_lora_rank=_int(cfg, "kv_lora_rank", p),
+                             qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", p),
+                             qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", p),
+                             v_head_dim=_int(cfg, "v_head_dim", p),
+                             attn_bias=_bool(cfg, "attention_bias", p, False),
+                             expert_dtype=ed, expert_act_dtype=ead, **common)
     except ValueError as e:
         msg = str(e)
         raise ValueError(msg if msg.startswith("config.json") else f"config.json {p}: {msg}") \
             from None
-    raise ValueError(f"config.json {p}: model_type must be one of llama, qwen3_moe, gpt_oss, "
-                     f"got {mt!r}")
+    raise AssertionError(mt)  # pragma: no cover - FAMILIES checked above
 
 
 def expected_distinct(n_items: int, draws: float, picks_per_draw: int = 1) -> float:

@@ -315,8 +315,8 @@ class BoundModel:
         w = KernelWork(sms=p, flops=float(k.flops), rate_full=float(rate),
                        power=min(1.0, self.gain * p / self.N), obj_bytes=float(obj),
                        reread_per_flop=rr, peak_Bps=float(peak),
-                       comm_bytes=float(k.comm_bytes), comm=k.is_comm, static_us=static,
-                       window_B_per_sm=self.window)
+                       comm_bytes=k.link_bytes(hw.nvlink_Bps), comm=k.is_comm,
+                       static_us=static, window_B_per_sm=self.window)
         cal = self.model.calibration
         if cal is not None and cal.has(k):
             w = self._calibrated(k, int(pool_sms), w, cal)

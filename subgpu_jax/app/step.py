@@ -1,0 +1,169 @@
+"""A whole decode step: every region kind of the forward pass, then the head kernels.
+
+A model whose layers are not all alike (DeepSeek-V3: 3 dense layers then 58 MoE layers; a
+Qwen3-MoE with ``mlp_only_layers``) has several region graphs (``model.graph.build_forward``).
+A configuration is chosen for the model's main region (the kind with the most layers: the one
+``subgpu simulate --cuts`` names and ``subgpu search`` cuts); every other region kind runs with
+the same stages, SM pools, microbatches and policy, and its cut carried over kernel by kernel
+(``map_cut``: each segment starts at the first kernel of the same place in the layer, e.g. a cut
+before the MoE ``router`` starts before the dense ``mlp_up``). Runs execute one after the other
+(the pipeline drains between runs of different kinds), then the head kernels (final norm, LM
+head, sampling, embedding lookup) run once for the whole per-GPU batch on the whole GPU. So
+
+    step time = sum over runs of the run's pipelined makespan + the head's time    [µs]
+
+For a model with one region kind this is the region makespan plus the head.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from subgpu_jax.model.graph import ForwardPass, OpGraph, StaticDurationModel
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.space.config import Config, chain_cut
+
+__all__ = ["StepResult", "map_cut", "simulate_step"]
+
+#: Place of each kernel kind inside a layer (the launch order of ``build_graph``), used to carry a
+#: cut from one region kind to another; kernels of different kinds at the same place share a rank.
+_PLACE = {"rmsnorm": 0, "qkv": 1, "mla_down": 1, "mla_q_up": 2, "rope_kv": 3, "attn": 4,
+          "mla_v_up": 5, "o_proj": 6, "allreduce": 7, "residual_norm": 7, "router": 8,
+          "topk": 9, "dispatch": 10, "shared_up": 11, "shared_down": 12, "expert_up": 13,
+          "mlp_up": 13, "expert_down": 14, "mlp_down": 14, "combine": 15, "mlp_allreduce": 15,
+          "mlp_residual": 15}
+
+
+def _rank(g: OpGraph, i: int) -> tuple[int, int]:
+    k = g.kernels[i]
+    op = k.name.split(".", 1)[1] if "." in k.name else k.name
+    return (k.layer, _PLACE.get(op, 99))
+
+
+def map_cut(cfg: Config, src: OpGraph, dst: OpGraph) -> Config:
+    """``cfg`` (a configuration of region ``src``) carried over to region ``dst``: same D, w,
+    SM pools, microbatch and policy; each segment start moves to the first kernel of ``dst`` at
+    or after the same place in the layer (``_PLACE``), then starts are pushed apart so that every
+    segment keeps at least one kernel.
+
+    Raises:
+        ValueError: ``dst`` has fewer kernels than the K segments, or is not a chain.
+    """
+    if cfg.D == 1:
+        return dataclasses.replace(cfg, seg_of=(0,) * dst.n)
+    starts = [i for i in range(1, src.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
+    K, n = len(starts) + 1, dst.n
+    if n < K:
+        raise ValueError(f"cuts: the region {dst.region_kinds} has {n} kernels, fewer than the "
+                         f"{K} segments of the configuration")
+    if not dst.is_chain():
+        raise ValueError("cuts: can only carry a cut over to a chain region")
+    ranks = [_rank(dst, i) for i in range(n)]
+    new = []
+    for s in starts:
+        r = _rank(src, s)
+        new.append(next((i for i in range(1, n) if ranks[i] >= r), n - 1))
+    for j in range(len(new)):  # strictly increasing, >= 1
+        new[j] = max(new[j], (new[j - 1] + 1) if j else 1)
+    for j in reversed(range(len(new))):  # and <= n-1, leaving room for the later starts
+        new[j] = min(new[j], n - (len(new) - j))
+        if j + 1 < len(new):
+            new[j] = min(new[j], new[j + 1] - 1)
+    return dataclasses.replace(cfg, seg_of=chain_cut(n, new))
+
+
+@dataclass
+class StepResult:
+    """Times of one decode step (µs).
+
+    Attributes:
+        makespan_us: the whole step (runs + head).
+        runs: per run ``{"layers", "instances", "kernels", "makespan_us"}`` in layer order.
+        head_us: the head kernels' time on the whole GPU.
+        category_time_us: kernel residence per category (event simulator; summed over runs and
+            the head), empty for the static evaluator.
+        main: the event simulator's result of the first run of the main region (for traces and
+            plots), or None.
+    """
+
+    makespan_us: float
+    runs: list = field(default_factory=list)
+    head_us: float = 0.0
+    category_time_us: dict = field(default_factory=dict)
+    main: Any = None
+
+
+def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "event",
+                  model=None, cache: str = "lru", duration_model=None,
+                  record: bool = True) -> StepResult:
+    """Time one decode step of ``fp`` (built for the configuration's microbatch count) under
+    ``cfg`` (a configuration of ``fp.main``; see the module docstring).
+
+    Args:
+        fp: ``model.graph.build_forward(arch, deploy, m)``.
+        cfg: the configuration (D = 1 with all SMs is the temporal baseline).
+        hw: the GPU.
+        simulator: ``"event"`` (``sim.eventsim.simulate`` with ``model`` and ``cache``) or
+            ``"static"`` (the max-plus evaluator with ``duration_model``, default analytical;
+            head kernels always use the analytical model, they are not calibrated).
+        record: keep the event simulator's utilisation series (main run only).
+
+    Returns:
+        ``StepResult``.
+
+    Raises:
+        ValueError: an unknown simulator, or an infeasible configuration.
+    """
+    if simulator not in ("event", "static"):
+        raise ValueError(f"simulator must be 'event' or 'static', got {simulator!r}")
+    res = StepResult(makespan_us=0.0)
+    cats: dict[str, float] = {}
+    memo: dict = {}
+    for g, count in fp.runs:
+        key = (id(g), count)
+        if key not in memo:
+            c = cfg if g is fp.main else map_cut(cfg, fp.main, g)
+            gr = dataclasses.replace(g, num_regions=count)
+            if simulator == "event":
+                from subgpu_jax.sim.eventsim import simulate
+
+                r = simulate(gr, c, hw, model, cache=cache,
+                             record=record and g is fp.main and res.main is None)
+                memo[key] = (float(r.makespan), dict(r.category_time), r)
+            else:
+                from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
+
+                if c.D == 1:
+                    t = temporal_makespan(gr, hw, duration_model)
+                else:
+                    t = float(Evaluator.for_config(gr, c, hw, duration_model=duration_model)
+                              .makespan([c.alloc])[0])
+                memo[key] = (t, {}, None)
+        t, cat, r = memo[key]
+        if g is fp.main and res.main is None:
+            res.main = r
+        res.runs.append({"layers": [list(x) for x in g.region_kinds],
+                         "instances": int(count), "kernels": g.n, "makespan_us": t})
+        res.makespan_us += t
+        for kname, v in cat.items():
+            cats[kname] = cats.get(kname, 0.0) + float(v)
+    if simulator == "event":
+        from subgpu_jax.sim.eventsim import simulate_streams
+
+        r = simulate_streams([(hw.num_sms, list(fp.head))], hw, model, cache=cache,
+                             record=False)
+        res.head_us = float(r.makespan)
+    else:
+        sd = StaticDurationModel(hw)
+        res.head_us = float(sum(float(np.asarray(sd.kernel_time_us(k, hw.num_sms)).ravel()[0])
+                                for k in fp.head))
+        cats = {}
+    if simulator == "event":
+        cats["head"] = cats.get("head", 0.0) + res.head_us
+    res.makespan_us += res.head_us
+    res.category_time_us = cats
+    return res
