@@ -268,6 +268,10 @@ class Evaluator:
         chunk: allocations per compiled call; batches are padded to it (no recompilation).
             Default 2048 on CPU (fits the caches; measured fastest on a 2-core machine) and
             65536 on an accelerator.
+        streams_per_stage: k streams per stage: the task DAG's stage edge goes to the task k
+            positions earlier on the stage. Every task keeps its duration on the whole pool
+            (tasks of one stage overlap without sharing its SMs: the event simulator with
+            contention off; docs/method.md, "Streams per stage", measures the error).
 
     Raises:
         ValueError: an illegal cut or D/w, or negative/NaN durations in the table.
@@ -275,7 +279,8 @@ class Evaluator:
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
                  policy: str = "wavefront", duration_model=None, dtype=jnp.float32,
-                 chunk: int | None = None, table: np.ndarray | None = None) -> None:
+                 chunk: int | None = None, table: np.ndarray | None = None,
+                 streams_per_stage: int = 1) -> None:
         from subgpu_jax.space.config import check_cut
 
         K = D + w
@@ -283,7 +288,8 @@ class Evaluator:
         self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, K
         self.seg_of = tuple(int(s) for s in seg_of)
         self.dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, self.seg_of, D, w,
-                                  graph.num_regions, graph.microbatches, policy)
+                                  graph.num_regions, graph.microbatches, policy,
+                                  streams_per_stage=streams_per_stage)
         self.arrs = DagArrays.from_dag(self.dag)
         if table is None:
             model = duration_model or StaticDurationModel(hw)
@@ -310,6 +316,7 @@ class Evaluator:
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware, **kw) -> "Evaluator":
         """Evaluator of ``cfg``'s structure (its allocation is scored by ``makespan([cfg.alloc])``)."""
+        kw.setdefault("streams_per_stage", cfg.streams_per_stage)
         return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
 
     def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ Scheme (everything in µs, bytes, SMs):
    a grid of *external* conditions -- the bytes in flight ``c_o`` of the kernels running on other
    stages (normalised by the whole-GPU window ``inflight_per_sm_B * N``) and their compute power
    ``pi_o`` (the power-cap share of ``contention``) -- the time of every kernel of the segment is
-   evaluated with the rate rules of ``BoundModel.rates_into`` for that kernel alone beside a
+   evaluated with the rate rules of ``BoundModel.rates_of`` for that kernel alone beside a
    constant external load: launch, then compute, data and network counters concurrently. Summing
    over the segment's kernels gives ``SegTables``: the task duration, its data-active time, its
    concurrency-time integral and its compute-power-time integral. L2 hits enter through a
@@ -75,7 +75,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
 
     For kernel u on a pool of p SMs (p = 0..N; 0 is treated as 1), beside other kernels holding
     ``conc_grid[a] * window * N`` bytes in flight with total compute power ``power_grid[b]``, the
-    rates follow ``BoundModel.rates_into`` for u (its HBM share is proportional to its bytes in
+    rates follow ``BoundModel.rates_of`` for u (its HBM share is proportional to its bytes in
     flight; the others' ceiling is taken equal to u's; the others' L2 and NVLink use is ignored):
     compute rate R_u pi_u / max(1, pi_u + pi_o); bytes in flight c_u = min(p_u w, cmax, miss
     bytes); HBM share = curve((c_u + c_o) / (w N)) * peak_u * c_u / (c_u + c_o), capped by
@@ -307,7 +307,7 @@ class BandIndex:
         j = i[None, :] + offs[:, None]                            # (W, T_pad)
         ok = (i[None, :] < dag.T) & (j < dag.T)
         st = np.full(T_pad, -1)
-        st[: dag.T] = dag.stage
+        st[: dag.T] = dag.lanes()  # tasks on different lanes (stages or streams) may overlap
         sj = np.where(ok, st[np.clip(j, 0, T_pad - 1)], -1)
         mask = ok & (sj != st[None, :])
         return cls(jnp.asarray(mask, dtype))
@@ -349,11 +349,6 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
     n = graph.n
     if cache == "none":
         return np.zeros(n)
-    dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
-                         graph.num_regions, graph.microbatches, cfg.policy)
-    segk = [tuple(i for i in range(n) if cfg.seg_of[i] == k) for k in range(cfg.K)]
-    jobs = [(int(dag.stage[i]), dag.data_preds[i], int(dag.region[i]), int(dag.mb[i]),
-             segk[int(dag.seg[i])]) for i in range(dag.T)]
     hit = np.zeros(n)
     tot = np.zeros(n)
 
@@ -365,8 +360,7 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
             tot[kid] += self.bytes_obj_read - r0
             return out
 
-    _Rec(graph.kernels, cfg.alloc, jobs, hw, ContentionModel.off(), cache,
-         layers_per_region=graph.layers_per_region, record=False).run()
+    _Rec.from_config(graph, cfg, hw, ContentionModel.off(), cache, record=False).run()
     return np.clip(np.where(tot > 0, hit / np.maximum(tot, 1e-30), 0.0), 0.0, 1.0)
 
 
@@ -510,6 +504,11 @@ class VContentionEvaluator:
         pad_tasks, pad_preds, pad_window: paddings of ``DagArrays.from_dag``; pad_segments:
             K_pad of the tables; pad_stages: D_pad. Fix them to one value across structures to
             share one compiled function (default: power-of-two buckets of the true sizes).
+        streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
+            Approximation for k > 1: tasks of one stage on different streams overlap and load
+            HBM and the power cap like tasks of other stages (the band pairs tasks of different
+            lanes), but each keeps its duration table on the whole pool: the SMs they share in
+            the event simulator are not modelled (docs/method.md, "Streams per stage").
 
     Raises:
         ValueError: an illegal cut/D/w, bad hits, iters < 0, damping outside [0, 1).
@@ -522,7 +521,7 @@ class VContentionEvaluator:
                  dtype=jnp.float32, chunk: int | None = None, band: int | None = None,
                  pad_tasks: int | None = None, pad_preds: int | None = None,
                  pad_window: int | None = None, pad_segments: int | None = None,
-                 pad_stages: int | None = None) -> None:
+                 pad_stages: int | None = None, streams_per_stage: int = 1) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -534,7 +533,8 @@ class VContentionEvaluator:
         self.seg_of = tuple(int(s) for s in seg_of)
         self.policy = policy
         self.dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, self.seg_of, D, w,
-                                  graph.num_regions, graph.microbatches, policy)
+                                  graph.num_regions, graph.microbatches, policy,
+                                  streams_per_stage=streams_per_stage)
         self.arrs = DagArrays.from_dag(self.dag, pad_tasks, pad_preds, pad_window)
         self.band = BandIndex.from_dag(self.dag, self.arrs.T_pad, band, pad_stages, dtype=dtype)
         if hits is None:
@@ -547,7 +547,7 @@ class VContentionEvaluator:
                 R = graph.deployment.requests_per_gpu if graph.deployment is not None else None
                 mb = R // graph.microbatches if R is not None else 1
                 cfg = Config(D=D, w=w, seg_of=self.seg_of, alloc=tuple(int(a) for a in ref_alloc),
-                             microbatch=mb, policy=policy)
+                             microbatch=mb, policy=policy, streams_per_stage=streams_per_stage)
                 hits = estimate_hits(graph, cfg, hw, cache)
         self.hits = np.asarray(hits, dtype=float)
         self.tabs = segment_tables(graph, self.seg_of, K, w, hw, self.model, self.hits, dtype,
@@ -565,6 +565,7 @@ class VContentionEvaluator:
                    **kw) -> "VContentionEvaluator":
         """Evaluator of ``cfg``'s structure; ``cfg.alloc`` is the reference of the hit replay."""
         kw.setdefault("ref_alloc", cfg.alloc)
+        kw.setdefault("streams_per_stage", cfg.streams_per_stage)
         return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
 
     def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:

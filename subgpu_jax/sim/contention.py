@@ -46,7 +46,8 @@ import numpy as np
 from subgpu_jax.model.graph import Kernel, StaticDurationModel
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 
-__all__ = ["ContentionModel", "BoundModel", "KernelWork", "H200_GEMM_PER_SM_TFLOPS", "LoneMakespan"]
+__all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
+           "LoneMakespan"]
 
 #: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> makespan µs`` of one kernel alone.
 LoneMakespan = Callable[..., float]  # (kernel, pool_sms, hw, model, scale, fixed_us[, window]) -> µs
@@ -477,7 +478,7 @@ class BoundModel:
 
     # ------------------------------------------------------------------ the rates
     def rates(self, sms, rate_full, power, flops_left, data_left, miss_frac, peak, reread,
-              comm_on):
+              comm_on, win=None):
         """Instantaneous rates of the running kernels (lists of equal length n, plain floats).
 
         Args:
@@ -487,64 +488,70 @@ class BoundModel:
             miss_frac: fraction of the data counter's bytes that go to HBM (0..1).
             peak: HBM ceiling of each kernel (bytes/s). reread: operand bytes per FLOP.
             comm_on: True while the kernel's network payload is moving.
+            win: bytes in flight per SM of each kernel (``KernelWork.window_B_per_sm``; None =
+                the model's ``inflight_per_sm_B`` for all).
 
         Returns:
             ``(r_comp, r_data, r_hbm, r_net)``: lists of FLOP/s, data bytes/s, HBM bytes/s and
             network bytes/s (0 for counters that are done or not moving).
         """
         n = len(sms)
-        rc, rd, rh, rn = [0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n
-        self.rates_into(list(range(n)), sms, rate_full, power, flops_left, data_left, miss_frac,
-                        peak, reread, comm_on, rc, rd, rh, rn)
-        return rc, rd, rh, rn
+        ws = [self.window] * n if win is None else win
+        act = [RunningKernel(i, sms[i], rate_full[i], power[i], ws[i], flops_left[i],
+                             data_left[i], miss_frac[i], peak[i], reread[i], comm_on[i])
+               for i in range(n)]
+        self.rates_of(act)
+        return ([u.rc for u in act], [u.rd for u in act], [u.rh for u in act],
+                [u.rn for u in act])
 
-    def rates_into(self, act, sms, rate_full, power, F, Dd, phi, peak, rr, comm_on,
-                   rc, rd, rh, rn, win=None):
-        """In-place form of ``rates`` used by the event simulator: inputs and outputs are lists
-        indexed by stage, ``act`` lists the stages whose kernel is active; only those entries of
-        ``rc, rd, rh, rn`` (FLOP/s, bytes/s, HBM bytes/s, network bytes/s) are written.
-        ``win``: per-stage bytes in flight per SM of the running kernel
-        (``KernelWork.window_B_per_sm``; None = the model's ``inflight_per_sm_B`` for all).
+    def rates_of(self, act) -> tuple[float, float, bool, bool]:
+        """Rates of the running kernels ``act``, written into them (the event simulator's
+        ``eventsim.Lane`` objects, or ``RunningKernel``).
+
+        Each element carries the inputs ``sms`` (p_u), ``rate_full`` (FLOP/s), ``power`` (pi_u),
+        ``window`` (bytes in flight per SM, ``KernelWork.window_B_per_sm``), ``F`` (FLOP left),
+        ``D`` (data bytes left), ``phi`` (HBM fraction of the data bytes), ``peak`` (HBM
+        ceiling, bytes/s), ``reread`` (operand bytes per FLOP), ``comm_on`` (network payload
+        moving) and ``index`` (a unique int: the tie-break of the water-filling order); this
+        sets ``rc`` (FLOP/s), ``rd`` (data bytes/s), ``rh`` (HBM bytes/s) and ``rn`` (network
+        bytes/s). A kernel's bytes in flight are c_u = min(p_u * window_u, cap, remaining miss
+        bytes), with cap = ``inflight_max_B`` or, without one, window_u * N.
 
         Returns:
             ``(hbm_total_Bps, curve_Bps, power_capped, l2_scaled)``: the HBM bandwidth in use,
             the bandwidth the response curve allows at the current concurrency, whether the
             compute power cap binds, whether L2 bandwidth binds.
         """
-        ptot = 0.0
-        for s in act:
-            if F[s] > 0:
-                ptot += power[s]
-        cs = 1.0 / ptot if ptot > 1.0 else 1.0
-        issue, dcap = self.issue, self.demand_cap
-        w0, cmax0, capped = self.window, self.cmax, self.model.inflight_max_B is not None
-        ctot = pk = 0.0
+        if not act:
+            return 0.0, 0.0, False, False
+        issue, dcap, N = self.issue, self.demand_cap, self.N
+        cmax0, capped = self.cmax, self.model.inflight_max_B is not None
+        ptot = ctot = pk = 0.0
         concs = []
         ncomm = 0
-        for s in act:
-            rc[s] = rate_full[s] * power[s] * cs if F[s] > 0 else 0.0
-            if comm_on[s]:
+        for u in act:
+            if u.F > 0:
+                ptot += u.power
+            if u.comm_on:
                 ncomm += 1
-            d = Dd[s]
-            rh[s] = 0.0
+            u.rh = 0.0
+            d = u.D
             if d > 0:
-                f = phi[s]
+                f = u.phi
                 if f > 0:
-                    if win is None:
-                        c = sms[s] * w0
-                        cmax = cmax0
-                    else:
-                        c = sms[s] * win[s]
-                        cmax = cmax0 if capped else win[s] * self.N
+                    c = u.sms * u.window
+                    cmax = cmax0 if capped else u.window * N
                     if c > cmax:
                         c = cmax
                     if dcap:
                         m = d * f
                         if m < c:
                             c = m
-                    concs.append((s, c))
+                    # (water-filling key: HBM rate it can use per byte in flight, tie-break)
+                    concs.append((f * u.sms * issue / c, u.index, u, c))
                     ctot += c
-                    pk += c * peak[s]
+                    pk += c * u.peak
+        cs = 1.0 / ptot if ptot > 1.0 else 1.0
         bw = 0.0
         if concs:
             # fraction of the response curve at the total concurrency (inlined for speed)
@@ -558,53 +565,74 @@ class BoundModel:
                 frac = ys[i - 1] + (ys[i] - ys[i - 1]) * (x - x0) / (xs[i] - x0)
             bw = frac * (pk / ctot)
             if len(concs) == 1:
-                s = concs[0][0]
-                want = phi[s] * sms[s] * issue
-                rh[s] = want if want < bw else bw
+                u = concs[0][2]
+                want = u.phi * u.sms * issue
+                u.rh = want if want < bw else bw
             else:
                 # water-filling in proportion to concurrency, capped by usable HBM rate
-                concs.sort(key=lambda sc: (phi[sc[0]] * sms[sc[0]] * issue / sc[1], sc[0]))
+                concs.sort()
                 left_bw, left_w = bw, ctot
-                for j, (s, c) in enumerate(concs):
-                    want = phi[s] * sms[s] * issue
+                for j, (_, _, u, c) in enumerate(concs):
+                    want = u.phi * u.sms * issue
                     share = left_bw * c / left_w
                     if want <= share:
-                        rh[s] = want
+                        u.rh = want
                         left_bw -= want
                         left_w -= c
                     else:
-                        for s2, c2 in concs[j:]:
-                            rh[s2] = left_bw * c2 / left_w
+                        for _, _, u2, c2 in concs[j:]:
+                            u2.rh = left_bw * c2 / left_w
                         break
         k1 = self.kappa - 1.0
-        l2 = 0.0
-        for s in act:
-            if Dd[s] > 0:
-                r = sms[s] * issue
-                f = phi[s]
-                if f > 0 and rh[s] < r * f:
-                    r = rh[s] / f
-                rd[s] = r
+        l2 = hsum = 0.0
+        nv = self.nvlink / ncomm if ncomm else 0.0
+        for u in act:
+            rc = u.rc = u.rate_full * u.power * cs if u.F > 0 else 0.0
+            f = u.phi
+            if u.D > 0:
+                r = u.sms * issue
+                if f > 0 and u.rh < r * f:
+                    r = u.rh / f
+                u.rd = r
                 l2 += r * (1.0 + k1 * f)
             else:
-                rd[s] = 0.0
-            if rr[s] > 0:
-                l2 += rr[s] * rc[s]
+                r = u.rd = 0.0
+            if u.reread > 0:
+                l2 += u.reread * rc
+            h = u.rh = r * f
+            hsum += h
+            u.rn = nv if ncomm and u.comm_on else 0.0
         scaled = l2 > self.l2
         if scaled:
             sc = self.l2 / l2
-            for s in act:
-                rd[s] *= sc
-                if rr[s] > 0:
-                    rc[s] *= sc
-        hsum = 0.0
-        nv = self.nvlink / ncomm if ncomm else 0.0
-        for s in act:
-            h = rd[s] * phi[s]
-            rh[s] = h
-            hsum += h
-            rn[s] = nv if ncomm and comm_on[s] else 0.0
+            hsum = 0.0
+            for u in act:
+                u.rd *= sc
+                if u.reread > 0:
+                    u.rc *= sc
+                h = u.rh = u.rd * u.phi
+                hsum += h
         return hsum, bw, ptot > 1.0, scaled
+
+
+class RunningKernel:
+    """A running kernel as ``BoundModel.rates_of`` sees it (inputs and output rates; see there).
+
+    Args:
+        index: unique tie-break id. sms, rate_full, power, window, F, D, phi, peak, reread,
+            comm_on: the rate model's inputs (SMs, FLOP/s, pi, bytes per SM, FLOP, bytes,
+            fraction, bytes/s, bytes per FLOP, bool).
+    """
+
+    __slots__ = ("index", "sms", "rate_full", "power", "window", "F", "D", "phi", "peak",
+                 "reread", "comm_on", "rc", "rd", "rh", "rn")
+
+    def __init__(self, index, sms, rate_full, power, window, F, D, phi, peak, reread,
+                 comm_on) -> None:
+        self.index, self.sms, self.rate_full, self.power = index, sms, rate_full, power
+        self.window, self.F, self.D, self.phi = window, F, D, phi
+        self.peak, self.reread, self.comm_on = peak, reread, comm_on
+        self.rc = self.rd = self.rh = self.rn = 0.0
 
 
 def _check_kernel(k: Kernel) -> None:

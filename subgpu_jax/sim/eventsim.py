@@ -2,15 +2,30 @@
 
 Segment tasks of the augmented task DAG (``taskdag.build_task_dag``, the evaluator's dispatch
 order) are expanded into their kernels (kernel order; the kernels of one task run one after
-another on the task's stage). Each stage runs only the head of its queue in the global dispatch
-order and cannot bypass blocked work. Whenever a dependency releases a task or a work counter of a
-running kernel reaches zero, the rates of the running set are recomputed (``contention``) and time
+another). Each lane (a stream: with one stream per stage, the stage) runs the head of its queue
+in the global dispatch order when the head's data predecessors are done, and cannot bypass
+blocked work. Whenever a dependency releases a task or a work counter of a running kernel reaches
+zero, the rates of the running set are recomputed (``contention.BoundModel.rates_of``) and time
 advances to the next event.
 
-Events live in a heap of ``(time µs, priority, sequence, kind, stage, epoch)``: ties break by
-priority (counter completion < collective setup end < launch end) then by push order, so the same
-input always gives the same output. Completion events are invalidated lazily by an epoch per stage.
-``EventSimulator.step()`` processes every event of the next instant; ``run()`` loops to the end.
+**k streams per stage** (``Config.streams_per_stage``): the j-th task of stage d runs on lane
+d*k + (j mod k) (the runtime's rule, ``hw_runtime.plan``), so a task waits for the task k
+positions earlier on its stage (the stage edge of ``taskdag.build_task_dag``). The k lanes of a
+stage share its pool of SMs: each running kernel wants min(pool SMs, its CTAs); when the wants of
+the active kernels of a pool exceed its SMs, the pool is water-filled (``share_pool``: equal
+shares, a kernel never above its want, leftovers to the others), and a kernel's compute power
+and bytes in flight scale with the SMs granted. Kernels still launching hold no share. With
+``ContentionModel.off()`` nothing is shared: every kernel takes its isolated static duration on
+the whole pool, so the simulator equals the max-plus evaluator for every k.
+
+Structure (SimPy-like): ``EventQueue`` is the event loop (a heap of
+``(time µs, priority, sequence, lane, epoch)``: ties break by priority (counter completion <
+collective setup end < launch end) then by push order, so the same input always gives the same
+output; completion events are invalidated lazily by the lane's epoch). The resources are the SM
+pools (``Pool``) and their lanes (``Lane``: one stream and the named state of its running
+kernel), the L2 table (``l2cache.L2Cache``) and the HBM/L2/compute/NVLink bandwidth of the rate
+model; ``Job`` is one task. ``EventSimulator.step()`` processes every event of the next instant;
+``run()`` loops to the end.
 
 A kernel's life: launch overhead (``Hardware.launch_us``, no work moves) -> active: L2 lookups of
 its reads (``l2cache``), then compute, data and (after ``Hardware.comm_setup_us``) network counters
@@ -22,24 +37,36 @@ kernel) and the makespan equals ``evaluator.Evaluator(...).makespan`` up to floa
 
 from __future__ import annotations
 
+import bisect
 import gc
 import heapq
+from array import array
 from dataclasses import dataclass, replace as _dc_replace
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
-from subgpu_jax.sim.contention import BoundModel, ContentionModel
+from subgpu_jax.sim.contention import BoundModel, ContentionModel, KernelWork
+from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
 from subgpu_jax.space.config import Config, check_cut
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
-__all__ = ["SimResult", "EventSimulator", "simulate", "simulate_streams", "check_config"]
+__all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "share_pool",
+           "simulate", "simulate_streams", "check_config", "lone_makespan"]
 
-_DONE, _SETUP, _LAUNCH, _KEND = 0, 1, 2, 0
+#: Event priorities (the tie-break at equal times): counter completion, setup end, launch end.
+_DONE, _SETUP, _LAUNCH = 0, 1, 2
+#: Lane phases.
+_IDLE, _LAUNCHING, _ACTIVE = 0, 1, 2
 _INF = float("inf")
+
+
+def _lane_index(u: "Lane") -> int:
+    return u.index
 
 
 @dataclass
@@ -139,8 +166,143 @@ def lone_makespan(k: Kernel, pool_sms: int, hw: Hardware, model: ContentionModel
     over = {"scale": scale, "fixed_us": fixed_us}
     if window_B_per_sm is not None:
         over["window_B_per_sm"] = float(window_B_per_sm)
-    sim._work[(0, 0)] = _dc_replace(sim._work[(0, 0)], **over)
+    u = sim.lanes[0]
+    u.works[0] = _dc_replace(u.works[0], **over)
     return float(sim.run().makespan)
+
+
+def share_pool(pool: float, wants: Sequence[float]) -> list[float] | None:
+    """Water-fill a pool of SMs between the kernels active on its lanes.
+
+    Each kernel wants min(pool SMs, its CTAs) SMs. When the wants fit in the pool nothing is
+    shared (None). Otherwise, in increasing order of want (ties in lane order), each kernel gets
+    min(its want, an equal share of what is left): equal shares, a kernel never above its want,
+    what it leaves going to the others.
+
+    Args:
+        pool: SMs of the pool (> 0). wants: SMs each active kernel wants (> 0), in lane order.
+
+    Returns:
+        SMs granted to each kernel (same order, summing to ``pool``), or None when
+        ``sum(wants) <= pool``.
+    """
+    if sum(wants) <= pool:
+        return None
+    out = [0.0] * len(wants)
+    left, n = float(pool), len(wants)
+    for i, s in enumerate(sorted(range(n), key=wants.__getitem__)):
+        share = left / (n - i)
+        g = min(wants[s], share)
+        out[s] = g
+        left -= g
+    return out
+
+
+class EventQueue:
+    """The event loop's clock-ordered queue (no resources; SimPy-like core).
+
+    Events are ``(time µs, priority, sequence, lane, epoch)`` tuples in a heap; the sequence
+    number makes every key unique, so ties break by priority, then push order.
+
+    Attributes:
+        heap: the events. seq: events pushed so far. now: time of the last instant (µs).
+        popped: events popped so far.
+    """
+
+    __slots__ = ("heap", "seq", "now", "popped")
+
+    def __init__(self) -> None:
+        self.heap: list = []
+        self.seq = 0
+        self.now = 0.0
+        self.popped = 0
+
+    def push(self, t: float, prio: int, lane: "Lane", epoch: int) -> None:
+        """Schedule an event at ``t`` µs with priority ``prio`` for ``lane`` (epoch: validity
+        stamp of completion events, -1 for events that are always valid)."""
+        self.seq += 1
+        heapq.heappush(self.heap, (t, prio, self.seq, lane, epoch))
+
+
+@dataclass(eq=False, slots=True)
+class Job:
+    """One task (a segment task, or a whole stream for ``simulate_streams``).
+
+    Attributes:
+        index: position in the global dispatch order. stage: the lane that runs it.
+        region, mb: region instance and microbatch (L2 object names).
+        kids: kernel ids in run order. first: index of its first kernel instance.
+        succ: data successors (``Job`` objects). pending: data predecessors not yet done.
+        start, end: A_i and C_i (µs).
+    """
+
+    index: int
+    stage: int
+    region: int
+    mb: int
+    kids: tuple
+    first: int
+    succ: tuple = ()
+    pending: int = 0
+    start: float = 0.0
+    end: float = 0.0
+
+
+class Lane:
+    """One stream (lane) and the named state of the kernel it runs.
+
+    Attributes:
+        index: lane number (the ``stage`` of the jobs it runs). pool: its ``Pool``.
+        queue: its jobs in dispatch order; head: index of the next one to run.
+        job, pos: the running job (None when idle) and the position of its running kernel.
+        kid: the running kernel's id. phase: 0 idle, 1 launching, 2 active.
+        works: ``KernelWork`` of each kernel id on the pool (None for kernels it never runs).
+        work: the running kernel's ``KernelWork``.
+        F, D, N: FLOP, data bytes and network bytes left. setup: collective setup pending.
+        want, pow0: the running kernel's SMs p_u and compute power pi_u alone on the pool.
+        sms, power, rate_full, window, phi, peak, reread, comm_on: inputs of the rate model
+            (``BoundModel.rates_of``; sms and power are the shared values when the pool is
+            split); rc, rd, rh, rn: its outputs (FLOP/s, bytes/s, HBM bytes/s, network bytes/s);
+            oc, od, on: the rates its pending completion event was computed from.
+        pc, pd, pn: predicted completion times of the three counters at the current rates (µs).
+        epoch: stamp of the valid completion event; live: such an event is pending.
+    """
+
+    __slots__ = ("index", "pool", "queue", "head", "job", "pos", "kid", "phase", "works",
+                 "work", "F", "D", "N", "setup", "want", "pow0", "sms", "power", "rate_full",
+                 "window", "phi", "peak", "reread", "comm_on", "rc", "rd", "rh", "rn", "oc",
+                 "od", "on", "pc", "pd", "pn", "epoch", "live")
+
+    def __init__(self, index: int, pool: "Pool", nkernels: int) -> None:
+        self.index, self.pool = index, pool
+        self.queue: list[Job] = []
+        self.head = 0
+        self.job: Job | None = None
+        self.pos = self.kid = self.phase = 0
+        self.works: list[KernelWork | None] = [None] * nkernels
+        self.work: KernelWork | None = None
+        self.F = self.D = self.N = 0.0
+        self.setup = self.comm_on = self.live = False
+        self.want = self.pow0 = self.sms = self.power = self.rate_full = self.window = 0.0
+        self.phi = self.peak = self.reread = 0.0
+        self.rc = self.rd = self.rh = self.rn = 0.0
+        self.oc = self.od = self.on = 0.0
+        self.pc = self.pd = self.pn = _INF
+        self.epoch = 0
+
+
+class Pool:
+    """A pool of SMs (a green context) and the lanes that share it.
+
+    Attributes:
+        index: pool id. sms: its SMs. lanes: its ``Lane`` objects (lane order).
+    """
+
+    __slots__ = ("index", "sms", "lanes")
+
+    def __init__(self, index: int, sms: int) -> None:
+        self.index, self.sms = index, sms
+        self.lanes: list[Lane] = []
 
 
 class EventSimulator:
@@ -148,21 +310,27 @@ class EventSimulator:
 
     Args:
         kernels: the kernel table (``OpGraph.kernels`` or any kernels).
-        stage_sms: SMs of each stage (ints >= 1, sum <= hw.num_sms).
+        stage_sms: SMs of each lane ("stage": ints >= 1, sum over pools <= hw.num_sms).
         jobs: in global dispatch order, ``(stage, data_preds, region, microbatch, kernel_ids)``;
-            data_preds are earlier job indices; kernel_ids index ``kernels`` in run order.
+            stage is the lane that runs the job, data_preds are earlier job indices;
+            kernel_ids index ``kernels`` in run order.
         hw: the GPU. model: the ``ContentionModel`` (default: calibrated, contention on).
         cache: L2 policy name (``l2cache.L2_POLICIES``).
         layers_per_region: P for the residual-stream aliasing (None: no aliasing).
         record: keep the utilisation time series.
         pool_of_stage: with k streams per stage, the "stages" here are lanes (streams) and this
             names the SM pool of each lane (lanes of one pool list the pool's SMs in
-            ``stage_sms``); while n lanes of a pool run kernels at once, each gets 1/n of the
-            pool's SMs (and so of its compute power, issue bandwidth and bytes in flight). None:
-            every stage is its own pool.
+            ``stage_sms``); the active kernels of a pool share its SMs by ``share_pool`` (and
+            with them their compute power and bytes in flight). None: every lane is its own
+            pool.
+
+    Attributes:
+        lanes, pools: the ``Lane`` and ``Pool`` objects. events_q: the ``EventQueue``.
+        active: the lanes whose kernel is active (phase 2), in lane order. cache: the L2 table.
+        t: the current instant (µs). events, steps: events popped, instants processed.
 
     Raises:
-        ValueError: bad stages, jobs, policy or kernel work (one line naming the field).
+        ValueError: bad stages, pools, jobs, policy or kernel work (one line naming the field).
     """
 
     def __init__(self, kernels: Sequence[Kernel], stage_sms: Sequence[int], jobs: Sequence,
@@ -191,99 +359,80 @@ class EventSimulator:
                     raise ValueError(f"pool_of_stage: lane {d} of pool {q} has {p} SMs, another "
                                      f"lane of that pool {pools[int(q)]}")
             total = sum(pools.values())
-            self.pool_of = [int(q) for q in pool_of_stage]
+            pool_ids = [int(q) for q in pool_of_stage]
         else:
             total = sum(sms)
-            self.pool_of = None
+            pool_ids = list(range(len(sms)))
         if total > hw.num_sms:
             raise ValueError(f"stage_sms sum to {total}, more than the {hw.num_sms} SMs of "
                              f"{hw.name}")
         self.stage_sms = tuple(sms)
         self.kernels = tuple(kernels)
+        nk = len(self.kernels)
         D = len(sms)
-        self.jobs = list(jobs)
-        nj = len(self.jobs)
-        self.job_stage = []
-        self.job_kids = []
-        self.job_l = []
-        self.job_mu = []
-        succ: list[list[int]] = [[] for _ in range(nj)]
-        pending = []
-        for j, (s, preds, l, mu, kids) in enumerate(self.jobs):
+        by_id: dict[int, Pool] = {}
+        self.lanes: list[Lane] = []
+        for d in range(D):
+            pool = by_id.get(pool_ids[d])
+            if pool is None:
+                pool = by_id[pool_ids[d]] = Pool(pool_ids[d], sms[d])
+            u = Lane(d, pool, nk)
+            pool.lanes.append(u)
+            self.lanes.append(u)
+        self.pools = list(by_id.values())
+        #: pools whose lanes may share SMs (contention on, more than one lane)
+        self._shared = [p for p in self.pools if len(p.lanes) > 1] if not self.isolated else []
+        # jobs
+        self.jobs: list[Job] = []
+        succ: list[list[int]] = []
+        first = 0
+        for j, spec in enumerate(jobs):
+            s, preds, l, mu, kids = spec
             if not 0 <= s < D:
                 raise ValueError(f"job {j}: stage {s} out of range 0..{D - 1}")
             for q in preds:
                 if not 0 <= q < j:
                     raise ValueError(f"job {j}: data predecessor {q} must be an earlier job")
                 succ[q].append(j)
-            for k in kids:
-                if not 0 <= k < len(self.kernels):
-                    raise ValueError(f"job {j}: kernel id {k} out of range")
-            self.job_stage.append(int(s))
-            self.job_kids.append(tuple(int(k) for k in kids))
-            self.job_l.append(int(l))
-            self.job_mu.append(int(mu))
-            pending.append(len(set(preds)))
-        self.succ = [tuple(sorted(set(x))) for x in succ]
-        self.pending = pending
-        self.queue = [[j for j in range(nj) if self.job_stage[j] == s] for s in range(D)]
-        self.head = [0] * D
-        off = [0]
-        for kids in self.job_kids:
-            off.append(off[-1] + len(kids))
-        self.job_off = off
-        ninst = off[-1]
-        self.inst_start = [0.0] * ninst
-        self.inst_end = [0.0] * ninst
-        self.task_start = [0.0] * nj
-        self.task_end = [0.0] * nj
-        # per (kernel, stage) work and object names
-        self._work = {}
-        for s in range(D):
-            for kid in {k for j in self.queue[s] for k in self.job_kids[j]}:
-                self._work[(kid, s)] = self.bm.work(self.kernels[kid], sms[s])
+            kt = tuple(map(int, kids))
+            if kt and (min(kt) < 0 or max(kt) >= nk):
+                raise ValueError(f"job {j}: kernel ids must be in 0..{nk - 1}, got {kt}")
+            job = Job(index=j, stage=int(s), region=int(l), mb=int(mu), kids=kt, first=first,
+                      pending=len(set(preds)))
+            first += len(kt)
+            self.jobs.append(job)
+            succ.append([])
+            self.lanes[s].queue.append(job)
+        for job, x in zip(self.jobs, succ):
+            job.succ = tuple(self.jobs[i] for i in sorted(set(x)))
+        self.ninst = first
+        self.inst_start = [0.0] * first
+        self.inst_end = [0.0] * first
+        # per (kernel, lane) work and object names
+        for u in self.lanes:
+            for kid in {x for j in u.queue for x in j.kids}:
+                u.works[kid] = self.bm.work(self.kernels[kid], u.pool.sms)
         P = layers_per_region
-        self._objs = []
-        for k in self.kernels:
-            w = tuple((nm, float(b)) for nm, b in k.weight_objects)
-            r = tuple(_canon(nm, P) + (float(b),) for nm, b in k.act_reads)
-            wr = tuple(_canon(nm, P) + (float(b),) for nm, b in k.act_writes)
-            self._objs.append((w, r, wr, float(k.kv_bytes)))
-        # stage state
-        self.s_job = [-1] * D       # current job
-        self.s_pos = [0] * D        # position of the running kernel in its job
-        self.s_phase = [0] * D      # 0 idle, 1 launching, 2 active
-        self.s_w = [None] * D       # KernelWork of the running kernel
-        self.F = [0.0] * D
-        self.Dd = [0.0] * D
-        self.Nn = [0.0] * D
-        self.setup = [False] * D
-        self.phi = [0.0] * D
-        self.rc = [0.0] * D
-        self.rd = [0.0] * D
-        self.rn = [0.0] * D
-        self.rh = [0.0] * D
-        self.k_sms = [0.0] * D      # constants of the running kernel, per stage
-        self.k_rfull = [0.0] * D
-        self.k_pow = [0.0] * D
-        self.k_win = [0.0] * D      # bytes in flight per SM of the running kernel
-        self.k_peak = [0.0] * D
-        self.k_rr = [0.0] * D
-        self.comm_on = [False] * D
-        self.pf = [[_INF, _INF, _INF] for _ in range(D)]
-        self.epoch = [0] * D
-        self._live = [False] * D    # a valid completion event is pending for the stage
-        self.heap: list = []
-        self.seq = 0
+        self._objs = []    # per kernel: weight reads, activation reads, write bytes, KV bytes
+        self._writes = []  # per kernel: activation writes (name, region shift, bytes)
+        for kern in self.kernels:
+            w = tuple((nm, float(b)) for nm, b in kern.weight_objects)
+            r = tuple(_canon(nm, P) + (float(b),) for nm, b in kern.act_reads)
+            wr = tuple(_canon(nm, P) + (float(b),) for nm, b in kern.act_writes)
+            wb = 0.0
+            for _, _, x in wr:
+                wb += x
+            self._objs.append((w, r, wb, float(kern.kv_bytes)))
+            self._writes.append(wr)
+        self.events_q = EventQueue()
+        self.dag: TaskDAG | None = None
         self.t = 0.0
+        self.active: list[Lane] = []
         self.events = 0
         self.steps = 0
         self.jobs_done = 0
         self.record = record
-        self.ut: list[float] = []
-        self.uh: list[float] = []
-        self.us: list[float] = []
-        self.ucap: list[float] = []
+        self.util = array("d")  # flat (t µs, HBM B/s, busy SMs, curve cap B/s) samples
         self.bytes_hbm = 0.0
         self.bytes_hit = 0.0
         self.bytes_obj_read = 0.0
@@ -291,46 +440,75 @@ class EventSimulator:
         self.bytes_objects = 0.0
         self._started = False
 
-    # ------------------------------------------------------------------ helpers
-    def _push(self, t: float, prio: int, kind: int, s: int, ep: int) -> None:
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, self.seq, kind, s, ep))
-
-    def _start_kernel(self, s: int, t: float) -> None:
-        j = self.s_job[s]
-        q = self.s_pos[s]
-        kid = self.job_kids[j][q]
-        w = self._work[(kid, s)]
-        self.s_w[s] = w
-        self.inst_start[self.job_off[j] + q] = t
-        if self.isolated:
-            self.s_phase[s] = 2
-            self.F[s], self.Dd[s], self.Nn[s], self.setup[s] = 1.0, 0.0, 0.0, False
-            self._lookups(s, kid, j)
-            self._push(t + w.static_us, _DONE, _KEND, s, self.epoch[s])
+    @classmethod
+    def from_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
+                    model: ContentionModel | None = None, cache: str = "lru",
+                    record: bool = True) -> "EventSimulator":
+        """The simulator of one forward pass of ``graph`` under ``cfg`` (not validated: see
+        ``check_config``): the tasks of ``taskdag.build_task_dag`` on the lanes of
+        ``TaskDAG.lanes``, the k lanes of stage d sharing pool d. The task DAG is kept as
+        ``dag``."""
+        k = cfg.streams_per_stage
+        dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
+                             graph.num_regions, graph.microbatches, cfg.policy,
+                             streams_per_stage=k)
+        segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == kk) for kk in range(cfg.K)]
+        lane = dag.lanes().tolist()
+        if k == 1:
+            sms, pool_of = list(cfg.alloc), None
         else:
-            self.s_phase[s] = 1
-            self._push(t + self.bm.launch_us + w.fixed_us, _LAUNCH, _LAUNCH, s, -1)
+            sms = [int(cfg.alloc[d]) for d in range(cfg.D) for _ in range(k)]
+            pool_of = [d for d in range(cfg.D) for _ in range(k)]
+        jobs = [(lane[i], dag.data_preds[i], int(dag.region[i]), int(dag.mb[i]),
+                 segk[int(dag.seg[i])]) for i in range(dag.T)]
+        sim = cls(graph.kernels, sms, jobs, hw, model, cache,
+                  layers_per_region=graph.layers_per_region, record=record,
+                  pool_of_stage=pool_of)
+        sim.dag = dag
+        return sim
 
-    def _lookups(self, s: int, kid: int, j: int) -> tuple[float, float]:
-        """L2 lookups of the reads of kernel ``kid`` of job ``j``; returns (HBM bytes, hit bytes)."""
-        cache = self.cache
-        l, mu = self.job_l[j], self.job_mu[j]
-        w, r, wr, kv = self._objs[kid]
+    # ------------------------------------------------------------------ helpers
+    def _set_active(self, u: Lane) -> None:
+        """Put lane ``u`` into phase 2 and into ``active`` (kept in lane order)."""
+        u.phase = _ACTIVE
+        act = self.active
+        if not act or act[-1].index < u.index:
+            act.append(u)
+        else:
+            bisect.insort(act, u, key=_lane_index)
+
+    def _start_kernel(self, u: Lane, t: float) -> None:
+        j = u.job
+        q = u.pos
+        kid = u.kid = j.kids[q]
+        self.inst_start[j.first + q] = t
+        w = u.work = u.works[kid]
+        if self.isolated:
+            self._set_active(u)
+            u.F, u.D, u.N, u.setup = 1.0, 0.0, 0.0, False
+            self._lookups(u, kid, j)
+            self.events_q.push(t + w.static_us, _DONE, u, u.epoch)
+        else:
+            u.phase = _LAUNCHING
+            self.events_q.push(t + self.bm.launch_us + w.fixed_us, _LAUNCH, u, -1)
+
+    def _lookups(self, u: Lane, kid: int, j: Job) -> tuple[float, float]:
+        """L2 lookups of the reads of kernel ``kid`` of job ``j`` (run by lane ``u``); returns
+        (HBM bytes, hit bytes)."""
+        l, mu = j.region, j.mb
+        w, r, wb, kv = self._objs[kid]
+        read = self.cache.read
         hit = miss = 0.0
         for nm, b in w:
-            if cache.read(("w", l, nm), b):
+            if read(("w", l, nm), b):
                 hit += b
             else:
                 miss += b
         for nm, sh, b in r:
-            if cache.read(("a", l + sh, mu, nm), b):
+            if read(("a", l + sh, mu, nm), b):
                 hit += b
             else:
                 miss += b
-        wb = 0.0
-        for _, _, b in wr:
-            wb += b
         self.bytes_hit += hit
         self.bytes_obj_read += hit + miss
         hbm = miss + wb + kv
@@ -338,178 +516,181 @@ class EventSimulator:
         self.bytes_objects += hit + hbm
         return hbm, hit
 
-    def _activate(self, s: int, t: float) -> None:
-        j = self.s_job[s]
-        kid = self.job_kids[j][self.s_pos[s]]
-        w = self.s_w[s]
-        hbm, hit = self._lookups(s, kid, j)
+    def _activate(self, u: Lane, t: float) -> None:
+        kid = u.kid
+        w = u.work
+        hbm, hit = self._lookups(u, kid, u.job)
         data = hbm + hit
         sc = w.scale  # calibration: work scale (1 without one)
-        self.s_phase[s] = 2
-        self.k_sms[s], self.k_rfull[s], self.k_pow[s] = w.sms, w.rate_full, w.power
-        self.k_win[s] = w.window_B_per_sm
-        self.k_peak[s], self.k_rr[s] = w.peak_Bps, w.reread_per_flop
-        self.F[s] = w.flops * sc
-        self.Dd[s] = data * sc
-        self.phi[s] = hbm / data if data > 0 else 0.0
-        self.Nn[s] = w.comm_bytes * sc
+        self._set_active(u)
+        u.sms = u.want = w.sms
+        u.power = u.pow0 = w.power
+        u.rate_full, u.window = w.rate_full, w.window_B_per_sm
+        u.peak, u.reread = w.peak_Bps, w.reread_per_flop
+        u.F = w.flops * sc
+        u.D = data * sc
+        u.phi = hbm / data if data > 0 else 0.0
+        u.N = w.comm_bytes * sc
         self.bytes_reread += w.reread_per_flop * w.flops
         if w.comm_bytes > 0 and self.bm.setup_us > 0:
-            self.setup[s] = True
-            self.comm_on[s] = False
-            self._push(t + self.bm.setup_us, _SETUP, _SETUP, s, -1)
+            u.setup = True
+            u.comm_on = False
+            self.events_q.push(t + self.bm.setup_us, _SETUP, u, -1)
         else:
-            self.setup[s] = False
-            self.comm_on[s] = w.comm_bytes > 0
+            u.setup = False
+            u.comm_on = w.comm_bytes > 0
 
-    def _finish_kernel(self, s: int, t: float) -> bool:
-        j = self.s_job[s]
-        q = self.s_pos[s]
-        kid = self.job_kids[j][q]
-        self.inst_end[self.job_off[j] + q] = t
-        l, mu = self.job_l[j], self.job_mu[j]
-        for nm, sh, b in self._objs[kid][2]:
-            self.cache.write(("a", l + sh, mu, nm), b)
-        self.s_phase[s] = 0
-        self.epoch[s] += 1
-        self._live[s] = False
-        self.rc[s] = self.rd[s] = self.rn[s] = self.rh[s] = 0.0
-        self.comm_on[s] = False
-        self.pf[s] = [_INF, _INF, _INF]
-        if q + 1 < len(self.job_kids[j]):
-            self.s_pos[s] = q + 1
-            self._start_kernel(s, t)
+    def _finish_kernel(self, u: Lane, t: float) -> bool:
+        """End the running kernel of ``u``; start the job's next kernel or end the job.
+        Returns True when the job ended (its successors may have been released)."""
+        j = u.job
+        q = u.pos
+        kid = u.kid
+        self.inst_end[j.first + q] = t
+        l, mu = j.region, j.mb
+        write = self.cache.write
+        for nm, sh, b in self._writes[kid]:
+            write(("a", l + sh, mu, nm), b)
+        u.phase = _IDLE
+        self.active.remove(u)
+        u.epoch += 1
+        u.live = False
+        u.rc = u.rd = u.rn = u.rh = 0.0
+        u.comm_on = False
+        u.pc = u.pd = u.pn = _INF
+        if q + 1 < len(j.kids):
+            u.pos = q + 1
+            self._start_kernel(u, t)
             return False
-        # job done
-        self.task_end[j] = t
-        self.s_job[s] = -1
-        self.head[s] += 1
-        self.jobs_done += 1
-        for x in self.succ[j]:
-            self.pending[x] -= 1
+        self._end_job(u, j, t)
         return True
 
-    def _dispatch(self, t: float) -> None:
-        """Start the head job of every idle stage whose data predecessors are done."""
-        for s in range(len(self.stage_sms)):
-            if self.s_job[s] < 0 and self.head[s] < len(self.queue[s]):
-                j = self.queue[s][self.head[s]]
-                if self.pending[j] == 0:
-                    self.s_job[s] = j
-                    self.s_pos[s] = 0
-                    self.task_start[j] = t
-                    if self.job_kids[j]:
-                        self._start_kernel(s, t)
-                    else:  # empty job: done at once
-                        self.task_end[j] = t
-                        self.s_job[s] = -1
-                        self.head[s] += 1
-                        self.jobs_done += 1
-                        for x in self.succ[j]:
-                            self.pending[x] -= 1
-                        self._dispatch(t)
-                        return
+    def _end_job(self, u: Lane, j: Job, t: float) -> None:
+        j.end = t
+        u.job = None
+        u.head += 1
+        self.jobs_done += 1
+        for x in j.succ:
+            x.pending -= 1
 
-    def _settle(self, t: float) -> None:
-        """Complete every active kernel with no work left; start successors and the heads of
-        idle stages whose data predecessors are done."""
-        F, Dd, Nn, setup, phase = self.F, self.Dd, self.Nn, self.setup, self.s_phase
-        released = False
-        for s in range(len(phase)):
-            if phase[s] == 2 and F[s] <= 0 and Dd[s] <= 0 and Nn[s] <= 0 and not setup[s]:
-                if self._finish_kernel(s, t):
+    def _dispatch(self, t: float) -> None:
+        """Start the head job of every idle lane whose data predecessors are done (lane
+        order; an empty job ends at once and the scan restarts)."""
+        again = True
+        while again:
+            again = False
+            for u in self.lanes:
+                if u.job is None and u.head < len(u.queue):
+                    j = u.queue[u.head]
+                    if j.pending == 0:
+                        u.job = j
+                        u.pos = 0
+                        j.start = t
+                        if j.kids:
+                            self._start_kernel(u, t)
+                        else:  # empty job: done at once
+                            self._end_job(u, j, t)
+                            again = True
+                            break
+
+    def _settle(self, t: float, snap: bool) -> None:
+        """Complete every active kernel with no work left (first, with ``snap``, zero the
+        counters predicted to end by ``t`` up to a rounding tolerance); start successors and
+        the heads of idle lanes whose data predecessors are done."""
+        fin = []
+        tt = t + (1e-9 + 1e-12 * abs(t))
+        for u in self.active:
+            if snap:
+                if u.F <= 0 or u.pc <= tt:
+                    u.F = 0.0
+                if u.D <= 0 or u.pd <= tt:
+                    u.D = 0.0
+                if u.N <= 0 or u.pn <= tt:
+                    u.N = 0.0
+            if u.F <= 0 and u.D <= 0 and u.N <= 0 and not u.setup:
+                fin.append(u)
+        if fin:
+            released = False
+            for u in fin:
+                if self._finish_kernel(u, t):
                     released = True
-        if released:
-            self._dispatch(t)
+            if released:
+                self._dispatch(t)
 
     # ------------------------------------------------------------------ rates
     def _recompute(self, t: float) -> None:
         """Recompute the rates of the active set at time ``t`` and (re)schedule completions.
 
-        A stage keeps its pending completion event when its rates did not change. A compute
+        A lane keeps its pending completion event when its rates did not change. A compute
         counter's completion is scheduled as an event only when it can change someone's rate
         (the power cap or the L2 bandwidth binds) or when it is the kernel's last counter.
         """
-        phase = self.s_phase
-        act = [s for s in range(len(phase)) if phase[s] == 2]
-        F, Dd, Nn, rc, rd, rn = self.F, self.Dd, self.Nn, self.rc, self.rd, self.rn
-        oc, od, on = rc[:], rd[:], rn[:]
-        ksms, kpow = self.k_sms, self.k_pow
-        if self.pool_of is not None:
-            ksms, kpow = self._share_pools(act)
-        hsum, cap, pcap, l2s = self.bm.rates_into(
-            act, ksms, self.k_rfull, kpow, F, Dd, self.phi, self.k_peak, self.k_rr,
-            self.comm_on, rc, rd, self.rh, rn, self.k_win)
+        act = self.active
+        if self._shared:
+            self._share_pools()
+        hsum, cap, pcap, l2s = self.bm.rates_of(act)
         busy = 0.0
-        live, pfl, krr, epoch = self._live, self.pf, self.k_rr, self.epoch
-        heap = self.heap
-        for s in act:
-            busy += ksms[s]
-            c, d, n = rc[s], rd[s], rn[s]
-            if live[s] and c == oc[s] and d == od[s] and n == on[s]:
+        q = self.events_q
+        heap = q.heap
+        push = heapq.heappush
+        for u in act:
+            busy += u.sms
+            c, d, n = u.rc, u.rd, u.rn
+            if u.live and c == u.oc and d == u.od and n == u.on:
                 continue
-            f, dd, nn = F[s], Dd[s], Nn[s]
-            pc = (t + f / c * 1e6 if c > 0 else _INF) if f > 0 else t
-            pd = (t + dd / d * 1e6 if d > 0 else _INF) if dd > 0 else t
-            pn = (t + nn / n * 1e6 if n > 0 else _INF) if nn > 0 else t
-            pfl[s] = [pc, pd, pn]
+            u.oc, u.od, u.on = c, d, n
+            f, dd, nn = u.F, u.D, u.N
+            pc = u.pc = (t + f / c * 1e6 if c > 0 else _INF) if f > 0 else t
+            pd = u.pd = (t + dd / d * 1e6 if d > 0 else _INF) if dd > 0 else t
+            pn = u.pn = (t + nn / n * 1e6 if n > 0 else _INF) if nn > 0 else t
             nxt = _INF
             if dd > 0 and pd < nxt:
                 nxt = pd
             if nn > 0 and pn < nxt:
                 nxt = pn
-            if f > 0 and pc < nxt and (nxt == _INF or pcap or (l2s and krr[s] > 0)):
+            if f > 0 and pc < nxt and (nxt == _INF or pcap or (l2s and u.reread > 0)):
                 nxt = pc  # compute done changes a rate, or it is the last counter
-            epoch[s] += 1
+            u.epoch += 1
             if nxt < _INF:
-                self.seq += 1
-                heapq.heappush(heap, (nxt, _DONE, self.seq, _DONE, s, epoch[s]))
-                live[s] = True
+                q.seq += 1
+                push(heap, (nxt, _DONE, q.seq, u, u.epoch))
+                u.live = True
             else:
-                live[s] = False
+                u.live = False
         if self.record:
             self._rec(t, hsum, busy, cap)
 
-    def _share_pools(self, act: list[int]) -> tuple[list[float], list[float]]:
-        """SMs and compute power of the running kernels when lanes share a pool: each kernel
-        wants min(pool SMs, its CTAs); when the wants of a pool's running kernels exceed its
-        SMs, the pool is water-filled (equal shares, a kernel never above its want, leftovers
-        to the others). Power scales with the SMs granted."""
-        ksms, kpow = self.k_sms[:], self.k_pow[:]
-        by_pool: dict[int, list[int]] = {}
-        for s in act:
-            by_pool.setdefault(self.pool_of[s], []).append(s)
-        for lanes in by_pool.values():
-            if len(lanes) < 2:
+    def _share_pools(self) -> None:
+        """Set the SMs and compute power of every active kernel: its own (want, pow0), or its
+        ``share_pool`` share of a pool whose active kernels want more SMs than it has (power
+        scaled with the SMs granted)."""
+        for u in self.active:
+            u.sms, u.power = u.want, u.pow0
+        for pool in self._shared:
+            run = [u for u in pool.lanes if u.phase == _ACTIVE]
+            if len(run) < 2:
                 continue
-            cap = float(self.stage_sms[lanes[0]])
-            if sum(self.k_sms[s] for s in lanes) <= cap:
+            got = share_pool(float(pool.sms), [u.want for u in run])
+            if got is None:
                 continue
-            left, todo = cap, sorted(lanes, key=lambda s: self.k_sms[s])
-            for i, s in enumerate(todo):
-                share = left / (len(todo) - i)
-                g = min(self.k_sms[s], share)
-                ksms[s] = g
-                kpow[s] = self.k_pow[s] * g / self.k_sms[s] if self.k_sms[s] > 0 else 0.0
-                left -= g
-        return ksms, kpow
+            for u, g in zip(run, got):
+                u.sms = g
+                u.power = u.pow0 * g / u.want if u.want > 0 else 0.0
 
     def _rec(self, t: float, hbm: float, busy: float, cap: float) -> None:
-        if self.ut and self.ut[-1] == t:
-            self.uh[-1], self.us[-1], self.ucap[-1] = hbm, busy, cap
+        """Record the utilisation from instant ``t`` on (replacing a sample at the same t)."""
+        util = self.util
+        if util and util[-4] == t:
+            util[-4:] = array("d", (t, hbm, busy, cap))
         else:
-            self.ut.append(t)
-            self.uh.append(hbm)
-            self.us.append(busy)
-            self.ucap.append(cap)
+            util.extend((t, hbm, busy, cap))
 
     def _rec_isolated(self, t: float) -> None:
         hsum = busy = 0.0
-        for s in range(len(self.stage_sms)):
-            if self.s_phase[s] == 2:
-                w = self.s_w[s]
-                busy += w.sms
-                hsum += w.obj_bytes / (w.static_us * 1e-6) if w.static_us > 0 else 0.0
+        for u in self.active:
+            w = u.work
+            busy += w.sms
+            hsum += w.obj_bytes / (w.static_us * 1e-6) if w.static_us > 0 else 0.0
         self._rec(t, hsum, busy, hsum)
 
     # ------------------------------------------------------------------ stepping
@@ -519,7 +700,7 @@ class EventSimulator:
             return
         self._started = True
         self._dispatch(0.0)
-        self._settle(0.0)
+        self._settle(0.0, False)
         if self.isolated:
             if self.record:
                 self._rec_isolated(0.0)
@@ -532,66 +713,70 @@ class EventSimulator:
         Raises:
             RuntimeError: the event queue ran dry with tasks left (a dependency cycle).
         """
+        return self._advance(1)
+
+    def _advance(self, max_steps: float) -> bool:
+        """Process the events of up to ``max_steps`` instants; False when nothing is left.
+
+        Per instant: move every active counter at its rate up to the instant and zero the
+        counters predicted to end by then (up to a rounding tolerance); pop the instant's
+        events (stale completions are skipped); complete finished kernels, release and start
+        work (``_settle``); recompute the rates (``_recompute``).
+        """
         if not self._started:
             self.start()
-        heap = self.heap
+        heap = self.events_q.heap
         iso = self.isolated
-        D = len(self.stage_sms)
-        F, Dd, Nn, phase, setup = self.F, self.Dd, self.Nn, self.s_phase, self.setup
-        rc, rd, rn, epoch = self.rc, self.rd, self.rn, self.epoch
+        pop = heapq.heappop
+        active = self.active
+        n = 0
+        events = 0
+        now = self.t
         while heap:
             t = heap[0][0]
             if not iso:
-                dt = (t - self.t) * 1e-6  # seconds; rates are per second
+                dt = (t - now) * 1e-6  # seconds; rates are per second
                 if dt > 0:
-                    for s in range(D):
-                        if phase[s] == 2:
-                            if F[s] > 0:
-                                F[s] -= rc[s] * dt
-                            if Dd[s] > 0:
-                                Dd[s] -= rd[s] * dt
-                            if Nn[s] > 0 and not setup[s]:
-                                Nn[s] -= rn[s] * dt
-            self.t = t
+                    for u in active:
+                        if u.F > 0:
+                            u.F -= u.rc * dt
+                        if u.D > 0:
+                            u.D -= u.rd * dt
+                        if u.N > 0 and not u.setup:
+                            u.N -= u.rn * dt
+            self.t = now = t
             valid = False
             while heap and heap[0][0] == t:
-                _, prio, _, kind, s, ep = heapq.heappop(heap)
-                self.events += 1
+                _, prio, _, u, ep = pop(heap)
+                events += 1
                 if prio == _DONE:
-                    if ep != epoch[s]:
+                    if ep != u.epoch:
                         continue
                     valid = True
-                    self._live[s] = False
+                    u.live = False
                     if iso:
-                        F[s] = Dd[s] = Nn[s] = 0.0
+                        u.F = u.D = u.N = 0.0
                 elif prio == _LAUNCH:
                     valid = True
-                    self._activate(s, t)
+                    self._activate(u, t)
                 else:
                     valid = True
-                    setup[s] = False
-                    self.comm_on[s] = Nn[s] > 0
+                    u.setup = False
+                    u.comm_on = u.N > 0
             if not valid:
                 continue
             self.steps += 1
-            if not iso:
-                tol = 1e-9 + 1e-12 * abs(t)
-                for s in range(D):
-                    if phase[s] == 2:
-                        pf = self.pf[s]
-                        if F[s] <= 0 or pf[0] <= t + tol:
-                            F[s] = 0.0
-                        if Dd[s] <= 0 or pf[1] <= t + tol:
-                            Dd[s] = 0.0
-                        if Nn[s] <= 0 or pf[2] <= t + tol:
-                            Nn[s] = 0.0
-            self._settle(t)
+            self._settle(t, not iso)
             if iso:
                 if self.record:
                     self._rec_isolated(t)
             else:
                 self._recompute(t)
-            return True
+            n += 1
+            if n >= max_steps:
+                self.events += events
+                return True
+        self.events += events
         if self.jobs_done < len(self.jobs):
             raise RuntimeError(f"simulation stalled at t={self.t} µs with "
                                f"{len(self.jobs) - self.jobs_done} tasks left")
@@ -600,32 +785,31 @@ class EventSimulator:
     def run(self) -> SimResult:
         """Run to completion and return the ``SimResult``.
 
-        The cyclic garbage collector is paused during the loop (the simulator creates no
-        reference cycles; the many small heap tuples otherwise trigger frequent useless scans).
+        The cyclic garbage collector is paused during the loop (the many small heap tuples
+        otherwise trigger frequent useless scans).
         """
         was = gc.isenabled()
         gc.disable()
         try:
-            while self.step():
-                pass
+            self._advance(_INF)
         finally:
             if was:
                 gc.enable()
         return self._result()
 
     def _result(self) -> SimResult:
-        nj = len(self.jobs)
-        ninst = self.job_off[-1]
-        ktask = np.repeat(np.arange(nj), [len(k) for k in self.job_kids]).astype(np.int64)
-        kidx = np.fromiter((k for kids in self.job_kids for k in kids), dtype=np.int64,
-                           count=ninst)
-        kst = np.array(self.job_stage, dtype=np.int64)[ktask] if ninst else np.zeros(0, int)
-        kl = np.array(self.job_l, dtype=np.int64)[ktask] if ninst else np.zeros(0, int)
-        km = np.array(self.job_mu, dtype=np.int64)[ktask] if ninst else np.zeros(0, int)
+        jobs = self.jobs
+        nj = len(jobs)
+        ninst = self.ninst
+        info = np.fromiter(chain.from_iterable((j.stage, j.region, j.mb, len(j.kids))
+                                               for j in jobs), np.int64, 4 * nj).reshape(nj, 4)
+        ktask = np.repeat(np.arange(nj, dtype=np.int64), info[:, 3])
+        kidx = np.fromiter(chain.from_iterable(j.kids for j in jobs), np.int64, ninst)
+        kst, kl, km = info[ktask, 0], info[ktask, 1], info[ktask, 2]
         ks = np.array(self.inst_start)
         ke = np.array(self.inst_end)
-        A = np.array(self.task_start)
-        C = np.array(self.task_end)
+        A = np.fromiter((j.start for j in jobs), float, nj)
+        C = np.fromiter((j.end for j in jobs), float, nj)
         T = float(C.max()) if nj else 0.0
         cat = {c: 0.0 for c in CATEGORIES}
         dur = ke - ks
@@ -633,10 +817,11 @@ class EventSimulator:
         sums = np.bincount(kidx, weights=dur, minlength=len(self.kernels)) if ninst else []
         for k, v in enumerate(sums):
             cat[cats[k]] = cat.get(cats[k], 0.0) + float(v)
-        ut = np.array(self.ut)
-        uh = np.array(self.uh) / self.hw.hbm_peak_Bps
-        us = np.array(self.us) / self.hw.num_sms
-        ucap = np.array(self.ucap)
+        u = np.frombuffer(self.util, dtype=float).reshape(-1, 4)
+        ut = u[:, 0].copy()
+        uh = u[:, 1] / self.hw.hbm_peak_Bps
+        us = u[:, 2] / self.hw.num_sms
+        ucap = u[:, 3].copy()
         if ut.size and T > 0:
             w = np.diff(np.append(ut, max(T, ut[-1])))
             mh = float((uh * w).sum() / T)
@@ -653,8 +838,6 @@ class EventSimulator:
                          l2_max_occupancy=self.cache.max_occupancy, util_t=ut, util_hbm=uh,
                          util_sm=us, hbm_cap_Bps=ucap, mean_hbm_util=mh, mean_sm_util=ms,
                          events=self.events, steps=self.steps, hw_name=self.hw.name)
-
-
 def check_config(graph: OpGraph, cfg: Config, hw: Hardware) -> None:
     """Validate ``cfg`` against ``graph`` and ``hw`` for simulation.
 
@@ -675,6 +858,7 @@ def check_config(graph: OpGraph, cfg: Config, hw: Hardware) -> None:
         raise ValueError(f"config.D must be an integer >= 1, got {cfg.D!r}")
     if cfg.w not in (0, 1):
         raise ValueError(f"config.w must be 0 or 1, got {cfg.w!r}")
+    pos_int(cfg.streams_per_stage, "config.streams_per_stage")
     if len(cfg.alloc) != cfg.D:
         raise ValueError(f"config.alloc has {len(cfg.alloc)} entries, D = {cfg.D} needs {cfg.D}")
     for d, p in enumerate(cfg.alloc):
@@ -716,28 +900,9 @@ def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel |
         raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
     if validate:
         check_config(graph, cfg, hw)
-    k = int(getattr(cfg, "streams_per_stage", 1))
-    dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
-                         graph.num_regions, graph.microbatches, cfg.policy,
-                         streams_per_stage=k)
-    segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == kk) for kk in range(cfg.K)]
-    if k == 1:
-        lane = [int(s) for s in dag.stage]
-        sms, pool_of = list(cfg.alloc), None
-    else:  # stage d's j-th task on lane d*k + j mod k (the runtime's rule, hw_runtime.plan)
-        seen = [0] * cfg.D
-        lane = []
-        for i in range(dag.T):
-            d = int(dag.stage[i])
-            lane.append(d * k + seen[d] % k)
-            seen[d] += 1
-        sms = [int(cfg.alloc[d]) for d in range(cfg.D) for _ in range(k)]
-        pool_of = [d for d in range(cfg.D) for _ in range(k)]
-    jobs = [(lane[i], dag.data_preds[i], int(dag.region[i]), int(dag.mb[i]),
-             segk[int(dag.seg[i])]) for i in range(dag.T)]
-    sim = EventSimulator(graph.kernels, sms, jobs, hw, model, cache,
-                         layers_per_region=graph.layers_per_region, record=record,
-                         pool_of_stage=pool_of)
+    sim = EventSimulator.from_config(graph, cfg, hw, model, cache, record)
+    k = cfg.streams_per_stage
+    dag = sim.dag
     res = sim.run()
     if k != 1:
         res.kernel_stage = res.kernel_stage // k

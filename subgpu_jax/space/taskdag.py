@@ -35,9 +35,12 @@ class TaskDAG:
     Attributes:
         region, mb, seg, stage: int arrays (T,) describing each task.
         data_preds: tuple of T tuples, the data predecessors of each task (task indices).
-        stage_pred: int array (T,), the previous task on the same stage, or -1.
+        stage_pred: int array (T,), the task ``streams_per_stage`` positions earlier on the
+            same stage (with one stream: the previous one), or -1.
         K, D, w, num_regions, microbatches: the structure.
         policy: the dispatch-order policy used.
+        streams_per_stage: k, streams (lanes) per stage; the q-th task of stage d runs on lane
+            d * k + (q mod k) (``lanes``).
     """
 
     region: np.ndarray
@@ -52,11 +55,23 @@ class TaskDAG:
     num_regions: int
     microbatches: int
     policy: str
+    streams_per_stage: int = 1
 
     @property
     def T(self) -> int:
         """Number of tasks, L * m * K."""
         return int(self.region.shape[0])
+
+    def lanes(self) -> np.ndarray:
+        """Lane of each task, int (T,): the q-th task of stage d (dispatch order) runs on lane
+        d * k + (q mod k), k = ``streams_per_stage`` (the runtime's rule; k = 1: the stage)."""
+        k = self.streams_per_stage
+        lane = np.empty(self.T, dtype=np.int64)
+        seen = [0] * self.D
+        for i, d in enumerate(self.stage.tolist()):
+            lane[i] = d * k + seen[d] % k
+            seen[d] += 1
+        return lane
 
     def preds(self, i: int) -> tuple[int, ...]:
         """All predecessors of task i (data and stage), sorted, no duplicates."""
@@ -193,4 +208,4 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
         assert all(j < i for j in data_preds[i]), "dispatch order is not topological"
     return TaskDAG(region=region, mb=mb, seg=seg, stage=stage, data_preds=tuple(data_preds),
                    stage_pred=stage_pred, K=K, D=D, w=w, num_regions=L, microbatches=m,
-                   policy=policy)
+                   policy=policy, streams_per_stage=int(streams_per_stage))
