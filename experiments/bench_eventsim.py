@@ -1,11 +1,21 @@
-"""Benchmark of the exact event simulator (issue item 8).
+"""Benchmark of the exact event simulator (docs/method.md, "the exact scorer").
 
-One full 36-layer GPT-OSS 120B forward pass (reference deployment ``graph.REFERENCE_DEPLOYMENT``
-on B200) at m = 8 microbatches with 3 stages: wall time and kernel events per second, contention
-on (LRU cache) and off (isolated static durations), plus the temporal baseline. Target: <= 100 ms
-per simulation on a 2-core CI machine.
+One full 36-layer gpt-oss-120b forward pass (reference deployment ``REFERENCE_DEPLOYMENT`` on
+B200) at m = 8 microbatches with 3 stages: wall and CPU time, kernel events per second, contention
+on (LRU cache, with and without the utilisation series) and off (isolated static durations), the
+temporal baseline, and the same pipeline with 2 streams per stage. Target: <= 100 ms median per
+simulation of the first case on a 2-core CI machine.
 
-Usage: python experiments/bench_eventsim.py [--repeats N] [--out PATH]
+Every case is also timed on the baseline simulator *in the same run*: a child
+process imports the package as it was at ``--baseline`` (default ``BASELINE_REV``, the commit
+before the simulator's named-state rewrite; extracted with ``git archive``), and the two
+versions take turns, one simulation each, so that the load of a shared machine hits both alike.
+The table reports the median ratios baseline / current of wall and CPU time (``process_time``:
+on a shared machine whose load average exceeds its cores, wall time mostly measures the others'
+load, CPU time the simulator) and checks that both give the same makespan (the rewrite must not
+change behaviour).
+
+Usage: python experiments/bench_eventsim.py [--repeats N] [--baseline REV|none] [--out PATH]
 Writes experiments/results/bench_eventsim.json and prints a table.
 """
 
@@ -16,83 +26,194 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
 import time
+from io import BytesIO
 from pathlib import Path
 
-from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.sim.eventsim import simulate
-from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, build_graph
-from subgpu_jax.model.hardware import get_hardware
-from subgpu_jax.model.models import get_model
-from subgpu_jax.space.config import Config, cut_from_starts, temporal_config
-
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+#: The last commit with the parallel-list event simulator (behaviour reference).
+BASELINE_REV = "86e9e31"
+
+#: name -> spec (the 3-stage cut starts at kernels 9 and 15: L0 attention + routing | L0 experts +
+#: L1 qkv | the rest; allocation 48/52/48 SMs of the B200).
+CASES: dict[str, dict] = {
+    "subgpu D=3 m=8, contention+LRU": dict(m=8, contention=True, cache="lru", record=True),
+    "subgpu D=3 m=8, contention+LRU, no util series": dict(m=8, contention=True, cache="lru",
+                                                           record=False),
+    "subgpu D=3 m=8, contention off, cache off": dict(m=8, contention=False, cache="none",
+                                                      record=False),
+    "temporal m=1, contention+LRU": dict(m=1, contention=True, cache="lru", record=True),
+    "subgpu D=3 m=8, 2 streams/stage, contention+LRU": dict(m=8, contention=True, cache="lru",
+                                                            record=True, streams=2),
+}
 
 
-def bench(repeats: int = 7) -> dict:
-    """Time the three cases; returns a JSON-ready dict."""
+def build_case(spec: dict):
+    """``(graph, config, hw, model, cache, record)`` of one case (imports at call time, so the
+    baseline child builds it with the baseline package)."""
+    from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, build_graph
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.models import get_model
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.space.config import Config, cut_from_starts, temporal_config
+
     hw = get_hardware("B200")
-    arch = get_model("gpt-oss-120b")
     R = REFERENCE_DEPLOYMENT.requests_per_gpu
-    m = 8
-    g = build_graph(arch, REFERENCE_DEPLOYMENT, m)
-    g1 = build_graph(arch, REFERENCE_DEPLOYMENT, 1)
-    # 3 stages over the two-layer macro-period: L0 attention+routing | L0 experts + L1 qkv | rest
-    cfg = Config(D=3, w=0, seg_of=cut_from_starts(g.n, g.edges, [9, 15]), alloc=(48, 52, 48),
-                 microbatch=R // m)
-    cases = [
-        ("subgpu D=3 m=8, contention+LRU", g, cfg, ContentionModel(), "lru", True),
-        ("subgpu D=3 m=8, contention+LRU, no util series", g, cfg, ContentionModel(), "lru",
-         False),
-        ("subgpu D=3 m=8, contention off, cache off", g, cfg, ContentionModel.off(), "none",
-         False),
-        ("temporal m=1, contention+LRU", g1, temporal_config(g1.n, hw, R), ContentionModel(),
-         "lru", True),
-    ]
+    g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, spec["m"])
+    if spec["m"] == 1:
+        cfg = temporal_config(g.n, hw, R)
+    else:
+        cfg = Config(D=3, w=0, seg_of=cut_from_starts(g.n, g.edges, [9, 15]),
+                     alloc=(48, 52, 48), microbatch=R // spec["m"],
+                     streams_per_stage=spec.get("streams", 1))
+    model = ContentionModel() if spec["contention"] else ContentionModel.off()
+    return g, cfg, hw, model, spec["cache"], spec["record"]
+
+
+def time_once(case) -> tuple[float, float, object]:
+    """One simulation: (wall s, CPU s, SimResult)."""
+    from subgpu_jax.sim.eventsim import simulate
+
+    g, cfg, hw, model, cache, record = case
+    t0, c0 = time.perf_counter(), time.process_time()
+    res = simulate(g, cfg, hw, model, cache, record=record)
+    return time.perf_counter() - t0, time.process_time() - c0, res
+
+
+_WORKER = """
+import json, sys
+sys.path.insert(0, {exp!r})
+import subgpu_jax
+import bench_eventsim as b
+cases = {{}}
+print(json.dumps({{"package": subgpu_jax.__file__}}), flush=True)
+for line in sys.stdin:
+    name = json.loads(line)
+    if name not in cases:
+        cases[name] = b.build_case(b.CASES[name])
+        b.time_once(cases[name])  # warm-up
+    w, c, r = b.time_once(cases[name])
+    print(json.dumps({{"wall": w, "cpu": c, "makespan": float(r.makespan)}}), flush=True)
+"""
+
+
+class Baseline:
+    """The baseline simulator in a child process (package extracted from git at ``rev``).
+
+    Raises:
+        RuntimeError: git cannot extract ``rev``, or the child does not import the baseline.
+    """
+
+    def __init__(self, rev: str) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="bench_eventsim_base_")
+        try:
+            tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "subgpu_jax"],
+                                 check=True, capture_output=True).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            raise RuntimeError(f"--baseline {rev}: git archive failed ({e})") from None
+        tarfile.open(fileobj=BytesIO(tar)).extractall(self.dir.name)
+        env = dict(os.environ, PYTHONPATH=self.dir.name)
+        self.p = subprocess.Popen([sys.executable, "-c", _WORKER.format(exp=str(HERE))],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                  env=env, cwd=self.dir.name)
+        pkg = json.loads(self.p.stdout.readline())["package"]
+        if not pkg.startswith(self.dir.name):
+            self.close()
+            raise RuntimeError(f"--baseline {rev}: the child imported {pkg}, not the baseline")
+
+    def time(self, name: str) -> dict:
+        """Time one simulation of case ``name`` in the child: {"wall", "cpu", "makespan"}."""
+        self.p.stdin.write(json.dumps(name) + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def close(self) -> None:
+        """Stop the child and remove the extracted package."""
+        self.p.stdin.close()
+        self.p.wait(timeout=60)
+        self.dir.cleanup()
+
+
+def bench(repeats: int = 9, baseline: str | None = BASELINE_REV) -> dict:
+    """Time every case (and its baseline, interleaved); returns a JSON-ready dict."""
+    base = Baseline(baseline) if baseline else None
     rows = []
-    for name, graph, c, model, cache, rec in cases:
-        simulate(graph, c, hw, model, cache, record=rec)  # warm-up
-        walls, cpus = [], []
-        for _ in range(repeats):
-            t0, c0 = time.perf_counter(), time.process_time()
-            res = simulate(graph, c, hw, model, cache, record=rec)
-            walls.append(time.perf_counter() - t0)
-            cpus.append(time.process_time() - c0)
-        best = min(walls)
-        rows.append({
-            "case": name, "kernel_instances": int(res.kernel_start.size),
-            "events": int(res.events), "steps": int(res.steps),
-            "wall_ms_min": 1e3 * best, "wall_ms_median": 1e3 * statistics.median(walls),
-            "cpu_ms_min": 1e3 * min(cpus),
-            "events_per_s": res.events / best, "kernels_per_s": res.kernel_start.size / best,
-            "makespan_us": float(res.makespan), "l2_hit_rate": float(res.l2_hit_rate),
-            "mean_hbm_util": float(res.mean_hbm_util), "mean_sm_util": float(res.mean_sm_util),
-        })
+    try:
+        for name, spec in CASES.items():
+            case = build_case(spec)
+            time_once(case)  # warm-up
+            on_base = base is not None
+            walls, cpus, bw, bc, bm = [], [], [], [], set()
+            for _ in range(repeats):
+                w, c, res = time_once(case)
+                walls.append(w)
+                cpus.append(c)
+                if on_base:
+                    b = base.time(name)
+                    bw.append(b["wall"])
+                    bc.append(b["cpu"])
+                    bm.add(b["makespan"])
+            med = statistics.median(walls)
+            row = {"case": name, "streams_per_stage": spec.get("streams", 1),
+                   "kernel_instances": int(res.kernel_start.size), "events": int(res.events),
+                   "steps": int(res.steps), "wall_ms_min": 1e3 * min(walls),
+                   "wall_ms_median": 1e3 * med, "cpu_ms_min": 1e3 * min(cpus),
+                   "cpu_ms_median": 1e3 * statistics.median(cpus),
+                   "events_per_s": res.events / med, "kernels_per_s": res.kernel_start.size / med,
+                   "makespan_us": float(res.makespan), "l2_hit_rate": float(res.l2_hit_rate),
+                   "mean_hbm_util": float(res.mean_hbm_util),
+                   "mean_sm_util": float(res.mean_sm_util)}
+            if on_base:
+                row.update({"baseline_wall_ms_median": 1e3 * statistics.median(bw),
+                            "baseline_cpu_ms_median": 1e3 * statistics.median(bc),
+                            "speedup_wall_median": statistics.median(bw) / med,
+                            "speedup_cpu_median": statistics.median(bc)
+                            / statistics.median(cpus),
+                            "baseline_makespan_us": sorted(bm),
+                            "same_makespan": bm == {float(res.makespan)}})
+            rows.append(row)
+    finally:
+        if base is not None:
+            base.close()
     return {"hardware": "B200", "model": "gpt-oss-120b", "deployment": "REFERENCE_DEPLOYMENT",
-            "config": {"D": cfg.D, "w": cfg.w, "alloc": list(cfg.alloc), "microbatches": m,
+            "config": {"D": 3, "w": 0, "alloc": [48, 52, 48], "microbatches": 8,
                        "cut_starts": [9, 15]},
-            "target_ms": 100.0, "repeats": repeats, "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "load_avg": list(os.getloadavg()),
-            "rows": rows}
+            "target_ms": 100.0, "repeats": repeats, "baseline_rev": baseline,
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "load_avg": list(os.getloadavg()), "rows": rows}
 
 
 def main(argv=None) -> None:
+    """Command line entry point (see the module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--baseline", default=BASELINE_REV,
+                    help="git revision of the baseline simulator, or 'none' to skip it")
     ap.add_argument("--out", default=str(HERE / "results" / "bench_eventsim.json"))
     a = ap.parse_args(argv)
     if a.repeats < 1:
-        raise SystemExit("--repeats must be >= 1")
+        ap.error("--repeats must be >= 1")
     out = Path(a.out)
     if not out.parent.is_dir():
-        raise SystemExit(f"--out: directory {out.parent} does not exist")
-    r = bench(a.repeats)
-    print(f"{'case':52s} {'kernels':>8s} {'events':>7s} {'min ms':>8s} {'med ms':>8s} "
-          f"{'events/s':>10s} {'makespan µs':>12s}")
+        ap.error(f"--out: directory {out.parent} does not exist")
+    try:
+        r = bench(a.repeats, None if a.baseline == "none" else a.baseline)
+    except RuntimeError as e:
+        ap.error(str(e))
+    print(f"{'case':50s} {'kernels':>7s} {'med ms':>7s} {'cpu ms':>7s} {'base ms':>8s} "
+          f"{'base cpu':>8s} {'ratio':>6s} {'cpu ratio':>9s} {'same T':>6s} {'makespan µs':>12s}")
     for x in r["rows"]:
-        print(f"{x['case']:52s} {x['kernel_instances']:8d} {x['events']:7d} "
-              f"{x['wall_ms_min']:8.1f} {x['wall_ms_median']:8.1f} {x['events_per_s']:10.0f} "
-              f"{x['makespan_us']:12.1f}")
+        b = (f"{x['baseline_wall_ms_median']:8.1f} {x['baseline_cpu_ms_median']:8.1f} "
+             f"{x['speedup_wall_median']:6.2f} {x['speedup_cpu_median']:9.2f} "
+             f"{str(x['same_makespan']):>6s}") if "speedup_wall_median" in x else \
+            f"{'-':>8s} {'-':>8s} {'-':>6s} {'-':>9s} {'-':>6s}"
+        print(f"{x['case']:50s} {x['kernel_instances']:7d} {x['wall_ms_median']:7.1f} "
+              f"{x['cpu_ms_median']:7.1f} {b} {x['makespan_us']:12.1f}")
     out.write_text(json.dumps(r, indent=2))
     print(f"wrote {out} (load average {r['load_avg'][0]:.2f} on {r['cpu_count']} CPUs)")
 

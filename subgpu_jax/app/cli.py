@@ -6,6 +6,7 @@ Every bad input ends with a one-line ``error: ...`` on stderr and exit code 2, n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -13,6 +14,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
+from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
@@ -241,6 +243,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="no boundary reuse, w=0: K = D segments")
     c.add_argument("--policy", default="wavefront",
                    help="global dispatch order: wavefront (default) or layer_major")
+    c.add_argument("--streams-per-stage", type=int, default=1, metavar="K",
+                   help="streams per stage: a stage runs up to K tasks at once, sharing its SMs "
+                        "(docs/method.md, 'Streams per stage'). Default: 1")
     sm = s.add_argument_group("simulator")
     sm.add_argument("--simulator", default="event", choices=("event", "static"),
                     help="event: the exact event-driven simulator with the contention model and "
@@ -370,6 +375,8 @@ def _cmd_simulate(a) -> int:
     sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
     cfg = config_from_options(wl, a.cuts.split(",") if a.cuts else None, sms, a.microbatch,
                                  a.reuse, a.policy)
+    cfg = dataclasses.replace(cfg, streams_per_stage=pos_int(a.streams_per_stage,
+                                                             "--streams-per-stage"))
     m = wl.microbatches_of(cfg.microbatch)
     tok = wl.deploy.tokens_per_gpu
     extra_t: dict = {}
@@ -447,6 +454,7 @@ def _cmd_simulate(a) -> int:
                                 for j in range(cfg.K)],
                    "stage_of_segment": list(cfg.stage_of_segment()), "sms": list(cfg.alloc),
                    "microbatch": cfg.microbatch, "microbatches": m, "policy": cfg.policy,
+                   "streams_per_stage": cfg.streams_per_stage,
                    **throughput_record(t_cfg, tok), **extra_c,
                    "step": {"runs": s_cfg.runs, "head_us": s_cfg.head_us}},
     }
@@ -478,7 +486,7 @@ def _cmd_simulate(a) -> int:
         print(f"{name:10s}{r['makespan_us']:15.1f}{r['per_user_tok_s']:13.2f}"
               f"{r['per_gpu_tok_s']:13.1f}")
     print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
-          f"(m={m}) policy={cfg.policy}")
+          f"(m={m}) policy={cfg.policy} streams/stage={cfg.streams_per_stage}")
     for j, segk in enumerate(res["config"]["segments"]):
         print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
               f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")

@@ -21,6 +21,7 @@ simulator running up to k tasks of a stage at once, its SM-sharing rule, and the
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import networkx as nx
 import numpy as np
@@ -210,3 +211,18 @@ def test_streams_per_stage_is_validated():
                alloc=(64, 64), microbatch=R // 4, streams_per_stage=0)
     with pytest.raises(ValueError, match="config.streams_per_stage"):
         simulate(deployed, c, H200)
+
+
+def test_cli_simulate_streams_per_stage(capsys):
+    from subgpu_jax.app.cli import main
+
+    args = ["simulate", "--model", "gpt-oss-20b", "--hardware", "H200", "--no-contention",
+            "--cache", "none", "--json"]
+    assert main(args + ["--streams-per-stage", "2"]) == 0
+    two = json.loads(capsys.readouterr().out)
+    assert main(args) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert two["config"]["streams_per_stage"] == 2 and one["config"]["streams_per_stage"] == 1
+    assert two["config"]["makespan_us"] < one["config"]["makespan_us"]
+    assert main(args + ["--streams-per-stage", "0"]) == 2
+    assert "--streams-per-stage must be an integer >= 1" in capsys.readouterr().err
