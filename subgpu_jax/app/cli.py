@@ -294,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "Default: 2,4")
     g.add_argument("--policies", default="wavefront",
                    help="comma-separated dispatch policies (wavefront, layer_major)")
+    g.add_argument("--streams-per-stage", default="1", metavar="K[,K...]",
+                   help="comma-separated streams per stage k (docs/method.md, 'Streams per "
+                        "stage'); every pipelined grid point is searched for each. Default: 1")
     g.add_argument("--all-parallelisms", action="store_true",
                    help="enumerate every attention TP x DP split of --gpus (TP <= 8) instead of "
                         "only --tp/--dp")
@@ -616,9 +619,10 @@ def _cmd_search(a) -> int:
                 routing_imbalance=a.routing_imbalance)
     Deployment(**opts)  # validates the options (one-line errors)
     skipped: list = []
+    ks = _int_list(a.streams_per_stage, "streams-per-stage")
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
                      input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped,
-                     deploy_options=opts)
+                     deploy_options=opts, streams=ks)
     for note in skipped[:5]:
         print(f"skipped: {note}")
     if len(skipped) > 5:
@@ -626,6 +630,7 @@ def _cmd_search(a) -> int:
     meta = {"model": arch.name, "arch": repr(arch), "hardware": hw.name, "gpus": a.gpus,
             "parallelisms": pars or "all", "batches": batches, "stages": stages,
             "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
+            **({"streams_per_stage": ks} if ks != [1] else {}),
             "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
     if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
                     routing_imbalance=1.0):

@@ -70,19 +70,20 @@ class PointScorer:
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
 
-    def problem(self, dep: Deployment):
-        """The ``search.Problem`` of a deployment (cached)."""
+    def problem(self, dep: Deployment, streams_per_stage: int = 1):
+        """The ``search.Problem`` of a deployment with k streams per stage (cached)."""
         from subgpu_jax.search.problem import Problem
         from subgpu_jax.model.workload import Workload
 
-        key = dep
+        key = (dep, streams_per_stage)
         if key not in self._problems:
             dm = None
             if self.calibration is not None:
                 from subgpu_jax.model.calibration import CalibratedDurationModel
                 self.calibration.check_workload(self.arch, dep, self.hw)
                 dm = CalibratedDurationModel(self.calibration, self.hw)
-            self._problems[key] = Problem(Workload.from_model(self.arch, dep), self.hw, dm)
+            self._problems[key] = Problem(Workload.from_model(self.arch, dep), self.hw, dm,
+                                          streams_per_stage=streams_per_stage)
         return self._problems[key]
 
     def _simulate(self, dep: Deployment, cfg: Config):
@@ -98,11 +99,11 @@ class PointScorer:
             {c: float(r.category_time.get(c, 0.0)) for c in CATEGORIES}, float(r.l2_hit_rate))
         return r
 
-    def exact(self, dep: Deployment):
-        """Exact scorer Config -> makespan µs for this deployment."""
+    def exact(self, dep: Deployment, streams_per_stage: int = 1):
+        """Exact scorer Config -> makespan µs for this deployment (k streams per stage)."""
         if self.exact_kind == "static":
             from subgpu_jax.search.problem import EvaluatorExact
-            return EvaluatorExact(self.problem(dep))
+            return EvaluatorExact(self.problem(dep, streams_per_stage))
         return lambda cfg: float(self._simulate(dep, cfg).makespan)
 
     def temporal_makespan(self, dep: Deployment) -> float:
@@ -150,7 +151,8 @@ class PointScorer:
                **{f: getattr(d, f) for f in DEPLOY_OPTIONS},
                "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
                "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
-               "policy": cfg.policy, "cuts": "|".join(g1.kernels[i].name for i in starts),
+               "policy": cfg.policy, "streams_per_stage": cfg.streams_per_stage,
+               "cuts": "|".join(g1.kernels[i].name for i in starts),
                "sms": "|".join(str(a) for a in cfg.alloc),
                **throughput_record(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
@@ -177,7 +179,8 @@ class PointScorer:
                          microbatch=p.workload.batch)
             return [self._record(pt, cfg, self.temporal_makespan(d),
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
-        res = algorithm1(p, [pt.D], [pt.microbatches], [pt.policy], exact=self.exact(d),
+        res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches], [pt.policy],
+                         exact=self.exact(d, pt.streams),
                          L_sim=self.L_sim, include_temporal=False,
                          cut_strategy=self.cut_strategy)
         out = []
@@ -251,7 +254,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
         cfg = Config(D=best["D"], w=best["w"], seg_of=seg,
                      alloc=tuple(int(x) for x in best["sms"].split("|")),
-                     microbatch=best["microbatch"], policy=best["policy"])
+                     microbatch=best["microbatch"], policy=best["policy"],
+                     streams_per_stage=int(best.get("streams_per_stage", 1)))
         from subgpu_jax.sim.contention import ContentionModel
         from subgpu_jax.sim.eventsim import simulate
         r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,

@@ -31,19 +31,22 @@ class GridPoint:
         D: stages (1 = the temporal baseline).
         microbatches: m (1 for temporal).
         policy: dispatch policy.
+        streams: k streams per stage (docs/method.md, "Streams per stage").
     """
 
     deploy: Deployment
     D: int
     microbatches: int
     policy: str = "wavefront"
+    streams: int = 1
 
     @property
     def key(self) -> str:
         """Stable identifier used for resume."""
         d = self.deploy
         return (f"n{d.num_gpus}-tp{d.attn_tp}-dp{d.attn_dp}-ep{d.moe_ep}-G{d.global_batch}"
-                f"-D{self.D}-m{self.microbatches}-{self.policy}")
+                f"-D{self.D}-m{self.microbatches}-{self.policy}"
+                + (f"-k{self.streams}" if self.streams != 1 else ""))
 
 
 def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[tuple[int, int, int]]:
@@ -80,7 +83,8 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
                kv_history: int = 32768, input_len: int = 32768,
                parallelisms: Sequence[tuple[int, int, int]] | None = None,
                hw=None, skipped: list | None = None,
-               deploy_options: dict | None = None) -> list[GridPoint]:
+               deploy_options: dict | None = None,
+               streams: Sequence[int] = (1,)) -> list[GridPoint]:
     """Enumerate the feasible grid points (temporal first at each (q, G)).
 
     ``deploy_options``: further ``Deployment`` fields of every point (topology, routing).
@@ -88,6 +92,7 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
     A combination is skipped when G is not divisible by d, when m does not divide R = G/d, or
     (with ``hw``) when weights + KV cache do not fit in the GPU's HBM
     (``Deployment.check_memory``); each skip is described in ``skipped`` if a list is given.
+    Every pipelined point is repeated for each k of ``streams`` (streams per stage).
     When nothing is left, the error names the constraint that emptied the grid.
 
     Raises:
@@ -102,6 +107,10 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
         raise ValueError("batches: empty list")
     if not stages or any(D < 2 for D in stages):
         raise ValueError(f"stages must be a non-empty list of integers >= 2, got {list(stages)}")
+    if not streams or any(isinstance(k, bool) or not isinstance(k, int) or k < 1
+                          for k in streams):
+        raise ValueError(f"streams-per-stage must be a non-empty list of integers >= 1, got "
+                         f"{list(streams)}")
     if not microbatches or any(m < 1 for m in microbatches):
         raise ValueError(f"microbatches must be a non-empty list of integers >= 1, got "
                          f"{list(microbatches)}")
@@ -135,7 +144,8 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
                     continue
                 for D in stages:
                     for pol in policies:
-                        pts.append(GridPoint(dep, D, m, pol))
+                        for k in streams:
+                            pts.append(GridPoint(dep, D, m, pol, k))
     if not any(p.D > 1 for p in pts):
         if not pts and reasons["memory"]:
             why = "no deployment fits in the GPU's HBM (" + notes[-1] + ")"

@@ -35,6 +35,7 @@ class Record:
         exact_calls: distinct exact-scorer calls at this grid point.
         cheap_evals: allocations scored by the cheap estimator at this grid point.
         seconds: wall time of the grid point.
+        streams_per_stage: k streams per stage (the problem's).
     """
 
     m: int
@@ -51,11 +52,13 @@ class Record:
     exact_calls: int
     cheap_evals: int
     seconds: float
+    streams_per_stage: int = 1
 
     def config(self) -> Config:
         """The record's ``Config``."""
         return Config(D=self.D, w=self.w, seg_of=self.seg_of, alloc=self.alloc,
-                      microbatch=self.microbatch, policy=self.policy)
+                      microbatch=self.microbatch, policy=self.policy,
+                      streams_per_stage=self.streams_per_stage)
 
     def as_dict(self) -> dict:
         """JSON-friendly dict."""
@@ -239,7 +242,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                              alloc=tuple(int(a) for a in res.alloc),
                              makespan_us=res.makespan_us, per_user=float(pu), per_gpu=float(pg),
                              exact_calls=memo.calls - c0, cheap_evals=cheap,
-                             seconds=time.perf_counter() - t0)
+                             seconds=time.perf_counter() - t0,
+                             streams_per_stage=problem.streams_per_stage)
                 records.append(rec)
                 if progress:
                     progress(f"m={m} D={D} {pol}: w={rec.w} alloc={list(rec.alloc)} "

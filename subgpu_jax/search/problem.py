@@ -8,6 +8,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.workload import Workload
@@ -26,10 +27,14 @@ class Problem:
         hw: the GPU.
         duration_model: object with ``table(graph) -> (n, N+1)`` µs (default
             ``StaticDurationModel(hw)``).
+        streams_per_stage: k streams per stage of every configuration it names (its task DAG
+            and cheap estimator; docs/method.md, "Streams per stage"). Default 1.
     """
 
-    def __init__(self, workload: Workload, hw: Hardware, duration_model=None) -> None:
+    def __init__(self, workload: Workload, hw: Hardware, duration_model=None,
+                 streams_per_stage: int = 1) -> None:
         self.workload, self.hw = workload, hw
+        self.streams_per_stage = pos_int(streams_per_stage, "streams_per_stage")
         self.model = duration_model or StaticDurationModel(hw)
         self._tables: dict[int, np.ndarray] = {}
         self._evs: dict[tuple, Evaluator] = {}
@@ -59,7 +64,8 @@ class Problem:
         key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
         if key not in self._evs:
             self._evs[key] = Evaluator(self.workload.graph(m), key[0], D, w, self.hw,
-                                       policy=policy, table=self.table(m))
+                                       policy=policy, table=self.table(m),
+                                       streams_per_stage=self.streams_per_stage)
         return self._evs[key]
 
     def config(self, seg_of: Sequence[int], D: int, w: int, alloc: Sequence[int], m: int,
@@ -67,7 +73,8 @@ class Problem:
         """The ``Config`` of these choices (microbatch size b = R / m)."""
         return Config(D=int(D), w=int(w), seg_of=tuple(int(s) for s in seg_of),
                       alloc=tuple(int(a) for a in alloc),
-                      microbatch=self.workload.microbatch_size(m), policy=policy)
+                      microbatch=self.workload.microbatch_size(m), policy=policy,
+                      streams_per_stage=self.streams_per_stage)
 
     def exact_batch(self, exact: Callable[[Config], float], seg_of: Sequence[int], D: int, w: int,
                     m: int, policy: str = "wavefront") -> Callable[[np.ndarray], np.ndarray]:
