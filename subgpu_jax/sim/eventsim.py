@@ -8,24 +8,15 @@ blocked work. Whenever a dependency releases a task or a work counter of a runni
 zero, the rates of the running set are recomputed (``contention.BoundModel.rates_of``) and time
 advances to the next event.
 
-**k streams per stage** (``Config.streams_per_stage``): the j-th task of stage d runs on lane
-d*k + (j mod k) (the runtime's rule, ``hw_runtime.plan``), so a task waits for the task k
-positions earlier on its stage (the stage edge of ``taskdag.build_task_dag``). The k lanes of a
-stage share its pool of SMs: each running kernel wants min(pool SMs, its CTAs); when the wants of
-the active kernels of a pool exceed its SMs, the pool is water-filled (``share_pool``: equal
-shares, a kernel never above its want, leftovers to the others), and a kernel's compute power
-and bytes in flight scale with the SMs granted. Kernels still launching hold no share. With
-``ContentionModel.off()`` nothing is shared: every kernel takes its isolated static duration on
-the whole pool, so the simulator equals the max-plus evaluator for every k.
+**k streams per stage** (``Config.streams_per_stage``, docs/method.md "Streams per stage"): the
+j-th task of stage d runs on lane d*k + (j mod k); the k lanes of a stage share its pool of SMs by
+``simstate.share_pool`` while contention is on (nothing is shared with ``ContentionModel.off()``).
 
-Structure (SimPy-like): ``EventQueue`` is the event loop (a heap of
-``(time µs, priority, sequence, lane, epoch)``: ties break by priority (counter completion <
-collective setup end < launch end) then by push order, so the same input always gives the same
-output; completion events are invalidated lazily by the lane's epoch). The resources are the SM
-pools (``Pool``) and their lanes (``Lane``: one stream and the named state of its running
-kernel), the L2 table (``l2cache.L2Cache``) and the HBM/L2/compute/NVLink bandwidth of the rate
-model; ``Job`` is one task. ``EventSimulator.step()`` processes every event of the next instant;
-``run()`` loops to the end.
+Structure (SimPy-like): the event loop (``simstate.EventQueue``: ties break by priority, counter
+completion < collective setup end < launch end, then push order, so the same input always gives
+the same output; completions are invalidated lazily by the lane's epoch) apart from the resources
+(``Pool``, ``Lane`` with the named state of its running kernel, ``Job``; the L2 table; the rate
+model's bandwidths). ``EventSimulator.step()`` processes every event of the next instant.
 
 A kernel's life: launch overhead (``Hardware.launch_us``, no work moves) -> active: L2 lookups of
 its reads (``l2cache``), then compute, data and (after ``Hardware.comm_setup_us``) network counters
@@ -41,17 +32,19 @@ import bisect
 import gc
 import heapq
 from array import array
-from dataclasses import dataclass, replace as _dc_replace
+from dataclasses import replace as _dc_replace
 from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
-from subgpu_jax.sim.contention import BoundModel, ContentionModel, KernelWork
+from subgpu_jax.sim.contention import BoundModel, ContentionModel
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
+from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane, Pool,
+                                     SimResult, share_pool)
 from subgpu_jax.space.config import Config, check_cut
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
@@ -60,88 +53,12 @@ __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "
 
 #: Event priorities (the tie-break at equal times): counter completion, setup end, launch end.
 _DONE, _SETUP, _LAUNCH = 0, 1, 2
-#: Lane phases.
-_IDLE, _LAUNCHING, _ACTIVE = 0, 1, 2
+_IDLE, _LAUNCHING, _ACTIVE = IDLE, LAUNCHING, ACTIVE
 _INF = float("inf")
 
 
 def _lane_index(u: "Lane") -> int:
     return u.index
-
-
-@dataclass
-class SimResult:
-    """Outcome of one simulation. Times in µs, bytes in bytes.
-
-    Attributes:
-        makespan: T, the completion of the last kernel (µs).
-        task_start, task_end, tau: (T,) A_i, C_i and tau_i = C_i - A_i of each segment task
-            (dispatch order of ``dag``; for ``simulate_streams`` one task per stream).
-        kernel_task, kernel_index, kernel_stage: (Kinst,) int: task, kernel index (into
-            ``kernels``) and stage of every kernel instance, in (task, kernel order).
-        kernel_region, kernel_mb: (Kinst,) int region instance and microbatch of each instance.
-        kernel_start, kernel_end: (Kinst,) µs; start = launch begins, end = all work done.
-        kernels: the kernel table the indices refer to.
-        stage_sms: SMs of each stage.
-        category_time: µs of kernel residence (end - start summed) per ``graph.CATEGORIES`` entry.
-        l2_hit_rate: hit bytes / object-read bytes (weights + activations; KV excluded).
-        bytes_hbm: bytes moved to/from HBM (read misses + activation writes + KV).
-        bytes_l2_hit: object-read bytes served by L2. bytes_reread: operand re-read bytes
-            (tensor kernels, L2 only; 0 when isolated). bytes_objects: sum of the kernels'
-            ``hbm_bytes`` over all instances (= bytes_hbm + bytes_l2_hit).
-        l2_max_occupancy: the largest L2 occupancy seen (bytes).
-        util_t: (S,) breakpoints (µs); util_hbm, util_sm: (S,) HBM bytes/s as a fraction of
-            ``hbm_peak_Bps`` and fraction of SMs busy on [util_t[s], util_t[s+1]) (last segment
-            to the makespan). hbm_cap_Bps: (S,) bandwidth the response curve allows at that
-            instant's concurrency (bytes/s). mean_hbm_util, mean_sm_util: time-weighted means.
-        events: heap events processed (kernel events); steps: distinct instants processed.
-        dag: the task DAG (None for ``simulate_streams``). config: the Config (or None).
-    """
-
-    makespan: float
-    task_start: np.ndarray
-    task_end: np.ndarray
-    tau: np.ndarray
-    kernel_task: np.ndarray
-    kernel_index: np.ndarray
-    kernel_stage: np.ndarray
-    kernel_region: np.ndarray
-    kernel_mb: np.ndarray
-    kernel_start: np.ndarray
-    kernel_end: np.ndarray
-    kernels: tuple
-    stage_sms: tuple
-    category_time: dict
-    l2_hit_rate: float
-    bytes_hbm: float
-    bytes_l2_hit: float
-    bytes_reread: float
-    bytes_objects: float
-    l2_max_occupancy: float
-    util_t: np.ndarray
-    util_hbm: np.ndarray
-    util_sm: np.ndarray
-    hbm_cap_Bps: np.ndarray
-    mean_hbm_util: float
-    mean_sm_util: float
-    events: int
-    steps: int
-    dag: TaskDAG | None = None
-    config: Config | None = None
-    hw_name: str = ""
-
-    def kernel_durations(self) -> np.ndarray:
-        """(Kinst,) residence time of each kernel instance (µs)."""
-        return self.kernel_end - self.kernel_start
-
-    def summary(self) -> dict:
-        """Scalar results as a JSON-ready dict."""
-        return {"makespan_us": float(self.makespan), "l2_hit_rate": float(self.l2_hit_rate),
-                "mean_hbm_util": float(self.mean_hbm_util),
-                "mean_sm_util": float(self.mean_sm_util),
-                "bytes_hbm": float(self.bytes_hbm), "bytes_l2_hit": float(self.bytes_l2_hit),
-                "category_time_us": {k: float(v) for k, v in self.category_time.items()},
-                "events": int(self.events), "kernel_instances": int(self.kernel_start.size)}
 
 
 def _canon(name: str, P: int | None) -> tuple[str, int]:
@@ -169,140 +86,6 @@ def lone_makespan(k: Kernel, pool_sms: int, hw: Hardware, model: ContentionModel
     u = sim.lanes[0]
     u.works[0] = _dc_replace(u.works[0], **over)
     return float(sim.run().makespan)
-
-
-def share_pool(pool: float, wants: Sequence[float]) -> list[float] | None:
-    """Water-fill a pool of SMs between the kernels active on its lanes.
-
-    Each kernel wants min(pool SMs, its CTAs) SMs. When the wants fit in the pool nothing is
-    shared (None). Otherwise, in increasing order of want (ties in lane order), each kernel gets
-    min(its want, an equal share of what is left): equal shares, a kernel never above its want,
-    what it leaves going to the others.
-
-    Args:
-        pool: SMs of the pool (> 0). wants: SMs each active kernel wants (> 0), in lane order.
-
-    Returns:
-        SMs granted to each kernel (same order, summing to ``pool``), or None when
-        ``sum(wants) <= pool``.
-    """
-    if sum(wants) <= pool:
-        return None
-    out = [0.0] * len(wants)
-    left, n = float(pool), len(wants)
-    for i, s in enumerate(sorted(range(n), key=wants.__getitem__)):
-        share = left / (n - i)
-        g = min(wants[s], share)
-        out[s] = g
-        left -= g
-    return out
-
-
-class EventQueue:
-    """The event loop's clock-ordered queue (no resources; SimPy-like core).
-
-    Events are ``(time µs, priority, sequence, lane, epoch)`` tuples in a heap; the sequence
-    number makes every key unique, so ties break by priority, then push order.
-
-    Attributes:
-        heap: the events. seq: events pushed so far. now: time of the last instant (µs).
-        popped: events popped so far.
-    """
-
-    __slots__ = ("heap", "seq", "now", "popped")
-
-    def __init__(self) -> None:
-        self.heap: list = []
-        self.seq = 0
-        self.now = 0.0
-        self.popped = 0
-
-    def push(self, t: float, prio: int, lane: "Lane", epoch: int) -> None:
-        """Schedule an event at ``t`` µs with priority ``prio`` for ``lane`` (epoch: validity
-        stamp of completion events, -1 for events that are always valid)."""
-        self.seq += 1
-        heapq.heappush(self.heap, (t, prio, self.seq, lane, epoch))
-
-
-@dataclass(eq=False, slots=True)
-class Job:
-    """One task (a segment task, or a whole stream for ``simulate_streams``).
-
-    Attributes:
-        index: position in the global dispatch order. stage: the lane that runs it.
-        region, mb: region instance and microbatch (L2 object names).
-        kids: kernel ids in run order. first: index of its first kernel instance.
-        succ: data successors (``Job`` objects). pending: data predecessors not yet done.
-        start, end: A_i and C_i (µs).
-    """
-
-    index: int
-    stage: int
-    region: int
-    mb: int
-    kids: tuple
-    first: int
-    succ: tuple = ()
-    pending: int = 0
-    start: float = 0.0
-    end: float = 0.0
-
-
-class Lane:
-    """One stream (lane) and the named state of the kernel it runs.
-
-    Attributes:
-        index: lane number (the ``stage`` of the jobs it runs). pool: its ``Pool``.
-        queue: its jobs in dispatch order; head: index of the next one to run.
-        job, pos: the running job (None when idle) and the position of its running kernel.
-        kid: the running kernel's id. phase: 0 idle, 1 launching, 2 active.
-        works: ``KernelWork`` of each kernel id on the pool (None for kernels it never runs).
-        work: the running kernel's ``KernelWork``.
-        F, D, N: FLOP, data bytes and network bytes left. setup: collective setup pending.
-        want, pow0: the running kernel's SMs p_u and compute power pi_u alone on the pool.
-        sms, power, rate_full, window, phi, peak, reread, comm_on: inputs of the rate model
-            (``BoundModel.rates_of``; sms and power are the shared values when the pool is
-            split); rc, rd, rh, rn: its outputs (FLOP/s, bytes/s, HBM bytes/s, network bytes/s);
-            oc, od, on: the rates its pending completion event was computed from.
-        pc, pd, pn: predicted completion times of the three counters at the current rates (µs).
-        epoch: stamp of the valid completion event; live: such an event is pending.
-    """
-
-    __slots__ = ("index", "pool", "queue", "head", "job", "pos", "kid", "phase", "works",
-                 "work", "F", "D", "N", "setup", "want", "pow0", "sms", "power", "rate_full",
-                 "window", "phi", "peak", "reread", "comm_on", "rc", "rd", "rh", "rn", "oc",
-                 "od", "on", "pc", "pd", "pn", "epoch", "live")
-
-    def __init__(self, index: int, pool: "Pool", nkernels: int) -> None:
-        self.index, self.pool = index, pool
-        self.queue: list[Job] = []
-        self.head = 0
-        self.job: Job | None = None
-        self.pos = self.kid = self.phase = 0
-        self.works: list[KernelWork | None] = [None] * nkernels
-        self.work: KernelWork | None = None
-        self.F = self.D = self.N = 0.0
-        self.setup = self.comm_on = self.live = False
-        self.want = self.pow0 = self.sms = self.power = self.rate_full = self.window = 0.0
-        self.phi = self.peak = self.reread = 0.0
-        self.rc = self.rd = self.rh = self.rn = 0.0
-        self.oc = self.od = self.on = 0.0
-        self.pc = self.pd = self.pn = _INF
-        self.epoch = 0
-
-
-class Pool:
-    """A pool of SMs (a green context) and the lanes that share it.
-
-    Attributes:
-        index: pool id. sms: its SMs. lanes: its ``Lane`` objects (lane order).
-    """
-
-    __slots__ = ("index", "sms", "lanes")
-
-    def __init__(self, index: int, sms: int) -> None:
-        self.index, self.sms = index, sms
-        self.lanes: list[Lane] = []
 
 
 class EventSimulator:
