@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 #: The last commit with the parallel-list event simulator (behaviour reference).
-BASELINE_REV = "86e9e31"
+BASELINE_REV = "ef33c42"
 
 #: name -> spec (the 3-stage cut starts at kernels 9 and 15: L0 attention + routing | L0 experts +
 #: L1 qkv | the rest; allocation 48/52/48 SMs of the B200).

@@ -1,11 +1,12 @@
 """The event simulator reproduces the makespans of its earlier implementation exactly.
 
 ``tests/data/eventsim_reference.json`` was written by the parallel-list simulator at commit
-86e9e31 (before the named-state rewrite) for 25 configurations: temporal and 2-4 stages, w = 0 and
+ef33c42 (before the named-state rewrite; the graphs of that commit) for 25 configurations: temporal and 2-4 stages, w = 0 and
 1, both dispatch policies, contention on/off/static-consistent, LRU/FIFO/no cache, collectives
 (llama-3.1-70b TP8), 1-3 streams per stage, gpt-oss-20b/120b on H200/B200. The rewrite must give
 bit-identical makespans, step and event counts and HBM bytes (an independent implementation as
-the oracle)."""
+the oracle). A deliberate change of the graphs (``model/``) or of the rate model changes these
+numbers too: regenerate the file with the simulator of the commit before that change."""
 
 from __future__ import annotations
 
