@@ -311,6 +311,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "feature partition + rotations, default), local_search (+ boundary moves), "
                         "screen (score every legal cut with the cheap estimator when there are "
                         "<= 20,000; within 1%% of the exhaustive optimum on 50/50 test instances)")
+    x.add_argument("--cheap", default="auto", choices=("auto", "vcontention", "static"),
+                   help="cheap estimator of the allocation search: auto (default: the "
+                        "contention-aware vcontention scorer with --exact event, else static), "
+                        "vcontention, or static (isolated kernel durations)")
+    x.add_argument("--alloc-strategy", default="pairwise", choices=("pairwise", "relax"),
+                   help="allocation search per cut: pairwise (Algorithm 2: seeds, cheap line "
+                        "search, exact polish; default) or relax (optax relaxation of the smooth "
+                        "makespan, rounding, exact polish)")
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="measured calibration (subgpu calibrate) for both scorers; must match "
                         "the model, deployment and --hardware")
@@ -637,6 +645,10 @@ def _cmd_search(a) -> int:
         meta["deployment_options"] = opts
     if a.cut_strategy != "proposal":
         meta["cut_strategy"] = a.cut_strategy
+    if a.cheap != "auto":
+        meta["cheap"] = a.cheap
+    if a.alloc_strategy != "pairwise":
+        meta["alloc_strategy"] = a.alloc_strategy
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
     cal = None
@@ -652,7 +664,8 @@ def _cmd_search(a) -> int:
                              exact=a.exact, cache=a.cache, L_sim=a.l_sim,
                              progress=not a.no_progress, calibration=cal,
                              cut_strategy=a.cut_strategy,
-                             min_tokens_per_user=a.min_tokens_per_user)
+                             min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,
+                             alloc_strategy=a.alloc_strategy)
     if stats["dropped"]:
         print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
               f"{stats['dropped'][:3]}")

@@ -16,17 +16,26 @@ from __future__ import annotations
 import csv
 import json
 import os
+from dataclasses import dataclass
 from typing import Sequence
 
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.app.report import frontiers, matched_tables, write_search_figures
+from subgpu_jax.score.vcontention import ContentionEstimator
+from subgpu_jax.search.cuts import CUT_STRATEGIES
+from subgpu_jax.search.pairwise import allocate_pairwise
+from subgpu_jax.search.problem import Problem
+from subgpu_jax.search.relax import relax_and_polish
+from subgpu_jax.space.config import check_dispatch_policy
 from subgpu_jax.space.config import Config
 from subgpu_jax.app.sweep import GridPoint, SweepStore, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS"]
+__all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_KINDS",
+           "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
+           "CUT_STRATEGY_OBJECTS", "ContentionProblem"]
 
 #: Deployment fields beyond the grid's (topology, routing) that records carry.
 DEPLOY_OPTIONS = ("nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
@@ -34,6 +43,109 @@ DEPLOY_OPTIONS = ("nvlink_domain", "scaleout_GBps", "routing", "routing_imbalanc
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
 EXACT_KINDS = ("event", "static")
+#: Cheap estimators: ``auto`` = ``vcontention`` when the exact scorer is the event simulator,
+#: else ``static``; ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
+#: docs/method.md §3); ``static`` = ``score.evaluator.Evaluator`` (isolated kernel durations).
+CHEAP_KINDS = ("auto", "vcontention", "static")
+
+
+class ContentionProblem(Problem):
+    """A ``search.Problem`` whose cheap estimator is contention-aware: ``evaluator`` returns a
+    ``score.vcontention.ContentionEstimator`` (same seeds and smooth relaxation as the static
+    evaluator, hard makespans from the vectorised contention model of the event simulator).
+
+    Args:
+        workload, hw, duration_model: as ``Problem``.
+        model: the event simulator's ``ContentionModel``; cache: its L2 policy.
+    """
+
+    def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
+                 cache: str = "lru") -> None:
+        super().__init__(workload, hw, duration_model)
+        self.contention_model, self.cache = model, cache
+
+    def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
+                  policy: str = "wavefront") -> ContentionEstimator:
+        """The contention-aware cheap estimator of one (cut, D, w, m, policy), cached.
+
+        Raises:
+            ValueError: unknown policy, illegal cut/D/w, m not dividing the batch.
+        """
+        check_dispatch_policy(policy)
+        key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
+        if key not in self._evs:
+            self._evs[key] = ContentionEstimator(
+                self.workload.graph(m), key[0], D, w, self.hw, policy=policy,
+                table=self.table(m), model=self.contention_model, cache=self.cache)
+        return self._evs[key]
+
+
+@dataclass(frozen=True)
+class PairwiseAllocation:
+    """Allocation strategy ``pairwise``: Algorithm 2 of docs/method.md §4 (seeds, cheap
+    pairwise-line refinement, exact polish: ``search.pairwise.allocate_pairwise``)."""
+
+    name: str = "pairwise"
+
+    def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
+        """``AllocResult`` of one structure (arguments as ``allocate_pairwise``)."""
+        return allocate_pairwise(problem, seg_of, D, w, m, policy, exact, L_est, L_sim)
+
+
+@dataclass(frozen=True)
+class RelaxAllocation:
+    """Allocation strategy ``relax``: the optax relaxation of the smooth makespan, rounding and
+    exact polish (``search.relax.relax_and_polish``; our extension of docs/method.md §4).
+
+    Attributes:
+        restarts: annealing restarts (>= 1); steps: optimiser steps per restart (>= 1).
+    """
+
+    name: str = "relax"
+    restarts: int = 8
+    steps: int = 150
+
+    def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
+        """``AllocResult`` of one structure (``L_est`` is unused: no cheap line search)."""
+        return relax_and_polish(problem, seg_of, D, w, m, policy, exact, L_sim,
+                                restarts=self.restarts, steps=self.steps)
+
+
+#: Allocation strategies selectable with ``subgpu search --alloc-strategy``.
+ALLOC_STRATEGIES = {"pairwise": PairwiseAllocation(), "relax": RelaxAllocation()}
+
+
+@dataclass(frozen=True)
+class CutStrategy:
+    """How Algorithm 1 chooses the cut (``search.cuts.CUT_STRATEGIES``: ``proposal``,
+    ``local_search``, ``screen``), as the ``algorithm1`` options it sets."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in CUT_STRATEGIES:
+            raise ValueError(f"cut_strategy must be one of {', '.join(CUT_STRATEGIES)}, got "
+                             f"{self.name!r}")
+
+    def options(self) -> dict:
+        """Keyword arguments of ``algorithm1``."""
+        return {"cut_strategy": self.name}
+
+
+#: Cut strategies selectable with ``subgpu search --cut-strategy``.
+CUT_STRATEGY_OBJECTS = {n: CutStrategy(n) for n in CUT_STRATEGIES}
+
+
+def _strategy(table: dict, value, field: str):
+    """An object of ``table`` by name, or the object itself (one-line error otherwise)."""
+    if isinstance(value, str):
+        if value not in table:
+            raise ValueError(f"{field} must be one of {', '.join(table)}, got {value!r}")
+        return table[value]
+    if not hasattr(value, "name"):
+        raise ValueError(f"{field} must be one of {', '.join(table)} or a strategy object with "
+                         f"a name, got {value!r}")
+    return value
 
 
 class PointScorer:
@@ -42,24 +154,39 @@ class PointScorer:
     Args:
         arch: model. hw: GPU. exact: one of ``EXACT_KINDS``. cache: L2 policy of the event
         simulator. L_sim: pass limit of the exact polish of Algorithm 2.
+        calibration: measured per-kernel tables (``model.calibration``) or None.
+        cut_strategy: a name of ``CUT_STRATEGY_OBJECTS`` or a ``CutStrategy``.
+        cheap: one of ``CHEAP_KINDS`` (``auto``: the contention-aware ``vcontention`` estimator
+            when ``exact="event"``, else ``static``).
+        alloc_strategy: a name of ``ALLOC_STRATEGIES`` or an object with ``name`` and the call
+            signature of ``PairwiseAllocation``.
+
+    Attributes:
+        scorers: ``{"cheap": ..., "exact": ...}``, the names of the scorers in use (the cheap
+            one reads ``"vcontention (static where streams_per_stage > 1)"`` once a grid
+            point with several streams per stage used the static estimator).
 
     Raises:
-        ValueError: unknown ``exact`` or cache policy.
+        ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
     """
 
     def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
-                 L_sim: int = 2, calibration=None, cut_strategy: str = "proposal") -> None:
+                 L_sim: int = 2, calibration=None, cut_strategy="proposal",
+                 cheap: str = "auto", alloc_strategy="pairwise") -> None:
         from subgpu_jax.sim.contention import ContentionModel
         from subgpu_jax.sim.l2cache import check_policy
-        from subgpu_jax.search.cuts import CUT_STRATEGIES
 
-        if cut_strategy not in CUT_STRATEGIES:
-            raise ValueError(f"cut_strategy must be one of {', '.join(CUT_STRATEGIES)}, got "
-                             f"{cut_strategy!r}")
-        self.cut_strategy = cut_strategy
-
+        self.cut = _strategy(CUT_STRATEGY_OBJECTS, cut_strategy, "cut_strategy")
+        self.cut_strategy = self.cut.name
+        self.alloc = _strategy(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
         if exact not in EXACT_KINDS:
             raise ValueError(f"exact must be one of {', '.join(EXACT_KINDS)}, got {exact!r}")
+        if cheap not in CHEAP_KINDS:
+            raise ValueError(f"cheap must be one of {', '.join(CHEAP_KINDS)}, got {cheap!r}")
+        if cheap == "auto":
+            cheap = "vcontention" if exact == "event" else "static"
+        self.cheap_kind = cheap
+        self._static_for_streams = False  # set when k > 1 streams forced the static estimator
         check_policy(cache)
         self.arch, self.hw, self.exact_kind, self.cache, self.L_sim = arch, hw, exact, cache, L_sim
         # calibration (subgpu_jax.model.calibration): measured per-kernel tables for the cheap
@@ -70,9 +197,18 @@ class PointScorer:
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
 
+    @property
+    def scorers(self) -> dict:
+        """``{"cheap": name, "exact": name}`` of the scorers used so far."""
+        cheap = self.cheap_kind
+        if self._static_for_streams:
+            cheap += " (static where streams_per_stage > 1)"
+        return {"cheap": cheap, "exact": self.exact_kind}
+
     def problem(self, dep: Deployment, streams_per_stage: int = 1):
-        """The ``search.Problem`` of a deployment with k streams per stage (cached)."""
-        from subgpu_jax.search.problem import Problem
+        """The ``search.Problem`` of a deployment with k streams per stage (cached): a
+        ``ContentionProblem`` when the cheap estimator is ``vcontention`` and k = 1 (the
+        vectorised contention model runs one task per stage at a time), else the static one."""
         from subgpu_jax.model.workload import Workload
 
         key = (dep, streams_per_stage)
@@ -82,8 +218,14 @@ class PointScorer:
                 from subgpu_jax.model.calibration import CalibratedDurationModel
                 self.calibration.check_workload(self.arch, dep, self.hw)
                 dm = CalibratedDurationModel(self.calibration, self.hw)
-            self._problems[key] = Problem(Workload.from_model(self.arch, dep), self.hw, dm,
-                                          streams_per_stage=streams_per_stage)
+            wl = Workload.from_model(self.arch, dep)
+            if self.cheap_kind == "vcontention" and streams_per_stage == 1:
+                self._problems[key] = ContentionProblem(wl, self.hw, dm, self.model, self.cache)
+            else:
+                if self.cheap_kind == "vcontention":
+                    self._static_for_streams = True
+                self._problems[key] = Problem(wl, self.hw, dm,
+                                              streams_per_stage=streams_per_stage)
         return self._problems[key]
 
     def _simulate(self, dep: Deployment, cfg: Config):
@@ -103,7 +245,10 @@ class PointScorer:
         """Exact scorer Config -> makespan µs for this deployment (k streams per stage)."""
         if self.exact_kind == "static":
             from subgpu_jax.search.problem import EvaluatorExact
-            return EvaluatorExact(self.problem(dep, streams_per_stage))
+            p = self.problem(dep, streams_per_stage)
+            if isinstance(p, ContentionProblem):  # the exact static scorer stays static
+                p = Problem(p.workload, p.hw, p.model, streams_per_stage=streams_per_stage)
+            return EvaluatorExact(p)
         return lambda cfg: float(self._simulate(dep, cfg).makespan)
 
     def temporal_makespan(self, dep: Deployment) -> float:
@@ -181,8 +326,8 @@ class PointScorer:
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
         res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches], [pt.policy],
                          exact=self.exact(d, pt.streams),
-                         L_sim=self.L_sim, include_temporal=False,
-                         cut_strategy=self.cut_strategy)
+                         L_sim=self.L_sim, include_temporal=False, allocate=self.alloc,
+                         **self.cut.options())
         out = []
         for r in res.records:
             out.append(self._record(pt, r.config(), r.makespan_us,
@@ -240,6 +385,9 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     if min_tokens_per_user is not None:
         summary["min_tokens_per_user"] = float(min_tokens_per_user)
         summary["records_meeting_it"] = len(recs)
+    if scorer is not None:
+        summary["scorers"] = dict(scorer.scorers)
+        summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name}
     _atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
@@ -272,8 +420,9 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
                meta: dict, resume: bool = False, budget: int | None = None,
                exact: str = "event", cache: str = "lru", L_sim: int = 2,
                progress: bool = True, calibration=None,
-               cut_strategy: str = "proposal",
-               min_tokens_per_user: float | None = None) -> tuple[dict, dict]:
+               cut_strategy="proposal",
+               min_tokens_per_user: float | None = None, cheap: str = "auto",
+               alloc_strategy="pairwise") -> tuple[dict, dict]:
     """Run (or resume) a sweep and write its outputs (``min_tokens_per_user``: see
     ``write_outputs``).
 
@@ -285,7 +434,7 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
             calibration for another model/deployment/GPU.
     """
     scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
-                         cut_strategy=cut_strategy)
+                         cut_strategy=cut_strategy, cheap=cheap, alloc_strategy=alloc_strategy)
     store = SweepStore(folder, meta, resume)
     stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
     stats["dropped"] = list(store.dropped)

@@ -322,6 +322,27 @@ class Evaluator:
     def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:
         return check_alloc_batch(allocs, self.D, self.seg_table.shape[1] - 1)
 
+    def check_feasible(self, allocs: np.ndarray) -> np.ndarray:
+        """Host validation of a batch (B, D) (or (D,)) of allocations of P_H^(D): integer SMs,
+        multiples of the SM quantum, each >= the minimum pool, summing to the SM budget (any
+        single pool of 1..N SMs when D = 1). Returns the (B, D) array.
+
+        Raises:
+            ValueError: wrong shape, non-integer values, or an infeasible row (names the row and
+                the violated condition).
+        """
+        a = self._check_allocs(allocs)
+        if self.D > 1:
+            hw = self.hw
+            bad = ((a % hw.sm_quantum != 0).any(1) | (a < hw.min_pool_sms).any(1)
+                   | (a.sum(1) != hw.sm_budget))
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ValueError(f"allocations: row {i} {a[i].tolist()} is not feasible on "
+                                 f"{hw.name}: multiples of {hw.sm_quantum} SMs, each >= "
+                                 f"{hw.min_pool_sms}, summing to {hw.sm_budget}")
+        return a
+
     def makespan(self, allocs: np.ndarray, feasible_only: bool = True) -> np.ndarray:
         """Hard makespans (µs) of integer allocations (B, D) -> (B,), in chunks of ``chunk``.
 
@@ -335,16 +356,8 @@ class Evaluator:
             ValueError: wrong shape, non-integer values, or (``feasible_only``) an infeasible row
                 (names the row and the violated condition).
         """
-        a = self._check_allocs(allocs).astype(np.int32)
-        if feasible_only and self.D > 1:
-            hw = self.hw
-            bad = ((a % hw.sm_quantum != 0).any(1) | (a < hw.min_pool_sms).any(1)
-                   | (a.sum(1) != hw.sm_budget))
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise ValueError(f"allocations: row {i} {a[i].tolist()} is not feasible on "
-                                 f"{hw.name}: multiples of {hw.sm_quantum} SMs, each >= "
-                                 f"{hw.min_pool_sms}, summing to {hw.sm_budget}")
+        a = (self.check_feasible(allocs) if feasible_only
+             else self._check_allocs(allocs)).astype(np.int32)
         return run_in_chunks(a, self.chunk, lambda c: _hard_batch(
             self.seg_table, self.seg_stage, self.arrs, jnp.asarray(c)))
 

@@ -552,6 +552,33 @@ class MassiveEvaluator:
                                      alloc_ranks=top.keys[:, 1], evaluated=evaluated, seconds=dt,
                                      D=self.D, w=self.w)
 
+    def makespan(self, allocs: np.ndarray, cut_rank: int = 0) -> np.ndarray:
+        """``score.protocol.Scorer``: makespans (µs, (B,) float64) of allocations (B, D) of the
+        scorer's space for one cut (fixed mode: ``seg_of``; chain mode: the cut of rank
+        ``cut_rank``), validated on the host.
+
+        Raises:
+            ValueError: wrong shape, non-integer SMs, a row outside the allocation space
+                (multiples of the quantum, each >= the minimum, summing to the budget), or a cut
+                rank outside 0..n_cuts-1.
+        """
+        D, budget, quantum, minimum = self.space
+        a = np.asarray(allocs)
+        if a.ndim == 1:
+            a = a[None]
+        if a.ndim != 2 or a.shape[1] != D:
+            raise ValueError(f"allocations must have shape (batch, {D}), got {a.shape}")
+        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
+            raise ValueError("allocations: SMs per stage must be integers")
+        bad = (a % quantum != 0).any(1) | (a < minimum).any(1) | (a.sum(1) != budget)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"allocations: row {i} {a[i].tolist()} is outside the space: "
+                             f"multiples of {quantum} SMs, each >= {minimum}, summing to {budget}")
+        if not 0 <= int(cut_rank) < self.n_cuts:
+            raise ValueError(f"cut_rank must be in 0..{self.n_cuts - 1}, got {cut_rank}")
+        return self.score(a.astype(np.int32), int(cut_rank))
+
     def score(self, allocs: np.ndarray, cut_rank: int = 0) -> np.ndarray:
         """Makespans (µs, float32 -> float64 (B,)) of explicit allocations (B, D) for one cut rank
         (fixed mode: the cut), with the same per-candidate program (for checks and baselines)."""

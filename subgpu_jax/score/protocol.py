@@ -1,9 +1,11 @@
 """The one scorer interface of the search (docs/method.md §4).
 
-A scorer maps a batch of integer SM allocations to makespans. The evaluator
-(``score.evaluator.Evaluator``) and the vectorised contention scorer
-(``score.vcontention.VContentionEvaluator``) implement it (the exhaustive streaming scorer of
-``score.massive`` does not yet); inputs are validated on the host before any jitted call.
+A scorer maps a batch of integer SM allocations of one structure (cut, D, w, m, policy) to
+makespans. Implemented by the max-plus evaluator (``score.evaluator.Evaluator``), the vectorised
+contention scorer (``score.vcontention.VContentionEvaluator``), the search's cheap estimator
+under the event simulator (``score.vcontention.ContentionEstimator``) and the exhaustive
+streaming scorer (``score.massive.MassiveEvaluator.makespan``); inputs are validated on the host
+before any jitted call.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.score.evaluator import (DagArrays, check_alloc_batch, completion_times,
+from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch, completion_times,
     run_in_chunks, validate_durations)
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
@@ -52,7 +52,7 @@ from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "BandIndex", "band_coverage", "kernel_profiles", "segment_tables", "estimate_hits",
-           "vc_makespan", "VContentionEvaluator", "TRACE_COUNTS", "CONC_GRID", "POWER_GRID"]
+           "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "TRACE_COUNTS", "CONC_GRID", "POWER_GRID"]
 
 #: Number of times the jitted batch entry point has been traced (no-recompilation tests).
 TRACE_COUNTS: dict[str, int] = {"vc": 0}
@@ -584,3 +584,40 @@ class VContentionEvaluator:
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.arrs, self.band, jnp.asarray(c), self.iters, self.damping,
             bool(self.model.isolated)))
+
+
+class ContentionEstimator(Evaluator):
+    """The cheap estimator of the search when the exact scorer is the event simulator: an
+    ``Evaluator`` whose hard ``makespan`` is the contention-aware ``VContentionEvaluator``.
+
+    Everything else is the static evaluator's: the segment tables used by the
+    service-proportional seed of Algorithm 2 (``seg_table_np``, ``seg_stage``) and the smooth
+    makespan of the optax relaxation (``smooth``), which have no contention-aware counterpart
+    (docs/method.md §3: the fast scorer). Implements ``score.protocol.Scorer``.
+
+    Args:
+        graph, seg_of, D, w, hw, policy: the structure (as ``Evaluator``).
+        table: static kernel durations (n, N+1) µs (None = ``StaticDurationModel``).
+        model: the event simulator's ``ContentionModel`` (default calibrated); cache: its L2
+            policy (``"lru"``, ``"fifo"``, ``"none"``) for the hit estimate.
+        **vc_kw: further ``VContentionEvaluator`` options (iters, damping, chunk, paddings).
+
+    Raises:
+        ValueError: as ``Evaluator`` and ``VContentionEvaluator``.
+    """
+
+    def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
+                 policy: str = "wavefront", table: np.ndarray | None = None,
+                 model: ContentionModel | None = None, cache: str = "lru", **vc_kw) -> None:
+        super().__init__(graph, seg_of, D, w, hw, policy=policy, table=table)
+        self.contention = VContentionEvaluator(graph, seg_of, D, w, hw, policy=policy,
+                                               model=model, cache=cache, **vc_kw)
+
+    def makespan(self, allocs: np.ndarray, feasible_only: bool = True) -> np.ndarray:
+        """Contention-aware makespans (µs) of integer allocations (B, D) -> float64 (B,).
+
+        Raises:
+            ValueError: as ``Evaluator.makespan`` (shape, integers, feasibility).
+        """
+        a = self.check_feasible(allocs) if feasible_only else self._check_allocs(allocs)
+        return self.contention.makespan(a)

@@ -105,7 +105,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                cut_local_search: bool = False, ls_starts: int = 3, ls_top: int = 8,
                progress: Callable[[str], None] | None = None, cut_strategy: str | None = None,
                screen_max_cuts: int = 20_000, screen_top: int = 8, screen_polish: int = 1,
-               screen_keep_proposal: bool = True) -> SearchResult:
+               screen_keep_proposal: bool = True,
+               allocate: Callable | None = None) -> SearchResult:
     """Algorithm 1 (simulation-guided search) over the grid x = (m, D, policy) of one workload.
 
     Per grid point: instantiate the graph (skip infeasible points: m not dividing the batch,
@@ -151,6 +152,9 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         screen_polish: best layouts of the merged ranking polished with the exact scorer.
         screen_keep_proposal: also polish the proposal's choice (the never-worse guarantee,
             at the price of one more exact allocation search when it is not already polished).
+        allocate: allocation strategy with the signature of ``allocate_pairwise`` (positional:
+            problem, seg_of, D, w, m, policy, exact, L_est, L_sim) returning an ``AllocResult``;
+            None = ``allocate_pairwise`` (Algorithm 2).
 
     Returns:
         ``SearchResult``.
@@ -232,7 +236,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 c0 = memo.calls
                 res = None
                 for c in polish:
-                    r = allocate_pairwise(problem, c.seg_of, D, c.w, m, pol, memo, L_est, L_sim)
+                    r = (allocate or allocate_pairwise)(problem, c.seg_of, D, c.w, m, pol, memo,
+                                                        L_est, L_sim)
                     cheap += r.cheap_evals
                     if res is None or r.makespan_us < res.makespan_us:
                         res, cand = r, c
