@@ -1,0 +1,99 @@
+"""The main job's scorers and strategies (``subgpu_jax.app.searchjob``): the contention-aware
+cheap estimator under the event simulator, the static one otherwise, the scorer protocol, the
+allocation/cut strategy objects, and ``summary.json`` recording the scorers in use."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from subgpu_jax.app import searchjob as sj
+from subgpu_jax.app.sweep import GridPoint
+from subgpu_jax.model.graph import Deployment
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.models import get_model
+from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.protocol import Scorer
+from subgpu_jax.score.vcontention import ContentionEstimator, VContentionEvaluator
+from subgpu_jax.sim.contention import ContentionModel
+
+H200 = get_hardware("H200")
+ARCH = get_model("gpt-oss-20b")
+DEP = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8, global_batch=256)
+
+
+def _cut(n: int, D: int) -> tuple[int, ...]:
+    return tuple(min(i * D // n, D - 1) for i in range(n))
+
+
+def test_cheap_estimator_follows_the_exact_scorer():
+    """auto: vcontention under the event simulator, static under the static exact scorer."""
+    ev = sj.PointScorer(ARCH, H200, exact="event")
+    st = sj.PointScorer(ARCH, H200, exact="static")
+    assert ev.scorers == {"cheap": "vcontention", "exact": "event"}
+    assert st.scorers == {"cheap": "static", "exact": "static"}
+    g = ev.problem(DEP).workload.graph(2)
+    seg = _cut(g.n, 2)
+    c = ev.problem(DEP).evaluator(seg, 2, 0, 2)
+    s = st.problem(DEP).evaluator(seg, 2, 0, 2)
+    assert isinstance(c, ContentionEstimator) and type(s) is Evaluator
+    A = np.array([[64, 64], [16, 112], [104, 24]])
+    want = VContentionEvaluator(g, seg, 2, 0, H200).makespan(A)
+    np.testing.assert_allclose(c.makespan(A), want, rtol=1e-6)
+    # static parts (seeds, relaxation) are the static evaluator's
+    np.testing.assert_array_equal(c.seg_table_np, s.seg_table_np)
+    # forced static cheap estimator under the event simulator
+    assert sj.PointScorer(ARCH, H200, cheap="static").scorers["cheap"] == "static"
+
+
+def test_contention_estimator_off_is_the_evaluator_and_validates():
+    """With contention off the contention-aware estimator equals the max-plus evaluator
+    exactly (docs/method.md §3); infeasible rows are rejected on the host."""
+    pb = sj.PointScorer(ARCH, H200, exact="static").problem(DEP)
+    g = pb.workload.graph(2)
+    seg = _cut(g.n, 3)
+    e = ContentionEstimator(g, seg, 3, 0, H200, model=ContentionModel.off())
+    s = Evaluator(g, seg, 3, 0, H200)
+    A = np.array([[40, 56, 32], [8, 8, 112]])
+    np.testing.assert_array_equal(e.makespan(A), s.makespan(A))
+    with pytest.raises(ValueError, match="not feasible"):
+        e.makespan([[40, 56, 30]])
+    for obj in (e, s, e.contention):
+        assert isinstance(obj, Scorer)
+
+
+def test_strategy_objects_and_errors():
+    sc = sj.PointScorer(ARCH, H200, exact="static", alloc_strategy="relax",
+                        cut_strategy="screen")
+    assert sc.alloc is sj.ALLOC_STRATEGIES["relax"] and sc.cut.options() == {
+        "cut_strategy": "screen"}
+    custom = sj.RelaxAllocation(restarts=2, steps=10)
+    assert sj.PointScorer(ARCH, H200, alloc_strategy=custom).alloc is custom
+    with pytest.raises(ValueError, match="alloc_strategy must be one of pairwise, relax"):
+        sj.PointScorer(ARCH, H200, alloc_strategy="greedy")
+    with pytest.raises(ValueError, match="cut_strategy must be one of"):
+        sj.CutStrategy("random")
+    with pytest.raises(ValueError, match="cheap must be one of"):
+        sj.PointScorer(ARCH, H200, cheap="fast")
+
+
+def test_grid_point_through_search_job_records_scorers(tmp_path):
+    """A two-point grid (temporal + one SubGPU point) with the static exact scorer and the
+    contention-aware cheap estimator: the SubGPU record used the cheap estimator, its speedup
+    is the temporal makespan over its own, and summary.json names the scorers and
+    strategies."""
+    sc = sj.PointScorer(ARCH, H200, exact="static", cheap="vcontention",
+                        alloc_strategy=sj.RelaxAllocation(restarts=2, steps=20))
+    pts = [GridPoint(DEP, 1, 1, "wavefront"), GridPoint(DEP, 2, 2, "wavefront")]
+    recs = [r for p in pts for r in sc(p)]
+    assert [r["mode"] for r in recs] == ["temporal", "subgpu"]
+    sub = recs[1]
+    assert sub["cheap_evals"] > 0 and sub["exact"] == "static"
+    assert sub["speedup_vs_temporal"] == pytest.approx(
+        recs[0]["makespan_us"] / sub["makespan_us"])
+    summ = sj.write_outputs(recs, str(tmp_path), "t", sc)
+    disk = json.loads((tmp_path / "summary.json").read_text())
+    assert disk["scorers"] == summ["scorers"] == {"cheap": "vcontention", "exact": "static"}
+    assert disk["strategies"] == {"cut": "proposal", "alloc": "relax"}
