@@ -336,6 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=int, default=None,
                    help="evaluate at most this many grid points in this call (>= 1)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c = se.add_argument_group("cluster (jax.distributed: grid points spread over processes and "
+                              "their local devices; process 0 writes --out)")
+    c.add_argument("--cluster", metavar="HOST:PORT", default=None,
+                   help="coordinator address (process 0 listens there)")
+    c.add_argument("--num-processes", type=int, default=1, help="processes in the cluster")
+    c.add_argument("--process-id", type=int, default=0, help="this process, 0..N-1")
+    c.add_argument("--cluster-timeout", type=float, default=600.0,
+                   help="seconds to wait for the coordinator and for the other processes")
 
     add_plugin_commands(sub)
 
@@ -615,7 +623,7 @@ def _cmd_search(a) -> int:
     if bad:
         raise ValueError(f"stages must be in 2..{n_region} (the region has {n_region} kernels), "
                          f"got {bad}")
-    if a.resume and not os.path.exists(os.path.join(a.out, "manifest.json")):
+    if a.resume and a.process_id == 0 and not os.path.exists(os.path.join(a.out, "manifest.json")):
         raise ValueError(f"out: nothing to resume in {a.out!r} (no manifest.json); run without "
                          "--resume to start this sweep")
     if a.kv_lengths:
@@ -660,12 +668,25 @@ def _cmd_search(a) -> int:
                                             input_len=a.input_len, kv_history=a.kv_history), hw)
         hw = cal.apply_to_hardware(hw)
         meta["calibration"] = a.calibration
+    cluster = None
+    if a.cluster is not None or a.num_processes != 1 or a.process_id != 0:
+        from subgpu_jax.app.distributed import Cluster, init_cluster
+        if a.cluster is None:
+            raise ValueError("cluster: --num-processes/--process-id need --cluster HOST:PORT")
+        cluster = Cluster(a.cluster, a.num_processes, a.process_id, a.cluster_timeout)
+        if cluster.num_processes > 1:
+            init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
+                         min(cluster.timeout_s, 60.0))
     stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
                              exact=a.exact, cache=a.cache, L_sim=a.l_sim,
                              progress=not a.no_progress, calibration=cal,
                              cut_strategy=a.cut_strategy,
                              min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,
-                             alloc_strategy=a.alloc_strategy)
+                             alloc_strategy=a.alloc_strategy, cluster=cluster)
+    if summ is None:
+        print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
+              f"process 0 writes {a.out}")
+        return 0
     if stats["dropped"]:
         print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
               f"{stats['dropped'][:3]}")

@@ -422,9 +422,17 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
                progress: bool = True, calibration=None,
                cut_strategy="proposal",
                min_tokens_per_user: float | None = None, cheap: str = "auto",
-               alloc_strategy="pairwise") -> tuple[dict, dict]:
+               alloc_strategy="pairwise", cluster=None) -> tuple[dict, dict]:
     """Run (or resume) a sweep and write its outputs (``min_tokens_per_user``: see
     ``write_outputs``).
+
+    Args:
+        arch, hw, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
+        exact, cache, L_sim, calibration, cut_strategy, cheap, alloc_strategy: as
+            ``PointScorer``.
+        cluster: an ``app.distributed.Cluster`` (already initialised with ``init_cluster``):
+            the grid points are spread over its processes and their local devices; process 0
+            writes the folder, the other processes write nothing and return summary None.
 
     Returns:
         ``(sweep_stats, summary)``.
@@ -435,8 +443,17 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
     """
     scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
                          cut_strategy=cut_strategy, cheap=cheap, alloc_strategy=alloc_strategy)
-    store = SweepStore(folder, meta, resume)
-    stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
+    if cluster is not None and cluster.num_processes > 1:
+        from subgpu_jax.app.distributed import run_sweep_distributed
+
+        store = SweepStore(folder, meta, resume) if cluster.is_main else None
+        stats = run_sweep_distributed(points, scorer, store, cluster, budget)
+        if store is None:
+            stats["dropped"] = []
+            return stats, None
+    else:
+        store = SweepStore(folder, meta, resume)
+        stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
     stats["dropped"] = list(store.dropped)
     title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
              f"({exact} scorer)") if points else arch.name
