@@ -29,7 +29,7 @@ the result equals ``evaluator.Evaluator.makespan`` exactly (same seg-table sums,
 
 Shapes are padded to power-of-two buckets (``taskdag.bucket``) and all tables are arguments, so
 another cut, allocation batch or graph of the same bucket reuses one compiled function
-(``TRACE_COUNTS["vc"]`` counts traces).
+(tests wrap ``_vc_batch_impl`` in ``chex.assert_max_traces``).
 """
 
 from __future__ import annotations
@@ -52,10 +52,8 @@ from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "BandIndex", "band_coverage", "kernel_profiles", "segment_tables", "estimate_hits",
-           "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "TRACE_COUNTS", "CONC_GRID", "POWER_GRID"]
-
-#: Number of times the jitted batch entry point has been traced (no-recompilation tests).
-TRACE_COUNTS: dict[str, int] = {"vc": 0}
+           "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
+           "incomparable_band", "fine_bucket", "VC_STATIC_ARGNUMS"]
 
 #: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
 #: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
@@ -251,21 +249,43 @@ def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Ha
                      jnp.asarray(POWER_GRID, dtype=dtype))
 
 
+def incomparable_band(dag: TaskDAG) -> int:
+    """Largest dispatch-order distance |i - j| between two tasks on different lanes (stages, or
+    streams of a stage) that no path of the augmented DAG orders (host, numpy, O(T^2) bits).
+
+    Two tasks joined by a path run one after the other whatever the durations (the later one
+    starts after the earlier one completes), so only incomparable pairs can overlap in time:
+    a ``BandIndex`` of at least this band covers every overlap of every allocation exactly.
+    Returns 1 when no such pair exists.
+    """
+    T = dag.T
+    anc = np.zeros((T, T), dtype=bool)            # anc[i, j]: j precedes i on a path
+    for i in range(T):
+        for p in dag.preds(i):
+            anc[i] |= anc[p]
+            anc[i, p] = True
+    st = np.asarray(dag.lanes())  # tasks on different lanes (stages or streams) may overlap
+    inc = ~(anc | anc.T) & (st[:, None] != st[None, :])
+    ii, jj = np.nonzero(np.triu(inc, 1))
+    return int((jj - ii).max()) if ii.size else 1
+
+
 @jax.tree_util.register_pytree_node_class
 @dataclass(frozen=True)
 class BandIndex:
     """Which tasks can overlap in time, as a band of the dispatch order (a pytree of arrays).
 
     In the wavefront (or layer-major) dispatch order, tasks running at the same instant on
-    different stages are close in index: the data edges keep every stage within about one
-    region instance (m * K tasks) of the others. Task i is compared with the tasks i + o for the
-    static offsets o in -W..W (o != 0), W = ``band``; this replaces a T x T overlap matrix by W
-    static shifted slices (no gathers, O(T) memory per allocation). ``band_coverage`` measures on a schedule
-    whether any overlapping pair lies outside the band.
+    different stages are close in index. Task i is compared with the tasks i + o for the static
+    offsets o in -W..-1 and 1..W (W = ``band``), each pair from both sides, so the integrals
+    need no scatter (O(W T) work, O(T) memory per allocation, no T x T matrix). The default W
+    is ``incomparable_band`` (rounded up to a multiple of 4 to share compilations): every pair
+    farther apart is ordered by a path of the DAG and never overlaps, so the band is exact.
+    ``band_coverage`` measures on a schedule whether any overlapping pair lies outside a band.
 
     Attributes:
-        mask: (W, T_pad) float, row o-1 is 1 where tasks i and i + o exist and run on
-            different stages (o = 1..W).
+        mask: (2W, T_pad) float, row k is 1 where tasks i and i + o_k exist and run on
+            different stages, o_k = k - W for k < W and k - W + 1 otherwise.
     """
 
     mask: jax.Array
@@ -280,14 +300,12 @@ class BandIndex:
     @property
     def band(self) -> int:
         """W, the largest index offset compared."""
-        return int(self.mask.shape[0])
+        return int(self.mask.shape[0]) // 2
 
     @staticmethod
     def default_band(dag: TaskDAG) -> int:
-        """W = bucket((m + 1) * K, 4): one region instance of tasks plus one wave (measured on
-        160 random GPT-OSS configurations: the largest offset between overlapping tasks on
-        different stages of the event simulator's schedule was 31 for m * K = 48)."""
-        return bucket((dag.microbatches + 1) * dag.K, 4)
+        """W = ``incomparable_band`` rounded up to a multiple of 4 (exact coverage)."""
+        return max(4, -(-incomparable_band(dag) // 4) * 4)
 
     @classmethod
     def from_dag(cls, dag: TaskDAG, T_pad: int, band: int | None = None,
@@ -302,10 +320,10 @@ class BandIndex:
         if W < 1 or Dp < dag.D or T_pad < dag.T:
             raise ValueError(f"BandIndex: band {W} must be >= 1 and paddings ({Dp}, {T_pad}) "
                              f">= ({dag.D}, {dag.T})")
-        offs = np.arange(1, W + 1)
+        offs = np.concatenate([np.arange(-W, 0), np.arange(1, W + 1)])
         i = np.arange(T_pad)
-        j = i[None, :] + offs[:, None]                            # (W, T_pad)
-        ok = (i[None, :] < dag.T) & (j < dag.T)
+        j = i[None, :] + offs[:, None]                            # (2W, T_pad)
+        ok = (i[None, :] < dag.T) & (j >= 0) & (j < dag.T)
         st = np.full(T_pad, -1)
         st[: dag.T] = dag.lanes()  # tasks on different lanes (stages or streams) may overlap
         sj = np.where(ok, st[np.clip(j, 0, T_pad - 1)], -1)
@@ -384,48 +402,55 @@ def _bilinear(tab: jax.Array, seg: jax.Array, ic, fc, ip, fp) -> jax.Array:
             + t11 * fc * fp)
 
 
-def _band_integrals(band: BandIndex, S, C, tau, vals):
+def _band_integrals(band: BandIndex, S, C, tau, vals, unroll: bool = False):
     """Integrals inside [S_i, C_i] of the other stages' per-task quantities.
 
-    For every static offset o = 1..W the overlap of tasks i and i + o is computed once
-    (max(0, min(C_i, C_j) - max(S_i, S_j)), zero unless both exist and run on different stages)
-    and credited both ways, so memory stays O(T) per allocation.
+    For every static offset o in -W..-1, 1..W the overlap of tasks i and i + o is
+    max(0, min(C_i, C_j) - max(S_i, S_j)) (zero unless both exist and run on different
+    stages), times task j's rates; each pair is met from both sides, so no scatter is needed.
 
     Args:
         band: the band index. S, C, tau: (T_pad,) µs. vals: (3, T_pad) per-task integrals (busy
             µs, concurrency x µs, power x µs), spread uniformly over each task's interval.
+        unroll: static; True writes the 2W offsets as one straight-line program of static
+            slices (one fused kernel on a GPU), False as a ``fori_loop`` (faster on a CPU).
 
     Returns:
         (3, T_pad): busy µs, concurrency x µs and power x µs of the other stages in the window.
     """
-    W = band.mask.shape[0]
+    W2 = band.mask.shape[0]
+    W = W2 // 2
     T = S.shape[0]
     rate = vals / jnp.maximum(tau, 1e-9)[None]                                  # (3, T)
-    Sp = jnp.pad(S, (0, W))
-    Cp = jnp.pad(C, (0, W))
-    rp = jnp.pad(rate, ((0, 0), (0, W)))
+    Sp = jnp.pad(S, (W, W))
+    Cp = jnp.pad(C, (W, W))
+    rp = jnp.pad(rate, ((0, 0), (W, W)))
 
-    def step(o, carry):
-        acc, back = carry
+    def term(k, Sj, Cj, rj, mk):
+        ov = jnp.maximum(jnp.minimum(C, Cj) - jnp.maximum(S, Sj), 0.0) * mk      # (T,)
+        return ov[None] * rj
+
+    if unroll:
+        acc = jnp.zeros_like(rate)
+        for k in range(W2):
+            o = k if k < W else k + 1                       # start of task i + o_k in Sp
+            acc = acc + term(k, Sp[o:o + T], Cp[o:o + T], rp[:, o:o + T], band.mask[k])
+        return acc
+
+    def step(k, acc):
+        o = jnp.where(k < W, k, k + 1)
         Sj = jax.lax.dynamic_slice(Sp, (o,), (T,))
         Cj = jax.lax.dynamic_slice(Cp, (o,), (T,))
         rj = jax.lax.dynamic_slice(rp, (0, o), (3, T))
-        mk = jax.lax.dynamic_index_in_dim(band.mask, o - 1, keepdims=False)
-        ov = jnp.maximum(jnp.minimum(C, Cj) - jnp.maximum(S, Sj), 0.0) * mk       # (T,)
-        acc = acc + ov[None] * rj                                                # i <- i + o
-        # i + o <- i: accumulate at index i + o of a right-padded buffer
-        cur = jax.lax.dynamic_slice(back, (0, o), (3, T))
-        back = jax.lax.dynamic_update_slice(back, cur + ov[None] * rate, (0, o))
-        return acc, back
+        mk = jax.lax.dynamic_index_in_dim(band.mask, k, keepdims=False)
+        return acc + term(k, Sj, Cj, rj, mk)
 
-    acc, back = jax.lax.fori_loop(1, W + 1, step,
-                                  (jnp.zeros_like(rate), jnp.zeros((3, T + W), rate.dtype)))
-    acc = acc + back[:, :T]
-    return acc
+    return jax.lax.fori_loop(0, W2, step, jnp.zeros_like(rate))
 
 
 def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Array,
-                iters: int = 4, damping: float = 0.5, isolated: bool = False) -> jax.Array:
+                iters: int = 4, damping: float = 0.5, isolated: bool = False,
+                unroll: bool = False) -> jax.Array:
     """Makespan (µs) of ONE integer allocation (D,) with vectorised contention.
 
     Args:
@@ -433,6 +458,7 @@ def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Ar
         alloc: (D,) int32 SMs per stage (validated on the host).
         iters: fixed-point iterations (static). damping: weight of the previous durations in
             each update (static, 0..1). isolated: skip the iteration (contention off).
+        unroll: static, how the band integrals are written (see ``_band_integrals``).
 
     Returns:
         Scalar makespan T = max_i C_i in µs.
@@ -456,7 +482,7 @@ def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Ar
         tau, vals = carry
         C = completion_times(arrs, tau)
         S = C - tau
-        busy_o, conc_o, power_o = _band_integrals(band, S, C, tau, vals)
+        busy_o, conc_o, power_o = _band_integrals(band, S, C, tau, vals, unroll)
         tsafe = jnp.maximum(tau, 1e-9)
         f = jnp.clip(busy_o / tsafe, 0.0, 1.0)   # union bound of the other stages' busy share
         fb = jnp.maximum(f * tsafe, 1e-9)
@@ -477,12 +503,23 @@ def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Ar
     return jnp.max(completion_times(arrs, tau))
 
 
-def _vc_batch_impl(tabs, arrs, band, allocs, iters, damping, isolated):
-    TRACE_COUNTS["vc"] += 1
-    return jax.vmap(lambda a: vc_makespan(tabs, arrs, band, a, iters, damping, isolated))(allocs)
+def _vc_batch_impl(tabs, arrs, band, allocs, iters, damping, isolated, unroll):
+    """``vc_makespan`` vmapped over allocations (B, D) -> (B,) µs."""
+    return jax.vmap(lambda a: vc_makespan(tabs, arrs, band, a, iters, damping, isolated,
+                                          unroll))(allocs)
 
 
-_vc_batch = jax.jit(_vc_batch_impl, static_argnums=(4, 5, 6))
+#: The compiled batch entry point (static: iters, damping, isolated, unroll).
+VC_STATIC_ARGNUMS = (4, 5, 6, 7)
+_vc_batch = jax.jit(_vc_batch_impl, static_argnums=VC_STATIC_ARGNUMS)
+
+
+def fine_bucket(x: int, minimum: int = 8) -> int:
+    """Round ``x`` up to one of four steps per power of two (multiples of 2^(floor(log2 x) - 2),
+    at least ``minimum``): at most 25% padding, still few distinct shapes to compile."""
+    x = max(int(x), minimum)
+    step = max(minimum, 1 << max(x.bit_length() - 3, 0))
+    return -(-x // step) * step
 
 
 # ============================================================================ API
@@ -500,15 +537,18 @@ class VContentionEvaluator:
         iters: fixed-point iterations (default 4). damping: 0..1 (default 0.5).
         dtype: float dtype (float32). chunk: allocations per compiled call (as ``Evaluator``;
             default 128 on CPU: the band loop stays in cache; measured fastest on 2 cores).
-        band: W of ``BandIndex`` (default ``BandIndex.default_band``).
+        band: W of ``BandIndex`` (default ``BandIndex.default_band``: exact).
         pad_tasks, pad_preds, pad_window: paddings of ``DagArrays.from_dag``; pad_segments:
             K_pad of the tables; pad_stages: D_pad. Fix them to one value across structures to
-            share one compiled function (default: power-of-two buckets of the true sizes).
+            share one compiled function (default: ``fine_bucket`` of the task count,
+            power-of-two buckets of the other sizes).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
             Approximation for k > 1: tasks of one stage on different streams overlap and load
             HBM and the power cap like tasks of other stages (the band pairs tasks of different
             lanes), but each keeps its duration table on the whole pool: the SMs they share in
             the event simulator are not modelled (docs/method.md, "Streams per stage").
+        unroll: band integrals as one straight-line program (True; default on accelerators)
+            or a ``fori_loop`` (False; default on the CPU, where it is faster).
 
     Raises:
         ValueError: an illegal cut/D/w, bad hits, iters < 0, damping outside [0, 1).
@@ -521,7 +561,8 @@ class VContentionEvaluator:
                  dtype=jnp.float32, chunk: int | None = None, band: int | None = None,
                  pad_tasks: int | None = None, pad_preds: int | None = None,
                  pad_window: int | None = None, pad_segments: int | None = None,
-                 pad_stages: int | None = None, streams_per_stage: int = 1) -> None:
+                 pad_stages: int | None = None, streams_per_stage: int = 1,
+                 unroll: bool | None = None) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -535,7 +576,8 @@ class VContentionEvaluator:
         self.dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, self.seg_of, D, w,
                                   graph.num_regions, graph.microbatches, policy,
                                   streams_per_stage=streams_per_stage)
-        self.arrs = DagArrays.from_dag(self.dag, pad_tasks, pad_preds, pad_window)
+        self.arrs = DagArrays.from_dag(self.dag, pad_tasks or fine_bucket(self.dag.T),
+                                       pad_preds, pad_window)
         self.band = BandIndex.from_dag(self.dag, self.arrs.T_pad, band, pad_stages, dtype=dtype)
         if hits is None:
             if self.model.isolated or cache == "none":
@@ -559,6 +601,7 @@ class VContentionEvaluator:
         if int(chunk) < 1:
             raise ValueError(f"chunk must be >= 1 allocations, got {chunk}")
         self.chunk = int(chunk)
+        self.unroll = (jax.default_backend() != "cpu") if unroll is None else bool(unroll)
 
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
@@ -583,7 +626,7 @@ class VContentionEvaluator:
         a = self._check_allocs(allocs).astype(np.int32)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.arrs, self.band, jnp.asarray(c), self.iters, self.damping,
-            bool(self.model.isolated)))
+            bool(self.model.isolated), self.unroll))
 
 
 class ContentionEstimator(Evaluator):
