@@ -75,8 +75,8 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     ``conc_grid[a] * window * N`` bytes in flight with total compute power ``power_grid[b]``, the
     rates follow ``BoundModel.rates_of`` for u (its HBM share is proportional to its bytes in
     flight; the others' ceiling is taken equal to u's; the others' L2 and NVLink use is ignored):
-    compute rate R_u pi_u / max(1, pi_u + pi_o); bytes in flight c_u = min(p_u w, cmax, miss
-    bytes); HBM share = curve((c_u + c_o) / (w N)) * peak_u * c_u / (c_u + c_o), capped by
+    compute rate R_u pi_u / max(1, pi_u + pi_o); bytes in flight c_u = min(p_u w_u, cmax, miss
+    bytes) with w_u the kernel's own window per SM; HBM share = curve((c_u + c_o) / (w N)) * peak_u * c_u / (c_u + c_o), capped by
     phi_u p_u issue; data rate = min(p_u issue, share / phi_u); L2 bandwidth scaling; network
     after the setup latency at ``nvlink_Bps``. Duration = launch + max(compute, data, network).
 
@@ -142,7 +142,11 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         if data > 0:
             issue = pu * bm.issue
             if phi > 0:
-                c = np.minimum(pu * bm.window, bm.cmax)
+                # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm, the
+                # per-kernel window of docs/method.md §3; the model's global window until the
+                # rate model carries one per kernel)
+                win = float(getattr(w, "window_B_per_sm", bm.window))
+                c = np.minimum(pu * win, bm.cmax)
                 if bm.demand_cap:
                     c = np.minimum(c, miss)
                 ct = c + co

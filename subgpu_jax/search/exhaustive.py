@@ -67,14 +67,45 @@ def _dag_key(seg_of: Sequence[int], edges, cross_edges) -> tuple:
     return se, ce
 
 
+def _is_plain_chain(g) -> bool:
+    """Edges exactly i -> i+1 and the one cross edge n-1 -> 0: every contiguous cut has the
+    same task DAG (the chain mode of ``score.massive``)."""
+    return (set(map(tuple, g.edges)) == {(i, i + 1) for i in range(g.n - 1)}
+            and [tuple(e) for e in g.cross_edges] == [(g.n - 1, 0)])
+
+
+def _exhaustive_chain(problem: Problem, D: int, ms: Sequence[int], policy: str,
+                      ws: Sequence[int], space: AllocSpace) -> ExhaustiveResult:
+    """``exhaustive_search`` of a plain chain through the streaming scorer
+    (``score.massive.exhaustive_chain``: candidates unranked on the device, top-1 kept; ties go
+    to the lowest w, cut rank and allocation rank, i.e. the first in enumeration order)."""
+    from subgpu_jax.score.massive import exhaustive_chain
+
+    per_m: dict[int, tuple[Config, float]] = {}
+    cnt = 0
+    for m in ms:
+        g = problem.workload.graph(m)
+        r = exhaustive_chain(problem.table(m), g.num_regions, m, D, space.budget, space.quantum,
+                             space.minimum, ws=ws, policy=policy, topk=1)
+        cnt += r["evaluated"]
+        b = r["best"]
+        v = float(b["makespan_us"])
+        if m not in per_m or v < per_m[m][1]:
+            per_m[m] = (problem.config(b["seg_of"], D, b["w"], b["alloc"], m, policy), v)
+    m_best = min(per_m, key=lambda k: per_m[k][1])
+    return ExhaustiveResult(best=per_m[m_best][0], makespan_us=per_m[m_best][1], per_m=per_m,
+                            evaluated=cnt)
+
+
 def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int],
                       policy: str = "wavefront", ws: Sequence[int] = (0, 1),
                       max_configs: int = 50_000_000, chunk: int = 8192) -> ExhaustiveResult:
     """The exact optimum of the cheap estimator's model for one D: every legal cut of C_{D+w}
     for each w in ``ws``, every allocation of P_H^(D), every microbatch count.
 
-    Cuts whose augmented task DAGs coincide (same segment-level edges; all contiguous cuts of a
-    chain) are scored together: the task durations of every (cut, allocation) pair of a group are
+    A plain chain (edges i -> i+1, cross edge n-1 -> 0) goes through the exhaustive streaming
+    scorer (``score.massive.exhaustive_chain``). Otherwise, cuts whose augmented task DAGs
+    coincide (same segment-level edges) are scored together: the task durations of every (cut, allocation) pair of a group are
     built on the host from the segment duration tables, exactly as ``Evaluator`` builds them
     (float32), and scored by the evaluator's vmapped max-plus kernel
     (``evaluator.makespan_of_durations``) in chunks of ``chunk`` rows, so memory stays bounded
@@ -118,6 +149,10 @@ def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int]
     if total > max_configs:
         raise ValueError(f"exhaustive_search: {total} configurations exceed max_configs="
                          f"{max_configs}")
+    if all(_is_plain_chain(problem.workload.graph(m)) for m, _, _ in plan):
+        return _exhaustive_chain(problem, D, [m for m in microbatch_counts
+                                              if any(p[0] == m for p in plan)],
+                                 policy, sorted({w for _, w, _ in plan}), space)
     # one padding for every group of this search, so the scoring kernel compiles once per row
     # bucket (tasks padded to the largest DAG, predecessors to the largest in-degree)
     work = []

@@ -236,3 +236,25 @@ def test_unreachable_cluster_fails_fast(tmp_path):
     assert p.returncode != 0
     assert addr in p.stderr and "unreachable" in p.stderr
     assert time.monotonic() - t0 < 30
+
+
+def test_exhaustive_search_of_a_chain_streams_through_massive(monkeypatch):
+    """``search.exhaustive_search`` of a plain chain goes through ``massive.exhaustive_chain``
+    and finds the same optimum (value and configuration) as its general grouped max-plus path
+    (forced by declaring the graph not a plain chain)."""
+    from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
+    from subgpu_jax.search import exhaustive as ex
+    from subgpu_jax.search.problem import Problem
+
+    hw = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
+    pb = Problem(synthetic_workload(3, n=8, chain=True, num_regions=3, batch=4), hw)
+    calls = []
+    real = ex._exhaustive_chain
+    monkeypatch.setattr(ex, "_exhaustive_chain", lambda *a: calls.append(1) or real(*a))
+    fast = ex.exhaustive_search(pb, 3, (1, 2))
+    assert calls == [1]
+    monkeypatch.setattr(ex, "_is_plain_chain", lambda g: False)
+    slow = ex.exhaustive_search(pb, 3, (1, 2))
+    assert fast.evaluated == slow.evaluated
+    assert fast.makespan_us == pytest.approx(slow.makespan_us, rel=1e-6)
+    assert fast.best == slow.best
