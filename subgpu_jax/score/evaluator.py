@@ -25,10 +25,8 @@ from subgpu_jax.space.config import Config, binding
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["check_alloc_batch", "run_in_chunks", "DagArrays", "maxplus_makespan", "smooth_makespan", "Evaluator", "validate_durations",
-           "TRACE_COUNTS"]
+           ]
 
-#: Number of times each jitted entry point has been traced (used by the no-recompilation tests).
-TRACE_COUNTS: dict[str, int] = {"hard": 0, "smooth": 0, "tau": 0}
 
 _NEG = -1e9  # finite sentinel for masked entries of the smooth max (never -inf)
 
@@ -177,7 +175,6 @@ def _tau_from_alloc_cont(seg_table: jax.Array, seg_stage: jax.Array, arrs: DagAr
 
 
 def _hard_batch_impl(seg_table, seg_stage, arrs, allocs):
-    TRACE_COUNTS["hard"] += 1
 
     def one(a):
         return maxplus_makespan(arrs, _tau_from_alloc(seg_table, seg_stage, arrs, a))
@@ -186,7 +183,6 @@ def _hard_batch_impl(seg_table, seg_stage, arrs, allocs):
 
 
 def _smooth_batch_impl(seg_table, seg_stage, arrs, allocs, temp):
-    TRACE_COUNTS["smooth"] += 1
 
     def one(a):
         return smooth_makespan(arrs, _tau_from_alloc_cont(seg_table, seg_stage, arrs, a), temp)
@@ -195,7 +191,6 @@ def _smooth_batch_impl(seg_table, seg_stage, arrs, allocs, temp):
 
 
 def _tau_batch_impl(arrs, taus):
-    TRACE_COUNTS["tau"] += 1
     return jax.vmap(lambda t: maxplus_makespan(arrs, t))(taus)
 
 

@@ -51,12 +51,9 @@ __all__ = [
     "binom_table", "unrank_combination", "unrank_allocation", "unrank_chain_bounds",
     "DagProgram", "dag_makespan", "chain_segment_table", "cut_segment_table", "BlockPlan",
     "plan_blocks", "bytes_per_candidate", "MassiveEvaluator", "TopK", "StreamingPareto",
-    "ExhaustiveChainResult", "exhaustive_chain", "numpy_makespans", "TRACE_COUNTS",
+    "ExhaustiveChainResult", "exhaustive_chain", "numpy_makespans",
     "MIN_BLOCK",
 ]
-
-#: Traces of the jitted block function (no-recompilation tests).
-TRACE_COUNTS: dict[str, int] = {"block": 0}
 
 #: Smallest block (candidates per compiled call) a memory budget must allow.
 MIN_BLOCK = 128
@@ -368,7 +365,6 @@ def _block_impl(seg_tab, bases, *, prog: DagProgram, mode: str, n: int, stage: t
     """Score one block (per device): bases (1, 2) int32 = (cut rank base, alloc rank base).
 
     Returns (vals (1, topk) f32, flat index (1, topk) int32 within the block)."""
-    TRACE_COUNTS["block"] += 1
     cut0, a0 = bases[0, 0], bases[0, 1]
     ar = a0 + jnp.arange(alloc_block, dtype=jnp.int32)
     a_ok = ar < n_allocs
