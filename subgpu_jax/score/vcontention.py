@@ -142,10 +142,10 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         if data > 0:
             issue = pu * bm.issue
             if phi > 0:
-                # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm, the
-                # per-kernel window of docs/method.md §3; the model's global window until the
-                # rate model carries one per kernel)
-                win = float(getattr(w, "window_B_per_sm", bm.window))
+                # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm:
+                # kernel-aware contention; the tables do not apply a calibration, so this is
+                # the uncalibrated kernel's window)
+                win = float(w.window_B_per_sm)
                 c = np.minimum(pu * win, bm.cmax)
                 if bm.demand_cap:
                     c = np.minimum(c, miss)
