@@ -558,14 +558,10 @@ class MassiveEvaluator:
                 (multiples of the quantum, each >= the minimum, summing to the budget), or a cut
                 rank outside 0..n_cuts-1.
         """
+        from subgpu_jax.score.evaluator import check_alloc_batch
+
         D, budget, quantum, minimum = self.space
-        a = np.asarray(allocs)
-        if a.ndim == 1:
-            a = a[None]
-        if a.ndim != 2 or a.shape[1] != D:
-            raise ValueError(f"allocations must have shape (batch, {D}), got {a.shape}")
-        if not np.all(np.isfinite(a)) or np.any(a != np.round(a)):
-            raise ValueError("allocations: SMs per stage must be integers")
+        a = check_alloc_batch(allocs, D, self.N1 - 1)
         bad = (a % quantum != 0).any(1) | (a < minimum).any(1) | (a.sum(1) != budget)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])

@@ -262,3 +262,21 @@ def test_exhaustive_search_of_a_chain_streams_through_massive(monkeypatch):
     assert fast.evaluated == slow.evaluated
     assert fast.makespan_us == pytest.approx(slow.makespan_us, rel=1e-6)
     assert fast.best == slow.best
+
+
+def test_massive_makespan_is_a_validated_scorer():
+    """``MassiveEvaluator.makespan`` (the ``Scorer`` protocol) equals ``score`` and rejects rows
+    outside the allocation space on the host."""
+    from subgpu_jax.score.protocol import Scorer
+
+    g, table = _instance(n=8)
+    me = _chain_me(table, g, 3, 0, topk=2)
+    assert isinstance(me, Scorer)
+    A = np.array([[64, 32, 32], [16, 16, 96]])
+    np.testing.assert_array_equal(me.makespan(A, cut_rank=3), me.score(A, 3))
+    with pytest.raises(ValueError, match="outside the space"):
+        me.makespan([[60, 36, 32]])
+    with pytest.raises(ValueError, match="shape"):
+        me.makespan([[64, 64]])
+    with pytest.raises(ValueError, match="cut_rank"):
+        me.makespan(A, cut_rank=me.n_cuts)
