@@ -12,9 +12,9 @@ function.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,10 +31,9 @@ __all__ = ["check_alloc_batch", "run_in_chunks", "DagArrays", "maxplus_makespan"
 _NEG = -1e9  # finite sentinel for masked entries of the smooth max (never -inf)
 
 
-@jax.tree_util.register_pytree_node_class
-@dataclass(frozen=True)
+@chex.dataclass(frozen=True, mappable_dataclass=False)
 class DagArrays:
-    """Padded index arrays of one augmented task DAG (a pytree of arrays).
+    """Padded index arrays of one augmented task DAG (a ``chex.dataclass`` pytree of arrays).
 
     Tasks are in the global dispatch order, a topological order, so one pass over them in order
     fills every completion time after its predecessors'. Predecessors are stored as backward
@@ -54,13 +53,6 @@ class DagArrays:
     task_seg: jax.Array
     task_valid: jax.Array
     window: jax.Array
-
-    def tree_flatten(self):
-        return (self.offsets, self.pred_mask, self.task_seg, self.task_valid, self.window), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        return cls(*children)
 
     @classmethod
     def from_dag(cls, dag: TaskDAG, pad_tasks: int | None = None,

@@ -34,9 +34,9 @@ another cut, allocation batch or graph of the same bucket reuses one compiled fu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -186,10 +186,10 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     return out
 
 
-@jax.tree_util.register_pytree_node_class
-@dataclass(frozen=True)
+@chex.dataclass(frozen=True, mappable_dataclass=False)
 class SegTables:
-    """Per-segment tables of one cut (a pytree of arrays), K_pad = bucket(K, 2), N = num_sms.
+    """Per-segment tables of one cut (a ``chex.dataclass`` pytree of arrays), K_pad =
+    bucket(K, 2), N = num_sms.
 
     Attributes:
         tau: (K_pad, N+1, NC, NP) µs, segment duration on p SMs beside external load (c_o, pi_o).
@@ -197,7 +197,9 @@ class SegTables:
         conc: same shape, (bytes in flight / whole-GPU window) x µs.
         power: same shape, compute power pi x µs.
         seg_stage: (K_pad,) int32 stage of each segment (pads 0).
-        conc_grid: (NC,) and power_grid: (NP,) the grid abscissae.
+        conc_grid: (NC,) and power_grid: (NP,) the grid abscissae (uniformly spaced).
+        rows: (K_pad * (N+1) * NC * NP, 4) the four tables as rows (tau, busy, conc, power),
+            row ((k * (N+1) + p) * NC + c) * NP + q: what the JAX core gathers.
     """
 
     tau: jax.Array
@@ -207,14 +209,7 @@ class SegTables:
     seg_stage: jax.Array
     conc_grid: jax.Array
     power_grid: jax.Array
-
-    def tree_flatten(self):
-        return (self.tau, self.busy, self.conc, self.power, self.seg_stage, self.conc_grid,
-                self.power_grid), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        return cls(*children)
+    rows: jax.Array
 
 
 def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Hardware,
@@ -251,10 +246,11 @@ def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Ha
     validate_durations(tabs["tau"], "segment duration table")
     stage = np.zeros(Kp, dtype=np.int32)
     stage[:K] = [binding(k, K, w) for k in range(K)]
-    return SegTables(*(jnp.asarray(tabs[k], dtype=dtype) for k in ("tau", "busy", "conc",
-                                                                    "power")),
+    names = ("tau", "busy", "conc", "power")
+    rows = np.stack([tabs[k] for k in names], -1).reshape(-1, 4)
+    return SegTables(*(jnp.asarray(tabs[k], dtype=dtype) for k in names),
                      jnp.asarray(stage), jnp.asarray(CONC_GRID, dtype=dtype),
-                     jnp.asarray(POWER_GRID, dtype=dtype))
+                     jnp.asarray(POWER_GRID, dtype=dtype), jnp.asarray(rows, dtype=dtype))
 
 
 def incomparable_band(dag: TaskDAG) -> int:
@@ -278,10 +274,10 @@ def incomparable_band(dag: TaskDAG) -> int:
     return int((jj - ii).max()) if ii.size else 1
 
 
-@jax.tree_util.register_pytree_node_class
-@dataclass(frozen=True)
+@chex.dataclass(frozen=True, mappable_dataclass=False)
 class BandIndex:
-    """Which tasks can overlap in time, as a band of the dispatch order (a pytree of arrays).
+    """Which tasks can overlap in time, as a band of the dispatch order (a ``chex.dataclass``
+    pytree).
 
     In the wavefront (or layer-major) dispatch order, tasks running at the same instant on
     different stages are close in index. Task i is compared with the tasks i + o for the static
@@ -297,13 +293,6 @@ class BandIndex:
     """
 
     mask: jax.Array
-
-    def tree_flatten(self):
-        return (self.mask,), None
-
-    @classmethod
-    def tree_unflatten(cls, aux, children):
-        return cls(*children)
 
     @property
     def band(self) -> int:
@@ -484,9 +473,7 @@ def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Ar
     if isolated or iters == 0:
         return jnp.max(completion_times(arrs, tau_iso))
     _, N1, NC, NP = tabs.tau.shape
-    # every table as rows of (tau, busy, conc, power): one row per (segment, pool, c, p);
-    # the same for the whole batch (not batched by vmap)
-    rows = jnp.stack([tabs.tau, tabs.busy, tabs.conc, tabs.power], -1).reshape(-1, 4)
+    rows = tabs.rows                                              # (tau, busy, conc, power)
     r0 = (seg * N1 + p_seg[seg]) * NC                             # (T,) first row of each task
     iso = rows[r0 * NP, 1:].T                                     # (3, T) at c = p = 0
     safe_iso = jnp.maximum(tau_iso, 1e-9)
