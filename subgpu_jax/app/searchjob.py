@@ -55,13 +55,13 @@ class ContentionProblem(Problem):
     evaluator, hard makespans from the vectorised contention model of the event simulator).
 
     Args:
-        workload, hw, duration_model: as ``Problem``.
+        workload, hw, duration_model, streams_per_stage: as ``Problem``.
         model: the event simulator's ``ContentionModel``; cache: its L2 policy.
     """
 
     def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
-                 cache: str = "lru") -> None:
-        super().__init__(workload, hw, duration_model)
+                 cache: str = "lru", streams_per_stage: int = 1) -> None:
+        super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage)
         self.contention_model, self.cache = model, cache
 
     def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
@@ -76,7 +76,8 @@ class ContentionProblem(Problem):
         if key not in self._evs:
             self._evs[key] = ContentionEstimator(
                 self.workload.graph(m), key[0], D, w, self.hw, policy=policy,
-                table=self.table(m), model=self.contention_model, cache=self.cache)
+                table=self.table(m), model=self.contention_model, cache=self.cache,
+                streams_per_stage=self.streams_per_stage)
         return self._evs[key]
 
 
@@ -162,9 +163,7 @@ class PointScorer:
             signature of ``PairwiseAllocation``.
 
     Attributes:
-        scorers: ``{"cheap": ..., "exact": ...}``, the names of the scorers in use (the cheap
-            one reads ``"vcontention (static where streams_per_stage > 1)"`` once a grid
-            point with several streams per stage used the static estimator).
+        scorers: ``{"cheap": ..., "exact": ...}``, the names of the scorers in use.
 
     Raises:
         ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
@@ -186,7 +185,6 @@ class PointScorer:
         if cheap == "auto":
             cheap = "vcontention" if exact == "event" else "static"
         self.cheap_kind = cheap
-        self._static_for_streams = False  # set when k > 1 streams forced the static estimator
         check_policy(cache)
         self.arch, self.hw, self.exact_kind, self.cache, self.L_sim = arch, hw, exact, cache, L_sim
         # calibration (subgpu_jax.model.calibration): measured per-kernel tables for the cheap
@@ -199,16 +197,12 @@ class PointScorer:
 
     @property
     def scorers(self) -> dict:
-        """``{"cheap": name, "exact": name}`` of the scorers used so far."""
-        cheap = self.cheap_kind
-        if self._static_for_streams:
-            cheap += " (static where streams_per_stage > 1)"
-        return {"cheap": cheap, "exact": self.exact_kind}
+        """``{"cheap": name, "exact": name}`` of the scorers in use."""
+        return {"cheap": self.cheap_kind, "exact": self.exact_kind}
 
     def problem(self, dep: Deployment, streams_per_stage: int = 1):
         """The ``search.Problem`` of a deployment with k streams per stage (cached): a
-        ``ContentionProblem`` when the cheap estimator is ``vcontention`` and k = 1 (the
-        vectorised contention model runs one task per stage at a time), else the static one."""
+        ``ContentionProblem`` when the cheap estimator is ``vcontention``, else the static one."""
         from subgpu_jax.model.workload import Workload
 
         key = (dep, streams_per_stage)
@@ -219,11 +213,10 @@ class PointScorer:
                 self.calibration.check_workload(self.arch, dep, self.hw)
                 dm = CalibratedDurationModel(self.calibration, self.hw)
             wl = Workload.from_model(self.arch, dep)
-            if self.cheap_kind == "vcontention" and streams_per_stage == 1:
-                self._problems[key] = ContentionProblem(wl, self.hw, dm, self.model, self.cache)
+            if self.cheap_kind == "vcontention":
+                self._problems[key] = ContentionProblem(wl, self.hw, dm, self.model, self.cache,
+                                                        streams_per_stage)
             else:
-                if self.cheap_kind == "vcontention":
-                    self._static_for_streams = True
                 self._problems[key] = Problem(wl, self.hw, dm,
                                               streams_per_stage=streams_per_stage)
         return self._problems[key]
@@ -247,7 +240,7 @@ class PointScorer:
             from subgpu_jax.search.problem import EvaluatorExact
             p = self.problem(dep, streams_per_stage)
             if isinstance(p, ContentionProblem):  # the exact static scorer stays static
-                p = Problem(p.workload, p.hw, p.model, streams_per_stage=streams_per_stage)
+                p = Problem(p.workload, p.hw, p.model, streams_per_stage=p.streams_per_stage)
             return EvaluatorExact(p)
         return lambda cfg: float(self._simulate(dep, cfg).makespan)
 

@@ -640,7 +640,7 @@ class ContentionEstimator(Evaluator):
     (docs/method.md §3: the fast scorer). Implements ``score.protocol.Scorer``.
 
     Args:
-        graph, seg_of, D, w, hw, policy: the structure (as ``Evaluator``).
+        graph, seg_of, D, w, hw, policy, streams_per_stage: the structure (as ``Evaluator``).
         table: static kernel durations (n, N+1) µs (None = ``StaticDurationModel``).
         model: the event simulator's ``ContentionModel`` (default calibrated); cache: its L2
             policy (``"lru"``, ``"fifo"``, ``"none"``) for the hit estimate.
@@ -652,10 +652,13 @@ class ContentionEstimator(Evaluator):
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
                  policy: str = "wavefront", table: np.ndarray | None = None,
-                 model: ContentionModel | None = None, cache: str = "lru", **vc_kw) -> None:
-        super().__init__(graph, seg_of, D, w, hw, policy=policy, table=table)
+                 model: ContentionModel | None = None, cache: str = "lru",
+                 streams_per_stage: int = 1, **vc_kw) -> None:
+        super().__init__(graph, seg_of, D, w, hw, policy=policy, table=table,
+                         streams_per_stage=streams_per_stage)
         self.contention = VContentionEvaluator(graph, seg_of, D, w, hw, policy=policy,
-                                               model=model, cache=cache, **vc_kw)
+                                               model=model, cache=cache,
+                                               streams_per_stage=streams_per_stage, **vc_kw)
 
     def makespan(self, allocs: np.ndarray, feasible_only: bool = True) -> np.ndarray:
         """Contention-aware makespans (µs) of integer allocations (B, D) -> float64 (B,).
