@@ -50,8 +50,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "pool), time graph replays, check the pipelined output against a "
                        "sequential run, and print measured vs predicted makespans. Hopper GPUs "
                        "run the experts in bf16 (no MXFP4 tensor cores).")
-    _add_workload_args(r)
-    r.set_defaults(hardware="H200")
+    _add_workload_args(r, hardware="H200")
     c = r.add_argument_group("configuration (as `subgpu simulate`)")
     c.add_argument("--cuts", default=None, help="kernels where segments 2..K start (default: "
                    "the Macro cut around the full-attention FMHA)")
@@ -104,8 +103,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "green-context pools and the whole GPU, the copy bandwidth on each pool, "
                        "and a few co-running pairs; write a calibration file for "
                        "`subgpu simulate/search --calibration`.")
-    _add_workload_args(k)
-    k.set_defaults(hardware="H200")
+    _add_workload_args(k, hardware="H200")
     k.add_argument("--out", required=True, metavar="FILE.json", help="calibration file to write")
     k.add_argument("--batches", default=None,
                    help="comma-separated global batches (default: --batch)")
@@ -151,6 +149,33 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
     return best, dep
 
 
+def _check_search_matches(a, best: dict) -> None:
+    """Refuse ``--from-search`` when the search's best record was made for another GPU or
+    model than this run's (``--hardware``, default H200; ``--model``).
+
+    Raises:
+        ValueError: one line naming both and saying how to make a search for this GPU.
+    """
+    from subgpu_jax.model.models import resolve_model
+
+    folder = a.from_search
+    rec_hw = best.get("hardware")
+    if rec_hw and str(rec_hw).upper() != str(a.hardware).upper():
+        raise ValueError(
+            f"--from-search: {folder} holds a search for the {rec_hw} and this run is for the "
+            f"{a.hardware} (--hardware, default H200); make a search for the {a.hardware} with "
+            f"`subgpu search --hardware {a.hardware}"
+            f"{' --expert-dtype bf16' if a.hardware in ('H200', 'H100') else ''} --out DIR` and "
+            f"run `subgpu run --from-search DIR`, or run this one on a {rec_hw} GPU with "
+            f"--hardware {rec_hw}")
+    rec_model = best.get("model")
+    name = resolve_model(a.model).name
+    if rec_model and rec_model != name:
+        raise ValueError(f"--from-search: {folder} holds a search of {rec_model} and this run "
+                         f"is for {name} (--model); pass --model {rec_model} (or its "
+                         "config.json)")
+
+
 def prepare_run(a):
     """The CPU part of ``subgpu run``: the workload, the Config, the predicting model.
 
@@ -165,6 +190,8 @@ def prepare_run(a):
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.workload import Workload as SimWorkload
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.app.cli import resolve_arch_ep
     from hw_runtime.gpu.workload import hopper_arch
 
     for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0), ("streams_per_stage", 1)):
@@ -178,19 +205,17 @@ def prepare_run(a):
         sms = [int(x) for x in str(best["sms"]).split("|")]
         b, reuse = int(best["microbatch"]), bool(int(best["w"]))
         policy = best.get("policy", policy)
-        if best.get("hardware") and best["hardware"] != a.hardware:
-            raise ValueError(f"--from-search: the record is for {best['hardware']}, this run "
-                             f"uses --hardware {a.hardware}")
+        _check_search_matches(a, best)
     else:
         dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
                          global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
         starts, sms, b, reuse = None, None, a.microbatch, a.reuse
-    wl0 = SimWorkload.from_names(a.model, a.hardware, dep)
-    wl = SimWorkload.from_model(hopper_arch(wl0.arch), dep, wl0.hw)
+    # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
+    wl = SimWorkload.checked(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware))
     hw = wl.hw
     if starts is None:
-        from subgpu_jax.app.cli import _int_list
-        cuts = [c.strip() for c in a.cuts.split(",")] if a.cuts else None
+        from subgpu_jax.app.cli import _int_list, _str_list
+        cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
         sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
         cfg = config_from_options(wl, cuts, sms, b, reuse, policy)  # ValueError if infeasible
     else:
@@ -521,8 +546,9 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
 
 
 def _cmd_calibrate(a) -> int:
-    from subgpu_jax.app.cli import _int_list
+    from subgpu_jax.app.cli import _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.workload import Workload as SimWorkload
     from hw_runtime.gpu.workload import hopper_arch
 
@@ -536,7 +562,8 @@ def _cmd_calibrate(a) -> int:
             raise ValueError(f"--{f} must be positive integers, got {v}")
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
                      global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
-    wl = SimWorkload.from_names(a.model, a.hardware, dep)
+    # memory checked with the experts the calibration runs (bf16 on Hopper)
+    wl = SimWorkload.checked(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware))
     for G in batches:
         import dataclasses
         dataclasses.replace(dep, global_batch=G).validate(wl.arch)

@@ -23,18 +23,29 @@ from subgpu_jax.space.config import config_from_options, temporal_of
 __all__ = ["main", "build_parser"]
 
 
-def _add_workload_args(p: argparse.ArgumentParser) -> None:
+def _add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200") -> None:
+    """Add the workload options (model, GPU, deployment, batch, KV history) to ``p``.
+
+    Args:
+        p: a sub-command's parser. hardware: the ``--hardware`` default of this command (its
+            help text says it).
+    """
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
     g.add_argument("--model", default="gpt-oss-120b",
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
                         "config.json (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, "
                         "deepseek_v3). Default: gpt-oss-120b")
-    g.add_argument("--hardware", default="B200",
-                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: B200")
+    g.add_argument("--hardware", default=hardware,
+                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}")
     g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
                    "Default: 32")
-    g.add_argument("--tp", type=int, default=8, help="attention tensor parallelism t. Default: 8")
-    g.add_argument("--dp", type=int, default=4, help="attention data parallelism d. Default: 4")
+    g.add_argument("--tp", type=int, default=None,
+                   help="attention tensor parallelism t. Default: --gpus / --dp, or without "
+                        "--dp the largest t <= 8 dividing --gpus and the query heads (8 for the "
+                        "reference workload)")
+    g.add_argument("--dp", type=int, default=None,
+                   help="attention data parallelism d. Default: --gpus / --tp (4 for the "
+                        "reference workload)")
     g.add_argument("--ep", type=int, default=None,
                    help="MoE expert parallelism e. Default: --gpus for MoE models (the largest "
                         "divisor of both --gpus and the expert count), 1 for dense models")
@@ -143,6 +154,33 @@ def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
     return vals
 
 
+def resolve_parallelism(a) -> None:
+    """Fill in ``a.tp`` / ``a.dp`` left at their defaults (None) for ``a.gpus`` GPUs: the one
+    given determines the other (n = t x d); with neither, t is the largest of 1..8 dividing
+    ``--gpus`` and the model's query heads (``sweep.outer_parallelisms``) and d = n / t.
+
+    Raises:
+        ValueError: ``--gpus`` not divisible by the given ``--tp`` or ``--dp`` (one line naming
+            them), or no split fits the model.
+    """
+    if getattr(a, "gpus", None) is None or (a.tp is not None and a.dp is not None):
+        return
+    if a.gpus < 1:
+        raise ValueError(f"gpus must be a positive integer, got {a.gpus}")
+    if a.tp is not None or a.dp is not None:
+        name, given, other = ("tp", a.tp, "dp") if a.tp is not None else ("dp", a.dp, "tp")
+        if given < 1 or a.gpus % given:
+            raise ValueError(f"{name}: --gpus {a.gpus} is not a multiple of --{name} {given}; "
+                             f"give --{other} too, or a --{name} that divides --gpus")
+        setattr(a, other, a.gpus // given)
+        return
+    from subgpu_jax.app.sweep import outer_parallelisms
+    from subgpu_jax.model.models import resolve_model
+
+    t, d, _ = outer_parallelisms(resolve_model(a.model), a.gpus)[-1]
+    a.tp, a.dp = t, d
+
+
 def _workload(a):
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.workload import Workload
@@ -175,6 +213,21 @@ def _int_list(s: str, field: str, unique: bool = True) -> list[int]:
         raise ValueError(f"{field} must not be empty")
     if unique and len(set(v)) != len(v):
         raise ValueError(f"{field} has duplicated values: {v}")
+    return v
+
+
+def _str_list(s: str, field: str) -> list[str]:
+    """Parse a comma-separated list of names (spaces around items are ignored).
+
+    Raises:
+        ValueError: an empty item or an empty list (names ``field``).
+    """
+    v = [x.strip() for x in s.split(",")]
+    if not any(v):
+        raise ValueError(f"{field} must not be empty")
+    if not all(v):
+        raise ValueError(f"{field} has an empty item in {s!r}: give comma-separated names or "
+                         "indices")
     return v
 
 
@@ -223,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Evaluate the temporal baseline and one SubGPU configuration. "
                        "Default configuration: the 'Macro' design (the region's full-attention "
                        "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
-                       "reuse, two microbatches) with the SM budget split evenly.")
+                       "reuse, two microbatches) with the SM split found by a quick search.")
     _add_workload_args(s)
     _add_topology_args(s)
     c = s.add_argument_group("configuration")
@@ -232,7 +285,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "2..K start. Default: the Macro cut around the full-attention FMHA")
     c.add_argument("--sms", default=None,
                    help="comma-separated SMs per stage (multiples of the GPU's quantum, >= its "
-                        "minimum, summing to its budget: B200 148, H200/H100 128). Default: even")
+                        "minimum, summing to its budget: B200 148, H200/H100 128), 'even' (the "
+                        "budget split evenly) or 'search'. Default: search (a quick Algorithm 2 "
+                        "search over the splits of the cut with the chosen simulator, a few "
+                        "seconds: the split decides whether SubGPU wins)")
     c.add_argument("--microbatch", type=int, default=None,
                    help="microbatch size b in requests of the per-GPU attention batch R = G/d; "
                         "must divide R. Default: R/2 (two microbatches)")
@@ -391,9 +447,10 @@ def _cmd_simulate(a) -> int:
         for mm in sorted({1, max(1, wl.batch // (a.microbatch or max(1, wl.batch // 2)))}):
             if wl.batch % mm == 0:
                 cal.check_graph(wl.graph(mm))
-    sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
-    cfg = config_from_options(wl, a.cuts.split(",") if a.cuts else None, sms, a.microbatch,
-                                 a.reuse, a.policy)
+    sms_mode = (a.sms or "search").strip()
+    sms = None if sms_mode in ("even", "search") else _int_list(a.sms, "sms", unique=False)
+    cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
+    cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)
     cfg = dataclasses.replace(cfg, streams_per_stage=pos_int(a.streams_per_stage,
                                                              "--streams-per-stage"))
     m = wl.microbatches_of(cfg.microbatch)
@@ -415,6 +472,11 @@ def _cmd_simulate(a) -> int:
         if cal is not None:
             from subgpu_jax.model.calibration import CalibratedDurationModel
             dm = CalibratedDurationModel(cal, hw)
+
+        def score(c):  # the whole step's makespan (µs) under the static evaluator
+            return simulate_step(fpm, c, hw, "static", duration_model=dm).makespan_us
+
+        cfg, split = _choose_split(wl, hw, cfg, m, sms_mode, score, dm, score)
         s_temp = simulate_step(fp1, temporal_of(wl), hw, "static", duration_model=dm)
         s_cfg = simulate_step(fpm, cfg, hw, "static", duration_model=dm)
         label = "static (max-plus evaluator, isolated kernel durations)"
@@ -424,14 +486,23 @@ def _cmd_simulate(a) -> int:
         from subgpu_jax.app import viz
 
         check_policy(a.cache)
-        for f, ext in (("trace", ".json"), ("gantt", ".png"), ("utilization", ".png")):
+        for f in ("trace", "gantt", "utilization"):  # before any simulation
             v = getattr(a, f)
             if v is not None:
-                viz._check_out(v, f"--{f}")
+                (viz._check_out if f == "trace" else viz.check_image_path)(v, f"--{f}")
         model = ContentionModel.off() if a.no_contention else ContentionModel()
         if cal is not None:
             model = model.replace(calibration=cal)
         rec = True  # utilisation means are part of the output
+
+        def sim_exact(c):  # the whole step's makespan (µs), as reported below
+            return simulate_step(fpm, c, hw, "event", model, a.cache, record=False).makespan_us
+
+        dm = None
+        if cal is not None:
+            from subgpu_jax.model.calibration import CalibratedDurationModel
+            dm = CalibratedDurationModel(cal, hw)
+        cfg, split = _choose_split(wl, hw, cfg, m, sms_mode, sim_exact, dm, sim_exact)
         s_temp = simulate_step(fp1, temporal_of(wl), hw, "event", model, a.cache, record=rec)
         s_cfg = simulate_step(fpm, cfg, hw, "event", model, a.cache, record=rec)
         r_temp, r_cfg = s_temp.main, s_cfg.main
@@ -480,6 +551,9 @@ def _cmd_simulate(a) -> int:
     res["speedup"] = t_temp / t_cfg
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
+    res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
+    if "even_makespan_us" in split:
+        res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
     if a.json:
         print(json.dumps(res, indent=2))
         return 0
@@ -519,10 +593,57 @@ def _cmd_simulate(a) -> int:
                   f"{r['mean_sm_util']:9.1%}   {cats}")
     print(f"speedup   {res['speedup']:.3f}x over temporal")
     print(describe(res["ceiling"]) + " (simulated temporal)")
+    ch = res["sms_choice"]
+    even = "|".join(str(x) for x in ch["even_split"])
+    if ch["how"] == "search":
+        print(f"SM split  {'|'.join(str(x) for x in cfg.alloc)} from a quick search "
+              f"(Algorithm 2 with the {'event simulator' if a.simulator == 'event' else 'static evaluator'}, "
+              f"{ch['exact_calls']} evaluations, {ch['seconds']:.1f} s); the even split {even} "
+              f"gives {ch['even_speedup']:.3f}x: the split matters. Fix it with --sms "
+              f"{','.join(str(x) for x in cfg.alloc)}, or --sms even")
+    elif ch["how"] == "even":
+        print(f"SM split  even ({even}); the split matters: leave --sms out for a quick search "
+              "of the best split, or run `subgpu search`")
     for f in ("trace", "gantt", "utilization"):
         if getattr(a, f, None):
             print(f"wrote     {getattr(a, f)}")
     return 0
+
+
+def _choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):
+    """The SM split of ``simulate``: the given one, the even one, or (``how == "search"``) the
+    best found by Algorithm 2 (``search.allocate_pairwise``: uniform and work-proportional seeds
+    refined with the static estimator, then polished with ``exact``) on ``cfg``'s cut.
+
+    Args:
+        wl: the workload; hw: the GPU (calibrated when a calibration is used); cfg: the
+            configuration with the even split (or the user's); m: microbatches; how:
+            ``"search"``, ``"even"`` or ``"given"`` (anything else); exact: ``Config -> µs``
+            polishing scorer (None: the static evaluator); duration_model: the static
+            estimator's kernel times (None: analytical); score: ``Config -> µs`` of the
+            simulator the command reports (for the even split's makespan).
+
+    Returns:
+        ``(cfg, info)``: the configuration to report and ``{"how", "even_split", ...}`` with,
+        after a search, ``exact_calls``, ``seconds`` and ``even_makespan_us`` (µs).
+    """
+    import dataclasses
+
+    from subgpu_jax.space.config import even_allocation
+
+    even = even_allocation(hw.sm_budget, cfg.D, hw.sm_quantum, hw.min_pool_sms).tolist()
+    info: dict = {"how": how if how in ("search", "even") else "given",
+                  "even_split": [int(x) for x in even]}
+    if info["how"] != "search":
+        return cfg, info
+    from subgpu_jax.search import Problem, allocate_pairwise
+
+    prob = Problem(wl, hw, duration_model)
+    r = allocate_pairwise(prob, cfg.seg_of, cfg.D, cfg.w, m, cfg.policy, exact=exact, L_sim=2)
+    even_cfg = dataclasses.replace(cfg, alloc=tuple(info["even_split"]))
+    info.update(exact_calls=int(r.exact_calls), seconds=float(r.seconds),
+                even_makespan_us=float(score(even_cfg)))
+    return dataclasses.replace(cfg, alloc=tuple(int(x) for x in r.alloc)), info
 
 
 def _sim_extra(r) -> dict:
@@ -573,22 +694,29 @@ def _cmd_space(a) -> int:
                           "rows": rows}, indent=2))
         return 0
     print(f"{label}; {budget} SMs in quanta of {q}, >= {mn} per stage")
-    print(f"{'D':>3s}{'cuts w=0':>12s}{'cuts w=1':>12s}{'cut+binding':>14s}{'allocations':>16s}"
-          f"{'total':>20s}")
-    for r in rows:
-        print(f"{r['D']:3d}{r['cuts_w0']:12,d}{r['cuts_w1']:12,d}{r['cut_binding_choices']:14,d}"
-              f"{r['allocations']:16,d}{r['total']:20,d}")
+    cols = (("D", "D"), ("cuts w=0", "cuts_w0"), ("cuts w=1", "cuts_w1"),
+            ("cut+binding", "cut_binding_choices"), ("allocations", "allocations"),
+            ("total", "total"))
+    cells = [[f"{r[k]:,d}" for _, k in cols] for r in rows]
+    # each column as wide as its widest entry: counts of long chains have dozens of digits
+    width = [max(len(h), *(len(c[j]) for c in cells)) for j, (h, _) in enumerate(cols)]
+    print("  ".join(h.rjust(w) for (h, _), w in zip(cols, width)))
+    for c in cells:
+        print("  ".join(x.rjust(w) for x, w in zip(c, width)))
     return 0
 
 
 def _cmd_search(a) -> int:
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.searchjob import run_search
-    from subgpu_jax.app.sweep import build_grid
+    from subgpu_jax.app.sweep import build_grid, outer_parallelisms
 
     if a.batch is not None:
         raise ValueError("batch: search takes a list of global batches, --batches; --batch is "
                          "for simulate and run")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        raise ValueError(f"out: {a.out!r} is a file; --out names the results folder (created "
+                         "when missing)")
     arch, ep = resolve_arch_ep(a)
     a.ep = ep
     hw = get_hardware(a.hardware)
@@ -611,14 +739,18 @@ def _cmd_search(a) -> int:
     for f, v in (("batches", batches), ("microbatches", mbs)):
         if any(x < 1 for x in v):
             raise ValueError(f"{f} must be positive integers, got {v}")
-    pars = None
-    if not a.all_parallelisms:
+    if a.all_parallelisms:
+        pars = None  # every attention TP x DP of --gpus (sweep.outer_parallelisms)
+        shapes = [(t, d, a.ep) for t, d, _ in outer_parallelisms(arch, a.gpus)]
+    else:
         Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
                    global_batch=a.dp, kv_history=a.kv_history).validate(arch)
         pars = [(a.tp, a.dp, a.ep)]
+        shapes = pars
     from subgpu_jax.model.graph import build_graph as _bg
-    n_region = _bg(arch, Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=a.ep,
-                                    global_batch=a.dp, kv_history=a.kv_history), 1).n
+    n_region = min(_bg(arch, Deployment(num_gpus=a.gpus, attn_tp=t, attn_dp=d, moe_ep=e,
+                                        global_batch=d, kv_history=a.kv_history), 1).n
+                   for t, d, e in shapes)
     bad = [D for D in stages if not 2 <= D <= n_region]
     if bad:
         raise ValueError(f"stages must be in 2..{n_region} (the region has {n_region} kernels), "
@@ -663,8 +795,9 @@ def _cmd_search(a) -> int:
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
         cal = load_calibration(a.calibration)
-        cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp,
-                                            moe_ep=a.ep, global_batch=a.dp,
+        t0, d0, e0 = shapes[0]
+        cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=t0, attn_dp=d0,
+                                            moe_ep=e0, global_batch=d0,
                                             input_len=a.input_len, kv_history=a.kv_history), hw)
         hw = cal.apply_to_hardware(hw)
         meta["calibration"] = a.calibration
@@ -692,41 +825,178 @@ def _cmd_search(a) -> int:
               f"{stats['dropped'][:3]}")
     print(f"evaluated {stats['evaluated']} grid points, skipped {stats['skipped']} already done, "
           f"{stats['remaining']} remaining ({stats['seconds']:.1f} s)")
-    _print_summary(summ)
+    _print_summary(summ, hw.name, exact=a.exact)
+    _print_next_steps(a, summ, hw.name)
     return 0
 
 
-def _print_summary(summ: dict) -> None:
-    """Frontier and matched-gain tables of a search summary, as text."""
-    for name in ("frontier_temporal", "frontier_subgpu"):
-        rows = summ[name]
-        print(f"\n{name.replace('_', ' ')} ({len(rows)} point{'s' if len(rows) != 1 else ''})")
-        print(f"{'tok/s/GPU':>11s}{'tok/s/user':>12s}{'T (µs)':>10s}{'G':>6s}{'TPxDP':>7s}"
+def _fmt_gain(r: dict, key: str, unit: str, fmt: str) -> str:
+    """One matched-gain row: the gain, and which frontier points it rests on."""
+    nt, ns = r["nearest_temporal"], r["nearest_subgpu"]
+    return (f"  at {r[key]:{fmt}} {unit}: {r['gain']:+.1%}   temporal G={nt['global_batch']} "
+            f"({nt['rel_distance']:.1%} away), SubGPU G={ns['global_batch']} "
+            f"({ns['rel_distance']:.1%} away)")
+
+
+def _print_summary(summ: dict, hardware: str, exact: str = "event") -> None:
+    """A search summary as text, configuration-level speedups first: the best SubGPU
+    configuration per (parallelism, batch) against the temporal baseline at the same batch, the
+    frontiers, the matched gains where both frontiers have points nearby
+    (``report.matched_tables``), and the predictions' validation status
+    (``report.validation_status``)."""
+    from subgpu_jax.app.report import validation_status
+
+    rows = summ.get("best_by_batch") or []
+    b = summ["best_speedup_record"]
+    if rows:
+        print("\nbest SubGPU configuration per batch, against the temporal baseline at the same "
+              "batch (predicted)")
+        print(f"{'G':>6s}{'TPxDP':>7s}{'temporal µs':>13s}{'SubGPU µs':>11s}{'speedup':>9s}"
               f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
         for r in rows:
+            print(f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
+                  f"{r['temporal_makespan_us']:13.1f}{r['makespan_us']:11.1f}"
+                  f"{r['speedup_vs_temporal']:8.3f}x{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}"
+                  f"  {r['sms']} / {r['cuts']}")
+    if b:
+        word = "best" if b["speedup_vs_temporal"] > 1 else "least slow (none beats temporal)"
+        print(f"{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
+              f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
+              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
+    for name in ("frontier_temporal", "frontier_subgpu"):
+        fr = summ[name]
+        print(f"\n{name.replace('_', ' ')} ({len(fr)} point{'s' if len(fr) != 1 else ''})")
+        print(f"{'tok/s/GPU':>11s}{'tok/s/user':>12s}{'T (µs)':>10s}{'G':>6s}{'TPxDP':>7s}"
+              f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
+        for r in fr:
             print(f"{r['per_gpu_tok_s']:11.1f}{r['per_user_tok_s']:12.2f}{r['makespan_us']:10.1f}"
                   f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
                   f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
     m = summ["matched"]
-    print("\nmatched gains: each frontier is interpolated linearly between its points (which lie "
-          "at different batches),\nso a gain compares the SubGPU frontier with the temporal one "
-          "at the same throughput, not one configuration with another")
-    print("per-user gain at matched per-GPU throughput (SubGPU vs temporal frontier)")
-    for r in m["per_user_gain_at_matched_per_gpu"]:
-        print(f"  at {r['per_gpu_tok_s']:10.1f} tok/s/GPU: {r['gain']:+.2%}")
-    if not m["per_user_gain_at_matched_per_gpu"]:
-        print("  (the frontiers do not overlap in per-GPU throughput: no matched comparison)")
-    print("per-GPU gain at matched per-user throughput")
-    for r in m["per_gpu_gain_at_matched_per_user"]:
-        print(f"  at {r['per_user_tok_s']:10.2f} tok/s/user: {r['gain']:+.2%}")
-    if not m["per_gpu_gain_at_matched_per_user"]:
-        print("  (the frontiers do not overlap in per-user throughput: no matched comparison)")
+    tol = m.get("tolerance", 0.05)
+    print(f"\nmatched gains (frontier against frontier, each interpolated linearly between its "
+          f"points, which lie at\ndifferent batches: shown only where both frontiers have a point "
+          f"within {tol:.0%} of the matched throughput)")
+    for key, table, unit, fmt, what in (
+            ("per_gpu_tok_s", "per_user_gain_at_matched_per_gpu", "tok/s/GPU", "10.1f",
+             "per-user gain at matched per-GPU throughput"),
+            ("per_user_tok_s", "per_gpu_gain_at_matched_per_user", "tok/s/user", "10.2f",
+             "per-GPU gain at matched per-user throughput")):
+        rs = m[table]
+        near = [r for r in rs if r.get("nearby", True)]
+        print(what)
+        for r in near:
+            print(_fmt_gain(r, key, unit, fmt) if "nearest_temporal" in r
+                  else f"  at {r[key]:{fmt}} {unit}: {r['gain']:+.1%}")
+        far = [r for r in rs if not r.get("nearby", True)]
+        if far:
+            gap = min(max(r["nearest_temporal"]["rel_distance"],
+                          r["nearest_subgpu"]["rel_distance"]) for r in far)
+            print(f"  ({len(far)} more not shown: a frontier's nearest point is {gap:.0%} or "
+                  f"more away; add batches (--batches) to fill the gaps)")
+        if not rs:
+            print("  (the frontiers do not overlap: no matched comparison)")
+    what = "event simulator" if exact == "event" else "static max-plus evaluator"
+    print(f"\nThese are model predictions ({what}). Validation: "
+          f"{validation_status(hardware)['text']}.")
+
+
+def search_reproduce_command(a, best: dict) -> list[str]:
+    """The ``subgpu simulate`` arguments that reproduce a search record (its deployment, cut,
+    SM split, microbatch and policy, with the search's scorer, cache and calibration).
+
+    Args:
+        a: the parsed ``subgpu search`` options. best: a search record.
+
+    Returns:
+        The command as a list of arguments, ``["subgpu", "simulate", ...]``.
+    """
+    cmd = ["subgpu", "simulate", "--model", a.model, "--hardware", a.hardware,
+           "--gpus", str(best["num_gpus"]), "--tp", str(best["attn_tp"]),
+           "--dp", str(best["attn_dp"]), "--ep", str(best["moe_ep"]),
+           "--batch", str(best["global_batch"]), "--kv-history", str(best["kv_history"])]
+    if a.expert_dtype:
+        cmd += ["--expert-dtype", a.expert_dtype]
+    if a.input_len != 32768:
+        cmd += ["--input-len", str(a.input_len)]
+    cuts = best["cuts"].split("|") if best["cuts"] else []
+    cmd += ["--cuts", ",".join(cuts), "--reuse" if int(best["w"]) else "--no-reuse",
+            "--sms", ",".join(str(best["sms"]).split("|")),
+            "--microbatch", str(best["microbatch"])]
+    if best.get("policy", "wavefront") != "wavefront":
+        cmd += ["--policy", best["policy"]]
+    if a.exact == "static":
+        cmd += ["--simulator", "static"]
+    elif a.cache != "lru":
+        cmd += ["--cache", a.cache]
+    if a.calibration:
+        cmd += ["--calibration", a.calibration]
+    return cmd
+
+
+def _print_next_steps(a, summ: dict, hardware: str) -> None:
+    """The files a search wrote and the commands that continue from it: ``subgpu simulate``
+    reproducing the best configuration, and ``subgpu run --from-search`` on a matching GPU."""
+    import shlex
+
+    from subgpu_jax.app.searchjob import OUTPUT_FILES
+
+    files = [f for f in OUTPUT_FILES if os.path.isfile(os.path.join(a.out, f))]
+    print(f"\nwrote {a.out}/: {', '.join(files)}")
     b = summ["best_speedup_record"]
-    if b:
-        word = "best" if b["speedup_vs_temporal"] > 1 else "least slow (none beats temporal)"
-        print(f"\n{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
-              f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
-              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
+    if not b:
+        return
+    print("next steps:")
+    print("  reproduce the best configuration (add --gantt/--trace/--utilization FILE to see it):")
+    print("    " + shlex.join(search_reproduce_command(a, b)))
+    model = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
+    run = ["subgpu", "run", "--from-search", a.out, "--hardware", hardware, *model]
+    print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"):")
+    print("    " + shlex.join(run))
+    if hardware != "H200":
+        h_out = a.out.rstrip("/") + "-h200"
+        print("  on an H200 (the GPU `subgpu run` defaults to), make a search for it first "
+              "(Hopper runs the experts in bf16):")
+        print("    " + shlex.join(["subgpu", "search", "--hardware", "H200", "--expert-dtype",
+                                   "bf16", *_search_grid_args(a), "--out", h_out]))
+        print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, *model]))
+
+
+def _search_grid_args(a) -> list[str]:
+    """The workload and grid options of a parsed ``subgpu search`` (except ``--hardware``,
+    ``--expert-dtype``, ``--calibration`` and ``--out``), for a command that repeats the
+    search on another GPU; options at their defaults are left out."""
+    args = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
+    args += ["--gpus", str(a.gpus)]
+    args += ["--all-parallelisms"] if a.all_parallelisms else ["--tp", str(a.tp), "--dp",
+                                                                 str(a.dp)]
+    args += ["--ep", str(a.ep)]
+    for opt, default in (("kv_history", 32768), ("input_len", 32768)):
+        if getattr(a, opt) != default:
+            args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
+    args += ["--batches", ",".join(map(str, _int_list(a.batches, "batches"))),
+             "--stages", ",".join(map(str, _int_list(a.stages, "stages"))),
+             "--microbatches", ",".join(map(str, _int_list(a.microbatches, "microbatches")))]
+    for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
+                         ("exact", "event"), ("cache", "lru"), ("l_sim", 2)):
+        if getattr(a, opt) != default:
+            args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
+    return args
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``subgpu ... | head``): stop quietly, as the shell's own
+    tools do. Points stdout at /dev/null so the interpreter's final flush cannot fail again.
+
+    Returns:
+        141 (128 + SIGPIPE, the status a shell reports for a tool stopped by a closed pipe).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # pragma: no cover - stdout without a file descriptor
+        pass
+    return 141
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -735,6 +1005,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     a = parser.parse_args(argv)
+    commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
+    run = commands.get(a.cmd) or getattr(a, "func", None)
+    if run is None:  # pragma: no cover - every sub-parser has a command
+        parser.error(f"unknown command {a.cmd}")
 
     def _one_line(message, category, filename, lineno, file=None, line=None):
         print(f"warning: {message}", file=sys.stderr)
@@ -742,17 +1016,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     shown = warnings.showwarning
     warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
-        if a.cmd == "simulate":
-            return _cmd_simulate(a)
-        if a.cmd == "space":
-            return _cmd_space(a)
-        if a.cmd == "search":
-            return _cmd_search(a)
-        if hasattr(a, "func"):
-            return a.func(a)
+        if getattr(a, "chain", None) is None:
+            resolve_parallelism(a)
+        rc = run(a)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
+        return rc
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _broken_pipe()
     except OSError as e:  # unwritable or unreadable paths given on the command line
         where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
         print(f"error: cannot access{where}: {e.strerror or e}", file=sys.stderr)
@@ -763,8 +1036,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         warnings.showwarning = shown
-    parser.error(f"unknown command {a.cmd}")  # pragma: no cover
-    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

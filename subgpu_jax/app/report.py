@@ -1,12 +1,15 @@
 """Sweep records -> frontiers, matched-gain tables and figures (docs/method.md §4 "Outputs").
 
-Records are flat dicts as written by ``searchrun.score_point`` (one per grid point): ``mode``
+Records are flat dicts as written by ``searchjob.PointScorer`` (one or more per grid point): ``mode``
 ("temporal" or "subgpu"), ``D``, ``per_user_tok_s``, ``per_gpu_tok_s``, ``makespan_us``, ...
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -15,8 +18,8 @@ from subgpu_jax.app.viz import plot_gantt
 from subgpu_jax.search.pareto import (frontier_curve, pareto_front, per_gpu_gain_at_matched_user,
     per_user_gain_at_matched_gpu)
 
-__all__ = ["frontiers", "matched_tables", "plot_frontier", "plot_frontier_by_stages",
-           "write_search_figures"]
+__all__ = ["frontiers", "matched_tables", "best_by_batch", "validation_status", "results_dir",
+           "MATCH_TOL", "plot_frontier", "plot_frontier_by_stages", "write_search_figures"]
 
 
 def _pts(recs: Sequence[dict]) -> np.ndarray:
@@ -47,33 +50,186 @@ def frontiers(records: Sequence[dict]) -> dict:
     return out
 
 
-def matched_tables(records: Sequence[dict]) -> dict:
+#: A matched gain is shown (``nearby``) only where both frontiers have a point within this
+#: relative distance of the matched throughput (5%): elsewhere the gain rests on a linear
+#: interpolation across a gap between frontier points that lie at different batches.
+MATCH_TOL = 0.05
+
+
+def _nearest(front: Sequence[dict], key: str, x: float) -> dict:
+    """The frontier record nearest to ``x`` in the ``key`` throughput, with its relative
+    distance ``|x - x_i| / x``."""
+    r = min(front, key=lambda f: abs(f[key] - x))
+    return {"rel_distance": abs(r[key] - x) / x, key: float(r[key]),
+            "global_batch": int(r["global_batch"]), "makespan_us": float(r["makespan_us"])}
+
+
+def matched_tables(records: Sequence[dict], tol: float = MATCH_TOL) -> dict:
     """Matched comparisons of the SubGPU frontier (pooled over stage counts) against temporal.
 
+    Each frontier is interpolated linearly between its points (``search.pareto``); the points
+    lie at different global batches, so a row compares frontiers, not one configuration with
+    another. Every row says how far the nearest point of each frontier is from the matched
+    throughput and whether both are within ``tol`` (``nearby``).
+
+    Args:
+        records: search-job records (dicts with ``mode``, ``per_user_tok_s``,
+            ``per_gpu_tok_s``, ``global_batch``, ``makespan_us``).
+        tol: relative distance (fraction, >= 0) within which a frontier point counts as nearby.
+
     Returns:
-        ``{"per_user_gain_at_matched_per_gpu": [{"per_gpu_tok_s", "gain"}...],
-        "per_gpu_gain_at_matched_per_user": [{"per_user_tok_s", "gain"}...],
-        "max_per_user_gain", "max_per_gpu_gain"}``; gains are fractions (0.1 = +10%), computed
-        by linear interpolation between frontier points inside the range both frontiers cover.
+        ``{"per_user_gain_at_matched_per_gpu": [{"per_gpu_tok_s", "gain", "nearby",
+        "nearest_temporal", "nearest_subgpu"}...], "per_gpu_gain_at_matched_per_user":
+        [{"per_user_tok_s", ...}...], "max_per_user_gain", "max_per_gpu_gain" (over all rows),
+        "max_per_user_gain_nearby", "max_per_gpu_gain_nearby" (over nearby rows, None when
+        none), "tolerance"}``; gains are fractions (0.1 = +10%); ``nearest_*`` hold the
+        nearest frontier point's ``rel_distance``, throughput, ``global_batch`` and makespan.
         Empty tables when either side has no record.
+
+    Raises:
+        ValueError: ``tol`` negative or not finite.
     """
+    if not np.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be a finite fraction >= 0, got {tol!r}")
     t = [r for r in records if r["mode"] == "temporal"]
     s = [r for r in records if r["mode"] == "subgpu"]
     res = {"per_user_gain_at_matched_per_gpu": [], "per_gpu_gain_at_matched_per_user": [],
-           "max_per_user_gain": None, "max_per_gpu_gain": None}
+           "max_per_user_gain": None, "max_per_gpu_gain": None,
+           "max_per_user_gain_nearby": None, "max_per_gpu_gain_nearby": None,
+           "tolerance": float(tol)}
     if not t or not s:
         return res
-    at, g = per_user_gain_at_matched_gpu(_pts(t), _pts(s))
-    res["per_user_gain_at_matched_per_gpu"] = [
-        {"per_gpu_tok_s": float(a), "gain": float(x)} for a, x in zip(at, g) if np.isfinite(x)]
-    at, g = per_gpu_gain_at_matched_user(_pts(t), _pts(s))
-    res["per_gpu_gain_at_matched_per_user"] = [
-        {"per_user_tok_s": float(a), "gain": float(x)} for a, x in zip(at, g) if np.isfinite(x)]
+    fr = frontiers(records)
+    for fn, key, table in ((per_user_gain_at_matched_gpu, "per_gpu_tok_s",
+                            "per_user_gain_at_matched_per_gpu"),
+                           (per_gpu_gain_at_matched_user, "per_user_tok_s",
+                            "per_gpu_gain_at_matched_per_user")):
+        at, g = fn(_pts(t), _pts(s))
+        rows = []
+        for a, x in zip(at, g):
+            if not np.isfinite(x):
+                continue
+            nt, ns = _nearest(fr["temporal"], key, float(a)), _nearest(fr["subgpu"], key, float(a))
+            rows.append({key: float(a), "gain": float(x),
+                         "nearby": bool(nt["rel_distance"] <= tol and ns["rel_distance"] <= tol),
+                         "nearest_temporal": nt, "nearest_subgpu": ns})
+        res[table] = rows
     for k, name in (("per_user_gain_at_matched_per_gpu", "max_per_user_gain"),
                     ("per_gpu_gain_at_matched_per_user", "max_per_gpu_gain")):
         if res[k]:
             res[name] = max(r["gain"] for r in res[k])
+        near = [r["gain"] for r in res[k] if r["nearby"]]
+        if near:
+            res[name + "_nearby"] = max(near)
     return res
+
+
+def best_by_batch(records: Sequence[dict]) -> list[dict]:
+    """Configuration-level speedups: at each (attention TP, DP, global batch) with a temporal
+    record, the SubGPU record with the highest ``speedup_vs_temporal`` (the temporal baseline of
+    the same deployment; no interpolation).
+
+    Returns:
+        One dict per (TP, DP, G) with a SubGPU record, sorted by (G, TP): ``global_batch``,
+        ``attn_tp``, ``attn_dp``, ``temporal_makespan_us``, ``makespan_us``,
+        ``speedup_vs_temporal`` and the configuration (``D``, ``w``, ``microbatches``,
+        ``sms``, ``cuts``, ``policy``).
+    """
+    best: dict = {}
+    for r in records:
+        if r["mode"] != "subgpu":
+            continue
+        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]))
+        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
+            best[k] = r
+    out = []
+    for k in sorted(best):
+        r = best[k]
+        out.append({f: r[f] for f in ("global_batch", "attn_tp", "attn_dp",
+                                      "temporal_makespan_us", "makespan_us",
+                                      "speedup_vs_temporal", "D", "w", "microbatches", "sms",
+                                      "cuts", "policy")})
+    return out
+
+
+def results_dir() -> Path:
+    """``experiments/results`` of the repository this package runs from (an editable install
+    or a checkout; it may be absent from a wheel)."""
+    return Path(__file__).resolve().parents[2] / "experiments" / "results"
+
+
+def validation_status(hardware: str, folder: str | os.PathLike | None = None) -> dict:
+    """The measured validation status of the simulator, from the committed
+    ``hw_validate_<gpu>.json`` files (``experiments/hw_validate_h200.py``).
+
+    Args:
+        hardware: the GPU preset name of the predictions (``B200``, ``H200``, ...).
+        folder: where the validation files are (default ``results_dir()``).
+
+    Returns:
+        ``{"hardware", "validated_on" (GPU names with a file), "file" (the file describing
+        ``hardware`` or None), "model" (the measured model, when its calibration file names
+        it), "batches": {G: {"best_speedup_measured", "best_name",
+        "max_abs_error"}} (for the GPU used in the text), "text"}``: ``text`` is one
+        sentence for a report; it says when ``hardware`` itself was never measured and then
+        quotes the GPUs that were.
+    """
+    d = Path(folder) if folder is not None else results_dir()
+    files = {}
+    if d.is_dir():
+        for f in sorted(d.glob("hw_validate_*.json")):
+            m = re.fullmatch(r"hw_validate_([a-z0-9]+)\.json", f.name)
+            if m:
+                files[m.group(1).upper()] = f
+    hw = hardware.upper()
+    out = {"hardware": hardware, "validated_on": sorted(files), "file": None, "batches": {},
+           "text": ""}
+    if not files:
+        out["text"] = (f"not validated on hardware: no measurement file (hw_validate_*.json) "
+                       f"in {d}")
+        return out
+    gpu = hw if hw in files else sorted(files)[0]
+    f = files[gpu]
+    try:
+        data = json.loads(f.read_text())
+        for G, b in sorted(data["batches"].items(), key=lambda kv: int(kv[0])):
+            pipe = [r for r in b["rows"] if r.get("D", 1) > 1]
+            best = max(pipe, key=lambda r: r["speedup_measured"])
+            out["batches"][int(G)] = {
+                "best_speedup_measured": float(best["speedup_measured"]),
+                "best_name": best["name"],
+                "max_abs_error": max(abs(float(r["error"])) for r in pipe)}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        out["text"] = f"validation file {f} unreadable ({e})"
+        return out
+    what = ""
+    try:  # the measured model: named by the calibration file the validation used
+        cal = json.loads((d.parent / str(data.get("calibration", ""))).read_text())
+        out["model"] = str(cal["model"])
+        what = f"{cal['model']}" + (f", {cal['expert_dtype']} experts"
+                                    if cal.get("expert_dtype") else "")
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    rel = f"experiments/results/{f.name}"
+    bs = out["batches"]
+    beat = [G for G, v in bs.items() if v["best_speedup_measured"] > 1]
+    best_txt = ", ".join(f"{v['best_speedup_measured']:.3f}x at G={G:,}" for G, v in bs.items())
+    err = max(v["max_abs_error"] for v in bs.values())
+    verdict = (f"SubGPU beat temporal at G={', '.join(f'{G:,}' for G in beat)}" if beat
+               else "no SubGPU configuration beat temporal")
+    measured = (f"{verdict} (best measured {best_txt}); the simulator's error on pipelined "
+                f"configurations reached {err:.0%} ({rel})")
+    on = f"{gpu} ({what})" if what else gpu
+    if gpu == hw:
+        out["file"] = rel
+        out["text"] = f"measured on an {on}: {measured}"
+    else:
+        out["text"] = (f"not validated on a {hardware} (no hw_validate_{hardware.lower()}.json); "
+                       f"on the {on}, the only GPU measured, {measured}"
+                       if len(files) == 1 else
+                       f"not validated on a {hardware}; measured on "
+                       f"{', '.join(sorted(files))}. On the {gpu}: {measured}")
+    return out
 
 
 def _frontier_line(ax, recs, **kw):

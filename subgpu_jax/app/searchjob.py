@@ -22,7 +22,7 @@ from typing import Sequence
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.app.report import frontiers, matched_tables, write_search_figures
+from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.search.cuts import CUT_STRATEGIES
 from subgpu_jax.search.pairwise import allocate_pairwise
@@ -35,7 +35,7 @@ from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_KINDS",
            "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
-           "CUT_STRATEGY_OBJECTS", "ContentionProblem"]
+           "CUT_STRATEGY_OBJECTS", "ContentionProblem", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing) that records carry.
 DEPLOY_OPTIONS = ("nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
@@ -147,6 +147,11 @@ def _strategy(table: dict, value, field: str):
         raise ValueError(f"{field} must be one of {', '.join(table)} or a strategy object with "
                          f"a name, got {value!r}")
     return value
+
+#: The files a search job writes into its results folder (``SweepStore``: the manifest and the
+#: record store; ``write_outputs``: the table, the summary and the figures).
+OUTPUT_FILES = ("records.jsonl", "records.csv", "summary.json", "manifest.json", "frontier.png",
+                "frontier_by_stages.png", "gantt_best.png")
 
 
 class PointScorer:
@@ -374,7 +379,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     summary = {"title": title, "records": len(all_recs),
                "frontier_temporal": fr["temporal"], "frontier_subgpu": fr["subgpu"],
                "frontier_subgpu_by_D": {str(k): v for k, v in fr["subgpu_D"].items()},
-               "matched": tables, "best_speedup_record": best}
+               "matched": tables, "best_speedup_record": best,
+               "best_by_batch": best_by_batch(recs)}
     if min_tokens_per_user is not None:
         summary["min_tokens_per_user"] = float(min_tokens_per_user)
         summary["records_meeting_it"] = len(recs)

@@ -257,9 +257,9 @@ class SweepStore:
                 good_bytes = min(end, len(data))
             else:
                 pending.append(obj)
-        if pending:
-            self.dropped.extend(f"unfinished record of {r.get('grid_key')}" if r else "garbage"
-                                for r in pending)
+        if pending:  # None entries (unparsable lines) were reported when they were read
+            self.dropped.extend(f"unfinished record of {r.get('grid_key')}"
+                                for r in pending if r is not None)
         if self.dropped or good_bytes != len(data):
             # rewrite atomically with only the valid, finished grid points
             tmp = self.path + ".tmp"

@@ -14,7 +14,8 @@ import numpy as np
 
 from subgpu_jax.model.graph import CATEGORIES
 
-__all__ = ["write_trace", "trace_events", "plot_gantt", "plot_utilisation", "CATEGORY_COLORS"]
+__all__ = ["write_trace", "trace_events", "plot_gantt", "plot_utilisation", "CATEGORY_COLORS",
+           "IMAGE_FORMATS", "check_image_path", "gantt_figure", "utilisation_figure"]
 
 #: One colour per ``graph.CATEGORIES`` entry (matplotlib tab10), used by the Gantt chart.
 CATEGORY_COLORS: dict[str, str] = {
@@ -24,6 +25,11 @@ CATEGORY_COLORS: dict[str, str] = {
 
 
 def _check_out(path: str | os.PathLike, field: str) -> Path:
+    """``path`` as a ``Path`` after checking it names a file in an existing folder.
+
+    Raises:
+        ValueError: empty path, missing folder, or a path that is a folder (names ``field``).
+    """
     p = Path(path)
     if not str(path):
         raise ValueError(f"{field} must be a file path, got an empty string")
@@ -32,6 +38,34 @@ def _check_out(path: str | os.PathLike, field: str) -> Path:
     if p.is_dir():
         raise ValueError(f"{field}: {str(p)!r} is a directory, give a file path")
     return p
+
+
+#: Image formats the figure functions write, chosen by the file name's extension (the raster
+#: and vector formats of matplotlib's Agg canvas; jpg/jpeg through Pillow, a matplotlib
+#: dependency).
+IMAGE_FORMATS = ("png", "jpg", "jpeg", "svg", "pdf")
+
+
+def check_image_path(path: str | os.PathLike, field: str) -> tuple[Path, str]:
+    """Check a figure path and return it with the image format named by its extension.
+
+    Args:
+        path: output file, e.g. ``gantt.png`` or ``gantt.svg``; its folder must exist.
+        field: the option or argument name used in error messages (e.g. ``--gantt``).
+
+    Returns:
+        ``(Path, format)`` with format one of ``IMAGE_FORMATS`` (lower case).
+
+    Raises:
+        ValueError: as ``_check_out``, or an extension that is not one of ``IMAGE_FORMATS``
+            (a figure is never written in a format other than the one its name says).
+    """
+    p = _check_out(path, field)
+    ext = p.suffix.lower().lstrip(".")
+    if ext not in IMAGE_FORMATS:
+        raise ValueError(f"{field}: {str(p)!r} must end in one of "
+                         f"{', '.join('.' + e for e in IMAGE_FORMATS)} (the image format)")
+    return p, ext
 
 
 def _segments(res) -> np.ndarray:
@@ -91,27 +125,48 @@ def write_trace(res, path: str | os.PathLike) -> Path:
 
 def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
                t_max_us: float | None = None) -> Path:
-    """Gantt PNG of the stage timeline: one row per stage, one bar per kernel, coloured by
-    category (``CATEGORY_COLORS``).
+    """Gantt chart of the stage timeline: one row per stage, one bar per kernel, coloured by
+    category (``CATEGORY_COLORS``), the category legend above the chart.
 
     Args:
-        res: a ``SimResult``. path: PNG path (directory must exist). title: figure title.
-        t_max_us: show only [0, t_max_us] (default: the whole makespan).
+        res: a ``SimResult``. path: image path (directory must exist; the format follows the
+        extension, one of ``IMAGE_FORMATS``). title: figure title.
+        t_max_us: show only [0, t_max_us] (µs; default: the whole makespan). When this cuts the
+            step short, the x-axis label says which part of the makespan is shown.
 
     Returns:
         The path written.
 
     Raises:
-        ValueError: the directory of ``path`` does not exist.
+        ValueError: the directory of ``path`` does not exist, an unsupported extension, or a
+            ``t_max_us`` that is not > 0.
     """
-    p = _check_out(path, "gantt path")
+    p, fmt = check_image_path(path, "gantt path")
+    import matplotlib.pyplot as plt
+
+    fig = gantt_figure(res, title, t_max_us)
+    fig.savefig(p, dpi=120, format=fmt)
+    plt.close(fig)
+    return p
+
+
+def gantt_figure(res, title: str | None = None, t_max_us: float | None = None):
+    """The matplotlib ``Figure`` of ``plot_gantt`` (not saved; the caller closes it).
+
+    Raises:
+        ValueError: a ``t_max_us`` that is not > 0.
+    """
+    if t_max_us is not None and not t_max_us > 0:
+        raise ValueError(f"t_max_us must be > 0 µs, got {t_max_us!r}")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
     D = len(res.stage_sms)
-    fig, ax = plt.subplots(figsize=(12, 1.0 + 0.6 * D))
+    makespan = float(res.makespan)
+    shown = makespan if t_max_us is None else min(float(t_max_us), makespan)
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.6 * D))
     cats = [res.kernels[int(k)].category for k in res.kernel_index]
     for c in CATEGORIES:
         idx = [i for i, x in enumerate(cats) if x == c]
@@ -124,17 +179,19 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
     ax.set_yticks(range(D))
     ax.set_yticklabels([f"stage {s}\n{p} SMs" for s, p in enumerate(res.stage_sms)])
     ax.invert_yaxis()
-    ax.set_xlabel("time (µs)")
-    ax.set_xlim(0, t_max_us or max(res.makespan, 1e-9))
-    ax.set_title(title or f"{res.hw_name}: makespan {res.makespan:.1f} µs")
+    if shown < makespan:
+        ax.set_xlabel(f"time (µs): first {shown:,.0f} µs of the {makespan:,.0f} µs step shown")
+    else:
+        ax.set_xlabel(f"time (µs): the whole {makespan:,.0f} µs step")
+    ax.set_xlim(0, max(shown, 1e-9))
+    ax.set_title(title or f"{res.hw_name}: makespan {makespan:.1f} µs", pad=24)
     used = [c for c in CATEGORIES if c in set(cats)]
+    # the legend sits between the title and the axes, so it can never cover the x-axis label
     ax.legend(handles=[Patch(color=CATEGORY_COLORS[c], label=c) for c in used],
-              loc="upper center", bbox_to_anchor=(0.5, -0.35 if D < 3 else -0.2),
-              ncol=len(used), fontsize=8, frameon=False)
+              loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(used), fontsize=8,
+              frameon=False, borderaxespad=0.2)
     fig.tight_layout()
-    fig.savefig(p, dpi=120, format="png")
-    plt.close(fig)
-    return p
+    return fig
 
 
 def _step_series(res) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -144,21 +201,37 @@ def _step_series(res) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def plot_utilisation(temporal, config, path: str | os.PathLike,
                      labels: tuple[str, str] = ("temporal", "SubGPU")) -> Path:
-    """Utilisation PNG: HBM bandwidth (fraction of ``hbm_peak_Bps``) and fraction of SMs busy over
-    time, for the temporal run (top) and a given configuration (bottom); time-weighted means in
-    the legends.
+    """Utilisation figure: HBM bandwidth (fraction of ``hbm_peak_Bps``, a red line drawn on top)
+    and fraction of SMs busy (a shaded blue area) over time, for the temporal run (top) and a
+    given configuration (bottom); time-weighted means in the legends.
 
     Args:
         temporal, config: ``SimResult`` objects simulated with ``record=True``.
-        path: PNG path (directory must exist). labels: titles of the two panels.
+        path: image path (directory must exist; format from the extension, ``IMAGE_FORMATS``).
+        labels: titles of the two panels.
 
     Returns:
         The path written.
 
     Raises:
-        ValueError: the directory does not exist, or a result has no utilisation series.
+        ValueError: the directory does not exist, an unsupported extension, or a result has no
+            utilisation series.
     """
-    p = _check_out(path, "utilisation path")
+    p, fmt = check_image_path(path, "utilisation path")
+    import matplotlib.pyplot as plt
+
+    fig = utilisation_figure(temporal, config, labels)
+    fig.savefig(p, dpi=120, format=fmt)
+    plt.close(fig)
+    return p
+
+
+def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", "SubGPU")):
+    """The matplotlib ``Figure`` of ``plot_utilisation`` (not saved; the caller closes it).
+
+    Raises:
+        ValueError: a result without a utilisation series.
+    """
     for nm, r in (("temporal", temporal), ("config", config)):
         if r.util_t.size == 0:
             raise ValueError(f"{nm}: result has no utilisation series (simulate with record=True)")
@@ -169,16 +242,17 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
     fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     for ax, r, lab in zip(axes, (temporal, config), labels):
         t, h, s = _step_series(r)
-        ax.step(t, h, where="post", color="#d62728",
+        # SMs busy as a light area underneath, HBM as a thick line above it: the SM series
+        # switches between 0 and 1 every kernel and would hide a line drawn below it
+        ax.fill_between(t, s, step="post", color="#1f77b4", alpha=0.25, linewidth=0, zorder=1,
+                        label=f"SMs busy (mean {r.mean_sm_util:.0%})")
+        ax.step(t, h, where="post", color="#d62728", linewidth=1.6, zorder=3,
                 label=f"HBM bandwidth (mean {r.mean_hbm_util:.0%})")
-        ax.step(t, s, where="post", color="#1f77b4",
-                label=f"SMs busy (mean {r.mean_sm_util:.0%})")
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.18)
+        ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
         ax.set_ylabel("fraction of peak")
         ax.set_title(f"{lab}: makespan {r.makespan:.1f} µs")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper right", fontsize=8, ncol=2, framealpha=0.9)
     axes[-1].set_xlabel("time (µs)")
     fig.tight_layout()
-    fig.savefig(p, dpi=120, format="png")
-    plt.close(fig)
-    return p
+    return fig

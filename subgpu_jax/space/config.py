@@ -507,9 +507,14 @@ def workload_config(wl: Workload, starts: Sequence[int | str], sms: Sequence[int
     """
     hw = _need_hw(wl)
     g = wl.graph(1)
+    rng = f"cuts must be distinct kernel positions in 1..{g.n - 1} (or kernel names)"
+    for x in starts:  # an index out of range gets the same message as 0 (one range for cuts)
+        if isinstance(x, (int, np.integer)) or str(x).strip().lstrip("-").isdigit():
+            if not 1 <= int(x) <= g.n - 1:
+                raise ValueError(f"{rng}, got {list(starts)}")
     idx = sorted(g.index(s) for s in starts)
     if len(set(idx)) != len(idx) or any(i == 0 for i in idx):
-        raise ValueError(f"cuts must be distinct kernel positions in 1..{g.n - 1}, got {list(starts)}")
+        raise ValueError(f"{rng}, got {list(starts)}")
     seg = chain_cut(g.n, idx)
     K = len(idx) + 1
     check_cut(seg, g.n, g.edges, K)
