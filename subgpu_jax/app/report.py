@@ -247,7 +247,8 @@ def _finish(fig, ax, path: str, title: str) -> str:
     ax.set_ylabel("per-user throughput (tokens/s/user)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    # outside the axes: a legend inside could cover frontier points
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
     fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
@@ -256,7 +257,9 @@ def _finish(fig, ax, path: str, title: str) -> str:
 
 def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
     """Per-user throughput (tokens/s/user, y) vs per-GPU throughput (tokens/s/GPU, x): every
-    record as a dot, the temporal and SubGPU frontiers as lines. Writes a PNG; returns the path.
+    record as a dot, the temporal and SubGPU frontiers as lines with each frontier point's
+    global batch G written beside it, the legend outside the axes. Writes a PNG; returns the
+    path.
 
     Raises:
         ValueError: the directory of ``path`` does not exist.
@@ -270,7 +273,7 @@ def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
         raise ValueError(f"figure path: directory {d!r} does not exist")
     t = [r for r in records if r["mode"] == "temporal"]
     s = [r for r in records if r["mode"] == "subgpu"]
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(8.5, 5))
     if s:
         p = _pts(s)
         ax.scatter(p[:, 1], p[:, 0], s=10, c="tab:orange", alpha=0.35, label="SubGPU points")
@@ -279,6 +282,11 @@ def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
         ax.scatter(p[:, 1], p[:, 0], s=14, c="tab:blue", alpha=0.6, label="temporal points")
     _frontier_line(ax, t, color="tab:blue", lw=2, marker="o", label="temporal frontier")
     _frontier_line(ax, s, color="tab:orange", lw=2, marker="s", label="SubGPU frontier")
+    fr = frontiers(records)
+    for key, col, dy in (("temporal", "tab:blue", -11), ("subgpu", "tab:orange", 5)):
+        for r in fr[key]:  # frontier points lie at different batches: say which
+            ax.annotate(f"G={r['global_batch']}", (r["per_gpu_tok_s"], r["per_user_tok_s"]),
+                        textcoords="offset points", xytext=(5, dy), fontsize=7, color=col)
     return _finish(fig, ax, path, title or "decode throughput frontier")
 
 
@@ -292,7 +300,7 @@ def plot_frontier_by_stages(records: Sequence[dict], path: str, title: str = "")
     if not os.path.isdir(d):
         raise ValueError(f"figure path: directory {d!r} does not exist")
     fr = frontiers(records)
-    fig, ax = plt.subplots(figsize=(7, 5))
+    fig, ax = plt.subplots(figsize=(8.5, 5))
     _frontier_line(ax, fr["temporal"], color="black", lw=2, marker="o", label="temporal")
     cmap = plt.get_cmap("viridis")
     Ds = sorted(fr["subgpu_D"])

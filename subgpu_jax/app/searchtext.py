@@ -1,0 +1,181 @@
+"""The text a search job prints: configuration-level speedups first, the frontiers, the
+matched gains where both frontiers have points nearby, the validation status of the predictions,
+then the files written and the next commands (``subgpu simulate`` reproducing the best
+configuration, ``subgpu run --from-search``). Used by ``subgpu search`` (``app/cli.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from subgpu_jax.app.report import validation_status
+from subgpu_jax.app.searchjob import OUTPUT_FILES
+
+__all__ = ["print_search_summary", "print_next_steps", "search_reproduce_command",
+           "search_grid_args"]
+
+
+def _csv(s: str) -> str:
+    """A comma-separated option value without spaces or empty items (``"512, 1024"`` ->
+    ``"512,1024"``)."""
+    return ",".join(x.strip() for x in str(s).split(",") if x.strip())
+
+
+def _fmt_gain(r: dict, key: str, unit: str, fmt: str) -> str:
+    """One matched-gain row: the gain, and which frontier points it rests on."""
+    nt, ns = r["nearest_temporal"], r["nearest_subgpu"]
+    return (f"  at {r[key]:{fmt}} {unit}: {r['gain']:+.1%}   temporal G={nt['global_batch']} "
+            f"({nt['rel_distance']:.1%} away), SubGPU G={ns['global_batch']} "
+            f"({ns['rel_distance']:.1%} away)")
+
+
+def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> None:
+    """A search summary as text, configuration-level speedups first: the best SubGPU
+    configuration per (parallelism, batch) against the temporal baseline at the same batch, the
+    frontiers, the matched gains where both frontiers have points nearby
+    (``report.matched_tables``), and the predictions' validation status
+    (``report.validation_status``).
+
+    Args:
+        summ: the summary of ``searchjob.write_outputs`` (``best_by_batch``,
+            ``best_speedup_record``, frontiers, ``matched``).
+        hardware: the GPU preset searched (its validation status is quoted).
+        exact: the exact scorer of the search (``event`` or ``static``), named in the text.
+    """
+    rows = summ.get("best_by_batch") or []
+    b = summ["best_speedup_record"]
+    if rows:
+        print("\nbest SubGPU configuration per batch, against the temporal baseline at the same "
+              "batch (predicted)")
+        print(f"{'G':>6s}{'TPxDP':>7s}{'temporal µs':>13s}{'SubGPU µs':>11s}{'speedup':>9s}"
+              f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
+        for r in rows:
+            print(f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
+                  f"{r['temporal_makespan_us']:13.1f}{r['makespan_us']:11.1f}"
+                  f"{r['speedup_vs_temporal']:8.3f}x{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}"
+                  f"  {r['sms']} / {r['cuts']}")
+    if b:
+        word = "best" if b["speedup_vs_temporal"] > 1 else "least slow (none beats temporal)"
+        print(f"{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
+              f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
+              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
+    for name in ("frontier_temporal", "frontier_subgpu"):
+        fr = summ[name]
+        print(f"\n{name.replace('_', ' ')} ({len(fr)} point{'s' if len(fr) != 1 else ''})")
+        print(f"{'tok/s/GPU':>11s}{'tok/s/user':>12s}{'T (µs)':>10s}{'G':>6s}{'TPxDP':>7s}"
+              f"{'D':>3s}{'w':>3s}{'m':>3s}  SMs / cuts")
+        for r in fr:
+            print(f"{r['per_gpu_tok_s']:11.1f}{r['per_user_tok_s']:12.2f}{r['makespan_us']:10.1f}"
+                  f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
+                  f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
+    m = summ["matched"]
+    tol = m.get("tolerance", 0.05)
+    print(f"\nmatched gains (frontier against frontier, each interpolated linearly between its "
+          f"points, which lie at\ndifferent batches: shown only where both frontiers have a point "
+          f"within {tol:.0%} of the matched throughput)")
+    for key, table, unit, fmt, what in (
+            ("per_gpu_tok_s", "per_user_gain_at_matched_per_gpu", "tok/s/GPU", "10.1f",
+             "per-user gain at matched per-GPU throughput"),
+            ("per_user_tok_s", "per_gpu_gain_at_matched_per_user", "tok/s/user", "10.2f",
+             "per-GPU gain at matched per-user throughput")):
+        rs = m[table]
+        near = [r for r in rs if r.get("nearby", True)]
+        print(what)
+        for r in near:
+            print(_fmt_gain(r, key, unit, fmt) if "nearest_temporal" in r
+                  else f"  at {r[key]:{fmt}} {unit}: {r['gain']:+.1%}")
+        far = [r for r in rs if not r.get("nearby", True)]
+        if far:
+            gap = min(max(r["nearest_temporal"]["rel_distance"],
+                          r["nearest_subgpu"]["rel_distance"]) for r in far)
+            print(f"  ({len(far)} {'more ' if near else ''}not shown: a frontier's nearest point "
+                  f"is {gap:.0%} or more away; add batches (--batches) to fill the gaps)")
+        if not rs:
+            print("  (the frontiers do not overlap: no matched comparison)")
+    what = "event simulator" if exact == "event" else "static max-plus evaluator"
+    print(f"\nThese are model predictions ({what}). Validation: "
+          f"{validation_status(hardware)['text']}.")
+
+
+def search_reproduce_command(a, best: dict) -> list[str]:
+    """The ``subgpu simulate`` arguments that reproduce a search record (its deployment, cut,
+    SM split, microbatch and policy, with the search's scorer, cache and calibration).
+
+    Args:
+        a: the parsed ``subgpu search`` options. best: a search record.
+
+    Returns:
+        The command as a list of arguments, ``["subgpu", "simulate", ...]``.
+    """
+    cmd = ["subgpu", "simulate", "--model", a.model, "--hardware", a.hardware,
+           "--gpus", str(best["num_gpus"]), "--tp", str(best["attn_tp"]),
+           "--dp", str(best["attn_dp"]), "--ep", str(best["moe_ep"]),
+           "--batch", str(best["global_batch"]), "--kv-history", str(best["kv_history"])]
+    if a.expert_dtype:
+        cmd += ["--expert-dtype", a.expert_dtype]
+    if a.input_len != 32768:
+        cmd += ["--input-len", str(a.input_len)]
+    cuts = best["cuts"].split("|") if best["cuts"] else []
+    cmd += ["--cuts", ",".join(cuts), "--reuse" if int(best["w"]) else "--no-reuse",
+            "--sms", ",".join(str(best["sms"]).split("|")),
+            "--microbatch", str(best["microbatch"])]
+    if best.get("policy", "wavefront") != "wavefront":
+        cmd += ["--policy", best["policy"]]
+    if a.exact == "static":
+        cmd += ["--simulator", "static"]
+    elif a.cache != "lru":
+        cmd += ["--cache", a.cache]
+    if a.calibration:
+        cmd += ["--calibration", a.calibration]
+    return cmd
+
+
+def print_next_steps(a, summ: dict, hardware: str) -> None:
+    """The files a search wrote and the commands that continue from it: ``subgpu simulate``
+    reproducing the best configuration, and ``subgpu run --from-search`` on a matching GPU.
+
+    Args:
+        a: the parsed ``subgpu search`` options (``out``, ``model``, grid options).
+        summ: the search summary (``best_speedup_record``). hardware: the GPU searched.
+    """
+    files = [f for f in OUTPUT_FILES if os.path.isfile(os.path.join(a.out, f))]
+    print(f"\nwrote {a.out}/: {', '.join(files)}")
+    b = summ["best_speedup_record"]
+    if not b:
+        return
+    print("next steps:")
+    print("  reproduce the best configuration (add --gantt/--trace/--utilization FILE to see it):")
+    print("    " + shlex.join(search_reproduce_command(a, b)))
+    model = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
+    run = ["subgpu", "run", "--from-search", a.out, "--hardware", hardware, *model]
+    print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"):")
+    print("    " + shlex.join(run))
+    if hardware != "H200":
+        h_out = a.out.rstrip("/") + "-h200"
+        print("  on an H200 (the GPU `subgpu run` defaults to), make a search for it first "
+              "(Hopper runs the experts in bf16):")
+        print("    " + shlex.join(["subgpu", "search", "--hardware", "H200", "--expert-dtype",
+                                   "bf16", *search_grid_args(a), "--out", h_out]))
+        print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, *model]))
+
+
+def search_grid_args(a) -> list[str]:
+    """The workload and grid options of a parsed ``subgpu search`` (except ``--hardware``,
+    ``--expert-dtype``, ``--calibration`` and ``--out``), for a command that repeats the
+    search on another GPU; options at their defaults are left out."""
+    args = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
+    args += ["--gpus", str(a.gpus)]
+    args += ["--all-parallelisms"] if a.all_parallelisms else ["--tp", str(a.tp), "--dp",
+                                                                 str(a.dp)]
+    args += ["--ep", str(a.ep)]
+    for opt, default in (("kv_history", 32768), ("input_len", 32768)):
+        if getattr(a, opt) != default:
+            args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
+    args += ["--batches", _csv(a.batches), "--stages", _csv(a.stages),
+             "--microbatches", _csv(a.microbatches)]
+    for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
+                         ("exact", "event"), ("cache", "lru"), ("l_sim", 2)):
+        if getattr(a, opt) != default:
+            args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
+    return args
