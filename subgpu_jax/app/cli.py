@@ -159,13 +159,17 @@ def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
 def resolve_parallelism(a) -> None:
     """Fill in ``a.tp`` / ``a.dp`` left at their defaults (None) for ``a.gpus`` GPUs: the one
     given determines the other (n = t x d); with neither, t is the largest of 1..8 dividing
-    ``--gpus`` and the model's query heads (``sweep.outer_parallelisms``) and d = n / t.
+    ``--gpus`` and the model's query heads (``sweep.outer_parallelisms``) and d = n / t. Sets
+    ``a.parallelism_given`` to the options the user gave (``["tp"]``, ``["tp", "dp"]``, ...).
 
     Raises:
         ValueError: ``--gpus`` not divisible by the given ``--tp`` or ``--dp`` (one line naming
             them), or no split fits the model.
     """
-    if getattr(a, "gpus", None) is None or (a.tp is not None and a.dp is not None):
+    if getattr(a, "gpus", None) is None:
+        return
+    a.parallelism_given = [f for f in ("tp", "dp") if getattr(a, f) is not None]
+    if a.tp is not None and a.dp is not None:
         return
     if a.gpus < 1:
         raise ValueError(f"gpus must be a positive integer, got {a.gpus}")
@@ -747,6 +751,10 @@ def _cmd_search(a) -> int:
     for f, v in (("batches", batches), ("microbatches", mbs)):
         if any(x < 1 for x in v):
             raise ValueError(f"{f} must be positive integers, got {v}")
+    given = getattr(a, "parallelism_given", [])
+    if a.all_parallelisms and given:
+        raise ValueError(f"{given[0]}: --all-parallelisms enumerates every attention TP x DP of "
+                         f"--gpus; leave out --{' and --'.join(given)}")
     if a.all_parallelisms:
         pars = None  # every attention TP x DP of --gpus (sweep.outer_parallelisms)
         shapes = [(t, d, a.ep) for t, d, _ in outer_parallelisms(arch, a.gpus)]

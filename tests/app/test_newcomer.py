@@ -90,6 +90,11 @@ def test_simulate_with_only_gpus(capsys):
     assert (w["num_gpus"], w["attn_tp"], w["attn_dp"]) == (16, 8, 2)
 
 
+def test_all_parallelisms_refuses_explicit_tp(capsys):
+    rc, _, err = run_cli(["search", "--all-parallelisms", "--tp", "8"], capsys)
+    assert rc == 2 and err.startswith("error: tp: --all-parallelisms") and "--tp" in err
+
+
 def test_tp_not_dividing_gpus_is_one_line(capsys):
     rc, _, err = run_cli(["simulate", "--gpus", "16", "--tp", "3"], capsys)
     assert rc == 2 and err.count("\n") == 1 and err.startswith("error: tp:")
