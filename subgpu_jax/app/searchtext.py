@@ -149,7 +149,8 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
     print("    " + shlex.join(search_reproduce_command(a, b)))
     model = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
     run = ["subgpu", "run", "--from-search", a.out, "--hardware", hardware, *model]
-    print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"):")
+    print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 to "
+          "measure the 3 best of every batch):")
     print("    " + shlex.join(run))
     if hardware != "H200":
         h_out = a.out.rstrip("/") + "-h200"
