@@ -170,7 +170,8 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
         ``{"hardware", "validated_on" (GPU names with a file), "file" (the file describing
         ``hardware`` or None), "model" (the measured model, when its calibration file names
         it), "batches": {G: {"best_speedup_measured", "best_name",
-        "max_abs_error"}} (for the GPU used in the text), "text"}``: ``text`` is one
+        "max_abs_error"}} (for the GPU used in the text), "wins" (from ``hw_wins_<gpu>.json``
+        when present: ``workloads``, ``best_measured_speedup``), "text"}``: ``text`` is one
         sentence for a report; it says when ``hardware`` itself was never measured and then
         quotes the GPUs that were.
     """
@@ -215,10 +216,27 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     beat = [G for G, v in bs.items() if v["best_speedup_measured"] > 1]
     best_txt = ", ".join(f"{v['best_speedup_measured']:.3f}x at G={G:,}" for G, v in bs.items())
     err = max(v["max_abs_error"] for v in bs.values())
-    verdict = (f"SubGPU beat temporal at G={', '.join(f'{G:,}' for G in beat)}" if beat
-               else "no SubGPU configuration beat temporal")
-    measured = (f"{verdict} (best measured {best_txt}); the simulator's error on pipelined "
+    measured = (f"best measured {best_txt}; the simulator's error on pipelined "
                 f"configurations reached {err:.0%} ({rel})")
+    top = None
+    wins = d / f"hw_wins_{gpu.lower()}.json"
+    if wins.is_file():  # the wins study: the calibrated simulator's top picks, measured
+        try:
+            w = json.loads(wins.read_text())["workloads"]
+            top = max(float(v["best_of_k_measured_speedup"]) for v in w.values())
+            out["wins"] = {"file": f"experiments/results/{wins.name}", "workloads": len(w),
+                           "best_measured_speedup": top}
+            measured += (f"; the calibrated simulator's top picks for {len(w)} workloads "
+                         f"measured at best {top:.3f}x temporal (experiments/results/"
+                         f"{wins.name})")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            measured += f"; experiments/results/{wins.name} unreadable ({e})"
+    if beat or (top is not None and top > 1):
+        verdict = ("SubGPU beat temporal in a measurement" +
+                   (f" (at G={', '.join(f'{G:,}' for G in beat)})" if beat else ""))
+    else:
+        verdict = "no SubGPU configuration beat temporal"
+    measured = f"{verdict}: {measured}"
     on = f"{gpu} ({what})" if what else gpu
     if gpu == hw:
         out["file"] = rel
