@@ -58,10 +58,10 @@ MATCH_TOL = 0.05
 
 def _nearest(front: Sequence[dict], key: str, x: float) -> dict:
     """The frontier record nearest to ``x`` in the ``key`` throughput, with its relative
-    distance ``|x - x_i| / x``."""
+    distance ``|x - x_i| / x`` (its batch and makespan when the record has them)."""
     r = min(front, key=lambda f: abs(f[key] - x))
     return {"rel_distance": abs(r[key] - x) / x, key: float(r[key]),
-            "global_batch": int(r["global_batch"]), "makespan_us": float(r["makespan_us"])}
+            "global_batch": r.get("global_batch"), "makespan_us": r.get("makespan_us")}
 
 
 def matched_tables(records: Sequence[dict], tol: float = MATCH_TOL) -> dict:
@@ -129,6 +129,8 @@ def best_by_batch(records: Sequence[dict]) -> list[dict]:
     record, the SubGPU record with the highest ``speedup_vs_temporal`` (the temporal baseline of
     the same deployment; no interpolation).
 
+    Records without a deployment field count as 0 there (minimal records of tests and tools).
+
     Returns:
         One dict per (TP, DP, G) with a SubGPU record, sorted by (G, TP): ``global_batch``,
         ``attn_tp``, ``attn_dp``, ``temporal_makespan_us``, ``makespan_us``,
@@ -139,13 +141,13 @@ def best_by_batch(records: Sequence[dict]) -> list[dict]:
     for r in records:
         if r["mode"] != "subgpu":
             continue
-        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]))
+        k = tuple(int(r.get(f, 0)) for f in ("global_batch", "attn_tp", "attn_dp"))
         if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
             best[k] = r
     out = []
     for k in sorted(best):
         r = best[k]
-        out.append({f: r[f] for f in ("global_batch", "attn_tp", "attn_dp",
+        out.append({f: r.get(f) for f in ("global_batch", "attn_tp", "attn_dp",
                                       "temporal_makespan_us", "makespan_us",
                                       "speedup_vs_temporal", "D", "w", "microbatches", "sms",
                                       "cuts", "policy")})
@@ -303,6 +305,8 @@ def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
     fr = frontiers(records)
     for key, col, dy in (("temporal", "tab:blue", -11), ("subgpu", "tab:orange", 5)):
         for r in fr[key]:  # frontier points lie at different batches: say which
+            if "global_batch" not in r:
+                continue
             ax.annotate(f"G={r['global_batch']}", (r["per_gpu_tok_s"], r["per_user_tok_s"]),
                         textcoords="offset points", xytext=(5, dy), fontsize=7, color=col)
     return _finish(fig, ax, path, title or "decode throughput frontier")
