@@ -121,7 +121,8 @@ def choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):
         return cfg, info
     from subgpu_jax.search import Problem, allocate_pairwise
 
-    prob = Problem(wl, hw, duration_model)
+    prob = Problem(wl, hw, duration_model,
+                   streams_per_stage=getattr(cfg, "streams_per_stage", 1))
     r = allocate_pairwise(prob, cfg.seg_of, cfg.D, cfg.w, m, cfg.policy, exact=exact, L_sim=2)
     even_cfg = dataclasses.replace(cfg, alloc=tuple(info["even_split"]))
     info.update(exact_calls=int(r.exact_calls), seconds=float(r.seconds),

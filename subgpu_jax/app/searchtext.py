@@ -122,6 +122,8 @@ def search_reproduce_command(a, best: dict) -> list[str]:
             "--microbatch", str(best["microbatch"])]
     if best.get("policy", "wavefront") != "wavefront":
         cmd += ["--policy", best["policy"]]
+    if int(best.get("streams_per_stage", 1)) != 1:
+        cmd += ["--streams-per-stage", str(int(best["streams_per_stage"]))]
     if a.exact == "static":
         cmd += ["--simulator", "static"]
     elif a.cache != "lru":
@@ -175,6 +177,8 @@ def search_grid_args(a) -> list[str]:
             args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
     args += ["--batches", _csv(a.batches), "--stages", _csv(a.stages),
              "--microbatches", _csv(a.microbatches)]
+    if _csv(getattr(a, "streams_per_stage", "1")) != "1":
+        args += ["--streams-per-stage", _csv(a.streams_per_stage)]
     for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
                          ("exact", "event"), ("cache", "lru"), ("l_sim", 2)):
         if getattr(a, opt) != default:

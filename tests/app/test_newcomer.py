@@ -460,3 +460,16 @@ def test_readme_docs_in_repo_and_venv_activation():
     # bare `subgpu` commands come after the README says how to put it on PATH
     first_bare = min(m.start() for m in re.finditer(r"^subgpu ", readme, re.M))
     assert readme.index("source .venv/bin/activate") < first_bare
+
+
+def test_reproduce_command_carries_streams_per_stage():
+    from subgpu_jax.app.searchtext import search_reproduce_command
+
+    a = build_parser().parse_args(["search"])
+    best = dict(_rec("subgpu", 512, 10, 100), num_gpus=32, moe_ep=32, kv_history=32768,
+                microbatch=64, streams_per_stage=2)
+    cmd = search_reproduce_command(a, best)
+    b = build_parser().parse_args(cmd[1:])
+    assert int(b.streams_per_stage) == 2 and b.sms == "64,64" and b.cuts == "L1.attn"
+    assert "--streams-per-stage" not in search_reproduce_command(a, dict(best,
+                                                                          streams_per_stage=1))
