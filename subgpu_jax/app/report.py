@@ -162,7 +162,8 @@ def results_dir() -> Path:
 
 def validation_status(hardware: str, folder: str | os.PathLike | None = None) -> dict:
     """The measured validation status of the simulator, from the committed
-    ``hw_validate_<gpu>.json`` files (``experiments/hw_validate_h200.py``).
+    ``hw_validate_<gpu>.json`` files (``experiments/hw_validate_h200.py``), with the fidelity study
+    (``hw_fidelity_<gpu>.json``) and the wins study (``hw_wins_<gpu>.json``) when present.
 
     Args:
         hardware: the GPU preset name of the predictions (``B200``, ``H200``, ...).
@@ -220,6 +221,18 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     err = max(v["max_abs_error"] for v in bs.values())
     measured = (f"best measured {best_txt}; the simulator's error on pipelined "
                 f"configurations reached {err:.0%} ({rel})")
+    fid = d / f"hw_fidelity_{gpu.lower()}.json"
+    if fid.is_file():  # the fidelity study (kernel-aware calibrated model, 5 workloads)
+        try:
+            ws = json.loads(fid.read_text())["workloads"]
+            med = [float(v["median_abs_error"]) for v in ws.values() if v]
+            out["fidelity"] = {"file": f"experiments/results/{fid.name}", "workloads": len(med),
+                               "median_abs_error": med}
+            measured += (f"; the kernel-aware calibrated model's median |error| is "
+                         f"{min(med):.0%}-{max(med):.0%} over {len(med)} workloads "
+                         f"(experiments/results/{fid.name})")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            measured += f"; experiments/results/{fid.name} unreadable ({e})"
     top = None
     wins = d / f"hw_wins_{gpu.lower()}.json"
     if wins.is_file():  # the wins study: the calibrated simulator's top picks, measured
