@@ -11,7 +11,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 from importlib.metadata import entry_points
 from typing import Sequence
@@ -258,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "microbatch count, stage count, dispatch policy), with the temporal "
                         "baseline at every (parallelism, batch). Writes records.csv, "
                         "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
-                        "gantt_best.png into --out. Interrupted sweeps continue with --resume.")
+                        "gantt_best.png into --out. Running the same command again continues an "
+                        "interrupted sweep; Ctrl-C exits with 130.")
     _add_workload_args(se)
     _add_topology_args(se)
     se.set_defaults(batch=None)
@@ -307,7 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="runs/search",
                    help="results folder. Default: runs/search")
     r.add_argument("--resume", action="store_true",
-                   help="continue the interrupted sweep in --out (finished grid points are kept)")
+                   help="continue the sweep in --out, which must exist (running the same command "
+                        "again also reuses its finished grid points)")
+    r.add_argument("--overwrite", action="store_true",
+                   help="delete the records in --out (of whatever sweep) and start afresh; "
+                        "without it a folder holding another sweep is refused")
     r.add_argument("--min-tokens-per-user", type=float, default=None, metavar="X",
                    help="service-level filter: frontiers and matched gains use only points "
                         "with at least X tokens/s per user (a per-token latency of at most "
@@ -652,9 +656,6 @@ def _cmd_search(a) -> int:
     if bad:
         raise ValueError(f"stages must be in 2..{n_region} (the region has {n_region} kernels), "
                          f"got {bad}")
-    if a.resume and a.process_id == 0 and not os.path.exists(os.path.join(a.out, "manifest.json")):
-        raise ValueError(f"out: nothing to resume in {a.out!r} (no manifest.json); run without "
-                         "--resume to start this sweep")
     if a.kv_lengths:
         raise ValueError("kv-lengths: per-request KV lengths are a subgpu simulate option; "
                          "search with --kv-history")
@@ -712,16 +713,15 @@ def _cmd_search(a) -> int:
                              progress=not a.no_progress, calibration=cal,
                              cut_strategy=a.cut_strategy,
                              min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,
-                             alloc_strategy=a.alloc_strategy, cluster=cluster)
+                             alloc_strategy=a.alloc_strategy, cluster=cluster,
+                             overwrite=a.overwrite, log=print)
     if summ is None:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
               f"process 0 writes {a.out}")
         return 0
-    if stats["dropped"]:
-        print(f"resume: dropped {len(stats['dropped'])} unfinished/corrupted record line(s): "
-              f"{stats['dropped'][:3]}")
-    print(f"evaluated {stats['evaluated']} grid points, skipped {stats['skipped']} already done, "
-          f"{stats['remaining']} remaining ({stats['seconds']:.1f} s)")
+    again = f" ({stats['again']} again after dropped records)" if stats["again"] else ""
+    print(f"evaluated {stats['evaluated']} grid points{again}, skipped {stats['skipped']} already "
+          f"done, {stats['remaining']} remaining ({stats['seconds']:.1f} s)")
     from subgpu_jax.app.searchtext import print_next_steps, print_search_summary
 
     print_search_summary(summ, hw.name, exact=a.exact)
@@ -745,11 +745,36 @@ def _broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input)."""
+    """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input, 130
+    on Ctrl-C).
+
+    Ctrl-C (:mod:`subgpu_jax.app.interrupt`): ``search`` stops at the next safe point (between
+    grid points, around each event simulation of the exact polish) keeping every finished grid
+    point; every other command stops at once. Run as the console script (``argv`` None), an
+    interrupted command leaves with ``os._exit(130)``: no interpreter finalisation while XLA
+    threads may still run.
+    """
+    from subgpu_jax.app.interrupt import EXIT_CODE, exit_now, sigint_as_flag
+
+    with sigint_as_flag("interrupted", cooperative=False):
+        parser = build_parser()
+        a = parser.parse_args(argv)
+        rc = _dispatch(parser, a)
+        if rc == EXIT_CODE and argv is None:
+            exit_now()
+    return rc
+
+
+def _dispatch(parser: argparse.ArgumentParser, a) -> int:
+    """Run the parsed command; bad input -> one line and 2, Ctrl-C -> one line and 130."""
     import warnings
 
-    parser = build_parser()
-    a = parser.parse_args(argv)
+    from subgpu_jax.app.interrupt import EXIT_CODE, Interrupted, configure, requested
+
+    search = a.cmd == "search"
+    stop = (f"interrupted: the finished grid points are kept in {a.out}; run the same command "
+            "again to continue" if search else "interrupted")
+    configure(stop, cooperative=search)
     commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
     run = commands.get(a.cmd) or getattr(a, "func", None)
     if run is None:  # pragma: no cover - every sub-parser has a command
@@ -764,6 +789,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)
         rc = run(a)
+        if requested():  # Ctrl-C after the last safe point: still 130
+            raise Interrupted
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return rc
     except ValueError as e:
@@ -775,10 +802,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
         print(f"error: cannot access{where}: {e.strerror or e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted (a search keeps its finished grid points: continue it with --resume)",
-              file=sys.stderr)
-        return 130
+    except (Interrupted, KeyboardInterrupt):
+        print(stop, file=sys.stderr)
+        return EXIT_CODE
     finally:
         warnings.showwarning = shown
 

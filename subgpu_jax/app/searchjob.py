@@ -17,7 +17,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
@@ -30,7 +30,8 @@ from subgpu_jax.search.problem import Problem
 from subgpu_jax.search.relax import relax_and_polish
 from subgpu_jax.space.config import check_dispatch_policy
 from subgpu_jax.space.config import Config
-from subgpu_jax.app.sweep import GridPoint, SweepStore, run_sweep
+from subgpu_jax.app.store import SweepStore, atomic_write
+from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_KINDS",
@@ -154,6 +155,26 @@ OUTPUT_FILES = ("records.jsonl", "records.csv", "summary.json", "manifest.json",
                 "frontier_by_stages.png", "gantt_best.png")
 
 
+def _resident_mib() -> float | None:
+    """This process's resident memory (MiB) from ``/proc/self/statm``; None where absent."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 class PointScorer:
     """Scores grid points of one model on one GPU (callable: GridPoint -> list of records).
 
@@ -173,6 +194,9 @@ class PointScorer:
     Raises:
         ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
     """
+
+    #: See :meth:`release` (MiB of resident-memory growth allowed between JAX cache clears).
+    JAX_CACHE_BUDGET_MIB = 256.0
 
     def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
                  L_sim: int = 2, calibration=None, cut_strategy="proposal",
@@ -199,6 +223,8 @@ class PointScorer:
         self._problems: dict = {}
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
+        self._rss_mark: float | None = None  # resident MiB after the last JAX cache clear
+        self.cache_clears = 0
 
     @property
     def scorers(self) -> dict:
@@ -226,17 +252,51 @@ class PointScorer:
                                               streams_per_stage=streams_per_stage)
         return self._problems[key]
 
+    def release(self, dep: Deployment) -> None:
+        """Free what the sweep no longer needs once it leaves deployment ``dep``: its
+        ``Problem`` per stream count (graphs, evaluators), temporal and rest-of-step makespans
+        and simulation summaries; and JAX's
+        compile caches when the process's resident memory has grown by more than
+        ``JAX_CACHE_BUDGET_MIB`` since the last clear (each deployment compiles its own
+        executables, ~24 MiB; clearing them at every deployment costs recompilation:
+        ``experiments/results/bench_sweep_memory.json``). Peak memory then stays flat in the
+        number of grid points."""
+        import gc
+
+        def of_dep(key) -> bool:  # keys: dep, (dep, k), (dep, cfg), ("rest", dep, cfg)
+            return key == dep or (isinstance(key, tuple) and dep in key[:2])
+
+        for cache in (self._problems, self._temporal, self._sim_summary):
+            for k in [k for k in cache if of_dep(k)]:
+                del cache[k]
+        rss = _resident_mib()
+        if self._rss_mark is None:
+            self._rss_mark = rss
+        if rss is None or rss - self._rss_mark > self.JAX_CACHE_BUDGET_MIB:
+            import jax
+
+            jax.clear_caches()
+            gc.collect()
+            _trim_heap()
+            self.cache_clears += 1
+            self._rss_mark = _resident_mib()
+
     def _simulate(self, dep: Deployment, cfg: Config):
         """Event-simulate ``cfg``; keeps its per-category times and L2 hit rate for ``_record``
-        so that a record never re-runs the simulation that scored it."""
+        so that a record never re-runs the simulation that scored it. Ctrl-C is honoured before
+        and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the compilations of the
+        exact polish."""
+        from subgpu_jax.app.interrupt import check
         from subgpu_jax.sim.eventsim import simulate
 
+        check()
         p = self.problem(dep)
         m = p.workload.m_of(cfg)
         r = simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
                      record=False, validate=False)
         self._sim_summary[(dep, cfg)] = (
             {c: float(r.category_time.get(c, 0.0)) for c in CATEGORIES}, float(r.l2_hit_rate))
+        check()
         return r
 
     def exact(self, dep: Deployment, streams_per_stage: int = 1):
@@ -334,22 +394,14 @@ class PointScorer:
         return out
 
 
-def _atomic_write(path: str, text: str) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
 def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
-                  min_tokens_per_user: float | None = None) -> dict:
+                  min_tokens_per_user: float | None = None, write: bool = True) -> dict:
     """Write records.csv, summary.json and the figures of a finished (or partial) sweep.
 
     ``min_tokens_per_user`` (tokens/s/user, a per-token latency bound of 1e6/X µs): the
     frontiers, matched gains and best configuration use only the records that meet it
-    (records.csv keeps them all).
+    (records.csv keeps them all). ``write`` False computes the summary only (a read-only
+    results folder).
 
     Returns:
         The summary dict (also in summary.json).
@@ -357,7 +409,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     import io
 
     recs = list(records)
-    if recs:
+    if recs and write:
         cols = sorted({k for r in recs for k in r})
         first = ["mode", "model", "hardware", "num_gpus", "attn_tp", "attn_dp", "moe_ep",
                  "global_batch", "D", "w", "microbatches", "policy", "cuts", "sms",
@@ -368,7 +420,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         w.writeheader()
         for r in recs:
             w.writerow(r)
-        _atomic_write(os.path.join(folder, "records.csv"), buf.getvalue())
+        atomic_write(os.path.join(folder, "records.csv"), buf.getvalue())
     all_recs = recs
     if min_tokens_per_user is not None:
         recs = [r for r in recs if r["per_user_tok_s"] >= min_tokens_per_user]
@@ -387,7 +439,9 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
         summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name}
-    _atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
+    if not write:
+        return summary
+    atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
         dep = Deployment(num_gpus=best["num_gpus"], attn_tp=best["attn_tp"],
@@ -421,9 +475,16 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
                progress: bool = True, calibration=None,
                cut_strategy="proposal",
                min_tokens_per_user: float | None = None, cheap: str = "auto",
-               alloc_strategy="pairwise", cluster=None) -> tuple[dict, dict]:
-    """Run (or resume) a sweep and write its outputs (``min_tokens_per_user``: see
+               alloc_strategy="pairwise", cluster=None, overwrite: bool = False,
+               log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+    """Run (or continue) a sweep and write its outputs (``min_tokens_per_user``: see
     ``write_outputs``).
+
+    The results folder's store (:class:`subgpu_jax.app.store.SweepStore`, on process 0) is
+    locked for the whole call; its finished grid points are reused (the same sweep re-run, or
+    ``resume``), damaged records are dropped and recomputed, and what it found is passed to
+    ``log`` before the sweep starts. A read-only folder holding a finished sweep is summarised
+    without writing.
 
     Args:
         arch, hw, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
@@ -432,30 +493,59 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         cluster: an ``app.distributed.Cluster`` (already initialised with ``init_cluster``):
             the grid points are spread over its processes and their local devices; process 0
             writes the folder, the other processes write nothing and return summary None.
+        overwrite: delete the records in ``folder`` (of any sweep) and start afresh.
+        log: receives one-line notes (lock taken over, manifest rebuilt, dropped records).
 
     Returns:
-        ``(sweep_stats, summary)``.
+        ``(sweep_stats, summary)``; ``sweep_stats`` as ``run_sweep`` plus ``dropped`` (the load
+        report's lines) and ``read_only``.
 
     Raises:
-        ValueError: bad scorer options, a folder holding another sweep, a budget < 1, a
-            calibration for another model/deployment/GPU.
+        ValueError: bad scorer options, a folder in use by another run (names its PID), holding
+            another sweep, or read-only with grid points left; a budget < 1; a calibration for
+            another model/deployment/GPU.
+        OSError: the folder cannot be written (disk full; names the file).
+        Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """
+    say = log or (lambda line: None)
     scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
                          cut_strategy=cut_strategy, cheap=cheap, alloc_strategy=alloc_strategy)
-    if cluster is not None and cluster.num_processes > 1:
-        from subgpu_jax.app.distributed import run_sweep_distributed
+    distributed = cluster is not None and cluster.num_processes > 1
+    store = None
+    if not distributed or cluster.is_main:
+        store = SweepStore(folder, meta, resume=resume, overwrite=overwrite,
+                           keys=[p.key for p in points], check_record=record_matches_key)
+    try:
+        if store is not None:
+            for line in store.notes + store.report.lines():
+                say(line)
+            left = sum(p.key not in store.done for p in points)
+            if store.read_only:
+                if left:
+                    raise ValueError(f"results folder {folder} is read-only and {left} of "
+                                     f"{len(points)} grid points are not done; make it writable "
+                                     "or choose another --out")
+                say(f"results folder {folder} is read-only: its finished sweep is summarised, "
+                    "no file is rewritten")
+        if distributed:
+            from subgpu_jax.app.distributed import run_sweep_distributed
 
-        store = SweepStore(folder, meta, resume) if cluster.is_main else None
-        stats = run_sweep_distributed(points, scorer, store, cluster, budget)
-        if store is None:
-            stats["dropped"] = []
-            return stats, None
-    else:
-        store = SweepStore(folder, meta, resume)
-        stats = run_sweep(points, scorer, store, budget=budget, progress=progress)
-    stats["dropped"] = list(store.dropped)
-    title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
-             f"({exact} scorer)") if points else arch.name
-    summary = write_outputs(store.records, folder, title, scorer,
-                            min_tokens_per_user=min_tokens_per_user)
+            stats = run_sweep_distributed(points, scorer, store, cluster, budget)
+            if store is None:
+                stats["dropped"], stats["again"] = [], 0
+                return stats, None
+        else:
+            stats = run_sweep(points, scorer, store, budget=budget, progress=progress,
+                              on_new_deployment=scorer.release)
+        stats["again"] = sum(k in store.done for k in store.report.again)
+        stats["dropped"] = store.report.lines()
+        stats["read_only"] = store.read_only
+        title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
+                 f"({exact} scorer)") if points else arch.name
+        summary = write_outputs(store.records, folder, title, scorer,
+                                min_tokens_per_user=min_tokens_per_user,
+                                write=not store.read_only)
+    finally:
+        if store is not None:
+            store.close()
     return stats, summary

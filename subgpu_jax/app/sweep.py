@@ -1,25 +1,47 @@
 """The outer grid of docs/method.md §4 and a resumable sweep over it.
 
 Grid points x = (outer parallelism q, global batch G, microbatches m, stage count D, policy).
-The temporal baseline is evaluated at every (q, G). Every finished grid point appends its records
-to ``records.jsonl`` in the results folder (one JSON object per line, flushed and fsync-ed), so an
-interrupted sweep (Ctrl-C or kill -9) resumes without recomputing finished points and without
-losing or duplicating records; a torn last line is detected, dropped and reported.
+The temporal baseline is evaluated at every (q, G). Every finished grid point is appended to the
+results folder's store (:mod:`subgpu_jax.app.store`: locked, checksummed, fsync-ed), so an
+interrupted sweep (Ctrl-C, kill -9, a full disk) continues without recomputing finished points and
+without losing or duplicating records; damaged records are detected, counted, reported and
+recomputed (README "Reliability").
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
+from subgpu_jax.app.store import SweepStore, grid_fingerprint
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.models import ModelArch
 
-__all__ = ["GridPoint", "outer_parallelisms", "build_grid", "SweepStore", "grid_fingerprint"]
+__all__ = ["GridPoint", "outer_parallelisms", "build_grid", "SweepStore", "grid_fingerprint",
+           "grid_key", "record_matches_key"]
+
+
+def grid_key(num_gpus: int, attn_tp: int, attn_dp: int, moe_ep: int, global_batch: int, D: int,
+             microbatches: int, policy: str, streams: int = 1) -> str:
+    """The stable identifier of a grid point in the store (``GridPoint.key``), e.g.
+    ``n32-tp8-dp4-ep32-G1024-D2-m2-wavefront`` (``-k2`` appended for 2 streams per stage)."""
+    return (f"n{num_gpus}-tp{attn_tp}-dp{attn_dp}-ep{moe_ep}-G{global_batch}-D{D}"
+            f"-m{microbatches}-{policy}" + (f"-k{streams}" if streams != 1 else ""))
+
+
+def record_matches_key(key: str, rec: dict) -> str | None:
+    """The store's record check for search records: None when ``rec`` (a ``PointScorer``
+    record: num_gpus, attn_tp, attn_dp, moe_ep, global_batch, D, microbatches, policy,
+    streams_per_stage) describes grid point ``key``, else the reason (a record filed under
+    another grid point)."""
+    try:
+        own = grid_key(*(rec[f] for f in ("num_gpus", "attn_tp", "attn_dp", "moe_ep",
+                                           "global_batch", "D", "microbatches", "policy")),
+                       streams=rec.get("streams_per_stage", 1))
+    except KeyError as e:
+        return f"record lacks field {e.args[0]!r}"
+    return None if own == key else f"record describes {own}, filed under {key}"
 
 
 @dataclass(frozen=True)
@@ -42,11 +64,10 @@ class GridPoint:
 
     @property
     def key(self) -> str:
-        """Stable identifier used for resume."""
+        """Stable identifier used by the store (:func:`grid_key`)."""
         d = self.deploy
-        return (f"n{d.num_gpus}-tp{d.attn_tp}-dp{d.attn_dp}-ep{d.moe_ep}-G{d.global_batch}"
-                f"-D{self.D}-m{self.microbatches}-{self.policy}"
-                + (f"-k{self.streams}" if self.streams != 1 else ""))
+        return grid_key(d.num_gpus, d.attn_tp, d.attn_dp, d.moe_ep, d.global_batch, self.D,
+                        self.microbatches, self.policy, self.streams)
 
 
 def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[tuple[int, int, int]]:
@@ -158,169 +179,36 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
     return pts
 
 
-def grid_fingerprint(meta: dict) -> str:
-    """SHA-256 (16 hex) of the sweep's defining parameters (model, hardware, grid, ...)."""
-    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-
-
-class SweepStore:
-    """Append-only, crash-safe record store of one sweep in ``folder``.
-
-    Files: ``manifest.json`` (the sweep's parameters and fingerprint, written atomically) and
-    ``records.jsonl`` (one line per record; each finished grid point's records are written with a
-    trailing ``{"_done": key}`` marker line in one write, then flushed and fsync-ed).
-
-    Args:
-        folder: results folder (created).
-        meta: the sweep's defining parameters.
-        resume: continue a sweep already in ``folder``.
-
-    Raises:
-        ValueError: ``folder`` holds another sweep (different fingerprint) or records without
-            ``resume``; the manifest is unreadable.
-    """
-
-    def __init__(self, folder: str, meta: dict, resume: bool) -> None:
-        self.folder = folder
-        self.meta = dict(meta)
-        self.fp = grid_fingerprint(self.meta)
-        self.path = os.path.join(folder, "records.jsonl")
-        self.dropped: list[str] = []
-        os.makedirs(folder, exist_ok=True)
-        man = os.path.join(folder, "manifest.json")
-        if os.path.exists(man):
-            try:
-                with open(man) as fh:
-                    old = json.load(fh)
-            except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise ValueError(f"results folder {folder}: manifest.json unreadable ({e})") from None
-            if not isinstance(old, dict):
-                raise ValueError(f"results folder {folder}: manifest.json must hold a JSON object")
-            if old.get("fingerprint") != self.fp:
-                om = old.get("meta", {})
-                diff = sorted(k for k in set(om) | set(self.meta) if om.get(k) != self.meta.get(k))
-                raise ValueError(f"results folder {folder} holds another sweep (model "
-                                 f"{om.get('model')!r}; differs in {', '.join(diff) or 'options'}); "
-                                 "use another --out")
-            if not resume and os.path.exists(self.path) and os.path.getsize(self.path) > 0:
-                raise ValueError(f"results folder {folder} already holds records of this sweep; "
-                                 "pass --resume to continue it or choose another --out")
-        elif resume and os.path.exists(self.path):
-            raise ValueError(f"results folder {folder}: records without manifest.json; cannot "
-                             "resume")
-        tmp = man + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump({"fingerprint": self.fp, "meta": self.meta}, fh, indent=2)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, man)
-        self.records, self.done = self._load() if resume else ([], set())
-        if not resume and os.path.exists(self.path):
-            os.remove(self.path)
-
-    def _load(self) -> tuple[list[dict], set[str]]:
-        recs: list[dict] = []
-        done: set[str] = set()
-        pending: list[dict] = []
-        if not os.path.exists(self.path):
-            return recs, done
-        good_bytes = 0
-        if not os.path.isfile(self.path):
-            raise ValueError(f"results folder {self.folder}: records.jsonl is not a file")
-        with open(self.path, "rb") as fh:
-            data = fh.read()
-        pos = 0
-        for raw in data.split(b"\n"):
-            end = pos + len(raw) + 1
-            line = raw.strip()
-            pos = end
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                obj = None
-            if not isinstance(obj, dict):
-                self.dropped.append(line[:80].decode("utf-8", "replace"))
-                pending.append(None)  # poisons this grid point: it is recomputed
-                continue
-            if "_done" in obj:
-                ok = bool(pending) and all(r is not None and self._valid(r) for r in pending)
-                if ok:
-                    recs.extend(pending)
-                    done.add(obj["_done"])
-                else:
-                    self.dropped.append(f"grid point {obj['_done']}: "
-                                        f"{'no record' if not pending else 'invalid record'}"
-                                        " (recomputed)")
-                pending = []
-                good_bytes = min(end, len(data))
-            else:
-                pending.append(obj)
-        if pending:  # None entries (unparsable lines) were reported when they were read
-            self.dropped.extend(f"unfinished record of {r.get('grid_key')}"
-                                for r in pending if r is not None)
-        if self.dropped or good_bytes != len(data):
-            # rewrite atomically with only the valid, finished grid points
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as fh:
-                by_key: dict = {}
-                for r in recs:
-                    by_key.setdefault(r["grid_key"], []).append(r)
-                for key, rs in by_key.items():
-                    fh.write("".join(json.dumps(r, sort_keys=True) + "\n" for r in rs))
-                    fh.write(json.dumps({"_done": key}) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        return recs, done
-
-    @staticmethod
-    def _valid(r: dict) -> bool:
-        """A stored record is usable: it names its grid point and, when it carries throughput
-        fields, they are finite positive numbers."""
-        import math
-
-        if not isinstance(r.get("grid_key"), str):
-            return False
-        for k in ("makespan_us", "per_user_tok_s", "per_gpu_tok_s"):
-            if k in r:
-                v = r[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                        or v <= 0:
-                    return False
-        return True
-
-    def add(self, key: str, records: Iterable[dict]) -> None:
-        """Append one finished grid point's records (atomic at the grid-point level)."""
-        recs = [dict(r, grid_key=key) for r in records]
-        blob = "".join(json.dumps(r, sort_keys=True) + "\n" for r in recs)
-        blob += json.dumps({"_done": key}) + "\n"
-        with open(self.path, "a") as fh:
-            fh.write(blob)
-            fh.flush()
-            os.fsync(fh.fileno())
-        self.records.extend(recs)
-        self.done.add(key)
-
-
 def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dict]],
               store: SweepStore, budget: int | None = None, progress: bool = True,
-              on_record: Callable[[dict], None] | None = None) -> dict:
+              on_record: Callable[[dict], None] | None = None,
+              on_new_deployment: Callable[[Deployment], None] | None = None) -> dict:
     """Evaluate every grid point not yet in ``store`` (at most ``budget`` of them).
 
+    Ctrl-C inside :func:`subgpu_jax.app.interrupt.sigint_as_flag` is honoured between grid
+    points (:func:`~subgpu_jax.app.interrupt.check` raises ``Interrupted``); the points finished
+    before it are in the store.
+
     Args:
-        points: the grid. score: evaluates one point, returns its records (dicts).
-        store: the record store (skips its finished points). budget: max points this call.
+        points: the grid (the points of one deployment contiguous, as ``build_grid`` makes it).
+        score: evaluates one point, returns its records (dicts).
+        store: the record store (its finished points are skipped). budget: max points this call.
         progress: show a tqdm bar with the best speedup so far.
+        on_record: called with every new record.
+        on_new_deployment: called with the previous deployment when the next point to evaluate
+            belongs to another one (the search job frees that deployment's caches there).
 
     Returns:
-        ``{"evaluated": n, "skipped": n, "remaining": n, "seconds": s}``.
+        ``{"evaluated": n, "again": n evaluated again after their records were dropped,
+        "skipped": n, "remaining": n, "seconds": s}``.
 
     Raises:
         ValueError: a budget < 1.
+        Interrupted: Ctrl-C (see above).
     """
     from tqdm import tqdm
+
+    from subgpu_jax.app.interrupt import check
 
     if budget is not None and budget < 1:
         raise ValueError(f"budget must be >= 1 grid points, got {budget}")
@@ -328,21 +216,29 @@ def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dic
     skipped = len(points) - len(todo)
     if budget is not None:
         todo = todo[:budget]
+    again = set(store.report.again)
     t0 = time.time()
     best = max((r.get("speedup_vs_temporal") or 0.0 for r in store.records), default=0.0)
     bar = tqdm(todo, disable=not progress, unit="pt", desc="grid points")
-    n = 0
+    n = n_again = 0
+    prev = None
     for p in bar:
+        check()
+        if on_new_deployment is not None and prev is not None and p.deploy != prev:
+            on_new_deployment(prev)
+        prev = p.deploy
         recs = score(p)
         store.add(p.key, recs)
         n += 1
+        n_again += p.key in again
         for r in recs:
             best = max(best, r.get("speedup_vs_temporal") or 0.0)
             if on_record:
                 on_record(r)
         bar.set_postfix_str(f"best speedup {best:.3f}x")
+    bar.close()
     remaining = len([p for p in points if p.key not in store.done])
-    return {"evaluated": n, "skipped": skipped, "remaining": remaining,
+    return {"evaluated": n, "again": n_again, "skipped": skipped, "remaining": remaining,
             "seconds": time.time() - t0}
 
 

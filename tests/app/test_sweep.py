@@ -24,7 +24,7 @@ SCRIPT = textwrap.dedent("""
         time.sleep(float(sys.argv[2]))
         return [{"D": p.D, "m": p.microbatches, "G": p.deploy.global_batch,
                  "value": p.D * 1000 + p.microbatches * 10 + p.deploy.global_batch}]
-    store = SweepStore(sys.argv[1], {"model": "gpt-oss-20b", "v": 1}, resume=True)
+    store = SweepStore(sys.argv[1], {"model": "gpt-oss-20b", "v": 1})
     run_sweep(pts, score, store, progress=False)
 """)
 
@@ -63,6 +63,7 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     pts = build_grid(arch, 8, [256, 512], [2, 3], [1, 2])
     ref = SweepStore(str(ref_dir), {"model": "gpt-oss-20b", "v": 1}, resume=False)
     run_sweep(pts, _score, ref, progress=False)
+    ref.close()
 
     out = tmp_path / "killed"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
@@ -81,24 +82,28 @@ def test_resume_after_kill_equals_uninterrupted(tmp_path):
     with open(path, "a") as fh:
         fh.write('{"D": 2, "m"')
     store = SweepStore(str(out), {"model": "gpt-oss-20b", "v": 1}, resume=True)
-    assert store.dropped, "the torn line must be reported"
+    assert store.report.count("torn") == 1, "the torn line must be reported, once"
     assert len(store.done) == partial
     res = run_sweep(pts, _score, store, progress=False)
+    store.close()
     assert res["evaluated"] == len(pts) - partial
     key = lambda r: r["grid_key"]
     assert sorted(store.records, key=key) == sorted(ref.records, key=key)
-    # reloading gives the same records, no duplicates
+    # reloading gives the same records, no duplicates, nothing to report
     again = SweepStore(str(out), {"model": "gpt-oss-20b", "v": 1}, resume=True)
+    again.close()
     assert sorted(again.records, key=key) == sorted(ref.records, key=key)
+    assert not again.report
 
 
-def test_refuses_other_sweep_and_needs_resume(tmp_path):
+def test_refuses_other_sweep_reuses_same(tmp_path):
     s = SweepStore(str(tmp_path), {"model": "a"}, resume=False)
     s.add("k", [{"x": 1}])
+    s.close()
     with pytest.raises(ValueError, match="another sweep"):
         SweepStore(str(tmp_path), {"model": "b"}, resume=True)
-    with pytest.raises(ValueError, match="--resume"):
-        SweepStore(str(tmp_path), {"model": "a"}, resume=False)
+    with SweepStore(str(tmp_path), {"model": "a"}, resume=False) as same:
+        assert same.done == {"k"} and same.records == [{"x": 1, "grid_key": "k"}]
 
 
 def test_budget(tmp_path):
@@ -109,6 +114,7 @@ def test_budget(tmp_path):
     assert r["evaluated"] == 2 and r["remaining"] == len(pts) - 2
     with pytest.raises(ValueError, match="budget"):
         run_sweep(pts, _score, s, budget=0, progress=False)
+    s.close()
     lines = [json.loads(x) for x in open(tmp_path / "records.jsonl")]
     assert sum("_done" in x for x in lines) == 2
 
@@ -118,6 +124,7 @@ def test_invalid_records_are_dropped_and_recomputed(tmp_path):
     pts = build_grid(arch, 8, [256], [2], [1, 2])
     s = SweepStore(str(tmp_path), {"m": 1}, resume=False)
     run_sweep(pts, lambda p: [dict(_score(p)[0], makespan_us=100.0)], s, progress=False)
+    s.close()
     lines = (tmp_path / "records.jsonl").read_text().splitlines()
     bad = json.loads(lines[0])
     bad["makespan_us"] = -5.0
@@ -127,14 +134,18 @@ def test_invalid_records_are_dropped_and_recomputed(tmp_path):
     (tmp_path / "records.jsonl").write_text("\n".join(lines) + "\n")
     again = SweepStore(str(tmp_path), {"m": 1}, resume=True)
     assert "orphan-key" not in again.done
-    assert len(again.done) == len(pts) - 2  # the poisoned point and the one with garbage
+    assert len(again.done) == len(pts) - 1  # only the edited point; the garbage line costs nothing
     assert all(r["makespan_us"] > 0 for r in again.records)
-    assert any("invalid" in d or "no record" in d for d in again.dropped)
+    assert [e[0] for e in again.report.events] == ["bad_point", "unreadable", "legacy"]
+    assert again.report.again == [pts[0].key]
     r = run_sweep(pts, lambda p: [dict(_score(p)[0], makespan_us=100.0)], again, progress=False)
-    assert r["evaluated"] == 2 and len(again.records) == len(pts)
+    again.close()
+    assert r["evaluated"] == 1 and r["again"] == 1 and len(again.records) == len(pts)
 
 
-def test_manifest_not_an_object(tmp_path):
+def test_manifest_not_an_object_is_rewritten(tmp_path):
     (tmp_path / "manifest.json").write_text("[]")
-    with pytest.raises(ValueError, match="JSON object"):
-        SweepStore(str(tmp_path), {"m": 1}, resume=True)
+    with SweepStore(str(tmp_path), {"m": 1}, resume=True) as s:
+        assert s.notes == ["manifest.json was not a manifest (a JSON object with fingerprint "
+                           "and meta): rewritten from this command's options"]
+    assert json.loads((tmp_path / "manifest.json").read_text())["meta"] == {"m": 1}

@@ -1,0 +1,110 @@
+"""Ctrl-C (SIGINT) as a flag checked at safe points, and an exit with code 130 every time.
+
+Python's default turns SIGINT into a ``KeyboardInterrupt`` raised wherever the main thread happens
+to be: inside a callback that JAX runs from C++ (where it is swallowed, and the run goes on), or
+while XLA compiles on a worker thread, when unwinding and interpreter finalisation can tear the
+XLA client down under that thread (a segmentation fault). Here the handler only sets a flag:
+
+* cooperative commands (``subgpu search``) call :func:`check` between units of work (before each
+  grid point, before and after each event simulation of the exact polish); it raises
+  :class:`Interrupted`, a plain exception raised from Python code, which unwinds to the CLI. A
+  second Ctrl-C stops at once (``os._exit(130)``; every finished grid point is already
+  fsync-ed);
+* other commands stop at once on the first Ctrl-C (``os._exit(130)`` from the handler, which
+  runs between bytecodes of the main thread, never inside a JAX callback).
+
+:func:`exit_now` is also what the console script uses to leave with 130 without interpreter
+finalisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Iterator
+
+__all__ = ["Interrupted", "sigint_as_flag", "configure", "check", "requested", "exit_now",
+           "EXIT_CODE"]
+
+#: Exit status of an interrupted command (128 + SIGINT, the shell's convention).
+EXIT_CODE = 130
+
+_state = {"flag": False, "count": 0, "cooperative": False, "message": "interrupted"}
+
+
+class Interrupted(Exception):
+    """Raised by :func:`check` at a safe point after Ctrl-C."""
+
+
+def exit_now(message: str | None = None) -> None:
+    """Write ``message`` (one line) to stderr and leave with code 130 at once: no unwinding, no
+    interpreter finalisation (so no XLA teardown under a running thread). Safe inside a signal
+    handler (``os.write`` on fd 2, no buffered I/O)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a broken pipe must not stop the exit
+            pass
+    if message:
+        try:
+            os.write(2, ("\n" + message + "\n").encode())
+        except OSError:
+            pass
+    os._exit(EXIT_CODE)
+
+
+def _handler(signum, frame) -> None:  # noqa: ARG001 - signal API
+    _state["count"] += 1
+    if not _state["cooperative"] or _state["count"] > 1:
+        exit_now(_state["message"])
+    _state["flag"] = True
+    try:
+        os.write(2, b"\ninterrupt: stopping after the current unit of work "
+                    b"(Ctrl-C again to stop now)\n")
+    except OSError:
+        pass
+
+
+def requested() -> bool:
+    """True once Ctrl-C was pressed inside :func:`sigint_as_flag`."""
+    return bool(_state["flag"])
+
+
+def check() -> None:
+    """Raise :class:`Interrupted` when Ctrl-C was pressed (call between units of work, never
+    from inside a JAX callback)."""
+    if _state["flag"]:
+        raise Interrupted("interrupted")
+
+
+def configure(message: str, cooperative: bool) -> None:
+    """Change, inside :func:`sigint_as_flag`, the stop message and whether the command is
+    cooperative (known only once the command line is parsed)."""
+    _state.update(message=message, cooperative=cooperative)
+
+
+@contextlib.contextmanager
+def sigint_as_flag(message: str, cooperative: bool = True) -> Iterator[None]:
+    """Install the SIGINT handler for the block; restores the previous handler after it.
+
+    Args:
+        message: the line printed when the process stops at once (second Ctrl-C, or the first
+            one of a non-cooperative command).
+        cooperative: the block calls :func:`check` often enough; False: stop at once.
+
+    Off the main thread (where Python cannot install signal handlers) it does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.getsignal(signal.SIGINT)
+    _state.update(flag=False, count=0, cooperative=cooperative, message=message)
+    signal.signal(signal.SIGINT, _handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        _state.update(flag=False, count=0)

@@ -1,0 +1,224 @@
+"""`subgpu search` reliability at the command line: Ctrl-C exits 130 every time (a SIGINT loop
+on real processes), Ctrl-C on `subgpu simulate` says nothing about --resume, the same sweep re-run
+into its own folder reuses its finished grid points, another sweep there is refused (naming only
+what differs) unless --overwrite, a second writer is refused naming the PID, a full disk and a
+read-only folder give one line and keep every finished grid point.
+
+The grid is tiny (gpt-oss-20b on 8 GPUs, static scorer, 4 grid points) and computed once per
+test worker (``finished``); each test works on a copy, so JAX compiles its shapes once.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from subgpu_jax.app import store as S
+from subgpu_jax.app.cli import main
+from subgpu_jax.app.store import SweepStore
+
+TINY = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+        "--exact", "static", "--batches", "64,128", "--stages", "2", "--microbatches", "2",
+        "--no-progress"]
+N_POINTS = 4  # 2 batches x (temporal + D = 2 at m = 2)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished TINY sweep (its folder) and what the search printed."""
+    out = tmp_path_factory.mktemp("finished") / "s"
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        assert main(TINY + ["--out", str(out)]) == 0
+    return out, buf.getvalue()
+
+
+def _copy(finished, tmp_path, drop_last_points: int = 0) -> Path:
+    """A copy of the finished sweep's folder, without the blocks of its last
+    ``drop_last_points`` grid points (the file is cut after a ``_done`` marker)."""
+    out = tmp_path / "s"
+    shutil.copytree(finished[0], out)
+    if drop_last_points:
+        lines = (out / "records.jsonl").read_text().splitlines(keepends=True)
+        ends = [i for i, x in enumerate(lines) if '"_done"' in x]
+        keep = ends[-1 - drop_last_points] + 1
+        (out / "records.jsonl").write_text("".join(lines[:keep]))
+    return out
+
+
+def _best(text: str) -> list[str]:
+    return [x for x in text.splitlines() if "SubGPU configuration" in x]
+
+
+def _cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("subgpu")
+    if exe.exists():
+        return [str(exe)]
+    return [sys.executable, "-c", "import sys; from subgpu_jax.app.cli import main; "
+            "sys.exit(main())"]
+
+
+def _records(folder: Path) -> list[dict]:
+    return [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
+
+
+def test_same_sweep_rerun_reuses_other_refused_overwrite(finished, tmp_path, capsys):
+    out = _copy(finished, tmp_path)
+    assert main(TINY + ["--out", str(out)]) == 0  # the README's command, a second time
+    second = capsys.readouterr().out
+    assert f"evaluated 0 grid points, skipped {N_POINTS} already done, 0 remaining" in second
+    assert _best(finished[1]) and _best(second) == _best(finished[1])
+    assert sum("_done" in r for r in _records(out)) == N_POINTS
+
+    other = [x if x != "64,128" else "64" for x in TINY]
+    assert main(other + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "holds another sweep" in err
+    assert "differs in batches;" in err and "parallelisms" not in err
+    assert f"{N_POINTS} finished grid point(s)" in err and "--overwrite" in err
+
+    assert main(other + ["--out", str(out), "--overwrite"]) == 0
+    o = capsys.readouterr().out
+    assert f"deleted records.jsonl ({N_POINTS} finished grid point(s)" in o
+    assert sum("_done" in r for r in _records(out)) == 2
+
+
+def test_manifest_deleted_then_resume_keeps_records(finished, tmp_path, capsys):
+    out = _copy(finished, tmp_path, drop_last_points=1)
+    (out / "manifest.json").unlink()
+    assert main(TINY + ["--out", str(out), "--resume"]) == 0
+    o = capsys.readouterr().out
+    assert "manifest.json was missing: rebuilt" in o
+    assert f"evaluated 1 grid points, skipped {N_POINTS - 1} already done" in o
+    assert main(TINY + ["--out", str(tmp_path / "none"), "--resume"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+
+
+def test_second_writer_refused_naming_pid(tmp_path, capsys):
+    out = tmp_path / "s"
+    holder = SweepStore(str(out), {"model": "whatever"})
+    try:
+        assert main(TINY + ["--out", str(out)]) == 2
+    finally:
+        holder.close()
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"in use by another run (PID {os.getpid()} " in err
+
+
+def test_disk_full_one_line_then_resume(finished, tmp_path, capsys, monkeypatch):
+    out = _copy(finished, tmp_path, drop_last_points=2)
+
+    def disk_full(op, path, args):
+        if op == "write" and path.endswith("records.jsonl"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(S, "_FAULT_HOOK", disk_full)
+    assert main(TINY + ["--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"'{out / 'records.jsonl'}': No space left on device" in err
+    assert f"{N_POINTS - 2} finished grid point(s) are kept" in err
+    monkeypatch.setattr(S, "_FAULT_HOOK", None)
+    assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
+    assert main(TINY + ["--out", str(out)]) == 0
+    o = capsys.readouterr().out
+    assert f"evaluated 2 grid points, skipped {N_POINTS - 2}" in o
+    assert _best(o) == _best(finished[1])
+
+
+def test_read_only_finished_sweep_is_summarised(finished, tmp_path, capsys, monkeypatch):
+    out = _copy(finished, tmp_path)
+    before = {f: (out / f).read_bytes() for f in os.listdir(out)}
+
+    def read_only(op, path, args):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(S, "_FAULT_HOOK", read_only)
+    assert main(TINY + ["--out", str(out)]) == 0
+    o = capsys.readouterr().out
+    assert "is read-only: its finished sweep is summarised, no file is rewritten" in o
+    assert _best(o) == _best(finished[1])
+    assert {f: (out / f).read_bytes() for f in os.listdir(out)} == before
+
+
+def _jax_loaded(pid: int) -> bool:
+    """jaxlib's shared objects are mapped into process ``pid`` (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/maps") as fh:
+            return "jaxlib" in fh.read()
+    except OSError:
+        return False
+
+
+def _interrupt(args: list[str], delay: float, ready: str | None,
+               twice: bool = False) -> subprocess.CompletedProcess:
+    """Start ``subgpu args``; wait for a stdout line starting with ``ready`` (None: until JAX
+    is loaded, which the CLI does only inside ``main``, after its SIGINT handler is installed),
+    then ``delay`` s; send SIGINT (``twice``: again 0.2 s later); returns the finished
+    process."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    p = subprocess.Popen(_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env=env)
+    lines = []
+    if ready is None:
+        t0 = time.time()
+        while not _jax_loaded(p.pid) and p.poll() is None and time.time() < t0 + 120:
+            time.sleep(0.02)
+    else:
+        for line in p.stdout:
+            lines.append(line)
+            if line.startswith(ready):
+                break
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    if twice:
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, p.returncode, "".join(lines) + out, err)
+
+
+def test_ctrl_c_on_search_exits_130_every_time(tmp_path):
+    """A SIGINT loop: interrupts at different moments (before the first grid point, while JAX
+    compiles, between grid points), the last one doubled (the second Ctrl-C stops at once); each
+    run continues the last one's folder. Exit 130 every time, no traceback or crash, and the
+    folder verifies afterwards (no record lost, none duplicated)."""
+    out = tmp_path / "s"
+    args = TINY + ["--batches", "64,128,256", "--microbatches", "1,2,4", "--stages", "2,3",
+                   "--out", str(out)]
+    codes = []
+    for delay, twice in ((0.0, False), (0.4, False), (1.2, False), (0.8, True)):
+        p = _interrupt(args, delay, "search:", twice=twice)
+        codes.append(p.returncode)
+        assert "Traceback" not in p.stderr and "Segmentation" not in p.stderr, p.stderr
+        assert "run the same command again to continue" in p.stderr
+    assert codes == [130] * 4
+    man = json.loads((out / "manifest.json").read_text())
+    s = SweepStore(str(out), man["meta"])
+    s.close()
+    assert not s.report, s.report.lines()
+    # a run stopped at once leaves its PID in the lock (taken over now); one that reached a safe
+    # point in the 0.2 s before the second Ctrl-C released it
+    assert all(n.startswith("took over the lock of PID") for n in s.notes), s.notes
+    assert len(s.done) == sum("_done" in r for r in _records(out))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs Linux /proc")
+def test_ctrl_c_on_simulate_exits_130_without_resume_advice():
+    p = _interrupt(["simulate", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp",
+                    "1", "--batch", "64"], 0.2, None)
+    assert p.returncode == 130
+    assert "--resume" not in p.stderr and "grid point" not in p.stderr
+    assert "Traceback" not in p.stderr
