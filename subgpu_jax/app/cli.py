@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 from importlib.metadata import entry_points
 from typing import Sequence
