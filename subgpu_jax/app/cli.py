@@ -307,12 +307,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = se.add_argument_group("run")
     r.add_argument("--out", default="runs/search",
                    help="results folder. Default: runs/search")
-    r.add_argument("--resume", action="store_true",
-                   help="continue the sweep in --out, which must exist (running the same command "
-                        "again also reuses its finished grid points)")
-    r.add_argument("--overwrite", action="store_true",
-                   help="delete the records in --out (of whatever sweep) and start afresh; "
-                        "without it a folder holding another sweep is refused")
+    r.add_argument("--resume", action="store_true", help="continue the sweep in --out (must exist)")
+    r.add_argument("--overwrite", action="store_true", help="delete the records in --out and "
+                   "start afresh (another sweep's folder is refused without it)")
     r.add_argument("--min-tokens-per-user", type=float, default=None, metavar="X",
                    help="service-level filter: frontiers and matched gains use only points "
                         "with at least X tokens/s per user (a per-token latency of at most "
@@ -747,35 +744,24 @@ def _broken_pipe() -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subgpu`` console script; returns the exit code (2 on bad input, 130
-    on Ctrl-C).
+    on Ctrl-C: ``search`` stops at its next safe point, other commands at once; see
+    :func:`subgpu_jax.app.interrupt.run_cli`)."""
+    from subgpu_jax.app.interrupt import run_cli
 
-    Ctrl-C (:mod:`subgpu_jax.app.interrupt`): ``search`` stops at the next safe point (between
-    grid points, around each event simulation of the exact polish) keeping every finished grid
-    point; every other command stops at once. Run as the console script (``argv`` None), an
-    interrupted command leaves with ``os._exit(130)``: no interpreter finalisation while XLA
-    threads may still run.
-    """
-    from subgpu_jax.app.interrupt import EXIT_CODE, exit_now, sigint_as_flag
-
-    with sigint_as_flag("interrupted", cooperative=False):
+    def parse_and_run() -> int:
         parser = build_parser()
-        a = parser.parse_args(argv)
-        rc = _dispatch(parser, a)
-        if rc == EXIT_CODE and argv is None:
-            exit_now()
-    return rc
+        return _dispatch(parser, parser.parse_args(argv))
+
+    return run_cli(parse_and_run, console=argv is None)
 
 
 def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     """Run the parsed command; bad input -> one line and 2, Ctrl-C -> one line and 130."""
     import warnings
 
-    from subgpu_jax.app.interrupt import EXIT_CODE, Interrupted, configure, requested
+    from subgpu_jax.app.interrupt import EXIT_CODE, Interrupted, configure_command, requested
 
-    search = a.cmd == "search"
-    stop = (f"interrupted: the finished grid points are kept in {a.out}; run the same command "
-            "again to continue" if search else "interrupted")
-    configure(stop, cooperative=search)
+    stop = configure_command(a.cmd, getattr(a, "out", ""))
     commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
     run = commands.get(a.cmd) or getattr(a, "func", None)
     if run is None:  # pragma: no cover - every sub-parser has a command

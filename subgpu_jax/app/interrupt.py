@@ -24,10 +24,10 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
-__all__ = ["Interrupted", "sigint_as_flag", "configure", "check", "requested", "exit_now",
-           "EXIT_CODE"]
+__all__ = ["Interrupted", "sigint_as_flag", "configure", "configure_command", "run_cli", "check",
+           "requested", "exit_now", "EXIT_CODE"]
 
 #: Exit status of an interrupted command (128 + SIGINT, the shell's convention).
 EXIT_CODE = 130
@@ -108,3 +108,24 @@ def sigint_as_flag(message: str, cooperative: bool = True) -> Iterator[None]:
     finally:
         signal.signal(signal.SIGINT, old)
         _state.update(flag=False, count=0)
+
+
+def configure_command(cmd: str, out: str) -> str:
+    """:func:`configure` for a ``subgpu`` command: ``search`` (results folder ``out``) is
+    cooperative, every other command stops at once. Returns the stop message."""
+    stop = (f"interrupted: the finished grid points are kept in {out}; run the same command "
+            "again to continue" if cmd == "search" else "interrupted")
+    configure(stop, cooperative=cmd == "search")
+    return stop
+
+
+def run_cli(parse_and_run: Callable[[], int], console: bool) -> int:
+    """Run a command line inside :func:`sigint_as_flag` (installed before parsing, so a Ctrl-C
+    at any moment of the command is handled); returns its exit code. With ``console`` (the
+    console script) an exit code of 130 leaves through :func:`exit_now`: no interpreter
+    finalisation while XLA threads may still run."""
+    with sigint_as_flag("interrupted", cooperative=False):
+        rc = parse_and_run()
+        if rc == EXIT_CODE and console:
+            exit_now()
+    return rc

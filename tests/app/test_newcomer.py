@@ -344,10 +344,13 @@ def test_torn_record_reported_once(tmp_path):
 
     s = SweepStore(str(tmp_path), {"a": 1}, resume=False)
     s.add("k1", [{"makespan_us": 1.0}])
+    s.close()
     with open(tmp_path / "records.jsonl", "a") as fh:
         fh.write('{"grid_key": "k2", "makesp')
     again = SweepStore(str(tmp_path), {"a": 1}, resume=True)
-    assert len(again.dropped) == 1 and again.done == {"k1"}
+    again.close()
+    assert again.report.lines() == ["records.jsonl: 1 torn last line (a write cut short), "
+                                    "1 line(s) dropped"] and again.done == {"k1"}
 
 
 def test_space_columns_never_run_together(capsys):
