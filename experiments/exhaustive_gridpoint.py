@@ -247,9 +247,10 @@ def heuristics(hw, m, L, D, best, chain, model) -> dict:
                          else make_instance(hw, mm, L)[0], batch=chain.deployment.requests_per_gpu,
                          tokens_per_gpu=chain.deployment.tokens_per_gpu, name="gptoss-chain20")
     prob = search.Problem(wl, hw, duration_model=model)
+    exact = search.MemoScorer(search.EvaluatorExact(prob))  # the optimum is the static model's
     out = {}
     t0 = time.perf_counter()
-    res = search.algorithm1(prob, [D], [m], include_temporal=False)
+    res = search.algorithm1(prob, [D], [m], include_temporal=False, exact=exact)
     rec = res.best()
     out["algorithm1"] = {"makespan_us": rec.makespan_us, "gap": rec.makespan_us / opt - 1,
                          "seg_of": list(rec.seg_of), "w": rec.w, "alloc": list(rec.alloc),
@@ -257,7 +258,7 @@ def heuristics(hw, m, L, D, best, chain, model) -> dict:
     for name, seg, w in (("relax_on_optimum_cut", best["seg_of"], best["w"]),
                          ("relax_on_algorithm1_cut", rec.seg_of, rec.w)):
         t0 = time.perf_counter()
-        rr = search.relax_and_polish(prob, seg, D, w, m)
+        rr = search.relax_and_polish(prob, seg, D, w, m, exact=exact)
         out[name] = {"makespan_us": rr.makespan_us, "gap": rr.makespan_us / opt - 1,
                      "alloc": [int(x) for x in rr.alloc], "seconds": time.perf_counter() - t0}
     return out

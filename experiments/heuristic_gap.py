@@ -1,38 +1,47 @@
-"""Optimality gap of the heuristics against exhaustive search on small random instances.
+"""Optimality gap of the heuristics against the exhaustive optimum on small random instances.
 
-Each instance (``synthetic_workload``): a random chain or small DAG of 5-10 kernels with
-random FLOPs/bytes/CTAs, 2-6 region instances, D in 2..4 stages, microbatch counts {1, 2, 4} of a
-per-GPU batch of 8, on an H200 with a coarse SM quantum (16 SMs, minimum 16, budget 128) so that
-the full space (all cuts, w in {0, 1}, all allocations, all m) can be enumerated. Every scorer is
-the static vectorised evaluator (the exact scorer is ``EvaluatorExact``), so the gaps measure the
-search, not the model.
+The exact scorer (``--exact``) is what the gaps are measured under:
 
-Methods (Algorithm 1 takes the best record over m):
+* ``event`` (default): the event simulator with contention and L2 residency
+  (``search.EventSimExact``), the scorer the main job uses. Every variant searches with it and the
+  optimum is found by scoring EVERY configuration of the instance with it
+  (``search.exhaustive_exact``: all legal cuts of C_{D+w}, w in {0, 1}, all allocations, all m).
+  So that this stays within ~10 minutes on a 2-core machine, the instances are smaller than in
+  the static study: 5-7 kernels, 2-3 region instances, D in {2, 3} (D = 2 when D = 3 has more
+  than ``--max-configs`` configurations; instances still above it are skipped and listed).
+  All scorers share one memoised simulator, so each configuration is simulated once.
+* ``static``: the cheap estimator's own model (``search.EvaluatorExact``), optimum by
+  ``search.exhaustive_search`` (the study as first published: 5-10 kernels, 2-6 regions, D in
+  2..4); the gaps then measure the search under the estimator's model, not the simulator's.
 
-* ``alg1``: Algorithm 1 as in docs/method.md §4 (feature-DP proposal + rotations ranked by the cheap
-  estimator, seeds, pairwise-line refinement, exact polish);
-* ``alg1_ls``: the same plus our cut local search (``cut_strategy="local_search"``, formerly
-  ``cut_local_search=True``, an extension);
-* ``alg1_screen``: the same plus our cheap cut screening (``cut_strategy="screen"``, an
-  extension: every legal layout scored at its two seeds, successive halving with one-quantum
-  descent steps, cheap pairwise-line refinement of the 8 survivors, exact polish of the best and
-  of the proposal's choice, which guarantees it is never worse than ``alg1``);
-* ``alg1_screen_lean``: the same without polishing the proposal's choice
-  (``screen_keep_proposal=False``): fewer exact-scorer calls, no guarantee;
+Each instance (``synthetic_workload``): a random chain or small DAG with random FLOPs/bytes/CTAs,
+microbatch counts {1, 2, 4} of a per-GPU batch of 8, on an H200 with a coarse SM quantum (16 SMs,
+minimum 16, budget 128).
+
+Methods (Algorithm 1 takes the best record over m; every variant gets the same exact scorer):
+
+* ``alg1_top1``: Algorithm 1 as in docs/method.md §4 with the cut chosen by the cheap
+  estimator's ranking alone (``exact_top=1``);
+* ``alg1``: the same with the 3 best layouts of the cheap ranking scored by the exact scorer
+  before the choice (``exact_top=3``, the default);
+* ``alg1_ls``: plus our cut local search (``cut_strategy="local_search"``, an extension);
+* ``alg1_screen``: plus our cheap cut screening (``cut_strategy="screen"``, an extension);
+* ``alg1_screen_lean``: the same without polishing the proposal's choice;
 * ``relax``: the optax relaxation + rounding + exact pairwise polish on the structure (cut, w,
-  m) of Algorithm 1's best record;
-* ``exhaustive``: the optimum.
+  m) of ``alg1``'s best record;
+* ``estimator_optimum`` (event only): the exhaustive optimum of the cheap estimator's model,
+  scored by the simulator (what trusting the estimator completely would give).
 
-For each Algorithm 1 variant: the gap distribution (share within 0 / 1% / 5%, mean, median, p95,
-max), split into chains and DAGs, and the mean cost per instance: distinct exact-scorer calls and
-cheap-estimator evaluations (allocations scored by the vectorised evaluator, summed over the
-grid points), next to the exhaustive configuration count.
+For each variant: the gap distribution (share within 0 / 1% / 5%, mean, median, p95, max), split
+into chains and DAGs, and the mean distinct exact-scorer calls per instance; the allocation-only
+gaps (against the best allocation of the structure the heuristic chose, under the same scorer);
+how often the exact ranking of the top layouts changed Algorithm 1's choice (records with
+``cheap_rank`` > 0, and instances whose best record changed).
 
-Also reported: the allocation-only gaps (against the best allocation of the cut the heuristic
-chose), which isolate the allocation search from the cut choice.
-
-Usage: python experiments/heuristic_gap.py [--n 50] [--seed0 0] [--out PATH]
-Writes experiments/results/heuristic_gap.json and prints the distribution.
+Usage: python experiments/heuristic_gap.py [--exact event|static] [--n N] [--seed0 0]
+       [--max-configs 10000] [--out PATH]
+Writes experiments/results/heuristic_gap.json (event) or heuristic_gap_static.json (static) and
+prints the distribution.
 """
 
 from __future__ import annotations
@@ -48,117 +57,158 @@ from subgpu_jax import search as S
 from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
 
 MS = (1, 2, 4)
+EXACT_TOP = 3
+VARIANTS = ("alg1_top1", "alg1", "alg1_ls", "alg1_screen", "alg1_screen_lean", "relax")
 
 
-def dist(g: np.ndarray) -> dict:
+def dist(g) -> dict:
+    """Share within 0 / 1% / 5%, mean, median, p95 and max of relative gaps."""
     g = np.asarray(g, dtype=float)
+    if g.size == 0:
+        return {}
     return dict(within_0=float(np.mean(g <= 1e-6)), within_1pct=float(np.mean(g <= 0.01)),
                 within_5pct=float(np.mean(g <= 0.05)), mean=float(g.mean()),
                 median=float(np.median(g)), p95=float(np.quantile(g, 0.95)), max=float(g.max()))
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=50, help="instances")
-    ap.add_argument("--seed0", type=int, default=0)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "heuristic_gap.json"))
-    args = ap.parse_args()
-    hw = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
-    rows = []
-    t_all = time.perf_counter()
-    print(f"{'#':>3s} {'instance':28s} {'D':>1s} {'optimum_us':>11s} {'alg1':>7s} "
-          f"{'alg1_ls':>7s} {'screen':>7s} {'lean':>7s} {'relax':>7s} {'cfgs':>7s} {'s':>5s}")
-    for i in range(args.seed0, args.seed0 + args.n):
-        t0 = time.perf_counter()
+def instance(i: int, exact_kind: str, hw, max_configs: int):
+    """(workload, D, problem) of instance i, or (workload, None, reason) when too large."""
+    rng = np.random.default_rng(10_000 + i)
+    if exact_kind == "static":
         wl = synthetic_workload(i)
         n = wl.graph(1).n
-        D = min(int(np.random.default_rng(10_000 + i).integers(2, 5)), n - 1)
-        pb = S.Problem(wl, hw)
-        ex = S.exhaustive_search(pb, D, MS)
-        a1 = S.algorithm1(pb, [D], MS, include_temporal=False)
-        a1ls = S.algorithm1(pb, [D], MS, include_temporal=False, cut_local_search=True)
-        a1sc = S.algorithm1(pb, [D], MS, include_temporal=False, cut_strategy="screen")
-        a1sl = S.algorithm1(pb, [D], MS, include_temporal=False, cut_strategy="screen",
-                            screen_keep_proposal=False)
-        b1, b2, b3, b4 = a1.best(), a1ls.best(), a1sc.best(), a1sl.best()
-        r = S.relax_and_polish(pb, b1.seg_of, D, b1.w, b1.m,
-                               exact=S.MemoScorer(S.EvaluatorExact(pb)))
-        rx_best, rx_calls = (r.makespan_us, b1), r.exact_calls
+        D = min(int(rng.integers(2, 5)), n - 1)
+        return wl, D, S.Problem(wl, hw)
+    r2 = np.random.default_rng(20_000 + i)
+    wl = synthetic_workload(i, n=int(r2.integers(5, 8)), num_regions=int(r2.integers(2, 4)))
+    pb = S.Problem(wl, hw)
+    for D in ((3, 2) if rng.random() < 0.5 else (2,)):
+        if S.count_configs(pb, D, MS) <= max_configs:
+            return wl, D, pb
+    return wl, None, f"{S.count_configs(pb, 2, MS)} configurations at D=2 > {max_configs}"
 
-        def alloc_opt(rec):
-            ev = pb.evaluator(rec.seg_of, D, rec.w, rec.m)
-            return S.exhaustive_allocations(ev, pb.space(D))[1]
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--exact", choices=("event", "static"), default="event")
+    ap.add_argument("--n", type=int, default=None,
+                    help="instances (default 40 with the simulator, 50 static)")
+    ap.add_argument("--seed0", type=int, default=0)
+    ap.add_argument("--max-configs", type=int, default=10_000,
+                    help="largest instance (configurations) solved exhaustively with the simulator")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    n_inst = args.n or (40 if args.exact == "event" else 50)
+    out = args.out or os.path.join(os.path.dirname(__file__), "results",
+                                   "heuristic_gap.json" if args.exact == "event"
+                                   else "heuristic_gap_static.json")
+    hw = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
+    rows, skipped = [], []
+    t_all = time.perf_counter()
+    print(f"{'#':>3s} {'instance':26s} {'D':>1s} {'optimum_us':>11s} " +
+          " ".join(f"{v[:9]:>9s}" for v in VARIANTS) + f" {'est_opt':>8s} {'cfgs':>6s} {'s':>5s}")
+    for i in range(args.seed0, args.seed0 + n_inst):
+        t0 = time.perf_counter()
+        wl, D, pb = instance(i, args.exact, hw, args.max_configs)
+        if D is None:
+            skipped.append(dict(seed=i, name=wl.name, reason=pb))
+            print(f"{i:3d} {wl.name:26s} skipped: {pb}", flush=True)
+            continue
+        g1 = wl.graph(1)
+        if args.exact == "event":
+            base = S.MemoScorer(S.EventSimExact(pb))
+            ex = S.exhaustive_exact(pb, D, MS, base, max_configs=args.max_configs)
+            est = S.exhaustive_search(pb, D, MS)
+            est_opt_us = base(est.best)
+        else:
+            base = S.MemoScorer(S.EvaluatorExact(pb))
+            ex = S.exhaustive_search(pb, D, MS)
+            est_opt_us = ex.makespan_us
+        t_ex = time.perf_counter() - t0
+
+        def scorer():  # per-variant call counting over the shared cache
+            return S.MemoScorer(base)
+
+        runs = {}
+        kw = dict(include_temporal=False)
+        for name, extra in (("alg1_top1", dict(exact_top=1)), ("alg1", {}),
+                            ("alg1_ls", dict(cut_strategy="local_search")),
+                            ("alg1_screen", dict(cut_strategy="screen")),
+                            ("alg1_screen_lean", dict(cut_strategy="screen",
+                                                      screen_keep_proposal=False))):
+            memo = scorer()
+            res = S.algorithm1(pb, [D], MS, exact=memo, **kw, **extra)
+            runs[name] = (res.best(), memo.calls, res)
+        b1 = runs["alg1"][0]
+        memo = scorer()
+        rx = S.relax_and_polish(pb, b1.seg_of, D, b1.w, b1.m, exact=memo)
+        runs["relax"] = (b1, memo.calls, rx)
+        space = pb.space(D)
+        allocs = np.concatenate(list(space.iter_all()))
+
+        def alloc_opt(rec) -> float:  # best allocation of the record's structure, same scorer
+            return min(base(pb.config(rec.seg_of, D, rec.w, a, rec.m)) for a in allocs)
 
         opt = ex.makespan_us
-        row = dict(seed=i, name=wl.name, n=n, D=D, L=wl.graph(1).num_regions,
-                   chain=wl.graph(1).is_chain(), configs=ex.evaluated, optimum_us=opt,
+        row = dict(seed=i, name=wl.name, n=g1.n, D=D, L=g1.num_regions, chain=g1.is_chain(),
+                   configs=ex.evaluated, optimum_us=opt,
                    optimum=dict(seg_of=list(ex.best.seg_of), w=ex.best.w,
                                 alloc=list(ex.best.alloc), m=wl.m_of(ex.best)),
-                   alg1_us=b1.makespan_us, alg1_gap=b1.makespan_us / opt - 1,
-                   alg1_alloc_gap=b1.makespan_us / alloc_opt(b1) - 1,
-                   alg1_exact_calls=a1.exact_calls, alg1_origin=b1.origin,
-                   alg1_ls_us=b2.makespan_us, alg1_ls_gap=b2.makespan_us / opt - 1,
-                   alg1_ls_exact_calls=a1ls.exact_calls, alg1_ls_origin=b2.origin,
-                   alg1_screen_us=b3.makespan_us, alg1_screen_gap=b3.makespan_us / opt - 1,
-                   alg1_screen_alloc_gap=b3.makespan_us / alloc_opt(b3) - 1,
-                   alg1_screen_exact_calls=a1sc.exact_calls, alg1_screen_origin=b3.origin,
-                   alg1_screen_lean_us=b4.makespan_us,
-                   alg1_screen_lean_gap=b4.makespan_us / opt - 1,
-                   alg1_screen_lean_exact_calls=a1sl.exact_calls,
-                   alg1_screen_lean_cheap_evals=sum(r.cheap_evals for r in a1sl.records),
-                   alg1_screen_lean_seconds=sum(r.seconds for r in a1sl.records),
-                   alg1_cheap_evals=sum(r.cheap_evals for r in a1.records),
-                   alg1_ls_cheap_evals=sum(r.cheap_evals for r in a1ls.records),
-                   alg1_screen_cheap_evals=sum(r.cheap_evals for r in a1sc.records),
-                   alg1_seconds=sum(r.seconds for r in a1.records),
-                   alg1_ls_seconds=sum(r.seconds for r in a1ls.records),
-                   alg1_screen_seconds=sum(r.seconds for r in a1sc.records),
-                   relax_us=rx_best[0], relax_gap=rx_best[0] / opt - 1,
-                   relax_alloc_gap=rx_best[0] / alloc_opt(rx_best[1]) - 1,
-                   relax_exact_calls=rx_calls, seconds=time.perf_counter() - t0)
+                   estimator_optimum_us=est_opt_us, estimator_optimum_gap=est_opt_us / opt - 1,
+                   exhaustive_seconds=t_ex)
+        for name in VARIANTS:
+            rec, calls, res = runs[name]
+            us = res.makespan_us if name == "relax" else rec.makespan_us
+            row[f"{name}_us"] = us
+            row[f"{name}_gap"] = us / opt - 1
+            row[f"{name}_alloc_gap"] = us / alloc_opt(rec) - 1
+            row[f"{name}_exact_calls"] = calls
+            if name != "relax":
+                row[f"{name}_origin"] = rec.origin
+                row[f"{name}_cheap_evals"] = sum(r.cheap_evals for r in res.records)
+                row[f"{name}_cheap_ranks"] = [r.cheap_rank for r in res.records]
+        row["seconds"] = time.perf_counter() - t0
         rows.append(row)
-        print(f"{i:3d} {wl.name:28s} {D:1d} {opt:11.1f} {row['alg1_gap']:7.4f} "
-              f"{row['alg1_ls_gap']:7.4f} {row['alg1_screen_gap']:7.4f} "
-              f"{row['alg1_screen_lean_gap']:7.4f} {row['relax_gap']:7.4f} "
-              f"{ex.evaluated:7d} "
-              f"{row['seconds']:5.1f}", flush=True)
-    def variant(key: str) -> dict:
-        return dict(
-            all=dist([r[f"{key}_gap"] for r in rows]),
-            chains=dist([r[f"{key}_gap"] for r in rows if r["chain"]]),
-            dags=dist([r[f"{key}_gap"] for r in rows if not r["chain"]]),
-            exact_calls_mean=float(np.mean([r[f"{key}_exact_calls"] for r in rows])),
-            cheap_evals_mean=float(np.mean([r[f"{key}_cheap_evals"] for r in rows])),
-            seconds_mean=float(np.mean([r[f"{key}_seconds"] for r in rows])))
+        print(f"{i:3d} {wl.name:26s} {D:1d} {opt:11.1f} " +
+              " ".join(f"{row[f'{v}_gap']:9.4f}" for v in VARIANTS) +
+              f" {row['estimator_optimum_gap']:8.4f} {ex.evaluated:6d} {row['seconds']:5.1f}",
+              flush=True)
 
+    def variant(key: str) -> dict:
+        d = dict(all=dist([r[f"{key}_gap"] for r in rows]),
+                 chains=dist([r[f"{key}_gap"] for r in rows if r["chain"]]),
+                 dags=dist([r[f"{key}_gap"] for r in rows if not r["chain"]]),
+                 alloc_only=dist([r[f"{key}_alloc_gap"] for r in rows]),
+                 exact_calls_mean=float(np.mean([r[f"{key}_exact_calls"] for r in rows])))
+        if key != "relax":
+            d["cheap_evals_mean"] = float(np.mean([r[f"{key}_cheap_evals"] for r in rows]))
+            ranks = [k for r in rows for k in r[f"{key}_cheap_ranks"]]
+            d["grid_points"] = len(ranks)
+            d["choice_changed_by_exact_ranking"] = int(sum(k > 0 for k in ranks))
+        return d
+
+    changed = [r for r in rows if abs(r["alg1_us"] - r["alg1_top1_us"]) > 1e-6 * r["optimum_us"]]
     summary = dict(
-        instances=len(rows), chains=int(sum(r["chain"] for r in rows)),
+        exact=("event simulator (EventSimExact: contention + LRU L2)" if args.exact == "event"
+               else "cheap estimator's model (EvaluatorExact)"),
+        instances=len(rows), skipped=len(skipped), chains=int(sum(r["chain"] for r in rows)),
+        exact_top=EXACT_TOP, line_search="published (docs/method.md §4)",
         target="gap <= 1% in >= 95% of instances",
-        variants=dict(alg1=variant("alg1"), alg1_ls=variant("alg1_ls"),
-                      alg1_screen=variant("alg1_screen"),
-                      alg1_screen_lean=variant("alg1_screen_lean")),
+        variants={k: variant(k) for k in VARIANTS},
+        estimator_optimum=dist([r["estimator_optimum_gap"] for r in rows]),
+        exact_ranking=dict(
+            budget=f"{EXACT_TOP} layouts of the cheap ranking scored by the exact scorer per "
+                   "grid point (one call each)",
+            instances_best_changed=len(changed),
+            improved=int(sum(r["alg1_us"] < r["alg1_top1_us"] for r in changed)),
+            worsened=int(sum(r["alg1_us"] > r["alg1_top1_us"] for r in changed))),
         exhaustive_configs_mean=float(np.mean([r["configs"] for r in rows])),
-        alg1=dist([r["alg1_gap"] for r in rows]),
-        alg1_ls=dist([r["alg1_ls_gap"] for r in rows]),
-        alg1_screen=dist([r["alg1_screen_gap"] for r in rows]),
-        relax=dist([r["relax_gap"] for r in rows]),
-        alg1_alloc_only=dist([r["alg1_alloc_gap"] for r in rows]),
-        alg1_screen_alloc_only=dist([r["alg1_screen_alloc_gap"] for r in rows]),
-        relax_alloc_only=dist([r["relax_alloc_gap"] for r in rows]),
-        alg1_chains=dist([r["alg1_gap"] for r in rows if r["chain"]]),
-        alg1_dags=dist([r["alg1_gap"] for r in rows if not r["chain"]]),
-        exact_calls_mean=dict(alg1=float(np.mean([r["alg1_exact_calls"] for r in rows])),
-                              alg1_ls=float(np.mean([r["alg1_ls_exact_calls"] for r in rows])),
-                              alg1_screen=float(np.mean([r["alg1_screen_exact_calls"]
-                                                         for r in rows])),
-                              relax=float(np.mean([r["relax_exact_calls"] for r in rows]))),
         seconds=time.perf_counter() - t_all,
     )
     print(json.dumps(summary, indent=1))
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(dict(summary=summary, rows=rows,
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(dict(summary=summary, rows=rows, skipped=skipped,
                        hardware=dict(base="H200", sm_quantum=16, min_pool_sms=16, sm_budget=128),
                        microbatch_counts=list(MS)), fh, indent=1)
 

@@ -10,16 +10,24 @@ structure:
 * ``relax``: ``search.relax_and_polish``: softmax-parameterised allocation annealed with optax
   against ``Evaluator.smooth`` (restarts vmapped), largest-remainder rounding, pairwise-line
   polish with the exact scorer until no move improves;
-* ``optimum``: exhaustive over all allocations of the structure (when there are <= 5,000).
+* ``optimum``: every allocation of the structure scored by the same exact scorer (when there
+  are at most ``--opt-limit``: 120 with the simulator, i.e. D <= 3 on the H200 and D = 2 on the
+  B200; 5,000 with the static model).
 
-The exact scorer is ``search.EvaluatorExact`` (the evaluator's hard makespan) behind a fresh
-``MemoScorer`` per method, so "exact calls" are distinct configurations each method scored.
+The exact scorer (``--exact``) is the event simulator with contention and L2 residency
+(``search.EventSimExact``, default: the scorer the main job uses) or the cheap estimator's own
+model (``search.EvaluatorExact``, ``--exact static``). Each method gets a fresh ``MemoScorer``
+over one shared cache, so "exact calls" are the distinct configurations each method scored and
+each configuration is simulated once.
 
 Default grid: 3 models x {B200, H200} x D in {2, 3, 5} x m in {2, 4} = 36 points (about 3 min on
-2 CPU cores, most of it XLA compilation); ``--full`` adds D = 4 (48 points).
+2 CPU cores with the static model, most of it XLA compilation; longer with the simulator);
+``--full`` adds D = 4 (48 points).
 
-Usage: python experiments/relax_vs_pairwise.py [--quick | --full] [--out PATH]
-Writes experiments/results/relax_vs_pairwise.json and prints a table. Times in µs.
+Usage: python experiments/relax_vs_pairwise.py [--exact event|static] [--quick | --full]
+       [--out PATH]
+Writes experiments/results/relax_vs_pairwise.json (event) or relax_vs_pairwise_static.json and
+prints a table. Times in µs.
 """
 
 from __future__ import annotations
@@ -51,11 +59,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a 12-point grid (smoke test)")
     ap.add_argument("--full", action="store_true", help="all 48 points (D = 2..5, m = 2, 4)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "relax_vs_pairwise.json"))
-    ap.add_argument("--opt-limit", type=int, default=5000,
-                    help="largest allocation space solved exhaustively for reference")
+    ap.add_argument("--exact", choices=("event", "static"), default="event")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--opt-limit", type=int, default=None,
+                    help="largest allocation space solved exhaustively for reference "
+                         "(default 120 with the simulator, 5000 static)")
     args = ap.parse_args()
+    event = args.exact == "event"
+    opt_limit = args.opt_limit if args.opt_limit is not None else (120 if event else 5000)
+    out = args.out or os.path.join(os.path.dirname(__file__), "results",
+                                   "relax_vs_pairwise.json" if event
+                                   else "relax_vs_pairwise_static.json")
     models = list(DEPLOYMENTS)
     hws = ["B200", "H200"]
     Ds = [2, 3, 4, 5] if args.full else [2, 3, 5]
@@ -65,22 +79,27 @@ def main() -> None:
         grid = grid[::4]
     problems = {(mo, h): S.Problem(Workload.from_model(get_model(mo), DEPLOYMENTS[mo]),
                                    get_hardware(h)) for mo in models for h in hws}
+    bases = {k: S.MemoScorer(S.EventSimExact(p) if event else S.EvaluatorExact(p))
+             for k, p in problems.items()}
     rows = []
     t_all = time.perf_counter()
     hdr = (f"{'model':13s} {'hw':4s} {'D':>1s} {'m':>2s} {'w':>1s} {'pairwise_us':>12s} "
            f"{'calls':>5s} {'relax_us':>12s} {'calls':>5s} {'relax/pw':>8s} {'optimum_us':>12s}")
     print(hdr)
     for mo, h, D, m in grid:
-        pb = problems[(mo, h)]
+        pb, base = problems[(mo, h)], bases[(mo, h)]
         cand, _, _ = S.choose_cut(pb, D, m)
         space = pb.space(D)
         pw = S.allocate_pairwise(pb, cand.seg_of, D, cand.w, m,
-                                 exact=S.MemoScorer(S.EvaluatorExact(pb)), L_est=None, L_sim=2)
+                                 exact=S.MemoScorer(base), L_est=None, L_sim=2)
         rx = S.relax_and_polish(pb, cand.seg_of, D, cand.w, m,
-                                exact=S.MemoScorer(S.EvaluatorExact(pb)), L_sim=None)
+                                exact=S.MemoScorer(base), L_sim=None)
         opt = None
-        if space.size <= args.opt_limit:
+        if space.size <= opt_limit and not event:
             _, opt, _ = S.exhaustive_allocations(pb.evaluator(cand.seg_of, D, cand.w, m), space)
+        elif space.size <= opt_limit:
+            opt = min(base(pb.config(cand.seg_of, D, cand.w, a, m))
+                      for a in np.concatenate(list(space.iter_all())))
         row = dict(model=mo, hw=h, D=D, m=m, w=cand.w, seg_of=list(cand.seg_of),
                    cut_origin=cand.origin, alloc_space=space.size,
                    pairwise_us=pw.makespan_us, pairwise_alloc=pw.alloc.tolist(),
@@ -118,9 +137,11 @@ def main() -> None:
         seconds=time.perf_counter() - t_all,
     )
     print(json.dumps(summary, indent=1))
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(dict(summary=summary, rows=rows, scorer="EvaluatorExact (static model)",
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(dict(summary=summary, rows=rows,
+                       scorer=("EventSimExact (event simulator, contention + LRU L2)" if event
+                               else "EvaluatorExact (static model)"), opt_limit=opt_limit,
                        settings=dict(L_est=None, L_sim_pairwise=2, L_sim_relax=None,
                                      relax=dict(restarts=8, steps=150, lr=0.15,
                                                 temp_start=2e-2, temp_end=2e-4))), fh, indent=1)

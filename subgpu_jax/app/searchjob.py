@@ -91,7 +91,8 @@ class PairwiseAllocation:
 
     def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
         """``AllocResult`` of one structure (arguments as ``allocate_pairwise``)."""
-        return allocate_pairwise(problem, seg_of, D, w, m, policy, exact, L_est, L_sim)
+        return allocate_pairwise(problem, seg_of, D, w, m, policy, exact=exact, L_est=L_est,
+                                 L_sim=L_sim)
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class RelaxAllocation:
 
     def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
         """``AllocResult`` of one structure (``L_est`` is unused: no cheap line search)."""
-        return relax_and_polish(problem, seg_of, D, w, m, policy, exact, L_sim,
+        return relax_and_polish(problem, seg_of, D, w, m, policy, exact=exact, L_sim=L_sim,
                                 restarts=self.restarts, steps=self.steps)
 
 
@@ -392,7 +393,7 @@ class PointScorer:
         for r in res.records:
             out.append(self._record(pt, r.config(), r.makespan_us,
                                     {"exact_calls": r.exact_calls, "cheap_evals": r.cheap_evals,
-                                     "origin": r.origin}))
+                                     "origin": r.origin, "cheap_rank": r.cheap_rank}))
         return out
 
 

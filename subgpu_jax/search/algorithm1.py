@@ -12,10 +12,11 @@ import numpy as np
 
 from subgpu_jax.model.accounting import throughputs
 from subgpu_jax.model.checks import pos_int
-from subgpu_jax.search.cuts import CUT_STRATEGIES, rank_cuts, refine_cut, screen_cuts
+from subgpu_jax.search.cuts import (CUT_STRATEGIES, RankedCut, rank_cuts, refine_cut,
+                                     screen_cuts)
 from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.search.pareto import pareto_front
-from subgpu_jax.search.problem import _memo, Problem
+from subgpu_jax.search.problem import _memo, MemoScorer, Problem
 from subgpu_jax.space.config import check_dispatch_policy, Config
 
 __all__ = ["Record", "SearchResult", "pareto_records", "algorithm1"]
@@ -36,6 +37,9 @@ class Record:
         cheap_evals: allocations scored by the cheap estimator at this grid point.
         seconds: wall time of the grid point.
         streams_per_stage: k streams per stage (the problem's).
+        cheap_rank: rank of the chosen layout in the cheap estimator's ranking of the grid
+            point (0 = the estimator's own choice; > 0 when scoring the top layouts with the
+            exact scorer changed the choice, see ``algorithm1``'s ``exact_top``).
     """
 
     m: int
@@ -53,6 +57,7 @@ class Record:
     cheap_evals: int
     seconds: float
     streams_per_stage: int = 1
+    cheap_rank: int = 0
 
     def config(self) -> Config:
         """The record's ``Config``."""
@@ -77,12 +82,15 @@ class SearchResult:
             ascending.
         skipped: ((m, D, policy), reason) of infeasible grid points.
         exact_calls: distinct exact-scorer calls in total.
+        exact_top: the exact-ranking budget used (layouts scored by the exact scorer per grid
+            point before the polish, see ``algorithm1``).
     """
 
     records: tuple[Record, ...]
     front: tuple[Record, ...]
     skipped: tuple[tuple[tuple[int, int, str], str], ...]
     exact_calls: int
+    exact_top: int = 1
 
     def best(self) -> Record:
         """The record of least makespan."""
@@ -98,9 +106,42 @@ def pareto_records(records: Sequence[Record]) -> tuple[Record, ...]:
     return tuple(records[i] for i in pareto_front(pts))
 
 
+def _distinct(cands: Sequence[RankedCut]) -> list[RankedCut]:
+    """The first entry of each distinct layout (seg_of, w), order kept."""
+    out, seen = [], set()
+    for rc in cands:
+        if (rc.cand.seg_of, rc.cand.w) not in seen:
+            seen.add((rc.cand.seg_of, rc.cand.w))
+            out.append(rc)
+    return out
+
+
+def _exact_order(memo: MemoScorer, problem: Problem, D: int, m: int, policy: str,
+                 cands: Sequence[RankedCut], top: int, rtol: float = 1e-6
+                 ) -> list[tuple[int, RankedCut]]:
+    """Layouts in the order Algorithm 1 polishes them: the first ``top`` of the cheap ranking
+    ``cands`` are scored by the exact scorer ``memo`` at their cheap-refined allocations (one
+    call each) and come first, least exact makespan first (values within ``rtol`` relative of
+    the least are ties, broken by cheap rank); the rest follow in cheap order.
+
+    Returns:
+        [(cheap rank, RankedCut)], a permutation of ``enumerate(cands)``.
+    """
+    k = min(top, len(cands))
+    rest = [(memo(problem.config(rc.cand.seg_of, D, rc.cand.w, rc.alloc, m, policy)), i)
+            for i, rc in enumerate(cands[:k])]
+    order = []
+    while rest:
+        vmin = min(v for v, _ in rest)
+        pick = min((t for t in rest if t[0] <= vmin * (1 + rtol)), key=lambda t: t[1])
+        order.append(pick[1])
+        rest.remove(pick)
+    return [(i, cands[i]) for i in order + list(range(k, len(cands)))]
+
+
 def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Sequence[int],
-               policies: Sequence[str] = ("wavefront",),
-               exact: Callable[[Config], float] | None = None, L_est: int | None = None,
+               policies: Sequence[str] = ("wavefront",), *,
+               exact: Callable[[Config], float], exact_top: int = 3, L_est: int | None = None,
                L_sim: int | None = 2, rotation_refine: int = 3, include_temporal: bool = True,
                cut_local_search: bool = False, ls_starts: int = 3, ls_top: int = 8,
                progress: Callable[[str], None] | None = None, cut_strategy: str | None = None,
@@ -111,7 +152,11 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
 
     Per grid point: instantiate the graph (skip infeasible points: m not dividing the batch,
     D larger than the region, an empty allocation space); kernel features; partition proposal
-    by DP and ranking of its circular rotations with the cheap estimator (``choose_cut``); seeds
+    by DP and ranking of its circular rotations with the cheap estimator (``rank_cuts``); the
+    ``exact_top`` best layouts of that cheap ranking are scored by the exact scorer at their
+    cheap-refined allocations (one call each) and the best by the exact scorer is kept (the
+    method ranks the layouts by the estimator alone; this exact check is a budgeted guard
+    against the estimator's ranking errors; ``exact_top=1`` is the estimator-only choice); seeds
     (uniform, service-proportional); cheap pairwise-line refinement and exact polish
     (``allocate_pairwise``); record (x, c, w, p*, f(p*)). Exact calls are memoised across the
     whole grid. The Pareto-nondominated records are returned with all records.
@@ -120,7 +165,13 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         problem: workload and GPU.
         D_values: stage counts (each >= 2); microbatch_counts: m values.
         policies: dispatch-order policies (``space.DISPATCH_POLICIES``).
-        exact: exact scorer ``Config -> µs`` (default ``EvaluatorExact``).
+        exact: the exact scorer f, ``Config -> makespan µs`` (required, keyword-only; e.g.
+            ``EventSimExact(problem)``, the event simulator, or ``EvaluatorExact(problem)``,
+            the cheap estimator's own model), memoised with ``MemoScorer`` unless it is one.
+        exact_top: layouts of the cheap ranking scored by the exact scorer before the choice
+            (>= 1; each costs one exact call, memoised); values within 1e-6 relative count as
+            ties, broken by the cheap ranking. ``Record.cheap_rank`` says where the chosen
+            layout stood in the cheap ranking.
         L_est, L_sim: pass limits of the cheap refinement and of each exact polish.
         rotation_refine: rotations refined by the cheap estimator when ranking cuts.
         include_temporal: add the temporal baseline (D = 1, m = 1) as a record.
@@ -145,8 +196,10 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
               the proposal's own choice (so the result is never worse than ``"proposal"`` at
               the same grid point with a deterministic scorer), go through the
               seeds/refine/exact-polish of ``allocate_pairwise``; the best exact makespan is
-              kept. Larger cut spaces fall back to ``"local_search"``. The exact-scorer cost is
-              at most ``screen_polish`` (+ 1) allocation searches per grid point.
+              kept. The merged ranking's ``exact_top`` best are exact-scored first, as for
+              the proposal. Larger cut spaces fall back to ``"local_search"``. The
+              exact-scorer cost is at most ``screen_polish`` (+ 1) allocation searches and
+              2 ``exact_top`` single calls per grid point.
         screen_max_cuts: screening budget (legal layouts per grid point).
         screen_top: screened layouts refined with the cheap estimator.
         screen_polish: best layouts of the merged ranking polished with the exact scorer.
@@ -160,7 +213,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         ``SearchResult``.
 
     Raises:
-        ValueError: an unknown policy, a D < 2 in ``D_values``, an unknown ``cut_strategy``
+        ValueError: ``exact`` missing or not callable, ``exact_top`` < 1, an unknown policy, a
+            D < 2 in ``D_values``, an unknown ``cut_strategy``
             (or one contradicting ``cut_local_search=True``), a nonpositive screening
             parameter, or no feasible grid point (the message gives each point's reason).
     """
@@ -174,11 +228,12 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
     pos_int(screen_max_cuts, "screen_max_cuts")
     pos_int(screen_top, "screen_top")
     pos_int(screen_polish, "screen_polish")
+    exact_top = pos_int(exact_top, "exact_top")
     for pol in policies:
         check_dispatch_policy(pol)
     for D in D_values:
         pos_int(D, "D", 2)
-    memo = _memo(problem, exact)
+    memo = _memo(exact)
     wl = problem.workload
     records, skipped = [], []
     if include_temporal:
@@ -206,9 +261,9 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 except ValueError as e:
                     skipped.append((x, str(e)))
                     continue
+                c0 = memo.calls
                 ranked, prop, cheap = rank_cuts(problem, D, m, pol, rotation_refine)
-                cand = ranked[0][1]
-                polish = [cand]
+                cands, n_polish = ranked, 1
                 screened = None
                 if cut_strategy == "screen":
                     screened = screen_cuts(problem, D, m, pol, screen_max_cuts, screen_top,
@@ -216,31 +271,34 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 if screened is not None:
                     sranked, more = screened
                     cheap += more
-                    merged, seen = [], set()
-                    for _, c in sorted(ranked + sranked, key=lambda t: t[0]):
-                        if (c.seg_of, c.w) not in seen:
-                            seen.add((c.seg_of, c.w))
-                            merged.append(c)
-                    polish = merged[:screen_polish]
-                    if screen_keep_proposal and all((c.seg_of, c.w) != (cand.seg_of, cand.w)
-                                                    for c in polish):
-                        polish.append(cand)
+                    cands = _distinct(sorted(ranked + sranked, key=lambda t: t.value))
+                    n_polish = screen_polish
                 elif cut_strategy != "proposal":  # local search, or screening over budget
-                    best_ls = None
-                    for _, c in ranked[: max(1, ls_starts)]:
-                        c2, more, v2 = refine_cut(problem, c, D, m, pol, top=ls_top)
+                    found = []
+                    for rc in ranked[: max(1, ls_starts)]:
+                        r2, more = refine_cut(problem, rc.cand, D, m, pol, top=ls_top)
                         cheap += more
-                        if best_ls is None or v2 < best_ls[1]:
-                            best_ls = (c2, v2)
-                    polish = [best_ls[0]]
-                c0 = memo.calls
+                        found.append(r2)
+                    cands = _distinct(sorted(found, key=lambda t: t.value))
+                polish = _exact_order(memo, problem, D, m, pol, cands, exact_top)[:n_polish]
+                if screened is not None and screen_keep_proposal:
+                    # the choice of cut_strategy="proposal" (never-worse guarantee)
+                    pc = _exact_order(memo, problem, D, m, pol, ranked, exact_top)[0][1]
+                    keys = [(rc.cand.seg_of, rc.cand.w) for rc in cands]
+                    if all((rc.cand.seg_of, rc.cand.w) != (pc.cand.seg_of, pc.cand.w)
+                           for _, rc in polish):
+                        polish.append((keys.index((pc.cand.seg_of, pc.cand.w)), pc))
                 res = None
-                for c in polish:
-                    r = (allocate or allocate_pairwise)(problem, c.seg_of, D, c.w, m, pol, memo,
-                                                        L_est, L_sim)
+                for rank, rc in polish:
+                    if allocate is None:
+                        r = allocate_pairwise(problem, rc.cand.seg_of, D, rc.cand.w, m, pol,
+                                              exact=memo, L_est=L_est, L_sim=L_sim)
+                    else:
+                        r = allocate(problem, rc.cand.seg_of, D, rc.cand.w, m, pol, memo, L_est,
+                                     L_sim)
                     cheap += r.cheap_evals
                     if res is None or r.makespan_us < res.makespan_us:
-                        res, cand = r, c
+                        res, cand, cheap_rank = r, rc.cand, rank
                 pu, pg = throughputs(res.makespan_us, wl.tokens_per_gpu)
                 rec = Record(m=int(m), D=int(D), policy=pol, microbatch=wl.microbatch_size(m),
                              seg_of=cand.seg_of, w=cand.w, origin=cand.origin,
@@ -248,13 +306,15 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                              makespan_us=res.makespan_us, per_user=float(pu), per_gpu=float(pg),
                              exact_calls=memo.calls - c0, cheap_evals=cheap,
                              seconds=time.perf_counter() - t0,
-                             streams_per_stage=problem.streams_per_stage)
+                             streams_per_stage=problem.streams_per_stage,
+                             cheap_rank=int(cheap_rank))
                 records.append(rec)
                 if progress:
                     progress(f"m={m} D={D} {pol}: w={rec.w} alloc={list(rec.alloc)} "
-                             f"T={rec.makespan_us:.1f} µs exact_calls={rec.exact_calls}")
+                             f"T={rec.makespan_us:.1f} µs exact_calls={rec.exact_calls} "
+                             f"cheap_rank={rec.cheap_rank}")
     if not records:
         raise ValueError("algorithm1: no feasible grid point: " +
                          "; ".join(f"{x}: {r}" for x, r in skipped))
     return SearchResult(records=tuple(records), front=pareto_records(records),
-                        skipped=tuple(skipped), exact_calls=memo.calls)
+                        skipped=tuple(skipped), exact_calls=memo.calls, exact_top=exact_top)

@@ -4,7 +4,7 @@ screen (every legal cut scored by the cheap estimator with successive halving)."
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -19,14 +19,28 @@ from subgpu_jax.search.problem import Problem
 from subgpu_jax.space.config import (AllocSpace, binding, check_cut, check_dispatch_policy,
     enumerate_cuts)
 
-__all__ = ["rank_cuts", "choose_cut", "cut_neighbours", "refine_cut", "CUT_STRATEGIES",
+__all__ = ["RankedCut", "rank_cuts", "choose_cut", "cut_neighbours", "refine_cut", "CUT_STRATEGIES",
     "screen_cuts"]
+
+
+class RankedCut(NamedTuple):
+    """A layout ranked by the cheap estimator.
+
+    Attributes:
+        value: its cheap makespan (µs) after ``pairwise_line`` refinement on the estimator.
+        cand: the layout (cut, boundary reuse, origin).
+        alloc: int64 (D,) the refined allocation that reached ``value`` (SMs per stage).
+    """
+
+    value: float
+    cand: CutCandidate
+    alloc: np.ndarray
 
 
 def rank_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
               rotation_refine: int = 3, proposal: Proposal | None = None,
               max_rotations: int | None = 16
-              ) -> tuple[list[tuple[float, CutCandidate]], Proposal, int]:
+              ) -> tuple[list[RankedCut], Proposal, int]:
     """Algorithm 1 step 3's evaluation: rank the proposed layouts with the cheap estimator.
 
     The anchored cut and the ``max_rotations`` rotations / alternative anchors of least feature
@@ -35,8 +49,8 @@ def rank_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
     ``pairwise_line`` on the cheap estimator.
 
     Returns:
-        ``(ranked, proposal, cheap evaluations)``: ranked = [(refined cheap makespan µs,
-        candidate)] ascending, the anchored cut first among equals.
+        ``(ranked, proposal, cheap evaluations)``: ranked = [``RankedCut``] by refined cheap
+        makespan ascending, the anchored cut first among equals.
 
     Raises:
         ValueError: as ``propose_partition`` / ``Problem.evaluator``.
@@ -62,9 +76,9 @@ def rank_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
         ev = problem.evaluator(c.seg_of, D, c.w, m, policy)
         r = pairwise_line(ev.makespan, p0, space, None, batch_line=True)
         evals += r.evals
-        ranked.append((r.value * (1 + 1e-9 * (i > 0)), i, c))
+        ranked.append((r.value * (1 + 1e-9 * (i > 0)), i, RankedCut(r.value, c, r.alloc)))
     ranked.sort(key=lambda t: (t[0], t[1]))
-    return [(v, c) for v, _, c in ranked], proposal, evals
+    return [rc for _, _, rc in ranked], proposal, evals
 
 
 def choose_cut(problem: Problem, D: int, m: int, policy: str = "wavefront",
@@ -78,7 +92,7 @@ def choose_cut(problem: Problem, D: int, m: int, policy: str = "wavefront",
     """
     ranked, proposal, evals = rank_cuts(problem, D, m, policy, rotation_refine, proposal,
                                         max_rotations)
-    return ranked[0][1], proposal, evals
+    return ranked[0].cand, proposal, evals
 
 
 def cut_neighbours(graph: OpGraph, seg_of: Sequence[int], w: int, D: int
@@ -131,7 +145,7 @@ def cut_neighbours(graph: OpGraph, seg_of: Sequence[int], w: int, D: int
 
 
 def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str = "wavefront",
-               top: int = 3, max_iters: int = 50) -> tuple[CutCandidate, int, float]:
+               top: int = 3, max_iters: int = 50) -> tuple[RankedCut, int]:
     """Extension (not in Algorithm 1 of docs/method.md §4): first-improvement local search over cuts around
     ``cand`` with the cheap estimator. Each iteration scores every ``cut_neighbours`` layout at
     the current allocation and the seeds (one batch call per layout), refines the ``top`` best
@@ -139,8 +153,9 @@ def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str
     makespan. No exact-scorer calls.
 
     Returns:
-        ``(candidate, cheap evaluations, its refined cheap makespan µs)``; the candidate's origin
-        gains a ``+ls<k>`` suffix when k moves were made.
+        ``(RankedCut, cheap evaluations)``: the layout reached, its refined cheap makespan (µs)
+        and allocation; the candidate's origin gains a ``+ls<k>`` suffix when k moves were
+        made.
     """
     g = problem.workload.graph(m)
     space = problem.space(D)
@@ -176,10 +191,9 @@ def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str
             break
         cur, seg, w = best
         moves += 1
-    if moves == 0:
-        return cand, evals, cur.value
-    return (CutCandidate(tuple(seg), w, cand.feature_cost, f"{cand.origin}+ls{moves}"), evals,
-            cur.value)
+    if moves:
+        cand = CutCandidate(tuple(seg), w, cand.feature_cost, f"{cand.origin}+ls{moves}")
+    return RankedCut(cur.value, cand, cur.alloc), evals
 
 
 #: Cut strategies of ``algorithm1`` (see its docstring).
@@ -278,8 +292,8 @@ def _group_seeds(segtab: np.ndarray, w: int, space: AllocSpace) -> np.ndarray:
 
 def _line_moves(A: np.ndarray, space: AllocSpace, max_quanta: int | None = None) -> np.ndarray:
     """The geometric line moves of allocations A (C, D): for every (donor d, receiver r) pair,
-    z = 1, 2, 4, ... quanta (z <= min(U, max_quanta)) moved from d to r, as Algorithm 2's
-    doubling visits them -> (C, D(D-1)(floor(log2 min(U, max_quanta)) + 1), D); a move whose
+    z = 1, 2, 4, ... quanta (powers of two, z <= min(U, max_quanta)) moved from d to r ->
+    (C, D(D-1)(floor(log2 min(U, max_quanta)) + 1), D); a move whose
     donor would drop below the minimum is replaced by the allocation itself."""
     D, g = space.D, space.quantum
     top_z = space.free_quanta if max_quanta is None else min(space.free_quanta, max_quanta)
@@ -296,7 +310,7 @@ def _line_moves(A: np.ndarray, space: AllocSpace, max_quanta: int | None = None)
 def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
                 max_cuts: int = 20_000, top: int = 8, proposal: Proposal | None = None,
                 chunk: int = 8192, eta: int = 4, max_step: int | None = 1
-                ) -> tuple[list[tuple[float, CutCandidate]], int] | None:
+                ) -> tuple[list[RankedCut], int] | None:
     """Extension (not in Algorithm 1 of docs/method.md §4): cheap cut screening by successive halving.
 
     When the legal layouts (cuts of C_D with w = 0 and, for D >= 2, of C_{D+1} with w = 1)
@@ -332,8 +346,8 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
         max_step: largest move of a halving descent step, in quanta (>= 1; None = U).
 
     Returns:
-        ``(ranked, cheap evaluations)`` with ranked = [(refined cheap makespan µs,
-        CutCandidate)] ascending (feature_cost is NaN for layouts not in ``proposal``), or None
+        ``(ranked, cheap evaluations)`` with ranked = [``RankedCut``] by refined cheap makespan
+        ascending (feature_cost is NaN for layouts not in ``proposal``), or None
         when the cut space exceeds ``max_cuts``.
 
     Raises:
@@ -388,6 +402,6 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
         r = pairwise_line(ev.makespan, cur[int(i)], space, None, batch_line=True)
         evals += r.evals
         cand = known.get((tuple(c), w), CutCandidate(tuple(c), w, float("nan"), "screen"))
-        ranked.append((r.value, cand))
-    ranked.sort(key=lambda t: t[0])
+        ranked.append(RankedCut(r.value, cand, r.alloc))
+    ranked.sort(key=lambda t: t.value)
     return ranked, evals

@@ -1,10 +1,12 @@
 """Exhaustive search for small instances: every allocation of every legal cut, scored by the
-vectorised evaluator (the oracle of the heuristic-gap experiment)."""
+vectorised evaluator (``exhaustive_search``, the optimum of the estimator's model) or by any
+exact scorer such as the event simulator (``exhaustive_exact``, the optimum under that scorer);
+the oracles of the heuristic-gap experiment."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,8 @@ from subgpu_jax.search.problem import Problem
 from subgpu_jax.space.config import (AllocSpace, binding, check_dispatch_policy, Config,
     enumerate_cuts)
 
-__all__ = ["ExhaustiveResult", "exhaustive_allocations", "exhaustive_search"]
+__all__ = ["ExhaustiveResult", "exhaustive_allocations", "exhaustive_search",
+           "count_configs", "exhaustive_exact"]
 
 
 @dataclass(frozen=True)
@@ -200,3 +203,84 @@ def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int]
     m_best = min(per_m, key=lambda k: per_m[k][1])
     return ExhaustiveResult(best=per_m[m_best][0], makespan_us=per_m[m_best][1], per_m=per_m,
                             evaluated=cnt)
+
+
+def _exact_plan(problem: Problem, D: int, microbatch_counts: Sequence[int], ws: Sequence[int]
+                ) -> list[tuple[int, int, list[tuple[int, ...]]]]:
+    """[(m, w, legal cuts of C_{D+w})] of an exhaustive search (w = 1 needs D >= 2 and
+    D + 1 <= n)."""
+    plan = []
+    for m in microbatch_counts:
+        g = problem.workload.graph(m)
+        for w in ws:
+            if w not in (0, 1):
+                raise ValueError(f"ws entries must be 0 or 1, got {w!r}")
+            if D + w > g.n or (D == 1 and w == 1):
+                continue
+            plan.append((int(m), int(w), list(enumerate_cuts(g.n, g.edges, D + w))))
+    return plan
+
+
+def count_configs(problem: Problem, D: int, microbatch_counts: Sequence[int],
+                  ws: Sequence[int] = (0, 1)) -> int:
+    """Configurations an exhaustive search of one D enumerates: legal cuts of C_{D+w} for each
+    w in ``ws`` and m, times |P_H^(D)| allocations.
+
+    Raises:
+        ValueError: empty allocation space, m not dividing the batch, w not in {0, 1}.
+    """
+    space = problem.space(D)
+    return sum(len(cuts) for _, _, cuts in _exact_plan(problem, D, microbatch_counts, ws)) \
+        * space.size
+
+
+def exhaustive_exact(problem: Problem, D: int, microbatch_counts: Sequence[int],
+                     exact: Callable[[Config], float], policy: str = "wavefront",
+                     ws: Sequence[int] = (0, 1), max_configs: int = 20_000
+                     ) -> ExhaustiveResult:
+    """The optimum of one D under an exact scorer (e.g. ``EventSimExact``, the event
+    simulator): every legal cut of C_{D+w} for each w in ``ws``, every allocation of P_H^(D),
+    every microbatch count, each scored by one ``exact`` call (memoise ``exact`` with
+    ``MemoScorer`` to share the calls with later searches). The same enumeration as
+    ``exhaustive_search``, one configuration at a time, so it suits small instances only.
+
+    Args:
+        problem: workload and GPU; D: stages (>= 1).
+        microbatch_counts: m values (each must divide the batch).
+        exact: ``Config -> makespan µs``.
+        policy: dispatch order; ws: boundary-reuse values to include.
+        max_configs: refuse larger spaces (ValueError) instead of running for hours.
+
+    Returns:
+        ``ExhaustiveResult`` (makespans of ``exact``, µs; ties go to the first configuration
+        in enumeration order).
+
+    Raises:
+        ValueError: unknown policy, empty allocation space, m not dividing the batch, w not in
+            {0, 1}, no legal cut, more than ``max_configs`` configurations, or ``exact`` not
+            callable.
+    """
+    check_dispatch_policy(policy)
+    if not callable(exact):
+        raise ValueError(f"exact must be a callable Config -> makespan µs, got {exact!r}")
+    max_configs = pos_int(max_configs, "max_configs")
+    space = problem.space(D)
+    plan = _exact_plan(problem, D, microbatch_counts, ws)
+    total = sum(len(cuts) for _, _, cuts in plan) * space.size
+    if total == 0:
+        raise ValueError(f"exhaustive_exact: no legal cut for D={D}")
+    if total > max_configs:
+        raise ValueError(f"exhaustive_exact: {total} configurations exceed max_configs="
+                         f"{max_configs}")
+    allocs = np.concatenate(list(space.iter_all()))
+    per_m: dict[int, tuple[Config, float]] = {}
+    for m, w, cuts in plan:
+        for c in cuts:
+            for a in allocs:
+                cfg = problem.config(c, D, w, a, m, policy)
+                v = float(exact(cfg))
+                if m not in per_m or v < per_m[m][1]:
+                    per_m[m] = (cfg, v)
+    m_best = min(per_m, key=lambda k: per_m[k][1])
+    return ExhaustiveResult(best=per_m[m_best][0], makespan_us=per_m[m_best][1], per_m=per_m,
+                            evaluated=total)

@@ -1,5 +1,10 @@
 """A search problem (workload on one GPU, cached duration tables and evaluators) and its exact
-scorers: ``EvaluatorExact`` (the evaluator's hard makespan) and ``MemoScorer`` (memoisation)."""
+scorers f (docs/method.md §4): ``EventSimExact`` (the event simulator, the scorer the method
+means), ``EvaluatorExact`` (the cheap estimator's own hard makespan, for studies of the search
+under that model) and ``MemoScorer`` (memoisation and call counting).
+
+An exact scorer is any callable ``exact(cfg: Config) -> makespan (µs)``; the searches take it as a
+required argument and never fall back to the estimator."""
 
 from __future__ import annotations
 
@@ -13,10 +18,13 @@ from subgpu_jax.model.graph import StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score import evaluator as _evmod
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.sim.eventsim import simulate
+from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
-__all__ = ["Problem", "EvaluatorExact", "MemoScorer"]
+__all__ = ["Problem", "EvaluatorExact", "EventSimExact", "MemoScorer"]
 
 
 class Problem:
@@ -91,7 +99,9 @@ class Problem:
 
 
 class EvaluatorExact:
-    """Default exact scorer: the vectorised evaluator's hard makespan of a ``Config`` (µs).
+    """Exact scorer under the cheap estimator's model: the vectorised evaluator's hard makespan
+    of a ``Config`` (µs, isolated static kernel durations, no contention). With it, Algorithm 1
+    optimises the estimator's model, not the simulator's; pass it explicitly for such studies.
 
     Args:
         problem: supplies graphs and cached evaluators.
@@ -146,7 +156,46 @@ class MemoScorer:
         return self.cache[cfg]
 
 
-def _memo(problem: Problem, exact: Callable[[Config], float] | None) -> MemoScorer:
-    if exact is None:
-        return MemoScorer(EvaluatorExact(problem))
+class EventSimExact:
+    """Exact scorer: the event simulator's makespan of a ``Config`` (µs), with the contention
+    model and L2 residency (``sim.eventsim.simulate``, docs/method.md §3).
+
+    Args:
+        problem: supplies the graph of each microbatch count and the GPU.
+        model: the ``ContentionModel`` (default ``ContentionModel()``, the calibrated defaults).
+        cache: L2 policy, ``"lru"``, ``"fifo"`` or ``"none"``.
+
+    Call: ``exact(cfg) -> float`` µs.
+
+    Raises:
+        ValueError: an unknown cache policy or a non-``ContentionModel`` model (at construction);
+            an infeasible ``cfg`` (at call, as ``Config.check``).
+    """
+
+    def __init__(self, problem: Problem, model=None, cache: str = "lru") -> None:
+        check_policy(cache)
+        if model is not None and not isinstance(model, ContentionModel):
+            raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
+        self.problem, self.cache = problem, cache
+        self.model = model if model is not None else ContentionModel()
+
+    def __call__(self, cfg: Config) -> float:
+        pb = self.problem
+        m = pb.workload.m_of(cfg)
+        g = pb.workload.graph(m)
+        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
+        return float(simulate(g, cfg, pb.hw, self.model, cache=self.cache, record=False,
+                              validate=False).makespan)
+
+
+def _memo(exact: Callable[[Config], float] | None) -> MemoScorer:
+    """``exact`` memoised (itself when it is a ``MemoScorer``).
+
+    Raises:
+        ValueError: ``exact`` is None or not callable (the searches need an explicit exact
+            scorer; they never fall back to the cheap estimator).
+    """
+    if exact is None or not callable(exact):
+        raise ValueError(f"exact must be an exact scorer Config -> makespan µs (e.g. "
+                         f"EventSimExact(problem) or EvaluatorExact(problem)), got {exact!r}")
     return exact if isinstance(exact, MemoScorer) else MemoScorer(exact)

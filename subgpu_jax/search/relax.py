@@ -151,7 +151,7 @@ def relax_allocation(ev: Evaluator, space: AllocSpace, restarts: int = 8, steps:
 
 
 def relax_and_polish(problem: Problem, seg_of: Sequence[int], D: int, w: int, m: int,
-                     policy: str = "wavefront", exact: Callable[[Config], float] | None = None,
+                     policy: str = "wavefront", *, exact: Callable[[Config], float],
                      L_sim: int | None = None, polish_top: int = 1, **relax_kw) -> AllocResult:
     """Relaxation + rounding + exact polish on one structure (our extension of docs/method.md §4).
 
@@ -161,7 +161,8 @@ def relax_and_polish(problem: Problem, seg_of: Sequence[int], D: int, w: int, m:
 
     Args:
         problem, seg_of, D, w, m, policy: the structure.
-        exact: exact scorer (default ``EvaluatorExact``), memoised.
+        exact: the exact scorer ``Config -> makespan µs`` (required, keyword-only; see
+            ``allocate_pairwise``), memoised.
         L_sim: pass limit of the exact polish (None = until no move improves).
         polish_top: rounded candidates polished (>= 1).
         **relax_kw: forwarded to ``relax_allocation``.
@@ -172,7 +173,7 @@ def relax_and_polish(problem: Problem, seg_of: Sequence[int], D: int, w: int, m:
     """
     t0 = time.perf_counter()
     polish_top = pos_int(polish_top, "polish_top")
-    memo = _memo(problem, exact)
+    memo = _memo(exact)
     calls0 = memo.calls
     space = problem.space(D)
     ev = problem.evaluator(seg_of, D, w, m, policy)

@@ -123,7 +123,8 @@ def test_relaxation_temperature_is_traced_and_result_feasible(tiny):
         assert np.all(sp.contains(r.rounded))
         assert r.smooth_history.shape == (20, 4)
         assert np.all(np.diff(r.temps) < 0)
-    best = S.relax_and_polish(tiny, (0, 0, 1, 1, 2), 3, 0, 2, restarts=4, steps=20)
+    best = S.relax_and_polish(tiny, (0, 0, 1, 1, 2), 3, 0, 2, exact=S.EvaluatorExact(tiny),
+                              restarts=4, steps=20)
     assert sp.contains(best.alloc)
     _, opt, _ = S.exhaustive_allocations(ev, sp)
     assert best.makespan_us <= r1.best_us + 1e-6 and best.makespan_us >= opt - 1e-6
@@ -266,8 +267,10 @@ def test_screen_never_worse_than_proposal(tiny, tiny_dag):
     """The screening extension polishes the proposal's choice too, so per grid point it is never
     worse than the faithful Algorithm 1."""
     for pb in (tiny, tiny_dag):
-        a = S.algorithm1(pb, [2, 3], [2], include_temporal=False)
-        b = S.algorithm1(pb, [2, 3], [2], include_temporal=False, cut_strategy="screen")
+        ex = S.EvaluatorExact(pb)
+        a = S.algorithm1(pb, [2, 3], [2], include_temporal=False, exact=ex)
+        b = S.algorithm1(pb, [2, 3], [2], include_temporal=False, cut_strategy="screen",
+                         exact=ex)
         assert [(r.m, r.D) for r in a.records] == [(r.m, r.D) for r in b.records]
         for ra, rb in zip(a.records, b.records):
             assert rb.makespan_us <= ra.makespan_us * (1 + 1e-6)
@@ -278,7 +281,8 @@ def test_screen_never_worse_than_proposal(tiny, tiny_dag):
 def test_screen_finds_exhaustive_optimum_on_tiny_chains(tiny):
     for D in (2, 3):
         ex = S.exhaustive_search(tiny, D, (1, 2))
-        b = S.algorithm1(tiny, [D], [1, 2], include_temporal=False, cut_strategy="screen")
+        b = S.algorithm1(tiny, [D], [1, 2], include_temporal=False, cut_strategy="screen",
+                         exact=S.EvaluatorExact(tiny))
         assert b.best().makespan_us == pytest.approx(ex.makespan_us, rel=1e-5)
 
 
@@ -288,18 +292,20 @@ def test_screen_cuts_budget_and_strategy_validation(tiny):
     assert S.screen_cuts(tiny, 2, 1, max_cuts=n_layouts - 1) is None
     ranked, evals = S.screen_cuts(tiny, 2, 1, max_cuts=n_layouts, top=3)
     assert 1 <= len(ranked) <= 3 and evals >= 2 * n_layouts
-    assert [v for v, _ in ranked] == sorted(v for v, _ in ranked)
-    for v, c in ranked:
+    assert [rc.value for rc in ranked] == sorted(rc.value for rc in ranked)
+    for v, c, alloc in ranked:
+        assert tiny.evaluator(c.seg_of, 2, c.w, 1).makespan(alloc[None])[0] == pytest.approx(v)
         ev = tiny.evaluator(c.seg_of, 2, c.w, 1)
         assert v >= S.exhaustive_allocations(ev, tiny.space(2))[1] * (1 - 1e-6)
     # over budget, "screen" falls back to the local search and stays feasible
-    r = S.algorithm1(tiny, [2], [1], include_temporal=False, cut_strategy="screen",
+    ex = S.EvaluatorExact(tiny)
+    r = S.algorithm1(tiny, [2], [1], include_temporal=False, cut_strategy="screen", exact=ex,
                      screen_max_cuts=1)
     assert tiny.space(2).contains(np.array(r.records[0].alloc))
     with pytest.raises(ValueError, match="cut_strategy"):
-        S.algorithm1(tiny, [2], [1], cut_strategy="nope")
+        S.algorithm1(tiny, [2], [1], cut_strategy="nope", exact=ex)
     with pytest.raises(ValueError, match="contradicts"):
-        S.algorithm1(tiny, [2], [1], cut_strategy="screen", cut_local_search=True)
+        S.algorithm1(tiny, [2], [1], cut_strategy="screen", cut_local_search=True, exact=ex)
     with pytest.raises(ValueError, match="eta"):
         S.screen_cuts(tiny, 2, 1, eta=1)
 
@@ -309,7 +315,7 @@ def test_bad_inputs(tiny):
     with pytest.raises(ValueError, match="policy"):
         tiny.evaluator((0, 0, 1, 1, 1), 2, 0, 1, policy="bogus")
     with pytest.raises(ValueError, match="policy"):
-        S.algorithm1(tiny, [2], [1], policies=["bogus"])
+        S.algorithm1(tiny, [2], [1], policies=["bogus"], exact=S.EvaluatorExact(tiny))
     with pytest.raises(ValueError, match="budget"):
         AllocSpace(D=2, budget=0, quantum=8, minimum=8)
     with pytest.raises(ValueError, match="sm_budget"):
