@@ -121,6 +121,9 @@ def main(argv=None) -> int:
     skipped: list = []
     pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches"],
                      kv_history=a.kv_history, parallelisms=pars, hw=hw, skipped=skipped)
+    # temporal baselines first, then by microbatch count and stage count: a sweep cut short by
+    # its --budget covers every deployment at the smaller microbatch counts
+    pts = sorted(pts, key=lambda p: (p.D > 1, p.microbatches, p.D))
     if skipped:
         print(f"skipped {len(skipped)} infeasible combinations, e.g. {skipped[0]}")
     out = os.path.join(HERE, "results", f"frontier_{a.study}")

@@ -88,6 +88,48 @@ def instance(i: int, exact_kind: str, hw, max_configs: int):
     return wl, None, f"{S.count_configs(pb, 2, MS)} configurations at D=2 > {max_configs}"
 
 
+def write(out: str, exact_kind: str, rows: list, skipped: list, seconds: float) -> dict:
+    """Summarise the instances done so far and write the results file (after every instance,
+    so an interrupted run keeps its rows). Returns the summary."""
+    def variant(key: str) -> dict:
+        d = dict(all=dist([r[f"{key}_gap"] for r in rows]),
+                 chains=dist([r[f"{key}_gap"] for r in rows if r["chain"]]),
+                 dags=dist([r[f"{key}_gap"] for r in rows if not r["chain"]]),
+                 alloc_only=dist([r[f"{key}_alloc_gap"] for r in rows]),
+                 exact_calls_mean=float(np.mean([r[f"{key}_exact_calls"] for r in rows])))
+        if key != "relax":
+            d["cheap_evals_mean"] = float(np.mean([r[f"{key}_cheap_evals"] for r in rows]))
+            ranks = [k for r in rows for k in r[f"{key}_cheap_ranks"]]
+            d["grid_points"] = len(ranks)
+            d["choice_changed_by_exact_ranking"] = int(sum(k > 0 for k in ranks))
+        return d
+
+    changed = [r for r in rows if abs(r["alg1_us"] - r["alg1_top1_us"]) > 1e-6 * r["optimum_us"]]
+    summary = dict(
+        exact=("event simulator (EventSimExact: contention + LRU L2)" if exact_kind == "event"
+               else "cheap estimator's model (EvaluatorExact)"),
+        instances=len(rows), skipped=len(skipped), chains=int(sum(r["chain"] for r in rows)),
+        exact_top=EXACT_TOP, line_search="published (docs/method.md §4)",
+        target="gap <= 1% in >= 95% of instances",
+        variants={k: variant(k) for k in VARIANTS},
+        estimator_optimum=dist([r["estimator_optimum_gap"] for r in rows]),
+        exact_ranking=dict(
+            budget=f"{EXACT_TOP} layouts of the cheap ranking scored by the exact scorer per "
+                   "grid point (one call each)",
+            instances_best_changed=len(changed),
+            improved=int(sum(r["alg1_us"] < r["alg1_top1_us"] for r in changed)),
+            worsened=int(sum(r["alg1_us"] > r["alg1_top1_us"] for r in changed))),
+        exhaustive_configs_mean=float(np.mean([r["configs"] for r in rows])),
+        seconds=seconds, cpu_seconds=time.process_time(),
+    )
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(dict(summary=summary, rows=rows, skipped=skipped,
+                       hardware=dict(base="H200", sm_quantum=16, min_pool_sms=16, sm_budget=128),
+                       microbatch_counts=list(MS)), fh, indent=1)
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--exact", choices=("event", "static"), default="event")
@@ -103,7 +145,7 @@ def main() -> None:
                                    "heuristic_gap.json" if args.exact == "event"
                                    else "heuristic_gap_static.json")
     hw = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
-    rows, skipped = [], []
+    rows, skipped, summary = [], [], {}
     t_all = time.perf_counter()
     print(f"{'#':>3s} {'instance':26s} {'D':>1s} {'optimum_us':>11s} " +
           " ".join(f"{v[:9]:>9s}" for v in VARIANTS) + f" {'est_opt':>8s} {'cfgs':>6s} {'s':>5s}")
@@ -173,45 +215,8 @@ def main() -> None:
               " ".join(f"{row[f'{v}_gap']:9.4f}" for v in VARIANTS) +
               f" {row['estimator_optimum_gap']:8.4f} {ex.evaluated:6d} {row['seconds']:5.1f}",
               flush=True)
-
-    def variant(key: str) -> dict:
-        d = dict(all=dist([r[f"{key}_gap"] for r in rows]),
-                 chains=dist([r[f"{key}_gap"] for r in rows if r["chain"]]),
-                 dags=dist([r[f"{key}_gap"] for r in rows if not r["chain"]]),
-                 alloc_only=dist([r[f"{key}_alloc_gap"] for r in rows]),
-                 exact_calls_mean=float(np.mean([r[f"{key}_exact_calls"] for r in rows])))
-        if key != "relax":
-            d["cheap_evals_mean"] = float(np.mean([r[f"{key}_cheap_evals"] for r in rows]))
-            ranks = [k for r in rows for k in r[f"{key}_cheap_ranks"]]
-            d["grid_points"] = len(ranks)
-            d["choice_changed_by_exact_ranking"] = int(sum(k > 0 for k in ranks))
-        return d
-
-    changed = [r for r in rows if abs(r["alg1_us"] - r["alg1_top1_us"]) > 1e-6 * r["optimum_us"]]
-    summary = dict(
-        exact=("event simulator (EventSimExact: contention + LRU L2)" if args.exact == "event"
-               else "cheap estimator's model (EvaluatorExact)"),
-        instances=len(rows), skipped=len(skipped), chains=int(sum(r["chain"] for r in rows)),
-        exact_top=EXACT_TOP, line_search="published (docs/method.md §4)",
-        target="gap <= 1% in >= 95% of instances",
-        variants={k: variant(k) for k in VARIANTS},
-        estimator_optimum=dist([r["estimator_optimum_gap"] for r in rows]),
-        exact_ranking=dict(
-            budget=f"{EXACT_TOP} layouts of the cheap ranking scored by the exact scorer per "
-                   "grid point (one call each)",
-            instances_best_changed=len(changed),
-            improved=int(sum(r["alg1_us"] < r["alg1_top1_us"] for r in changed)),
-            worsened=int(sum(r["alg1_us"] > r["alg1_top1_us"] for r in changed))),
-        exhaustive_configs_mean=float(np.mean([r["configs"] for r in rows])),
-        seconds=time.perf_counter() - t_all,
-    )
+        summary = write(out, args.exact, rows, skipped, time.perf_counter() - t_all)
     print(json.dumps(summary, indent=1))
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as fh:
-        json.dump(dict(summary=summary, rows=rows, skipped=skipped,
-                       hardware=dict(base="H200", sm_quantum=16, min_pool_sms=16, sm_budget=128),
-                       microbatch_counts=list(MS)), fh, indent=1)
-
 
 if __name__ == "__main__":
     main()

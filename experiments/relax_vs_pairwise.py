@@ -112,39 +112,43 @@ def main() -> None:
               f"{pw.exact_calls:5d} {rx.makespan_us:12.1f} {rx.exact_calls:5d} "
               f"{rx.makespan_us / pw.makespan_us:8.4f} "
               f"{'' if opt is None else f'{opt:12.1f}'}", flush=True)
-    r = np.array([x["relax_us"] / x["pairwise_us"] for x in rows])
-    with_opt = [x for x in rows if x["optimum_us"] is not None]
-    summary = dict(
-        points=len(rows),
-        relax_better=int(np.sum(r < 1 - 1e-6)), tie=int(np.sum(np.abs(r - 1) <= 1e-6)),
-        pairwise_better=int(np.sum(r > 1 + 1e-6)),
-        ratio_relax_over_pairwise=dict(mean=float(r.mean()), min=float(r.min()),
-                                       max=float(r.max())),
-        exact_calls_mean=dict(pairwise=float(np.mean([x["pairwise_exact_calls"] for x in rows])),
-                              relax=float(np.mean([x["relax_exact_calls"] for x in rows]))),
-        exact_calls_total=dict(pairwise=int(sum(x["pairwise_exact_calls"] for x in rows)),
-                               relax=int(sum(x["relax_exact_calls"] for x in rows))),
-        with_optimum=len(with_opt),
-        pairwise_at_optimum=int(sum(x["pairwise_us"] <= x["optimum_us"] * (1 + 1e-6)
-                                    for x in with_opt)),
-        relax_at_optimum=int(sum(x["relax_us"] <= x["optimum_us"] * (1 + 1e-6)
-                                 for x in with_opt)),
-        max_gap_to_optimum=dict(
-            pairwise=float(max((x["pairwise_us"] / x["optimum_us"] - 1 for x in with_opt),
-                               default=float("nan"))),
-            relax=float(max((x["relax_us"] / x["optimum_us"] - 1 for x in with_opt),
-                            default=float("nan")))),
-        seconds=time.perf_counter() - t_all,
-    )
+        # summary and results file after every point (an interrupted run keeps its rows)
+        r = np.array([x["relax_us"] / x["pairwise_us"] for x in rows])
+        with_opt = [x for x in rows if x["optimum_us"] is not None]
+        summary = dict(
+            points=len(rows),
+            relax_better=int(np.sum(r < 1 - 1e-6)), tie=int(np.sum(np.abs(r - 1) <= 1e-6)),
+            pairwise_better=int(np.sum(r > 1 + 1e-6)),
+            ratio_relax_over_pairwise=dict(mean=float(r.mean()), min=float(r.min()),
+                                           max=float(r.max())),
+            exact_calls_mean=dict(
+                pairwise=float(np.mean([x["pairwise_exact_calls"] for x in rows])),
+                relax=float(np.mean([x["relax_exact_calls"] for x in rows]))),
+            exact_calls_total=dict(pairwise=int(sum(x["pairwise_exact_calls"] for x in rows)),
+                                   relax=int(sum(x["relax_exact_calls"] for x in rows))),
+            with_optimum=len(with_opt),
+            pairwise_at_optimum=int(sum(x["pairwise_us"] <= x["optimum_us"] * (1 + 1e-6)
+                                        for x in with_opt)),
+            relax_at_optimum=int(sum(x["relax_us"] <= x["optimum_us"] * (1 + 1e-6)
+                                     for x in with_opt)),
+            max_gap_to_optimum=dict(
+                pairwise=float(max((x["pairwise_us"] / x["optimum_us"] - 1 for x in with_opt),
+                                   default=float("nan"))),
+                relax=float(max((x["relax_us"] / x["optimum_us"] - 1 for x in with_opt),
+                                default=float("nan")))),
+            seconds=time.perf_counter() - t_all, cpu_seconds=time.process_time(),
+        )
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, "w") as fh:
+            json.dump(dict(summary=summary, rows=rows,
+                           scorer=("EventSimExact (event simulator, contention + LRU L2)"
+                                   if event else "EvaluatorExact (static model)"),
+                           opt_limit=opt_limit,
+                           settings=dict(L_est=None, L_sim_pairwise=2, L_sim_relax=None,
+                                         relax=dict(restarts=8, steps=150, lr=0.15,
+                                                    temp_start=2e-2, temp_end=2e-4))),
+                      fh, indent=1)
     print(json.dumps(summary, indent=1))
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as fh:
-        json.dump(dict(summary=summary, rows=rows,
-                       scorer=("EventSimExact (event simulator, contention + LRU L2)" if event
-                               else "EvaluatorExact (static model)"), opt_limit=opt_limit,
-                       settings=dict(L_est=None, L_sim_pairwise=2, L_sim_relax=None,
-                                     relax=dict(restarts=8, steps=150, lr=0.15,
-                                                temp_start=2e-2, temp_end=2e-4))), fh, indent=1)
 
 
 if __name__ == "__main__":
