@@ -12,10 +12,12 @@ models every expert-parallel degree e dividing both the GPU count and the expert
 replicated n/e times; ``build_grid`` drops deployments whose weights and KV cache do not fit).
 ``--narrow`` restores the first published grid (D = 2..4, m = 1, 2, 4, the largest EP only).
 
-Cost on the 2-core CI-class machine with the event simulator: the wide Llama-3.1-70B study
-(226 SubGPU grid points) takes about 35 CPU-minutes (one core); the MoE studies are several
-times larger (EP axis) and are meant for the distributed sweep (``subgpu_jax.app.distributed``)
-or ``--budget`` chunks (the sweep resumes).
+Cost with the event simulator on a 2-core CPU machine: a Llama-3.1-70B grid point takes
+about 5-25 CPU-seconds (more stages and microbatches cost more), so the wide Llama study (236
+grid points) needs tens of CPU-minutes; the digest records each call's CPU time
+(``cpu_seconds``). The MoE studies are several times larger (EP axis) and are meant for the
+distributed sweep (``subgpu_jax.app.distributed``) or ``--budget`` chunks (the sweep resumes;
+points run temporal first, then by microbatch and stage count).
 
 Each study is a resumable sweep (kill it and run again: finished grid points are kept) written to
 ``experiments/results/frontier_<study>/`` (records.csv, records.jsonl, summary.json,
@@ -31,6 +33,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.app.searchjob import run_search
@@ -140,6 +143,7 @@ def main(argv=None) -> int:
               "per_user_gain_at_matched_per_gpu": m["per_user_gain_at_matched_per_gpu"],
               "per_gpu_gain_at_matched_per_user": m["per_gpu_gain_at_matched_per_user"],
               "grid": {k: st[k] for k in ("stages", "microbatches", "all_ep")},
+              "cpu_seconds": time.process_time(),
               "candidates": candidate_stats(list(SweepStore(out, meta, resume=True).records)),
               "best": summ["best_speedup_record"]}
     path = os.path.join(HERE, "results", "frontier_studies.json")
