@@ -85,23 +85,10 @@ def _graph_of(torch, stream, fn, reps: int):
     return g
 
 
-def _replay_ms(torch, g, stream, reps: int = 5) -> float:
-    ts = []
-    with torch.cuda.stream(stream):
-        g.replay()
-        for _ in range(reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record(stream)
-            g.replay()
-            e1.record(stream)
-            e1.synchronize()
-            ts.append(e0.elapsed_time(e1))
-    return statistics.median(ts)
-
-
 def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     """Co-running pairs on a two-pool partition ``part`` (pool 0 runs A, pool 1 runs B).
 
+    Timing: ``hw_runtime.gpu.corun``'s spin-gated protocol (host graph-launch time excluded).
     A = the full-attention FMHA of microbatch 0 over 4 region instances. B = (1) the expert
     up-projection, (2) an 8192^3 bf16 GEMM (compute-bound, not a workload kernel), (3) the
     full-attention FMHA of the last microbatch. B's graph is replayed back to back until A is
@@ -134,40 +121,23 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
         ("attn_full", lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions),
          {"name": g.kernels[ia].name + f"(mb{m - 1})", "key": kernel_key(g.kernels[ia])}, 1),
     ]
-    a_alone = _replay_ms(torch, ga, s0, reps)
+    from hw_runtime.gpu.corun import _time_alone, _time_corun  # one timing protocol
+
+    a_alone = _time_alone(torch, ga, s0, reps) / 1e3   # ms
     out = []
     for label, fn, info, nb in cands:
         gb = _graph_of(torch, s1, fn, nb)
-        b_alone = _replay_ms(torch, gb, s1, reps)
+        b_alone = _time_alone(torch, gb, s1, reps) / 1e3
         rb = max(2, int(math.ceil(a_alone / b_alone)) + 2)
-        ta, tb = [], []
-        for _ in range(reps):
-            e0 = torch.cuda.Event(enable_timing=True)
-            ea = torch.cuda.Event(enable_timing=True)
-            eb = torch.cuda.Event(enable_timing=True)
-            e0.record(s0)
-            s1.wait_event(e0)
-            with torch.cuda.stream(s1):
-                for _ in range(rb):
-                    gb.replay()
-            with torch.cuda.stream(s0):
-                ga.replay()
-            ea.record(s0)
-            eb.record(s1)
-            eb.synchronize()
-            ea.synchronize()
-            ta.append(e0.elapsed_time(ea))
-            tb.append(e0.elapsed_time(eb))
+        a_co, b_co = _time_corun(torch, ga, s0, gb, s1, rb, reps)   # µs, spin-gated start
         out.append({"pair": f"attn_full|{label}", "a": {"name": g.kernels[ia].name,
                     "key": kernel_key(g.kernels[ia]), "launches": L},
                     "b": {**info, "launches": nb}, "pools": list(part.granted),
                     "global_batch": wl.deployment.global_batch, "microbatches": m,
                     "a_alone_us": a_alone * 1e3, "b_alone_us": b_alone * 1e3,
-                    "a_corun_us": statistics.median(ta) * 1e3, "b_replays": rb,
-                    "b_corun_us": statistics.median(tb) * 1e3 / rb,
-                    "a_slowdown": statistics.median(ta) / a_alone - 1.0})
+                    "a_corun_us": a_co, "b_replays": rb, "b_corun_us": b_co,
+                    "a_slowdown": a_co / (a_alone * 1e3) - 1.0})
         del gb
-    del ga, A_, B_, C_
     return out
 
 
