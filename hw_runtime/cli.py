@@ -230,8 +230,8 @@ def prepare_run(a):
     m = wl.microbatches_of(cfg.microbatch)
     model = ContentionModel()
     hw_sim = hw
-    if getattr(a, "cache", None) is None:
-        a.cache = "none" if a.calibration else "lru"
+    from subgpu_jax.app.options import resolve_cache
+    a.cache = resolve_cache(getattr(a, "cache", None), a.calibration)
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
         cal = load_calibration(a.calibration, wl.arch, dep, hw)

@@ -22,7 +22,7 @@ from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (choose_split, int_list as _int_list, resolve_arch_ep,
-                                    resolve_parallelism, str_list as _str_list)
+                                    resolve_cache, resolve_parallelism, str_list as _str_list)
 
 __all__ = ["main", "build_parser"]
 
@@ -232,8 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "per-kernel durations (no contention, no cache)")
     sm.add_argument("--no-contention", action="store_true",
                     help="event simulator with every kernel at its isolated static rate")
-    sm.add_argument("--cache", default="lru",
-                    help="L2 residency policy of the event simulator: lru (default), fifo, none")
+    sm.add_argument("--cache", default=None, help="L2 residency policy of the event simulator: "
+                    "lru, fifo, none. Default: none with --calibration, else lru")
     sm.add_argument("--calibration", metavar="FILE.json", default=None,
                     help="measured calibration (subgpu calibrate): per-kernel time tables over "
                          "SM pools and the HBM bandwidth curve replace the analytical kernel "
@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--exact", default="event", choices=("event", "static"),
                    help="exact scorer: event simulator with contention and L2 (default) or the "
                         "static max-plus evaluator")
-    x.add_argument("--cache", default="lru", help="L2 policy of the event simulator")
+    x.add_argument("--cache", default=None, help="L2 policy (default none if calibrated, else lru)")
     x.add_argument("--cut-strategy", default="proposal",
                    choices=("proposal", "local_search", "screen"),
                    help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
@@ -390,7 +390,7 @@ def _cmd_simulate(a) -> int:
     extra_c: dict = {}
     from subgpu_jax.sim.l2cache import check_policy as _check_cache
 
-    _check_cache(a.cache)
+    a.cache = _check_cache(resolve_cache(a.cache, a.calibration))
     from subgpu_jax.app.step import simulate_step
     from subgpu_jax.model.graph import build_forward
 
@@ -675,7 +675,7 @@ def _cmd_search(a) -> int:
             "parallelisms": pars or "all", "batches": batches, "stages": stages,
             "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
             **({"streams_per_stage": ks} if ks != [1] else {}),
-            "exact": a.exact, "cache": a.cache, "l_sim": a.l_sim}
+            "exact": a.exact, "cache": resolve_cache(a.cache, a.calibration), "l_sim": a.l_sim}
     if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
                     routing_imbalance=1.0):
         meta["deployment_options"] = opts
@@ -707,7 +707,7 @@ def _cmd_search(a) -> int:
             init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
                          min(cluster.timeout_s, 60.0))
     stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
-                             exact=a.exact, cache=a.cache, L_sim=a.l_sim,
+                             exact=a.exact, cache=meta["cache"], L_sim=a.l_sim,
                              progress=not a.no_progress, calibration=cal,
                              cut_strategy=a.cut_strategy,
                              min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,

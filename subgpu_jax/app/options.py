@@ -5,7 +5,25 @@ GPU count, and the SM split of ``subgpu simulate`` (given, even, or a quick sear
 
 from __future__ import annotations
 
-__all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split"]
+__all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split",
+           "resolve_cache"]
+
+
+def resolve_cache(cache: str | None, calibration: str | None) -> str:
+    """The L2 policy of the event simulator when ``--cache`` is not given: ``none`` with a
+    calibration (the measured kernel times already hold the L2 behaviour of the real run, so
+    the residency model would count those hits twice; docs/fidelity.md), else ``lru``.
+
+    Args:
+        cache: the ``--cache`` option (None = not given). calibration: the ``--calibration`` path.
+
+    Returns:
+        ``cache`` when given, else the default above (validity is checked by
+        ``sim.l2cache.check_policy``).
+    """
+    if cache is not None:
+        return cache
+    return "none" if calibration else "lru"
 
 
 def int_list(s: str, field: str, unique: bool = True) -> list[int]:

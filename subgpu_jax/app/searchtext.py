@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 
+from subgpu_jax.app.options import resolve_cache
 from subgpu_jax.app.report import validation_status
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 
@@ -126,8 +127,8 @@ def search_reproduce_command(a, best: dict) -> list[str]:
         cmd += ["--streams-per-stage", str(int(best["streams_per_stage"]))]
     if a.exact == "static":
         cmd += ["--simulator", "static"]
-    elif a.cache != "lru":
-        cmd += ["--cache", a.cache]
+    elif a.cache is not None and a.cache != resolve_cache(None, a.calibration):
+        cmd += ["--cache", a.cache]  # only when it differs from simulate's own default
     if a.calibration:
         cmd += ["--calibration", a.calibration]
     return cmd
@@ -180,7 +181,7 @@ def search_grid_args(a) -> list[str]:
     if _csv(getattr(a, "streams_per_stage", "1")) != "1":
         args += ["--streams-per-stage", _csv(a.streams_per_stage)]
     for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
-                         ("exact", "event"), ("cache", "lru"), ("l_sim", 2)):
+                         ("exact", "event"), ("cache", None), ("l_sim", 2)):
         if getattr(a, opt) != default:
             args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
     return args
