@@ -219,8 +219,8 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     beat = [G for G, v in bs.items() if v["best_speedup_measured"] > 1]
     best_txt = ", ".join(f"{v['best_speedup_measured']:.3f}x at G={G:,}" for G, v in bs.items())
     err = max(v["max_abs_error"] for v in bs.values())
-    measured = (f"best measured {best_txt}; the simulator's error on pipelined "
-                f"configurations reached {err:.0%} ({rel})")
+    measured = (f"first validation ({rel}): best measured {best_txt}, and the simulator at the "
+                f"time erred by up to {err:.0%} on pipelined configurations")
     fid = d / f"hw_fidelity_{gpu.lower()}.json"
     if fid.is_file():  # the fidelity study (kernel-aware calibrated model, 5 workloads)
         try:
@@ -228,7 +228,7 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
             med = [float(v["median_abs_error"]) for v in ws.values() if v]
             out["fidelity"] = {"file": f"experiments/results/{fid.name}", "workloads": len(med),
                                "median_abs_error": med}
-            measured += (f"; the kernel-aware calibrated model's median |error| is "
+            measured += (f"; the current kernel-aware calibrated model's median |error| is "
                          f"{min(med):.0%}-{max(med):.0%} over {len(med)} workloads "
                          f"(experiments/results/{fid.name})")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
