@@ -60,10 +60,7 @@ def sim_workload(name: str):
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import MODELS
     from subgpu_jax.model.workload import Workload
-
-    def hopper_arch(arch):  # bf16 experts: Hopper has no MXFP4 tensor cores
-        return arch if arch.expert_dtype == "bf16" else dataclasses.replace(arch,
-                                                                            expert_dtype="bf16")
+    from hw_runtime.gpu.workload import hopper_arch  # bf16 experts (importable without torch)
 
     model, fields = WORKLOADS[name]
     dep = dataclasses.replace(Deployment(), **fields)

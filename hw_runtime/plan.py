@@ -175,10 +175,7 @@ def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None,
     segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == kk) for kk in range(cfg.K)]
     T = dag.T
     stage = [int(s) for s in dag.stage]
-    lane, seen = [0] * T, [0] * cfg.D
-    for i in range(T):
-        lane[i] = stage[i] * k + seen[stage[i]] % k
-        seen[stage[i]] += 1
+    lane = [int(x) for x in dag.lanes()]
     waits = []
     recorded = [False] * T
     for i in range(T):

@@ -29,14 +29,12 @@ class MappingError(ValueError):
 def lanes_of_plan(plan, streams_per_stage: int = 1) -> dict[tuple[int, int], list]:
     """The launch lanes of ``plan``: ``(stage, substream) -> [(task, op), ...]`` in issue order.
 
-    With k streams per stage the j-th task issued on stage d goes to substream j mod k (the
-    runtime's rule, ``hw_runtime.plan``).
+    The substream is the task's lane within its stage (``PlanTask.lane`` = stage * k +
+    substream, set by ``hw_runtime.plan`` from ``TaskDAG.lanes``).
     """
     lanes: dict[tuple[int, int], list] = defaultdict(list)
-    seen = defaultdict(int)
     for t in plan.tasks:
-        j = seen[t.stage] % streams_per_stage
-        seen[t.stage] += 1
+        j = t.lane - t.stage * streams_per_stage
         for op in t.kernels:
             lanes[(t.stage, j)].append((t, op))
     return dict(lanes)

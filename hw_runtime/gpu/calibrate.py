@@ -72,19 +72,6 @@ def copy_bandwidth(torch, stream, nbytes: int = 2 ** 30, reps: int = 10) -> floa
     return 2.0 * n * 2 / statistics.median(ts)
 
 
-def _graph_of(torch, stream, fn, reps: int):
-    """CUDA graph of ``reps`` calls of ``fn`` captured on ``stream`` (after one eager warm call)."""
-    with torch.cuda.stream(stream):
-        fn()
-    stream.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=stream):
-        for r in range(reps):
-            fn(r)
-    stream.synchronize()
-    return g
-
-
 def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     """Co-running pairs on a two-pool partition ``part`` (pool 0 runs A, pool 1 runs B).
 
@@ -102,6 +89,8 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     """
     from subgpu_jax.sim.probe import probe_kernels
 
+    from hw_runtime.gpu.corun import _time_alone, _time_corun, capture_graph  # one protocol
+
     s0, s1 = part.stream(0, 0), part.stream(1, 0)
     g = wl.graph
     ia = g.index([k.name for k in g.kernels if k.category == "attn_full"][-1])
@@ -112,7 +101,7 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     B_ = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
     C_ = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")
     L = min(4, g.num_regions)
-    ga = _graph_of(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
+    ga = capture_graph(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
     cands = [
         ("expert_up", lambda r=0: wl.launch(iu, m - 1, r % g.num_regions),
          {"name": g.kernels[iu].name, "key": kernel_key(g.kernels[iu])}, 8),
@@ -121,12 +110,11 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
         ("attn_full", lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions),
          {"name": g.kernels[ia].name + f"(mb{m - 1})", "key": kernel_key(g.kernels[ia])}, 1),
     ]
-    from hw_runtime.gpu.corun import _time_alone, _time_corun  # one timing protocol
 
     a_alone = _time_alone(torch, ga, s0, reps) / 1e3   # ms
     out = []
     for label, fn, info, nb in cands:
-        gb = _graph_of(torch, s1, fn, nb)
+        gb = capture_graph(torch, s1, fn, nb)
         b_alone = _time_alone(torch, gb, s1, reps) / 1e3
         rb = max(2, int(math.ceil(a_alone / b_alone)) + 2)
         a_co, b_co = _time_corun(torch, ga, s0, gb, s1, rb, reps)   # µs, spin-gated start

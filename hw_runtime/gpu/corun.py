@@ -133,7 +133,7 @@ class ClockSampler:
                 "max_mhz": max(s)}
 
 
-def _graph(torch, stream, fn: Callable[[int], Any], launches: int):
+def capture_graph(torch, stream, fn: Callable[[int], Any], launches: int):
     """CUDA graph of ``launches`` calls ``fn(r)`` captured on ``stream`` (after eager warm-up)."""
     with torch.cuda.stream(stream):
         for r in range(min(2, launches)):
@@ -264,12 +264,12 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
             ga_, gb_, ta_, tb_ = {}, {}, {}, {}
             for c in classes:
                 # launches sized on a one-launch probe on pool a
-                g1 = _graph(torch, sa, fn_of(c), 1)
+                g1 = capture_graph(torch, sa, fn_of(c), 1)
                 t1 = _time_alone(torch, g1, sa, 3)
                 del g1
                 n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
-                ga_[c] = _graph(torch, sa, fn_of(c), n)
-                gb_[c] = _graph(torch, sb, fn_of(c), n)
+                ga_[c] = capture_graph(torch, sa, fn_of(c), n)
+                gb_[c] = capture_graph(torch, sb, fn_of(c), n)
                 ta_[c] = _time_alone(torch, ga_[c], sa, reps)
                 tb_[c] = _time_alone(torch, gb_[c], sb, reps)
                 out["alone"].append({"class": c, "sms": int(part.granted[0]), "us": ta_[c],
@@ -315,7 +315,7 @@ def event_latency(torch, n: int = 200, reps: int = 5) -> dict:
     def one(r=0):
         x.add_(1.0)
 
-    g1 = _graph(torch, s1, one, n)
+    g1 = capture_graph(torch, s1, one, n)
     g2 = torch.cuda.CUDAGraph()
     with torch.cuda.stream(s1):
         one()
