@@ -348,28 +348,33 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
 
 
 def search_records(folder: str) -> list[dict]:
-    """The evaluated records of a ``subgpu search`` folder (``records.jsonl``; lines that are not
-    records, such as completion markers, are skipped).
+    """The evaluated records of a ``subgpu search`` folder, read from ``records.csv``: the
+    search job writes it from the records its store verified (checksums, duplicates and torn
+    lines already handled there), so they are not parsed again from ``records.jsonl``.
+
+    Returns:
+        one dict per record, numbers as int or float.
 
     Raises:
-        ValueError: no readable records.jsonl, or no record in it (one line).
+        ValueError: no readable records.csv, or no record in it (one line).
     """
-    path = os.path.join(folder, "records.jsonl")
+    import csv
+
+    def num(v: str):
+        for conv in (int, float):
+            try:
+                return conv(v)
+            except ValueError:
+                pass
+        return v
+
+    path = os.path.join(folder, "records.csv")
     try:
-        with open(path) as fh:
-            lines = fh.read().splitlines()
+        with open(path, newline="") as fh:
+            out = [{k: num(v) for k, v in r.items()} for r in csv.DictReader(fh)]
     except OSError as e:
         raise ValueError(f"--from-search: cannot read {path}: {e.strerror or e}") from None
-    out = []
-    for ln in lines:
-        try:
-            r = json.loads(ln)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(r, dict) and isinstance(r.get("record"), dict):
-            r = r["record"]
-        if isinstance(r, dict) and "makespan_us" in r and "mode" in r:
-            out.append(r)
+    out = [r for r in out if "makespan_us" in r and "mode" in r]
     if not out:
         raise ValueError(f"--from-search: {path} holds no evaluated record")
     return out

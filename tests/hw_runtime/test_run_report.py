@@ -174,15 +174,18 @@ def test_run_refuses_without_gpu(tmp_path, capsys):
 def test_top_records_per_batch_and_refusal(tmp_path):
     """``--from-search DIR --top K``: per batch the temporal record then the K shortest
     predicted SubGPU records; a search made for another GPU is refused with the command that
-    makes one for this GPU; non-record lines of records.jsonl are skipped."""
+    makes one for this GPU; records come from the search's verified records.csv."""
     from hw_runtime.cli import search_records, top_records
 
     recs = [{"mode": "temporal", "global_batch": 512, "makespan_us": 100.0, "hardware": "H200"}]
     recs += [{"mode": "subgpu", "global_batch": 512, "makespan_us": t, "hardware": "H200"}
              for t in (90.0, 80.0, 95.0)]
     recs += [{"mode": "subgpu", "global_batch": 2048, "makespan_us": 300.0, "hardware": "H200"}]
-    path = tmp_path / "records.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in recs) + '\n{"_done": "x"}\n')
+    import csv
+    with open(tmp_path / "records.csv", "w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=list(recs[0]))
+        wr.writeheader()
+        wr.writerows(recs)
     got = top_records(search_records(str(tmp_path)), 2, "H200")
     assert [r["makespan_us"] for r in got[512]] == [100.0, 80.0, 90.0]
     assert [r["makespan_us"] for r in got[2048]] == [300.0]
@@ -191,7 +194,7 @@ def test_top_records_per_batch_and_refusal(tmp_path):
     with pytest.raises(ValueError, match="--top"):
         top_records(recs, 0, "H200")
     with pytest.raises(ValueError, match="no evaluated record"):
-        (tmp_path / "records.jsonl").write_text('{"_done": "x"}\n')
+        (tmp_path / "records.csv").write_text("mode,global_batch,makespan_us,hardware\n")
         search_records(str(tmp_path))
 
 
