@@ -182,7 +182,7 @@ def fitdata_phase(args) -> int:
             cal = calibrate(wl.arch, wl.deploy, batches=(wl.deploy.global_batch,),
                             microbatches=(1, 2, 4), pools=(16, 32, 48, 64, 80, 96, 128),
                             reps=5, coruns=False, copy_curve=(name == args.workloads[0]),
-                            log=log)
+                            log=log, gemm=args.gemm)
             base = _torch_workload(wl, 1)
             counts = {1: op_activity_counts(base)}
             for m in (2, 4):
@@ -191,7 +191,8 @@ def fitdata_phase(args) -> int:
             cal["activity_counts"] = {str(k): v for k, v in counts.items()}
             if name == args.corun_workload:
                 wl2 = derive_workload(base, wl.graph(2)) if wl.batch % 2 == 0 else base
-                cm = corun_matrix(wl2, log=log)
+                from hw_runtime.gpu.blas import GemmPolicy
+                cm = corun_matrix(wl2, log=log, gemm=GemmPolicy(torch, args.gemm))
                 cm["event_latency"] = event_latency(torch)
                 with open(os.path.join(args.out, "corun_matrix.json"), "w") as fh:
                     json.dump(cm, fh, indent=1)
@@ -247,8 +248,9 @@ def validate_phase(args) -> int:
                 json.dump(res, fh)
         try:
             base = _torch_workload(wl, 1)
-            ex = Executor(base)
+            ex = Executor(base, gemm=args.gemm)
             res["memory"] = base.memory
+            res["gemm"] = args.gemm
         except Exception as e:  # noqa: BLE001
             res["errors"]["workload"] = f"{e.__class__.__name__}: {e}"
             save()
@@ -600,6 +602,8 @@ def main() -> int:
                     help="validate phase: only the output checks, deterministic settings (run "
                          "with CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment)")
     ap.add_argument("--data", default=FIDELITY, help="folder of the device phases' JSON files")
+    ap.add_argument("--gemm", default="stock", choices=("stock", "pool", "tuned"),
+                    help="GEMM launch policy of the device phases (hw_runtime.gpu.blas)")
     a = ap.parse_args()
     bad = [w for w in a.workloads if w not in WORKLOADS]
     if bad:

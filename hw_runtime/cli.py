@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 from subgpu_jax.space.config import config_from_options, workload_config
+from hw_runtime.gpu.blas import GEMM_POLICIES
 
 __all__ = ["add_commands", "gpu_check", "config_from_search"]
 
@@ -94,6 +95,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="profile one graph replay (torch.profiler) and write a Perfetto trace: "
                         "the measured kernels per stage (process 1) above the simulated "
                         "schedule of the same configuration (process 2)")
+    x.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
+                   help="GEMM launch policy, the same for temporal and pipelined runs: stock "
+                        "(PyTorch's default BLAS) or pool (cuBLASLt planned for the SMs of the "
+                        "pool each GEMM runs on). Default: stock")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=_cmd_run)
 
@@ -113,6 +118,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated pool sizes (SMs); the whole GPU is added")
     k.add_argument("--reps", type=int, default=7, help="replays per measurement (median)")
     k.add_argument("--no-coruns", action="store_true", help="skip the co-running pairs")
+    k.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
+                   help="GEMM launch policy to calibrate (use the same with `subgpu run`): stock "
+                        "or pool. Default: stock")
     k.set_defaults(func=_cmd_calibrate)
 
 
@@ -438,7 +446,7 @@ def _cmd_run_top(a) -> int:
                     hwl = TorchWorkload(wl.graph(1), device="cuda")
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None
-                ex = Executor(hwl)
+                ex = Executor(hwl, gemm=a.gemm)
             if r["mode"] == "temporal":
                 meas = ex.measure(ex.temporal_config(), "temporal", a.rounds, a.replays, a.warmup)
             else:
@@ -507,7 +515,7 @@ def _cmd_run(a) -> int:
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
     try:
-        ex = Executor(hwl)
+        ex = Executor(hwl, gemm=a.gemm)
         res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None
@@ -587,7 +595,7 @@ def _cmd_calibrate(a) -> int:
 
     try:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
-                        coruns=not a.no_coruns, hardware=hw.name)
+                        coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm)
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
     with open(a.out, "w") as fh:

@@ -132,7 +132,8 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
 def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
-              log: Callable[[str], None] = print, copy_curve: bool = True) -> dict:
+              log: Callable[[str], None] = print, copy_curve: bool = True,
+              gemm: str = "stock") -> dict:
     """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
 
     Args:
@@ -146,6 +147,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         hardware: preset name written into the file (must match the simulator's preset).
         log: progress printer.
         copy_curve: measure the copy-bandwidth curve on every pool (else ``bw_curve`` is None).
+        gemm: GEMM launch policy (``hw_runtime.gpu.blas``): ``"pool"`` plans each GEMM for the
+            pool it is timed on; recorded in ``meta.gemm`` (run with the same policy).
 
     Returns:
         the calibration JSON object (``Calibration.from_dict`` accepts it).
@@ -158,8 +161,10 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     from hw_runtime.gpu.executor import _torch, derive_workload
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info
     from hw_runtime.gpu.workload import TorchWorkload, time_kernels
+    from hw_runtime.gpu.blas import GemmPolicy
 
     torch = _torch()
+    policy = GemmPolicy(torch, gemm)
     info = device_sm_info(0)
     if not batches or not microbatches or not pools:
         raise ValueError("calibrate: batches, microbatches and pools must be non-empty")
@@ -200,7 +205,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                 for wl, ids, m in todo:
                     if not ids:
                         continue
-                    res = time_kernels(wl, kernels=ids, reps=reps, warmup=warmup, stream=stream)
+                    res = time_kernels(wl, kernels=ids, reps=reps, warmup=warmup, stream=stream,
+                                       gemm=policy, sms=int(p))
                     for r in res:
                         key = kernel_key(wl.graph.kernels[wl.graph.index(r["name"])])
                         tables[key][str(int(p))] = float(r["us"])
@@ -243,6 +249,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "torch": torch.__version__, "python": platform.python_version(),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
+                 "gemm": gemm,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",
                  "seconds": time.time() - t0, "raw": raw},

@@ -202,7 +202,7 @@ def _time_corun(torch, ga, sa, gb, sb, rb: int, reps: int) -> tuple[float, float
 
 def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (96, 32)),
                  classes: Sequence[str] = CLASSES, target_us: float = 1500.0, reps: int = 5,
-                 microbatch: int = 0, log: Callable[[str], None] = print) -> dict:
+                 microbatch: int = 0, log: Callable[[str], None] = print, gemm=None) -> dict:
     """Measure the co-run matrix on a GPT-OSS workload (see the module docstring).
 
     Args:
@@ -215,6 +215,8 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
         reps: timed repetitions (median).
         microbatch: the workload microbatch whose buffers the workload kernels use.
         log: progress printer.
+        gemm: a ``hw_runtime.gpu.blas.GemmPolicy`` (None: stock); GEMMs are captured planned
+            for the pool they run on.
 
     Returns:
         ``{"classes", "kernels": {class: {name, key}}, "launches": {class: n},
@@ -226,11 +228,13 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
     """
     from subgpu_jax.model.calibration import kernel_key
     from hw_runtime.gpu.partition import GreenPartition
+    from hw_runtime.gpu.blas import GemmPolicy
 
     bad = [c for c in classes if c not in CLASSES]
     if bad:
         raise ValueError(f"corun: unknown class(es) {bad}; allowed: {', '.join(CLASSES)}")
     torch = wl.torch
+    pol = gemm if gemm is not None else GemmPolicy(torch, "stock")
     g = wl.graph
     idx = workload_class_kernels(g)
     L = g.num_regions
@@ -256,7 +260,7 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
                                    "synthetic": True}) for c in classes}
     out: dict = {"classes": list(classes), "kernels": kinfo, "launches": {}, "alone": [],
                  "pairs": [], "splits": [list(s) for s in splits], "target_us": target_us,
-                 "protocol": "spin-gated start (host launch excluded)"}
+                 "protocol": "spin-gated start (host launch excluded)", "gemm": pol.policy}
     t0 = time.time()
     for a, b in splits:
         with GreenPartition([int(a), int(b)], streams_per_pool=1) as part:
@@ -264,12 +268,17 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
             ga_, gb_, ta_, tb_ = {}, {}, {}, {}
             for c in classes:
                 # launches sized on a one-launch probe on pool a
-                g1 = capture_graph(torch, sa, fn_of(c), 1)
+                pa, pb = int(part.granted[0]), int(part.granted[1])
+                fc, kc = fn_of(c), kinfo[c]["key"]
+                pol.prepare(kc, pa, lambda: fc(0), sa)
+                g1 = capture_graph(torch, sa, fc, 1)
                 t1 = _time_alone(torch, g1, sa, 3)
                 del g1
                 n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
-                ga_[c] = capture_graph(torch, sa, fn_of(c), n)
-                gb_[c] = capture_graph(torch, sb, fn_of(c), n)
+                ga_[c] = capture_graph(torch, sa, fc, n)
+                pol.prepare(kc, pb, lambda: fc(0), sb)
+                gb_[c] = capture_graph(torch, sb, fc, n)
+                pol.reset()
                 ta_[c] = _time_alone(torch, ga_[c], sa, reps)
                 tb_[c] = _time_alone(torch, gb_[c], sb, reps)
                 out["alone"].append({"class": c, "sms": int(part.granted[0]), "us": ta_[c],

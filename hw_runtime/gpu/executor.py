@@ -116,8 +116,10 @@ def derive_workload(base, graph: OpGraph):
 class _TorchBackend:
     """``StreamBackend`` over torch streams: one ``torch.cuda.Event`` per recorded task."""
 
-    def __init__(self, torch, streams: Sequence, wl) -> None:
+    def __init__(self, torch, streams: Sequence, wl, gemm=None, pool_of=None) -> None:
         self.t, self.streams, self.wl = torch, list(streams), wl
+        self.gemm, self.pool_of = gemm, (pool_of or {})
+        self._keys: dict[int, str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
 
@@ -131,7 +133,14 @@ class _TorchBackend:
             self._ctx = self.t.cuda.stream(s)
             self._ctx.__enter__()
             self._cur = s
-        self.wl._fns[kernel](task.microbatch, task.region)
+        fn, mu, r = self.wl._fns[kernel], task.microbatch, task.region
+        if self.gemm is not None and self.gemm.active:   # GEMMs planned for this stream's pool
+            if kernel not in self._keys:
+                from subgpu_jax.model.calibration import kernel_key
+                self._keys[kernel] = kernel_key(self.wl.graph.kernels[kernel])
+            self.gemm.prepare(self._keys[kernel], self.pool_of.get(s.cuda_stream),
+                              lambda: fn(mu, r), s)
+        fn(mu, r)
 
     def record(self, stream: int, task: int) -> None:
         e = self.t.cuda.Event()
@@ -145,6 +154,8 @@ class _TorchBackend:
 
     def close(self) -> None:
         self._ctx_exit()
+        if self.gemm is not None:
+            self.gemm.reset()
 
 
 @dataclass
@@ -159,7 +170,8 @@ class Measurement:
         capture_s: seconds to capture + instantiate the graph. graph_nodes: captured nodes (or
             None). plan: ``LaunchPlan.summary()``. partition: ``GreenPartition.summary()`` or
             None. all_us: every replay's time (µs). note: set when graph capture failed and
-            eager launches were timed instead.
+            eager launches were timed instead. gemm: the GEMM launch policy
+            (``hw_runtime.gpu.blas``).
     """
 
     mode: str
@@ -175,6 +187,7 @@ class Measurement:
     partition: dict | None = None
     all_us: list = field(default_factory=list)
     note: str = ""
+    gemm: str = "stock"
 
     def as_dict(self) -> dict:
         """JSON-ready dict (without ``all_us``)."""
@@ -188,18 +201,23 @@ class Executor:
         workload: a ``hw_runtime.gpu.workload.TorchWorkload`` (any microbatch count; it owns the weights
             and KV caches that every derived workload shares).
         device: CUDA ordinal.
+        gemm: the GEMM launch policy, ``"stock"`` or ``"pool"`` (``hw_runtime.gpu.blas``:
+            GEMMs planned for the SMs of their pool); the temporal baseline uses it too.
 
     Raises:
         ExecutorUnavailable: no torch / no GPU.
-        ValueError: a CPU workload.
+        ValueError: a CPU workload or an unknown GEMM policy.
     """
 
-    def __init__(self, workload, device: int = 0) -> None:
+    def __init__(self, workload, device: int = 0, gemm: str = "stock") -> None:
         self.torch = _torch()
         if not getattr(workload, "is_cuda", False):
             raise ValueError("Executor: the workload must live on a CUDA device")
+        from hw_runtime.gpu.blas import GemmPolicy
         self.base = workload
         self.device = device
+        self.gemm = GemmPolicy(self.torch, gemm, device)
+        self._pool_of: dict[int, int] = {}
         self._wls = {workload.graph.microbatches: workload}
 
     # ------------------------------------------------------------------ workloads
@@ -248,6 +266,7 @@ class Executor:
         t = self.torch
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self._pool_of = {}                     # stream handles of closed pools may be reused
         if mode == "temporal":
             if cfg.D != 1:
                 raise ValueError("mode 'temporal' runs D = 1 configurations only")
@@ -256,12 +275,16 @@ class Executor:
             return [t.cuda.Stream(device=self.device) for _ in range(cfg.D * k)], None
         from hw_runtime.gpu.partition import GreenPartition
         part = GreenPartition(list(cfg.alloc), streams_per_pool=k, device=self.device)
-        return [part.stream(d, j) for d in range(cfg.D) for j in range(k)], part
+        streams = [part.stream(d, j) for d in range(cfg.D) for j in range(k)]
+        for d in range(cfg.D):                 # each stream's pool size, for the GEMM policy
+            for j in range(k):
+                self._pool_of[streams[d * k + j].cuda_stream] = int(part.granted[d])
+        return streams, part
 
     def issue(self, plan: LaunchPlan, streams: Sequence, single_stream: bool = False) -> None:
         """Issue one forward pass of ``plan`` on ``streams`` (eager or under capture)."""
         wl = self.workload_for(plan.microbatches)
-        be = _TorchBackend(self.torch, streams, wl)
+        be = _TorchBackend(self.torch, streams, wl, self.gemm, self._pool_of)
         try:
             issue_plan(plan, be, single_stream=single_stream)
         finally:
@@ -357,7 +380,7 @@ class Executor:
                                replays=replays, rounds=rounds, warmup=warmup, capture_s=cap_s,
                                graph_nodes=nodes, plan=plan.summary(),
                                partition=part.summary() if part is not None else None,
-                               all_us=allv, note=note)
+                               all_us=allv, note=note, gemm=self.gemm.policy)
         finally:
             if part is not None:
                 t.cuda.synchronize(self.device)

@@ -589,13 +589,17 @@ def _graph_nodes(g) -> int | None:
 
 def time_kernels(wl: TorchWorkload, kernels: Sequence[int] | None = None, microbatch: int = 0,
                  reps: int = 25, warmup: int = 3, rotate: int | None = None, stream=None,
-                 use_graphs: bool = True) -> list[dict]:
+                 use_graphs: bool = True, gemm=None, sms: int | None = None) -> list[dict]:
     """Time kernels one at a time with CUDA events (each kernel alone on ``stream``).
 
     Each measurement runs the kernel once for each of ``rotate`` region instances (different
     weights/KV, so repeated runs do not find their data in L2), captured in one CUDA graph (no
     host launch gaps) when ``use_graphs``; per-launch time = replay time / ``rotate``; the median
     over ``reps`` replays is reported.
+
+    Args:
+        gemm: a ``hw_runtime.gpu.blas.GemmPolicy`` (None: stock); sms: SMs of ``stream``'s pool
+            (None: the whole GPU), so a ``pool`` policy plans the GEMMs for that pool.
 
     Returns:
         one dict per kernel: ``kernel_info`` plus ``us`` (median), ``us_min``, ``us_max``,
@@ -607,6 +611,23 @@ def time_kernels(wl: TorchWorkload, kernels: Sequence[int] | None = None, microb
     if not wl.is_cuda:
         raise ValueError("time_kernels needs a CUDA workload")
     s = stream if stream is not None else t.cuda.Stream(device=wl.device)
+    if gemm is None or not gemm.active:
+        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs)
+    from subgpu_jax.model.calibration import kernel_key
+
+    def before(i: int) -> None:
+        gemm.prepare(kernel_key(wl.graph.kernels[i]), sms,
+                     lambda: wl.launch(i, microbatch, 0), s)
+    try:
+        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
+                             before)
+    finally:
+        gemm.reset()
+
+
+def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, before=None
+                  ) -> list[dict]:
+    t = wl.torch
     nrot = min(wl.graph.num_regions, rotate or wl.instances)
     ids = list(range(wl.n)) if kernels is None else [wl.graph.index(k) for k in kernels]
     pool = t.cuda.graph_pool_handle() if use_graphs else None
@@ -614,11 +635,15 @@ def time_kernels(wl: TorchWorkload, kernels: Sequence[int] | None = None, microb
     # Warm every kernel (cuBLAS handles, SDPA backend choice) before any capture.
     with t.cuda.stream(s):
         for i in ids:
+            if before is not None:
+                before(i)
             for l in range(nrot):
                 wl.launch(i, microbatch, l)
     s.synchronize()
     for i in ids:
         times = []
+        if before is not None:
+            before(i)
         with t.cuda.stream(s):
             nodes = None
             if use_graphs:
