@@ -51,6 +51,13 @@ WORKLOADS: dict[str, tuple[str, dict]] = {
     "llama70b_tp8_g256": ("llama-3.1-70b", {"num_gpus": 8, "attn_tp": 8, "attn_dp": 1,
                                             "moe_ep": 1, "global_batch": 256,
                                             "input_len": 8192, "kv_history": 8192}),
+    # the large-batch end (the wins study): GEMMs at M = 512 / 1024 per microbatch of m = 2
+    "llama70b_tp8_g1024": ("llama-3.1-70b", {"num_gpus": 8, "attn_tp": 8, "attn_dp": 1,
+                                             "moe_ep": 1, "global_batch": 1024,
+                                             "input_len": 2048, "kv_history": 2048}),
+    "llama70b_tp8_g2048": ("llama-3.1-70b", {"num_gpus": 8, "attn_tp": 8, "attn_dp": 1,
+                                             "moe_ep": 1, "global_batch": 2048,
+                                             "input_len": 1024, "kv_history": 1024}),
 }
 
 

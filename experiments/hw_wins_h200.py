@@ -69,7 +69,7 @@ def plan_phase(args) -> int:
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.eventsim import simulate
 
-    fits = F.load_fitdata(F.FIDELITY, list(F.WORKLOADS))
+    fits = F.load_fitdata(args.data, list(F.WORKLOADS))
     ref = "gptoss120b_ref_g2048"
     copy_curve = fits[ref]["bw_curve"]
     with open(os.path.join(F.RESULTS, "hw_fidelity_h200.json")) as fh:
@@ -97,10 +97,10 @@ def plan_phase(args) -> int:
                     "all": [{"name": d["name"], "predicted_us": t} for t, d in rows]}
         print(f"{w}: temporal {t0:.0f} µs predicted; top {args.top}: " + ", ".join(
             f"{d['name']} {d['predicted_speedup']:.3f}x" for d in top), flush=True)
-    os.makedirs(OUTDIR, exist_ok=True)
+    os.makedirs(args.outdir, exist_ok=True)
     with open(args.configs, "w") as fh:
         json.dump(plan, fh, indent=1)
-    with open(os.path.join(OUTDIR, "predictions.json"), "w") as fh:
+    with open(os.path.join(args.outdir, "predictions.json"), "w") as fh:
         json.dump(preds, fh, indent=1)
     return 0
 
@@ -112,9 +112,10 @@ def analyze_phase(args) -> int:
         plan = json.load(fh)
     corun = _corun_ceiling()
     out = {"protocol": "top-K chosen by the calibrated simulator before measurement; "
-                       "K = %d" % args.top, "workloads": {}}
+                       "K = %d" % args.top, "gemm": args.gemm, "fit_data": args.data,
+           "workloads": {}}
     for w, cfgs in plan.items():
-        p = os.path.join(OUTDIR, f"validate_{w}.json")
+        p = os.path.join(args.outdir, f"validate_{w}.json")
         if not os.path.exists(p):
             continue
         with open(p) as fh:
@@ -142,6 +143,19 @@ def analyze_phase(args) -> int:
             "top_k": [{"name": c["name"], "predicted_speedup": c["predicted_speedup"],
                        "measured_speedup": T / x} for x, c in ms],
             "ceiling": ceil, "corun_ceiling": corun.get(w)}
+        if args.explored:
+            p2 = os.path.join(args.explored, f"validate_{w}.json")
+            if os.path.exists(p2):
+                with open(p2) as fh:
+                    ex = {r["name"]: r["measured"]["makespan_us"]
+                          for r in json.load(fh)["rows"] if "measured" in r}
+                if "temporal" in ex:
+                    out["workloads"][w]["explored"] = {
+                        "note": "measured outside the simulator's top K, with its own "
+                                "temporal run (not predictions)",
+                        "temporal_measured_us": ex["temporal"],
+                        "measured_speedup": {n: ex["temporal"] / v for n, v in ex.items()
+                                             if n != "temporal"}}
         s = out["workloads"][w]
         print(f"{w:22s} temporal {T:9.0f} µs; chose {chosen['name']:30s} predicted "
               f"{s['predicted_speedup']:.3f}x measured {s['measured_speedup'] or 0:.3f}x; best "
@@ -211,10 +225,18 @@ def _figure(out: dict) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--phase", choices=("plan", "analyze"), required=True)
-    ap.add_argument("--configs", default=os.path.join(OUTDIR, "configs.json"))
+    ap.add_argument("--data", default=F.FIDELITY,
+                    help="folder of the fit data (fitdata_*.json) the simulator is calibrated on")
+    ap.add_argument("--outdir", default=OUTDIR,
+                    help="folder of configs.json, predictions.json and the validate_*.json runs")
+    ap.add_argument("--configs", default=None, help="default: OUTDIR/configs.json")
+    ap.add_argument("--gemm", default="stock", help="GEMM policy the device runs used (recorded)")
+    ap.add_argument("--explored", default=None,
+                    help="folder of validate_*.json runs outside the top K (reported apart)")
     ap.add_argument("--workloads", nargs="+", default=list(F.WORKLOADS))
     ap.add_argument("--top", type=int, default=3, help="K configurations per workload (>= 1)")
     a = ap.parse_args()
+    a.configs = a.configs or os.path.join(a.outdir, "configs.json")
     if a.top < 1:
         ap.error("--top must be >= 1")
     bad = [w for w in a.workloads if w not in F.WORKLOADS]
