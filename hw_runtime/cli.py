@@ -312,7 +312,7 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
     prof = ex.profile(cfg, a.mode, streams_per_stage=k)
     plan = prof["plan_object"]
     g = wl.graph(m)
-    counts = ex.activity_counts(m)
+    counts = ex.activity_counts(m, cfg, a.mode)
     try:
         meas_iv = map_activities(plan, prof["activities"], counts, k)
     except MappingError:

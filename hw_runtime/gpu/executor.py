@@ -397,15 +397,23 @@ class Executor:
         out["plan_object"] = self.plan(cfg, streams_per_stage)
         return out
 
-    def activity_counts(self, m: int) -> list[list[str]]:
+    def activity_counts(self, m: int, cfg: Config | None = None,
+                        mode: str = "green") -> list[list[str]]:
         """Names of the device activities each op issues per launch at m microbatches (measured
-        with the profiler, cached); ``len`` of each entry is the op's activity count."""
+        with the profiler, cached); ``len`` of each entry is the op's activity count. With an
+        active GEMM policy and a green ``cfg``, each op is profiled with the GEMM plan of its
+        stage's pool (the one captured in the graph)."""
         from hw_runtime.gpu.profile import op_activity_names
 
+        sms_of = None
+        if cfg is not None and mode == "green" and cfg.D > 1 and self.gemm.active:
+            st = cfg.stage_of_segment()
+            sms_of = [int(cfg.alloc[st[s]]) for s in cfg.seg_of]
+        key = (m, None if sms_of is None else tuple(sms_of))
         cache = self.__dict__.setdefault("_acts", {})
-        if m not in cache:
-            cache[m] = op_activity_names(self.workload_for(m))
-        return cache[m]
+        if key not in cache:
+            cache[key] = op_activity_names(self.workload_for(m), gemm=self.gemm, sms_of=sms_of)
+        return cache[key]
 
     # ------------------------------------------------------------------ correctness
     def check_output(self, cfg: Config, mode: str = "green", replays: int = 2,

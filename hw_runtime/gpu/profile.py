@@ -73,9 +73,16 @@ def op_activity_counts(wl, microbatch: int = 0, region: int = 0) -> list[int]:
     return [len(x) for x in op_activity_names(wl, microbatch, region)]
 
 
-def op_activity_names(wl, microbatch: int = 0, region: int = 0) -> list[list[str]]:
+def op_activity_names(wl, microbatch: int = 0, region: int = 0, gemm=None,
+                      sms_of=None) -> list[list[str]]:
     """Names of the device activities one launch of each op issues, in order (profiled eagerly,
     alone; the same kernels run inside the CUDA graph).
+
+    Args:
+        gemm: the ``hw_runtime.gpu.blas.GemmPolicy`` the graph was captured with (None: stock);
+        sms_of: (n,) SMs of the pool each op runs on (None entries or None: the whole GPU), so
+            each op is launched with the GEMM plan it has in the graph (a GEMM planned for a
+            pool may issue another number of kernels, e.g. a split-K reduction).
 
     Returns:
         n lists of activity names (kernel names, memcpy/memset labels).
@@ -83,18 +90,30 @@ def op_activity_names(wl, microbatch: int = 0, region: int = 0) -> list[list[str
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    def prep(i: int) -> None:
+        if gemm is not None and gemm.active:
+            from subgpu_jax.model.calibration import kernel_key
+            gemm.prepare(kernel_key(wl.graph.kernels[i]), None if sms_of is None else sms_of[i],
+                         lambda: wl.launch(i, microbatch, region), s)
+
     counts = []
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         for i in range(wl.n):          # warm every op first (handles, kernel choice)
+            prep(i)
             wl.launch(i, microbatch, region)
     torch.cuda.synchronize()
-    for i in range(wl.n):
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            with torch.cuda.stream(s):
-                wl.launch(i, microbatch, region)
-            torch.cuda.synchronize()
-        counts.append([a["name"] for a in _kineto_events(prof)])
+    try:
+        for i in range(wl.n):
+            prep(i)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                with torch.cuda.stream(s):
+                    wl.launch(i, microbatch, region)
+                torch.cuda.synchronize()
+            counts.append([a["name"] for a in _kineto_events(prof)])
+    finally:
+        if gemm is not None:
+            gemm.reset()
     return counts
 
 
