@@ -208,7 +208,7 @@ def prepare_run(a):
     policy = a.policy
     if a.from_search:
         best, depkw = config_from_search(a.from_search)
-        dep = Deployment(**depkw, input_len=a.input_len)
+        dep = Deployment(**depkw, input_len=int(best.get("input_len", a.input_len)))
         starts = best["cuts"].split("|") if best["cuts"] else []
         sms = [int(x) for x in str(best["sms"]).split("|")]
         b, reuse = int(best["microbatch"]), bool(int(best["w"]))

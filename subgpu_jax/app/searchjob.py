@@ -39,7 +39,7 @@ __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_K
            "CUT_STRATEGY_OBJECTS", "ContentionProblem", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing) that records carry.
-DEPLOY_OPTIONS = ("nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
+DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
 
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).

@@ -97,3 +97,17 @@ def test_grid_point_through_search_job_records_scorers(tmp_path):
     disk = json.loads((tmp_path / "summary.json").read_text())
     assert disk["scorers"] == summ["scorers"] == {"cheap": "vcontention", "exact": "static"}
     assert disk["strategies"] == {"cut": "proposal", "alloc": "relax"}
+
+
+def test_records_carry_the_input_length(tmp_path):
+    """A search at a non-default input length records it, so everything rebuilt from a record
+    (the best run of write_outputs, ``subgpu run --from-search``) uses the searched deployment:
+    a calibration measured at input_len 2,048 was refused on the rebuilt 32,768 before."""
+    import dataclasses
+    dep = dataclasses.replace(DEP, input_len=2048, kv_history=2048)
+    sc = sj.PointScorer(ARCH, H200, exact="static", cheap="vcontention",
+                        alloc_strategy=sj.RelaxAllocation(restarts=2, steps=20))
+    recs = [r for p in (GridPoint(dep, 1, 1, "wavefront"), GridPoint(dep, 2, 2, "wavefront"))
+            for r in sc(p)]
+    assert {r["input_len"] for r in recs} == {2048}
+    assert {r["kv_history"] for r in recs} == {2048}
