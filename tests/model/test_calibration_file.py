@@ -251,3 +251,32 @@ def test_from_search_record(tmp_path, capsys):
     (tmp_path / "summary.json").write_text(json.dumps({"best_speedup_record": None}))
     with pytest.raises(ValueError, match="no best_speedup_record"):
         config_from_search(str(tmp_path))
+
+
+def test_calibrated_collective_waits_without_holding_the_pool():
+    """A calibrated (virtual) collective is its HBM work plus a fixed wait (the runtime copies
+    the payload, then waits out the link time in a one-thread timed wait): the solved work has
+    no network payload, a positive fixed phase, and alone still takes its measured time. Beside
+    it on a 2-lane pool, a GEMM is not slowed by the wait: both lanes together take at most the
+    longer of the two alone plus the collective's HBM phase (the wait holds no SMs)."""
+    from subgpu_jax.sim.contention import BoundModel
+    from subgpu_jax.sim.eventsim import EventSimulator, lone_makespan
+
+    c = Calibration.from_dict(synthetic_calibration(batches=(2048,), ms=(2,), extra_us=40.0))
+    hw = c.apply_to_hardware(H200)
+    g = _wl().graph(2)
+    ar = next(k for k in g.kernels if k.op == "allreduce")
+    model = ContentionModel(calibration=c)
+    w = BoundModel(model, hw, lone_makespan).work(ar, 64)
+    t_meas = c.kernel_time_us(ar, 64)
+    assert w.comm_bytes == 0.0 and not w.comm
+    assert 0.0 < w.fixed_us < t_meas
+    r = simulate_streams([(64, [ar])], hw, model, cache="none", record=False)
+    assert r.makespan == pytest.approx(t_meas, rel=2e-3)
+    up = next(k for k in g.kernels if k.op == "expert_up")
+    t_up = c.kernel_time_us(up, 64)
+    # one pool of 64 SMs, two lanes: lane 0 the collective, lane 1 the GEMM
+    sim = EventSimulator([ar, up], [64, 64], [(0, (), 0, 0, (0,)), (1, (), 0, 0, (1,))], hw,
+                         model, "none", record=False, pool_of_stage=[0, 0])
+    both = float(sim.run().makespan)
+    assert both <= max(t_meas, t_up) + (t_meas - w.fixed_us) + 1.0
