@@ -287,7 +287,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
            "config": {"D": cfg.D, "w": cfg.w, "cuts": _cut_names(wl.graph(1), cfg),
                       "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
-                      "mode": a.mode, "streams_per_stage": k},
+                      "mode": a.mode, "streams_per_stage": k,
+                      "gemm": getattr(a, "gemm", "stock")},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
                         "spread": meas_t.spread},
            "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
@@ -531,7 +532,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
     hw = wl.hw
     print(f"workload  {wl.arch.name} (bf16 experts) G={dep.global_batch} on {hw.name}; config "
           f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
-          f"mode={a.mode} streams/stage={res['config']['streams_per_stage']}")
+          f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
+          f"GEMMs={res['config'].get('gemm', 'stock')} (temporal too)")
     print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
         print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"
