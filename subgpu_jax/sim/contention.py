@@ -344,7 +344,7 @@ class BoundModel:
                                  "bind it with lone_makespan=eventsim.lone_makespan")
             base = self.model.replace(calibration=None)
             if self.model.kernel_aware and k.is_comm:
-                hit = self._solve_collective(k, pool_sms, t_meas, base)
+                hit = self._solve_collective(k, pool_sms, w, t_meas, cal, base)
             elif self.model.kernel_aware:
                 hit = self._solve_kernel_aware(k, pool_sms, w, t_meas, cal, base)
             else:
@@ -360,44 +360,33 @@ class BoundModel:
         return _dc_replace(w, scale=hit[0], fixed_us=hit[1], window_B_per_sm=hit[2],
                            static_us=t_meas)
 
-    def _solve_collective(self, k: Kernel, pool_sms: int, t_meas: float, base) -> tuple:
+    def _solve_collective(self, k: Kernel, pool_sms: int, w: KernelWork, t_meas: float, cal,
+                          base) -> tuple:
         """Kernel-aware calibration of a (virtual) collective on one pool.
 
-        The runtime's collective (``hw_runtime/gpu/kernels.py``) copies its payload and its
-        epilogue at full speed, then waits out the modelled link time in a one-thread timed wait
-        that leaves the pool's SMs free. So its measured time is its HBM work, moved with the
-        least window that saturates it (as the other saturating kernels) and no network phase,
-        plus a fixed wait of the rest: in the event simulator the fixed phase belongs to the
-        launch (the lane is busy, its pool's SMs are free for the other lanes of the stage) and
-        does not dilate with HBM load. Not fitted: it follows the runtime's implementation.
+        The runtime's collective (``hw_runtime/gpu/workload.py``, ``TorchWorkload._spin_cycles``)
+        copies its payload and runs its epilogue (residual add, norm, gather), then waits out
+        the rest of the modelled link time, setup + payload / NVLink - 2 x payload / copy
+        bandwidth, in a one-thread timed wait that leaves the pool's SMs free. So the wait is a
+        fixed phase (in the event simulator it belongs to the launch: the lane is busy, the
+        pool's SMs are free for the other lanes of the stage, and it does not dilate with HBM
+        load) and the rest of the measured time is solved as for any other kernel
+        (``_solve_kernel_aware``) with no network payload. Not fitted: the wait follows the
+        runtime's formula with this hardware's NVLink and copy bandwidths.
 
         Returns:
             ``(scale, fixed_us, window_B_per_sm)``; the caller drops the network payload.
         """
         hw = self.hw
+        link = k.link_bytes(hw.nvlink_Bps)
+        wait = max(0.0, float(hw.comm_setup_us) + link / hw.nvlink_Bps * 1e6
+                   - 2.0 * k.comm_bytes / hw.hbm_copy_Bps * 1e6)
         k0 = _dc_replace(k, comm_bytes=0.0, scaleout_bytes=0.0)
-        p = float(min(pool_sms, k0.ctas))
-
-        def alone(fixed: float, win: float) -> float:
-            return float(self.lone_makespan(k0, pool_sms, hw, base, 1.0, fixed, win))
-
-        big = 1e12 / max(p, 1.0)
-        t_inf = alone(0.0, big)
-        lo, hi = 1.0, big
-        for _ in range(40):                       # least window within 2% of t_inf
-            mid = math.sqrt(lo * hi)
-            if alone(0.0, mid) <= 1.02 * t_inf:
-                hi = mid
-            else:
-                lo = mid
-            if hi / lo < 1.05:
-                break
-        t_w = alone(0.0, hi)
-        if t_meas >= t_w:
-            return (1.0, t_meas - t_w, hi)
-        s = self._secant_scale(lambda s: float(self.lone_makespan(k0, pool_sms, hw, base, s,
-                                                                   0.0, hi)), t_w, t_meas, k0)
-        return (s, 0.0, hi)
+        w0 = _dc_replace(w, comm_bytes=0.0, comm=False)
+        t0 = float(self.lone_makespan(k0, pool_sms, hw, base, 1.0, 0.0, None))
+        wait = min(wait, max(0.0, t_meas - t0))   # never below what moving its bytes takes
+        scale, fixed, win = self._solve_kernel_aware(k0, pool_sms, w0, t_meas - wait, cal, base)
+        return (scale, fixed + wait, win)
 
     def _solve_legacy(self, k: Kernel, pool_sms: int, t_meas: float, base) -> tuple:
         """The first calibration rule: a fixed latency when the model is faster than the
