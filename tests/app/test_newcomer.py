@@ -176,6 +176,9 @@ def test_validation_status_from_the_committed_h200_file(tmp_path):
     top = max(w["best_of_k_measured_speedup"] for w in wins.values())
     assert v["wins"]["best_measured_speedup"] == pytest.approx(top)
     assert f"{len(wins)} workloads measured at best {top:.3f}x" in v["text"]
+    first = max(w["measured_speedup"] for w in wins.values())
+    assert v["wins"]["best_first_choice_speedup"] == pytest.approx(first)
+    assert f"its first choices at best {first:.3f}x" in v["text"]
     beat = top > 1 or any(r["speedup_measured"] > 1 for b in data["batches"].values()
                           for r in b["rows"] if r["D"] > 1)
     assert ("no SubGPU configuration beat temporal" in v["text"]) == (not beat)
