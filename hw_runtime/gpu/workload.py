@@ -30,9 +30,20 @@ expert_up                 ``baddbmm`` over the local experts hit (+ bias), clamp
                           GPT-OSS (alpha 1.702, limit 7; SiLU-GLU for other families)
 expert_down               ``baddbmm`` (+ bias) -> y_exp
 combine                   virtual all-to-all + top-k weighted sum (``baddbmm``) + residual add
-mlp_up / mlp_down         dense SwiGLU MLP (``mm``) for dense models
+mlp_up / mlp_down         dense SwiGLU MLP (``mm``): dense models, the dense layers of MoE
+                          models (a region may mix dense and MoE layers), shared experts
+                          (``shared_up`` / ``shared_down``, added in the combine)
 allreduce (mlp) /         virtual collective + residual add / residual add
 residual
+mla_down                  multi-head latent attention (MLA): xn @ W_down -> [q latent, KV
+                          latent, rope key]
+mla_q_up                  latent q norm, q up-projection, q_nope absorbed through W_UK per head
+rope_kv (MLA)             KV-latent norm + RoPE of the rope key appended to the compressed
+                          cache [R, 1, L, kv_lora + rope]; RoPE of q's rope part
+attn (MLA)                SDPA of the qh heads as qh queries of one head over the compressed
+                          cache (values: its latent part), scale 1/sqrt(nope + rope)
+mla_v_up                  per-head W_UV after attention -> attn_out [Rm, qh * v_head_dim]
+topk (grouped)            DeepSeek-V3 routing: sigmoid scores, top groups, top-k inside them
 ========================  ===================================================================
 
 Virtual collectives (docs/method.md §5): the endpoint memory work is a copy of the payload
@@ -49,8 +60,12 @@ launch free of host synchronisation and capturable.
 
 Datatypes: bf16 weights, activations and KV. Expert weights must be bf16 on Hopper (MXFP4 has no
 tensor-core support there): build the graph with ``dataclasses.replace(arch, expert_dtype='bf16')``
-(``hopper_arch`` does that) so the simulator's byte counts match what runs; a graph with MXFP4
-experts is refused.
+(``hopper_arch`` does that, and also runs FP8 experts' GEMMs in bf16) so the simulator's byte
+counts match what runs; a graph with MXFP4 or FP8 experts is refused.
+
+A model with several region kinds (``build_forward``) gets one workload per kind, each built
+from its own region graph and sharing the main one's residual stream (``residual_of`` /
+``share_residual``; ``hw_runtime.gpu.step``).
 
 Memory: weights are allocated per region instance (``instances``, default every instance, so a
 kernel never finds another instance's weights in L2), activations per microbatch (shared by the

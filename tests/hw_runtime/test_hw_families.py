@@ -359,3 +359,63 @@ def test_shared_expert_is_added_and_grouped_routing_by_brute_force():
     assert np.linalg.norm(out - want) / np.linalg.norm(want) < 2e-2
     assert np.linalg.norm(got_ys) / np.linalg.norm(want) > 0.05
     assert torch.isfinite(a["resid.1"].float()).all()
+
+
+def test_run_report_predicts_and_measures_whole_steps(tmp_path):
+    """``subgpu run``'s report for DeepSeek-V3 cut to 10 layers (first dense): the predictions
+    are whole steps (``simulate_step``: the dense run, the 9 MoE instances, the head), with the
+    two runs listed; an executor stand-in that replays the ``StepPlan`` with static durations
+    measures exactly ``simulate_step(..., "static")`` (the oracle of
+    ``test_step_plan_equals_simulated_step``), head included."""
+    import argparse
+    import json
+
+    from hw_runtime.cli import prepare_run, run_report
+    from hw_runtime.gpu.executor import Measurement
+    from subgpu_jax.space.config import temporal_of
+
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parents[1] / "data" / "configs" / "deepseek-v3.json"
+    cfg_json = json.loads(src.read_text())
+    cfg_json.update(num_hidden_layers=10, first_k_dense_replace=1)
+    path = tmp_path / "ds10.json"
+    path.write_text(json.dumps(cfg_json))
+    a = argparse.Namespace(model=str(path), hardware="H200", gpus=8, tp=8, dp=1, ep=8,
+                           expert_dtype=None, batch=64, input_len=4096, kv_history=4096,
+                           cuts=None, sms=None, microbatch=None, reuse=None,
+                           policy="wavefront", from_search=None, mode="green", rounds=1,
+                           replays=2, warmup=0, no_check=True, calibration=None, cache=None,
+                           json=True, streams_per_stage=1, trace=None)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    sd = StaticDurationModel(H200)
+
+    class StepFake:
+        def temporal_config(self):
+            return temporal_of(wl)
+
+        def measure(self, c, mode, rounds=1, replays=2, warmup=0, streams_per_stage=None):
+            fp = build_forward(wl.arch, dep, wl.batch // c.microbatch)
+            plan = build_step_plan(fp, c, wl.batch)
+            cs = [c if g is fp.main else map_cut(c, fp.main, g) for g in plan.graphs]
+
+            def dur(t, k):
+                kern = fp.head[k] if t.run == HEAD_RUN else plan.graphs[t.run].kernels[k]
+                p = H200.num_sms if t.run == HEAD_RUN else cs[t.run].alloc[t.stage]
+                return float(np.ravel(sd.kernel_time_us(kern, p))[0])
+
+            fb = FakeStreamBackend(plan.num_streams, dur)
+            issue_plan(plan, fb)
+            return Measurement(mode=mode, makespan_us=fb.makespan, round_medians_us=[1.0],
+                               spread=0.0, replays=replays, rounds=rounds, warmup=warmup,
+                               capture_s=0.0, graph_nodes=None, plan=plan.summary())
+
+    res = run_report(a, wl, cfg, dep, model, hw_sim, m, StepFake())
+    fp1 = build_forward(wl.arch, dep, 1)
+    want_t = simulate_step(fp1, temporal_of(wl), hw_sim, "event", model, a.cache,
+                           record=False).makespan_us
+    assert res["temporal"]["predicted_us"] == pytest.approx(want_t, rel=1e-9)
+    assert [r["instances"] for r in res["step"]["runs"]] == [1, 9]
+    assert res["step"]["head_us_predicted"] > 0
+    assert res["temporal"]["measured_us"] == pytest.approx(
+        simulate_step(fp1, temporal_of(wl), H200, "static").makespan_us, rel=1e-6)
