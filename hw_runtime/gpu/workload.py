@@ -35,14 +35,9 @@ mlp_up / mlp_down         dense SwiGLU MLP (``mm``): dense models, the dense lay
                           (``shared_up`` / ``shared_down``, added in the combine)
 allreduce (mlp) /         virtual collective + residual add / residual add
 residual
-mla_down                  multi-head latent attention (MLA): xn @ W_down -> [q latent, KV
-                          latent, rope key]
-mla_q_up                  latent q norm, q up-projection, q_nope absorbed through W_UK per head
-rope_kv (MLA)             KV-latent norm + RoPE of the rope key appended to the compressed
-                          cache [R, 1, L, kv_lora + rope]; RoPE of q's rope part
-attn (MLA)                SDPA of the qh heads as qh queries of one head over the compressed
-                          cache (values: its latent part), scale 1/sqrt(nope + rope)
-mla_v_up                  per-head W_UV after attention -> attn_out [Rm, qh * v_head_dim]
+mla_down, mla_q_up,       multi-head latent attention, absorbed (``kernels._mla_*``): latent
+rope_kv, attn, mla_v_up   down-projection; q up + W_UK; compressed-cache append; the qh heads
+                          as qh queries of one head over the cache; W_UV per head
 topk (grouped)            DeepSeek-V3 routing: sigmoid scores, top groups, top-k inside them
 ========================  ===================================================================
 
