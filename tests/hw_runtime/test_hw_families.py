@@ -41,6 +41,13 @@ def _ds(layers: int = 10, q_lora: int = 64) -> ModelArch:
 
 #: Tiny members of each family (the fields their config.json turns on).
 FAMILY = {
+    "llama": ModelArch(name="tiny-llama", family="llama", num_layers=2, hidden=128, num_heads=4,
+                       num_kv_heads=2, head_dim=32, vocab=300, intermediate=256),
+    "gpt_oss": ModelArch(name="tiny-oss", family="gpt_oss", num_layers=4, hidden=128,
+                         num_heads=4, num_kv_heads=2, head_dim=32, vocab=300, num_experts=8,
+                         top_k=2, moe_intermediate=64, layer_types=("sliding", "full") * 2,
+                         sliding_window=16, attn_bias=True, mlp_bias=True,
+                         attention_sinks=True),
     "qwen2": ModelArch(name="tiny-qwen2", family="qwen2", num_layers=2, hidden=128, num_heads=4,
                        num_kv_heads=2, head_dim=32, vocab=300, intermediate=256, qkv_bias=True),
     "qwen3": ModelArch(name="tiny-qwen3", family="qwen3", num_layers=2, hidden=128, num_heads=4,
@@ -172,7 +179,8 @@ def _weights_match_graph(wl, g, arch) -> None:
     # graph objects made of several tensors: MLA projections with their latent norms, q/k
     # norms; a projection's bias is part of its weight object
     parts = {"mla_q_up.w": ("q_a_norm.w", "kv_a_norm.w", "q_up.w", "uk.w"),
-             "mla_v_up.w": ("uv.w",), "qk_norm.w": ("q_norm.w", "k_norm.w")}
+             "mla_v_up.w": ("uv.w",), "qk_norm.w": ("q_norm.w", "k_norm.w"),
+             "sinks": ("sink_scale",)}
     named = set()
     for nm, b in objs.items():
         p, obj = nm.split(".", 1)
@@ -182,6 +190,8 @@ def _weights_match_graph(wl, g, arch) -> None:
         got = sum(alloc[x] for x in ts)
         if obj.startswith("experts_"):
             assert b == pytest.approx(got * hit / El, rel=1e-9), nm
+        elif obj == "sinks":  # fp32 sink logits; the workload's bf16 per-head output scale
+            assert b == 2 * got, nm
         else:
             assert b == got, nm
     rest = set(alloc) - named
