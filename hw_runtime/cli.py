@@ -308,7 +308,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
 
 def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
     """Profile one replay, map it to the plan, write ``a.trace`` (measured + simulated) and
-    return the timeline fields of ``run_report``."""
+    return the timeline fields of ``run_report``: the main region's run only (its
+    ``LaunchPlan`` and its simulated run), without the other region kinds and the head."""
     from hw_runtime.timeline import (MappingError, category_residence, error_breakdown,
                                      map_activities, sim_intervals, stage_busy, write_trace)
 

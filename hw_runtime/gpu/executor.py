@@ -13,7 +13,9 @@ Two layers:
 * **Executor** (needs torch + CUDA): ``Executor(workload)`` holds a ``hw_runtime.gpu.workload.TorchWorkload``
   (weights and KV caches allocated once) and derives the per-microbatch-count workloads from it
   (sharing weights and KV, ``derive_workload``). ``Executor.measure(cfg, mode)`` captures ONE
-  forward pass (all region instances, all microbatches) as a CUDA graph, each stage's tasks on
+  decode step (``step_plan``: every run of region instances, with one workload per region kind
+  (``hw_runtime.gpu.step``), all microbatches, then the head kernels on the last stage; with
+  ``step=False`` the main region's instances only) as a CUDA graph, each stage's tasks on
   its own stream (``mode="green"``: a ``GreenPartition`` with the Config's SM allocation, the
   capturing stream of each kernel fixes its SMs; ``"multistream"``: the same schedule on plain
   streams, no SM partition; ``"temporal"``: the D = 1 plan on one whole-GPU stream), and times
@@ -26,7 +28,7 @@ warms the stage streams with a sequential pass on each, captures the pipelined g
 plan sequentially on one whole-GPU stream (the dispatch order is a topological order of the data
 edges, so this is the reference) and replays the graph (twice by default), and compares the
 residual-stream outputs of every microbatch (bitwise equality, relative L2 error, replay-to-replay
-equality, top-k index flips).
+equality, top-k index flips) and the sampled tokens.
 
 Units: µs for times, bytes, SMs. Errors: ``ValueError`` (one line) for configurations the
 workload cannot run, ``ExecutorUnavailable`` when torch / a GPU / green contexts are missing.
