@@ -200,13 +200,15 @@ def _weights_match_graph(wl, g, arch) -> None:
 
 @pytest.mark.parametrize("name", sorted(FAMILY))
 def test_family_step_runs_on_cpu(name):
-    """A whole step of each family (temporal plan, then a 2-stage one at m = 2): logits
+    """A whole step of each family (temporal plan through the executor's stream backend, then
+    a 2-stage one at m = 2): logits
     [R, V/t] = [8, ceil(V/2)], sampled tokens in the shard 0..V/t-1, a finite residual that the
     step changed; each region kind's allocated weights equal the graph's weight objects
     (``_weights_match_graph``); the 2-stage
     plan gives bitwise the same outputs as the temporal one at the same microbatch count
     (same kernels in another issue order)."""
     torch = pytest.importorskip("torch")
+    from hw_runtime.gpu.executor import _TorchBackend
 
     arch = FAMILY[name]
     for m in (1, 2):
@@ -223,7 +225,12 @@ def test_family_step_runs_on_cpu(name):
             for mu in range(m):
                 wls[0].output(mu).copy_(x0[mu])
             plan = build_step_plan(fp, cfg, R)
-            issue_plan(plan, _Cpu(plan, wls, head))
+            if cfg.D == 1:  # the executor's backend, one stream (torch.cuda.stream(None): no-op)
+                be = _TorchBackend(torch, [None], wls, offsets=plan.offsets, head=head)
+                issue_plan(plan, be, single_stream=True)
+                be.close()
+            else:
+                issue_plan(plan, _Cpu(plan, wls, head))
             outs[cfg.D] = [wls[0].output(mu).clone() for mu in range(m)] + \
                 [head.acts["tokens"].clone()]
         assert head.acts["logits"].shape == (R, Vl)
