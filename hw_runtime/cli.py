@@ -271,7 +271,6 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
         idle µs (measured, simulated), per-category residence µs (measured, simulated) and the
         error breakdown (``hw_runtime.timeline.error_breakdown``).
     """
-    from subgpu_jax.sim.eventsim import simulate
     from subgpu_jax.space.config import temporal_of
 
     k = int(getattr(a, "streams_per_stage", 1))
@@ -280,10 +279,14 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     meas_c = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup, streams_per_stage=k)
     chk = None if a.no_check else ex.check_output(cfg, a.mode, streams_per_stage=k)
     g = wl.graph(m)
-    pred_t = float(simulate(wl.graph(1), temporal_of(wl), hw_sim, model, cache=a.cache,
-                            record=False).makespan)
-    sim_c = simulate(g, cfg, hw_sim, model, cache=a.cache, record=False)
-    pred_c = float(sim_c.makespan)
+    # predicted whole steps (every run of region instances + the head), as the executor times
+    from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.model.graph import build_forward
+    pred_t = simulate_step(build_forward(wl.arch, dep, 1), temporal_of(wl), hw_sim, "event",
+                           model, a.cache, record=False).makespan_us
+    step_c = simulate_step(build_forward(wl.arch, dep, m), cfg, hw_sim, "event", model, a.cache,
+                           record=False)
+    sim_c, pred_c = step_c.main, step_c.makespan_us
     res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
            "config": {"D": cfg.D, "w": cfg.w, "cuts": _cut_names(wl.graph(1), cfg),
                       "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
@@ -295,7 +298,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                    "spread": meas_c.spread},
            "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
-           "calibration": a.calibration}
+           "calibration": a.calibration,
+           "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
     if make_trace:
@@ -305,7 +309,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
 
 def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
     """Profile one replay, map it to the plan, write ``a.trace`` (measured + simulated) and
-    return the timeline fields of ``run_report``."""
+    return the timeline fields of ``run_report``: the main region's run only (its
+    ``LaunchPlan`` and its simulated run), without the other region kinds and the head."""
     from hw_runtime.timeline import (MappingError, category_residence, error_breakdown,
                                      map_activities, sim_intervals, stage_busy, write_trace)
 

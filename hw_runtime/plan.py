@@ -12,15 +12,18 @@ each task still follows the task k positions earlier on its stage in stream orde
 edge of the task DAG with k streams per stage. ``issue_plan(plan, backend)`` walks
 a plan against a stream backend; ``FakeStreamBackend`` replays it with given kernel durations
 (stream FIFO + event waits), which is how CI checks the plan against the simulator's task DAG.
-Pure CPU: no torch.
+``build_step_plan(forward_pass, cfg)`` is the plan of a whole decode step: every run of region
+instances (DeepSeek-V3: 3 dense layers, then 58 MoE layers), each under the configuration carried
+over to its region kind, then the head kernels on the last stage. Pure CPU: no torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
-from subgpu_jax.model.graph import OpGraph
+from subgpu_jax.model.graph import ForwardPass, OpGraph
 from subgpu_jax.space.config import Config
 from subgpu_jax.space.taskdag import build_task_dag
 
@@ -40,6 +43,9 @@ class PlanTask:
         record: True when some later task on another stream waits on this task's event.
         lane: the stream the task is issued on, stage * k + (j mod k) for the j-th task of its
             stage with k streams per stage (= stage when k = 1).
+        run: the run of region instances the task belongs to (``StepPlan``; 0 in a
+            ``LaunchPlan``), or ``HEAD_RUN`` for the head kernels, whose ``kernels`` then index
+            the forward pass's ``head``.
     """
 
     index: int
@@ -53,6 +59,7 @@ class PlanTask:
     waits: tuple[int, ...]
     record: bool
     lane: int = -1
+    run: int = 0
 
     def __post_init__(self) -> None:
         if self.lane < 0:
@@ -194,6 +201,142 @@ def build_launch_plan(graph: OpGraph, cfg: Config, batch: int | None = None,
                       kernels_per_region=graph.n, config=cfg, streams_per_stage=k)
 
 
+#: ``PlanTask.run`` of the head kernels' task.
+HEAD_RUN = -1
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The schedule of a whole decode step (``build_step_plan``): every run of region instances
+    of the forward pass, one after the other, then the head kernels.
+
+    Attributes:
+        tasks: all tasks in issue order with global indices (``PlanTask.run`` names the run;
+            waits and events refer to global indices); the last task is the head's.
+        runs: each run's own ``LaunchPlan`` (local task indices; its graph has ``num_regions``
+            = the run's instance count).
+        graphs: each run's region graph (as built, ``num_regions`` = the kind's instances over
+            all runs: the weights a workload of that kind allocates).
+        offsets: the first region instance of each run among its kind's instances (a kind that
+            occurs in two runs continues its instance numbering).
+        head: the head kernels (``ForwardPass.head``).
+        num_streams, stage_sms, microbatches, streams_per_stage, config: as ``LaunchPlan``.
+    """
+
+    tasks: tuple[PlanTask, ...]
+    runs: tuple[LaunchPlan, ...]
+    graphs: tuple[OpGraph, ...]
+    offsets: tuple[int, ...]
+    head: tuple
+    num_streams: int
+    stage_sms: tuple[int, ...]
+    microbatches: int
+    config: Config
+    streams_per_stage: int = 1
+
+    @property
+    def T(self) -> int:
+        """Number of tasks (all runs' segment tasks + the head task)."""
+        return len(self.tasks)
+
+    def head_tasks(self) -> list[PlanTask]:
+        """The head's tasks (``run == HEAD_RUN``)."""
+        return [t for t in self.tasks if t.run == HEAD_RUN]
+
+    def events(self) -> int:
+        """CUDA events the plan records."""
+        return sum(1 for t in self.tasks if t.record)
+
+    def kernel_launches(self) -> int:
+        """Kernel launches of one step (region kernels + head kernels)."""
+        return sum(len(t.kernels) for t in self.tasks)
+
+    def summary(self) -> dict:
+        """JSON-ready description: the main plan's fields (``LaunchPlan.summary`` of the run of
+        the main region) plus per-run task counts and the head's stage."""
+        main = max(range(len(self.runs)), key=lambda r: self.runs[r].T)
+        out = self.runs[main].summary()
+        h = self.head_tasks()
+        out.update(tasks=self.T, events=self.events(),
+                   waits=sum(len(t.waits) for t in self.tasks),
+                   kernel_launches=self.kernel_launches(),
+                   runs=[{"layers": [list(x) for x in g.region_kinds], "instances": p.num_regions,
+                          "tasks": p.T} for g, p in zip(self.graphs, self.runs)],
+                   head={"kernels": [k.name for k in self.head],
+                         "stage": h[0].stage if h else None})
+        return out
+
+
+def build_step_plan(fp: ForwardPass, cfg: Config, batch: int | None = None,
+                    streams_per_stage: int | None = None) -> StepPlan:
+    """The launch plan of a whole decode step of ``fp`` under ``cfg`` (a configuration of
+    ``fp.main``), the schedule ``subgpu_jax.app.step.simulate_step`` times:
+
+    * each run of region instances gets ``build_launch_plan`` of its region graph (with
+      ``num_regions`` = the run's count) under ``cfg``, carried over to other region kinds by
+      ``subgpu_jax.app.step.map_cut`` (same stages, pools, microbatches, policy);
+    * runs follow one another with the pipeline drained in between: the first task on each
+      stream of run r waits for the last task of every other stream of run r - 1;
+    * the head kernels (final norm, LM head, sampling, embedding) are one task on the LAST
+      stage's first stream (the whole GPU in the temporal baseline), after the last run has
+      drained (it waits for the last task of every other stream).
+
+    Args:
+        fp: ``model.graph.build_forward(arch, deploy, m)`` with m = R / cfg.microbatch.
+        cfg: the configuration of ``fp.main``.
+        batch: per-GPU attention batch R (default from the graph's deployment).
+        streams_per_stage: k streams per stage (default the Config's, else 1).
+
+    Returns:
+        The ``StepPlan``.
+
+    Raises:
+        ValueError: as ``build_launch_plan``; a region kind the cut cannot be carried to.
+    """
+    from subgpu_jax.app.step import map_cut
+
+    runs, graphs, offsets, seen = [], [], [], {}
+    for g, count in fp.runs:
+        c = cfg if g is fp.main else map_cut(cfg, fp.main, g)
+        runs.append(build_launch_plan(dataclasses.replace(g, num_regions=count), c, batch,
+                                      streams_per_stage))
+        graphs.append(g)
+        offsets.append(seen.get(id(g), 0))
+        seen[id(g)] = offsets[-1] + count
+    k = runs[0].streams_per_stage
+    S = runs[0].num_streams
+    tasks: list[PlanTask] = []
+    last_on: dict[int, int] = {}  # lane -> global index of its last task so far
+    for r, lp in enumerate(runs):
+        base = len(tasks)
+        prev_last = dict(last_on)
+        first_seen: set[int] = set()
+        for t in lp.tasks:
+            waits = set(j + base for j in t.waits)
+            if r and t.lane not in first_seen:  # drain of the previous run
+                waits |= {j for ln, j in prev_last.items() if ln != t.lane}
+            first_seen.add(t.lane)
+            tasks.append(dataclasses.replace(
+                t, index=base + t.index, data_preds=tuple(j + base for j in t.data_preds),
+                stage_pred=t.stage_pred + base if t.stage_pred >= 0 else
+                prev_last.get(t.lane, -1), waits=tuple(sorted(waits)), record=False, run=r))
+            last_on[t.lane] = base + t.index
+    D = cfg.D
+    head_lane = (D - 1) * k
+    hw = tuple(sorted(j for ln, j in last_on.items() if ln != head_lane))
+    tasks.append(PlanTask(index=len(tasks), region=0, microbatch=0, segment=-1, stage=D - 1,
+                          kernels=tuple(range(len(fp.head))),
+                          data_preds=tuple(sorted(last_on.values())),
+                          stage_pred=last_on.get(head_lane, -1), waits=hw, record=False,
+                          lane=head_lane, run=HEAD_RUN))
+    need = {j for t in tasks for j in t.waits}
+    tasks = [dataclasses.replace(t, record=t.index in need) for t in tasks]
+    return StepPlan(tasks=tuple(tasks), runs=tuple(runs), graphs=tuple(graphs),
+                    offsets=tuple(offsets), head=tuple(fp.head), num_streams=S,
+                    stage_sms=tuple(int(a) for a in cfg.alloc), microbatches=runs[0].microbatches,
+                    config=cfg, streams_per_stage=k)
+
+
 class StreamBackend(Protocol):
     """What ``issue_plan`` needs from a stream implementation.
 
@@ -209,8 +352,10 @@ class StreamBackend(Protocol):
     def record(self, stream: int, task: int) -> None: ...
 
 
-def issue_plan(plan: LaunchPlan, backend: StreamBackend, single_stream: bool = False) -> None:
-    """Issue every task of ``plan`` in the global dispatch order on ``backend``.
+def issue_plan(plan: LaunchPlan | StepPlan, backend: StreamBackend,
+               single_stream: bool = False) -> None:
+    """Issue every task of ``plan`` (a ``LaunchPlan`` or a whole step's ``StepPlan``) in the
+    global dispatch order on ``backend``.
 
     For each task: wait on the events of its cross-stream data predecessors, launch its kernels
     on its stream (``task.lane``), record its event if a later task on another stream needs it.

@@ -1,6 +1,8 @@
 """Measure a calibration file on the local GPU (``subgpu calibrate``).
 
-``calibrate(arch, deploy, batches, microbatches)`` times every distinct kernel of the workload
+``calibrate(arch, deploy, batches, microbatches)`` times every distinct kernel of the workload, of
+every region kind of the forward pass (``build_forward``: DeepSeek-V3's dense layers too; the head
+kernels are not measured and keep the analytical model)
 (``subgpu_jax.model.calibration.kernel_key``: L0/L1 copies of one op on one shape are measured once)
 alone on green-context pools of ``pools`` SMs (default 8, 16, 32, 64, 96, 128) and on the whole
 GPU (no green context), for every global batch and microbatch count asked for; measures the
@@ -32,7 +34,7 @@ import time
 from typing import Callable, Sequence
 
 from subgpu_jax.model.calibration import DEPLOY_FIELDS, FORMAT, kernel_key
-from subgpu_jax.model.graph import Deployment, build_graph
+from subgpu_jax.model.graph import Deployment, build_forward, build_graph
 
 __all__ = ["DEFAULT_POOLS", "calibrate", "copy_bandwidth", "distinct_kernels", "corun_pairs"]
 
@@ -185,8 +187,14 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         wls = {}
         for m in ms:
             wls[m] = derive_workload(base, build_graph(arch, dep, m))
+        others = []  # the model's other region kinds (DeepSeek-V3's dense layers), same protocol
+        for rk in dict.fromkeys(g.region_kinds for g, _ in build_forward(arch, dep, 1).runs):
+            if rk != base.graph.region_kinds:
+                kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda")
+                others += [(m, derive_workload(kb, build_graph(arch, dep, m, region=rk)))
+                           for m in ms]
         todo = []  # (wl, [kernel ids]) of keys not measured yet
-        for m, wl in wls.items():
+        for m, wl in list(wls.items()) + others:
             ids = [i for i in distinct_kernels(wl.graph)
                    if kernel_key(wl.graph.kernels[i]) not in tables]
             for i in ids:
@@ -223,7 +231,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
             with GreenPartition([64, 64], streams_per_pool=1) as part:
                 corun_res = corun_pairs(torch, wls[mc], part)
             log(f"  co-runs done ({time.time() - t0:.0f} s)")
-        del wls, todo, base
+        del wls, todo, base, others
         gc.collect()
         torch.cuda.empty_cache()
     # copy-bandwidth curve

@@ -13,7 +13,9 @@ Two layers:
 * **Executor** (needs torch + CUDA): ``Executor(workload)`` holds a ``hw_runtime.gpu.workload.TorchWorkload``
   (weights and KV caches allocated once) and derives the per-microbatch-count workloads from it
   (sharing weights and KV, ``derive_workload``). ``Executor.measure(cfg, mode)`` captures ONE
-  forward pass (all region instances, all microbatches) as a CUDA graph, each stage's tasks on
+  decode step (``step_plan``: every run of region instances, with one workload per region kind
+  (``hw_runtime.gpu.step``), all microbatches, then the head kernels on the last stage; with
+  ``step=False`` the main region's instances only) as a CUDA graph, each stage's tasks on
   its own stream (``mode="green"``: a ``GreenPartition`` with the Config's SM allocation, the
   capturing stream of each kernel fixes its SMs; ``"multistream"``: the same schedule on plain
   streams, no SM partition; ``"temporal"``: the D = 1 plan on one whole-GPU stream), and times
@@ -26,7 +28,7 @@ warms the stage streams with a sequential pass on each, captures the pipelined g
 plan sequentially on one whole-GPU stream (the dispatch order is a topological order of the data
 edges, so this is the reference) and replays the graph (twice by default), and compares the
 residual-stream outputs of every microbatch (bitwise equality, relative L2 error, replay-to-replay
-equality, top-k index flips).
+equality, top-k index flips) and the sampled tokens.
 
 Units: µs for times, bytes, SMs. Errors: ``ValueError`` (one line) for configurations the
 workload cannot run, ``ExecutorUnavailable`` when torch / a GPU / green contexts are missing.
@@ -43,7 +45,8 @@ from typing import Any, Sequence
 from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.space.config import Config, temporal_config
 
-from hw_runtime.plan import LaunchPlan, PlanTask, build_launch_plan, issue_plan
+from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, build_step_plan,
+                             issue_plan)
 
 __all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES"]
 
@@ -114,12 +117,20 @@ def derive_workload(base, graph: OpGraph):
 
 
 class _TorchBackend:
-    """``StreamBackend`` over torch streams: one ``torch.cuda.Event`` per recorded task."""
+    """``StreamBackend`` over torch streams: one ``torch.cuda.Event`` per recorded task.
 
-    def __init__(self, torch, streams: Sequence, wl, gemm=None, pool_of=None) -> None:
-        self.t, self.streams, self.wl = torch, list(streams), wl
+    ``wl`` is the workload of a ``LaunchPlan``, or for a ``StepPlan`` the list of each run's
+    workload; ``offsets`` the runs' first region instances; ``head`` the ``TorchHead``;
+    ``gemm`` the GEMM launch policy (``hw_runtime.gpu.blas``) and ``pool_of`` each stream's
+    pool size."""
+
+    def __init__(self, torch, streams: Sequence, wl, gemm=None, pool_of=None,
+                 offsets: Sequence[int] = (0,), head=None) -> None:
+        self.t, self.streams = torch, list(streams)
+        self.wls = list(wl) if isinstance(wl, (list, tuple)) else [wl]
+        self.offsets, self.head = list(offsets), head
         self.gemm, self.pool_of = gemm, (pool_of or {})
-        self._keys: dict[int, str] = {}
+        self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
 
@@ -133,14 +144,15 @@ class _TorchBackend:
             self._ctx = self.t.cuda.stream(s)
             self._ctx.__enter__()
             self._cur = s
-        fn, mu, r = self.wl._fns[kernel], task.microbatch, task.region
+        from hw_runtime.gpu.step import StepWorkloads
+        kern, call = StepWorkloads.resolve(self.wls, self.offsets, self.head, task, kernel)
         if self.gemm is not None and self.gemm.active:   # GEMMs planned for this stream's pool
-            if kernel not in self._keys:
+            if (task.run, kernel) not in self._keys:
                 from subgpu_jax.model.calibration import kernel_key
-                self._keys[kernel] = kernel_key(self.wl.graph.kernels[kernel])
-            self.gemm.prepare(self._keys[kernel], self.pool_of.get(s.cuda_stream),
-                              lambda: fn(mu, r), s)
-        fn(mu, r)
+                self._keys[(task.run, kernel)] = kernel_key(kern)
+            self.gemm.prepare(self._keys[(task.run, kernel)], self.pool_of.get(s.cuda_stream),
+                              call, s)
+        call()
 
     def record(self, stream: int, task: int) -> None:
         e = self.t.cuda.Event()
@@ -239,6 +251,32 @@ class Executor:
         sms = self.torch.cuda.get_device_properties(self.device).multi_processor_count
         return temporal_config(self.base.graph.n, _hw_like(sms), self.batch)
 
+    def step_workloads(self, m: int) -> tuple[list, Any]:
+        """The torch side of a whole step at m microbatches: ``(workloads, head)``, one
+        workload per run of ``build_forward`` and the ``TorchHead``
+        (``hw_runtime.gpu.step.StepWorkloads``; cached).
+
+        Raises:
+            WorkloadMemoryError: a region kind's weights do not fit in the free memory.
+        """
+        if "_steps" not in self.__dict__:
+            from hw_runtime.gpu.step import StepWorkloads
+            self._steps = StepWorkloads(self.base, self.workload_for, derive_workload)
+        return self._steps.get(m)
+
+    def step_plan(self, cfg: Config, streams_per_stage: int | None = None) -> StepPlan:
+        """``build_step_plan``: every run of the forward pass under ``cfg`` (carried over to
+        other region kinds) and the head kernels on the last stage.
+
+        Raises:
+            ValueError: the config does not fit the workload.
+        """
+        self.plan(cfg, streams_per_stage)  # the same checks
+        from subgpu_jax.model.graph import build_forward
+        m = self.batch // cfg.microbatch
+        fp = build_forward(self.base.arch, self.base.deployment, m)
+        return build_step_plan(fp, cfg, self.batch, streams_per_stage)
+
     def plan(self, cfg: Config, streams_per_stage: int | None = None) -> LaunchPlan:
         """``build_launch_plan`` for ``cfg`` on the workload of its microbatch count.
 
@@ -281,10 +319,18 @@ class Executor:
                 self._pool_of[streams[d * k + j].cuda_stream] = int(part.granted[d])
         return streams, part
 
-    def issue(self, plan: LaunchPlan, streams: Sequence, single_stream: bool = False) -> None:
-        """Issue one forward pass of ``plan`` on ``streams`` (eager or under capture)."""
-        wl = self.workload_for(plan.microbatches)
-        be = _TorchBackend(self.torch, streams, wl, self.gemm, self._pool_of)
+    def issue(self, plan: LaunchPlan | StepPlan, streams: Sequence,
+              single_stream: bool = False) -> None:
+        """Issue one forward pass of ``plan`` on ``streams`` (eager or under capture): the main
+        region's instances for a ``LaunchPlan``, the whole step (every run, then the head) for
+        a ``StepPlan``."""
+        if isinstance(plan, StepPlan):
+            wls, head = self.step_workloads(plan.microbatches)
+            be = _TorchBackend(self.torch, streams, wls, self.gemm, self._pool_of, plan.offsets,
+                               head)
+        else:
+            be = _TorchBackend(self.torch, streams, self.workload_for(plan.microbatches),
+                               self.gemm, self._pool_of)
         try:
             issue_plan(plan, be, single_stream=single_stream)
         finally:
@@ -316,7 +362,8 @@ class Executor:
         return g, nodes, time.perf_counter() - t0
 
     def measure(self, cfg: Config, mode: str = "green", rounds: int = 3, replays: int = 100,
-                warmup: int = 3, streams_per_stage: int | None = None) -> Measurement:
+                warmup: int = 3, streams_per_stage: int | None = None,
+                step: bool = True) -> Measurement:
         """Capture ``cfg`` as a CUDA graph and time its replays.
 
         Args:
@@ -324,6 +371,9 @@ class Executor:
             mode: ``green`` (SM pools from ``cfg.alloc``), ``multistream`` (no partition) or
                 ``temporal``.
             rounds, replays, warmup: timing protocol (module docstring).
+            step: time the whole decode step (``step_plan``: every run of region instances,
+                then the head kernels on the last stage), as ``subgpu simulate`` predicts it;
+                False: the main region's instances only (``plan``).
 
         Returns:
             ``Measurement``.
@@ -335,7 +385,7 @@ class Executor:
         t = self.torch
         if rounds < 1 or replays < 1 or warmup < 0:
             raise ValueError("rounds and replays must be >= 1, warmup >= 0")
-        plan = self.plan(cfg, streams_per_stage)
+        plan = (self.step_plan if step else self.plan)(cfg, streams_per_stage)
         streams, part = self._streams(cfg, mode, plan.streams_per_stage)
         try:
             note = ""
@@ -417,7 +467,8 @@ class Executor:
 
     # ------------------------------------------------------------------ correctness
     def check_output(self, cfg: Config, mode: str = "green", replays: int = 2,
-                     deterministic: bool = False, streams_per_stage: int | None = None) -> dict:
+                     deterministic: bool = False, streams_per_stage: int | None = None,
+                     step: bool = True) -> dict:
         """``_check_output`` (below), optionally under deterministic settings:
         ``torch.use_deterministic_algorithms(True)`` (cuBLAS also needs
         ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` in the environment before its first use; the result
@@ -433,7 +484,7 @@ class Executor:
         if deterministic:
             t.use_deterministic_algorithms(True, warn_only=True)
         try:
-            out = self._check_output(cfg, mode, replays, streams_per_stage)
+            out = self._check_output(cfg, mode, replays, streams_per_stage, step)
         finally:
             t.use_deterministic_algorithms(prev)
         out["deterministic"] = bool(deterministic)
@@ -441,8 +492,10 @@ class Executor:
         return out
 
     def _check_output(self, cfg: Config, mode: str = "green", replays: int = 2,
-                      streams_per_stage: int | None = None) -> dict:
-        """Pipelined graph replay vs sequential execution of the same plan, same inputs.
+                      streams_per_stage: int | None = None, step: bool = True) -> dict:
+        """Pipelined graph replay vs sequential execution of the same plan (the whole step's
+        ``step_plan`` by default, head kernels included: the outputs are then the next step's
+        embedded inputs and ``tokens_equal`` compares the sampled tokens), same inputs.
 
         Procedure (every step starts from the same restored residual-stream inputs, and every
         stream used is synchronised explicitly after it):
@@ -480,8 +533,9 @@ class Executor:
         t = self.torch
         if replays < 1:
             raise ValueError(f"check_output: replays must be >= 1, got {replays}")
-        plan = self.plan(cfg, streams_per_stage)
+        plan = (self.step_plan if step else self.plan)(cfg, streams_per_stage)
         wl = self.workload_for(plan.microbatches)
+        head = self.step_workloads(plan.microbatches)[1] if step else None
         m = plan.microbatches
         t.cuda.synchronize(self.device)
         inputs = [wl.output(mu).clone() for mu in range(m)]
@@ -503,6 +557,8 @@ class Executor:
             sync(streams)
             outs = [wl.output(mu).clone() for mu in range(m)]
             tk = [wl.acts[mu][k].clone() for mu in range(m) for k in topk_keys]
+            if head is not None:
+                outs.append(head.acts["tokens"].clone())
             t.cuda.synchronize(self.device)
             return outs, tk
 
@@ -542,6 +598,11 @@ class Executor:
                 part.close()
         restore()
         out, out_tk = runs[0]
+        tokens_equal = None
+        if head is not None:  # the sampled tokens, compared apart from the residual stream
+            tokens_equal = bool(t.equal(out[-1], ref[-1]))
+            out, ref = out[:-1], ref[:-1]
+            pool_seq = [o[:-1] for o in pool_seq]
         eq = same(out, ref)
         diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out, ref))
         num = math.sqrt(sum(float(((a.float() - b.float()) ** 2).sum()) for a, b in zip(out, ref)))
@@ -552,7 +613,7 @@ class Executor:
                 "replays_equal": all(same(o, out) for o, _ in runs[1:]),
                 "pool_sequential_equal": all(same(o, ref) for o in pool_seq),
                 "topk_flips": flips, "finite": fin, "microbatches": m, "mode": mode,
-                "how": how}
+                "how": how, "tokens_equal": tokens_equal}
 
 
 def _hw_like(num_sms: int):

@@ -34,16 +34,20 @@ class TorchHead:
 
     Args:
         wl: the ``TorchWorkload`` whose last residuals the head reads.
+        share: another ``TorchHead`` of the same model and deployment (any microbatch count)
+            whose weights and Gumbel noise this one reuses (one device copy of the V/t x h LM
+            head and embedding shards); None allocates them.
 
     Attributes:
         kernels: the graph's head kernels (``head_kernels``), in launch order.
         weights, acts: the head's tensors by name.
 
     Raises:
-        ValueError: from ``head_kernels`` for an invalid deployment.
+        ValueError: from ``head_kernels`` for an invalid deployment; ``share`` of another model
+            or deployment.
     """
 
-    def __init__(self, wl: Any) -> None:
+    def __init__(self, wl: Any, share: "TorchHead | None" = None) -> None:
         t = wl.torch
         self.wl, self.t = wl, t
         arch, dep = wl.arch, wl.deployment
@@ -53,17 +57,24 @@ class TorchHead:
         self.tp = dep.attn_tp
         self.Vl = int(math.ceil(arch.vocab / self.tp))
         dev, bf = wl.device, t.bfloat16
-        self.weights = {
-            "final_norm.w": t.ones((self.H,), dtype=bf, device=dev),
-            "lm_head.w": wl._rand((self.H, self.Vl), 1.0 / math.sqrt(self.H)),
-            "embed.w": wl._rand((self.Vl, self.H), 1.0),
-        }
-        u = t.empty((self.R, self.Vl), dtype=t.float32, device=dev)
-        u.uniform_(1e-6, 1.0 - 1e-6, generator=wl._gen)
+        if share is not None:
+            if share.wl.arch != arch or share.wl.deployment != dep:
+                raise ValueError("TorchHead: share must be a head of the same model and "
+                                 "deployment")
+            self.weights, gumbel = share.weights, share.acts["gumbel"]
+        else:
+            self.weights = {
+                "final_norm.w": t.ones((self.H,), dtype=bf, device=dev),
+                "lm_head.w": wl._rand((self.H, self.Vl), 1.0 / math.sqrt(self.H)),
+                "embed.w": wl._rand((self.Vl, self.H), 1.0),
+            }
+            u = t.empty((self.R, self.Vl), dtype=t.float32, device=dev)
+            u.uniform_(1e-6, 1.0 - 1e-6, generator=wl._gen)
+            gumbel = (-t.log(-t.log(u))).to(bf)
         self.acts = {
             "final_xn": t.empty((self.R, self.H), dtype=bf, device=dev),
             "logits": t.empty((self.R, self.Vl), dtype=bf, device=dev),
-            "gumbel": (-t.log(-t.log(u))).to(bf),
+            "gumbel": gumbel,
             "scores": t.empty((self.R, self.Vl), dtype=bf, device=dev),
             "best": t.empty((self.R,), dtype=bf, device=dev),
             "tokens": t.zeros((self.R,), dtype=t.int64, device=dev),

@@ -10,6 +10,7 @@ Needs torch only when a builder runs.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT"]
@@ -304,16 +305,191 @@ def _dense_residual(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
+def _rope_r_into(c: KernelContext, dst, x) -> None:
+    """dst <- rotary embedding (half-split layout) of the last axis of x, of width
+    qk_rope_head_dim (multi-head latent attention), at the decode position."""
+    t, wl = c.t, c.wl
+    h2 = c.s.r // 2
+    x1, x2 = x[..., :h2], x[..., h2:]
+    d1, d2 = dst[..., :h2], dst[..., h2:]
+    t.mul(x1, wl._cos_r, out=d1)
+    d1.addcmul_(x2, wl._sin_r, value=-1.0)
+    t.mul(x2, wl._cos_r, out=d2)
+    d2.addcmul_(x1, wl._sin_r)
+
+
+def _mla_down(c: KernelContext) -> Callable[[int, int], None]:
+    """MLA down-projection: latent [Rm, ql + c + r] = xn @ W_down (the query latent, the KV
+    latent and the shared rope key, one GEMM)."""
+    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+
+    def f(mu, l):
+        a = ACT[mu]
+        t.mm(a[p + "xn"], W[l % nW][p + "mla_down.w"], out=a[p + "latent"])
+    return f
+
+
+def _mla_q_up(c: KernelContext) -> Callable[[int, int], None]:
+    """MLA query up-projection and absorption: cq = RMSNorm(latent[:, :ql]) (xn when q_lora is
+    0), q = cq @ W_UQ [Rm, qh, nope + r], then the nope part absorbed into latent space per head,
+    q_nope @ W_UK [qh, nope, c] -> ``q_lat[..., :c]``; ``q_lat[..., c:]`` = the (not yet
+    rotated) rope part."""
+    t, F_, s, W, nW, ACT, p, eps = c.t, c.F_, c.s, c.W, c.nW, c.ACT, c.p, c.eps
+    Rm, qh, ql, nope, r, cl = s.Rm, s.qh, s.ql, s.nope, s.r, s.c
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        cq = F_.rms_norm(a[p + "latent"][:, :ql], (ql,), w[p + "q_a_norm.w"], eps) if ql \
+            else a[p + "xn"]
+        t.mm(cq, w[p + "q_up.w"], out=a[p + "q_full"])
+        q = a[p + "q_full"].view(Rm, qh, nope + r)
+        t.bmm(q[:, :, :nope].transpose(0, 1), w[p + "uk.w"], out=a[p + "q_nl"])
+        a[p + "q_lat"][:, :, :cl].copy_(a[p + "q_nl"].transpose(0, 1))
+        a[p + "q_lat"][:, :, cl:].copy_(q[:, :, nope:])
+    return f
+
+
+def _mla_rope_kv(c: KernelContext) -> Callable[[int, int], None]:
+    """MLA RoPE and compressed-KV append: the cache slot of the new token gets
+    [RMSNorm(kv latent), RoPE(k_rope)] (c + r elements, one head shared by all query heads);
+    q = [q_lat[..., :c], RoPE(q_lat[..., c:])]."""
+    F_, s, W, nW, KV, nKV = c.F_, c.s, c.W, c.nW, c.KV, c.nKV
+    ACT, p, kv_pos, eps = c.ACT, c.p, c.kv_pos, c.eps
+    Rm, ql, cl = s.Rm, s.ql, s.c
+
+    def f(mu, l):
+        a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
+        lat = a[p + "latent"]
+        dst = kv[p + "ckv_cache"][mu * Rm:(mu + 1) * Rm, 0, kv_pos, :]
+        dst[:, :cl].copy_(F_.rms_norm(lat[:, ql:ql + cl], (cl,), w[p + "kv_a_norm.w"], eps))
+        _rope_r_into(c, dst[:, cl:], lat[:, ql + cl:])
+        q, qsrc = a[p + "q"], a[p + "q_lat"]
+        q[:, :, :cl].copy_(qsrc[:, :, :cl])
+        _rope_r_into(c, q[:, :, cl:], qsrc[:, :, cl:])
+    return f
+
+
+def _mla_attn(c: KernelContext) -> Callable[[int, int], None]:
+    """Absorbed MLA decode attention: the qh query heads of one request attend as qh queries of
+    ONE head over its compressed cache [L, c + r] (keys: latent + rope key; values: the
+    latent, the first c elements), softmax scale 1/sqrt(nope + r) (the head's q.k width);
+    output ``attn_lat`` [Rm, qh, c] (still in latent space)."""
+    F_, s, KV, nKV, ACT, p = c.F_, c.s, c.KV, c.nKV, c.ACT, c.p
+    Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
+    scale = 1.0 / math.sqrt(s.nope + s.r)
+
+    def f(mu, l):
+        a, kv = ACT[mu], KV[l % nKV]
+        cache = kv[p + "ckv_cache"][mu * Rm:(mu + 1) * Rm]  # [Rm, 1, L, c + r]
+        q = a[p + "q"].view(Rm, 1, qh, cl + r)
+        o = F_.scaled_dot_product_attention(q, cache, cache[..., :cl], scale=scale)
+        a[p + "attn_lat"].view(Rm, 1, qh, cl).copy_(o)
+    return f
+
+
+def _mla_v_up(c: KernelContext) -> Callable[[int, int], None]:
+    """MLA value up-projection after attention, per head: attn_lat [qh, Rm, c] @ W_UV
+    [qh, c, v] -> ``attn_out`` [Rm, qh * v]."""
+    t, s, W, nW, ACT, p = c.t, c.s, c.W, c.nW, c.ACT, c.p
+    Rm, qh, v = s.Rm, s.qh, s.v
+
+    def f(mu, l):
+        a = ACT[mu]
+        t.bmm(a[p + "attn_lat"].transpose(0, 1), W[l % nW][p + "uv.w"], out=a[p + "o_heads"])
+        a[p + "attn_out"].view(Rm, qh, v).copy_(a[p + "o_heads"].transpose(0, 1))
+    return f
+
+
+def _topk_grouped(c: KernelContext) -> Callable[[int, int], None]:
+    """Group-limited routing (DeepSeek-V3): sigmoid scores, + the correction bias for the
+    choice only; groups ranked by the sum of their two best scores, the top ``topk_group``
+    groups eligible; top-k experts among them; weights = their sigmoid scores normalised to
+    sum 1 (the published ``routed_scaling_factor`` is left out: a constant factor)."""
+    t, s, W, nW, ACT, p, arch = c.t, c.s, c.W, c.nW, c.ACT, c.p, c.arch
+    Tr, E, k_, ng, kg = s.Tr, s.E, s.k, arch.n_group, arch.topk_group
+    per = E // ng
+
+    def f(mu, l):
+        a, w = ACT[mu], W[l % nW]
+        sc = t.sigmoid(a[p + "logits"])
+        sel = sc + w[p + "router.corr"]
+        gs = sel.view(Tr, ng, per).topk(min(2, per), dim=-1)[0].sum(-1)
+        keep = t.zeros_like(gs).scatter_(1, gs.topk(kg, dim=-1)[1], 1.0)
+        sel = sel.masked_fill(keep.repeat_interleave(per, dim=1) == 0, float("-inf"))
+        idx = sel.topk(k_, dim=-1)[1]
+        wts = sc.gather(1, idx)
+        a[p + "topk_i"].copy_(idx)
+        t.div(wts, wts.sum(-1, keepdim=True), out=a[p + "topk_w"])
+    return f
+
+
+def _shared_up(c: KernelContext) -> Callable[[int, int], None]:
+    """Shared experts' up/gate projection (this GPU's 1/t share of n_shared * F) with SiLU
+    gating: hn @ W [h, 2 Fs] -> ``shared_act`` [Rm, Fs]."""
+    t, F_, W, nW, ACT, p, Fs = c.t, c.F_, c.W, c.nW, c.ACT, c.p, c.s.Fs
+
+    def f(mu, l):
+        a = ACT[mu]
+        gu = a[p + "shared_gu"]
+        t.mm(a[p + "hn"], W[l % nW][p + "shared_up.w"], out=gu)
+        t.mul(F_.silu(gu[:, :Fs]), gu[:, Fs:], out=a[p + "shared_act"])
+    return f
+
+
+def _shared_down(c: KernelContext) -> Callable[[int, int], None]:
+    """Shared experts' down projection -> ``shared_y`` [Rm, h] (reduced with the combine)."""
+    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+
+    def f(mu, l):
+        a = ACT[mu]
+        t.mm(a[p + "shared_act"], W[l % nW][p + "shared_down.w"], out=a[p + "shared_y"])
+    return f
+
+
+def _combine_shared(c: KernelContext) -> Callable[[int, int], None]:
+    """MoE combine with shared experts: virtual all-to-all, then
+    resid_out = h + shared_y + sum_k w_k * y_k."""
+    t, s, H, Rm, ACT = c.t, c.s, c.H, c.Rm, c.ACT
+    p, resid_out, comm, spin_end, wl = c.p, c.resid_out, c.comm, c.spin_end, c.wl
+    k_ = s.k
+
+    def f(mu, l):
+        a = ACT[mu]
+        y = a[p + "y_exp"].view(-1, H)
+        comm(a, y)
+        g = t.index_select(y, 0, wl._comb_idx).view(Rm, k_, H)
+        wsel = t.index_select(a[p + "topk_w"], 0, wl._wsel_idx).to(t.bfloat16)
+        t.add(a[p + "h"], a[p + "shared_y"], out=a[resid_out])
+        a[resid_out].view(Rm, 1, H).baddbmm_(wsel.view(Rm, 1, k_), g)
+        spin_end()
+    return f
+
+
 #: op (or ``"out_residual"`` / ``"dense_residual"`` for the collectives) -> builder.
 KERNELS: dict[str, Callable[[KernelContext], Callable[[int, int], None]]] = {
     "rmsnorm": _rmsnorm, "qkv": _qkv, "rope_kv": _rope_kv, "attn": _attn, "o_proj": _o_proj,
     "out_residual": _out_residual, "router": _router, "topk": _topk, "dispatch": _dispatch,
     "expert_up": _expert_up, "expert_down": _expert_down, "combine": _combine,
     "mlp_up": _mlp_up, "mlp_down": _mlp_down, "dense_residual": _dense_residual,
+    "mla_down": _mla_down, "mla_q_up": _mla_q_up, "mla_rope_kv": _mla_rope_kv,
+    "mla_attn": _mla_attn, "mla_v_up": _mla_v_up, "topk_grouped": _topk_grouped,
+    "shared_up": _shared_up, "shared_down": _shared_down, "combine_shared": _combine_shared,
 }
 
 
-def _key(kern: Any) -> str:
+def _key(kern: Any, arch: Any = None) -> str:
+    names = {nm for nm, _ in kern.act_reads + kern.act_writes}
+    pre = kern.name.rsplit(".", 1)[0] + "." if "." in kern.name else ""
+    if kern.op == "rope_kv" and pre + "latent" in names:
+        return "mla_rope_kv"
+    if kern.op == "attn" and pre + "attn_lat" in names:
+        return "mla_attn"
+    if kern.name.endswith((".shared_up", ".shared_down")):
+        return kern.name.rsplit(".", 1)[1]
+    if kern.op == "combine" and pre + "shared_y" in names:
+        return "combine_shared"
+    if kern.op == "topk" and arch is not None and arch.n_group:
+        return "topk_grouped"
     if kern.op in ("allreduce", "residual_norm") and kern.category == "out_residual":
         return "out_residual"
     if kern.op in ("allreduce", "residual"):
@@ -321,13 +497,16 @@ def _key(kern: Any) -> str:
     return kern.op
 
 
-def kernel_builder(kern: Any) -> Callable[[KernelContext], Callable[[int, int], None]]:
-    """The builder of a graph kernel's op (``KERNELS``).
+def kernel_builder(kern: Any, arch: Any = None
+                   ) -> Callable[[KernelContext], Callable[[int, int], None]]:
+    """The builder of a graph kernel's op (``KERNELS``); ``arch`` (the graph's ``ModelArch``)
+    picks variants the kernel alone does not name (grouped routing).
 
     Raises:
         ValueError: an op the workload does not implement.
     """
-    builder = None if kern.op in ("out_residual", "dense_residual") else KERNELS.get(_key(kern))
+    builder = None if kern.op in ("out_residual", "dense_residual") else \
+        KERNELS.get(_key(kern, arch))
     if builder is None:
         raise ValueError(f"TorchWorkload: kernel {kern.name} has op {kern.op!r}, which the "
                          "workload does not implement")

@@ -30,9 +30,15 @@ expert_up                 ``baddbmm`` over the local experts hit (+ bias), clamp
                           GPT-OSS (alpha 1.702, limit 7; SiLU-GLU for other families)
 expert_down               ``baddbmm`` (+ bias) -> y_exp
 combine                   virtual all-to-all + top-k weighted sum (``baddbmm``) + residual add
-mlp_up / mlp_down         dense SwiGLU MLP (``mm``) for dense models
+mlp_up / mlp_down         dense SwiGLU MLP (``mm``): dense models, the dense layers of MoE
+                          models (a region may mix dense and MoE layers), shared experts
+                          (``shared_up`` / ``shared_down``, added in the combine)
 allreduce (mlp) /         virtual collective + residual add / residual add
 residual
+mla_down, mla_q_up,       multi-head latent attention, absorbed (``kernels._mla_*``): latent
+rope_kv, attn, mla_v_up   down-projection; q up + W_UK; compressed-cache append; the qh heads
+                          as qh queries of one head over the cache; W_UV per head
+topk (grouped)            DeepSeek-V3 routing: sigmoid scores, top groups, top-k inside them
 ========================  ===================================================================
 
 Virtual collectives (docs/method.md §5): the endpoint memory work is a copy of the payload
@@ -49,8 +55,12 @@ launch free of host synchronisation and capturable.
 
 Datatypes: bf16 weights, activations and KV. Expert weights must be bf16 on Hopper (MXFP4 has no
 tensor-core support there): build the graph with ``dataclasses.replace(arch, expert_dtype='bf16')``
-(``hopper_arch`` does that) so the simulator's byte counts match what runs; a graph with MXFP4
-experts is refused.
+(``hopper_arch`` does that, and also runs FP8 experts' GEMMs in bf16) so the simulator's byte
+counts match what runs; a graph with MXFP4 or FP8 experts is refused.
+
+A model with several region kinds (``build_forward``) gets one workload per kind, each built
+from its own region graph and sharing the main one's residual stream (``residual_of`` /
+``share_residual``; ``hw_runtime.gpu.step``).
 
 Memory: weights are allocated per region instance (``instances``, default every instance, so a
 kernel never finds another instance's weights in L2), activations per microbatch (shared by the
@@ -88,9 +98,12 @@ class WorkloadMemoryError(MemoryError):
 
 
 def hopper_arch(arch: ModelArch) -> ModelArch:
-    """``arch`` with bf16 expert weights (Hopper has no MXFP4 tensor cores): build the graph for
-    the workload and the simulator from this."""
-    return arch if arch.expert_dtype == "bf16" else replace(arch, expert_dtype="bf16")
+    """``arch`` with bf16 expert weights and expert activations (Hopper has no MXFP4 tensor
+    cores, and the workload's batched expert GEMMs run in bf16, also for DeepSeek-V3's FP8
+    experts): build the graph for the workload and the simulator from this."""
+    if arch.expert_dtype == "bf16" and arch.expert_act_dtype == "bf16":
+        return arch
+    return replace(arch, expert_dtype="bf16", expert_act_dtype="bf16")
 
 
 # --------------------------------------------------------------------------- pure shapes/bytes
@@ -108,6 +121,11 @@ class WorkloadShapes:
         moe: MoE model. E, El, k, F: experts, local experts, top-k, expert intermediate.
         Tr: tokens routed by this GPU per microbatch; A: expert assignments received;
         n_hit: local experts hit; cap: tokens per hit expert (padded); I: dense intermediate/TP.
+        mlp_kinds: ``"dense"``/``"moe"`` per layer of the region (a region may mix both);
+        dense: some layer of the region is dense. Fs: shared-expert intermediate per GPU
+        (num_shared_experts * moe_intermediate / t; 0 without shared experts).
+        mla: multi-head latent attention; c, r, nope, v, ql: kv_lora_rank, qk_rope_head_dim,
+        qk_nope_head_dim, v_head_dim, q_lora_rank; nd = ql + c + r, the down-projection width.
     """
 
     R: int
@@ -133,6 +151,16 @@ class WorkloadShapes:
     n_hit: int = 0
     cap: int = 0
     I: int = 0
+    mlp_kinds: tuple[str, ...] = ()
+    dense: bool = False
+    Fs: int = 0
+    mla: bool = False
+    c: int = 0
+    r: int = 0
+    nope: int = 0
+    v: int = 0
+    ql: int = 0
+    nd: int = 0
 
     @property
     def P(self) -> int:
@@ -165,16 +193,10 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
     if arch.weight_dtype != "bf16" or arch.kv_dtype != "bf16":
         raise ValueError(f"TorchWorkload: weights and KV must be bf16, got weight_dtype="
                          f"{arch.weight_dtype!r}, kv_dtype={arch.kv_dtype!r}")
-    if arch.is_mla or arch.num_shared_experts:
-        raise ValueError("TorchWorkload: multi-head latent attention and shared experts have no "
-                         "torch kernels yet; simulate such models (subgpu simulate)")
     kinds2 = graph.region_kinds or tuple((a, "moe" if arch.is_moe else "dense")
                                          for a in arch.period)
-    mlps = {mk for _, mk in kinds2}
-    if len(mlps) > 1:
-        raise ValueError("TorchWorkload: a region mixing dense and MoE layers has no torch "
-                         "workload yet; simulate it (subgpu simulate)")
-    moe = mlps == {"moe"}
+    mlp_kinds = tuple(mk for _, mk in kinds2)
+    moe, dense = "moe" in mlp_kinds, "dense" in mlp_kinds
     m = graph.microbatches
     R = dep.requests_per_gpu
     Rm = R // m
@@ -184,6 +206,11 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
     hd = arch.head_dim
     if qh % kvh:
         raise ValueError(f"TorchWorkload: {qh} local q heads are not a multiple of {kvh} KV heads")
+    mla = {}
+    if arch.is_mla:
+        c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
+        mla = dict(mla=True, c=c, r=r, nope=arch.qk_nope_head_dim, v=arch.v_head_dim, ql=ql,
+                   nd=ql + c + r)
     kinds = tuple(a for a, _ in kinds2)
     kv_len, kv_pos = [], []
     for kind in kinds:
@@ -194,9 +221,11 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         else:
             kv_len.append(dep.kv_history)
             kv_pos.append(dep.kv_history - 1)
-    common = dict(R=R, m=m, Rm=Rm, H=arch.hidden, qh=qh, kvh=kvh, hd=hd, nq=(qh + 2 * kvh) * hd,
+    common = dict(R=R, m=m, Rm=Rm, H=arch.hidden, qh=qh, kvh=kvh, hd=hd,
+                  nq=0 if mla else (qh + 2 * kvh) * hd,
                   t=t, kv_history=dep.kv_history, layer_kinds=kinds, kv_len=tuple(kv_len),
-                  kv_pos=tuple(kv_pos), moe=moe)
+                  kv_pos=tuple(kv_pos), moe=moe, mlp_kinds=mlp_kinds, dense=dense,
+                  I=arch.intermediate // t if dense else 0, **mla)
     if moe:
         E, k, e = arch.num_experts, arch.top_k, dep.moe_ep
         El = E // e
@@ -207,8 +236,9 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         n_hit = int(min(El, max(1, round(hit))))
         cap = int(math.ceil(A / n_hit))
         return WorkloadShapes(**common, E=E, El=El, k=k, F=arch.moe_intermediate, Tr=Tr, A=A,
-                              n_hit=n_hit, cap=cap)
-    return WorkloadShapes(**common, I=arch.intermediate // t)
+                              n_hit=n_hit, cap=cap,
+                              Fs=arch.num_shared_experts * arch.moe_intermediate // t)
+    return WorkloadShapes(**common)
 
 
 def _comm_elems(kernel: Kernel) -> int:
@@ -222,37 +252,69 @@ def _weight_specs(s: WorkloadShapes, arch: ModelArch) -> dict[str, tuple[tuple[i
     for j in range(s.P):
         p = f"L{j}."
         out[p + "attn_norm.w"] = ((H,), "bf16")
-        out[p + "qkv.w"] = ((H, s.nq), "bf16")
-        if arch.attn_bias or arch.qkv_bias:
-            out[p + "qkv.b"] = ((s.nq,), "bf16")
-        if arch.qk_norm:
-            out[p + "q_norm.w"] = ((s.hd,), "bf16")
-            out[p + "k_norm.w"] = ((s.hd,), "bf16")
-        if arch.attention_sinks:
-            out[p + "sink_scale"] = ((1, s.qh, 1, 1), "bf16")
-        out[p + "o.w"] = ((s.qh * s.hd, H), "bf16")
-        if arch.attn_bias:
-            out[p + "o.b"] = ((H,), "bf16")
+        if s.mla:
+            _mla_weight_specs(out, p, s)
+        else:
+            _gqa_weight_specs(out, p, s, arch)
         out[p + "mlp_norm.w"] = ((H,), "bf16")
-        if s.moe:
+        if s.mlp_kinds[j] == "moe":
             out[p + "router.w"] = ((H, s.E), "bf16")
             if arch.mlp_bias:
                 out[p + "router.b"] = ((s.E,), "bf16")
+            if arch.n_group:
+                out[p + "router.corr"] = ((s.E,), "fp32")
             out[p + "experts_up.w"] = ((s.El, H, 2 * s.F), "bf16")
             out[p + "experts_down.w"] = ((s.El, s.F, H), "bf16")
             if arch.mlp_bias:
                 out[p + "experts_up.b"] = ((s.El, 1, 2 * s.F), "bf16")
                 out[p + "experts_down.b"] = ((s.El, 1, H), "bf16")
+            if s.Fs:
+                out[p + "shared_up.w"] = ((H, 2 * s.Fs), "bf16")
+                out[p + "shared_down.w"] = ((s.Fs, H), "bf16")
         else:
             out[p + "mlp_up.w"] = ((H, 2 * s.I), "bf16")
             out[p + "mlp_down.w"] = ((s.I, H), "bf16")
     return out
 
 
+def _mla_weight_specs(out: dict, p: str, s: WorkloadShapes) -> None:
+    """Multi-head latent attention weights of one layer (the graph's ``mla_*`` objects):
+    ``mla_down.w`` [h, ql+c+r], the latent norms, ``q_up.w`` [ql or h, qh*(nope+r)], the absorbed
+    ``uk.w`` [qh, nope, c] and ``uv.w`` [qh, c, v], ``o.w`` [qh*v, h]."""
+    H = s.H
+    out[p + "mla_down.w"] = ((H, s.nd), "bf16")
+    if s.ql:
+        out[p + "q_a_norm.w"] = ((s.ql,), "bf16")
+    out[p + "kv_a_norm.w"] = ((s.c,), "bf16")
+    out[p + "q_up.w"] = ((s.ql or H, s.qh * (s.nope + s.r)), "bf16")
+    out[p + "uk.w"] = ((s.qh, s.nope, s.c), "bf16")
+    out[p + "uv.w"] = ((s.qh, s.c, s.v), "bf16")
+    out[p + "o.w"] = ((s.qh * s.v, H), "bf16")
+
+
+def _gqa_weight_specs(out: dict, p: str, s: WorkloadShapes, arch: ModelArch) -> None:
+    """Grouped-query attention weights of one layer (qkv, biases, q/k norms, sinks, o)."""
+    H = s.H
+    out[p + "qkv.w"] = ((H, s.nq), "bf16")
+    if arch.attn_bias or arch.qkv_bias:
+        out[p + "qkv.b"] = ((s.nq,), "bf16")
+    if arch.qk_norm:
+        out[p + "q_norm.w"] = ((s.hd,), "bf16")
+        out[p + "k_norm.w"] = ((s.hd,), "bf16")
+    if arch.attention_sinks:
+        out[p + "sink_scale"] = ((1, s.qh, 1, 1), "bf16")
+    out[p + "o.w"] = ((s.qh * s.hd, H), "bf16")
+    if arch.attn_bias:
+        out[p + "o.b"] = ((H,), "bf16")
+
+
 def _kv_specs(s: WorkloadShapes) -> dict[str, tuple[tuple[int, ...], str]]:
     """name -> (shape, dtype) of one copy of the region's KV caches (all microbatches)."""
     out = {}
     for j in range(s.P):
+        if s.mla:  # one compressed (latent + rope key) head shared by all query heads
+            out[f"L{j}.ckv_cache"] = ((s.R, 1, s.kv_len[j], s.c + s.r), "bf16")
+            continue
         shp = (s.R, s.kvh, s.kv_len[j], s.hd)
         out[f"L{j}.k_cache"] = (shp, "bf16")
         out[f"L{j}.v_cache"] = (shp, "bf16")
@@ -267,13 +329,28 @@ def _act_specs(s: WorkloadShapes, graph: OpGraph) -> dict[str, tuple[tuple[int, 
         out[f"resid.{j}"] = ((Rm, H), "bf16")  # resid.P aliases resid.0
         p = f"L{j}."
         out[p + "xn"] = ((Rm, H), "bf16")
-        out[p + "qkv"] = ((Rm, s.nq), "bf16")
-        out[p + "q"] = ((Rm, s.qh, s.hd), "bf16")
-        out[p + "attn_out"] = ((Rm, s.qh * s.hd), "bf16")
+        if s.mla:
+            cr = s.c + s.r
+            out[p + "latent"] = ((Rm, s.nd), "bf16")
+            out[p + "q_full"] = ((Rm, s.qh * (s.nope + s.r)), "bf16")
+            out[p + "q_nl"] = ((s.qh, Rm, s.c), "bf16")
+            out[p + "q_lat"] = ((Rm, s.qh, cr), "bf16")
+            out[p + "q"] = ((Rm, s.qh, cr), "bf16")
+            out[p + "attn_lat"] = ((Rm, s.qh, s.c), "bf16")
+            out[p + "o_heads"] = ((s.qh, Rm, s.v), "bf16")
+            out[p + "attn_out"] = ((Rm, s.qh * s.v), "bf16")
+        else:
+            out[p + "qkv"] = ((Rm, s.nq), "bf16")
+            out[p + "q"] = ((Rm, s.qh, s.hd), "bf16")
+            out[p + "attn_out"] = ((Rm, s.qh * s.hd), "bf16")
         out[p + "o_part"] = ((Rm, H), "bf16")
         out[p + "h"] = ((Rm, H), "bf16")
         out[p + "hn"] = ((Rm, H), "bf16")
-        if s.moe:
+        if s.mlp_kinds[j] == "moe":
+            if s.Fs:
+                out[p + "shared_gu"] = ((Rm, 2 * s.Fs), "bf16")
+                out[p + "shared_act"] = ((Rm, s.Fs), "bf16")
+                out[p + "shared_y"] = ((Rm, H), "bf16")
             out[p + "logits"] = ((s.Tr, s.E), "fp32")
             out[p + "topk_w"] = ((s.Tr, s.k), "fp32")
             out[p + "topk_i"] = ((s.Tr, s.k), "int64")
@@ -365,6 +442,10 @@ class TorchWorkload:
         copy_Bps: copy bandwidth used to subtract the payload copy from the spin (H200: 4245e9).
         spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only).
         workspace_bytes: memory kept free for workspaces/temporaries.
+        residual_of: another region kind's workload of the same model, deployment and
+            microbatch count whose residual stream this one reads and writes
+            (``share_residual``): the region kinds of one forward pass (``build_forward``:
+            DeepSeek-V3's dense then MoE layers) then run one after the other on the same tokens.
 
     Raises:
         ValueError: a graph the workload cannot run, bad arguments.
@@ -376,7 +457,8 @@ class TorchWorkload:
     def __init__(self, graph: OpGraph, device: str = "cuda", instances: int | None = None,
                  kv_cache: str = "auto", seed: int = 0, comm_floor_us: float = 3.0,
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
-                 workspace_bytes: float = 2 * _GIB) -> None:
+                 workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None
+                 ) -> None:
         torch = _torch()
         self.torch = torch
         self.graph = graph
@@ -422,6 +504,8 @@ class TorchWorkload:
             a = {nm: self._rand(shp, 1.0, dt) for nm, (shp, dt) in aspec.items()}
             a[f"resid.{s.P}"] = a["resid.0"]  # the region's output is the next instance's input
             self.acts.append(a)
+        if residual_of is not None:
+            self.share_residual(residual_of)
         self._consts()
         self._cycles_per_us = self._calibrate_spin() if self.spin else 0.0
         self._fns = [self._make(i, kern) for i, kern in enumerate(graph.kernels)]
@@ -452,6 +536,8 @@ class TorchWorkload:
                 out[nm] = x.to(self.torch.bfloat16)
             elif nm.endswith(".b"):
                 out[nm] = self._rand(shp, 0.02)
+            elif nm.endswith(".corr"):  # fp32 routing-score correction bias (DeepSeek-V3)
+                out[nm] = self._rand(shp, 0.02, "fp32")
             else:  # fan-in scaled so activations stay O(1)
                 fan_in = shp[-2]
                 out[nm] = self._rand(shp, 1.0 / math.sqrt(fan_in))
@@ -461,10 +547,13 @@ class TorchWorkload:
         t, s = self.torch, self.shapes
         hd = s.hd
         pos = s.kv_history - 1
-        inv = 1.0 / (10000.0 ** (t.arange(0, hd // 2, dtype=t.float64) * 2.0 / hd))
-        ang = pos * inv
-        self._cos = t.cos(ang).to(t.bfloat16).to(self.device)
-        self._sin = t.sin(ang).to(t.bfloat16).to(self.device)
+        for nm, d in (("", hd), ("_r", s.r)):
+            if not d:
+                continue
+            inv = 1.0 / (10000.0 ** (t.arange(0, d // 2, dtype=t.float64) * 2.0 / d))
+            ang = pos * inv
+            setattr(self, "_cos" + nm, t.cos(ang).to(t.bfloat16).to(self.device))
+            setattr(self, "_sin" + nm, t.sin(ang).to(t.bfloat16).to(self.device))
         if s.moe:
             rows = s.n_hit * s.cap
             self._disp_idx = (t.arange(rows) % s.Tr).to(self.device)
@@ -516,7 +605,21 @@ class TorchWorkload:
         Raises:
             ValueError: an op the workload does not implement.
         """
-        return kernel_builder(kern)(KernelContext(self, i, kern))
+        return kernel_builder(kern, self.arch)(KernelContext(self, i, kern))
+
+    def share_residual(self, src: "TorchWorkload") -> None:
+        """Make every microbatch's region input/output (``resid.0``, aliased by ``resid.P``)
+        the buffer of ``src`` (same model, deployment and microbatch count; no copy).
+
+        Raises:
+            ValueError: ``src`` has another model, deployment, microbatch count or device.
+        """
+        if (src.arch != self.arch or src.deployment != self.deployment
+                or src.shapes.m != self.shapes.m or src.device != self.device):
+            raise ValueError("TorchWorkload.share_residual: the workloads must have the same "
+                             "model, deployment, microbatch count and device")
+        for a, b in zip(self.acts, src.acts):
+            a["resid.0"] = a[f"resid.{self.shapes.P}"] = b["resid.0"]
 
     # ---------------------------------------------------------------- public API
     @property
