@@ -281,7 +281,7 @@ def validate_phase(args) -> int:
                     continue
                 mode = "temporal" if cfg.D == 1 else d["mode"]
                 k = int(d.get("streams_per_stage", 1))
-                m = ex.measure(cfg, mode, rounds=args.rounds, replays=args.replays,
+                m = ex.measure(cfg, mode, rounds=args.rounds, replays=args.replays, step=False,
                                warmup=args.warmup, streams_per_stage=k)
                 rec["measured"] = m.as_dict()
                 if d.get("trace"):

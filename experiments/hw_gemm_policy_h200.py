@@ -140,7 +140,7 @@ def device_phase(args) -> int:
                     rec = {**d, "gemm": policy}
                     try:
                         cfg = F.cfg_from_json(wl, d)
-                        mm = ex.measure(cfg, "temporal" if cfg.D == 1 else "green",
+                        mm = ex.measure(cfg, "temporal" if cfg.D == 1 else "green", step=False,
                                         rounds=args.rounds, replays=args.replays,
                                         streams_per_stage=int(d.get("streams_per_stage", 1)))
                         rec["measured_us"] = mm.makespan_us
