@@ -236,6 +236,23 @@ def corun_phase(args) -> int:
     return 0
 
 
+def lanes_phase(args) -> int:
+    """How two streams of one green-context pool share its SMs (``corun.lane_sharing``), on
+    ``--corun-workload`` at m=2, pools of 32 and 64 SMs -> ``lanes.json``."""
+    from hw_runtime.gpu.corun import lane_sharing
+    from hw_runtime.gpu.executor import derive_workload
+
+    os.makedirs(args.out, exist_ok=True)
+    wl = sim_workload(args.corun_workload)
+    base = _torch_workload(wl, 1)
+    wl2 = derive_workload(base, wl.graph(2))
+    res = {"workload": args.corun_workload, "pools": [lane_sharing(wl2, p, log=print)
+                                                        for p in (32, 64)]}
+    with open(os.path.join(args.out, "lanes.json"), "w") as fh:
+        json.dump(res, fh, indent=1)
+    return 0
+
+
 def validate_phase(args) -> int:
     """Measure every configuration of ``--configs``; profile and check the flagged ones."""
     from hw_runtime.gpu.executor import Executor
@@ -596,7 +613,8 @@ def figures(out: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "validate", "analyze", "classes"), required=True)
+    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "lanes", "validate", "analyze",
+                                         "classes"), required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", FIDELITY))
     ap.add_argument("--configs", default=os.path.join(FIDELITY, "configs.json"))
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))

@@ -350,3 +350,98 @@ def event_latency(torch, n: int = 200, reps: int = 5) -> dict:
     del g1, g2
     return {"n": n, "one_stream_us": t1, "two_streams_us": t2, "per_kernel_us": t1 / n,
             "per_dependency_us": (t2 - t1) / n}
+
+
+#: Ordered pairs (first launched, second launched) of ``lane_sharing``.
+LANE_PAIRS: tuple[tuple[str, str], ...] = (
+    ("attn", "dense_gemm"), ("dense_gemm", "attn"), ("attn", "expert_gemm"),
+    ("expert_gemm", "attn"), ("dense_gemm", "dense_gemm"), ("attn", "attn"),
+    ("attn", "elementwise"), ("elementwise", "attn"))
+
+#: Clock cycles the second stream waits after the common start (about 2 µs at 1980 MHz), so
+#: the first kernel is dispatched first.
+SECOND_DELAY_CYCLES: int = 4_000
+
+
+def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIRS,
+                 reps: int = 5, microbatch: int = 0, log: Callable[[str], None] = print) -> dict:
+    """How two streams of ONE green-context pool share its SMs (needs a GPU).
+
+    For each ordered pair (A, B): one launch of A on stream 0 and one launch of B on stream 1
+    of a pool of ``sms`` SMs, B enqueued ``SECOND_DELAY_CYCLES`` after A from a common
+    spin-gated start; the times at which A and B end (from the start) against their alone
+    times. If the block scheduler serves the first-launched kernel first (FIFO), A ends near its
+    alone time and B near alone(A) + alone(B); if the pool is shared equally, A ends later than
+    alone(A) by about min(alone(A), alone(B)).
+
+    Args:
+        wl: a CUDA ``TorchWorkload`` of a GPT-OSS graph (attn, elementwise, expert_gemm); the
+            synthetic dense GEMM is allocated here. sms: the pool. pairs: class pairs
+            (``CLASSES``). reps: timed repetitions (median). microbatch: buffers used.
+
+    Returns:
+        ``{"sms", "pairs": [{a, b, a_alone_us, b_alone_us, a_end_us, b_end_us,
+        a_end_over_alone, b_end_over_sum}], "protocol"}``.
+
+    Raises:
+        ValueError: unknown class.
+    """
+    from hw_runtime.gpu.partition import GreenPartition
+
+    torch = wl.torch
+    bad = {c for p in pairs for c in p} - set(CLASSES)
+    if bad:
+        raise ValueError(f"lane_sharing: unknown class(es) {sorted(bad)}; allowed: "
+                         f"{', '.join(CLASSES)}")
+    idx = workload_class_kernels(wl.graph)
+    L = wl.graph.num_regions
+    M, K, N = DENSE_GEMM_MKN
+    Wg = torch.randn(K, N, dtype=torch.bfloat16, device=wl.device) * 0.02
+    Xg = torch.randn(M, K, dtype=torch.bfloat16, device=wl.device)
+    Yg = [torch.empty(M, N, dtype=torch.bfloat16, device=wl.device) for _ in range(2)]
+
+    def fn_of(c: str, lane: int) -> Callable[[int], Any]:
+        if c == "dense_gemm":
+            return lambda r: torch.mm(Xg, Wg, out=Yg[lane])
+        i = idx[c]
+        return lambda r, i=i: wl.launch(i, microbatch, (r + lane) % L)
+
+    out: dict = {"sms": int(sms), "pairs": [],
+                 "protocol": "one launch each; B enqueued %d cycles after A from a common "
+                             "spin-gated start; ends read with CUDA events" % SECOND_DELAY_CYCLES}
+    with GreenPartition([int(sms)], streams_per_pool=2) as part:
+        s0, s1 = part.stream(0, 0), part.stream(0, 1)
+        out["sms"] = int(part.granted[0])
+        for a, b in pairs:
+            ga = capture_graph(torch, s0, fn_of(a, 0), 1)
+            gb = capture_graph(torch, s1, fn_of(b, 1), 1)
+            ta, tb = _time_alone(torch, ga, s0, reps), _time_alone(torch, gb, s1, reps)
+            ea_, eb_ = [], []
+            for _ in range(reps):
+                e0 = torch.cuda.Event(enable_timing=True)
+                ea = torch.cuda.Event(enable_timing=True)
+                eb = torch.cuda.Event(enable_timing=True)
+                with torch.cuda.stream(s0):
+                    torch.cuda._sleep(SPIN_CYCLES)
+                e0.record(s0)
+                s1.wait_event(e0)
+                with torch.cuda.stream(s0):
+                    ga.replay()
+                ea.record(s0)
+                with torch.cuda.stream(s1):
+                    torch.cuda._sleep(SECOND_DELAY_CYCLES)
+                    gb.replay()
+                eb.record(s1)
+                eb.synchronize()
+                ea.synchronize()
+                ea_.append(e0.elapsed_time(ea) * 1e3)
+                eb_.append(e0.elapsed_time(eb) * 1e3)
+            a_end, b_end = statistics.median(ea_), statistics.median(eb_)
+            out["pairs"].append({"a": a, "b": b, "a_alone_us": ta, "b_alone_us": tb,
+                                 "a_end_us": a_end, "b_end_us": b_end,
+                                 "a_end_over_alone": a_end / ta,
+                                 "b_end_over_sum": b_end / (ta + tb)})
+            log(f"  lanes {a:12s} then {b:12s}: A {ta:7.1f} -> ends {a_end:7.1f} µs, "
+                f"B {tb:7.1f} -> ends {b_end:7.1f} µs")
+            del ga, gb
+    return out

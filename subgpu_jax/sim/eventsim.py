@@ -53,6 +53,8 @@ __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "
 
 #: Event priorities (the tie-break at equal times): counter completion, setup end, launch end.
 _DONE, _SETUP, _LAUNCH = 0, 1, 2
+import os as _os
+_FIFO = _os.environ.get('SUBGPU_FIFO') == '1'
 _IDLE, _LAUNCHING, _ACTIVE = IDLE, LAUNCHING, ACTIVE
 _INF = float("inf")
 
@@ -453,7 +455,20 @@ class EventSimulator:
             run = [u for u in pool.lanes if u.phase == _ACTIVE]
             if len(run) < 2:
                 continue
-            got = share_pool(float(pool.sms), [u.want for u in run])
+            if _FIFO:
+                if sum(u.want for u in run) <= pool.sms:
+                    continue
+                order = sorted(run, key=lambda u: (self.inst_start[u.job.first + u.pos], u.index))
+                left = float(pool.sms)
+                got_d = {}
+                left -= len(order)          # every lane keeps at least one SM
+                for u in order:
+                    g = 1.0 + min(u.want - 1.0, max(0.0, left))
+                    got_d[id(u)] = g
+                    left -= g - 1.0
+                got = [got_d[id(u)] for u in run]
+            else:
+                got = share_pool(float(pool.sms), [u.want for u in run])
             if got is None:
                 continue
             for u, g in zip(run, got):
