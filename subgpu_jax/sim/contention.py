@@ -126,6 +126,10 @@ class ContentionModel:
             time that is launch overhead per device activity (kernels, memcpys) inside a CUDA
             graph: it holds the SMs, moves no bytes and does not slow under contention. Fitted on
             the co-run matrix; 0.0 = not fitted.
+        pool_sharing: how the kernels active on the k lanes (streams) of one pool share its SMs:
+            ``"fifo"`` (default: launch order, ``simstate.share_pool_fifo``; measured on the
+            H200, ``experiments/results/hw_wins/lanes/lanes.json``) or ``"fair"`` (equal shares,
+            ``simstate.share_pool``, the rule before that measurement).
 
     Raises:
         ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
@@ -146,6 +150,7 @@ class ContentionModel:
     gemm_window_gain: float = 1.0
     launch_us_per_activity: float = 0.0
     saturation_ratio: float = 1.25
+    pool_sharing: str = "fifo"
 
     def __post_init__(self) -> None:
         if self.calibration is not None:
@@ -153,6 +158,9 @@ class ContentionModel:
             if not isinstance(self.calibration, Calibration):
                 raise ValueError(f"contention.calibration must be a calibration.Calibration or "
                                  f"None, got {type(self.calibration).__name__}")
+        if self.pool_sharing not in ("fifo", "fair"):
+            raise ValueError(f"contention.pool_sharing must be 'fifo' or 'fair', got "
+                             f"{self.pool_sharing!r}")
         for f in ("isolated", "demand_cap", "kernel_aware"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")

@@ -44,7 +44,7 @@ from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
 from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane, Pool,
-                                     SimResult, share_pool)
+                                     SimResult, share_pool, share_pool_fifo)
 from subgpu_jax.space.config import Config, check_cut
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
@@ -53,8 +53,6 @@ __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "
 
 #: Event priorities (the tie-break at equal times): counter completion, setup end, launch end.
 _DONE, _SETUP, _LAUNCH = 0, 1, 2
-import os as _os
-_FIFO = _os.environ.get('SUBGPU_FIFO') == '1'
 _IDLE, _LAUNCHING, _ACTIVE = IDLE, LAUNCHING, ACTIVE
 _INF = float("inf")
 
@@ -126,6 +124,7 @@ class EventSimulator:
         self.bm = BoundModel(model, hw, lone_makespan)
         self.hw, self.model = hw, model
         self.isolated = bool(model.isolated)
+        self.fifo = model.pool_sharing == "fifo"
         self.cache = L2Cache(hw.l2_bytes, check_policy(cache))
         sms = []
         for d, p in enumerate(stage_sms):
@@ -447,26 +446,18 @@ class EventSimulator:
 
     def _share_pools(self) -> None:
         """Set the SMs and compute power of every active kernel: its own (want, pow0), or its
-        ``share_pool`` share of a pool whose active kernels want more SMs than it has (power
-        scaled with the SMs granted)."""
+        share of a pool whose active kernels want more SMs than it has (power scaled with the
+        SMs granted): ``share_pool_fifo`` (launch order) or ``share_pool`` (equal shares), as
+        the model's ``pool_sharing`` says."""
         for u in self.active:
             u.sms, u.power = u.want, u.pow0
         for pool in self._shared:
             run = [u for u in pool.lanes if u.phase == _ACTIVE]
             if len(run) < 2:
                 continue
-            if _FIFO:
-                if sum(u.want for u in run) <= pool.sms:
-                    continue
-                order = sorted(run, key=lambda u: (self.inst_start[u.job.first + u.pos], u.index))
-                left = float(pool.sms)
-                got_d = {}
-                left -= len(order)          # every lane keeps at least one SM
-                for u in order:
-                    g = 1.0 + min(u.want - 1.0, max(0.0, left))
-                    got_d[id(u)] = g
-                    left -= g - 1.0
-                got = [got_d[id(u)] for u in run]
+            if self.fifo:
+                got = share_pool_fifo(float(pool.sms), [u.want for u in run],
+                                      [self.inst_start[u.job.first + u.pos] for u in run])
             else:
                 got = share_pool(float(pool.sms), [u.want for u in run])
             if got is None:

@@ -6,7 +6,10 @@ ef33c42 (before the named-state rewrite; the graphs of that commit) for 25 confi
 (llama-3.1-70b TP8), 1-3 streams per stage, gpt-oss-20b/120b on H200/B200. The rewrite must give
 bit-identical makespans, step and event counts and HBM bytes (an independent implementation as
 the oracle). A deliberate change of the graphs (``model/``) or of the rate model changes these
-numbers too: regenerate the file with the simulator of the commit before that change."""
+numbers too: regenerate the file with the simulator of the commit before that change. The
+reference shared a pool between its k lanes equally, so the cases run with
+``pool_sharing="fair"`` (launch-order sharing, the default since, is tested by hand in
+``test_streams_per_stage.py``)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,10 @@ from subgpu_jax.space.config import Config, cut_from_starts, temporal_config
 
 REF = json.loads((Path(__file__).resolve().parents[1] / "data" / "eventsim_reference.json")
                  .read_text())
-MODELS = {"on": ContentionModel(), "off": ContentionModel.off(),
-          "static_consistent": ContentionModel.static_consistent()}
+# the reference shared a pool's SMs equally between its lanes (k > 1): pool_sharing="fair"
+MODELS = {"on": ContentionModel(pool_sharing="fair"),
+          "off": ContentionModel.off().replace(pool_sharing="fair"),
+          "static_consistent": ContentionModel.static_consistent().replace(pool_sharing="fair")}
 
 
 @pytest.mark.parametrize("case", REF["cases"], ids=lambda c: (

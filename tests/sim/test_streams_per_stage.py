@@ -12,9 +12,11 @@ simulator running up to k tasks of a stage at once, its SM-sharing rule, and the
   task starts only after its data predecessors and the task k positions earlier on its stage
   ended, no stage runs more than k tasks at once, and T >= the longest data path of the
   simulated task durations.
-* ``share_pool`` is max-min fair water-filling (hypothesis), and the simulator applies it: two
-  compute-only kernels on the two lanes of one pool each run exactly as fast as alone on their
-  hand-derived share.
+* ``share_pool`` is max-min fair water-filling (hypothesis), and the simulator applies it under
+  ``pool_sharing="fair"``: two compute-only kernels on the two lanes of one pool each run exactly
+  as fast as alone on their hand-derived share. ``share_pool_fifo`` serves kernels in launch
+  order with at least one SM each (hypothesis), and the simulator applies it by default: the
+  first kernel runs as fast as alone on all but one SM, the second finishes on the whole pool.
 * ``Config.streams_per_stage`` is validated for every graph.
 """
 
@@ -35,6 +37,7 @@ from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import EventSimulator, share_pool, simulate, simulate_streams
+from subgpu_jax.sim.simstate import share_pool_fifo
 from subgpu_jax.space.config import (Config, cut_from_starts, enumerate_allocations,
                                      enumerate_cuts)
 from subgpu_jax.space.taskdag import build_task_dag
@@ -186,7 +189,7 @@ def test_lanes_of_one_pool_share_its_sms(ctas, want):
     started together on the two lanes of one 64-SM pool each run exactly as fast as alone on
     the hand-derived share: halves; or its 8 CTAs and the other 56; or both their CTAs. When
     one ends first the other keeps its share (it is capped by its CTAs)."""
-    model = ContentionModel(compute_gain=1.0)
+    model = ContentionModel(compute_gain=1.0, pool_sharing="fair")
     a, b = _compute_kernel("a", ctas[0]), _compute_kernel("b", ctas[1])
     jobs = [(0, (), 0, 0, (0,)), (1, (), 0, 0, (1,))]
     r = EventSimulator([a, b], [64, 64], jobs, H200, model, "none",
@@ -197,6 +200,47 @@ def test_lanes_of_one_pool_share_its_sms(ctas, want):
         assert r.task_end[i] == pytest.approx(alone, rel=1e-12)
     with pytest.raises(ValueError, match="pool_of_stage"):
         EventSimulator([a], [64, 32], [(0, (), 0, 0, (0,))], H200, pool_of_stage=[0, 0])
+
+
+@settings(max_examples=200, deadline=None)
+@given(pool=st.integers(8, 200), wants=st.lists(st.integers(1, 300), min_size=1, max_size=6),
+       starts=st.lists(st.floats(0, 100), min_size=6, max_size=6))
+def test_share_pool_fifo_serves_launch_order(pool, wants, starts):
+    w = [float(x) for x in wants]
+    t = starts[:len(w)]
+    s = share_pool_fifo(pool, w, t)
+    if sum(wants) <= pool:
+        assert s is None
+        return
+    n = len(w)
+    assert sum(s) == pytest.approx(pool)
+    assert all(1.0 <= x <= max(1.0, y) + 1e-9 for x, y in zip(s, w))
+    order = sorted(range(n), key=lambda i: (t[i], i))
+    first = order[0]
+    assert s[first] == pytest.approx(min(w[first], pool - (n - 1)))
+    # a kernel gets more than its one SM only if every earlier one got all it wanted
+    for j, i in enumerate(order):
+        if s[i] > 1.0 + 1e-9:
+            assert all(s[e] == pytest.approx(max(1.0, w[e])) for e in order[:j])
+
+
+def test_lanes_of_one_pool_fifo_by_hand():
+    """Default (fifo): two compute-only kernels of 512 CTAs started together on the two lanes of
+    one 64-SM pool. Lane 0 (first in a tie) gets 63 SMs and ends at its alone time on 63; lane 1
+    runs on 1 SM until then, having done t_a / alone(1) of its work, and the rest on 64 SMs:
+    t_b = t_a + (1 - t_a / alone(1)) x (alone(64) - launch) (compute-only: progress is linear in
+    time at a fixed SM count; ``launch`` = the launch overhead every kernel pays once)."""
+    model = ContentionModel(compute_gain=1.0)
+    a, b = _compute_kernel("a", 512), _compute_kernel("b", 512)
+    jobs = [(0, (), 0, 0, (0,)), (1, (), 0, 0, (1,))]
+    r = EventSimulator([a, b], [64, 64], jobs, H200, model, "none",
+                       pool_of_stage=[0, 0]).run()
+    alone = {p: simulate_streams([(p, [a])], H200, model, "none").makespan for p in (1, 63, 64)}
+    t_a = alone[63]
+    launch = H200.launch_us
+    assert r.task_end[0] == pytest.approx(t_a, rel=1e-9)
+    done = (t_a - launch) / (alone[1] - launch)
+    assert r.task_end[1] == pytest.approx(t_a + (1 - done) * (alone[64] - launch), rel=1e-6)
 
 
 # ============================================================================ config
