@@ -253,6 +253,47 @@ def lanes_phase(args) -> int:
     return 0
 
 
+def determinism_phase(args) -> int:
+    """Why two replays of one graph differ (the output check): for each SDPA backend, two
+    replays of the temporal graph and of a green Macro 64/64 m = 2 graph of
+    ``llama70b_tp8_g256`` under deterministic settings -> ``determinism.json``. If the
+    replays differ in temporal mode (one stream, no partition) with one backend only, the
+    difference is that attention kernel's own nondeterminism, not a race in the plan."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from hw_runtime.gpu.executor import Executor
+
+    os.makedirs(args.out, exist_ok=True)
+    name = "llama70b_tp8_g256"
+    wl = sim_workload(name)
+    ex = Executor(_torch_workload(wl, 1))
+    plan = [d for d in plan_configs(name) if d["name"] in ("temporal", "macro_64_64_m2")]
+    res = {"workload": name, "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+           "rows": []}
+    for be in (None, "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"):
+        for d in plan:
+            rec = {"sdpa_backend": be or "default", "config": d["name"]}
+            try:
+                cfg = cfg_from_json(wl, d)
+                mode = "temporal" if cfg.D == 1 else "green"
+                if be is None:
+                    chk = ex.check_output(cfg, mode, replays=3, deterministic=True, step=False)
+                else:
+                    with sdpa_kernel(getattr(SDPBackend, be)):
+                        chk = ex.check_output(cfg, mode, replays=3, deterministic=True,
+                                              step=False)
+                rec.update({k: chk.get(k) for k in ("replays_equal", "bitwise_equal",
+                                                    "pool_sequential_equal", "rel_l2",
+                                                    "max_abs_diff", "how")})
+            except Exception as e:  # noqa: BLE001 - a backend that cannot run this shape
+                rec["error"] = f"{e.__class__.__name__}: {str(e)[:200]}"
+            res["rows"].append(rec)
+            print(rec, flush=True)
+            with open(os.path.join(args.out, "determinism.json"), "w") as fh:
+                json.dump(res, fh, indent=1)
+    return 0
+
+
 def validate_phase(args) -> int:
     """Measure every configuration of ``--configs``; profile and check the flagged ones."""
     from hw_runtime.gpu.executor import Executor
@@ -613,8 +654,8 @@ def figures(out: dict) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "lanes", "validate", "analyze",
-                                         "classes"), required=True)
+    ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "lanes", "determinism",
+                                         "validate", "analyze", "classes"), required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", FIDELITY))
     ap.add_argument("--configs", default=os.path.join(FIDELITY, "configs.json"))
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))
