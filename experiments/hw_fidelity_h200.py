@@ -14,6 +14,9 @@ Phases (one script, so that each device call does all its GPU work in one go):
 ``--phase validate`` (GPU): every configuration of ``--configs`` captured as a CUDA graph and
     timed; a profiled replay (torch.profiler) of the configurations flagged ``trace``; the output
     check under deterministic settings for those flagged ``check`` -> ``$OUT/validate_<w>.json``.
+``--phase analytic`` (CPU): the uncalibrated model alone: refit its constants on the isolated
+    kernel tables and predict every validation row as ``subgpu simulate`` does without a
+    calibration -> ``hw_fidelity/analytic_h200.json``.
 ``--phase analyze`` (CPU): fit the kernel-aware contention model on the fit data only, predict
     every validation configuration (calibrated and uncalibrated), errors, Kendall tau, best
     configurations, per-class analytical vs measured, error breakdown; writes
@@ -652,10 +655,121 @@ def figures(out: dict) -> None:
     plt.close(fig)
 
 
+# ======================================================== analytic: the uncalibrated model (CPU)
+
+def analytic_samples(folder: str, names) -> list:
+    """``(kernel, pool_sms, measured_us)`` of every distinct op (by ``kernel_key``) of the fit
+    data's isolated tables, over the workloads ``names`` and m = 1, 2, 4: the data
+    ``kernelcost.fit_analytic`` fits on (never the validation runs)."""
+    from subgpu_jax.model.calibration import kernel_key
+
+    out, seen = [], set()
+    for w, f in load_fitdata(folder, names).items():
+        wl = sim_workload(w)
+        tab = {e["key"]: e["times_us"] for e in f["kernels"]}
+        for m in sorted(int(x) for x in (f.get("activity_counts") or {"1": 0})):
+            if wl.batch % m:
+                continue
+            for k in wl.graph(m).kernels:
+                key = kernel_key(k)
+                if key in seen or key not in tab:
+                    continue
+                seen.add(key)
+                out += [(k, int(p), float(us)) for p, us in sorted(tab[key].items(),
+                                                                  key=lambda x: int(x[0]))]
+    return out
+
+
+def analytic_phase(args) -> int:
+    """The uncalibrated (analytical) model: refit its constants on the isolated kernel tables
+    (``kernelcost.fit_analytic``; the H200 preset must carry the result), then predict every
+    validation row with the uncalibrated simulator exactly as ``subgpu simulate`` does without a
+    calibration (contention on, L2 model ``lru``) -> ``hw_fidelity/analytic_h200.json``: per
+    workload median |error|, temporal error, Kendall tau, predicted vs measured best; per op
+    class and pool the analytical/measured isolated-time ratio."""
+    import numpy as np
+
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, FIT_PARAMS, fit_analytic
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.sim.eventsim import simulate
+
+    hw = get_hardware("H200")
+    samples = analytic_samples(args.data, args.workloads)
+    fit = fit_analytic(samples, hw)
+    preset = {f: getattr(hw, f) for f in FIT_PARAMS}
+    print(f"fit on {fit['n']} isolated times: {fit['params']} T={fit['gemm_grid_ctas']} "
+          f"median |error| {fit['median_abs_error']:.1%} (preset {preset})")
+    sd = StaticDurationModel(hw)
+    ratios: dict = {}
+    for k, p, us in samples:
+        c = k.op if k.op != "allreduce" else f"allreduce/{k.category}"
+        ratios.setdefault(c, {}).setdefault(str(p), []).append(
+            float(sd.kernel_time_us(k, p)) / us)
+    classes = {c: {p: float(np.median(v)) for p, v in d.items()} for c, d in ratios.items()}
+    out = {"model": ANALYTIC_MODEL, "hardware": hw.name,
+           "protocol": "constants fitted on the isolated kernel tables (fitdata_*.json) only; "
+                       "validation rows never used; simulated as `subgpu simulate` without a "
+                       "calibration (contention on, L2 lru)",
+           "fit": fit, "preset": {**preset, "launch_us": hw.launch_us,
+                                  "gemm_grid_ctas": hw.gemm_grid_ctas},
+           "analytical_over_measured_isolated": classes, "workloads": {}, "rows": []}
+    for w in args.workloads:
+        val = _load(args.data, f"validate_{w}.json")
+        if val is None:
+            continue
+        wl = sim_workload(w)
+        rows = []
+        for d in val["rows"]:
+            if "measured" not in d:
+                continue
+            g, cfg, note = _cfg_sim(wl, d, hw)
+            if cfg is None:
+                continue
+            pu = simulate(g, cfg, hw, ContentionModel(), cache="lru", record=False,
+                          validate=False)
+            r = {"workload": w, "name": d["name"], "mode": d["mode"],
+                 "measured_us": d["measured"]["makespan_us"], "predicted_us": float(pu.makespan),
+                 "note": note}
+            r["error"] = r["predicted_us"] / r["measured_us"] - 1
+            rows.append(r)
+            print(f"{w:22s} {d['name']:32s} meas {r['measured_us']:9.0f} analytic "
+                  f"{r['predicted_us']:9.0f} {r['error']:+7.1%}", flush=True)
+        if not rows:
+            continue
+        e = np.array([r["error"] for r in rows])
+        tmp = next((r for r in rows if r["name"] == "temporal"), None)
+        bm = min(rows, key=lambda r: r["measured_us"])
+        bp = min(rows, key=lambda r: r["predicted_us"])
+        out["workloads"][w] = {
+            "n": len(rows), "median_abs_error": float(np.median(np.abs(e))),
+            "max_abs_error": float(np.max(np.abs(e))),
+            "temporal_error": tmp["error"] if tmp else None,
+            "kendall_tau": kendall_tau([r["measured_us"] for r in rows],
+                                       [r["predicted_us"] for r in rows]),
+            "measured_best": bm["name"], "predicted_best": bp["name"],
+            "predicted_best_vs_measured_best": bp["measured_us"] / bm["measured_us"] - 1}
+        out["rows"] += rows
+    os.makedirs(FIDELITY, exist_ok=True)
+    path = os.path.join(FIDELITY, "analytic_h200.json")
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+    print(f"\n{'workload':22s} {'n':>3s} {'med|e|':>7s} {'max|e|':>7s} {'temp e':>7s} {'tau':>6s}"
+          f"  best meas / pred ({ANALYTIC_MODEL})")
+    for w, s in out["workloads"].items():
+        print(f"{w:22s} {s['n']:3d} {s['median_abs_error']:7.1%} {s['max_abs_error']:7.1%} "
+              f"{s['temporal_error']:+7.1%} {s['kendall_tau']:6.2f}  {s['measured_best']} / "
+              f"{s['predicted_best']}")
+    print(f"wrote {path}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--phase", choices=("plan", "fitdata", "corun", "lanes", "determinism",
-                                         "validate", "analyze", "classes"), required=True)
+                                         "validate", "analyze", "classes", "analytic"),
+                    required=True)
     ap.add_argument("--out", default=os.environ.get("OUT", FIDELITY))
     ap.add_argument("--configs", default=os.path.join(FIDELITY, "configs.json"))
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS))

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.score.vcontention import ContentionEstimator
@@ -435,7 +436,9 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                "frontier_temporal": fr["temporal"], "frontier_subgpu": fr["subgpu"],
                "frontier_subgpu_by_D": {str(k): v for k, v in fr["subgpu_D"].items()},
                "matched": tables, "best_speedup_record": best,
-               "best_by_batch": best_by_batch(recs)}
+               "best_by_batch": best_by_batch(recs),
+               # the uncalibrated duration model's name and version (model/kernelcost.py)
+               "analytic_model": ANALYTIC_MODEL}
     if min_tokens_per_user is not None:
         summary["min_tokens_per_user"] = float(min_tokens_per_user)
         summary["records_meeting_it"] = len(recs)

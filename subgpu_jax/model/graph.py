@@ -39,6 +39,7 @@ import numpy as np
 
 from subgpu_jax.model.deployment import REFERENCE_DEPLOYMENT, Deployment
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
+from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, op_cost
 from subgpu_jax.model.models import ModelArch, expected_distinct
 
 __all__ = [
@@ -705,14 +706,19 @@ def build_forward(arch: ModelArch, deploy: Deployment, microbatches: int = 1) ->
 
 
 class StaticDurationModel:
-    """Per-kernel time on a pool of p SMs, with no contention and no L2 (docs/method.md §3):
+    """Per-kernel time on a pool of p SMs, with no contention and no L2 (docs/method.md §3 and
+    docs/fidelity.md §6; the terms are ``kernelcost.op_cost``):
 
-        t(u, p) = launch + max(FLOPs / (rate_dtype * min(p, ctas)/N_SM),
-                               bytes / BW(min(p, ctas)),
-                               comm_setup + link_bytes / NVLink)          [µs]
+        t(u, p) = launch + fixed_u(p) + max(FLOPs / (rate_dtype * s_u * p_u/N_SM),
+                                            bytes / (eta_u * BW(p_u)),
+                                            comm_setup + link_bytes / NVLink)          [µs]
 
-    (``Kernel.link_bytes``: the payload, or its scale-out part scaled to NVLink-equivalent
-    bytes when the collective spans NVLink domains.)
+    with p_u the SMs the op reaches (min(p, ctas), wave-quantised for tensor-core GEMMs),
+    fixed_u the launches of its other device kernels, their minimum kernel time and the GEMM
+    waves' latency, s_u the decode GEMM efficiency and eta_u the vector kernels' bandwidth
+    efficiency (``Hardware``; all fitted on isolated H200 kernel times, neutral on a hand-built
+    ``Hardware``). ``Kernel.link_bytes``: the payload, or its scale-out part scaled to
+    NVLink-equivalent bytes when the collective spans NVLink domains.
 
     BW(p) is the hardware's measured bandwidth-vs-SMs response (``Hardware.mem_bandwidth``), not a
     linear share. CUDA-core (``tensor=False``) FLOPs run at 1/16 of the bf16 tensor rate (the
@@ -725,21 +731,32 @@ class StaticDurationModel:
         ValueError: from ``table`` for a kernel with negative or NaN work.
     """
 
+    #: The model's name and version (``kernelcost.ANALYTIC_MODEL``).
+    name = ANALYTIC_MODEL
+
     def __init__(self, hw: Hardware) -> None:
         self.hw = hw
 
     def kernel_time_us(self, k: Kernel, sms: np.ndarray | float) -> np.ndarray:
-        """Time (µs) of kernel ``k`` alone on ``sms`` SMs (array-like, >= 1); shape of ``sms``."""
+        """Time (µs) of kernel ``k`` alone on ``sms`` SMs (array-like, >= 1); shape of ``sms``.
+
+        Raises:
+            ValueError: a pool smaller than 1 SM.
+        """
         hw = self.hw
-        p = np.minimum(np.asarray(sms, dtype=float), float(k.ctas))
-        if np.any(p <= 0):
+        s = np.asarray(sms, dtype=float)
+        if np.any(s < 1):
             raise ValueError("sms must be >= 1 for every kernel")
-        rate = hw.flops_rate(k.dtype) if k.tensor else hw.tensor_flops["bf16"] / 16.0
+        c = op_cost(k, hw, s)
+        p = c.sms
+        rate = (hw.flops_rate(k.dtype) * c.rate_scale if k.tensor
+                else hw.tensor_flops["bf16"] / 16.0)
         t_comp = k.flops / (rate * p / hw.num_sms) * 1e6
-        t_mem = k.hbm_bytes / hw.mem_bandwidth(p, read_only=k.act_bytes < 0.5 * k.hbm_bytes) * 1e6
+        bw = hw.mem_bandwidth(p * c.inflight_scale, read_only=k.act_bytes < 0.5 * k.hbm_bytes)
+        t_mem = k.hbm_bytes / bw * 1e6
         t_comm = ((hw.comm_setup_us + k.link_bytes(hw.nvlink_Bps) / hw.nvlink_Bps * 1e6)
                   if k.is_comm else 0.0)
-        return hw.launch_us + np.maximum(np.maximum(t_comp, t_mem), t_comm)
+        return hw.launch_us + c.fixed_us + np.maximum(np.maximum(t_comp, t_mem), t_comm)
 
     def table(self, graph: OpGraph, max_sms: int | None = None) -> np.ndarray:
         """Durations of every kernel on every pool size.

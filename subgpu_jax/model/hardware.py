@@ -78,7 +78,24 @@ class Hardware:
         gemm_efficiency: fraction of ``tensor_flops`` a well-shaped GEMM reaches (measured on H200).
         nvlink_Bps: NVLink bandwidth per direction per GPU (bytes/s).
         comm_setup_us: fixed latency of one collective (µs); docs/method.md §5's 3 µs virtual-kernel floor.
-        launch_us: per-kernel launch/dispatch overhead inside a CUDA graph (µs); an assumption.
+        launch_us: cost of one device-kernel launch inside a CUDA graph (µs): 200 dependent
+            empty kernels on one stream (the event-latency probe of
+            ``experiments/results/hw_fidelity/corun_matrix.json``). A graph op of several device
+            kernels pays it once per kernel (``kernelcost.op_cost``).
+        min_kernel_us: time a real device kernel holds its SMs beyond its launch even when it
+            moves almost nothing (memory latency, tail), µs; fitted (docs/fidelity.md §6). 0 =
+            none (the default of a hand-built ``Hardware``).
+        decode_gemm_efficiency: fraction of ``flops_rate`` that decode-shaped tensor-core GEMMs
+            reach (small M, grid sized for the whole GPU); fitted. Default 1.
+        vector_inflight_ratio: bytes in flight per SM of CUDA-core kernels (norms, elementwise,
+            gathers) as a fraction of a copy kernel's: alone on p SMs they reach the copy
+            curve's bandwidth at this fraction of p; fitted. Default 1.
+        gemm_wave_us: latency of one wave of a tensor-core GEMM's CTAs (pipeline fill,
+            epilogue), µs; fitted. Default 0.
+        gemm_grid_ctas: CTAs of a tensor-core GEMM's grid, planned for the whole GPU (cuBLAS
+            sizes split-K and persistent grids by the device's SM count, which a green context does
+            not change): a pool of p SMs runs ceil(T/p) waves. 0 = no wave quantisation (the
+            graph's ``Kernel.ctas`` bounds the SMs; the default).
         bw_curve_x, bw_curve_y: knots of the HBM bandwidth response: fraction of the whole GPU's
             bandwidth (y) reached by a pool holding a fraction x of the SMs (measured on H200).
         source: free-text provenance of every number above.
@@ -103,6 +120,11 @@ class Hardware:
     nvlink_Bps: float
     comm_setup_us: float
     launch_us: float
+    min_kernel_us: float = 0.0
+    decode_gemm_efficiency: float = 1.0
+    vector_inflight_ratio: float = 1.0
+    gemm_wave_us: float = 0.0
+    gemm_grid_ctas: int = 0
     bw_curve_x: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[0])
     bw_curve_y: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[1])
     source: str = ""
@@ -117,6 +139,19 @@ class Hardware:
             v = float(getattr(self, f))
             if not np.isfinite(v) or v <= 0:
                 raise ValueError(f"hardware.{f} must be a positive finite number, got {v!r}")
+        for f in ("min_kernel_us", "gemm_wave_us"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
+                    or not np.isfinite(v) or v < 0:
+                raise ValueError(f"hardware.{f} must be a finite number >= 0, got {v!r}")
+        for f in ("decode_gemm_efficiency", "vector_inflight_ratio"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
+                    or not (0 < v <= 1.5):
+                raise ValueError(f"hardware.{f} must be in (0, 1.5], got {v!r}")
+        g = self.gemm_grid_ctas
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
+            raise ValueError(f"hardware.gemm_grid_ctas must be an integer >= 0, got {g!r}")
         if not np.isfinite(self.comm_setup_us) or self.comm_setup_us < 0:
             raise ValueError(f"hardware.comm_setup_us must be >= 0, got {self.comm_setup_us!r}")
         if self.sm_budget > self.num_sms:
@@ -180,6 +215,19 @@ _NOTE_CURVE = ("HBM response curve: H200 copy bandwidth vs pool size, "
                "tests/data/h200_copy_bandwidth_vs_pool.csv, as fractions of SMs and of the "
                "whole-GPU figure; reused in SM fraction for the other GPUs (assumption).")
 
+#: Per-launch cost of one device kernel inside a CUDA graph on the H200 (µs): 200 dependent empty
+#: kernels on one stream, experiments/results/hw_fidelity/corun_matrix.json
+#: (``event_latency.per_kernel_us`` = 1.19904), rounded to 1 ns.
+H200_LAUNCH_US = 1.199
+
+#: The uncalibrated model's constants fitted on the H200's isolated kernel tables
+#: (experiments/results/hw_fidelity/fitdata_*.json, 976 op x pool times; ``kernelcost.fit_analytic``,
+#: least squares on log time, GEMM grid 128 chosen over 132; median |error| 15.5%), 4 digits.
+H200_FIT: Mapping[str, float] = MappingProxyType({
+    "min_kernel_us": 1.301, "decode_gemm_efficiency": 0.8899, "vector_inflight_ratio": 0.2549,
+    "gemm_wave_us": 1.078,
+})
+
 B200 = Hardware(
     name="B200",
     num_sms=148,
@@ -196,13 +244,24 @@ B200 = Hardware(
     gemm_efficiency=801.7 / 989.0,
     nvlink_Bps=900e9,
     comm_setup_us=3.0,
-    launch_us=2.0,
-    source=("NVIDIA DGX B200 datasheet: 148 SMs, 180 GB HBM3e at 8 TB/s, dense BF16 2.25 PFLOP/s, "
-            "FP8 4.5, FP4 9; NVLink 5 1.8 TB/s bidirectional = 900 GB/s per direction; L2 126.5 MB "
-            "(docs/method.md §5). SM quantum 2 = the search policy of docs/method.md §5. Copy/read efficiency and "
-            "GEMM efficiency carried over from the H200 measurements (assumption). L2 bandwidth "
-            "2.5x HBM (assumption, no public figure). Launch 2 µs per kernel in a CUDA graph "
-            "(assumption). " + _NOTE_CURVE),
+    launch_us=H200_LAUNCH_US,
+    min_kernel_us=H200_FIT["min_kernel_us"],
+    decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
+    vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
+    gemm_wave_us=H200_FIT["gemm_wave_us"],
+    gemm_grid_ctas=144,
+    source=("Datasheet (NVIDIA DGX B200 datasheet, system specifications table, per GPU = 1/8): "
+            "180 GB HBM3e at 8 TB/s; dense BF16 2.25 PFLOP/s, FP8 4.5, FP4 9 (the table's "
+            "sparse figures halved); NVLink 5 1.8 TB/s bidirectional = 900 GB/s per direction. "
+            "148 SMs and L2 126.5 MB: docs/method.md §5 (NVIDIA Blackwell architecture technical "
+            "brief). SM quantum 2: the search policy of docs/method.md §5. Carried over from the "
+            "H200 measurements (assumptions, no B200 measurement exists in this repository): "
+            "achievable copy and read bandwidth as the H200's fractions of its datasheet peak "
+            "(4245/4800, 4614/4800), large-GEMM efficiency 801.7/989, the per-launch cost in a CUDA "
+            "graph (1.199 µs), the minimum kernel time, decode GEMM efficiency, vector "
+            "bytes-in-flight ratio and GEMM wave latency fitted on the H200 (docs/fidelity.md §6), "
+            "and the GEMM grid as the same 128/132 share of the SMs (144). L2 bandwidth 2.5x HBM "
+            "(assumption, no public figure). " + _NOTE_CURVE),
 )
 
 H200 = Hardware(
@@ -221,13 +280,23 @@ H200 = Hardware(
     gemm_efficiency=801.7 / 989.0,
     nvlink_Bps=450e9,
     comm_setup_us=3.0,
-    launch_us=2.0,
+    launch_us=H200_LAUNCH_US,
+    min_kernel_us=H200_FIT["min_kernel_us"],
+    decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
+    vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
+    gemm_wave_us=H200_FIT["gemm_wave_us"],
+
+    gemm_grid_ctas=128,
     source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
             "TFLOP/s, FP8 1979; NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
             "(tests/data): 60 MiB L2; green-context quantum and minimum 8 SMs, 128 = 16x8 "
             "splittable SMs; copy 4245 GB/s; decode attention reads K/V at 4614 GB/s; 8192^3 bf16 "
             "mm 1.0995e12 FLOP in 1.3715 ms = 801.7 TFLOP/s. L2 bandwidth 2.5x HBM (assumption). "
-            "Launch 2 µs (assumption). " + _NOTE_CURVE),
+            "Launch 1.199 µs per device kernel in a CUDA graph (event-latency probe, "
+            "experiments/results/hw_fidelity/corun_matrix.json). Minimum kernel time, decode GEMM "
+            "efficiency, vector bytes-in-flight ratio, GEMM wave latency and grid (128 CTAs) "
+            "fitted on the isolated kernel tables experiments/results/hw_fidelity/fitdata_*.json "
+            "(kernelcost.fit_analytic; docs/fidelity.md §6). " + _NOTE_CURVE),
 )
 
 H100 = Hardware(
@@ -246,11 +315,24 @@ H100 = Hardware(
     gemm_efficiency=801.7 / 989.0,
     nvlink_Bps=450e9,
     comm_setup_us=3.0,
-    launch_us=2.0,
-    source=("NVIDIA H100 SXM datasheet: 132 SMs, 80 GB HBM3 at 3.35 TB/s, 50 MB L2, dense BF16 "
-            "989 TFLOP/s, FP8 1979; NVLink 4 450 GB/s per direction. Same chip family as H200, so "
-            "quantum/minimum 8 and a 128-SM budget as measured there; efficiencies from the H200 "
-            "measurements (assumption). " + _NOTE_CURVE),
+    launch_us=H200_LAUNCH_US,
+    min_kernel_us=H200_FIT["min_kernel_us"],
+    decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
+    vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
+    gemm_wave_us=H200_FIT["gemm_wave_us"],
+    gemm_grid_ctas=128,
+    source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
+            "column): 80 GB HBM3 at 3.35 TB/s, dense BF16 989 TFLOP/s, FP8 1979 (the table's "
+            "sparse figures halved); NVLink 900 GB/s bidirectional = 450 GB/s per direction. "
+            "132 SMs and 50 MB L2: NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5 "
+            "configuration). Same die as the H200 (GH100), so quantum/minimum 8 and a 128-SM "
+            "budget as measured there. Carried over from the H200 measurements (assumptions, no "
+            "H100 measurement exists in this repository): achievable copy and read bandwidth as "
+            "the H200's fractions of its datasheet peak (4245/4800, 4614/4800), large-GEMM "
+            "efficiency 801.7/989, the per-launch cost in a CUDA graph (1.199 µs), the minimum "
+            "kernel time, decode GEMM efficiency, vector bytes-in-flight ratio, GEMM wave latency "
+            "and grid (128 CTAs) fitted on the H200 (docs/fidelity.md §6). L2 bandwidth 2.5x HBM "
+            "(assumption, no public figure). " + _NOTE_CURVE),
 )
 
 #: Presets by name.

@@ -45,6 +45,7 @@ from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch, completion_times,
     run_in_chunks, validate_durations)
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
+from subgpu_jax.model.kernelcost import op_cost
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
@@ -124,7 +125,8 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     po = pg[None, None, :]                                # (1, 1, NP)
     for u, k in enumerate(graph.kernels):
         w = bm.work(k, 1)
-        pu = np.minimum(P, float(k.ctas))[:, None, None]  # (N+1, 1, 1)
+        oc = op_cost(k, hw, P)                            # SMs reached, fixed phase per pool
+        pu = oc.sms[:, None, None]                        # (N+1, 1, 1)
         pi = np.minimum(1.0, bm.gain * pu / bm.N)
         read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
         hit_b = h[u] * read_b
@@ -177,7 +179,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
             td = np.zeros_like(pu + co + po)
         tc = (w.flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
         tn = (bm.setup_us + w.comm_bytes / bm.nvlink * 1e6) if w.comm else 0.0
-        t = bm.launch_us + np.maximum(np.maximum(tc, td), tn)
+        t = bm.launch_us + oc.fixed_us[:, None, None] + np.maximum(np.maximum(tc, td), tn)
         bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
         out["tau"][u] = np.broadcast_to(t, bshape)
         out["busy"][u] = np.broadcast_to(td, bshape)

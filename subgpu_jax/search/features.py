@@ -11,6 +11,7 @@ import numpy as np
 
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
+from subgpu_jax.model.kernelcost import op_cost
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import chain_cut, check_cut, enumerate_cuts
 
@@ -27,14 +28,17 @@ FEATURE_NAMES: tuple[str, ...] = (
 def _time_components(k: Kernel, hw: Hardware, sms: float) -> tuple[float, float, float, float]:
     """(compute, memory, communication, launch) times in µs of kernel ``k`` alone on ``sms`` SMs,
     with exactly the terms of ``graph.StaticDurationModel`` (its total is launch + max of the
-    other three)."""
-    p = float(min(sms, k.ctas))
-    rate = hw.flops_rate(k.dtype) if k.tensor else hw.tensor_flops["bf16"] / 16.0
+    other three; launch includes the op's fixed phase, ``kernelcost.op_cost``)."""
+    oc = op_cost(k, hw, float(sms))
+    p = float(oc.sms)
+    rate = (hw.flops_rate(k.dtype) * oc.rate_scale if k.tensor
+            else hw.tensor_flops["bf16"] / 16.0)
     t_comp = k.flops / (rate * p / hw.num_sms) * 1e6
     hb = k.hbm_bytes
-    t_mem = (hb / float(hw.mem_bandwidth(p, read_only=k.act_bytes < 0.5 * hb)) * 1e6) if hb else 0.0
+    t_mem = (hb / float(hw.mem_bandwidth(p * oc.inflight_scale, read_only=k.act_bytes < 0.5 * hb))
+             * 1e6) if hb else 0.0
     t_comm = (hw.comm_setup_us + k.comm_bytes / hw.nvlink_Bps * 1e6) if k.is_comm else 0.0
-    return t_comp, t_mem, t_comm, hw.launch_us
+    return t_comp, t_mem, t_comm, hw.launch_us + float(oc.fixed_us)
 
 
 def kernel_features(graph: OpGraph, hw: Hardware, pool_sms: int | None = None

@@ -45,6 +45,7 @@ import numpy as np
 
 from subgpu_jax.model.graph import Kernel, StaticDurationModel
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
+from subgpu_jax.model.kernelcost import op_cost
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
            "LoneMakespan"]
@@ -223,8 +224,10 @@ class KernelWork:
     """The work of one kernel on one pool, as the rate model sees it.
 
     Attributes:
-        sms: p_u = min(pool SMs, ctas) (SMs).
-        flops: FLOP; rate_full: full-GPU FLOP/s; power: pi_u = min(1, g p_u / N).
+        sms: p_u = the SMs the op reaches on the pool (``kernelcost.op_cost``: min(pool SMs,
+            ctas), wave-quantised for tensor-core GEMMs) (SMs).
+        flops: FLOP; rate_full: full-GPU FLOP/s (x the decode GEMM efficiency);
+            power: pi_u = min(1, g p_u / N).
         obj_bytes: weight + activation + KV bytes (all HBM when the cache is off).
         reread_per_flop: operand re-read bytes per FLOP (L2 traffic paced by compute).
         peak_Bps: HBM ceiling of the kernel (read or copy, the static model's rule).
@@ -232,13 +235,16 @@ class KernelWork:
         static_us: isolated duration (µs): ``StaticDurationModel.kernel_time_us``, or the
             measured time when the model carries a calibration that has this kernel.
         fixed_us: extra latency after the launch overhead during which the kernel holds its SMs
-            but moves no work (µs, calibration; 0 otherwise).
+            but moves no work (µs): the analytical launches of its other device kernels, their
+            minimum kernel time and GEMM wave latency (``kernelcost.op_cost``), or the
+            calibration's solved value.
         scale: factor applied to the kernel's work counters (FLOP, bytes, payload) at activation
             (calibration; 1 otherwise).
         window_B_per_sm: bytes in flight each of this kernel's SMs keeps outstanding (bytes);
             its concurrency is c_u = min(p_u * window_B_per_sm, cap, remaining miss bytes), and
             co-running kernels share HBM in proportion to c_u. Default: the model's
-            ``inflight_per_sm_B``; a calibration sets it per kernel and pool (kernel-aware
+            ``inflight_per_sm_B`` (x ``Hardware.vector_inflight_ratio`` for CUDA-core kernels);
+            a calibration sets it per kernel and pool (kernel-aware
             contention, docs/fidelity.md).
     """
 
@@ -311,8 +317,10 @@ class BoundModel:
             raise ValueError(f"pool_sms must be >= 1, got {pool_sms!r}")
         _check_kernel(k)
         hw = self.hw
-        p = float(min(pool_sms, k.ctas))
-        rate = hw.flops_rate(k.dtype) if k.tensor else hw.tensor_flops["bf16"] / 16.0
+        oc = op_cost(k, hw, float(pool_sms))
+        p = float(oc.sms)
+        rate = (hw.flops_rate(k.dtype) * oc.rate_scale if k.tensor
+                else hw.tensor_flops["bf16"] / 16.0)
         obj = k.hbm_bytes
         read_only = k.act_bytes < 0.5 * obj
         peak = hw.hbm_read_Bps if read_only else hw.hbm_copy_Bps
@@ -325,7 +333,8 @@ class BoundModel:
                        power=min(1.0, self.gain * p / self.N), obj_bytes=float(obj),
                        reread_per_flop=rr, peak_Bps=float(peak),
                        comm_bytes=k.link_bytes(hw.nvlink_Bps), comm=k.is_comm,
-                       static_us=static, window_B_per_sm=self.window)
+                       static_us=static, fixed_us=float(oc.fixed_us),
+                       window_B_per_sm=self.window * oc.inflight_scale)
         cal = self.model.calibration
         if cal is not None and cal.has(k):
             w = self._calibrated(k, int(pool_sms), w, cal)

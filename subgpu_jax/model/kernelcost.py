@@ -1,0 +1,218 @@
+"""Analytical cost terms of one graph op on a pool of SMs, without any measurement of that op
+(the uncalibrated model of docs/fidelity.md §6).
+
+One graph op (``graph.Kernel``) is not one device kernel: the PyTorch workload of this repository
+(``hw_runtime/gpu/kernels.py``) launches several (RoPE + KV append: 9). Its isolated time on a pool
+of p SMs is
+
+    t(u, p) = n_u * launch + n_u * min_kernel + waves_u(p) * gemm_wave
+              + max(FLOPs / (rate_u * p_u / N), bytes / BW(r_u * p_u), comm)      [µs]
+
+* n_u = ``device_kernels(u)``, the device kernels one launch of the op issues (``DEVICE_KERNELS``);
+* launch = ``Hardware.launch_us``, the cost of one kernel launch inside a CUDA graph (measured);
+* min_kernel = ``Hardware.min_kernel_us``, the time a real device kernel holds its SMs beyond its
+  launch even when it moves almost nothing (memory latency, tail);
+* tensor-core GEMMs (``is_gemm``): the grid is planned for the whole GPU (cuBLAS sizes split-K and
+  persistent grids by the device's SM count, which a green context does not change), T =
+  ``Hardware.gemm_grid_ctas`` CTAs, so on p SMs it runs waves = ceil(T / p) waves and reaches
+  p_u = T / waves SMs' worth of throughput (wave quantisation: 64 and 96 SMs both take 2 waves);
+  each wave adds ``Hardware.gemm_wave_us`` (pipeline fill and epilogue) and the FLOP rate is
+  ``Hardware.flops_rate`` x ``Hardware.decode_gemm_efficiency``;
+* CUDA-core kernels (``tensor=False``: norms, elementwise, gathers, collectives' local work) keep
+  r = ``Hardware.vector_inflight_ratio`` of a copy kernel's bytes in flight per SM, so alone they
+  reach the copy curve's bandwidth at r x p SMs (BW = ``Hardware.mem_bandwidth``), and beside
+  other pools they get a share of HBM in proportion to what they keep in flight (the contention
+  model's window, ``sim.contention.KernelWork.window_B_per_sm``); decode attention and GEMMs keep
+  r = 1;
+* p_u = min(p, ctas) for every non-GEMM op.
+
+With these terms a latency-bound op (top-k: 4 device kernels, 34 KB of logits) costs the same on
+16 SMs as on 132, as measured, and a GEMM on 80 SMs costs as much as on 64.
+
+Hand-derived examples on the H200 preset (launch 1.199 µs, min_kernel 1.301 µs, wave 1.078 µs,
+T = 128, decode GEMM efficiency 0.8899, r = 0.2549):
+
+* llama-3.1-70b TP8 MLP up-projection at G = 512, one microbatch (M = 512, N = 7168, K = 8192,
+  bf16: 60.13 GFLOP, 129.5 MB moved; 3 device kernels: mm, SiLU, mul). On 64 SMs: waves =
+  ceil(128/64) = 2, p_u = 64, rate = 989e12 x 0.8106 x 0.8899 = 713.4 TFLOP/s, compute =
+  60.13e9 / (713.4e12 x 64/132) = 173.8 µs > memory 129.5e6 / 3.92e12 = 33.0 µs, so t = 3 x 1.199
+  + 3 x 1.301 + 2 x 1.078 + 173.8 = 183.5 µs (measured 175.1). On 80 SMs: also 2 waves, p_u = 64,
+  the same 183.5 µs (measured 172.7); on 132 SMs: 1 wave, p_u = 128: 95.5 µs (measured 94.5).
+* gpt-oss-120b top-k at G = 2048 (4 device kernels, 2 CTAs, 57.3 kFLOP on CUDA cores, 34.8 KB):
+  compute 57344 / (61.8e12 x 2/132) = 0.06 µs, memory 34816 B / BW(0.2549 x 2 SMs) = 34816 /
+  41.1e9 = 0.85 µs, t = 4 x (1.199 + 1.301) + 0.85 = 10.85 µs on every pool (measured 15.3).
+
+The constants are fitted on the isolated kernel tables only (``fit_analytic``);
+``tests/test_kernelcost.py`` recomputes the fit from the committed tables.
+
+Units: µs, SMs, bytes, FLOP.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Iterable, Mapping
+
+import numpy as np
+
+__all__ = ["ANALYTIC_MODEL", "DEVICE_KERNELS", "device_kernels", "is_gemm", "OpCost", "op_cost",
+           "fit_analytic", "FIT_PARAMS"]
+
+#: Name and version of the uncalibrated duration model (recorded by simulations and searches so
+#: that results of different model versions are told apart). v1: launch 2 µs per op, no wave
+#: quantisation; v2: this module.
+ANALYTIC_MODEL = "analytic-v2"
+
+#: Device kernels (kernels, memcpys, memsets) one launch of each graph op issues in this
+#: repository's PyTorch workload (``hw_runtime/gpu/kernels.py``), as counted by torch.profiler in
+#: the committed fit data (``experiments/results/hw_fidelity/fitdata_*.json``, ``activity_counts``;
+#: most frequent value over 5 workloads and m = 1, 2, 4). Keys are ``op`` or ``op/category``:
+#:
+#: * ``rmsnorm`` 2: ``F.rms_norm`` + the copy into the output buffer;
+#: * ``qkv`` 2: one cuBLAS GEMM and its split-K reduction (measured 1 on some shapes, 2 on most);
+#: * ``o_proj``, ``mlp_down``, ``lm_head``, MLA projections 1: one cuBLAS GEMM;
+#: * ``rope_kv`` 9: four elementwise kernels each for q and k (mul, addcmul, mul, addcmul) and the
+#:   V append copy;
+#: * ``attn`` 2: the fused attention kernel and the copy (or sink scale) into the output (3 when
+#:   the attention backend splits the KV sequence);
+#: * ``allreduce/out_residual`` 6: the virtual collective's payload copy (2), residual add,
+#:   RMSNorm + copy, spin to the link time; ``residual_norm`` 3 (the same without the collective);
+#: * ``allreduce/combine`` 4: payload copy (2), residual add, spin; ``residual`` 1;
+#: * ``router`` 3: GEMM (with its split-K reduction) and the bias add / copy;
+#: * ``topk`` 4: top-k (2 kernels), softmax, copy;
+#: * ``dispatch`` 6: payload copy, index gather, spin and the copies around them;
+#: * ``expert_up`` 9: batched GEMM and the clamped SwiGLU's elementwise kernels;
+#: * ``expert_down`` 2: batched GEMM (+ reduction);
+#: * ``combine`` 7: payload copy, two gathers, dtype cast, batched weighted sum, spin;
+#: * ``mlp_up`` 3: GEMM, SiLU, multiply;
+#: * head: ``final_norm`` 2 (as ``rmsnorm``), ``sample`` 2 and ``embed`` 1 (assumptions, not
+#:   measured).
+DEVICE_KERNELS: Mapping[str, int] = MappingProxyType({
+    "rmsnorm": 2, "qkv": 2, "rope_kv": 9, "attn": 2, "o_proj": 1,
+    "allreduce/out_residual": 6, "residual_norm": 3, "allreduce/combine": 4, "residual": 1,
+    "router": 3, "topk": 4, "dispatch": 6, "expert_up": 9, "expert_down": 2, "combine": 7,
+    "mlp_up": 3, "mlp_down": 1, "mla_down": 1, "mla_q_up": 1, "mla_v_up": 1,
+    "final_norm": 2, "lm_head": 1, "sample": 2, "embed": 1,
+})
+
+
+def device_kernels(k) -> int:
+    """Device kernels one launch of graph op ``k`` issues (``DEVICE_KERNELS``; 1 for an op kind
+    the table does not list, e.g. synthetic kernels)."""
+    return int(DEVICE_KERNELS.get(f"{k.op}/{k.category}", DEVICE_KERNELS.get(k.op, 1)))
+
+
+def is_gemm(k) -> bool:
+    """True for a tensor-core GEMM (every ``tensor`` op except decode attention)."""
+    return bool(k.tensor) and k.op != "attn"
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The analytical terms of one op on pools of ``sms`` SMs (arrays of the shape of ``sms``).
+
+    Attributes:
+        sms: p_u, SMs' worth of throughput the op reaches (<= pool; wave-quantised for GEMMs).
+        waves: GEMM waves ceil(T / p) (1 for other ops).
+        fixed_us: µs beyond the first launch during which the op holds its SMs but moves no work:
+            (n_u - 1) x launch + n_u x min_kernel + waves x gemm_wave.
+        rate_scale: factor on ``Hardware.flops_rate`` (decode GEMM efficiency, or 1).
+        inflight_scale: factor on the bytes in flight per SM (``Hardware.vector_inflight_ratio``
+            for CUDA-core kernels, else 1): the op reaches BW(inflight_scale x sms).
+        kernels: n_u.
+    """
+
+    sms: np.ndarray
+    waves: np.ndarray
+    fixed_us: np.ndarray
+    rate_scale: float
+    inflight_scale: float
+    kernels: int
+
+
+def op_cost(k, hw, sms) -> OpCost:
+    """``OpCost`` of graph op ``k`` on pools of ``sms`` SMs (array-like, each >= 1) of ``hw``.
+
+    Raises:
+        ValueError: a pool smaller than 1 SM.
+    """
+    p = np.asarray(sms, dtype=float)
+    if np.any(p < 1):
+        raise ValueError("sms must be >= 1 for every pool")
+    n = device_kernels(k)
+    if is_gemm(k) and int(hw.gemm_grid_ctas) > 0:
+        T = float(hw.gemm_grid_ctas)
+        waves = np.ceil(T / p)
+        pu = T / waves
+        rs, bs = float(hw.decode_gemm_efficiency), 1.0
+        wave_us = waves * float(hw.gemm_wave_us)
+    else:
+        waves = np.ones_like(p)
+        pu = np.minimum(p, float(k.ctas))
+        rs = float(hw.decode_gemm_efficiency) if k.tensor and k.op != "attn" else 1.0
+        bs = 1.0 if k.tensor else float(hw.vector_inflight_ratio)
+        wave_us = 0.0 * p
+    fixed = (n - 1) * float(hw.launch_us) + n * float(hw.min_kernel_us) + wave_us
+    return OpCost(sms=pu, waves=waves, fixed_us=fixed, rate_scale=rs, inflight_scale=bs,
+                  kernels=n)
+
+
+#: The fitted constants of ``fit_analytic`` and the ``Hardware`` fields they set.
+FIT_PARAMS: tuple[str, ...] = ("min_kernel_us", "decode_gemm_efficiency", "vector_inflight_ratio",
+                               "gemm_wave_us")
+
+
+def fit_analytic(samples: Iterable[tuple], hw, grids: Iterable[int] = (128, 132)) -> dict:
+    """Least-squares fit of the analytical model's free constants on isolated kernel times.
+
+    Minimises sum over samples of log(t_model / t_measured)^2 (``scipy.optimize.least_squares``;
+    bounds: times 0..20 µs, efficiencies 0.01..1.5) over ``FIT_PARAMS``, with ``hw.launch_us`` fixed (a measurement) and the GEMM
+    grid T chosen among ``grids`` (the one with the lowest cost). The model is
+    ``graph.StaticDurationModel`` on ``hw`` with the candidate constants.
+
+    Args:
+        samples: ``(kernel, pool_sms, measured_us)`` triples: every op of the fit data alone on a
+            pool (one triple per distinct op and pool).
+        hw: the ``Hardware`` whose other constants are kept.
+        grids: candidate ``gemm_grid_ctas`` values (CTAs).
+
+    Returns:
+        ``{"params": {field: value}, "gemm_grid_ctas": T, "median_abs_error": ...,
+        "rms_log_error": ..., "n": samples, "per_op": {op: median signed error}}``.
+
+    Raises:
+        ValueError: no samples, or a measured time that is not positive.
+    """
+    import dataclasses
+
+    from scipy.optimize import least_squares
+
+    from subgpu_jax.model.graph import StaticDurationModel
+
+    S = list(samples)
+    if not S:
+        raise ValueError("samples must not be empty")
+    if any(not (float(t) > 0) for _, _, t in S):
+        raise ValueError("samples: every measured time must be > 0 µs")
+    meas = np.log(np.array([float(t) for _, _, t in S]))
+    best = None
+    for T in grids:
+        def resid(x, T=T):
+            h = dataclasses.replace(hw, gemm_grid_ctas=int(T), **dict(zip(FIT_PARAMS, x)))
+            sd = StaticDurationModel(h)
+            return np.array([math.log(float(sd.kernel_time_us(k, p))) for k, p, _ in S]) - meas
+        x0 = [float(getattr(hw, f)) for f in FIT_PARAMS]
+        r = least_squares(resid, x0, bounds=([0.0, 0.01, 0.01, 0.0], [20.0, 1.5, 1.5, 20.0]), x_scale=[1, .1, .1, 1])
+        if best is None or r.cost < best[1].cost:
+            best = (int(T), r, resid)
+    T, r, resid = best
+    e = resid(r.x)
+    per: dict = {}
+    for (k, _, _), v in zip(S, e):
+        per.setdefault(k.op if k.op != "allreduce" else f"allreduce/{k.category}", []).append(v)
+    return {"params": {f: float(v) for f, v in zip(FIT_PARAMS, r.x)}, "gemm_grid_ctas": T,
+            "median_abs_error": float(np.median(np.abs(np.expm1(e)))),
+            "rms_log_error": float(np.sqrt(np.mean(e ** 2))), "n": len(S),
+            "per_op": {o: float(np.median(np.expm1(v))) for o, v in sorted(per.items())}}
