@@ -24,7 +24,9 @@ of p SMs is
   other pools they get a share of HBM in proportion to what they keep in flight (the contention
   model's window, ``sim.contention.KernelWork.window_B_per_sm``); decode attention and GEMMs keep
   r = 1;
-* p_u = min(p, ctas) for every non-GEMM op.
+* p_u = min(p, ctas) for every non-GEMM op;
+* kernels whose op kind is not a decode-graph op (``modelled``: synthetic kernels, probes) keep
+  the plain roofline: one launch, p_u = min(p, ctas), no other term.
 
 With these terms a latency-bound op (top-k: 4 device kernels, 34 KB of logits) costs the same on
 16 SMs as on 132, as measured, and a GEMM on 80 SMs costs as much as on 64.
@@ -58,7 +60,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 __all__ = ["ANALYTIC_MODEL", "DEVICE_KERNELS", "device_kernels", "is_gemm", "OpCost", "op_cost",
-           "fit_analytic", "FIT_PARAMS"]
+           "fit_analytic", "FIT_PARAMS", "modelled"]
 
 #: Name and version of the uncalibrated duration model (recorded by simulations and searches so
 #: that results of different model versions are told apart). v1: launch 2 µs per op, no wave
@@ -98,10 +100,20 @@ DEVICE_KERNELS: Mapping[str, int] = MappingProxyType({
 })
 
 
+_OPS = frozenset(key.split("/")[0] for key in DEVICE_KERNELS)
+
+
 def device_kernels(k) -> int:
     """Device kernels one launch of graph op ``k`` issues (``DEVICE_KERNELS``; 1 for an op kind
     the table does not list, e.g. synthetic kernels)."""
     return int(DEVICE_KERNELS.get(f"{k.op}/{k.category}", DEVICE_KERNELS.get(k.op, 1)))
+
+
+def modelled(k) -> bool:
+    """True when ``k``'s op kind is one of the decode graph's (a key, or the op of a key, of
+    ``DEVICE_KERNELS``); other kernels (synthetic kernels, microbenchmark probes) keep the plain
+    roofline of ``graph.StaticDurationModel``: one launch, no minimum kernel time, no waves."""
+    return k.op in _OPS
 
 
 def is_gemm(k) -> bool:
@@ -141,6 +153,11 @@ def op_cost(k, hw, sms) -> OpCost:
     p = np.asarray(sms, dtype=float)
     if np.any(p < 1):
         raise ValueError("sms must be >= 1 for every pool")
+    if not modelled(k):  # a synthetic kernel or probe: the plain roofline (one launch)
+        pu = np.minimum(p, float(k.ctas))
+        z = np.zeros_like(p)
+        return OpCost(sms=pu, waves=z + 1.0, fixed_us=z, rate_scale=1.0, inflight_scale=1.0,
+                      kernels=1)
     n = device_kernels(k)
     if is_gemm(k) and int(hw.gemm_grid_ctas) > 0:
         T = float(hw.gemm_grid_ctas)

@@ -37,7 +37,7 @@ def test_temporal_step_is_regions_plus_head_static():
     r = simulate_step(fp, cfg, H200, simulator="static")
     region = temporal_makespan(fp.main, H200)
     assert r.makespan_us == pytest.approx(region + _head_static(fp, H200), rel=1e-12)
-    assert 0.02 < r.head_us / r.makespan_us < 0.05
+    assert 0.01 < r.head_us / r.makespan_us < 0.05  # analytic-v2: regions cost more (launches)
 
 
 def test_deepseek_step_sums_runs_with_the_cut_carried_over():

@@ -164,5 +164,5 @@ def test_other_presets_state_their_sources(name):
     carry-overs, and every bandwidth/efficiency figure names its source."""
     hw = get_hardware(name)
     assert hw.launch_us == H200.launch_us and hw.min_kernel_us == H200.min_kernel_us
-    assert "carried over from the H200" in hw.source
+    assert "Carried over from the H200 measurements" in hw.source
     assert math.isfinite(hw.hbm_read_Bps) and hw.hbm_read_Bps <= hw.hbm_peak_Bps

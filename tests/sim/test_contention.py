@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from subgpu_jax.model.kernelcost import op_cost
 from subgpu_jax.sim.contention import BoundModel, ContentionModel
 from subgpu_jax.sim.probe import probe_kernels
 from subgpu_jax.sim.eventsim import simulate_streams
@@ -86,10 +87,12 @@ def test_collective_setup_and_sharing():
     c = Kernel(name="ar", op="allreduce", category="out_residual", layer=0, flops=0.0,
                dtype="bf16", tensor=False, comm_bytes=9e6)
     t1 = simulate_streams([(16, [c])], H200, ContentionModel(), "none").makespan
-    assert t1 == pytest.approx(H200.launch_us + H200.comm_setup_us + 9e6 / H200.nvlink_Bps * 1e6)
+    fx = float(op_cost(c, H200, 16.0).fixed_us)  # its other device kernels (model/kernelcost.py)
+    assert t1 == pytest.approx(H200.launch_us + fx + H200.comm_setup_us
+                               + 9e6 / H200.nvlink_Bps * 1e6)
     r = simulate_streams([(16, [c]), (16, [c])], H200, ContentionModel(), "none")
     # two collectives share NVLink: the payload phase takes twice as long
-    assert r.makespan == pytest.approx(H200.launch_us + H200.comm_setup_us
+    assert r.makespan == pytest.approx(H200.launch_us + fx + H200.comm_setup_us
                                        + 2 * 9e6 / H200.nvlink_Bps * 1e6)
 
 
