@@ -697,7 +697,7 @@ def analytic_phase(args) -> int:
 
     hw = get_hardware("H200")
     samples = analytic_samples(args.data, args.workloads)
-    fit = fit_analytic(samples, hw)
+    fit = fit_analytic(samples, hw, StaticDurationModel)
     preset = {f: getattr(hw, f) for f in FIT_PARAMS}
     print(f"fit on {fit['n']} isolated times: {fit['params']} T={fit['gemm_grid_ctas']} "
           f"median |error| {fit['median_abs_error']:.1%} (preset {preset})")

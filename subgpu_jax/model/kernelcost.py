@@ -181,7 +181,7 @@ FIT_PARAMS: tuple[str, ...] = ("min_kernel_us", "decode_gemm_efficiency", "vecto
                                "gemm_wave_us")
 
 
-def fit_analytic(samples: Iterable[tuple], hw, grids: Iterable[int] = (128, 132)) -> dict:
+def fit_analytic(samples: Iterable[tuple], hw, model_cls, grids: Iterable[int] = (128, 132)) -> dict:
     """Least-squares fit of the analytical model's free constants on isolated kernel times.
 
     Minimises sum over samples of log(t_model / t_measured)^2 (``scipy.optimize.least_squares``;
@@ -193,6 +193,8 @@ def fit_analytic(samples: Iterable[tuple], hw, grids: Iterable[int] = (128, 132)
         samples: ``(kernel, pool_sms, measured_us)`` triples: every op of the fit data alone on a
             pool (one triple per distinct op and pool).
         hw: the ``Hardware`` whose other constants are kept.
+        model_cls: the duration model class, ``graph.StaticDurationModel`` (passed in: this
+            module is imported by ``graph``).
         grids: candidate ``gemm_grid_ctas`` values (CTAs).
 
     Returns:
@@ -206,8 +208,7 @@ def fit_analytic(samples: Iterable[tuple], hw, grids: Iterable[int] = (128, 132)
 
     from scipy.optimize import least_squares
 
-    from subgpu_jax.model.graph import StaticDurationModel
-
+    StaticDurationModel = model_cls
     S = list(samples)
     if not S:
         raise ValueError("samples must not be empty")

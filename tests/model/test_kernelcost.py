@@ -79,7 +79,7 @@ def test_fit_reproduces_the_h200_preset(exp):
     stored) and the grid T = 128; the fit's median |error| is the documented 15.5%."""
     samples = exp.analytic_samples(FIDELITY, list(exp.WORKLOADS))
     assert len(samples) == 976
-    fit = fit_analytic(samples, H200)
+    fit = fit_analytic(samples, H200, StaticDurationModel)
     assert fit["gemm_grid_ctas"] == H200.gemm_grid_ctas == 128
     for f in FIT_PARAMS:
         assert fit["params"][f] == pytest.approx(getattr(H200, f), rel=2e-3), f
@@ -155,7 +155,7 @@ def test_bad_hardware_constants_are_refused():
         op_cost(Kernel(name="a", op="topk", category="router_dispatch", layer=0, flops=1.0,
                        dtype="fp32", tensor=False), H200, 0.0)
     with pytest.raises(ValueError, match="samples"):
-        fit_analytic([], H200)
+        fit_analytic([], H200, StaticDurationModel)
 
 
 @pytest.mark.parametrize("name", ["B200", "H100"])
