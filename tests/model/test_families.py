@@ -10,6 +10,7 @@ import pathlib
 
 import pytest
 
+from subgpu_jax.model.kernelcost import op_cost
 from subgpu_jax.model.graph import (Deployment, StaticDurationModel, build_forward, build_graph,
                                     head_kernels)
 from subgpu_jax.model.hardware import get_hardware
@@ -212,7 +213,9 @@ def test_weight_only_quantised_experts_compute_at_activation_rate(hw_name, exper
     """Fault: MXFP4 experts on a B200 were timed at the FP4 rate (9 PFLOP/s) and FP8 weights at
     the FP8 rate, though the activations are bf16 (weight-only quantisation has no native
     tensor-core path). A compute-bound expert GEMM (2*A*h*2F FLOPs at m = 1, G = 65536 on one
-    GPU) must take FLOPs / (bf16 rate * efficiency) on the whole GPU."""
+    GPU) must take FLOPs / (bf16 rate * efficiency * decode GEMM efficiency * 128/N) on the
+    whole GPU, plus its launches, minimum kernel times and one GEMM wave (model/kernelcost.py:
+    the grid of 128 CTAs runs in one wave on N >= 128 SMs)."""
     import dataclasses
 
     hw = get_hardware(hw_name)
@@ -222,7 +225,11 @@ def test_weight_only_quantised_experts_compute_at_activation_rate(hw_name, exper
     k = kernel(build_graph(arch, dep), "L0.expert_up")
     assert k.dtype == "bf16"
     t = float(StaticDurationModel(hw).kernel_time_us(k, hw.num_sms))
-    t_bf16 = k.flops / (hw.tensor_flops["bf16"] * hw.gemm_efficiency) * 1e6 + hw.launch_us
+    c = op_cost(k, hw, float(hw.num_sms))
+    assert float(c.waves) == 1.0 and float(c.sms) == hw.gemm_grid_ctas
+    rate = hw.tensor_flops["bf16"] * hw.gemm_efficiency * hw.decode_gemm_efficiency
+    t_bf16 = (k.flops / (rate * hw.gemm_grid_ctas / hw.num_sms) * 1e6 + hw.launch_us
+              + float(c.fixed_us))
     assert t == pytest.approx(t_bf16, rel=1e-9)
 
 
@@ -271,7 +278,8 @@ def test_topology_charges_cross_domain_collectives_at_scale_out():
     nodes (NVLink domain 8, 50 GB/s scale-out per GPU). The TP8 all-reduce stays in a node.
     The dispatch of a GPU's Tr = 512/8 = 64 tokens sends P = 64*4*2880*2*31/32 = 1,428,480 bytes,
     24/31 of it (1,105,920 B) to the 24 GPUs of other nodes: it takes launch + setup +
-    max(322,560 B / 900 GB/s, 1,105,920 B / 50 GB/s) = launch + setup + 22.1184 µs on a B200."""
+    max(322,560 B / 900 GB/s, 1,105,920 B / 50 GB/s) = launch + setup + 22.1184 µs on a B200,
+    plus the fixed phase of its other device kernels (model/kernelcost.py)."""
     hw = get_hardware("B200")
     arch = get_model("gpt-oss-120b")
     one = build_graph(arch, Deployment())
@@ -280,7 +288,8 @@ def test_topology_charges_cross_domain_collectives_at_scale_out():
     assert d.comm_bytes == 1_428_480 and d.scaleout_bytes == pytest.approx(1_105_920)
     sd = StaticDurationModel(hw)
     t = float(sd.kernel_time_us(d, hw.num_sms))
-    assert t == pytest.approx(hw.launch_us + hw.comm_setup_us + 22.1184, rel=1e-9)
+    fx = float(op_cost(d, hw, float(hw.num_sms)).fixed_us)
+    assert t == pytest.approx(hw.launch_us + fx + hw.comm_setup_us + 22.1184, rel=1e-9)
     assert float(sd.kernel_time_us(kernel(one, "L0.dispatch"), hw.num_sms)) < t
     ar1, ar8 = kernel(one, "L0.allreduce"), kernel(hgx, "L0.allreduce")
     assert ar8.scaleout_bytes == 0 and ar8 == ar1

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from subgpu_jax.model.kernelcost import is_gemm
 from subgpu_jax.score import vcontention as vc
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.score.evaluator import Evaluator
@@ -33,12 +34,21 @@ def _cfg(g, starts, w, alloc):
 
 
 def test_isolated_kernels_match_event_simulator(g2):
+    """Exact for every kernel but a tensor-core GEMM whose L2 demand (its SMs' issue rate x the
+    miss cost, plus operand re-reads at its compute rate) exceeds the L2 bandwidth (a GEMM whose
+    wave-quantised grid reaches 128 SMs, model/kernelcost.py): there the event simulator
+    rescales both counters at every event and the tables use a two-phase approximation: within
+    5%."""
     prof = vc.kernel_profiles(g2, H200)
+    bm = ContentionModel().bind(H200)
     for u, k in enumerate(g2.kernels):
         for p in (8, 48, 128):
             t = simulate_streams([(p, [k])], H200, ContentionModel(), "none",
                                  record=False).makespan
-            assert prof["tau"][u, p, 0, 0] == pytest.approx(t, rel=1e-9)
+            w = bm.work(k, p)
+            l2 = w.sms * bm.issue * bm.kappa + w.reread_per_flop * w.rate_full * w.power
+            exact = l2 <= bm.l2 or not is_gemm(k)
+            assert prof["tau"][u, p, 0, 0] == pytest.approx(t, rel=1e-9 if exact else 0.05)
 
 
 def test_contention_off_equals_evaluator(g2):
