@@ -12,19 +12,29 @@ models every expert-parallel degree e dividing both the GPU count and the expert
 replicated n/e times; ``build_grid`` drops deployments whose weights and KV cache do not fit).
 ``--narrow`` restores the first published grid (D = 2..4, m = 1, 2, 4, the largest EP only).
 
-Cost with the event simulator on a 2-core CPU machine: a Llama-3.1-70B grid point takes
-about 5-25 CPU-seconds (more stages and microbatches cost more), so the wide Llama study (236
-grid points) needs tens of CPU-minutes; the digest records each call's CPU time
-(``cpu_seconds``). The MoE studies are several times larger (EP axis) and are meant for the
-distributed sweep (``subgpu_jax.app.distributed``) or ``--budget`` chunks (the sweep resumes;
-points run temporal first, then by microbatch and stage count).
+Cost with the event simulator on the shared 2-core CPU machine (``cpu_per_point`` in the
+digest: mean CPU-seconds per point of each microbatch count, compilation included): about
+0.5-1 s per point at m = 1, 2, rising to 5-10 s at m = 8 and 10-40 s at m = 16 (more stages
+and microbatches cost more event-simulator calls). The Llama study (236 points) needs tens of
+CPU-minutes; the MoE studies (EP axis: 2,060 and 2,882 points) CPU-hours, so they run in
+``--cpu-budget`` chunks: every study is a resumable sweep (kill it, or let the budget stop it,
+and run the same command again: finished grid points are kept, never run twice), the points run
+temporal first, then by microbatch and stage count, and the outputs and the digest are rewritten
+every ``--chunk`` points. ``--overwrite`` starts a study afresh (needed when its folder holds
+another grid, e.g. the first one).
 
-Each study is a resumable sweep (kill it and run again: finished grid points are kept) written to
-``experiments/results/frontier_<study>/`` (records.csv, records.jsonl, summary.json,
-frontier.png, frontier_by_stages.png, gantt_best.png); a one-line-per-study digest is appended to
-``experiments/results/frontier_studies.json``.
+Each study is written to ``experiments/results/frontier_<study>/`` (records.csv,
+records.jsonl, summary.json, frontier.png, frontier_by_stages.png, gantt_best.png); its entry of
+``experiments/results/frontier_studies.json`` (``digest``) holds the grid size, the points
+finished and their coverage by m, D and EP, wall and CPU time over all runs, the estimated CPU
+time to finish, the command that resumes it, the search settings, the git commit of every run
+and the duration model's settings (``duration_settings``: compare them before mixing runs
+made with another model), the matched gains, how often each kind of candidate layout wins
+(``candidate_stats``), where the SubGPU frontier's points lie (``frontier_distribution``) and
+the best record.
 
-Usage: python experiments/frontier_study.py --study gptoss120b_b200 [--budget N] [--exact event]
+Usage: nice -n 10 python experiments/frontier_study.py --study gptoss120b_b200 [--cpu-budget S]
+       [--budget N] [--chunk N] [--exact event] [--overwrite]
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ import time
 
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.app.searchjob import run_search
-from subgpu_jax.app.sweep import build_grid, outer_parallelisms, SweepStore
+from subgpu_jax.app.sweep import build_grid, grid_fingerprint, outer_parallelisms, SweepStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -105,17 +115,135 @@ def candidate_stats(records: list[dict]) -> dict:
             "exact_ranking_points": len(ranks)}
 
 
+def git_state(root: str = HERE) -> dict:
+    """``{"commit": HEAD sha or None, "dirty": bool or None}`` of the repository holding
+    ``root`` (``git rev-parse HEAD``, ``git status --porcelain -uno``; None where git or the
+    repository is absent). The results of a sweep are tied to the code that made them."""
+    import subprocess
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                                  timeout=30, check=True).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    sha = git("rev-parse", "HEAD")
+    st = git("status", "--porcelain", "-uno", "--", "subgpu_jax")
+    return {"commit": sha, "dirty_subgpu_jax": None if st is None else bool(st)}
+
+
+def duration_settings(arch, hw, dep) -> dict:
+    """The uncalibrated duration model the records were made with, for comparing a later rerun:
+    the GPU preset's fields that enter ``StaticDurationModel`` (launch µs, collective setup µs,
+    GEMM efficiency, bandwidths in bytes/s, tensor FLOP/s, SMs) and a fingerprint of the
+    isolated kernel durations (µs, rounded to 1e-3) of the main region's graph (m = 1) of
+    deployment ``dep`` on every pool size, with its kernel count and whole-GPU sum (µs).
+
+    Returns:
+        A JSON-serialisable dict.
+    """
+    import hashlib
+
+    import numpy as np
+
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.model.workload import Workload
+
+    g = Workload.from_model(arch, dep).graph(1)
+    tab = StaticDurationModel(hw).table(g)
+    fields = ("num_sms", "sm_budget", "sm_quantum", "launch_us", "comm_setup_us",
+              "gemm_efficiency", "hbm_copy_Bps", "hbm_read_Bps", "l2_Bps", "l2_bytes",
+              "nvlink_Bps")
+    return {"hardware": hw.name, **{f: getattr(hw, f) for f in fields},
+            "tensor_flops": dict(hw.tensor_flops),
+            "reference_deployment": f"TP{dep.attn_tp}xDP{dep.attn_dp} EP{dep.moe_ep} "
+                                    f"G={dep.global_batch}",
+            "main_region_kernels": int(g.n),
+            "main_region_static_us": float(tab[:, hw.num_sms].sum()),
+            "duration_fingerprint": hashlib.sha256(
+                np.round(tab, 3).tobytes()).hexdigest()[:16]}
+
+
+def coverage(points, done: set) -> dict:
+    """Finished / total grid points by kind: ``{"temporal": [done, total], "by_microbatches":
+    {m: [done, total]}, "by_stages": {D: ...}, "by_ep": {e: ...}}`` (SubGPU points only in the
+    three ``by_`` tables; keys are strings, JSON)."""
+    out = {"temporal": [0, 0], "by_microbatches": {}, "by_stages": {}, "by_ep": {}}
+    for p in sorted(points, key=lambda p: (p.microbatches, p.D, p.deploy.moe_ep)):
+        ok = int(p.key in done)
+        if p.D == 1:
+            out["temporal"][0] += ok
+            out["temporal"][1] += 1
+            continue
+        for tab, v in (("by_microbatches", p.microbatches), ("by_stages", p.D),
+                       ("by_ep", p.deploy.moe_ep)):
+            c = out[tab].setdefault(str(v), [0, 0])
+            c[0] += ok
+            c[1] += 1
+    return out
+
+
+def frontier_distribution(records: list[dict]) -> dict:
+    """Where the SubGPU frontier's points lie: counts by stage count D, microbatch count m and
+    MoE EP degree e (``{"points": n, "D": {D: n}, "microbatches": {m: n}, "moe_ep": {e: n}}``,
+    keys strings), and how many SubGPU points lie on the frontier of all records (temporal and
+    SubGPU together: ``on_joint_frontier``)."""
+    from subgpu_jax.app.report import frontiers
+
+    front = frontiers(records)["subgpu"]
+    out: dict = {"points": len(front)}
+    for f in ("D", "microbatches", "moe_ep"):
+        c: dict = {}
+        for r in front:
+            c[str(r[f])] = c.get(str(r[f]), 0) + 1
+        out[f] = dict(sorted(c.items(), key=lambda kv: int(kv[0])))
+    joint = frontiers([{**r, "mode": "subgpu"} for r in records])["subgpu"]
+    out["on_joint_frontier"] = int(sum(r["D"] > 1 for r in joint))
+    return out
+
+
+def remaining_estimate(points, done: set, cpu_per_point: dict) -> dict:
+    """CPU-seconds to finish the grid, from the measured mean CPU time per point of each
+    microbatch count (``cpu_per_point``: {m: s}, temporal under "temporal"): ``{"cpu_seconds":
+    s or None, "points_without_measurement": n}`` (None when no remaining point has a
+    measurement for its kind)."""
+    total, unknown = 0.0, 0
+    for p in points:
+        if p.key in done:
+            continue
+        k = "temporal" if p.D == 1 else str(p.microbatches)
+        if k in cpu_per_point:
+            total += cpu_per_point[k]
+        else:
+            unknown += 1
+    left = sum(p.key not in done for p in points)
+    return {"cpu_seconds": round(total, 1) if left > unknown else None,
+            "points_without_measurement": unknown}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", choices=sorted(STUDIES), default="gptoss120b_b200")
     ap.add_argument("--budget", type=int, default=None, help="grid points in this call")
+    ap.add_argument("--cpu-budget", type=float, default=None,
+                    help="CPU-seconds of this call: no new chunk of grid points starts after it")
+    ap.add_argument("--chunk", type=int, default=25,
+                    help="grid points between writes of the outputs and the digest (>= 1)")
     ap.add_argument("--exact", default="event", choices=("event", "static"))
     ap.add_argument("--kv-history", type=int, default=32768)
     ap.add_argument("--tp", type=int, default=None,
                     help="restrict to this attention TP (default: every TP <= 8)")
     ap.add_argument("--narrow", action="store_true",
                     help="the first published grid: D = 2..4, m = 1, 2, 4, largest EP only")
+    ap.add_argument("--overwrite", action="store_true",
+                    help="delete the study's records (of any grid) and start afresh")
     a = ap.parse_args(argv)
+    for name, v, lo in (("--budget", a.budget, 1), ("--chunk", a.chunk, 1)):
+        if v is not None and v < lo:
+            ap.error(f"{name} must be >= {lo}, got {v}")
+    if a.cpu_budget is not None and not a.cpu_budget > 0:
+        ap.error(f"--cpu-budget must be > 0 CPU-seconds, got {a.cpu_budget}")
     st = {**STUDIES[a.study], **(NARROW if a.narrow else WIDE)}
     arch, hw = get_model(st["model"]), get_hardware(st["hw"])
     pars = parallelisms(arch, st["gpus"], st["all_ep"])
@@ -124,44 +252,135 @@ def main(argv=None) -> int:
     skipped: list = []
     pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches"],
                      kv_history=a.kv_history, parallelisms=pars, hw=hw, skipped=skipped)
-    # temporal baselines first, then by microbatch count and stage count: a sweep cut short by
-    # its --budget covers every deployment at the smaller microbatch counts
-    pts = sorted(pts, key=lambda p: (p.D > 1, p.microbatches, p.D))
+    pts = order_points(pts)
     if skipped:
         print(f"skipped {len(skipped)} infeasible combinations, e.g. {skipped[0]}")
     out = os.path.join(HERE, "results", f"frontier_{a.study}")
     meta = {"study": a.study, **st, "exact": a.exact, "kv_history": a.kv_history, "tp": a.tp}
     print(f"{a.study}: {len(pts)} grid points -> {out}")
-    resume = os.path.exists(os.path.join(out, "manifest.json"))
-    stats, summ = run_search(arch, hw, pts, out, meta, resume=resume, budget=a.budget,
-                             exact=a.exact)
-    m = summ["matched"]
-    digest = {"study": a.study, "grid_points": len(pts), **{k: stats[k] for k in
-              ("evaluated", "skipped", "remaining")},
-              "max_per_user_gain_at_matched_per_gpu": m["max_per_user_gain"],
-              "max_per_gpu_gain_at_matched_per_user": m["max_per_gpu_gain"],
-              "per_user_gain_at_matched_per_gpu": m["per_user_gain_at_matched_per_gpu"],
-              "per_gpu_gain_at_matched_per_user": m["per_gpu_gain_at_matched_per_user"],
-              "grid": {k: st[k] for k in ("stages", "microbatches", "all_ep")},
-              "cpu_seconds": time.process_time(),
-              "candidates": candidate_stats(list(SweepStore(out, meta, resume=True).records)),
-              "best": summ["best_speedup_record"]}
     path = os.path.join(HERE, "results", "frontier_studies.json")
     allr = {}
     if os.path.exists(path):
         with open(path) as fh:
             allr = json.load(fh)
-    allr[a.study] = digest
-    with open(path + ".tmp", "w") as fh:
-        json.dump(allr, fh, indent=2)
-    os.replace(path + ".tmp", path)
-    print(json.dumps({k: v for k, v in digest.items() if k not in ("best",)}, indent=1)[:3000])
-    b = digest["best"]
+    fp = grid_fingerprint(json.loads(json.dumps(meta, sort_keys=True)))
+    old = allr.get(a.study, {})
+    runs = list(old.get("runs", [])) if old.get("fingerprint") == fp and not a.overwrite else []
+    run = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **git_state(),
+           "evaluated": 0, "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_per_point": {}}
+    runs.append(run)
+    t_wall, t_cpu = time.time(), time.process_time()
+    per_kind: dict = {}  # m or "temporal" -> [cpu seconds, points]
+    overwrite, left, summ = a.overwrite, a.budget, None
+    while True:
+        resume = os.path.exists(os.path.join(out, "manifest.json"))
+        try:
+            with SweepStore(out, meta, resume=resume, overwrite=overwrite) as store:
+                todo = [p for p in pts if p.key not in store.done]
+        except ValueError as e:  # another grid in the folder, or the folder in use
+            print(f"error: {e} (--overwrite starts the study afresh)", file=sys.stderr)
+            return 2
+        n = min(a.chunk, len(todo)) if left is None else min(a.chunk, left, len(todo))
+        c0 = time.process_time()
+        stats, summ = run_search(arch, hw, pts, out, meta, resume=True, budget=max(n, 1),
+                                 exact=a.exact, progress=sys.stderr.isatty())
+        overwrite = False
+        if stats["evaluated"]:
+            kinds = {"temporal" if p.D == 1 else str(p.microbatches) for p in todo[:n]}
+            k = kinds.pop() if len(kinds) == 1 else None  # a chunk of one kind times that kind
+            if k is not None:
+                acc = per_kind.setdefault(k, [0.0, 0])
+                acc[0] += time.process_time() - c0
+                acc[1] += stats["evaluated"]
+        if left is not None:
+            left -= stats["evaluated"]
+        run["evaluated"] += stats["evaluated"]
+        run["wall_seconds"] = round(time.time() - t_wall, 1)
+        run["cpu_seconds"] = round(time.process_time() - t_cpu, 1)
+        run["cpu_per_point"] = {k: round(s / max(c, 1), 2) for k, (s, c) in per_kind.items()}
+        done = stats["remaining"] == 0 or (left is not None and left <= 0) or (
+            a.cpu_budget is not None and run["cpu_seconds"] >= a.cpu_budget)
+        allr[a.study] = digest(a, st, pts, out, meta, fp, summ, runs, arch, hw)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(allr, fh, indent=2)
+        os.replace(path + ".tmp", path)
+        print(f"{a.study}: {run['evaluated']} points this call, {stats['remaining']} left, "
+              f"{run['cpu_seconds']:.0f} CPU-s", flush=True)
+        if done:
+            break
+    d = allr[a.study]
+    print(json.dumps({k: v for k, v in d.items() if k not in ("best", "runs",
+                      "per_user_gain_at_matched_per_gpu", "per_gpu_gain_at_matched_per_user")},
+                     indent=1)[:4000])
+    b = d["best"]
     if b:
         print(f"best: G={b['global_batch']} TP{b['attn_tp']}xDP{b['attn_dp']} D={b['D']} "
               f"w={b['w']} m={b['microbatches']} SMs={b['sms']} -> "
               f"{b['speedup_vs_temporal']:.3f}x temporal")
     return 0
+
+
+def order_points(pts):
+    """The order in which a study runs its grid points: the temporal baselines first, then by
+    microbatch count m and stage count D (a sweep cut short by its budget covers every
+    deployment at the smaller microbatch counts; the points of one (m, D) share the shapes of
+    the cheap estimator's compiled functions, which are compiled once for all of them)."""
+    return sorted(pts, key=lambda p: (p.D > 1, p.microbatches, p.D))
+
+
+def search_settings(exact: str, kv_history: int) -> dict:
+    """The search settings a study runs with: the exact scorer, the cheap estimator
+    (contention-aware with the event simulator), and the defaults of ``run_search`` (L2 policy,
+    exact-polish pass limit ``L_sim``, cut and allocation strategies) and of ``algorithm1``
+    (``exact_top``: layouts of the cheap ranking scored by the exact scorer), read from their
+    signatures so that the record follows the code."""
+    import inspect
+
+    from subgpu_jax.search.algorithm1 import algorithm1
+
+    rs = inspect.signature(run_search).parameters
+    a1 = inspect.signature(algorithm1).parameters
+    return {"exact": exact, "cheap": "vcontention" if exact == "event" else "static",
+            **{k: rs[k].default for k in ("cache", "L_sim", "cut_strategy", "alloc_strategy")},
+            **{k: a1[k].default for k in ("exact_top", "rotation_refine", "L_est")},
+            "kv_history": kv_history}
+
+
+def digest(a, st: dict, pts, out: str, meta: dict, fp: str, summ: dict, runs: list, arch, hw
+           ) -> dict:
+    """The study's entry of ``frontier_studies.json``: grid, coverage, time, settings, matched
+    gains, candidate kinds, frontier distribution, best record, and the command that resumes
+    it (the keys are described in the README's frontier-study section)."""
+    with SweepStore(out, meta, resume=True) as store:
+        recs, done = list(store.records), set(store.done)
+    m = summ["matched"]
+    per_point: dict = {}
+    for r in runs:  # the latest measurement of each kind
+        per_point.update(r.get("cpu_per_point", {}))
+    finished = sum(p.key in done for p in pts)
+    cmd = (f"nice -n 10 python experiments/frontier_study.py --study {a.study}"
+           + (" --narrow" if a.narrow else "") + (f" --tp {a.tp}" if a.tp else "")
+           + " [--cpu-budget SECONDS]")
+    return {"study": a.study, "fingerprint": fp, "grid_points": len(pts),
+            "finished": finished, "remaining": len(pts) - finished,
+            "complete": finished == len(pts),
+            "grid": {k: st[k] for k in ("stages", "microbatches", "all_ep", "batches")},
+            "coverage": coverage(pts, done),
+            "wall_seconds": round(sum(r["wall_seconds"] for r in runs), 1),
+            "cpu_seconds": round(sum(r["cpu_seconds"] for r in runs), 1),
+            "cpu_per_point": per_point,
+            "estimated_cpu_seconds_to_finish": remaining_estimate(pts, done, per_point),
+            "resume_command": cmd,
+            "settings": search_settings(a.exact, a.kv_history),
+            "duration_model": duration_settings(arch, hw, pts[0].deploy),
+            "runs": runs,
+            "max_per_user_gain_at_matched_per_gpu": m["max_per_user_gain"],
+            "max_per_gpu_gain_at_matched_per_user": m["max_per_gpu_gain"],
+            "per_user_gain_at_matched_per_gpu": m["per_user_gain_at_matched_per_gpu"],
+            "per_gpu_gain_at_matched_per_user": m["per_gpu_gain_at_matched_per_user"],
+            "candidates": candidate_stats(recs),
+            "frontier_points": frontier_distribution(recs),
+            "best": summ["best_speedup_record"]}
 
 
 if __name__ == "__main__":

@@ -67,3 +67,97 @@ def test_candidate_kinds(fs):
     assert c["wins_on_frontier"]["anchor@"] == 1 and c["wins_on_frontier"]["rotation+"] == 0
     assert c["exact_ranking_changed_choice"] == 1 and c["exact_ranking_points"] == 2
     assert c["boundary_reuse_w1"] == 1
+
+
+def _pts(fs):
+    arch, hw = get_model("llama-3.1-70b"), get_hardware("H200")
+    st = {**fs.STUDIES["llama70b_h200"], **fs.WIDE}
+    return build_grid(arch, 8, st["batches"], st["stages"], st["microbatches"],
+                      parallelisms=fs.parallelisms(arch, 8, st["all_ep"]), hw=hw)
+
+
+def test_order_and_coverage(fs):
+    """Temporal points come first, then (m, D) ascending; coverage counts finished / total per
+    kind against a brute-force count over the same grid."""
+    pts = fs.order_points(_pts(fs))
+    keys = [(p.D > 1, p.microbatches, p.D) for p in pts]
+    assert keys == sorted(keys)
+    done = {p.key for p in pts[::3]}
+    cov = fs.coverage(pts, done)
+    sub = [p for p in pts if p.D > 1]
+    assert cov["temporal"] == [sum(p.key in done for p in pts if p.D == 1),
+                               sum(p.D == 1 for p in pts)]
+    for m in {p.microbatches for p in sub}:
+        assert cov["by_microbatches"][str(m)] == [
+            sum(p.key in done for p in sub if p.microbatches == m),
+            sum(p.microbatches == m for p in sub)]
+    assert sum(t for _, t in cov["by_stages"].values()) == len(sub)
+    assert cov["by_ep"] == {"1": [sum(p.key in done for p in sub), len(sub)]}
+    # the estimate: every unfinished point costs its kind's measured mean
+    est = fs.remaining_estimate(pts, done, {"temporal": 1.0, "1": 2.0})
+    left = [p for p in pts if p.key not in done]
+    assert est["points_without_measurement"] == sum(p.D > 1 and p.microbatches != 1
+                                                    for p in left)
+    assert est["cpu_seconds"] == sum(1.0 if p.D == 1 else 2.0 for p in left
+                                     if p.D == 1 or p.microbatches == 1)
+
+
+def test_frontier_distribution(fs):
+    """Three SubGPU records, one dominated (hand check): the frontier holds D = 2 (m = 1) and
+    D = 3 (m = 4); against the temporal record (9 tok/s/GPU at 1 tok/s/user) only the D = 2
+    point (2, 8) and the D = 3 point (3, 5) stay nondominated."""
+    recs = [dict(mode="temporal", D=1, microbatches=1, moe_ep=1, per_user_tok_s=1.0,
+                 per_gpu_tok_s=9.0),
+            dict(mode="subgpu", D=2, microbatches=1, moe_ep=4, per_user_tok_s=2.0,
+                 per_gpu_tok_s=8.0),
+            dict(mode="subgpu", D=3, microbatches=4, moe_ep=8, per_user_tok_s=3.0,
+                 per_gpu_tok_s=5.0),
+            dict(mode="subgpu", D=4, microbatches=2, moe_ep=8, per_user_tok_s=1.5,
+                 per_gpu_tok_s=4.0)]
+    d = fs.frontier_distribution(recs)
+    assert d["points"] == 2
+    assert d["D"] == {"2": 1, "3": 1} and d["microbatches"] == {"1": 1, "4": 1}
+    assert d["moe_ep"] == {"4": 1, "8": 1} and d["on_joint_frontier"] == 2
+
+
+def test_duration_settings_fingerprint(fs):
+    """The fingerprint follows the duration model: the same preset gives the same one, a
+    different launch cost (the field the uncalibrated model's launch term reads) another."""
+    import dataclasses
+
+    arch, hw = get_model("llama-3.1-70b"), get_hardware("H200")
+    dep = _pts(fs)[0].deploy
+    a, b = fs.duration_settings(arch, hw, dep), fs.duration_settings(arch, hw, dep)
+    assert a == b and a["launch_us"] == hw.launch_us
+    c = fs.duration_settings(arch, dataclasses.replace(hw, launch_us=hw.launch_us + 1.0), dep)
+    assert c["duration_fingerprint"] != a["duration_fingerprint"]
+    # one more µs per kernel adds exactly n µs to the whole-GPU sum
+    assert c["main_region_static_us"] - a["main_region_static_us"] == pytest.approx(
+        a["main_region_kernels"])
+
+
+def test_study_resumes_within_budgets(fs, tmp_path, monkeypatch):
+    """A tiny study (GPT-OSS 20B, first grid, TP8 only, static exact scorer) in chunks of 2:
+    ``--budget 6`` stops after 6 points; a second call resumes (no point twice) and logs a
+    second run; the digest's counts agree with the store; ``--cpu-budget`` stops after one
+    chunk; a folder holding another grid is refused with exit code 2."""
+    import json
+
+    monkeypatch.setattr(fs, "HERE", str(tmp_path))
+    args = ["--study", "gptoss20b_h200", "--narrow", "--tp", "8", "--exact", "static",
+            "--chunk", "2"]
+    assert fs.main(args + ["--budget", "6"]) == 0
+    d = json.loads((tmp_path / "results" / "frontier_studies.json").read_text())
+    s = d["gptoss20b_h200"]
+    assert s["finished"] == 6 and s["grid_points"] == 50 and s["remaining"] == 44
+    assert s["coverage"]["temporal"] == [5, 5]  # temporal points first
+    assert len(s["runs"]) == 1 and s["runs"][0]["evaluated"] == 6
+    assert s["settings"]["exact"] == "static" and not s["complete"]
+    assert fs.main(args + ["--cpu-budget", "1e-6"]) == 0  # one chunk, then the budget is spent
+    s = json.loads((tmp_path / "results" / "frontier_studies.json").read_text())["gptoss20b_h200"]
+    assert s["finished"] == 8 and [r["evaluated"] for r in s["runs"]] == [6, 2]
+    lines = (tmp_path / "results" / "frontier_gptoss20b_h200" / "records.csv"
+             ).read_text().splitlines()
+    assert len(lines) == 1 + 8  # header + one record per point, none twice
+    assert fs.main(["--study", "gptoss20b_h200", "--tp", "8", "--exact", "static",
+                    "--budget", "1"]) == 2  # the wide grid is another sweep
