@@ -19,7 +19,8 @@ and microbatches cost more event-simulator calls). The Llama study (236 points) 
 CPU-minutes; the MoE studies (EP axis: 2,060 and 2,882 points) CPU-hours, so they run in
 ``--cpu-budget`` chunks: every study is a resumable sweep (kill it, or let the budget stop it,
 and run the same command again: finished grid points are kept, never run twice), the points run
-temporal first, then by microbatch and stage count, and the outputs and the digest are rewritten
+in the order of ``order_points`` (temporal; the largest EP at m <= 8; the other EP degrees at
+m <= 8; m = 16; by microbatch and stage count within each), and the outputs and the digest are rewritten
 every ``--chunk`` points. ``--overwrite`` starts a study afresh (needed when its folder holds
 another grid, e.g. the first one).
 
@@ -320,12 +321,28 @@ def main(argv=None) -> int:
     return 0
 
 
+#: Microbatch counts up to this one run before the larger ones (the method's grid runs m up to 8
+#: everywhere, and 16 where the per-GPU batch allows it).
+M_FIRST = 8
+
+
 def order_points(pts):
-    """The order in which a study runs its grid points: the temporal baselines first, then by
-    microbatch count m and stage count D (a sweep cut short by its budget covers every
-    deployment at the smaller microbatch counts; the points of one (m, D) share the shapes of
-    the cheap estimator's compiled functions, which are compiled once for all of them)."""
-    return sorted(pts, key=lambda p: (p.D > 1, p.microbatches, p.D))
+    """The order in which a study runs its grid points, so that a sweep cut short by its budget
+    covers whole axes: the temporal baselines first; then the SubGPU points in three tiers: the
+    largest EP degree of the grid (the first published grid's) with m <= ``M_FIRST``, every
+    other EP degree with m <= ``M_FIRST``, and the larger microbatch counts; within a tier by
+    microbatch count m and stage count D (the points of one (m, D) share the shapes of the
+    cheap estimator's compiled functions, which are compiled once for all of them)."""
+    e_max = max((p.deploy.moe_ep for p in pts), default=1)
+
+    def tier(p):
+        if p.D == 1:
+            return 0
+        if p.microbatches > M_FIRST:
+            return 3
+        return 1 if p.deploy.moe_ep == e_max else 2
+
+    return sorted(pts, key=lambda p: (tier(p), p.microbatches, p.D))
 
 
 def search_settings(exact: str, kv_history: int) -> dict:

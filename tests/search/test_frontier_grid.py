@@ -77,8 +77,9 @@ def _pts(fs):
 
 
 def test_order_and_coverage(fs):
-    """Temporal points come first, then (m, D) ascending; coverage counts finished / total per
-    kind against a brute-force count over the same grid."""
+    """Temporal points come first, then (m, D) ascending (dense model: one EP degree, m = 16
+    last anyway); coverage counts finished / total per kind against a brute-force count over
+    the same grid."""
     pts = fs.order_points(_pts(fs))
     keys = [(p.D > 1, p.microbatches, p.D) for p in pts]
     assert keys == sorted(keys)
@@ -100,6 +101,28 @@ def test_order_and_coverage(fs):
                                                     for p in left)
     assert est["cpu_seconds"] == sum(1.0 if p.D == 1 else 2.0 for p in left
                                      if p.D == 1 or p.microbatches == 1)
+
+
+def test_order_tiers_moe(fs):
+    """MoE grid (GPT-OSS 20B, EP 1, 2, 4, 8): temporal, then the largest EP (8) at m <= 8, then
+    the other EP degrees at m <= 8, then m = 16; (m, D) ascending within each tier; a
+    permutation of the grid."""
+    arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
+    st = {**fs.STUDIES["gptoss20b_h200"], **fs.WIDE}
+    grid = build_grid(arch, 8, st["batches"], st["stages"], st["microbatches"],
+                      parallelisms=fs.parallelisms(arch, 8, True), hw=hw)
+    pts = fs.order_points(grid)
+    assert sorted(p.key for p in pts) == sorted(p.key for p in grid)
+
+    def tier(p):
+        return (0 if p.D == 1 else 3 if p.microbatches == 16 else
+                1 if p.deploy.moe_ep == 8 else 2)
+
+    tiers = [tier(p) for p in pts]
+    assert tiers == sorted(tiers) and set(tiers) == {0, 1, 2, 3}
+    for t in (1, 2, 3):
+        keys = [(p.microbatches, p.D) for p in pts if tier(p) == t]
+        assert keys == sorted(keys)
 
 
 def test_frontier_distribution(fs):
