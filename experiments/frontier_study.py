@@ -274,7 +274,7 @@ def main(argv=None) -> int:
     per_kind: dict = {}  # m or "temporal" -> [cpu seconds, points]
     overwrite, left, summ = a.overwrite, a.budget, None
     while True:
-        resume = os.path.exists(os.path.join(out, "manifest.json"))
+        resume = not overwrite and os.path.exists(os.path.join(out, "manifest.json"))
         try:
             with SweepStore(out, meta, resume=resume, overwrite=overwrite) as store:
                 todo = [p for p in pts if p.key not in store.done]

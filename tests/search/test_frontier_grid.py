@@ -182,5 +182,8 @@ def test_study_resumes_within_budgets(fs, tmp_path, monkeypatch):
     lines = (tmp_path / "results" / "frontier_gptoss20b_h200" / "records.csv"
              ).read_text().splitlines()
     assert len(lines) == 1 + 8  # header + one record per point, none twice
-    assert fs.main(["--study", "gptoss20b_h200", "--tp", "8", "--exact", "static",
-                    "--budget", "1"]) == 2  # the wide grid is another sweep
+    wide = ["--study", "gptoss20b_h200", "--tp", "8", "--exact", "static", "--budget", "1"]
+    assert fs.main(wide) == 2  # the wide grid is another sweep
+    assert fs.main(wide + ["--overwrite"]) == 0  # ... started afresh on request
+    s = json.loads((tmp_path / "results" / "frontier_studies.json").read_text())["gptoss20b_h200"]
+    assert s["finished"] == 1 and s["grid_points"] > 50 and len(s["runs"]) == 1
