@@ -207,8 +207,8 @@ def frontier_distribution(records: list[dict]) -> dict:
 def remaining_estimate(points, done: set, cpu_per_point: dict) -> dict:
     """CPU-seconds to finish the grid, from the measured mean CPU time per point of each
     microbatch count (``cpu_per_point``: {m: s}, temporal under "temporal"): ``{"cpu_seconds":
-    s or None, "points_without_measurement": n}`` (None when no remaining point has a
-    measurement for its kind)."""
+    s or None, "points_without_measurement": n}`` (0 s when nothing is left; None when no
+    remaining point has a measurement for its kind; otherwise the measured kinds only)."""
     total, unknown = 0.0, 0
     for p in points:
         if p.key in done:
@@ -219,7 +219,7 @@ def remaining_estimate(points, done: set, cpu_per_point: dict) -> dict:
         else:
             unknown += 1
     left = sum(p.key not in done for p in points)
-    return {"cpu_seconds": round(total, 1) if left > unknown else None,
+    return {"cpu_seconds": round(total, 1) if left > unknown or not left else None,
             "points_without_measurement": unknown}
 
 

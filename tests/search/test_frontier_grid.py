@@ -187,3 +187,13 @@ def test_study_resumes_within_budgets(fs, tmp_path, monkeypatch):
     assert fs.main(wide + ["--overwrite"]) == 0  # ... started afresh on request
     s = json.loads((tmp_path / "results" / "frontier_studies.json").read_text())["gptoss20b_h200"]
     assert s["finished"] == 1 and s["grid_points"] > 50 and len(s["runs"]) == 1
+
+
+def test_remaining_estimate_edges(fs):
+    """Nothing left: 0 s; only unmeasured kinds left: None with their count."""
+    pts = _pts(fs)
+    every = {p.key for p in pts}
+    assert fs.remaining_estimate(pts, every, {}) == {"cpu_seconds": 0.0,
+                                                     "points_without_measurement": 0}
+    est = fs.remaining_estimate(pts, set(), {})
+    assert est == {"cpu_seconds": None, "points_without_measurement": len(pts)}
