@@ -22,7 +22,9 @@ and run the same command again: finished grid points are kept, never run twice),
 in the order of ``order_points`` (temporal; the largest EP at m <= 8; the other EP degrees at
 m <= 8; m = 16; by microbatch and stage count within each), and the outputs and the digest are rewritten
 every ``--chunk`` points. ``--overwrite`` starts a study afresh (needed when its folder holds
-another grid, e.g. the first one).
+another grid, e.g. the first one). A study whose finished points were made with another
+duration model (the digest's ``duration_model`` fingerprint) is not resumed unless
+``--allow-model-change``.
 
 Each study is written to ``experiments/results/frontier_<study>/`` (records.csv,
 records.jsonl, summary.json, frontier.png, frontier_by_stages.png, gantt_best.png); its entry of
@@ -35,7 +37,7 @@ made with another model), the matched gains, how often each kind of candidate la
 the best record.
 
 Usage: nice -n 10 python experiments/frontier_study.py --study gptoss120b_b200 [--cpu-budget S]
-       [--budget N] [--chunk N] [--exact event] [--overwrite]
+       [--budget N] [--chunk N] [--exact event] [--overwrite] [--allow-model-change]
 """
 
 from __future__ import annotations
@@ -136,7 +138,7 @@ def git_state(root: str = HERE) -> dict:
 
 def duration_settings(arch, hw, dep) -> dict:
     """The uncalibrated duration model the records were made with, for comparing a later rerun:
-    the GPU preset's fields that enter ``StaticDurationModel`` (launch µs, collective setup µs,
+    the duration model's name and version, the GPU preset's main fields (launch µs, collective setup µs,
     GEMM efficiency, bandwidths in bytes/s, tensor FLOP/s, SMs) and a fingerprint of the
     isolated kernel durations (µs, rounded to 1e-3) of the main region's graph (m = 1) of
     deployment ``dep`` on every pool size, with its kernel count and whole-GPU sum (µs).
@@ -156,7 +158,8 @@ def duration_settings(arch, hw, dep) -> dict:
     fields = ("num_sms", "sm_budget", "sm_quantum", "launch_us", "comm_setup_us",
               "gemm_efficiency", "hbm_copy_Bps", "hbm_read_Bps", "l2_Bps", "l2_bytes",
               "nvlink_Bps")
-    return {"hardware": hw.name, **{f: getattr(hw, f) for f in fields},
+    return {"model": getattr(StaticDurationModel, "name", None), "hardware": hw.name,
+            **{f: getattr(hw, f) for f in fields},
             "tensor_flops": dict(hw.tensor_flops),
             "reference_deployment": f"TP{dep.attn_tp}xDP{dep.attn_dp} EP{dep.moe_ep} "
                                     f"G={dep.global_batch}",
@@ -239,6 +242,8 @@ def main(argv=None) -> int:
                     help="the first published grid: D = 2..4, m = 1, 2, 4, largest EP only")
     ap.add_argument("--overwrite", action="store_true",
                     help="delete the study's records (of any grid) and start afresh")
+    ap.add_argument("--allow-model-change", action="store_true",
+                    help="resume even when the duration model changed since the finished points")
     a = ap.parse_args(argv)
     for name, v, lo in (("--budget", a.budget, 1), ("--chunk", a.chunk, 1)):
         if v is not None and v < lo:
@@ -267,7 +272,16 @@ def main(argv=None) -> int:
     fp = grid_fingerprint(json.loads(json.dumps(meta, sort_keys=True)))
     old = allr.get(a.study, {})
     runs = list(old.get("runs", [])) if old.get("fingerprint") == fp and not a.overwrite else []
+    dm = duration_settings(arch, hw, pts[0].deploy)
+    was = old.get("duration_model", {}).get("duration_fingerprint") if runs else None
+    if was and was != dm["duration_fingerprint"] and not a.allow_model_change:
+        print(f"error: the study's {old.get('finished')} finished points were made with another "
+              f"duration model (fingerprint {was}, now {dm['duration_fingerprint']}, "
+              f"{dm['model']}); --overwrite reruns the study, --allow-model-change mixes them",
+              file=sys.stderr)
+        return 2
     run = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **git_state(),
+           "duration_fingerprint": dm["duration_fingerprint"],
            "evaluated": 0, "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_per_point": {}}
     runs.append(run)
     t_wall, t_cpu = time.time(), time.process_time()
