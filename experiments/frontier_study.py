@@ -13,10 +13,11 @@ replicated n/e times; ``build_grid`` drops deployments whose weights and KV cach
 ``--narrow`` restores the first published grid (D = 2..4, m = 1, 2, 4, the largest EP only).
 
 Cost with the event simulator on the shared 2-core CPU machine (``cpu_per_point`` in the
-digest: mean CPU-seconds per point of each microbatch count, compilation included): about
-0.5-1 s per point at m = 1, 2, rising to 5-10 s at m = 8 and 10-40 s at m = 16 (more stages
-and microbatches cost more event-simulator calls). The Llama study (236 points) needs tens of
-CPU-minutes; the MoE studies (EP axis: 2,060 and 2,882 points) CPU-hours, so they run in
+digest: mean CPU-seconds per point of each microbatch count, compilation included; measured
+in experiments/results/frontier_studies.json): GPT-OSS 120B 2.8 s at m = 1, 5.9 s at m = 2,
+7.0 s at m = 4; Llama-3.1-70B 49 s at m = 16 (more stages and microbatches cost more
+event-simulator calls). The Llama study (236 points) needs tens of CPU-minutes; the MoE studies
+(EP axis: 2,060 and 2,882 points) CPU-hours, so they run in
 ``--cpu-budget`` chunks: every study is a resumable sweep (kill it, or let the budget stop it,
 and run the same command again: finished grid points are kept, never run twice), the points run
 in the order of ``order_points`` (temporal; the largest EP at m <= 8; the other EP degrees at
