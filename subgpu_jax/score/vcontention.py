@@ -50,11 +50,12 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
+from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
-__all__ = ["SegTables", "BandIndex", "band_coverage", "kernel_profiles", "segment_tables", "estimate_hits",
+__all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
            "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
-           "incomparable_band", "fine_bucket", "VC_STATIC_ARGNUMS"]
+           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS"]
 
 #: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
 #: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
@@ -64,6 +65,8 @@ CONC_GRID: np.ndarray = np.linspace(0.0, 1.0, 33)
 POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
 
 _BIG = 1e30  # sentinel time (µs) of padded stage slots
+#: Ways to compute the completion times inside the kernel (``VContentionEvaluator(scan=...)``).
+SCANS = ("window", "levels")
 
 
 # ============================================================================ host tables
@@ -255,94 +258,23 @@ def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Ha
                      jnp.asarray(POWER_GRID, dtype=dtype), jnp.asarray(rows, dtype=dtype))
 
 
-def incomparable_band(dag: TaskDAG) -> int:
-    """Largest dispatch-order distance |i - j| between two tasks on different lanes (stages, or
-    streams of a stage) that no path of the augmented DAG orders (host, numpy, O(T^2) bits).
-
-    Two tasks joined by a path run one after the other whatever the durations (the later one
-    starts after the earlier one completes), so only incomparable pairs can overlap in time:
-    a ``BandIndex`` of at least this band covers every overlap of every allocation exactly.
-    Returns 1 when no such pair exists.
-    """
-    T = dag.T
-    anc = np.zeros((T, T), dtype=bool)            # anc[i, j]: j precedes i on a path
-    for i in range(T):
-        for p in dag.preds(i):
-            anc[i] |= anc[p]
-            anc[i, p] = True
-    st = np.asarray(dag.lanes())  # tasks on different lanes (stages or streams) may overlap
-    inc = ~(anc | anc.T) & (st[:, None] != st[None, :])
-    ii, jj = np.nonzero(np.triu(inc, 1))
-    return int((jj - ii).max()) if ii.size else 1
-
-
-@chex.dataclass(frozen=True, mappable_dataclass=False)
-class BandIndex:
-    """Which tasks can overlap in time, as a band of the dispatch order (a ``chex.dataclass``
-    pytree).
-
-    In the wavefront (or layer-major) dispatch order, tasks running at the same instant on
-    different stages are close in index. Task i is compared with the tasks i + o for the static
-    offsets o in -W..-1 and 1..W (W = ``band``), each pair from both sides, so the integrals
-    need no scatter (O(W T) work, O(T) memory per allocation, no T x T matrix). The default W
-    is ``incomparable_band`` (rounded up to a multiple of 4 to share compilations): every pair
-    farther apart is ordered by a path of the DAG and never overlaps, so the band is exact.
-    ``band_coverage`` measures on a schedule whether any overlapping pair lies outside a band.
-
-    Attributes:
-        mask: (2W, T_pad) float, row k is 1 where tasks i and i + o_k exist and run on
-            different stages, o_k = k - W for k < W and k - W + 1 otherwise.
-    """
-
-    mask: jax.Array
-
-    @property
-    def band(self) -> int:
-        """W, the largest index offset compared."""
-        return int(self.mask.shape[0]) // 2
-
-    @staticmethod
-    def default_band(dag: TaskDAG) -> int:
-        """W = ``incomparable_band`` rounded up to a multiple of 4 (exact coverage)."""
-        return max(4, -(-incomparable_band(dag) // 4) * 4)
-
-    @classmethod
-    def from_dag(cls, dag: TaskDAG, T_pad: int, band: int | None = None,
-                 pad_stages: int | None = None, dtype=jnp.float32) -> "BandIndex":
-        """Build from a ``TaskDAG`` whose evaluator arrays have ``T_pad`` task slots.
-
-        Raises:
-            ValueError: band < 1, or paddings smaller than the DAG.
-        """
-        W = band or cls.default_band(dag)
-        Dp = pad_stages or bucket(dag.D, 2)
-        if W < 1 or Dp < dag.D or T_pad < dag.T:
-            raise ValueError(f"BandIndex: band {W} must be >= 1 and paddings ({Dp}, {T_pad}) "
-                             f">= ({dag.D}, {dag.T})")
-        offs = np.concatenate([np.arange(-W, 0), np.arange(1, W + 1)])
-        i = np.arange(T_pad)
-        j = i[None, :] + offs[:, None]                            # (2W, T_pad)
-        ok = (i[None, :] < dag.T) & (j >= 0) & (j < dag.T)
-        st = np.full(T_pad, -1)
-        st[: dag.T] = dag.lanes()  # tasks on different lanes (stages or streams) may overlap
-        sj = np.where(ok, st[np.clip(j, 0, T_pad - 1)], -1)
-        mask = ok & (sj != st[None, :])
-        return cls(jnp.asarray(mask, dtype))
-
-
-def band_coverage(dag: TaskDAG, tau: np.ndarray, band: int) -> int:
-    """Largest index distance |i - j| between tasks of different stages whose intervals overlap
-    in the schedule of durations ``tau`` (T,) µs (host, numpy, O(T^2) memory); compare with the
-    band W of ``BandIndex`` (the band is exact for this schedule iff the result <= W)."""
+def uncovered_overlaps(dag: TaskDAG, tau: np.ndarray) -> int:
+    """Number of task pairs on different lanes whose intervals overlap (by more than 1e-9 µs)
+    in the schedule of durations ``tau`` (T,) µs but which are not ``lanes.incomparable_pairs``
+    (host, numpy, O(T^2) memory). 0 means the ``LanePlan`` integrals see every overlap of this
+    schedule."""
     T = dag.T
     C = np.zeros(T)
     for i in range(T):
         C[i] = max((C[j] for j in dag.preds(i)), default=0.0) + float(tau[i])
     S = C - np.asarray(tau, dtype=float)
+    ln = np.asarray(dag.lanes())
     ov = (np.minimum(C[:, None], C[None]) - np.maximum(S[:, None], S[None])) > 1e-9
-    ov &= dag.stage[:, None] != dag.stage[None]
-    ii, jj = np.nonzero(ov)
-    return int(np.abs(ii - jj).max()) if ii.size else 0
+    ov &= ln[:, None] != ln[None]
+    ov = np.triu(ov, 1)
+    ii, jj = incomparable_pairs(dag)
+    ov[ii, jj] = False
+    return int(ov.sum())
 
 
 # ============================================================================ L2 hit estimate
@@ -404,95 +336,61 @@ def _bilinear_rows(rows: jax.Array, r0: jax.Array, NP: int, ic, fc, ip, fp) -> j
     return v.T
 
 
-def _band_integrals(band: BandIndex, S, C, tau, vals, unroll: bool = False):
-    """Integrals inside [S_i, C_i] of the other stages' per-task quantities.
-
-    For every static offset o in -W..-1, 1..W the overlap of tasks i and i + o is
-    max(0, min(C_i, C_j) - max(S_i, S_j)) (zero unless both exist and run on different
-    stages), times task j's rates; each pair is met from both sides, so no scatter is needed.
-
-    Args:
-        band: the band index. S, C, tau: (T_pad,) µs. vals: (3, T_pad) per-task integrals (busy
-            µs, concurrency x µs, power x µs), spread uniformly over each task's interval.
-        unroll: static; True writes the 2W offsets as one straight-line program of static
-            slices (one fused kernel on a GPU), False as a ``fori_loop`` (faster on a CPU).
-
-    Returns:
-        (3, T_pad): busy µs, concurrency x µs and power x µs of the other stages in the window.
-    """
-    W2 = band.mask.shape[0]
-    W = W2 // 2
-    T = S.shape[0]
-    rate = vals / jnp.maximum(tau, 1e-9)[None]                                  # (3, T)
-    Sp = jnp.pad(S, (W, W))
-    Cp = jnp.pad(C, (W, W))
-    rp = jnp.pad(rate, ((0, 0), (W, W)))
-
-    def term(k, Sj, Cj, rj, mk):
-        ov = jnp.maximum(jnp.minimum(C, Cj) - jnp.maximum(S, Sj), 0.0) * mk      # (T,)
-        return ov[None] * rj
-
-    if unroll:
-        acc = jnp.zeros_like(rate)
-        for k in range(W2):
-            o = k if k < W else k + 1                       # start of task i + o_k in Sp
-            acc = acc + term(k, Sp[o:o + T], Cp[o:o + T], rp[:, o:o + T], band.mask[k])
-        return acc
-
-    def step(k, acc):
-        o = jnp.where(k < W, k, k + 1)
-        Sj = jax.lax.dynamic_slice(Sp, (o,), (T,))
-        Cj = jax.lax.dynamic_slice(Cp, (o,), (T,))
-        rj = jax.lax.dynamic_slice(rp, (0, o), (3, T))
-        mk = jax.lax.dynamic_index_in_dim(band.mask, k, keepdims=False)
-        return acc + term(k, Sj, Cj, rj, mk)
-
-    return jax.lax.fori_loop(0, W2, step, jnp.zeros_like(rate))
+def _completion(plan: LanePlan, arrs: DagArrays, tau: jax.Array, scan: str) -> jax.Array:
+    """Completion times (H,) µs of home-layout durations ``tau`` (H,): by DAG levels
+    (``scan="levels"``) or by the dispatch-order window scan of ``evaluator.completion_times``
+    (``"window"``: T steps of a small window, faster on a CPU; two permutations per call)."""
+    if scan == "levels":
+        return level_completion_times(plan.levels, tau)
+    C = completion_times(arrs, jnp.pad(tau, (0, 1))[plan.slot])        # (T_pad,) task order
+    return jnp.pad(C, (0, 1))[plan.task]
 
 
-def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Array,
+def vc_makespan(tabs: SegTables, plan: LanePlan, arrs: DagArrays, alloc: jax.Array,
                 iters: int = 4, damping: float = 0.5, isolated: bool = False,
-                unroll: bool = False) -> jax.Array:
+                scan: str = "window") -> jax.Array:
     """Makespan (µs) of ONE integer allocation (D,) with vectorised contention.
 
+    Every per-task quantity lives in the lane-major home layout of ``plan`` (H slots).
+
     Args:
-        tabs: segment tables. arrs: the DAG (``evaluator.DagArrays``). band: ``BandIndex``.
+        tabs: segment tables. plan: the DAG's ``lanes.LanePlan``. arrs: the same DAG in
+            dispatch order (``evaluator.DagArrays``, T_pad = ``plan.slot`` size), for
+            ``scan="window"``.
         alloc: (D,) int32 SMs per stage (validated on the host).
         iters: fixed-point iterations (static). damping: weight of the previous durations in
             each update (static, 0..1). isolated: skip the iteration (contention off).
-        unroll: static, how the band integrals are written (see ``_band_integrals``).
+        scan: static, how the completion times are computed (``_completion``).
 
     Returns:
         Scalar makespan T = max_i C_i in µs.
     """
-    K = tabs.tau.shape[0]
     p_seg = alloc[tabs.seg_stage]                                 # (K_pad,)
-    kk = jnp.arange(K)
-    tab_tau = tabs.tau[kk, p_seg]                                 # (K_pad, NC, NP)
-    valid = arrs.task_valid
-    seg = arrs.task_seg
-    tau_iso = jnp.where(valid, tab_tau[seg, 0, 0], 0.0)
-    if isolated or iters == 0:
-        return jnp.max(completion_times(arrs, tau_iso))
+    valid = plan.valid
+    seg = plan.seg
     _, N1, NC, NP = tabs.tau.shape
     rows = tabs.rows                                              # (tau, busy, conc, power)
-    r0 = (seg * N1 + p_seg[seg]) * NC                             # (T,) first row of each task
-    iso = rows[r0 * NP, 1:].T                                     # (3, T) at c = p = 0
+    r0 = (seg * N1 + p_seg[seg]) * NC                             # (H,) first row of each task
+    iso4 = rows[r0 * NP].T                                        # (4, H) at c = p = 0
+    tau_iso = jnp.where(valid, iso4[0], 0.0)
+    if isolated or iters == 0:
+        return jnp.max(_completion(plan, arrs, tau_iso, scan))
+    iso = iso4[1:]                                                # (3, H)
     safe_iso = jnp.maximum(tau_iso, 1e-9)
 
     def body(_, carry):
         tau, vals = carry
-        C = completion_times(arrs, tau)
+        C = _completion(plan, arrs, tau, scan)
         S = C - tau
-        busy_o, conc_o, power_o = _band_integrals(band, S, C, tau, vals, unroll)
         tsafe = jnp.maximum(tau, 1e-9)
+        busy_o, conc_o, power_o = lane_integrals(plan, S, C, vals / tsafe[None])
         f = jnp.clip(busy_o / tsafe, 0.0, 1.0)   # union bound of the other stages' busy share
         fb = jnp.maximum(f * tsafe, 1e-9)
         cb = conc_o / fb
         pb = power_o / fb
         ic, fc = _interp_weights(tabs.conc_grid, cb)
         ip, fp = _interp_weights(tabs.power_grid, pb)
-        v4 = _bilinear_rows(rows, r0, NP, ic, fc, ip, fp)                       # (4, T)
+        v4 = _bilinear_rows(rows, r0, NP, ic, fc, ip, fp)                       # (4, H)
         tb = jnp.maximum(v4[0], 1e-9)
         rate = (1.0 - f) / safe_iso + f / tb
         new = jnp.where(valid, 1.0 / rate, 0.0)
@@ -503,16 +401,16 @@ def vc_makespan(tabs: SegTables, arrs: DagArrays, band: BandIndex, alloc: jax.Ar
         return tau2, vals2
 
     tau, _ = jax.lax.fori_loop(0, iters, body, (tau_iso, jnp.where(valid[None], iso, 0.0)))
-    return jnp.max(completion_times(arrs, tau))
+    return jnp.max(_completion(plan, arrs, tau, scan))
 
 
-def _vc_batch_impl(tabs, arrs, band, allocs, iters, damping, isolated, unroll):
+def _vc_batch_impl(tabs, plan, arrs, allocs, iters, damping, isolated, scan):
     """``vc_makespan`` vmapped over allocations (B, D) -> (B,) µs."""
-    return jax.vmap(lambda a: vc_makespan(tabs, arrs, band, a, iters, damping, isolated,
-                                          unroll))(allocs)
+    return jax.vmap(lambda a: vc_makespan(tabs, plan, arrs, a, iters, damping, isolated,
+                                          scan))(allocs)
 
 
-#: The compiled batch entry point (static: iters, damping, isolated, unroll).
+#: The compiled batch entry point (static: iters, damping, isolated, scan).
 VC_STATIC_ARGNUMS = (4, 5, 6, 7)
 _vc_batch = jax.jit(_vc_batch_impl, static_argnums=VC_STATIC_ARGNUMS)
 
@@ -539,19 +437,22 @@ class VContentionEvaluator:
             allows, remainder to the first stages).
         iters: fixed-point iterations (default 4). damping: 0..1 (default 0.5).
         dtype: float dtype (float32). chunk: allocations per compiled call (as ``Evaluator``;
-            default 128 on CPU: the band loop stays in cache; measured fastest on 2 cores).
-        band: W of ``BandIndex`` (default ``BandIndex.default_band``: exact).
-        pad_tasks, pad_preds, pad_window: paddings of ``DagArrays.from_dag``; pad_segments:
-            K_pad of the tables; pad_stages: D_pad. Fix them to one value across structures to
-            share one compiled function (default: ``fine_bucket`` of the task count,
-            power-of-two buckets of the other sizes).
+            default 64 on CPU (the working set stays in cache; measured fastest on 2 cores,
+            experiments/bench_vcontention.py), 65536 on an accelerator).
+        pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: paddings of
+            ``lanes.LanePlan.from_dag``; pad_tasks, pad_window (and pad_preds): of
+            ``DagArrays.from_dag``; pad_segments: K_pad of the tables. Fix them to one value
+            across structures of equal lane triples to share one compiled function (default:
+            ``fine_bucket`` of the task count, power-of-two buckets and multiples of 8 of the
+            other sizes).
+        scan: completion times by ``"window"`` (dispatch-order scan; CPU default) or
+            ``"levels"`` (one step per DAG level; accelerator default): same numbers
+            (experiments/bench_vcontention.py measures both).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
             Approximation for k > 1: tasks of one stage on different streams overlap and load
-            HBM and the power cap like tasks of other stages (the band pairs tasks of different
-            lanes), but each keeps its duration table on the whole pool: the SMs they share in
-            the event simulator are not modelled (docs/method.md, "Streams per stage").
-        unroll: band integrals as one straight-line program (True; default on accelerators)
-            or a ``fori_loop`` (False; default on the CPU, where it is faster).
+            HBM and the power cap like tasks of other stages (the lane plan pairs tasks of
+            different lanes), but each keeps its duration table on the whole pool: the SMs they
+            share in the event simulator are not modelled (docs/method.md, "Streams per stage").
 
     Raises:
         ValueError: an illegal cut/D/w, bad hits, iters < 0, damping outside [0, 1).
@@ -561,11 +462,12 @@ class VContentionEvaluator:
                  policy: str = "wavefront", model: ContentionModel | None = None,
                  cache: str = "lru", hits: np.ndarray | None = None,
                  ref_alloc: Sequence[int] | None = None, iters: int = 4, damping: float = 0.5,
-                 dtype=jnp.float32, chunk: int | None = None, band: int | None = None,
-                 pad_tasks: int | None = None, pad_preds: int | None = None,
-                 pad_window: int | None = None, pad_segments: int | None = None,
-                 pad_stages: int | None = None, streams_per_stage: int = 1,
-                 unroll: bool | None = None) -> None:
+                 dtype=jnp.float32, chunk: int | None = None, pad_lanes: int | None = None,
+                 pad_positions: int | None = None, pad_levels: int | None = None,
+                 pad_width: int | None = None, pad_preds: int | None = None,
+                 pad_segments: int | None = None, pad_tasks: int | None = None,
+                 pad_window: int | None = None, streams_per_stage: int = 1,
+                 scan: str | None = None) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -581,7 +483,13 @@ class VContentionEvaluator:
                                   streams_per_stage=streams_per_stage)
         self.arrs = DagArrays.from_dag(self.dag, pad_tasks or fine_bucket(self.dag.T),
                                        pad_preds, pad_window)
-        self.band = BandIndex.from_dag(self.dag, self.arrs.T_pad, band, pad_stages, dtype=dtype)
+        self.plan = LanePlan.from_dag(self.dag, self.arrs.T_pad, pad_lanes, pad_positions,
+                                      pad_levels, pad_width, pad_preds, dtype=dtype)
+        if scan is None:
+            scan = "window" if jax.default_backend() == "cpu" else "levels"
+        if scan not in SCANS:
+            raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
+        self.scan = scan
         if hits is None:
             if self.model.isolated or cache == "none":
                 hits = np.zeros(graph.n)
@@ -600,11 +508,10 @@ class VContentionEvaluator:
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
         if chunk is None:
-            chunk = 128 if jax.default_backend() == "cpu" else 65536
+            chunk = 64 if jax.default_backend() == "cpu" else 65536
         if int(chunk) < 1:
             raise ValueError(f"chunk must be >= 1 allocations, got {chunk}")
         self.chunk = int(chunk)
-        self.unroll = (jax.default_backend() != "cpu") if unroll is None else bool(unroll)
 
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
@@ -628,8 +535,8 @@ class VContentionEvaluator:
         """
         a = self._check_allocs(allocs).astype(np.int32)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
-            self.tabs, self.arrs, self.band, jnp.asarray(c), self.iters, self.damping,
-            bool(self.model.isolated), self.unroll))
+            self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
+            bool(self.model.isolated), self.scan))
 
 
 class ContentionEstimator(Evaluator):

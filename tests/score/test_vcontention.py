@@ -1,6 +1,6 @@
 """Vectorised contention evaluator (``subgpu_jax.score.vcontention``): exactness with contention off,
-the one-stage degenerate case, agreement with the event simulator, the band assumption and no
-recompilation across calls of one shape."""
+the one-stage degenerate case, agreement with the event simulator, the exactness of the lane plan
+and no recompilation across calls of one shape."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from subgpu_jax.space.config import Config, chain_cut
 
 H200 = get_hardware("H200")
 DEP = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8, global_batch=256)
-PADS = dict(pad_tasks=256, pad_preds=4, pad_window=16, pad_segments=8, band=16)
+PADS = dict(pad_tasks=256, pad_preds=4, pad_window=16, pad_segments=8, pad_positions=48,
+            pad_levels=64, pad_width=8)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +75,8 @@ def test_agrees_with_event_simulator(g2, starts, w, alloc):
     ev = simulate(g2, cfg, H200, record=False)
     t = vc.VContentionEvaluator.for_config(g2, cfg, H200, **PADS).makespan([alloc])[0]
     assert t == pytest.approx(ev.makespan, rel=0.03)
-    # the band covers every overlapping pair of the exact schedule
-    assert vc.band_coverage(ev.dag, ev.tau, PADS["band"]) <= PADS["band"]
+    # the lane plan sees every overlapping pair of the exact schedule
+    assert vc.uncovered_overlaps(ev.dag, ev.tau) == 0
 
 
 def test_no_recompilation_same_shape(g2, monkeypatch):
@@ -93,28 +94,41 @@ def test_no_recompilation_same_shape(g2, monkeypatch):
     e2.makespan(np.array([[48, 48, 32]] * 5))
 
 
-def test_default_band_is_exact_and_kernels_agree(g2):
-    """The default band is the largest dispatch distance of two incomparable tasks on different
-    stages (oracle: networkx reachability on the explicit DAG); the loop and the unrolled band
-    integrals give the same makespans, and a wider band changes nothing (pairs beyond it are
-    ordered by a path and never overlap)."""
+def test_lane_plan_is_exact_and_scans_agree(g2):
+    """The lane plan's masks select exactly the incomparable pairs of tasks on different lanes
+    (oracle: networkx reachability on the explicit DAG), each seen from both sides; the two
+    ways of computing the completion times give the same makespans, and with contention off
+    both equal the static evaluator's."""
     import networkx as nx
+
+    from subgpu_jax.score.lanes import LanePlan
 
     cfg = _cfg(g2, [3, 10, 21], 1, (16, 72, 40))
     e = vc.VContentionEvaluator.for_config(g2, cfg, H200)
     dag = e.dag
     G = dag.to_networkx()
     reach = {i: nx.descendants(G, i) for i in range(dag.T)}
-    want = max(j - i for i in range(dag.T) for j in range(i + 1, dag.T)
-               if dag.stage[i] != dag.stage[j] and j not in reach[i])
-    assert vc.incomparable_band(dag) == want
-    assert e.band.band == max(4, -(-want // 4) * 4)
+    ln = dag.lanes()
+    want = {(i, j) for i in range(dag.T) for j in range(i + 1, dag.T)
+            if ln[i] != ln[j] and j not in reach[i]}
+    plan = LanePlan.from_dag(dag)
+    L, Q = plan.grid
+    task = np.asarray(plan.task).reshape(L, Q)
+    got = []
+    for (a, b, s), m in zip(plan.triples, np.asarray(plan.masks)):
+        for q in np.flatnonzero(m):
+            got.append((int(task[a, q]), int(task[b, q + s])))
+    assert len(got) == len(set(got)) == 2 * len(want)
+    assert {(min(p), max(p)) for p in got} == want
     A = np.array([[16, 72, 40], [8, 8, 112], [40, 48, 40]])
-    base = e.makespan(A)
-    un = vc.VContentionEvaluator.for_config(g2, cfg, H200, unroll=True).makespan(A)
-    wide = vc.VContentionEvaluator.for_config(g2, cfg, H200, band=2 * e.band.band).makespan(A)
-    np.testing.assert_allclose(un, base, rtol=2e-6)
-    np.testing.assert_allclose(wide, base, rtol=2e-6)
+    win = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="window").makespan(A)
+    lev = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="levels").makespan(A)
+    np.testing.assert_allclose(lev, win, rtol=1e-6)
+    off = ContentionModel.off()
+    static = Evaluator.for_config(g2, cfg, H200).makespan(A)
+    for scan in vc.SCANS:
+        np.testing.assert_array_equal(vc.VContentionEvaluator.for_config(
+            g2, cfg, H200, model=off, scan=scan).makespan(A), static)
 
 
 def test_bad_inputs(g2):
@@ -129,3 +143,5 @@ def test_bad_inputs(g2):
         vc.kernel_profiles(g2, H200, hits=np.full(g2.n, 1.5))
     with pytest.raises(ValueError, match="damping"):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, damping=1.0)
+    with pytest.raises(ValueError, match="scan"):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="tree")

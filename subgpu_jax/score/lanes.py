@@ -1,0 +1,254 @@
+"""Lane-major layout of a task DAG for the vectorised contention kernel (docs/method.md §3,
+"fast scorer"): the level-synchronous max-plus recurrence and the overlap integrals of
+incomparable task pairs grouped by (lane distance, position distance).
+
+Tasks of one lane (a stage, or a stream of a stage) run one after the other in dispatch order,
+so a task is addressed by (lane A, position q on the lane) in a (L_pad, Q_pad) grid, the *home*
+layout of the kernel. Two tasks can overlap in time only if no path of the augmented DAG orders
+them (incomparable) and they run on different lanes. In the pipelined dispatch orders these
+pairs are regular: lane A's task q meets lane B's task q + delta for a few delta, the same for
+most q. ``LanePlan`` groups the incomparable pairs, seen from each side, by (A, B, s = q_B -
+q_A) and keeps a 0/1 mask over q per triple, so the integrals are static slices of the grid (no
+gather, no scatter). The masks select exactly the incomparable pairs: every pair that can
+overlap for some durations is counted, no other (about half the pairs of a dispatch-order band
+of the same exactness).
+
+The completion times C_i = max(C_j : j in preds(i)) + tau_i are computed level by level
+(``LevelProgram``): tasks of one DAG level (longest path from a source) have no edges between
+them, so one step of a ``lax.scan`` fills a whole level (NL steps instead of T).
+
+Everything here is host-side numpy building ``chex.dataclass`` pytrees of index arrays; the
+triples are a static tuple (a compile-time constant of the kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from subgpu_jax.space.taskdag import TaskDAG, bucket
+
+__all__ = ["incomparable_pairs", "LevelProgram", "LanePlan", "level_completion_times",
+           "lane_integrals"]
+
+
+def incomparable_pairs(dag: TaskDAG) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs (i < j) of tasks on different lanes that no path of the augmented DAG orders
+    (host, numpy, O(T^2) bits): the only pairs that can overlap in time, whatever the
+    durations. Returns two int arrays (P,) of task indices, i < j."""
+    T = dag.T
+    anc = np.zeros((T, T), dtype=bool)            # anc[i, j]: j precedes i on a path
+    for i in range(T):
+        for p in dag.preds(i):
+            anc[i] |= anc[p]
+            anc[i, p] = True
+    ln = np.asarray(dag.lanes())
+    inc = ~(anc | anc.T) & (ln[:, None] != ln[None, :])
+    ii, jj = np.nonzero(np.triu(inc, 1))
+    return ii, jj
+
+
+def _lane_positions(dag: TaskDAG) -> tuple[np.ndarray, np.ndarray]:
+    """(lane, position on the lane) of every task, int (T,) each (dispatch order on a lane)."""
+    ln = np.asarray(dag.lanes(), dtype=np.int64)
+    pos = np.zeros(dag.T, dtype=np.int64)
+    seen: dict[int, int] = {}
+    for i, a in enumerate(ln.tolist()):
+        pos[i] = seen.get(a, 0)
+        seen[a] = pos[i] + 1
+    return ln, pos
+
+
+@chex.dataclass(frozen=True, mappable_dataclass=False)
+class LevelProgram:
+    """The max-plus recurrence level by level, over the home layout (a ``chex.dataclass``).
+
+    Level slots: NL_pad levels x Lw_pad tasks, flat index l * Lw_pad + r; one extra slot at the
+    end (index NL_pad * Lw_pad) always holds 0 (the value of a missing predecessor: C >= 0).
+
+    Attributes:
+        src: (NL_pad, Lw_pad) int32 home slot of each level slot (pads: H, the home zero slot).
+        preds: (NL_pad, Lw_pad, P_pad) int32 level slots of the predecessors (pads: the zero
+            slot).
+        home: (H,) int32 level slot of each home slot (pads: the zero slot).
+    """
+
+    src: jax.Array
+    preds: jax.Array
+    home: jax.Array
+
+
+def level_completion_times(prog: LevelProgram, tau: jax.Array) -> jax.Array:
+    """Completion times (µs) of ONE duration vector ``tau`` (H,) in the home layout (pads 0):
+    C_i = max(C_j, j in preds(i)) + tau_i (0 without predecessors). Returns C (H,) in the home
+    layout (pads 0). One ``lax.scan`` step per DAG level."""
+    NL, Lw = prog.src.shape
+    t_lvl = jnp.pad(tau, (0, 1))[prog.src]                       # (NL, Lw)
+    buf0 = jnp.zeros(NL * Lw + 1, dtype=tau.dtype)
+
+    def body(buf, x):
+        l, t, pr = x
+        c = jnp.max(buf[pr], axis=-1) + t
+        return jax.lax.dynamic_update_slice(buf, c, (l * Lw,)), None
+
+    buf, _ = jax.lax.scan(body, buf0, (jnp.arange(NL, dtype=jnp.int32), t_lvl, prog.preds),
+                          unroll=4)
+    return buf[prog.home]
+
+
+@partial(jax.tree_util.register_dataclass)
+@dataclass(frozen=True)
+class LanePlan:
+    """A task DAG in the lane-major home layout (a pytree registered with
+    ``jax.tree_util.register_dataclass``: ``chex.dataclass`` has no static fields, and
+    ``triples`` and ``lanes`` must be compile-time constants).
+
+    Home slot of task i: lane(i) * Q_pad + position(i); H = L_pad * Q_pad slots.
+
+    Attributes:
+        task: (H,) int32 task index (dispatch order) of each home slot (pads: T_pad, a zero slot
+            of a task-order array padded by one).
+        slot: (T_pad,) int32 home slot of each task (pads: H, a zero slot of a home array
+            padded by one).
+        seg: (H,) int32 segment of each home slot (pads 0). valid: (H,) bool real tasks.
+        levels: the ``LevelProgram``.
+        masks: (G, Q_pad) float, mask g at q: 1 where lane A_g's task q and lane B_g's task
+            q + s_g are an incomparable pair.
+        triples: static tuple of G triples (A, B, s), A != B, sorted.
+        lanes: static L_pad.
+    """
+
+    task: jax.Array
+    slot: jax.Array
+    seg: jax.Array
+    valid: jax.Array
+    levels: LevelProgram
+    masks: jax.Array
+    triples: tuple = field(default=(), metadata=dict(static=True))
+    lanes: int = field(default=1, metadata=dict(static=True))
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(L_pad, Q_pad)."""
+        return self.lanes, int(self.valid.shape[0]) // self.lanes
+
+    @classmethod
+    def from_dag(cls, dag: TaskDAG, T_pad: int | None = None, pad_lanes: int | None = None,
+                 pad_positions: int | None = None, pad_levels: int | None = None,
+                 pad_width: int | None = None, pad_preds: int | None = None,
+                 dtype=jnp.float32) -> "LanePlan":
+        """Build from a ``TaskDAG`` (host, O(T^2) bits for the incomparable pairs).
+
+        Args:
+            dag: the augmented task DAG. T_pad: task slots of task-order arrays (default T).
+            pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: L_pad, Q_pad, NL_pad,
+                Lw_pad, P_pad (defaults: L itself (the triples are compile-time constants of
+                one lane structure anyway), power-of-two buckets of the level width and the
+                predecessor count, multiples of 8 of Q and NL).
+
+        Raises:
+            ValueError: a padding smaller than the DAG needs.
+        """
+        T = dag.T
+        Tp = T if T_pad is None else int(T_pad)
+        ln, pos = _lane_positions(dag)
+        L, Q = int(ln.max()) + 1, int(pos.max()) + 1
+        Lp = pad_lanes or L
+        Qp = pad_positions or -(-Q // 8) * 8
+        lv = np.asarray(dag.levels(), dtype=np.int64)
+        NL = int(lv.max()) + 1
+        width = np.bincount(lv)
+        npred = max((len(dag.preds(i)) for i in range(T)), default=1)
+        NLp = pad_levels or -(-NL // 8) * 8
+        Lwp = pad_width or bucket(int(width.max()), 1)
+        Pp = pad_preds or bucket(max(npred, 1), 1)
+        if Tp < T or Lp < L or Qp < Q or NLp < NL or Lwp < width.max() or Pp < npred:
+            raise ValueError(f"LanePlan: paddings (tasks {Tp}, lanes {Lp}, positions {Qp}, "
+                             f"levels {NLp}, width {Lwp}, preds {Pp}) must be >= the DAG's "
+                             f"({T}, {L}, {Q}, {NL}, {int(width.max())}, {npred})")
+        H = Lp * Qp
+        home = ln * Qp + pos                                        # (T,)
+        task = np.full(H, Tp, dtype=np.int32)
+        task[home] = np.arange(T)
+        slot = np.full(Tp, H, dtype=np.int32)
+        slot[:T] = home
+        seg = np.zeros(H, dtype=np.int32)
+        seg[home] = dag.seg
+        valid = np.zeros(H, dtype=bool)
+        valid[home] = True
+        # level slots
+        zero = NLp * Lwp
+        lslot = np.zeros(T, dtype=np.int64)
+        fill = np.zeros(NL, dtype=np.int64)
+        for i in range(T):
+            lslot[i] = lv[i] * Lwp + fill[lv[i]]
+            fill[lv[i]] += 1
+        src = np.full(NLp * Lwp, H, dtype=np.int32)
+        src[lslot] = home
+        preds = np.full((NLp * Lwp, Pp), zero, dtype=np.int32)
+        for i in range(T):
+            ps = dag.preds(i)
+            preds[lslot[i], :len(ps)] = lslot[list(ps)]
+        lhome = np.full(H, zero, dtype=np.int32)
+        lhome[home] = lslot
+        prog = LevelProgram(src=jnp.asarray(src.reshape(NLp, Lwp)),
+                            preds=jnp.asarray(preds.reshape(NLp, Lwp, Pp)),
+                            home=jnp.asarray(lhome))
+        # incomparable pairs, seen from each side: lane A's task q meets lane B's task q + s
+        ii, jj = incomparable_pairs(dag)
+        trip: dict[tuple[int, int, int], np.ndarray] = {}
+        for x, y in ((ii, jj), (jj, ii)):
+            for u, v in zip(x.tolist(), y.tolist()):
+                key = (int(ln[u]), int(ln[v]), int(pos[v] - pos[u]))
+                trip.setdefault(key, np.zeros(Qp))[pos[u]] = 1.0
+        keys = tuple(sorted(trip))
+        masks = np.stack([trip[k] for k in keys]) if keys else np.zeros((0, Qp))
+        return cls(task=jnp.asarray(task), slot=jnp.asarray(slot), seg=jnp.asarray(seg),
+                   valid=jnp.asarray(valid), levels=prog, masks=jnp.asarray(masks, dtype),
+                   triples=keys, lanes=Lp)
+
+    def pairs_covered(self) -> int:
+        """Number of task pairs whose overlap the integrals compute (the incomparable pairs)."""
+        return int(np.asarray(self.masks).sum())
+
+
+def lane_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rate: jax.Array) -> jax.Array:
+    """Integrals inside [S_i, C_i] of the per-task rates of the tasks of OTHER lanes, for ONE
+    schedule in the home layout.
+
+    For every triple (A, B, s) of the plan, lane A's task q overlaps lane B's task q + s by
+    max(0, min(C, C') - max(S, S')) µs (times the triple's mask), and receives that overlap
+    times the partner's rates; each lane sums its triples in one expression of static slices
+    (no gather, no scatter).
+
+    Args:
+        plan: the lane plan. S, C: (H,) start and completion µs (pads 0). rate: (R, H) per-task
+            rates (e.g. busy, concurrency, power per µs; pads 0).
+
+    Returns:
+        (R, H) integrals (rate x µs) of the other lanes' tasks inside each task's interval.
+    """
+    L, Q = plan.grid
+    R = rate.shape[0]
+    S2, C2, r2 = S.reshape(L, Q), C.reshape(L, Q), rate.reshape(R, L, Q)
+    M = max((abs(s) for _, _, s in plan.triples), default=0)
+    Sp = jnp.pad(S2, ((0, 0), (M, M)))
+    Cp = jnp.pad(C2, ((0, 0), (M, M)))
+    rp = jnp.pad(r2, ((0, 0), (0, 0), (M, M)))
+    out = []
+    for A in range(L):
+        acc = jnp.zeros((R, Q), rate.dtype)
+        for g, (a, b, s) in enumerate(plan.triples):
+            if a != A:
+                continue
+            o = M + s
+            ov = jnp.maximum(jnp.minimum(C2[A], Cp[b, o:o + Q])
+                             - jnp.maximum(S2[A], Sp[b, o:o + Q]), 0.0) * plan.masks[g]
+            acc = acc + ov[None] * rp[:, b, o:o + Q]
+        out.append(acc)
+    return jnp.stack(out, 1).reshape(R, L * Q)
