@@ -11,17 +11,18 @@ Rows:
 * ``previous``: the kernel before this change, frozen below (``_previous_makespan``): every task
   compared with the tasks at dispatch offsets -W..W (W = the exact incomparable band, written as
   a ``fori_loop``), the completion times by the dispatch-order window scan, in task order.
-* ``window`` / ``levels``: ``score.vcontention.VContentionEvaluator``: tasks in the lane-major
-  layout of ``score.lanes.LanePlan``, the overlap integrals over the incomparable pairs only
-  (static slices per lane), the completion times by the dispatch-order window scan (``window``,
-  CPU default) or one ``lax.scan`` step per DAG level (``levels``, accelerator default).
+* ``window`` / ``levels`` / ``straight``: ``score.vcontention.VContentionEvaluator``: tasks in
+  the lane-major layout of ``score.lanes.LanePlan``, the overlap integrals over the incomparable
+  pairs only (static slices per lane), the completion times by the dispatch-order window scan
+  (``window``, CPU default), one ``lax.scan`` step per DAG level (``levels``, accelerator
+  default) or the levels written out as one straight-line program (``straight``).
 Columns: allocations/s, ratio to ``previous`` at the same chunk, compile seconds and the largest
 relative difference of the makespans from ``previous`` (the kernels compute the same model; the
 float32 sums run in another order). The JSON records the load average (a shared CPU machine).
 
 Usage: PYTHONPATH=. python experiments/bench_vcontention.py [--device cpu|gpu] [--out FILE.json]
-    [--allocs N]. CPU: about 2 minutes on 2 cores; GPU: about a minute on one H200
-    (``--device gpu --out $OUT/bench_vcontention_h200.json``).
+    [--allocs N]. CPU: chunks of 64 and 256, about 3 minutes on 2 cores; GPU: chunks of 131072,
+    about a minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
         return 2
     cpu = backend == "cpu"
     n_alloc = a.allocs or (1024 if cpu else 2**19)
-    chunks = (64, 256) if cpu else (65536, 262144)
+    chunks = (64, 256) if cpu else (131072,)
     hw = get_hardware("B200")
     prev = _previous_batch()
     rows = []

@@ -83,13 +83,22 @@ class LevelProgram:
     home: jax.Array
 
 
-def level_completion_times(prog: LevelProgram, tau: jax.Array) -> jax.Array:
+def level_completion_times(prog: LevelProgram, tau: jax.Array,
+                           unrolled: bool = False) -> jax.Array:
     """Completion times (µs) of ONE duration vector ``tau`` (H,) in the home layout (pads 0):
     C_i = max(C_j, j in preds(i)) + tau_i (0 without predecessors). Returns C (H,) in the home
-    layout (pads 0). One ``lax.scan`` step per DAG level."""
+    layout (pads 0). One ``lax.scan`` step per DAG level, or (``unrolled``, static) the levels
+    written out as one straight-line program (no loop: on a GPU no per-step host round trip;
+    slow to compile on a CPU)."""
     NL, Lw = prog.src.shape
     t_lvl = jnp.pad(tau, (0, 1))[prog.src]                       # (NL, Lw)
     buf0 = jnp.zeros(NL * Lw + 1, dtype=tau.dtype)
+    if unrolled:
+        buf = buf0
+        for l in range(NL):
+            c = jnp.max(buf[prog.preds[l]], axis=-1) + t_lvl[l]
+            buf = jax.lax.dynamic_update_slice(buf, c, (l * Lw,))
+        return buf[prog.home]
 
     def body(buf, x):
         l, t, pr = x

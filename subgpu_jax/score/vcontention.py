@@ -66,7 +66,7 @@ POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
 
 _BIG = 1e30  # sentinel time (µs) of padded stage slots
 #: Ways to compute the completion times inside the kernel (``VContentionEvaluator(scan=...)``).
-SCANS = ("window", "levels")
+SCANS = ("window", "levels", "straight")
 
 
 # ============================================================================ host tables
@@ -337,11 +337,12 @@ def _bilinear_rows(rows: jax.Array, r0: jax.Array, NP: int, ic, fc, ip, fp) -> j
 
 
 def _completion(plan: LanePlan, arrs: DagArrays, tau: jax.Array, scan: str) -> jax.Array:
-    """Completion times (H,) µs of home-layout durations ``tau`` (H,): by DAG levels
-    (``scan="levels"``) or by the dispatch-order window scan of ``evaluator.completion_times``
-    (``"window"``: T steps of a small window, faster on a CPU; two permutations per call)."""
-    if scan == "levels":
-        return level_completion_times(plan.levels, tau)
+    """Completion times (H,) µs of home-layout durations ``tau`` (H,): by DAG levels in a
+    ``lax.scan`` (``scan="levels"``) or written out as a straight-line program
+    (``"straight"``), or by the dispatch-order window scan of ``evaluator.completion_times``
+    (``"window"``: T steps of a small window, fastest on a CPU; two permutations per call)."""
+    if scan != "window":
+        return level_completion_times(plan.levels, tau, unrolled=scan == "straight")
     C = completion_times(arrs, jnp.pad(tau, (0, 1))[plan.slot])        # (T_pad,) task order
     return jnp.pad(C, (0, 1))[plan.task]
 
@@ -445,9 +446,10 @@ class VContentionEvaluator:
             across structures of equal lane triples to share one compiled function (default:
             ``fine_bucket`` of the task count, power-of-two buckets and multiples of 8 of the
             other sizes).
-        scan: completion times by ``"window"`` (dispatch-order scan; CPU default) or
-            ``"levels"`` (one step per DAG level; accelerator default): same numbers
-            (experiments/bench_vcontention.py measures both).
+        scan: completion times by ``"window"`` (dispatch-order scan; CPU default),
+            ``"levels"`` (one scan step per DAG level; accelerator default) or ``"straight"``
+            (the levels as one straight-line program): same numbers
+            (experiments/bench_vcontention.py measures all three).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
             Approximation for k > 1: tasks of one stage on different streams overlap and load
             HBM and the power cap like tasks of other stages (the lane plan pairs tasks of
