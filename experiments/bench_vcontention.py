@@ -21,7 +21,7 @@ relative difference of the makespans from ``previous`` (the kernels compute the 
 float32 sums run in another order). The JSON records the load average (a shared CPU machine).
 
 Usage: PYTHONPATH=. python experiments/bench_vcontention.py [--device cpu|gpu] [--out FILE.json]
-    [--allocs N]. CPU: chunks of 64 and 256, about 3 minutes on 2 cores; GPU: chunks of 131072,
+    [--allocs N] [--scans window,levels,straight]. CPU: chunks of 64 and 256, about 3 minutes on 2 cores; GPU: chunks of 131072,
     about a minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
 """
 
@@ -147,6 +147,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--allocs", type=int, default=None,
                     help="allocations per timed row (default 1024 on CPU, 2**19 on GPU)")
+    ap.add_argument("--scans", default=None,
+                    help="comma-separated kernels to time beside previous (default: all of "
+                         "window, levels, straight)")
     a = ap.parse_args(argv)
     if a.device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -159,6 +162,12 @@ def main(argv=None) -> int:
     from subgpu_jax.score.vcontention import SCANS, VContentionEvaluator
     from subgpu_jax.space.config import chain_cut, enumerate_allocations
 
+    scans = SCANS if a.scans is None else tuple(x.strip() for x in a.scans.split(","))
+    bad = [x for x in scans if x not in SCANS]
+    if bad or not scans:
+        print(f"error: --scans: {','.join(bad) or 'empty'} not among {', '.join(SCANS)}",
+              file=sys.stderr)
+        return 2
     backend = jax.default_backend()
     if a.device == "gpu" and backend != "gpu":
         print(f"error: device: --device gpu but JAX's backend is {backend!r}", file=sys.stderr)
@@ -188,7 +197,7 @@ def main(argv=None) -> int:
             rows.append({**base, "kernel": "previous", "pairs": int(mask_old.sum()),
                          "allocs_per_s": r_prev, "ratio": 1.0, "compile_s": c_prev,
                          "max_rel_diff": 0.0})
-            for scan in SCANS:
+            for scan in scans:
                 ev = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits, chunk=chunk,
                                           scan=scan)
                 r, c, v = _timed(lambda x: np.asarray(ev.makespan(x)), A, chunk)

@@ -14,22 +14,24 @@ Scheme (everything in µs, bytes, SMs):
    concurrency-time integral and its compute-power-time integral. L2 hits enter through a
    per-kernel hit fraction (``estimate_hits``: the event simulator's LRU table replayed once on
    the static schedule of a reference allocation).
-2. JAX, per allocation: tau <- isolated durations (c_o = pi_o = 0); repeat ``iters`` times:
-   completion times C by the max-plus scan (``evaluator.completion_times``), S = C - tau; for every
-   task i, the data-active time, concurrency-time and power-time that tasks of OTHER stages spend
-   inside [S_i, C_i] (tasks uniform inside their interval; partners restricted to a band of the
-   dispatch order, ``BandIndex``: O(W T) work, O(T) memory, no T x T matrix); the fraction f of
-   task i's window during which other stages move data (union bound, clipped to 1) and their mean
-   concurrency / power while they do; the new duration is the harmonic mixture
-   1 / ((1 - f) / tau_iso + f / tau_busy), tau_busy
+2. JAX, per allocation, every per-task quantity in the lane-major layout of ``lanes.LanePlan``:
+   tau <- isolated durations (c_o = pi_o = 0); repeat ``iters`` times: completion times C (the
+   dispatch-order scan of ``evaluator.completion_times`` or one step per DAG level), S = C - tau;
+   for every task i, the data-active time, concurrency-time and power-time that tasks of OTHER
+   lanes spend inside [S_i, C_i] (tasks uniform inside their interval; partners: exactly the
+   tasks no DAG path orders with i, ``lanes.lane_integrals``: static slices, O(pairs) work,
+   no T x T matrix); the fraction f of task i's window during which other stages move data
+   (union bound, clipped to 1) and their mean concurrency / power while they do; the new
+   duration is the harmonic mixture 1 / ((1 - f) / tau_iso + f / tau_busy), tau_busy
    bilinearly interpolated in the table; damped update. Then the makespan of the final tau.
 
 With ``ContentionModel.off()`` the tables hold the static durations and the iteration is skipped:
 the result equals ``evaluator.Evaluator.makespan`` exactly (same seg-table sums, same scan).
 
-Shapes are padded to power-of-two buckets (``taskdag.bucket``) and all tables are arguments, so
-another cut, allocation batch or graph of the same bucket reuses one compiled function
-(tests wrap ``_vc_batch_impl`` in ``chex.assert_max_traces``).
+Shapes are padded to buckets (``taskdag.bucket``, ``fine_bucket``) and all tables are
+arguments, so another cut, allocation batch or graph of the same task-DAG structure reuses one
+compiled function (the lane plan's pair groups are compile-time constants of a structure; tests
+wrap ``_vc_batch_impl`` in ``chex.assert_max_traces``).
 """
 
 from __future__ import annotations
