@@ -2,11 +2,12 @@
 "fast scorer"): the level-synchronous max-plus recurrence and the overlap integrals of
 incomparable task pairs grouped by (lane distance, position distance).
 
-Tasks of one lane (a stage, or a stream of a stage) run one after the other in dispatch order,
-so a task is addressed by (lane A, position q on the lane) in a (L_pad, Q_pad) grid, the *home*
-layout of the kernel. Two tasks can overlap in time only if no path of the augmented DAG orders
+Tasks of one lane (a stage, or a stream of a stage) run one after the other in dispatch order.
+A task is addressed by (row A, position q on the row) in a (L_pad, Q_pad) grid, the *home*
+layout of the kernel, with one row per (lane, segment) pair: every segment has one task per
+(region, microbatch), so all rows are equally long. Two tasks can overlap in time only if no path of the augmented DAG orders
 them (incomparable) and they run on different lanes. In the pipelined dispatch orders these
-pairs are regular: lane A's task q meets lane B's task q + delta for a few delta, the same for
+pairs are regular: row A's task q meets row B's task q + delta for a few delta, the same for
 most q. ``LanePlan`` groups the incomparable pairs, seen from each side, by (A, B, s = q_B -
 q_A) and keeps a 0/1 mask over q per triple, so the integrals are static slices of the grid (no
 gather, no scatter). The masks select exactly the incomparable pairs: every pair that can
@@ -34,7 +35,11 @@ import numpy as np
 from subgpu_jax.space.taskdag import TaskDAG, bucket
 
 __all__ = ["incomparable_pairs", "LevelProgram", "LanePlan", "level_completion_times",
-           "lane_integrals"]
+           "lane_integrals", "UNROLL_MAX_TRIPLES"]
+
+#: Largest number of (row, partner row, offset) triples written out as straight-line slices;
+#: more go through a ``fori_loop`` (compile time grows with the unrolled program).
+UNROLL_MAX_TRIPLES = 512
 
 
 def incomparable_pairs(dag: TaskDAG) -> tuple[np.ndarray, np.ndarray]:
@@ -54,14 +59,21 @@ def incomparable_pairs(dag: TaskDAG) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _lane_positions(dag: TaskDAG) -> tuple[np.ndarray, np.ndarray]:
-    """(lane, position on the lane) of every task, int (T,) each (dispatch order on a lane)."""
+    """(row, position on the row) of every task, int (T,) each: one row per (lane, segment)
+    pair in sorted order, positions in dispatch order. Every segment has one task per (region,
+    microbatch), so rows of one structure are equally long and the partner offsets regular
+    (a lane holding two segments would otherwise drift against the others)."""
     ln = np.asarray(dag.lanes(), dtype=np.int64)
+    sg = np.asarray(dag.seg, dtype=np.int64)
+    keys = sorted(set(zip(ln.tolist(), sg.tolist())))
+    row_of = {k: r for r, k in enumerate(keys)}
+    row = np.array([row_of[k] for k in zip(ln.tolist(), sg.tolist())], dtype=np.int64)
     pos = np.zeros(dag.T, dtype=np.int64)
     seen: dict[int, int] = {}
-    for i, a in enumerate(ln.tolist()):
+    for i, a in enumerate(row.tolist()):
         pos[i] = seen.get(a, 0)
         seen[a] = pos[i] + 1
-    return ln, pos
+    return row, pos
 
 
 @chex.dataclass(frozen=True, mappable_dataclass=False)
@@ -113,11 +125,11 @@ def level_completion_times(prog: LevelProgram, tau: jax.Array,
 @partial(jax.tree_util.register_dataclass)
 @dataclass(frozen=True)
 class LanePlan:
-    """A task DAG in the lane-major home layout (a pytree registered with
+    """A task DAG in the row-major home layout (one row per (lane, segment)) (a pytree registered with
     ``jax.tree_util.register_dataclass``: ``chex.dataclass`` has no static fields, and
     ``triples`` and ``lanes`` must be compile-time constants).
 
-    Home slot of task i: lane(i) * Q_pad + position(i); H = L_pad * Q_pad slots.
+    Home slot of task i: row(i) * Q_pad + position(i); H = L_pad * Q_pad slots.
 
     Attributes:
         task: (H,) int32 task index (dispatch order) of each home slot (pads: T_pad, a zero slot
@@ -126,10 +138,11 @@ class LanePlan:
             padded by one).
         seg: (H,) int32 segment of each home slot (pads 0). valid: (H,) bool real tasks.
         levels: the ``LevelProgram``.
-        masks: (G, Q_pad) float, mask g at q: 1 where lane A_g's task q and lane B_g's task
-            q + s_g are an incomparable pair.
+        masks: (G, Q_pad) float, mask g at q: 1 where row A_g's task q and row B_g's task
+            q + s_g are an incomparable pair (on different lanes).
+        tri: (G, 3) int32, the triples as an array (the loop form of ``lane_integrals``).
         triples: static tuple of G triples (A, B, s), A != B, sorted.
-        lanes: static L_pad.
+        lanes: static L_pad, the number of rows.
     """
 
     task: jax.Array
@@ -138,6 +151,7 @@ class LanePlan:
     valid: jax.Array
     levels: LevelProgram
     masks: jax.Array
+    tri: jax.Array
     triples: tuple = field(default=(), metadata=dict(static=True))
     lanes: int = field(default=1, metadata=dict(static=True))
 
@@ -219,6 +233,7 @@ class LanePlan:
         masks = np.stack([trip[k] for k in keys]) if keys else np.zeros((0, Qp))
         return cls(task=jnp.asarray(task), slot=jnp.asarray(slot), seg=jnp.asarray(seg),
                    valid=jnp.asarray(valid), levels=prog, masks=jnp.asarray(masks, dtype),
+                   tri=jnp.asarray(np.asarray(keys, dtype=np.int32).reshape(-1, 3)),
                    triples=keys, lanes=Lp)
 
     def pairs_covered(self) -> int:
@@ -230,10 +245,11 @@ def lane_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rate: jax.Array) 
     """Integrals inside [S_i, C_i] of the per-task rates of the tasks of OTHER lanes, for ONE
     schedule in the home layout.
 
-    For every triple (A, B, s) of the plan, lane A's task q overlaps lane B's task q + s by
+    For every triple (A, B, s) of the plan, row A's task q overlaps row B's task q + s by
     max(0, min(C, C') - max(S, S')) µs (times the triple's mask), and receives that overlap
-    times the partner's rates; each lane sums its triples in one expression of static slices
-    (no gather, no scatter).
+    times the partner's rates; each row sums its triples in one expression of static slices
+    (no gather, no scatter). Above ``UNROLL_MAX_TRIPLES`` triples (irregular structures, e.g.
+    several streams per stage) a ``fori_loop`` over the triples keeps the program small.
 
     Args:
         plan: the lane plan. S, C: (H,) start and completion µs (pads 0). rate: (R, H) per-task
@@ -249,6 +265,20 @@ def lane_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rate: jax.Array) 
     Sp = jnp.pad(S2, ((0, 0), (M, M)))
     Cp = jnp.pad(C2, ((0, 0), (M, M)))
     rp = jnp.pad(r2, ((0, 0), (0, 0), (M, M)))
+    if len(plan.triples) > UNROLL_MAX_TRIPLES:
+        def step(g, acc):
+            a, b, s = plan.tri[g, 0], plan.tri[g, 1], plan.tri[g, 2]
+            Ca = jax.lax.dynamic_index_in_dim(C2, a, keepdims=False)
+            Sa = jax.lax.dynamic_index_in_dim(S2, a, keepdims=False)
+            Cb = jax.lax.dynamic_slice(Cp, (b, M + s), (1, Q))[0]
+            Sb = jax.lax.dynamic_slice(Sp, (b, M + s), (1, Q))[0]
+            rb = jax.lax.dynamic_slice(rp, (0, b, M + s), (R, 1, Q))
+            ov = jnp.maximum(jnp.minimum(Ca, Cb) - jnp.maximum(Sa, Sb), 0.0) * plan.masks[g]
+            cur = jax.lax.dynamic_slice(acc, (0, a, 0), (R, 1, Q))
+            return jax.lax.dynamic_update_slice(acc, cur + ov[None, None] * rb, (0, a, 0))
+
+        acc = jax.lax.fori_loop(0, len(plan.triples), step, jnp.zeros_like(r2))
+        return acc.reshape(R, L * Q)
     out = []
     for A in range(L):
         acc = jnp.zeros((R, Q), rate.dtype)

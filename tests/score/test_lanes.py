@@ -78,3 +78,22 @@ def test_padding_errors(plans):
     dag, _ = plans[0]
     with pytest.raises(ValueError, match="paddings"):
         LanePlan.from_dag(dag, pad_positions=2)
+
+
+def test_loop_form_equals_unrolled(plans, monkeypatch):
+    """Above ``UNROLL_MAX_TRIPLES`` the integrals run as a ``fori_loop`` over the triples: the
+    same sums in the same order per row, so the same numbers."""
+    import subgpu_jax.score.lanes as lanes
+
+    rng = np.random.default_rng(3)
+    for dag, plan in plans:
+        H = plan.valid.shape[0]
+        v = np.asarray(plan.valid)
+        C = jnp.asarray(rng.uniform(10, 100, H) * v, jnp.float32)
+        S = jnp.asarray(np.asarray(C) - rng.uniform(0, 10, H) * v, jnp.float32)
+        r = jnp.asarray(rng.uniform(0, 1, (3, H)) * v, jnp.float32)
+        want = np.asarray(lane_integrals(plan, S, C, r))
+        monkeypatch.setattr(lanes, "UNROLL_MAX_TRIPLES", 0)
+        got = np.asarray(lanes.lane_integrals(plan, S, C, r))
+        monkeypatch.setattr(lanes, "UNROLL_MAX_TRIPLES", 512)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-5)
