@@ -194,6 +194,20 @@ def main(argv=None) -> int:
     hw = get_hardware("B200")
     prev = _previous_batch()
     rows = []
+    path = a.out or os.path.join(HERE, "results", f"bench_vcontention_{a.device}.json")
+
+    def write() -> str:
+        """Write the rows so far (after every structure: a run cut short keeps its rows)."""
+        out = {"backend": backend, "device_kind": jax.devices()[0].device_kind,
+               "cpu_count": os.cpu_count(), "machine": platform.machine(),
+               "jax": jax.__version__, "allocs_per_row": n_alloc,
+               "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+               "rows": rows}
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(out, fh, indent=1)
+        return path
+
     for m, D in ((8, 5), (4, 3)):
         g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
         seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
@@ -225,6 +239,7 @@ def main(argv=None) -> int:
                              "cpu_ratio": u / u_prev, "compile_s": c,
                              "max_rel_diff": float(np.max(np.abs(v / v_prev - 1.0)))})
             print(f"m={m} D={D} chunk={chunk} done", flush=True)
+            write()
     print(f"{'m':>2s} {'D':>2s} {'T':>4s} {'chunk':>6s} {'kernel':9s} {'pairs':>6s} "
           f"{'allocs/s':>11s} {'ratio':>6s} {'per CPU s':>10s} {'ratio':>6s} {'compile':>8s} "
           f"{'max|dv|':>8s}")
@@ -233,15 +248,7 @@ def main(argv=None) -> int:
               f"{r['kernel']:9s} {r['pairs']:6d} {r['allocs_per_s']:11,.0f} "
               f"{r['ratio']:6.2f} {r['allocs_per_cpu_s']:10,.0f} {r['cpu_ratio']:6.2f} "
               f"{r['compile_s']:8.2f} {r['max_rel_diff']:8.1e}")
-    out = {"backend": backend, "device_kind": jax.devices()[0].device_kind,
-           "cpu_count": os.cpu_count(), "machine": platform.machine(), "jax": jax.__version__,
-           "allocs_per_row": n_alloc,
-           "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-           "rows": rows}
-    path = a.out or os.path.join(HERE, "results", f"bench_vcontention_{a.device}.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as fh:
-        json.dump(out, fh, indent=1)
+    path = write()
     print(f"wrote {path}")
     return 0
 
