@@ -15,8 +15,10 @@ Rows:
   the lane-major layout of ``score.lanes.LanePlan``, the overlap integrals over the incomparable
   pairs only (static slices per lane), the completion times by the dispatch-order window scan
   (``window``, CPU default), one ``lax.scan`` step per DAG level (``levels``, accelerator
-  default) or the levels written out as one straight-line program (``straight``).
-The kernels take turns chunk by chunk (a shared machine's load hits all alike). Columns:
+  default) or the levels written out as one straight-line program (``straight``), each with the
+  evaluator's default worker threads (2 on a CPU: chunks run concurrently); ``window/1``: the
+  window kernel in one thread (the kernel's own speed-up).
+The kernels take turns every 4 chunks (a shared machine's load hits all alike). Columns:
 allocations/s (wall) and its ratio to ``previous`` at the same chunk, allocations per CPU second
 (``process_time``, all threads) and its ratio, compile seconds and the largest relative difference
 of the makespans from ``previous`` (the kernels compute the same model; the float32 sums run in
@@ -144,8 +146,9 @@ def _timed(fns: dict, A, chunk: int) -> dict:
         comp[k] = time.perf_counter() - t0
         wall[k] = cpu[k] = 0.0
         outs[k] = []
-    for s in range(0, len(A), chunk):
-        part = A[s:s + chunk]
+    step = 4 * chunk  # turns of 4 chunks (room for the evaluator's worker threads)
+    for s in range(0, len(A), step):
+        part = A[s:s + step]
         for k, fn in fns.items():
             t0, c0 = time.perf_counter(), time.process_time()
             outs[k].append(run_in_chunks(part, chunk, fn))
@@ -228,11 +231,16 @@ def main(argv=None) -> int:
                 evs[scan] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits, chunk=chunk,
                                                  scan=scan)
                 fns[scan] = evs[scan].makespan
+            if cpu:  # the kernel alone, without the evaluator's second thread
+                evs["window/1"] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits,
+                                                       chunk=chunk, scan="window", workers=1)
+                fns["window/1"] = evs["window/1"].makespan
             res = _timed(fns, A, chunk)
             r_prev, u_prev, _, v_prev = res["previous"]
             base = {"microbatches": m, "D": D, "tasks": dag.T, "chunk": chunk}
             for k, (r, u, c, v) in res.items():
                 rows.append({**base, "kernel": k,
+                             "workers": 1 if k == "previous" else evs[k].workers,
                              "pairs": int(mask_old.sum()) if k == "previous"
                              else evs[k].plan.pairs_covered(),
                              "allocs_per_s": r, "ratio": r / r_prev, "allocs_per_cpu_s": u,

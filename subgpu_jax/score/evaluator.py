@@ -229,16 +229,30 @@ def check_alloc_batch(allocs: np.ndarray, D: int, max_sms: int) -> np.ndarray:
     return a
 
 
-def run_in_chunks(a: np.ndarray, chunk: int, fn) -> np.ndarray:
+def run_in_chunks(a: np.ndarray, chunk: int, fn, workers: int = 1) -> np.ndarray:
     """Apply a compiled batch scorer ``fn`` ((c, D) int32 -> (c,)) to ``a`` (B, D) in chunks of
     ``chunk`` rows; the last chunk is padded by repeating its last row, so every call has the
-    same shape and nothing recompiles (small batches use a bucketed chunk). Returns float (B,)."""
+    same shape and nothing recompiles (small batches use a bucketed chunk). With ``workers`` > 1
+    the chunks run in that many threads (JAX releases the GIL while a compiled call runs: on a
+    CPU whose compiled kernel uses one core, two threads use two). Returns float (B,)."""
     out = np.empty(a.shape[0])
     c = chunk if a.shape[0] > chunk else bucket(a.shape[0], 8)
-    for s in range(0, a.shape[0], c):
+
+    def one(s: int) -> None:
         part = a[s:s + c]
         padded = np.concatenate([part, np.repeat(part[-1:], c - len(part), 0)])
         out[s:s + len(part)] = np.asarray(fn(padded))[: len(part)]
+
+    starts = range(0, a.shape[0], c)
+    one(starts[0])  # alone: a first call that compiles is traced once
+    if workers > 1 and len(starts) > 2:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(int(workers), len(starts) - 1)) as ex:
+            list(ex.map(one, starts[1:]))
+    else:
+        for s in starts[1:]:
+            one(s)
     return out
 
 

@@ -36,6 +36,7 @@ wrap ``_vc_batch_impl`` in ``chex.assert_max_traces``).
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import chex
@@ -452,6 +453,8 @@ class VContentionEvaluator:
             ``"levels"`` (one scan step per DAG level; accelerator default) or ``"straight"``
             (the levels as one straight-line program): same numbers
             (experiments/bench_vcontention.py measures all three).
+        workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
+            uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
             Approximation for k > 1: tasks of one stage on different streams overlap and load
             HBM and the power cap like tasks of other stages (the lane plan pairs tasks of
@@ -471,7 +474,7 @@ class VContentionEvaluator:
                  pad_width: int | None = None, pad_preds: int | None = None,
                  pad_segments: int | None = None, pad_tasks: int | None = None,
                  pad_window: int | None = None, streams_per_stage: int = 1,
-                 scan: str | None = None) -> None:
+                 scan: str | None = None, workers: int | None = None) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -494,6 +497,11 @@ class VContentionEvaluator:
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
+        if workers is None:
+            workers = min(2, os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
+        if isinstance(workers, bool) or int(workers) != workers or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        self.workers = int(workers)
         if hits is None:
             if self.model.isolated or cache == "none":
                 hits = np.zeros(graph.n)
@@ -540,7 +548,7 @@ class VContentionEvaluator:
         a = self._check_allocs(allocs).astype(np.int32)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
-            bool(self.model.isolated), self.scan))
+            bool(self.model.isolated), self.scan), self.workers)
 
 
 class ContentionEstimator(Evaluator):
