@@ -97,8 +97,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "schedule of the same configuration (process 2)")
     x.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
                    help="GEMM launch policy, the same for temporal and pipelined runs: stock "
-                        "(PyTorch's default BLAS) or pool (cuBLASLt planned for the SMs of the "
-                        "pool each GEMM runs on). Default: stock")
+                        "(PyTorch's default BLAS), pool (cuBLASLt planned for the SMs of the "
+                        "pool each GEMM runs on) or tuned (each GEMM timed on its pool under a "
+                        "few SM targets before capture, the fastest kept; the wins on the H200 "
+                        "used it). Default: stock")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=_cmd_run)
 
@@ -119,8 +121,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--reps", type=int, default=7, help="replays per measurement (median)")
     k.add_argument("--no-coruns", action="store_true", help="skip the co-running pairs")
     k.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
-                   help="GEMM launch policy to calibrate (use the same with `subgpu run`): stock "
-                        "or pool. Default: stock")
+                   help="GEMM launch policy to calibrate (use the same with `subgpu run`): "
+                        "stock, pool or tuned (see `subgpu run --help`). Default: stock")
     k.set_defaults(func=_cmd_calibrate)
 
 

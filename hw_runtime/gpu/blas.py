@@ -47,11 +47,14 @@ def tuning_targets(sms: int, num_sms: int) -> list[int]:
     the pool, 3/4 and 1/2 of it, and twice it (capped below the device), distinct, descending.
 
     Raises:
-        ValueError: ``sms`` or ``num_sms`` not a positive integer.
+        ValueError: ``sms`` or ``num_sms`` not a positive integer, or ``sms`` >= ``num_sms``.
     """
     for nm, v in (("sms", sms), ("num_sms", num_sms)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"tuning_targets: {nm} must be a positive integer, got {v!r}")
+    if sms >= num_sms:
+        raise ValueError(f"tuning_targets: sms must be smaller than the device's {num_sms} SMs "
+                         f"(a whole-GPU GEMM gets no target), got {sms}")
     cand = {sms, max(1, (3 * sms) // 4), max(1, sms // 2), min(2 * sms, num_sms - 1)}
     return sorted((c for c in cand if 0 < c < num_sms), reverse=True)
 
@@ -71,7 +74,8 @@ class GemmPolicy:
     """The GEMM launch policy of one process on one device.
 
     Args:
-        torch: the torch module. policy: ``"stock"`` or ``"pool"`` (module docstring).
+        torch: the torch module. policy: ``"stock"``, ``"pool"`` or ``"tuned"`` (module
+            docstring).
         device: CUDA ordinal (its SM count is the base of the carve-out).
 
     Attributes:

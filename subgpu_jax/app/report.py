@@ -219,8 +219,9 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     beat = [G for G, v in bs.items() if v["best_speedup_measured"] > 1]
     best_txt = ", ".join(f"{v['best_speedup_measured']:.3f}x at G={G:,}" for G, v in bs.items())
     err = max(v["max_abs_error"] for v in bs.values())
-    measured = (f"first validation ({rel}): best measured {best_txt}, and the simulator at the "
-                f"time erred by up to {err:.0%} on pipelined configurations")
+    measured = (f"the first validation ({rel}, {what or 'one model'}) measured at best "
+                f"{best_txt}, the simulator of that time erring by up to {err:.0%} on pipelined "
+                f"configurations")
     fid = d / f"hw_fidelity_{gpu.lower()}.json"
     if fid.is_file():  # the fidelity study (kernel-aware calibrated model, 5 workloads)
         try:
@@ -242,9 +243,10 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
             first = max(float(v["measured_speedup"]) for v in w.values())
             out["wins"] = {"file": f"experiments/results/{wins.name}", "workloads": len(w),
                            "best_measured_speedup": top, "best_first_choice_speedup": first}
-            measured += (f"; the calibrated simulator's top picks for {len(w)} workloads "
-                         f"measured at best {top:.3f}x temporal, its first choices at best "
-                         f"{first:.3f}x (experiments/results/{wins.name})")
+            wins_txt = (f"the calibrated simulator's top picks for {len(w)} workloads "
+                        f"measured at best {top:.3f}x temporal, its first choices at best "
+                        f"{first:.3f}x (experiments/results/{wins.name})")
+            measured = f"{wins_txt}; {measured}"
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             measured += f"; experiments/results/{wins.name} unreadable ({e})"
     if beat or (top is not None and top > 1):
@@ -253,7 +255,7 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     else:
         verdict = "no SubGPU configuration beat temporal"
     measured = f"{verdict}: {measured}"
-    on = f"{gpu} ({what})" if what else gpu
+    on = gpu
     if gpu == hw:
         out["file"] = rel
         out["text"] = f"measured on an {on}: {measured}"

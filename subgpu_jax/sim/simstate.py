@@ -65,6 +65,9 @@ def share_pool_fifo(pool: float, wants: Sequence[float], starts: Sequence[float]
     two streams of one green context, one launch each): a GEMM launched first ends at its alone
     time (309.6 vs 308.7 µs on 32 SMs) and the attention launched 2 µs after it ends at the sum
     of both alone times (1,098 vs 1,102 µs); an RMSNorm launched after attention waits for it.
+    The order is kernel by kernel (the later kernels of a multi-kernel op queue behind the other
+    stream's kernel); attention launched first leaves room for a GEMM beside it (it slows
+    1.29x), a partial co-residence this rule does not model.
 
     Args:
         pool: SMs of the pool (> 0). wants: SMs each active kernel wants (> 0). starts: when

@@ -167,3 +167,9 @@ def test_tuned_inside_a_capture_falls_back_to_the_pool_target():
     t.capturing = True
     p.prepare("new", 64, lambda: pytest.fail("must not time inside a capture"), None)
     assert t.carveout == 132 - 64 and ("new", 64) not in p.choices
+
+
+def test_tuning_targets_refuse_a_pool_as_large_as_the_gpu():
+    for sms in (132, 133, 200):
+        with pytest.raises(ValueError, match="sms must be smaller than the device's 132 SMs"):
+            tuning_targets(sms, 132)
