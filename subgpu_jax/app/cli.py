@@ -21,7 +21,7 @@ from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.space.config import config_from_options, temporal_of
-from subgpu_jax.app.options import (choose_split, int_list as _int_list, resolve_arch_ep,
+from subgpu_jax.app.options import (choose_split, int_list as _int_list, resolve_arch_ep, split_effect as _split_effect,
                                     resolve_cache, resolve_parallelism, str_list as _str_list)
 
 __all__ = ["main", "build_parser"]
@@ -530,7 +530,7 @@ def _cmd_simulate(a) -> int:
         print(f"SM split  {'|'.join(str(x) for x in cfg.alloc)} from a quick search "
               f"(Algorithm 2 with the {'event simulator' if a.simulator == 'event' else 'static evaluator'}, "
               f"{ch['exact_calls']} evaluations, {ch['seconds']:.1f} s); the even split {even} "
-              f"gives {ch['even_speedup']:.3f}x: the split matters. Fix it with --sms "
+              f"gives {ch['even_speedup']:.3f}x: {_split_effect(res['speedup'], ch)}. Fix it with --sms "
               f"{','.join(str(x) for x in cfg.alloc)}, or --sms even")
     elif ch["how"] == "even":
         print(f"SM split  even ({even}); the split matters: leave --sms out for a quick search "

@@ -146,3 +146,17 @@ def choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):
     info.update(exact_calls=int(r.exact_calls), seconds=float(r.seconds),
                 even_makespan_us=float(score(even_cfg)))
     return dataclasses.replace(cfg, alloc=tuple(int(x) for x in r.alloc)), info
+
+
+def split_effect(speedup: float, choice: dict) -> str:
+    """How much the searched SM split changes the speedup against the even split, in words for
+    ``subgpu simulate``: "the split matters" when the two speedups differ by 1% or more, else
+    that it changes the result by under 1%.
+
+    Args:
+        speedup: the configuration's speedup (x). choice: ``sms_choice`` with ``even_speedup``.
+    """
+    even = float(choice["even_speedup"])
+    if even > 0 and abs(float(speedup) / even - 1.0) < 0.01:
+        return "the split changes the speedup by under 1% here"
+    return "the split matters"
