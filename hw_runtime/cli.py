@@ -422,10 +422,36 @@ def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[di
     return out
 
 
+def record_options(a, r: dict):
+    """The ``subgpu run`` options of one search record ``r`` (a ``records.csv`` row): ``a``'s
+    options with the record's deployment (GPUs, TP/DP/EP, batch, KV history, input length) and
+    configuration (cuts, SMs, microbatch, reuse, policy, streams per stage) in place.
+
+    Returns:
+        an ``argparse.Namespace`` for ``prepare_run``.
+    """
+    import argparse as _ap
+
+    sub = _ap.Namespace(**vars(a))
+    sub.from_search, sub.top = None, None
+    sub.gpus, sub.tp, sub.dp, sub.ep = (int(r["num_gpus"]), int(r["attn_tp"]),
+                                        int(r["attn_dp"]), int(r["moe_ep"]))
+    sub.batch, sub.kv_history = int(r["global_batch"]), int(r["kv_history"])
+    if r.get("input_len") not in (None, ""):
+        sub.input_len = int(r["input_len"])
+    sub.cuts = ",".join(r["cuts"].split("|")) if r["cuts"] else None
+    sub.sms = ",".join(str(r["sms"]).split("|"))
+    sub.microbatch, sub.reuse = int(r["microbatch"]), bool(int(r["w"]))
+    sub.policy = r.get("policy", a.policy)
+    sub.streams_per_stage = int(r.get("streams_per_stage") or 1)
+    if r["mode"] == "temporal":
+        sub.cuts, sub.sms, sub.reuse, sub.streams_per_stage = None, None, None, 1
+    return sub
+
+
 def _cmd_run_top(a) -> int:
     """``subgpu run --from-search DIR --top K``: measure the K best predicted records of every
     batch and the temporal baseline, write the measured frontier beside the predicted one."""
-    import argparse as _ap
     from hw_runtime.gpu.executor import Executor
     from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
 
@@ -437,17 +463,7 @@ def _cmd_run_top(a) -> int:
     for G, recs in groups.items():
         hwl = ex = None
         for r in recs:
-            sub = _ap.Namespace(**vars(a))
-            sub.from_search, sub.top = None, None
-            sub.gpus, sub.tp, sub.dp, sub.ep = (int(r["num_gpus"]), int(r["attn_tp"]),
-                                                int(r["attn_dp"]), int(r["moe_ep"]))
-            sub.batch, sub.kv_history = int(r["global_batch"]), int(r["kv_history"])
-            sub.cuts = ",".join(r["cuts"].split("|")) if r["cuts"] else None
-            sub.sms = ",".join(str(r["sms"]).split("|"))
-            sub.microbatch, sub.reuse = int(r["microbatch"]), bool(int(r["w"]))
-            sub.policy = r.get("policy", a.policy)
-            if r["mode"] == "temporal":
-                sub.cuts, sub.sms, sub.reuse = None, None, None
+            sub = record_options(a, r)
             wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
             if hwl is None:
                 try:

@@ -239,3 +239,23 @@ def test_task_block_mapping_when_lanes_are_split(tmp_path):
         (t.index, op) for t in plan.tasks for op in t.kernels)
     for r in iv:
         assert r["activities"] == names[r["op"]]
+
+
+def test_record_options_carry_the_records_streams_and_input_length():
+    """``--from-search --top`` measures each record as searched: its streams per stage and input
+    length (it used to run every record with one stream per stage)."""
+    import argparse
+    from hw_runtime.cli import record_options
+
+    a = argparse.Namespace(policy="wavefront", input_len=32768, streams_per_stage=1,
+                           from_search="x", top=2)
+    r = {"num_gpus": "8", "attn_tp": "8", "attn_dp": "1", "moe_ep": "1", "global_batch": "2048",
+         "kv_history": "1024", "input_len": "1024", "cuts": "L0.mlp_up", "sms": "40|88",
+         "microbatch": "512", "w": "0", "policy": "wavefront", "streams_per_stage": "2",
+         "mode": "subgpu"}
+    sub = record_options(a, r)
+    assert (sub.streams_per_stage, sub.input_len, sub.cuts, sub.sms) == (2, 1024, "L0.mlp_up",
+                                                                         "40,88")
+    assert sub.from_search is None and sub.top is None and a.streams_per_stage == 1
+    t = record_options(a, dict(r, mode="temporal", cuts="", sms="132"))
+    assert (t.streams_per_stage, t.cuts, t.sms) == (1, None, None)
