@@ -215,6 +215,7 @@ def prepare_run(a):
         sms = [int(x) for x in str(best["sms"]).split("|")]
         b, reuse = int(best["microbatch"]), bool(int(best["w"]))
         policy = best.get("policy", policy)
+        a.streams_per_stage = int(best.get("streams_per_stage") or a.streams_per_stage)
         _check_search_matches(a, best)
     else:
         dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
