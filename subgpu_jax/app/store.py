@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -167,6 +168,10 @@ class FolderLock:
             _sys("lock", self.path, fcntl.flock, self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = self._read_pid()
+            deadline = time.monotonic() + 1.0   # the holder writes its PID right after locking
+            while holder is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+                holder = self._read_pid()
             os.close(self.fd)
             self.fd = None
             who = f"PID {holder}" if holder else "a process that has not written its PID yet"
