@@ -537,10 +537,22 @@ def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
     default to no reuse), an even SM split (``even_allocation``), and two microbatches.
 
     Raises:
-        ValueError: reuse with fewer than 2 cuts, or any infeasibility of ``workload_config``.
+        ValueError: reuse with fewer than 2 cuts, cuts not in region order (the SMs follow the
+            stages in that order), or any infeasibility of ``workload_config``.
     """
     hw = _need_hw(wl)
     starts = list(cuts) if cuts else wl.macro_starts()
+    if cuts:
+        g = wl.graph(1)
+        try:
+            idx = [g.index(s) for s in starts]
+        except (ValueError, KeyError, IndexError, TypeError):
+            idx = None                    # unknown names: workload_config names the problem
+        if idx is not None and any(a >= b for a, b in zip(idx, idx[1:])) \
+                and len(set(idx)) == len(idx):
+            order = ",".join(g.kernels[i].name for i in sorted(idx))
+            raise ValueError(f"cuts must be given in region order (the SMs follow the stages in "
+                             f"that order): --cuts {order}, got {','.join(map(str, starts))}")
     if reuse is None:
         reuse = not cuts
     K = len(starts) + 1

@@ -134,3 +134,15 @@ def test_memory_infeasible_points_are_skipped():
                      parallelisms=[(8, 1, 1)], hw=get_hardware("H200"), skipped=notes)
     assert {p.deploy.global_batch for p in pts} == {32}
     assert any("does not fit" in n and "G=256" in n for n in notes)
+
+
+def test_reversed_cuts_are_refused_with_the_order(capsys):
+    """Cuts out of region order would pair the SMs with other stages than the user meant: a
+    one-line error with the ordered --cuts, exit code 2 (they used to be sorted silently)."""
+    rc, _, err = run_cli(["simulate", "--simulator", "static", "--cuts", "L1.o_proj,L1.attn",
+                          "--reuse", "--sms", "64,84"], capsys)
+    assert rc == 2 and err.count("\n") == 1
+    assert "cuts must be given in region order" in err and "--cuts L1.attn,L1.o_proj" in err
+    rc, _, err = run_cli(["simulate", "--simulator", "static", "--cuts", "L1.attn,L1.o_proj",
+                          "--reuse", "--sms", "64,84", "--json"], capsys)
+    assert rc == 0, err
