@@ -243,8 +243,8 @@ class Calibration:
                              f"{arch.name!r}")
         if self.expert_dtype and arch.is_moe and arch.expert_dtype != self.expert_dtype:
             raise ValueError(f"calibration measured {self.expert_dtype} experts, the workload "
-                             f"has {arch.expert_dtype} (build it with hopper_arch / "
-                             f"expert_dtype='{self.expert_dtype}')")
+                             f"has {arch.expert_dtype} (pass --expert-dtype {self.expert_dtype}; in "
+                             f"Python, build it with hopper_arch)")
         if hw.name != self.hardware or hw.num_sms != self.num_sms:
             raise ValueError(f"calibration is for {self.hardware} ({self.num_sms} SMs), the "
                              f"workload runs on {hw.name} ({hw.num_sms} SMs)")
@@ -263,9 +263,14 @@ class Calibration:
             if kernel_key(k) not in self.tables:
                 dep = graph.deployment
                 gb = dep.global_batch if dep is not None else "?"
+                hint = ""
+                if k.op.startswith("expert") and not self.expert_dtype:
+                    hint = ("; the file names no expert_dtype: if its experts ran in another "
+                            "datatype than the workload's (Hopper runs them in bf16), pass "
+                            "--expert-dtype to match")
                 raise ValueError(f"calibration has no measurement of kernel {k.name} at global "
                                  f"batch {gb} with {graph.microbatches} microbatch(es) "
-                                 f"(measured batches: {list(self.global_batches)})")
+                                 f"(measured batches: {list(self.global_batches)}){hint}")
 
     # ------------------------------------------------------------------ lookups
     def has(self, k: Kernel) -> bool:

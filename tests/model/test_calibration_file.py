@@ -280,3 +280,15 @@ def test_calibrated_collective_waits_without_holding_the_pool():
                          model, "none", record=False, pool_of_stage=[0, 0])
     both = float(sim.run().makespan)
     assert both <= max(t_meas, t_up) + (t_meas - w.fixed_us) + 1.0
+
+
+def test_missing_expert_dtype_names_the_way_out():
+    """A calibration without ``expert_dtype`` checked against a workload whose experts differ
+    from the ones it measured: the error names the missing field and --expert-dtype (it only
+    said that the expert kernel had no measurement)."""
+    d = synthetic_calibration(batches=(2048,), ms=(1,))
+    d.pop("expert_dtype")
+    c = Calibration.from_dict(d)
+    wl = Workload.from_model(MODELS["gpt-oss-120b"], REFERENCE_DEPLOYMENT, H200)  # mxfp4 experts
+    with pytest.raises(ValueError, match="names no expert_dtype.*--expert-dtype"):
+        c.check_graph(wl.graph(1))
