@@ -3,10 +3,7 @@
 # vectorised-contention GPU benchmark, and a traced run of the G=1,024 winner; bundled into
 # $OUT/final.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 T=experiments/results/hw_wins/tuned
 D=/tmp/final; mkdir -p "$D"
 CUBLAS_WORKSPACE_CONFIG=:4096:8 timeout 150 python3 experiments/hw_fidelity_h200.py --phase determinism --out "$D" 2>&1 | grep -v -i warn | tail -12

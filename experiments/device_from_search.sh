@@ -4,10 +4,7 @@
 # with `subgpu search ... --calibration experiments/results/hw_wins/tuned/calibration_llama70b_tp8_g2048.json`);
 # the measured frontier lands beside the predicted one; bundled into $OUT/from_search.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 D=/tmp/from_search; mkdir -p "$D"; cp -r experiments/results/h200_llama70b_g2048_search/. "$D/"
 timeout 300 python3 -m subgpu_jax.app.cli run --from-search "$D" --top 2 --out-dir "$D" --model llama-3.1-70b --input-len 1024 --gemm tuned --rounds 2 --replays 10 2>&1 | grep -v -i warn | tee "$D/from_search.log" | tail -25
 tar czf "$OUT/from_search.tgz" -C "$D" .

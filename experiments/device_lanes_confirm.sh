@@ -3,10 +3,7 @@
 # smoke test of the families with several region kinds, and the G=2048 winner through
 # `subgpu run` (tuned GEMMs, whole steps); bundled into $OUT/lanes_confirm.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 T=experiments/results/hw_wins/tuned
 D=/tmp/lanes_confirm; mkdir -p "$D"
 timeout 120 python3 experiments/hw_fidelity_h200.py --phase lanes --out "$D" 2>&1 | grep -v -i warn | tail -20

@@ -2,10 +2,7 @@
 # `subgpu run --trace` on the H200: the reference deployment at G=2048, Macro 64/64, m=2, with 1
 # and 2 streams per stage, calibrated prediction; bundled into $OUT/trace_run.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 D=/tmp/trace_run; mkdir -p "$D"
 CAL=experiments/results/hw_fidelity/calibration_h200_gptoss120b_ref.json
 for k in ${KS:-1 2}; do

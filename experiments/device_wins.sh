@@ -3,12 +3,7 @@
 # every workload measured with the temporal baseline, a traced `subgpu run`, and
 # `subgpu run --from-search --top 2` on a search made for the H200; bundled into $OUT/wins_run.tgz.
 set -uo pipefail
-# the GPU machine has no network: instead of installing, declare the `subgpu.commands` entry point
-# of hw_runtime in a dist-info folder on the path (importlib.metadata finds it there)
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 D=/tmp/wins_run; mkdir -p "$D/wins" "$D/search"
 CAL=experiments/results/hw_fidelity/calibration_h200_gptoss120b_ref.json
 timeout 330 python3 experiments/hw_fidelity_h200.py --phase validate --configs experiments/results/hw_fidelity/wins/configs.json --out "$D/wins" --time-limit 300 2>&1 | tee "$D/wins.log"

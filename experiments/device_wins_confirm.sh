@@ -3,10 +3,7 @@
 # replays (3 rounds x 20), tuned and stock GEMMs, a trace of the G=2048 winner; bundled into
 # $OUT/wins_confirm.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 T=experiments/results/hw_wins/tuned
 D=/tmp/wins_confirm; mkdir -p "$D"
 L2048="--model llama-3.1-70b --gpus 8 --tp 8 --dp 1 --ep 1 --batch 2048 --input-len 1024 --kv-history 1024 --hardware H200"

@@ -4,10 +4,7 @@
 # llama-3.1-70b TP8 G=512, Macro 96/32, m=2, 2 streams per stage, tuned GEMMs; bundled into
 # $OUT/wins_tuned.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 D=/tmp/wins_tuned; mkdir -p "$D/fit"
 timeout 240 python3 experiments/hw_fidelity_h200.py --phase fitdata --gemm tuned --out "$D/fit" --time-limit 220 2>&1 | grep -v -i warn | tee "$D/fitdata.log" | tail -8
 LL="--model llama-3.1-70b --gpus 8 --tp 8 --dp 1 --ep 1 --batch 512 --input-len 4096 --kv-history 4096 --hardware H200"

@@ -4,10 +4,7 @@
 # of the llama-3.1-70b workloads (grid_layer_split.json), and a traced `subgpu run` of
 # llama-3.1-70b G=1024 layer split 32/96 m=2; bundled into $OUT/wins_tuned2.tgz.
 set -uo pipefail
-mkdir -p /tmp/ep/subgpu_device-0.dist-info
-printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
-export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 T=experiments/results/hw_wins/tuned
 D=/tmp/wins_tuned2; mkdir -p "$D/top" "$D/ls"
 timeout 260 python3 experiments/hw_fidelity_h200.py --phase validate --gemm tuned --configs $T/configs.json --out "$D/top" --rounds 2 --replays 10 --time-limit 240 2>&1 | grep -v -i warn | tee "$D/top.log" | grep -v "^ "
