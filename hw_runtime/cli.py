@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from subgpu_jax.space.config import config_from_options, workload_config
+from subgpu_jax.space.config import config_from_options
 from hw_runtime.gpu.blas import GEMM_POLICIES
 
 __all__ = ["add_commands", "gpu_check", "config_from_search"]
@@ -207,30 +207,20 @@ def prepare_run(a):
     for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0), ("streams_per_stage", 1)):
         if getattr(a, f) < lo:
             raise ValueError(f"--{f.replace('_', '-')} must be >= {lo}, got {getattr(a, f)}")
-    policy = a.policy
-    if a.from_search:
-        best, depkw = config_from_search(a.from_search)
-        dep = Deployment(**depkw, input_len=int(best.get("input_len", a.input_len)))
-        starts = best["cuts"].split("|") if best["cuts"] else []
-        sms = [int(x) for x in str(best["sms"]).split("|")]
-        b, reuse = int(best["microbatch"]), bool(int(best["w"]))
-        policy = best.get("policy", policy)
-        a.streams_per_stage = int(best.get("streams_per_stage") or a.streams_per_stage)
+    if a.from_search:  # the search's best record becomes this run's options (one mapping)
+        best, _ = config_from_search(a.from_search)
         _check_search_matches(a, best)
-    else:
-        dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
-                         global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
-        starts, sms, b, reuse = None, None, a.microbatch, a.reuse
+        vars(a).update({k: v for k, v in vars(record_options(a, best)).items()
+                        if k not in ("from_search", "top")})
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
+                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
     # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
     wl = SimWorkload.checked(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware))
     hw = wl.hw
-    if starts is None:
-        from subgpu_jax.app.cli import _int_list, _str_list
-        cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
-        sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
-        cfg = config_from_options(wl, cuts, sms, b, reuse, policy)  # ValueError if infeasible
-    else:
-        cfg = workload_config(wl, starts, sms, b, reuse, policy)
+    from subgpu_jax.app.cli import _int_list, _str_list
+    cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
+    sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
+    cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)  # ValueError
     k = int(a.streams_per_stage)
     if k != 1:
         import dataclasses

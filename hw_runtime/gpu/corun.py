@@ -172,11 +172,14 @@ def _time_alone(torch, g, stream, reps: int) -> float:
     return statistics.median(ts)
 
 
-def _time_corun(torch, ga, sa, gb, sb, rb: int, reps: int) -> tuple[float, float]:
+def _time_corun(torch, ga, sa, gb, sb, rb: int, reps: int,
+                 b_delay_cycles: int | None = None) -> tuple[float, float]:
     """Median time (µs) of A's graph on ``sa`` while ``rb`` replays of B run on ``sb`` from the
     same start; also the median per-replay time of B (µs) over the overlapped span. Both streams
     start from an event recorded after a spin kernel on ``sa`` (``SPIN_CYCLES``), so every graph
-    is enqueued before the timed work begins (host launch time excluded)."""
+    is enqueued before the timed work begins (host launch time excluded). With
+    ``b_delay_cycles``, A is enqueued first and B waits that many clock cycles after the start
+    (so A's kernel is dispatched first; with ``rb = 1`` B's time is when B ends)."""
     ta, tb = [], []
     for _ in range(reps):
         e0 = torch.cuda.Event(enable_timing=True)
@@ -186,12 +189,20 @@ def _time_corun(torch, ga, sa, gb, sb, rb: int, reps: int) -> tuple[float, float
             torch.cuda._sleep(SPIN_CYCLES)
         e0.record(sa)
         sb.wait_event(e0)
-        with torch.cuda.stream(sb):
-            for _ in range(rb):
-                gb.replay()
+
+        def run_b() -> None:
+            with torch.cuda.stream(sb):
+                if b_delay_cycles:
+                    torch.cuda._sleep(b_delay_cycles)
+                for _ in range(rb):
+                    gb.replay()
+        if b_delay_cycles is None:
+            run_b()
         with torch.cuda.stream(sa):
             ga.replay()
         ea.record(sa)
+        if b_delay_cycles is not None:
+            run_b()
         eb.record(sb)
         eb.synchronize()
         ea.synchronize()
@@ -416,27 +427,8 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
             ga = capture_graph(torch, s0, fn_of(a, 0), 1)
             gb = capture_graph(torch, s1, fn_of(b, 1), 1)
             ta, tb = _time_alone(torch, ga, s0, reps), _time_alone(torch, gb, s1, reps)
-            ea_, eb_ = [], []
-            for _ in range(reps):
-                e0 = torch.cuda.Event(enable_timing=True)
-                ea = torch.cuda.Event(enable_timing=True)
-                eb = torch.cuda.Event(enable_timing=True)
-                with torch.cuda.stream(s0):
-                    torch.cuda._sleep(SPIN_CYCLES)
-                e0.record(s0)
-                s1.wait_event(e0)
-                with torch.cuda.stream(s0):
-                    ga.replay()
-                ea.record(s0)
-                with torch.cuda.stream(s1):
-                    torch.cuda._sleep(SECOND_DELAY_CYCLES)
-                    gb.replay()
-                eb.record(s1)
-                eb.synchronize()
-                ea.synchronize()
-                ea_.append(e0.elapsed_time(ea) * 1e3)
-                eb_.append(e0.elapsed_time(eb) * 1e3)
-            a_end, b_end = statistics.median(ea_), statistics.median(eb_)
+            a_end, b_end = _time_corun(torch, ga, s0, gb, s1, 1, reps,
+                                       b_delay_cycles=SECOND_DELAY_CYCLES)
             out["pairs"].append({"a": a, "b": b, "a_alone_us": ta, "b_alone_us": tb,
                                  "a_end_us": a_end, "b_end_us": b_end,
                                  "a_end_over_alone": a_end / ta,
