@@ -37,6 +37,9 @@ __all__ = ["GEMM_POLICIES", "GemmPolicy", "check_gemm_policy", "tuning_targets",
 #: The GEMM launch policies (module docstring).
 GEMM_POLICIES: tuple[str, ...] = ("stock", "pool", "tuned")
 
+#: PyTorch's preferred BLAS library before the first policy of this process changed it.
+_DEFAULT_BLAS = None
+
 #: A target replaces "no target" only when it is at least this much faster (relative), so timing
 #: noise on kernels without a GEMM never changes their launch.
 TUNE_MARGIN: float = 0.03
@@ -95,6 +98,12 @@ class GemmPolicy:
                         if cuda is not None and torch.cuda.is_available() else 0)
         self._set = getattr(getattr(torch, "_C", None), "_set_sm_carveout_experimental", None)
         self._get = getattr(getattr(torch, "_C", None), "_get_sm_carveout_experimental", None)
+        if self.num_sms:
+            global _DEFAULT_BLAS
+            if _DEFAULT_BLAS is None:      # the process's library before any policy changed it
+                _DEFAULT_BLAS = torch.backends.cuda.preferred_blas_library()
+            if policy == "stock":          # another policy of this process may have set cuBLASLt
+                torch.backends.cuda.preferred_blas_library(_DEFAULT_BLAS)
         if policy != "stock" and self.num_sms:
             if self._set is None or self._get is None:
                 raise RuntimeError(f"gemm policy {policy!r} needs "

@@ -38,7 +38,7 @@ class FakeTorch:
 
     def __init__(self):
         self.carveout = None
-        self.lib = None
+        self.lib = "cublas"
         self.capturing = False
         fake = self
 
@@ -74,8 +74,10 @@ class FakeTorch:
         class backends:
             class cuda:
                 @staticmethod
-                def preferred_blas_library(name):
-                    fake.lib = name
+                def preferred_blas_library(name=None):
+                    if name is not None:
+                        fake.lib = name
+                    return fake.lib
 
         self._C, self.cuda, self.backends = _C, cuda, backends
 
@@ -109,7 +111,7 @@ def test_tuning_targets_by_hand():
 def test_stock_never_touches_the_carveout():
     t = FakeTorch()
     p = GemmPolicy(t, "stock")
-    assert not p.active and t.lib is None
+    assert not p.active and t.lib == "cublas"
     p.prepare("k", 64, lambda: None, None)
     p.set_pool(32)
     assert t.carveout is None
@@ -173,3 +175,15 @@ def test_tuning_targets_refuse_a_pool_as_large_as_the_gpu():
     for sms in (132, 133, 200):
         with pytest.raises(ValueError, match="sms must be smaller than the device's 132 SMs"):
             tuning_targets(sms, 132)
+
+
+def test_stock_after_another_policy_restores_the_default_library(monkeypatch):
+    """cuBLASLt, set by a ``pool``/``tuned`` policy, is process-wide: a ``stock`` policy made
+    later in the same process puts PyTorch's default library back."""
+    import hw_runtime.gpu.blas as blas
+    monkeypatch.setattr(blas, "_DEFAULT_BLAS", None)
+    t = FakeTorch()
+    GemmPolicy(t, "tuned")
+    assert t.lib == "cublaslt"
+    GemmPolicy(t, "stock")
+    assert t.lib == "cublas"
