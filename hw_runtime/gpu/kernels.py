@@ -251,8 +251,9 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _combine(c: KernelContext) -> Callable[[int, int], None]:
-    """MoE combine all-to-all (virtual) + weighted sum + residual."""
+def _combine(c: KernelContext, shared: bool = False) -> Callable[[int, int], None]:
+    """MoE combine all-to-all (virtual) + weighted sum + residual:
+    resid_out = h (+ shared_y with shared experts) + sum_k w_k * y_k."""
     t, s, H, Rm, ACT = c.t, c.s, c.H, c.Rm, c.ACT
     p, resid_out, comm, spin_end, wl = c.p, c.resid_out, c.comm, c.spin_end, c.wl
     k_ = s.k
@@ -263,8 +264,12 @@ def _combine(c: KernelContext) -> Callable[[int, int], None]:
         comm(a, y)
         g = t.index_select(y, 0, wl._comb_idx).view(Rm, k_, H)
         wsel = t.index_select(a[p + "topk_w"], 0, wl._wsel_idx).to(t.bfloat16)
-        t.baddbmm(a[p + "h"].view(Rm, 1, H), wsel.view(Rm, 1, k_), g,
-                  out=a[resid_out].view(Rm, 1, H))
+        if shared:
+            t.add(a[p + "h"], a[p + "shared_y"], out=a[resid_out])
+            a[resid_out].view(Rm, 1, H).baddbmm_(wsel.view(Rm, 1, k_), g)
+        else:
+            t.baddbmm(a[p + "h"].view(Rm, 1, H), wsel.view(Rm, 1, k_), g,
+                      out=a[resid_out].view(Rm, 1, H))
         spin_end()
     return f
 
@@ -446,25 +451,6 @@ def _shared_down(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _combine_shared(c: KernelContext) -> Callable[[int, int], None]:
-    """MoE combine with shared experts: virtual all-to-all, then
-    resid_out = h + shared_y + sum_k w_k * y_k."""
-    t, s, H, Rm, ACT = c.t, c.s, c.H, c.Rm, c.ACT
-    p, resid_out, comm, spin_end, wl = c.p, c.resid_out, c.comm, c.spin_end, c.wl
-    k_ = s.k
-
-    def f(mu, l):
-        a = ACT[mu]
-        y = a[p + "y_exp"].view(-1, H)
-        comm(a, y)
-        g = t.index_select(y, 0, wl._comb_idx).view(Rm, k_, H)
-        wsel = t.index_select(a[p + "topk_w"], 0, wl._wsel_idx).to(t.bfloat16)
-        t.add(a[p + "h"], a[p + "shared_y"], out=a[resid_out])
-        a[resid_out].view(Rm, 1, H).baddbmm_(wsel.view(Rm, 1, k_), g)
-        spin_end()
-    return f
-
-
 #: op (or ``"out_residual"`` / ``"dense_residual"`` for the collectives) -> builder.
 KERNELS: dict[str, Callable[[KernelContext], Callable[[int, int], None]]] = {
     "rmsnorm": _rmsnorm, "qkv": _qkv, "rope_kv": _rope_kv, "attn": _attn, "o_proj": _o_proj,
@@ -473,7 +459,8 @@ KERNELS: dict[str, Callable[[KernelContext], Callable[[int, int], None]]] = {
     "mlp_up": _mlp_up, "mlp_down": _mlp_down, "dense_residual": _dense_residual,
     "mla_down": _mla_down, "mla_q_up": _mla_q_up, "mla_rope_kv": _mla_rope_kv,
     "mla_attn": _mla_attn, "mla_v_up": _mla_v_up, "topk_grouped": _topk_grouped,
-    "shared_up": _shared_up, "shared_down": _shared_down, "combine_shared": _combine_shared,
+    "shared_up": _shared_up, "shared_down": _shared_down,
+    "combine_shared": lambda c: _combine(c, shared=True),
 }
 
 
