@@ -164,9 +164,13 @@ def plan_phase(args) -> int:
 
 # ============================================================================ device phases
 
+#: Elementwise kernels of the device phases (``--elementwise``; hw_runtime/gpu/fused.py).
+ELEMENTWISE = "torch"
+
+
 def _torch_workload(wl, m: int = 1):
     from hw_runtime.gpu.workload import TorchWorkload
-    return TorchWorkload(wl.graph(m), device="cuda")
+    return TorchWorkload(wl.graph(m), device="cuda", elementwise=ELEMENTWISE)
 
 
 def _free():
@@ -192,7 +196,7 @@ def fitdata_phase(args) -> int:
             cal = calibrate(wl.arch, wl.deploy, batches=(wl.deploy.global_batch,),
                             microbatches=(1, 2, 4), pools=(16, 32, 48, 64, 80, 96, 128),
                             reps=5, coruns=False, copy_curve=(name == args.workloads[0]),
-                            log=log, gemm=args.gemm)
+                            log=log, gemm=args.gemm, elementwise=ELEMENTWISE)
             base = _torch_workload(wl, 1)
             counts = {1: op_activity_counts(base)}
             for m in (2, 4):
@@ -319,6 +323,7 @@ def validate_phase(args) -> int:
             ex = Executor(base, gemm=args.gemm)
             res["memory"] = base.memory
             res["gemm"] = args.gemm
+            res["elementwise"] = base.elementwise
         except Exception as e:  # noqa: BLE001
             res["errors"]["workload"] = f"{e.__class__.__name__}: {e}"
             save()
@@ -784,7 +789,12 @@ def main() -> int:
     ap.add_argument("--data", default=FIDELITY, help="folder of the device phases' JSON files")
     ap.add_argument("--gemm", default="stock", choices=("stock", "pool", "tuned"),
                     help="GEMM launch policy of the device phases (hw_runtime.gpu.blas)")
+    ap.add_argument("--elementwise", default="torch", choices=("auto", "triton", "torch"),
+                    help="elementwise kernels of the device phases (hw_runtime/gpu/fused.py); "
+                         "default torch, the kernels of the runs committed before they existed")
     a = ap.parse_args()
+    global ELEMENTWISE
+    ELEMENTWISE = a.elementwise
     bad = [w for w in a.workloads if w not in WORKLOADS]
     if bad:
         ap.error(f"--workloads: unknown {bad}; allowed: {', '.join(WORKLOADS)}")

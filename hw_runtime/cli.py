@@ -19,6 +19,7 @@ import json
 import os
 from subgpu_jax.space.config import config_from_options
 from hw_runtime.gpu.blas import GEMM_POLICIES
+from hw_runtime.gpu.fused import ELEMENTWISE
 
 __all__ = ["add_commands", "gpu_check", "config_from_search"]
 
@@ -101,6 +102,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "pool each GEMM runs on) or tuned (each GEMM timed on its pool under a "
                         "few SM targets before capture, the fastest kept; the wins on the H200 "
                         "used it). Default: stock")
+    x.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
+                   help="elementwise kernels, the same for temporal and pipelined runs: torch "
+                        "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
+                        "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton "
+                        "where it imports). Default: auto")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=_cmd_run)
 
@@ -123,6 +129,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
                    help="GEMM launch policy to calibrate (use the same with `subgpu run`): "
                         "stock, pool or tuned (see `subgpu run --help`). Default: stock")
+    k.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
+                   help="elementwise kernels to calibrate (use the same with `subgpu run`): "
+                        "auto, triton or torch (see `subgpu run --help`). Default: auto")
     k.set_defaults(func=_cmd_calibrate)
 
 
@@ -284,7 +293,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "config": {"D": cfg.D, "w": cfg.w, "cuts": _cut_names(wl.graph(1), cfg),
                       "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
                       "mode": a.mode, "streams_per_stage": k,
-                      "gemm": getattr(a, "gemm", "stock")},
+                      "gemm": getattr(a, "gemm", "stock"),
+                      "elementwise": getattr(ex, "elementwise", "torch")},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
                         "spread": meas_t.spread},
            "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
@@ -458,7 +468,7 @@ def _cmd_run_top(a) -> int:
             wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
             if hwl is None:
                 try:
-                    hwl = TorchWorkload(wl.graph(1), device="cuda")
+                    hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise)
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None
                 ex = Executor(hwl, gemm=a.gemm)
@@ -526,7 +536,7 @@ def _cmd_run(a) -> int:
     from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
 
     try:
-        hwl = HwWorkload(wl.graph(1), device="cuda")
+        hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise)
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
     try:
@@ -547,7 +557,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
     print(f"workload  {wl.arch.name} (bf16 experts) G={dep.global_batch} on {hw.name}; config "
           f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
           f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
-          f"GEMMs={res['config'].get('gemm', 'stock')} (temporal too)")
+          f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="
+          f"{res['config'].get('elementwise', 'torch')} (temporal too)")
     print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
         print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"
@@ -611,7 +622,8 @@ def _cmd_calibrate(a) -> int:
 
     try:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
-                        coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm)
+                        coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm,
+                        elementwise=a.elementwise)
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
     with open(a.out, "w") as fh:

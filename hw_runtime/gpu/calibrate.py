@@ -135,7 +135,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
               log: Callable[[str], None] = print, copy_curve: bool = True,
-              gemm: str = "stock") -> dict:
+              gemm: str = "stock", elementwise: str = "auto") -> dict:
     """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
 
     Args:
@@ -151,6 +151,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         copy_curve: measure the copy-bandwidth curve on every pool (else ``bw_curve`` is None).
         gemm: GEMM launch policy (``hw_runtime.gpu.blas``): ``"pool"`` plans each GEMM for the
             pool it is timed on; recorded in ``meta.gemm`` (run with the same policy).
+        elementwise: the elementwise kernels (``hw_runtime.gpu.fused``: auto, triton, torch);
+            the resolved choice is recorded in ``meta.elementwise``.
 
     Returns:
         the calibration JSON object (``Calibration.from_dict`` accepts it).
@@ -181,7 +183,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         dep.validate(arch)
         R = dep.requests_per_gpu
         ms = [m for m in microbatches if R % m == 0]
-        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda")
+        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise)
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}
@@ -190,7 +192,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         others = []  # the model's other region kinds (DeepSeek-V3's dense layers), same protocol
         for rk in dict.fromkeys(g.region_kinds for g, _ in build_forward(arch, dep, 1).runs):
             if rk != base.graph.region_kinds:
-                kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda")
+                kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda",
+                                   elementwise=elementwise)
                 others += [(m, derive_workload(kb, build_graph(arch, dep, m, region=rk)))
                            for m in ms]
         todo = []  # (wl, [kernel ids]) of keys not measured yet
@@ -257,7 +260,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "torch": torch.__version__, "python": platform.python_version(),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
-                 "gemm": gemm,
+                 "gemm": gemm, "elementwise": base.elementwise,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",
                  "seconds": time.time() - t0, "raw": raw},

@@ -100,6 +100,7 @@ def derive_workload(base, graph: OpGraph):
     W.device, W.is_cuda = base.device, base.is_cuda
     W.comm_floor_us, W.link_Bps, W.copy_Bps = base.comm_floor_us, base.link_Bps, base.copy_Bps
     W.spin = base.spin
+    W.elementwise = base.elementwise
     W.kv_cache = base.kv_cache
     W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
     W._gen = base.torch.Generator(device=base.device)
@@ -229,6 +230,7 @@ class Executor:
         self.base = workload
         self.device = device
         self.gemm = GemmPolicy(self.torch, gemm, device)
+        self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
         self._pool_of: dict[int, int] = {}
         self._wls = {workload.graph.microbatches: workload}
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from hw_runtime.gpu import fused
+
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT"]
 
 #: GPT-OSS clamped SwiGLU constants (public reference implementation).
@@ -26,7 +28,8 @@ class KernelContext:
         wl: the workload; t: torch; F_: torch.nn.functional; s: its ``WorkloadShapes``;
         arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
-        eps: RMSNorm epsilon; spin: spin cycles after a virtual collective; stage: the name of
+        eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
+        (``hw_runtime.gpu.fused``); spin: spin cycles after a virtual collective; stage: the name of
         its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
         KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
         counts; resid_in, resid_out: residual-stream tensor names of the layer.
@@ -46,10 +49,22 @@ class KernelContext:
         self.W, self.KV, self.ACT = wl.weights, wl.kv, wl.acts
         self.nW, self.nKV = len(self.W), len(self.KV)
         self.resid_in, self.resid_out = f"resid.{j}", f"resid.{j + 1}"
+        self.fused = getattr(wl, "elementwise", "torch") == "triton"
 
     def norm_into(self, dst, x, w) -> None:
-        """dst <- RMSNorm(x) * w over the last axis."""
+        """dst <- RMSNorm(x) * w over the last axis (one Triton kernel when ``fused``)."""
+        if self.fused and x.dim() == 2:
+            fused.rmsnorm_(dst, x, w, self.eps)
+            return
         dst.copy_(self.F_.rms_norm(x, (x.shape[-1],), w, self.eps))
+
+    def add_norm_into(self, h, hn, a, b, w) -> None:
+        """h <- a + b; hn <- RMSNorm(h) * w (one Triton kernel when ``fused``)."""
+        if self.fused and a.dim() == 2:
+            fused.add_rmsnorm_(h, hn, a, b, w, self.eps)
+            return
+        self.t.add(a, b, out=h)
+        self.norm_into(hn, h, w)
 
     def comm(self, a, src) -> None:
         """The endpoint work of a virtual collective: copy ``src`` into the stage's buffer."""
@@ -102,9 +117,16 @@ def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
     F_, Rm, hd, qh, kvh = c.F_, c.Rm, c.hd, c.qh, c.kvh
     eps, W, nW, KV, nKV = c.eps, c.W, c.nW, c.KV, c.nKV
     ACT, p, kv_pos, rope_into = c.ACT, c.p, c.kv_pos, c.rope_into
+    wl = c.wl
+    one_kernel = c.fused and p + "q_norm.w" not in W[0]
 
     def f(mu, l):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
+        if one_kernel:
+            sl = slice(mu * Rm, (mu + 1) * Rm)
+            fused.rope_kv_(a[p + "qkv"], a[p + "q"], kv[p + "k_cache"][sl, :, kv_pos, :],
+                           kv[p + "v_cache"][sl, :, kv_pos, :], wl._cos, wl._sin, qh, kvh, hd)
+            return
         x = a[p + "qkv"].view(Rm, qh + 2 * kvh, hd)
         q, k, v = x[:, :qh], x[:, qh:qh + kvh], x[:, qh + kvh:]
         if p + "q_norm.w" in w:
@@ -155,13 +177,12 @@ def _o_proj(c: KernelContext) -> Callable[[int, int], None]:
 def _out_residual(c: KernelContext) -> Callable[[int, int], None]:
     """Attention all-reduce (virtual: a copy of the payload) + residual add + MLP norm."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
-    resid_in, norm_into, comm, spin_end = c.resid_in, c.norm_into, c.comm, c.spin_end
+    resid_in, add_norm_into, comm, spin_end = c.resid_in, c.add_norm_into, c.comm, c.spin_end
 
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
         comm(a, a[p + "o_part"])
-        t.add(a[p + "o_part"], a[resid_in], out=a[p + "h"])
-        norm_into(a[p + "hn"], a[p + "h"], w[p + "mlp_norm.w"])
+        add_norm_into(a[p + "h"], a[p + "hn"], a[p + "o_part"], a[resid_in], w[p + "mlp_norm.w"])
         spin_end()
     return f
 
@@ -279,10 +300,14 @@ def _mlp_up(c: KernelContext) -> Callable[[int, int], None]:
     t, F_, s, W, nW = c.t, c.F_, c.s, c.W, c.nW
     ACT, p = c.ACT, c.p
     I = s.I
+    one_kernel = c.fused
 
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
         t.mm(a[p + "hn"], w[p + "mlp_up.w"], out=a[p + "gu"])
+        if one_kernel:
+            fused.silu_mul_(a[p + "act"], a[p + "gu"], I)
+            return
         t.mul(F_.silu(a[p + "gu"][:, :I]), a[p + "gu"][:, I:], out=a[p + "act"])
     return f
 

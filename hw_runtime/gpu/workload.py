@@ -82,6 +82,7 @@ from typing import Any, Sequence
 from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.models import ModelArch, expected_distinct
 
+from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
 
 __all__ = [
@@ -441,6 +442,8 @@ class TorchWorkload:
         comm_floor_us, link_Bps: the virtual collective's floor and link bandwidth.
         copy_Bps: copy bandwidth used to subtract the payload copy from the spin (H200: 4245e9).
         spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only).
+        elementwise: ``"auto"``, ``"triton"`` or ``"torch"``: the elementwise kernels
+            (``hw_runtime.gpu.fused.resolve``; ``self.elementwise`` is the resolved choice).
         workspace_bytes: memory kept free for workspaces/temporaries.
         residual_of: another region kind's workload of the same model, deployment and
             microbatch count whose residual stream this one reads and writes
@@ -457,8 +460,8 @@ class TorchWorkload:
     def __init__(self, graph: OpGraph, device: str = "cuda", instances: int | None = None,
                  kv_cache: str = "auto", seed: int = 0, comm_floor_us: float = 3.0,
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
-                 workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None
-                 ) -> None:
+                 workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None,
+                 elementwise: str = "auto") -> None:
         torch = _torch()
         self.torch = torch
         self.graph = graph
@@ -474,6 +477,7 @@ class TorchWorkload:
             raise ValueError("TorchWorkload: device is CUDA but torch sees no GPU")
         self.comm_floor_us, self.link_Bps, self.copy_Bps = comm_floor_us, link_Bps, copy_Bps
         self.spin = bool(spin) and self.is_cuda
+        self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
         # ---- memory check before allocating anything
         free = None
         if self.is_cuda:
