@@ -184,6 +184,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         R = dep.requests_per_gpu
         ms = [m for m in microbatches if R % m == 0]
         base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise)
+        resolved = base.elementwise
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}
@@ -260,7 +261,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "torch": torch.__version__, "python": platform.python_version(),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
-                 "gemm": gemm, "elementwise": base.elementwise,
+                 "gemm": gemm, "elementwise": resolved,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",
                  "seconds": time.time() - t0, "raw": raw},
