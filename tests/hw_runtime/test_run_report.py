@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -113,6 +114,28 @@ def test_trace_has_measured_and_simulated_processes(tmp_path):
         assert 0 < s["busy_us"] <= s["span_us"]
     assert tl["error_breakdown"] is None  # no calibration: isolated measured times unknown
     assert set(tl["category_measured_us"]) <= set(tl["category_simulated_us"]) | {"comm"}
+
+
+def test_unmapped_trace_keeps_the_measurement(tmp_path, capsys):
+    """A profiled replay that does not map onto the plan (the profiler dropped an activity, as
+    seen once on the H200) leaves the measurement and the prediction in the report: the timeline
+    holds the error, the profiled span and the path of the raw activities, and a warning says so."""
+    class Dropping(FakeExecutor):
+        def profile(self, cfg, mode="green", streams_per_stage=None):
+            out = super().profile(cfg, mode, streams_per_stage)
+            out["activities"] = out["activities"][:-3]     # the last 3 activities lost
+            return out
+    a = _args(tmp_path)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    ok = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl), make_trace=True)
+    bad = run_report(a, wl, cfg, dep, model, hw_sim, m, Dropping(wl), make_trace=True)
+    assert bad["run"] == ok["run"] and bad["temporal"] == ok["temporal"]
+    tl = bad["timeline"]
+    assert "trace mapping" in tl["error"] and os.path.exists(tl["activities_file"])
+    assert tl["activities"] == len(FakeExecutor(wl).profile(cfg)["activities"]) - 3
+    assert 0 < tl["profiled_makespan_us"] <= ok["timeline"]["profiled_makespan_us"]
+    assert "the timeline fields are left out" in capsys.readouterr().err
+    json.dumps(bad)
 
 
 def test_error_breakdown_adds_up():
