@@ -231,6 +231,7 @@ class Executor:
         self.device = device
         self.gemm = GemmPolicy(self.torch, gemm, device)
         self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
+        self.lane_priority = False   # GreenPartition(lane_priority=...) of the pipelined runs
         self._pool_of: dict[int, int] = {}
         self._wls = {workload.graph.microbatches: workload}
 
@@ -314,7 +315,8 @@ class Executor:
         if mode == "multistream" or cfg.D == 1:
             return [t.cuda.Stream(device=self.device) for _ in range(cfg.D * k)], None
         from hw_runtime.gpu.partition import GreenPartition
-        part = GreenPartition(list(cfg.alloc), streams_per_pool=k, device=self.device)
+        part = GreenPartition(list(cfg.alloc), streams_per_pool=k, device=self.device,
+                              lane_priority=self.lane_priority)
         streams = [part.stream(d, j) for d in range(cfg.D) for j in range(k)]
         for d in range(cfg.D):                 # each stream's pool size, for the GEMM policy
             for j in range(k):

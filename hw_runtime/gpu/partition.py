@@ -326,6 +326,9 @@ class GreenPartition:
         verify: check every stream's green context right after creation.
         open: create everything in the constructor (default); else call ``open()`` or use
             ``with``.
+        lane_priority: give stream j of every pool the j-th highest CUDA stream priority
+            (``cuCtxGetStreamPriorityRange``), so the block scheduler serves lane 0 first when
+            lanes of a pool compete; default False (all streams priority 0).
 
     Raises:
         ValueError: a request that cannot be granted (from ``plan_pools``) or bad arguments.
@@ -337,7 +340,7 @@ class GreenPartition:
 
     def __init__(self, sms: Sequence[int], streams_per_pool: int = 2, device: int = 0,
                  round_up: bool = False, method: str = "auto", verify: bool = True,
-                 open: bool = True) -> None:
+                 open: bool = True, lane_priority: bool = False) -> None:
         if isinstance(streams_per_pool, bool) or not isinstance(streams_per_pool, int) \
                 or streams_per_pool < 1:
             raise ValueError(f"GreenPartition: streams_per_pool must be a positive integer, "
@@ -347,6 +350,7 @@ class GreenPartition:
                              f"got {method!r}")
         self.requested = tuple(sms) if not isinstance(sms, (str, bytes)) else sms
         self.streams_per_pool = streams_per_pool
+        self.lane_priority = bool(lane_priority)
         self.device = int(device)
         self.round_up = bool(round_up)
         self.method = method
@@ -401,9 +405,15 @@ class GreenPartition:
                     raise GreenContextError(
                         f"GreenPartition: pool {pool.index} was granted {pool.granted} SMs, "
                         f"{want} were asked for (method {self.method_used})")
-                for _ in range(self.streams_per_pool):
+                prio = [0] * self.streams_per_pool
+                if self.lane_priority:   # lower numbers are higher priorities in CUDA
+                    least, greatest = _check(drv, drv.cuCtxGetStreamPriorityRange(),
+                                             "cuCtxGetStreamPriorityRange")
+                    prio = [min(int(greatest) + j, int(least))
+                            for j in range(self.streams_per_pool)]
+                for j in range(self.streams_per_pool):
                     s = _check(drv, drv.cuGreenCtxStreamCreate(
-                        pool.green_ctx, int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), 0),
+                        pool.green_ctx, int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), prio[j]),
                         f"cuGreenCtxStreamCreate(pool {pool.index})")
                     pool.cu_streams.append(s)
                     pool.streams.append(torch.cuda.ExternalStream(int(s), device=self.device))
