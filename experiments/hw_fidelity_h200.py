@@ -253,9 +253,11 @@ def lanes_phase(args) -> int:
     wl = sim_workload(args.corun_workload)
     base = _torch_workload(wl, 1)
     wl2 = derive_workload(base, wl.graph(2))
-    res = {"workload": args.corun_workload, "pools": [lane_sharing(wl2, p, log=print)
-                                                        for p in (32, 64)]}
-    with open(os.path.join(args.out, "lanes.json"), "w") as fh:
+    res = {"workload": args.corun_workload,
+           "pools": [lane_sharing(wl2, p, log=print, lane_priority=args.lane_priority)
+                     for p in (32, 64)]}
+    name = "lanes_priority.json" if args.lane_priority else "lanes.json"
+    with open(os.path.join(args.out, name), "w") as fh:
         json.dump(res, fh, indent=1)
     return 0
 
@@ -321,6 +323,8 @@ def validate_phase(args) -> int:
         try:
             base = _torch_workload(wl, 1)
             ex = Executor(base, gemm=args.gemm)
+            ex.lane_priority = not args.no_lane_priority
+            res["lane_priority"] = ex.lane_priority
             res["memory"] = base.memory
             res["gemm"] = args.gemm
             res["elementwise"] = base.elementwise
@@ -792,6 +796,11 @@ def main() -> int:
     ap.add_argument("--elementwise", default="torch", choices=("auto", "triton", "torch"),
                     help="elementwise kernels of the device phases (hw_runtime/gpu/fused.py); "
                          "default torch, the kernels of the runs committed before they existed")
+    ap.add_argument("--no-lane-priority", action="store_true",
+                    help="validate phase: equal stream priorities (the runs before lane "
+                         "priorities existed)")
+    ap.add_argument("--lane-priority", action="store_true",
+                    help="lanes phase: streams with CUDA priorities, A on the low one")
     a = ap.parse_args()
     global ELEMENTWISE
     ELEMENTWISE = a.elementwise

@@ -108,6 +108,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
                         "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton "
                         "where it imports). Default: auto")
+    x.add_argument("--no-lane-priority", action="store_true",
+                   help="give the streams of a stage equal CUDA priorities (default: lane 0 "
+                        "highest, which keeps m = k layouts from locking both microbatches "
+                        "onto one stage)")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=_cmd_run)
 
@@ -295,7 +299,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                       "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
                       "mode": a.mode, "streams_per_stage": k,
                       "gemm": getattr(a, "gemm", "stock"),
-                      "elementwise": getattr(ex, "elementwise", "torch")},
+                      "elementwise": getattr(ex, "elementwise", "torch"),
+                      "lane_priority": getattr(ex, "lane_priority", False)},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
                         "spread": meas_t.spread},
            "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
@@ -480,6 +485,7 @@ def _cmd_run_top(a) -> int:
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None
                 ex = Executor(hwl, gemm=a.gemm)
+                ex.lane_priority = not getattr(a, "no_lane_priority", False)
             if r["mode"] == "temporal":
                 meas = ex.measure(ex.temporal_config(), "temporal", a.rounds, a.replays, a.warmup)
             else:
@@ -549,6 +555,7 @@ def _cmd_run(a) -> int:
         raise ValueError(str(e)) from None
     try:
         ex = Executor(hwl, gemm=a.gemm)
+        ex.lane_priority = not getattr(a, "no_lane_priority", False)
         res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None

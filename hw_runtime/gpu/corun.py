@@ -375,7 +375,8 @@ SECOND_DELAY_CYCLES: int = 4_000
 
 
 def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIRS,
-                 reps: int = 5, microbatch: int = 0, log: Callable[[str], None] = print) -> dict:
+                 reps: int = 5, microbatch: int = 0, log: Callable[[str], None] = print,
+                 lane_priority: bool = False) -> dict:
     """How two streams of ONE green-context pool share its SMs (needs a GPU).
 
     For each ordered pair (A, B): one launch of A on stream 0 and one launch of B on stream 1
@@ -389,6 +390,9 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
         wl: a CUDA ``TorchWorkload`` of a GPT-OSS graph (attn, elementwise, expert_gemm); the
             synthetic dense GEMM is allocated here. sms: the pool. pairs: class pairs
             (``CLASSES``). reps: timed repetitions (median). microbatch: buffers used.
+        lane_priority: the pool's streams get CUDA priorities (``GreenPartition``); A then
+            goes on the LOW-priority stream and B, enqueued later, on the high-priority one, so
+            the result says whether a later kernel of a higher-priority lane is served first.
 
     Returns:
         ``{"sms", "pairs": [{a, b, a_alone_us, b_alone_us, a_end_us, b_end_us,
@@ -420,8 +424,11 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
     out: dict = {"sms": int(sms), "pairs": [],
                  "protocol": "one launch each; B enqueued %d cycles after A from a common "
                              "spin-gated start; ends read with CUDA events" % SECOND_DELAY_CYCLES}
-    with GreenPartition([int(sms)], streams_per_pool=2) as part:
+    out["lane_priority"] = bool(lane_priority)
+    with GreenPartition([int(sms)], streams_per_pool=2, lane_priority=lane_priority) as part:
         s0, s1 = part.stream(0, 0), part.stream(0, 1)
+        if lane_priority:          # A (first) on the low-priority lane, B on the high one
+            s0, s1 = s1, s0
         out["sms"] = int(part.granted[0])
         for a, b in pairs:
             ga = capture_graph(torch, s0, fn_of(a, 0), 1)

@@ -231,7 +231,11 @@ class Executor:
         self.device = device
         self.gemm = GemmPolicy(self.torch, gemm, device)
         self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
-        self.lane_priority = False   # GreenPartition(lane_priority=...) of the pipelined runs
+        # GreenPartition(lane_priority=...) of the pipelined runs: lane 0 of a stage first.
+        # Without it, m = k layouts lock into a phase where both microbatches share one stage
+        # while the other idles (experiments/results/hw_wins/fused/lockstep.json: 74.7 vs
+        # 55.4 ms back to back, llama-3.1-70b G=1,024, 48/80, m = k = 2).
+        self.lane_priority = True
         self._pool_of: dict[int, int] = {}
         self._wls = {workload.graph.microbatches: workload}
 
