@@ -323,7 +323,7 @@ def validate_phase(args) -> int:
         try:
             base = _torch_workload(wl, 1)
             ex = Executor(base, gemm=args.gemm)
-            ex.lane_priority = not args.no_lane_priority
+            ex.lane_priority = args.lane_priority_policy
             res["lane_priority"] = ex.lane_priority
             res["memory"] = base.memory
             res["gemm"] = args.gemm
@@ -796,9 +796,8 @@ def main() -> int:
     ap.add_argument("--elementwise", default="torch", choices=("auto", "triton", "torch"),
                     help="elementwise kernels of the device phases (hw_runtime/gpu/fused.py); "
                          "default torch, the kernels of the runs committed before they existed")
-    ap.add_argument("--no-lane-priority", action="store_true",
-                    help="validate phase: equal stream priorities (the runs before lane "
-                         "priorities existed)")
+    ap.add_argument("--lane-priority-policy", default="auto", choices=("auto", "on", "off"),
+                    help="validate phase: Executor.lane_priority (runs before it existed: off)")
     ap.add_argument("--lane-priority", action="store_true",
                     help="lanes phase: streams with CUDA priorities, A on the low one")
     a = ap.parse_args()

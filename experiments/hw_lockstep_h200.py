@@ -69,7 +69,7 @@ def main() -> int:
         cfg = F.cfg_from_json(wl, d)
         k = int(d["streams_per_stage"])
         for prio in (False, True):
-            ex.lane_priority = prio
+            ex.lane_priority = "on" if prio else "off"
             timed = ex.measure(cfg, "green", 2, 10, step=False, streams_per_stage=k)
             single = ex.measure(cfg, "green", 6, 1, step=False, streams_per_stage=k)
             p1 = profile_replays(ex, cfg, "green", replays=1, streams_per_stage=k)
@@ -86,7 +86,7 @@ def main() -> int:
                   flush=True)
             with open(os.path.join(a.out, "lockstep.json"), "w") as fh:
                 json.dump(out, fh, indent=1)
-    ex.lane_priority = False
+    ex.lane_priority = "auto"
     return 0
 
 

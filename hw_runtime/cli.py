@@ -108,10 +108,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
                         "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton "
                         "where it imports). Default: auto")
-    x.add_argument("--no-lane-priority", action="store_true",
-                   help="give the streams of a stage equal CUDA priorities (default: lane 0 "
-                        "highest, which keeps m = k layouts from locking both microbatches "
-                        "onto one stage)")
+    x.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
+                   help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
+                        "(on when each lane holds at most one microbatch, m <= K, which keeps "
+                        "both microbatches from locking onto one stage), on or off. "
+                        "Default: auto")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=_cmd_run)
 
@@ -300,7 +301,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                       "mode": a.mode, "streams_per_stage": k,
                       "gemm": getattr(a, "gemm", "stock"),
                       "elementwise": getattr(ex, "elementwise", "torch"),
-                      "lane_priority": getattr(ex, "lane_priority", False)},
+                      "lane_priority": (ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
+                                        else False)},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
                         "spread": meas_t.spread},
            "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
@@ -485,7 +487,7 @@ def _cmd_run_top(a) -> int:
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None
                 ex = Executor(hwl, gemm=a.gemm)
-                ex.lane_priority = not getattr(a, "no_lane_priority", False)
+                ex.lane_priority = getattr(a, "lane_priority", "auto")
             if r["mode"] == "temporal":
                 meas = ex.measure(ex.temporal_config(), "temporal", a.rounds, a.replays, a.warmup)
             else:
@@ -555,7 +557,7 @@ def _cmd_run(a) -> int:
         raise ValueError(str(e)) from None
     try:
         ex = Executor(hwl, gemm=a.gemm)
-        ex.lane_priority = not getattr(a, "no_lane_priority", False)
+        ex.lane_priority = getattr(a, "lane_priority", "auto")
         res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None

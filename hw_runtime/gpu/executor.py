@@ -48,10 +48,13 @@ from subgpu_jax.space.config import Config, temporal_config
 from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, build_step_plan,
                              issue_plan)
 
-__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES"]
+__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES",
+           "LANE_PRIORITY"]
 
 #: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
 MODES: tuple[str, ...] = ("green", "multistream", "temporal")
+#: Stream-priority policies of ``Executor.lane_priority`` (``Executor.priority_for``).
+LANE_PRIORITY: tuple[str, ...] = ("auto", "on", "off")
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -231,13 +234,32 @@ class Executor:
         self.device = device
         self.gemm = GemmPolicy(self.torch, gemm, device)
         self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
-        # GreenPartition(lane_priority=...) of the pipelined runs: lane 0 of a stage first.
-        # Without it, m = k layouts lock into a phase where both microbatches share one stage
-        # while the other idles (experiments/results/hw_wins/fused/lockstep.json: 74.7 vs
-        # 55.4 ms back to back, llama-3.1-70b G=1,024, 48/80, m = k = 2).
-        self.lane_priority = True
+        # Stream priorities of the pipelined runs (``LANE_PRIORITY``): "auto" turns them on
+        # when every lane holds at most one microbatch (m <= k).
+        self.lane_priority = "auto"
         self._pool_of: dict[int, int] = {}
         self._wls = {workload.graph.microbatches: workload}
+
+    def priority_for(self, cfg: Config, k: int) -> bool:
+        """Whether the k streams of each stage get CUDA priorities (lane 0 highest) for
+        ``cfg``, by ``self.lane_priority`` (one of ``LANE_PRIORITY``).
+
+        ``"auto"``: on when m <= k, i.e. each lane holds at most one microbatch. Measured on
+        the H200 (llama-3.1-70b TP8, layer split, fused kernels, tuned GEMMs;
+        ``experiments/results/hw_wins/fused/lockstep*.json``): with equal priorities, m = k = 2
+        locks both microbatches onto one stage while the other idles in back-to-back replays
+        (G=1,024 48/80: 74.7 ms, 55.4 ms with priorities; G=2,048 32/96: 132.5 vs 100.4 ms),
+        while with m = 4 > k = 2 priorities cost 2% (G=2,048 32/96: 90.3 vs 88.4 ms).
+
+        Raises:
+            ValueError: an unknown ``lane_priority``.
+        """
+        if self.lane_priority not in LANE_PRIORITY:
+            raise ValueError(f"lane_priority must be one of {', '.join(LANE_PRIORITY)}, got "
+                             f"{self.lane_priority!r}")
+        if self.lane_priority != "auto":
+            return self.lane_priority == "on"
+        return k > 1 and self.batch // cfg.microbatch <= k
 
     # ------------------------------------------------------------------ workloads
     def workload_for(self, m: int):
@@ -320,7 +342,7 @@ class Executor:
             return [t.cuda.Stream(device=self.device) for _ in range(cfg.D * k)], None
         from hw_runtime.gpu.partition import GreenPartition
         part = GreenPartition(list(cfg.alloc), streams_per_pool=k, device=self.device,
-                              lane_priority=self.lane_priority)
+                              lane_priority=self.priority_for(cfg, k))
         streams = [part.stream(d, j) for d in range(cfg.D) for j in range(k)]
         for d in range(cfg.D):                 # each stream's pool size, for the GEMM policy
             for j in range(k):

@@ -301,3 +301,28 @@ def test_gpu_bad_requests_leave_nothing_allocated():
         ex.measure(workload_config(REF, REF.macro_starts(), [64, 64], 256, True), "green")
     torch.cuda.synchronize()
     assert torch.cuda.memory_allocated() <= before + 2 ** 20
+
+
+def test_lane_priority_policy():
+    """``Executor.priority_for``: auto turns stream priorities on exactly when each lane holds at
+    most one microbatch (m <= k, k > 1); on/off force it; anything else is refused."""
+    import types
+    from hw_runtime.gpu.executor import LANE_PRIORITY, Executor
+    from subgpu_jax.space.config import Config
+
+    ex = object.__new__(Executor)
+    ex.base = types.SimpleNamespace(deployment=types.SimpleNamespace(requests_per_gpu=1024))
+    cfg = lambda mb: Config(D=2, w=0, seg_of=(0, 1), alloc=(48, 80), microbatch=mb)  # noqa: E731
+    assert LANE_PRIORITY == ("auto", "on", "off")
+    ex.lane_priority = "auto"
+    assert ex.priority_for(cfg(512), 2) is True        # m = 2 = k
+    assert ex.priority_for(cfg(256), 2) is False       # m = 4 > k
+    assert ex.priority_for(cfg(1024), 1) is False      # one stream per stage: nothing to order
+    assert ex.priority_for(cfg(256), 4) is True        # m = 4 = k
+    ex.lane_priority = "on"
+    assert ex.priority_for(cfg(256), 2) is True
+    ex.lane_priority = "off"
+    assert ex.priority_for(cfg(512), 2) is False
+    ex.lane_priority = True
+    with pytest.raises(ValueError, match="lane_priority must be one of auto, on, off"):
+        ex.priority_for(cfg(512), 2)
