@@ -7,6 +7,6 @@ set -uo pipefail
 source experiments/device_env.sh   # entry point + PYTHONPATH (no install)
 T=experiments/results/hw_wins/fused
 D=/tmp/wins_priority; mkdir -p "$D/top" "$D/lanes"
-timeout 300 python3 experiments/hw_fidelity_h200.py --phase validate --gemm tuned --elementwise triton --configs $T/configs.json --out "$D/top" --rounds 2 --replays 10 --time-limit 280 2>&1 | grep -v -i warn | tee "$D/top.log" | grep -v "^ "
+timeout 300 python3 experiments/hw_fidelity_h200.py --phase validate --gemm tuned --elementwise triton --configs $T/configs.json --out "$D/top" --rounds 2 --replays 10 --time-limit 280 --lane-priority-policy on 2>&1 | grep -v -i warn | tee "$D/top.log" | grep -v "^ "
 timeout 120 python3 experiments/hw_fidelity_h200.py --phase lanes --lane-priority --elementwise triton --out "$D/lanes" 2>&1 | grep -v -i warn | tee "$D/lanes.log" | tail -12
 tar czf "$OUT/wins_priority.tgz" -C "$D" .
