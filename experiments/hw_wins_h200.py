@@ -113,6 +113,7 @@ def analyze_phase(args) -> int:
     corun = _corun_ceiling()
     out = {"protocol": "top-K chosen by the calibrated simulator before measurement; "
                        "K = %d" % args.top, "gemm": args.gemm, "fit_data": args.data,
+           "elementwise": args.elementwise, "lane_priority": args.lane_priority,
            "workloads": {}}
     for w, cfgs in plan.items():
         p = os.path.join(args.outdir, f"validate_{w}.json")
@@ -156,6 +157,19 @@ def analyze_phase(args) -> int:
                         "temporal_measured_us": ex["temporal"],
                         "measured_speedup": {n: ex["temporal"] / v for n, v in ex.items()
                                              if n != "temporal"}}
+        for other in args.also or ():
+            label, folder = other.split("=", 1)
+            p3 = os.path.join(folder, f"validate_{w}.json")
+            if os.path.exists(p3):
+                with open(p3) as fh:
+                    ov = json.load(fh)
+                om = {r["name"]: r["measured"]["makespan_us"] for r in ov["rows"] if "measured" in r}
+                if "temporal" in om:
+                    out["workloads"][w].setdefault("other_runs", {})[label] = {
+                        "lane_priority": ov.get("lane_priority", "off (before the option)"),
+                        "temporal_measured_us": om["temporal"],
+                        "measured_speedup": {c["name"]: om["temporal"] / om[c["name"]]
+                                             for c in cfgs[1:] if c["name"] in om}}
         s = out["workloads"][w]
         print(f"{w:22s} temporal {T:9.0f} µs; chose {chosen['name']:30s} predicted "
               f"{s['predicted_speedup']:.3f}x measured {s['measured_speedup'] or 0:.3f}x; best "
@@ -233,6 +247,13 @@ def main() -> int:
     ap.add_argument("--gemm", default="stock", help="GEMM policy the device runs used (recorded)")
     ap.add_argument("--explored", default=None,
                     help="folder of validate_*.json runs outside the top K (reported apart)")
+    ap.add_argument("--elementwise", default="torch",
+                    help="elementwise kernels the device runs used (recorded)")
+    ap.add_argument("--lane-priority", default="off",
+                    help="stream-priority policy the device runs used (recorded)")
+    ap.add_argument("--also", nargs="*", default=None, metavar="LABEL=DIR",
+                    help="analyze: other runs of the same configurations (validate_<w>.json "
+                         "in DIR), reported under other_runs.LABEL")
     ap.add_argument("--workloads", nargs="+", default=list(F.WORKLOADS))
     ap.add_argument("--top", type=int, default=3, help="K configurations per workload (>= 1)")
     a = ap.parse_args()
