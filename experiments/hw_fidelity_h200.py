@@ -576,6 +576,8 @@ def analyze_phase(args) -> int:
                   f"{r['predicted_uncalibrated_us'] or float('nan'):9.0f}", flush=True)
         out["rows"] += rows
         out["workloads"][w] = summarize(rows)
+        out["workloads"][w]["runtime"] = {k: val.get(k, d0) for k, d0 in (
+            ("gemm", "stock"), ("elementwise", "torch"), ("lane_priority", "off"))}
     os.makedirs(RESULTS, exist_ok=True)
     with open(os.path.join(RESULTS, "hw_fidelity_h200.json"), "w") as fh:
         json.dump(out, fh, indent=1)
