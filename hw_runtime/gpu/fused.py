@@ -12,7 +12,9 @@ them (vLLM's ``rotary_embedding`` and ``fused_add_rms_norm``, FlashInfer's ``app
 - ``add_rmsnorm_(h, hn, a, b, w, eps)``: ``h <- a + b``; ``hn <- RMSNorm(h) * w``;
 - ``rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh, kvh, hd)``: q and k rotated (half-split
   layout, one decode position) into ``q`` and the K-cache slot, v copied into the V-cache slot;
-- ``silu_mul_(out, gu, inter)``: ``out <- silu(gu[:, :I]) * gu[:, I:]``.
+- ``silu_mul_(out, gu, inter)``: ``out <- silu(gu[:, :I]) * gu[:, I:]``;
+- ``swiglu_oss_(out, gu, alpha, limit)``: GPT-OSS's clamped SwiGLU with gate and up interleaved
+  (seven PyTorch kernels).
 
 Arithmetic in float32, rounded once to bfloat16 (PyTorch's chains round after every kernel, so
 the two differ by bfloat16 rounding: ``tests/hw_runtime`` compares them on the GPU).
@@ -28,7 +30,7 @@ from __future__ import annotations
 import functools
 
 __all__ = ["ELEMENTWISE", "resolve", "triton_available", "rmsnorm_", "add_rmsnorm_",
-           "rope_kv_", "silu_mul_"]
+           "rope_kv_", "silu_mul_", "swiglu_oss_"]
 
 #: The elementwise-kernel policies ``TorchWorkload(elementwise=...)`` and ``--elementwise`` take.
 ELEMENTWISE = ("auto", "triton", "torch")
@@ -130,7 +132,19 @@ def _kernels():
         y = g / (1.0 + tl.exp(-g)) * u
         tl.store(o_ptr + row * so + cols, y.to(tl.bfloat16), mask=m)
 
-    return triton, _rmsnorm_k, _rope_kv_k, _silu_mul_k
+    @triton.jit
+    def _swiglu_oss_k(gu_ptr, o_ptr, sg, so, n, alpha, limit, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        m = cols < n
+        g = tl.load(gu_ptr + row * sg + 2 * cols, mask=m, other=0.0).to(tl.float32)
+        u = tl.load(gu_ptr + row * sg + 2 * cols + 1, mask=m, other=0.0).to(tl.float32)
+        g = tl.minimum(g, limit)
+        u = tl.minimum(tl.maximum(u, -limit), limit)
+        y = (u + 1.0) * (g / (1.0 + tl.exp(-alpha * g)))
+        tl.store(o_ptr + row * so + cols, y.to(tl.bfloat16), mask=m)
+
+    return triton, _rmsnorm_k, _rope_kv_k, _silu_mul_k, _swiglu_oss_k
 
 
 def _rows(x, what: str):
@@ -151,7 +165,7 @@ def rmsnorm_(dst, x, w, eps: float) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, k, _, _ = _kernels()
+    triton, k, _, _, _ = _kernels()
     rows, sx = _rows(x, "x")
     _, sy = _rows(dst, "dst")
     n = x.shape[1]
@@ -171,7 +185,7 @@ def add_rmsnorm_(h, hn, a, b, w, eps: float) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, k, _, _ = _kernels()
+    triton, k, _, _, _ = _kernels()
     rows, sa = _rows(a, "a")
     _, sb = _rows(b, "b")
     _, sh = _rows(h, "h")
@@ -199,7 +213,7 @@ def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int) -> No
     Raises:
         ValueError: shapes or strides the kernel does not take.
     """
-    triton, _, k, _ = _kernels()
+    triton, _, k, _, _ = _kernels()
     rows, s_qkv = _rows(qkv, "qkv")
     h2 = hd // 2
     if hd % 2 or h2 & (h2 - 1) or qkv.shape[1] != (qh + 2 * kvh) * hd:
@@ -224,7 +238,7 @@ def silu_mul_(out, gu, inter: int) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, _, _, k = _kernels()
+    triton, _, _, k, _ = _kernels()
     rows, sg = _rows(gu, "gu")
     _, so = _rows(out, "out")
     if tuple(out.shape) != (rows, inter) or gu.shape[1] != 2 * inter:
@@ -232,3 +246,25 @@ def silu_mul_(out, gu, inter: int) -> None:
                          f"inter {inter}")
     block = 1024
     k[(rows, triton.cdiv(inter, block))](gu, out, sg, so, inter, BLOCK=block)
+
+
+def swiglu_oss_(out, gu, alpha: float, limit: float) -> None:
+    """GPT-OSS's clamped SwiGLU in one kernel: with ``g = min(gu[:, 0::2], limit)`` and
+    ``u = clamp(gu[:, 1::2], -limit, limit)``, ``out <- (u + 1) * g * sigmoid(alpha * g)``
+    (``hw_runtime.gpu.kernels.SWIGLU_ALPHA``/``SWIGLU_LIMIT``: 1.702, 7.0).
+
+    Args:
+        out: [rows, F] bfloat16; gu: [rows, 2 F] bfloat16, gate and up interleaved (last axes
+            contiguous). alpha, limit: the constants.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    triton, _, _, _, k = _kernels()
+    rows, sg = _rows(gu, "gu")
+    _, so = _rows(out, "out")
+    n = out.shape[1]
+    if out.shape[0] != rows or gu.shape[1] != 2 * n:
+        raise ValueError(f"swiglu_oss_: out {tuple(out.shape)}, gu {tuple(gu.shape)}")
+    block = 1024
+    k[(rows, triton.cdiv(n, block))](gu, out, sg, so, n, float(alpha), float(limit), BLOCK=block)

@@ -236,6 +236,8 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
     nW, ACT, p = c.nW, c.ACT, c.p
     nh, F = s.n_hit, s.F
     gptoss = arch.family == "gpt_oss"
+    one_kernel = c.fused and all(ACT[mu][p + nm].is_contiguous() for mu in range(len(ACT))
+                                 for nm in ("gu_exp", "act_exp"))
 
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
@@ -245,6 +247,14 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
             t.baddbmm(w[p + "experts_up.b"][:nh], a[p + "x_exp"], wu, out=gu)
         else:
             t.bmm(a[p + "x_exp"], wu, out=gu)
+        if one_kernel:
+            rows = gu.shape[0] * gu.shape[1]
+            out = a[p + "act_exp"].view(rows, -1)
+            if gptoss:
+                fused.swiglu_oss_(out, gu.view(rows, -1), SWIGLU_ALPHA, SWIGLU_LIMIT)
+            else:
+                fused.silu_mul_(out, gu.view(rows, -1), F)
+            return
         if gptoss:  # clamped SwiGLU, gate/up interleaved
             g = gu[..., ::2].clamp(max=SWIGLU_LIMIT)
             u = gu[..., 1::2].clamp(-SWIGLU_LIMIT, SWIGLU_LIMIT)

@@ -132,3 +132,21 @@ def test_gpu_dense_region_triton_vs_torch():
     ref = outs["torch"]
     rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel
+
+
+@pytest.mark.gpu
+def test_gpu_swiglu_oss():
+    """GPT-OSS's clamped SwiGLU (gate/up interleaved) against the formula in float32, with
+    values beyond the clamp limit on both sides."""
+    torch = _cuda_triton()
+    from hw_runtime.gpu.kernels import SWIGLU_ALPHA, SWIGLU_LIMIT
+    g = torch.Generator(device="cuda").manual_seed(3)
+    F = 1440
+    gu = (4 * torch.randn(29, 2 * F, device="cuda", generator=g)).to(torch.bfloat16)
+    out = torch.empty(29, F, device="cuda", dtype=torch.bfloat16)
+    fused.swiglu_oss_(out, gu, SWIGLU_ALPHA, SWIGLU_LIMIT)
+    x = gu.float()
+    gate = x[:, ::2].clamp(max=SWIGLU_LIMIT)
+    up = x[:, 1::2].clamp(-SWIGLU_LIMIT, SWIGLU_LIMIT)
+    ref = (up + 1) * gate * torch.sigmoid(SWIGLU_ALPHA * gate)
+    _close(torch, out, ref, 1e-2)
