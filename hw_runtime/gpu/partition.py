@@ -409,8 +409,7 @@ class GreenPartition:
                 if self.lane_priority:   # lower numbers are higher priorities in CUDA
                     least, greatest = _check(drv, drv.cuCtxGetStreamPriorityRange(),
                                              "cuCtxGetStreamPriorityRange")
-                    prio = [min(int(greatest) + j, int(least))
-                            for j in range(self.streams_per_pool)]
+                    prio = [min(int(greatest) + j, int(least)) for j in range(len(prio))]
                 for j in range(self.streams_per_pool):
                     s = _check(drv, drv.cuGreenCtxStreamCreate(
                         pool.green_ctx, int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), prio[j]),
