@@ -44,6 +44,10 @@ def _count(c) -> int:
     return c if isinstance(c, int) else len(c)
 
 
+#: Activities that may be missing at the ends of profiled streams (rule 2 of ``map_activities``).
+MAX_TRUNCATED = 64
+
+
 def map_activities(plan, activities: Sequence[dict], counts: Sequence,
                    streams_per_stage: int = 1) -> list[dict]:
     """Intervals of every (task, op) launch of ONE profiled replay of ``plan``.
@@ -58,7 +62,10 @@ def map_activities(plan, activities: Sequence[dict], counts: Sequence,
        Going through the streams' next unassigned activities in time order, each block is given
        to the earliest task in dispatch order whose data predecessors and lane predecessor are
        already placed and whose expected activity names (``counts`` given as name lists) match
-       the stream's next activities.
+       the stream's next activities. A stream whose last activities are missing (the profiler
+       has dropped the tail of a long replay: the last ~6 of ~1,900 per stream at G = 2,048 on
+       the H200) ends with the prefix of a task's names; that task is mapped with the
+       activities there are, up to ``MAX_TRUNCATED`` missing in all.
 
     Args:
         plan: the ``LaunchPlan`` that was captured.
@@ -143,6 +150,7 @@ def _map_blocks(plan, by_stream: dict, names: Sequence[Sequence[str]],
         prev_of[t.index] = lane_prev.get(t.lane, -1)
         lane_prev[t.lane] = t.index
     placed = [False] * len(tasks)
+    truncated = [0]       # activities missing at the ends of streams (profiler losses)
     cursor = {st: 0 for st in by_stream}
     out: list[dict] = []
     left = len(tasks)
@@ -164,6 +172,15 @@ def _map_blocks(plan, by_stream: dict, names: Sequence[Sequence[str]],
             if nxt[:len(s_)] == s_:
                 hit = t
                 break
+        if hit is None:   # the stream's last activities lost by the profiler: a prefix
+            for t in tasks:
+                if placed[t.index] or (prev_of[t.index] >= 0 and not placed[prev_of[t.index]]) \
+                        or any(not placed[j] for j in t.data_preds):
+                    continue
+                s_ = sig[t.index]
+                if len(nxt) < len(s_) and s_[:len(nxt)] == nxt:
+                    hit, truncated[0] = t, truncated[0] + len(s_) - len(nxt)
+                    break
         if hit is None:
             raise MappingError(f"trace mapping: no ready task matches the activities of stream "
                                f"{st} at position {pos} ({nxt[0][:40] if nxt else '-'}...)")
@@ -172,13 +189,16 @@ def _map_blocks(plan, by_stream: dict, names: Sequence[Sequence[str]],
         p = pos
         for op in hit.kernels:
             c = len(names[op])
-            r = _launch(hit, op, hit.lane % streams_per_stage, acts[p:p + c])
+            r = _launch(hit, op, hit.lane % streams_per_stage, acts[p:min(p + c, len(acts))])
             if r is not None:
                 out.append(r)
             p += c
-        cursor[st] = p
+        cursor[st] = min(p, len(acts))
     if left:
         raise MappingError(f"trace mapping: {left} tasks left without activities")
+    if truncated[0] > MAX_TRUNCATED:
+        raise MappingError(f"trace mapping: {truncated[0]} activities missing at the ends of "
+                           f"streams (more than {MAX_TRUNCATED})")
     out.sort(key=lambda r: r["start_us"])
     return out
 

@@ -282,3 +282,35 @@ def test_record_options_carry_the_records_streams_and_input_length():
     assert sub.from_search is None and sub.top is None and a.streams_per_stage == 1
     t = record_options(a, dict(r, mode="temporal", cuts="", sms="132"))
     assert (t.streams_per_stage, t.cuts, t.sms) == (1, None, None)
+
+
+def test_task_blocks_tolerate_a_truncated_stream_tail(tmp_path):
+    """Rule 2 maps a replay whose streams lost their last activities (as the profiler does on
+    long replays): the final task of such a stream is mapped from the prefix it has, and every
+    other launch is mapped exactly as without the loss; more than ``MAX_TRUNCATED`` missing is
+    refused."""
+    from hw_runtime.timeline import MAX_TRUNCATED
+    a = _args(tmp_path, streams_per_stage=2)
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    ex = FakeExecutor(wl)
+    prof = ex.profile(cfg, streams_per_stage=2)
+    plan = prof["plan_object"]
+    names = [[f"k{op}.{j}" for j in range(ex.COUNTS)] for op in range(wl.graph(m).n)]
+    acts = [dict(x) for x in prof["activities"]]
+    full = map_activities(plan, acts, names, 2)
+    last = max(acts, key=lambda x: x["start_us"])
+    st = last["stream"]
+    mine = sorted((x for x in acts if x["stream"] == st), key=lambda x: x["start_us"])
+    drop = {id(x) for x in mine[-3:]}
+    cut = [x for x in acts if id(x) not in drop]
+    iv = map_activities(plan, cut, names, 2)
+    key = lambda r: (r["task"], r["op"])  # noqa: E731
+    assert {key(r) for r in iv} <= {key(r) for r in full}
+    assert len(full) - len(iv) <= 2          # at most the launches whose activities all went
+    same = {key(r): r for r in full}
+    changed = [r for r in iv if r["end_us"] != same[key(r)]["end_us"]]
+    assert len(changed) <= 1                 # only the launch that lost its tail ends earlier
+    many = [x for x in acts if x["stream"] != st or x["start_us"] < mine[0]["start_us"]]
+    if len(mine) > MAX_TRUNCATED:
+        with pytest.raises(MappingError):
+            map_activities(plan, many, names, 2)
