@@ -28,6 +28,7 @@ Needs torch and triton only when a kernel runs.
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 
 __all__ = ["ELEMENTWISE", "resolve", "triton_available", "rmsnorm_", "add_rmsnorm_",
            "rope_kv_", "silu_mul_", "swiglu_oss_"]
@@ -144,7 +145,8 @@ def _kernels():
         y = (u + 1.0) * (g / (1.0 + tl.exp(-alpha * g)))
         tl.store(o_ptr + row * so + cols, y.to(tl.bfloat16), mask=m)
 
-    return triton, _rmsnorm_k, _rope_kv_k, _silu_mul_k, _swiglu_oss_k
+    return SimpleNamespace(triton=triton, rmsnorm=_rmsnorm_k, rope_kv=_rope_kv_k,
+                           silu_mul=_silu_mul_k, swiglu_oss=_swiglu_oss_k)
 
 
 def _rows(x, what: str):
@@ -165,14 +167,14 @@ def rmsnorm_(dst, x, w, eps: float) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, k, _, _, _ = _kernels()
+    K = _kernels()
     rows, sx = _rows(x, "x")
     _, sy = _rows(dst, "dst")
     n = x.shape[1]
     if tuple(dst.shape) != tuple(x.shape) or w.numel() != n:
         raise ValueError(f"rmsnorm_: dst {tuple(dst.shape)}, x {tuple(x.shape)}, w {w.numel()}")
-    k[(rows,)](x, x, w, dst, dst, sx, sx, sy, sy, n, float(eps), ADD=False,
-               BLOCK=triton.next_power_of_2(n))
+    K.rmsnorm[(rows,)](x, x, w, dst, dst, sx, sx, sy, sy, n, float(eps), ADD=False,
+                       BLOCK=K.triton.next_power_of_2(n))
 
 
 def add_rmsnorm_(h, hn, a, b, w, eps: float) -> None:
@@ -185,7 +187,7 @@ def add_rmsnorm_(h, hn, a, b, w, eps: float) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, k, _, _, _ = _kernels()
+    K = _kernels()
     rows, sa = _rows(a, "a")
     _, sb = _rows(b, "b")
     _, sh = _rows(h, "h")
@@ -195,8 +197,8 @@ def add_rmsnorm_(h, hn, a, b, w, eps: float) -> None:
             or w.numel() != n:
         raise ValueError(f"add_rmsnorm_: shapes h {tuple(h.shape)} hn {tuple(hn.shape)} "
                          f"a {tuple(a.shape)} b {tuple(b.shape)} w {w.numel()}")
-    k[(rows,)](a, b, w, h, hn, sa, sb, sh, sy, n, float(eps), ADD=True,
-               BLOCK=triton.next_power_of_2(n))
+    K.rmsnorm[(rows,)](a, b, w, h, hn, sa, sb, sh, sy, n, float(eps), ADD=True,
+                       BLOCK=K.triton.next_power_of_2(n))
 
 
 def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int) -> None:
@@ -213,7 +215,7 @@ def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int) -> No
     Raises:
         ValueError: shapes or strides the kernel does not take.
     """
-    triton, _, k, _, _ = _kernels()
+    K = _kernels()
     rows, s_qkv = _rows(qkv, "qkv")
     h2 = hd // 2
     if hd % 2 or h2 & (h2 - 1) or qkv.shape[1] != (qh + 2 * kvh) * hd:
@@ -223,10 +225,10 @@ def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int) -> No
         if tuple(tns.shape) != (rows, heads, hd) or tns.stride(-1) != 1:
             raise ValueError(f"rope_kv_: {nm} must be [{rows}, {heads}, {hd}] with a contiguous "
                              f"last axis, got {tuple(tns.shape)} strides {tuple(tns.stride())}")
-    k[(rows,)](qkv, q, k_slot, v_slot, cos, sin, s_qkv, q.stride(0), q.stride(1),
-               k_slot.stride(0), k_slot.stride(1), v_slot.stride(0), v_slot.stride(1),
-               QH=qh, KVH=kvh, H2=h2, BQ=triton.next_power_of_2(qh),
-               BK=triton.next_power_of_2(kvh))
+    K.rope_kv[(rows,)](qkv, q, k_slot, v_slot, cos, sin, s_qkv, q.stride(0), q.stride(1),
+                       k_slot.stride(0), k_slot.stride(1), v_slot.stride(0), v_slot.stride(1),
+                       QH=qh, KVH=kvh, H2=h2, BQ=K.triton.next_power_of_2(qh),
+                       BK=K.triton.next_power_of_2(kvh))
 
 
 def silu_mul_(out, gu, inter: int) -> None:
@@ -238,14 +240,14 @@ def silu_mul_(out, gu, inter: int) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, _, _, k, _ = _kernels()
+    K = _kernels()
     rows, sg = _rows(gu, "gu")
     _, so = _rows(out, "out")
     if tuple(out.shape) != (rows, inter) or gu.shape[1] != 2 * inter:
         raise ValueError(f"silu_mul_: out {tuple(out.shape)}, gu {tuple(gu.shape)}, "
                          f"inter {inter}")
     block = 1024
-    k[(rows, triton.cdiv(inter, block))](gu, out, sg, so, inter, BLOCK=block)
+    K.silu_mul[(rows, K.triton.cdiv(inter, block))](gu, out, sg, so, inter, BLOCK=block)
 
 
 def swiglu_oss_(out, gu, alpha: float, limit: float) -> None:
@@ -260,11 +262,12 @@ def swiglu_oss_(out, gu, alpha: float, limit: float) -> None:
     Raises:
         ValueError: shapes that do not match.
     """
-    triton, _, _, _, k = _kernels()
+    K = _kernels()
     rows, sg = _rows(gu, "gu")
     _, so = _rows(out, "out")
     n = out.shape[1]
     if out.shape[0] != rows or gu.shape[1] != 2 * n:
         raise ValueError(f"swiglu_oss_: out {tuple(out.shape)}, gu {tuple(gu.shape)}")
     block = 1024
-    k[(rows, triton.cdiv(n, block))](gu, out, sg, so, n, float(alpha), float(limit), BLOCK=block)
+    K.swiglu_oss[(rows, K.triton.cdiv(n, block))](gu, out, sg, so, n, float(alpha), float(limit),
+                                                  BLOCK=block)
