@@ -310,12 +310,41 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
            "calibration": a.calibration,
+           "calibration_mismatch": calibration_mismatch(model.calibration, res_gemm(a),
+                                                        getattr(ex, "elementwise", "torch")),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
     if make_trace:
         res["timeline"] = timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim_c)
     return res
+
+
+def res_gemm(a) -> str:
+    """The GEMM policy of the run's options (``stock`` when the options have none)."""
+    return getattr(a, "gemm", "stock")
+
+
+def calibration_mismatch(cal, gemm: str, elementwise: str) -> list[str]:
+    """How the kernels a calibration was measured with differ from the run's (its ``meta``:
+    ``gemm``, ``elementwise``; a calibration from before a field existed used ``stock`` GEMMs and
+    the PyTorch ``torch`` chains). Each difference also goes to stderr as a warning, since the
+    prediction then describes other kernels than the ones measured.
+
+    Returns:
+        one line per differing field (empty when they agree or there is no calibration).
+    """
+    if cal is None:
+        return []
+    out = []
+    for field, run in (("gemm", gemm), ("elementwise", elementwise)):
+        was = (cal.meta or {}).get(field) or ("stock" if field == "gemm" else "torch")
+        if was != run:
+            out.append(f"calibration measured with {field}={was}, this run uses {run}")
+    for line in out:
+        print(f"warning: {line}: the prediction describes other kernels (re-run subgpu "
+              f"calibrate with the run's options)", file=sys.stderr)
+    return out
 
 
 def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:

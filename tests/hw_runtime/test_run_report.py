@@ -314,3 +314,20 @@ def test_task_blocks_tolerate_a_truncated_stream_tail(tmp_path):
     if len(mine) > MAX_TRUNCATED:
         with pytest.raises(MappingError):
             map_activities(plan, many, names, 2)
+
+
+def test_calibration_mismatch_is_reported(capsys):
+    """A calibration measured with other GEMMs or elementwise kernels than the run's is named in
+    the report and warned about; one without the fields counts as stock GEMMs and PyTorch
+    chains (what every calibration before them used)."""
+    import types
+    from hw_runtime.cli import calibration_mismatch
+    assert calibration_mismatch(None, "tuned", "triton") == []
+    old = types.SimpleNamespace(meta={})
+    assert calibration_mismatch(old, "stock", "torch") == []
+    got = calibration_mismatch(old, "tuned", "triton")
+    assert got == ["calibration measured with gemm=stock, this run uses tuned",
+                   "calibration measured with elementwise=torch, this run uses triton"]
+    assert capsys.readouterr().err.count("warning:") == 2
+    new = types.SimpleNamespace(meta={"gemm": "tuned", "elementwise": "triton"})
+    assert calibration_mismatch(new, "tuned", "triton") == []
