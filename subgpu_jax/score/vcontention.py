@@ -54,6 +54,7 @@ from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
+from subgpu_jax.score.vcbatch import _interp_weights, _vcb_batch, cell_table
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
@@ -68,8 +69,11 @@ CONC_GRID: np.ndarray = np.linspace(0.0, 1.0, 33)
 POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
 
 _BIG = 1e30  # sentinel time (µs) of padded stage slots
-#: Ways to compute the completion times inside the kernel (``VContentionEvaluator(scan=...)``).
-SCANS = ("window", "levels", "straight")
+#: Kernels (``VContentionEvaluator(scan=...)``): the vmapped ``vc_makespan`` with its completion
+#: times by the dispatch-order window scan, by DAG levels or as a straight-line program; or the
+#: batch-last kernel of ``score.vcbatch`` (``"batched"``: same model, allocations as the trailing
+#: contiguous axis).
+SCANS = ("window", "levels", "straight", "batched")
 
 
 # ============================================================================ host tables
@@ -317,16 +321,6 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
 
 
 # ============================================================================ JAX core
-def _interp_weights(grid: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Lower index and fraction of ``x`` on the increasing, uniformly spaced ``grid`` (clipped
-    to its range); arithmetic instead of a search (the grids are ``CONC_GRID``/``POWER_GRID``,
-    checked uniform by ``segment_tables``)."""
-    G = grid.shape[0]
-    u = (jnp.clip(x, grid[0], grid[-1]) - grid[0]) / (grid[1] - grid[0])
-    i = jnp.clip(jnp.floor(u), 0, G - 2)
-    return i.astype(jnp.int32), u - i
-
-
 def _bilinear_rows(rows: jax.Array, r0: jax.Array, NP: int, ic, fc, ip, fp) -> jax.Array:
     """Bilinear interpolation in a table stored as rows of 4 values (tau, busy, conc, power):
     row (r0 + c) * NP + p holds grid point (c, p) of a task's (segment, pool); r0, ic, ip (T,)
@@ -449,10 +443,15 @@ class VContentionEvaluator:
             across structures of equal lane triples to share one compiled function (default:
             ``fine_bucket`` of the task count, power-of-two buckets and multiples of 8 of the
             other sizes).
-        scan: completion times by ``"window"`` (dispatch-order scan; CPU default),
-            ``"levels"`` (one scan step per DAG level; accelerator default) or ``"straight"``
-            (the levels as one straight-line program): same numbers
-            (experiments/bench_vcontention.py measures all three).
+        scan: the kernel (``SCANS``): the vmapped ``vc_makespan`` with completion times by
+            ``"window"`` (dispatch-order scan), ``"levels"`` (one scan step per DAG level;
+            accelerator default) or ``"straight"`` (the levels as one straight-line program),
+            or ``"batched"``: ``score.vcbatch``, the allocations as the trailing contiguous
+            axis (CPU default). Same numbers up to float32 summation order
+            (experiments/bench_vcontention.py measures all four).
+        packed: ``scan="batched"`` only: the three rate integrals as one array with a
+            trailing rate axis (default on a CPU) or three arrays (default on an accelerator),
+            ``vcbatch.batched_integrals``.
         workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
             uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
@@ -474,7 +473,8 @@ class VContentionEvaluator:
                  pad_width: int | None = None, pad_preds: int | None = None,
                  pad_segments: int | None = None, pad_tasks: int | None = None,
                  pad_window: int | None = None, streams_per_stage: int = 1,
-                 scan: str | None = None, workers: int | None = None) -> None:
+                 scan: str | None = None, workers: int | None = None,
+                 packed: bool | None = None) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -493,7 +493,7 @@ class VContentionEvaluator:
         self.plan = LanePlan.from_dag(self.dag, self.arrs.T_pad, pad_lanes, pad_positions,
                                       pad_levels, pad_width, pad_preds, dtype=dtype)
         if scan is None:
-            scan = "window" if jax.default_backend() == "cpu" else "levels"
+            scan = "batched" if jax.default_backend() == "cpu" else "levels"
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
@@ -517,6 +517,10 @@ class VContentionEvaluator:
         self.hits = np.asarray(hits, dtype=float)
         self.tabs = segment_tables(graph, self.seg_of, K, w, hw, self.model, self.hits, dtype,
                                    pad_segments)
+        # the batch-last kernel's table of grid cells (16 x the rows: built only when used)
+        self.cells = (cell_table(np.asarray(self.tabs.rows), self.tabs.tau.shape, dtype)
+                      if scan == "batched" else None)
+        self.packed = jax.default_backend() == "cpu" if packed is None else bool(packed)
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
         if chunk is None:
@@ -546,6 +550,10 @@ class VContentionEvaluator:
             ValueError: wrong shape, non-integer SMs, a pool outside 1..N, sum above N.
         """
         a = self._check_allocs(allocs).astype(np.int32)
+        if self.scan == "batched":
+            return run_in_chunks(a, self.chunk, lambda c: _vcb_batch(
+                self.tabs, self.cells, self.plan, jnp.asarray(c), self.iters, self.damping,
+                bool(self.model.isolated), self.packed), self.workers)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
             bool(self.model.isolated), self.scan), self.workers)

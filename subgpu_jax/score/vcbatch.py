@@ -1,0 +1,234 @@
+"""The batch-last kernel of vectorised contention (docs/method.md §3, "fast scorer"): the same
+fixed-point model as ``vcontention.vc_makespan``, with the allocation batch as the trailing,
+contiguous axis of every array.
+
+``vcontention.vc_makespan`` is written for ONE allocation and ``jax.vmap``-ed, which puts the
+batch first: every per-task vector is a short row (the tasks of a lane) and the level scan
+gathers and updates strided columns. Here every per-task quantity is an (H, B) array in the
+lane-major home layout of ``lanes.LanePlan`` (H slots, B allocations), so every elementwise
+step runs over contiguous batch vectors and every level step reads and writes whole rows.
+The per-allocation work is the same; the numbers equal the vmapped kernel's up to float32
+summation order (``experiments/bench_vcontention.py`` reports the largest difference).
+
+Three changes of form (not of the model) make it cheaper:
+
+* Start times are the max-plus recurrence's own A_i = max(C_j : j in preds(i)) (not C_i - tau_i,
+  which rounds). Then for every pair that a DAG path orders, C_j <= S_i exactly, so its overlap
+  max(0, min(C_i, C_j) - max(S_i, S_j)) is exactly 0, and the lane plan's 0/1 masks (which drop
+  exactly those pairs inside a (row, partner row, offset) triple) are not needed. Partners past
+  a row's end read padding with S = C = 0: overlap max(0, -S_i) = 0.
+* The three rate integrals (data-active, bytes in flight, compute power) are separate arrays,
+  not one stacked array (XLA on the CPU recomputes an operand broadcast into a stacked product
+  once per stacked row).
+* The bilinear table lookup reads the 4 corners x 4 quantities of a grid cell from ``cell_table``
+  (16 arrays indexed by one cell number) instead of 4 row gathers of the row table: measured
+  about 1.6x cheaper on the CPU (experiments/bench_vcontention.py profiles).
+
+Everything is a host-validated pytree argument; the static arguments are the iteration count,
+the damping and the lane plan's triples, so one compiled function serves every allocation batch
+of one padded structure (tests wrap ``_vcb_batch_impl`` in ``chex.assert_max_traces``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from subgpu_jax.score.lanes import UNROLL_MAX_TRIPLES, LanePlan, LevelProgram
+
+__all__ = ["cell_table", "batched_start_completion", "batched_integrals", "vcb_makespans",
+           "VCB_STATIC_ARGNUMS"]
+
+
+def _interp_weights(grid: jax.Array, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Lower index and fraction of ``x`` on the increasing, uniformly spaced ``grid`` (clipped
+    to its range); arithmetic instead of a search (the grids are ``CONC_GRID``/``POWER_GRID``,
+    checked uniform by ``vcontention.segment_tables``). Any shape of ``x``; returns (int32,
+    float) arrays of that shape."""
+    G = grid.shape[0]
+    u = (jnp.clip(x, grid[0], grid[-1]) - grid[0]) / (grid[1] - grid[0])
+    i = jnp.clip(jnp.floor(u), 0, G - 2)
+    return i.astype(jnp.int32), u - i
+
+
+def cell_table(rows: np.ndarray, shape: tuple[int, int, int, int], dtype=jnp.float32) -> jax.Array:
+    """The row table of ``vcontention.SegTables`` as one entry per grid *cell* (host, numpy).
+
+    Args:
+        rows: (K_pad * (N+1) * NC * NP, 4) the segment tables as rows (tau, busy, conc, power).
+        shape: (K_pad, N+1, NC, NP) of the tables.
+
+    Returns:
+        (16, K_pad * (N+1) * (NC-1) * (NP-1)) array: column x of cell ((k * (N+1) + p) *
+        (NC-1) + c) * (NP-1) + q holds, for corner j = 0..3 = (c, q), (c+1, q), (c, q+1),
+        (c+1, q+1), the quantity k = 0..3 at row 4 j + k.
+    """
+    K, N1, NC, NP = shape
+    t = np.asarray(rows).reshape(K, N1, NC, NP, 4)
+    c = np.concatenate([t[:, :, :-1, :-1], t[:, :, 1:, :-1], t[:, :, :-1, 1:], t[:, :, 1:, 1:]],
+                       axis=-1)                                        # (K, N1, NC-1, NP-1, 16)
+    return jnp.asarray(np.ascontiguousarray(c.reshape(-1, 16).T), dtype=dtype)
+
+
+def batched_start_completion(prog: LevelProgram, tau: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Start and completion times (µs) of a batch of duration arrays ``tau`` (H, B) in the home
+    layout (pads 0): A_i = max(C_j, j in preds(i)) (0 without predecessors), C_i = A_i + tau_i,
+    one ``lax.scan`` step per DAG level, each step reading and writing whole batch rows.
+    Returns (A, C), each (H, B) in the home layout (pads 0)."""
+    NL, Lw = prog.src.shape
+    B = tau.shape[1]
+    zero = jnp.zeros((1, B), tau.dtype)
+    t_lvl = jnp.concatenate([tau, zero])[prog.src]                      # (NL, Lw, B)
+
+    def body(buf, x):
+        l, t, pr = x
+        a = jnp.max(buf[pr], axis=1)                                    # (Lw, B)
+        return jax.lax.dynamic_update_slice(buf, a + t, (l * Lw, 0)), a
+
+    buf, starts = jax.lax.scan(body, jnp.zeros((NL * Lw + 1, B), tau.dtype),
+                               (jnp.arange(NL, dtype=jnp.int32), t_lvl, prog.preds), unroll=2)
+    starts = jnp.concatenate([starts.reshape(NL * Lw, B), zero])
+    return starts[prog.home], buf[prog.home]
+
+
+def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Array,
+                      packed: bool = True) -> jax.Array:
+    """Integrals inside [S_i, C_i] of the per-task rates of the tasks of OTHER lanes, for a batch
+    of schedules (the batch-last ``lanes.lane_integrals``, without masks: see the module
+    docstring; ``S`` must be the exact start times of ``batched_start_completion``).
+
+    Args:
+        plan: the lane plan (its static triples). S, C: (H, B) start and completion µs (pads 0).
+        rates: (H, B, R) per-task rates (per µs; pads 0).
+        packed: static. True: one product per triple over the trailing rate axis (each overlap
+            computed once for the R rates: on the CPU about 1.5x faster than separate arrays,
+            whose fusions each recompute the overlap); False: R separate arrays (on an
+            accelerator XLA shares the overlap between sibling fusions).
+
+    Returns:
+        (H, B, R): rate x µs of the other lanes' tasks inside each task's interval.
+    """
+    L, Q = plan.grid
+    B, R = S.shape[-1], rates.shape[-1]
+    M = max((abs(s) for _, _, s in plan.triples), default=0)
+    pad = ((0, 0), (M, M), (0, 0))
+    S2, C2 = S.reshape(L, Q, B), C.reshape(L, Q, B)
+    Sp, Cp = jnp.pad(S2, pad), jnp.pad(C2, pad)
+    rps = ([jnp.pad(rates.reshape(L, Q, B, R), pad + ((0, 0),))] if packed else
+           [jnp.pad(rates[..., k].reshape(L, Q, B), pad) for k in range(R)])
+
+    def term(ov, rp):
+        return ov[..., None] * rp if packed else ov * rp
+
+    if len(plan.triples) > UNROLL_MAX_TRIPLES:
+        def step(g, accs):
+            a, b, s = plan.tri[g, 0], plan.tri[g, 1], plan.tri[g, 2]
+
+            def part(x):
+                return jax.lax.dynamic_slice(x, (b, M + s) + (0,) * (x.ndim - 2),
+                                             (1, Q) + x.shape[2:])[0]
+
+            Ca = jax.lax.dynamic_index_in_dim(C2, a, keepdims=False)
+            Sa = jax.lax.dynamic_index_in_dim(S2, a, keepdims=False)
+            ov = jnp.maximum(jnp.minimum(Ca, part(Cp)) - jnp.maximum(Sa, part(Sp)), 0.0)
+            out = []
+            for acc, rp in zip(accs, rps):
+                cur = jax.lax.dynamic_index_in_dim(acc, a, keepdims=False)
+                out.append(jax.lax.dynamic_update_index_in_dim(acc, cur + term(ov, part(rp)),
+                                                               a, 0))
+            return tuple(out)
+
+        accs = jax.lax.fori_loop(0, len(plan.triples), step,
+                                 tuple(jnp.zeros((L, Q) + rp.shape[2:], S.dtype) for rp in rps))
+        flat = [a.reshape((L * Q,) + a.shape[2:]) for a in accs]
+    else:
+        outs: list[list[jax.Array]] = [[] for _ in rps]
+        for A in range(L):
+            accs = [jnp.zeros((Q,) + rp.shape[2:], S.dtype) for rp in rps]
+            for a, b, s in plan.triples:
+                if a != A:
+                    continue
+                o = M + s
+                ov = jnp.maximum(jnp.minimum(C2[A], Cp[b, o:o + Q])
+                                 - jnp.maximum(S2[A], Sp[b, o:o + Q]), 0.0)
+                accs = [acc + term(ov, rp[b, o:o + Q]) for acc, rp in zip(accs, rps)]
+            for out, acc in zip(outs, accs):
+                out.append(acc)
+        flat = [jnp.concatenate(o) for o in outs]
+    return flat[0].reshape(L * Q, B, R) if packed else jnp.stack(flat, -1).reshape(L * Q, B, R)
+
+
+def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, iters: int = 4,
+                  damping: float = 0.5, isolated: bool = False, packed: bool = True) -> jax.Array:
+    """Makespans (µs) of a batch of integer allocations with vectorised contention.
+
+    The model of ``vcontention.vc_makespan`` (tau <- isolated durations; ``iters`` damped
+    updates from the overlap integrals and the bilinear table lookup; the makespan of the final
+    durations), over (H, B) arrays.
+
+    Args:
+        tabs: ``vcontention.SegTables`` (its ``seg_stage``, grids and table shape are used).
+        cells: ``cell_table(tabs.rows, tabs.tau.shape)`` (16, cells).
+        plan: the DAG's ``lanes.LanePlan``.
+        allocs: (B, D) int32 SMs per stage (validated on the host).
+        iters: fixed-point iterations (static). damping: weight of the previous durations in
+            each update (static, 0..1). isolated: skip the iteration (contention off).
+        packed: static, the layout of the three rate integrals (``batched_integrals``).
+
+    Returns:
+        (B,) makespans T = max_i C_i in µs.
+    """
+    p_seg = allocs.T[tabs.seg_stage]                                    # (K_pad, B)
+    valid = plan.valid[:, None]
+    seg = plan.seg
+    _, N1, NC, NP = tabs.tau.shape
+    nc, npw = NC - 1, NP - 1
+    r0 = (seg[:, None] * N1 + p_seg[seg]) * nc                          # (H, B) first cell row
+    i0 = r0 * npw                                                       # cell (c, q) = (0, 0)
+    tau_iso = jnp.where(valid, cells[0][i0], 0.0)
+    if isolated or iters == 0:
+        return jnp.max(batched_start_completion(plan.levels, tau_iso)[1], axis=0)
+    iso = tuple(jnp.where(valid, cells[k][i0], 0.0) for k in (1, 2, 3))
+    inv_iso = 1.0 / jnp.maximum(tau_iso, 1e-9)
+
+    def update(carry, last: bool):
+        """One damped update of (tau, busy, conc, power); ``last`` (static): tau only (the
+        rates of the final durations are not used: their 12 table reads are skipped)."""
+        tau, *vals = carry                                              # 4 x (H, B)
+        S, C = batched_start_completion(plan.levels, tau)
+        tsafe = jnp.maximum(tau, 1e-9)
+        inv = 1.0 / tsafe
+        # materialised once (the barrier keeps XLA from fusing the integrals into each of
+        # their consumers, i.e. computing them several times)
+        ints = jax.lax.optimization_barrier(
+            batched_integrals(plan, S, C, jnp.stack([v * inv for v in vals], -1), packed))
+        busy_o, conc_o, power_o = (ints[..., k] for k in range(3))
+        f = jnp.clip(busy_o * inv, 0.0, 1.0)      # union bound of the other stages' busy share
+        fb = jnp.maximum(f * tsafe, 1e-9)
+        ic, fc = _interp_weights(tabs.conc_grid, conc_o / fb)
+        ip, fp = _interp_weights(tabs.power_grid, power_o / fb)
+        r = (r0 + ic) * npw + ip
+        w = ((1 - fc) * (1 - fp), fc * (1 - fp), (1 - fc) * fp, fc * fp)
+        v4 = [sum(cells[4 * j + k][r] * w[j] for j in range(4)) for k in range(1 if last else 4)]
+        tb = jnp.maximum(v4[0], 1e-9)
+        new = jnp.where(valid, 1.0 / ((1.0 - f) * inv_iso + f / tb), 0.0)
+        out = [damping * tau + (1.0 - damping) * new]
+        for k in range(0 if last else 3):
+            nv = new * ((1.0 - f) * iso[k] * inv_iso + f * v4[k + 1] / tb)
+            out.append(damping * vals[k] + (1.0 - damping) * jnp.where(valid, nv, 0.0))
+        return tuple(out)
+
+    carry = jax.lax.fori_loop(0, iters - 1, lambda _, c: update(c, False), (tau_iso,) + iso)
+    tau = update(carry, True)[0]
+    return jnp.max(batched_start_completion(plan.levels, tau)[1], axis=0)
+
+
+def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed):
+    """``vcb_makespans`` as the compiled entry point (B, D) -> (B,) µs."""
+    return vcb_makespans(tabs, cells, plan, allocs, iters, damping, isolated, packed)
+
+
+#: Static arguments of the compiled entry point (iters, damping, isolated, packed).
+VCB_STATIC_ARGNUMS = (4, 5, 6, 7)
+_vcb_batch = jax.jit(_vcb_batch_impl, static_argnums=VCB_STATIC_ARGNUMS)
