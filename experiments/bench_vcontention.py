@@ -1,6 +1,5 @@
-"""Benchmark: allocations per second of the vectorised contention scorer, the lane-plan kernel
-vs the previous (dispatch-order band) kernel, in the same run (docs/method.md §3, the fast
-scorer).
+"""Benchmark: allocations per second of the vectorised contention scorer, its kernels vs the
+previous (dispatch-order band) kernel, in the same run (docs/method.md §3, the fast scorer).
 
 Workload (the ``--vcontention`` row of ``bench_evaluator.py``): GPT-OSS 120B, reference
 deployment, B200, m = 8 microbatches, D = 5 stages, w = 0, evenly spaced chain cut (720 tasks);
@@ -8,25 +7,32 @@ plus a smaller structure (m = 4, D = 3). Random allocations of P_H^(D), calibrat
 ``ContentionModel()``, L2 ``lru`` hit estimate.
 
 Rows:
-* ``previous``: the kernel before this change, frozen below (``_previous_makespan``): every task
-  compared with the tasks at dispatch offsets -W..W (W = the exact incomparable band, written as
-  a ``fori_loop``), the completion times by the dispatch-order window scan, in task order.
-* ``window`` / ``levels`` / ``straight``: ``score.vcontention.VContentionEvaluator``: tasks in
-  the lane-major layout of ``score.lanes.LanePlan``, the overlap integrals over the incomparable
-  pairs only (static slices per lane), the completion times by the dispatch-order window scan
-  (``window``, CPU default), one ``lax.scan`` step per DAG level (``levels``, accelerator
-  default) or the levels written out as one straight-line program (``straight``), each with the
-  evaluator's default worker threads (2 on a CPU: chunks run concurrently); ``window/1``: the
-  window kernel in one thread (the kernel's own speed-up).
+* ``previous``: the kernel before the lane plan, frozen below (``_previous_makespan``): every
+  task compared with the tasks at dispatch offsets -W..W (W = the exact incomparable band,
+  written as a ``fori_loop``), the completion times by the dispatch-order window scan, in task
+  order.
+* ``window`` / ``levels`` / ``straight``: ``score.vcontention.VContentionEvaluator`` with the
+  vmapped ``vc_makespan``: tasks in the lane-major layout of ``score.lanes.LanePlan``, the
+  overlap integrals over the incomparable pairs only, the completion times by the
+  dispatch-order window scan, one ``lax.scan`` step per DAG level or the levels as one
+  straight-line program.
+* ``batched``: the batch-last kernel ``score.vcbatch`` (allocations as the trailing contiguous
+  axis, exact start times instead of pair masks, the three rate integrals packed on a trailing
+  axis on the CPU, the bilinear lookup from the cell table; CPU default). On the GPU also
+  ``batched/packed`` (packed integrals there too), ``batched/b32`` (blocks of 32 allocations
+  instead of 128) and ``batched/flat`` (one block: the whole chunk as the trailing axis).
+* on the CPU, ``window/1`` and ``batched/1``: one thread (the kernel's own speed-up); the other
+  rows use the evaluator's default worker threads (2 on a CPU: chunks run concurrently).
 The kernels take turns every 4 chunks (a shared machine's load hits all alike). Columns:
 allocations/s (wall) and its ratio to ``previous`` at the same chunk, allocations per CPU second
 (``process_time``, all threads) and its ratio, compile seconds and the largest relative difference
 of the makespans from ``previous`` (the kernels compute the same model; the float32 sums run in
-another order). The JSON records the load average (a shared CPU machine).
+another order). The JSON records the load average before and after (a shared CPU machine).
 
 Usage: PYTHONPATH=. python experiments/bench_vcontention.py [--device cpu|gpu] [--out FILE.json]
-    [--allocs N] [--scans window,levels,straight]. CPU: chunks of 64 and 256, about 3 minutes on 2 cores; GPU: chunks of 131072,
-    about a minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
+    [--allocs N] [--scans window,levels,straight,batched] [--structures 8x5,4x3].
+    CPU: chunks of 64 and 256, about 4 minutes on 2 cores; GPU: chunks of 131072, about a
+    minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
 """
 
 from __future__ import annotations
@@ -166,7 +172,9 @@ def main(argv=None) -> int:
                     help="allocations per timed row (default 1024 on CPU, 2**19 on GPU)")
     ap.add_argument("--scans", default=None,
                     help="comma-separated kernels to time beside previous (default: window,"
-                         "levels on the CPU; window,levels,straight on the GPU)")
+                         "levels,batched; straight is slow to compile)")
+    ap.add_argument("--structures", default="8x5,4x3",
+                    help="comma-separated MxD structures (microbatches x stages)")
     a = ap.parse_args(argv)
     if a.device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -179,13 +187,23 @@ def main(argv=None) -> int:
     from subgpu_jax.score.vcontention import SCANS, VContentionEvaluator
     from subgpu_jax.space.config import chain_cut, enumerate_allocations
 
-    scans = (None if a.scans is None else tuple(x.strip() for x in a.scans.split(",")))
-    if scans is None:  # the straight-line program only pays off without per-step host loops
-        scans = SCANS if a.device == "gpu" else ("window", "levels")
+    scans = (("window", "levels", "batched") if a.scans is None
+             else tuple(x.strip() for x in a.scans.split(",")))
     bad = [x for x in scans if x not in SCANS]
     if bad or not scans:
         print(f"error: --scans: {','.join(bad) or 'empty'} not among {', '.join(SCANS)}",
               file=sys.stderr)
+        return 2
+    try:
+        structs = [tuple(int(v) for v in x.split("x")) for x in a.structures.split(",")]
+        if not structs or any(len(t) != 2 or min(t) < 1 for t in structs):
+            raise ValueError
+    except ValueError:
+        print(f"error: --structures: {a.structures!r} is not a list like 8x5,4x3 (positive "
+              "integers)", file=sys.stderr)
+        return 2
+    if a.allocs is not None and a.allocs < 1:
+        print(f"error: --allocs must be >= 1, got {a.allocs}", file=sys.stderr)
         return 2
     backend = jax.default_backend()
     if a.device == "gpu" and backend != "gpu":
@@ -198,12 +216,14 @@ def main(argv=None) -> int:
     prev = _previous_batch()
     rows = []
     path = a.out or os.path.join(HERE, "results", f"bench_vcontention_{a.device}.json")
+    load0 = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
 
     def write() -> str:
         """Write the rows so far (after every structure: a run cut short keeps its rows)."""
         out = {"backend": backend, "device_kind": jax.devices()[0].device_kind,
                "cpu_count": os.cpu_count(), "machine": platform.machine(),
                "jax": jax.__version__, "allocs_per_row": n_alloc,
+               "load_avg_start": load0,
                "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
                "rows": rows}
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
@@ -211,12 +231,22 @@ def main(argv=None) -> int:
             json.dump(out, fh, indent=1)
         return path
 
-    for m, D in ((8, 5), (4, 3)):
+    # kernel rows: name -> (scan, extra evaluator options)
+    kinds = {s: (s, {}) for s in scans}
+    if cpu:  # the kernels alone, without the evaluator's second thread
+        for s in ("window", "batched"):
+            if s in scans:
+                kinds[f"{s}/1"] = (s, {"workers": 1})
+    elif "batched" in scans:
+        kinds.update({"batched/packed": ("batched", {"packed": True}),
+                      "batched/b32": ("batched", {"block": 32}),
+                      "batched/flat": ("batched", {"block": 1 << 30})})
+    for m, D in structs:
         g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
         seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
         pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
         A = pool[np.random.default_rng(1).integers(0, len(pool), n_alloc)].astype(np.int32)
-        new = VContentionEvaluator(g, seg, D, 0, hw)
+        new = VContentionEvaluator(g, seg, D, 0, hw, scan="window")
         dag = new.dag
         ii, jj = incomparable_pairs(dag)
         W_old = max(4, -(-int((jj - ii).max(initial=1)) // 4) * 4)   # the previous exact band
@@ -227,14 +257,10 @@ def main(argv=None) -> int:
             fns = {"previous": lambda c: prev(new.tabs, new.arrs, mask_old, jnp.asarray(c),
                                               new.iters, new.damping)}
             evs = {}
-            for scan in scans:
-                evs[scan] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits, chunk=chunk,
-                                                 scan=scan)
-                fns[scan] = evs[scan].makespan
-            if cpu:  # the kernel alone, without the evaluator's second thread
-                evs["window/1"] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits,
-                                                       chunk=chunk, scan="window", workers=1)
-                fns["window/1"] = evs["window/1"].makespan
+            for k, (scan, kw) in kinds.items():
+                evs[k] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits, chunk=chunk,
+                                              scan=scan, **kw)
+                fns[k] = evs[k].makespan
             res = _timed(fns, A, chunk)
             r_prev, u_prev, _, v_prev = res["previous"]
             base = {"microbatches": m, "D": D, "tasks": dag.T, "chunk": chunk}
@@ -248,12 +274,12 @@ def main(argv=None) -> int:
                              "max_rel_diff": float(np.max(np.abs(v / v_prev - 1.0)))})
             print(f"m={m} D={D} chunk={chunk} done", flush=True)
             write()
-    print(f"{'m':>2s} {'D':>2s} {'T':>4s} {'chunk':>6s} {'kernel':9s} {'pairs':>6s} "
+    print(f"{'m':>2s} {'D':>2s} {'T':>4s} {'chunk':>6s} {'kernel':14s} {'pairs':>6s} "
           f"{'allocs/s':>11s} {'ratio':>6s} {'per CPU s':>10s} {'ratio':>6s} {'compile':>8s} "
           f"{'max|dv|':>8s}")
     for r in rows:
         print(f"{r['microbatches']:2d} {r['D']:2d} {r['tasks']:4d} {r['chunk']:6d} "
-              f"{r['kernel']:9s} {r['pairs']:6d} {r['allocs_per_s']:11,.0f} "
+              f"{r['kernel']:14s} {r['pairs']:6d} {r['allocs_per_s']:11,.0f} "
               f"{r['ratio']:6.2f} {r['allocs_per_cpu_s']:10,.0f} {r['cpu_ratio']:6.2f} "
               f"{r['compile_s']:8.2f} {r['max_rel_diff']:8.1e}")
     path = write()

@@ -451,7 +451,9 @@ class VContentionEvaluator:
             (experiments/bench_vcontention.py measures all four).
         packed: ``scan="batched"`` only: the three rate integrals as one array with a
             trailing rate axis (default on a CPU) or three arrays (default on an accelerator),
-            ``vcbatch.batched_integrals``.
+            ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
+            block of the batch-last layout (``vcbatch._vcb_batch_impl``; default: the whole
+            chunk on a CPU, 128 on an accelerator).
         workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
             uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
@@ -474,7 +476,7 @@ class VContentionEvaluator:
                  pad_segments: int | None = None, pad_tasks: int | None = None,
                  pad_window: int | None = None, streams_per_stage: int = 1,
                  scan: str | None = None, workers: int | None = None,
-                 packed: bool | None = None) -> None:
+                 packed: bool | None = None, block: int | None = None) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -520,7 +522,13 @@ class VContentionEvaluator:
         # the batch-last kernel's table of grid cells (16 x the rows: built only when used)
         self.cells = (cell_table(np.asarray(self.tabs.rows), self.tabs.tau.shape, dtype)
                       if scan == "batched" else None)
-        self.packed = jax.default_backend() == "cpu" if packed is None else bool(packed)
+        cpu = jax.default_backend() == "cpu"
+        self.packed = cpu if packed is None else bool(packed)
+        if block is None:
+            block = None if cpu else 128
+        elif isinstance(block, bool) or int(block) != block or block < 1:
+            raise ValueError(f"block must be an integer >= 1 allocations, got {block!r}")
+        self.block = None if block is None else int(block)
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
         if chunk is None:
@@ -553,7 +561,7 @@ class VContentionEvaluator:
         if self.scan == "batched":
             return run_in_chunks(a, self.chunk, lambda c: _vcb_batch(
                 self.tabs, self.cells, self.plan, jnp.asarray(c), self.iters, self.damping,
-                bool(self.model.isolated), self.packed), self.workers)
+                bool(self.model.isolated), self.packed, self.block), self.workers)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
             bool(self.model.isolated), self.scan), self.workers)

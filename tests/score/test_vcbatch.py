@@ -1,0 +1,144 @@
+"""The batch-last vectorised-contention kernel (``subgpu_jax.score.vcbatch``): the same makespans
+as the vmapped lane kernel (oracle: ``vcontention.vc_makespan`` with its pair masks), in every
+layout option, on structures with several segments per lane and several streams per stage; the
+cell table against the row table; exact start times make the masks redundant; no
+recompilation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from subgpu_jax.model.graph import Deployment, build_graph
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.models import get_model
+from subgpu_jax.score import vcbatch as vb
+from subgpu_jax.score import vcontention as vc
+from subgpu_jax.space.config import Config, chain_cut
+
+H200 = get_hardware("H200")
+DEP = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8, global_batch=256)
+ALLOCS = np.array([[16, 72, 40], [8, 8, 112], [40, 48, 40], [64, 32, 32], [24, 96, 8]])
+
+
+@pytest.fixture(scope="module")
+def g2():
+    return build_graph(get_model("gpt-oss-20b"), DEP, 2)
+
+
+def _cfg(g, starts, w, alloc, k=1):
+    D = len(starts) + 1 - w
+    return Config(D=D, w=w, seg_of=chain_cut(g.n, starts), alloc=tuple(alloc),
+                  microbatch=DEP.requests_per_gpu // g.microbatches, streams_per_stage=k)
+
+
+def _fresh_jits(monkeypatch):
+    """New compiled entry points of both kernels (a ``jax.jit`` of the same function would
+    reuse the executables compiled before a patched constant)."""
+    import jax
+
+    monkeypatch.setattr(vc, "_vcb_batch", jax.jit(lambda *a: vb._vcb_batch_impl(*a),
+                                                  static_argnums=vb.VCB_STATIC_ARGNUMS))
+    monkeypatch.setattr(vc, "_vc_batch", jax.jit(lambda *a: vc._vc_batch_impl(*a),
+                                                 static_argnums=vc.VC_STATIC_ARGNUMS))
+
+
+@pytest.mark.parametrize("starts,w", [([6, 15], 0), ([3, 10, 21], 1)])
+def test_batched_equals_vmapped_kernel(g2, starts, w):
+    """Every layout of the batch-last kernel (packed or separate integrals, blocks of 2 with a
+    padded last block) gives the vmapped kernel's makespans up to float32 summation order (1e-5
+    relative: the fixed point's 4 damped updates of float32 sums)."""
+    cfg = _cfg(g2, starts, w, ALLOCS[0])
+    ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="window")
+    want = ref.makespan(ALLOCS)
+    for opts in ({"packed": True}, {"packed": False}, {"packed": True, "block": 2},
+                 {"packed": False, "block": 2}):
+        got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
+                                                 **opts).makespan(ALLOCS)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(opts))
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_loop_form_of_integrals(g2, monkeypatch, k):
+    """Above ``UNROLL_MAX_TRIPLES`` the integrals of both kernels run as a ``fori_loop`` over
+    the triples (forced here by a limit of 0): with 2 streams per stage (414 triples, irregular)
+    and with 2 segments per lane, the batch-last kernel (both layouts) still gives the vmapped
+    kernel's makespans."""
+    from subgpu_jax.score import lanes
+
+    monkeypatch.setattr(vb, "UNROLL_MAX_TRIPLES", 0)
+    monkeypatch.setattr(lanes, "UNROLL_MAX_TRIPLES", 0)
+    _fresh_jits(monkeypatch)
+    cfg = _cfg(g2, [6, 15] if k == 2 else [3, 10, 21], 0 if k == 2 else 1, ALLOCS[0], k)
+    ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="window")
+    want = ref.makespan(ALLOCS)
+    for packed in (True, False):
+        got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
+                                                 packed=packed).makespan(ALLOCS)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"packed={packed}")
+
+
+def test_exact_starts_make_masks_redundant(g2):
+    """With S the recurrence's own start times, every pair inside a triple that the plan's mask
+    drops (ordered by a DAG path) has overlap exactly 0; so the unmasked integrals equal the
+    masked ones of ``lanes.lane_integrals`` (oracle) computed on the same S and C."""
+    import jax
+    import jax.numpy as jnp
+
+    from subgpu_jax.score.lanes import lane_integrals
+
+    cfg = _cfg(g2, [3, 10, 21], 1, ALLOCS[0])
+    e = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched")
+    plan = e.plan
+    rng = np.random.default_rng(0)
+    H, B = plan.valid.shape[0], 3
+    valid = np.asarray(plan.valid)[:, None]
+    tau = jnp.asarray(np.where(valid, rng.uniform(1, 50, (H, B)), 0.0), jnp.float32)
+    rates = jnp.asarray(np.where(valid[..., None], rng.uniform(0, 1, (H, B, 3)), 0.0),
+                        jnp.float32)
+    S, C = vb.batched_start_completion(plan.levels, tau)
+    got = vb.batched_integrals(plan, S, C, rates, packed=True)
+    want = jax.vmap(lambda s, c, r: lane_integrals(plan, s, c, r), in_axes=(1, 1, 2),
+                    out_axes=2)(S, C, jnp.moveaxis(rates, -1, 0))           # (3, H, B)
+    np.testing.assert_allclose(np.moveaxis(np.asarray(got), -1, 0), np.asarray(want),
+                               rtol=1e-6, atol=1e-4)
+    # the start times are the max-plus recurrence: C = S + tau, S_i = max C of predecessors
+    np.testing.assert_array_equal(np.asarray(C), np.asarray(S + tau))
+
+
+def test_cell_table_holds_the_four_corners(g2):
+    """Cell (k, p, c, q) of ``cell_table`` holds the row table's grid points (c, q), (c+1, q),
+    (c, q+1), (c+1, q+1) (oracle: direct indexing of the row table)."""
+    e = vc.VContentionEvaluator.for_config(g2, _cfg(g2, [6, 15], 0, ALLOCS[0]), H200,
+                                           scan="batched")
+    K, N1, NC, NP = e.tabs.tau.shape
+    rows = np.asarray(e.tabs.rows).reshape(K, N1, NC, NP, 4)
+    cells = np.asarray(e.cells)
+    for (k, p, c, q) in ((0, 8, 0, 0), (1, 40, 5, 3), (2, 128, NC - 2, NP - 2)):
+        x = ((k * N1 + p) * (NC - 1) + c) * (NP - 1) + q
+        for j, (dc, dq) in enumerate(((0, 0), (1, 0), (0, 1), (1, 1))):
+            np.testing.assert_array_equal(cells[4 * j:4 * j + 4, x], rows[k, p, c + dc, q + dq])
+
+
+def test_no_recompilation_same_shape(g2, monkeypatch):
+    """Another allocation batch or another cut of the same padded shapes reuses the compiled
+    batch-last function (``chex.assert_max_traces``)."""
+    import chex
+    import jax
+
+    pads = dict(pad_tasks=256, pad_preds=4, pad_window=16, pad_segments=8, pad_positions=48,
+                pad_levels=64, pad_width=8)
+    monkeypatch.setattr(vc, "_vcb_batch", jax.jit(chex.assert_max_traces(vb._vcb_batch_impl, n=1),
+                                                  static_argnums=vb.VCB_STATIC_ARGNUMS))
+    e1 = vc.VContentionEvaluator.for_config(g2, _cfg(g2, [6, 15], 0, (40, 56, 32)), H200,
+                                            scan="batched", **pads)
+    e1.makespan([[40, 56, 32]])
+    e1.makespan([[8, 8, 112], [64, 32, 32]])
+    e2 = vc.VContentionEvaluator.for_config(g2, _cfg(g2, [3, 12], 0, (48, 48, 32)), H200,
+                                            scan="batched", **pads)
+    e2.makespan(np.array([[48, 48, 32]] * 5))
+
+
+def test_bad_block(g2):
+    with pytest.raises(ValueError, match="block"):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched", block=0)
