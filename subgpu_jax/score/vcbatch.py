@@ -208,9 +208,12 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
         fb = jnp.maximum(f * tsafe, 1e-9)
         ic, fc = _interp_weights(tabs.conc_grid, conc_o / fb)
         ip, fp = _interp_weights(tabs.power_grid, power_o / fb)
-        r = (r0 + ic) * npw + ip
-        w = ((1 - fc) * (1 - fp), fc * (1 - fp), (1 - fc) * fp, fc * fp)
-        v4 = [sum(cells[4 * j + k][r] * w[j] for j in range(4)) for k in range(1 if last else 4)]
+        # the cell number and the corner weights materialised once (XLA would recompute the
+        # index arithmetic inside each of the 16 gathers); indices are in range by construction
+        r, *w = jax.lax.optimization_barrier(
+            ((r0 + ic) * npw + ip, (1 - fc) * (1 - fp), fc * (1 - fp), (1 - fc) * fp, fc * fp))
+        v4 = [sum(cells[4 * j + k].at[r].get(mode="promise_in_bounds") * w[j] for j in range(4))
+              for k in range(1 if last else 4)]
         tb = jnp.maximum(v4[0], 1e-9)
         new = jnp.where(valid, 1.0 / ((1.0 - f) * inv_iso + f / tb), 0.0)
         out = [damping * tau + (1.0 - damping) * new]
