@@ -31,7 +31,7 @@ another order). The JSON records the load average before and after (a shared CPU
 
 Usage: PYTHONPATH=. python experiments/bench_vcontention.py [--device cpu|gpu] [--out FILE.json]
     [--allocs N] [--scans window,levels,straight,batched] [--structures 8x5,4x3].
-    CPU: chunks of 64 and 256, about 4 minutes on 2 cores; GPU: chunks of 131072, about a
+    CPU: chunks of 64 and 256, 1 to 4 minutes on 2 cores (load); GPU: chunks of 131072, about a
     minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
 """
 
