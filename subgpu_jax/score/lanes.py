@@ -170,9 +170,11 @@ class LanePlan:
         Args:
             dag: the augmented task DAG. T_pad: task slots of task-order arrays (default T).
             pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: L_pad, Q_pad, NL_pad,
-                Lw_pad, P_pad (defaults: L itself (the triples are compile-time constants of
-                one lane structure anyway), power-of-two buckets of the level width and the
-                predecessor count, multiples of 8 of Q and NL).
+                Lw_pad, P_pad (defaults: L, NL, the level width and the predecessor count
+                themselves (the triples make the compiled kernel specific to one lane
+                structure anyway, and every level step reads Lw_pad x P_pad rows: padding
+                them to powers of two cost the batch-last kernel about 10% on the CPU), a
+                multiple of 8 of Q).
 
         Raises:
             ValueError: a padding smaller than the DAG needs.
@@ -187,9 +189,9 @@ class LanePlan:
         NL = int(lv.max()) + 1
         width = np.bincount(lv)
         npred = max((len(dag.preds(i)) for i in range(T)), default=1)
-        NLp = pad_levels or -(-NL // 8) * 8
-        Lwp = pad_width or bucket(int(width.max()), 1)
-        Pp = pad_preds or bucket(max(npred, 1), 1)
+        NLp = pad_levels or NL
+        Lwp = pad_width or int(width.max())
+        Pp = pad_preds or max(npred, 1)
         if Tp < T or Lp < L or Qp < Q or NLp < NL or Lwp < width.max() or Pp < npred:
             raise ValueError(f"LanePlan: paddings (tasks {Tp}, lanes {Lp}, positions {Qp}, "
                              f"levels {NLp}, width {Lwp}, preds {Pp}) must be >= the DAG's "

@@ -441,8 +441,9 @@ class VContentionEvaluator:
             ``lanes.LanePlan.from_dag``; pad_tasks, pad_window (and pad_preds): of
             ``DagArrays.from_dag``; pad_segments: K_pad of the tables. Fix them to one value
             across structures of equal lane triples to share one compiled function (default:
-            ``fine_bucket`` of the task count, power-of-two buckets and multiples of 8 of the
-            other sizes).
+            ``fine_bucket`` of the task count, the level program's own sizes
+            (``LanePlan.from_dag``), power-of-two buckets and multiples of 8 of the other
+            sizes).
         scan: the kernel (``SCANS``): the vmapped ``vc_makespan`` with completion times by
             ``"window"`` (dispatch-order scan), ``"levels"`` (one scan step per DAG level;
             accelerator default) or ``"straight"`` (the levels as one straight-line program),
