@@ -20,7 +20,9 @@ Rows:
   axis, exact start times instead of pair masks, the three rate integrals packed on a trailing
   axis on the CPU, the bilinear lookup from the cell table; CPU default). On the GPU also
   ``batched/packed`` (packed integrals there too), ``batched/b32`` (blocks of 32 allocations
-  instead of 128) and ``batched/flat`` (one block: the whole chunk as the trailing axis).
+  instead of 128) and ``batched/flat`` (one block: the whole chunk as the trailing axis);
+  ``batched/inline``: the evaluator's own program with its tables as compile-time constants
+  (``inline_tables=True``: one compilation per cut instead of per lane structure).
 * on the CPU, ``window/1`` and ``batched/1``: one thread (the kernel's own speed-up); the other
   rows use the evaluator's default worker threads (2 on a CPU: chunks run concurrently).
 The kernels take turns every 4 chunks (a shared machine's load hits all alike). Columns:
@@ -233,6 +235,8 @@ def main(argv=None) -> int:
 
     # kernel rows: name -> (scan, extra evaluator options)
     kinds = {s: (s, {}) for s in scans}
+    if "batched" in scans:  # the evaluator's own program, its tables as constants
+        kinds["batched/inline"] = ("batched", {"inline_tables": True})
     if cpu:  # the kernels alone, without the evaluator's second thread
         for s in ("window", "batched"):
             if s in scans:

@@ -54,7 +54,8 @@ from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
-from subgpu_jax.score.vcbatch import _interp_weights, _vcb_batch, cell_table
+from subgpu_jax.score.vcbatch import (_interp_weights, _vcb_batch, _vcb_batch_impl, cell_table,
+    grid_spec)
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
@@ -454,7 +455,11 @@ class VContentionEvaluator:
             trailing rate axis (default on a CPU) or three arrays (default on an accelerator),
             ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
             block of the batch-last layout (``vcbatch._vcb_batch_impl``; default: the whole
-            chunk on a CPU, 128 on an accelerator).
+            chunk on a CPU, 128 on an accelerator). inline_tables: ``scan="batched"`` only:
+            compile this evaluator's own program with its tables as constants (about 25%
+            faster on the CPU, experiments/bench_vcontention.py; one compilation per
+            evaluator, for scoring many allocations of one cut) instead of the shared program
+            that takes the tables as arguments (one compilation per lane structure).
         workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
             uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
@@ -477,7 +482,8 @@ class VContentionEvaluator:
                  pad_segments: int | None = None, pad_tasks: int | None = None,
                  pad_window: int | None = None, streams_per_stage: int = 1,
                  scan: str | None = None, workers: int | None = None,
-                 packed: bool | None = None, block: int | None = None) -> None:
+                 packed: bool | None = None, block: int | None = None,
+                 inline_tables: bool = False) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -530,6 +536,8 @@ class VContentionEvaluator:
         elif isinstance(block, bool) or int(block) != block or block < 1:
             raise ValueError(f"block must be an integer >= 1 allocations, got {block!r}")
         self.block = None if block is None else int(block)
+        self.grids = (grid_spec(self.tabs.conc_grid), grid_spec(self.tabs.power_grid))
+        self.inline_tables, self._inline = bool(inline_tables), None
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
         if chunk is None:
@@ -560,9 +568,17 @@ class VContentionEvaluator:
         """
         a = self._check_allocs(allocs).astype(np.int32)
         if self.scan == "batched":
+            static = (self.iters, self.damping, bool(self.model.isolated), self.packed,
+                      self.block, self.grids)
+            if self.inline_tables:
+                if self._inline is None:  # this evaluator's own program, tables as constants
+                    tabs, cells, plan = self.tabs, self.cells, self.plan
+                    self._inline = jax.jit(lambda c: _vcb_batch_impl(tabs, cells, plan, c,
+                                                                     *static))
+                return run_in_chunks(a, self.chunk, lambda c: self._inline(jnp.asarray(c)),
+                                     self.workers)
             return run_in_chunks(a, self.chunk, lambda c: _vcb_batch(
-                self.tabs, self.cells, self.plan, jnp.asarray(c), self.iters, self.damping,
-                bool(self.model.isolated), self.packed, self.block), self.workers)
+                self.tabs, self.cells, self.plan, jnp.asarray(c), *static), self.workers)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
             bool(self.model.isolated), self.scan), self.workers)

@@ -139,6 +139,16 @@ def test_no_recompilation_same_shape(g2, monkeypatch):
     e2.makespan(np.array([[48, 48, 32]] * 5))
 
 
+def test_inline_tables_same_numbers(g2):
+    """The evaluator's own program with the tables as constants gives the shared program's
+    makespans (constant folding may reorder float32 operations: 1e-6 relative)."""
+    cfg = _cfg(g2, [3, 10, 21], 1, ALLOCS[0])
+    a = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched")
+    b = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=a.hits,
+                                           inline_tables=True)
+    np.testing.assert_allclose(b.makespan(ALLOCS), a.makespan(ALLOCS), rtol=1e-6)
+
+
 def test_bad_block(g2):
     with pytest.raises(ValueError, match="block"):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched", block=0)
