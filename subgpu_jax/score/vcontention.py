@@ -506,6 +506,9 @@ class VContentionEvaluator:
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
+        if scan != "batched" and (packed is not None or block is not None or inline_tables):
+            raise ValueError("packed, block and inline_tables apply to scan='batched' only, "
+                             f"got scan={scan!r}")
         if workers is None:
             workers = min(2, os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
         if isinstance(workers, bool) or int(workers) != workers or workers < 1:

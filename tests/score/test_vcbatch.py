@@ -152,3 +152,5 @@ def test_inline_tables_same_numbers(g2):
 def test_bad_block(g2):
     with pytest.raises(ValueError, match="block"):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched", block=0)
+    with pytest.raises(ValueError, match="batched"):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="window", packed=True)
