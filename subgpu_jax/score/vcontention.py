@@ -446,13 +446,14 @@ class VContentionEvaluator:
             (``LanePlan.from_dag``), power-of-two buckets and multiples of 8 of the other
             sizes).
         scan: the kernel (``SCANS``): the vmapped ``vc_makespan`` with completion times by
-            ``"window"`` (dispatch-order scan), ``"levels"`` (one scan step per DAG level;
-            accelerator default) or ``"straight"`` (the levels as one straight-line program),
-            or ``"batched"``: ``score.vcbatch``, the allocations as the trailing contiguous
-            axis (CPU default). Same numbers up to float32 summation order
-            (experiments/bench_vcontention.py measures all four).
+            ``"window"`` (dispatch-order scan), ``"levels"`` (one scan step per DAG level) or
+            ``"straight"`` (the levels as one straight-line program), or ``"batched"``
+            (default): ``score.vcbatch``, the allocations as the trailing contiguous axis. Same
+            numbers up to float32 summation order (experiments/bench_vcontention.py measures
+            all four; at m = 8, D = 5 batched is the fastest on the 2-core CPU and, packed, on
+            the H200: 8.9e5/s against 6.4e5/s for levels, bench_vcontention_h200.json).
         packed: ``scan="batched"`` only: the three rate integrals as one array with a
-            trailing rate axis (default on a CPU) or three arrays (default on an accelerator),
+            trailing rate axis (default; on the H200 1.6x the three-array form) or three arrays,
             ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
             block of the batch-last layout (``vcbatch._vcb_batch_impl``; default: the whole
             chunk on a CPU, 128 on an accelerator). inline_tables: ``scan="batched"`` only:
@@ -502,7 +503,7 @@ class VContentionEvaluator:
         self.plan = LanePlan.from_dag(self.dag, self.arrs.T_pad, pad_lanes, pad_positions,
                                       pad_levels, pad_width, pad_preds, dtype=dtype)
         if scan is None:
-            scan = "batched" if jax.default_backend() == "cpu" else "levels"
+            scan = "batched"
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
@@ -533,7 +534,7 @@ class VContentionEvaluator:
         self.cells = (cell_table(np.asarray(self.tabs.rows), self.tabs.tau.shape, dtype)
                       if scan == "batched" else None)
         cpu = jax.default_backend() == "cpu"
-        self.packed = cpu if packed is None else bool(packed)
+        self.packed = True if packed is None else bool(packed)
         if block is None:
             block = None if cpu else 128
         elif isinstance(block, bool) or int(block) != block or block < 1:
