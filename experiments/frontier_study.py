@@ -245,12 +245,25 @@ def main(argv=None) -> int:
                     help="delete the study's records (of any grid) and start afresh")
     ap.add_argument("--allow-model-change", action="store_true",
                     help="resume even when the duration model changed since the finished points")
+    ap.add_argument("--overwrite-stale", action="store_true",
+                    help="start the study afresh when its finished points were made with another "
+                         "duration model or grid; resume it otherwise (the device script's mode)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="CPU worker processes scoring grid points in parallel (>= 1; 1: this "
+                         "process; N > 1: subgpu_jax.app.pool, JAX on the CPU, 1 thread each)")
+    ap.add_argument("--wall-budget", type=float, default=None,
+                    help="wall seconds of this call's grid points: with --workers > 1 no point "
+                         "runs past it (those in flight are dropped), with 1 worker it is "
+                         "checked between chunks; the final write of the outputs follows")
     a = ap.parse_args(argv)
-    for name, v, lo in (("--budget", a.budget, 1), ("--chunk", a.chunk, 1)):
+    for name, v, lo in (("--budget", a.budget, 1), ("--chunk", a.chunk, 1),
+                        ("--workers", a.workers, 1)):
         if v is not None and v < lo:
             ap.error(f"{name} must be >= {lo}, got {v}")
     if a.cpu_budget is not None and not a.cpu_budget > 0:
         ap.error(f"--cpu-budget must be > 0 CPU-seconds, got {a.cpu_budget}")
+    if a.wall_budget is not None and not a.wall_budget > 0:
+        ap.error(f"--wall-budget must be > 0 seconds, got {a.wall_budget}")
     st = {**STUDIES[a.study], **(NARROW if a.narrow else WIDE)}
     arch, hw = get_model(st["model"]), get_hardware(st["hw"])
     pars = parallelisms(arch, st["gpus"], st["all_ep"])
@@ -272,8 +285,13 @@ def main(argv=None) -> int:
             allr = json.load(fh)
     fp = grid_fingerprint(json.loads(json.dumps(meta, sort_keys=True)))
     old = allr.get(a.study, {})
-    runs = list(old.get("runs", [])) if old.get("fingerprint") == fp and not a.overwrite else []
     dm = duration_settings(arch, hw, pts[0].deploy)
+    if a.overwrite_stale and (old.get("fingerprint") != fp or old.get(
+            "duration_model", {}).get("duration_fingerprint") != dm["duration_fingerprint"]):
+        a.overwrite = True
+        print(f"{a.study}: finished points (if any) were made with another grid or duration "
+              "model: starting afresh (--overwrite-stale)")
+    runs = list(old.get("runs", [])) if old.get("fingerprint") == fp and not a.overwrite else []
     was = old.get("duration_model", {}).get("duration_fingerprint") if runs else None
     if was and was != dm["duration_fingerprint"] and not a.allow_model_change:
         print(f"error: the study's {old.get('finished')} finished points were made with another "
@@ -282,27 +300,78 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     run = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **git_state(),
-           "duration_fingerprint": dm["duration_fingerprint"],
+           "duration_fingerprint": dm["duration_fingerprint"], "workers": a.workers,
            "evaluated": 0, "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_per_point": {}}
     runs.append(run)
+    deadline = None if a.wall_budget is None else time.monotonic() + a.wall_budget
+    ctx = dict(a=a, st=st, pts=pts, out=out, meta=meta, fp=fp, runs=runs, run=run, arch=arch,
+               hw=hw, allr=allr, path=path)
+    try:
+        rc = (_run_pool if a.workers > 1 else _run_single)(ctx, deadline)
+    except ValueError as e:  # another grid in the folder, or the folder in use
+        print(f"error: {e} (--overwrite starts the study afresh)", file=sys.stderr)
+        return 2
+    if rc:
+        return rc
+    d = allr[a.study]
+    print(json.dumps({k: v for k, v in d.items() if k not in ("best", "runs",
+                      "per_user_gain_at_matched_per_gpu", "per_gpu_gain_at_matched_per_user")},
+                     indent=1)[:4000])
+    b = d["best"]
+    if b:
+        print(f"best: G={b['global_batch']} TP{b['attn_tp']}xDP{b['attn_dp']} D={b['D']} "
+              f"w={b['w']} m={b['microbatches']} SMs={b['sms']} -> "
+              f"{b['speedup_vs_temporal']:.3f}x temporal")
+    return 0
+
+
+def _kind(p) -> str:
+    """The ``cpu_per_point`` key of a grid point: "temporal" or its microbatch count."""
+    return "temporal" if p.D == 1 else str(p.microbatches)
+
+
+def _write_digest(ctx: dict, recs: list, done: set, summ: dict) -> None:
+    """Put the study's ``digest`` (records sorted in grid order, so that it does not depend on
+    the order in which workers finished) into ``frontier_studies.json`` (atomic replace)."""
+    order = {p.key: i for i, p in enumerate(ctx["pts"])}
+    recs = sorted(recs, key=lambda r: order.get(r.get("grid_key"), len(order)))
+    a = ctx["a"]
+    ctx["allr"][a.study] = entry = digest(a, ctx["st"], ctx["pts"], ctx["meta"], ctx["fp"], summ,
+                                          ctx["runs"], ctx["arch"], ctx["hw"], recs, done)
+    import fcntl
+
+    # the other studies' entries as they are now (another study may run in another process)
+    with open(ctx["path"] + ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        allr = {}
+        if os.path.exists(ctx["path"]):
+            with open(ctx["path"]) as fh:
+                allr = json.load(fh)
+        allr[a.study] = entry
+        with open(ctx["path"] + ".tmp", "w") as fh:
+            json.dump(allr, fh, indent=2)
+        os.replace(ctx["path"] + ".tmp", ctx["path"])
+
+
+def _run_single(ctx: dict, deadline: float | None) -> int:
+    """One process: ``run_search`` in chunks of ``--chunk`` points, the digest after each;
+    the CPU and wall budgets are checked between chunks. Returns the exit code."""
+    a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
     t_wall, t_cpu = time.time(), time.process_time()
     per_kind: dict = {}  # m or "temporal" -> [cpu seconds, points]
-    overwrite, left, summ = a.overwrite, a.budget, None
+    overwrite, left = a.overwrite, a.budget
     while True:
         resume = not overwrite and os.path.exists(os.path.join(out, "manifest.json"))
-        try:
-            with SweepStore(out, meta, resume=resume, overwrite=overwrite) as store:
-                todo = [p for p in pts if p.key not in store.done]
-        except ValueError as e:  # another grid in the folder, or the folder in use
-            print(f"error: {e} (--overwrite starts the study afresh)", file=sys.stderr)
-            return 2
+        with SweepStore(out, meta, resume=resume, overwrite=overwrite) as store:
+            todo = [p for p in pts if p.key not in store.done]
         n = min(a.chunk, len(todo)) if left is None else min(a.chunk, left, len(todo))
         c0 = time.process_time()
-        stats, summ = run_search(arch, hw, pts, out, meta, resume=True, budget=max(n, 1),
-                                 exact=a.exact, progress=sys.stderr.isatty())
+        stats, summ = run_search(ctx["arch"], ctx["hw"], pts, out, meta, resume=True,
+                                 budget=max(n, 1), exact=a.exact,
+                                 progress=sys.stderr.isatty())
         overwrite = False
         if stats["evaluated"]:
-            kinds = {"temporal" if p.D == 1 else str(p.microbatches) for p in todo[:n]}
+            kinds = {_kind(p) for p in todo[:n]}
             k = kinds.pop() if len(kinds) == 1 else None  # a chunk of one kind times that kind
             if k is not None:
                 acc = per_kind.setdefault(k, [0.0, 0])
@@ -315,24 +384,64 @@ def main(argv=None) -> int:
         run["cpu_seconds"] = round(time.process_time() - t_cpu, 1)
         run["cpu_per_point"] = {k: round(s / max(c, 1), 2) for k, (s, c) in per_kind.items()}
         done = stats["remaining"] == 0 or (left is not None and left <= 0) or (
-            a.cpu_budget is not None and run["cpu_seconds"] >= a.cpu_budget)
-        allr[a.study] = digest(a, st, pts, out, meta, fp, summ, runs, arch, hw)
-        with open(path + ".tmp", "w") as fh:
-            json.dump(allr, fh, indent=2)
-        os.replace(path + ".tmp", path)
+            a.cpu_budget is not None and run["cpu_seconds"] >= a.cpu_budget) or (
+            deadline is not None and time.monotonic() >= deadline)
+        with SweepStore(out, meta, resume=True) as store:
+            recs, finished = list(store.records), set(store.done)
+        _write_digest(ctx, recs, finished, summ)
         print(f"{a.study}: {run['evaluated']} points this call, {stats['remaining']} left, "
               f"{run['cpu_seconds']:.0f} CPU-s", flush=True)
         if done:
-            break
-    d = allr[a.study]
-    print(json.dumps({k: v for k, v in d.items() if k not in ("best", "runs",
-                      "per_user_gain_at_matched_per_gpu", "per_gpu_gain_at_matched_per_user")},
-                     indent=1)[:4000])
-    b = d["best"]
-    if b:
-        print(f"best: G={b['global_batch']} TP{b['attn_tp']}xDP{b['attn_dp']} D={b['D']} "
-              f"w={b['w']} m={b['microbatches']} SMs={b['sms']} -> "
-              f"{b['speedup_vs_temporal']:.3f}x temporal")
+            return 0
+
+
+def _run_pool(ctx: dict, deadline: float | None) -> int:
+    """``--workers N`` processes (``subgpu_jax.app.pool.run_sweep_pool``): every finished point
+    is stored at once; the outputs (``write_outputs``) and the digest are rewritten every
+    ``--chunk`` points and at the end; ``cpu_per_point`` is the workers' mean CPU time per
+    point of each kind. Returns the exit code."""
+    from subgpu_jax.app.pool import run_sweep_pool
+    from subgpu_jax.app.searchjob import PointScorer, write_outputs
+    from subgpu_jax.app.sweep import record_matches_key
+
+    a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
+    arch, hw = ctx["arch"], ctx["hw"]
+    order = {p.key: i for i, p in enumerate(pts)}
+    scorer = PointScorer(arch, hw, a.exact)  # this process: the best record's Gantt chart
+    title = f"{arch.name} on {pts[0].deploy.num_gpus}x {hw.name} ({a.exact} scorer)"
+    t_wall, t_cpu = time.time(), time.process_time()
+    per_kind: dict = {}  # m or "temporal" -> [worker CPU seconds, points]
+    worker_cpu = [0.0]
+    with SweepStore(out, meta, overwrite=a.overwrite, keys=[p.key for p in pts],
+                    check_record=record_matches_key) as store:
+        def flush() -> None:
+            recs = sorted(store.records, key=lambda r: order.get(r["grid_key"], len(order)))
+            summ = write_outputs(recs, out, title, scorer)
+            run["wall_seconds"] = round(time.time() - t_wall, 1)
+            run["cpu_seconds"] = round(time.process_time() - t_cpu + worker_cpu[0], 1)
+            run["cpu_per_point"] = {k: round(s / c, 2) for k, (s, c) in per_kind.items()}
+            _write_digest(ctx, recs, set(store.done), summ)
+
+        def on_point(p, recs, cpu) -> None:
+            acc = per_kind.setdefault(_kind(p), [0.0, 0])
+            acc[0] += cpu
+            acc[1] += 1
+            worker_cpu[0] += cpu
+            run["evaluated"] += 1
+            if run["evaluated"] % a.chunk == 0:
+                flush()
+                print(f"{a.study}: {run['evaluated']} points this call, "
+                      f"{len(pts) - len(store.done)} left, {run['cpu_seconds']:.0f} CPU-s, "
+                      f"{run['wall_seconds']:.0f} s", flush=True)
+
+        stats = run_sweep_pool(pts, ctx["st"]["model"], ctx["st"]["hw"], {"exact": a.exact}, store, a.workers,
+                               budget=a.budget, deadline=deadline, on_point=on_point)
+        flush()
+    why = " (wall budget reached: " + str(stats["lost_in_flight"]) + " point(s) in flight " \
+        "dropped)" if stats["stopped"] else ""
+    print(f"{a.study}: {run['evaluated']} points this call with {a.workers} workers, "
+          f"{stats['remaining']} left, {run['cpu_seconds']:.0f} CPU-s, "
+          f"{run['wall_seconds']:.0f} s{why}", flush=True)
     return 0
 
 
@@ -378,13 +487,11 @@ def search_settings(exact: str, kv_history: int) -> dict:
             "kv_history": kv_history}
 
 
-def digest(a, st: dict, pts, out: str, meta: dict, fp: str, summ: dict, runs: list, arch, hw
-           ) -> dict:
+def digest(a, st: dict, pts, meta: dict, fp: str, summ: dict, runs: list, arch, hw,
+           recs: list, done: set) -> dict:
     """The study's entry of ``frontier_studies.json``: grid, coverage, time, settings, matched
     gains, candidate kinds, frontier distribution, best record, and the command that resumes
     it (the keys are described in the README's frontier-study section)."""
-    with SweepStore(out, meta, resume=True) as store:
-        recs, done = list(store.records), set(store.done)
     m = summ["matched"]
     per_point: dict = {}
     for r in runs:  # the latest measurement of each kind
@@ -392,7 +499,7 @@ def digest(a, st: dict, pts, out: str, meta: dict, fp: str, summ: dict, runs: li
     finished = sum(p.key in done for p in pts)
     cmd = (f"nice -n 10 python experiments/frontier_study.py --study {a.study}"
            + (" --narrow" if a.narrow else "") + (f" --tp {a.tp}" if a.tp else "")
-           + " [--cpu-budget SECONDS]")
+           + " [--workers N] [--wall-budget SECONDS | --cpu-budget SECONDS]")
     return {"study": a.study, "fingerprint": fp, "grid_points": len(pts),
             "finished": finished, "remaining": len(pts) - finished,
             "complete": finished == len(pts),

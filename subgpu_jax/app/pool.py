@@ -1,0 +1,204 @@
+"""Grid points of one sweep scored by N local CPU worker processes, stored as they finish.
+
+``run_sweep_pool`` is the multi-process counterpart of ``sweep.run_sweep`` for one machine with
+many CPU cores (the frontier studies, ``experiments/frontier_study.py --workers N``): the parent
+holds the results folder's ``SweepStore`` and appends every grid point the moment a worker
+returns it (the store's write is fsync-ed), so a kill of the whole process group at any moment
+loses at most the points in flight. Workers are ``spawn``-ed processes (a fresh interpreter:
+no JAX state is forked) that each build one ``searchjob.PointScorer`` and take grid points from
+one shared queue in grid order; JAX is forced onto the CPU with one thread per process
+(``WORKER_ENV``), so N workers use N cores. A point's records do not depend on which worker
+scored it or on what that worker scored before (the scorer's caches are keyed by deployment and
+configuration; tested against the single-process sweep in tests/search/test_frontier_pool.py).
+
+A ``deadline`` (``time.monotonic()`` seconds) stops the sweep cleanly: no point starts after
+it, the workers still running are terminated (their points are lost, not half-written) and
+the call returns with ``stopped`` set; the caller then writes its outputs.
+
+Engine choice: ``multiprocessing`` with two queues rather than ``concurrent.futures`` because
+terminating running workers at the deadline (``Process.terminate``) is public API there.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import time
+import traceback
+from typing import Callable, Sequence
+
+__all__ = ["WORKER_ENV", "run_sweep_pool"]
+
+#: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
+#: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names
+#: from XLA's ``xla/debug_options_flags.cc``.
+WORKER_ENV = {"JAX_PLATFORMS": "cpu",
+              "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+              "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``,
+    PR_SET_PDEATHSIG = 1 in <linux/prctl.h>), so that killing the sweep's process (``timeout``,
+    ``kill -9``) leaves no worker running; a no-op where prctl is absent."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    try:
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl(
+            1, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, results) -> None:
+    """Worker loop: build a ``PointScorer`` of the presets ``model`` and ``hardware``, then score ``(index, GridPoint)`` items of
+    ``tasks`` until a None; report ``("start", wid, i)``, then ``("done", wid, i, records,
+    cpu_s, wall_s)`` or ``("error", wid, i, traceback text)`` on ``results``."""
+    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax.app.searchjob import PointScorer
+
+    _die_with_parent()
+    scorer = PointScorer(get_model(model), get_hardware(hardware), **scorer_kwargs)
+    prev = None
+    while True:
+        item = tasks.get()
+        if item is None:
+            return
+        i, p = item
+        results.put(("start", wid, i))
+        try:
+            if prev is not None and p.deploy != prev:
+                scorer.release(prev)
+            prev = p.deploy
+            c0, t0 = time.process_time(), time.monotonic()
+            recs = scorer(p)
+            results.put(("done", wid, i, recs, time.process_time() - c0, time.monotonic() - t0))
+        except BaseException:  # reported to the parent, which stops the sweep
+            results.put(("error", wid, i, traceback.format_exc()))
+            return
+
+
+def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: dict, store,
+                   workers: int,
+                   budget: int | None = None, deadline: float | None = None,
+                   on_point: Callable[[object, list, float], None] | None = None,
+                   poll_s: float = 0.5) -> dict:
+    """Score the grid points not yet in ``store`` with ``workers`` processes.
+
+    Args:
+        points: ``sweep.GridPoint`` list, in the order the points should start.
+        model, hardware: preset names (``get_model``, ``get_hardware``; each worker builds
+            them: a ``Hardware`` holds read-only mappings, which do not pickle).
+        scorer_kwargs: further ``PointScorer`` arguments (exact, cache, L_sim, ...).
+        store: the open ``SweepStore`` (this process appends to it).
+        workers: processes (>= 1; more than the points to score are not started).
+        budget: at most this many grid points in this call (>= 1) or None.
+        deadline: ``time.monotonic()`` value after which no point starts and running ones are
+            terminated; None for no limit.
+        on_point: ``on_point(point, records, cpu_seconds)`` after each stored point (the
+            caller's digest; the store is already written).
+        poll_s: seconds between checks of the deadline and of the workers' health.
+
+    Returns:
+        ``{"evaluated": n, "again": n, "skipped": n, "remaining": n, "seconds": wall s,
+        "cpu_seconds": CPU-s of the workers' points, "stopped": None or "deadline",
+        "lost_in_flight": points terminated at the deadline}``.
+
+    Raises:
+        ValueError: ``workers`` or ``budget`` < 1; an unknown preset name.
+        RuntimeError: a worker raised (names the grid point, carries its traceback) or died
+            (names the point and the exit code); the points stored before are kept.
+    """
+    from subgpu_jax import get_hardware, get_model
+
+    get_model(model), get_hardware(hardware)  # unknown names fail here, not in every worker
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1 processes, got {workers}")
+    if budget is not None and budget < 1:
+        raise ValueError(f"budget must be >= 1 grid points, got {budget}")
+    todo = [p for p in points if p.key not in store.done]
+    skipped = len(points) - len(todo)
+    if budget is not None:
+        todo = todo[:budget]
+    again = set(store.report.again)
+    t0 = time.monotonic()
+    out = {"evaluated": 0, "again": 0, "skipped": skipped, "cpu_seconds": 0.0,
+           "stopped": None, "lost_in_flight": 0}
+    if not todo or (deadline is not None and time.monotonic() >= deadline):
+        out["stopped"] = "deadline" if todo else None
+        out["remaining"] = sum(p.key not in store.done for p in points)
+        out["seconds"] = time.monotonic() - t0
+        return out
+    ctx = mp.get_context("spawn")
+    tasks, results = ctx.Queue(), ctx.Queue()
+    for i, p in enumerate(todo):
+        tasks.put((i, p))
+    n = min(workers, len(todo))
+    for _ in range(n):
+        tasks.put(None)
+    saved = {k: os.environ.get(k) for k in WORKER_ENV}
+    os.environ.update(WORKER_ENV)  # spawn-ed children copy the parent's environment at start
+    procs = []
+    try:
+        for w in range(n):
+            pr = ctx.Process(target=_worker, args=(w, model, hardware, scorer_kwargs, tasks,
+                                                         results),
+                             daemon=True, name=f"sweep-worker-{w}")
+            pr.start()
+            procs.append(pr)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    running: dict[int, int] = {}  # worker -> index of its point
+    finished = 0
+    try:
+        while finished < len(todo):
+            if deadline is not None and time.monotonic() >= deadline:
+                out["stopped"] = "deadline"
+                out["lost_in_flight"] = len(running)
+                break
+            try:
+                msg = results.get(timeout=poll_s)
+            except queue.Empty:
+                for w, pr in enumerate(procs):
+                    if not pr.is_alive() and w in running:
+                        raise RuntimeError(f"sweep worker {w} died (exit code {pr.exitcode}) "
+                                           f"while scoring grid point {todo[running[w]].key}")
+                if not any(pr.is_alive() for pr in procs):
+                    raise RuntimeError("every sweep worker ended with grid points left "
+                                       f"({len(todo) - finished} of {len(todo)})")
+                continue
+            kind, w, i = msg[0], msg[1], msg[2]
+            if kind == "start":
+                running[w] = i
+            elif kind == "error":
+                raise RuntimeError(f"grid point {todo[i].key} failed in sweep worker {w}:\n"
+                                   f"{msg[3]}")
+            else:
+                running.pop(w, None)
+                p, recs, cpu = todo[i], msg[3], msg[4]
+                store.add(p.key, recs)
+                finished += 1
+                out["evaluated"] += 1
+                out["again"] += p.key in again
+                out["cpu_seconds"] += cpu
+                if on_point is not None:
+                    on_point(p, recs, cpu)
+    finally:
+        for pr in procs:
+            if pr.is_alive():
+                pr.terminate()
+        for pr in procs:
+            pr.join(timeout=10)
+        for q in (tasks, results):
+            q.cancel_join_thread()
+            q.close()
+    out["remaining"] = sum(p.key not in store.done for p in points)
+    out["seconds"] = time.monotonic() - t0
+    return out
