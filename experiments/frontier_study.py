@@ -47,6 +47,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 from subgpu_jax import get_hardware, get_model
@@ -54,6 +55,8 @@ from subgpu_jax.app.searchjob import run_search
 from subgpu_jax.app.sweep import build_grid, grid_fingerprint, outer_parallelisms, SweepStore
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: When this call started (``time.monotonic()``): ``--wall-budget`` counts from here.
+T_START = time.monotonic()
 
 #: The method's grid of stage and microbatch counts; ``--narrow`` uses the first published one.
 WIDE = dict(stages=[2, 3, 4, 5, 6], microbatches=[1, 2, 4, 8, 16], all_ep=True)
@@ -251,10 +254,15 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1,
                     help="CPU worker processes scoring grid points in parallel (>= 1; 1: this "
                          "process; N > 1: subgpu_jax.app.pool, JAX on the CPU, 1 thread each)")
+    ap.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
+                                                            "subgpu_jax_compile_cache"),
+                    help="with --workers > 1: folder of JAX's persistent compilation cache, "
+                         "shared by the workers and later calls ('none': off); the records do "
+                         "not depend on it")
     ap.add_argument("--wall-budget", type=float, default=None,
-                    help="wall seconds of this call's grid points: with --workers > 1 no point "
-                         "runs past it (those in flight are dropped), with 1 worker it is "
-                         "checked between chunks; the final write of the outputs follows")
+                    help="wall seconds from the start of this command: with --workers > 1 no "
+                         "grid point runs past it (those in flight are dropped), with 1 worker "
+                         "it is checked between chunks; the final write of the outputs follows")
     a = ap.parse_args(argv)
     for name, v, lo in (("--budget", a.budget, 1), ("--chunk", a.chunk, 1),
                         ("--workers", a.workers, 1)):
@@ -264,6 +272,7 @@ def main(argv=None) -> int:
         ap.error(f"--cpu-budget must be > 0 CPU-seconds, got {a.cpu_budget}")
     if a.wall_budget is not None and not a.wall_budget > 0:
         ap.error(f"--wall-budget must be > 0 seconds, got {a.wall_budget}")
+    a.compile_cache = None if a.compile_cache.lower() == "none" else a.compile_cache
     st = {**STUDIES[a.study], **(NARROW if a.narrow else WIDE)}
     arch, hw = get_model(st["model"]), get_hardware(st["hw"])
     pars = parallelisms(arch, st["gpus"], st["all_ep"])
@@ -303,7 +312,8 @@ def main(argv=None) -> int:
            "duration_fingerprint": dm["duration_fingerprint"], "workers": a.workers,
            "evaluated": 0, "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_per_point": {}}
     runs.append(run)
-    deadline = None if a.wall_budget is None else time.monotonic() + a.wall_budget
+    t_start = T_START if argv is None else time.monotonic()  # the command, or this main() call
+    deadline = None if a.wall_budget is None else t_start + a.wall_budget
     ctx = dict(a=a, st=st, pts=pts, out=out, meta=meta, fp=fp, runs=runs, run=run, arch=arch,
                hw=hw, allr=allr, path=path)
     try:
@@ -434,8 +444,10 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
                       f"{len(pts) - len(store.done)} left, {run['cpu_seconds']:.0f} CPU-s, "
                       f"{run['wall_seconds']:.0f} s", flush=True)
 
-        stats = run_sweep_pool(pts, ctx["st"]["model"], ctx["st"]["hw"], {"exact": a.exact}, store, a.workers,
-                               budget=a.budget, deadline=deadline, on_point=on_point)
+        stats = run_sweep_pool(pts, ctx["st"]["model"], ctx["st"]["hw"], {"exact": a.exact},
+                               store, a.workers,
+                               budget=a.budget, deadline=deadline, on_point=on_point,
+                               compile_cache=a.compile_cache)
         flush()
     why = " (wall budget reached: " + str(stats["lost_in_flight"]) + " point(s) in flight " \
         "dropped)" if stats["stopped"] else ""

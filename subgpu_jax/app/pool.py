@@ -28,7 +28,7 @@ import time
 import traceback
 from typing import Callable, Sequence
 
-__all__ = ["WORKER_ENV", "run_sweep_pool"]
+__all__ = ["WORKER_ENV", "compile_cache_env", "run_sweep_pool"]
 
 #: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
 #: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names
@@ -54,8 +54,8 @@ def _die_with_parent() -> None:
 
 
 def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, results) -> None:
-    """Worker loop: build a ``PointScorer`` of the presets ``model`` and ``hardware``, then score ``(index, GridPoint)`` items of
-    ``tasks`` until a None; report ``("start", wid, i)``, then ``("done", wid, i, records,
+    """Worker loop: build a ``PointScorer`` of the presets ``model`` and ``hardware``, then
+    score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid, i)``, then ``("done", wid, i, records,
     cpu_s, wall_s)`` or ``("error", wid, i, traceback text)`` on ``results``."""
     from subgpu_jax import get_hardware, get_model
     from subgpu_jax.app.searchjob import PointScorer
@@ -81,11 +81,24 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
             return
 
 
+def compile_cache_env(folder: str) -> dict:
+    """Environment variables that make JAX keep every compiled function in ``folder`` (JAX's
+    persistent compilation cache, CPU included; no minimum compile time or size), so that
+    processes sharing ``folder`` compile each shape once. Measured on two GPT-OSS 20B grid
+    points (event simulator; docs/method.md "Frontier studies"): 6.6 and 8.0 CPU-s in a fresh
+    process, 2.6 and 2.5 CPU-s in a second process reading the first one's cache, the same
+    makespans. JAX writes an entry without a rename: a worker terminated mid-write leaves a
+    truncated entry, which JAX reports as a warning and recompiles."""
+    return {"JAX_COMPILATION_CACHE_DIR": folder,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
 def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: dict, store,
                    workers: int,
                    budget: int | None = None, deadline: float | None = None,
                    on_point: Callable[[object, list, float], None] | None = None,
-                   poll_s: float = 0.5) -> dict:
+                   poll_s: float = 0.5, compile_cache: str | None = None) -> dict:
     """Score the grid points not yet in ``store`` with ``workers`` processes.
 
     Args:
@@ -101,6 +114,8 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
         on_point: ``on_point(point, records, cpu_seconds)`` after each stored point (the
             caller's digest; the store is already written).
         poll_s: seconds between checks of the deadline and of the workers' health.
+        compile_cache: a folder the workers share as JAX's persistent compilation cache
+            (``compile_cache_env``), or None (each worker compiles every shape itself).
 
     Returns:
         ``{"evaluated": n, "again": n, "skipped": n, "remaining": n, "seconds": wall s,
@@ -139,8 +154,9 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
     n = min(workers, len(todo))
     for _ in range(n):
         tasks.put(None)
-    saved = {k: os.environ.get(k) for k in WORKER_ENV}
-    os.environ.update(WORKER_ENV)  # spawn-ed children copy the parent's environment at start
+    env = {**WORKER_ENV, **(compile_cache_env(compile_cache) if compile_cache else {})}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # spawn-ed children copy the parent's environment at start
     procs = []
     try:
         for w in range(n):

@@ -1,0 +1,155 @@
+"""The frontier study's parallel path (experiments/frontier_study.py --workers N, which runs
+subgpu_jax.app.pool.run_sweep_pool): the same records as the single-process sweep for the same
+grid points (with the workers sharing JAX's persistent compilation cache), a wall-clock deadline
+that stops cleanly, and a kill -9 of the study at any moment that loses no stored point and
+leaves no worker running.
+
+Grid: GPT-OSS 20B on 8 H200, the first published grid restricted to TP8 (50 points), event
+simulator as the exact scorer; its first 12 points in the study's order are the 5 temporal
+baselines (one per global batch), then D = 2 at m = 1 for the 5 batches and D = 3 at m = 1 for
+the first 2, so the two workers score points of several deployments and stage counts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = "gptoss20b_h200"
+ARGS = ["--study", STUDY, "--narrow", "--tp", "8", "--exact", "event", "--chunk", "4"]
+N = 12  # grid points compared
+
+
+@pytest.fixture(scope="module")
+def fs():
+    spec = importlib.util.spec_from_file_location("frontier_study",
+                                                  ROOT / "experiments" / "frontier_study.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _run(fs, monkeypatch, here: Path, *extra: str) -> int:
+    monkeypatch.setattr(fs, "HERE", str(here))
+    return fs.main(ARGS + list(extra))
+
+
+def _records(here: Path) -> dict:
+    """grid key -> its records (without the store's checksums), from the store itself."""
+    out: dict = {}
+    for line in (here / "results" / f"frontier_{STUDY}" / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "grid_key" in r and "_done" not in r:
+            out.setdefault(r["grid_key"], []).append({k: v for k, v in r.items() if k != "_sum"})
+    return out
+
+
+def _digest(here: Path) -> dict:
+    return json.loads((here / "results" / "frontier_studies.json").read_text())[STUDY]
+
+
+#: Digest keys that describe the runs (times, worker counts), not the results.
+RUN_KEYS = {"runs", "wall_seconds", "cpu_seconds", "cpu_per_point",
+            "estimated_cpu_seconds_to_finish"}
+
+
+@pytest.fixture(scope="module")
+def single(fs, tmp_path_factory):
+    """The first N points scored by one process (the reference)."""
+    here = tmp_path_factory.mktemp("single")
+    mp = pytest.MonkeyPatch()
+    try:
+        assert _run(fs, mp, here, "--budget", str(N)) == 0
+    finally:
+        mp.undo()
+    return here
+
+
+def test_two_workers_equal_one(fs, single, tmp_path, monkeypatch):
+    """2 workers produce the same records, point by point, as 1 process, and the same digest
+    apart from the run times; the run log says 2 workers scored N points."""
+    assert _run(fs, monkeypatch, tmp_path, "--budget", str(N), "--workers", "2",
+                "--compile-cache", str(tmp_path / "jax_cache")) == 0
+    assert any((tmp_path / "jax_cache").iterdir())  # the workers shared compiled functions
+    ref, got = _records(single), _records(tmp_path)
+    assert len(ref) == N and got == ref
+    d1, d2 = _digest(single), _digest(tmp_path)
+    assert {k: v for k, v in d1.items() if k not in RUN_KEYS} == \
+        {k: v for k, v in d2.items() if k not in RUN_KEYS}
+    assert d2["runs"][-1]["workers"] == 2 and d2["runs"][-1]["evaluated"] == N
+    assert set(d2["runs"][-1]["cpu_per_point"]) == {"temporal", "1"}
+    assert d2["finished"] == N and d2["coverage"]["temporal"] == [5, 5]
+
+
+def test_deadline_passed_scores_nothing(fs, tmp_path):
+    """A deadline already passed: nothing starts, the call says it stopped on the deadline."""
+    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax.app.pool import run_sweep_pool
+    from subgpu_jax.app.sweep import SweepStore, build_grid
+
+    arch = get_model("gpt-oss-20b")
+    pts = build_grid(arch, 8, [64], [2], [1], hw=get_hardware("H200"))
+    with SweepStore(str(tmp_path), {"t": 1}) as store:
+        st = run_sweep_pool(pts, "gpt-oss-20b", "H200", {"exact": "static"}, store, 2,
+                            deadline=time.monotonic() - 1.0)
+        assert st["evaluated"] == 0 and st["stopped"] == "deadline"
+        assert st["remaining"] == len(pts) and not store.done
+        for bad in ({"workers": 0}, {"workers": 2, "budget": 0}):
+            with pytest.raises(ValueError, match="workers|budget"):
+                run_sweep_pool(pts, "gpt-oss-20b", "H200", {}, store, **bad)
+        with pytest.raises(ValueError, match="model must be one of"):
+            run_sweep_pool(pts, "no-such-model", "H200", {}, store, 2)
+
+
+def test_kill_then_resume(fs, single, tmp_path, monkeypatch):
+    """kill -9 of a 2-worker study once 6 points are stored: the store keeps every stored point
+    (none damaged), no worker outlives the study, and a resumed call (2 workers) finishes the
+    first N points with the records of the single-process run."""
+    psutil = pytest.importorskip("psutil")
+    cache = str(tmp_path / "jax_cache")  # a kill may truncate an entry: JAX recompiles it
+    argv = ARGS + ["--workers", "2", "--budget", str(N), "--compile-cache", cache]
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location("
+            f"'fs', {str(ROOT / 'experiments' / 'frontier_study.py')!r}); "
+            "fs = importlib.util.module_from_spec(spec); spec.loader.exec_module(fs); "
+            f"fs.HERE = {str(tmp_path)!r}; sys.exit(fs.main({argv!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    store = tmp_path / "results" / f"frontier_{STUDY}" / "records.jsonl"
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 240:
+            if store.exists() and store.read_text().count('"_done"') >= 6:
+                break
+            assert proc.poll() is None, "the study ended before it was killed"
+            time.sleep(0.05)
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        assert len(kids) >= 2  # the two workers (and multiprocessing's resource tracker)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    gone, alive = psutil.wait_procs(kids, timeout=20)
+    assert not alive, f"workers outlived the killed study: {alive}"
+    stored = _records(tmp_path)
+    assert 6 <= len(stored) < N
+    ref = _records(single)
+    assert all(stored[k] == ref[k] for k in stored)
+    from subgpu_jax.app.sweep import SweepStore
+    meta = json.loads((store.parent / "manifest.json").read_text())["meta"]
+    with SweepStore(str(store.parent), meta, resume=True) as s:
+        assert not s.report.lines() and s.done == set(stored)
+    left = N - len(stored)
+    assert _run(fs, monkeypatch, tmp_path, "--budget", str(left), "--workers", "2",
+                "--compile-cache", cache) == 0
+    assert _records(tmp_path) == ref
