@@ -12,20 +12,33 @@ models every expert-parallel degree e dividing both the GPU count and the expert
 replicated n/e times; ``build_grid`` drops deployments whose weights and KV cache do not fit).
 ``--narrow`` restores the first published grid (D = 2..4, m = 1, 2, 4, the largest EP only).
 
-Cost with the event simulator on the shared 2-core CPU machine (``cpu_per_point`` in the
-digest: mean CPU-seconds per point of each microbatch count, compilation included; measured
-in experiments/results/frontier_studies.json): GPT-OSS 120B 2.8 s at m = 1, 5.9 s at m = 2,
-7.0 s at m = 4; Llama-3.1-70B 49 s at m = 16 (more stages and microbatches cost more
-event-simulator calls). The Llama study (236 points) needs tens of CPU-minutes; the MoE studies
-(EP axis: 2,060 and 2,882 points) CPU-hours, so they run in
-``--cpu-budget`` chunks: every study is a resumable sweep (kill it, or let the budget stop it,
-and run the same command again: finished grid points are kept, never run twice), the points run
-in the order of ``order_points`` (temporal; the largest EP at m <= 8; the other EP degrees at
-m <= 8; m = 16; by microbatch and stage count within each), and the outputs and the digest are rewritten
-every ``--chunk`` points. ``--overwrite`` starts a study afresh (needed when its folder holds
-another grid, e.g. the first one). A study whose finished points were made with another
-duration model (the digest's ``duration_model`` fingerprint) is not resumed unless
-``--allow-model-change``.
+Cost with the event simulator (``cpu_per_point`` in the digest: mean CPU-seconds per point of
+each microbatch count, compilation included; measured in
+experiments/results/frontier_studies.json): a few CPU-s per point at m <= 4, tens at m = 8 and
+16 (more stages and microbatches cost more event-simulator calls). The MoE studies (EP axis:
+2,060 and 2,882 points) need CPU-hours, so every study is a resumable sweep: kill it, or let a
+budget stop it, and run the same command again: finished grid points are kept, never run twice.
+The points run in the order of ``order_points`` (temporal; the largest EP at m <= 8; the other
+EP degrees at m <= 8; m = 16; by microbatch and stage count within each), so a partial study
+covers whole axes first.
+
+Budgets and processes: ``--budget N`` grid points, ``--cpu-budget S`` CPU-seconds (checked
+between chunks of ``--chunk`` points), ``--wall-budget S`` seconds from the start of the
+command. ``--workers N`` (N > 1) scores the points in N CPU processes
+(``subgpu_jax.app.pool.run_sweep_pool``: JAX on the CPU with one thread per process, the
+workers sharing JAX's persistent compilation cache in ``--compile-cache``); every finished point
+is stored at once, so a kill at any moment loses only the points in flight, and at the wall
+budget the points in flight are dropped and the outputs written. The records are the same as
+the single-process run's (tests/search/test_frontier_pool.py); the outputs and the digest
+(the same ``digest`` for both paths) are rewritten every ``--chunk`` points.
+``experiments/device_frontier.sh LIMIT_S WORKERS`` runs the three studies that way on a
+many-core machine within LIMIT_S seconds and archives the results.
+
+``--overwrite`` starts a study afresh (needed when its folder holds another grid, e.g. the
+first one). A study whose finished points were made with another duration model (the digest's
+``duration_model`` fingerprint) is not resumed unless ``--allow-model-change`` (mixes them) or
+``--overwrite-stale`` (starts afresh only then). ``--report`` prints the digests as the
+README's Markdown.
 
 Each study is written to ``experiments/results/frontier_<study>/`` (records.csv,
 records.jsonl, summary.json, frontier.png, frontier_by_stages.png, gantt_best.png); its entry of
@@ -38,7 +51,9 @@ made with another model), the matched gains, how often each kind of candidate la
 the best record.
 
 Usage: nice -n 10 python experiments/frontier_study.py --study gptoss120b_b200 [--cpu-budget S]
-       [--budget N] [--chunk N] [--exact event] [--overwrite] [--allow-model-change]
+       [--wall-budget S] [--workers N] [--budget N] [--chunk N] [--exact event] [--overwrite]
+       [--overwrite-stale] [--allow-model-change] [--compile-cache DIR]
+       python experiments/frontier_study.py --report
 """
 
 from __future__ import annotations
@@ -230,9 +245,54 @@ def remaining_estimate(points, done: set, cpu_per_point: dict) -> dict:
             "points_without_measurement": unknown}
 
 
+def _pct_range(rows: list) -> str:
+    """``"+a% .. +b%"`` over the ``gain`` fields of a matched-gain table (fractions), or "-"."""
+    g = [r["gain"] for r in rows or [] if r.get("gain") is not None]
+    return f"{min(g):+.1%} .. {max(g):+.1%}" if g else "-"
+
+
+def report(allr: dict) -> str:
+    """The studies of ``frontier_studies.json`` (``allr``) as Markdown, for the README: a table
+    (points finished of the grid, finished per microbatch count m, wall and CPU time over all
+    runs with the largest worker count, best speedup over temporal, the matched-gain ranges),
+    then per study how often each candidate kind wins (all SubGPU points / frontier points),
+    how often the exact ranking changed the choice, and where the frontier points lie. Every
+    number is read from ``allr``; nothing is recomputed."""
+    lines = ["| study | points finished | finished by m (done/total) | wall s (CPU-s, workers) "
+             "| best speedup | per-GPU gain at matched per-user | per-user gain at matched "
+             "per-GPU |", "|---|---|---|---|---|---|---|"]
+    notes = []
+    for name, d in allr.items():
+        cov = d["coverage"]
+        by_m = ", ".join(f"m={m}: {a}/{b}" for m, (a, b) in cov["by_microbatches"].items())
+        workers = max((r.get("workers", 1) for r in d.get("runs", [])), default=1)
+        best = d.get("best") or {}
+        sp = f"{best['speedup_vs_temporal']:.3f}x" if best else "-"
+        lines.append(f"| {name} | {d['finished']:,} of {d['grid_points']:,} | temporal "
+                     f"{cov['temporal'][0]}/{cov['temporal'][1]}, {by_m} | "
+                     f"{d['wall_seconds']:,.0f} ({d['cpu_seconds']:,.0f}, {workers}) | {sp} | "
+                     f"{_pct_range(d.get('per_gpu_gain_at_matched_per_user'))} | "
+                     f"{_pct_range(d.get('per_user_gain_at_matched_per_gpu'))} |")
+        c, fp = d["candidates"], d["frontier_points"]
+        wins = ", ".join(f"{k} {c['wins_all_points'][k]} ({c['wins_on_frontier'][k]})"
+                         for k in c["kinds"] if c["wins_all_points"].get(k))
+        where = "; ".join(f"{f} " + ", ".join(f"{k}: {v}" for k, v in fp[f].items())
+                          for f in ("D", "microbatches", "moe_ep"))
+        notes.append(f"* {name}: wins by candidate kind, all SubGPU points (frontier points): "
+                     f"{wins}; boundary reuse w = 1 at {c['boundary_reuse_w1']}; the exact "
+                     f"ranking changed the choice at {c['exact_ranking_changed_choice']} of "
+                     f"{c['exact_ranking_points']}; {fp['points']} SubGPU frontier points "
+                     f"({where}), {fp['on_joint_frontier']} on the frontier of all points; "
+                     f"duration model {d['duration_model']['model']} (fingerprint "
+                     f"{d['duration_model']['duration_fingerprint']}).")
+    return "\n".join(lines + [""] + notes)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", choices=sorted(STUDIES), default="gptoss120b_b200")
+    ap.add_argument("--report", action="store_true",
+                    help="print the studies of frontier_studies.json as Markdown and exit")
     ap.add_argument("--budget", type=int, default=None, help="grid points in this call")
     ap.add_argument("--cpu-budget", type=float, default=None,
                     help="CPU-seconds of this call: no new chunk of grid points starts after it")
@@ -273,6 +333,10 @@ def main(argv=None) -> int:
     if a.wall_budget is not None and not a.wall_budget > 0:
         ap.error(f"--wall-budget must be > 0 seconds, got {a.wall_budget}")
     a.compile_cache = None if a.compile_cache.lower() == "none" else a.compile_cache
+    if a.report:
+        with open(os.path.join(HERE, "results", "frontier_studies.json")) as fh:
+            print(report(json.load(fh)))
+        return 0
     st = {**STUDIES[a.study], **(NARROW if a.narrow else WIDE)}
     arch, hw = get_model(st["model"]), get_hardware(st["hw"])
     pars = parallelisms(arch, st["gpus"], st["all_ep"])

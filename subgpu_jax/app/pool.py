@@ -55,8 +55,9 @@ def _die_with_parent() -> None:
 
 def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, results) -> None:
     """Worker loop: build a ``PointScorer`` of the presets ``model`` and ``hardware``, then
-    score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid, i)``, then ``("done", wid, i, records,
-    cpu_s, wall_s)`` or ``("error", wid, i, traceback text)`` on ``results``."""
+    score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid,
+    i)``, then ``("done", wid, i, records, cpu_s, wall_s)`` or ``("error", wid, i, traceback
+    text)`` on ``results``."""
     from subgpu_jax import get_hardware, get_model
     from subgpu_jax.app.searchjob import PointScorer
 
@@ -84,11 +85,12 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
 def compile_cache_env(folder: str) -> dict:
     """Environment variables that make JAX keep every compiled function in ``folder`` (JAX's
     persistent compilation cache, CPU included; no minimum compile time or size), so that
-    processes sharing ``folder`` compile each shape once. Measured on two GPT-OSS 20B grid
-    points (event simulator; docs/method.md "Frontier studies"): 6.6 and 8.0 CPU-s in a fresh
-    process, 2.6 and 2.5 CPU-s in a second process reading the first one's cache, the same
-    makespans. JAX writes an entry without a rename: a worker terminated mid-write leaves a
-    truncated entry, which JAX reports as a warning and recompiles."""
+    processes sharing ``folder`` compile each shape once. Measured on five GPT-OSS 20B grid
+    points (event simulator; experiments/bench_compile_cache.py,
+    experiments/results/bench_compile_cache_cpu.json): 51.8 CPU-s in a fresh process with an
+    empty cache, 17.6 CPU-s (2.9x less) in a second one reading it, the same makespans. JAX
+    writes an entry without a rename: a worker terminated mid-write leaves a truncated entry,
+    which JAX reports as a warning and recompiles."""
     return {"JAX_COMPILATION_CACHE_DIR": folder,
             "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}

@@ -208,3 +208,31 @@ def test_remaining_estimate_edges(fs):
                                                      "points_without_measurement": 0}
     est = fs.remaining_estimate(pts, set(), {})
     assert est == {"cpu_seconds": None, "points_without_measurement": len(pts)}
+
+
+def test_report_reads_the_digest(fs):
+    """The README's Markdown (``report``) of a hand-made digest: the counts, times, best
+    speedup and matched-gain ranges (min .. max of the gain fields, as percentages) and the
+    candidate counts appear as written in the digest."""
+    d = {"grid_points": 1200, "finished": 450, "wall_seconds": 1234.4, "cpu_seconds": 5678.9,
+         "coverage": {"temporal": [10, 10], "by_microbatches": {"1": [400, 600], "8": [40, 590]}},
+         "runs": [{"workers": 1}, {"workers": 12}],
+         "best": {"speedup_vs_temporal": 1.23456},
+         "per_gpu_gain_at_matched_per_user": [{"gain": 0.05}, {"gain": -0.02}, {"gain": None}],
+         "per_user_gain_at_matched_per_gpu": [],
+         "candidates": {"kinds": {"anchored": "", "anchor@": "", "rotation+": ""},
+                        "wins_all_points": {"anchored": 3, "anchor@": 0, "rotation+": 7},
+                        "wins_on_frontier": {"anchored": 1, "anchor@": 0, "rotation+": 2},
+                        "boundary_reuse_w1": 4, "exact_ranking_changed_choice": 2,
+                        "exact_ranking_points": 10},
+         "frontier_points": {"points": 3, "D": {"2": 3}, "microbatches": {"1": 2, "8": 1},
+                             "moe_ep": {"8": 3}, "on_joint_frontier": 1},
+         "duration_model": {"model": "analytic-v2", "duration_fingerprint": "abc"}}
+    text = fs.report({"s": d})
+    row = [ln for ln in text.splitlines() if ln.startswith("| s |")][0]
+    assert "| 450 of 1,200 |" in row and "temporal 10/10, m=1: 400/600, m=8: 40/590" in row
+    assert "| 1,234 (5,679, 12) | 1.235x | -2.0% .. +5.0% | - |" in row
+    note = [ln for ln in text.splitlines() if ln.startswith("* s:")][0]
+    assert "anchored 3 (1), rotation+ 7 (2);" in note and "anchor@" not in note
+    assert "w = 1 at 4" in note and "at 2 of 10" in note and "3 SubGPU frontier points" in note
+    assert "analytic-v2 (fingerprint abc)" in note
