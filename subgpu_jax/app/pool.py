@@ -58,7 +58,8 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
     score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid,
     i)``, then ``("done", wid, i, records, cpu_s, wall_s)`` or ``("error", wid, i, traceback
     text)`` on ``results``."""
-    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.models import get_model
     from subgpu_jax.app.searchjob import PointScorer
 
     _die_with_parent()
@@ -129,7 +130,8 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
         RuntimeError: a worker raised (names the grid point, carries its traceback) or died
             (names the point and the exit code); the points stored before are kept.
     """
-    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.models import get_model
 
     get_model(model), get_hardware(hardware)  # unknown names fail here, not in every worker
     if workers < 1:
@@ -174,10 +176,32 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
             else:
                 os.environ[k] = v
     running: dict[int, int] = {}  # worker -> index of its point
-    finished = 0
+
+    def handle(msg) -> None:
+        kind, w, i = msg[0], msg[1], msg[2]
+        if kind == "start":
+            running[w] = i
+        elif kind == "error":
+            raise RuntimeError(f"grid point {todo[i].key} failed in sweep worker {w}:\n"
+                               f"{msg[3]}")
+        else:
+            running.pop(w, None)
+            p, recs, cpu = todo[i], msg[3], msg[4]
+            store.add(p.key, recs)
+            out["evaluated"] += 1
+            out["again"] += p.key in again
+            out["cpu_seconds"] += cpu
+            if on_point is not None:
+                on_point(p, recs, cpu)
+
     try:
-        while finished < len(todo):
+        while out["evaluated"] < len(todo):
             if deadline is not None and time.monotonic() >= deadline:
+                while True:  # points finished before the deadline are kept
+                    try:
+                        handle(results.get_nowait())
+                    except queue.Empty:
+                        break
                 out["stopped"] = "deadline"
                 out["lost_in_flight"] = len(running)
                 break
@@ -190,24 +214,9 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
                                            f"while scoring grid point {todo[running[w]].key}")
                 if not any(pr.is_alive() for pr in procs):
                     raise RuntimeError("every sweep worker ended with grid points left "
-                                       f"({len(todo) - finished} of {len(todo)})")
+                                       f"({len(todo) - out['evaluated']} of {len(todo)})")
                 continue
-            kind, w, i = msg[0], msg[1], msg[2]
-            if kind == "start":
-                running[w] = i
-            elif kind == "error":
-                raise RuntimeError(f"grid point {todo[i].key} failed in sweep worker {w}:\n"
-                                   f"{msg[3]}")
-            else:
-                running.pop(w, None)
-                p, recs, cpu = todo[i], msg[3], msg[4]
-                store.add(p.key, recs)
-                finished += 1
-                out["evaluated"] += 1
-                out["again"] += p.key in again
-                out["cpu_seconds"] += cpu
-                if on_point is not None:
-                    on_point(p, recs, cpu)
+            handle(msg)
     finally:
         for pr in procs:
             if pr.is_alive():
