@@ -181,3 +181,12 @@ def test_kill_then_resume(fs, tmp_path, monkeypatch):
     assert fs.main(args + ["--budget", str(left), "--workers", "2",
                            "--compile-cache", cache]) == 0
     assert _records(tmp_path) == ref
+
+
+def test_device_script_parses_and_needs_its_arguments():
+    """experiments/device_frontier.sh is valid bash (``bash -n``) and refuses to run without
+    LIMIT_S and WORKERS (non-zero exit, the usage line), before it touches any study."""
+    script = ROOT / "experiments" / "device_frontier.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    r = subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode != 0 and "usage: device_frontier.sh LIMIT_S WORKERS" in r.stderr
