@@ -283,8 +283,8 @@ def report(allr: dict) -> str:
                      f"ranking changed the choice at {c['exact_ranking_changed_choice']} of "
                      f"{c['exact_ranking_points']}; {fp['points']} SubGPU frontier points "
                      f"({where}), {fp['on_joint_frontier']} on the frontier of all points; "
-                     f"duration model {d['duration_model']['model']} (fingerprint "
-                     f"{d['duration_model']['duration_fingerprint']}).")
+                     f"duration model {d['duration_model'].get('model') or 'unnamed'} "
+                     f"(fingerprint {d['duration_model']['duration_fingerprint']}).")
     return "\n".join(lines + [""] + notes)
 
 
