@@ -332,6 +332,9 @@ def main(argv=None) -> int:
         ap.error(f"--cpu-budget must be > 0 CPU-seconds, got {a.cpu_budget}")
     if a.wall_budget is not None and not a.wall_budget > 0:
         ap.error(f"--wall-budget must be > 0 seconds, got {a.wall_budget}")
+    if a.cpu_budget is not None and a.workers > 1:
+        ap.error("--cpu-budget counts one process's CPU time; with --workers > 1 use "
+                 "--wall-budget")
     a.compile_cache = None if a.compile_cache.lower() == "none" else a.compile_cache
     if a.report:
         with open(os.path.join(HERE, "results", "frontier_studies.json")) as fh:

@@ -107,6 +107,17 @@ def test_two_workers_equal_one(fs, single, tmp_path, monkeypatch):
     assert d2["finished"] == N and d2["coverage"]["temporal"] == [5, 5]
 
 
+def test_bad_options_exit_2(fs, tmp_path, monkeypatch, capsys):
+    """--workers 0, --wall-budget 0 and --cpu-budget with several workers are refused with
+    exit code 2 and a line naming the option."""
+    for extra, word in ((["--workers", "0"], "--workers"), (["--wall-budget", "0"],
+                        "--wall-budget"), (["--workers", "2", "--cpu-budget", "5"],
+                                           "--cpu-budget")):
+        with pytest.raises(SystemExit) as e:
+            _run(fs, monkeypatch, tmp_path, *extra)
+        assert e.value.code == 2 and word in capsys.readouterr().err
+
+
 def test_deadline_passed_scores_nothing(fs, tmp_path):
     """A deadline already passed: nothing starts, the call says it stopped on the deadline."""
     from subgpu_jax import get_hardware, get_model
