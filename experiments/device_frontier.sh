@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The frontier studies on a machine with many CPU cores (a CPU job; it runs beside GPU work and
-# never touches the GPU: JAX_PLATFORMS=cpu):
+# never touches the GPU: JAX_PLATFORMS=cpu; niced, so a GPU measurement's host threads come first):
 #   bash experiments/device_frontier.sh LIMIT_S WORKERS [STUDY ...]
 # runs the studies one after another (default order: gptoss20b_h200 gptoss120b_b200
 # llama70b_h200) with `experiments/frontier_study.py --workers WORKERS --overwrite-stale`,
@@ -30,7 +30,7 @@ for s in $STUDIES; do
   if [ "$left" -lt 20 ]; then echo "$s: not started (${left}s left)" | tee -a "$LOG"; break; fi
   # --wall-budget stops the grid points; timeout (the budget + 40 s for the final writes) is the
   # hard guard; a kill loses only the points in flight (every finished one is stored)
-  timeout -k 5 $((left + 40)) nice -n 5 python3 experiments/frontier_study.py --study "$s" \
+  timeout -k 5 $((left + 40)) nice -n 10 python3 experiments/frontier_study.py --study "$s" \
       --workers "$WORKERS" --wall-budget "$left" --overwrite-stale --chunk 100 2>&1 \
       | grep --line-buffered -v -i warn >> "$LOG"
   echo "$s: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START ))s" | tee -a "$LOG"
