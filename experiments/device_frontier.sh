@@ -52,4 +52,5 @@ for k, v in d.items():
           f"points in {r.get('wall_seconds')} s with {r.get('workers', 1)} workers "
           f"({r.get('cpu_seconds')} CPU-s)")
 EOF
+python3 experiments/frontier_study.py --report 2>&1 | grep -v -i warn >> "$LOG"
 ls -la "$OUT"
