@@ -140,9 +140,10 @@ def test_deadline_passed_scores_nothing(fs, tmp_path):
 
 def test_kill_then_resume(fs, tmp_path, monkeypatch):
     """kill -9 of a 2-worker study once 5 points (the temporal ones) are stored: the store
-    keeps every stored point (none damaged), no worker outlives the study, and a resumed call (2 workers) finishes the
-    first N points with the records of the single-process run (the static exact scorer here,
-    to keep the test short; the event simulator's records are compared above)."""
+    keeps every stored point (none damaged), no worker outlives the study, and a resumed call
+    (2 workers) finishes the first N points with the records of the single-process run (the
+    static exact scorer here, to keep the test short; the event simulator's records are
+    compared above)."""
     args = [x if x != "event" else "static" for x in ARGS]
     ref_dir = tmp_path / "single"
     monkeypatch.setattr(fs, "HERE", str(ref_dir))
