@@ -377,6 +377,7 @@ def main(argv=None) -> int:
         return 2
     run = {"started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **git_state(),
            "duration_fingerprint": dm["duration_fingerprint"], "workers": a.workers,
+           "shared_compile_cache": a.workers > 1 and a.compile_cache is not None,
            "evaluated": 0, "wall_seconds": 0.0, "cpu_seconds": 0.0, "cpu_per_point": {}}
     runs.append(run)
     t_start = T_START if argv is None else time.monotonic()  # the command, or this main() call

@@ -103,6 +103,7 @@ def test_two_workers_equal_one(fs, single, tmp_path, monkeypatch):
     assert {k: v for k, v in d1.items() if k not in RUN_KEYS} == \
         {k: v for k, v in d2.items() if k not in RUN_KEYS}
     assert d2["runs"][-1]["workers"] == 2 and d2["runs"][-1]["evaluated"] == N
+    assert d2["runs"][-1]["shared_compile_cache"] and not d1["runs"][-1]["shared_compile_cache"]
     assert set(d2["runs"][-1]["cpu_per_point"]) == {"temporal", "1"}
     assert d2["finished"] == N and d2["coverage"]["temporal"] == [5, 5]
 
