@@ -226,6 +226,20 @@ def frontier_distribution(records: list[dict]) -> dict:
     return out
 
 
+def cpu_per_point(runs: list[dict]) -> dict:
+    """Mean CPU-seconds per point of each kind ("temporal" or m) for the digest: of each kind,
+    the measurement of the run that timed the most points of it (``cpu_points``; a run logged
+    without it counts as ``evaluated`` points), the later run on ties, so that a short resume
+    (one point, compilation included) does not replace a long run's mean."""
+    best: dict = {}
+    for r in runs:
+        for k, v in r.get("cpu_per_point", {}).items():
+            n = r.get("cpu_points", {}).get(k, r.get("evaluated", 0))
+            if k not in best or n >= best[k][0]:
+                best[k] = (n, v)
+    return {k: v for k, (n, v) in best.items()}
+
+
 def remaining_estimate(points, done: set, cpu_per_point: dict) -> dict:
     """CPU-seconds to finish the grid, from the measured mean CPU time per point of each
     microbatch count (``cpu_per_point``: {m: s}, temporal under "temporal"): ``{"cpu_seconds":
@@ -461,6 +475,7 @@ def _run_single(ctx: dict, deadline: float | None) -> int:
         run["wall_seconds"] = round(time.time() - t_wall, 1)
         run["cpu_seconds"] = round(time.process_time() - t_cpu, 1)
         run["cpu_per_point"] = {k: round(s / max(c, 1), 2) for k, (s, c) in per_kind.items()}
+        run["cpu_points"] = {k: c for k, (s, c) in per_kind.items()}
         done = stats["remaining"] == 0 or (left is not None and left <= 0) or (
             a.cpu_budget is not None and run["cpu_seconds"] >= a.cpu_budget) or (
             deadline is not None and time.monotonic() >= deadline)
@@ -498,6 +513,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
             run["wall_seconds"] = round(time.time() - t_wall, 1)
             run["cpu_seconds"] = round(time.process_time() - t_cpu + worker_cpu[0], 1)
             run["cpu_per_point"] = {k: round(s / c, 2) for k, (s, c) in per_kind.items()}
+            run["cpu_points"] = {k: c for k, (s, c) in per_kind.items()}
             _write_digest(ctx, recs, set(store.done), summ)
 
         def on_point(p, recs, cpu) -> None:
@@ -573,9 +589,7 @@ def digest(a, st: dict, pts, meta: dict, fp: str, summ: dict, runs: list, arch, 
     gains, candidate kinds, frontier distribution, best record, and the command that resumes
     it (the keys are described in the README's frontier-study section)."""
     m = summ["matched"]
-    per_point: dict = {}
-    for r in runs:  # the latest measurement of each kind
-        per_point.update(r.get("cpu_per_point", {}))
+    per_point = cpu_per_point(runs)
     finished = sum(p.key in done for p in pts)
     cmd = (f"nice -n 10 python experiments/frontier_study.py --study {a.study}"
            + (" --narrow" if a.narrow else "") + (f" --tp {a.tp}" if a.tp else "")

@@ -236,3 +236,15 @@ def test_report_reads_the_digest(fs):
     assert "anchored 3 (1), rotation+ 7 (2);" in note and "anchor@" not in note
     assert "w = 1 at 4" in note and "at 2 of 10" in note and "3 SubGPU frontier points" in note
     assert "analytic-v2 (fingerprint abc)" in note
+
+
+def test_cpu_per_point_prefers_the_longest_measurement(fs):
+    """Of each kind, the run that timed the most points wins (a run without ``cpu_points``
+    counts as its ``evaluated``); a later run wins ties; kinds only one run measured come from
+    it."""
+    runs = [{"evaluated": 100, "cpu_per_point": {"1": 1.0, "8": 4.0}},
+            {"evaluated": 1, "cpu_per_point": {"8": 27.0}, "cpu_points": {"8": 1}},
+            {"evaluated": 150, "cpu_per_point": {"1": 2.0, "16": 9.0},
+             "cpu_points": {"1": 100, "16": 50}}]
+    assert fs.cpu_per_point(runs) == {"1": 2.0, "8": 4.0, "16": 9.0}
+    assert fs.cpu_per_point([]) == {}
