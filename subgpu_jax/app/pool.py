@@ -208,6 +208,13 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
             try:
                 msg = results.get(timeout=poll_s)
             except queue.Empty:
+                dead = [w for w, pr in enumerate(procs) if not pr.is_alive()]
+                if dead:  # a worker that just ended flushed its last messages before it did
+                    try:
+                        handle(results.get(timeout=1.0))
+                        continue
+                    except queue.Empty:
+                        pass
                 for w, pr in enumerate(procs):
                     if not pr.is_alive() and w in running:
                         raise RuntimeError(f"sweep worker {w} died (exit code {pr.exitcode}) "
