@@ -130,19 +130,14 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
         RuntimeError: a worker raised (names the grid point, carries its traceback) or died
             (names the point and the exit code); the points stored before are kept.
     """
+    from subgpu_jax.app.sweep import pending_points
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import get_model
 
     get_model(model), get_hardware(hardware)  # unknown names fail here, not in every worker
     if workers < 1:
         raise ValueError(f"workers must be >= 1 processes, got {workers}")
-    if budget is not None and budget < 1:
-        raise ValueError(f"budget must be >= 1 grid points, got {budget}")
-    todo = [p for p in points if p.key not in store.done]
-    skipped = len(points) - len(todo)
-    if budget is not None:
-        todo = todo[:budget]
-    again = set(store.report.again)
+    todo, skipped, again = pending_points(points, store, budget)
     t0 = time.monotonic()
     out = {"evaluated": 0, "again": 0, "skipped": skipped, "cpu_seconds": 0.0,
            "stopped": None, "lost_in_flight": 0}

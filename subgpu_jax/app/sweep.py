@@ -179,6 +179,30 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
     return pts
 
 
+def pending_points(points: Sequence, store: SweepStore, budget: int | None
+                   ) -> tuple[list, int, set]:
+    """The grid points a sweep still has to score: ``(todo, skipped, again)``.
+
+    Args:
+        points: the grid points (each with a ``key``). store: the sweep's store (``done``,
+            ``report.again``). budget: at most this many points (None: all).
+
+    Returns:
+        the points not in the store, in order, cut to ``budget``; how many were already done;
+        the keys the store marked to score again.
+
+    Raises:
+        ValueError: a budget < 1.
+    """
+    if budget is not None and budget < 1:
+        raise ValueError(f"budget must be >= 1 grid points, got {budget}")
+    todo = [p for p in points if p.key not in store.done]
+    skipped = len(points) - len(todo)
+    if budget is not None:
+        todo = todo[:budget]
+    return todo, skipped, set(store.report.again)
+
+
 def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dict]],
               store: SweepStore, budget: int | None = None, progress: bool = True,
               on_record: Callable[[dict], None] | None = None,
@@ -210,13 +234,7 @@ def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dic
 
     from subgpu_jax.app.interrupt import check
 
-    if budget is not None and budget < 1:
-        raise ValueError(f"budget must be >= 1 grid points, got {budget}")
-    todo = [p for p in points if p.key not in store.done]
-    skipped = len(points) - len(todo)
-    if budget is not None:
-        todo = todo[:budget]
-    again = set(store.report.again)
+    todo, skipped, again = pending_points(points, store, budget)
     t0 = time.time()
     best = max((r.get("speedup_vs_temporal") or 0.0 for r in store.records), default=0.0)
     bar = tqdm(todo, disable=not progress, unit="pt", desc="grid points")

@@ -4,7 +4,6 @@ and the candidate-kind counts of the study digest."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,6 @@ from subgpu_jax.app.sweep import build_grid, outer_parallelisms
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def fs():
-    spec = importlib.util.spec_from_file_location("frontier_study",
-                                                  ROOT / "experiments" / "frontier_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_ep_degrees_divide_gpus_and_experts(fs):

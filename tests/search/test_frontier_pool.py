@@ -12,7 +12,6 @@ score points of several deployments.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -29,13 +28,6 @@ ARGS = ["--study", STUDY, "--narrow", "--tp", "8", "--exact", "event", "--chunk"
 N = 10  # grid points compared
 
 
-@pytest.fixture(scope="module")
-def fs():
-    spec = importlib.util.spec_from_file_location("frontier_study",
-                                                  ROOT / "experiments" / "frontier_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _run(fs, monkeypatch, here: Path, *extra: str) -> int:
