@@ -4,14 +4,12 @@ and the candidate-kind counts of the study digest."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.app.sweep import build_grid, outer_parallelisms
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 
