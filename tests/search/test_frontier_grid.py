@@ -4,14 +4,10 @@ and the candidate-kind counts of the study digest."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.app.sweep import build_grid, outer_parallelisms
-
-
-
 
 
 def test_ep_degrees_divide_gpus_and_experts(fs):
