@@ -97,12 +97,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="profile one graph replay (torch.profiler) and write a Perfetto trace: "
                         "the measured kernels per stage (process 1) above the simulated "
                         "schedule of the same configuration (process 2)")
-    x.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
+    x.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES,
                    help="GEMM launch policy, the same for temporal and pipelined runs: stock "
                         "(PyTorch's default BLAS), pool (cuBLASLt planned for the SMs of the "
                         "pool each GEMM runs on) or tuned (each GEMM timed on its pool under a "
-                        "few SM targets before capture, the fastest kept; the wins on the H200 "
-                        "used it). Default: stock")
+                        "few SM targets before capture, the fastest kept; the wins and the "
+                        "validation on the H200 used it). Default: tuned")
     x.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
                    help="elementwise kernels, the same for temporal and pipelined runs: torch "
                         "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
@@ -132,9 +132,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated pool sizes (SMs); the whole GPU is added")
     k.add_argument("--reps", type=int, default=7, help="replays per measurement (median)")
     k.add_argument("--no-coruns", action="store_true", help="skip the co-running pairs")
-    k.add_argument("--gemm", default="stock", choices=GEMM_POLICIES,
+    k.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES,
                    help="GEMM launch policy to calibrate (use the same with `subgpu run`): "
-                        "stock, pool or tuned (see `subgpu run --help`). Default: stock")
+                        "stock, pool or tuned (see `subgpu run --help`). Default: tuned")
     k.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
                    help="elementwise kernels to calibrate (use the same with `subgpu run`): "
                         "auto, triton or torch (see `subgpu run --help`). Default: auto")
