@@ -312,7 +312,11 @@ def validate_phase(args) -> int:
     with open(args.configs) as fh:
         plan = json.load(fh)
     t0 = time.time()
-    for name in args.workloads:
+    missing = [w for w in args.workloads if w not in plan]
+    if missing:   # before any workload is allocated on the GPU
+        print(f"validate: {args.configs} has no configurations for {', '.join(missing)}; "
+              "skipped", flush=True)
+    for name in [w for w in args.workloads if w in plan]:
         wl = sim_workload(name)
         res = {"workload": name, "rows": [], "errors": {}}
         path = os.path.join(args.out, f"validate_{name}.json")
