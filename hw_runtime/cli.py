@@ -310,7 +310,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
            "calibration": a.calibration,
-           "calibration_mismatch": calibration_mismatch(model.calibration, res_gemm(a),
+           "calibration_mismatch": calibration_mismatch(model.calibration, getattr(a, "gemm", "stock"),
                                                         getattr(ex, "elementwise", "torch")),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
@@ -318,11 +318,6 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     if make_trace:
         res["timeline"] = timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim_c)
     return res
-
-
-def res_gemm(a) -> str:
-    """The GEMM policy of the run's options (``stock`` when the options have none)."""
-    return getattr(a, "gemm", "stock")
 
 
 def calibration_mismatch(cal, gemm: str, elementwise: str) -> list[str]:
