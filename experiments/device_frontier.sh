@@ -2,6 +2,7 @@
 # The frontier studies on a machine with many CPU cores (a CPU job; it runs beside GPU work and
 # never touches the GPU: JAX_PLATFORMS=cpu; niced, so a GPU measurement's host threads come first):
 #   bash experiments/device_frontier.sh LIMIT_S WORKERS [STUDY ...]
+# (COMPILE_CACHE=DIR: JAX's compilation cache, default .jax_cache/frontier, an ignored folder)
 # runs the studies one after another (default order: gptoss20b_h200 gptoss120b_b200
 # llama70b_h200) with `experiments/frontier_study.py --workers WORKERS --overwrite-stale`,
 # resuming from the stores in the checkout (a study made with another duration model or grid
@@ -21,6 +22,10 @@ mkdir -p "$OUT"
 source experiments/device_env.sh   # PYTHONPATH (no install)
 export JAX_PLATFORMS=cpu           # this process too: the GPU stays the measurement's
 RESERVE_S=${RESERVE_S:-45}          # final writes of the last study (~10 s) and the archive
+# JAX's persistent compilation cache in an ignored folder of the checkout: the device keeps
+# ignored folders between calls while the machine stays warm, so a second call reuses it
+CACHE=${COMPILE_CACHE:-.jax_cache/frontier}
+mkdir -p "$CACHE"
 START=$(date +%s)
 END=$((START + LIMIT - RESERVE_S))
 LOG="$OUT/frontier_log.txt"
@@ -31,7 +36,8 @@ for s in $STUDIES; do
   # --wall-budget stops the grid points; timeout (the budget + 40 s for the final writes) is the
   # hard guard; a kill loses only the points in flight (every finished one is stored)
   timeout -k 5 $((left + 40)) nice -n 10 python3 experiments/frontier_study.py --study "$s" \
-      --workers "$WORKERS" --wall-budget "$left" --overwrite-stale --chunk 100 2>&1 \
+      --workers "$WORKERS" --wall-budget "$left" --overwrite-stale --chunk 100 \
+      --compile-cache "$CACHE" 2>&1 \
       | grep --line-buffered -v -i warn >> "$LOG"
   echo "$s: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START ))s" | tee -a "$LOG"
 done
