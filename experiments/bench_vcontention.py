@@ -18,9 +18,11 @@ Rows:
   straight-line program.
 * ``batched``: the batch-last kernel ``score.vcbatch`` (allocations as the trailing contiguous
   axis, exact start times instead of pair masks, the three rate integrals packed on a trailing
-  axis on the CPU, the bilinear lookup from the cell table; CPU default). On the GPU also
-  ``batched/packed`` (packed integrals there too), ``batched/b32`` (blocks of 32 allocations
-  instead of 128) and ``batched/flat`` (one block: the whole chunk as the trailing axis);
+  axis, the bilinear lookup from the cell table; the default on every backend: blocks of 128
+  allocations on the GPU, the level scans unrolled 2 levels per loop trip). On the GPU also
+  ``batched/unpacked`` (three integral arrays), ``batched/b256`` and ``batched/b512`` (blocks
+  of 256 and 512 allocations), ``batched/u4``, ``/u8``, ``/u16`` (4, 8, 16 levels per loop
+  trip: ``level_unroll``) and ``batched/u8b256``;
   ``batched/inline``: the evaluator's own program with its tables as compile-time constants
   (``inline_tables=True``: one compilation per cut instead of per lane structure).
 * on the CPU, ``window/1`` and ``batched/1``: one thread (the kernel's own speed-up); the other
@@ -32,7 +34,8 @@ of the makespans from ``previous`` (the kernels compute the same model; the floa
 another order). The JSON records the load average before and after (a shared CPU machine).
 
 Usage: PYTHONPATH=. python experiments/bench_vcontention.py [--device cpu|gpu] [--out FILE.json]
-    [--allocs N] [--scans window,levels,straight,batched] [--structures 8x5,4x3].
+    [--allocs N] [--scans window,levels,straight,batched] [--structures 8x5,4x3]
+    [--chunks 64,256].
     CPU: chunks of 64 and 256, 1 to 4 minutes on 2 cores (load); GPU: chunks of 131072, about a
     minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
 """
@@ -177,6 +180,9 @@ def main(argv=None) -> int:
                          "levels,batched; straight is slow to compile)")
     ap.add_argument("--structures", default="8x5,4x3",
                     help="comma-separated MxD structures (microbatches x stages)")
+    ap.add_argument("--chunks", default=None,
+                    help="comma-separated allocations per compiled call (default 64,256 on the "
+                         "CPU, 131072 on the GPU)")
     a = ap.parse_args(argv)
     if a.device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -207,13 +213,21 @@ def main(argv=None) -> int:
     if a.allocs is not None and a.allocs < 1:
         print(f"error: --allocs must be >= 1, got {a.allocs}", file=sys.stderr)
         return 2
+    try:
+        chunk_opt = None if a.chunks is None else tuple(int(x) for x in a.chunks.split(","))
+        if chunk_opt is not None and min(chunk_opt) < 1:
+            raise ValueError
+    except ValueError:
+        print(f"error: --chunks: {a.chunks!r} is not a list like 64,256 (positive integers)",
+              file=sys.stderr)
+        return 2
     backend = jax.default_backend()
     if a.device == "gpu" and backend != "gpu":
         print(f"error: device: --device gpu but JAX's backend is {backend!r}", file=sys.stderr)
         return 2
     cpu = backend == "cpu"
     n_alloc = a.allocs or (1024 if cpu else 2**19)
-    chunks = (64, 256) if cpu else (131072,)
+    chunks = chunk_opt or ((64, 256) if cpu else (131072,))
     hw = get_hardware("B200")
     prev = _previous_batch()
     rows = []
@@ -242,9 +256,13 @@ def main(argv=None) -> int:
             if s in scans:
                 kinds[f"{s}/1"] = (s, {"workers": 1})
     elif "batched" in scans:
-        kinds.update({"batched/packed": ("batched", {"packed": True}),
-                      "batched/b32": ("batched", {"block": 32}),
-                      "batched/flat": ("batched", {"block": 1 << 30})})
+        kinds.update({"batched/unpacked": ("batched", {"packed": False}),
+                      "batched/b256": ("batched", {"block": 256}),
+                      "batched/b512": ("batched", {"block": 512}),
+                      "batched/u4": ("batched", {"level_unroll": 4}),
+                      "batched/u8": ("batched", {"level_unroll": 8}),
+                      "batched/u16": ("batched", {"level_unroll": 16}),
+                      "batched/u8b256": ("batched", {"level_unroll": 8, "block": 256})})
     for m, D in structs:
         g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
         seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])

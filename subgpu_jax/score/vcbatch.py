@@ -85,11 +85,14 @@ def cell_table(rows: np.ndarray, shape: tuple[int, int, int, int], dtype=jnp.flo
     return jnp.asarray(np.ascontiguousarray(c.reshape(-1, 16).T), dtype=dtype)
 
 
-def batched_start_completion(prog: LevelProgram, tau: jax.Array) -> tuple[jax.Array, jax.Array]:
+def batched_start_completion(prog: LevelProgram, tau: jax.Array,
+                             unroll: int = 2) -> tuple[jax.Array, jax.Array]:
     """Start and completion times (µs) of a batch of duration arrays ``tau`` (H, B) in the home
     layout (pads 0): A_i = max(C_j, j in preds(i)) (0 without predecessors), C_i = A_i + tau_i,
-    one ``lax.scan`` step per DAG level, each step reading and writing whole batch rows.
-    Returns (A, C), each (H, B) in the home layout (pads 0)."""
+    one ``lax.scan`` step per DAG level, each step reading and writing whole batch rows;
+    ``unroll`` (static, >= 1) levels per loop iteration (``lax.scan``'s ``unroll``: fewer loop
+    trips on an accelerator, a longer program to compile). Returns (A, C), each (H, B) in the
+    home layout (pads 0)."""
     NL, Lw = prog.src.shape
     B = tau.shape[1]
     zero = jnp.zeros((1, B), tau.dtype)
@@ -101,7 +104,7 @@ def batched_start_completion(prog: LevelProgram, tau: jax.Array) -> tuple[jax.Ar
         return jax.lax.dynamic_update_slice(buf, a + t, (l * Lw, 0)), a
 
     buf, starts = jax.lax.scan(body, jnp.zeros((NL * Lw + 1, B), tau.dtype),
-                               (jnp.arange(NL, dtype=jnp.int32), t_lvl, prog.preds), unroll=2)
+                               (jnp.arange(NL, dtype=jnp.int32), t_lvl, prog.preds), unroll=unroll)
     starts = jnp.concatenate([starts.reshape(NL * Lw, B), zero])
     return starts[prog.home], buf[prog.home]
 
@@ -175,7 +178,7 @@ def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Arr
 
 def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, iters: int = 4,
                   damping: float = 0.5, isolated: bool = False, packed: bool = True,
-                  grids: tuple | None = None) -> jax.Array:
+                  grids: tuple | None = None, unroll: int = 2) -> jax.Array:
     """Makespans (µs) of a batch of integer allocations with vectorised contention.
 
     The model of ``vcontention.vc_makespan`` (tau <- isolated durations; ``iters`` damped
@@ -192,6 +195,8 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
         packed: static, the layout of the three rate integrals (``batched_integrals``).
         grids: static (``grid_spec`` of the conc grid, of the power grid), or None: the grid
             arrays of ``tabs``.
+        unroll: static, DAG levels per loop iteration of the level scans
+            (``batched_start_completion``).
 
     Returns:
         (B,) makespans T = max_i C_i in µs.
@@ -206,7 +211,7 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
     i0 = r0 * npw                                                       # cell (c, q) = (0, 0)
     tau_iso = jnp.where(valid, cells[0][i0], 0.0)
     if isolated or iters == 0:
-        return jnp.max(batched_start_completion(plan.levels, tau_iso)[1], axis=0)
+        return jnp.max(batched_start_completion(plan.levels, tau_iso, unroll)[1], axis=0)
     iso = tuple(jnp.where(valid, cells[k][i0], 0.0) for k in (1, 2, 3))
     inv_iso = 1.0 / jnp.maximum(tau_iso, 1e-9)
 
@@ -214,7 +219,7 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
         """One damped update of (tau, busy, conc, power); ``last`` (static): tau only (the
         rates of the final durations are not used: their 12 table reads are skipped)."""
         tau, *vals = carry                                              # 4 x (H, B)
-        S, C = batched_start_completion(plan.levels, tau)
+        S, C = batched_start_completion(plan.levels, tau, unroll)
         tsafe = jnp.maximum(tau, 1e-9)
         inv = 1.0 / tsafe
         # materialised once (the barrier keeps XLA from fusing the integrals into each of
@@ -242,11 +247,11 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
 
     carry = jax.lax.fori_loop(0, iters - 1, lambda _, c: update(c, False), (tau_iso,) + iso)
     tau = update(carry, True)[0]
-    return jnp.max(batched_start_completion(plan.levels, tau)[1], axis=0)
+    return jnp.max(batched_start_completion(plan.levels, tau, unroll)[1], axis=0)
 
 
 def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed, block,
-                    grids=None):
+                    grids=None, unroll=2):
     """``vcb_makespans`` as the compiled entry point (B, D) -> (B,) µs. With ``block`` (static)
     below B, the batch is cut into blocks of ``block`` allocations (the last padded by its last
     row) and the kernel ``jax.vmap``-ed over the blocks: every array is then (blocks, H, block),
@@ -255,7 +260,8 @@ def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed,
     B, D = allocs.shape
 
     def run(a):
-        return vcb_makespans(tabs, cells, plan, a, iters, damping, isolated, packed, grids)
+        return vcb_makespans(tabs, cells, plan, a, iters, damping, isolated, packed, grids,
+                             unroll)
 
     if block is None or block >= B:
         return run(allocs)
@@ -264,6 +270,7 @@ def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed,
     return jax.vmap(run)(a.reshape(nb, block, D)).reshape(nb * block)[:B]
 
 
-#: Static arguments of the compiled entry point (iters, damping, isolated, packed, block, grids).
-VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9)
+#: Static arguments of the compiled entry point (iters, damping, isolated, packed, block, grids,
+#: unroll).
+VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9, 10)
 _vcb_batch = jax.jit(_vcb_batch_impl, static_argnums=VCB_STATIC_ARGNUMS)

@@ -436,8 +436,10 @@ class VContentionEvaluator:
             allows, remainder to the first stages).
         iters: fixed-point iterations (default 4). damping: 0..1 (default 0.5).
         dtype: float dtype (float32). chunk: allocations per compiled call (as ``Evaluator``;
-            default 64 on CPU (the working set stays in cache; measured fastest on 2 cores,
-            experiments/bench_vcontention.py), 65536 on an accelerator).
+            default 64 on CPU: every batch above 64 runs in one compiled shape, and the
+            search's calls are small; large batches run about 1.1x faster in chunks of 256 on
+            the 2-core CI machine, experiments/results/bench_vcontention_cpu.json), 65536 on an
+            accelerator).
         pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: paddings of
             ``lanes.LanePlan.from_dag``; pad_tasks, pad_window (and pad_preds): of
             ``DagArrays.from_dag``; pad_segments: K_pad of the tables. Fix them to one value
@@ -461,6 +463,8 @@ class VContentionEvaluator:
             faster on the CPU, experiments/bench_vcontention.py; one compilation per
             evaluator, for scoring many allocations of one cut) instead of the shared program
             that takes the tables as arguments (one compilation per lane structure).
+            level_unroll: ``scan="batched"`` only: DAG levels per loop iteration of its level
+            scans (``vcbatch.batched_start_completion``; default 2).
         workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
             uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
@@ -484,7 +488,7 @@ class VContentionEvaluator:
                  pad_window: int | None = None, streams_per_stage: int = 1,
                  scan: str | None = None, workers: int | None = None,
                  packed: bool | None = None, block: int | None = None,
-                 inline_tables: bool = False) -> None:
+                 inline_tables: bool = False, level_unroll: int | None = None) -> None:
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         if isinstance(iters, bool) or int(iters) != iters or iters < 0:
@@ -507,9 +511,16 @@ class VContentionEvaluator:
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
-        if scan != "batched" and (packed is not None or block is not None or inline_tables):
-            raise ValueError("packed, block and inline_tables apply to scan='batched' only, "
-                             f"got scan={scan!r}")
+        if scan != "batched" and (packed is not None or block is not None or inline_tables
+                                  or level_unroll is not None):
+            raise ValueError("packed, block, inline_tables and level_unroll apply to "
+                             f"scan='batched' only, got scan={scan!r}")
+        if level_unroll is None:
+            level_unroll = 2
+        elif isinstance(level_unroll, bool) or int(level_unroll) != level_unroll \
+                or level_unroll < 1:
+            raise ValueError(f"level_unroll must be an integer >= 1, got {level_unroll!r}")
+        self.level_unroll = int(level_unroll)
         if workers is None:
             workers = min(2, os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
         if isinstance(workers, bool) or int(workers) != workers or workers < 1:
@@ -573,7 +584,7 @@ class VContentionEvaluator:
         a = self._check_allocs(allocs).astype(np.int32)
         if self.scan == "batched":
             static = (self.iters, self.damping, bool(self.model.isolated), self.packed,
-                      self.block, self.grids)
+                      self.block, self.grids, self.level_unroll)
             if self.inline_tables:
                 if self._inline is None:  # this evaluator's own program, tables as constants
                     tabs, cells, plan = self.tabs, self.cells, self.plan

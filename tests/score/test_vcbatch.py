@@ -46,13 +46,15 @@ def _fresh_jits(monkeypatch):
 @pytest.mark.parametrize("starts,w", [([6, 15], 0), ([3, 10, 21], 1)])
 def test_batched_equals_vmapped_kernel(g2, starts, w):
     """Every layout of the batch-last kernel (packed or separate integrals, blocks of 2 with a
-    padded last block) gives the vmapped kernel's makespans up to float32 summation order (1e-5
+    padded last block, level scans unrolled 1, 5 or 64 levels per loop trip: more than the
+    DAG's levels) gives the vmapped kernel's makespans up to float32 summation order (1e-5
     relative: the fixed point's 4 damped updates of float32 sums)."""
     cfg = _cfg(g2, starts, w, ALLOCS[0])
     ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="window")
     want = ref.makespan(ALLOCS)
     for opts in ({"packed": True}, {"packed": False}, {"packed": True, "block": 2},
-                 {"packed": False, "block": 2}):
+                 {"packed": False, "block": 2}, {"level_unroll": 1}, {"level_unroll": 5},
+                 {"level_unroll": 64}):
         got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
                                                  **opts).makespan(ALLOCS)
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(opts))
@@ -154,3 +156,10 @@ def test_bad_block(g2):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched", block=0)
     with pytest.raises(ValueError, match="batched"):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="window", packed=True)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="level_unroll"):
+            vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
+                                    level_unroll=bad)
+    with pytest.raises(ValueError, match="batched"):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="levels",
+                                level_unroll=4)
