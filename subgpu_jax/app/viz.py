@@ -180,9 +180,9 @@ def gantt_figure(res, title: str | None = None, t_max_us: float | None = None):
     ax.set_yticklabels([f"stage {s}\n{p} SMs" for s, p in enumerate(res.stage_sms)])
     ax.invert_yaxis()
     if shown < makespan:
-        ax.set_xlabel(f"time (µs): first {shown:,.0f} µs of the {makespan:,.0f} µs step shown")
+        ax.set_xlabel(f"time (µs): first {shown:,.0f} µs of the {makespan:,.0f} µs simulated makespan shown")
     else:
-        ax.set_xlabel(f"time (µs): the whole {makespan:,.0f} µs step")
+        ax.set_xlabel(f"time (µs): the whole {makespan:,.0f} µs simulated makespan")
     ax.set_xlim(0, max(shown, 1e-9))
     ax.set_title(title or f"{res.hw_name}: makespan {makespan:.1f} µs", pad=24)
     used = [c for c in CATEGORIES if c in set(cats)]

@@ -421,7 +421,7 @@ def test_gantt_legend_clear_of_axes_and_label(sims, t_max):
     if t_max is None:
         assert "the whole" in text
     else:  # a cut chart says so, with both times
-        assert f"first {t_max:,.0f} µs of the {float(r.makespan):,.0f} µs step" in text
+        assert f"first {t_max:,.0f} µs of the {float(r.makespan):,.0f} µs simulated makespan" in text
         assert ax.get_xlim()[1] == pytest.approx(t_max)
     plt.close(fig)
 
