@@ -90,7 +90,11 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     compute rate R_u pi_u / max(1, pi_u + pi_o); bytes in flight c_u = min(p_u w_u, cmax, miss
     bytes) with w_u the kernel's own window per SM; HBM share = curve((c_u + c_o) / (w N)) * peak_u * c_u / (c_u + c_o), capped by
     phi_u p_u issue; data rate = min(p_u issue, share / phi_u); L2 bandwidth scaling; network
-    after the setup latency at ``nvlink_Bps``. Duration = launch + max(compute, data, network).
+    after the setup latency at ``nvlink_Bps``. Duration = launch + fixed phase + max(compute,
+    data, network). With a calibration in ``model`` (``model.calibration``), every measured
+    kernel uses on each pool the calibrated work the event simulator uses there (work scale on
+    FLOPs, bytes and payload; fixed phase; window: ``_calibrated_pools``), so its entry at no
+    external load is its measured time alone; ``isolated`` entries are the measured times.
 
     Args:
         graph: the region graph (n kernels). hw: the GPU. model: rate-model parameters (default
@@ -109,6 +113,9 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     """
     model = ContentionModel() if model is None else model
     bm = model.bind(hw, lone_makespan)
+    cal = model.calibration
+    # the kernels' uncalibrated work; a calibration enters per pool below (_calibrated_pools)
+    bm0 = bm if cal is None else model.replace(calibration=None).bind(hw, lone_makespan)
     n, N = graph.n, hw.num_sms
     cg = np.asarray(conc_grid, dtype=float)
     pg = np.asarray(power_grid, dtype=float)
@@ -126,7 +133,9 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     static = StaticDurationModel(hw)
     if model.isolated:
         for u, k in enumerate(graph.kernels):
-            out["tau"][u] = static.kernel_time_us(k, P)[:, None, None]
+            t_iso = (cal.times(k, P, warn=False) if cal is not None and cal.has(k)
+                     else static.kernel_time_us(k, P))
+            out["tau"][u] = np.asarray(t_iso, dtype=float)[:, None, None]
             # isolated kernels still report their resource use (for inspection only)
             out["busy"][u] = out["tau"][u]
         return out
@@ -135,15 +144,24 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     co = (cg * W)[None, :, None]                          # (1, NC, 1) bytes
     po = pg[None, None, :]                                # (1, 1, NP)
     for u, k in enumerate(graph.kernels):
-        w = bm.work(k, 1)
+        w = bm0.work(k, 1)
         oc = op_cost(k, hw, P)                            # SMs reached, fixed phase per pool
         pu = oc.sms[:, None, None]                        # (N+1, 1, 1)
+        # per pool (N+1, 1, 1): work scale, fixed phase µs, window B/SM, network payload bytes
+        # (scaled) and whether the network phase runs: the uncalibrated kernel's, or the
+        # calibrated KernelWork the event simulator uses on that pool (_calibrated_pools)
+        if cal is not None and cal.has(k):
+            ws, fx, win, comm_b, comm_f = _calibrated_pools(bm, k, cal, hw)
+        else:
+            ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
+            comm_b, comm_f = float(w.comm_bytes), float(w.comm)
         pi = np.minimum(1.0, bm.gain * pu / bm.N)
         read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
-        hit_b = h[u] * read_b
-        data = w.obj_bytes
-        miss = data - hit_b
-        phi = miss / data if data > 0 else 0.0
+        data0 = w.obj_bytes
+        phi = (data0 - h[u] * read_b) / data0 if data0 > 0 else 0.0   # miss share (any scale)
+        data = data0 * ws                         # the work scale multiplies bytes and FLOPs
+        miss = data * phi
+        flops = w.flops * ws
         # compute
         if w.flops > 0:
             ptot = pi + po
@@ -152,13 +170,11 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         else:
             rc = np.zeros_like(pi + po)
         # HBM share and data rate
-        if data > 0:
+        if data0 > 0:
             issue = pu * bm.issue
             if phi > 0:
                 # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm:
-                # kernel-aware contention; the tables do not apply a calibration, so this is
-                # the uncalibrated kernel's window)
-                win = float(w.window_B_per_sm)
+                # kernel-aware contention, per pool when calibrated)
                 c = np.minimum(pu * win, bm.cmax)
                 if bm.demand_cap:
                     c = np.minimum(c, miss)
@@ -177,26 +193,62 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
             if w.reread_per_flop > 0 and w.flops > 0:
                 # both counters slowed by the L2 port until the first finishes; then the other
                 # runs alone on the port (the event simulator recomputes rates at that event)
-                tc = w.flops / (rc * sc) * 1e6
+                tc = flops / (rc * sc) * 1e6
                 sd = np.minimum(1.0, bm.l2 / np.maximum(ld, 1e-30))
                 scc = np.minimum(1.0, bm.l2 / np.maximum(lc, 1e-30))
                 td_after = tc + (data - rd * sc * tc * 1e-6) / (rd * sd) * 1e6
-                tc_after = td + (w.flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
+                tc_after = td + (flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
                 first_c = tc <= td
                 td, tc = np.where(first_c, td_after, td), np.where(first_c, tc, tc_after)
-                rc = w.flops / tc * 1e6
+                rc = flops / tc * 1e6
         else:
             c = np.zeros_like(pu)
             td = np.zeros_like(pu + co + po)
-        tc = (w.flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
-        tn = (bm.setup_us + w.comm_bytes / bm.nvlink * 1e6) if w.comm else 0.0
-        t = bm.launch_us + oc.fixed_us[:, None, None] + np.maximum(np.maximum(tc, td), tn)
+        tc = (flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
+        tn = np.where(np.asarray(comm_f) > 0, bm.setup_us + comm_b / bm.nvlink * 1e6, 0.0)
+        t = bm.launch_us + fx + np.maximum(np.maximum(tc, td), tn)
         bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
         out["tau"][u] = np.broadcast_to(t, bshape)
         out["busy"][u] = np.broadcast_to(td, bshape)
         out["conc"][u] = np.broadcast_to(c / W * td, bshape)
         out["power"][u] = np.broadcast_to(pi * tc, bshape)
     return out
+
+
+def _calibrated_pools(bm, k, cal, hw: Hardware) -> tuple[np.ndarray, ...]:
+    """The calibrated work of kernel ``k`` on every pool 0..N, as the event simulator uses it
+    (``BoundModel.work``: the per-pool work scale, fixed phase and window solved so that ``k``
+    alone takes its measured time), for ``kernel_profiles``.
+
+    Solved on the pools an allocation can hold (multiples of ``hw.sm_quantum``) inside the
+    calibration's measured range of ``k`` plus the range's ends (no extrapolation, so no
+    ``CalibrationExtrapolationWarning``); every other pool takes the nearest solved pool's
+    values (pools outside the measured range are extrapolated differently by the event
+    simulator). The solves are memoised per pool (``contention._CAL_CACHE``).
+
+    Returns:
+        ``(scale, fixed_us, window_B_per_sm, comm_bytes, comm)``, each float (N+1, 1, 1):
+        work scale, fixed phase µs, bytes in flight per SM, network payload bytes (scaled) and
+        1.0 where the network phase runs (0.0 for kernel-aware calibrated collectives, whose
+        link time is in the fixed phase).
+    """
+    from subgpu_jax.model.calibration import kernel_key
+
+    sms_m = np.asarray(cal.tables[kernel_key(k)][0], dtype=float)
+    lo, hi = int(np.ceil(sms_m[0])), int(np.floor(sms_m[-1]))
+    q = int(hw.sm_quantum)
+    solved = sorted({p for p in range(q, hw.num_sms + 1, q) if lo <= p <= hi} | {lo, hi})
+    works = [bm.work(k, p) for p in solved]
+    P = np.arange(hw.num_sms + 1)
+    near = np.abs(P[:, None] - np.asarray(solved)[None, :]).argmin(axis=1)
+
+    def per_pool(f) -> np.ndarray:
+        v = np.array([float(f(x)) for x in works])
+        return v[near][:, None, None]
+
+    return (per_pool(lambda x: x.scale), per_pool(lambda x: x.fixed_us),
+            per_pool(lambda x: x.window_B_per_sm),
+            per_pool(lambda x: x.comm_bytes * x.scale), per_pool(lambda x: x.comm))
 
 
 @chex.dataclass(frozen=True, mappable_dataclass=False)
