@@ -151,11 +151,7 @@ class Baseline:
             return json.loads(line)
         except ValueError:
             pass
-        try:
-            self.p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            self.p.wait()
+        self._wait(10)
         self.err.seek(0)
         last = [x.strip() for x in self.err.read().splitlines() if x.strip()][-1:]
         why = last[0] if last else (f"it printed {line.strip()[:200]!r}" if line.strip()
@@ -179,13 +175,17 @@ class Baseline:
                 self.p.stdin.close()
             except OSError:
                 pass
-            try:
-                self.p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
+            self._wait(60)
         self.err.close()
         self.dir.cleanup()
+
+    def _wait(self, seconds: float) -> None:
+        """Wait for the child to end, at most ``seconds``, then kill it."""
+        try:
+            self.p.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
 
 
 def bench(repeats: int = 9, baseline: str | None = BASELINE_REV) -> dict:
