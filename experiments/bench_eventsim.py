@@ -23,7 +23,10 @@ time) is in the git history of experiments/results/bench_eventsim.json; pass ``-
 for a revision with the current duration model.
 
 Usage: python experiments/bench_eventsim.py [--repeats N] [--baseline REV|none] [--out PATH]
-Writes experiments/results/bench_eventsim.json and prints a table.
+Writes experiments/results/bench_eventsim.json and prints a table. Bad arguments (--repeats < 1;
+an --out that is empty, a folder or in a missing folder; an empty --baseline or one starting
+with '-') and a baseline that cannot run (``--baseline REV: ...``) end the call with one line
+``error: ...`` and exit code 2.
 """
 
 from __future__ import annotations
@@ -113,37 +116,76 @@ class Baseline:
     """The baseline simulator in a child process (package extracted from git at ``rev``).
 
     Raises:
-        RuntimeError: git cannot extract ``rev``, or the child does not import the baseline.
+        RuntimeError: ``"--baseline REV: ..."`` (one line): git cannot extract ``rev``, the
+        child does not import the baseline, or it fails (its last line of stderr, e.g. a module
+        the baseline's package lacks) or answers with something that is not JSON.
     """
 
     def __init__(self, rev: str) -> None:
+        self.rev = rev
         self.dir = tempfile.TemporaryDirectory(prefix="bench_eventsim_base_")
         try:
             tar = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "subgpu_jax"],
                                  check=True, capture_output=True).stdout
         except (OSError, subprocess.CalledProcessError) as e:
-            raise RuntimeError(f"--baseline {rev}: git archive failed ({e})") from None
+            self.dir.cleanup()
+            err = getattr(e, "stderr", None)
+            why = err.decode(errors="replace").strip().splitlines()[-1:] if err else []
+            raise RuntimeError(f"--baseline {rev}: git archive failed "
+                               f"({why[0] if why else e})") from None
         tarfile.open(fileobj=BytesIO(tar)).extractall(self.dir.name)
         env = dict(os.environ, PYTHONPATH=self.dir.name)
+        self.err = tempfile.TemporaryFile(mode="w+")  # the child's stderr: its failure's cause
         self.p = subprocess.Popen([sys.executable, "-c", _WORKER.format(exp=str(HERE))],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                  env=env, cwd=self.dir.name)
-        pkg = json.loads(self.p.stdout.readline())["package"]
+                                  env=env, cwd=self.dir.name, stderr=self.err)
+        pkg = self._reply()["package"]
         if not pkg.startswith(self.dir.name):
             self.close()
             raise RuntimeError(f"--baseline {rev}: the child imported {pkg}, not the baseline")
 
+    def _reply(self) -> dict:
+        """The child's next line as JSON; RuntimeError (the child stopped) when it is not."""
+        line = self.p.stdout.readline()
+        try:
+            return json.loads(line)
+        except ValueError:
+            pass
+        self._wait(10)
+        self.err.seek(0)
+        last = [x.strip() for x in self.err.read().splitlines() if x.strip()][-1:]
+        why = last[0] if last else (f"it printed {line.strip()[:200]!r}" if line.strip()
+                                     else f"exit status {self.p.returncode}")
+        self.close()
+        raise RuntimeError(f"--baseline {self.rev}: the baseline child failed: {why}")
+
     def time(self, name: str) -> dict:
         """Time one simulation of case ``name`` in the child: {"wall", "cpu", "makespan"}."""
-        self.p.stdin.write(json.dumps(name) + "\n")
-        self.p.stdin.flush()
-        return json.loads(self.p.stdout.readline())
+        try:
+            self.p.stdin.write(json.dumps(name) + "\n")
+            self.p.stdin.flush()
+        except OSError:  # the child is gone: its stderr says why
+            pass
+        return self._reply()
 
     def close(self) -> None:
-        """Stop the child and remove the extracted package."""
-        self.p.stdin.close()
-        self.p.wait(timeout=60)
+        """Stop the child and remove the extracted package (again: nothing)."""
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.close()
+            except OSError:
+                pass
+            self._wait(60)
+        self.err.close()
         self.dir.cleanup()
+
+    def _wait(self, seconds: float) -> None:
+        """Wait for the child to end, at most ``seconds``, then kill it."""
+        try:
+            self.p.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
 
 
 def bench(repeats: int = 9, baseline: str | None = BASELINE_REV) -> dict:
@@ -195,8 +237,12 @@ def bench(repeats: int = 9, baseline: str | None = BASELINE_REV) -> dict:
             "load_avg": list(os.getloadavg()), "rows": rows}
 
 
-def main(argv=None) -> None:
-    """Command line entry point (see the module docstring)."""
+def main(argv=None) -> int:
+    """Command line entry point (see the module docstring). Bad arguments, or a baseline that
+    cannot run, end the call with one line ``error: ...`` on stderr and exit code 2 (the
+    --out and --baseline checks come before any simulation)."""
+    from subgpu_jax.model.checks import out_file
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--baseline", default="none",
@@ -204,15 +250,26 @@ def main(argv=None) -> None:
                          "which predates the current duration model), or 'none' (default)")
     ap.add_argument("--out", default=str(HERE / "results" / "bench_eventsim.json"))
     a = ap.parse_args(argv)
+
+    def fail(msg: str) -> int:
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
     if a.repeats < 1:
-        ap.error("--repeats must be >= 1")
-    out = Path(a.out)
-    if not out.parent.is_dir():
-        ap.error(f"--out: directory {out.parent} does not exist")
+        return fail(f"--repeats must be >= 1, got {a.repeats}")
+    try:
+        out = out_file(a.out, "--out")
+    except ValueError as e:
+        return fail(str(e))
+    if not a.baseline.strip():
+        return fail("--baseline must be a git revision or 'none', got an empty string")
+    if a.baseline.startswith("-"):
+        return fail(f"--baseline must be a git revision or 'none', got {a.baseline!r} (a "
+                    "revision never starts with '-')")
     try:
         r = bench(a.repeats, None if a.baseline == "none" else a.baseline)
     except RuntimeError as e:
-        ap.error(str(e))
+        return fail(str(e))
     print(f"{'case':50s} {'kernels':>7s} {'med ms':>7s} {'cpu ms':>7s} {'base ms':>8s} "
           f"{'base cpu':>8s} {'ratio':>6s} {'cpu ratio':>9s} {'same T':>6s} {'makespan µs':>12s}")
     for x in r["rows"]:
@@ -224,7 +281,8 @@ def main(argv=None) -> None:
               f"{x['cpu_ms_median']:7.1f} {b} {x['makespan_us']:12.1f}")
     out.write_text(json.dumps(r, indent=2))
     print(f"wrote {out} (load average {r['load_avg'][0]:.2f} on {r['cpu_count']} CPUs)")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -36,6 +36,10 @@ another order). The JSON records the load average before and after (a shared CPU
 Usage: PYTHONPATH=. python experiments/bench_vcontention.py [--device cpu|gpu] [--out FILE.json]
     [--allocs N] [--scans window,levels,straight,batched] [--structures 8x5,4x3]
     [--chunks 64,256].
+    Bad arguments end the call before any timing with one line ``error: ...`` and exit code 2:
+    an unknown or empty kernel in --scans, a structure the model refuses (``--structures:
+    MxD: reason``), a chunk repeated or larger than the allocations per row, an --out that is
+    empty, a folder or in a missing folder.
     CPU: chunks of 64 and 256, 1 to 4 minutes on 2 cores (load); GPU: chunks of 131072, about a
     minute on one H200 (``--device gpu --out $OUT/bench_vcontention_h200.json``).
 """
@@ -169,6 +173,29 @@ def _timed(fns: dict, A, chunk: int) -> dict:
             for k in fns}
 
 
+def _structure(m: int, D: int, hw, n_alloc: int) -> tuple:
+    """The timed workload of one MxD structure: GPT-OSS 120B's region graph for ``m``
+    microbatches (reference deployment), its evenly spaced chain cut into ``D`` stages,
+    ``n_alloc`` random allocations of ``hw`` (seed 1) and the ``scan="window"`` evaluator whose
+    tables and hits every row shares. Returns ``(graph, cut, allocations, evaluator)``.
+
+    Raises:
+        ValueError: from the model: ``m`` not dividing the per-GPU batch, D = 1 (the temporal
+        baseline), more stages than kernels or than the SMs allow.
+    """
+    import numpy as np
+
+    from subgpu_jax import REFERENCE_DEPLOYMENT, build_graph, get_model
+    from subgpu_jax.score.vcontention import VContentionEvaluator
+    from subgpu_jax.space.config import chain_cut, enumerate_allocations
+
+    g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
+    seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
+    pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
+    A = pool[np.random.default_rng(1).integers(0, len(pool), n_alloc)].astype(np.int32)
+    return g, seg, A, VContentionEvaluator(g, seg, D, 0, hw, scan="window")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
@@ -184,51 +211,71 @@ def main(argv=None) -> int:
                     help="comma-separated allocations per compiled call (default 64,256 on the "
                          "CPU, 131072 on the GPU)")
     a = ap.parse_args(argv)
+
+    def fail(msg: str) -> int:
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+    from subgpu_jax.model.checks import out_file
+
+    if a.out is not None:
+        try:
+            out_file(a.out, "--out")
+        except ValueError as e:
+            return fail(str(e))
     if a.device == "cpu":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from subgpu_jax import REFERENCE_DEPLOYMENT, build_graph, get_hardware, get_model
+    from subgpu_jax import get_hardware
     from subgpu_jax.score.lanes import incomparable_pairs
     from subgpu_jax.score.vcontention import SCANS, VContentionEvaluator
-    from subgpu_jax.space.config import chain_cut, enumerate_allocations
 
     scans = (("window", "levels", "batched") if a.scans is None
              else tuple(x.strip() for x in a.scans.split(",")))
+    if not all(scans):
+        return fail(f"--scans: {a.scans!r} has empty entries; give a list like "
+                    f"window,batched (kernels: {', '.join(SCANS)})")
     bad = [x for x in scans if x not in SCANS]
-    if bad or not scans:
-        print(f"error: --scans: {','.join(bad) or 'empty'} not among {', '.join(SCANS)}",
-              file=sys.stderr)
-        return 2
+    if bad:
+        return fail(f"--scans: {','.join(bad)} not among {', '.join(SCANS)}")
     try:
         structs = [tuple(int(v) for v in x.split("x")) for x in a.structures.split(",")]
         if not structs or any(len(t) != 2 or min(t) < 1 for t in structs):
             raise ValueError
     except ValueError:
-        print(f"error: --structures: {a.structures!r} is not a list like 8x5,4x3 (positive "
-              "integers)", file=sys.stderr)
-        return 2
+        return fail(f"--structures: {a.structures!r} is not a list like 8x5,4x3 (positive "
+                    "integers)")
     if a.allocs is not None and a.allocs < 1:
-        print(f"error: --allocs must be >= 1, got {a.allocs}", file=sys.stderr)
-        return 2
+        return fail(f"--allocs must be >= 1, got {a.allocs}")
     try:
         chunk_opt = None if a.chunks is None else tuple(int(x) for x in a.chunks.split(","))
         if chunk_opt is not None and min(chunk_opt) < 1:
             raise ValueError
     except ValueError:
-        print(f"error: --chunks: {a.chunks!r} is not a list like 64,256 (positive integers)",
-              file=sys.stderr)
-        return 2
+        return fail(f"--chunks: {a.chunks!r} is not a list like 64,256 (positive integers)")
     backend = jax.default_backend()
     if a.device == "gpu" and backend != "gpu":
-        print(f"error: device: --device gpu but JAX's backend is {backend!r}", file=sys.stderr)
-        return 2
+        return fail(f"device: --device gpu but JAX's backend is {backend!r}")
     cpu = backend == "cpu"
     n_alloc = a.allocs or (1024 if cpu else 2**19)
     chunks = chunk_opt or ((64, 256) if cpu else (131072,))
+    if len(set(chunks)) != len(chunks):
+        return fail(f"--chunks: {a.chunks!r} repeats a value")
+    big = [c for c in chunks if c > n_alloc]
+    if big:  # a chunk larger than a row would time nothing: every row of it skipped
+        what = f"--allocs {n_alloc}" if a.allocs else f"the default --allocs {n_alloc}"
+        return fail(f"--chunks{'' if a.chunks else ' (default)'}: {','.join(map(str, big))} "
+                    f"larger than {what}, the allocations per row: give chunks <= {n_alloc}")
     hw = get_hardware("B200")
+    prepared = []  # every structure built before any timing: a bad one is refused up front
+    for m, D in structs:
+        try:
+            prepared.append((m, D, *_structure(m, D, hw, n_alloc)))
+        except ValueError as e:
+            return fail(f"--structures: {m}x{D}: {e}")
     prev = _previous_batch()
     rows = []
     path = a.out or os.path.join(HERE, "results", f"bench_vcontention_{a.device}.json")
@@ -261,19 +308,12 @@ def main(argv=None) -> int:
                       "batched/u4": ("batched", {"level_unroll": 4}),
                       "batched/u8": ("batched", {"level_unroll": 8}),
                       "batched/u8b256": ("batched", {"level_unroll": 8, "block": 256})})
-    for m, D in structs:
-        g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
-        seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
-        pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
-        A = pool[np.random.default_rng(1).integers(0, len(pool), n_alloc)].astype(np.int32)
-        new = VContentionEvaluator(g, seg, D, 0, hw, scan="window")
+    for m, D, g, seg, A, new in prepared:
         dag = new.dag
         ii, jj = incomparable_pairs(dag)
         W_old = max(4, -(-int((jj - ii).max(initial=1)) // 4) * 4)   # the previous exact band
         mask_old = jnp.asarray(_previous_mask(dag, new.arrs.T_pad, W_old))
         for chunk in chunks:
-            if chunk > n_alloc:
-                continue
             fns = {"previous": lambda c: prev(new.tabs, new.arrs, mask_old, jnp.asarray(c),
                                               new.iters, new.damping)}
             evs = {}

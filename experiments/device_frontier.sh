@@ -12,16 +12,34 @@
 #                              summary.json, the three figures) and frontier_studies.json
 #   $OUT/frontier_log.txt      every study's progress lines
 # Unpack on the workstation from the repository root: tar xzf frontier_results.tgz
+# Bad arguments (checked before any arithmetic or work): one line on stderr, exit 2. The exit
+# status is otherwise the first non-zero exit of a study's run (124: its timeout), 0 if none.
 set -uo pipefail
-LIMIT=${1:?usage: device_frontier.sh LIMIT_S WORKERS [STUDY ...]}
-WORKERS=${2:?usage: device_frontier.sh LIMIT_S WORKERS [STUDY ...]}
+USAGE="usage: device_frontier.sh LIMIT_S WORKERS [STUDY ...] (STUDY: gptoss20b_h200, gptoss120b_b200 or llama70b_h200)"
+ALL_STUDIES="gptoss20b_h200 gptoss120b_b200 llama70b_h200"
+die() { echo "device_frontier.sh: $*" >&2; exit 2; }
+if [ $# -lt 2 ]; then echo "$USAGE" >&2; exit 2; fi
+# a positive decimal integer of at most 6 digits: never a string that bash arithmetic evaluates
+is_count() { [[ $1 =~ ^[1-9][0-9]{0,5}$ ]]; }
+is_count "$1" || die "LIMIT_S must be a positive integer of seconds, got '$1'"
+is_count "$2" || die "WORKERS must be a positive integer of processes, got '$2'"
+LIMIT=$1
+WORKERS=$2
 shift 2
-STUDIES=${*:-gptoss20b_h200 gptoss120b_b200 llama70b_h200}
+for s in "$@"; do
+  case " $ALL_STUDIES " in
+    *" $s "*) ;;
+    *) die "STUDY must be one of gptoss20b_h200, gptoss120b_b200, llama70b_h200, got '$s'" ;;
+  esac
+done
+STUDIES=${*:-$ALL_STUDIES}
+RESERVE_S=${RESERVE_S:-45}          # final writes of the last study (~10 s) and the archive
+[[ $RESERVE_S =~ ^(0|[1-9][0-9]{0,5})$ ]] || \
+  die "RESERVE_S must be a non-negative integer of seconds, got '$RESERVE_S'"
 OUT=${OUT:-/tmp/frontier_out}
-mkdir -p "$OUT"
+mkdir -p "$OUT" || die "OUT must be a folder that can be created, got '$OUT'"
 source experiments/device_env.sh   # PYTHONPATH (no install)
 export JAX_PLATFORMS=cpu           # this process too: the GPU stays the measurement's
-RESERVE_S=${RESERVE_S:-45}          # final writes of the last study (~10 s) and the archive
 # JAX's persistent compilation cache in an ignored folder of the checkout: the device keeps
 # ignored folders between calls while the machine stays warm, so a second call reuses it
 CACHE=${COMPILE_CACHE:-.jax_cache/frontier}
@@ -29,6 +47,7 @@ mkdir -p "$CACHE"
 START=$(date +%s)
 END=$((START + LIMIT - RESERVE_S))
 LOG="$OUT/frontier_log.txt"
+RC=0                               # the first non-zero exit of a study, the script's exit status
 echo "device_frontier: limit ${LIMIT}s, ${WORKERS} workers, studies: $STUDIES, $(nproc) CPUs" | tee "$LOG"
 for s in $STUDIES; do
   left=$((END - $(date +%s)))
@@ -39,17 +58,21 @@ for s in $STUDIES; do
       --workers "$WORKERS" --wall-budget "$left" --overwrite-stale --chunk 100 \
       --compile-cache "$CACHE" 2>&1 \
       | grep --line-buffered -v -i warn >> "$LOG"
-  echo "$s: exit ${PIPESTATUS[0]} after $(( $(date +%s) - START ))s" | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  echo "$s: exit $rc after $(( $(date +%s) - START ))s" | tee -a "$LOG"
+  if [ "$RC" -eq 0 ] && [ "$rc" -ne 0 ]; then RC=$rc; fi
 done
 R=experiments/results
-FILES=$R/frontier_studies.json
+FILES=
+[ -f "$R/frontier_studies.json" ] && FILES=$R/frontier_studies.json
 for s in $STUDIES; do
   for f in records.jsonl manifest.json records.csv summary.json frontier.png frontier_by_stages.png gantt_best.png; do
     [ -f "$R/frontier_$s/$f" ] && FILES="$FILES $R/frontier_$s/$f"
   done
 done
-tar czf "$OUT/frontier_results.tgz" $FILES
-python3 - <<'EOF' | tee -a "$LOG"
+if [ -n "$FILES" ]; then tar czf "$OUT/frontier_results.tgz" $FILES
+else echo "device_frontier: nothing to archive" | tee -a "$LOG"; fi
+[ -f "$R/frontier_studies.json" ] && python3 - <<'EOF' | tee -a "$LOG"
 import json
 d = json.load(open("experiments/results/frontier_studies.json"))
 for k, v in d.items():
@@ -60,3 +83,4 @@ for k, v in d.items():
 EOF
 python3 experiments/frontier_study.py --report 2>&1 | grep -v -i warn >> "$LOG"
 ls -la "$OUT"
+exit "$RC"

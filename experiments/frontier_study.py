@@ -302,7 +302,17 @@ def report(allr: dict) -> str:
     return "\n".join(lines + [""] + notes)
 
 
+def _fail(msg: str) -> int:
+    """Print ``error: msg`` (one line) on stderr; returns the exit code 2."""
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
+
+
 def main(argv=None) -> int:
+    """Command line entry point (the module docstring). Returns the exit code: 2 with one
+    line ``error: ...`` for a --tp that is no attention TP of the study, an empty
+    --compile-cache or one that is a file, a --report without a readable digest file, or a
+    study folder that cannot be resumed; argparse's own errors for the other arguments."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--study", choices=sorted(STUDIES), default="gptoss120b_b200")
     ap.add_argument("--report", action="store_true",
@@ -315,7 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--exact", default="event", choices=("event", "static"))
     ap.add_argument("--kv-history", type=int, default=32768)
     ap.add_argument("--tp", type=int, default=None,
-                    help="restrict to this attention TP (default: every TP <= 8)")
+                    help="restrict to this attention TP, one of the study's (default: every "
+                         "TP <= 8)")
     ap.add_argument("--narrow", action="store_true",
                     help="the first published grid: D = 2..4, m = 1, 2, 4, largest EP only")
     ap.add_argument("--overwrite", action="store_true",
@@ -349,15 +360,37 @@ def main(argv=None) -> int:
     if a.cpu_budget is not None and a.workers > 1:
         ap.error("--cpu-budget counts one process's CPU time; with --workers > 1 use "
                  "--wall-budget")
+    if not a.compile_cache.strip():
+        return _fail("--compile-cache must be a folder, or 'none' to turn the cache off, got "
+                     "an empty string")
     a.compile_cache = None if a.compile_cache.lower() == "none" else a.compile_cache
+    if a.compile_cache is not None:
+        from subgpu_jax.model.checks import out_dir
+
+        try:
+            out_dir(a.compile_cache, "--compile-cache")
+        except ValueError as e:
+            return _fail(f"{e} ('none' turns the cache off)")
     if a.report:
-        with open(os.path.join(HERE, "results", "frontier_studies.json")) as fh:
-            print(report(json.load(fh)))
+        path = os.path.join(HERE, "results", "frontier_studies.json")
+        try:
+            with open(path) as fh:
+                text = report(json.load(fh))
+        except OSError as e:
+            return _fail(f"--report: cannot read {path}: {e.strerror or e}")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            return _fail(f"--report: {path} is not a file of study digests "
+                         f"({type(e).__name__}: {str(e)[:200]})")
+        print(text)
         return 0
     st = {**STUDIES[a.study], **(NARROW if a.narrow else WIDE)}
     arch, hw = get_model(st["model"]), get_hardware(st["hw"])
     pars = parallelisms(arch, st["gpus"], st["all_ep"])
-    if a.tp:
+    if a.tp is not None:
+        tps = sorted({p[0] for p in pars})
+        if a.tp not in tps:  # an empty list would mean build_grid's default grid
+            return _fail(f"--tp must be one of {', '.join(map(str, tps))} (the attention TPs "
+                         f"of {a.study}), got {a.tp}")
         pars = [p for p in pars if p[0] == a.tp]
     skipped: list = []
     pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches"],

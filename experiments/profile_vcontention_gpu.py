@@ -13,7 +13,9 @@ Usage (the GPU machine; torch and JAX with a GPU):
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python experiments/profile_vcontention_gpu.py \
         --out $OUT [--chunk 131072] [--block 128] [--level-unroll 2] [--repeats 5]
 Writes OUT/profile_vcontention_gpu.json (call times, kernels by total µs) and
-OUT/vcb_hlo.txt; prints the 25 kernels with the most time.
+OUT/vcb_hlo.txt; prints the 25 kernels with the most time. Checked in this order before any GPU
+work, each failure one line ``error: ...`` and exit code 2: the counts (>= 1), --out (a folder
+or one that can be created: not empty, not an existing file), torch importable, JAX on a GPU.
 """
 
 from __future__ import annotations
@@ -37,18 +39,31 @@ def main(argv=None) -> int:
     ap.add_argument("--level-unroll", type=int, default=2, help="levels per loop trip (>= 1)")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls (>= 1)")
     a = ap.parse_args(argv)
+
+    def fail(msg: str) -> int:
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+    from subgpu_jax.model.checks import out_dir
+
     for name in ("chunk", "block", "level_unroll", "repeats"):
         if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+            return fail(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+    try:
+        out_dir(a.out, "--out")
+    except ValueError as e:
+        return fail(str(e))
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError as e:
+        return fail(f"needs torch (its profiler records the kernels): {e}")
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     if jax.default_backend() != "gpu":
-        ap.error(f"needs JAX on a GPU, got backend {jax.default_backend()!r}")
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
+        return fail(f"needs JAX on a GPU, got backend {jax.default_backend()!r}")
     from subgpu_jax import REFERENCE_DEPLOYMENT, build_graph, get_hardware, get_model
     from subgpu_jax.score import vcontention as vc
     from subgpu_jax.space.config import chain_cut, enumerate_allocations

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from subgpu_jax.model.checks import out_file
 from subgpu_jax.model.graph import CATEGORIES
 
 __all__ = ["write_trace", "trace_events", "plot_gantt", "plot_utilisation", "CATEGORY_COLORS",
@@ -24,20 +25,8 @@ CATEGORY_COLORS: dict[str, str] = {
 }
 
 
-def _check_out(path: str | os.PathLike, field: str) -> Path:
-    """``path`` as a ``Path`` after checking it names a file in an existing folder.
-
-    Raises:
-        ValueError: empty path, missing folder, or a path that is a folder (names ``field``).
-    """
-    p = Path(path)
-    if not str(path):
-        raise ValueError(f"{field} must be a file path, got an empty string")
-    if not p.parent.is_dir():
-        raise ValueError(f"{field}: directory {str(p.parent)!r} does not exist")
-    if p.is_dir():
-        raise ValueError(f"{field}: {str(p)!r} is a directory, give a file path")
-    return p
+#: ``checks.out_file``: a file path in an existing folder (ValueError naming the field).
+_check_out = out_file
 
 
 #: Image formats the figure functions write, chosen by the file name's extension (the raster
@@ -57,7 +46,7 @@ def check_image_path(path: str | os.PathLike, field: str) -> tuple[Path, str]:
         ``(Path, format)`` with format one of ``IMAGE_FORMATS`` (lower case).
 
     Raises:
-        ValueError: as ``_check_out``, or an extension that is not one of ``IMAGE_FORMATS``
+        ValueError: as ``checks.out_file``, or an extension that is not one of ``IMAGE_FORMATS``
             (a figure is never written in a format other than the one its name says).
     """
     p = _check_out(path, field)

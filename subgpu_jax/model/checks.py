@@ -4,11 +4,13 @@ what is allowed (the house rule for bad input: never a silent fallback)."""
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["pos_int", "finite", "choice"]
+__all__ = ["pos_int", "finite", "choice", "out_file", "out_dir"]
 
 
 def pos_int(v: Any, name: str, minimum: int = 1) -> int:
@@ -56,3 +58,44 @@ def choice(v: Any, name: str, allowed: Iterable[Any]) -> Any:
     if v not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(str, allowed))}, got {v!r}")
     return v
+
+
+def out_file(path: Any, name: str) -> Path:
+    """``path`` as a ``Path`` after checking that it names a file (to be written) in an existing
+    folder.
+
+    Raises:
+        ValueError: an empty path, a missing folder, or a path that is a folder (names ``name``).
+    """
+    p = Path(path)
+    if not str(path):
+        raise ValueError(f"{name} must be a file path, got an empty string")
+    if not p.parent.is_dir():
+        raise ValueError(f"{name}: directory {str(p.parent)!r} does not exist")
+    if p.is_dir():
+        raise ValueError(f"{name}: {str(p)!r} is a directory, give a file path")
+    return p
+
+
+def out_dir(path: Any, name: str) -> Path:
+    """``path`` as a ``Path`` after checking that it is a folder or can be created as one (its
+    nearest existing ancestor is a writable folder); nothing is created.
+
+    Raises:
+        ValueError: an empty path, an existing file, or an ancestor that is a file or not
+        writable (names ``name``).
+    """
+    if not str(path):
+        raise ValueError(f"{name} must be a folder path, got an empty string")
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{name}: {str(p)!r} is a file, give a folder path")
+    anc = p.absolute()
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ValueError(f"{name}: {str(p)!r} cannot be created: {str(anc)!r} is a file")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ValueError(f"{name}: {str(p)!r} cannot be written: no write access to "
+                         f"{str(anc)!r}")
+    return p

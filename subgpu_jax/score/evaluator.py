@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding
@@ -275,7 +276,8 @@ class Evaluator:
             contention off; docs/method.md, "Streams per stage", measures the error).
 
     Raises:
-        ValueError: an illegal cut or D/w, or negative/NaN durations in the table.
+        ValueError: an illegal cut or D/w, negative/NaN durations in the table, or a ``chunk``
+            that is not an integer >= 1 (bool, float and str refused: the message names chunk).
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
@@ -284,6 +286,9 @@ class Evaluator:
                  streams_per_stage: int = 1) -> None:
         from subgpu_jax.space.config import check_cut
 
+        if chunk is None:
+            chunk = 2048 if jax.default_backend() == "cpu" else 65536
+        self.chunk = pos_int(chunk, "chunk")
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
         self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, K
@@ -308,11 +313,6 @@ class Evaluator:
         stage[:K] = [binding(k, K, w) for k in range(K)]
         self.seg_stage = jnp.asarray(stage)
         self.dtype = dtype
-        if chunk is None:
-            chunk = 2048 if jax.default_backend() == "cpu" else 65536
-        if int(chunk) < 1:
-            raise ValueError(f"chunk must be >= 1 allocations, got {chunk}")
-        self.chunk = int(chunk)
 
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware, **kw) -> "Evaluator":

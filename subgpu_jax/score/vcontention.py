@@ -47,6 +47,7 @@ import numpy as np
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch, completion_times,
     run_in_chunks, validate_durations)
+from subgpu_jax.model.checks import finite, pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.kernelcost import op_cost
 from subgpu_jax.model.hardware import Hardware
@@ -526,7 +527,10 @@ class VContentionEvaluator:
             share in the event simulator are not modelled (docs/method.md, "Streams per stage").
 
     Raises:
-        ValueError: an illegal cut/D/w, bad hits, iters < 0, damping outside [0, 1).
+        ValueError: an illegal cut/D/w, bad hits, iters not an integer >= 0, damping outside
+            [0, 1); chunk, block, level_unroll or workers not an integer >= 1 (bool, float,
+            str, NaN refused); packed not True, False or None; inline_tables not True or False
+            (every message names its argument).
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
@@ -541,12 +545,24 @@ class VContentionEvaluator:
                  scan: str | None = None, workers: int | None = None,
                  packed: bool | None = None, block: int | None = None,
                  inline_tables: bool = False, level_unroll: int | None = None) -> None:
+        iters = pos_int(iters, "iters", minimum=0)
+        if not finite(damping, "damping", lo=0.0) < 1.0:
+            raise ValueError(f"damping must be in [0, 1), got {damping!r}")
+        if chunk is None:
+            chunk = 64 if jax.default_backend() == "cpu" else 65536
+        self.chunk = pos_int(chunk, "chunk")
+        if block is not None:
+            block = pos_int(block, "block")
+        if level_unroll is not None:
+            level_unroll = pos_int(level_unroll, "level_unroll")
+        if not (packed is None or isinstance(packed, (bool, np.bool_))):
+            raise ValueError(f"packed must be True, False or None, got {packed!r}")
+        if not isinstance(inline_tables, (bool, np.bool_)):
+            raise ValueError(f"inline_tables must be True or False, got {inline_tables!r}")
+        if workers is not None:
+            workers = pos_int(workers, "workers")
         K = D + w
         check_cut(seg_of, graph.n, graph.edges, K)
-        if isinstance(iters, bool) or int(iters) != iters or iters < 0:
-            raise ValueError(f"iters must be an integer >= 0, got {iters!r}")
-        if not 0.0 <= float(damping) < 1.0:
-            raise ValueError(f"damping must be in [0, 1), got {damping!r}")
         self.model = ContentionModel() if model is None else model
         self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, K
         self.seg_of = tuple(int(s) for s in seg_of)
@@ -567,17 +583,10 @@ class VContentionEvaluator:
                                   or level_unroll is not None):
             raise ValueError("packed, block, inline_tables and level_unroll apply to "
                              f"scan='batched' only, got scan={scan!r}")
-        if level_unroll is None:
-            level_unroll = 2
-        elif isinstance(level_unroll, bool) or int(level_unroll) != level_unroll \
-                or level_unroll < 1:
-            raise ValueError(f"level_unroll must be an integer >= 1, got {level_unroll!r}")
-        self.level_unroll = int(level_unroll)
+        self.level_unroll = 2 if level_unroll is None else level_unroll
         if workers is None:
             workers = min(2, os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
-        if isinstance(workers, bool) or int(workers) != workers or workers < 1:
-            raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-        self.workers = int(workers)
+        self.workers = workers
         if hits is None:
             if self.model.isolated or cache == "none":
                 hits = np.zeros(graph.n)
@@ -598,20 +607,11 @@ class VContentionEvaluator:
                       if scan == "batched" else None)
         cpu = jax.default_backend() == "cpu"
         self.packed = True if packed is None else bool(packed)
-        if block is None:
-            block = None if cpu else 128
-        elif isinstance(block, bool) or int(block) != block or block < 1:
-            raise ValueError(f"block must be an integer >= 1 allocations, got {block!r}")
-        self.block = None if block is None else int(block)
+        self.block = block if block is not None or cpu else 128
         self.grids = (grid_spec(self.tabs.conc_grid), grid_spec(self.tabs.power_grid))
         self.inline_tables, self._inline = bool(inline_tables), None
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
-        if chunk is None:
-            chunk = 64 if jax.default_backend() == "cpu" else 65536
-        if int(chunk) < 1:
-            raise ValueError(f"chunk must be >= 1 allocations, got {chunk}")
-        self.chunk = int(chunk)
 
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,

@@ -163,3 +163,45 @@ def test_bad_block(g2):
     with pytest.raises(ValueError, match="batched"):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="levels",
                                 level_unroll=4)
+
+
+BAD_COUNTS = (0, -1, 2.5, 2.0, True, False, "2", "a", float("nan"), float("inf"), [2])
+
+
+@pytest.mark.parametrize("arg", ["chunk", "block", "level_unroll", "workers"])
+@pytest.mark.parametrize("bad", BAD_COUNTS, ids=repr)
+def test_bad_counts_name_the_argument(g2, arg, bad):
+    """chunk, block, level_unroll, workers: integers >= 1 only (``checks.pos_int``): a float
+    is not truncated, a bool or a string is not coerced, NaN, inf and a list give a
+    ValueError naming the argument (not an OverflowError/TypeError from int())."""
+    with pytest.raises(ValueError, match=rf"^{arg} must be an integer >= 1, got "):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
+                                **{arg: bad})
+
+
+@pytest.mark.parametrize("bad", ["false", "True", 0, 1, 1.0, [], "", np.int64(1)], ids=repr)
+def test_bad_packed(g2, bad):
+    """packed: True, False or None only (``bool("false")`` is True: no coercion)."""
+    with pytest.raises(ValueError, match=r"^packed must be True, False or None, got "):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
+                                packed=bad)
+    with pytest.raises(ValueError, match=r"^inline_tables must be True or False, got "):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
+                                inline_tables=bad)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5, True, "4", float("nan")], ids=repr)
+def test_bad_iters_damping(g2, bad):
+    with pytest.raises(ValueError, match=r"^iters must be an integer >= 0, got "):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, iters=bad)
+    with pytest.raises(ValueError, match=r"^damping must be"):  # a finite number in [0, 1)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, damping=bad)
+
+
+@pytest.mark.parametrize("bad", [0, 2.5, True, "2", float("nan"), float("inf"), [2]], ids=repr)
+def test_bad_chunk_static_evaluator(g2, bad):
+    """``evaluator.Evaluator(chunk=)``: the same check as the contention evaluator."""
+    from subgpu_jax.score.evaluator import Evaluator
+
+    with pytest.raises(ValueError, match=r"^chunk must be an integer >= 1, got "):
+        Evaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, chunk=bad)

@@ -234,3 +234,46 @@ def test_cpu_per_point_prefers_the_longest_measurement(fs):
              "cpu_points": {"1": 100, "16": 50}}]
     assert fs.cpu_per_point(runs) == {"1": 2.0, "8": 4.0, "16": 9.0}
     assert fs.cpu_per_point([]) == {}
+
+
+@pytest.mark.parametrize("study, tp", [("gptoss120b_b200", 3), ("gptoss20b_h200", 0),
+                                       ("llama70b_h200", 16), ("gptoss20b_h200", -8)])
+def test_tp_outside_the_study_is_refused(fs, tmp_path, monkeypatch, capsys, study, tp):
+    """A --tp that is no attention TP of the study (an empty parallelism list would mean
+    build_grid's default grid; 0 used to mean all) exits 2 naming the allowed TPs; nothing is
+    written."""
+    monkeypatch.setattr(fs, "HERE", str(tmp_path))
+    assert fs.main(["--study", study, "--tp", str(tp), "--budget", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: --tp must be one of 1, 2, 4, 8 (the attention TPs of {study}), "
+                   f"got {tp}"]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("content", [None, "{not json", "[1, 2]", '{"x": {"coverage": 1}}'])
+def test_report_without_a_digest_file(fs, tmp_path, monkeypatch, capsys, content):
+    """--report with frontier_studies.json missing, not JSON or not a file of digests: one
+    line naming the file, exit 2 (no traceback)."""
+    monkeypatch.setattr(fs, "HERE", str(tmp_path))
+    if content is not None:
+        (tmp_path / "results").mkdir()
+        (tmp_path / "results" / "frontier_studies.json").write_text(content)
+    assert fs.main(["--report"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --report: ")
+    assert "frontier_studies.json" in err[0]
+
+
+def test_compile_cache_empty_or_a_file(fs, tmp_path, monkeypatch, capsys):
+    """--compile-cache "" is refused (the message says 'none' turns the cache off), and so is
+    a path that is an existing file; both before any work."""
+    monkeypatch.setattr(fs, "HERE", str(tmp_path))
+    a_file = tmp_path / "cache_file"
+    a_file.write_text("")
+    for bad, why in (("", "got an empty string"), (str(a_file), "is a file")):
+        assert fs.main(["--study", "llama70b_h200", "--narrow", "--tp", "8", "--budget", "1",
+                        "--workers", "2", "--compile-cache", bad]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: --compile-cache") and why in err[0]
+        assert "'none'" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache_file"]

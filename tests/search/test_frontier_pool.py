@@ -195,3 +195,77 @@ def test_device_script_parses_and_needs_its_arguments():
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     r = subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode != 0 and "usage: device_frontier.sh LIMIT_S WORKERS" in r.stderr
+
+
+FAKE_STUDY = ("import os, sys\n"
+              "a = sys.argv[1:]\n"
+              "if '--report' in a: sys.exit(0)\n"
+              "s = a[a.index('--study') + 1]\n"
+              "d = os.path.join('experiments', 'results', 'frontier_' + s)\n"
+              "os.makedirs(d, exist_ok=True)\n"
+              "open(os.path.join(d, 'records.jsonl'), 'w').write('{}\\n')\n"
+              "sys.exit({'gptoss120b_b200': 3, 'llama70b_h200': 4}.get(s, 0))\n")
+
+
+def _device_script(args, tmp_path: Path, **env):
+    """``bash experiments/device_frontier.sh ARGS`` with OUT in ``tmp_path``, run in a copy of
+    the script's folder whose frontier_study.py is a stand-in (``FAKE_STUDY``: writes a record
+    file; exits 3 for gptoss120b_b200, 4 for llama70b_h200, 0 otherwise), so that a script that
+    let bad arguments through would never run a real study."""
+    exp = tmp_path / "repo" / "experiments"
+    exp.mkdir(parents=True, exist_ok=True)
+    for f in ("device_frontier.sh", "device_env.sh"):
+        (exp / f).write_text((ROOT / "experiments" / f).read_text())
+    (exp / "frontier_study.py").write_text(FAKE_STUDY)
+    return subprocess.run(["bash", "experiments/device_frontier.sh", *args],
+                          cwd=tmp_path / "repo", capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OUT": str(tmp_path / "out"), **env})
+
+
+@pytest.mark.parametrize("limit, workers, field", [
+    ("START[$(touch {flag})0]", "2", "LIMIT_S"), ("abc", "2", "LIMIT_S"),
+    ("1.5", "2", "LIMIT_S"), ("1e3", "2", "LIMIT_S"), ("0", "2", "LIMIT_S"),
+    ("-5", "2", "LIMIT_S"), ("12345678901234567890", "2", "LIMIT_S"), ("", "2", "LIMIT_S"),
+    ("100", "0", "WORKERS"), ("100", "x[$(touch {flag})0]", "WORKERS"),
+    ("100", "2.0", "WORKERS"), ("100", "-1", "WORKERS")])
+def test_device_script_rejects_bad_numbers(tmp_path, limit, workers, field):
+    """LIMIT_S and WORKERS are checked by a regex (positive decimal integer, at most 6 digits)
+    before any arithmetic: one line on stderr naming the field, exit 2, and a crafted value never
+    runs a command through bash arithmetic."""
+    flag = tmp_path / "pwned"
+    limit, workers = limit.format(flag=flag), workers.format(flag=flag)
+    r = _device_script([limit, workers], tmp_path)
+    bad = limit if field == "LIMIT_S" else workers
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"device_frontier.sh: {field} must be a positive integer "
+        f"of {'seconds' if field == 'LIMIT_S' else 'processes'}, got '{bad}'"]
+    assert not flag.exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args", [[], ["100"]])
+def test_device_script_missing_arguments_exit_2(tmp_path, args):
+    r = _device_script(args, tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("usage: device_frontier.sh LIMIT_S WORKERS")
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_device_script_rejects_unknown_study(tmp_path):
+    """Every STUDY is checked against the three studies before the first one runs."""
+    r = _device_script(["100", "2", "llama70b_h200", "nope"], tmp_path)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        "device_frontier.sh: STUDY must be one of gptoss20b_h200, gptoss120b_b200, "
+        "llama70b_h200, got 'nope'"]
+
+
+def test_device_script_exit_status_is_the_first_failing_study(tmp_path):
+    """A study whose python exits non-zero makes the script exit with that status (the first
+    one), after the other studies ran and what exists was archived."""
+    r = _device_script(["200", "1"], tmp_path, RESERVE_S="0")
+    assert r.returncode == 3, r.stdout + r.stderr
+    log = (tmp_path / "out" / "frontier_log.txt").read_text()
+    assert "gptoss120b_b200: exit 3" in log and "llama70b_h200: exit 4" in log
+    names = subprocess.run(["tar", "tzf", str(tmp_path / "out" / "frontier_results.tgz")],
+                           capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(names) == sorted(f"experiments/results/frontier_{s}/records.jsonl" for s in
+                                   ("gptoss20b_h200", "gptoss120b_b200", "llama70b_h200"))
