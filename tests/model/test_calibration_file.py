@@ -292,3 +292,36 @@ def test_missing_expert_dtype_names_the_way_out():
     wl = Workload.from_model(MODELS["gpt-oss-120b"], REFERENCE_DEPLOYMENT, H200)  # mxfp4 experts
     with pytest.raises(ValueError, match="names no expert_dtype.*--expert-dtype"):
         c.check_graph(wl.graph(1))
+
+
+@pytest.mark.parametrize("fast", [(), ("rope_kv", "attn", "expert_up", "allreduce")])
+def test_cheap_estimator_tables_reproduce_measurement(fast):
+    """The cheap estimator's tables (``vcontention.kernel_profiles``) under a calibration: every
+    measured kernel alone (no external load, cache off) takes the calibrated event simulator's
+    lone time on every pool an allocation can hold (multiples of the 8-SM quantum inside the
+    measured 8..132 SMs), for launch-bound kernels (slower than the model: a fixed phase) and
+    fast ones (a work scale); the isolated table is the measured time; building the tables
+    asks for no pool outside the measured ones (no extrapolation warning)."""
+    import warnings
+
+    from subgpu_jax.model.calibration import CalibrationExtrapolationWarning
+    from subgpu_jax.score.vcontention import kernel_profiles
+
+    c = Calibration.from_dict(synthetic_calibration(batches=(2048,), ms=(2,), fast=fast))
+    hw = c.apply_to_hardware(H200)
+    g = _wl().graph(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationExtrapolationWarning)
+        prof = kernel_profiles(g, hw, ContentionModel(calibration=c))
+        iso = kernel_profiles(g, hw, ContentionModel.off().replace(calibration=c))
+    seen = set()
+    for u, k in enumerate(g.kernels):
+        if k.op in seen:
+            continue
+        seen.add(k.op)
+        for p in (8, 16, 40, 64, 96, 128, 132):
+            lone = simulate_streams([(p, [k])], hw, ContentionModel(calibration=c), cache="none",
+                                    record=False).makespan
+            assert prof["tau"][u, p, 0, 0] == pytest.approx(lone, rel=1e-6), (k.name, p)
+            assert lone == pytest.approx(c.kernel_time_us(k, p), rel=2e-3), (k.name, p)
+            assert iso["tau"][u, p, 0, 0] == pytest.approx(c.kernel_time_us(k, p), rel=1e-9)
