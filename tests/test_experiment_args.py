@@ -58,6 +58,9 @@ def test_out_file(tmp_path):
     assert out_file(tmp_path / "a.json", "--out") == tmp_path / "a.json"
     with pytest.raises(ValueError, match=r"^--out must be a file path, got an empty string"):
         out_file("", "--out")
+    for bad in (None, 3):
+        with pytest.raises(ValueError, match=rf"^--out must be a file path, got {bad}"):
+            out_file(bad, "--out")
     with pytest.raises(ValueError, match=r"^--out: .* is a directory"):
         out_file(tmp_path, "--out")
     with pytest.raises(ValueError, match=r"^--out: directory .* does not exist"):
@@ -72,6 +75,8 @@ def test_out_dir(tmp_path):
     f.write_text("")
     with pytest.raises(ValueError, match=r"^--out must be a folder path, got an empty string"):
         out_dir("", "--out")
+    with pytest.raises(ValueError, match=r"^--out must be a folder path, got None"):
+        out_dir(None, "--out")
     with pytest.raises(ValueError, match=r"^--out: .* is a file, give a folder path"):
         out_dir(f, "--out")
     with pytest.raises(ValueError, match=r"^--out: .* cannot be created: .* is a file"):

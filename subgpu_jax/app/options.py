@@ -113,8 +113,9 @@ def resolve_parallelism(a) -> None:
 
 def choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):
     """The SM split of ``simulate``: the given one, the even one, or (``how == "search"``) the
-    best found by Algorithm 2 (``search.allocate_pairwise``: uniform and work-proportional seeds
-    refined with the static estimator, then polished with ``exact``) on ``cfg``'s cut.
+    best found by steps 4-5 of Algorithm 1 (``search.allocate_pairwise``: uniform and
+    work-proportional seeds refined with the static estimator, then polished with ``exact``) on
+    ``cfg``'s cut.
 
     Args:
         wl: the workload; hw: the GPU (calibrated when a calibration is used); cfg: the

@@ -85,8 +85,9 @@ class ContentionProblem(Problem):
 
 @dataclass(frozen=True)
 class PairwiseAllocation:
-    """Allocation strategy ``pairwise``: Algorithm 2 of docs/method.md §4 (seeds, cheap
-    pairwise-line refinement, exact polish: ``search.pairwise.allocate_pairwise``)."""
+    """Allocation strategy ``pairwise``: steps 4-5 of Algorithm 1 in docs/method.md §4 (seeds,
+    Algorithm 2's pairwise-line refinement with the cheap estimator, exact polish:
+    ``search.pairwise.allocate_pairwise``)."""
 
     name: str = "pairwise"
 
@@ -182,7 +183,7 @@ class PointScorer:
 
     Args:
         arch: model. hw: GPU. exact: one of ``EXACT_KINDS``. cache: L2 policy of the event
-        simulator. L_sim: pass limit of the exact polish of Algorithm 2.
+        simulator. L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
         calibration: measured per-kernel tables (``model.calibration``) or None.
         cut_strategy: a name of ``CUT_STRATEGY_OBJECTS`` or a ``CutStrategy``.
         cheap: one of ``CHEAP_KINDS`` (``auto``: the contention-aware ``vcontention`` estimator

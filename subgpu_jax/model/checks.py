@@ -65,11 +65,13 @@ def out_file(path: Any, name: str) -> Path:
     folder.
 
     Raises:
-        ValueError: an empty path, a missing folder, or a path that is a folder (names ``name``).
+        ValueError: not a str/PathLike (None, a number), an empty path, a missing folder, or a
+        path that is a folder (names ``name``).
     """
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        got = "an empty string" if isinstance(path, str) else repr(path)
+        raise ValueError(f"{name} must be a file path, got {got}")
     p = Path(path)
-    if not str(path):
-        raise ValueError(f"{name} must be a file path, got an empty string")
     if not p.parent.is_dir():
         raise ValueError(f"{name}: directory {str(p.parent)!r} does not exist")
     if p.is_dir():
@@ -82,11 +84,12 @@ def out_dir(path: Any, name: str) -> Path:
     nearest existing ancestor is a writable folder); nothing is created.
 
     Raises:
-        ValueError: an empty path, an existing file, or an ancestor that is a file or not
-        writable (names ``name``).
+        ValueError: not a str/PathLike (None, a number), an empty path, an existing file, or an
+        ancestor that is a file or not writable (names ``name``).
     """
-    if not str(path):
-        raise ValueError(f"{name} must be a folder path, got an empty string")
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        got = "an empty string" if isinstance(path, str) else repr(path)
+        raise ValueError(f"{name} must be a folder path, got {got}")
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{name}: {str(p)!r} is a file, give a folder path")

@@ -24,6 +24,13 @@ Scheme (everything in µs, bytes, SMs):
    (union bound, clipped to 1) and their mean concurrency / power while they do; the new
    duration is the harmonic mixture 1 / ((1 - f) / tau_iso + f / tau_busy), tau_busy
    bilinearly interpolated in the table; damped update. Then the makespan of the final tau.
+   This module's ``vc_makespan`` is that kernel written for one allocation and ``jax.vmap``-ed
+   (``scan="window"``, ``"levels"``, ``"straight"``); the default, ``scan="batched"``, is the
+   batch-last kernel of ``score.vcbatch`` (same model; start times from the recurrence itself,
+   not S = C - tau; the allocations as the trailing axis).
+
+With a calibration in the ``ContentionModel``, the tables of the measured kernels use the
+calibrated work per pool (``_calibrated_pools``), as the event simulator does.
 
 With ``ContentionModel.off()`` the tables hold the static durations and the iteration is skipped:
 the result equals ``evaluator.Evaluator.makespan`` exactly (same seg-table sums, same scan).
@@ -99,7 +106,8 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
 
     Args:
         graph: the region graph (n kernels). hw: the GPU. model: rate-model parameters (default
-            ``ContentionModel()``); with ``isolated=True`` every entry is the static duration.
+            ``ContentionModel()``); with ``model.isolated`` (``ContentionModel.off()``)
+            every entry is the static duration (the measured time for a calibrated kernel).
         hits: (n,) fraction (0..1) of each kernel's object-read bytes (weights + activation
             reads) served by L2; None = 0.
         conc_grid: (NC,) others' bytes in flight / (w N), increasing, from 0.
@@ -468,8 +476,17 @@ _vc_batch = jax.jit(_vc_batch_impl, static_argnums=VC_STATIC_ARGNUMS)
 
 
 def fine_bucket(x: int, minimum: int = 8) -> int:
-    """Round ``x`` up to one of four steps per power of two (multiples of 2^(floor(log2 x) - 2),
-    at least ``minimum``): at most 25% padding, still few distinct shapes to compile."""
+    """Round ``x`` up to one of four steps per power of two: a multiple of
+    max(``minimum``, 2^(floor(log2 x) - 2)), and at least ``minimum``. Padding is at most 25%
+    once x >= 4 x ``minimum`` (below, up to the next multiple of ``minimum``: 9 -> 16); few
+    distinct shapes to compile.
+
+    Args:
+        x: a count (tasks), int >= 0. minimum: the smallest bucket and step, int >= 1.
+
+    Returns:
+        The bucket, int >= max(x, minimum).
+    """
     x = max(int(x), minimum)
     step = max(minimum, 1 << max(x.bit_length() - 3, 0))
     return -(-x // step) * step
