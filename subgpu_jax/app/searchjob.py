@@ -30,7 +30,7 @@ from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.search.problem import Problem
 from subgpu_jax.search.relax import relax_and_polish
 from subgpu_jax.space.config import check_dispatch_policy
-from subgpu_jax.space.config import Config
+from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
@@ -319,8 +319,7 @@ class PointScorer:
         if dep not in self._temporal:
             p = self.problem(dep)
             g1 = p.workload.graph(1)
-            cfg = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(self.hw.num_sms,),
-                         microbatch=p.workload.batch)
+            cfg = temporal_config(g1.n, self.hw, p.workload.batch)
             self._temporal[dep] = float(self.exact(dep)(cfg))
         return self._temporal[dep]
 
@@ -350,8 +349,7 @@ class PointScorer:
         # the search scores the main region; records time the whole step (app/step.py)
         region_us = makespan
         makespan = region_us + self.rest_of_step(d, cfg)
-        t_cfg1 = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(self.hw.num_sms,),
-                        microbatch=p.workload.batch)
+        t_cfg1 = temporal_config(g1.n, self.hw, p.workload.batch)
         t_temp = self.temporal_makespan(d) + self.rest_of_step(d, t_cfg1)
         rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
                "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
@@ -383,8 +381,7 @@ class PointScorer:
         p = self.problem(d)
         if pt.D == 1:
             g1 = p.workload.graph(1)
-            cfg = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(self.hw.num_sms,),
-                         microbatch=p.workload.batch)
+            cfg = temporal_config(g1.n, self.hw, p.workload.batch)
             return [self._record(pt, cfg, self.temporal_makespan(d),
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
         res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches], [pt.policy],

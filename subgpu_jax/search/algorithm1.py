@@ -17,7 +17,7 @@ from subgpu_jax.search.cuts import (CUT_STRATEGIES, RankedCut, rank_cuts, refine
 from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.search.pareto import pareto_front
 from subgpu_jax.search.problem import _memo, MemoScorer, Problem
-from subgpu_jax.space.config import check_dispatch_policy, Config
+from subgpu_jax.space.config import check_dispatch_policy, Config, temporal_config
 
 __all__ = ["Record", "SearchResult", "pareto_records", "algorithm1"]
 
@@ -239,8 +239,7 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
     if include_temporal:
         try:
             g1 = wl.graph(1)
-            cfg = Config(D=1, w=0, seg_of=(0,) * g1.n, alloc=(problem.hw.num_sms,),
-                         microbatch=wl.batch)
+            cfg = temporal_config(g1.n, problem.hw, wl.batch)
             c0 = memo.calls
             t = memo(cfg)
             pu, pg = throughputs(t, wl.tokens_per_gpu)
