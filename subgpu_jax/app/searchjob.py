@@ -24,12 +24,10 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
-from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.search.cuts import CUT_STRATEGIES
 from subgpu_jax.search.pairwise import allocate_pairwise
-from subgpu_jax.search.problem import Problem
+from subgpu_jax.search.problem import ContentionProblem, Problem
 from subgpu_jax.search.relax import relax_and_polish
-from subgpu_jax.space.config import check_dispatch_policy
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
@@ -37,7 +35,7 @@ from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_KINDS",
            "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
-           "CUT_STRATEGY_OBJECTS", "ContentionProblem", "OUTPUT_FILES"]
+           "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing) that records carry.
 DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
@@ -49,38 +47,6 @@ EXACT_KINDS = ("event", "static")
 #: else ``static``; ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
 #: docs/method.md §3); ``static`` = ``score.evaluator.Evaluator`` (isolated kernel durations).
 CHEAP_KINDS = ("auto", "vcontention", "static")
-
-
-class ContentionProblem(Problem):
-    """A ``search.Problem`` whose cheap estimator is contention-aware: ``evaluator`` returns a
-    ``score.vcontention.ContentionEstimator`` (same seeds and smooth relaxation as the static
-    evaluator, hard makespans from the vectorised contention model of the event simulator).
-
-    Args:
-        workload, hw, duration_model, streams_per_stage: as ``Problem``.
-        model: the event simulator's ``ContentionModel``; cache: its L2 policy.
-    """
-
-    def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
-                 cache: str = "lru", streams_per_stage: int = 1) -> None:
-        super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage)
-        self.contention_model, self.cache = model, cache
-
-    def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
-                  policy: str = "wavefront") -> ContentionEstimator:
-        """The contention-aware cheap estimator of one (cut, D, w, m, policy), cached.
-
-        Raises:
-            ValueError: unknown policy, illegal cut/D/w, m not dividing the batch.
-        """
-        check_dispatch_policy(policy)
-        key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
-        if key not in self._evs:
-            self._evs[key] = ContentionEstimator(
-                self.workload.graph(m), key[0], D, w, self.hw, policy=policy,
-                table=self.table(m), model=self.contention_model, cache=self.cache,
-                streams_per_stage=self.streams_per_stage)
-        return self._evs[key]
 
 
 @dataclass(frozen=True)

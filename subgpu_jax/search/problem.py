@@ -22,9 +22,10 @@ from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import simulate
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
-__all__ = ["Problem", "EvaluatorExact", "EventSimExact", "MemoScorer"]
+__all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "MemoScorer"]
 
 
 class Problem:
@@ -199,3 +200,35 @@ def _memo(exact: Callable[[Config], float] | None) -> MemoScorer:
         raise ValueError(f"exact must be an exact scorer Config -> makespan µs (e.g. "
                          f"EventSimExact(problem) or EvaluatorExact(problem)), got {exact!r}")
     return exact if isinstance(exact, MemoScorer) else MemoScorer(exact)
+
+
+class ContentionProblem(Problem):
+    """A ``search.Problem`` whose cheap estimator is contention-aware: ``evaluator`` returns a
+    ``score.vcontention.ContentionEstimator`` (same seeds and smooth relaxation as the static
+    evaluator, hard makespans from the vectorised contention model of the event simulator).
+
+    Args:
+        workload, hw, duration_model, streams_per_stage: as ``Problem``.
+        model: the event simulator's ``ContentionModel``; cache: its L2 policy.
+    """
+
+    def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
+                 cache: str = "lru", streams_per_stage: int = 1) -> None:
+        super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage)
+        self.contention_model, self.cache = model, cache
+
+    def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
+                  policy: str = "wavefront") -> ContentionEstimator:
+        """The contention-aware cheap estimator of one (cut, D, w, m, policy), cached.
+
+        Raises:
+            ValueError: unknown policy, illegal cut/D/w, m not dividing the batch.
+        """
+        check_dispatch_policy(policy)
+        key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
+        if key not in self._evs:
+            self._evs[key] = ContentionEstimator(
+                self.workload.graph(m), key[0], D, w, self.hw, policy=policy,
+                table=self.table(m), model=self.contention_model, cache=self.cache,
+                streams_per_stage=self.streams_per_stage)
+        return self._evs[key]
