@@ -230,14 +230,18 @@ def check_alloc_batch(allocs: np.ndarray, D: int, max_sms: int) -> np.ndarray:
     return a
 
 
-def run_in_chunks(a: np.ndarray, chunk: int, fn, workers: int = 1) -> np.ndarray:
+def run_in_chunks(a: np.ndarray, chunk: int, fn, workers: int = 1,
+                  pad_small: bool = False) -> np.ndarray:
     """Apply a compiled batch scorer ``fn`` ((c, D) int32 -> (c,)) to ``a`` (B, D) in chunks of
     ``chunk`` rows; the last chunk is padded by repeating its last row, so every call has the
-    same shape and nothing recompiles (small batches use a bucketed chunk). With ``workers`` > 1
-    the chunks run in that many threads (JAX releases the GIL while a compiled call runs: on a
-    CPU whose compiled kernel uses one core, two threads use two). Returns float (B,)."""
+    same shape and nothing recompiles. A batch smaller than ``chunk`` runs as one call of a
+    bucketed size (``taskdag.bucket(B, 8)``: a few shapes, each compiled once), or with
+    ``pad_small`` padded to the full ``chunk`` (one shape: one compilation per scorer, for
+    scorers whose compilation costs far more than scoring a chunk). With ``workers`` > 1 the
+    chunks run in that many threads (JAX releases the GIL while a compiled call runs: on a CPU
+    whose compiled kernel uses one core, two threads use two). Returns float (B,)."""
     out = np.empty(a.shape[0])
-    c = chunk if a.shape[0] > chunk else bucket(a.shape[0], 8)
+    c = chunk if (pad_small or a.shape[0] > chunk) else bucket(a.shape[0], 8)
 
     def one(s: int) -> None:
         part = a[s:s + c]

@@ -68,7 +68,7 @@ from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
            "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
-           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS"]
+           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS"]
 
 #: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
 #: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
@@ -492,6 +492,11 @@ def fine_bucket(x: int, minimum: int = 8) -> int:
     return -(-x // step) * step
 
 
+#: Largest task DAG (tasks) whose small batches ``VContentionEvaluator`` pads to its chunk on a
+#: CPU by default (``pad_small``; experiments/results/bench_pad_small.json).
+PAD_SMALL_MAX_TASKS = 768
+
+
 # ============================================================================ API
 class VContentionEvaluator:
     """Scores many SM allocations of ONE (cut, D, w, m, policy) with vectorised contention.
@@ -535,6 +540,13 @@ class VContentionEvaluator:
             that takes the tables as arguments (one compilation per lane structure).
             level_unroll: ``scan="batched"`` only: DAG levels per loop iteration of its level
             scans (``vcbatch.batched_start_completion``; default 2).
+        pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
+            one compiled shape per lane structure instead of one per batch-size bucket (8,
+            16, 32, 64; a compilation costs 0.7-1.4 s on the CPU). Default: True on a CPU for
+            task DAGs of at most ``PAD_SMALL_MAX_TASKS`` tasks, else False (measured on
+            frontier-study grid points, ``experiments/results/bench_pad_small.json``: 1.3-2.0x
+            less CPU per point for GPT-OSS DAGs of 192-720 tasks, 14% more for Llama's
+            960-task DAG, whose padded calls cost 5.5 ms instead of 1.0; same records).
         workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
             uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
@@ -561,13 +573,16 @@ class VContentionEvaluator:
                  pad_window: int | None = None, streams_per_stage: int = 1,
                  scan: str | None = None, workers: int | None = None,
                  packed: bool | None = None, block: int | None = None,
-                 inline_tables: bool = False, level_unroll: int | None = None) -> None:
+                 inline_tables: bool = False, level_unroll: int | None = None,
+                 pad_small: bool | None = None) -> None:
         iters = pos_int(iters, "iters", minimum=0)
         if not finite(damping, "damping", lo=0.0) < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping!r}")
         if chunk is None:
             chunk = 64 if jax.default_backend() == "cpu" else 65536
         self.chunk = pos_int(chunk, "chunk")
+        if pad_small is not None and not isinstance(pad_small, (bool, np.bool_)):
+            raise ValueError(f"pad_small must be True, False or None, got {pad_small!r}")
         if block is not None:
             block = pos_int(block, "block")
         if level_unroll is not None:
@@ -589,6 +604,9 @@ class VContentionEvaluator:
                                   streams_per_stage=streams_per_stage)
         self.arrs = DagArrays.from_dag(self.dag, pad_tasks or fine_bucket(self.dag.T),
                                        pad_preds, pad_window)
+        if pad_small is None:
+            pad_small = jax.default_backend() == "cpu" and self.dag.T <= PAD_SMALL_MAX_TASKS
+        self.pad_small = bool(pad_small)
         self.plan = LanePlan.from_dag(self.dag, self.arrs.T_pad, pad_lanes, pad_positions,
                                       pad_levels, pad_width, pad_preds, dtype=dtype)
         if scan is None:
@@ -660,12 +678,13 @@ class VContentionEvaluator:
                     self._inline = jax.jit(lambda c: _vcb_batch_impl(tabs, cells, plan, c,
                                                                      *static))
                 return run_in_chunks(a, self.chunk, lambda c: self._inline(jnp.asarray(c)),
-                                     self.workers)
+                                     self.workers, self.pad_small)
             return run_in_chunks(a, self.chunk, lambda c: _vcb_batch(
-                self.tabs, self.cells, self.plan, jnp.asarray(c), *static), self.workers)
+                self.tabs, self.cells, self.plan, jnp.asarray(c), *static), self.workers,
+                self.pad_small)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
             self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
-            bool(self.model.isolated), self.scan), self.workers)
+            bool(self.model.isolated), self.scan), self.workers, self.pad_small)
 
 
 class ContentionEstimator(Evaluator):

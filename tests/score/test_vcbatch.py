@@ -205,3 +205,30 @@ def test_bad_chunk_static_evaluator(g2, bad):
 
     with pytest.raises(ValueError, match=r"^chunk must be an integer >= 1, got "):
         Evaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, chunk=bad)
+
+
+def test_pad_small_one_shape_same_numbers(g2, monkeypatch):
+    """``pad_small=True`` pads every batch below the chunk to the chunk: batches of 1, 5, 9, 20
+    and 50 allocations run in one compiled shape (``chex.assert_max_traces``), with the
+    makespans of the bucketed calls (``pad_small=False``: one shape per size bucket); the
+    default pads on a CPU for DAGs of at most ``PAD_SMALL_MAX_TASKS`` tasks."""
+    import chex
+    import jax
+
+    rng = np.random.default_rng(3)
+    pool = np.array([a for a in (rng.integers(1, 9, size=(400, 3)) * 8) if a.sum() <= 128])
+    cfg = _cfg(g2, [6, 15], 0, ALLOCS[0])
+    ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", pad_small=False)
+    want = {n: ref.makespan(pool[:n]) for n in (1, 5, 9, 20, 50)}
+    monkeypatch.setattr(vc, "_vcb_batch", jax.jit(chex.assert_max_traces(vb._vcb_batch_impl, n=1),
+                                                  static_argnums=vb.VCB_STATIC_ARGNUMS))
+    ev = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
+                                            pad_small=True)
+    for n, w in want.items():
+        np.testing.assert_allclose(ev.makespan(pool[:n]), w, rtol=1e-6)
+    default = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched")
+    assert default.pad_small == (jax.default_backend() == "cpu"
+                                 and default.dag.T <= vc.PAD_SMALL_MAX_TASKS)
+    for bad in ("yes", 1):
+        with pytest.raises(ValueError, match="pad_small"):
+            vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", pad_small=bad)
