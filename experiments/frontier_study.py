@@ -566,11 +566,15 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
                                budget=a.budget, deadline=deadline, on_point=on_point,
                                compile_cache=a.compile_cache)
         flush()
-    why = " (wall budget reached: " + str(stats["lost_in_flight"]) + " point(s) in flight " \
-        "dropped)" if stats["stopped"] else ""
+    stop = {"deadline": "wall budget reached", "interrupt": "interrupted"}.get(stats["stopped"])
+    why = (f" ({stop}: {stats['lost_in_flight']} point(s) in flight dropped)" if stop else "")
     print(f"{a.study}: {run['evaluated']} points this call with {a.workers} workers, "
           f"{stats['remaining']} left, {run['cpu_seconds']:.0f} CPU-s, "
           f"{run['wall_seconds']:.0f} s{why}", flush=True)
+    if stats["stopped"] == "interrupt":
+        print(f"{a.study}: interrupted; the finished grid points are stored and the outputs "
+              "written: run the same command again to continue", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -13,7 +13,10 @@ configuration; tested against the single-process sweep in tests/search/test_fron
 
 A ``deadline`` (``time.monotonic()`` seconds) stops the sweep cleanly: no point starts after
 it, the workers still running are terminated (their points are lost, not half-written) and
-the call returns with ``stopped`` set; the caller then writes its outputs.
+the call returns with ``stopped`` set; the caller then writes its outputs. Ctrl-C does the
+same (``stopped = "interrupt"``): the workers ignore SIGINT, the parent turns it into a flag
+(``app.interrupt.sigint_as_flag``) checked between messages; a second Ctrl-C leaves at once
+with exit code 130 (every finished point is already stored).
 
 Engine choice: ``multiprocessing`` with two queues rather than ``concurrent.futures`` because
 terminating running workers at the deadline (``Process.terminate``) is public API there.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import signal
 import time
 import traceback
 from typing import Callable, Sequence
@@ -63,6 +67,7 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
     from subgpu_jax.app.searchjob import PointScorer
 
     _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     scorer = PointScorer(get_model(model), get_hardware(hardware), **scorer_kwargs)
     prev = None
     while True:
@@ -122,14 +127,15 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
 
     Returns:
         ``{"evaluated": n, "again": n, "skipped": n, "remaining": n, "seconds": wall s,
-        "cpu_seconds": CPU-s of the workers' points, "stopped": None or "deadline",
-        "lost_in_flight": points terminated at the deadline}``.
+        "cpu_seconds": CPU-s of the workers' points, "stopped": None, "deadline" or
+        "interrupt" (Ctrl-C), "lost_in_flight": points terminated at the stop}``.
 
     Raises:
         ValueError: ``workers`` or ``budget`` < 1; an unknown preset name.
         RuntimeError: a worker raised (names the grid point, carries its traceback) or died
             (names the point and the exit code); the points stored before are kept.
     """
+    from subgpu_jax.app import interrupt
     from subgpu_jax.app.sweep import pending_points
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import get_model
@@ -189,45 +195,51 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
             if on_point is not None:
                 on_point(p, recs, cpu)
 
-    try:
-        while out["evaluated"] < len(todo):
-            if deadline is not None and time.monotonic() >= deadline:
-                while True:  # points finished before the deadline are kept
-                    try:
-                        handle(results.get_nowait())
-                    except queue.Empty:
-                        break
-                out["stopped"] = "deadline"
-                out["lost_in_flight"] = len(running)
-                break
-            try:
-                msg = results.get(timeout=poll_s)
-            except queue.Empty:
-                dead = [w for w, pr in enumerate(procs) if not pr.is_alive()]
-                if dead:  # a worker that just ended flushed its last messages before it did
-                    try:
-                        handle(results.get(timeout=1.0))
-                        continue
-                    except queue.Empty:
-                        pass
-                for w, pr in enumerate(procs):
-                    if not pr.is_alive() and w in running:
-                        raise RuntimeError(f"sweep worker {w} died (exit code {pr.exitcode}) "
-                                           f"while scoring grid point {todo[running[w]].key}")
-                if not any(pr.is_alive() for pr in procs):
-                    raise RuntimeError("every sweep worker ended with grid points left "
-                                       f"({len(todo) - out['evaluated']} of {len(todo)})")
-                continue
-            handle(msg)
-    finally:
-        for pr in procs:
-            if pr.is_alive():
-                pr.terminate()
-        for pr in procs:
-            pr.join(timeout=10)
-        for q in (tasks, results):
-            q.cancel_join_thread()
-            q.close()
+    stop_msg = ("interrupted: the finished grid points are stored; run the same command again "
+                "to continue")
+    with interrupt.sigint_as_flag(stop_msg, cooperative=True):
+        try:
+            while out["evaluated"] < len(todo):
+                why = ("deadline" if deadline is not None and time.monotonic() >= deadline
+                       else "interrupt" if interrupt.requested() else None)
+                if why:
+                    while True:  # points finished before the stop are kept
+                        try:
+                            handle(results.get_nowait())
+                        except queue.Empty:
+                            break
+                    out["stopped"] = why
+                    out["lost_in_flight"] = len(running)
+                    break
+                try:
+                    msg = results.get(timeout=poll_s)
+                except queue.Empty:
+                    dead = [w for w, pr in enumerate(procs) if not pr.is_alive()]
+                    if dead:  # a worker that just ended flushed its last messages first
+                        try:
+                            handle(results.get(timeout=1.0))
+                            continue
+                        except queue.Empty:
+                            pass
+                    for w, pr in enumerate(procs):
+                        if not pr.is_alive() and w in running:
+                            raise RuntimeError(
+                                f"sweep worker {w} died (exit code {pr.exitcode}) while "
+                                f"scoring grid point {todo[running[w]].key}")
+                    if not any(pr.is_alive() for pr in procs):
+                        raise RuntimeError("every sweep worker ended with grid points left "
+                                           f"({len(todo) - out['evaluated']} of {len(todo)})")
+                    continue
+                handle(msg)
+        finally:
+            for pr in procs:
+                if pr.is_alive():
+                    pr.terminate()
+            for pr in procs:
+                pr.join(timeout=10)
+            for q in (tasks, results):
+                q.cancel_join_thread()
+                q.close()
     out["remaining"] = sum(p.key not in store.done for p in points)
     out["seconds"] = time.monotonic() - t0
     return out

@@ -188,6 +188,51 @@ def test_kill_then_resume(fs, tmp_path, monkeypatch):
     assert _records(tmp_path) == ref
 
 
+def test_ctrl_c_stops_the_pool_cleanly(fs, tmp_path):
+    """Ctrl-C (SIGINT to the study's process group, as a terminal sends it) while 2 workers
+    score: the study stops within seconds (the workers ignore SIGINT, the parent stops at its
+    next check), writes its outputs, exits with 130, keeps every stored point and leaves no
+    worker running (static exact scorer, to keep the test short)."""
+    args = [x if x != "event" else "static" for x in ARGS]
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
+        pytest.skip("needs Linux /proc/PID/task/TID/children to find the workers")
+    argv = args + ["--workers", "2", "--compile-cache", "none"]
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location("
+            f"'fs', {str(ROOT / 'experiments' / 'frontier_study.py')!r}); "
+            "fs = importlib.util.module_from_spec(spec); spec.loader.exec_module(fs); "
+            f"fs.HERE = {str(tmp_path)!r}; sys.exit(fs.main({argv!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    store = tmp_path / "results" / f"frontier_{STUDY}" / "records.jsonl"
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 240:
+            if store.exists() and store.read_text().count('"_done"') >= 3:
+                break
+            assert proc.poll() is None, "the study ended before Ctrl-C"
+            time.sleep(0.05)
+        kids = _children(proc.pid)
+        os.killpg(proc.pid, signal.SIGINT)
+        t1 = time.monotonic()
+        rc = proc.wait(timeout=60)
+        waited = time.monotonic() - t1
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 130, err[-2000:]
+    assert waited < 30 and "interrupted" in err
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 20 and any(_alive(k) for k in kids):
+        time.sleep(0.1)
+    assert not [k for k in kids if _alive(k)]
+    stored = _records(tmp_path)
+    assert len(stored) >= 3
+    assert (store.parent / "records.csv").exists()
+    assert _digest(tmp_path)["finished"] == len(stored)
+
+
 def test_device_script_parses_and_needs_its_arguments():
     """experiments/device_frontier.sh is valid bash (``bash -n``) and refuses to run without
     LIMIT_S and WORKERS (non-zero exit, the usage line), before it touches any study."""
