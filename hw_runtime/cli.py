@@ -37,7 +37,7 @@ def gpu_check() -> None:
 
 def _ep(a) -> int:
     """``--ep`` or its default for the model (see ``subgpu_jax.app.cli.resolve_arch_ep``)."""
-    from subgpu_jax.app.cli import resolve_arch_ep
+    from subgpu_jax.app.options import resolve_arch_ep
 
     return resolve_arch_ep(a)[1]
 
@@ -216,7 +216,7 @@ def prepare_run(a):
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.workload import Workload as SimWorkload
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.cli import resolve_arch_ep
+    from subgpu_jax.app.options import resolve_arch_ep
     from hw_runtime.gpu.workload import hopper_arch
 
     for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0), ("streams_per_stage", 1)):
@@ -232,7 +232,7 @@ def prepare_run(a):
     # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
     wl = SimWorkload.checked(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware))
     hw = wl.hw
-    from subgpu_jax.app.cli import _int_list, _str_list
+    from subgpu_jax.app.options import int_list as _int_list, str_list as _str_list
     cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
     sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
     cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)  # ValueError
@@ -629,7 +629,7 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
 
 
 def _cmd_calibrate(a) -> int:
-    from subgpu_jax.app.cli import _int_list, resolve_arch_ep
+    from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.workload import Workload as SimWorkload
