@@ -16,7 +16,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
-from subgpu_jax.model.checks import pos_int
+from subgpu_jax.model.checks import out_file, pos_int
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
@@ -420,7 +420,7 @@ def _cmd_simulate(a) -> int:
         for f in ("trace", "gantt", "utilization"):  # before any simulation
             v = getattr(a, f)
             if v is not None:
-                (viz._check_out if f == "trace" else viz.check_image_path)(v, f"--{f}")
+                (out_file if f == "trace" else viz.check_image_path)(v, f"--{f}")
         model = ContentionModel.off() if a.no_contention else ContentionModel()
         if cal is not None:
             model = model.replace(calibration=cal)

@@ -25,10 +25,6 @@ CATEGORY_COLORS: dict[str, str] = {
 }
 
 
-#: ``checks.out_file``: a file path in an existing folder (ValueError naming the field).
-_check_out = out_file
-
-
 #: Image formats the figure functions write, chosen by the file name's extension (the raster
 #: and vector formats of matplotlib's Agg canvas; jpg/jpeg through Pillow, a matplotlib
 #: dependency).
@@ -49,7 +45,7 @@ def check_image_path(path: str | os.PathLike, field: str) -> tuple[Path, str]:
         ValueError: as ``checks.out_file``, or an extension that is not one of ``IMAGE_FORMATS``
             (a figure is never written in a format other than the one its name says).
     """
-    p = _check_out(path, field)
+    p = out_file(path, field)
     ext = p.suffix.lower().lstrip(".")
     if ext not in IMAGE_FORMATS:
         raise ValueError(f"{field}: {str(p)!r} must end in one of "
@@ -105,7 +101,7 @@ def write_trace(res, path: str | os.PathLike) -> Path:
     Raises:
         ValueError: the directory of ``path`` does not exist.
     """
-    p = _check_out(path, "trace path")
+    p = out_file(path, "trace path")
     with open(p, "w") as f:
         json.dump({"traceEvents": trace_events(res), "displayTimeUnit": "ms",
                    "otherData": {"makespan_us": float(res.makespan), "hw": res.hw_name}}, f)

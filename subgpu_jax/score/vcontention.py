@@ -538,7 +538,7 @@ class VContentionEvaluator:
             faster on the CPU, experiments/bench_vcontention.py; one compilation per
             evaluator, for scoring many allocations of one cut) instead of the shared program
             that takes the tables as arguments (one compilation per lane structure).
-            level_unroll: ``scan="batched"`` only: DAG levels per loop iteration of its level
+        level_unroll: ``scan="batched"`` only: DAG levels per loop iteration of its level
             scans (``vcbatch.batched_start_completion``; default 2).
         pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
             one compiled shape per lane structure instead of one per batch-size bucket (8,

@@ -62,6 +62,17 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def _study_process(here: Path, argv: list, **popen) -> subprocess.Popen:
+    """``frontier_study.main(argv)`` in a child process whose results go under ``here`` (JAX on
+    the CPU, stdout discarded; ``popen``: further ``subprocess.Popen`` arguments)."""
+    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location("
+            f"'fs', {str(ROOT / 'experiments' / 'frontier_study.py')!r}); "
+            "fs = importlib.util.module_from_spec(spec); spec.loader.exec_module(fs); "
+            f"fs.HERE = {str(here)!r}; sys.exit(fs.main({argv!r}))")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, **popen)
+
+
 def _digest(here: Path) -> dict:
     return json.loads((here / "results" / "frontier_studies.json").read_text())[STUDY]
 
@@ -147,13 +158,7 @@ def test_kill_then_resume(fs, tmp_path, monkeypatch):
         pytest.skip("needs Linux /proc/PID/task/TID/children to find the workers")
     cache = str(tmp_path / "jax_cache")  # a kill may truncate an entry: JAX recompiles it
     argv = args + ["--workers", "2", "--budget", str(N), "--compile-cache", cache]
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location("
-            f"'fs', {str(ROOT / 'experiments' / 'frontier_study.py')!r}); "
-            "fs = importlib.util.module_from_spec(spec); spec.loader.exec_module(fs); "
-            f"fs.HERE = {str(tmp_path)!r}; sys.exit(fs.main({argv!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = _study_process(tmp_path, argv, stderr=subprocess.DEVNULL)
     store = tmp_path / "results" / f"frontier_{STUDY}" / "records.jsonl"
     t0 = time.monotonic()
     try:
@@ -197,13 +202,8 @@ def test_ctrl_c_stops_the_pool_cleanly(fs, tmp_path):
     if not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"):
         pytest.skip("needs Linux /proc/PID/task/TID/children to find the workers")
     argv = args + ["--workers", "2", "--compile-cache", "none"]
-    code = ("import importlib.util, sys; spec = importlib.util.spec_from_file_location("
-            f"'fs', {str(ROOT / 'experiments' / 'frontier_study.py')!r}); "
-            "fs = importlib.util.module_from_spec(spec); spec.loader.exec_module(fs); "
-            f"fs.HERE = {str(tmp_path)!r}; sys.exit(fs.main({argv!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    proc = _study_process(tmp_path, argv, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True)
     store = tmp_path / "results" / f"frontier_{STUDY}" / "records.jsonl"
     t0 = time.monotonic()
     try:
