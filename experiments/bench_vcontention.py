@@ -17,11 +17,17 @@ Rows:
   dispatch-order window scan, one ``lax.scan`` step per DAG level or the levels as one
   straight-line program.
 * ``batched``: the batch-last kernel ``score.vcbatch`` (allocations as the trailing contiguous
-  axis, exact start times instead of pair masks, the three rate integrals packed on a trailing
-  axis, the bilinear lookup from the cell table; the default on every backend: blocks of 128
-  allocations on the GPU, the level scans unrolled 2 levels per loop trip). On the GPU also
-  ``batched/b256`` (blocks of 256 allocations), ``batched/u4`` and ``/u8`` (4 and 8 levels per
-  loop trip: ``level_unroll``) and ``batched/u8b256``;
+  axis, exact start times instead of pair masks, the bilinear lookup from the cell table, the
+  level scans unrolled 2 levels per loop trip), with the evaluator's defaults: on the CPU the
+  overlap integrals as static slices per triple, the three rates packed on a trailing axis,
+  and the whole chunk as one block; on the GPU the integrals as one gather of every task's
+  partners and one variadic reduction (``integrals="gather"``), blocks of 128 allocations.
+  ``batched/gather`` (CPU) and ``batched/slices`` (GPU): the other backend's form of the
+  integrals. On the GPU also ``batched/b32`` (blocks of 32) and ``batched/u4`` (4 levels per
+  loop trip: ``level_unroll``). Forms and layouts measured once and dropped (blocks of 256 or
+  8 levels per trip with the slices; the gathered integrals packed on a trailing rate axis,
+  as three reductions, or with overlaps recomputed per rate; blocks of 16, 64, 512 with the
+  gather) are in ``experiments/results/bench_vcontention_h200_forms.json``.
   ``batched/inline`` (CPU only; on the H200 1.02x the shared program in an earlier run): the
   evaluator's own program with its tables as compile-time constants
   (``inline_tables=True``: one compilation per cut instead of per lane structure).
@@ -304,10 +310,11 @@ def main(argv=None) -> int:
                 kinds[f"{s}/1"] = (s, {"workers": 1})
     elif "batched" in scans:
         kinds.pop("batched/inline", None)  # 1.02x the shared program on the H200 (earlier run)
-        kinds.update({"batched/b256": ("batched", {"block": 256}),
-                      "batched/u4": ("batched", {"level_unroll": 4}),
-                      "batched/u8": ("batched", {"level_unroll": 8}),
-                      "batched/u8b256": ("batched", {"level_unroll": 8, "block": 256})})
+        kinds.update({"batched/slices": ("batched", {"integrals": "slices"}),
+                      "batched/b32": ("batched", {"block": 32}),
+                      "batched/u4": ("batched", {"level_unroll": 4})})
+    if cpu and "batched" in scans:  # the accelerator's default form, on the CPU
+        kinds["batched/gather"] = ("batched", {"integrals": "gather"})
     for m, D, g, seg, A, new in prepared:
         dag = new.dag
         ii, jj = incomparable_pairs(dag)

@@ -11,7 +11,8 @@ to their operations.
 
 Usage (the GPU machine; torch and JAX with a GPU):
     XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=. python experiments/profile_vcontention_gpu.py \
-        --out $OUT [--chunk 131072] [--block 128] [--level-unroll 2] [--repeats 5]
+        --out $OUT [--chunk 131072] [--block 128] [--level-unroll 2] [--repeats 5] \
+        [--integrals slices|gather]
 Writes OUT/profile_vcontention_gpu.json (call times, kernels by total µs) and
 OUT/vcb_hlo.txt; prints the 25 kernels with the most time. Checked in this order before any GPU
 work, each failure one line ``error: ...`` and exit code 2: the counts (>= 1), --out (a folder
@@ -30,6 +31,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
+from subgpu_jax.score.vcbatch import INTEGRALS  # noqa: E402
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,6 +41,9 @@ def main(argv=None) -> int:
     ap.add_argument("--block", type=int, default=128, help="allocations per block (>= 1)")
     ap.add_argument("--level-unroll", type=int, default=2, help="levels per loop trip (>= 1)")
     ap.add_argument("--repeats", type=int, default=5, help="timed calls (>= 1)")
+    ap.add_argument("--integrals", choices=INTEGRALS, default=None,
+                    help="form of the overlap integrals (vcbatch.INTEGRALS; default: the "
+                         "evaluator's, gather on a GPU)")
     a = ap.parse_args(argv)
 
     def fail(msg: str) -> int:
@@ -73,7 +79,7 @@ def main(argv=None) -> int:
     g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
     seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
     ev = vc.VContentionEvaluator(g, seg, D, 0, hw, chunk=a.chunk, block=a.block,
-                                 level_unroll=a.level_unroll)
+                                 level_unroll=a.level_unroll, integrals=a.integrals)
     pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
     A = pool[np.random.default_rng(1).integers(0, len(pool), a.chunk)].astype(np.int32)
     t0 = time.perf_counter()
@@ -98,7 +104,7 @@ def main(argv=None) -> int:
                   key=lambda r: -r["total_us"])
     total = sum(r["total_us"] for r in rows)
     static = (ev.iters, ev.damping, bool(ev.model.isolated), ev.packed, ev.block, ev.grids,
-              ev.level_unroll)
+              ev.level_unroll, ev.integrals)
     hlo = vc._vcb_batch.lower(ev.tabs, ev.cells, ev.plan, jnp.asarray(A), *static).compile()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "vcb_hlo.txt"), "w") as fh:
@@ -107,12 +113,13 @@ def main(argv=None) -> int:
     out = {"device": jax.devices()[0].device_kind, "jax": jax.__version__,
            "torch": torch.__version__, "microbatches": m, "D": D, "tasks": ev.dag.T,
            "chunk": a.chunk, "block": a.block, "level_unroll": a.level_unroll,
-           "compile_s": compile_s, "call_s": times, "call_s_median": med,
+           "integrals": ev.integrals, "compile_s": compile_s, "call_s": times, "call_s_median": med,
            "allocs_per_s": a.chunk / med, "kernel_us_total": total,
            "kernel_launches": sum(r["launches"] for r in rows), "kernels": rows}
     with open(os.path.join(a.out, "profile_vcontention_gpu.json"), "w") as fh:
         json.dump(out, fh, indent=1)
-    print(f"chunk {a.chunk}, block {a.block}, unroll {a.level_unroll}: {a.chunk / med:,.0f} "
+    print(f"chunk {a.chunk}, block {a.block}, unroll {a.level_unroll}, {ev.integrals}: "
+          f"{a.chunk / med:,.0f} "
           f"allocs/s (median call {1e3 * med:.1f} ms); kernels {total / 1e3:.1f} ms in "
           f"{out['kernel_launches']} launches")
     for r in rows[:25]:

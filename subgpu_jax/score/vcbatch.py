@@ -37,8 +37,12 @@ import numpy as np
 
 from subgpu_jax.score.lanes import UNROLL_MAX_TRIPLES, LanePlan, LevelProgram
 
-__all__ = ["cell_table", "grid_spec", "batched_start_completion", "batched_integrals",
-           "vcb_makespans", "VCB_STATIC_ARGNUMS"]
+__all__ = ["cell_table", "grid_spec", "batched_start_completion", "partner_table",
+           "batched_integrals", "vcb_makespans", "INTEGRALS", "VCB_STATIC_ARGNUMS"]
+
+#: Forms of the overlap integrals (``batched_integrals``): static slices per (row, partner
+#: row, offset) triple, or one gather of every task's partners reduced over the partner axis.
+INTEGRALS = ("slices", "gather")
 
 
 def grid_spec(grid) -> tuple[float, float, int]:
@@ -109,8 +113,64 @@ def batched_start_completion(prog: LevelProgram, tau: jax.Array,
     return starts[prog.home], buf[prog.home]
 
 
+def partner_table(plan: LanePlan) -> np.ndarray:
+    """Home slots of every task's overlap partners (host, numpy): the triples of ``plan`` as
+    one row of partner slots per task.
+
+    Row A's task q meets row B's task q + s for each triple (A, B, s) of row A, in the order
+    of ``plan.triples``; a partner past the row's ends, and the padding of rows with fewer
+    triples than the most, is the zero slot H (S = C = 0: overlap 0). The partners are exactly
+    the ones ``batched_integrals`` reads by slices.
+
+    Returns:
+        (H, P) int32, P = the largest number of triples of one row (at least 1).
+    """
+    L, Q = plan.grid
+    H = L * Q
+    by_row: list[list[tuple[int, int]]] = [[] for _ in range(L)]
+    for a, b, s in plan.triples:
+        by_row[a].append((b, s))
+    P = max([len(r) for r in by_row] + [1])
+    idx = np.full((L, Q, P), H, dtype=np.int32)
+    q = np.arange(Q)
+    for a, row in enumerate(by_row):
+        for p, (b, s) in enumerate(row):
+            ok = (q + s >= 0) & (q + s < Q)
+            idx[a, ok, p] = b * Q + q[ok] + s
+    return idx.reshape(H, P)
+
+
+def _gathered_integrals(plan: LanePlan, S: jax.Array, C: jax.Array,
+                        rates: jax.Array) -> jax.Array:
+    """``batched_integrals`` as one gather of each task's partners (``partner_table``, a
+    compile-time constant) and ONE variadic reduction over the partner axis that sums the R
+    products overlap x partner rate together. Shapes as ``batched_integrals``.
+
+    On the H200 (experiments/results/bench_vcontention_h200.json, m = 8, D = 5) this form runs
+    1.7x the slices form: XLA writes the overlaps once, (H, P, B), and reads them in one
+    fusion, where the slices form writes one overlap array per triple and concatenates the
+    rows, and compiles in about 1 s instead of 8. A packed product over a trailing rate axis
+    (one sum of ``ov[..., None] * rates``) measured 1.13e6/s against 1.49e6/s, three separate
+    sums 1.03e6/s, and overlaps recomputed per rate (which XLA then fuses into the reduction,
+    nothing written) 1.26e6/s; on the CPU every gathered form is about 12x slower than the
+    slices (XLA's CPU gathers row by row).
+    """
+    idx = partner_table(plan)                                           # (H, P)
+    R = rates.shape[-1]
+
+    def take(x):
+        return jnp.concatenate([x, jnp.zeros((1,) + x.shape[1:], x.dtype)]).at[idx].get(
+            mode="promise_in_bounds")                                   # (H, P, B)
+
+    ov = jnp.maximum(jnp.minimum(C[:, None], take(C)) - jnp.maximum(S[:, None], take(S)), 0.0)
+    prods = tuple(ov * take(rates[..., k]) for k in range(R))
+    sums = jax.lax.reduce(prods, tuple(jnp.zeros((), S.dtype) for _ in range(R)),
+                          lambda x, y: tuple(a + b for a, b in zip(x, y)), (1,))
+    return jnp.stack(sums, -1)
+
+
 def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Array,
-                      packed: bool = True) -> jax.Array:
+                      packed: bool = True, integrals: str = "slices") -> jax.Array:
     """Integrals inside [S_i, C_i] of the per-task rates of the tasks of OTHER lanes, for a batch
     of schedules (the batch-last ``lanes.lane_integrals``, without masks: see the module
     docstring; ``S`` must be the exact start times of ``batched_start_completion``).
@@ -118,14 +178,20 @@ def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Arr
     Args:
         plan: the lane plan (its static triples). S, C: (H, B) start and completion µs (pads 0).
         rates: (H, B, R) per-task rates (per µs; pads 0).
-        packed: static. True: one product per triple over the trailing rate axis (each overlap
-            computed once for the R rates: on the CPU about 1.5x faster than separate arrays,
-            whose fusions each recompute the overlap); False: R separate arrays (on an
-            accelerator XLA shares the overlap between sibling fusions).
+        packed: static, the slices form only. True: one product per triple over the trailing
+            rate axis (each overlap computed once for the R rates: on the CPU about 1.5x faster
+            than separate arrays, whose fusions each recompute the overlap); False: R separate
+            arrays (on an accelerator XLA shares the overlap between sibling fusions).
+        integrals: static, ``INTEGRALS``: ``"slices"`` (one static slice of each partner row
+            per triple: no gather, the fastest on the CPU) or ``"gather"``
+            (``_gathered_integrals``: every task's partners gathered, the R rates summed in
+            one variadic reduction; the fastest on the H200; ignores ``packed``).
 
     Returns:
         (H, B, R): rate x µs of the other lanes' tasks inside each task's interval.
     """
+    if integrals == "gather":
+        return _gathered_integrals(plan, S, C, rates)
     L, Q = plan.grid
     B, R = S.shape[-1], rates.shape[-1]
     M = max((abs(s) for _, _, s in plan.triples), default=0)
@@ -178,7 +244,8 @@ def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Arr
 
 def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, iters: int = 4,
                   damping: float = 0.5, isolated: bool = False, packed: bool = True,
-                  grids: tuple | None = None, unroll: int = 2) -> jax.Array:
+                  grids: tuple | None = None, unroll: int = 2,
+                  integrals: str = "slices") -> jax.Array:
     """Makespans (µs) of a batch of integer allocations with vectorised contention.
 
     The model of ``vcontention.vc_makespan`` (tau <- isolated durations; ``iters`` damped
@@ -197,6 +264,8 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
             arrays of ``tabs``.
         unroll: static, DAG levels per loop iteration of the level scans
             (``batched_start_completion``).
+        integrals: static, the form of the overlap integrals (``INTEGRALS``,
+            ``batched_integrals``).
 
     Returns:
         (B,) makespans T = max_i C_i in µs.
@@ -225,7 +294,8 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
         # materialised once (the barrier keeps XLA from fusing the integrals into each of
         # their consumers, i.e. computing them several times)
         ints = jax.lax.optimization_barrier(
-            batched_integrals(plan, S, C, jnp.stack([v * inv for v in vals], -1), packed))
+            batched_integrals(plan, S, C, jnp.stack([v * inv for v in vals], -1), packed,
+                              integrals))
         busy_o, conc_o, power_o = (ints[..., k] for k in range(3))
         f = jnp.clip(busy_o * inv, 0.0, 1.0)      # union bound of the other stages' busy share
         fb = jnp.maximum(f * tsafe, 1e-9)
@@ -251,7 +321,7 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
 
 
 def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed, block,
-                    grids=None, unroll=2):
+                    grids=None, unroll=2, integrals="slices"):
     """``vcb_makespans`` as the compiled entry point (B, D) -> (B,) µs. With ``block`` (static)
     below B, the batch is cut into blocks of ``block`` allocations (the last padded by its last
     row) and the kernel ``jax.vmap``-ed over the blocks: every array is then (blocks, H, block),
@@ -261,7 +331,7 @@ def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed,
 
     def run(a):
         return vcb_makespans(tabs, cells, plan, a, iters, damping, isolated, packed, grids,
-                             unroll)
+                             unroll, integrals)
 
     if block is None or block >= B:
         return run(allocs)
@@ -271,6 +341,6 @@ def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed,
 
 
 #: Static arguments of the compiled entry point (iters, damping, isolated, packed, block, grids,
-#: unroll).
-VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9, 10)
+#: unroll, integrals).
+VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9, 10, 11)
 _vcb_batch = jax.jit(_vcb_batch_impl, static_argnums=VCB_STATIC_ARGNUMS)

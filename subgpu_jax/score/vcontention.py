@@ -62,8 +62,8 @@ from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
-from subgpu_jax.score.vcbatch import (_interp_weights, _vcb_batch, _vcb_batch_impl, cell_table,
-    grid_spec)
+from subgpu_jax.score.vcbatch import (INTEGRALS, _interp_weights, _vcb_batch, _vcb_batch_impl,
+                                     cell_table, grid_spec)
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
@@ -527,11 +527,11 @@ class VContentionEvaluator:
             ``"straight"`` (the levels as one straight-line program), or ``"batched"``
             (default): ``score.vcbatch``, the allocations as the trailing contiguous axis. Same
             numbers up to float32 summation order (experiments/bench_vcontention.py measures
-            all four; at m = 8, D = 5 batched is the fastest on the 2-core CPU and, packed, on
-            the H200: 8.9e5/s against 6.4e5/s for levels, bench_vcontention_h200.json).
-        packed: ``scan="batched"`` only: the three rate integrals as one array with a
-            trailing rate axis (default; on the H200 1.6x the three-array form) or three arrays,
-            ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
+            all four; at m = 8, D = 5 batched is the fastest on the 2-core CPU and, with its
+            gathered integrals, on the H200: 1.49e6/s, bench_vcontention_h200.json).
+        packed: ``scan="batched"`` and ``integrals="slices"`` only: the three rate integrals
+            as one array with a trailing rate axis (default; on the H200 1.6x the three-array
+            form) or three arrays, ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
             block of the batch-last layout (``vcbatch._vcb_batch_impl``; default: the whole
             chunk on a CPU, 128 on an accelerator). inline_tables: ``scan="batched"`` only:
             compile this evaluator's own program with its tables as constants (about 25%
@@ -540,6 +540,12 @@ class VContentionEvaluator:
             that takes the tables as arguments (one compilation per lane structure).
         level_unroll: ``scan="batched"`` only: DAG levels per loop iteration of its level
             scans (``vcbatch.batched_start_completion``; default 2).
+        integrals: ``scan="batched"`` only: the form of the overlap integrals,
+            ``vcbatch.INTEGRALS`` (``vcbatch.batched_integrals``): ``"slices"`` (default on a
+            CPU, where the gathered form runs about 12x slower) or ``"gather"`` (default on an
+            accelerator: on the H200 1.49e6 allocations/s against 8.9e5/s for the slices,
+            m = 8, D = 5, experiments/results/bench_vcontention_h200.json); ``packed`` applies
+            to the slices form only.
         pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
             one compiled shape per lane structure instead of one per batch-size bucket (8,
             16, 32, 64; a compilation costs 0.7-1.4 s on the CPU). Default: True on a CPU for
@@ -558,8 +564,9 @@ class VContentionEvaluator:
     Raises:
         ValueError: an illegal cut/D/w, bad hits, iters not an integer >= 0, damping outside
             [0, 1); chunk, block, level_unroll or workers not an integer >= 1 (bool, float,
-            str, NaN refused); packed not True, False or None; inline_tables not True or False
-            (every message names its argument).
+            str, NaN refused); packed not True, False or None, or given with
+            ``integrals="gather"``; inline_tables not True or False; integrals not in
+            ``vcbatch.INTEGRALS`` (every message names its argument).
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
@@ -574,7 +581,7 @@ class VContentionEvaluator:
                  scan: str | None = None, workers: int | None = None,
                  packed: bool | None = None, block: int | None = None,
                  inline_tables: bool = False, level_unroll: int | None = None,
-                 pad_small: bool | None = None) -> None:
+                 pad_small: bool | None = None, integrals: str | None = None) -> None:
         iters = pos_int(iters, "iters", minimum=0)
         if not finite(damping, "damping", lo=0.0) < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping!r}")
@@ -591,6 +598,8 @@ class VContentionEvaluator:
             raise ValueError(f"packed must be True, False or None, got {packed!r}")
         if not isinstance(inline_tables, (bool, np.bool_)):
             raise ValueError(f"inline_tables must be True or False, got {inline_tables!r}")
+        if integrals is not None and integrals not in INTEGRALS:
+            raise ValueError(f"integrals must be one of {INTEGRALS}, got {integrals!r}")
         if workers is not None:
             workers = pos_int(workers, "workers")
         K = D + w
@@ -615,10 +624,16 @@ class VContentionEvaluator:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
         if scan != "batched" and (packed is not None or block is not None or inline_tables
-                                  or level_unroll is not None):
-            raise ValueError("packed, block, inline_tables and level_unroll apply to "
-                             f"scan='batched' only, got scan={scan!r}")
+                                  or level_unroll is not None or integrals is not None):
+            raise ValueError("packed, block, inline_tables, level_unroll and integrals apply "
+                             f"to scan='batched' only, got scan={scan!r}")
         self.level_unroll = 2 if level_unroll is None else level_unroll
+        if integrals is None:
+            integrals = "slices" if jax.default_backend() == "cpu" else "gather"
+        if integrals == "gather" and packed is not None:
+            raise ValueError("packed applies to integrals='slices' only (the gathered form sums "
+                             f"the three rates in one reduction), got packed={packed!r}")
+        self.integrals = integrals
         if workers is None:
             workers = min(2, os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
         self.workers = workers
@@ -671,7 +686,7 @@ class VContentionEvaluator:
         a = self._check_allocs(allocs).astype(np.int32)
         if self.scan == "batched":
             static = (self.iters, self.damping, bool(self.model.isolated), self.packed,
-                      self.block, self.grids, self.level_unroll)
+                      self.block, self.grids, self.level_unroll, self.integrals)
             if self.inline_tables:
                 if self._inline is None:  # this evaluator's own program, tables as constants
                     tabs, cells, plan = self.tabs, self.cells, self.plan

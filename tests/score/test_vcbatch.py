@@ -45,16 +45,18 @@ def _fresh_jits(monkeypatch):
 
 @pytest.mark.parametrize("starts,w", [([6, 15], 0), ([3, 10, 21], 1)])
 def test_batched_equals_vmapped_kernel(g2, starts, w):
-    """Every layout of the batch-last kernel (packed or separate integrals, blocks of 2 with a
-    padded last block, level scans unrolled 1, 5 or 64 levels per loop trip: more than the
-    DAG's levels) gives the vmapped kernel's makespans up to float32 summation order (1e-5
-    relative: the fixed point's 4 damped updates of float32 sums)."""
+    """Every layout of the batch-last kernel (packed or separate integrals, by slices or by
+    gathered partners, blocks of 2 with a padded last block, level scans unrolled 1, 5 or 64
+    levels per loop trip: more than the DAG's levels) gives the vmapped kernel's makespans up
+    to float32 summation order (1e-5 relative: the fixed point's 4 damped updates of float32
+    sums)."""
     cfg = _cfg(g2, starts, w, ALLOCS[0])
     ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="window")
     want = ref.makespan(ALLOCS)
     for opts in ({"packed": True}, {"packed": False}, {"packed": True, "block": 2},
                  {"packed": False, "block": 2}, {"level_unroll": 1}, {"level_unroll": 5},
-                 {"level_unroll": 64}):
+                 {"level_unroll": 64}, {"integrals": "gather"},
+                 {"integrals": "gather", "block": 2}):
         got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
                                                  **opts).makespan(ALLOCS)
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(opts))
@@ -78,6 +80,38 @@ def test_loop_form_of_integrals(g2, monkeypatch, k):
         got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
                                                  packed=packed).makespan(ALLOCS)
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"packed={packed}")
+    # the gathered form has no loop form: the same partners as the triples, irregular or not
+    got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
+                                             integrals="gather").makespan(ALLOCS)
+    np.testing.assert_allclose(got, want, rtol=1e-5, err_msg="gather")
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_partner_table_is_the_incomparable_pairs(g2, k):
+    """Oracle: ``lanes.incomparable_pairs`` (ancestor sets of the task DAG). The real
+    (non-pad) partners of every task in ``partner_table`` include each of its incomparable
+    tasks exactly once; the extra partners are pairs a DAG path orders (overlap 0 with exact
+    start times, ``test_exact_starts_make_masks_redundant``) or the zero slot H."""
+    from subgpu_jax.score.lanes import incomparable_pairs
+
+    cfg = _cfg(g2, [6, 15] if k == 2 else [3, 10, 21], 0 if k == 2 else 1, ALLOCS[0], k)
+    e = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched")
+    plan = e.plan
+    idx = vb.partner_table(plan)
+    H = plan.valid.shape[0]
+    slot = np.asarray(plan.slot)[:e.dag.T]
+    task = np.asarray(plan.task)
+    assert idx.shape[0] == H and idx.min() >= 0 and idx.max() <= H
+    ii, jj = incomparable_pairs(e.dag)
+    for u, v in list(zip(ii, jj)) + list(zip(jj, ii)):
+        row = idx[slot[u]]
+        assert np.count_nonzero(row == slot[v]) == 1, (u, v)
+    # no partner on the task's own lane
+    lanes = np.asarray(e.dag.lanes())
+    for h in np.flatnonzero(np.asarray(plan.valid)):
+        real = idx[h][idx[h] < H]
+        real = real[task[real] < e.dag.T]
+        assert np.all(lanes[task[real]] != lanes[task[h]])
 
 
 def test_exact_starts_make_masks_redundant(g2):
@@ -188,6 +222,33 @@ def test_bad_packed(g2, bad):
     with pytest.raises(ValueError, match=r"^inline_tables must be True or False, got "):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
                                 inline_tables=bad)
+    with pytest.raises(ValueError, match=r"^integrals must be one of \('slices', 'gather'\)"):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
+                                integrals=bad)
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_packed_only_with_slices(g2, packed):
+    """The gathered integrals sum the three rates in one reduction: an explicit ``packed`` with
+    them is refused (not silently ignored); with the slices it is taken; ``integrals`` off the
+    batched kernel is refused like its other options."""
+    cut = chain_cut(g2.n, [6])
+    with pytest.raises(ValueError, match=r"^packed applies to integrals='slices' only"):
+        vc.VContentionEvaluator(g2, cut, 2, 0, H200, integrals="gather", packed=packed)
+    assert vc.VContentionEvaluator(g2, cut, 2, 0, H200, integrals="slices",
+                                   packed=packed).packed is packed
+    with pytest.raises(ValueError, match=r"apply to scan='batched' only, got scan='window'"):
+        vc.VContentionEvaluator(g2, cut, 2, 0, H200, scan="window", integrals="gather")
+
+
+def test_integrals_default_per_backend(g2, monkeypatch):
+    """Default form: the slices on a CPU, the gather on an accelerator (the measured fastest
+    of each, bench_vcontention_cpu.json / bench_vcontention_h200.json)."""
+    cut = chain_cut(g2.n, [6])
+    assert vc.VContentionEvaluator(g2, cut, 2, 0, H200).integrals == "slices"
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "gpu")
+    e = vc.VContentionEvaluator(g2, cut, 2, 0, H200)
+    assert (e.integrals, e.block, e.workers) == ("gather", 128, 1)
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5, True, "4", float("nan")], ids=repr)
