@@ -32,9 +32,12 @@ import os
 import sys
 import time
 import traceback
-from subgpu_jax.space.config import temporal_of, workload_config
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from fidelity_report import kendall_tau  # noqa: E402  (scipy's tau-b)
+from subgpu_jax.space.config import temporal_of, workload_config  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 CAL_FILE = os.path.join(RESULTS, "calibration_h200_gptoss120b.json")
@@ -234,27 +237,6 @@ def _even(hw, D: int) -> list[int]:
 
 
 # =============================================================================== analyze phase
-
-def kendall_tau(a, b) -> float:
-    """Kendall tau-b between two sequences (ties counted as neither)."""
-    n = len(a)
-    c = d = ta = tb = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            x, y = a[i] - a[j], b[i] - b[j]
-            if x == 0 and y == 0:
-                continue
-            if x == 0:
-                ta += 1
-            elif y == 0:
-                tb += 1
-            elif (x > 0) == (y > 0):
-                c += 1
-            else:
-                d += 1
-    den = ((c + d + ta) * (c + d + tb)) ** 0.5
-    return (c - d) / den if den else float("nan")
-
 
 def analyze_phase(args) -> int:
     import numpy as np
