@@ -10,23 +10,27 @@ step runs over contiguous batch vectors and every level step reads and writes wh
 The per-allocation work is the same; the numbers equal the vmapped kernel's up to float32
 summation order (``experiments/bench_vcontention.py`` reports the largest difference).
 
-Three changes of form (not of the model) make it cheaper:
+Changes of form (not of the model) make it cheaper:
 
 * Start times are the max-plus recurrence's own A_i = max(C_j : j in preds(i)) (not C_i - tau_i,
   which rounds). Then for every pair that a DAG path orders, C_j <= S_i exactly, so its overlap
   max(0, min(C_i, C_j) - max(S_i, S_j)) is exactly 0, and the lane plan's 0/1 masks (which drop
   exactly those pairs inside a (row, partner row, offset) triple) are not needed. Partners past
   a row's end read padding with S = C = 0: overlap max(0, -S_i) = 0.
-* The three rate integrals (data-active, bytes in flight, compute power) are separate arrays,
-  not one stacked array (XLA on the CPU recomputes an operand broadcast into a stacked product
-  once per stacked row).
+* The overlap integrals come in two forms (``INTEGRALS``, ``batched_integrals``): static slices
+  per triple, the three rates (data-active, bytes in flight, compute power) packed on a
+  trailing axis or as separate arrays (the CPU default); or one gather of every task's partners
+  (``partner_table``) with the three sums in one variadic reduction (the accelerator default:
+  there XLA writes the slices form's overlaps out once per triple).
 * The bilinear table lookup reads the 4 corners x 4 quantities of a grid cell from ``cell_table``
   (16 arrays indexed by one cell number, computed once per update) instead of 4 row gathers of 4
   values of the row table (XLA's CPU gather of short rows is slower than 4 scalar gathers).
 
-Everything is a host-validated pytree argument; the static arguments are the iteration count,
-the damping and the lane plan's triples, so one compiled function serves every allocation batch
-of one padded structure (tests wrap ``_vcb_batch_impl`` in ``chex.assert_max_traces``).
+Everything is a host-validated pytree argument; the static arguments (``VCB_STATIC_ARGNUMS``)
+are the iteration count, the damping, the contention switch and the layout options (packed,
+block, grids, level unroll, integrals), and the lane plan's triples are static fields of its
+pytree, so one compiled function serves every allocation batch of one padded structure (tests
+wrap ``_vcb_batch_impl`` in ``chex.assert_max_traces``).
 """
 
 from __future__ import annotations
@@ -152,8 +156,9 @@ def _gathered_integrals(plan: LanePlan, S: jax.Array, C: jax.Array,
     rows, and compiles in about 1 s instead of 8. A packed product over a trailing rate axis
     (one sum of ``ov[..., None] * rates``) measured 1.13e6/s against 1.49e6/s, three separate
     sums 1.03e6/s, and overlaps recomputed per rate (which XLA then fuses into the reduction,
-    nothing written) 1.26e6/s; on the CPU every gathered form is about 12x slower than the
-    slices (XLA's CPU gathers row by row).
+    nothing written) 1.26e6/s (experiments/results/bench_vcontention_h200_forms.json). On the
+    2-core CPU this form is 2.3x and 5.1x slower than the slices in chunks of 64 and 256 at
+    m = 8, D = 5 and as fast at m = 4, D = 3 (bench_vcontention_cpu_integrals.json).
     """
     idx = partner_table(plan)                                           # (H, P)
     R = rates.shape[-1]
@@ -189,7 +194,12 @@ def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Arr
 
     Returns:
         (H, B, R): rate x µs of the other lanes' tasks inside each task's interval.
+
+    Raises:
+        ValueError: ``integrals`` not in ``INTEGRALS`` (at trace time: it is static).
     """
+    if not (isinstance(integrals, str) and integrals in INTEGRALS):
+        raise ValueError(f"integrals must be one of {INTEGRALS}, got {integrals!r}")
     if integrals == "gather":
         return _gathered_integrals(plan, S, C, rates)
     L, Q = plan.grid

@@ -530,8 +530,8 @@ class VContentionEvaluator:
             all four; at m = 8, D = 5 batched is the fastest on the 2-core CPU and, with its
             gathered integrals, on the H200: 1.49e6/s, bench_vcontention_h200.json).
         packed: ``scan="batched"`` and ``integrals="slices"`` only: the three rate integrals
-            as one array with a trailing rate axis (default; on the H200 1.6x the three-array
-            form) or three arrays, ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
+            as one array with a trailing rate axis (default) or three arrays,
+            ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
             block of the batch-last layout (``vcbatch._vcb_batch_impl``; default: the whole
             chunk on a CPU, 128 on an accelerator). inline_tables: ``scan="batched"`` only:
             compile this evaluator's own program with its tables as constants (about 25%
@@ -542,10 +542,12 @@ class VContentionEvaluator:
             scans (``vcbatch.batched_start_completion``; default 2).
         integrals: ``scan="batched"`` only: the form of the overlap integrals,
             ``vcbatch.INTEGRALS`` (``vcbatch.batched_integrals``): ``"slices"`` (default on a
-            CPU, where the gathered form runs about 12x slower) or ``"gather"`` (default on an
-            accelerator: on the H200 1.49e6 allocations/s against 8.9e5/s for the slices,
-            m = 8, D = 5, experiments/results/bench_vcontention_h200.json); ``packed`` applies
-            to the slices form only.
+            CPU, and wherever ``packed`` is given) or ``"gather"`` (default on an accelerator:
+            on the H200 1.49e6 allocations/s against 9.0e5/s for the slices, m = 8, D = 5,
+            experiments/results/bench_vcontention_h200.json; on the 2-core CPU it runs 2.3x and
+            5.1x slower than the slices in chunks of 64 and 256 at m = 8, D = 5, as fast at
+            m = 4, D = 3, bench_vcontention_cpu_integrals.json).
+            ``packed`` applies to the slices form only (``self.packed`` is None with the gather).
         pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
             one compiled shape per lane structure instead of one per batch-size bucket (8,
             16, 32, 64; a compilation costs 0.7-1.4 s on the CPU). Default: True on a CPU for
@@ -598,8 +600,10 @@ class VContentionEvaluator:
             raise ValueError(f"packed must be True, False or None, got {packed!r}")
         if not isinstance(inline_tables, (bool, np.bool_)):
             raise ValueError(f"inline_tables must be True or False, got {inline_tables!r}")
-        if integrals is not None and integrals not in INTEGRALS:
-            raise ValueError(f"integrals must be one of {INTEGRALS}, got {integrals!r}")
+        if integrals is not None:
+            if not (isinstance(integrals, str) and integrals in INTEGRALS):
+                raise ValueError(f"integrals must be one of {INTEGRALS}, got {integrals!r}")
+            integrals = str(integrals)
         if workers is not None:
             workers = pos_int(workers, "workers")
         K = D + w
@@ -628,8 +632,9 @@ class VContentionEvaluator:
             raise ValueError("packed, block, inline_tables, level_unroll and integrals apply "
                              f"to scan='batched' only, got scan={scan!r}")
         self.level_unroll = 2 if level_unroll is None else level_unroll
-        if integrals is None:
-            integrals = "slices" if jax.default_backend() == "cpu" else "gather"
+        if integrals is None:  # a layout of the slices (packed) asks for the slices
+            integrals = ("slices" if jax.default_backend() == "cpu" or packed is not None
+                         else "gather")
         if integrals == "gather" and packed is not None:
             raise ValueError("packed applies to integrals='slices' only (the gathered form sums "
                              f"the three rates in one reduction), got packed={packed!r}")
@@ -656,7 +661,8 @@ class VContentionEvaluator:
         self.cells = (cell_table(np.asarray(self.tabs.rows), self.tabs.tau.shape, dtype)
                       if scan == "batched" else None)
         cpu = jax.default_backend() == "cpu"
-        self.packed = True if packed is None else bool(packed)
+        self.packed = (None if self.integrals == "gather"   # the slices form's layout only
+                       else True if packed is None else bool(packed))
         self.block = block if block is not None or cpu else 128
         self.grids = (grid_spec(self.tabs.conc_grid), grid_spec(self.tabs.power_grid))
         self.inline_tables, self._inline = bool(inline_tables), None

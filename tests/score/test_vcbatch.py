@@ -56,7 +56,7 @@ def test_batched_equals_vmapped_kernel(g2, starts, w):
     for opts in ({"packed": True}, {"packed": False}, {"packed": True, "block": 2},
                  {"packed": False, "block": 2}, {"level_unroll": 1}, {"level_unroll": 5},
                  {"level_unroll": 64}, {"integrals": "gather"},
-                 {"integrals": "gather", "block": 2}):
+                 {"integrals": "gather", "block": 2}, {"integrals": "slices"}):
         got = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
                                                  **opts).makespan(ALLOCS)
         np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=str(opts))
@@ -228,23 +228,51 @@ def test_bad_packed(g2, bad):
 
 
 @pytest.mark.parametrize("packed", [True, False])
-def test_packed_only_with_slices(g2, packed):
+def test_packed_only_with_slices(g2, monkeypatch, packed):
     """The gathered integrals sum the three rates in one reduction: an explicit ``packed`` with
-    them is refused (not silently ignored); with the slices it is taken; ``integrals`` off the
-    batched kernel is refused like its other options."""
+    them is refused (not silently ignored); with the slices it is taken; given without
+    ``integrals`` it selects the slices on every backend (also where the gather is the
+    default); ``integrals`` off the batched kernel is refused like its other options."""
     cut = chain_cut(g2.n, [6])
     with pytest.raises(ValueError, match=r"^packed applies to integrals='slices' only"):
         vc.VContentionEvaluator(g2, cut, 2, 0, H200, integrals="gather", packed=packed)
     assert vc.VContentionEvaluator(g2, cut, 2, 0, H200, integrals="slices",
                                    packed=packed).packed is packed
+    for backend in ("cpu", "gpu"):
+        monkeypatch.setattr(vc.jax, "default_backend", lambda b=backend: b)
+        e = vc.VContentionEvaluator(g2, cut, 2, 0, H200, packed=packed)
+        assert (e.integrals, e.packed) == ("slices", packed)
     with pytest.raises(ValueError, match=r"apply to scan='batched' only, got scan='window'"):
         vc.VContentionEvaluator(g2, cut, 2, 0, H200, scan="window", integrals="gather")
+
+
+@pytest.mark.parametrize("bad", [np.array("gather"), np.array(["gather", "slices"]),
+                                 "GATHER", " gather", b"gather"], ids=repr)
+def test_bad_integrals_everywhere(g2, bad):
+    """A bad ``integrals`` is one ValueError naming it: in the evaluator (numpy arrays included,
+    which would otherwise reach ``jax.jit`` as an unhashable static argument) and in the
+    kernel's own ``batched_integrals`` (no silent slices for an unknown name)."""
+    import jax.numpy as jnp
+
+    msg = r"^integrals must be one of \('slices', 'gather'\), got "
+    with pytest.raises(ValueError, match=msg):
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, integrals=bad)
+    e = vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200)
+    H = e.plan.valid.shape[0]
+    z = jnp.zeros((H, 2))
+    with pytest.raises(ValueError, match=msg):
+        vb.batched_integrals(e.plan, z, z, jnp.zeros((H, 2, 3)), integrals=bad)
+    # numpy's own string type is a str: taken, stored as a plain str
+    ok = vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                 integrals=np.str_("gather"))
+    assert type(ok.integrals) is str and ok.integrals == "gather" and ok.packed is None
 
 
 def test_integrals_default_per_backend(g2, monkeypatch):
     """Default form: the slices on a CPU, the gather on an accelerator (the measured fastest
     of each, bench_vcontention_cpu.json / bench_vcontention_h200.json)."""
     cut = chain_cut(g2.n, [6])
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "cpu")
     assert vc.VContentionEvaluator(g2, cut, 2, 0, H200).integrals == "slices"
     monkeypatch.setattr(vc.jax, "default_backend", lambda: "gpu")
     e = vc.VContentionEvaluator(g2, cut, 2, 0, H200)
