@@ -251,9 +251,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(HERE / "results" / "bench_eventsim.json"))
     a = ap.parse_args(argv)
 
-    def fail(msg: str) -> int:
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    from subgpu_jax.app.options import usage_error as fail
 
     if a.repeats < 1:
         return fail(f"--repeats must be >= 1, got {a.repeats}")

@@ -218,10 +218,7 @@ def main(argv=None) -> int:
                          "CPU, 131072 on the GPU)")
     a = ap.parse_args(argv)
 
-    def fail(msg: str) -> int:
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
-
+    from subgpu_jax.app.options import usage_error as fail
     from subgpu_jax.model.checks import out_file
 
     if a.out is not None:
@@ -308,13 +305,13 @@ def main(argv=None) -> int:
         for s in ("window", "batched"):
             if s in scans:
                 kinds[f"{s}/1"] = (s, {"workers": 1})
+        if "batched" in scans:  # the accelerator's default form, on the CPU
+            kinds["batched/gather"] = ("batched", {"integrals": "gather"})
     elif "batched" in scans:
         kinds.pop("batched/inline", None)  # 1.02x the shared program on the H200 (earlier run)
         kinds.update({"batched/slices": ("batched", {"integrals": "slices"}),
                       "batched/b32": ("batched", {"block": 32}),
                       "batched/u4": ("batched", {"level_unroll": 4})})
-    if cpu and "batched" in scans:  # the accelerator's default form, on the CPU
-        kinds["batched/gather"] = ("batched", {"integrals": "gather"})
     for m, D, g, seg, A, new in prepared:
         dag = new.dag
         ii, jj = incomparable_pairs(dag)

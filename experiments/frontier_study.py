@@ -68,6 +68,7 @@ import time
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.app.searchjob import run_search
 from subgpu_jax.app.sweep import build_grid, grid_fingerprint, outer_parallelisms, SweepStore
+from subgpu_jax.app.options import usage_error
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: When this call started (``time.monotonic()``): ``--wall-budget`` counts from here.
@@ -302,12 +303,6 @@ def report(allr: dict) -> str:
     return "\n".join(lines + [""] + notes)
 
 
-def _fail(msg: str) -> int:
-    """Print ``error: msg`` (one line) on stderr; returns the exit code 2."""
-    print(f"error: {msg}", file=sys.stderr)
-    return 2
-
-
 def main(argv=None) -> int:
     """Command line entry point (the module docstring). Returns the exit code: 2 with one
     line ``error: ...`` for a --tp that is no attention TP of the study, an empty
@@ -361,8 +356,8 @@ def main(argv=None) -> int:
         ap.error("--cpu-budget counts one process's CPU time; with --workers > 1 use "
                  "--wall-budget")
     if not a.compile_cache.strip():
-        return _fail("--compile-cache must be a folder, or 'none' to turn the cache off, got "
-                     "an empty string")
+        return usage_error("--compile-cache must be a folder, or 'none' to turn the cache off, "
+                           "got an empty string")
     a.compile_cache = None if a.compile_cache.lower() == "none" else a.compile_cache
     if a.compile_cache is not None:
         from subgpu_jax.model.checks import out_dir
@@ -370,17 +365,17 @@ def main(argv=None) -> int:
         try:
             out_dir(a.compile_cache, "--compile-cache")
         except ValueError as e:
-            return _fail(f"{e} ('none' turns the cache off)")
+            return usage_error(f"{e} ('none' turns the cache off)")
     if a.report:
         path = os.path.join(HERE, "results", "frontier_studies.json")
         try:
             with open(path) as fh:
                 text = report(json.load(fh))
         except OSError as e:
-            return _fail(f"--report: cannot read {path}: {e.strerror or e}")
+            return usage_error(f"--report: cannot read {path}: {e.strerror or e}")
         except (ValueError, KeyError, TypeError, AttributeError) as e:
-            return _fail(f"--report: {path} is not a file of study digests "
-                         f"({type(e).__name__}: {str(e)[:200]})")
+            return usage_error(f"--report: {path} is not a file of study digests "
+                               f"({type(e).__name__}: {str(e)[:200]})")
         print(text)
         return 0
     st = {**STUDIES[a.study], **(NARROW if a.narrow else WIDE)}
@@ -389,8 +384,8 @@ def main(argv=None) -> int:
     if a.tp is not None:
         tps = sorted({p[0] for p in pars})
         if a.tp not in tps:  # an empty list would mean build_grid's default grid
-            return _fail(f"--tp must be one of {', '.join(map(str, tps))} (the attention TPs "
-                         f"of {a.study}), got {a.tp}")
+            return usage_error(f"--tp must be one of {', '.join(map(str, tps))} (the attention "
+                               f"TPs of {a.study}), got {a.tp}")
         pars = [p for p in pars if p[0] == a.tp]
     skipped: list = []
     pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches"],

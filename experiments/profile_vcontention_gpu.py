@@ -46,10 +46,7 @@ def main(argv=None) -> int:
                          "evaluator's, gather on a GPU)")
     a = ap.parse_args(argv)
 
-    def fail(msg: str) -> int:
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
-
+    from subgpu_jax.app.options import usage_error as fail
     from subgpu_jax.model.checks import out_dir
 
     for name in ("chunk", "block", "level_unroll", "repeats"):
@@ -103,8 +100,7 @@ def main(argv=None) -> int:
     rows = sorted(({"kernel": n, "launches": c, "total_us": t} for n, (c, t) in kern.items()),
                   key=lambda r: -r["total_us"])
     total = sum(r["total_us"] for r in rows)
-    static = (ev.iters, ev.damping, bool(ev.model.isolated), ev.packed, ev.block, ev.grids,
-              ev.level_unroll, ev.integrals)
+    static = ev.batched_static
     hlo = vc._vcb_batch.lower(ev.tabs, ev.cells, ev.plan, jnp.asarray(A), *static).compile()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "vcb_hlo.txt"), "w") as fh:

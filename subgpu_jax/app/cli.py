@@ -297,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "vcontention, or static (isolated kernel durations)")
     x.add_argument("--alloc-strategy", default="pairwise", choices=("pairwise", "relax"),
                    help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
-                        "Algorithm 2's line search on the cheap estimator, exact polish; default) or relax (optax relaxation of the smooth "
-                        "makespan, rounding, exact polish)")
+                        "Algorithm 2's line search, cheap estimator, exact polish; default) or "
+                        "relax (optax relaxation of the smooth makespan, rounding, exact polish)")
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="measured calibration (subgpu calibrate) for both scorers; must match "
                         "the model, deployment and --hardware")

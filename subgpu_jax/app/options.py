@@ -6,7 +6,16 @@ GPU count, and the SM split of ``subgpu simulate`` (given, even, or a quick sear
 from __future__ import annotations
 
 __all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split",
-           "resolve_cache"]
+           "resolve_cache", "usage_error"]
+
+
+def usage_error(msg: str) -> int:
+    """Print ``error: msg`` (one line, no traceback) on stderr for a bad command-line argument
+    of a script (the experiments' entry points); returns the exit code 2."""
+    import sys
+
+    print(f"error: {msg}", file=sys.stderr)
+    return 2
 
 
 def resolve_cache(cache: str | None, calibration: str | None) -> str:

@@ -10,7 +10,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["pos_int", "finite", "choice", "out_file", "out_dir"]
+__all__ = ["pos_int", "finite", "flag", "choice", "out_file", "out_dir"]
 
 
 def pos_int(v: Any, name: str, minimum: int = 1) -> int:
@@ -46,6 +46,22 @@ def finite(v: Any, name: str, lo: float | None = None, lo_open: bool = False,
     if hi is not None and x > hi:
         raise ValueError(f"{name} must be <= {hi}, got {v!r}")
     return x
+
+
+def flag(v: Any, name: str, allow_none: bool = False) -> bool | None:
+    """``v`` as a ``bool`` when it is True or False (Python or numpy bool), or None when
+    ``allow_none``; no coercion (``bool("false")`` is True, so strings and numbers are refused).
+
+    Raises:
+        ValueError: ``"{name} must be True or False, got {v!r}"`` (``"True, False or None"``
+        with ``allow_none``).
+    """
+    if v is None and allow_none:
+        return None
+    if not isinstance(v, (bool, np.bool_)):
+        allowed = "True, False or None" if allow_none else "True or False"
+        raise ValueError(f"{name} must be {allowed}, got {v!r}")
+    return bool(v)
 
 
 def choice(v: Any, name: str, allowed: Iterable[Any]) -> Any:

@@ -42,11 +42,24 @@ import numpy as np
 from subgpu_jax.score.lanes import UNROLL_MAX_TRIPLES, LanePlan, LevelProgram
 
 __all__ = ["cell_table", "grid_spec", "batched_start_completion", "partner_table",
-           "batched_integrals", "vcb_makespans", "INTEGRALS", "VCB_STATIC_ARGNUMS"]
+           "batched_integrals", "vcb_makespans", "INTEGRALS", "check_integrals",
+           "VCB_STATIC_ARGNUMS"]
 
 #: Forms of the overlap integrals (``batched_integrals``): static slices per (row, partner
 #: row, offset) triple, or one gather of every task's partners reduced over the partner axis.
 INTEGRALS = ("slices", "gather")
+
+
+def check_integrals(v) -> str:
+    """``v`` as a plain ``str`` when it is one of ``INTEGRALS`` (a ``str``; numpy arrays and
+    bytes refused before any comparison).
+
+    Raises:
+        ValueError: ``"integrals must be one of ('slices', 'gather'), got {v!r}"``.
+    """
+    if not (isinstance(v, str) and v in INTEGRALS):
+        raise ValueError(f"integrals must be one of {INTEGRALS}, got {v!r}")
+    return str(v)
 
 
 def grid_spec(grid) -> tuple[float, float, int]:
@@ -198,9 +211,7 @@ def batched_integrals(plan: LanePlan, S: jax.Array, C: jax.Array, rates: jax.Arr
     Raises:
         ValueError: ``integrals`` not in ``INTEGRALS`` (at trace time: it is static).
     """
-    if not (isinstance(integrals, str) and integrals in INTEGRALS):
-        raise ValueError(f"integrals must be one of {INTEGRALS}, got {integrals!r}")
-    if integrals == "gather":
+    if check_integrals(integrals) == "gather":
         return _gathered_integrals(plan, S, C, rates)
     L, Q = plan.grid
     B, R = S.shape[-1], rates.shape[-1]

@@ -54,7 +54,7 @@ import numpy as np
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch, completion_times,
     run_in_chunks, validate_durations)
-from subgpu_jax.model.checks import finite, pos_int
+from subgpu_jax.model.checks import finite, flag, pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.kernelcost import op_cost
 from subgpu_jax.model.hardware import Hardware
@@ -62,8 +62,8 @@ from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
-from subgpu_jax.score.vcbatch import (INTEGRALS, _interp_weights, _vcb_batch, _vcb_batch_impl,
-                                     cell_table, grid_spec)
+from subgpu_jax.score.vcbatch import (_interp_weights, _vcb_batch, _vcb_batch_impl, cell_table,
+                                     check_integrals, grid_spec)
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
@@ -584,26 +584,20 @@ class VContentionEvaluator:
                  packed: bool | None = None, block: int | None = None,
                  inline_tables: bool = False, level_unroll: int | None = None,
                  pad_small: bool | None = None, integrals: str | None = None) -> None:
+        cpu = jax.default_backend() == "cpu"
         iters = pos_int(iters, "iters", minimum=0)
         if not finite(damping, "damping", lo=0.0) < 1.0:
             raise ValueError(f"damping must be in [0, 1), got {damping!r}")
-        if chunk is None:
-            chunk = 64 if jax.default_backend() == "cpu" else 65536
-        self.chunk = pos_int(chunk, "chunk")
-        if pad_small is not None and not isinstance(pad_small, (bool, np.bool_)):
-            raise ValueError(f"pad_small must be True, False or None, got {pad_small!r}")
+        self.chunk = pos_int((64 if cpu else 65536) if chunk is None else chunk, "chunk")
+        pad_small = flag(pad_small, "pad_small", allow_none=True)
         if block is not None:
             block = pos_int(block, "block")
         if level_unroll is not None:
             level_unroll = pos_int(level_unroll, "level_unroll")
-        if not (packed is None or isinstance(packed, (bool, np.bool_))):
-            raise ValueError(f"packed must be True, False or None, got {packed!r}")
-        if not isinstance(inline_tables, (bool, np.bool_)):
-            raise ValueError(f"inline_tables must be True or False, got {inline_tables!r}")
+        packed = flag(packed, "packed", allow_none=True)
+        inline_tables = flag(inline_tables, "inline_tables")
         if integrals is not None:
-            if not (isinstance(integrals, str) and integrals in INTEGRALS):
-                raise ValueError(f"integrals must be one of {INTEGRALS}, got {integrals!r}")
-            integrals = str(integrals)
+            integrals = check_integrals(integrals)
         if workers is not None:
             workers = pos_int(workers, "workers")
         K = D + w
@@ -617,9 +611,8 @@ class VContentionEvaluator:
                                   streams_per_stage=streams_per_stage)
         self.arrs = DagArrays.from_dag(self.dag, pad_tasks or fine_bucket(self.dag.T),
                                        pad_preds, pad_window)
-        if pad_small is None:
-            pad_small = jax.default_backend() == "cpu" and self.dag.T <= PAD_SMALL_MAX_TASKS
-        self.pad_small = bool(pad_small)
+        self.pad_small = (cpu and self.dag.T <= PAD_SMALL_MAX_TASKS if pad_small is None
+                          else pad_small)
         self.plan = LanePlan.from_dag(self.dag, self.arrs.T_pad, pad_lanes, pad_positions,
                                       pad_levels, pad_width, pad_preds, dtype=dtype)
         if scan is None:
@@ -633,14 +626,13 @@ class VContentionEvaluator:
                              f"to scan='batched' only, got scan={scan!r}")
         self.level_unroll = 2 if level_unroll is None else level_unroll
         if integrals is None:  # a layout of the slices (packed) asks for the slices
-            integrals = ("slices" if jax.default_backend() == "cpu" or packed is not None
-                         else "gather")
+            integrals = "slices" if cpu or packed is not None else "gather"
         if integrals == "gather" and packed is not None:
             raise ValueError("packed applies to integrals='slices' only (the gathered form sums "
                              f"the three rates in one reduction), got packed={packed!r}")
         self.integrals = integrals
         if workers is None:
-            workers = min(2, os.cpu_count() or 1) if jax.default_backend() == "cpu" else 1
+            workers = min(2, os.cpu_count() or 1) if cpu else 1
         self.workers = workers
         if hits is None:
             if self.model.isolated or cache == "none":
@@ -660,12 +652,11 @@ class VContentionEvaluator:
         # the batch-last kernel's table of grid cells (16 x the rows: built only when used)
         self.cells = (cell_table(np.asarray(self.tabs.rows), self.tabs.tau.shape, dtype)
                       if scan == "batched" else None)
-        cpu = jax.default_backend() == "cpu"
         self.packed = (None if self.integrals == "gather"   # the slices form's layout only
-                       else True if packed is None else bool(packed))
+                       else True if packed is None else packed)
         self.block = block if block is not None or cpu else 128
         self.grids = (grid_spec(self.tabs.conc_grid), grid_spec(self.tabs.power_grid))
-        self.inline_tables, self._inline = bool(inline_tables), None
+        self.inline_tables, self._inline = inline_tables, None
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
 
@@ -683,6 +674,14 @@ class VContentionEvaluator:
             raise ValueError(f"allocations: SMs must sum to at most {self.hw.num_sms}")
         return a
 
+    @property
+    def batched_static(self) -> tuple:
+        """The static arguments of the batch-last kernel's compiled entry point
+        (``vcbatch.VCB_STATIC_ARGNUMS``: iters, damping, isolated, packed, block, grids,
+        level_unroll, integrals) for this evaluator's options."""
+        return (self.iters, self.damping, bool(self.model.isolated), self.packed, self.block,
+                self.grids, self.level_unroll, self.integrals)
+
     def makespan(self, allocs: np.ndarray) -> np.ndarray:
         """Makespans (µs) of integer allocations (B, D) -> float64 (B,), in chunks of ``chunk``.
 
@@ -691,8 +690,7 @@ class VContentionEvaluator:
         """
         a = self._check_allocs(allocs).astype(np.int32)
         if self.scan == "batched":
-            static = (self.iters, self.damping, bool(self.model.isolated), self.packed,
-                      self.block, self.grids, self.level_unroll, self.integrals)
+            static = self.batched_static
             if self.inline_tables:
                 if self._inline is None:  # this evaluator's own program, tables as constants
                     tabs, cells, plan = self.tabs, self.cells, self.plan

@@ -72,10 +72,16 @@ class Problem:
         check_dispatch_policy(policy)
         key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
         if key not in self._evs:
-            self._evs[key] = Evaluator(self.workload.graph(m), key[0], D, w, self.hw,
-                                       policy=policy, table=self.table(m),
-                                       streams_per_stage=self.streams_per_stage)
+            self._evs[key] = self._new_evaluator(self.workload.graph(m), key[0], int(D),
+                                                 int(w), policy, self.table(m))
         return self._evs[key]
+
+    def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
+                       table: np.ndarray) -> Evaluator:
+        """A new cheap estimator of one structure (``evaluator`` caches it): the static
+        ``Evaluator`` on ``table`` (n, N_SM+1) µs; subclasses return another estimator."""
+        return Evaluator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
+                         streams_per_stage=self.streams_per_stage)
 
     def config(self, seg_of: Sequence[int], D: int, w: int, alloc: Sequence[int], m: int,
                policy: str = "wavefront") -> Config:
@@ -217,18 +223,10 @@ class ContentionProblem(Problem):
         super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage)
         self.contention_model, self.cache = model, cache
 
-    def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
-                  policy: str = "wavefront") -> ContentionEstimator:
-        """The contention-aware cheap estimator of one (cut, D, w, m, policy), cached.
-
-        Raises:
-            ValueError: unknown policy, illegal cut/D/w, m not dividing the batch.
-        """
-        check_dispatch_policy(policy)
-        key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
-        if key not in self._evs:
-            self._evs[key] = ContentionEstimator(
-                self.workload.graph(m), key[0], D, w, self.hw, policy=policy,
-                table=self.table(m), model=self.contention_model, cache=self.cache,
-                streams_per_stage=self.streams_per_stage)
-        return self._evs[key]
+    def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
+                       table: np.ndarray) -> ContentionEstimator:
+        """The contention-aware cheap estimator of one structure (``Problem.evaluator`` caches
+        it), with this problem's ``ContentionModel`` and L2 policy."""
+        return ContentionEstimator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
+                                   model=self.contention_model, cache=self.cache,
+                                   streams_per_stage=self.streams_per_stage)

@@ -73,6 +73,17 @@ def _study_process(here: Path, argv: list, **popen) -> subprocess.Popen:
                             env={**os.environ, "JAX_PLATFORMS": "cpu"}, **popen)
 
 
+def _wait_for_points(proc: subprocess.Popen, store: Path, n: int, ended: str) -> None:
+    """Wait (at most 240 s) until the study's store holds ``n`` finished grid points, asserting
+    with the message ``ended`` that the study process is still running meanwhile."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 240:
+        if store.exists() and store.read_text().count('"_done"') >= n:
+            return
+        assert proc.poll() is None, ended
+        time.sleep(0.05)
+
+
 def _digest(here: Path) -> dict:
     return json.loads((here / "results" / "frontier_studies.json").read_text())[STUDY]
 
@@ -160,13 +171,8 @@ def test_kill_then_resume(fs, tmp_path, monkeypatch):
     argv = args + ["--workers", "2", "--budget", str(N), "--compile-cache", cache]
     proc = _study_process(tmp_path, argv, stderr=subprocess.DEVNULL)
     store = tmp_path / "results" / f"frontier_{STUDY}" / "records.jsonl"
-    t0 = time.monotonic()
     try:
-        while time.monotonic() - t0 < 240:
-            if store.exists() and store.read_text().count('"_done"') >= 5:
-                break
-            assert proc.poll() is None, "the study ended before it was killed"
-            time.sleep(0.05)
+        _wait_for_points(proc, store, 5, "the study ended before it was killed")
         kids = _children(proc.pid)
         assert len(kids) >= 2  # the two workers (and multiprocessing's resource tracker)
         os.kill(proc.pid, signal.SIGKILL)
@@ -205,13 +211,8 @@ def test_ctrl_c_stops_the_pool_cleanly(fs, tmp_path):
     proc = _study_process(tmp_path, argv, stderr=subprocess.PIPE, text=True,
                           start_new_session=True)
     store = tmp_path / "results" / f"frontier_{STUDY}" / "records.jsonl"
-    t0 = time.monotonic()
     try:
-        while time.monotonic() - t0 < 240:
-            if store.exists() and store.read_text().count('"_done"') >= 3:
-                break
-            assert proc.poll() is None, "the study ended before Ctrl-C"
-            time.sleep(0.05)
+        _wait_for_points(proc, store, 3, "the study ended before Ctrl-C")
         kids = _children(proc.pid)
         os.killpg(proc.pid, signal.SIGINT)
         t1 = time.monotonic()
