@@ -99,7 +99,7 @@ class StepResult:
 
 def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "event",
                   model=None, cache: str = "lru", duration_model=None,
-                  record: bool = True) -> StepResult:
+                  record: bool = True, mode: str = "green") -> StepResult:
     """Time one decode step of ``fp`` (built for the configuration's microbatch count) under
     ``cfg`` (a configuration of ``fp.main``; see the module docstring).
 
@@ -111,6 +111,8 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
             ``"static"`` (the max-plus evaluator with ``duration_model``, default analytical;
             head kernels always use the analytical model, they are not calibrated).
         record: keep the event simulator's utilisation series (main run only).
+        mode: ``"green"`` or ``"multistream"`` (``sim.eventsim.SM_MODES``; the event simulator
+            only: the static evaluator has no shared-pool model).
 
     Returns:
         ``StepResult``.
@@ -120,6 +122,10 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
     """
     if simulator not in ("event", "static"):
         raise ValueError(f"simulator must be 'event' or 'static', got {simulator!r}")
+    from subgpu_jax.sim.eventsim import check_sm_mode
+
+    if check_sm_mode(mode) != "green" and simulator != "event":
+        raise ValueError(f"mode {mode!r} needs the event simulator")
     res = StepResult(makespan_us=0.0)
     cats: dict[str, float] = {}
     memo: dict = {}
@@ -132,7 +138,7 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
                 from subgpu_jax.sim.eventsim import simulate
 
                 r = simulate(gr, c, hw, model, cache=cache,
-                             record=record and g is fp.main and res.main is None)
+                             record=record and g is fp.main and res.main is None, mode=mode)
                 memo[key] = (float(r.makespan), dict(r.category_time), r)
             else:
                 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan

@@ -131,6 +131,13 @@ class ContentionModel:
             ``"fifo"`` (default: launch order, ``simstate.share_pool_fifo``; measured on the
             H200, ``experiments/results/hw_wins/lanes/lanes.json``) or ``"fair"`` (equal shares,
             ``simstate.share_pool``, the rule before that measurement).
+        link_time: True (default) charges each collective its link time (setup + payload /
+            NVLink, the network counter; with a calibration, the measured wait of the
+            runtime's virtual collective). False is the control of a deployment whose
+            collectives cost nothing beyond their endpoint copy (``subgpu run --collectives
+            none``): the network payload and the setup latency are dropped, the HBM copy stays.
+            The decomposition of a predicted gain into hidden communication and overlapped
+            compute/memory work compares the two (``sim.modes``). Ignored when ``isolated``.
 
     Raises:
         ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
@@ -152,6 +159,7 @@ class ContentionModel:
     launch_us_per_activity: float = 0.0
     saturation_ratio: float = 1.25
     pool_sharing: str = "fifo"
+    link_time: bool = True
 
     def __post_init__(self) -> None:
         if self.calibration is not None:
@@ -162,7 +170,7 @@ class ContentionModel:
         if self.pool_sharing not in ("fifo", "fair"):
             raise ValueError(f"contention.pool_sharing must be 'fifo' or 'fair', got "
                              f"{self.pool_sharing!r}")
-        for f in ("isolated", "demand_cap", "kernel_aware"):
+        for f in ("isolated", "demand_cap", "kernel_aware", "link_time"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
         for f in ("inflight_per_sm_B", "issue_ratio", "miss_l2_cost", "tile_edge",
@@ -338,6 +346,8 @@ class BoundModel:
         cal = self.model.calibration
         if cal is not None and cal.has(k):
             w = self._calibrated(k, int(pool_sms), w, cal)
+        elif k.is_comm and not self.model.link_time:
+            w = _dc_replace(w, comm_bytes=0.0)   # no network counter, hence no setup phase
         return w
 
     def _calibrated(self, k: Kernel, pool_sms: int, w: KernelWork, cal) -> KernelWork:
@@ -372,7 +382,8 @@ class BoundModel:
         else:
             hit = hit[0]
         if self.model.kernel_aware and k.is_comm:   # the link time is the fixed wait
-            return _dc_replace(w, scale=hit[0], fixed_us=hit[1], window_B_per_sm=hit[2],
+            fixed = hit[1] + (hit[3] if self.model.link_time else 0.0)
+            return _dc_replace(w, scale=hit[0], fixed_us=fixed, window_B_per_sm=hit[2],
                                static_us=t_meas, comm_bytes=0.0, comm=False)
         return _dc_replace(w, scale=hit[0], fixed_us=hit[1], window_B_per_sm=hit[2],
                            static_us=t_meas)
@@ -392,7 +403,10 @@ class BoundModel:
         runtime's formula with this hardware's NVLink and copy bandwidths.
 
         Returns:
-            ``(scale, fixed_us, window_B_per_sm)``; the caller drops the network payload.
+            ``(scale, fixed_us, window_B_per_sm, wait_us)``: the solved work scale, fixed
+            latency and window of the copy and epilogue, and the link wait; the caller adds the
+            wait to the fixed latency unless ``ContentionModel.link_time`` is False, and drops
+            the network payload.
         """
         hw = self.hw
         link = k.link_bytes(hw.nvlink_Bps)
@@ -403,7 +417,7 @@ class BoundModel:
         t0 = float(self.lone_makespan(k0, pool_sms, hw, base, 1.0, 0.0, None))
         wait = min(wait, max(0.0, t_meas - t0))   # never below what moving its bytes takes
         scale, fixed, win = self._solve_kernel_aware(k0, pool_sms, w0, t_meas - wait, cal, base)
-        return (scale, fixed + wait, win)
+        return (scale, fixed, win, wait)
 
     def _solve_legacy(self, k: Kernel, pool_sms: int, t_meas: float, base) -> tuple:
         """The first calibration rule: a fixed latency when the model is faster than the

@@ -49,7 +49,27 @@ from subgpu_jax.space.config import Config, check_cut
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
 __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "share_pool",
-           "simulate", "simulate_streams", "check_config", "lone_makespan"]
+           "simulate", "simulate_streams", "check_config", "lone_makespan", "SM_MODES",
+           "check_sm_mode"]
+
+#: How the stages of a pipelined configuration get their SMs: ``"green"``, each stage its own
+#: pool (a green context) of ``Config.alloc[d]`` SMs; ``"multistream"``, the same microbatched
+#: schedule on plain CUDA streams with no partition: every lane's kernels draw CTAs from all the
+#: GPU's SMs in launch order (``simstate.share_pool_fifo``, the block scheduler's behaviour
+#: measured on the H200 for two streams of one pool, ``experiments/results/hw_wins/lanes``).
+#: The runtime's ``subgpu run --mode`` takes the same names.
+SM_MODES: tuple[str, ...] = ("green", "multistream")
+
+
+def check_sm_mode(mode: str) -> str:
+    """``mode`` if it is one of ``SM_MODES``.
+
+    Raises:
+        ValueError: any other value (one line naming the allowed ones).
+    """
+    if mode not in SM_MODES:
+        raise ValueError(f"mode must be one of {', '.join(SM_MODES)}, got {mode!r}")
+    return mode
 
 #: Event priorities (the tie-break at equal times): counter completion, setup end, launch end.
 _DONE, _SETUP, _LAUNCH = 0, 1, 2
@@ -227,18 +247,26 @@ class EventSimulator:
     @classmethod
     def from_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
                     model: ContentionModel | None = None, cache: str = "lru",
-                    record: bool = True) -> "EventSimulator":
+                    record: bool = True, mode: str = "green") -> "EventSimulator":
         """The simulator of one forward pass of ``graph`` under ``cfg`` (not validated: see
         ``check_config``): the tasks of ``taskdag.build_task_dag`` on the lanes of
-        ``TaskDAG.lanes``, the k lanes of stage d sharing pool d. The task DAG is kept as
-        ``dag``."""
+        ``TaskDAG.lanes``, the k lanes of stage d sharing pool d (``mode="green"``), or every
+        lane sharing all ``hw.num_sms`` SMs in launch order (``mode="multistream"``, see
+        ``SM_MODES``; ``cfg.alloc`` is then ignored). The task DAG is kept as ``dag``."""
         k = cfg.streams_per_stage
         dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
                              graph.num_regions, graph.microbatches, cfg.policy,
                              streams_per_stage=k)
         segk = [tuple(i for i in range(graph.n) if cfg.seg_of[i] == kk) for kk in range(cfg.K)]
         lane = dag.lanes().tolist()
-        if k == 1:
+        if check_sm_mode(mode) == "multistream" and cfg.D > 1:
+            nl = cfg.D * k
+            sms, pool_of = [int(hw.num_sms)] * nl, [0] * nl
+            if model is None:
+                model = ContentionModel()
+            if not model.isolated and model.pool_sharing != "fifo":
+                model = model.replace(pool_sharing="fifo")
+        elif k == 1:
             sms, pool_of = list(cfg.alloc), None
         else:
             sms = [int(cfg.alloc[d]) for d in range(cfg.D) for _ in range(k)]
@@ -667,7 +695,8 @@ def check_config(graph: OpGraph, cfg: Config, hw: Hardware) -> None:
 
 
 def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel | None = None,
-             cache: str = "lru", record: bool = True, validate: bool = True) -> SimResult:
+             cache: str = "lru", record: bool = True, validate: bool = True,
+             mode: str = "green") -> SimResult:
     """Simulate one forward pass of ``graph`` (built for m microbatches) under ``cfg``.
 
     Args:
@@ -677,9 +706,13 @@ def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel |
         hw: the GPU. model: ``ContentionModel`` (default calibrated; ``ContentionModel.off()``
             for isolated static durations). cache: ``"lru"``, ``"fifo"`` or ``"none"``.
         record: keep the utilisation time series. validate: run ``check_config``.
+        mode: ``"green"`` (default: stage d on its own pool of ``cfg.alloc[d]`` SMs) or
+            ``"multistream"`` (the same schedule, every lane on all the GPU's SMs, CTAs granted
+            in launch order); see ``SM_MODES``. Temporal (D = 1) is the same in both.
 
     Returns:
-        ``SimResult`` (tasks in the dispatch order of ``taskdag.build_task_dag``).
+        ``SimResult`` (tasks in the dispatch order of ``taskdag.build_task_dag``). In
+        multistream mode ``stage_sms`` lists ``hw.num_sms`` for every stage.
 
     Raises:
         ValueError: invalid config, unknown cache policy, bad model parameters or kernel work.
@@ -689,12 +722,16 @@ def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel |
         raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
     if validate:
         check_config(graph, cfg, hw)
-    sim = EventSimulator.from_config(graph, cfg, hw, model, cache, record)
+    check_sm_mode(mode)
+    sim = EventSimulator.from_config(graph, cfg, hw, model, cache, record, mode)
     k = cfg.streams_per_stage
     dag = sim.dag
     res = sim.run()
     if k != 1:
         res.kernel_stage = res.kernel_stage // k
+    if mode == "multistream" and cfg.D > 1:
+        res.stage_sms = tuple(int(hw.num_sms) for _ in range(cfg.D))
+    elif k != 1:
         res.stage_sms = tuple(int(a) for a in cfg.alloc)
     res.dag = dag
     res.config = cfg

@@ -1,0 +1,298 @@
+"""The verdict validation protocol (issue 22): does the uncalibrated search's verdict hold on the
+H200, on workloads it was never fitted on?
+
+Workloads (``WORKLOADS``): 10, from 6 families (Llama, Qwen2, Qwen3 dense, Mixtral, Qwen3-MoE,
+GPT-OSS), one GPU and TP8, G = 32-2,048, KV history 1K-16K. Each carries its fit status:
+``fit`` (its kernel tables or co-runs were used in a fit of the model: the hw_fidelity fit data,
+docs/fidelity.md), ``held_out`` (never in any fit; its model family was) and ``held_out_family``
+(never in any fit, nor any model of its family).
+
+Phases (one script; the device phase is one call on one H200):
+
+``--phase plan`` (CPU): for every workload, the user path: ``subgpu search --hardware H200
+    --stages 2 --microbatches 2,4 --streams-per-stage 1,2`` (uncalibrated; searches under
+    ``--searches``, outside the tree), its top 3 as ``subgpu run --from-search --top 3`` takes
+    them, the multi-stream run of its first choice, and 4 fixed configurations (attention alone
+    on stage 1 at 64/64 m=2 and 32/96 m=4 with 2 streams, a mid-layer split 48/80 m=2, the
+    attention stage 96/32 m=2 with 2 streams); each predicted by the event simulator as ``subgpu
+    run`` predicts it, under both ``--collectives sleep`` and ``none`` -> ``--configs`` JSON.
+``--phase device`` (GPU): every configuration captured as a whole-step CUDA graph and timed
+    (``Executor.measure``, tuned GEMMs, fused elementwise kernels: the runtime's defaults) under
+    ``--collectives sleep`` and, where the workload has collectives, ``none`` ->
+    ``$OUT/measured_<workload>.json`` (rewritten after every configuration, so a killed call
+    keeps what it measured).
+``--phase analyze`` (CPU): predicted vs measured speedups, verdicts (``subgpu_jax.app.verdict``
+    with bands made leave-one-workload-out from the other held-out workloads, so no band is
+    made from the runs it is judged on), the recommendation check, the decomposition ->
+    ``experiments/results/hw_verdicts_h200.json`` and ``.png``.
+
+Units: µs, SMs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+DATA = os.path.join(RESULTS, "hw_verdicts")
+
+#: name -> (model, search/run workload flags, fit status). Memory: every workload's weights +
+#: KV fit one H200 (the search's fit check).
+WORKLOADS: dict[str, tuple[str, list[str], str]] = {
+    "llama8b_1gpu_g256_kv2k": ("llama-3.1-8b", ["--gpus", "1", "--tp", "1", "--dp", "1", "--batch", "256",
+                                                "--kv-history", "2048", "--input-len", "2048"],
+                               "held_out"),
+    "qwen25_7b_1gpu_g512_kv2k": ("qwen2.5-7b", ["--gpus", "1", "--tp", "1", "--dp", "1", "--batch", "512",
+                                                "--kv-history", "2048", "--input-len", "2048"],
+                                 "held_out_family"),
+    "qwen3_8b_1gpu_g32_kv16k": ("qwen3-8b", ["--gpus", "1", "--tp", "1", "--dp", "1", "--batch", "32",
+                                             "--kv-history", "16384", "--input-len", "16384"],
+                                "held_out_family"),
+    "llama70b_tp8_g1536_kv1k": ("llama-3.1-70b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--batch", "1536",
+                                                  "--kv-history", "1024", "--input-len", "1024"],
+                                "held_out"),
+    "mixtral_tp8_g1024_kv4k": ("mixtral-8x7b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8",
+                                                "--batch", "1024", "--kv-history", "4096",
+                                                "--input-len", "4096", "--expert-dtype", "bf16"],
+                               "held_out_family"),
+    "qwen3moe_tp8_g1024_kv2k": ("qwen3-30b-a3b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8",
+                                                  "--batch", "1024", "--kv-history", "2048",
+                                                  "--input-len", "2048", "--expert-dtype",
+                                                  "bf16"],
+                                "held_out_family"),
+    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--batch", "2048",
+                                                  "--kv-history", "1024", "--input-len", "1024"],
+                                "fit"),
+    "llama70b_tp8_g512_kv4k": ("llama-3.1-70b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--batch", "512",
+                                                 "--kv-history", "4096", "--input-len", "4096"],
+                               "fit"),
+    "gptoss120b_ref_g2048": ("gpt-oss-120b", ["--gpus", "32", "--tp", "8", "--dp", "4", "--ep", "32", "--batch", "2048",
+                                              "--kv-history", "32768", "--input-len", "32768",
+                                              "--expert-dtype", "bf16"],
+                             "fit"),
+    "gptoss20b_tp8_g1024_kv8k": ("gpt-oss-20b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8",
+                                                 "--batch", "1024", "--kv-history", "8192",
+                                                 "--input-len", "8192", "--expert-dtype",
+                                                 "bf16"],
+                                 "fit"),
+}
+
+#: The search of the user path (issue 22): stage count, microbatch counts, streams per stage.
+SEARCH_GRID = ["--stages", "2", "--microbatches", "2,4", "--streams-per-stage", "1,2"]
+TOP = 3
+COLLECTIVES = ("sleep", "none")
+
+
+def run_args(name: str, extra: list[str]) -> argparse.Namespace:
+    """The parsed ``subgpu run`` options of a workload plus ``extra`` (needs the ``run``
+    sub-command registered: ``pip install -e .`` or ``experiments/device_env.sh``)."""
+    from subgpu_jax.app.cli import build_parser
+
+    model, flags, _ = WORKLOADS[name]
+    return build_parser().parse_args(["run", "--hardware", "H200", "--model", model, *flags,
+                                      *extra])
+
+
+def _fixed(g) -> list[tuple[str, list[str], list[int], int, bool, int]]:
+    """(name, cut kernel names, SMs, microbatch count, reuse, streams) of the fixed ones."""
+    ks = g.kernels
+    attn = [k.name for k in ks if k.category.startswith("attn")][-1]
+    after = ks[g.index(attn) + 1].name
+    mid = ks[g.n // 2].name
+    return [("attn_alone_64_64_m2_k1", [attn, after], [64, 64], 2, True, 1),
+            ("attn_alone_32_96_m4_k2", [attn, after], [32, 96], 4, True, 2),
+            ("layer_split_48_80_m2_k1", [mid], [48, 80], 2, False, 1),
+            ("attn_alone_96_32_m2_k2", [attn, after], [96, 32], 2, True, 2)]
+
+
+def _predict(sub, mode: str) -> dict:
+    """Predicted whole-step makespans (µs) of a ``run`` namespace under both collective
+    modes, as ``subgpu run`` predicts them (``hw_runtime.cli.repredict``)."""
+    from hw_runtime.cli import prepare_run, repredict
+
+    out = {}
+    for c in COLLECTIVES:
+        sub.collectives = c
+        wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
+        out[c] = repredict(wl, cfg, dep, model, hw_sim, m, sub.cache, mode)
+    sub.collectives = "sleep"
+    return out
+
+
+def _entry(name: str, kind: str, sub, mode: str) -> dict:
+    cuts = sub.cuts.split(",") if sub.cuts else []
+    return {"name": name, "kind": kind, "mode": mode, "cuts": cuts,
+            "sms": [int(x) for x in sub.sms.split(",")] if sub.sms else None,
+            "microbatch": sub.microbatch, "reuse": sub.reuse,
+            "streams_per_stage": int(sub.streams_per_stage), "policy": sub.policy,
+            "predicted_us": _predict(sub, mode)}
+
+
+def plan_workload(name: str, searches: str) -> dict:
+    """The user path and the fixed configurations of one workload, predicted."""
+    from hw_runtime.cli import record_options, search_records, top_records
+    from hw_runtime.cli import prepare_run
+
+    model, flags, status = WORKLOADS[name]
+    folder = os.path.join(searches, name)
+    sflags = ["--batches" if f == "--batch" else f for f in flags]  # the search's grid flag
+    cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", "--hardware", "H200",
+           "--model", model, *sflags, *SEARCH_GRID, "--no-progress", "--out", folder]
+    t0 = time.time()
+    with open(os.path.join(searches, f"{name}.log"), "w") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    if rc != 0:
+        raise RuntimeError(f"{name}: search exited {rc} (see {searches}/{name}.log)")
+    a = run_args(name, [])
+    groups = top_records(search_records(folder), TOP, "H200")
+    (G, recs), = groups.items()
+    rows = []
+    for i, r in enumerate(recs):
+        sub = record_options(a, r)
+        if r["mode"] == "temporal":
+            rows.append(_entry("temporal", "temporal", sub, "temporal"))
+            continue
+        rows.append(_entry(f"search_top{i}", "search", sub, "green"))
+        rows[-1]["search_predicted_us"] = float(r["makespan_us"])
+        if i == 1:
+            ms = record_options(a, r)
+            rows.append(_entry("search_top1_multistream", "multistream", ms, "multistream"))
+    wl = prepare_run(run_args(name, []))[0]
+    g = wl.graph(1)
+    for nm, cuts, sms, m, reuse, k in _fixed(g):
+        extra = ["--cuts", ",".join(cuts), "--sms", ",".join(map(str, sms)),
+                 "--microbatch", str(wl.batch // m), "--streams-per-stage", str(k),
+                 "--reuse" if reuse else "--no-reuse"]
+        try:
+            rows.append(_entry(nm, "fixed", run_args(name, extra), "green"))
+        except ValueError as e:
+            print(f"{name}: {nm} skipped ({e})", flush=True)
+    has_comm = any(k.is_comm for k in g.kernels)
+    return {"workload": name, "model": model, "flags": flags, "fit_status": status,
+            "family": wl.arch.family, "moe": bool(wl.arch.is_moe),
+            "global_batch": int(G), "has_collectives": has_comm,
+            "search_s": round(time.time() - t0, 1), "configs": rows}
+
+
+def plan_phase(args) -> int:
+    os.makedirs(args.searches, exist_ok=True)
+    plan = {}
+    if os.path.exists(args.configs):
+        with open(args.configs) as fh:
+            plan = json.load(fh)
+    for name in args.workloads:
+        if name in plan:
+            print(f"{name}: planned already (delete it from {args.configs} to redo)")
+            continue
+        plan[name] = plan_workload(name, args.searches)
+        with open(args.configs, "w") as fh:
+            json.dump(plan, fh, indent=1)
+        p = plan[name]
+        tm = p["configs"][0]["predicted_us"]["sleep"]
+        print(f"{name}: {len(p['configs'])} configurations, search {p['search_s']} s; "
+              + ", ".join(f"{c['name']} {tm / c['predicted_us']['sleep']:.3f}x"
+                          for c in p["configs"][1:]), flush=True)
+    return 0
+
+
+# ============================================================================== device (GPU)
+
+def device_phase(args) -> int:
+    import torch
+
+    from hw_runtime.cli import prepare_run
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.gpu.workload import TorchWorkload, spin_of
+
+    with open(args.configs) as fh:
+        plan = json.load(fh)
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    for name in [w for w in args.workloads if w in plan]:
+        p = plan[name]
+        res = {"workload": name, "rows": [], "errors": {}, "gpu": torch.cuda.get_device_name()}
+        path = os.path.join(args.out, f"measured_{name}.json")
+        modes = COLLECTIVES if p["has_collectives"] else ("sleep",)
+        for coll in modes:
+            if time.time() - t0 > args.time_limit:
+                res["errors"]["time"] = f"time limit reached before collectives={coll}"
+                break
+            try:
+                a0 = run_args(name, [])
+                wl = prepare_run(a0)[0]
+                hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
+                                    spin=spin_of(coll))
+                ex = Executor(hwl, gemm="tuned")
+                ex.lane_priority = "auto"
+            except Exception as e:  # noqa: BLE001
+                res["errors"][coll] = f"{e.__class__.__name__}: {e}"
+                break
+            for d in p["configs"]:
+                rec = {"name": d["name"], "collectives": coll}
+                if time.time() - t0 > args.time_limit:
+                    rec["error"] = "time limit reached: not measured"
+                    res["rows"].append(rec)
+                    continue
+                try:
+                    if d["kind"] == "temporal":
+                        meas = ex.measure(ex.temporal_config(), "temporal", args.rounds,
+                                          args.replays, args.warmup)
+                    else:
+                        extra = ["--cuts", ",".join(d["cuts"]),
+                                 "--sms", ",".join(map(str, d["sms"])),
+                                 "--microbatch", str(d["microbatch"]),
+                                 "--streams-per-stage", str(d["streams_per_stage"]),
+                                 "--reuse" if d["reuse"] else "--no-reuse"]
+                        cfg = prepare_run(run_args(name, extra))[1]
+                        meas = ex.measure(cfg, d["mode"], args.rounds, args.replays,
+                                          args.warmup)
+                    rec.update(measured_us=meas.makespan_us, spread=meas.spread)
+                    print(f"{name:26s} {coll:5s} {d['name']:26s} {meas.makespan_us:10.1f} µs "
+                          f"spread {meas.spread:.2%} ({time.time() - t0:.0f} s)", flush=True)
+                except Exception as e:  # noqa: BLE001
+                    traceback.print_exc()
+                    rec["error"] = f"{e.__class__.__name__}: {e}"
+                res["rows"].append(rec)
+                with open(path, "w") as fh:
+                    json.dump(res, fh)
+            del ex, hwl
+            gc.collect()
+            torch.cuda.empty_cache()
+        with open(path, "w") as fh:
+            json.dump(res, fh)
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phase", choices=("plan", "device", "analyze"), required=True)
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--configs", default=os.path.join(DATA, "configs.json"))
+    ap.add_argument("--searches", default="/tmp/hw_verdicts_searches",
+                    help="where the plan phase's searches go (outside the tree)")
+    ap.add_argument("--out", default=os.environ.get("OUT", DATA))
+    ap.add_argument("--data", default=DATA, help="folder of the device phase's JSON files")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--time-limit", type=float, default=540.0)
+    args = ap.parse_args()
+    if args.phase == "plan":
+        return plan_phase(args)
+    if args.phase == "device":
+        return device_phase(args)
+    from verdicts_report import analyze
+    return analyze(args, WORKLOADS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""The analyze phase of ``hw_verdicts_h200.py``: predicted vs measured speedups, verdicts with
+leave-one-workload-out bands, the recommendation check, the decomposition; writes
+``experiments/results/hw_verdicts_h200.json`` and ``.png``.
+
+No band is ever made from the workload it judges: the band applied to workload w comes from the
+held-out rows of the other workloads (``verdict.fit_bands(rows, exclude=w)``); the bands the
+product prints (the digest's ``bands``) come from all held-out rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from subgpu_jax.app.verdict import (NEUTRAL, band_for, bands_to_json, classify, decide,
+                                    fit_bands)
+
+GPU = "H200"
+
+
+def _load_measured(folder: str, name: str) -> dict | None:
+    p = os.path.join(folder, f"measured_{name}.json")
+    if not os.path.exists(p):
+        return None
+    with open(p) as fh:
+        return json.load(fh)
+
+
+def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
+    """One row per (workload, collectives, pipelined configuration) with both speedups, and
+    per workload the temporal errors."""
+    rows, temporal = [], {}
+    for name, p in plan.items():
+        meas = _load_measured(folder, name)
+        if meas is None:
+            continue
+        by = {(r["collectives"], r["name"]): r for r in meas["rows"] if "measured_us" in r}
+        cfgs = {d["name"]: d for d in p["configs"]}
+        for coll in ("sleep", "none"):
+            t = by.get((coll, "temporal"))
+            if t is None:
+                continue
+            pt = cfgs["temporal"]["predicted_us"][coll]
+            temporal.setdefault(name, {})[coll] = {
+                "predicted_us": pt, "measured_us": t["measured_us"],
+                "error": pt / t["measured_us"] - 1.0}
+            for nm, d in cfgs.items():
+                m = by.get((coll, nm))
+                if nm == "temporal" or m is None:
+                    continue
+                rows.append({"workload": name, "config": nm, "kind": d["kind"],
+                             "gpu": GPU, "calibrated": False, "moe": bool(p["moe"]),
+                             "mode": d["mode"], "collectives": coll,
+                             "held_out": p["fit_status"] != "fit",
+                             "fit_status": p["fit_status"],
+                             "predicted_us": d["predicted_us"][coll],
+                             "measured_us": m["measured_us"], "spread": m.get("spread"),
+                             "predicted_speedup": pt / d["predicted_us"][coll],
+                             "measured_speedup": t["measured_us"] / m["measured_us"]})
+    return rows, temporal
+
+
+def _judge(rows: list[dict]) -> None:
+    """Add the leave-one-workload-out band, class and right/wrong to every row."""
+    for w in sorted({r["workload"] for r in rows}):
+        bands = fit_bands(rows, exclude=w)
+        for r in (x for x in rows if x["workload"] == w):
+            b = band_for(bands, GPU, False, r["moe"], r["mode"], r["collectives"])
+            r["band"] = list(b.apply(r["predicted_speedup"])) if b else None
+            r["band_regime"] = b.regime if b else None
+            c = classify(r["predicted_speedup"], b)
+            r["verdict"] = c
+            m = r["measured_speedup"]
+            r["sign_predicted"] = "win" if r["predicted_speedup"] > 1 else "loss"
+            r["verdict_wrong"] = bool((c == "win" and m < NEUTRAL[0])
+                                      or (c == "loss" and m > NEUTRAL[1]))
+            r["point_verdict_wrong"] = bool((r["predicted_speedup"] > 1 and m < NEUTRAL[0])
+                                            or (r["predicted_speedup"] < 1 and m > NEUTRAL[1]))
+
+
+def recommendations(rows: list[dict]) -> list[dict]:
+    """What the main job would recommend per workload and collectives (the search's first
+    choice on green contexts, or its multi-stream run, or temporal), and whether it lost."""
+    out = []
+    for (w, coll) in sorted({(r["workload"], r["collectives"]) for r in rows}):
+        rs = {r["config"]: r for r in rows if r["workload"] == w and r["collectives"] == coll}
+        top, ms = rs.get("search_top1"), rs.get("search_top1_multistream")
+        if top is None:
+            continue
+        bands = fit_bands(rows, exclude=w)
+        pred = {"subgpu": top["predicted_speedup"]}
+        bd = {"subgpu": band_for(bands, GPU, False, top["moe"], "green", coll)}
+        if ms is not None:
+            pred["multistream"] = ms["predicted_speedup"]
+            bd["multistream"] = band_for(bands, GPU, False, top["moe"], "multistream", coll)
+        v = decide(pred, bd)
+        meas = {"temporal": 1.0, "subgpu": top["measured_speedup"]}
+        if ms is not None:
+            meas["multistream"] = ms["measured_speedup"]
+        rec = v.recommend if v.recommend != "measure" else "temporal"
+        got = meas[rec]
+        best_alt = max(v for k, v in meas.items() if k != rec)
+        out.append({"workload": w, "collectives": coll, "held_out": top["held_out"],
+                    "recommend": v.recommend, "reason": v.reason, "measured": meas,
+                    "point_choice": "subgpu" if pred["subgpu"] > 1 else "temporal",
+                    "lost": bool(got < best_alt * NEUTRAL[0]),
+                    "loss_vs_best_alternative": got / best_alt,
+                    "point_choice_measured": meas["subgpu"] if pred["subgpu"] > 1 else 1.0})
+    return out
+
+
+def _stats(xs: list[float]) -> dict:
+    if not xs:
+        return {"n": 0}
+    return {"n": len(xs), "median": statistics.median(xs), "max": max(xs), "min": min(xs)}
+
+
+def summarize(rows, temporal, recs, plan) -> dict:
+    ho = [r for r in rows if r["held_out"]]
+    err = [abs(r["predicted_speedup"] / r["measured_speedup"] - 1) for r in ho]
+    outside = [r for r in rows if not NEUTRAL[0] <= r["measured_speedup"] <= NEUTRAL[1]]
+    t_err = {w: {c: v["error"] for c, v in d.items()} for w, d in temporal.items()}
+    ho_names = [w for w, p in plan.items() if p["fit_status"] != "fit"]
+    return {
+        "held_out_workloads": ho_names,
+        "fit_workloads": [w for w, p in plan.items() if p["fit_status"] == "fit"],
+        "temporal_error": t_err,
+        "temporal_within_5pct_held_out": all(abs(e) <= 0.05 for w in ho_names
+                                             for e in t_err.get(w, {}).values()),
+        "speedup_ratio_error_held_out": _stats(err),
+        "speedup_overstated_held_out": sum(r["predicted_speedup"] > r["measured_speedup"]
+                                           for r in ho),
+        "rows_held_out": len(ho),
+        "verdicts": {c: sum(r["verdict"] == c for r in rows)
+                     for c in ("win", "loss", "uncertain", "unvalidated")},
+        "verdict_wrong": sum(r["verdict_wrong"] for r in outside),
+        "verdict_judged": len(outside),
+        "point_verdict_wrong": sum(r["point_verdict_wrong"] for r in outside),
+        "recommendations_lost": sum(r["lost"] for r in recs),
+        "recommendations": len(recs),
+        "point_choice_lost": sum(r["point_choice_measured"] < max(r["measured"].values())
+                                 * NEUTRAL[0] for r in recs),
+        "targets": {
+            "temporal_within_5pct": "met" if all(
+                abs(e) <= 0.05 for w in ho_names for e in t_err.get(w, {}).values())
+            else "missed",
+            "speedup_error_median_5pct_max_10pct": "met" if err and statistics.median(err)
+            <= 0.05 and max(err) <= 0.10 else "missed",
+            "verdict_right_outside_neutral": "met" if not any(r["verdict_wrong"]
+                                                              for r in outside) else "missed",
+            "no_losing_recommendation": "met" if not any(r["lost"] for r in recs)
+            else "missed"},
+    }
+
+
+def decomposition(rows: list[dict]) -> list[dict]:
+    """Measured and predicted: sleep vs none (communication hiding), green vs multistream of
+    the search's first choice (the partition itself)."""
+    out = []
+    for w in sorted({r["workload"] for r in rows}):
+        rs = {(r["config"], r["collectives"]): r for r in rows if r["workload"] == w}
+        top = rs.get(("search_top1", "sleep"))
+        if top is None:
+            continue
+        d = {"workload": w}
+        for src in ("measured", "predicted"):
+            k = f"{src}_speedup"
+            d[src] = {"green_sleep": top[k]}
+            if ("search_top1", "none") in rs:
+                d[src]["green_none"] = rs[("search_top1", "none")][k]
+            if ("search_top1_multistream", "sleep") in rs:
+                d[src]["multistream_sleep"] = rs[("search_top1_multistream", "sleep")][k]
+            if ("search_top1_multistream", "none") in rs:
+                d[src]["multistream_none"] = rs[("search_top1_multistream", "none")][k]
+        out.append(d)
+    return out
+
+
+def figure(rows: list[dict], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axs = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
+    for ax, coll in zip(axs, ("sleep", "none")):
+        for ho, mk, lab in ((False, "s", "fit workloads"), (True, "o", "held-out workloads")):
+            rs = [r for r in rows if r["collectives"] == coll and r["held_out"] == ho]
+            if not rs:
+                continue
+            x = [r["predicted_speedup"] for r in rs]
+            y = [r["measured_speedup"] for r in rs]
+            ax.scatter(x, y, marker=mk, label=lab, alpha=0.75)
+            for r in rs:
+                if r["band"]:
+                    ax.plot(r["band"], [r["measured_speedup"]] * 2, lw=0.6, color="gray",
+                            alpha=0.5)
+        lo = min([0.6] + [r["measured_speedup"] for r in rows])
+        hi = max([1.5] + [r["predicted_speedup"] for r in rows])
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="measured = predicted")
+        ax.axhline(1.0, color="r", lw=0.6)
+        ax.axvline(1.0, color="r", lw=0.6)
+        ax.set_xlabel("predicted speedup over temporal (uncalibrated event simulator)")
+        ax.set_title(f"H200, collectives {coll} (gray: leave-one-workload-out band)")
+        ax.legend(fontsize=8)
+    axs[0].set_ylabel("measured speedup over temporal (whole-step CUDA-graph replays)")
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def analyze(args, workloads) -> int:
+    with open(args.configs) as fh:
+        plan = json.load(fh)
+    rows, temporal = speedup_rows(plan, args.data)
+    if not rows:
+        print(f"analyze: no measured rows under {args.data}")
+        return 1
+    _judge(rows)
+    recs = recommendations(rows)
+    summ = summarize(rows, temporal, recs, {w: p for w, p in plan.items()
+                                            if w in {r["workload"] for r in rows}})
+    res = {"gpu": GPU, "model": "uncalibrated event simulator (contention, L2 lru)",
+           "protocol": "experiments/hw_verdicts_h200.py", "neutral": list(NEUTRAL),
+           "summary": summ, "temporal": temporal, "recommendations": recs,
+           "decomposition": decomposition(rows), "rows": rows,
+           "bands": bands_to_json(fit_bands(rows))}
+    out = os.path.join(os.path.dirname(args.configs), "..", "hw_verdicts_h200.json")
+    out = os.path.normpath(out)
+    with open(out + ".tmp", "w") as fh:
+        json.dump(res, fh, indent=1)
+    os.replace(out + ".tmp", out)
+    figure(rows, out.replace(".json", ".png"))
+    print_table(res)
+    print(f"wrote {out} and {out.replace('.json', '.png')}")
+    return 0
+
+
+def print_table(res: dict) -> None:
+    s = res["summary"]
+    print(f"{'workload':26s} {'coll':5s} {'config':26s} {'pred':>6s} {'meas':>6s} {'band':>11s} "
+          f"verdict")
+    for r in res["rows"]:
+        b = f"{r['band'][0]:.2f}-{r['band'][1]:.2f}" if r["band"] else "-"
+        print(f"{r['workload']:26s} {r['collectives']:5s} {r['config']:26s} "
+              f"{r['predicted_speedup']:6.3f} {r['measured_speedup']:6.3f} {b:>11s} "
+              f"{r['verdict']}{' WRONG' if r['verdict_wrong'] else ''}")
+    for w, d in res["temporal"].items():
+        print(f"temporal {w:26s} " + ", ".join(f"{c}: {v['error']:+.1%}" for c, v in d.items()))
+    for r in res["recommendations"]:
+        print(f"recommend {r['workload']:26s} {r['collectives']:5s} {r['recommend']:11s} "
+              f"{'LOST' if r['lost'] else 'ok'}: {r['reason']}")
+    print(json.dumps({k: s[k] for k in ("speedup_ratio_error_held_out", "verdicts",
+                                        "verdict_wrong", "verdict_judged",
+                                        "point_verdict_wrong", "recommendations_lost",
+                                        "point_choice_lost", "targets")}, indent=1))

@@ -1,0 +1,262 @@
+"""Verdicts with their measured uncertainty: does SubGPU pay here, and how sure are we?
+
+A predicted speedup S (temporal makespan / configuration makespan, both predicted by the same
+model) is only as good as the model was on workloads it never saw. The validation protocol
+(``experiments/hw_verdicts_h200.py``) measures, per *regime*, the ratio
+
+    r = measured speedup / predicted speedup
+
+over held-out workloads (never used in any fit). The band of a new prediction S in that regime
+is ``[S * r_min, S * r_max]``. A regime is (GPU, model: ``uncalibrated`` or ``calibrated``,
+``dense`` or ``moe``, run mode ``green`` or ``multistream``, ``--collectives`` ``sleep`` or
+``none``); where a regime has fewer than ``MIN_WORKLOADS`` held-out workloads, the band pools
+the dense and MoE rows of the same GPU, model, mode and collectives (and says so).
+
+The decision rule (``decide``): recommend the mode (SubGPU on green contexts, or the same
+microbatched schedule on plain streams) whose band's low end is highest, and only if that low
+end is above 1; otherwise temporal, with the reason in numbers. Without validation data for the
+GPU and regime, no band is printed and nothing is recommended beyond "measure it".
+
+Sources: the committed digest ``experiments/results/hw_verdicts_<gpu>.json`` (its ``bands``
+field, written by the protocol's analyze phase from the held-out rows only).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Mapping
+
+__all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "fit_bands",
+           "classify", "decide", "load_bands", "band_for", "format_band", "bands_to_json"]
+
+#: Held-out workloads a regime needs for a band of its own (else the pooled band).
+MIN_WORKLOADS = 2
+#: Measured speedups inside this interval are "no change" (timing spread and run-to-run drift
+#: of whole-step replays on the H200 reach 1-2%: ``experiments/results/hw_wins``).
+NEUTRAL = (0.98, 1.02)
+
+
+@dataclass(frozen=True)
+class Band:
+    """The measured/predicted speedup ratio of one regime on held-out workloads.
+
+    Attributes:
+        lo, hi: smallest and largest ratio r = measured / predicted speedup (> 0).
+        median: median ratio. n: configurations behind it. workloads: their workload names.
+        regime: the regime key (``regime_key``), or the pooled key it fell back to.
+        source: the file the band was read from (or "fit" when made in memory).
+    """
+
+    lo: float
+    hi: float
+    median: float
+    n: int
+    workloads: tuple[str, ...]
+    regime: str
+    source: str = "fit"
+
+    def apply(self, speedup: float) -> tuple[float, float]:
+        """The band ``(low, high)`` of a predicted ``speedup`` (dimensionless)."""
+        return speedup * self.lo, speedup * self.hi
+
+
+def regime_key(gpu: str, calibrated: bool, moe: bool | None, mode: str,
+               collectives: str) -> str:
+    """``"H200/uncalibrated/dense/green/sleep"``; ``moe=None`` gives the pooled key
+    (``.../any/...``)."""
+    fam = "any" if moe is None else ("moe" if moe else "dense")
+    return (f"{gpu.upper()}/{'calibrated' if calibrated else 'uncalibrated'}/{fam}/{mode}/"
+            f"{collectives}")
+
+
+def fit_bands(rows: Iterable[Mapping], exclude: str | None = None) -> dict[str, Band]:
+    """Bands from validation rows.
+
+    Args:
+        rows: dicts with ``workload``, ``gpu``, ``calibrated`` (bool), ``moe`` (bool),
+            ``mode``, ``collectives``, ``predicted_speedup``, ``measured_speedup`` (> 0) and
+            ``held_out`` (bool). Only held-out rows make bands.
+        exclude: a workload left out (leave-one-workload-out validation).
+
+    Returns:
+        ``{regime key: Band}`` for every regime and pooled key with at least one row.
+
+    Raises:
+        ValueError: a non-positive or non-finite speedup (names the row's workload).
+    """
+    groups: dict[str, list[tuple[float, str]]] = {}
+    for r in rows:
+        if not r.get("held_out") or r["workload"] == exclude:
+            continue
+        p, m = float(r["predicted_speedup"]), float(r["measured_speedup"])
+        if not (math.isfinite(p) and math.isfinite(m) and p > 0 and m > 0):
+            raise ValueError(f"{r['workload']}: speedups must be finite and > 0, got "
+                             f"predicted {p!r}, measured {m!r}")
+        for moe in (bool(r["moe"]), None):
+            k = regime_key(r["gpu"], bool(r["calibrated"]), moe, r["mode"], r["collectives"])
+            groups.setdefault(k, []).append((m / p, r["workload"]))
+    out = {}
+    for k, v in groups.items():
+        rs = sorted(x for x, _ in v)
+        n = len(rs)
+        med = rs[n // 2] if n % 2 else 0.5 * (rs[n // 2 - 1] + rs[n // 2])
+        out[k] = Band(lo=rs[0], hi=rs[-1], median=med, n=n,
+                      workloads=tuple(sorted({w for _, w in v})), regime=k)
+    return out
+
+
+def band_for(bands: Mapping[str, Band], gpu: str, calibrated: bool, moe: bool, mode: str,
+             collectives: str) -> Band | None:
+    """The band of a regime: its own when it has ``MIN_WORKLOADS`` held-out workloads, else the
+    pooled one (dense and MoE together) when that has them, else None (no validation)."""
+    own = bands.get(regime_key(gpu, calibrated, moe, mode, collectives))
+    if own is not None and len(own.workloads) >= MIN_WORKLOADS:
+        return own
+    pooled = bands.get(regime_key(gpu, calibrated, None, mode, collectives))
+    if pooled is not None and len(pooled.workloads) >= MIN_WORKLOADS:
+        return pooled
+    return None
+
+
+def classify(speedup: float, band: Band | None) -> str:
+    """``"win"`` (the band's low end > 1), ``"loss"`` (its high end < 1), ``"uncertain"``
+    (the band straddles 1) or ``"unvalidated"`` (no band)."""
+    if band is None:
+        return "unvalidated"
+    lo, hi = band.apply(speedup)
+    if lo > 1.0:
+        return "win"
+    if hi < 1.0:
+        return "loss"
+    return "uncertain"
+
+
+@dataclass
+class Verdict:
+    """What to run, with the numbers behind it.
+
+    Attributes:
+        recommend: ``"subgpu"``, ``"multistream"``, ``"temporal"`` or ``"measure"`` (no
+            validation data: nothing can be recommended from the prediction alone).
+        predicted: predicted speedup over temporal per mode (``subgpu``, ``multistream``).
+        bands: ``(low, high)`` of each mode's prediction, None where unvalidated.
+        classes: ``classify`` of each mode.
+        reason: one sentence in numbers.
+        decomposition: the predicted gain split (``partition``: SubGPU over multistream;
+            ``communication``: SubGPU with over without the collectives' link time), when given.
+    """
+
+    recommend: str
+    predicted: dict[str, float]
+    bands: dict[str, tuple[float, float] | None]
+    classes: dict[str, str]
+    reason: str
+    decomposition: dict[str, float] = field(default_factory=dict)
+    band_sources: dict[str, str] = field(default_factory=dict)
+
+
+def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
+           ceiling: float | None = None, link_free: float | None = None) -> Verdict:
+    """The recommendation for one workload and batch.
+
+    Args:
+        predicted: predicted speedup over temporal of the best configuration of each mode
+            (keys ``"subgpu"`` and optionally ``"multistream"``; > 0).
+        bands: the ``Band`` of each mode's regime (None: unvalidated).
+        ceiling: the overlap ceiling (``sim.ceiling``: the most any overlap can gain, x), when
+            known, quoted in the reason.
+        link_free: the SubGPU configuration's predicted speedup with the collectives' link time
+            set to zero (``ContentionModel(link_time=False)``), for the decomposition.
+
+    Returns:
+        ``Verdict``.
+
+    Raises:
+        ValueError: no ``"subgpu"`` prediction, or a speedup that is not finite and > 0.
+    """
+    if "subgpu" not in predicted:
+        raise ValueError("decide: predicted needs a 'subgpu' speedup")
+    for k, v in predicted.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"decide: predicted[{k!r}] must be finite and > 0, got {v!r}")
+    pr = {k: float(v) for k, v in predicted.items()}
+    bd = {k: (bands.get(k).apply(v) if bands.get(k) is not None else None)
+          for k, v in pr.items()}
+    cls = {k: classify(v, bands.get(k)) for k, v in pr.items()}
+    dec: dict[str, float] = {}
+    if "multistream" in pr:
+        dec["partition"] = pr["subgpu"] / pr["multistream"]
+    if link_free is not None and link_free > 0:
+        dec["communication"] = pr["subgpu"] / float(link_free)
+        dec["overlap"] = float(link_free)
+    src = {k: b.regime for k, b in bands.items() if b is not None}
+    if all(b is None for b in bd.values()):
+        return Verdict("measure", pr, bd, cls,
+                       "no held-out validation for this GPU and regime: the prediction alone "
+                       "cannot say whether SubGPU pays; measure it (subgpu run)", dec, src)
+    lows = {k: b[0] for k, b in bd.items() if b is not None}
+    best = max(lows, key=lows.get)
+    why = []
+    if "communication" in dec:
+        why.append(f"without the collectives' link time it predicts {dec['overlap']:.3f}x")
+    if ceiling is not None:
+        why.append(f"overlap ceiling {ceiling:.2f}x")
+    tail = f" ({'; '.join(why)})" if why else ""
+    if lows[best] > 1.0:
+        lo, hi = bd[best]
+        return Verdict(best, pr, bd, cls,
+                       f"{best}: predicted {pr[best]:.3f}x, validated band {lo:.2f}-{hi:.2f}x "
+                       f"is above 1{tail}", dec, src)
+    lo, hi = bd[best]
+    return Verdict("temporal", pr, bd, cls,
+                   f"temporal: SubGPU is not expected to pay here: the best band's low end is "
+                   f"{lo:.2f}x ({best}, predicted {pr[best]:.3f}x, band {lo:.2f}-{hi:.2f}x){tail}",
+                   dec, src)
+
+
+def format_band(speedup: float, band: Band | None, gpu: str) -> str:
+    """``"predicted 1.150x, validated band 0.98-1.22x on the H200 (regime ...)"`` or the
+    unvalidated form."""
+    if band is None:
+        return (f"predicted {speedup:.3f}x; no held-out validation of this kind of prediction "
+                f"on the {gpu}: no error band")
+    lo, hi = band.apply(speedup)
+    return (f"predicted {speedup:.3f}x, validated band {lo:.2f}-{hi:.2f}x on the {gpu} "
+            f"({band.regime}, {band.n} held-out configurations on {len(band.workloads)} "
+            f"workloads)")
+
+
+def _results_dir() -> Path:
+    return Path(__file__).resolve().parents[2] / "experiments" / "results"
+
+
+def load_bands(gpu: str, folder: str | os.PathLike | None = None) -> dict[str, Band]:
+    """The committed bands of a GPU (``hw_verdicts_<gpu>.json``'s ``bands``), {} when there is
+    no such file (a GPU never validated, or a wheel without the results).
+
+    Raises:
+        ValueError: the file exists but is unreadable or malformed (names it).
+    """
+    d = Path(folder) if folder is not None else _results_dir()
+    f = d / f"hw_verdicts_{gpu.lower()}.json"
+    if not f.is_file():
+        return {}
+    try:
+        raw = json.loads(f.read_text())["bands"]
+        return {k: Band(lo=float(b["lo"]), hi=float(b["hi"]), median=float(b["median"]),
+                        n=int(b["n"]), workloads=tuple(b["workloads"]), regime=k,
+                        source=str(f.name))
+                for k, b in raw.items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{f}: unreadable verdict bands ({e})") from None
+
+
+def bands_to_json(bands: Mapping[str, Band]) -> dict:
+    """The ``bands`` field of a digest (inverse of ``load_bands``)."""
+    return {k: {"lo": b.lo, "hi": b.hi, "median": b.median, "n": b.n,
+                "workloads": list(b.workloads)} for k, b in sorted(bands.items())}
+

@@ -1,0 +1,133 @@
+"""Verdict logic (``subgpu_jax.app.verdict``): bands from held-out rows, classification, the
+decision rule, the committed file's round trip. Values worked by hand in each docstring."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from subgpu_jax.app.verdict import (Band, band_for, bands_to_json, classify, decide, fit_bands,
+                                    format_band, load_bands, regime_key)
+
+
+def _row(w, p, m, held_out=True, moe=False, mode="green", coll="sleep"):
+    return {"workload": w, "gpu": "H200", "calibrated": False, "moe": moe, "mode": mode,
+            "collectives": coll, "predicted_speedup": p, "measured_speedup": m,
+            "held_out": held_out}
+
+
+ROWS = [_row("a", 1.20, 0.96), _row("a", 1.00, 0.90), _row("b", 1.10, 1.045),
+        _row("c", 1.30, 1.30, held_out=False), _row("d", 1.25, 1.00, moe=True)]
+
+
+def test_fit_bands_by_hand():
+    """Dense held-out ratios: a 0.96/1.20 = 0.80, 0.90/1.00 = 0.90, b 1.045/1.10 = 0.95 -> lo
+    0.80, hi 0.95, median 0.90; c is a fit workload and is ignored; d (MoE) 1.00/1.25 = 0.80
+    alone in its regime; the pooled band holds all four held-out rows: lo 0.80, hi 0.95,
+    median (0.80 + 0.90) / 2 = 0.85 over (0.80, 0.80, 0.90, 0.95)."""
+    b = fit_bands(ROWS)
+    dense = b[regime_key("H200", False, False, "green", "sleep")]
+    assert (dense.lo, dense.hi, dense.median, dense.n) == pytest.approx((0.80, 0.95, 0.90, 3))
+    assert dense.workloads == ("a", "b")
+    pooled = b[regime_key("H200", False, None, "green", "sleep")]
+    assert (pooled.lo, pooled.hi, pooled.median, pooled.n) == pytest.approx((0.8, 0.95, 0.85, 4))
+    moe = b[regime_key("H200", False, True, "green", "sleep")]
+    assert moe.workloads == ("d",)
+
+
+def test_band_for_falls_back_to_pooled_then_none():
+    b = fit_bands(ROWS)
+    # MoE has one workload (< MIN_WORKLOADS = 2): the pooled band
+    assert band_for(b, "H200", False, True, "green", "sleep").regime.endswith("any/green/sleep")
+    assert band_for(b, "H200", False, False, "green", "sleep").regime.endswith("dense/green/sleep")
+    assert band_for(b, "H200", False, False, "green", "none") is None
+    assert band_for(b, "B200", False, False, "green", "sleep") is None
+    # leaving workload a out leaves b alone among dense (1 workload): pooled b + d (2 workloads)
+    lo = fit_bands(ROWS, exclude="a")
+    got = band_for(lo, "H200", False, False, "green", "sleep")
+    assert got.workloads == ("b", "d")
+
+
+def test_fit_bands_rejects_bad_speedups():
+    with pytest.raises(ValueError, match="x: speedups must be finite and > 0"):
+        fit_bands([_row("x", 1.0, 0.0)])
+
+
+def test_classify_boundaries():
+    """Band 0.8-0.95: S = 1.30 -> 1.04-1.235 win; S = 1.0 -> 0.80-0.95 loss; S = 1.1 ->
+    0.88-1.045 uncertain; no band -> unvalidated."""
+    b = Band(lo=0.8, hi=0.95, median=0.9, n=3, workloads=("a", "b"), regime="r")
+    assert classify(1.30, b) == "win"
+    assert classify(1.00, b) == "loss"
+    assert classify(1.10, b) == "uncertain"
+    assert classify(1.10, None) == "unvalidated"
+
+
+@settings(max_examples=60, deadline=None)
+@given(lo=st.floats(0.3, 1.0), width=st.floats(0.0, 0.6), s1=st.floats(0.3, 2.5),
+       s2=st.floats(0.3, 2.5))
+def test_classify_is_monotone_in_the_prediction(lo, width, s1, s2):
+    b = Band(lo=lo, hi=lo + width, median=lo, n=2, workloads=("a", "b"), regime="r")
+    order = {"loss": 0, "uncertain": 1, "win": 2}
+    a, c = sorted((s1, s2))
+    assert order[classify(a, b)] <= order[classify(c, b)]
+
+
+def test_decide_recommends_highest_low_end_above_one():
+    """SubGPU 1.30 x 0.80 = 1.04; multistream 1.20 x 0.90 = 1.08: multistream wins; the
+    partition contributes 1.30 / 1.20 = 1.083 of the predicted gain; with a link-free
+    prediction of 1.05 the communication part is 1.30 / 1.05."""
+    bs = Band(0.80, 0.95, 0.9, 3, ("a", "b"), "s")
+    bm = Band(0.90, 1.00, 0.95, 3, ("a", "b"), "m")
+    v = decide({"subgpu": 1.30, "multistream": 1.20}, {"subgpu": bs, "multistream": bm},
+               link_free=1.05)
+    assert v.recommend == "multistream"
+    assert v.bands["multistream"] == pytest.approx((1.08, 1.20))
+    assert v.decomposition["partition"] == pytest.approx(1.30 / 1.20)
+    assert v.decomposition["communication"] == pytest.approx(1.30 / 1.05)
+    assert "validated band 1.08-1.20x is above 1" in v.reason
+
+
+def test_decide_temporal_when_no_band_clears_one():
+    """1.15 x 0.80 = 0.92 < 1: temporal, and the reason quotes the low end."""
+    b = Band(0.80, 0.95, 0.9, 3, ("a", "b"), "s")
+    v = decide({"subgpu": 1.15}, {"subgpu": b}, ceiling=1.4)
+    assert v.recommend == "temporal"
+    assert "not expected to pay" in v.reason and "0.92x" in v.reason and "1.40x" in v.reason
+
+
+def test_decide_without_validation_says_measure():
+    v = decide({"subgpu": 1.5}, {"subgpu": None})
+    assert v.recommend == "measure" and v.bands["subgpu"] is None
+    assert "no held-out validation" in v.reason
+
+
+@pytest.mark.parametrize("pred,msg", [({}, "needs a 'subgpu'"),
+                                      ({"subgpu": 0.0}, "must be finite and > 0"),
+                                      ({"subgpu": float("nan")}, "must be finite and > 0")])
+def test_decide_rejects_bad_input(pred, msg):
+    with pytest.raises(ValueError, match=msg):
+        decide(pred, {})
+
+
+def test_bands_round_trip_and_bad_file(tmp_path):
+    b = fit_bands(ROWS)
+    (tmp_path / "hw_verdicts_h200.json").write_text(json.dumps({"bands": bands_to_json(b)}))
+    got = load_bands("H200", tmp_path)
+    assert set(got) == set(b)
+    for k in b:
+        assert (got[k].lo, got[k].hi, got[k].n) == (b[k].lo, b[k].hi, b[k].n)
+        assert got[k].source == "hw_verdicts_h200.json"
+    assert load_bands("B200", tmp_path) == {}
+    (tmp_path / "hw_verdicts_h100.json").write_text("{not json")
+    with pytest.raises(ValueError, match="hw_verdicts_h100.json: unreadable verdict bands"):
+        load_bands("H100", tmp_path)
+
+
+def test_format_band_text():
+    b = Band(0.80, 0.95, 0.9, 3, ("a", "b"), "H200/uncalibrated/dense/green/sleep")
+    assert format_band(1.15, b, "H200").startswith(
+        "predicted 1.150x, validated band 0.92-1.09x on the H200")
+    assert "no error band" in format_band(1.15, None, "B200")
