@@ -482,6 +482,12 @@ def _cmd_simulate(a) -> int:
     res["speedup"] = t_temp / t_cfg
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
+    if a.simulator == "event" and cfg.D > 1:
+        from subgpu_jax.app.modes import predict_modes, verdict_for
+        res["modes"] = verdict_for(predict_modes(wl.arch, wl.deploy, cfg, hw, model, a.cache,
+                                                 known={"temporal_us": t_temp,
+                                                        "subgpu_us": t_cfg}),
+                                   hw.name, cal is not None, bool(wl.arch.is_moe))
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
@@ -523,6 +529,13 @@ def _cmd_simulate(a) -> int:
             print(f"{name:10s}{r['l2_hit_rate']:9.1%}{r['mean_hbm_util']:10.1%}"
                   f"{r['mean_sm_util']:9.1%}   {cats}")
     print(f"speedup   {res['speedup']:.3f}x over temporal")
+    if "modes" in res:
+        mv = res["modes"]
+        print(f"modes     the same schedule on plain streams (multistream, no partition) "
+              f"{mv['multistream']:.3f}x; without the collectives' link time SubGPU "
+              f"{mv['subgpu_nolink']:.3f}x, multistream {mv['multistream_nolink']:.3f}x")
+        print(f"verdict   {mv['band_text']}")
+        print(f"          {mv['reason']}")
     print(describe(res["ceiling"]) + " (simulated temporal)")
     ch = res["sms_choice"]
     even = "|".join(str(x) for x in ch["even_split"])

@@ -17,7 +17,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
@@ -362,6 +362,32 @@ class PointScorer:
         return out
 
 
+def record_deployment(rec: Mapping) -> Deployment:
+    """The ``Deployment`` of a search record (its GPU count, TP/DP/EP, batch, KV history and
+    the ``DEPLOY_OPTIONS`` it holds)."""
+    return Deployment(num_gpus=int(rec["num_gpus"]), attn_tp=int(rec["attn_tp"]),
+                      attn_dp=int(rec["attn_dp"]), moe_ep=int(rec["moe_ep"]),
+                      global_batch=int(rec["global_batch"]), kv_history=int(rec["kv_history"]),
+                      **{f: rec[f] for f in DEPLOY_OPTIONS if f in rec})
+
+
+def record_config(rec: Mapping, g1) -> Config:
+    """The ``Config`` of a SubGPU search record on ``g1`` (the workload's 1-microbatch graph:
+    the record names its cuts by kernel name, ``"|"``-separated, and its SMs as ``"64|64"``).
+
+    Raises:
+        KeyError/ValueError: a record that is not a SubGPU record of this graph.
+    """
+    from subgpu_jax.space.config import chain_cut
+
+    names = rec["cuts"].split("|") if rec["cuts"] else []
+    seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
+    return Config(D=int(rec["D"]), w=int(rec["w"]), seg_of=seg,
+                  alloc=tuple(int(x) for x in str(rec["sms"]).split("|")),
+                  microbatch=int(rec["microbatch"]), policy=rec["policy"],
+                  streams_per_stage=int(rec.get("streams_per_stage", 1) or 1))
+
+
 def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
                   min_tokens_per_user: float | None = None, write: bool = True) -> dict:
     """Write records.csv, summary.json and the figures of a finished (or partial) sweep.
@@ -406,6 +432,16 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     if min_tokens_per_user is not None:
         summary["min_tokens_per_user"] = float(min_tokens_per_user)
         summary["records_meeting_it"] = len(recs)
+    if scorer is not None and scorer.exact_kind == "event" and sub and write:
+        from subgpu_jax.app.modes import batch_verdicts
+        top: dict = {}
+        for r in sub:   # the best SubGPU record of each (batch, attention TP, DP), as best_by_batch
+            k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]))
+            if k not in top or r["speedup_vs_temporal"] > top[k]["speedup_vs_temporal"]:
+                top[k] = r
+        summary["verdicts"] = batch_verdicts(
+            [top[k] for k in sorted(top)], scorer.arch, scorer.hw, scorer.model, scorer.cache,
+            scorer.calibration is not None, lambda dep: scorer.problem(dep).workload.graph(1))
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
         summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name}
@@ -414,19 +450,9 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
-        dep = Deployment(num_gpus=best["num_gpus"], attn_tp=best["attn_tp"],
-                         attn_dp=best["attn_dp"], moe_ep=best["moe_ep"],
-                         global_batch=best["global_batch"], kv_history=best["kv_history"],
-                         **{f: best[f] for f in DEPLOY_OPTIONS if f in best})
+        dep = record_deployment(best)
         p = scorer.problem(dep)
-        g1 = p.workload.graph(1)
-        names = best["cuts"].split("|") if best["cuts"] else []
-        from subgpu_jax.space.config import chain_cut
-        seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
-        cfg = Config(D=best["D"], w=best["w"], seg_of=seg,
-                     alloc=tuple(int(x) for x in best["sms"].split("|")),
-                     microbatch=best["microbatch"], policy=best["policy"],
-                     streams_per_stage=int(best.get("streams_per_stage", 1)))
+        cfg = record_config(best, p.workload.graph(1))
         from subgpu_jax.sim.contention import ContentionModel
         from subgpu_jax.sim.eventsim import simulate
         r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,

@@ -94,9 +94,35 @@ def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> Non
                   f"is {gap:.0%} or more away; add batches (--batches) to fill the gaps)")
         if not rs:
             print("  (the frontiers do not overlap: no matched comparison)")
+    print_verdicts(summ.get("verdicts"), hardware)
     what = "event simulator" if exact == "event" else "static max-plus evaluator"
     print(f"\nThese are model predictions ({what}). Validation: "
           f"{validation_status(hardware)['text']}.")
+
+
+def print_verdicts(verdicts, hardware: str) -> None:
+    """The three modes of each batch's best configuration and the verdict
+    (``app.modes.batch_verdicts``): predicted speedups of SubGPU (green contexts), the same
+    schedule on plain streams (multistream) and SubGPU without the collectives' link time, the
+    validated band of each where the GPU has held-out validation, and what to run."""
+    if not verdicts:
+        return
+    print(f"\nverdict per batch: the best configuration in three modes (predicted speedup over "
+          f"temporal; band: measured/predicted range on held-out workloads of the {hardware})")
+    print(f"{'G':>6s}{'TPxDP':>7s}{'SubGPU':>9s}{'band':>12s}{'multistream':>13s}{'band':>12s}"
+          f"{'no link':>9s}{'partition':>11s}  recommend")
+
+    def band(b):
+        return f"{b[0]:.2f}-{b[1]:.2f}" if b else "none"
+    for v in verdicts:
+        print(f"{v['global_batch']:6d}{str(v['attn_tp']) + 'x' + str(v['attn_dp']):>7s}"
+              f"{v['subgpu']:8.3f}x{band(v['bands'].get('subgpu')):>12s}"
+              f"{v['multistream']:12.3f}x{band(v['bands'].get('multistream')):>12s}"
+              f"{v['subgpu_nolink']:8.3f}x{v['partition']:10.3f}x  {v['recommend']}")
+    print("  no link: SubGPU with the collectives' link time set to zero (what overlapping "
+          "compute and memory work alone gives); partition: SubGPU over multistream")
+    for v in verdicts:
+        print(f"  G={v['global_batch']}: {v['reason']}")
 
 
 def search_reproduce_command(a, best: dict) -> list[str]:
