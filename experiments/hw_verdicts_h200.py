@@ -211,7 +211,8 @@ def device_phase(args) -> int:
 
     from hw_runtime.cli import prepare_run
     from hw_runtime.gpu.executor import Executor
-    from hw_runtime.gpu.workload import TorchWorkload, spin_of
+    from hw_runtime.gpu.kernels import spin_of
+    from hw_runtime.gpu.workload import TorchWorkload
 
     with open(args.configs) as fh:
         plan = json.load(fh)

@@ -21,7 +21,7 @@ import sys
 from subgpu_jax.space.config import config_from_options
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.fused import ELEMENTWISE
-from hw_runtime.gpu.workload import COLLECTIVES, spin_of
+from hw_runtime.gpu.kernels import COLLECTIVES, spin_of
 
 __all__ = ["add_commands", "gpu_check", "config_from_search"]
 

@@ -15,10 +15,31 @@ from typing import Any, Callable
 
 from hw_runtime.gpu import fused
 
-__all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT"]
+__all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
+           "COLLECTIVES", "spin_of"]
 
 #: GPT-OSS clamped SwiGLU constants (public reference implementation).
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
+
+
+#: How ``subgpu run`` executes a TP/EP collective on one GPU (``--collectives``): ``"sleep"``
+#: copies the payload and then waits out the modelled link time in a one-thread timed wait
+#: (``TorchWorkload(spin=True)``, the default: the wait occupies no SMs, so whatever overlaps it
+#: looks free); ``"none"`` copies the payload only, the control with zero link time that the
+#: simulator mirrors with ``ContentionModel(link_time=False)``.
+COLLECTIVES: tuple[str, ...] = ("sleep", "none")
+
+
+def spin_of(collectives: str) -> bool:
+    """``TorchWorkload``'s ``spin`` for a ``COLLECTIVES`` name.
+
+    Raises:
+        ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
+    """
+    if collectives not in COLLECTIVES:
+        raise ValueError(f"--collectives must be one of {', '.join(COLLECTIVES)}, got "
+                         f"{collectives!r}")
+    return collectives == "sleep"
 
 
 class KernelContext:

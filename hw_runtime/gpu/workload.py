@@ -94,26 +94,6 @@ _GIB = float(2 ** 30)
 _ELEM = {"bf16": 2, "fp32": 4, "int64": 8}
 
 
-#: How ``subgpu run`` executes a TP/EP collective on one GPU (``--collectives``): ``"sleep"``
-#: copies the payload and then waits out the modelled link time in a one-thread timed wait
-#: (``TorchWorkload(spin=True)``, the default: the wait occupies no SMs, so whatever overlaps it
-#: looks free); ``"none"`` copies the payload only, the control with zero link time that the
-#: simulator mirrors with ``ContentionModel(link_time=False)``.
-COLLECTIVES: tuple[str, ...] = ("sleep", "none")
-
-
-def spin_of(collectives: str) -> bool:
-    """``TorchWorkload``'s ``spin`` for a ``COLLECTIVES`` name.
-
-    Raises:
-        ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
-    """
-    if collectives not in COLLECTIVES:
-        raise ValueError(f"--collectives must be one of {', '.join(COLLECTIVES)}, got "
-                         f"{collectives!r}")
-    return collectives == "sleep"
-
-
 class WorkloadMemoryError(MemoryError):
     """The workload needs more device memory than is free."""
 

@@ -437,7 +437,8 @@ def _cmd_simulate(a) -> int:
         s_temp = simulate_step(fp1, temporal_of(wl), hw, "event", model, a.cache, record=rec)
         s_cfg = simulate_step(fpm, cfg, hw, "event", model, a.cache, record=rec)
         r_temp, r_cfg = s_temp.main, s_cfg.main
-        extra_t, extra_c = _sim_extra(r_temp), _sim_extra(r_cfg)
+        from subgpu_jax.app.report import sim_extra
+        extra_t, extra_c = sim_extra(r_temp), sim_extra(r_cfg)
         extra_t["category_time_us"] = s_temp.category_time_us
         extra_c["category_time_us"] = s_cfg.category_time_us
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
@@ -482,12 +483,9 @@ def _cmd_simulate(a) -> int:
     res["speedup"] = t_temp / t_cfg
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
-    if a.simulator == "event" and cfg.D > 1:
-        from subgpu_jax.app.modes import predict_modes, verdict_for
-        res["modes"] = verdict_for(predict_modes(wl.arch, wl.deploy, cfg, hw, model, a.cache,
-                                                 known={"temporal_us": t_temp,
-                                                        "subgpu_us": t_cfg}),
-                                   hw.name, cal is not None, bool(wl.arch.is_moe))
+    if a.simulator == "event" and cfg.D > 1:  # the three modes and the verdict (app.modes)
+        from subgpu_jax.app.modes import config_verdict, verdict_lines
+        res["modes"] = config_verdict(wl, cfg, hw, model, a.cache, cal is not None, t_temp, t_cfg)
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
@@ -530,12 +528,7 @@ def _cmd_simulate(a) -> int:
                   f"{r['mean_sm_util']:9.1%}   {cats}")
     print(f"speedup   {res['speedup']:.3f}x over temporal")
     if "modes" in res:
-        mv = res["modes"]
-        print(f"modes     the same schedule on plain streams (multistream, no partition) "
-              f"{mv['multistream']:.3f}x; without the collectives' link time SubGPU "
-              f"{mv['subgpu_nolink']:.3f}x, multistream {mv['multistream_nolink']:.3f}x")
-        print(f"verdict   {mv['band_text']}")
-        print(f"          {mv['reason']}")
+        print("\n".join(verdict_lines(res["modes"])))
     print(describe(res["ceiling"]) + " (simulated temporal)")
     ch = res["sms_choice"]
     even = "|".join(str(x) for x in ch["even_split"])
@@ -552,13 +545,6 @@ def _cmd_simulate(a) -> int:
         if getattr(a, f, None):
             print(f"wrote     {getattr(a, f)}")
     return 0
-
-
-def _sim_extra(r) -> dict:
-    """Event-simulator outputs added to the JSON: L2 hit rate, mean utilisations, categories."""
-    return {"l2_hit_rate": float(r.l2_hit_rate), "mean_hbm_util": float(r.mean_hbm_util),
-            "mean_sm_util": float(r.mean_sm_util),
-            "category_time_us": {k: float(v) for k, v in r.category_time.items()}}
 
 
 def _cmd_space(a) -> int:

@@ -29,7 +29,8 @@ from subgpu_jax.model.models import ModelArch
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.space.config import Config, temporal_config
 
-__all__ = ["ModePrediction", "predict_modes", "verdict_for", "batch_verdicts"]
+__all__ = ["ModePrediction", "predict_modes", "verdict_for", "batch_verdicts", "config_verdict",
+           "verdict_lines"]
 
 
 @dataclass(frozen=True)
@@ -123,28 +124,23 @@ def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
                                                                       bd["subgpu"], gpu)}
 
 
-def batch_verdicts(best_records: Sequence[Mapping], arch: ModelArch, hw: Hardware,
-                   model: ContentionModel | None, cache: str, calibrated: bool,
-                   graph_of) -> list[dict]:
+def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: ModelArch,
+                   hw: Hardware, model: ContentionModel | None, cache: str,
+                   calibrated: bool) -> list[dict]:
     """The three modes and the verdict of the best SubGPU record of each batch.
 
     Args:
-        best_records: full search records (one per batch and parallelism).
+        entries: ``(record, deployment, config)`` of each batch's best record (full search
+            records: ``temporal_makespan_us`` and ``makespan_us`` are reused).
         arch, hw, model, cache: as the search scored them; calibrated: whether ``model``
             carries a calibration (selects the bands' regime).
-        graph_of: ``Deployment -> OpGraph`` of one microbatch (the search's workload graph).
 
     Returns:
-        One dict per record: ``global_batch``, ``attn_tp``, ``attn_dp``, the six makespans, the
-        four speedups, ``partition``, ``communication``, ``recommend``, ``reason``,
-        ``bands`` (``(low, high)`` or None per mode) and ``band_regimes``.
+        One dict per entry: ``global_batch``, ``attn_tp``, ``attn_dp`` and ``verdict_for``'s
+        fields.
     """
-    from subgpu_jax.app.searchjob import record_config, record_deployment
-
     out = []
-    for r in best_records:
-        dep = record_deployment(r)
-        cfg = record_config(r, graph_of(dep))
+    for r, dep, cfg in entries:
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
                            known={"temporal_us": r["temporal_makespan_us"],
                                   "subgpu_us": r["makespan_us"]})
@@ -152,3 +148,20 @@ def batch_verdicts(best_records: Sequence[Mapping], arch: ModelArch, hw: Hardwar
                     "attn_dp": int(r["attn_dp"]),
                     **verdict_for(mp, hw.name, calibrated, bool(arch.is_moe))})
     return out
+
+
+def config_verdict(wl, cfg: Config, hw: Hardware, model: ContentionModel | None, cache: str,
+                   calibrated: bool, temporal_us: float, subgpu_us: float) -> dict:
+    """``verdict_for`` of one configuration of a ``model.workload.Workload`` (``subgpu
+    simulate``), reusing its simulated temporal and SubGPU whole-step makespans (µs)."""
+    mp = predict_modes(wl.arch, wl.deploy, cfg, hw, model, cache,
+                       known={"temporal_us": temporal_us, "subgpu_us": subgpu_us})
+    return verdict_for(mp, hw.name, calibrated, bool(wl.arch.is_moe))
+
+
+def verdict_lines(v: Mapping) -> list[str]:
+    """The ``modes`` and ``verdict`` lines ``subgpu simulate`` prints for ``config_verdict``."""
+    return [f"modes     the same schedule on plain streams (multistream, no partition) "
+            f"{v['multistream']:.3f}x; without the collectives' link time SubGPU "
+            f"{v['subgpu_nolink']:.3f}x, multistream {v['multistream_nolink']:.3f}x",
+            f"verdict   {v['band_text']}", f"          {v['reason']}"]

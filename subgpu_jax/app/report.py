@@ -154,6 +154,14 @@ def best_by_batch(records: Sequence[dict]) -> list[dict]:
     return out
 
 
+def sim_extra(r) -> dict:
+    """Event-simulator outputs of a ``SimResult`` added to ``subgpu simulate --json``: L2 hit
+    rate, mean HBM and SM utilisation (fractions) and per-category residence (µs)."""
+    return {"l2_hit_rate": float(r.l2_hit_rate), "mean_hbm_util": float(r.mean_hbm_util),
+            "mean_sm_util": float(r.mean_sm_util),
+            "category_time_us": {k: float(v) for k, v in r.category_time.items()}}
+
+
 def results_dir() -> Path:
     """``experiments/results`` of the repository this package runs from (an editable install
     or a checkout; it may be absent from a wheel)."""

@@ -439,9 +439,13 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
             k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]))
             if k not in top or r["speedup_vs_temporal"] > top[k]["speedup_vs_temporal"]:
                 top[k] = r
-        summary["verdicts"] = batch_verdicts(
-            [top[k] for k in sorted(top)], scorer.arch, scorer.hw, scorer.model, scorer.cache,
-            scorer.calibration is not None, lambda dep: scorer.problem(dep).workload.graph(1))
+        entries = []
+        for k in sorted(top):
+            dep = record_deployment(top[k])
+            entries.append((top[k], dep, record_config(top[k],
+                                                       scorer.problem(dep).workload.graph(1))))
+        summary["verdicts"] = batch_verdicts(entries, scorer.arch, scorer.hw, scorer.model,
+                                             scorer.cache, scorer.calibration is not None)
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
         summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name}

@@ -146,3 +146,30 @@ def test_reversed_cuts_are_refused_with_the_order(capsys):
     rc, _, err = run_cli(["simulate", "--simulator", "static", "--cuts", "L1.attn,L1.o_proj",
                           "--reuse", "--sms", "64,84", "--json"], capsys)
     assert rc == 0, err
+
+
+def test_simulate_prints_three_modes_and_an_honest_verdict(capsys):
+    """``simulate`` adds the multistream mode, the link-free control and the verdict: the JSON's
+    speedups follow from its makespans (partition = SubGPU / multistream speedup), the SubGPU
+    makespans are the ones reported above, and on a GPU without held-out verdict data there is
+    no band and the recommendation is "measure"."""
+    rc, out, _ = run_cli(["simulate", *SMALL, "--sms", "48,80", "--json"], capsys)
+    assert rc == 0
+    r = json.loads(out)
+    v = r["modes"]
+    assert v["subgpu_us"] == pytest.approx(r["config"]["makespan_us"])
+    assert v["temporal_us"] == pytest.approx(r["temporal"]["makespan_us"])
+    assert v["multistream"] == pytest.approx(v["temporal_us"] / v["multistream_us"])
+    assert v["partition"] == pytest.approx(v["subgpu"] / v["multistream"])
+    assert v["subgpu_nolink"] == pytest.approx(v["temporal_nolink_us"] / v["subgpu_nolink_us"])
+    assert v["temporal_nolink_us"] < v["temporal_us"]     # TP8/EP8: collectives exist
+    from subgpu_jax.app.verdict import load_bands
+    rc, out, _ = run_cli(["simulate", *SMALL, "--sms", "48,80"], capsys)
+    assert "modes     the same schedule on plain streams" in out
+    if not load_bands("H200"):   # until the verdict protocol's digest is committed
+        assert v["bands"] == {"subgpu": None, "multistream": None}
+        assert v["recommend"] == "measure"
+        assert "no held-out validation of this kind of prediction on the H200: no error " \
+               "band" in out
+    else:
+        assert v["recommend"] in ("subgpu", "multistream", "temporal")

@@ -331,3 +331,39 @@ def test_calibration_mismatch_is_reported(capsys):
     assert capsys.readouterr().err.count("warning:") == 2
     new = types.SimpleNamespace(meta={"gemm": "tuned", "elementwise": "triton"})
     assert calibration_mismatch(new, "tuned", "triton") == []
+
+
+def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
+    """``--collectives none``: the prediction drops the link time (a TP8/EP32 step predicts
+    faster than with ``sleep``) and the run JSON says which was used; a bad name is one line
+    naming the flag."""
+    from hw_runtime.gpu.kernels import spin_of
+
+    res = {}
+    for c in ("sleep", "none"):
+        a = _args(tmp_path, collectives=c, trace=None, no_check=True)
+        wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+        assert model.link_time is (c == "sleep")
+        res[c] = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl))
+        assert res[c]["config"]["collectives"] == c
+    assert res["none"]["temporal"]["predicted_us"] < res["sleep"]["temporal"]["predicted_us"]
+    assert res["none"]["run"]["predicted_us"] < res["sleep"]["run"]["predicted_us"]
+    assert spin_of("sleep") is True and spin_of("none") is False
+    with pytest.raises(ValueError, match="--collectives must be one of sleep, none"):
+        spin_of("nccl")
+
+
+def test_multistream_run_is_predicted_as_multistream(tmp_path):
+    """``--mode multistream``: the prediction is the simulator's multistream mode, not the
+    green-context split (the two differ on this configuration)."""
+    from hw_runtime.cli import repredict
+
+    a = _args(tmp_path, trace=None, no_check=True, mode="multistream")
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    r = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl))
+    ms = repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "multistream")
+    gr = repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "green")
+    assert r["run"]["predicted_us"] == pytest.approx(ms)
+    assert ms != pytest.approx(gr)
+    assert repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "temporal") == pytest.approx(
+        r["temporal"]["predicted_us"])
