@@ -395,6 +395,9 @@ def main(argv=None) -> int:
         print(f"skipped {len(skipped)} infeasible combinations, e.g. {skipped[0]}")
     out = os.path.join(HERE, "results", f"frontier_{a.study}")
     meta = {"study": a.study, **st, "exact": a.exact, "kv_history": a.kv_history, "tp": a.tp}
+    if a.exact == "event":  # as run_search records it (the uncalibrated co-run fit)
+        from subgpu_jax.sim.contention import ContentionModel
+        meta["latency_load_gain"] = ContentionModel().latency_gain
     print(f"{a.study}: {len(pts)} grid points -> {out}")
     path = os.path.join(HERE, "results", "frontier_studies.json")
     allr = {}

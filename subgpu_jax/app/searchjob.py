@@ -511,6 +511,8 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
     scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
                          cut_strategy=cut_strategy, cheap=cheap, alloc_strategy=alloc_strategy)
     distributed = cluster is not None and cluster.num_processes > 1
+    if exact == "event":  # the contention model's co-run fit is part of what defines the sweep
+        meta = {"latency_load_gain": scorer.model.latency_gain, **meta}
     store = None
     if not distributed or cluster.is_main:
         store = SweepStore(folder, meta, resume=resume, overwrite=overwrite,

@@ -48,7 +48,7 @@ from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.kernelcost import op_cost
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
-           "LoneMakespan"]
+           "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN"]
 
 #: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> makespan µs`` of one kernel alone.
 LoneMakespan = Callable[..., float]  # (kernel, pool_sms, hw, model, scale, fixed_us[, window]) -> µs
@@ -64,6 +64,15 @@ H200_GEMM_PER_SM_TFLOPS: dict[int, float] = {
 }
 _H200_FULL_PER_SM = 1.0995e12 / 1.3715e-3 / 132 / 1e12  # 6.07 TFLOP/s per SM on the whole GPU
 _GAIN = float(np.mean(list(H200_GEMM_PER_SM_TFLOPS.values())) / _H200_FULL_PER_SM)  # ~1.114
+
+
+#: The uncalibrated model's loaded-latency dilation (``ContentionModel.latency_load_gain``):
+#: fitted on the H200's co-run matrix only (108 pairs of six kernel classes,
+#: ``experiments/results/hw_fidelity/fused/corun_matrix.json``; grid 0-8, mean |log ratio| of
+#: slowdowns 0.158 -> 0.104), then checked on 50 pipelined runs never used in the fit (median
+#: predicted / measured speedup 1.136 -> 1.004, wrong signs 13 -> 3):
+#: ``experiments/latency_dilation_fit.py``, ``experiments/results/latency_dilation_fit_h200.json``.
+UNCALIBRATED_LATENCY_LOAD_GAIN: float = 1.5
 
 
 @dataclass(frozen=True)
@@ -160,6 +169,7 @@ class ContentionModel:
     saturation_ratio: float = 1.25
     pool_sharing: str = "fifo"
     link_time: bool = True
+    latency_load_gain: float | None = None
 
     def __post_init__(self) -> None:
         if self.calibration is not None:
@@ -175,9 +185,9 @@ class ContentionModel:
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
         for f in ("inflight_per_sm_B", "issue_ratio", "miss_l2_cost", "tile_edge",
                   "compute_gain", "inflight_max_B", "saturating_window_gain", "gemm_window_gain",
-                  "launch_us_per_activity", "saturation_ratio"):
+                  "launch_us_per_activity", "saturation_ratio", "latency_load_gain"):
             v = getattr(self, f)
-            if v is None and f == "inflight_max_B":
+            if v is None and f in ("inflight_max_B", "latency_load_gain"):
                 continue
             if v is None:
                 raise ValueError(f"contention.{f} is missing (None); it must be a number")
@@ -194,11 +204,19 @@ class ContentionModel:
                        "saturation_ratio"):
                 if x < 1:
                     raise ValueError(f"contention.{f} must be >= 1, got {v!r}")
-            elif f == "launch_us_per_activity":
+            elif f in ("launch_us_per_activity", "latency_load_gain"):
                 if x < 0:
-                    raise ValueError(f"contention.launch_us_per_activity must be >= 0, got {v!r}")
+                    raise ValueError(f"contention.{f} must be >= 0, got {v!r}")
             elif x <= 0:
                 raise ValueError(f"contention.{f} must be > 0 (it sets a rate), got {v!r}")
+
+    @property
+    def latency_gain(self) -> float:
+        """The loaded-latency dilation in force (``latency_load_gain``, or its default for the
+        model's kind: ``UNCALIBRATED_LATENCY_LOAD_GAIN`` uncalibrated, 0 calibrated)."""
+        if self.latency_load_gain is not None:
+            return float(self.latency_load_gain)
+        return UNCALIBRATED_LATENCY_LOAD_GAIN if self.calibration is None else 0.0
 
     @classmethod
     def off(cls) -> "ContentionModel":

@@ -145,6 +145,9 @@ class EventSimulator:
         self.hw, self.model = hw, model
         self.isolated = bool(model.isolated)
         self.fifo = model.pool_sharing == "fifo"
+        #: loaded-latency dilation of fixed phases (ContentionModel.latency_load_gain)
+        self._gain = model.latency_gain
+        self._inv_copy = 1.0 / float(hw.hbm_copy_Bps)
         self.cache = L2Cache(hw.l2_bytes, check_policy(cache))
         sms = []
         for d, p in enumerate(stage_sms):
@@ -302,7 +305,14 @@ class EventSimulator:
             self.events_q.push(t + w.static_us, _DONE, u, u.epoch)
         else:
             u.phase = _LAUNCHING
-            self.events_q.push(t + self.bm.launch_us + w.fixed_us, _LAUNCH, u, -1)
+            fixed = w.fixed_us
+            if self._gain > 0.0 and fixed > 0.0:   # memory latency loaded by the other lanes
+                h = 0.0
+                for x in self.active:
+                    if x is not u:
+                        h += x.rh
+                fixed *= 1.0 + self._gain * min(1.0, h * self._inv_copy)
+            self.events_q.push(t + self.bm.launch_us + fixed, _LAUNCH, u, -1)
 
     def _lookups(self, u: Lane, kid: int, j: Job) -> tuple[float, float]:
         """L2 lookups of the reads of kernel ``kid`` of job ``j`` (run by lane ``u``); returns

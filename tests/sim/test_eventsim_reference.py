@@ -9,7 +9,8 @@ the oracle). A deliberate change of the graphs (``model/``) or of the rate model
 numbers too: regenerate the file with the simulator of the commit before that change. The
 reference shared a pool between its k lanes equally, so the cases run with
 ``pool_sharing="fair"`` (launch-order sharing, the default since, is tested by hand in
-``test_streams_per_stage.py``)."""
+``test_streams_per_stage.py``), and with ``latency_load_gain=0`` (the reference had no
+loaded-latency dilation; ``test_modes.py`` tests it by hand)."""
 
 from __future__ import annotations
 
@@ -28,9 +29,11 @@ from subgpu_jax.space.config import Config, cut_from_starts, temporal_config
 REF = json.loads((Path(__file__).resolve().parents[1] / "data" / "eventsim_reference.json")
                  .read_text())
 # the reference shared a pool's SMs equally between its lanes (k > 1): pool_sharing="fair"
-MODELS = {"on": ContentionModel(pool_sharing="fair"),
+# and had no loaded-latency dilation of fixed phases: latency_load_gain=0
+MODELS = {"on": ContentionModel(pool_sharing="fair", latency_load_gain=0.0),
           "off": ContentionModel.off().replace(pool_sharing="fair"),
-          "static_consistent": ContentionModel.static_consistent().replace(pool_sharing="fair")}
+          "static_consistent": ContentionModel.static_consistent().replace(
+              pool_sharing="fair", latency_load_gain=0.0)}
 
 
 @pytest.mark.parametrize("case", REF["cases"], ids=lambda c: (
