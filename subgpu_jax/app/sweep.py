@@ -102,7 +102,7 @@ def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[
 
 def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: Sequence[int],
                microbatches: Sequence[int], policies: Sequence[str] = ("wavefront",),
-               kv_history: int = 32768, input_len: int = 32768,
+               kv_history: int | None = None, input_len: int | None = None,
                parallelisms: Sequence[tuple[int, int, int]] | None = None,
                hw=None, skipped: list | None = None,
                deploy_options: dict | None = None,
