@@ -61,8 +61,9 @@ def busiest_rank_load(num_experts: int, top_k: int, moe_ep: int, global_batch: i
     and hits El*(1 - (1 - k/E)^T) of its El = E/e experts. The busiest rank receives f times
     the mean, A = f*T*k/e, i.e. as many as a mean rank would if its group routed f*T tokens, so
     its distinct experts are El*(1 - (1 - k/E)^(f*T)) (expected distinct experts given its
-    load; exact for f = 1, the first-order expectation for f > 1). Under uniform routing
-    (f = 1) this is the mean rank, unchanged.
+    load; exact for f = 1, the first-order expectation for f > 1), capped at A (a fraction of a
+    token, f*T < 1, would otherwise hit more experts than it has assignments). Under uniform
+    routing (f = 1) this is the mean rank, unchanged.
 
     Args:
         num_experts: E. top_k: k. moe_ep: e. global_batch: G. num_gpus: n. microbatches: m.
@@ -74,7 +75,8 @@ def busiest_rank_load(num_experts: int, top_k: int, moe_ep: int, global_batch: i
     E, k, e = num_experts, top_k, moe_ep
     T = global_batch * e / (num_gpus * microbatches)
     A = global_batch * k / (num_gpus * microbatches) * load_factor
-    hit = expected_distinct(E, T * load_factor, k) * (E // e) / E
+    # never more experts than assignments (the formula exceeds A when f*T < 1 token)
+    hit = min(expected_distinct(E, T * load_factor, k) * (E // e) / E, A)
     return RankLoad(assignments=float(A), experts_hit=float(hit), group_tokens=float(T),
                     load_factor=float(load_factor))
 
