@@ -60,7 +60,9 @@ def _workload(name: str):
 
     path, model = WORKLOADS[name]
     cal = load_calibration(str(HERE / "results" / path))
-    dep = Deployment(**cal.deployment, global_batch=int(cal.global_batches[-1]))
+    # measured before the MoE all-gather of attention TP was priced (docs/accounting.md item 3)
+    dep = Deployment(**cal.deployment, global_batch=int(cal.global_batches[-1]),
+                     moe_tp_gather=False)
     arch = get_model(model)
     if arch.is_moe:   # the experts' datatype the calibration was measured with (bf16 on Hopper)
         arch = dataclasses.replace(arch, expert_dtype=cal.expert_dtype)

@@ -76,7 +76,9 @@ def sim_workload(name: str):
     from hw_runtime.gpu.workload import hopper_arch  # bf16 experts (importable without torch)
 
     model, fields = WORKLOADS[name]
-    dep = dataclasses.replace(Deployment(), **fields)
+    # the committed measurements emulated the step without the MoE all-gather of attention TP
+    # (docs/accounting.md item 3, added after them): price the step they ran
+    dep = dataclasses.replace(Deployment(), moe_tp_gather=False, **fields)
     return Workload.from_model(hopper_arch(MODELS[model]), dep, get_hardware("H200"))
 
 

@@ -51,7 +51,8 @@ def _sim_workload(G: int):
     from subgpu_jax.model.workload import Workload
     from subgpu_jax.model.hardware import get_hardware
 
-    dep = dataclasses.replace(REFERENCE_DEPLOYMENT, global_batch=G)
+    # measured before the MoE all-gather of attention TP was priced (docs/accounting.md item 3)
+    dep = dataclasses.replace(REFERENCE_DEPLOYMENT, global_batch=G, moe_tp_gather=False)
     return Workload.from_model(hopper_arch(MODELS["gpt-oss-120b"]), dep, get_hardware("H200"))
 
 
@@ -97,7 +98,8 @@ def device_phase(args) -> int:
         from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT
         from subgpu_jax.model.models import MODELS
         try:
-            cal = calibrate(hopper_arch(MODELS["gpt-oss-120b"]), REFERENCE_DEPLOYMENT,
+            cal = calibrate(hopper_arch(MODELS["gpt-oss-120b"]),
+                            dataclasses.replace(REFERENCE_DEPLOYMENT, moe_tp_gather=False),
                             batches=BATCHES, microbatches=tuple(args.microbatches),
                             reps=args.cal_reps, log=lambda s: print(s, flush=True))
             with open(os.path.join(args.out, "calibration_raw.json"), "w") as fh:

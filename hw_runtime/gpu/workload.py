@@ -80,7 +80,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from subgpu_jax.model.graph import Kernel, OpGraph
-from subgpu_jax.model.models import ModelArch, expected_distinct
+from subgpu_jax.model.models import ModelArch
+from subgpu_jax.model.routing import busiest_rank_load
 
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
@@ -99,12 +100,15 @@ class WorkloadMemoryError(MemoryError):
 
 
 def hopper_arch(arch: ModelArch) -> ModelArch:
-    """``arch`` with bf16 expert weights and expert activations (Hopper has no MXFP4 tensor
-    cores, and the workload's batched expert GEMMs run in bf16, also for DeepSeek-V3's FP8
-    experts): build the graph for the workload and the simulator from this."""
-    if arch.expert_dtype == "bf16" and arch.expert_act_dtype == "bf16":
+    """``arch`` with every module group in bf16 (weights and GEMMs; Hopper has no MXFP4 tensor
+    cores, and the workload's GEMMs run in bf16, also for DeepSeek-V3's block-wise FP8 layers):
+    build the graph for the workload and the simulator from this."""
+    groups = ("attn", "dense_mlp", "shared_experts", "experts")
+    if all(arch.dtypes(g) == ("bf16", "bf16") for g in groups):
         return arch
-    return replace(arch, expert_dtype="bf16", expert_act_dtype="bf16")
+    return replace(arch, expert_dtype="bf16", expert_act_dtype="bf16", attn_dtype="",
+                   attn_act_dtype="", mlp_dtype="", mlp_act_dtype="", shared_dtype="",
+                   shared_act_dtype="")
 
 
 # --------------------------------------------------------------------------- pure shapes/bytes
@@ -194,6 +198,9 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
     if arch.weight_dtype != "bf16" or arch.kv_dtype != "bf16":
         raise ValueError(f"TorchWorkload: weights and KV must be bf16, got weight_dtype="
                          f"{arch.weight_dtype!r}, kv_dtype={arch.kv_dtype!r}")
+    if any(arch.dtypes(g) != ("bf16", "bf16") for g in ("attn", "dense_mlp", "shared_experts")):
+        raise ValueError("TorchWorkload: attention, dense MLP or shared-expert layers are "
+                         "quantised; build the graph from hopper_arch(arch) (all bf16)")
     kinds2 = graph.region_kinds or tuple((a, "moe" if arch.is_moe else "dense")
                                          for a in arch.period)
     mlp_kinds = tuple(mk for _, mk in kinds2)
@@ -232,8 +239,11 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         El = E // e
         Tr = max(1, int(round(Rm / t)))
         # G*k/n assignments per GPU whatever e; its EP group routes G*e/(n*m) tokens
-        A = max(1, int(round(dep.global_batch * k / (dep.num_gpus * m))))
-        hit = expected_distinct(E, dep.global_batch * e / (dep.num_gpus * m), k) * El / E
+        # the busiest EP rank's assignments and distinct experts, as the graph charges them
+        load = busiest_rank_load(E, k, e, dep.global_batch, dep.num_gpus, m,
+                                 dep.expert_load_factor(k, m))
+        A = max(1, int(round(load.assignments)))
+        hit = load.experts_hit
         n_hit = int(min(El, max(1, round(hit))))
         cap = int(math.ceil(A / n_hit))
         return WorkloadShapes(**common, E=E, El=El, k=k, F=arch.moe_intermediate, Tr=Tr, A=A,

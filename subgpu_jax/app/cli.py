@@ -21,18 +21,22 @@ from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.space.config import config_from_options, temporal_of
-from subgpu_jax.app.options import (choose_split, int_list as _int_list, resolve_arch_ep, split_effect as _split_effect,
-                                    resolve_cache, resolve_parallelism, str_list as _str_list)
+from subgpu_jax.app.options import (add_serving_args, choose_split, int_list as _int_list,
+                                    kv_lengths_from, resolve_arch_ep, resolve_cache,
+                                    resolve_context, resolve_parallelism, serving_options,
+                                    split_effect as _split_effect, str_list as _str_list)
 
 __all__ = ["main", "build_parser"]
 
 
-def _add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200") -> None:
+def _add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
+                       serving: bool = False) -> None:
     """Add the workload options (model, GPU, deployment, batch, KV history) to ``p``.
 
     Args:
         p: a sub-command's parser. hardware: the ``--hardware`` default of this command (its
-            help text says it).
+            help text says it). serving: add the serving options too (``--output-len``,
+            ``--kv-dtype``, ``--gpu-memory-utilization``, ``--dispatch``: options.py).
     """
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
     g.add_argument("--model", default="gpt-oss-120b",
@@ -58,11 +62,14 @@ def _add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200") -> No
                         "GPT-OSS); use bf16 to match what Hopper runs (`subgpu run`)")
     g.add_argument("--batch", type=int, default=2048,
                    help="global decode batch G (requests = tokens per step). Default: 2048")
-    g.add_argument("--input-len", type=int, default=32768,
-                   help="prompt length (tokens); recorded with the results, the decode cost "
-                        "depends on --kv-history. Default: 32768")
-    g.add_argument("--kv-history", type=int, default=32768,
-                   help="tokens in each request's KV cache (tokens). Default: 32768")
+    g.add_argument("--input-len", type=int, default=None,
+                   help="prompt length (tokens). Default: --kv-history, or 32768")
+    g.add_argument("--kv-history", type=int, default=None,
+                   help="tokens in each request's KV cache at the decode step timed (>= "
+                        "--input-len). Default: --input-len (the first step after the prompt), "
+                        "or 32768")
+    if serving:
+        add_serving_args(g)
 
 
 #: NVLink domain presets (GPUs per domain; 0 = all GPUs in one domain): DGX/HGX 8-GPU nodes,
@@ -93,49 +100,6 @@ def _add_topology_args(p: argparse.ArgumentParser) -> None:
                         "the G requests (seed 0); attention is charged for the busiest DP rank")
 
 
-def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
-    """Per-request KV lengths (tokens) from ``--kv-lengths``: a file of positive integers, or
-    ``uniform:LO:HI`` / ``lognormal:MEDIAN:SIGMA`` sampled for ``count`` requests with seed 0.
-
-    Raises:
-        ValueError: an unreadable file, non-integers, or a bad distribution (names the option).
-    """
-    import numpy as np
-
-    kind, _, rest = spec.partition(":")
-    if kind in ("uniform", "lognormal") and rest:
-        try:
-            a_, b_ = (float(x) for x in rest.split(":"))
-        except ValueError:
-            raise ValueError(f"kv-lengths: {kind} needs two numbers, {kind}:A:B, got "
-                             f"{spec!r}") from None
-        rng = np.random.default_rng(0)
-        if kind == "uniform":
-            if not 1 <= a_ <= b_:
-                raise ValueError(f"kv-lengths: uniform:LO:HI needs 1 <= LO <= HI, got {spec!r}")
-            x = rng.integers(int(a_), int(b_) + 1, size=count)
-        else:
-            if a_ < 1 or b_ < 0:
-                raise ValueError(f"kv-lengths: lognormal:MEDIAN:SIGMA needs MEDIAN >= 1 and "
-                                 f"SIGMA >= 0, got {spec!r}")
-            x = np.maximum(1, np.rint(a_ * np.exp(b_ * rng.standard_normal(count))))
-        return tuple(int(v) for v in x)
-    try:
-        with open(spec, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as e:
-        raise ValueError(f"kv-lengths: cannot read {spec!r} ({e.strerror or e}); give a file "
-                         "or uniform:LO:HI / lognormal:MEDIAN:SIGMA") from None
-    toks = text.replace("[", " ").replace("]", " ").replace(",", " ").split()
-    try:
-        vals = tuple(int(t) for t in toks)
-    except ValueError:
-        raise ValueError(f"kv-lengths: {spec!r} must hold integers (tokens)") from None
-    if not vals or min(vals) < 1:
-        raise ValueError(f"kv-lengths: {spec!r} must hold positive integers")
-    return vals
-
-
 def _workload(a):
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.workload import Workload
@@ -149,8 +113,7 @@ def _workload(a):
         if a.kv_lengths:
             topo["kv_lengths"] = kv_lengths_from(a.kv_lengths, a.batch)
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
-                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history,
-                     **topo)
+                     global_batch=a.batch, **serving_options(a), **topo)
     return Workload.checked(arch, dep, get_hardware(a.hardware))
 
 
@@ -200,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "Default configuration: the 'Macro' design (the region's full-attention "
                        "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
                        "reuse, two microbatches) with the SM split found by a quick search.")
-    _add_workload_args(s)
+    _add_workload_args(s, serving=True)
     _add_topology_args(s)
     c = s.add_argument_group("configuration")
     c.add_argument("--cuts", default=None,
@@ -260,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
                         "gantt_best.png into --out. Running the same command again continues an "
                         "interrupted sweep; Ctrl-C exits with 130.")
-    _add_workload_args(se)
+    _add_workload_args(se, serving=True)
     _add_topology_args(se)
     se.set_defaults(batch=None)
     g = se.add_argument_group("grid")
@@ -349,8 +312,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _cmd_simulate(a) -> int:
     from subgpu_jax.model.accounting import throughput_record
+    from subgpu_jax.model.generation import search_step
+    from subgpu_jax.model.memory import memory_use
+    from subgpu_jax.model.workload import Workload
 
     wl = _workload(a)
+    full = wl.deploy  # a whole generation's (output_len > 0), or the one step's
+    mem = memory_use(wl.arch, full, wl.hw)
+    if full.output_len:  # graphs, split and figures at the generation's middle step
+        wl = Workload.from_model(wl.arch, search_step(full), wl.hw)
     g1 = wl.graph(1)
     if a.list_kernels:
         runs = wl.arch.region_runs()
@@ -451,12 +421,22 @@ def _cmd_simulate(a) -> int:
         if a.utilization:
             viz.plot_utilisation(r_temp, r_cfg, a.utilization)
     t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
+    gen = None
+    if full.output_len:  # the mean step over the generation (docs/accounting.md item 6)
+        from subgpu_jax.app.step import simulate_generation
+
+        kind = "static" if a.simulator == "static" else "event"
+        gen = {n: simulate_generation(wl.arch, full, c, hw, mm, kind,
+                                      None if kind == "static" else model, a.cache,
+                                      duration_model=dm)
+               for n, c, mm in (("temporal", temporal_of(wl), 1), ("config", cfg, m))}
+        t_temp, t_cfg = gen["temporal"].makespan_us, gen["config"].makespan_us
     if cal is not None:
         label += f", calibrated ({a.calibration})"
     pc = wl.arch.param_counts()
     res = {
         "workload": {"model": wl.arch.name, "family": wl.arch.family, "hardware": hw.name,
-                     **{k: v for k, v in wl.deploy.__dict__.items() if k != "kv_lengths"},
+                     **{k: v for k, v in full.__dict__.items() if k != "kv_lengths"},
                      "kv_lengths": ({"count": len(wl.deploy.kv_lengths),
                                      "mean": float(sum(wl.deploy.kv_lengths)
                                                    / len(wl.deploy.kv_lengths)),
@@ -481,6 +461,8 @@ def _cmd_simulate(a) -> int:
                    "step": {"runs": s_cfg.runs, "head_us": s_cfg.head_us}},
     }
     res["speedup"] = t_temp / t_cfg
+    from subgpu_jax.app.simtext import serving_json, serving_lines
+    res.update(serving_json(wl.arch, full, m, mem, gen))
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
     if a.simulator == "event" and cfg.D > 1:  # the three modes and the verdict (app.modes)
@@ -492,7 +474,7 @@ def _cmd_simulate(a) -> int:
     if a.json:
         print(json.dumps(res, indent=2))
         return 0
-    d = wl.deploy
+    d = full
     print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
           f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
     runs = " + ".join(f"{c} x {len(gr.region_kinds)}-layer region ({gr.n} kernels"
@@ -508,6 +490,8 @@ def _cmd_simulate(a) -> int:
     if d.kv_lengths:
         print(f"          per-request KV lengths: mean {res['workload']['kv_lengths']['mean']:.0f}"
               f", max {max(d.kv_lengths)}; busiest DP rank {d.kv_tokens():.0f} tokens/request")
+    for line in serving_lines(wl.arch, full, m, mem, gen):
+        print(line)
     print(f"          duration model: {label}")
     print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
@@ -660,12 +644,13 @@ def _cmd_search(a) -> int:
                                else TOPOLOGIES[a.topology]),
                 scaleout_GBps=a.scaleout_gbps, routing=a.routing,
                 routing_imbalance=a.routing_imbalance)
-    Deployment(**opts)  # validates the options (one-line errors)
+    serving = {k: v for k, v in serving_options(a).items() if k not in ("input_len", "kv_history")}
+    Deployment(**opts, **serving)  # validates the options (one-line errors)
     skipped: list = []
     ks = _int_list(a.streams_per_stage, "streams-per-stage")
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
                      input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped,
-                     deploy_options=opts, streams=ks)
+                     deploy_options={**opts, **serving}, streams=ks)
     for note in skipped[:5]:
         print(f"skipped: {note}")
     if len(skipped) > 5:
@@ -678,6 +663,9 @@ def _cmd_search(a) -> int:
     if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
                     routing_imbalance=1.0):
         meta["deployment_options"] = opts
+    changed = {k: v for k, v in serving.items() if getattr(Deployment, k) != v}
+    if changed:  # only when set: a default sweep keeps its fingerprint
+        meta["serving_options"] = changed
     if a.cut_strategy != "proposal":
         meta["cut_strategy"] = a.cut_strategy
     if a.cheap != "auto":
@@ -774,6 +762,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     try:
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)
+        resolve_context(a)
         rc = run(a)
         if requested():  # Ctrl-C after the last safe point: still 130
             raise Interrupted

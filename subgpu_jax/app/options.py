@@ -1,12 +1,119 @@
 """Option helpers of the ``subgpu`` command line (``app/cli.py``; ``hw_runtime/cli.py`` uses
 them too): comma-separated lists, the model and EP degree, the attention TP x DP defaults for a
-GPU count, and the SM split of ``subgpu simulate`` (given, even, or a quick search).
+GPU count, the serving options (prompt, KV history and output lengths, KV datatype, MoE
+dispatch, memory budget: ``add_serving_args``, ``resolve_context``, ``serving_options``), and
+the SM split of ``subgpu simulate`` (given, even, or a quick search).
 """
 
 from __future__ import annotations
 
 __all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split",
-           "resolve_cache", "usage_error"]
+           "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
+           "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
+           "kv_lengths_from"]
+
+#: ``--kv-dtype`` choices: the KV cache's datatype (bf16, or FP8 E4M3 as vLLM's
+#: ``--kv-cache-dtype fp8`` stores it: half the bytes).
+KV_DTYPES = ("bf16", "fp8")
+#: ``--gpu-memory-utilization`` default: vLLM's (``EngineArgs.gpu_memory_utilization`` = 0.9).
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+
+
+def add_serving_args(g, moe: bool = True) -> None:
+    """Declare the serving options on the argument group ``g`` (a workload group that already
+    has ``--input-len`` and ``--kv-history``): ``--output-len``, ``--kv-dtype``,
+    ``--gpu-memory-utilization`` and, with ``moe``, ``--dispatch`` (docs/accounting.md)."""
+    from subgpu_jax.model.routing import DISPATCH_MODES
+
+    g.add_argument("--output-len", type=int, default=None, metavar="N",
+                   help="tokens generated per request: time a whole generation, the KV history "
+                        "growing from --input-len to --input-len + N, and report the time per "
+                        "output token averaged over it (3 steps simulated: start, middle, end). "
+                        "Default: one decode step at --kv-history")
+    g.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
+                   help="datatype of the KV cache (fp8 halves its bytes, in the step and in the "
+                        "memory check). Default: the model's (bf16)")
+    g.add_argument("--gpu-memory-utilization", type=float,
+                   default=DEFAULT_GPU_MEMORY_UTILIZATION, metavar="U",
+                   help="fraction of each GPU's HBM for weights + KV cache + activations, as "
+                        "vLLM's option of the same name (the rest for CUDA graphs, NCCL, the "
+                        "context); a batch that needs more is refused. Default: 0.9")
+    if moe:
+        g.add_argument("--dispatch", default=DISPATCH_MODES[0], choices=DISPATCH_MODES,
+                       help="MoE dispatch payload: per-expert (one copy of a token per selected "
+                            "expert on another rank, default) or per-rank (one copy per "
+                            "destination rank, deduplicated as DeepEP does)")
+
+
+def resolve_context(a) -> None:
+    """Fill in ``a.input_len`` and ``a.kv_history`` (None when not given) consistently: the one
+    given sets the other (the first decode step after the prompt), 32,768 each when neither is;
+    check ``--output-len`` and ``--gpu-memory-utilization``.
+
+    Raises:
+        ValueError: a KV history shorter than the prompt, ``--kv-history`` with
+            ``--output-len`` (the generation starts at the prompt), ``--output-len`` < 1, or a
+            utilization outside (0, 1] (one line naming the flag).
+    """
+    from subgpu_jax.model.deployment import DEFAULT_CONTEXT
+
+    if not hasattr(a, "input_len"):
+        return
+    out = getattr(a, "output_len", None)
+    if out is not None and out < 1:
+        raise ValueError(f"output-len must be a positive number of tokens, got {out}")
+    if out is not None and a.kv_history is not None:
+        raise ValueError("kv-history: with --output-len the KV history grows from --input-len "
+                         "to --input-len + --output-len; leave out --kv-history")
+    for f in ("input_len", "kv_history"):
+        v = getattr(a, f)
+        if v is not None and v < 1:
+            raise ValueError(f"{f.replace('_', '-')} must be a positive number of tokens, got {v}")
+    if a.input_len is None and a.kv_history is None:
+        a.input_len = a.kv_history = DEFAULT_CONTEXT
+    elif a.kv_history is None:
+        a.kv_history = a.input_len
+    elif a.input_len is None:
+        a.input_len = a.kv_history
+    elif a.kv_history < a.input_len:
+        raise ValueError(f"kv-history: {a.kv_history} tokens is shorter than --input-len "
+                         f"{a.input_len}; the prompt is in the KV cache at every decode step")
+    u = getattr(a, "gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    if not 0 < u <= 1:
+        raise ValueError(f"gpu-memory-utilization must be a fraction in (0, 1] of each GPU's "
+                         f"HBM, got {u}")
+
+
+def serving_options(a) -> dict:
+    """``Deployment`` keyword arguments of the serving options (after ``resolve_context``):
+    ``input_len``, ``kv_history``, ``output_len`` (0 = one step), ``gpu_memory_utilization`` and
+    ``dispatch`` (when the command has it)."""
+    out = dict(input_len=a.input_len, kv_history=a.kv_history,
+               output_len=getattr(a, "output_len", None) or 0,
+               gpu_memory_utilization=getattr(a, "gpu_memory_utilization",
+                                              DEFAULT_GPU_MEMORY_UTILIZATION))
+    if getattr(a, "dispatch", None):
+        out["dispatch"] = a.dispatch
+    return out
+
+
+def serving_args(a) -> list[str]:
+    """The serving options of parsed arguments that differ from their defaults, as command-line
+    arguments (``--output-len``, ``--kv-dtype``, ``--gpu-memory-utilization``, ``--dispatch``),
+    for the commands a search prints."""
+    from subgpu_jax.model.routing import DISPATCH_MODES
+
+    args = []
+    if getattr(a, "output_len", None):
+        args += ["--output-len", str(a.output_len)]
+    if getattr(a, "kv_dtype", None):
+        args += ["--kv-dtype", a.kv_dtype]
+    u = getattr(a, "gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
+    if u != DEFAULT_GPU_MEMORY_UTILIZATION:
+        args += ["--gpu-memory-utilization", f"{u:g}"]
+    if getattr(a, "dispatch", DISPATCH_MODES[0]) != DISPATCH_MODES[0]:
+        args += ["--dispatch", a.dispatch]
+    return args
 
 
 def usage_error(msg: str) -> int:
@@ -68,8 +175,12 @@ def str_list(s: str, field: str) -> list[str]:
 
 
 def resolve_arch_ep(a):
-    """The model (with ``--expert-dtype`` applied) and the MoE EP degree (``--ep`` or its
-    default) of parsed workload arguments."""
+    """The model (with ``--expert-dtype`` and ``--kv-dtype`` applied) and the MoE EP degree
+    (``--ep`` or its default) of parsed workload arguments.
+
+    Raises:
+        ValueError: ``--expert-dtype`` or ``--dispatch per-rank`` for a dense model.
+    """
     import dataclasses
 
     from subgpu_jax.model.models import resolve_model
@@ -79,6 +190,10 @@ def resolve_arch_ep(a):
         if not arch.is_moe:
             raise ValueError(f"expert-dtype: {arch.name} is a dense model without experts")
         arch = dataclasses.replace(arch, expert_dtype=a.expert_dtype)
+    if getattr(a, "kv_dtype", None):
+        arch = dataclasses.replace(arch, kv_dtype=a.kv_dtype)
+    if getattr(a, "dispatch", "per-expert") != "per-expert" and not arch.is_moe:
+        raise ValueError(f"dispatch: {arch.name} is a dense model without an MoE dispatch")
     ep = a.ep
     if ep is None:
         if arch.is_moe and a.gpus >= 1:
@@ -170,3 +285,46 @@ def split_effect(speedup: float, choice: dict) -> str:
     if even > 0 and abs(float(speedup) / even - 1.0) < 0.01:
         return "the split changes the speedup by under 1% here"
     return "the split matters"
+
+
+def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
+    """Per-request KV lengths (tokens) from ``--kv-lengths``: a file of positive integers, or
+    ``uniform:LO:HI`` / ``lognormal:MEDIAN:SIGMA`` sampled for ``count`` requests with seed 0.
+
+    Raises:
+        ValueError: an unreadable file, non-integers, or a bad distribution (names the option).
+    """
+    import numpy as np
+
+    kind, _, rest = spec.partition(":")
+    if kind in ("uniform", "lognormal") and rest:
+        try:
+            a_, b_ = (float(x) for x in rest.split(":"))
+        except ValueError:
+            raise ValueError(f"kv-lengths: {kind} needs two numbers, {kind}:A:B, got "
+                             f"{spec!r}") from None
+        rng = np.random.default_rng(0)
+        if kind == "uniform":
+            if not 1 <= a_ <= b_:
+                raise ValueError(f"kv-lengths: uniform:LO:HI needs 1 <= LO <= HI, got {spec!r}")
+            x = rng.integers(int(a_), int(b_) + 1, size=count)
+        else:
+            if a_ < 1 or b_ < 0:
+                raise ValueError(f"kv-lengths: lognormal:MEDIAN:SIGMA needs MEDIAN >= 1 and "
+                                 f"SIGMA >= 0, got {spec!r}")
+            x = np.maximum(1, np.rint(a_ * np.exp(b_ * rng.standard_normal(count))))
+        return tuple(int(v) for v in x)
+    try:
+        with open(spec, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise ValueError(f"kv-lengths: cannot read {spec!r} ({e.strerror or e}); give a file "
+                         "or uniform:LO:HI / lognormal:MEDIAN:SIGMA") from None
+    toks = text.replace("[", " ").replace("]", " ").replace(",", " ").split()
+    try:
+        vals = tuple(int(t) for t in toks)
+    except ValueError:
+        raise ValueError(f"kv-lengths: {spec!r} must hold integers (tokens)") from None
+    if not vals or min(vals) < 1:
+        raise ValueError(f"kv-lengths: {spec!r} must hold positive integers")
+    return vals

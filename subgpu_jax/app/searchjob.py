@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
+from subgpu_jax.model.generation import generation_steps, search_step
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
@@ -37,8 +38,9 @@ __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_K
            "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
            "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
 
-#: Deployment fields beyond the grid's (topology, routing) that records carry.
-DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance")
+#: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
+DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance",
+                  "output_len", "dispatch", "gpu_memory_utilization")
 
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
@@ -234,8 +236,10 @@ class PointScorer:
         points."""
         import gc
 
+        deps = {dep, search_step(dep), *(d for d, _ in generation_steps(dep))}
+
         def of_dep(key) -> bool:  # keys: dep, (dep, k), (dep, cfg), ("rest", dep, cfg)
-            return key == dep or (isinstance(key, tuple) and dep in key[:2])
+            return key in deps or (isinstance(key, tuple) and any(d in key[:2] for d in deps))
 
         for cache in (self._problems, self._temporal, self._sim_summary):
             for k in [k for k in cache if of_dep(k)]:
@@ -307,16 +311,42 @@ class PointScorer:
                 duration_model=dm, record=False).makespan_us
         return self._temporal[key]
 
+    def generation_makespan(self, dep: Deployment, cfg: Config, region_us: float) -> dict:
+        """The whole step's time (µs) of ``cfg``: at ``dep``'s one step, or for a generation
+        (``output_len`` > 0) the weighted mean over ``model.generation.generation_steps``
+        (docs/accounting.md item 6), the exact scorer's region makespan at each step plus the
+        rest of the step; ``region_us`` is the search's region makespan at
+        ``search_step(dep)``.
+
+        Returns:
+            ``{"makespan_us"}`` and, for a generation, ``"step_makespans_us"`` ("|"-joined, µs)
+            and ``"step_kv_histories"`` (tokens).
+        """
+        ds = search_step(dep)
+        if not dep.output_len:
+            return {"makespan_us": region_us + self.rest_of_step(dep, cfg)}
+        steps = []
+        for d, w in generation_steps(dep):
+            reg = region_us if d == ds else (
+                self.temporal_makespan(d) if cfg.D == 1 else float(self.exact(d)(cfg)))
+            steps.append((d.kv_history, w, reg + self.rest_of_step(d, cfg)))
+        return {"makespan_us": float(sum(w * t for _, w, t in steps)),
+                "step_makespans_us": "|".join(f"{t:.1f}" for _, _, t in steps),
+                "step_kv_histories": "|".join(str(kv) for kv, _, _ in steps)}
+
     def _record(self, pt: GridPoint, cfg: Config, makespan: float, extra: dict) -> dict:
         d = pt.deploy
-        p = self.problem(d)
+        ds = search_step(d)  # the step the search scored (a generation's middle step)
+        p = self.problem(ds)
         g1 = p.workload.graph(1)
         starts = [i for i in range(1, g1.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
-        # the search scores the main region; records time the whole step (app/step.py)
+        # the search scores the main region; records time the whole step (app/step.py), or the
+        # mean step of a whole generation
         region_us = makespan
-        makespan = region_us + self.rest_of_step(d, cfg)
+        gen = self.generation_makespan(d, cfg, region_us)
+        makespan = gen.pop("makespan_us")
         t_cfg1 = temporal_config(g1.n, self.hw, p.workload.batch)
-        t_temp = self.temporal_makespan(d) + self.rest_of_step(d, t_cfg1)
+        t_temp = self.generation_makespan(d, t_cfg1, self.temporal_makespan(ds))["makespan_us"]
         rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
                "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
                "global_batch": d.global_batch, "kv_history": d.kv_history,
@@ -329,12 +359,14 @@ class PointScorer:
                **throughput_record(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
                "region_makespan_us": region_us, "rest_of_step_us": makespan - region_us,
-               "exact": self.exact_kind}
+               "exact": self.exact_kind, **gen}
+        if self.arch.kv_dtype != "bf16":
+            rec["kv_dtype"] = self.arch.kv_dtype
         rec.update(extra)
         if self.exact_kind == "event":
-            if (d, cfg) not in self._sim_summary:
-                self._simulate(d, cfg)
-            cats, hit = self._sim_summary[(d, cfg)]
+            if (ds, cfg) not in self._sim_summary:
+                self._simulate(ds, cfg)
+            cats, hit = self._sim_summary[(ds, cfg)]
             for c in CATEGORIES:
                 rec[f"cat_{c}_us"] = cats[c]
             rec["l2_hit_rate"] = hit
@@ -343,7 +375,7 @@ class PointScorer:
     def __call__(self, pt: GridPoint) -> list[dict]:
         from subgpu_jax.search.algorithm1 import algorithm1
 
-        d = pt.deploy
+        d = search_step(pt.deploy)  # one step, or the middle step of a generation
         p = self.problem(d)
         if pt.D == 1:
             g1 = p.workload.graph(1)
@@ -441,7 +473,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                 top[k] = r
         entries = []
         for k in sorted(top):
-            dep = record_deployment(top[k])
+            dep = search_step(record_deployment(top[k]))  # a generation's searched step
             entries.append((top[k], dep, record_config(top[k],
                                                        scorer.problem(dep).workload.graph(1))))
         summary["verdicts"] = batch_verdicts(entries, scorer.arch, scorer.hw, scorer.model,
@@ -454,7 +486,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
-        dep = record_deployment(best)
+        dep = search_step(record_deployment(best))  # the step the search scored
         p = scorer.problem(dep)
         cfg = record_config(best, p.workload.graph(1))
         from subgpu_jax.sim.contention import ContentionModel

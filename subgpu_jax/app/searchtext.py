@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from subgpu_jax.app.options import resolve_cache
+from subgpu_jax.app.options import resolve_cache, serving_args
 from subgpu_jax.app.report import validation_status
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 
@@ -138,11 +138,14 @@ def search_reproduce_command(a, best: dict) -> list[str]:
     cmd = ["subgpu", "simulate", "--model", a.model, "--hardware", a.hardware,
            "--gpus", str(best["num_gpus"]), "--tp", str(best["attn_tp"]),
            "--dp", str(best["attn_dp"]), "--ep", str(best["moe_ep"]),
-           "--batch", str(best["global_batch"]), "--kv-history", str(best["kv_history"])]
+           "--batch", str(best["global_batch"])]
+    if not best.get("output_len"):  # a whole generation starts at --input-len
+        cmd += ["--kv-history", str(best["kv_history"])]
     if a.expert_dtype:
         cmd += ["--expert-dtype", a.expert_dtype]
-    if a.input_len != 32768:
-        cmd += ["--input-len", str(a.input_len)]
+    if a.input_len not in (None, 32768) or best.get("output_len"):
+        cmd += ["--input-len", str(best.get("input_len") or a.input_len)]
+    cmd += serving_args(a)
     cuts = best["cuts"].split("|") if best["cuts"] else []
     cmd += ["--cuts", ",".join(cuts), "--reuse" if int(best["w"]) else "--no-reuse",
             "--sms", ",".join(str(best["sms"]).split("|")),
@@ -199,9 +202,11 @@ def search_grid_args(a) -> list[str]:
     args += ["--all-parallelisms"] if a.all_parallelisms else ["--tp", str(a.tp), "--dp",
                                                                  str(a.dp)]
     args += ["--ep", str(a.ep)]
-    for opt, default in (("kv_history", 32768), ("input_len", 32768)):
-        if getattr(a, opt) != default:
+    for opt in ("kv_history", "input_len"):
+        if getattr(a, opt) not in (None, 32768) and not (opt == "kv_history" and
+                                                         getattr(a, "output_len", None)):
             args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
+    args += serving_args(a)
     args += ["--batches", _csv(a.batches), "--stages", _csv(a.stages),
              "--microbatches", _csv(a.microbatches)]
     if _csv(getattr(a, "streams_per_stage", "1")) != "1":

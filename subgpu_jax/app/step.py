@@ -13,6 +13,10 @@ head, sampling, embedding lookup) run once for the whole per-GPU batch on the wh
     step time = sum over runs of the run's pipelined makespan + the head's time    [µs]
 
 For a model with one region kind this is the region makespan plus the head.
+
+A whole generation (``Deployment.output_len`` > 0) is timed by ``simulate_generation``: the
+steps of ``model.generation.generation_nodes`` (first, middle and last), each with its KV
+history, averaged with their weights into the time per output token (docs/accounting.md item 6).
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from subgpu_jax.model.graph import ForwardPass, OpGraph, StaticDurationModel
+from subgpu_jax.model.deployment import Deployment
+from subgpu_jax.model.generation import generation_steps
+from subgpu_jax.model.graph import ForwardPass, OpGraph, StaticDurationModel, build_forward
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, chain_cut
 
-__all__ = ["StepResult", "map_cut", "simulate_step"]
+__all__ = ["StepResult", "map_cut", "simulate_step", "GenerationResult", "simulate_generation"]
 
 #: Place of each kernel kind inside a layer (the launch order of ``build_graph``), used to carry a
 #: cut from one region kind to another; kernels of different kinds at the same place share a rank.
@@ -173,3 +179,45 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
     res.makespan_us += res.head_us
     res.category_time_us = cats
     return res
+
+
+@dataclass
+class GenerationResult:
+    """A whole generation's time per output token.
+
+    Attributes:
+        makespan_us: the weighted mean step time over the generation (µs; TPOT).
+        steps: per simulated step ``{"step", "kv_history", "weight", "makespan_us"}``.
+    """
+
+    makespan_us: float
+    steps: list = field(default_factory=list)
+
+
+def simulate_generation(arch, deploy: Deployment, cfg: Config, hw: Hardware, microbatches: int,
+                        simulator: str = "event", model=None, cache: str = "lru",
+                        duration_model=None) -> GenerationResult:
+    """Time ``deploy``'s generation (``output_len`` steps from ``input_len``; one step when
+    ``output_len`` is 0) under ``cfg`` with ``microbatches`` microbatches: ``simulate_step`` at
+    each step of ``model.generation.generation_steps``, averaged with its weights.
+
+    Args:
+        arch: the model. deploy: the deployment. cfg: a configuration of the main region.
+        hw: the GPU. microbatches: m of ``cfg``. simulator, model, cache, duration_model: as
+            ``simulate_step``.
+
+    Returns:
+        ``GenerationResult`` (µs).
+
+    Raises:
+        ValueError: as ``simulate_step``.
+    """
+    out = GenerationResult(makespan_us=0.0)
+    for d, w in generation_steps(deploy):
+        t = simulate_step(build_forward(arch, d, microbatches), cfg, hw, simulator, model, cache,
+                          duration_model=duration_model, record=False).makespan_us
+        out.steps.append({"step": int(d.kv_history - deploy.kv_history),
+                          "kv_history": int(d.kv_history), "weight": float(w),
+                          "makespan_us": float(t)})
+        out.makespan_us += w * t
+    return out

@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from subgpu_jax.app.store import SweepStore, grid_fingerprint
 from subgpu_jax.model.graph import Deployment
+from subgpu_jax.model.memory import check_memory
 from subgpu_jax.model.models import ModelArch
 
 __all__ = ["GridPoint", "outer_parallelisms", "build_grid", "SweepStore", "grid_fingerprint",
@@ -101,7 +102,7 @@ def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[
 
 def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: Sequence[int],
                microbatches: Sequence[int], policies: Sequence[str] = ("wavefront",),
-               kv_history: int = 32768, input_len: int = 32768,
+               kv_history: int | None = None, input_len: int | None = None,
                parallelisms: Sequence[tuple[int, int, int]] | None = None,
                hw=None, skipped: list | None = None,
                deploy_options: dict | None = None,
@@ -111,8 +112,8 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
     ``deploy_options``: further ``Deployment`` fields of every point (topology, routing).
 
     A combination is skipped when G is not divisible by d, when m does not divide R = G/d, or
-    (with ``hw``) when weights + KV cache do not fit in the GPU's HBM
-    (``Deployment.check_memory``); each skip is described in ``skipped`` if a list is given.
+    (with ``hw``) when weights + KV cache + activations exceed the GPU's memory budget
+    (``model.memory.check_memory``, ``gpu_memory_utilization`` of its HBM); each skip is described in ``skipped`` if a list is given.
     Every pipelined point is repeated for each k of ``streams`` (streams per stage).
     When nothing is left, the error names the constraint that emptied the grid.
 
@@ -151,7 +152,7 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
             dep.validate(arch)
             if hw is not None:
                 try:
-                    dep.check_memory(arch, hw)
+                    check_memory(arch, dep, hw)
                 except ValueError as err:
                     reasons["memory"] += 1
                     notes.append(f"TP{t}xDP{d} G={G}: {err}")
@@ -169,7 +170,7 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
                             pts.append(GridPoint(dep, D, m, pol, k))
     if not any(p.D > 1 for p in pts):
         if not pts and reasons["memory"]:
-            why = "no deployment fits in the GPU's HBM (" + notes[-1] + ")"
+            why = "no deployment fits in the GPU's memory budget (" + notes[-1] + ")"
         elif not pts:
             why = "no batch is divisible by the attention DP degree"
         else:

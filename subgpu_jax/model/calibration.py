@@ -268,6 +268,10 @@ class Calibration:
                     hint = ("; the file names no expert_dtype: if its experts ran in another "
                             "datatype than the workload's (Hopper runs them in bf16), pass "
                             "--expert-dtype to match")
+                elif k.op == "combine" and dep is not None and dep.attn_tp > 1:
+                    hint = ("; a calibration measured before the combine's all-gather over the "
+                            "attention TP ranks was priced (docs/accounting.md item 3) lacks it: "
+                            "re-measure with subgpu calibrate")
                 raise ValueError(f"calibration has no measurement of kernel {k.name} at global "
                                  f"batch {gb} with {graph.microbatches} microbatch(es) "
                                  f"(measured batches: {list(self.global_batches)}){hint}")

@@ -1,19 +1,25 @@
-"""Deployments: how a model is spread over GPUs (attention TP x DP, MoE EP), the decode step it
-serves, its NVLink topology, and the HBM it needs per GPU. The batch accounting every graph
-follows is in ``model/graph.py``'s module docstring (docs/method.md §5).
+"""Deployments: how a model is spread over GPUs (attention TP x DP, MoE EP), the decode step (or
+whole generation) it serves, its NVLink topology, its MoE dispatch and its memory budget. The
+batch accounting every graph follows is in ``model/graph.py``'s module docstring (docs/method.md
+§5); the HBM each GPU needs and the fit check are in ``model/memory.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.model.routing import DISPATCH_MODES
 
-__all__ = ["Deployment", "REFERENCE_DEPLOYMENT"]
+__all__ = ["Deployment", "REFERENCE_DEPLOYMENT", "DEFAULT_CONTEXT"]
+
+#: Prompt length and KV history (tokens) when neither is given: the reference workload's 32,768
+#: (docs/method.md §5).
+DEFAULT_CONTEXT = 32768
 
 
 @dataclass(frozen=True)
@@ -26,8 +32,26 @@ class Deployment:
         attn_dp: d, attention data parallelism.
         moe_ep: e, MoE expert parallelism (1 for dense models, whose MLP uses ``attn_tp``).
         global_batch: G, decode requests in flight (tokens per step).
-        input_len: prompt length (tokens); recorded, the KV cache size is ``kv_history``.
-        kv_history: tokens in each request's KV cache at this step.
+        input_len: prompt length (tokens); None (default) = ``kv_history``, or 32,768 when
+            neither is given.
+        kv_history: tokens in each request's KV cache at this step; None (default) =
+            ``input_len`` (the first decode step after the prompt). Must be >= ``input_len``
+            (the prompt is in the cache at every decode step).
+        output_len: tokens generated per request, 0 (default) = one decode step at
+            ``kv_history``. With N > 0 the deployment serves a whole generation: steps
+            s = 0..N-1 read ``input_len + s`` tokens (``step``), ``kv_history`` must equal
+            ``input_len``, and the KV cache grows to ``input_len + N`` (``peak_kv_history``).
+        dispatch: MoE dispatch payload, ``"per-expert"`` (default: one copy of a token per
+            selected expert on another rank) or ``"per-rank"`` (one copy per destination rank,
+            deduplicated; ``routing.DISPATCH_MODES``).
+        gpu_memory_utilization: fraction of each GPU's HBM for weights, KV cache and
+            activations (vLLM's ``--gpu-memory-utilization``, default 0.9); the rest is left to
+            CUDA graphs, NCCL buffers and the CUDA context (``model.memory``).
+        moe_tp_gather: with attention TP t > 1 and an MoE, the combine ends with the all-gather
+            of the MoE output over the t attention ranks (default True; docs/accounting.md item
+            3). False prices the step as before that fix (no gather, the shared experts'
+            partial sums all-reduced, the combine's sum over all Rm tokens): the step the
+            committed H200 measurements (experiments/results, taken before the fix) emulated.
         nvlink_domain: GPUs per NVLink domain (8 for a DGX/HGX node, 72 for a GB200 NVL72
             rack); 0 (default) = all ``num_gpus`` in one NVLink domain. TP groups are packed
             into domains; a collective spanning domains sends over the scale-out network.
@@ -55,15 +79,45 @@ class Deployment:
     attn_dp: int = 4
     moe_ep: int = 32
     global_batch: int = 2048
-    input_len: int = 32768
-    kv_history: int = 32768
+    input_len: int | None = None
+    kv_history: int | None = None
     nvlink_domain: int = 0
     scaleout_GBps: float = 50.0
     routing: str = "uniform"
     routing_imbalance: float = 1.0
     kv_lengths: tuple = ()
+    output_len: int = 0
+    dispatch: str = "per-expert"
+    gpu_memory_utilization: float = 0.9
+    moe_tp_gather: bool = True
 
     def __post_init__(self) -> None:
+        for f in ("kv_history", "input_len"):  # the one given is checked before it fills in
+            v = getattr(self, f)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer))
+                                  or v <= 0):
+                raise ValueError(f"deployment.{f} must be a positive integer (tokens), got {v!r}")
+        if self.input_len is None and self.kv_history is None:
+            object.__setattr__(self, "input_len", DEFAULT_CONTEXT)
+        if self.input_len is None:
+            object.__setattr__(self, "input_len", self.kv_history)
+        if self.kv_history is None:
+            object.__setattr__(self, "kv_history", self.input_len)
+        if self.dispatch not in DISPATCH_MODES:
+            raise ValueError(f"deployment.dispatch must be one of {', '.join(DISPATCH_MODES)}, "
+                             f"got {self.dispatch!r}")
+        v = self.gpu_memory_utilization
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) \
+                or not math.isfinite(v) or not 0 < v <= 1:
+            raise ValueError(f"deployment.gpu_memory_utilization must be a fraction in (0, 1] "
+                             f"of the GPU's HBM, got {v!r}")
+        if not isinstance(self.moe_tp_gather, (bool, np.bool_)):
+            raise ValueError(f"deployment.moe_tp_gather must be True or False, got "
+                             f"{self.moe_tp_gather!r}")
+        v = self.output_len
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"deployment.output_len must be a non-negative integer (tokens; 0 = "
+                             f"one step), got {v!r}")
         if self.routing not in ("uniform", "multinomial"):
             raise ValueError(f"deployment.routing must be 'uniform' or 'multinomial', got "
                              f"{self.routing!r}")
@@ -89,6 +143,14 @@ class Deployment:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v <= 0:
                 raise ValueError(f"deployment.{f} must be a positive integer, got {v!r}")
+        if self.kv_history < self.input_len:
+            raise ValueError(f"deployment.kv_history={self.kv_history} must be >= input_len="
+                             f"{self.input_len}: the prompt is in the KV cache at every decode "
+                             "step")
+        if self.output_len and self.kv_history != self.input_len:
+            raise ValueError(f"deployment.kv_history={self.kv_history} must equal input_len="
+                             f"{self.input_len} with output_len={self.output_len}: a generation "
+                             "starts right after the prompt")
         if self.attn_tp * self.attn_dp != self.num_gpus:
             raise ValueError(f"deployment: attn_tp*attn_dp = {self.attn_tp * self.attn_dp} must "
                              f"equal num_gpus = {self.num_gpus}")
@@ -139,57 +201,24 @@ class Deployment:
             return 1
         return max(1, arch.num_kv_heads // self.attn_tp)
 
-    def memory_bytes(self, arch: ModelArch) -> dict[str, float]:
-        """HBM each GPU needs: its weight shard and the KV cache of its requests (bytes).
+    def step(self, s: int) -> "Deployment":
+        """The single decode step s (0-based) of this deployment's generation: every request's
+        KV history (and each of ``kv_lengths``) advanced by s tokens, ``output_len`` 0.
 
-        Weights: attention (q/k/v/o or the MLA projections, sinks, norms) and dense MLPs split
-        over attn_tp (KV projections replicated like the KV heads; the MLA down-projection
-        whole on every rank), the router replicated, E/e local experts and the shared experts
-        split over attn_tp per MoE layer, and the embedding and LM head split over attn_tp. KV:
-        R = G/d requests x kv_history tokens (the window for sliding layers) x local KV heads x
-        head_dim x 2 (K and V) x the KV dtype per layer; for MLA (kv_lora + rope) elements per
-        token, whole on every rank. Activations and workspaces are not counted (small).
-
-        Returns:
-            ``{"weights": bytes, "kv": bytes, "total": bytes}``.
+        Raises:
+            ValueError: s < 0.
         """
-        t, e = self.attn_tp, self.moe_ep
-        H, hd = arch.hidden, arch.head_dim
-        wb, kvb, eb = (DTYPE_BYTES[arch.weight_dtype], DTYPE_BYTES[arch.kv_dtype],
-                       DTYPE_BYTES[arch.expert_dtype])
-        qh, kvh = arch.num_heads // t, self.local_kv_heads(arch)
-        if arch.is_mla:
-            c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
-            attn = (H * (ql + c + r) + (ql or H) * qh * hd
-                    + qh * c * (arch.qk_nope_head_dim + arch.v_head_dim)
-                    + qh * arch.v_head_dim * H) * wb
-            kv_tok = (c + r) * kvb
-        else:
-            attn = (H * (qh + 2 * kvh) * hd + qh * hd * H) * wb
-            kv_tok = kvh * hd * 2 * kvb
-        moe = ((arch.num_experts // e) * 3 * H * arch.moe_intermediate * eb
-               + H * arch.num_experts * wb
-               + 3 * H * arch.num_shared_experts * arch.moe_intermediate // t * eb) \
-            if arch.is_moe else 0.0
-        dense = 3 * H * (arch.intermediate // t) * wb
-        emb = (1 if arch.tie_embeddings else 2) * arch.vocab * H * wb / t
-        weights = sum(attn + (moe if mk == "moe" else dense) for mk in arch.mlp_types) + emb
-        kv = 0.0
-        for kind in arch.layer_types:
-            L = self.kv_tokens(arch.sliding_window if kind == "sliding" else None)
-            kv += self.requests_per_gpu * L * kv_tok
-        return {"weights": float(weights), "kv": float(kv), "total": float(weights + kv)}
+        if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0:
+            raise ValueError(f"step must be a non-negative integer, got {s!r}")
+        return dataclasses.replace(self, kv_history=int(self.kv_history) + int(s),
+                                   kv_lengths=tuple(x + int(s) for x in self.kv_lengths),
+                                   output_len=0)
 
-    def check_memory(self, arch: ModelArch, hw: Hardware) -> None:
-        """Raise ValueError when weights + KV cache exceed the GPU's HBM (names the sizes)."""
-        mb = self.memory_bytes(arch)
-        if mb["total"] > hw.hbm_bytes:
-            raise ValueError(
-                f"deployment does not fit: each GPU needs {mb['total'] / 1e9:.1f} GB (weights "
-                f"{mb['weights'] / 1e9:.1f} GB + KV cache {mb['kv'] / 1e9:.1f} GB for "
-                f"{self.requests_per_gpu} requests x {self.kv_history} tokens) but a {hw.name} "
-                f"has {hw.hbm_bytes / 1e9:.0f} GB; lower global_batch or kv_history, or raise "
-                "attn_dp")
+    @property
+    def peak_kv_history(self) -> int:
+        """Tokens in each request's KV cache at its largest: ``kv_history + output_len`` (the
+        whole generation's last token appended), ``kv_history`` for one step."""
+        return int(self.kv_history) + int(self.output_len)
 
     def kv_tokens(self, window: int | None = None) -> float:
         """KV tokens per request that the busiest attention-DP rank reads per layer (tokens):

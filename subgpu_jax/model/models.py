@@ -12,6 +12,7 @@ layers, then 58 MoE layers; GPT-OSS is 18 instances of one (sliding, full) two-l
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -19,8 +20,11 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from subgpu_jax.model.hardware import DTYPE_BYTES
+from subgpu_jax.model.quant import quant_dtypes
+from subgpu_jax.model.routing import expected_distinct
 
-__all__ = ["ModelArch", "MODELS", "FAMILIES", "get_model", "load_hf_config", "resolve_model"]
+__all__ = ["ModelArch", "MODELS", "FAMILIES", "get_model", "load_hf_config", "resolve_model",
+           "expected_distinct"]
 
 #: Hugging Face ``model_type`` values ``load_hf_config`` reads (the README lists them too).
 FAMILIES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss",
@@ -71,7 +75,14 @@ class ModelArch:
             bf16 activations) compute at the bf16 rate, since no GPU has a native
             low-precision-weight x bf16-activation tensor-core path; DeepSeek-V3's FP8 experts
             quantise activations too (``activation_scheme: dynamic``) and run at the FP8 rate.
-        kv_dtype: datatype of the KV cache.
+        kv_dtype: datatype of the KV cache (``subgpu ... --kv-dtype fp8`` halves its bytes).
+        attn_dtype, attn_act_dtype: weight and GEMM datatypes of the attention projections
+            (q/k/v/o, the MLA projections); ``""`` = ``weight_dtype``.
+        mlp_dtype, mlp_act_dtype: the same for the dense MLP layers; ``""`` = ``weight_dtype``.
+        shared_dtype, shared_act_dtype: the same for the shared experts; ``""`` = the routed
+            experts' ``expert_dtype`` / ``expert_act_dtype``. ``load_hf_config`` sets all of
+            these from the checkpoint's ``quantization_config`` (``model.quant``); the router,
+            norms, embedding and LM head are always ``weight_dtype``.
 
     Raises:
         ValueError: from ``__post_init__`` for inconsistent fields (names the field).
@@ -110,6 +121,12 @@ class ModelArch:
     expert_dtype: str = "bf16"
     expert_act_dtype: str = "bf16"
     kv_dtype: str = "bf16"
+    attn_dtype: str = ""
+    attn_act_dtype: str = ""
+    mlp_dtype: str = ""
+    mlp_act_dtype: str = ""
+    shared_dtype: str = ""
+    shared_act_dtype: str = ""
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden", "num_heads", "num_kv_heads", "head_dim", "vocab"):
@@ -175,6 +192,34 @@ class ModelArch:
             if getattr(self, f) not in DTYPE_BYTES:
                 raise ValueError(f"model.{f} must be one of {sorted(DTYPE_BYTES)}, "
                                  f"got {getattr(self, f)!r}")
+        for f in ("attn_dtype", "attn_act_dtype", "mlp_dtype", "mlp_act_dtype", "shared_dtype",
+                  "shared_act_dtype"):
+            if getattr(self, f) and getattr(self, f) not in DTYPE_BYTES:
+                raise ValueError(f"model.{f} must be '' (the default) or one of "
+                                 f"{sorted(DTYPE_BYTES)}, got {getattr(self, f)!r}")
+
+    def dtypes(self, group: str) -> tuple[str, str]:
+        """``(weight datatype, GEMM datatype)`` of a module group: ``"attn"`` (attention
+        projections), ``"dense_mlp"``, ``"shared_experts"``, ``"experts"`` (routed), or
+        ``"other"`` (router, norms, embedding, LM head: ``weight_dtype``). See the fields.
+
+        Raises:
+            ValueError: an unknown group.
+        """
+        w = self.weight_dtype
+        if group == "attn":
+            return self.attn_dtype or w, self.attn_act_dtype or w
+        if group == "dense_mlp":
+            return self.mlp_dtype or w, self.mlp_act_dtype or w
+        if group == "experts":
+            return self.expert_dtype, self.expert_act_dtype
+        if group == "shared_experts":
+            return self.shared_dtype or self.expert_dtype, \
+                self.shared_act_dtype or self.expert_act_dtype
+        if group == "other":
+            return w, w
+        raise ValueError(f"group must be attn, dense_mlp, shared_experts, experts or other, "
+                         f"got {group!r}")
 
     # ------------------------------------------------------------------ derived
     @property
@@ -310,7 +355,8 @@ def _alternating(n: int, first: str, second: str) -> tuple[str, ...]:
 #: 128 with hidden 2048 and 32 heads, q/k norm, 128 experts top-8, moe_intermediate 768);
 #: Qwen/Qwen3-8B; Qwen/Qwen2.5-7B-Instruct (q/k/v biases); mistralai/Mixtral-8x7B-v0.1
 #: (sliding_window null: full attention); deepseek-ai/DeepSeek-V3 (MLA, 1 shared expert, first 3
-#: layers dense, 8 groups / top-4 groups routing, FP8 W8A8 experts, the MTP module excluded).
+#: layers dense, 8 groups / top-4 groups routing, block-wise FP8 W8A8 for every linear layer:
+#: attention projections, dense MLPs, shared and routed experts; the MTP module excluded).
 #: The same files are in tests/data/configs/.
 MODELS: Mapping[str, ModelArch] = MappingProxyType({
     "gpt-oss-120b": ModelArch(
@@ -351,7 +397,8 @@ MODELS: Mapping[str, ModelArch] = MappingProxyType({
         top_k=8, moe_intermediate=2048, num_shared_experts=1, n_group=8, topk_group=4,
         mlp_types=("dense",) * 3 + ("moe",) * 58, q_lora_rank=1536, kv_lora_rank=512,
         qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, expert_dtype="fp8",
-        expert_act_dtype="fp8"),
+        expert_act_dtype="fp8", attn_dtype="fp8", attn_act_dtype="fp8", mlp_dtype="fp8",
+        mlp_act_dtype="fp8"),
 })
 
 
@@ -496,10 +543,13 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     Qwen3-MoE and DeepSeek-V3 layers are dense per ``mlp_only_layers`` /
     ``decoder_sparse_step`` / ``first_k_dense_replace`` / ``moe_layer_freq``.
 
-    Quantisation: GPT-OSS ``quant_method`` must be ``mxfp4`` (or absent: bf16 experts); an
-    ``fp8`` DeepSeek-V3 gives FP8 experts with FP8 activations (``activation_scheme:
-    dynamic``), FP8 weight-only otherwise; any other method is refused (the model would be
-    costed at the wrong bytes).
+    Quantisation, per module group (``model.quant.quant_dtypes``): ``fp8`` and ``fbgemm_fp8``
+    cover every linear layer (attention projections, dense MLPs, shared and routed experts: W8A8,
+    the GEMMs at the FP8 rate; DeepSeek-V3's block-wise FP8), ``mxfp4`` the routed experts only
+    (GPT-OSS, weight-only); the modules a config excludes (``modules_to_not_convert``,
+    ``ignored_layers``, ``ignore``) stay in the checkpoint's datatype; the router, embedding
+    and LM head are never quantised; any other method is refused (the model would be costed at
+    the wrong bytes).
 
     Args:
         path: file path of the config.
@@ -550,71 +600,53 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
                   tie_embeddings=_bool(cfg, "tie_word_embeddings", p, False))
     try:
         quant = _quant(cfg)
-        qm = quant.get("quant_method")
-        if qm is not None and mt not in ("gpt_oss", "deepseek_v3"):
-            raise ValueError(f"field 'quantization_config.quant_method' {qm!r} is not supported "
-                             f"for {mt} (only unquantised bf16 checkpoints)")
+        arch = None
         if mt == "llama":
-            return ModelArch(family="llama", intermediate=_int(cfg, "intermediate_size", p),
+            arch = ModelArch(family="llama", intermediate=_int(cfg, "intermediate_size", p),
                              attn_bias=_bool(cfg, "attention_bias", p, False),
                              mlp_bias=_bool(cfg, "mlp_bias", p, False), **common)
-        if mt in ("qwen2", "qwen3"):
+        elif mt in ("qwen2", "qwen3"):
             lt, sw = _qwen_layer_types(cfg, p, layers)
-            return ModelArch(family=mt, intermediate=_int(cfg, "intermediate_size", p),
+            arch = ModelArch(family=mt, intermediate=_int(cfg, "intermediate_size", p),
                              layer_types=lt, sliding_window=sw,
                              qkv_bias=(mt == "qwen2"), qk_norm=(mt == "qwen3"),
                              attn_bias=_bool(cfg, "attention_bias", p, False), **common)
-        if mt == "qwen3_moe":
+        elif mt == "qwen3_moe":
             lt, sw = _qwen_layer_types(cfg, p, layers)
             mlp = _moe_layers_qwen(cfg, layers)
             inter = cfg.get("intermediate_size") or 0
             if "dense" in mlp:
                 inter = _int(cfg, "intermediate_size", p)
-            return ModelArch(family="qwen3_moe", num_experts=_int(cfg, "num_experts", p),
+            arch = ModelArch(family="qwen3_moe", num_experts=_int(cfg, "num_experts", p),
                              top_k=_int(cfg, "num_experts_per_tok", p),
                              moe_intermediate=_int(cfg, "moe_intermediate_size", p),
                              intermediate=inter, mlp_types=mlp, layer_types=lt,
                              sliding_window=sw, qk_norm=True,
                              attn_bias=_bool(cfg, "attention_bias", p, False), **common)
-        if mt == "mixtral":
+        elif mt == "mixtral":
             sw = _window(cfg)
-            return ModelArch(family="mixtral", num_experts=_int(cfg, "num_local_experts", p),
+            arch = ModelArch(family="mixtral", num_experts=_int(cfg, "num_local_experts", p),
                              top_k=_int(cfg, "num_experts_per_tok", p),
                              moe_intermediate=_int(cfg, "intermediate_size", p),
                              layer_types=("sliding" if sw else "full",) * layers,
                              sliding_window=sw, **common)
-        if mt == "gpt_oss":
+        elif mt == "gpt_oss":
             # Hugging Face GptOssConfig default: sliding on even layers, full on odd ones
             lt = _layer_types(cfg, p, layers, _alternating(layers, "sliding", "full"))
-            if qm is None:
-                exp_dtype = "bf16"
-            elif str(qm).lower() == "mxfp4":
-                exp_dtype = "mxfp4"
-            else:
-                raise ValueError(f"field 'quantization_config.quant_method' must be 'mxfp4' (or "
-                                 f"absent for bf16 experts) for gpt_oss, got {qm!r}")
-            return ModelArch(family="gpt_oss",
+            arch = ModelArch(family="gpt_oss",
                              num_experts=_int(cfg, "num_local_experts", p, "num_experts"),
                              top_k=_int(cfg, "num_experts_per_tok", p, "experts_per_token"),
                              moe_intermediate=_int(cfg, "intermediate_size", p),
                              layer_types=lt, sliding_window=_window(cfg),
                              attn_bias=_bool(cfg, "attention_bias", p, True), mlp_bias=True,
-                             attention_sinks=True, expert_dtype=exp_dtype, **common)
-        if mt == "deepseek_v3":
+                             attention_sinks=True, **common)
+        elif mt == "deepseek_v3":
             E = _nonneg(cfg, "n_routed_experts")
             fk = _nonneg(cfg, "first_k_dense_replace")
             freq = _nonneg(cfg, "moe_layer_freq", 1) or 1
             mlp = tuple("moe" if E and i >= fk and i % freq == 0 else "dense"
                         for i in range(layers))
-            if qm is None:
-                ed = ead = "bf16"
-            elif str(qm).lower() == "fp8":
-                ed = "fp8"
-                ead = "fp8" if quant.get("activation_scheme") == "dynamic" else "bf16"
-            else:
-                raise ValueError(f"field 'quantization_config.quant_method' must be 'fp8' (or "
-                                 f"absent) for deepseek_v3, got {qm!r}")
-            return ModelArch(family="deepseek_v3", num_experts=E,
+            arch = ModelArch(family="deepseek_v3", num_experts=E,
                              top_k=_int(cfg, "num_experts_per_tok", p) if E else 0,
                              moe_intermediate=_int(cfg, "moe_intermediate_size", p) if E else 0,
                              intermediate=_int(cfg, "intermediate_size", p),
@@ -627,23 +659,14 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
                              qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", p),
                              v_head_dim=_int(cfg, "v_head_dim", p),
                              attn_bias=_bool(cfg, "attention_bias", p, False),
-                             expert_dtype=ed, expert_act_dtype=ead, **common)
+                             **common)
+        if arch is None:  # pragma: no cover - FAMILIES checked above
+            raise AssertionError(mt)
+        return dataclasses.replace(arch, **quant_dtypes(
+            quant, arch.family, arch.mlp_types, mla=arch.is_mla, q_lora=bool(arch.q_lora_rank),
+            shared=bool(arch.num_shared_experts)))
     except ValueError as e:
         msg = str(e)
         raise ValueError(msg if msg.startswith("config.json") else f"config.json {p}: {msg}") \
             from None
-    raise AssertionError(mt)  # pragma: no cover - FAMILIES checked above
 
-
-def expected_distinct(n_items: int, draws: float, picks_per_draw: int = 1) -> float:
-    """Expected number of distinct items hit when ``draws`` draws each pick ``picks_per_draw``
-    distinct items uniformly from ``n_items``: n * (1 - (1 - k/n)^draws).
-
-    Used for the distinct experts a microbatch's tokens touch under uniform routing.
-    """
-    if n_items <= 0:
-        return 0.0
-    return n_items * (1.0 - (1.0 - picks_per_draw / n_items) ** draws)
-
-
-__all__.append("expected_distinct")

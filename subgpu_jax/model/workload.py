@@ -13,6 +13,7 @@ from typing import Callable
 from subgpu_jax.model.checks import finite, pos_int
 from subgpu_jax.model.graph import Deployment, OpGraph, build_graph
 from subgpu_jax.model.hardware import Hardware, get_hardware
+from subgpu_jax.model.memory import check_memory
 from subgpu_jax.model.models import ModelArch, resolve_model
 
 __all__ = ["Workload"]
@@ -78,13 +79,15 @@ class Workload:
 
     @classmethod
     def checked(cls, arch: ModelArch, deploy: Deployment, hw: Hardware) -> "Workload":
-        """``from_model`` after validating the weights + KV cache against the GPU's HBM.
+        """``from_model`` after checking weights + KV cache + activations against the GPU's
+        memory budget (``model.memory.check_memory``: ``deploy.gpu_memory_utilization`` of its
+        HBM).
 
         Raises:
-            ValueError: invalid deployment, or weights + KV cache larger than the GPU's HBM.
+            ValueError: invalid deployment, or a deployment over its memory budget.
         """
         deploy.validate(arch)
-        deploy.check_memory(arch, hw)
+        check_memory(arch, deploy, hw)
         return cls.from_model(arch, deploy, hw)
 
     def graph(self, m: int = 1) -> OpGraph:

@@ -1,0 +1,125 @@
+"""Expert-parallel routing arithmetic (pure Python): the distinct experts a set of routed tokens
+hits, the load and experts of the busiest EP rank, and the copies of a token the MoE dispatch
+sends (per expert, or deduplicated per destination rank). The graph builder
+(``model.builder``) and the GPU workload (``hw_runtime``) both use it, so the simulator and the
+runtime charge the same counts.
+
+Routing is uniform top-k (every token picks k distinct experts out of E, each k-subset equally
+likely); DeepSeek-V3's group-limited routing has the same per-expert load k/E and is treated
+alike (docs/accounting.md, items 2 and 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["expected_distinct", "RankLoad", "busiest_rank_load", "remote_ranks_per_token",
+           "dispatch_bytes", "DISPATCH_MODES"]
+
+#: MoE dispatch payloads: ``per-expert`` sends one copy of a token per selected expert on another
+#: rank (k (e-1)/e copies per token on average); ``per-rank`` sends one copy per destination rank
+#: holding at least one of its experts (``remote_ranks_per_token``), the expert side expanding
+#: it locally and pre-reducing the combine (as DeepEP's and other deduplicating all-to-alls do).
+DISPATCH_MODES = ("per-expert", "per-rank")
+
+
+def expected_distinct(n_items: int, draws: float, picks_per_draw: int = 1) -> float:
+    """Expected number of distinct items hit when ``draws`` draws each pick ``picks_per_draw``
+    distinct items uniformly from ``n_items``: n * (1 - (1 - k/n)^draws).
+
+    Used for the distinct experts a microbatch's tokens touch under uniform routing.
+    """
+    if n_items <= 0:
+        return 0.0
+    return n_items * (1.0 - (1.0 - picks_per_draw / n_items) ** draws)
+
+
+@dataclass(frozen=True)
+class RankLoad:
+    """What the busiest EP rank of a microbatch receives.
+
+    Attributes:
+        assignments: A, token-expert assignments it receives (mean G*k/(n*m) times
+            ``load_factor``).
+        experts_hit: expected distinct local experts those A assignments hit (<= E/e, <= A):
+            whose weights the expert GEMMs read.
+        group_tokens: T = G*e/(n*m), tokens its EP group routes per microbatch.
+        load_factor: f >= 1, busiest rank's load / mean (``Deployment.expert_load_factor``).
+    """
+
+    assignments: float
+    experts_hit: float
+    group_tokens: float
+    load_factor: float
+
+
+def busiest_rank_load(num_experts: int, top_k: int, moe_ep: int, global_batch: int,
+                      num_gpus: int, microbatches: int, load_factor: float = 1.0) -> RankLoad:
+    """Assignments and distinct local experts of the busiest EP rank for one microbatch.
+
+    With T = G*e/(n*m) tokens routed by the EP group, a mean rank receives T*k/e assignments
+    and hits El*(1 - (1 - k/E)^T) of its El = E/e experts. The busiest rank receives f times
+    the mean, A = f*T*k/e, i.e. as many as a mean rank would if its group routed f*T tokens, so
+    its distinct experts are El*(1 - (1 - k/E)^(f*T)) (expected distinct experts given its
+    load; exact for f = 1, the first-order expectation for f > 1), capped at A (a fraction of a
+    token, f*T < 1, would otherwise hit more experts than it has assignments). Under uniform
+    routing (f = 1) this is the mean rank, unchanged.
+
+    Args:
+        num_experts: E. top_k: k. moe_ep: e. global_batch: G. num_gpus: n. microbatches: m.
+        load_factor: f >= 1.
+
+    Returns:
+        ``RankLoad`` (assignments and experts per microbatch).
+    """
+    E, k, e = num_experts, top_k, moe_ep
+    T = global_batch * e / (num_gpus * microbatches)
+    A = global_batch * k / (num_gpus * microbatches) * load_factor
+    # never more experts than assignments (the formula exceeds A when f*T < 1 token)
+    hit = min(expected_distinct(E, T * load_factor, k) * (E // e) / E, A)
+    return RankLoad(assignments=float(A), experts_hit=float(hit), group_tokens=float(T),
+                    load_factor=float(load_factor))
+
+
+def remote_ranks_per_token(num_experts: int, top_k: int, moe_ep: int) -> float:
+    """Expected number of OTHER EP ranks that hold at least one of a token's k experts (one
+    copy each with per-rank deduplication): (e - 1) * (1 - C(E - El, k) / C(E, k)), El = E/e,
+    the hypergeometric probability that a given rank holds none of k distinct experts drawn
+    from E. Equals k (e-1)/e, the per-expert copies, when each rank holds one expert (El = 1),
+    and is smaller otherwise.
+    """
+    E, k, e = num_experts, top_k, moe_ep
+    if e <= 1:
+        return 0.0
+    El = E // e
+    none = 1.0
+    for i in range(k):  # C(E-El, k) / C(E, k) as a product, no big integers
+        none *= max(0.0, (E - El - i) / (E - i))
+    return (e - 1) * (1.0 - none)
+
+
+def dispatch_bytes(tokens: float, token_bytes: float, num_experts: int, top_k: int, moe_ep: int,
+                   mode: str = "per-expert") -> float:
+    """Bytes one GPU's dispatch sends to the other EP ranks (the combine returns as much from a
+    mean expert rank).
+
+    Args:
+        tokens: Tr, tokens the GPU routes (per microbatch). token_bytes: bytes of one token's
+            activation (h * activation datatype bytes). num_experts: E. top_k: k. moe_ep: e.
+        mode: ``"per-expert"``: Tr * k * (e-1)/e copies (a token's copy per selected expert,
+            those on its own rank staying local); ``"per-rank"``: Tr * ``remote_ranks_per_token``
+            copies (one per other rank holding any of its experts).
+
+    Returns:
+        bytes sent per GPU.
+
+    Raises:
+        ValueError: a mode not in ``DISPATCH_MODES``.
+    """
+    if mode == "per-expert":
+        copies = top_k * (moe_ep - 1) / moe_ep
+    elif mode == "per-rank":
+        copies = remote_ranks_per_token(num_experts, top_k, moe_ep)
+    else:
+        raise ValueError(f"dispatch must be one of {', '.join(DISPATCH_MODES)}, got {mode!r}")
+    return float(tokens * copies * token_bytes)
