@@ -1,4 +1,5 @@
-"""``subgpu run`` and ``subgpu calibrate``: sub-commands registered by ``subgpu_jax.app.cli``.
+"""``subgpu run`` and ``subgpu calibrate``: sub-commands registered by ``subgpu_jax.app.cli``
+(``subgpu tune`` is added here too, from ``hw_runtime.tune.cli``).
 
 Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
 error (exit code 2, through ``subgpu_jax.app.cli.main``'s ``ValueError`` handling) on a machine
@@ -147,6 +148,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="elementwise kernels to calibrate (use the same with `subgpu run`): "
                         "auto, triton or torch (see `subgpu run --help`). Default: auto")
     k.set_defaults(func=_cmd_calibrate)
+
+    from hw_runtime.tune.cli import add_tune_command
+    add_tune_command(sub)
 
 
 def config_from_search(folder: str) -> tuple[dict, dict]:

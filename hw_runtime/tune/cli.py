@@ -1,0 +1,155 @@
+"""``subgpu tune``: registered by ``hw_runtime.cli.add_commands`` beside ``run`` and
+``calibrate``.
+
+Bad options end with one line naming the flag and exit code 2 (``ValueError`` through
+``subgpu_jax.app.cli.main``); on a machine without an NVIDIA GPU with green contexts it refuses
+with one line, after the options are checked and before anything is searched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from hw_runtime.gpu.blas import GEMM_POLICIES
+from hw_runtime.gpu.fused import ELEMENTWISE
+from hw_runtime.gpu.workload import COLLECTIVES
+
+__all__ = ["add_tune_command", "spec_from_args"]
+
+
+def add_tune_command(sub: argparse._SubParsersAction) -> None:
+    """Add ``tune`` to the ``subgpu`` parser's sub-parsers."""
+    from subgpu_jax.app.cli import add_workload_args
+
+    t = sub.add_parser(
+        "tune", help="search, measure the candidates on the local GPU, refit the model from "
+        "the measurements, repeat; refine the best on the GPU (docs/tune.md)",
+        description="The simulator proposes, the GPU decides: search (calibrated with "
+        "--calibration), measure the temporal baseline, multistream and the top K SubGPU "
+        "candidates of every batch, refit a calibration from traced runs, search again until "
+        "predicted and measured speedups agree within --tolerance or the GPU budget is spent, "
+        "then refine the best on the GPU (Algorithm 2 on measured makespans, the SM quantum "
+        "as step; neighbouring microbatch counts). Returns per batch the fastest measured "
+        "configuration, or temporal where nothing measured faster. Writes tune_report.json, "
+        "tune_measurements.csv, tune_frontier.png and calibration_tuned.json into --out; "
+        "running it again resumes without re-measuring.")
+    add_workload_args(t, hardware="H200")
+    t.set_defaults(batch=None)
+    g = t.add_argument_group("grid (as `subgpu search`)")
+    g.add_argument("--batches", default="512,1024,2048",
+                   help="comma-separated global batches G. Default: 512,1024,2048")
+    g.add_argument("--stages", default="2,3", help="comma-separated stage counts D (>= 2). "
+                   "Default: 2,3")
+    g.add_argument("--microbatches", default="2,4",
+                   help="comma-separated microbatch counts m. Default: 2,4")
+    g.add_argument("--policies", default="wavefront",
+                   help="comma-separated dispatch policies (wavefront, layer_major)")
+    g.add_argument("--streams-per-stage", default="1", metavar="K[,K...]",
+                   help="comma-separated streams per stage k. Default: 1")
+    x = t.add_argument_group("model")
+    x.add_argument("--calibration", metavar="FILE.json", default=None,
+                   help="starting calibration (subgpu calibrate); default: the uncalibrated "
+                        "model")
+    x.add_argument("--exact", default="event", choices=("event", "static"),
+                   help="the search's exact scorer and the predictions' (default event)")
+    x.add_argument("--cheap", default="auto", choices=("auto", "vcontention", "static"),
+                   help="the search's cheap estimator (as `subgpu search`)")
+    x.add_argument("--cut-strategy", default="proposal",
+                   choices=("proposal", "local_search", "screen"), help="as `subgpu search`")
+    x.add_argument("--alloc-strategy", default="pairwise", choices=("pairwise", "relax"),
+                   help="as `subgpu search`")
+    x.add_argument("--l-sim", type=int, default=2, help="pass limit of the exact polish")
+    x.add_argument("--cache", default=None, help="L2 policy of the event simulator (default "
+                   "none once calibrated, else lru)")
+    u = t.add_argument_group("tune")
+    u.add_argument("--top", type=int, default=3, metavar="K",
+                   help="SubGPU candidates measured per batch and round. Default: 3")
+    u.add_argument("--budget-s", type=float, default=300.0, metavar="S",
+                   help="GPU seconds per batch (measurements and traces; the searches run on "
+                        "the CPU). Default: 300")
+    u.add_argument("--tolerance", type=float, default=0.03,
+                   help="stop when every measured candidate's predicted speedup is within this "
+                        "fraction of its measured one. Default: 0.03")
+    u.add_argument("--max-rounds", type=int, default=4, help="search rounds at most. Default: 4")
+    u.add_argument("--refine-passes", type=int, default=2,
+                   help="pass limit of the on-GPU pairwise line search. Default: 2")
+    u.add_argument("--no-refine", action="store_true", help="skip the on-GPU refinement")
+    u.add_argument("--out", default="runs/tune", help="results folder (resumed when it holds "
+                   "this tune). Default: runs/tune")
+    e = t.add_argument_group("execution (as `subgpu run`)")
+    e.add_argument("--collectives", default="sleep", choices=COLLECTIVES,
+                   help="sleep (copy + modelled link wait) or none. Default: sleep")
+    e.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES, help="Default: tuned")
+    e.add_argument("--elementwise", default="auto", choices=ELEMENTWISE, help="Default: auto")
+    e.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
+                   help="Default: auto")
+    e.add_argument("--rounds", type=int, default=3, help="timing rounds. Default: 3")
+    e.add_argument("--replays", type=int, default=20,
+                   help="graph replays per round. Default: 20")
+    e.add_argument("--warmup", type=int, default=3, help="warm-up replays. Default: 3")
+    t.set_defaults(func=_cmd_tune)
+
+
+def spec_from_args(a):
+    """The ``TuneSpec`` of parsed ``subgpu tune`` options (CPU only).
+
+    Raises:
+        ValueError: a bad option, one line naming the flag.
+    """
+    from subgpu_jax.app.options import int_list, resolve_arch_ep
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.space.config import DISPATCH_POLICIES
+
+    from hw_runtime.gpu.workload import hopper_arch
+    from hw_runtime.tune.spec import TuneSpec
+
+    if a.batch is not None:
+        raise ValueError("--batch: tune takes a list of global batches, --batches")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        raise ValueError(f"--out: {a.out!r} is a file; --out names the results folder")
+    if a.calibration and not os.path.isfile(a.calibration):
+        raise ValueError(f"--calibration: no file {a.calibration!r}")
+    get_hardware(a.hardware)
+    arch, ep = resolve_arch_ep(a)
+    pols = tuple(p.strip() for p in a.policies.split(",") if p.strip())
+    bad = [p for p in pols if p not in DISPATCH_POLICIES]
+    if not pols or bad:
+        raise ValueError(f"--policies must be among {', '.join(DISPATCH_POLICIES)}, got "
+                         f"{a.policies!r}")
+    if a.hardware.upper() not in ("H200", "H100"):
+        raise ValueError(f"--hardware: tune measures on the local GPU, an H200 or H100 "
+                         f"preset; got {a.hardware}")
+    return TuneSpec(
+        arch=hopper_arch(arch), hardware=a.hardware, num_gpus=a.gpus, attn_tp=a.tp,
+        attn_dp=a.dp, moe_ep=ep, kv_history=a.kv_history, input_len=a.input_len,
+        batches=tuple(int_list(a.batches, "batches")),
+        stages=tuple(int_list(a.stages, "stages")),
+        microbatches=tuple(int_list(a.microbatches, "microbatches")), policies=pols,
+        streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")), exact=a.exact,
+        cheap=a.cheap, cut_strategy=a.cut_strategy, alloc_strategy=a.alloc_strategy,
+        l_sim=a.l_sim, cache=a.cache, calibration=a.calibration, top=a.top,
+        budget_s=a.budget_s, tolerance=a.tolerance, max_rounds=a.max_rounds,
+        refine=not a.no_refine, refine_passes=a.refine_passes, collectives=a.collectives,
+        gemm=a.gemm, elementwise=a.elementwise, lane_priority=a.lane_priority,
+        rounds=a.rounds, replays=a.replays, warmup=a.warmup, model_arg=a.model)
+
+
+def _cmd_tune(a) -> int:
+    from hw_runtime.cli import gpu_check
+    from hw_runtime.tune.executor import GpuTuneExecutor
+    from hw_runtime.tune.loop import Tuner
+
+    spec = spec_from_args(a)
+    for G in spec.batches:          # memory and deployment checks on the CPU first
+        spec.deployment(G).validate(spec.arch)
+    gpu_check()
+    ex = GpuTuneExecutor(spec)
+    print(f"tune: {spec.arch.name} (bf16 experts) on {spec.hardware}, batches "
+          f"{list(spec.batches)}, top {spec.top}, {spec.budget_s:.0f} GPU s per batch; "
+          f"results in {a.out}", flush=True)
+    from hw_runtime.gpu.fused import resolve
+
+    Tuner(spec, ex, a.out, log=lambda line: print(line, flush=True),
+          elementwise=resolve(spec.elementwise, True)).run()
+    return 0

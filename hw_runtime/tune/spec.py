@@ -1,0 +1,360 @@
+"""What ``subgpu tune`` tunes: the options (``TuneSpec``), the configurations it measures
+(``Candidate``) and the model's prediction of a configuration as it is executed (``Predictor``).
+
+Pure CPU (no torch). Units: µs for makespans, SMs for pools, seconds for GPU time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from subgpu_jax.model.graph import Deployment
+from subgpu_jax.model.hardware import Hardware, get_hardware
+from subgpu_jax.model.models import ModelArch
+
+__all__ = ["TuneSpec", "Candidate", "Predictor", "RUN_MODES"]
+
+#: How a candidate runs on the GPU (``hw_runtime.gpu.executor.MODES``).
+RUN_MODES = ("temporal", "green", "multistream")
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    """The options of one tune.
+
+    Attributes:
+        arch: the model as it runs on the GPU (``hopper_arch``: bf16 experts on Hopper).
+        hardware: GPU preset name (the local GPU). num_gpus, attn_tp, attn_dp, moe_ep,
+            kv_history, input_len: the deployment (tokens for the lengths).
+        batches: global batches G; stages: stage counts D (>= 2); microbatches: counts m;
+            policies: dispatch policies; streams: streams per stage k: the search grid.
+        exact, cheap, cut_strategy, alloc_strategy, l_sim: the search's scorers and strategies
+            (``subgpu_jax.app.searchjob.PointScorer``).
+        cache: the L2 policy asked for (None: ``none`` once a calibration is in use, else lru).
+        calibration: path of the starting calibration (None: the uncalibrated model).
+        top: candidates K measured per batch and round. budget_s: GPU seconds for the whole
+            tune. tolerance: relative agreement of predicted and measured speedups that ends the
+            loop (0.03). max_rounds: search rounds at most. refine: refine the best on the GPU;
+            refine_passes: pass limit of Algorithm 2 there.
+        collectives: ``sleep`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
+            lane_priority: the runtime's kernel choices; rounds, replays, warmup: the timing
+            protocol of one measurement. model_arg: ``--model`` as given (for the printed
+            commands; default the model's name).
+
+    Raises:
+        ValueError: a bad value, one line naming the ``subgpu tune`` flag.
+    """
+
+    arch: ModelArch
+    hardware: str
+    num_gpus: int
+    attn_tp: int
+    attn_dp: int
+    moe_ep: int
+    kv_history: int
+    input_len: int
+    batches: tuple[int, ...]
+    stages: tuple[int, ...] = (2, 3)
+    microbatches: tuple[int, ...] = (2, 4)
+    policies: tuple[str, ...] = ("wavefront",)
+    streams: tuple[int, ...] = (1,)
+    exact: str = "event"
+    cheap: str = "auto"
+    cut_strategy: str = "proposal"
+    alloc_strategy: str = "pairwise"
+    l_sim: int = 2
+    cache: str | None = None
+    calibration: str | None = None
+    top: int = 3
+    budget_s: float = 300.0
+    tolerance: float = 0.03
+    max_rounds: int = 4
+    refine: bool = True
+    refine_passes: int = 2
+    collectives: str = "sleep"
+    gemm: str = "tuned"
+    elementwise: str = "auto"
+    lane_priority: str = "auto"
+    rounds: int = 3
+    replays: int = 20
+    warmup: int = 3
+    model_arg: str = ""
+
+    def __post_init__(self) -> None:
+        for f, lo in (("top", 1), ("max_rounds", 1), ("refine_passes", 1), ("rounds", 1),
+                      ("replays", 1), ("warmup", 0), ("l_sim", 1)):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise ValueError(f"--{f.replace('_', '-')} must be an integer >= {lo}, got {v!r}")
+        b = self.budget_s
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) \
+                or b <= 0:
+            raise ValueError(f"--budget-s must be a positive number of GPU seconds, got {b!r}")
+        t = self.tolerance
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1:
+            raise ValueError(f"--tolerance must be a fraction in (0, 1), got {t!r}")
+        for f in ("batches", "microbatches", "stages", "streams"):
+            v = getattr(self, f)
+            if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
+                raise ValueError(f"--{f.replace('streams', 'streams-per-stage')} must be "
+                                 f"positive integers, got {list(v)}")
+        if self.collectives not in ("sleep", "none"):
+            raise ValueError(f"--collectives must be sleep or none, got {self.collectives!r}")
+
+    @property
+    def hw(self) -> Hardware:
+        """The GPU preset (uncalibrated)."""
+        return get_hardware(self.hardware)
+
+    def deployment(self, G: int) -> Deployment:
+        """The deployment at global batch ``G``."""
+        return Deployment(num_gpus=self.num_gpus, attn_tp=self.attn_tp, attn_dp=self.attn_dp,
+                          moe_ep=self.moe_ep, global_batch=int(G), input_len=self.input_len,
+                          kv_history=self.kv_history)
+
+    def cache_policy(self, calibrated: bool) -> str:
+        """The event simulator's L2 policy for a model with (``calibrated``) or without a
+        calibration: ``--cache`` when given, else ``none`` / ``lru`` (``app.options``)."""
+        from subgpu_jax.app.options import resolve_cache
+
+        return resolve_cache(self.cache, "calibrated" if calibrated else None)
+
+    def meta(self) -> dict:
+        """The JSON fingerprint of the options that decide what is measured (a tune folder
+        holding another fingerprint is refused). The budget, the tolerance and the round and
+        pass limits are left out: a resumed tune may extend them."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+             if f.name not in ("arch", "budget_s", "tolerance", "max_rounds", "refine",
+                               "refine_passes")}
+        d["model"] = self.arch.name
+        d["expert_dtype"] = self.arch.expert_dtype
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration of one batch as it runs on the GPU.
+
+    Attributes:
+        G: global batch. mode: ``temporal``, ``green`` or ``multistream`` (``RUN_MODES``).
+        D, w: stages and boundary reuse; cuts: kernel names where segments 2..K start,
+            ``"|"``-separated (``""`` for temporal); sms: SMs per stage ``"64|64"``;
+            microbatch: size b; policy: dispatch policy; k: streams per stage.
+    """
+
+    G: int
+    mode: str
+    D: int = 1
+    w: int = 0
+    cuts: str = ""
+    sms: str = ""
+    microbatch: int = 0
+    policy: str = "wavefront"
+    k: int = 1
+
+    def __post_init__(self) -> None:
+        if self.mode not in RUN_MODES:
+            raise ValueError(f"candidate mode must be one of {', '.join(RUN_MODES)}, got "
+                             f"{self.mode!r}")
+
+    @classmethod
+    def temporal(cls, G: int) -> "Candidate":
+        """The temporal baseline of batch ``G``."""
+        return cls(G=int(G), mode="temporal")
+
+    @classmethod
+    def from_record(cls, rec: Mapping, mode: str = "green") -> "Candidate":
+        """A SubGPU record of ``subgpu search`` (``records.csv`` row or store record) run in
+        ``mode``."""
+        return cls(G=int(rec["global_batch"]), mode=mode, D=int(rec["D"]), w=int(rec["w"]),
+                   cuts=str(rec["cuts"] or ""), sms=str(rec["sms"]),
+                   microbatch=int(rec["microbatch"]), policy=str(rec.get("policy") or "wavefront"),
+                   k=int(rec.get("streams_per_stage") or 1))
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Candidate":
+        """Inverse of ``as_dict``."""
+        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+
+    def as_dict(self) -> dict:
+        """JSON-ready fields."""
+        return dataclasses.asdict(self)
+
+    @property
+    def key(self) -> str:
+        """A stable identifier (what a measurement is stored under)."""
+        if self.mode == "temporal":
+            return f"G{self.G}|temporal"
+        return (f"G{self.G}|{self.mode}|D{self.D}|w{self.w}|{self.cuts}|{self.sms}|"
+                f"b{self.microbatch}|k{self.k}|{self.policy}")
+
+    @property
+    def alloc(self) -> tuple[int, ...]:
+        """SMs per stage."""
+        return tuple(int(x) for x in self.sms.split("|")) if self.sms else ()
+
+    def replace(self, **kw) -> "Candidate":
+        """A copy with fields changed."""
+        return dataclasses.replace(self, **kw)
+
+    def with_alloc(self, alloc: Sequence[int]) -> "Candidate":
+        """The same layout with another SM split."""
+        return self.replace(sms="|".join(str(int(x)) for x in alloc))
+
+    def record(self) -> dict:
+        """The search-record fields ``searchjob.record_config`` reads."""
+        return {"cuts": self.cuts, "D": self.D, "w": self.w, "sms": self.sms,
+                "microbatch": self.microbatch, "policy": self.policy,
+                "streams_per_stage": self.k}
+
+    def describe(self) -> str:
+        """One short line: ``green D=2 w=1 m? 64|64 / L0.qkv|L0.mlp_up k=1``."""
+        if self.mode == "temporal":
+            return "temporal"
+        return (f"{self.mode} D={self.D} w={self.w} b={self.microbatch} k={self.k} "
+                f"SMs={self.sms} cuts={self.cuts}")
+
+
+@dataclass
+class Predictor:
+    """The model's whole-step makespan of a candidate as it runs (``mode``), for one
+    calibration (None: the uncalibrated model), with the search's exact scorer.
+
+    The event simulator predicts every mode; the static max-plus evaluator has no shared-pool
+    model, so its multistream prediction is None.
+
+    Args:
+        spec: the tune. calibration: a ``Calibration`` or None.
+    """
+
+    spec: TuneSpec
+    calibration: object = None
+    _wl: dict = field(default_factory=dict, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def hw(self) -> Hardware:
+        """The simulator's GPU (with the calibration's bandwidth curve)."""
+        hw = self.spec.hw
+        return self.calibration.apply_to_hardware(hw) if self.calibration is not None else hw
+
+    @property
+    def cache(self) -> str:
+        """The event simulator's L2 policy."""
+        return self.spec.cache_policy(self.calibration is not None)
+
+    def model(self):
+        """The ``ContentionModel`` (calibration, ``--collectives`` as link time)."""
+        from subgpu_jax.sim.contention import ContentionModel
+
+        return ContentionModel(calibration=self.calibration,
+                               link_time=self.spec.collectives == "sleep")
+
+    def workload(self, G: int):
+        """The simulator's ``Workload`` of batch ``G`` (memory-checked; cached)."""
+        if G not in self._wl:
+            from subgpu_jax.model.workload import Workload
+
+            self._wl[G] = Workload.checked(self.spec.arch, self.spec.deployment(G), self.spec.hw)
+        return self._wl[G]
+
+    def config(self, c: Candidate):
+        """``(Config, m)`` of a candidate (the temporal config for ``temporal``).
+
+        Raises:
+            ValueError: a layout that is not legal for the workload (one line).
+        """
+        from subgpu_jax.app.searchjob import record_config
+        from subgpu_jax.space.config import temporal_of
+
+        wl = self.workload(c.G)
+        if c.mode == "temporal":
+            return temporal_of(wl), 1
+        try:
+            cfg = record_config(c.record(), wl.graph(1))
+        except KeyError as e:
+            raise ValueError(f"candidate {c.describe()}: unknown kernel {e}") from None
+        g1 = wl.graph(1)
+        cfg.check(g1.n, g1.edges, self.spec.hw, wl.batch)
+        return cfg, wl.microbatches_of(cfg.microbatch)
+
+    def predict(self, c: Candidate) -> float | None:
+        """Predicted whole-step makespan (µs), or None (static scorer, multistream)."""
+        if c.key in self._memo:
+            return self._memo[c.key]
+        from subgpu_jax.app.step import simulate_step
+        from subgpu_jax.model.graph import build_forward
+
+        cfg, m = self.config(c)
+        fp = build_forward(self.spec.arch, self.spec.deployment(c.G), m)
+        mode = "multistream" if c.mode == "multistream" else "green"
+        if self.spec.exact == "event":
+            out = float(simulate_step(fp, cfg, self.hw, "event", self.model(), self.cache,
+                                      record=False, mode=mode).makespan_us)
+        elif mode == "multistream":
+            out = None
+        else:
+            dm = None
+            if self.calibration is not None:
+                from subgpu_jax.model.calibration import CalibratedDurationModel
+                dm = CalibratedDurationModel(self.calibration, self.hw)
+            out = float(simulate_step(fp, cfg, self.hw, "static", duration_model=dm,
+                                      record=False).makespan_us)
+        self._memo[c.key] = out
+        return out
+
+    def kernel_times(self, c: Candidate) -> dict[tuple[str, int], float]:
+        """The model's mean duration (µs) of each kernel of the main region's run of ``c``, per
+        (kernel key, pool SMs): in context (co-running) under the event simulator, alone
+        under the static evaluator. The pool of a temporal run is the whole GPU.
+
+        Raises:
+            ValueError: a multistream candidate (its kernels have no pool of their own).
+        """
+        import numpy as np
+
+        from subgpu_jax.model.calibration import kernel_key
+
+        if c.mode == "multistream":
+            raise ValueError("kernel_times: multistream runs have no pools")
+        cfg, m = self.config(c)
+        g = self.workload(c.G).graph(m)
+        pools = [self.spec.hw.num_sms] if cfg.D == 1 else list(cfg.alloc)
+        acc: dict[tuple[str, int], list[float]] = {}
+        if self.spec.exact == "event":
+            from subgpu_jax.sim.eventsim import simulate
+
+            r = simulate(g, cfg, self.hw, self.model(), cache=self.cache, record=False,
+                         validate=False)
+            for i in range(len(r.kernel_start)):
+                op, st = int(r.kernel_index[i]), int(r.kernel_stage[i])
+                acc.setdefault((kernel_key(g.kernels[op]), pools[st]), []).append(
+                    float(r.kernel_end[i] - r.kernel_start[i]))
+        else:
+            st = cfg.stage_of_segment()
+            for i, kern in enumerate(g.kernels):
+                p = pools[st[cfg.seg_of[i]]] if cfg.D > 1 else pools[0]
+                acc[(kernel_key(kern), p)] = [float(self.alone_us(kern, p))]
+        return {k: float(np.mean(v)) for k, v in acc.items()}
+
+    def alone_us(self, kern, sms: int) -> float:
+        """The model's time (µs) of one kernel alone on ``sms`` SMs: the calibration's table
+        when it has the kernel, else the event simulator's lone run (event scorer) or the
+        static duration model (static scorer)."""
+        import numpy as np
+
+        cal = self.calibration
+        if cal is not None and cal.has(kern):
+            return float(cal.kernel_time_us(kern, sms))
+        if self.spec.exact == "event":
+            from subgpu_jax.sim.eventsim import simulate_streams
+
+            return float(simulate_streams([(int(sms), [kern])], self.hw,
+                                          self.model().replace(calibration=None), "none",
+                                          record=False).makespan)
+        from subgpu_jax.model.graph import StaticDurationModel
+
+        return float(np.ravel(StaticDurationModel(self.hw).kernel_time_us(kern, float(sms)))[0])
