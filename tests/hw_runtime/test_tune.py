@@ -295,3 +295,16 @@ def test_without_a_gpu_refuses_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "cannot run configurations on a GPU" in err[0]
     assert not out.exists()
+
+
+def test_event_scorer_refit_reduces_the_error(tmp_path):
+    """The GPU default, the event simulator: the refit of one round's traces (kernel durations
+    in context against the simulator's, alone times from lone simulations) predicts the measured
+    speedups of that round's candidates at least three times better than the round's model."""
+    spec = _spec(exact="event", max_rounds=1)
+    rep = Tuner(spec, FakeMachine(spec, **SKEWED), str(tmp_path)).run()
+    pe = rep["prediction_error"]
+    assert rep["stop"] == "max_rounds" and pe["first_round"]["median_abs_speedup_error"] > 0.1
+    assert pe["refitted_model_median_abs_speedup_error"] < (
+        pe["first_round"]["median_abs_speedup_error"] / 3)
+    Calibration.load(rep["calibration"]).check_workload(ARCH, spec.deployment(64), H200)
