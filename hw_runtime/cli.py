@@ -1,5 +1,5 @@
 """``subgpu run`` and ``subgpu calibrate``: sub-commands registered by ``subgpu_jax.app.cli``
-(``subgpu tune`` is added here too, from ``hw_runtime.tune.cli``).
+(``subgpu tune``, which uses this module, has its own entry point: ``hw_runtime.tune.cli``).
 
 Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
 error (exit code 2, through ``subgpu_jax.app.cli.main``'s ``ValueError`` handling) on a machine
@@ -46,7 +46,7 @@ def _ep(a) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.app.cli import _add_workload_args
+    from subgpu_jax.app.cli import add_workload_args
 
     r = sub.add_parser("run", help="execute a configuration on the local GPU (green contexts) "
                        "and compare with the simulator",
@@ -55,7 +55,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "pool), time graph replays, check the pipelined output against a "
                        "sequential run, and print measured vs predicted makespans. Hopper GPUs "
                        "run the experts in bf16 (no MXFP4 tensor cores).")
-    _add_workload_args(r, hardware="H200")
+    add_workload_args(r, hardware="H200")
     c = r.add_argument_group("configuration (as `subgpu simulate`)")
     c.add_argument("--cuts", default=None, help="kernels where segments 2..K start (default: "
                    "the Macro cut around the full-attention FMHA)")
@@ -131,7 +131,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "green-context pools and the whole GPU, the copy bandwidth on each pool, "
                        "and a few co-running pairs; write a calibration file for "
                        "`subgpu simulate/search --calibration`.")
-    _add_workload_args(k, hardware="H200")
+    add_workload_args(k, hardware="H200")
     k.add_argument("--out", required=True, metavar="FILE.json", help="calibration file to write")
     k.add_argument("--batches", default=None,
                    help="comma-separated global batches (default: --batch)")
@@ -148,9 +148,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="elementwise kernels to calibrate (use the same with `subgpu run`): "
                         "auto, triton or torch (see `subgpu run --help`). Default: auto")
     k.set_defaults(func=_cmd_calibrate)
-
-    from hw_runtime.tune.cli import add_tune_command
-    add_tune_command(sub)
 
 
 def config_from_search(folder: str) -> tuple[dict, dict]:

@@ -1,5 +1,6 @@
-"""``subgpu tune``: registered by ``hw_runtime.cli.add_commands`` beside ``run`` and
-``calibrate``.
+"""``subgpu tune``: added to the ``subgpu`` parser through its own ``subgpu.commands`` entry
+point (pyproject.toml; ``experiments/device_env.sh`` on the device machine) beside ``run`` and
+``calibrate`` (``hw_runtime.cli``, whose helpers it uses).
 
 Bad options end with one line naming the flag and exit code 2 (``ValueError`` through
 ``subgpu_jax.app.cli.main``); on a machine without an NVIDIA GPU with green contexts it refuses
@@ -13,7 +14,7 @@ import os
 
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.fused import ELEMENTWISE
-from hw_runtime.gpu.workload import COLLECTIVES
+from hw_runtime.gpu.kernels import COLLECTIVES
 
 __all__ = ["add_tune_command", "spec_from_args"]
 

@@ -82,7 +82,8 @@ class GpuTuneExecutor:
 
     def _executor(self, G: int):
         from hw_runtime.gpu.executor import Executor
-        from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError, spin_of
+        from hw_runtime.gpu.kernels import spin_of
+        from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
         from subgpu_jax.model.workload import Workload
 
         if self._G == G:

@@ -26,10 +26,10 @@ from subgpu_jax.app.options import (add_serving_args, choose_split, int_list as 
                                     resolve_context, resolve_parallelism, serving_options,
                                     split_effect as _split_effect, str_list as _str_list)
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "add_workload_args"]
 
 
-def _add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
+def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
                        serving: bool = False) -> None:
     """Add the workload options (model, GPU, deployment, batch, KV history) to ``p``.
 
@@ -74,7 +74,7 @@ def _add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
 
 #: The workload options under a public name, for sub-commands added by plugins
 #: (``hw_runtime.tune.cli``).
-add_workload_args = _add_workload_args
+add_workload_args = add_workload_args
 
 
 #: NVLink domain presets (GPUs per domain; 0 = all GPUs in one domain): DGX/HGX 8-GPU nodes,
@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "Default configuration: the 'Macro' design (the region's full-attention "
                        "FMHA alone on stage 1, the rest of the region on stage 0 with boundary "
                        "reuse, two microbatches) with the SM split found by a quick search.")
-    _add_workload_args(s, serving=True)
+    add_workload_args(s, serving=True)
     _add_topology_args(s)
     c = s.add_argument_group("configuration")
     c.add_argument("--cuts", default=None,
@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
                         "gantt_best.png into --out. Running the same command again continues an "
                         "interrupted sweep; Ctrl-C exits with 130.")
-    _add_workload_args(se, serving=True)
+    add_workload_args(se, serving=True)
     _add_topology_args(se)
     se.set_defaults(batch=None)
     g = se.add_argument_group("grid")
@@ -300,7 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the number of legal cuts (w=0 and w=1), SM allocations "
                         "and their product for each stage count, for a workload's region graph or "
                         "a synthetic chain.")
-    _add_workload_args(sp)
+    add_workload_args(sp)
     sp.add_argument("--chain", type=int, default=None,
                     help="use a synthetic chain of this many operators instead of the model")
     sp.add_argument("--stages", default="2,3,4,5,6",
