@@ -72,11 +72,6 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
         add_serving_args(g)
 
 
-#: The workload options under a public name, for sub-commands added by plugins
-#: (``hw_runtime.tune.cli``).
-add_workload_args = add_workload_args
-
-
 #: NVLink domain presets (GPUs per domain; 0 = all GPUs in one domain): DGX/HGX 8-GPU nodes,
 #: GB200 NVL72 racks.
 TOPOLOGIES = {"one-domain": 0, "hgx8": 8, "nvl72": 72}
