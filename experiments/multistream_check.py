@@ -70,7 +70,9 @@ def check(name: str) -> dict:
 def main() -> int:
     rows = [check(w) for w in WORKLOADS]
     ratio = {k: [r[k]["predicted_over_measured"] for r in rows] for k in ("multistream", "green")}
+    from subgpu_jax.sim.contention import ContentionModel
     res = {"gpu": "H200", "model": "uncalibrated event simulator (contention, L2 lru)",
+           "latency_load_gain": ContentionModel().latency_gain,
            "measurements": "experiments/results/hw_fidelity/fused/validate_*.json",
            "fitted_parameters_of_the_multistream_mode": 0, "rows": rows,
            "summary": {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
