@@ -32,7 +32,12 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 MATRIX = os.path.join(RESULTS, "hw_fidelity", "fused", "corun_matrix.json")
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description="The uncalibrated model against the committed co-run matrix (see the module docstring).")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "corun_uncalibrated_check_h200.json"),
+                    help="digest to write (default: experiments/results/corun_uncalibrated_check_h200.json)")
+    args = ap.parse_args(argv)
     from hw_runtime.gpu.corun import synthetic_kernels
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.fit import pair_kernels, predict_pairs
@@ -57,7 +62,7 @@ def main() -> int:
                                     "latency_load_gain 0",
            "matrix": "experiments/results/hw_fidelity/fused/corun_matrix.json",
            "mean_abs_log_ratio": score, "per_class_of_a": per_class, "pairs": rows}
-    path = os.path.join(RESULTS, "corun_uncalibrated_check_h200.json")
+    path = args.out
     with open(path + ".tmp", "w") as fh:
         json.dump(res, fh, indent=1)
     os.replace(path + ".tmp", path)

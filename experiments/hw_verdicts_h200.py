@@ -282,11 +282,16 @@ def main() -> int:
                     help="where the plan phase's searches go (outside the tree)")
     ap.add_argument("--out", default=os.environ.get("OUT", DATA))
     ap.add_argument("--data", default=DATA, help="folder of the device phase's JSON files")
+    ap.add_argument("--digest", default=os.path.join(RESULTS, "hw_verdicts_h200.json"),
+                    help="the analyze phase's digest (its bands are what subgpu reads); the "
+                         "figure goes beside it. Default: experiments/results/hw_verdicts_h200.json")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=540.0)
     args = ap.parse_args()
+    if args.phase == "analyze" and not str(args.digest).endswith(".json"):
+        ap.error(f"--digest must name a .json file, got {args.digest!r}")
     if args.phase == "plan":
         return plan_phase(args)
     if args.phase == "device":

@@ -118,7 +118,12 @@ def summarize(rows: list[dict], alpha: float) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description="Fit the loaded-latency dilation on the co-run matrix; check it on pipelined runs (see the module docstring).")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "latency_dilation_fit_h200.json"),
+                    help="digest to write (default: experiments/results/latency_dilation_fit_h200.json)")
+    args = ap.parse_args(argv)
     with open(os.path.join(FUSED, "corun_matrix.json")) as fh:
         matrix = json.load(fh)
     alpha, scores = fit(matrix)
@@ -130,7 +135,7 @@ def main() -> int:
            "validation_data": "experiments/results/hw_fidelity/fused/validate_*.json "
                               "(pipelined runs; never used in the fit)",
            "alpha": alpha, "grid": scores, "summary": summ, "rows": rows}
-    path = os.path.join(RESULTS, "latency_dilation_fit_h200.json")
+    path = args.out
     with open(path + ".tmp", "w") as fh:
         json.dump(res, fh, indent=1)
     os.replace(path + ".tmp", path)

@@ -67,7 +67,12 @@ def check(name: str) -> dict:
     return out
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    import argparse
+    ap = argparse.ArgumentParser(description="Check the multistream mode against committed H200 runs (see the module docstring).")
+    ap.add_argument("--out", default=os.path.join(RESULTS, "multistream_check_h200.json"),
+                    help="digest to write (default: experiments/results/multistream_check_h200.json)")
+    args = ap.parse_args(argv)
     rows = [check(w) for w in WORKLOADS]
     ratio = {k: [r[k]["predicted_over_measured"] for r in rows] for k in ("multistream", "green")}
     from subgpu_jax.sim.contention import ContentionModel
@@ -77,7 +82,7 @@ def main() -> int:
            "fitted_parameters_of_the_multistream_mode": 0, "rows": rows,
            "summary": {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
                        for k, v in ratio.items()}}
-    path = os.path.join(RESULTS, "multistream_check_h200.json")
+    path = args.out
     with open(path + ".tmp", "w") as fh:
         json.dump(res, fh, indent=1)
     os.replace(path + ".tmp", path)

@@ -10,8 +10,10 @@ product prints (the digest's ``bands``) come from all held-out rows.
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
+import sys
 
 from subgpu_jax.app.verdict import (NEUTRAL, band_for, bands_to_json, classify, decide,
                                     fit_bands)
@@ -20,11 +22,34 @@ GPU = "H200"
 
 
 def _load_measured(folder: str, name: str) -> dict | None:
+    """``measured_<name>.json`` of the device phase, or None when absent.
+
+    Raises:
+        ValueError: unreadable, or a row without a name and collectives, or a measured makespan
+            that is not a positive finite number (one line naming the file).
+    """
     p = os.path.join(folder, f"measured_{name}.json")
     if not os.path.exists(p):
         return None
-    with open(p) as fh:
-        return json.load(fh)
+    try:
+        with open(p) as fh:
+            d = json.load(fh)
+        rows = d["rows"]
+        if not isinstance(rows, list):
+            raise TypeError("rows must be a list")
+        for i, r in enumerate(rows):
+            if not isinstance(r.get("name"), str) or r.get("collectives") not in ("sleep",
+                                                                                 "none"):
+                raise ValueError(f"rows[{i}] needs a name and collectives sleep|none")
+            if "measured_us" in r:
+                v = r["measured_us"]
+                if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                        or not math.isfinite(v) or v <= 0:
+                    raise ValueError(f"rows[{i}].measured_us must be a positive finite "
+                                     f"makespan (µs), got {v!r}")
+        return d
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"--data: {p}: unusable measurement file ({e})") from None
 
 
 def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
@@ -141,17 +166,25 @@ def summarize(rows, temporal, recs, plan) -> dict:
         "recommendations": len(recs),
         "point_choice_lost": sum(r["point_choice_measured"] < max(r["measured"].values())
                                  * NEUTRAL[0] for r in recs),
-        "targets": {
-            "temporal_within_5pct": "met" if all(
-                abs(e) <= 0.05 for w in ho_names for e in t_err.get(w, {}).values())
-            else "missed",
-            "speedup_error_median_5pct_max_10pct": "met" if err and statistics.median(err)
-            <= 0.05 and max(err) <= 0.10 else "missed",
-            "verdict_right_outside_neutral": "met" if not any(r["verdict_wrong"]
-                                                              for r in outside) else "missed",
-            "no_losing_recommendation": "met" if not any(r["lost"] for r in recs)
-            else "missed"},
+        "targets": _targets(err, outside, recs, ho_names, t_err),
     }
+
+
+def _targets(err, outside, recs, ho_names, t_err) -> dict:
+    """Each target "met", "missed", or "no data" when nothing held out was measured for it."""
+    t_ho = [e for w in ho_names for e in t_err.get(w, {}).values()]
+    judged = [r for r in outside if r["held_out"] and r["verdict"] != "unvalidated"]
+    recs_v = [r for r in recs if r["held_out"]]
+
+    def state(ok: bool, have: bool) -> str:
+        return "no data" if not have else ("met" if ok else "missed")
+    return {
+        "temporal_within_5pct": state(all(abs(e) <= 0.05 for e in t_ho), bool(t_ho)),
+        "speedup_error_median_5pct_max_10pct": state(
+            bool(err) and statistics.median(err) <= 0.05 and max(err) <= 0.10, bool(err)),
+        "verdict_right_outside_neutral": state(not any(r["verdict_wrong"] for r in judged),
+                                               bool(judged)),
+        "no_losing_recommendation": state(not any(r["lost"] for r in recs_v), bool(recs_v))}
 
 
 def decomposition(rows: list[dict]) -> list[dict]:
@@ -212,12 +245,23 @@ def figure(rows: list[dict], path: str) -> None:
 
 
 def analyze(args, workloads) -> int:
-    with open(args.configs) as fh:
-        plan = json.load(fh)
-    rows, temporal = speedup_rows(plan, args.data)
+    """The analyze phase (see the module docstring); exit 2 with one line on unusable input."""
+    try:
+        with open(args.configs) as fh:
+            plan = json.load(fh)
+        if not isinstance(plan, dict):
+            raise ValueError("not a plan object")
+        rows, temporal = speedup_rows(plan, args.data)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: --configs: {args.configs}: {e.strerror or e}", file=sys.stderr)
+        return 2
     if not rows:
-        print(f"analyze: no measured rows under {args.data}")
-        return 1
+        print(f"error: --data: no measured rows under {args.data} (the device phase writes "
+              f"measured_<workload>.json there)", file=sys.stderr)
+        return 2
     _judge(rows)
     recs = recommendations(rows)
     summ = summarize(rows, temporal, recs, {w: p for w, p in plan.items()
@@ -227,8 +271,7 @@ def analyze(args, workloads) -> int:
            "summary": summ, "temporal": temporal, "recommendations": recs,
            "decomposition": decomposition(rows), "rows": rows,
            "bands": bands_to_json(fit_bands(rows))}
-    out = os.path.join(os.path.dirname(args.configs), "..", "hw_verdicts_h200.json")
-    out = os.path.normpath(out)
+    out = args.digest
     with open(out + ".tmp", "w") as fh:
         json.dump(res, fh, indent=1)
     os.replace(out + ".tmp", out)

@@ -465,9 +465,10 @@ def _cmd_simulate(a) -> int:
     res.update(serving_json(wl.arch, full, m, mem, gen))
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
-    if a.simulator == "event" and cfg.D > 1:  # the three modes and the verdict (app.modes)
+    if cfg.D > 1:  # the three modes and the verdict (app.modes)
         from subgpu_jax.app.modes import config_verdict, verdict_lines
-        res["modes"] = config_verdict(wl, cfg, hw, model, a.cache, cal is not None, t_temp, t_cfg)
+        res["modes"] = config_verdict(wl.arch, full, cfg, hw, None if a.simulator == "static"
+                                      else model, a.cache, cal is not None, t_temp, t_cfg)
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]

@@ -61,37 +61,70 @@ def predict_modes(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
     """Predict ``cfg`` (a SubGPU configuration of ``build_forward(arch, dep, 1).main``) in the
     three modes, with and without the collectives' link time.
 
+    A deployment with an output length (a whole generation, ``model.generation``) gives every
+    makespan as the same weighted mean over the generation's simulated steps; ``known`` is then
+    ignored (the six must come from the same steps).
+
     Args:
         arch, dep, hw: the workload. model: the contention model (calibrated or not; default
-            uncalibrated). cache: the L2 policy. known: makespans already simulated with this
-            model (``temporal_us``, ``subgpu_us``), reused instead of simulated again.
+            uncalibrated; not ``ContentionModel.off()``: with contention off every lane of the
+            multistream mode would run at its isolated whole-GPU rate). cache: the L2 policy.
+            known: makespans (µs, > 0) already simulated with this model for this one step,
+            ``temporal_us`` and/or ``subgpu_us``, reused instead of simulated again.
 
     Returns:
         ``ModePrediction``.
 
     Raises:
-        ValueError: ``cfg`` is temporal (D = 1) or infeasible for the workload.
+        ValueError: ``cfg`` is temporal (D = 1), its microbatch does not divide the per-GPU
+            batch, ``model`` is not a contention-on ``ContentionModel``, or ``known`` holds
+            another key or a value that is not a positive finite number.
     """
+    import math
+
     from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.model.generation import generation_steps
 
     if cfg.D < 2:
         raise ValueError("predict_modes: cfg must be a pipelined configuration (D >= 2)")
     model = ContentionModel() if model is None else model
+    if not isinstance(model, ContentionModel):
+        raise ValueError(f"predict_modes: model must be a ContentionModel, got "
+                         f"{type(model).__name__}")
+    if model.isolated:
+        raise ValueError("predict_modes: the multistream mode needs the contention model "
+                         "(contention off would run every lane on all SMs at once)")
     known = dict(known or {})
+    for k, v in known.items():
+        if k not in ("temporal_us", "subgpu_us"):
+            raise ValueError(f"predict_modes: known may hold temporal_us and subgpu_us, got {k!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"predict_modes: known[{k!r}] must be a positive finite makespan "
+                             f"(µs), got {v!r}")
     R = dep.requests_per_gpu
+    if cfg.microbatch < 1 or R % cfg.microbatch:
+        raise ValueError(f"predict_modes: microbatch {cfg.microbatch} must divide the per-GPU "
+                         f"batch {R}")
+    steps = generation_steps(dep)
+    if dep.output_len:
+        known = {}
     m = R // cfg.microbatch
-    fp1, fpm = build_forward(arch, dep, 1), build_forward(arch, dep, m)
-    tcfg = temporal_config(fp1.main.n, hw, R)
     out = {}
     for suffix, md in (("", model), ("_nolink", model.replace(link_time=False))):
-        for name, fp, c, mode in (("temporal", fp1, tcfg, "green"), ("subgpu", fpm, cfg, "green"),
-                                  ("multistream", fpm, cfg, "multistream")):
+        for name, c, mode in (("temporal", None, "green"), ("subgpu", cfg, "green"),
+                              ("multistream", cfg, "multistream")):
             key = f"{name}{suffix}_us"
             if key in known:
                 out[key] = float(known[key])
                 continue
-            out[key] = float(simulate_step(fp, c, hw, "event", md, cache, record=False,
-                                           mode=mode).makespan_us)
+            t = 0.0
+            for d, w in steps:
+                fp = build_forward(arch, d, 1 if c is None else m)
+                cc = temporal_config(fp.main.n, hw, R) if c is None else c
+                t += w * float(simulate_step(fp, cc, hw, "event", md, cache, record=False,
+                                             mode=mode).makespan_us)
+            out[key] = t
     return ModePrediction(**out)
 
 
@@ -144,23 +177,37 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
                            known={"temporal_us": r["temporal_makespan_us"],
                                   "subgpu_us": r["makespan_us"]})
+        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe))
+        tag = f"G={int(r['global_batch'])} TP{int(r['attn_tp'])}xDP{int(r['attn_dp'])}"
         out.append({"global_batch": int(r["global_batch"]), "attn_tp": int(r["attn_tp"]),
-                    "attn_dp": int(r["attn_dp"]),
-                    **verdict_for(mp, hw.name, calibrated, bool(arch.is_moe))})
+                    "attn_dp": int(r["attn_dp"]), "label": tag, **v})
     return out
 
 
-def config_verdict(wl, cfg: Config, hw: Hardware, model: ContentionModel | None, cache: str,
-                   calibrated: bool, temporal_us: float, subgpu_us: float) -> dict:
-    """``verdict_for`` of one configuration of a ``model.workload.Workload`` (``subgpu
-    simulate``), reusing its simulated temporal and SubGPU whole-step makespans (µs)."""
-    mp = predict_modes(wl.arch, wl.deploy, cfg, hw, model, cache,
+def config_verdict(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
+                   model: ContentionModel | None, cache: str, calibrated: bool,
+                   temporal_us: float, subgpu_us: float) -> dict:
+    """``verdict_for`` of one configuration (``subgpu simulate``), reusing its simulated
+    temporal and SubGPU makespans (µs; for a generation, ``dep.output_len`` > 0, all six are
+    recomputed as generation means).
+
+    ``model`` None (the static evaluator) or with contention off gives ``{"skipped": reason}``:
+    the multistream mode needs the event simulator's shared-SM contention model.
+    """
+    if model is None:
+        return {"skipped": "the three modes need the event simulator (--simulator event)"}
+    if model.isolated:
+        return {"skipped": "the three modes need contention on (not --no-contention): with "
+                           "it off every multistream lane would run on all SMs at once"}
+    mp = predict_modes(arch, dep, cfg, hw, model, cache,
                        known={"temporal_us": temporal_us, "subgpu_us": subgpu_us})
-    return verdict_for(mp, hw.name, calibrated, bool(wl.arch.is_moe))
+    return verdict_for(mp, hw.name, calibrated, bool(arch.is_moe))
 
 
 def verdict_lines(v: Mapping) -> list[str]:
     """The ``modes`` and ``verdict`` lines ``subgpu simulate`` prints for ``config_verdict``."""
+    if "skipped" in v:
+        return [f"modes     not predicted: {v['skipped']}"]
     return [f"modes     the same schedule on plain streams (multistream, no partition) "
             f"{v['multistream']:.3f}x; without the collectives' link time SubGPU "
             f"{v['subgpu_nolink']:.3f}x, multistream {v['multistream_nolink']:.3f}x",

@@ -94,6 +94,11 @@ def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> Non
                   f"is {gap:.0%} or more away; add batches (--batches) to fill the gaps)")
         if not rs:
             print("  (the frontiers do not overlap: no matched comparison)")
+    if exact != "event":
+        print("\nno verdict per batch: the three modes (multistream, SubGPU without link time) "
+              "need the event simulator (--exact event)")
+    elif not summ.get("verdicts"):
+        print("\nno verdict per batch: no SubGPU record to judge (none met the filters)")
     print_verdicts(summ.get("verdicts"), hardware)
     what = "event simulator" if exact == "event" else "static max-plus evaluator"
     print(f"\nThese are model predictions ({what}). Validation: "
@@ -122,7 +127,7 @@ def print_verdicts(verdicts, hardware: str) -> None:
     print("  no link: SubGPU with the collectives' link time set to zero (what overlapping "
           "compute and memory work alone gives); partition: SubGPU over multistream")
     for v in verdicts:
-        print(f"  G={v['global_batch']}: {v['reason']}")
+        print(f"  {v.get('label', 'G=' + str(v['global_batch']))}: {v['reason']}")
 
 
 def search_reproduce_command(a, best: dict) -> list[str]:

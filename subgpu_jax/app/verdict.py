@@ -26,12 +26,34 @@ from __future__ import annotations
 import json
 import math
 import os
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
 __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "fit_bands",
            "classify", "decide", "load_bands", "band_for", "format_band", "bands_to_json"]
+
+#: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
+#: ``subgpu run --collectives``).
+MODES = ("green", "multistream")
+COLLECTIVES = ("sleep", "none")
+#: The modes ``decide`` compares with temporal.
+DECIDE_KEYS = ("subgpu", "multistream")
+
+
+def _pos(v, what: str) -> float:
+    """``v`` as a float if it is a real, finite number > 0 (numpy scalars included, bools
+    not); else ValueError naming ``what``."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer,
+                                                             np.floating)):
+        raise ValueError(f"{what} must be a finite number > 0, got {v!r}")
+    x = float(v)
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{what} must be a finite number > 0, got {v!r}")
+    return x
+
 
 #: Held-out workloads a regime needs for a band of its own (else the pooled band).
 MIN_WORKLOADS = 2
@@ -58,6 +80,20 @@ class Band:
     workloads: tuple[str, ...]
     regime: str
     source: str = "fit"
+
+    def __post_init__(self) -> None:
+        lo = _pos(self.lo, "band.lo")
+        hi = _pos(self.hi, "band.hi")
+        med = _pos(self.median, "band.median")
+        if not lo <= med <= hi:
+            raise ValueError(f"band {self.regime!r}: needs lo <= median <= hi, got {lo}, "
+                             f"{med}, {hi}")
+        if isinstance(self.n, bool) or not isinstance(self.n, (int, np.integer)) or self.n < 1:
+            raise ValueError(f"band {self.regime!r}: n must be an integer >= 1, got {self.n!r}")
+        if not isinstance(self.workloads, tuple) or not self.workloads or \
+                not all(isinstance(w, str) and w for w in self.workloads):
+            raise ValueError(f"band {self.regime!r}: workloads must be a non-empty tuple of "
+                             f"names, got {self.workloads!r}")
 
     def apply(self, speedup: float) -> tuple[float, float]:
         """The band ``(low, high)`` of a predicted ``speedup`` (dimensionless)."""
@@ -89,13 +125,30 @@ def fit_bands(rows: Iterable[Mapping], exclude: str | None = None) -> dict[str, 
         ValueError: a non-positive or non-finite speedup (names the row's workload).
     """
     groups: dict[str, list[tuple[float, str]]] = {}
-    for r in rows:
-        if not r.get("held_out") or r["workload"] == exclude:
+    for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise ValueError(f"rows[{i}] must be a mapping, got {type(r).__name__}")
+        miss = [k for k in ("workload", "gpu", "calibrated", "moe", "mode", "collectives",
+                            "predicted_speedup", "measured_speedup", "held_out") if k not in r]
+        if miss:
+            raise ValueError(f"rows[{i}] lacks {', '.join(miss)}")
+        for k in ("calibrated", "moe", "held_out"):
+            if not isinstance(r[k], (bool, np.bool_)):
+                raise ValueError(f"rows[{i}].{k} must be a bool, got {r[k]!r}")
+        if r["mode"] not in MODES or r["collectives"] not in COLLECTIVES \
+                or not isinstance(r["gpu"], str):
+            raise ValueError(f"rows[{i}]: mode must be one of {MODES}, collectives one of "
+                             f"{COLLECTIVES} and gpu a name, got {r['mode']!r}, "
+                             f"{r['collectives']!r}, {r['gpu']!r}")
+        if not r["held_out"] or r["workload"] == exclude:
             continue
-        p, m = float(r["predicted_speedup"]), float(r["measured_speedup"])
-        if not (math.isfinite(p) and math.isfinite(m) and p > 0 and m > 0):
-            raise ValueError(f"{r['workload']}: speedups must be finite and > 0, got "
-                             f"predicted {p!r}, measured {m!r}")
+        try:
+            p = _pos(r["predicted_speedup"], "predicted")
+            m = _pos(r["measured_speedup"], "measured")
+        except ValueError:
+            raise ValueError(f"{r['workload']}: speedups must be finite and > 0, got predicted "
+                             f"{r['predicted_speedup']!r}, measured "
+                             f"{r['measured_speedup']!r}") from None
         for moe in (bool(r["moe"]), None):
             k = regime_key(r["gpu"], bool(r["calibrated"]), moe, r["mode"], r["collectives"])
             groups.setdefault(k, []).append((m / p, r["workload"]))
@@ -125,8 +178,11 @@ def band_for(bands: Mapping[str, Band], gpu: str, calibrated: bool, moe: bool, m
 def classify(speedup: float, band: Band | None) -> str:
     """``"win"`` (the band's low end > 1), ``"loss"`` (its high end < 1), ``"uncertain"``
     (the band straddles 1) or ``"unvalidated"`` (no band)."""
+    speedup = _pos(speedup, "speedup")
     if band is None:
         return "unvalidated"
+    if not isinstance(band, Band):
+        raise ValueError(f"band must be a Band or None, got {type(band).__name__}")
     lo, hi = band.apply(speedup)
     if lo > 1.0:
         return "win"
@@ -178,19 +234,30 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
     Raises:
         ValueError: no ``"subgpu"`` prediction, or a speedup that is not finite and > 0.
     """
-    if "subgpu" not in predicted:
+    if not isinstance(predicted, Mapping) or "subgpu" not in predicted:
         raise ValueError("decide: predicted needs a 'subgpu' speedup")
-    for k, v in predicted.items():
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
-            raise ValueError(f"decide: predicted[{k!r}] must be finite and > 0, got {v!r}")
-    pr = {k: float(v) for k, v in predicted.items()}
+    if not isinstance(bands, Mapping):
+        raise ValueError(f"decide: bands must map modes to Band or None, got "
+                         f"{type(bands).__name__}")
+    for k in predicted:
+        if k not in DECIDE_KEYS:
+            raise ValueError(f"decide: predicted keys must be among {DECIDE_KEYS}, got {k!r}")
+    for k, b in bands.items():
+        if b is not None and not isinstance(b, Band):
+            raise ValueError(f"decide: bands[{k!r}] must be a Band or None, got "
+                             f"{type(b).__name__}")
+    pr = {k: _pos(v, f"decide: predicted[{k!r}]") for k, v in predicted.items()}
+    if link_free is not None:
+        link_free = _pos(link_free, "decide: link_free")
+    if ceiling is not None:
+        ceiling = _pos(ceiling, "decide: ceiling")
     bd = {k: (bands.get(k).apply(v) if bands.get(k) is not None else None)
           for k, v in pr.items()}
     cls = {k: classify(v, bands.get(k)) for k, v in pr.items()}
     dec: dict[str, float] = {}
     if "multistream" in pr:
         dec["partition"] = pr["subgpu"] / pr["multistream"]
-    if link_free is not None and link_free > 0:
+    if link_free is not None:
         dec["communication"] = pr["subgpu"] / float(link_free)
         dec["overlap"] = float(link_free)
     src = {k: b.regime for k, b in bands.items() if b is not None}
@@ -212,8 +279,9 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
                        f"{best}: predicted {pr[best]:.3f}x, validated band {lo:.2f}-{hi:.2f}x "
                        f"is above 1{tail}", dec, src)
     lo, hi = bd[best]
+    what = "SubGPU is not" if len(lows) == 1 else "neither SubGPU nor multistream is"
     return Verdict("temporal", pr, bd, cls,
-                   f"temporal: SubGPU is not expected to pay here: the best band's low end is "
+                   f"temporal: {what} expected to pay here: the best band's low end is "
                    f"{lo:.2f}x ({best}, predicted {pr[best]:.3f}x, band {lo:.2f}-{hi:.2f}x){tail}",
                    dec, src)
 
@@ -241,17 +309,30 @@ def load_bands(gpu: str, folder: str | os.PathLike | None = None) -> dict[str, B
     Raises:
         ValueError: the file exists but is unreadable or malformed (names it).
     """
+    if not isinstance(gpu, str) or not gpu:
+        raise ValueError(f"load_bands: gpu must be a preset name, got {gpu!r}")
     d = Path(folder) if folder is not None else _results_dir()
     f = d / f"hw_verdicts_{gpu.lower()}.json"
     if not f.is_file():
         return {}
     try:
         raw = json.loads(f.read_text())["bands"]
-        return {k: Band(lo=float(b["lo"]), hi=float(b["hi"]), median=float(b["median"]),
-                        n=int(b["n"]), workloads=tuple(b["workloads"]), regime=k,
-                        source=str(f.name))
-                for k, b in raw.items()}
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        if not isinstance(raw, dict):
+            raise TypeError("bands must be an object")
+        out = {}
+        for k, b in raw.items():
+            if not isinstance(k, str) or k.count("/") != 4:
+                raise ValueError(f"{k!r} is not a regime key")
+            ws = b["workloads"]
+            if not isinstance(ws, list) or not all(isinstance(w, str) for w in ws):
+                raise TypeError(f"{k}: workloads must be a list of names")
+            n = b["n"]
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise TypeError(f"{k}: n must be an integer")
+            out[k] = Band(lo=b["lo"], hi=b["hi"], median=b["median"], n=n,
+                          workloads=tuple(ws), regime=k, source=str(f.name))
+        return out
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{f}: unreadable verdict bands ({e})") from None
 
 

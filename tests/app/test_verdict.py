@@ -104,12 +104,59 @@ def test_decide_without_validation_says_measure():
     assert "no held-out validation" in v.reason
 
 
-@pytest.mark.parametrize("pred,msg", [({}, "needs a 'subgpu'"),
-                                      ({"subgpu": 0.0}, "must be finite and > 0"),
-                                      ({"subgpu": float("nan")}, "must be finite and > 0")])
-def test_decide_rejects_bad_input(pred, msg):
+@pytest.mark.parametrize("pred,kw,msg", [
+    ({}, {}, "needs a 'subgpu'"),
+    ({"subgpu": 0.0}, {}, "must be a finite number > 0"),
+    ({"subgpu": float("nan")}, {}, "must be a finite number > 0"),
+    ({"subgpu": True}, {}, "must be a finite number > 0"),
+    ({"subgpu": 1.2, "foo": 2.0}, {}, "keys must be among"),
+    ({"subgpu": 1.2}, {"link_free": float("inf")}, "link_free must be a finite number"),
+    ({"subgpu": 1.2}, {"link_free": 0.0}, "link_free must be a finite number"),
+    ({"subgpu": 1.2}, {"ceiling": float("nan")}, "ceiling must be a finite number")])
+def test_decide_rejects_bad_input(pred, kw, msg):
     with pytest.raises(ValueError, match=msg):
-        decide(pred, {})
+        decide(pred, {}, **kw)
+
+
+def test_decide_takes_numpy_scalars_and_rejects_bad_bands():
+    import numpy as np
+    v = decide({"subgpu": np.float32(1.2)}, {"subgpu": None})
+    assert v.recommend == "measure"
+    with pytest.raises(ValueError, match="bands must map modes"):
+        decide({"subgpu": 1.2}, None)
+    with pytest.raises(ValueError, match=r"bands\['subgpu'\] must be a Band"):
+        decide({"subgpu": 1.2}, {"subgpu": (0.8, 0.9)})
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(lo=2.0, hi=0.5, median=1.0), "lo <= median <= hi"),
+    (dict(lo=float("nan"), hi=1.0, median=1.0), "band.lo must be"),
+    (dict(lo=0.8, hi=1.0, median=0.9, n=0), "n must be an integer >= 1"),
+    (dict(lo=0.8, hi=1.0, median=0.9, workloads=()), "workloads must be a non-empty tuple")])
+def test_band_is_validated(kw, msg):
+    base = dict(lo=0.8, hi=1.0, median=0.9, n=2, workloads=("a", "b"), regime="r")
+    with pytest.raises(ValueError, match=msg):
+        Band(**{**base, **kw})
+
+
+def test_classify_rejects_non_positive_speedups():
+    b = Band(0.8, 0.95, 0.9, 3, ("a", "b"), "r")
+    for bad in (float("nan"), float("inf"), -1.0, "1.1"):
+        with pytest.raises(ValueError, match="speedup must be a finite number > 0"):
+            classify(bad, b)
+
+
+@pytest.mark.parametrize("field,value,msg", [
+    ("calibrated", "false", "calibrated must be a bool"),
+    ("held_out", "False", "held_out must be a bool"),
+    ("mode", "purple", "mode must be one of"),
+    ("collectives", "xyz", "mode must be one of"),
+    ("measured_speedup", None, "speedups must be finite and > 0")])
+def test_fit_bands_rejects_malformed_rows(field, value, msg):
+    with pytest.raises(ValueError, match=msg):
+        fit_bands([{**_row("a", 1.1, 1.0), field: value}])
+    with pytest.raises(ValueError, match="lacks workload"):
+        fit_bands([{k: v for k, v in _row("a", 1.1, 1.0).items() if k != "workload"}])
 
 
 def test_bands_round_trip_and_bad_file(tmp_path):
@@ -121,9 +168,16 @@ def test_bands_round_trip_and_bad_file(tmp_path):
         assert (got[k].lo, got[k].hi, got[k].n) == (b[k].lo, b[k].hi, b[k].n)
         assert got[k].source == "hw_verdicts_h200.json"
     assert load_bands("B200", tmp_path) == {}
-    (tmp_path / "hw_verdicts_h100.json").write_text("{not json")
-    with pytest.raises(ValueError, match="hw_verdicts_h100.json: unreadable verdict bands"):
-        load_bands("H100", tmp_path)
+    good = bands_to_json(b)
+    k0 = next(iter(good))
+    for bad in ("{not json", json.dumps({"bands": None}), json.dumps({"bands": []}),
+                json.dumps({"bands": {"x": good[k0]}}),
+                json.dumps({"bands": {k0: {**good[k0], "workloads": "ab"}}}),
+                json.dumps({"bands": {k0: {**good[k0], "n": 2.7}}}),
+                json.dumps({"bands": {k0: {**good[k0], "lo": 2.0}}})):
+        (tmp_path / "hw_verdicts_h100.json").write_text(bad)
+        with pytest.raises(ValueError, match="hw_verdicts_h100.json: unreadable verdict bands"):
+            load_bands("H100", tmp_path)
 
 
 def test_format_band_text():

@@ -181,3 +181,40 @@ def test_calibrated_collective_drops_exactly_the_wait():
                      lone_makespan).work(c, 64)
     assert on.fixed_us - off.fixed_us == pytest.approx(wait)
     assert dataclasses.replace(off, fixed_us=on.fixed_us) == on
+
+
+def test_predict_modes_refuses_what_would_give_wrong_numbers():
+    from subgpu_jax.app.modes import predict_modes
+
+    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=64,
+                     input_len=512, kv_history=512)
+    wl = Workload.from_model(get_model("llama-3.1-8b"), dep, H200)
+    g = wl.graph(1)
+    cfg = workload_config(wl, ["L0.attn", "L0.o_proj"], [64, 64], 32, True)
+    with pytest.raises(ValueError, match="needs the contention model"):
+        predict_modes(wl.arch, dep, cfg, H200, ContentionModel.off())
+    with pytest.raises(ValueError, match="model must be a ContentionModel"):
+        predict_modes(wl.arch, dep, cfg, H200, "x")
+    with pytest.raises(ValueError, match="known may hold"):
+        predict_modes(wl.arch, dep, cfg, H200, known={"other_us": 1.0})
+    with pytest.raises(ValueError, match="positive finite makespan"):
+        predict_modes(wl.arch, dep, cfg, H200, known={"temporal_us": float("nan")})
+    with pytest.raises(ValueError, match="pipelined configuration"):
+        predict_modes(wl.arch, dep, temporal_of(wl), H200)
+    with pytest.raises(ValueError, match="must divide the per-GPU batch"):
+        predict_modes(wl.arch, dep, dataclasses.replace(cfg, microbatch=0), H200)
+    assert g.n > 0
+
+
+def test_generation_modes_are_all_generation_means():
+    """With an output length every mode is the same weighted mean over the generation's steps,
+    so a one-GPU model (no collectives) has equal with- and without-link makespans."""
+    from subgpu_jax.app.modes import predict_modes
+
+    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=64,
+                     input_len=256, kv_history=256, output_len=64)
+    wl = Workload.from_model(get_model("llama-3.1-8b"), dep, H200)
+    cfg = workload_config(wl, ["L0.attn", "L0.o_proj"], [64, 64], 32, True)
+    mp = predict_modes(wl.arch, dep, cfg, H200, known={"temporal_us": 1.0, "subgpu_us": 1.0})
+    assert mp.temporal_us == mp.temporal_nolink_us > 1.0
+    assert mp.subgpu_us == mp.subgpu_nolink_us > 1.0

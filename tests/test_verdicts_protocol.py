@@ -1,0 +1,112 @@
+"""The verdict validation protocol's analyze phase (``experiments/hw_verdicts_h200.py``,
+``experiments/verdicts_report.py``) on the committed plan with synthetic measurements whose
+answer is known by construction.
+
+Truth: every measured temporal equals its prediction and every measured speedup is the
+predicted one times a per-workload factor f_w. Then each row's ratio measured / predicted
+speedup is exactly f_w, so the leave-one-workload-out band judging workload w spans
+[min f, max f] over the *other* held-out workloads of its regime (same MoE-ness, mode and
+collectives when there are two, else dense and MoE pooled; never f_w itself), fit workloads make
+no band, the temporal error is 0, and a row's verdict follows from S x (that min, that max).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "experiments" / "results" / "hw_verdicts" / "configs.json"
+
+
+def _script(name: str):
+    sys.path.insert(0, str(ROOT / "experiments"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _fake_measurements(plan: dict, folder: Path, factor: dict) -> None:
+    for w, p in plan.items():
+        rows = []
+        for coll in (("sleep", "none") if p["has_collectives"] else ("sleep",)):
+            t = p["configs"][0]["predicted_us"][coll]
+            for d in p["configs"]:
+                if d["kind"] == "temporal":
+                    rows.append({"name": d["name"], "collectives": coll, "measured_us": t})
+                    continue
+                s = t / d["predicted_us"][coll] * factor[w]
+                rows.append({"name": d["name"], "collectives": coll, "measured_us": t / s,
+                             "spread": 0.0})
+        (folder / f"measured_{w}.json").write_text(json.dumps({"workload": w, "rows": rows}))
+
+
+def test_analyze_bands_are_leave_one_workload_out(tmp_path):
+    plan = json.loads(PLAN.read_text())
+    names = sorted(plan)
+    factor = {w: 0.80 + 0.02 * i for i, w in enumerate(names)}
+    _fake_measurements(plan, tmp_path, factor)
+    hv = _script("hw_verdicts_h200")
+    digest = tmp_path / "hw_verdicts_test.json"
+    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--data", str(tmp_path),
+                "--digest", str(digest)]
+    assert hv.main() == 0
+    res = json.loads(digest.read_text())
+    held = [w for w in names if plan[w]["fit_status"] != "fit"]
+    assert sorted(res["summary"]["held_out_workloads"]) == sorted(held)
+    for w, d in res["temporal"].items():
+        for v in d.values():
+            assert v["error"] == pytest.approx(0.0, abs=1e-12)
+    has = {(r["workload"], r["mode"], r["collectives"]) for r in res["rows"]}
+    for r in res["rows"]:
+        assert r["measured_speedup"] / r["predicted_speedup"] == pytest.approx(factor[r["workload"]])
+        # the regime's own held-out workloads (same MoE-ness, mode, collectives) when >= 2,
+        # else the pooled dense + MoE ones; never the judged workload
+        pool = [x for x in held if x != r["workload"]
+                and (x, r["mode"], r["collectives"]) in has]
+        own = [x for x in pool if plan[x]["moe"] == r["moe"]]
+        others = [factor[x] for x in (own if len(own) >= 2 else pool)]
+        assert r["workload"] not in (own if len(own) >= 2 else pool)
+        assert r["band"] is not None
+        lo, hi = r["band"]
+        assert lo == pytest.approx(r["predicted_speedup"] * min(others))
+        assert hi == pytest.approx(r["predicted_speedup"] * max(others))
+        want = ("win" if lo > 1 else "loss" if hi < 1 else "uncertain")
+        assert r["verdict"] == want
+    # the product's bands: all held-out rows, none from a fit workload
+    for b in res["bands"].values():
+        assert set(b["workloads"]) <= set(held)
+        assert b["lo"] >= min(factor[w] for w in held) - 1e-12
+    assert set(res["summary"]["targets"].values()) <= {"met", "missed", "no data"}
+    assert digest.with_suffix(".png").stat().st_size > 1000
+
+
+def test_analyze_without_held_out_data_says_no_data(tmp_path):
+    plan = json.loads(PLAN.read_text())
+    fit = {w: p for w, p in plan.items() if p["fit_status"] == "fit"}
+    _fake_measurements(fit, tmp_path, {w: 0.9 for w in fit})
+    hv = _script("hw_verdicts_h200")
+    digest = tmp_path / "d.json"
+    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--data", str(tmp_path),
+                "--digest", str(digest)]
+    assert hv.main() == 0
+    t = json.loads(digest.read_text())["summary"]["targets"]
+    assert t == {k: "no data" for k in t}
+
+
+def test_analyze_refuses_bad_input_in_one_line(tmp_path, capsys):
+    hv = _script("hw_verdicts_h200")
+    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--data", str(tmp_path),
+                "--digest", str(tmp_path / "d.json")]
+    assert hv.main() == 2
+    assert "error: --data: no measured rows" in capsys.readouterr().err
+    (tmp_path / "measured_llama8b_1gpu_g256_kv2k.json").write_text("{not json")
+    assert hv.main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --data:") and "unusable measurement file" in err
+    assert "\n" not in err
