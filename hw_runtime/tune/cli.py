@@ -142,8 +142,7 @@ def _cmd_tune(a) -> int:
     from hw_runtime.tune.loop import Tuner
 
     spec = spec_from_args(a)
-    for G in spec.batches:          # memory and deployment checks on the CPU first
-        spec.deployment(G).validate(spec.arch)
+    spec.check_cpu(a.out)           # every check that needs no GPU first
     gpu_check()
     ex = GpuTuneExecutor(spec)
     print(f"tune: {spec.arch.name} (bf16 experts) on {spec.hardware}, batches "

@@ -104,6 +104,43 @@ class TuneSpec:
         if self.collectives not in ("sleep", "none"):
             raise ValueError(f"--collectives must be sleep or none, got {self.collectives!r}")
 
+    def check_cpu(self, out: str) -> None:
+        """Every check that needs no GPU, before one is touched: stage counts >= 2, microbatch
+        counts dividing each batch's per-GPU requests, the L2 policy, the calibration (it loads
+        and fits the model, deployment and GPU), the results folder (writable), and each
+        batch's deployment (memory and sharding).
+
+        Raises:
+            ValueError: one line naming the flag.
+        """
+        from subgpu_jax.model.checks import out_dir
+        from subgpu_jax.sim.l2cache import L2_POLICIES
+
+        if any(d < 2 for d in self.stages):
+            raise ValueError(f"--stages must be stage counts >= 2, got {list(self.stages)}")
+        if self.cache is not None and self.cache not in L2_POLICIES:
+            raise ValueError(f"--cache must be one of {', '.join(L2_POLICIES)}, got "
+                             f"{self.cache!r}")
+        out_dir(out, "--out")
+        for G in self.batches:
+            dep = self.deployment(G)
+            try:
+                dep.validate(self.arch)
+            except ValueError as e:
+                raise ValueError(f"--batches {G}: {e}") from None
+            R = dep.requests_per_gpu
+            bad = [m for m in self.microbatches if R % m]
+            if bad:
+                raise ValueError(f"--microbatches {','.join(map(str, bad))} must divide the "
+                                 f"{R} requests per GPU at --batches {G}")
+        if self.calibration:
+            from subgpu_jax.model.calibration import load_calibration
+            try:
+                cal = load_calibration(self.calibration)
+                cal.check_workload(self.arch, self.deployment(self.batches[0]), self.hw)
+            except ValueError as e:
+                raise ValueError(f"--calibration {self.calibration}: {e}") from None
+
     @property
     def hw(self) -> Hardware:
         """The GPU preset (uncalibrated)."""

@@ -20,6 +20,7 @@ import zlib
 
 import numpy as np
 import pytest
+from pathlib import Path
 
 from hw_runtime.plan import HEAD_RUN, FakeStreamBackend, build_launch_plan, build_step_plan, \
     issue_plan
@@ -268,6 +269,13 @@ def test_refine_finds_the_known_optimum():
     (["--max-rounds", "0"], "--max-rounds"),
     (["--hardware", "B200"], "--hardware"),
     (["--calibration", "/nonexistent.json"], "--calibration"),
+    # checked on the CPU before the GPU check (a machine without a GPU names the flag too)
+    (["--stages", "1"], "--stages"),
+    (["--microbatches", "3"], "--microbatches"),
+    (["--cache", "xyz"], "--cache"),
+    (["--calibration", str(Path(__file__).resolve().parents[2] / "experiments" / "results"
+                           / "hw_wins" / "fused" / "calibration_llama70b_tp8_g2048.json")],
+     "--calibration"),
 ])
 def test_bad_flags_one_line_exit_2(argv, flag, tmp_path, capsys):
     """Bad input: one line naming the flag, exit code 2, no traceback, nothing written."""
