@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from subgpu_jax.space.config import config_from_options
@@ -24,7 +25,7 @@ from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES, spin_of
 
-__all__ = ["add_commands", "gpu_check", "config_from_search"]
+__all__ = ["add_commands", "gpu_check", "config_from_search", "json_safe"]
 
 
 def gpu_check() -> None:
@@ -34,7 +35,22 @@ def gpu_check() -> None:
 
     ok, why = green_contexts_available(0)
     if not ok:
-        raise ValueError(f"this machine cannot run configurations on a GPU: {why}")
+        raise ValueError(f"this machine cannot run configurations on a GPU ({why}): `subgpu run` "
+                         "and `subgpu calibrate` need pip install -e \".[gpu]\" (torch, "
+                         "cuda-bindings) and an NVIDIA GPU with green contexts (CUDA 12.4+ "
+                         "driver)")
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (NaN, inf) replaced by None, so that ``json.dumps``
+    writes strict JSON (``null``) that every JSON reader accepts."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def _ep(a) -> int:
@@ -223,7 +239,7 @@ def prepare_run(a):
     """
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.model.graph import Deployment
-    from subgpu_jax.model.workload import Workload as SimWorkload
+    from subgpu_jax.app.fit import checked_workload, given_tp_ep
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.options import resolve_arch_ep
     from hw_runtime.gpu.workload import hopper_arch
@@ -239,7 +255,8 @@ def prepare_run(a):
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
                      global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
     # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
-    wl = SimWorkload.checked(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware))
+    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
+                          *given_tp_ep(a))
     hw = wl.hw
     from subgpu_jax.app.options import int_list as _int_list, str_list as _str_list
     cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
@@ -384,6 +401,7 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
     P = float(sim.makespan)
     cal = model.calibration
     iso_meas, iso_model = [0.0] * D, [0.0] * D
+    unknown = False
     sms = list(cfg.alloc)
     from subgpu_jax.sim.eventsim import simulate_streams
     lone: dict = {}
@@ -395,14 +413,20 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
             tm = cal.kernel_time_us(kern, p) if cal is not None else None
             tmod = float(simulate_streams([(p, [kern])], hw_sim, model.replace(calibration=None),
                                           "none", record=False).makespan)
-            lone[key] = (tm if tm is not None else float("nan"), tmod)
-        iso_meas[d] += lone[key][0]
-        iso_model[d] += lone[key][1] if cal is None else lone[key][0]
+            lone[key] = (tm, tmod)
+        tm, tmod = lone[key]
+        if tm is None:  # alone times are known only where the calibration measured them
+            unknown = True
+        else:
+            iso_meas[d] += tm
+        iso_model[d] += tmod if tm is None else tm
+    if unknown:
+        iso_meas = None  # JSON null: never NaN
     write_trace(a.trace, [("measured (GPU, one graph replay)", meas_iv, g),
                           ("simulated (event simulator)", sim_iv, g)])
     brk = error_breakdown({"makespan_us": M, "busy_us": [b["busy_us"] for b in bm]},
                           {"makespan_us": P, "busy_us": [b["busy_us"] for b in bs]},
-                          iso_meas, iso_model) if cal is not None else None
+                          iso_meas, iso_model) if iso_meas is not None else None
     return {"trace": a.trace, "profiled_makespan_us": M,
             "stages_measured": bm, "stages_simulated": bs,
             "category_measured_us": category_residence(meas_iv, g),
@@ -547,7 +571,8 @@ def _cmd_run_top(a) -> int:
     out_dir = a.out_dir or a.from_search
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "measured_frontier.json"), "w") as fh:
-        json.dump({"search": a.from_search, "top": a.top, "rows": rows}, fh, indent=1)
+        json.dump(json_safe({"search": a.from_search, "top": a.top, "rows": rows}), fh,
+                  indent=1, allow_nan=False)
     plot_measured_frontier(rows, os.path.join(out_dir, "measured_frontier.png"))
     print(f"wrote {os.path.join(out_dir, 'measured_frontier.json')} and measured_frontier.png")
     return 0
@@ -618,14 +643,28 @@ def _cmd_run(a) -> int:
         res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None
+    label_run(a, res, wl)
     print_run(a, res, wl, cfg, dep, m)
     return 0
+
+
+def label_run(a, res: dict, wl) -> None:
+    """Add to a ``run_report`` result how it was obtained: ``collectives`` (how the measured
+    runs executed them, ``provenance.EMULATED_COLLECTIVES`` or, with ``--collectives none``,
+    ``COPY_ONLY_COLLECTIVES``) and ``prediction`` (which model predicted it and the measured
+    errors that apply, ``provenance.prediction_note``)."""
+    from subgpu_jax.app.provenance import (COPY_ONLY_COLLECTIVES, EMULATED_COLLECTIVES,
+                                           prediction_note)
+
+    res["collectives"] = (COPY_ONLY_COLLECTIVES if getattr(a, "collectives", "sleep") == "none"
+                          else EMULATED_COLLECTIVES)
+    res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name)
 
 
 def print_run(a, res: dict, wl, cfg, dep, m) -> None:
     """Print ``run_report``'s result as JSON (``--json``) or as a table."""
     if a.json:
-        print(json.dumps(res, indent=2))
+        print(json.dumps(json_safe(res), indent=2, allow_nan=False))
         return
     hw = wl.hw
     print(f"workload  {wl.arch.name} (bf16 experts) G={dep.global_batch} on {hw.name}; config "
@@ -639,6 +678,11 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
               f"{r['predicted_us'] / r['measured_us'] - 1:9.1%}{r['spread']:8.1%}")
     print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
           f"{res['speedup_predicted']:.3f}x")
+    if res.get("collectives"):
+        hid = "" if "copies only" in res["collectives"] else ": a gain may be that wait hidden"
+        print(f"measured  with {res['collectives']}{hid}")
+    if res.get("prediction"):
+        print(f"predicted by {res['prediction']['made_by']}")
     from subgpu_jax.sim.ceiling import describe
     print(describe(res["ceiling"]) + " (measured temporal)")
     chk = res["output_check"]
@@ -665,7 +709,7 @@ def _cmd_calibrate(a) -> int:
     from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.model.workload import Workload as SimWorkload
+    from subgpu_jax.app.fit import checked_workload, given_tp_ep
     from hw_runtime.gpu.workload import hopper_arch
 
     batches = _int_list(a.batches, "batches") if a.batches else [a.batch]
@@ -679,7 +723,8 @@ def _cmd_calibrate(a) -> int:
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=_ep(a),
                      global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
     # memory checked with the experts the calibration runs (bf16 on Hopper)
-    wl = SimWorkload.checked(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware))
+    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
+                          *given_tp_ep(a))
     for G in batches:
         import dataclasses
         dataclasses.replace(dep, global_batch=G).validate(wl.arch)

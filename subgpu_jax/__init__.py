@@ -2,7 +2,7 @@
 pipelining of LLM decode (docs/method.md: cut a region's operator graph into segments, bind them to
 disjoint SM pools, stream microbatches through them).
 
-The package is layered, each folder importing only those before it (README "Layout"):
+The package is layered, each folder importing only those before it (docs/usage.md "Layout"):
 ``model`` < ``space`` < ``sim`` < ``score`` < ``search`` < ``app``. This module re-exports the
 names a user needs; the model-layer names are imported eagerly, the rest on first use (PEP 562
 ``__getattr__``) so that ``import subgpu_jax`` does not pull in JAX.

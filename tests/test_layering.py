@@ -1,4 +1,4 @@
-"""The package's import structure (README "Layout"): every module of ``subgpu_jax`` and
+"""The package's import structure (docs/usage.md "Layout"): every module of ``subgpu_jax`` and
 ``hw_runtime`` is parsed with ``ast`` (module-level AND function-local imports), and
 
 (a) the module import graph (a networkx ``DiGraph``) is acyclic;

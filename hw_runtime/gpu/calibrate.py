@@ -7,8 +7,9 @@ kernels are not measured and keep the analytical model)
 alone on green-context pools of ``pools`` SMs (default 8, 16, 32, 64, 96, 128) and on the whole
 GPU (no green context), for every global batch and microbatch count asked for; measures the
 copy-bandwidth curve on the same pools; and runs a few co-running pairs on two 64-SM pools
-(memory-bound full-attention FMHA beside the expert up-projection, beside a compute-bound
-8192^3 bf16 GEMM, and beside another FMHA), which are stored for validation only.
+(memory-bound decode attention beside the up-projection, the experts' or the dense MLP's,
+beside a compute-bound 8192^3 bf16 GEMM, and beside another attention; ``corun_kernels``),
+which are stored for validation only.
 
 Protocol of a kernel time: ``hw_runtime.gpu.workload.time_kernels``: the op launched once for each of
 ``rotate`` region instances (different weights/KV, so nothing stays in L2 between launches),
@@ -36,7 +37,8 @@ from typing import Callable, Sequence
 from subgpu_jax.model.calibration import DEPLOY_FIELDS, FORMAT, kernel_key
 from subgpu_jax.model.graph import Deployment, build_forward, build_graph
 
-__all__ = ["DEFAULT_POOLS", "calibrate", "copy_bandwidth", "distinct_kernels", "corun_pairs"]
+__all__ = ["DEFAULT_POOLS", "calibrate", "copy_bandwidth", "distinct_kernels", "corun_pairs",
+           "corun_kernels"]
 
 #: Pool sizes timed (SMs), multiples of the H200's 8-SM quantum; the whole GPU is added.
 DEFAULT_POOLS: tuple[int, ...] = (8, 16, 32, 64, 96, 128)
@@ -74,14 +76,43 @@ def copy_bandwidth(torch, stream, nbytes: int = 2 ** 30, reps: int = 10) -> floa
     return 2.0 * n * 2 / statistics.median(ts)
 
 
+def corun_kernels(graph) -> tuple[int, int, str]:
+    """The kernels of ``graph`` the co-running pairs use, for any model family.
+
+    Returns:
+        ``(attention, up_projection, label)``: the index of the region's last decode-attention
+        kernel (full attention; the sliding-window kind where every layer slides, as Mixtral;
+        MLA's latent attention is category ``attn_full`` too), the index of its first
+        up-projection (the routed experts' ``expert_up`` for MoE models, the dense MLP's
+        ``mlp_up`` otherwise) and that kernel's label (``expert_up`` or ``mlp_up``).
+
+    Raises:
+        ValueError: the region has no attention or no up-projection kernel (one line).
+    """
+    ks = graph.kernels
+    attn = ([i for i, k in enumerate(ks) if k.category == "attn_full"]
+            or [i for i, k in enumerate(ks) if k.category == "attn_sliding"])
+    if not attn:
+        raise ValueError(f"calibrate: the region {graph.region_kinds} has no attention kernel "
+                         "for the co-running pairs; use --no-coruns")
+    for op in ("expert_up", "mlp_up"):
+        up = [i for i, k in enumerate(ks) if k.op == op]
+        if up:
+            return attn[-1], up[0], op
+    raise ValueError(f"calibrate: the region {graph.region_kinds} has no up-projection kernel "
+                     "for the co-running pairs; use --no-coruns")
+
+
 def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     """Co-running pairs on a two-pool partition ``part`` (pool 0 runs A, pool 1 runs B).
 
     Timing: ``hw_runtime.gpu.corun``'s spin-gated protocol (host graph-launch time excluded).
-    A = the full-attention FMHA of microbatch 0 over 4 region instances. B = (1) the expert
-    up-projection, (2) an 8192^3 bf16 GEMM (compute-bound, not a workload kernel), (3) the
-    full-attention FMHA of the last microbatch. B's graph is replayed back to back until A is
-    done (enough replays to outlast A alone).
+    A = the decode-attention kernel of microbatch 0 over 4 region instances (``corun_kernels``:
+    the full-attention FMHA, or the sliding one where every layer slides). B = (1) the
+    up-projection (the experts' of an MoE model, the dense MLP's otherwise), (2) an 8192^3 bf16
+    GEMM (compute-bound, not a workload kernel), (3) the same attention kernel of the last
+    microbatch. B's graph is replayed back to back until A is done (enough replays to outlast A
+    alone).
 
     Returns:
         one dict per pair: ``a``/``b`` (names, kernel keys, launches per graph), pools,
@@ -91,12 +122,12 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     """
     from subgpu_jax.sim.probe import probe_kernels
 
-    from hw_runtime.gpu.corun import _time_alone, _time_corun, capture_graph  # one protocol
+    from hw_runtime.gpu.corun import capture_graph, time_alone, time_corun  # one protocol
 
     s0, s1 = part.stream(0, 0), part.stream(1, 0)
     g = wl.graph
-    ia = g.index([k.name for k in g.kernels if k.category == "attn_full"][-1])
-    iu = g.index([k.name for k in g.kernels if k.op == "expert_up"][0])
+    ia, iu, up = corun_kernels(g)
+    attn = g.kernels[ia].category
     m = wl.shapes.m
     n = 8192
     A_ = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
@@ -105,22 +136,22 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     L = min(4, g.num_regions)
     ga = capture_graph(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
     cands = [
-        ("expert_up", lambda r=0: wl.launch(iu, m - 1, r % g.num_regions),
+        (up, lambda r=0: wl.launch(iu, m - 1, r % g.num_regions),
          {"name": g.kernels[iu].name, "key": kernel_key(g.kernels[iu])}, 8),
         ("gemm8192", lambda r=0: torch.mm(A_, B_, out=C_),
          {"name": "mm8192_bf16", "key": kernel_key(probe_kernels()[0]), "analytical": True}, 1),
-        ("attn_full", lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions),
+        (attn, lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions),
          {"name": g.kernels[ia].name + f"(mb{m - 1})", "key": kernel_key(g.kernels[ia])}, 1),
     ]
 
-    a_alone = _time_alone(torch, ga, s0, reps) / 1e3   # ms
+    a_alone = time_alone(torch, ga, s0, reps) / 1e3   # ms
     out = []
     for label, fn, info, nb in cands:
         gb = capture_graph(torch, s1, fn, nb)
-        b_alone = _time_alone(torch, gb, s1, reps) / 1e3
+        b_alone = time_alone(torch, gb, s1, reps) / 1e3
         rb = max(2, int(math.ceil(a_alone / b_alone)) + 2)
-        a_co, b_co = _time_corun(torch, ga, s0, gb, s1, rb, reps)   # µs, spin-gated start
-        out.append({"pair": f"attn_full|{label}", "a": {"name": g.kernels[ia].name,
+        a_co, b_co = time_corun(torch, ga, s0, gb, s1, rb, reps)   # µs, spin-gated start
+        out.append({"pair": f"{attn}|{label}", "a": {"name": g.kernels[ia].name,
                     "key": kernel_key(g.kernels[ia]), "launches": L},
                     "b": {**info, "launches": nb}, "pools": list(part.granted),
                     "global_batch": wl.deployment.global_batch, "microbatches": m,
@@ -162,12 +193,12 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         WorkloadMemoryError: the workload does not fit (before allocating).
         ValueError: bad pools/batches.
     """
-    from hw_runtime.gpu.executor import _torch, derive_workload
+    from hw_runtime.gpu.executor import cuda_torch, derive_workload
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info
     from hw_runtime.gpu.workload import TorchWorkload, time_kernels
     from hw_runtime.gpu.blas import GemmPolicy
 
-    torch = _torch()
+    torch = cuda_torch()
     policy = GemmPolicy(torch, gemm)
     info = device_sm_info(0)
     if not batches or not microbatches or not pools:

@@ -152,7 +152,7 @@ def capture_graph(torch, stream, fn: Callable[[int], Any], launches: int):
 SPIN_CYCLES: int = 3_000_000
 
 
-def _time_alone(torch, g, stream, reps: int) -> float:
+def time_alone(torch, g, stream, reps: int) -> float:
     """Median replay time (µs) of graph ``g`` on ``stream`` (one warm replay first).
 
     Each timed replay is enqueued behind a spin kernel (``SPIN_CYCLES``) and the start event is
@@ -172,7 +172,7 @@ def _time_alone(torch, g, stream, reps: int) -> float:
     return statistics.median(ts)
 
 
-def _time_corun(torch, ga, sa, gb, sb, rb: int, reps: int,
+def time_corun(torch, ga, sa, gb, sb, rb: int, reps: int,
                  b_delay_cycles: int | None = None) -> tuple[float, float]:
     """Median time (µs) of A's graph on ``sa`` while ``rb`` replays of B run on ``sb`` from the
     same start; also the median per-replay time of B (µs) over the overlapped span. Both streams
@@ -283,15 +283,15 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
                 fc, kc = fn_of(c), kinfo[c]["key"]
                 pol.prepare(kc, pa, lambda: fc(0), sa)
                 g1 = capture_graph(torch, sa, fc, 1)
-                t1 = _time_alone(torch, g1, sa, 3)
+                t1 = time_alone(torch, g1, sa, 3)
                 del g1
                 n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
                 ga_[c] = capture_graph(torch, sa, fc, n)
                 pol.prepare(kc, pb, lambda: fc(0), sb)
                 gb_[c] = capture_graph(torch, sb, fc, n)
                 pol.reset()
-                ta_[c] = _time_alone(torch, ga_[c], sa, reps)
-                tb_[c] = _time_alone(torch, gb_[c], sb, reps)
+                ta_[c] = time_alone(torch, ga_[c], sa, reps)
+                tb_[c] = time_alone(torch, gb_[c], sb, reps)
                 out["alone"].append({"class": c, "sms": int(part.granted[0]), "us": ta_[c],
                                      "launches": n})
                 out["alone"].append({"class": c, "sms": int(part.granted[1]), "us": tb_[c],
@@ -300,7 +300,7 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
                 for cb in classes:
                     rb = max(2, int(math.ceil(ta_[ca] / tb_[cb])) + 2)
                     with ClockSampler() as clk:
-                        a_co, b_co = _time_corun(torch, ga_[ca], sa, gb_[cb], sb, rb, reps)
+                        a_co, b_co = time_corun(torch, ga_[ca], sa, gb_[cb], sb, rb, reps)
                     out["pairs"].append({"a": ca, "b": cb, "sms_a": int(part.granted[0]),
                                          "sms_b": int(part.granted[1]),
                                          "launches_a": out["launches"][ca],
@@ -356,8 +356,8 @@ def event_latency(torch, n: int = 200, reps: int = 5) -> dict:
         j.record(s2)
         s1.wait_event(j)
     torch.cuda.synchronize()
-    t1 = _time_alone(torch, g1, s1, reps)
-    t2 = _time_alone(torch, g2, s1, reps)
+    t1 = time_alone(torch, g1, s1, reps)
+    t2 = time_alone(torch, g2, s1, reps)
     del g1, g2
     return {"n": n, "one_stream_us": t1, "two_streams_us": t2, "per_kernel_us": t1 / n,
             "per_dependency_us": (t2 - t1) / n}
@@ -433,8 +433,8 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
         for a, b in pairs:
             ga = capture_graph(torch, s0, fn_of(a, 0), 1)
             gb = capture_graph(torch, s1, fn_of(b, 1), 1)
-            ta, tb = _time_alone(torch, ga, s0, reps), _time_alone(torch, gb, s1, reps)
-            a_end, b_end = _time_corun(torch, ga, s0, gb, s1, 1, reps,
+            ta, tb = time_alone(torch, ga, s0, reps), time_alone(torch, gb, s1, reps)
+            a_end, b_end = time_corun(torch, ga, s0, gb, s1, 1, reps,
                                        b_delay_cycles=SECOND_DELAY_CYCLES)
             out["pairs"].append({"a": a, "b": b, "a_alone_us": ta, "b_alone_us": tb,
                                  "a_end_us": a_end, "b_end_us": b_end,

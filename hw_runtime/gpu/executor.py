@@ -48,7 +48,7 @@ from subgpu_jax.space.config import Config, temporal_config
 from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, build_step_plan,
                              issue_plan)
 
-__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES",
+__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES", "cuda_torch",
            "LANE_PRIORITY"]
 
 #: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
@@ -63,7 +63,7 @@ class ExecutorUnavailable(RuntimeError):
 
 # =========================================================================== the GPU executor
 
-def _torch():
+def cuda_torch():
     try:
         import torch  # type: ignore
     except Exception as e:  # noqa: BLE001
@@ -226,7 +226,7 @@ class Executor:
     """
 
     def __init__(self, workload, device: int = 0, gemm: str = "stock") -> None:
-        self.torch = _torch()
+        self.torch = cuda_torch()
         if not getattr(workload, "is_cuda", False):
             raise ValueError("Executor: the workload must live on a CUDA device")
         from hw_runtime.gpu.blas import GemmPolicy

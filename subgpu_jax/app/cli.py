@@ -30,19 +30,21 @@ __all__ = ["main", "build_parser", "add_workload_args"]
 
 
 def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
-                       serving: bool = False) -> None:
+                      serving: bool = False, batch: bool = True) -> None:
     """Add the workload options (model, GPU, deployment, batch, KV history) to ``p``.
 
     Args:
         p: a sub-command's parser. hardware: the ``--hardware`` default of this command (its
             help text says it). serving: add the serving options too (``--output-len``,
             ``--kv-dtype``, ``--gpu-memory-utilization``, ``--dispatch``: options.py).
+            batch: list ``--batch`` in the help (False for ``search``, which takes
+            ``--batches`` and refuses ``--batch`` naming it).
     """
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
-    g.add_argument("--model", default="gpt-oss-120b",
+    g.add_argument("--model", "--config", dest="model", default="gpt-oss-120b",
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
                         "config.json (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, "
-                        "deepseek_v3). Default: gpt-oss-120b")
+                        "deepseek_v3); --config FILE is the same. Default: gpt-oss-120b")
     g.add_argument("--hardware", default=hardware,
                    help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}")
     g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
@@ -61,7 +63,8 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
                    help="datatype of the expert weights. Default: the model's (MXFP4 for "
                         "GPT-OSS); use bf16 to match what Hopper runs (`subgpu run`)")
     g.add_argument("--batch", type=int, default=2048,
-                   help="global decode batch G (requests = tokens per step). Default: 2048")
+                   help="global decode batch G (requests = tokens per step). Default: 2048"
+                   if batch else argparse.SUPPRESS)
     g.add_argument("--input-len", type=int, default=None,
                    help="prompt length (tokens). Default: --kv-history, or 32768")
     g.add_argument("--kv-history", type=int, default=None,
@@ -101,8 +104,8 @@ def _add_topology_args(p: argparse.ArgumentParser) -> None:
 
 
 def _workload(a):
+    from subgpu_jax.app.fit import checked_workload, given_tp_ep
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.model.workload import Workload
 
     arch, ep = resolve_arch_ep(a)
     topo = {}
@@ -114,7 +117,7 @@ def _workload(a):
             topo["kv_lengths"] = kv_lengths_from(a.kv_lengths, a.batch)
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
                      global_batch=a.batch, **serving_options(a), **topo)
-    return Workload.checked(arch, dep, get_hardware(a.hardware))
+    return checked_workload(arch, dep, get_hardware(a.hardware), *given_tp_ep(a))
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -223,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "records.jsonl, summary.json, frontier.png, frontier_by_stages.png and "
                         "gantt_best.png into --out. Running the same command again continues an "
                         "interrupted sweep; Ctrl-C exits with 130.")
-    add_workload_args(se, serving=True)
+    add_workload_args(se, serving=True, batch=False)
     _add_topology_args(se)
     se.set_defaults(batch=None)
     g = se.add_argument_group("grid")
@@ -361,7 +364,9 @@ def _cmd_simulate(a) -> int:
     from subgpu_jax.sim.l2cache import check_policy as _check_cache
 
     a.cache = _check_cache(resolve_cache(a.cache, a.calibration))
-    from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.app.provenance import prediction_note
+    from subgpu_jax.app.simprint import print_simulation
+    from subgpu_jax.app.step import main_run_scope, simulate_step
     from subgpu_jax.model.graph import build_forward
 
     fp1, fpm = build_forward(wl.arch, wl.deploy, 1), build_forward(wl.arch, wl.deploy, m)
@@ -413,13 +418,15 @@ def _cmd_simulate(a) -> int:
         extra_c["category_time_us"] = s_cfg.category_time_us
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
+        sc_t, sc_c = main_run_scope(s_temp), main_run_scope(s_cfg)  # what figures show
         if a.trace:
-            viz.write_trace(r_cfg, a.trace)
+            viz.write_trace(r_cfg, a.trace, sc_c["layer_offset"], sc_c["text"])
         if a.gantt:
             viz.plot_gantt(r_cfg, a.gantt, title=f"{wl.arch.name} on {hw.name}: D={cfg.D} "
-                           f"w={cfg.w} SMs={list(cfg.alloc)} m={m}")
+                           f"w={cfg.w} SMs={list(cfg.alloc)} m={m}", scope=sc_c["text"])
         if a.utilization:
-            viz.plot_utilisation(r_temp, r_cfg, a.utilization)
+            viz.plot_utilisation(r_temp, r_cfg, a.utilization,
+                                 scopes=(sc_t["text"], sc_c["text"]))
     t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
     gen = None
     if full.output_len:  # the mean step over the generation (docs/accounting.md item 6)
@@ -466,69 +473,20 @@ def _cmd_simulate(a) -> int:
     from subgpu_jax.sim.ceiling import describe, overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
     if cfg.D > 1:  # the three modes and the verdict (app.modes)
-        from subgpu_jax.app.modes import config_verdict, verdict_lines
+        from subgpu_jax.app.modes import config_verdict
         res["modes"] = config_verdict(wl.arch, full, cfg, hw, None if a.simulator == "static"
                                       else model, a.cache, cal is not None, t_temp, t_cfg)
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
+    if a.simulator == "event":  # what --gantt/--utilization/--trace draw of the step
+        res["figures_show"] = sc_c["text"]
+    res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, a.simulator)
     if a.json:
         print(json.dumps(res, indent=2))
         return 0
-    d = full
-    print(f"workload  {wl.arch.name} on {d.num_gpus}x {hw.name}: attention TP{d.attn_tp} x "
-          f"DP{d.attn_dp}, MoE EP{d.moe_ep}, global batch {d.global_batch}, KV {d.kv_history}")
-    runs = " + ".join(f"{c} x {len(gr.region_kinds)}-layer region ({gr.n} kernels"
-                      f"{', main' if gr is fp1.main else ''})" for gr, c in fp1.runs)
-    print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
-          f"{runs} + head (final norm, LM head, sampling, embedding)")
-    exp = f", experts {wl.arch.expert_dtype}" if wl.arch.is_moe else ""
-    print(f"          {wl.arch.family}: {pc['total'] / 1e9:.2f} B parameters, "
-          f"{pc['active'] / 1e9:.2f} B active per token{exp}; {d.topology_label()}")
-    if wl.arch.is_moe and (d.routing != "uniform" or d.routing_imbalance != 1):
-        print(f"          routing {d.routing}: busiest EP rank at "
-              f"{d.expert_load_factor(wl.arch.top_k, m):.3f}x the mean expert load (m={m})")
-    if d.kv_lengths:
-        print(f"          per-request KV lengths: mean {res['workload']['kv_lengths']['mean']:.0f}"
-              f", max {max(d.kv_lengths)}; busiest DP rank {d.kv_tokens():.0f} tokens/request")
-    for line in serving_lines(wl.arch, full, m, mem, gen):
-        print(line)
-    print(f"          duration model: {label}")
-    print(f"{'':10s}{'makespan (µs)':>15s}{'tok/s/user':>13s}{'tok/s/GPU':>13s}")
-    for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
-        print(f"{name:10s}{r['makespan_us']:15.1f}{r['per_user_tok_s']:13.2f}"
-              f"{r['per_gpu_tok_s']:13.1f}")
-    print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
-          f"(m={m}) policy={cfg.policy} streams/stage={cfg.streams_per_stage}")
-    for j, segk in enumerate(res["config"]["segments"]):
-        print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
-              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")
-    if extra_c:
-        print(f"{'':10s}{'L2 hit':>9s}{'HBM util':>10s}{'SM util':>9s}   kernel residence per "
-              "category (µs)")
-        for name in ("temporal", "config"):
-            r = res[name]
-            cats = "  ".join(f"{k}={v:.0f}" for k, v in r["category_time_us"].items() if v > 0)
-            print(f"{name:10s}{r['l2_hit_rate']:9.1%}{r['mean_hbm_util']:10.1%}"
-                  f"{r['mean_sm_util']:9.1%}   {cats}")
-    print(f"speedup   {res['speedup']:.3f}x over temporal")
-    if "modes" in res:
-        print("\n".join(verdict_lines(res["modes"])))
-    print(describe(res["ceiling"]) + " (simulated temporal)")
-    ch = res["sms_choice"]
-    even = "|".join(str(x) for x in ch["even_split"])
-    if ch["how"] == "search":
-        print(f"SM split  {'|'.join(str(x) for x in cfg.alloc)} from a quick search "
-              f"(Algorithm 2 with the {'event simulator' if a.simulator == 'event' else 'static evaluator'}, "
-              f"{ch['exact_calls']} evaluations, {ch['seconds']:.1f} s); the even split {even} "
-              f"gives {ch['even_speedup']:.3f}x: {_split_effect(res['speedup'], ch)}. Fix it with --sms "
-              f"{','.join(str(x) for x in cfg.alloc)}, or --sms even")
-    elif ch["how"] == "even":
-        print(f"SM split  even ({even}); the split matters: leave --sms out for a quick search "
-              "of the best split, or run `subgpu search`")
-    for f in ("trace", "gantt", "utilization"):
-        if getattr(a, f, None):
-            print(f"wrote     {getattr(a, f)}")
+    print_simulation(a, res, wl, cfg, m, fp1, hw, full,
+                     serving_lines(wl.arch, full, m, mem, gen))
     return 0
 
 
@@ -647,6 +605,13 @@ def _cmd_search(a) -> int:
                 routing_imbalance=a.routing_imbalance)
     serving = {k: v for k, v in serving_options(a).items() if k not in ("input_len", "kv_history")}
     Deployment(**opts, **serving)  # validates the options (one-line errors)
+    if pars:  # no batch fits: the model's parameters and the flags that would make it fit
+        from subgpu_jax.app.fit import check_grid_fits
+        check_grid_fits(arch, hw, [Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp,
+                                              moe_ep=a.ep, global_batch=G, input_len=a.input_len,
+                                              kv_history=a.kv_history, **opts, **serving)
+                                   for G in batches if G % a.dp == 0],
+                        a.tp if "tp" in given else None, None)
     skipped: list = []
     ks = _int_list(a.streams_per_stage, "streams-per-stage")
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,

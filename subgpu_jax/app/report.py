@@ -328,11 +328,17 @@ def plot_frontier(records: Sequence[dict], path: str, title: str = "") -> str:
     _frontier_line(ax, s, color="tab:orange", lw=2, marker="s", label="SubGPU frontier")
     fr = frontiers(records)
     for key, col, dy in (("temporal", "tab:blue", -11), ("subgpu", "tab:orange", 5)):
+        seen: dict = {}
         for r in fr[key]:  # frontier points lie at different batches: say which
             if "global_batch" not in r:
                 continue
-            ax.annotate(f"G={r['global_batch']}", (r["per_gpu_tok_s"], r["per_user_tok_s"]),
-                        textcoords="offset points", xytext=(5, dy), fontsize=7, color=col)
+            G = r["global_batch"]
+            k = seen[G] = seen.get(G, -1) + 1  # points at one batch: stacked, each its TPxDP
+            same = sum(x.get("global_batch") == G for x in fr[key]) > 1
+            par = f" TP{r.get('attn_tp')}xDP{r.get('attn_dp')}" if same else ""
+            ax.annotate(f"G={G}{par}", (r["per_gpu_tok_s"], r["per_user_tok_s"]),
+                        textcoords="offset points", xytext=(5, dy + (9 if dy > 0 else -9) * k),
+                        fontsize=7, color=col)
     return _finish(fig, ax, path, title or "decode throughput frontier")
 
 
@@ -363,7 +369,8 @@ def write_search_figures(folder: str, records: Sequence[dict], title: str = "",
 
     Args:
         folder: output folder; records: search-job records (dicts); title: figure title;
-        best_run: ``(SimResult, title)`` of the best configuration, or None for no Gantt chart.
+        best_run: ``(SimResult, title, scope)`` of the best configuration (scope: what the
+            result covers of the decode step), or None for no Gantt chart.
 
     Returns:
         The paths written.
@@ -374,7 +381,7 @@ def write_search_figures(folder: str, records: Sequence[dict], title: str = "",
         out.append(plot_frontier_by_stages(records, os.path.join(folder, "frontier_by_stages.png"),
                                            title))
     if best_run is not None:
-        r, gtitle = best_run
+        r, gtitle, scope = best_run
         out.append(str(plot_gantt(r, os.path.join(folder, "gantt_best.png"), title=gtitle,
-                                  t_max_us=min(float(r.makespan), 3000.0))))
+                                  t_max_us=min(float(r.makespan), 3000.0), scope=scope)))
     return out

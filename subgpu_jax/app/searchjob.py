@@ -24,6 +24,7 @@ from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.cuts import CUT_STRATEGIES
 from subgpu_jax.search.pairwise import allocate_pairwise
@@ -421,13 +422,15 @@ def record_config(rec: Mapping, g1) -> Config:
 
 
 def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
-                  min_tokens_per_user: float | None = None, write: bool = True) -> dict:
+                  min_tokens_per_user: float | None = None, write: bool = True,
+                  prediction: dict | None = None) -> dict:
     """Write records.csv, summary.json and the figures of a finished (or partial) sweep.
 
     ``min_tokens_per_user`` (tokens/s/user, a per-token latency bound of 1e6/X µs): the
     frontiers, matched gains and best configuration use only the records that meet it
     (records.csv keeps them all). ``write`` False computes the summary only (a read-only
-    results folder).
+    results folder). ``prediction``: ``provenance.prediction_note`` of the search (which model
+    made its predictions, which measured errors apply), stored as ``summary["prediction"]``.
 
     Returns:
         The summary dict (also in summary.json).
@@ -461,6 +464,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                "best_by_batch": best_by_batch(recs),
                # the uncalibrated duration model's name and version (model/kernelcost.py)
                "analytic_model": ANALYTIC_MODEL}
+    if prediction is not None:
+        summary["prediction"] = prediction
     if min_tokens_per_user is not None:
         summary["min_tokens_per_user"] = float(min_tokens_per_user)
         summary["records_meeting_it"] = len(recs)
@@ -488,15 +493,22 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     if best is not None and scorer is not None and scorer.exact_kind == "event":
         dep = search_step(record_deployment(best))  # the step the search scored
         p = scorer.problem(dep)
-        cfg = record_config(best, p.workload.graph(1))
+        g1 = p.workload.graph(1)
+        cfg = record_config(best, g1)
         from subgpu_jax.sim.contention import ContentionModel
         from subgpu_jax.sim.eventsim import simulate
         r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,
                      getattr(scorer, "model", None) or ContentionModel(),
                      cache=scorer.cache, record=False)
-        best_run = (r, f"best: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
+        sp = best["speedup_vs_temporal"]
+        word = "best SubGPU" if sp > 1 else "least slow SubGPU (loses to temporal)"
+        best_run = (r, f"{word}: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
                        f"m={best['microbatches']} G={best['global_batch']} "
-                       f"({best['speedup_vs_temporal']:.3f}x)")
+                       f"(predicted {sp:.3f}x temporal)",
+                    f"{g1.num_regions} x {len(g1.region_kinds)}-layer main region, "
+                    f"{r.makespan:,.0f} µs of the {best['makespan_us']:,.0f} µs step; not drawn: "
+                    "the head" + (" and the other region kinds"
+                                  if len(p.workload.arch.region_runs()) > 1 else ""))
     write_search_figures(folder, recs, title, best_run)
     return summary
 
@@ -576,9 +588,10 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         stats["read_only"] = store.read_only
         title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
                  f"({exact} scorer)") if points else arch.name
+        note = prediction_note(hw.name, (meta or {}).get("calibration"), arch.name, exact)
         summary = write_outputs(store.records, folder, title, scorer,
                                 min_tokens_per_user=min_tokens_per_user,
-                                write=not store.read_only)
+                                write=not store.read_only, prediction=note)
     finally:
         if store is not None:
             store.close()

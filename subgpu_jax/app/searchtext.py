@@ -10,11 +10,11 @@ import os
 import shlex
 
 from subgpu_jax.app.options import resolve_cache, serving_args
-from subgpu_jax.app.report import validation_status
+from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 
 __all__ = ["print_search_summary", "print_next_steps", "search_reproduce_command",
-           "search_grid_args"]
+           "search_grid_args", "path_arg"]
 
 
 def _csv(s: str) -> str:
@@ -35,13 +35,13 @@ def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> Non
     """A search summary as text, configuration-level speedups first: the best SubGPU
     configuration per (parallelism, batch) against the temporal baseline at the same batch, the
     frontiers, the matched gains where both frontiers have points nearby
-    (``report.matched_tables``), and the predictions' validation status
-    (``report.validation_status``).
+    (``report.matched_tables``), and which model made the predictions with the measured error
+    figures that apply to them (``summ["prediction"]``, ``provenance.prediction_note``).
 
     Args:
         summ: the summary of ``searchjob.write_outputs`` (``best_by_batch``,
             ``best_speedup_record``, frontiers, ``matched``).
-        hardware: the GPU preset searched (its validation status is quoted).
+        hardware: the GPU preset searched (used when ``summ`` has no ``prediction``).
         exact: the exact scorer of the search (``event`` or ``static``), named in the text.
     """
     rows = summ.get("best_by_batch") or []
@@ -100,9 +100,17 @@ def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> Non
     elif not summ.get("verdicts"):
         print("\nno verdict per batch: no SubGPU record to judge (none met the filters)")
     print_verdicts(summ.get("verdicts"), hardware)
-    what = "event simulator" if exact == "event" else "static max-plus evaluator"
-    print(f"\nThese are model predictions ({what}). Validation: "
-          f"{validation_status(hardware)['text']}.")
+    note = summ.get("prediction") or prediction_note(hardware, None, None, exact)
+    print(f"\nEvery number above is a model prediction. {note['text']}")
+
+
+def path_arg(value: str | None) -> str | None:
+    """A file or folder option for a printed command: absolute when it names an existing path
+    (a ``config.json``, a calibration, a results folder), so the command works from any
+    directory; a preset name (``gpt-oss-120b``) is kept as it is."""
+    if value is None or not os.path.exists(value):
+        return value
+    return os.path.abspath(value)
 
 
 def print_verdicts(verdicts, hardware: str) -> None:
@@ -140,7 +148,7 @@ def search_reproduce_command(a, best: dict) -> list[str]:
     Returns:
         The command as a list of arguments, ``["subgpu", "simulate", ...]``.
     """
-    cmd = ["subgpu", "simulate", "--model", a.model, "--hardware", a.hardware,
+    cmd = ["subgpu", "simulate", "--model", path_arg(a.model), "--hardware", a.hardware,
            "--gpus", str(best["num_gpus"]), "--tp", str(best["attn_tp"]),
            "--dp", str(best["attn_dp"]), "--ep", str(best["moe_ep"]),
            "--batch", str(best["global_batch"])]
@@ -164,7 +172,7 @@ def search_reproduce_command(a, best: dict) -> list[str]:
     elif a.cache is not None and a.cache != resolve_cache(None, a.calibration):
         cmd += ["--cache", a.cache]  # only when it differs from simulate's own default
     if a.calibration:
-        cmd += ["--calibration", a.calibration]
+        cmd += ["--calibration", path_arg(a.calibration)]
     return cmd
 
 
@@ -181,16 +189,17 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
     b = summ["best_speedup_record"]
     if not b:
         return
-    print("next steps:")
+    out = path_arg(a.out)
+    print("next steps (paths absolute: run them from any folder):")
     print("  reproduce the best configuration (add --gantt/--trace/--utilization FILE to see it):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
-    model = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
-    run = ["subgpu", "run", "--from-search", a.out, "--hardware", hardware, *model]
+    model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
+    run = ["subgpu", "run", "--from-search", out, "--hardware", hardware, *model]
     print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 to "
           "measure the 3 best of every batch):")
     print("    " + shlex.join(run))
     if hardware != "H200":
-        h_out = a.out.rstrip("/") + "-h200"
+        h_out = out.rstrip("/") + "-h200"
         print("  on an H200 (the GPU `subgpu run` defaults to), make a search for it first "
               "(Hopper runs the experts in bf16):")
         print("    " + shlex.join(["subgpu", "search", "--hardware", "H200", "--expert-dtype",
@@ -202,7 +211,7 @@ def search_grid_args(a) -> list[str]:
     """The workload and grid options of a parsed ``subgpu search`` (except ``--hardware``,
     ``--expert-dtype``, ``--calibration`` and ``--out``), for a command that repeats the
     search on another GPU; options at their defaults are left out."""
-    args = [] if a.model == "gpt-oss-120b" else ["--model", a.model]
+    args = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
     args += ["--gpus", str(a.gpus)]
     args += ["--all-parallelisms"] if a.all_parallelisms else ["--tp", str(a.tp), "--dp",
                                                                  str(a.dp)]

@@ -33,7 +33,8 @@ from subgpu_jax.model.graph import ForwardPass, OpGraph, StaticDurationModel, bu
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, chain_cut
 
-__all__ = ["StepResult", "map_cut", "simulate_step", "GenerationResult", "simulate_generation"]
+__all__ = ["StepResult", "map_cut", "simulate_step", "GenerationResult", "simulate_generation",
+           "main_run_scope"]
 
 #: Place of each kernel kind inside a layer (the launch order of ``build_graph``), used to carry a
 #: cut from one region kind to another; kernels of different kinds at the same place share a rank.
@@ -94,6 +95,7 @@ class StepResult:
             the head), empty for the static evaluator.
         main: the event simulator's result of the first run of the main region (for traces and
             plots), or None.
+        main_index: the index in ``runs`` of that run.
     """
 
     makespan_us: float
@@ -101,6 +103,7 @@ class StepResult:
     head_us: float = 0.0
     category_time_us: dict = field(default_factory=dict)
     main: Any = None
+    main_index: int = 0
 
 
 def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "event",
@@ -157,7 +160,7 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
                 memo[key] = (t, {}, None)
         t, cat, r = memo[key]
         if g is fp.main and res.main is None:
-            res.main = r
+            res.main, res.main_index = r, len(res.runs)
         res.runs.append({"layers": [list(x) for x in g.region_kinds],
                          "instances": int(count), "kernels": g.n, "makespan_us": t})
         res.makespan_us += t
@@ -221,3 +224,34 @@ def simulate_generation(arch, deploy: Deployment, cfg: Config, hw: Hardware, mic
                           "makespan_us": float(t)})
         out.makespan_us += w * t
     return out
+
+
+def main_run_scope(res: StepResult) -> dict:
+    """What a figure or trace of ``res.main`` (one run of the main region) shows of the step.
+
+    Returns:
+        ``{"layer_offset": the model's number of the run's first layer, "first_layer",
+        "last_layer", "run_us": the run's makespan, "step_us", "whole": True when the run is the
+        step but for nothing, "text"}``; ``text`` says which layers are drawn, of which step, and
+        what is not drawn (the other runs' layers and the head, with their times), e.g.
+        ``"layers 3-60 (58 layers, 32,551 µs) of the 34,390 µs step; not drawn: layers 0-2
+        (1,712 µs), the head (127 µs)"``.
+    """
+    first = 0
+    spans = []
+    for j, r in enumerate(res.runs):
+        n = len(r["layers"]) * int(r["instances"])
+        spans.append((first, first + n - 1, float(r["makespan_us"])))
+        first += n
+    lo, hi, t = spans[res.main_index]
+    missing = [f"layers {a}-{b} ({u:,.0f} µs)" if a != b else f"layer {a} ({u:,.0f} µs)"
+               for j, (a, b, u) in enumerate(spans) if j != res.main_index]
+    if res.head_us > 0:
+        missing.append(f"the head ({res.head_us:,.0f} µs: final norm, LM head, sampling, "
+                       "embedding)")
+    text = (f"layers {lo}-{hi} ({hi - lo + 1} layers, {t:,.0f} µs) of the "
+            f"{res.makespan_us:,.0f} µs step")
+    if missing:
+        text += "; not drawn: " + ", ".join(missing)
+    return {"layer_offset": lo, "first_layer": lo, "last_layer": hi, "run_us": t,
+            "step_us": float(res.makespan_us), "whole": not missing, "text": text}

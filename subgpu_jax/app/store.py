@@ -1,4 +1,4 @@
-"""The sweep's record store: locked, checksummed, crash-safe (README "Reliability").
+"""The sweep's record store: locked, checksummed, crash-safe (docs/usage.md "Reliability").
 
 A results folder holds:
 

@@ -5,7 +5,7 @@ The temporal baseline is evaluated at every (q, G). Every finished grid point is
 results folder's store (:mod:`subgpu_jax.app.store`: locked, checksummed, fsync-ed), so an
 interrupted sweep (Ctrl-C, kill -9, a full disk) continues without recomputing finished points and
 without losing or duplicating records; damaged records are detected, counted, reported and
-recomputed (README "Reliability").
+recomputed (docs/usage.md "Reliability").
 """
 
 from __future__ import annotations

@@ -60,12 +60,14 @@ def _segments(res) -> np.ndarray:
     return np.asarray(res.kernel_task)
 
 
-def trace_events(res) -> list[dict]:
+def trace_events(res, layer_offset: int = 0) -> list[dict]:
     """Trace-event dicts (Chrome JSON format) of a ``SimResult``: one ``"X"`` event per kernel
     instance on the track (tid) of its stage, plus thread-name metadata.
 
-    Event args: ``layer`` (global layer = region * layers_per_region + kernel.layer), ``region``,
-    ``microbatch``, ``segment``, ``stage``, ``category``. Times (``ts``, ``dur``) in µs.
+    Event args: ``layer`` (the model's layer: ``layer_offset`` + region * layers_per_region +
+    kernel.layer; ``layer_offset`` is the model's number of the run's first layer, e.g. 3 for
+    DeepSeek-V3's MoE layers), ``region``, ``microbatch``, ``segment``, ``stage``,
+    ``category``. Times (``ts``, ``dur``) in µs.
     """
     P = 1
     if res.dag is not None and res.kernels:
@@ -82,18 +84,22 @@ def trace_events(res) -> list[dict]:
         ev.append({"ph": "X", "pid": 0, "tid": int(res.kernel_stage[i]), "name": k.name,
                    "cat": k.category, "ts": float(res.kernel_start[i]),
                    "dur": float(res.kernel_end[i] - res.kernel_start[i]),
-                   "args": {"layer": l * P + int(k.layer), "region": l,
+                   "args": {"layer": int(layer_offset) + l * P + int(k.layer), "region": l,
                             "microbatch": int(res.kernel_mb[i]), "segment": int(segs[i]),
                             "stage": int(res.kernel_stage[i]), "category": k.category}})
     return ev
 
 
-def write_trace(res, path: str | os.PathLike) -> Path:
+def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
+                scope: str | None = None) -> Path:
     """Write a Chrome/Perfetto trace-event JSON file (open it in ui.perfetto.dev).
 
     Args:
         res: an ``eventsim.SimResult``.
         path: output file; its directory must exist.
+        layer_offset: the model's number of the result's first layer (``trace_events``).
+        scope: what the result covers of the step (``step.main_run_scope``'s text), stored
+            as ``otherData.shows``.
 
     Returns:
         The path written.
@@ -103,21 +109,24 @@ def write_trace(res, path: str | os.PathLike) -> Path:
     """
     p = out_file(path, "trace path")
     with open(p, "w") as f:
-        json.dump({"traceEvents": trace_events(res), "displayTimeUnit": "ms",
-                   "otherData": {"makespan_us": float(res.makespan), "hw": res.hw_name}}, f)
+        json.dump({"traceEvents": trace_events(res, layer_offset), "displayTimeUnit": "ms",
+                   "otherData": {"makespan_us": float(res.makespan), "hw": res.hw_name,
+                                 "shows": scope or "the simulated schedule"}}, f)
     return p
 
 
 def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
-               t_max_us: float | None = None) -> Path:
+               t_max_us: float | None = None, scope: str | None = None) -> Path:
     """Gantt chart of the stage timeline: one row per stage, one bar per kernel, coloured by
     category (``CATEGORY_COLORS``), the category legend above the chart.
 
     Args:
         res: a ``SimResult``. path: image path (directory must exist; the format follows the
         extension, one of ``IMAGE_FORMATS``). title: figure title.
-        t_max_us: show only [0, t_max_us] (µs; default: the whole makespan). When this cuts the
-            step short, the x-axis label says which part of the makespan is shown.
+        t_max_us: show only [0, t_max_us] (µs; default: the result's whole makespan). When
+            this cuts it short, the x-axis label says which part is shown.
+        scope: what the result covers of the decode step (``step.main_run_scope``'s text),
+            written under the x-axis; default "the simulated schedule".
 
     Returns:
         The path written.
@@ -129,13 +138,14 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
     p, fmt = check_image_path(path, "gantt path")
     import matplotlib.pyplot as plt
 
-    fig = gantt_figure(res, title, t_max_us)
+    fig = gantt_figure(res, title, t_max_us, scope)
     fig.savefig(p, dpi=120, format=fmt)
     plt.close(fig)
     return p
 
 
-def gantt_figure(res, title: str | None = None, t_max_us: float | None = None):
+def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
+                 scope: str | None = None):
     """The matplotlib ``Figure`` of ``plot_gantt`` (not saved; the caller closes it).
 
     Raises:
@@ -164,10 +174,12 @@ def gantt_figure(res, title: str | None = None, t_max_us: float | None = None):
     ax.set_yticks(range(D))
     ax.set_yticklabels([f"stage {s}\n{p} SMs" for s, p in enumerate(res.stage_sms)])
     ax.invert_yaxis()
+    what = scope or "the simulated schedule"
     if shown < makespan:
-        ax.set_xlabel(f"time (µs): first {shown:,.0f} µs of the {makespan:,.0f} µs simulated makespan shown")
+        ax.set_xlabel(f"time (µs): first {shown:,.0f} µs of the {makespan:,.0f} µs simulated "
+                      f"makespan shown\n(drawn: {what})")
     else:
-        ax.set_xlabel(f"time (µs): the whole {makespan:,.0f} µs simulated makespan")
+        ax.set_xlabel(f"time (µs): all {makespan:,.0f} µs simulated\n(drawn: {what})")
     ax.set_xlim(0, max(shown, 1e-9))
     ax.set_title(title or f"{res.hw_name}: makespan {makespan:.1f} µs", pad=24)
     used = [c for c in CATEGORIES if c in set(cats)]
@@ -185,7 +197,8 @@ def _step_series(res) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def plot_utilisation(temporal, config, path: str | os.PathLike,
-                     labels: tuple[str, str] = ("temporal", "SubGPU")) -> Path:
+                     labels: tuple[str, str] = ("temporal", "SubGPU"),
+                     scopes: tuple[str, str] | None = None) -> Path:
     """Utilisation figure: HBM bandwidth (fraction of ``hbm_peak_Bps``, a red line drawn on top)
     and fraction of SMs busy (a shaded blue area) over time, for the temporal run (top) and a
     given configuration (bottom); time-weighted means in the legends.
@@ -194,6 +207,8 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
         temporal, config: ``SimResult`` objects simulated with ``record=True``.
         path: image path (directory must exist; format from the extension, ``IMAGE_FORMATS``).
         labels: titles of the two panels.
+        scopes: what each result covers of the decode step (``step.main_run_scope``'s text),
+            in the panel titles instead of the bare makespan.
 
     Returns:
         The path written.
@@ -205,13 +220,14 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
     p, fmt = check_image_path(path, "utilisation path")
     import matplotlib.pyplot as plt
 
-    fig = utilisation_figure(temporal, config, labels)
+    fig = utilisation_figure(temporal, config, labels, scopes)
     fig.savefig(p, dpi=120, format=fmt)
     plt.close(fig)
     return p
 
 
-def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", "SubGPU")):
+def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", "SubGPU"),
+                       scopes: tuple[str, str] | None = None):
     """The matplotlib ``Figure`` of ``plot_utilisation`` (not saved; the caller closes it).
 
     Raises:
@@ -225,7 +241,7 @@ def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", 
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
-    for ax, r, lab in zip(axes, (temporal, config), labels):
+    for ax, r, lab, sc in zip(axes, (temporal, config), labels, scopes or (None, None)):
         t, h, s = _step_series(r)
         # SMs busy as a light area underneath, HBM as a thick line above it: the SM series
         # switches between 0 and 1 every kernel and would hide a line drawn below it
@@ -236,7 +252,8 @@ def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", 
         ax.set_ylim(0, 1.18)
         ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
         ax.set_ylabel("fraction of peak")
-        ax.set_title(f"{lab}: makespan {r.makespan:.1f} µs")
+        ax.set_title(f"{lab}: {sc}" if sc else f"{lab}: makespan {r.makespan:.1f} µs",
+                     fontsize=9 if sc else None)
         ax.legend(loc="upper right", fontsize=8, ncol=2, framealpha=0.9)
     axes[-1].set_xlabel("time (µs)")
     fig.tight_layout()

@@ -26,7 +26,7 @@ from subgpu_jax.model.routing import expected_distinct
 __all__ = ["ModelArch", "MODELS", "FAMILIES", "get_model", "load_hf_config", "resolve_model",
            "expected_distinct"]
 
-#: Hugging Face ``model_type`` values ``load_hf_config`` reads (the README lists them too).
+#: Hugging Face ``model_type`` values ``load_hf_config`` reads (README "Your own model" and docs/usage.md list them too).
 FAMILIES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss",
                              "deepseek_v3")
 

@@ -86,7 +86,11 @@ def test_bad_input_exit_2_one_line(args, field, capsys):
     rc, out, err = run_cli(args, capsys)
     assert rc == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and field in lines[0], err
+    assert lines[0].startswith("error:") and field in lines[0], err
+    if field == "does not fit":  # one error line, then the model and the flags that would fit
+        assert len(lines) >= 3 and all(x.startswith("  ") for x in lines[1:]), err
+    else:
+        assert len(lines) == 1, err
 
 
 def test_console_script_no_traceback():

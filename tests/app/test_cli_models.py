@@ -42,7 +42,8 @@ def test_simulate_text_prints_parameters_and_regions(capsys):
                           "--batch", "256", "--kv-history", "2048", "--simulator", "static"],
                          capsys)
     assert rc == 0
-    assert "671.03 B parameters, 36.63 B active per token, experts fp8" in out
+    assert ("671.03 B parameters, 36.63 B active per token (37.55 B counting the input "
+            "embedding, a 0.93 B lookup table that active counts leave out), experts fp8") in out
     assert "3 x 1-layer region (11 kernels) + 58 x 1-layer region (16 kernels, main)" in out
 
 

@@ -1,0 +1,184 @@
+"""Which model made a prediction, and which measured error figures apply to it.
+
+Every predicted number subgpu prints (``subgpu search``, ``subgpu simulate``) is followed by one
+note made here, and only here:
+
+* **who predicted it**: the uncalibrated duration model (``kernelcost.ANALYTIC_MODEL``) or the
+  model calibrated with a named file, and the scorer (event simulator or static evaluator);
+* **which error figures apply**: only those measured for that kind of prediction (calibrated or
+  not, event simulator) on that GPU, read from the committed studies in
+  ``experiments/results/`` (``hw_fidelity_<gpu>.json``: step times; ``hw_wins_<gpu>.json``: the
+  calibrated simulator's first choices, predicted vs measured speedup); where none exist the note
+  says so, and it says whether the model itself was ever measured;
+* **how measured wins were obtained**: every SubGPU gain measured so far ran its collectives
+  emulated on one GPU (``EMULATED_COLLECTIVES``), and the note says so beside any measured win
+  it quotes; ``subgpu run`` labels its measurement the same way (``COPY_ONLY_COLLECTIVES`` for
+  the ``--collectives none`` control).
+
+A future validated band (a predicted speedup with the range measured for its regime) belongs in
+``prediction_note`` too: callers print ``note["text"]`` and need not change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from subgpu_jax.app.report import results_dir
+from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
+
+__all__ = ["prediction_note", "EMULATED_COLLECTIVES", "COPY_ONLY_COLLECTIVES", "STUDY_MODELS",
+           "uncalibrated_first_choices"]
+
+#: The model preset each workload key of the H200 studies measured (key prefix -> preset name).
+STUDY_MODELS: dict[str, str] = {"gptoss120b": "gpt-oss-120b", "gptoss20b": "gpt-oss-20b",
+                                "llama70b": "llama-3.1-70b"}
+
+#: How the collectives of every measured run were executed (hw_runtime.gpu.workload): the one
+#: GPU emulates one rank of the deployment, and a TP/EP collective is a copy of its payload
+#: followed by a spin to the modelled link time that holds no SMs, which the other stage's work
+#: can hide.
+EMULATED_COLLECTIVES = ("collectives emulated on one GPU as a wait to the modelled link time, "
+                        "which the other stage hides (no real NCCL collective was run)")
+
+
+def _model_of(key: str) -> str | None:
+    return STUDY_MODELS.get(key.split("_")[0])
+
+
+def _rng(xs, fmt: str) -> str:
+    lo, hi = min(xs), max(xs)
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+
+
+def uncalibrated_first_choices(rows) -> dict[str, dict]:
+    """Per workload of a fidelity study's ``rows``: the pipelined (``green``) configuration the
+    uncalibrated model predicts fastest, with its predicted and measured speedup over the
+    workload's temporal row (``predicted_uncalibrated_us``, ``measured_us``).
+
+    Returns:
+        ``{workload: {"name", "predicted", "measured"}}`` (speedups as ratios).
+    """
+    by: dict[str, list] = {}
+    for r in rows:
+        by.setdefault(r["workload"], []).append(r)
+    out = {}
+    for w, rs in by.items():
+        t = next((r for r in rs if r["mode"] == "temporal"), None)
+        green = [r for r in rs if r["mode"] == "green"]
+        if t is None or not green:
+            continue
+        b = min(green, key=lambda r: float(r["predicted_uncalibrated_us"]))
+        out[w] = {"name": b["name"],
+                  "predicted": float(t["predicted_uncalibrated_us"])
+                  / float(b["predicted_uncalibrated_us"]),
+                  "measured": float(t["measured_us"]) / float(b["measured_us"])}
+    return out
+
+
+#: How ``subgpu run --collectives none`` runs them: the control without the emulated wait.
+COPY_ONLY_COLLECTIVES = ("collectives as copies only, without the wait to the link time "
+                         "(--collectives none: the control in which no collective wait can be "
+                         "hidden)")
+
+
+def prediction_note(hardware: str, calibration: str | None = None, model: str | None = None,
+                    exact: str = "event", folder: str | os.PathLike | None = None) -> dict:
+    """The provenance of a prediction and the measured error figures that apply to it.
+
+    Args:
+        hardware: the GPU preset the prediction is for (``B200``, ``H200``, ...).
+        calibration: the calibration file the prediction used, or None (uncalibrated).
+        model: the model preset or config name predicted (said whether it was ever measured).
+        exact: the scorer, ``event`` (event simulator) or ``static`` (max-plus evaluator).
+        folder: where the study files are (default ``report.results_dir()``).
+
+    Returns:
+        ``{"made_by": str, "calibrated": bool, "calibration": path or None, "hardware",
+        "model", "model_measured": bool or None (None: no study for this GPU), "errors": [{"what",
+        "file", ...numbers}], "text": str}``. ``errors`` holds only figures measured for this
+        kind of prediction on this GPU (empty when none exist); ``text`` is the note printed
+        under the prediction.
+    """
+    d = Path(folder) if folder is not None else results_dir()
+    gpu = hardware.upper()
+    cal = bool(calibration)
+    made_by = (f"the duration model calibrated with {calibration}" if cal else
+               f"the uncalibrated duration model {ANALYTIC_MODEL}")
+    scorer = "event simulator" if exact == "event" else "static max-plus evaluator"
+    out = {"made_by": made_by, "scorer": scorer, "calibrated": cal,
+           "calibration": calibration or None, "hardware": hardware, "model": model,
+           "model_measured": None, "errors": []}
+    head = f"Predicted by {made_by}, {scorer}, for the {hardware}."
+    fid, wins = d / f"hw_fidelity_{gpu.lower()}.json", d / f"hw_wins_{gpu.lower()}.json"
+    if not fid.is_file() and not wins.is_file():
+        measured = sorted(m.group(1).upper() for f in (d.glob("hw_fidelity_*.json")
+                                                        if d.is_dir() else [])
+                          if (m := re.fullmatch(r"hw_fidelity_([a-z0-9]+)\.json", f.name)))
+        where = f" (only the {', '.join(measured)} was measured)" if measured else ""
+        out["text"] = (f"{head} Measured error: none exists, no {hardware} was ever "
+                       f"measured{where}; see the README's \"Known limitations\".")
+        return out
+    models: set[str] = set()
+    parts: list[str] = []
+    if exact != "event":
+        parts.append("none for the static evaluator (the studies measured the event "
+                     "simulator)")
+    if fid.is_file() and exact == "event":
+        try:
+            ws = {k: v for k, v in json.loads(fid.read_text())["workloads"].items() if v}
+            sfx = "" if cal else "_uncalibrated"
+            med = [float(v["median_abs_error" + sfx]) for v in ws.values()]
+            mx = [float(v["max_abs_error" + sfx]) for v in ws.values()]
+            names = sorted({_model_of(k) or k for k in ws})
+            rel = f"experiments/results/{fid.name}"
+            out["errors"].append({"what": "step time", "file": rel, "workloads": len(ws),
+                                  "median_abs_error": med, "max_abs_error": mx})
+            how = ("each calibrated on its own kernel tables and the co-run matrix" if cal else
+                   "uncalibrated")
+            parts.append(f"step times within a median {_rng(med, '.0%')} (max "
+                         f"{max(mx):.0%}) on {len(ws)} workloads of {', '.join(names)}, {how} "
+                         f"({rel})")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            parts.append(f"{fid.name} unreadable ({e})")
+    if wins.is_file() and exact == "event" and cal:
+        try:
+            w = json.loads(wins.read_text())["workloads"]
+            pred = [float(v["predicted_speedup"]) for v in w.values()]
+            meas = [float(v["measured_speedup"]) for v in w.values()]
+            rel = f"experiments/results/{wins.name}"
+            out["errors"].append({"what": "speedup of the first choice", "file": rel,
+                                  "workloads": len(w), "predicted": pred, "measured": meas})
+            parts.append(f"the calibrated first choices of {len(w)} workloads were predicted "
+                         f"{_rng(pred, '.2f')}x and measured {_rng(meas, '.2f')}x ({rel})")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            parts.append(f"{wins.name} unreadable ({e})")
+    elif fid.is_file() and exact == "event" and not cal:
+        try:
+            firsts = uncalibrated_first_choices(json.loads(fid.read_text())["rows"])
+            pred = [v["predicted"] for v in firsts.values()]
+            meas = [v["measured"] for v in firsts.values()]
+            rel = f"experiments/results/{fid.name}"
+            out["errors"].append({"what": "speedup of the first choice", "file": rel,
+                                  "workloads": len(firsts), "predicted": pred,
+                                  "measured": meas})
+            parts.append(f"its first choices among the {len(firsts)} workloads' measured "
+                         f"configurations were predicted {_rng(pred, '.2f')}x and measured "
+                         f"{_rng(meas, '.2f')}x ({rel})")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            parts.append(f"{fid.name} unreadable ({e})")
+    for f in (fid, wins):  # the models the studies measured, whatever this prediction's kind
+        try:
+            models.update(_model_of(k) or k for k in json.loads(f.read_text())["workloads"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    if model is not None:
+        out["model_measured"] = model in models
+        parts.append(f"{model} was measured, at the deployments and batches of these studies "
+                     "only" if out["model_measured"] else f"{model} itself was never measured")
+    out["text"] = (f"{head} Measured error of this kind on the {hardware}: " + "; ".join(parts)
+                   + f". Every measured run had {EMULATED_COLLECTIVES}; see the README's \"Known "
+                   "limitations\".")
+    return out

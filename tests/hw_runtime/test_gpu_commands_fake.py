@@ -1,0 +1,316 @@
+"""The GPU commands (``subgpu calibrate``, ``subgpu run``, ``subgpu run --from-search``) on the
+CPU, with fakes standing in for torch, green contexts and the executor, for a dense (Llama), an
+MoE (Mixtral) and an MLA model (DeepSeek-V3 with fewer layers): the command-line paths a newcomer
+takes on a GPU, down to the files they write.
+
+``subgpu calibrate`` of a dense model used to end in an ``IndexError`` in ``corun_pairs``, which
+looked for an ``expert_up`` kernel; ``subgpu run --json --trace`` wrote ``NaN`` into its JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import hw_runtime.cli as hwcli
+import hw_runtime.gpu.blas as blas
+import hw_runtime.gpu.calibrate as calmod
+import hw_runtime.gpu.corun as corun
+import hw_runtime.gpu.executor as executor
+import hw_runtime.gpu.partition as partition
+import hw_runtime.gpu.workload as hwwl
+from hw_runtime.gpu.executor import Measurement
+from hw_runtime.plan import HEAD_RUN, FakeStreamBackend, build_step_plan, issue_plan
+from subgpu_jax.app.cli import main
+from subgpu_jax.app.step import map_cut
+from subgpu_jax.model.calibration import load_calibration
+from subgpu_jax.model.graph import Deployment, StaticDurationModel, build_forward, build_graph
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.models import resolve_model
+from subgpu_jax.space.config import temporal_of
+
+H200 = get_hardware("H200")
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "configs"
+
+
+@pytest.fixture(scope="module")
+def mla_config(tmp_path_factory) -> str:
+    """DeepSeek-V3 with 6 layers (1 dense, 5 MoE): MLA, shared experts, two region kinds."""
+    cfg = json.loads((CONFIGS / "deepseek-v3.json").read_text())
+    cfg.update(num_hidden_layers=6, first_k_dense_replace=1)
+    p = tmp_path_factory.mktemp("mla") / "config.json"
+    p.write_text(json.dumps(cfg))
+    return str(p)
+
+
+#: (label, model, deployment options) of the three families.
+FAMILIES = {
+    "dense": ("llama-3.1-8b", ["--gpus", "8", "--tp", "8", "--dp", "1"]),
+    "moe": ("mixtral-8x7b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8"]),
+    "mla": (None, ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8"]),
+}
+
+
+def _model(kind, mla_config):
+    return FAMILIES[kind][0] or mla_config
+
+
+# ------------------------------------------------------------------ co-run kernels per family
+@pytest.mark.parametrize("kind, up", [("dense", "mlp_up"), ("moe", "expert_up"),
+                                      ("mla", "expert_up")])
+def test_corun_kernels_exist_for_every_family(kind, up, mla_config):
+    arch = resolve_model(_model(kind, mla_config))
+    dep = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8 if arch.is_moe else 1,
+                     global_batch=64, kv_history=1024)
+    g = build_graph(arch, dep, 2)
+    ia, iu, label = calmod.corun_kernels(g)
+    assert g.kernels[ia].op == "attn" and label == up and g.kernels[iu].op == up
+    assert g.kernels[ia].category in ("attn_full", "attn_sliding")
+
+
+def test_corun_kernels_sliding_only_model():
+    """Mixtral with a sliding window on every layer has no full-attention kernel: the co-runs
+    use the sliding one instead of failing."""
+    cfg = json.loads((CONFIGS / "mixtral-8x7b.json").read_text())
+    cfg["sliding_window"] = 4096
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(cfg, fh)
+    arch = resolve_model(fh.name)
+    g = build_graph(arch, Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8,
+                                     global_batch=64, kv_history=8192), 1)
+    ia, _, _ = calmod.corun_kernels(g)
+    assert g.kernels[ia].category == "attn_sliding"
+
+
+# ---------------------------------------------------------------- fakes of the GPU side
+class _FakeTensor:
+    def normal_(self):
+        return self
+
+
+class FakeTorch:
+    """The few torch calls ``calibrate`` makes outside the faked helpers."""
+
+    __version__ = "fake"
+    bfloat16 = "bf16"
+
+    class cuda:  # noqa: N801 - torch's name
+        Stream = object
+
+        @staticmethod
+        def synchronize():
+            pass
+
+        @staticmethod
+        def empty_cache():
+            pass
+
+    @staticmethod
+    def randn(*a, **k):
+        return _FakeTensor()
+
+    empty = randn
+
+    @staticmethod
+    def mm(a, b, out=None):
+        return out
+
+
+class FakeTorchWorkload:
+    """``TorchWorkload`` stand-in: the graph, its shapes and a launch that does nothing."""
+
+    def __init__(self, graph, device="cuda", elementwise="auto", **kw):
+        self.graph, self.elementwise = graph, "torch"
+        self.deployment = graph.deployment
+        self.memory, self.kv_cache = {"total": 1e9}, "bf16"
+        self.shapes = SimpleNamespace(m=graph.microbatches)
+        self.launches = []
+
+    def launch(self, i, mb, region):
+        self.launches.append((i, mb, region))
+
+
+class FakePartition:
+    def __init__(self, pools, streams_per_pool=1, **kw):
+        self.granted = list(pools)
+
+    def stream(self, i, j):
+        return (i, j)
+
+    def close(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Torch, green contexts, kernel timing and co-runs replaced by fakes: a kernel "takes"
+    its static-model time on the pool, so the calibration written is a valid one."""
+    sd = StaticDurationModel(H200)
+    monkeypatch.setattr(hwcli, "gpu_check", lambda: None)
+    monkeypatch.setattr(executor, "cuda_torch", lambda: FakeTorch())
+    monkeypatch.setattr(executor, "derive_workload", lambda base, g: FakeTorchWorkload(g))
+    monkeypatch.setattr(hwwl, "TorchWorkload", FakeTorchWorkload)
+    monkeypatch.setattr(blas, "GemmPolicy", lambda torch, gemm: gemm)
+    monkeypatch.setattr(partition, "GreenPartition", FakePartition)
+    monkeypatch.setattr(partition, "device_sm_info", lambda d: SimpleNamespace(
+        sm_count=132, name="fake H200", driver_version=0))
+
+    def time_kernels(wl, kernels, reps, warmup, stream, gemm, sms):
+        return [{"name": wl.graph.kernels[i].name, "us_min": 1.0, "us_max": 1.0,
+                 "us": float(np.ravel(sd.kernel_time_us(wl.graph.kernels[i], sms))[0]),
+                 "graph_nodes_per_launch": 1} for i in kernels]
+
+    monkeypatch.setattr(hwwl, "time_kernels", time_kernels)
+    monkeypatch.setattr(calmod, "copy_bandwidth", lambda torch, stream: 3.0e12)
+    launched = []
+
+    def capture(torch, stream, fn, n):
+        fn(0)
+        launched.append(stream)
+        return ("graph", stream, n)
+
+    monkeypatch.setattr(corun, "capture_graph", capture)
+    monkeypatch.setattr(corun, "time_alone", lambda torch, g, s, reps: 100.0 * g[2])
+    monkeypatch.setattr(corun, "time_corun", lambda torch, ga, sa, gb, sb, rb, reps:
+                        (130.0 * ga[2], 90.0))
+    return launched
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe", "mla"])
+def test_calibrate_every_family_on_fakes(kind, fake_gpu, mla_config, tmp_path, capsys):
+    """``subgpu calibrate`` (co-runs included) of a dense, an MoE and an MLA model writes a
+    calibration that ``--calibration`` accepts for the same workload: every kernel of every
+    region kind timed, three co-run pairs named after kernels the model has."""
+    model, dep = _model(kind, mla_config), FAMILIES[kind][1]
+    out = tmp_path / "cal.json"
+    args = ["--model", model, "--hardware", "H200", *dep, "--batch", "64", "--kv-history",
+            "1024", "--input-len", "1024"]
+    rc = main(["calibrate", *args, "--batches", "64", "--microbatches", "1,2",
+               "--pools", "32,64,96", "--out", str(out)])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    data = json.loads(out.read_text())
+    up = "mlp_up" if kind == "dense" else "expert_up"
+    assert [c["pair"] for c in data["coruns"]] == [f"attn_full|{up}", "attn_full|gemm8192",
+                                                   "attn_full|attn_full"]
+    assert all(c["a_slowdown"] == pytest.approx(0.3) for c in data["coruns"])
+    arch = hwwl.hopper_arch(resolve_model(model))  # what Hopper runs: bf16 experts
+    d = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8 if arch.is_moe else 1,
+                   global_batch=64, input_len=1024, kv_history=1024)
+    cal = load_calibration(str(out), arch, d, H200)
+    for m in (1, 2):
+        for g, _ in build_forward(arch, d, m).runs:
+            cal.check_graph(g)  # every kernel of every region kind was measured
+    bf16 = ["--expert-dtype", "bf16"] if arch.is_moe else []
+    rc = main(["simulate", *args, *bf16, "--calibration", str(out), "--simulator", "static",
+               "--sms", "even", "--json"])
+    res = json.loads(capsys.readouterr().out)
+    assert rc == 0 and res["prediction"]["calibrated"]
+    assert str(out) in res["prediction"]["made_by"]
+
+
+# ----------------------------------------------------------- run and run --from-search
+class StepFakeExecutor:
+    """``Executor`` stand-in: the whole step (every region kind, the head) issued on
+    ``FakeStreamBackend`` with static durations; the workload comes from ``prepare_run``."""
+
+    current: dict = {}
+
+    def __init__(self, hwl, gemm="tuned"):
+        self.wl, self.dep = self.current["wl"], self.current["dep"]
+        self.sd = StaticDurationModel(H200)
+
+    def temporal_config(self):
+        return temporal_of(self.wl)
+
+    def measure(self, c, mode, rounds=1, replays=2, warmup=0, streams_per_stage=None):
+        fp = build_forward(self.wl.arch, self.dep, self.wl.batch // c.microbatch)
+        plan = build_step_plan(fp, c, self.wl.batch)
+        cs = [c if g is fp.main else map_cut(c, fp.main, g) for g in plan.graphs]
+
+        def dur(t, k):
+            kern = fp.head[k] if t.run == HEAD_RUN else plan.graphs[t.run].kernels[k]
+            p = H200.num_sms if t.run == HEAD_RUN else cs[t.run].alloc[t.stage]
+            return float(np.ravel(self.sd.kernel_time_us(kern, p))[0])
+
+        fb = FakeStreamBackend(plan.num_streams, dur)
+        issue_plan(plan, fb)
+        return Measurement(mode=mode, makespan_us=fb.makespan, round_medians_us=[fb.makespan],
+                           spread=0.0, replays=replays, rounds=rounds, warmup=warmup,
+                           capture_s=0.0, graph_nodes=None, plan=plan.summary())
+
+    def check_output(self, cfg, mode, streams_per_stage=None, **kw):
+        return {"bitwise_equal": True, "rel_l2": 0.0}
+
+
+@pytest.fixture
+def fake_executor(monkeypatch):
+    real = hwcli.prepare_run
+
+    def prepare(a):
+        out = real(a)
+        StepFakeExecutor.current.update(wl=out[0], dep=out[2])
+        return out
+
+    monkeypatch.setattr(hwcli, "prepare_run", prepare)
+    monkeypatch.setattr(hwcli, "gpu_check", lambda: None)
+    monkeypatch.setattr(executor, "Executor", StepFakeExecutor)
+    monkeypatch.setattr(hwwl, "TorchWorkload", FakeTorchWorkload)
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe", "mla"])
+def test_run_and_run_from_search_every_family(kind, fake_executor, mla_config, tmp_path,
+                                              capsys):
+    """``subgpu run`` (JSON strict: no NaN), then a search and ``subgpu run --from-search`` and
+    ``--top 1``, for a dense, an MoE and an MLA model, each through the command line."""
+    model, dep = _model(kind, mla_config), FAMILIES[kind][1]
+    wl_args = ["--model", model, "--hardware", "H200", *dep, "--kv-history", "1024",
+               "--input-len", "1024"]
+    rc = main(["run", *wl_args, "--batch", "64", "--json", "--rounds", "1", "--replays", "2"])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    res = json.loads(o.out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON"))
+    assert res["speedup_measured"] > 0 and "emulated" in res["collectives"]
+    assert res["prediction"]["calibrated"] is False
+    rc = main(["run", *wl_args, "--batch", "64", "--json", "--rounds", "1", "--replays", "2",
+               "--collectives", "none", "--no-check"])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    assert "copies only" in json.loads(o.out)["collectives"]
+    folder = tmp_path / "search"
+    rc = main(["search", *wl_args, "--batches", "64", "--stages", "2", "--microbatches", "2",
+               "--exact", "static", "--no-progress", "--out", str(folder)])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    rc = main(["run", "--from-search", str(folder), "--model", model, "--rounds", "1",
+               "--replays", "2", "--no-check"])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    assert "speedup   measured" in o.out and "emulated" in o.out
+    rc = main(["run", "--from-search", str(folder), "--model", model, "--top", "1",
+               "--rounds", "1", "--replays", "2"])
+    assert rc == 0, capsys.readouterr().err
+    rows = json.loads((folder / "measured_frontier.json").read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["temporal", "subgpu"]
+    assert all(math.isfinite(r["measured_us"]) for r in rows)
+
+
+def test_json_safe_writes_null_never_nan():
+    from hw_runtime.cli import json_safe
+
+    res = {"isolated_measured_us": [float("nan"), 1.0], "x": {"y": float("inf")}, "n": 2}
+    text = json.dumps(json_safe(res), allow_nan=False)
+    assert json.loads(text) == {"isolated_measured_us": [None, 1.0], "x": {"y": None}, "n": 2}
