@@ -114,21 +114,28 @@ def fit_options(arch: ModelArch, dep: Deployment, hw: Hardware, tp: int | None =
             out["gpus"] = (n, d2.attn_tp, d2.attn_dp)
             break
 
+    def ok(make, x: int) -> bool:
+        try:
+            return fits(arch, make(x), hw)
+        except ValueError:  # not a valid deployment at all
+            return False
+
     def largest(lo: int, hi: int, make) -> int | None:
         """The largest x in [lo, hi] with make(x) fitting (memory grows with x)."""
-        if hi < lo or not fits(arch, make(lo), hw):
+        if hi < lo or not ok(make, lo):
             return None
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if fits(arch, make(mid), hw) else (lo, mid - 1)
+            lo, hi = (mid, hi) if ok(make, mid) else (lo, mid - 1)
         return lo
 
     q = dep.attn_dp * BATCH_STEP  # a batch DP divides, with R divisible by 2 and 4
     k = largest(1, (dep.global_batch - 1) // q,
                 lambda x: dataclasses.replace(dep, global_batch=x * q))
     out["batch"] = k * q if k else None
-    out["kv_history"] = largest(1, dep.kv_history - 1,
-                                lambda x: dataclasses.replace(dep, kv_history=x))
+    # the prompt is part of the KV history: a shorter history means a prompt no longer than it
+    out["kv_history"] = largest(1, dep.kv_history - 1, lambda x: dataclasses.replace(
+        dep, kv_history=x, input_len=min(dep.input_len, x)))
     return out
 
 
