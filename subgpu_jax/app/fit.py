@@ -149,22 +149,22 @@ def not_fit_message(arch: ModelArch, dep: Deployment, hw: Hardware, error: str,
         batch_flag: the batch option of the command (``--batch``, or ``--batches`` for search).
     """
     opt = fit_options(arch, dep, hw, tp, ep)
-    lines = [error.split("; lower")[0] + "; any one of these flags makes it fit:"]
+    lines = [error, "  any one of these flags alone makes it fit:"]
     if opt["gpus"]:
         n, t, d = opt["gpus"]
-        lines.append(f"  --gpus {n}   (TP{t} x DP{d}: {dep.global_batch // d} requests per GPU "
+        lines.append(f"    --gpus {n}   (TP{t} x DP{d}: {dep.global_batch // d} requests per GPU "
                      f"instead of {dep.requests_per_gpu})")
     if opt["batch"]:
-        lines.append(f"  {batch_flag} {opt['batch']}   (the largest global batch that fits "
+        lines.append(f"    {batch_flag} {opt['batch']}   (the largest global batch that fits "
                      f"with {dep.num_gpus} GPUs, a multiple of DP{dep.attn_dp} x {BATCH_STEP}; "
                      f"now {dep.global_batch})")
     if opt["kv_history"]:
-        lines.append(f"  --kv-history {opt['kv_history']}   (the largest KV history that fits; "
+        lines.append(f"    --kv-history {opt['kv_history']}   (the largest KV history that fits; "
                      f"now {dep.kv_history} tokens)")
     if not any(opt.values()):
-        lines.append(f"  none alone: the weights need more than one {hw.name} at up to "
+        lines.append(f"    none alone: the weights need more than one {hw.name} at up to "
                      f"{MAX_GPUS} GPUs; try a GPU with more memory (--hardware)")
-    lines.insert(1, f"  {arch.name}: {params_line(arch)}")
+    lines.insert(1, f"  {arch.name}: {params_line(arch)}")  # the model first, then the flags
     return "\n".join(lines)
 
 
