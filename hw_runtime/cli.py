@@ -35,8 +35,8 @@ def gpu_check() -> None:
 
     ok, why = green_contexts_available(0)
     if not ok:
-        raise ValueError(f"this machine cannot run configurations on a GPU ({why}): `subgpu run` "
-                         "and `subgpu calibrate` need pip install -e \".[gpu]\" (torch, "
+        raise ValueError(f"this machine cannot run configurations on a GPU ({why}): `subgpu "
+                         "run`, `calibrate` and `tune` need pip install -e \".[gpu]\" (torch, "
                          "cuda-bindings) and an NVIDIA GPU with green contexts (CUDA 12.4+ "
                          "driver)")
 
