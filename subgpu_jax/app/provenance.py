@@ -84,6 +84,44 @@ COPY_ONLY_COLLECTIVES = ("collectives as copies only, without the wait to the li
                          "hidden)")
 
 
+def uncalibrated_errors(d: Path, gpu: str, errors: list) -> str:
+    """The measured error of the uncalibrated model *as it is now* on ``gpu``: the pipelined
+    runs of the co-run fit's check (``latency_dilation_fit_<gpu>.json``, rows at the loaded-
+    latency gain in force, ``sim.contention.UNCALIBRATED_LATENCY_LOAD_GAIN``): speedup error,
+    wrong signs, temporal error. Appends the figures to ``errors``; returns the text (or that
+    none were measured for this model version)."""
+    from subgpu_jax.sim.contention import UNCALIBRATED_LATENCY_LOAD_GAIN as gain
+
+    f = d / f"latency_dilation_fit_{gpu.lower()}.json"
+    rel = f"experiments/results/{f.name}"
+    try:
+        res = json.loads(f.read_text())
+        rows = [r for r in res["rows"] if float(r["alpha"]) == gain]
+        sp = [r for r in rows if r["config"] != "temporal"]
+        tm = [float(r["temporal_error"]) for r in rows if r["config"] == "temporal"]
+        if not sp or not tm:
+            return (f"none measured for this model version (loaded-latency gain {gain:g}; "
+                    f"{rel} holds other gains)")
+        ratio = [float(r["ratio"]) for r in sp]
+        med = sorted(abs(x - 1) for x in ratio)[len(ratio) // 2]
+        wrong = sum(bool(r["sign_wrong"]) for r in sp)
+        nw = len({r["workload"] for r in sp})
+        errors.append({"what": "speedup of pipelined configurations", "file": rel,
+                       "configurations": len(sp), "workloads": nw,
+                       "median_abs_error": med, "ratio_min": min(ratio),
+                       "ratio_max": max(ratio), "sign_wrong": wrong,
+                       "temporal_error": [min(tm), max(tm)]})
+        return (f"on {len(sp)} measured pipelined configurations of {nw} workloads its speedups "
+                f"were within a median {med:.0%} (predicted / measured {min(ratio):.2f}-"
+                f"{max(ratio):.2f}), {wrong} with the wrong sign, and its temporal steps "
+                f"{min(tm):+.0%} to {max(tm):+.0%} ({rel}; those workloads' kernel tables "
+                f"fitted its constants)")
+    except OSError:
+        return "none measured for this model version (no " + rel + ")"
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        return f"{f.name} unreadable ({e})"
+
+
 def prediction_note(hardware: str, calibration: str | None = None, model: str | None = None,
                     exact: str = "event", folder: str | os.PathLike | None = None) -> dict:
     """The provenance of a prediction and the measured error figures that apply to it.
@@ -126,23 +164,22 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
     if exact != "event":
         parts.append("none for the static evaluator (the studies measured the event "
                      "simulator)")
-    if fid.is_file() and exact == "event":
+    if fid.is_file() and exact == "event" and cal:
         try:
             ws = {k: v for k, v in json.loads(fid.read_text())["workloads"].items() if v}
-            sfx = "" if cal else "_uncalibrated"
-            med = [float(v["median_abs_error" + sfx]) for v in ws.values()]
-            mx = [float(v["max_abs_error" + sfx]) for v in ws.values()]
+            med = [float(v["median_abs_error"]) for v in ws.values()]
+            mx = [float(v["max_abs_error"]) for v in ws.values()]
             names = sorted({_model_of(k) or k for k in ws})
             rel = f"experiments/results/{fid.name}"
             out["errors"].append({"what": "step time", "file": rel, "workloads": len(ws),
                                   "median_abs_error": med, "max_abs_error": mx})
-            how = ("each calibrated on its own kernel tables and the co-run matrix" if cal else
-                   "uncalibrated")
             parts.append(f"step times within a median {_rng(med, '.0%')} (max "
-                         f"{max(mx):.0%}) on {len(ws)} workloads of {', '.join(names)}, {how} "
-                         f"({rel})")
+                         f"{max(mx):.0%}) on {len(ws)} workloads of {', '.join(names)}, each "
+                         f"calibrated on its own kernel tables and the co-run matrix ({rel})")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             parts.append(f"{fid.name} unreadable ({e})")
+    if exact == "event" and not cal:
+        parts.append(uncalibrated_errors(d, gpu, out["errors"]))
     if wins.is_file() and exact == "event" and cal:
         try:
             w = json.loads(wins.read_text())["workloads"]
@@ -155,20 +192,6 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
                          f"{_rng(pred, '.2f')}x and measured {_rng(meas, '.2f')}x ({rel})")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             parts.append(f"{wins.name} unreadable ({e})")
-    elif fid.is_file() and exact == "event" and not cal:
-        try:
-            firsts = uncalibrated_first_choices(json.loads(fid.read_text())["rows"])
-            pred = [v["predicted"] for v in firsts.values()]
-            meas = [v["measured"] for v in firsts.values()]
-            rel = f"experiments/results/{fid.name}"
-            out["errors"].append({"what": "speedup of the first choice", "file": rel,
-                                  "workloads": len(firsts), "predicted": pred,
-                                  "measured": meas})
-            parts.append(f"its first choices among the {len(firsts)} workloads' measured "
-                         f"configurations were predicted {_rng(pred, '.2f')}x and measured "
-                         f"{_rng(meas, '.2f')}x ({rel})")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            parts.append(f"{fid.name} unreadable ({e})")
     for f in (fid, wins):  # the models the studies measured, whatever this prediction's kind
         try:
             models.update(_model_of(k) or k for k in json.loads(f.read_text())["workloads"])
