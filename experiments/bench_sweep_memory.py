@@ -13,7 +13,7 @@ resident memory (``/proc/self/statm``), its peak so far (``ru_maxrss``) and the 
 
 Modes:
 
-* ``bounded``: this checkout (bounded caches: ``model.memory.ByteLRU`` of cheap estimators,
+* ``bounded``: this checkout (bounded caches: ``model.lru.ByteLRU`` of cheap estimators,
   ``score.programs.ProgramCache`` of compiled programs, each grid point's leftovers freed once
   it is stored);
 The grid points run in a fixed random order (``--order shuffled``, seed 0) so that the sizes

@@ -207,7 +207,6 @@ class OneLineParser(argparse.ArgumentParser):
 def usage_error(msg: str) -> int:
     """Print ``error: msg`` (one line, no traceback) on stderr for a bad command-line argument
     of a script (the experiments' entry points); returns the exit code 2."""
-
     print(f"error: {msg}", file=sys.stderr)
     return 2
 
