@@ -138,8 +138,7 @@ LIST_OPTIONS = {"batches": (1, "batch"), "microbatches": (1, "microbatches"),
 #: Real-valued options (attribute -> (lowest, highest, lowest excluded)).
 FLOAT_OPTIONS = {"scaleout_gbps": (0.0, 1e9, True), "routing_imbalance": (1.0, 1e6, False),
                  "cluster_timeout": (0.0, 86400.0 * 7, True),
-                 "min_tokens_per_user": (0.0, 1e12, True),
-                 "gpu_memory_utilization": (0.0, 1.0, True)}
+                 "min_tokens_per_user": (0.0, 1e12, True)}
 
 
 def check_bounds(a) -> None:
