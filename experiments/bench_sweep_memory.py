@@ -1,32 +1,40 @@
-"""Peak memory of a search sweep vs the number of deployments: caches freed between deployments.
+"""Resident memory of a search sweep over 100+ grid points of ONE deployment, default scorer.
 
-A sweep visits its grid deployment by deployment (outer parallelism x global batch). Every
-deployment used to leave its ``Problem`` (graphs, evaluators), simulation summaries and JAX's
-compiled executables behind, about 20-50 MiB each. ``PointScorer.release`` now frees them when
-the sweep moves to the next deployment (``run_sweep(on_new_deployment=...)``).
+The default scorer of ``subgpu search`` is the event simulator (exact) with the contention-aware
+vectorised cheap estimator (``ContentionEstimator``). Before docs/reliability.md's bounded
+caches, every grid point left ~10 MiB per cheap estimator (tens per point) in
+``Problem._evs`` and its compiled batch kernels in JAX's caches, so memory grew by 200-300 MiB
+per grid point until the sweep left the deployment.
 
-For each mode a fresh subprocess runs ``run_search`` (event scorer, gpt-oss-120b on 32x B200,
-``--all-parallelisms``-like grid over ``--tps`` x ``--batches``, stages ``--stages``, microbatches
-``--microbatches``) and reports, after each deployment, its peak RSS
-(``resource.getrusage(RUSAGE_SELF).ru_maxrss``), its current RSS (``/proc/self/statm``) and the
-seconds so far:
+A fresh subprocess runs ``searchjob.run_search`` on the grid below (one deployment: one model,
+GPU count, parallelism and global batch; every stage count x microbatch count x dispatch policy
+x streams per stage) and records, after each grid point is stored (``SweepStore.add``), its
+resident memory (``/proc/self/statm``), its peak so far (``ru_maxrss``) and the seconds so far.
 
-* ``keep``: nothing freed (the behaviour before this change),
-* ``release``: ``PointScorer.release`` with ``--budget-mib`` as ``JAX_CACHE_BUDGET_MIB`` (JAX's
-  compile caches are cleared when the resident memory grew by more than that since the last
-  clear; the default run uses a budget below the class default so that a short benchmark shows
-  several clears),
-* ``every``: ``release`` with a budget of 0 (JAX caches cleared at every deployment).
+Modes:
 
-The table gives the RSS growth per deployment (least-squares slope of current RSS over the
-deployments after the first two), the peak RSS and the wall time of each mode as a ratio to
-``keep`` (all modes in one run, on one machine).
+* ``bounded``: this checkout (bounded caches: ``model.lru.ByteLRU`` of cheap estimators,
+  ``score.programs.ProgramCache`` of compiled programs, each grid point's leftovers freed once
+  it is stored);
+The grid points run in a fixed random order (``--order shuffled``, seed 0) so that the sizes
+of the structures (task DAGs: larger with m, D and k) are a stationary mix along the sweep; in
+grid order (``--order grid``) they grow along it, and so does the memory of the bounded caches
+(their few entries become larger), which is not growth per point.
 
-Usage: python experiments/bench_sweep_memory.py [--tps 4,8] [--batches 256,512,1024,2048]
-    [--stages 2,3,4] [--microbatches 1,2,4] [--budget-mib 64] [--modes keep,release,every]
-    [--exact event] [--out PATH]
-(the committed result: the defaults with ``--modes keep,release``; ``every`` costs 2.3x the time
-of ``keep`` on such a grid)
+* ``before``: the same script against another source tree (``--before-root``, e.g. ``git
+  archive`` of the commit before the change), stopped after ``--before-points`` grid points
+  (its memory grows without bound: the full grid would need tens of GiB).
+
+Summary per mode: peak RSS, and the growth per grid point after warm-up: the least-squares
+slope of the RSS after each point over the points after the first ``--warmup``; and the spread
+(max - min) of those RSS values. Writes ``--out`` (JSON) and a PNG of RSS against grid points
+beside it.
+
+Usage: python experiments/bench_sweep_memory.py [--model gpt-oss-20b] [--hardware H200]
+    [--gpus 1] [--batch 48] [--stages 2,3,4,5,6,7,8] [--microbatches 1,2,3,4]
+    [--streams 1,2] [--warmup 20] [--order shuffled] [--modes bounded,before] [--before-root DIR]
+    [--before-points 12] [--out PATH]
+(the committed result: the defaults, ``--before-root`` an archive of main at 189dee4)
 """
 
 from __future__ import annotations
@@ -43,42 +51,41 @@ ROOT = os.path.dirname(HERE)
 CHILD = r"""
 import json, os, resource, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
-from subgpu_jax.app import searchjob, sweep
+from subgpu_jax.app import searchjob, store, sweep
 from subgpu_jax import get_hardware, get_model
 a = json.loads(sys.argv[2])
-arch, hw = get_model("gpt-oss-120b"), get_hardware("B200")
-pars = [(t, 32 // t, 32) for t in a["tps"]]
-pts = sweep.build_grid(arch, 32, a["batches"], a["stages"], a["microbatches"], hw=hw,
-                       parallelisms=pars)
+arch, hw = get_model(a["model"]), get_hardware(a["hardware"])
+pars = [sweep.outer_parallelisms(arch, a["gpus"])[-1]]
+pts = sweep.build_grid(arch, a["gpus"], [a["batch"]], a["stages"], a["microbatches"],
+                       ("wavefront", "layer_major"), hw=hw, parallelisms=pars,
+                       streams=a["streams"])
+if a["order"] == "shuffled":  # a stationary mix of structure sizes along the sweep
+    import random
+    random.Random(0).shuffle(pts)
 rows, t0, page = [], time.perf_counter(), os.sysconf("SC_PAGE_SIZE")
 def rss():
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * page / 2**20
-orig = searchjob.PointScorer.release
-searchjob.PointScorer.JAX_CACHE_BUDGET_MIB = 0.0 if a["mode"] == "every" else a["budget_mib"]
-clears = [0]
-def release(self, dep):
-    rows.append({"deployment": len(rows) + 1, "key": f"tp{dep.attn_tp}-G{dep.global_batch}",
-                 "rss_MiB": rss(), "seconds": time.perf_counter() - t0,
+orig = store.SweepStore.add
+def add(self, key, recs):
+    orig(self, key, recs)
+    rows.append({"point": len(rows) + 1, "key": key, "rss_MiB": rss(),
                  "max_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                 "jax_cache_clears": clears[0]})
-    if a["mode"] != "keep":
-        orig(self, dep)
-        clears[0] = self.cache_clears
-searchjob.PointScorer.release = release
+                 "seconds": time.perf_counter() - t0})
+    print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+store.SweepStore.add = add
 with tempfile.TemporaryDirectory() as d:
     meta = {"bench": "sweep_memory", **a}
-    stats, _ = searchjob.run_search(arch, hw, pts, d, meta, exact=a["exact"], progress=False)
-rows.append({"deployment": len(rows) + 1, "key": "end", "rss_MiB": rss(),
-             "seconds": time.perf_counter() - t0,
-             "max_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-             "jax_cache_clears": clears[0]})
-print(json.dumps({"mode": a["mode"], "points": len(pts), "rows": rows,
+    stats, _ = searchjob.run_search(arch, hw, pts, d, meta, progress=False,
+                                    budget=a.get("max_points"))
+print(json.dumps({"mode": a["mode"], "grid_points": len(pts), "deployments": 1,
+                  "deployment": pts[0].key.rsplit("-D", 1)[0], "rows": rows,
                   "evaluated": stats["evaluated"]}))
 """
 
 
-def _slope(ys: list[float]) -> float:
+def slope(ys: list[float]) -> float:
+    """Least-squares slope of ``ys`` over their index (0 for fewer than 2 values)."""
     n = len(ys)
     if n < 2:
         return 0.0
@@ -87,50 +94,96 @@ def _slope(ys: list[float]) -> float:
                                                                    for i in range(n))
 
 
+def summarise(run: dict, warmup: int) -> dict:
+    """Peak RSS, growth per point after ``warmup`` points (slope, MiB/point) and spread."""
+    rss = [r["rss_MiB"] for r in run["rows"]]
+    after = rss[warmup:]
+    return {"peak_rss_MiB": max(r["max_rss_MiB"] for r in run["rows"]),
+            "final_rss_MiB": rss[-1],
+            "growth_MiB_per_point": slope(after) if len(after) >= 2 else None,
+            "growth_MiB_per_point_all": slope(rss),
+            "spread_after_warmup_MiB": (max(after) - min(after)) if after else None,
+            "points": len(rss), "seconds": run["rows"][-1]["seconds"]}
+
+
+def plot(runs: list[dict], path: str, warmup: int) -> None:
+    """RSS after each grid point (and the peak so far) of every mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sys.path.insert(0, ROOT)
+    from subgpu_jax.app.viz import save_figure
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for r in runs:
+        x = [row["point"] for row in r["rows"]]
+        ax.plot(x, [row["rss_MiB"] / 1024 for row in r["rows"]], label=f"{r['mode']}: RSS")
+        ax.plot(x, [row["max_rss_MiB"] / 1024 for row in r["rows"]], ls=":",
+                label=f"{r['mode']}: peak so far")
+    ax.axhline(2.0, color="k", lw=0.8, ls="--", label="2 GiB")
+    ax.axvline(warmup + 0.5, color="gray", lw=0.8, ls="-.", label="end of warm-up")
+    ax.set_xlabel("grid points stored (one deployment)")
+    ax.set_ylabel("resident memory (GiB)")
+    ax.set_title(f"search sweep, default scorer: {runs[0]['deployment']}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=120)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tps", default="4,8", help="attention TP degrees (DP = 32 / TP)")
-    ap.add_argument("--batches", default="256,512,1024,2048")
-    ap.add_argument("--stages", default="2,3,4")
-    ap.add_argument("--microbatches", default="1,2,4")
-    ap.add_argument("--budget-mib", type=float, default=64.0,
-                    help="JAX_CACHE_BUDGET_MIB of the release mode (MiB)")
-    ap.add_argument("--exact", default="event", choices=("event", "static"))
-    ap.add_argument("--modes", default="keep,release,every")
+    ap.add_argument("--model", default="gpt-oss-20b")
+    ap.add_argument("--hardware", default="H200")
+    ap.add_argument("--gpus", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=48, help="global batch G of the deployment")
+    ap.add_argument("--stages", default="2,3,4,5,6,7,8")
+    ap.add_argument("--microbatches", default="1,2,3,4")
+    ap.add_argument("--streams", default="1,2", help="streams per stage k")
+    ap.add_argument("--warmup", type=int, default=20, help="grid points of warm-up")
+    ap.add_argument("--order", default="shuffled", choices=("shuffled", "grid"))
+    ap.add_argument("--modes", default="bounded,before")
+    ap.add_argument("--before-root", default=None,
+                    help="source tree of the 'before' mode (e.g. git archive of main)")
+    ap.add_argument("--before-points", type=int, default=12,
+                    help="grid points the 'before' mode runs (its memory grows without bound)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_sweep_memory.json"))
     a = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
-    args = {"tps": ints(a.tps), "batches": ints(a.batches), "stages": ints(a.stages),
-            "microbatches": ints(a.microbatches), "exact": a.exact,
-            "budget_mib": a.budget_mib}
+    args = {"model": a.model, "hardware": a.hardware, "gpus": a.gpus, "batch": a.batch,
+            "stages": ints(a.stages), "microbatches": ints(a.microbatches),
+            "streams": ints(a.streams), "order": a.order}
     runs = []
     for mode in a.modes.split(","):
-        p = subprocess.run([sys.executable, "-c", CHILD, ROOT, json.dumps(dict(args, mode=mode))],
-                           capture_output=True, text=True, cwd=ROOT)
+        root, extra = ROOT, {}
+        if mode == "before":
+            if not a.before_root:
+                raise SystemExit("error: --before-root is needed for the before mode")
+            root, extra = os.path.abspath(a.before_root), {"max_points": a.before_points}
+        p = subprocess.run([sys.executable, "-c", CHILD, root,
+                            json.dumps(dict(args, mode=mode, **extra))],
+                           stdout=subprocess.PIPE, text=True, cwd=ROOT)
         if p.returncode:
-            raise SystemExit(p.stderr[-3000:])
+            raise SystemExit(f"error: the {mode} run failed (exit {p.returncode})")
         run = json.loads(p.stdout.strip().splitlines()[-1])
-        rss = [r["rss_MiB"] for r in run["rows"]]
-        run["growth_MiB_per_deployment"] = _slope(rss[2:])
-        run["peak_rss_MiB"] = max(r["max_rss_MiB"] for r in run["rows"])
-        run["seconds"] = run["rows"][-1]["seconds"]
+        run["source"] = root
+        run.update(summarise(run, a.warmup))
         runs.append(run)
-    base = runs[0]["seconds"]
-    print(f"{'mode':>8s}{'points':>8s}{'deploys':>9s}{'clears':>8s}{'peak RSS MiB':>14s}"
-          f"{'MiB/deploy':>12s}{'seconds':>10s}{'time ratio':>12s}")
+    print(f"{'mode':>8s}{'points':>8s}{'peak RSS MiB':>14s}{'MiB/point':>11s}"
+          f"{'spread MiB':>12s}{'seconds':>10s}")
     for r in runs:
-        r["time_ratio_vs_keep"] = r["seconds"] / base
-        print(f"{r['mode']:>8s}{r['points']:>8d}{len(r['rows']) - 1:>9d}"
-              f"{r['rows'][-1]['jax_cache_clears']:>8d}"
-              f"{r['peak_rss_MiB']:>14.1f}{r['growth_MiB_per_deployment']:>12.2f}"
-              f"{r['seconds']:>10.1f}{r['time_ratio_vs_keep']:>12.2f}")
-    for r in runs:
-        print(f"{r['mode']}: RSS MiB after each deployment: "
-              + " ".join(f"{x['rss_MiB']:.0f}" for x in r["rows"]))
+        g = r["growth_MiB_per_point"]
+        sp = r["spread_after_warmup_MiB"]
+        print(f"{r['mode']:>8s}{r['points']:>8d}{r['peak_rss_MiB']:>14.1f}"
+              f"{(g if g is not None else float('nan')):>11.2f}"
+              f"{(sp if sp is not None else float('nan')):>12.1f}{r['seconds']:>10.1f}")
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as fh:
-        json.dump({"args": args, "runs": runs}, fh, indent=2)
-    print(f"wrote {a.out}")
+        json.dump({"args": args, "warmup_points": a.warmup, "runs": runs}, fh, indent=1)
+    plot(runs, os.path.splitext(a.out)[0] + ".png", a.warmup)
+    print(f"wrote {a.out} and {os.path.splitext(a.out)[0]}.png")
 
 
 if __name__ == "__main__":

@@ -616,7 +616,9 @@ def plot_measured_frontier(rows: list[dict], path: str) -> None:
     ax.set_ylabel("per-user throughput (tokens/s/user)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    from subgpu_jax.app.viz import save_figure
+
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 

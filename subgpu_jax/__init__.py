@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import importlib
 
-from subgpu_jax.model.graph import (CATEGORIES, REFERENCE_DEPLOYMENT, Deployment, Kernel, OpGraph,
-                                    StaticDurationModel, build_graph)
-from subgpu_jax.model.hardware import HARDWARE, Hardware, get_hardware
-from subgpu_jax.model.models import MODELS, ModelArch, get_model, load_hf_config, resolve_model
-
 #: Lazily re-exported name -> defining module.
 _LAZY = {
+    **{n: "subgpu_jax.model.graph" for n in ("CATEGORIES", "REFERENCE_DEPLOYMENT", "Deployment",
+                                             "Kernel", "OpGraph", "StaticDurationModel",
+                                             "build_graph")},
+    **{n: "subgpu_jax.model.hardware" for n in ("HARDWARE", "Hardware", "get_hardware")},
+    **{n: "subgpu_jax.model.models" for n in ("MODELS", "ModelArch", "get_model",
+                                              "load_hf_config", "resolve_model")},
     "Workload": "subgpu_jax.model.workload",
     "throughputs": "subgpu_jax.model.accounting",
     "load_calibration": "subgpu_jax.model.calibration",
@@ -40,11 +41,7 @@ _LAZY = {
     "run_search": "subgpu_jax.app.searchjob",
 }
 
-__all__ = [
-    "HARDWARE", "Hardware", "get_hardware", "MODELS", "ModelArch", "get_model", "load_hf_config",
-    "resolve_model", "CATEGORIES", "REFERENCE_DEPLOYMENT", "Deployment", "Kernel", "OpGraph",
-    "StaticDurationModel", "build_graph", *_LAZY,
-]
+__all__ = [*_LAZY]
 
 __version__ = "0.1.0"
 

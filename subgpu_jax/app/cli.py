@@ -16,15 +16,17 @@ import sys
 from importlib.metadata import entry_points
 from typing import Sequence
 
-from subgpu_jax.model.checks import out_file, pos_int
+from subgpu_jax.model.checks import out_dir, out_file, pos_int
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.space.config import config_from_options, temporal_of
-from subgpu_jax.app.options import (add_serving_args, choose_split, int_list as _int_list,
-                                    kv_lengths_from, resolve_arch_ep, resolve_cache,
-                                    resolve_context, resolve_parallelism, serving_options,
-                                    split_effect as _split_effect, str_list as _str_list)
+from subgpu_jax.app.options import (OneLineParser, add_serving_args, check_bounds,
+                                    check_grid_size, choose_split,
+                                    int_list as _int_list, kv_lengths_from, resolve_arch_ep,
+                                    resolve_cache, resolve_context, resolve_parallelism,
+                                    serving_options, split_effect as _split_effect,
+                                    str_list as _str_list)
 
 __all__ = ["main", "build_parser", "add_workload_args"]
 
@@ -120,14 +122,6 @@ def _workload(a):
     return checked_workload(arch, dep, get_hardware(a.hardware), *given_tp_ep(a))
 
 
-class _OneLineParser(argparse.ArgumentParser):
-    """ArgumentParser whose usage errors are one line (``error: ...``) and exit code 2."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
-        sys.exit(2)
-
-
 #: Entry-point group through which other packages add ``subgpu`` sub-commands (``hw_runtime``
 #: adds ``run`` and ``calibrate``: pyproject ``[project.entry-points."subgpu.commands"]``).
 COMMANDS_GROUP = "subgpu.commands"
@@ -154,7 +148,7 @@ def add_plugin_commands(sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``subgpu`` command (all sub-commands)."""
-    p = _OneLineParser(
+    p = OneLineParser(
         prog="subgpu",
         description="SubGPU pipelining of LLM decode: simulate and search configurations "
                     "(cuts, SM pools, microbatches) against the temporal baseline.")
@@ -275,7 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder. Default: runs/search")
     r.add_argument("--resume", action="store_true", help="continue the sweep in --out (must exist)")
     r.add_argument("--overwrite", action="store_true", help="delete the records in --out and "
-                   "start afresh (another sweep's folder is refused without it)")
+                   "start afresh")
+    r.add_argument("--repair", action="store_true", help="--out also holds another sweep's "
+                   "manifest or records: keep this sweep's finished grid points, set the "
+                   "others aside in records.<fingerprint>.jsonl, rebuild manifest.json")
     r.add_argument("--min-tokens-per-user", type=float, default=None, metavar="X",
                    help="service-level filter: frontiers and matched gains use only points "
                         "with at least X tokens/s per user (a per-token latency of at most "
@@ -554,6 +551,7 @@ def _cmd_search(a) -> int:
     if os.path.exists(a.out) and not os.path.isdir(a.out):
         raise ValueError(f"out: {a.out!r} is a file; --out names the results folder (created "
                          "when missing)")
+    out_dir(a.out, "--out")  # empty, a dangling link, an unwritable ancestor: one line
     arch, ep = resolve_arch_ep(a)
     a.ep = ep
     hw = get_hardware(a.hardware)
@@ -614,6 +612,7 @@ def _cmd_search(a) -> int:
                         a.tp if "tp" in given else None, None)
     skipped: list = []
     ks = _int_list(a.streams_per_stage, "streams-per-stage")
+    check_grid_size(len(shapes), len(batches), len(mbs) * len(stages) * len(pols) * len(ks))
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
                      input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped,
                      deploy_options={**opts, **serving}, streams=ks)
@@ -665,7 +664,7 @@ def _cmd_search(a) -> int:
                              cut_strategy=a.cut_strategy,
                              min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,
                              alloc_strategy=a.alloc_strategy, cluster=cluster,
-                             overwrite=a.overwrite, log=print)
+                             overwrite=a.overwrite, log=print, repair=a.repair)
     if summ is None:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
               f"process 0 writes {a.out}")
@@ -712,9 +711,10 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     """Run the parsed command; bad input -> one line and 2, Ctrl-C -> one line and 130."""
     import warnings
 
-    from subgpu_jax.app.interrupt import EXIT_CODE, Interrupted, configure_command, requested
+    from subgpu_jax.app.interrupt import (EXIT_CODE, Interrupted, configure_command, requested,
+                                          stop_message)
 
-    stop = configure_command(a.cmd, getattr(a, "out", ""))
+    configure_command(a.cmd, getattr(a, "out", ""))
     commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
     run = commands.get(a.cmd) or getattr(a, "func", None)
     if run is None:  # pragma: no cover - every sub-parser has a command
@@ -726,6 +726,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     shown = warnings.showwarning
     warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
+        check_bounds(a)  # every count bounded before any work (checks.LIMITS)
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)
         resolve_context(a)
@@ -744,7 +745,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
         print(f"error: cannot access{where}: {e.strerror or e}", file=sys.stderr)
         return 2
     except (Interrupted, KeyboardInterrupt):
-        print(stop, file=sys.stderr)
+        print(stop_message(), file=sys.stderr)  # the search's own once its grid is done
         return EXIT_CODE
     finally:
         warnings.showwarning = shown

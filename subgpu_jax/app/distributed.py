@@ -163,6 +163,10 @@ class Cluster:
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
+        host, sep, port = str(self.address).rpartition(":")
+        if not (sep and host and port.isdigit() and 1 <= int(port) <= 65535):
+            raise ValueError(f"cluster: --cluster must be HOST:PORT (a host name or address and "
+                             f"a port in 1..65535), got {self.address!r}")
         if isinstance(self.num_processes, bool) or int(self.num_processes) < 1:
             raise ValueError(f"num_processes must be >= 1, got {self.num_processes!r}")
         if not 0 <= int(self.process_id) < int(self.num_processes):

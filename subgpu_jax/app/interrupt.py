@@ -27,7 +27,7 @@ import threading
 from typing import Callable, Iterator
 
 __all__ = ["Interrupted", "sigint_as_flag", "configure", "configure_command", "run_cli", "check",
-           "requested", "exit_now", "EXIT_CODE"]
+           "requested", "exit_now", "EXIT_CODE", "set_message", "stop_message"]
 
 #: Exit status of an interrupted command (128 + SIGINT, the shell's convention).
 EXIT_CODE = 130
@@ -78,6 +78,17 @@ def check() -> None:
     from inside a JAX callback)."""
     if _state["flag"]:
         raise Interrupted("interrupted")
+
+
+def set_message(message: str) -> None:
+    """Change the stop message only (e.g. once a sweep has stored its last grid point, a Ctrl-C
+    no longer leaves anything to continue)."""
+    _state["message"] = message
+
+
+def stop_message() -> str:
+    """The line printed when the command stops on Ctrl-C now."""
+    return str(_state["message"])
 
 
 def configure(message: str, cooperative: bool) -> None:

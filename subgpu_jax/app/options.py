@@ -7,10 +7,14 @@ the SM split of ``subgpu simulate`` (given, even, or a quick search).
 
 from __future__ import annotations
 
+import argparse
+import math
+import sys
+
 __all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split",
            "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
-           "kv_lengths_from"]
+           "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS", "LIST_OPTIONS", "FLOAT_OPTIONS"]
 
 #: ``--kv-dtype`` choices: the KV cache's datatype (bf16, or FP8 E4M3 as vLLM's
 #: ``--kv-cache-dtype fp8`` stores it: half the bytes).
@@ -116,11 +120,92 @@ def serving_args(a) -> list[str]:
     return args
 
 
+#: Integer options of every command (attribute -> (lowest, key of ``checks.LIMITS``)), checked
+#: by ``check_bounds`` before any work (absent attributes and None are skipped).
+INT_OPTIONS = {
+    "gpus": (1, "gpus"), "tp": (1, "gpus"), "dp": (1, "gpus"), "ep": (1, "gpus"),
+    "nvlink_domain": (0, "gpus"), "batch": (1, "batch"), "microbatch": (1, "batch"),
+    "input_len": (1, "tokens"), "kv_history": (1, "tokens"), "output_len": (0, "tokens"),
+    "streams_per_stage": (1, "streams"), "l_sim": (1, "passes"), "budget": (1, "grid_points"),
+    "num_processes": (1, "processes"), "process_id": (0, "processes"),
+    "sms": (1, "sms"), "quantum": (1, "sms"), "min_pool": (1, "sms"), "top": (1, "grid_points"),
+    "rounds": (1, "passes"), "replays": (1, "passes"), "warmup": (0, "passes"),
+    "reps": (1, "passes"),
+}
+#: Comma-separated integer lists (attribute -> (lowest, key of ``checks.LIMITS``)).
+LIST_OPTIONS = {"batches": (1, "batch"), "microbatches": (1, "microbatches"),
+                "streams_per_stage": (1, "streams"), "stages": (1, "microbatches")}
+#: Real-valued options (attribute -> (lowest, highest, lowest excluded)).
+FLOAT_OPTIONS = {"scaleout_gbps": (0.0, 1e9, True), "routing_imbalance": (1.0, 1e6, False),
+                 "cluster_timeout": (0.0, 86400.0 * 7, True),
+                 "min_tokens_per_user": (0.0, 1e12, True)}
+
+
+def check_bounds(a) -> None:
+    """Check every count and number of parsed options ``a`` against ``checks.LIMITS`` before
+    any work: one line naming the option and what is allowed (no loop or allocation of the
+    program grows with a number the user gives beyond these limits).
+
+    Raises:
+        ValueError: an integer outside its range, a list item outside it (names the option).
+    """
+    from subgpu_jax.model.checks import LIMITS, bounded_int, finite
+
+    def flag(attr: str) -> str:
+        return "--" + attr.replace("_", "-")
+
+    for attr, (lo, key) in INT_OPTIONS.items():
+        v = getattr(a, attr, None)
+        if v is not None and not isinstance(v, str):
+            bounded_int(v, flag(attr), lo, LIMITS[key])
+    for attr, (lo, key) in LIST_OPTIONS.items():
+        v = getattr(a, attr, None)
+        if isinstance(v, str):
+            for x in int_list(v, flag(attr), unique=False):
+                bounded_int(x, f"{flag(attr)} (each value)", lo, LIMITS[key])
+    for attr, (lo, hi, open_lo) in FLOAT_OPTIONS.items():
+        v = getattr(a, attr, None)
+        if v is not None:
+            finite(v, flag(attr), lo=lo, lo_open=open_lo, hi=hi)
+
+
+def check_grid_size(shapes: int, batches: int, per_deployment: int) -> None:
+    """Refuse a search grid larger than ``checks.LIMITS["grid_points"]`` before it is built:
+    ``shapes`` parallelisms x ``batches`` x (``per_deployment`` pipelined points + temporal).
+
+    Raises:
+        ValueError: one line with the size and the limit.
+    """
+    from subgpu_jax.model.checks import LIMITS
+
+    size = shapes * batches * (per_deployment + 1)
+    if size > LIMITS["grid_points"]:
+        raise ValueError(f"grid: {size:,} grid points (parallelisms x --batches x (--microbatches "
+                         f"x --stages x --policies x --streams-per-stage + temporal)); at most "
+                         f"{LIMITS['grid_points']:,} in one search: split it into several --out")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """ArgumentParser whose usage errors are one line (``error: ...``) and exit code 2 (the
+    ``subgpu`` command's); without a command it names the option given and the commands."""
+
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 - argparse API
+        self.argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_args(args, namespace)
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        subs = [x for x in self._actions if isinstance(x, argparse._SubParsersAction)]
+        if subs and "required: cmd" in message:  # `subgpu --bogus`: name what was wrong
+            given = next((x for x in getattr(self, "argv", []) if x.startswith("-")), None)
+            message = (f"no command given{f' (unrecognized option {given})' if given else ''}; "
+                       f"the commands are {', '.join(subs[0].choices)}")
+        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        sys.exit(2)
+
+
 def usage_error(msg: str) -> int:
     """Print ``error: msg`` (one line, no traceback) on stderr for a bad command-line argument
     of a script (the experiments' entry points); returns the exit code 2."""
-    import sys
-
     print(f"error: {msg}", file=sys.stderr)
     return 2
 
@@ -195,12 +280,8 @@ def resolve_arch_ep(a):
     if getattr(a, "dispatch", "per-expert") != "per-expert" and not arch.is_moe:
         raise ValueError(f"dispatch: {arch.name} is a dense model without an MoE dispatch")
     ep = a.ep
-    if ep is None:
-        if arch.is_moe and a.gpus >= 1:
-            ep = max(x for x in range(1, a.gpus + 1)
-                     if a.gpus % x == 0 and arch.num_experts % x == 0)
-        else:
-            ep = 1
+    if ep is None:  # the largest divisor of both --gpus and the expert count: their gcd
+        ep = math.gcd(a.gpus, arch.num_experts) if arch.is_moe and a.gpus >= 1 else 1
     return arch, ep
 
 
@@ -320,6 +401,8 @@ def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
     except OSError as e:
         raise ValueError(f"kv-lengths: cannot read {spec!r} ({e.strerror or e}); give a file "
                          "or uniform:LO:HI / lognormal:MEDIAN:SIGMA") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"kv-lengths: {spec!r} is not a text file of integers") from None
     toks = text.replace("[", " ").replace("]", " ").replace(",", " ").split()
     try:
         vals = tuple(int(t) for t in toks)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from subgpu_jax.app.viz import plot_gantt
+from subgpu_jax.app.viz import plot_gantt, save_figure
 from subgpu_jax.search.pareto import (frontier_curve, pareto_front, per_gpu_gain_at_matched_user,
     per_user_gain_at_matched_gpu)
 
@@ -294,7 +294,7 @@ def _finish(fig, ax, path: str, title: str) -> str:
     # outside the axes: a legend inside could cover frontier points
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, format="png")
+    save_figure(fig, path, dpi=120, fmt="png")  # atomic: temporary file and rename
     plt.close(fig)
     return path
 

@@ -127,17 +127,15 @@ OUTPUT_FILES = ("records.jsonl", "records.csv", "summary.json", "manifest.json",
                 "frontier_by_stages.png", "gantt_best.png")
 
 
-def _resident_mib() -> float | None:
-    """This process's resident memory (MiB) from ``/proc/self/statm``; None where absent."""
-    try:
-        with open("/proc/self/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return None
+def _steps_of(dep: Deployment) -> set:
+    """``dep``, the step the search scores (``search_step``) and every step of its generation
+    (``generation_steps``): the deployments whose caches a grid point of ``dep`` fills."""
+    return {dep, search_step(dep), *(d for d, _ in generation_steps(dep))}
 
 
 def _trim_heap() -> None:
-    """Hand freed heap pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere)."""
+    """Hand freed heap pages back to the OS (glibc ``malloc_trim``; a no-op elsewhere): the
+    tables a grid point frees are large, and glibc keeps freed heap memory resident."""
     import ctypes
     import ctypes.util
 
@@ -160,15 +158,18 @@ class PointScorer:
         alloc_strategy: a name of ``ALLOC_STRATEGIES`` or an object with ``name`` and the call
             signature of ``PairwiseAllocation``.
 
+    Memory (docs/reliability.md): nothing of a grid point is kept once its records are made
+    (its cheap estimators, simulation summaries and rest-of-step times, :meth:`forget_point`);
+    a deployment's problems and temporal baselines are freed when the sweep leaves it
+    (:meth:`release`); the compiled batch kernels are shared by every grid point of one
+    structure and bounded (``score.programs.ProgramCache``).
+
     Attributes:
         scorers: ``{"cheap": ..., "exact": ...}``, the names of the scorers in use.
 
     Raises:
         ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
     """
-
-    #: See :meth:`release` (MiB of resident-memory growth allowed between JAX cache clears).
-    JAX_CACHE_BUDGET_MIB = 256.0
 
     def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
                  L_sim: int = 2, calibration=None, cut_strategy="proposal",
@@ -195,8 +196,6 @@ class PointScorer:
         self._problems: dict = {}
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
-        self._rss_mark: float | None = None  # resident MiB after the last JAX cache clear
-        self.cache_clears = 0
 
     @property
     def scorers(self) -> dict:
@@ -226,18 +225,10 @@ class PointScorer:
 
     def release(self, dep: Deployment) -> None:
         """Free what the sweep no longer needs once it leaves deployment ``dep``: its
-        ``Problem`` per stream count (graphs, evaluators), temporal and rest-of-step makespans
-        and simulation summaries; and JAX's
-        compile caches when the process's resident memory has grown by more than
-        ``JAX_CACHE_BUDGET_MIB`` since the last clear (clearing them at every deployment costs
-        recompilation, 2.25x the time). Measured on an 80-point, 7-deployment grid
-        (``experiments/results/bench_sweep_memory*.json``): nothing freed, +16.3 MiB per
-        deployment; the scorer's caches freed, +9.1 MiB; with JAX caches cleared past a 32 MiB
-        budget (5 clears), flat (538..578 MiB). Peak memory stays bounded in the number of grid
-        points."""
-        import gc
-
-        deps = {dep, search_step(dep), *(d for d, _ in generation_steps(dep))}
+        ``Problem`` per stream count (graphs, duration tables, evaluators), its temporal and
+        rest-of-step makespans and simulation summaries (of ``dep``, the step the search scores
+        and every step of its generation)."""
+        deps = _steps_of(dep)
 
         def of_dep(key) -> bool:  # keys: dep, (dep, k), (dep, cfg), ("rest", dep, cfg)
             return key in deps or (isinstance(key, tuple) and any(d in key[:2] for d in deps))
@@ -245,17 +236,24 @@ class PointScorer:
         for cache in (self._problems, self._temporal, self._sim_summary):
             for k in [k for k in cache if of_dep(k)]:
                 del cache[k]
-        rss = _resident_mib()
-        if self._rss_mark is None:
-            self._rss_mark = rss
-        if rss is None or rss - self._rss_mark > self.JAX_CACHE_BUDGET_MIB:
-            import jax
 
-            jax.clear_caches()
-            gc.collect()
-            _trim_heap()
-            self.cache_clears += 1
-            self._rss_mark = _resident_mib()
+    def forget_point(self, pt: GridPoint) -> None:
+        """Free what grid point ``pt`` left behind once its records are made: the cheap
+        estimators of its problem (they serve no other grid point: their key holds its D, m
+        and policy), the simulation summaries of its deployment and the rest-of-step times of
+        its pipelined configurations (the temporal baseline's are kept for the next point).
+        Every deployment of the point counts: the step the search scores and, for a generation,
+        each of its steps. The freed heap pages are handed back to the OS (``malloc_trim``)."""
+        deps = _steps_of(pt.deploy)
+        for key, p in self._problems.items():
+            if key[0] in deps:
+                p.clear_evaluators()
+        for k in [k for k in self._sim_summary if k[0] in deps]:
+            del self._sim_summary[k]
+        for k in [k for k in self._temporal if isinstance(k, tuple) and k[0] == "rest"
+                  and k[1] in deps and k[2].D != 1]:
+            del self._temporal[k]
+        _trim_heap()
 
     def _simulate(self, dep: Deployment, cfg: Config):
         """Event-simulate ``cfg``; keeps its per-category times and L2 hit rate for ``_record``
@@ -383,16 +381,17 @@ class PointScorer:
             cfg = temporal_config(g1.n, self.hw, p.workload.batch)
             return [self._record(pt, cfg, self.temporal_makespan(d),
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
-        res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches], [pt.policy],
-                         exact=self.exact(d, pt.streams),
-                         L_sim=self.L_sim, include_temporal=False, allocate=self.alloc,
-                         **self.cut.options())
-        out = []
-        for r in res.records:
-            out.append(self._record(pt, r.config(), r.makespan_us,
-                                    {"exact_calls": r.exact_calls, "cheap_evals": r.cheap_evals,
-                                     "origin": r.origin, "cheap_rank": r.cheap_rank}))
-        return out
+        try:
+            res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches],
+                             [pt.policy], exact=self.exact(d, pt.streams),
+                             L_sim=self.L_sim, include_temporal=False, allocate=self.alloc,
+                             **self.cut.options())
+            return [self._record(pt, r.config(), r.makespan_us,
+                                 {"exact_calls": r.exact_calls, "cheap_evals": r.cheap_evals,
+                                  "origin": r.origin, "cheap_rank": r.cheap_rank})
+                    for r in res.records]
+        finally:
+            self.forget_point(pt)
 
 
 def record_deployment(rec: Mapping) -> Deployment:
@@ -520,7 +519,8 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
                cut_strategy="proposal",
                min_tokens_per_user: float | None = None, cheap: str = "auto",
                alloc_strategy="pairwise", cluster=None, overwrite: bool = False,
-               log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
+               log: Callable[[str], None] | None = None,
+               repair: bool = False) -> tuple[dict, dict]:
     """Run (or continue) a sweep and write its outputs (``min_tokens_per_user``: see
     ``write_outputs``).
 
@@ -538,6 +538,8 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
             the grid points are spread over its processes and their local devices; process 0
             writes the folder, the other processes write nothing and return summary None.
         overwrite: delete the records in ``folder`` (of any sweep) and start afresh.
+        repair: keep this sweep's finished grid points in a folder that also holds another
+            sweep's manifest or records, setting those aside (``SweepStore(repair=True)``).
         log: receives one-line notes (lock taken over, manifest rebuilt, dropped records).
 
     Returns:
@@ -560,19 +562,20 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
     store = None
     if not distributed or cluster.is_main:
         store = SweepStore(folder, meta, resume=resume, overwrite=overwrite,
-                           keys=[p.key for p in points], check_record=record_matches_key)
+                           keys=[p.key for p in points], check_record=record_matches_key,
+                           repair=repair)
     try:
         if store is not None:
             for line in store.notes + store.report.lines():
                 say(line)
             left = sum(p.key not in store.done for p in points)
-            if store.read_only:
+            if store.read_only:  # found at open, before any grid point is computed
                 if left:
-                    raise ValueError(f"results folder {folder} is read-only and {left} of "
-                                     f"{len(points)} grid points are not done; make it writable "
-                                     "or choose another --out")
-                say(f"results folder {folder} is read-only: its finished sweep is summarised, "
-                    "no file is rewritten")
+                    raise ValueError(f"{store.read_only_why} and {left} of {len(points)} grid "
+                                     "points are not done; make it writable or choose another "
+                                     "--out")
+                say(f"{store.read_only_why}: its finished sweep is summarised, no file is "
+                    "rewritten")
         if distributed:
             from subgpu_jax.app.distributed import run_sweep_distributed
 
@@ -583,6 +586,12 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         else:
             stats = run_sweep(points, scorer, store, budget=budget, progress=progress,
                               on_new_deployment=scorer.release)
+        if stats["remaining"] == 0:  # a Ctrl-C from here on leaves nothing to continue
+            from subgpu_jax.app.interrupt import set_message
+
+            set_message(f"interrupted after the last grid point: all {len(points)} are stored "
+                        f"in {folder}; the same command again computes none and writes the "
+                        "summary and figures")
         stats["again"] = sum(k in store.done for k in store.report.again)
         stats["dropped"] = store.report.lines()
         stats["read_only"] = store.read_only

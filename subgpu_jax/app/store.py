@@ -44,6 +44,9 @@ __all__ = ["SweepStore", "LoadReport", "FolderLock", "checksum", "atomic_write",
 #: Version of the records.jsonl layout written by :class:`SweepStore` (1: no checksums).
 FORMAT = 2
 LOCK_NAME = ".lock"
+#: A file created and removed at open to learn whether the folder accepts new files (an
+#: existing, writable lock file does not tell: ``chmod a-w DIR`` leaves it writable).
+PROBE_NAME = ".write-probe"
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
 #: Files derived from the records (rewritten by the search job; deleted with them by overwrite).
@@ -311,6 +314,10 @@ class SweepStore:
             sweep.
         resume: the caller expects an existing sweep: an empty folder is an error.
         overwrite: delete the records found in ``folder`` (of any sweep) and start afresh.
+        repair: the folder also holds another sweep's manifest or records: keep this sweep's
+            finished grid points (their ``_done`` markers carry its fingerprint), set the other
+            sweep's records aside in ``records.<fingerprint>.jsonl`` and its manifest in
+            ``manifest.<fingerprint>.json``, and rebuild ``manifest.json``; nothing is deleted.
         keys: the grid keys of this sweep (a finished block with another key is dropped); None
             accepts any key.
         check_record: ``check_record(key, record) -> reason or None``: whether a record
@@ -323,8 +330,10 @@ class SweepStore:
         read_only: the folder is not writable (finished sweeps can still be read).
 
     Raises:
-        ValueError: another run holds the lock (names its PID); the folder holds another sweep
-            (names what differs) or records no fingerprint vouches for, without ``overwrite``;
+        ValueError: another run holds the lock (names its PID); the folder holds another sweep's
+            manifest or records without ``repair`` or ``overwrite`` (names what differs, how
+            many finished grid points belong to this sweep, and the repair that keeps them:
+            ``--overwrite`` is offered only when none does); records no fingerprint vouches for;
             ``resume`` with nothing to resume; ``resume`` with ``overwrite``; ``folder`` is a
             file.
         OSError: the folder cannot be created or written (names the file).
@@ -332,10 +341,15 @@ class SweepStore:
 
     def __init__(self, folder: str, meta: dict, resume: bool = False, overwrite: bool = False,
                  keys: Iterable[str] | None = None,
-                 check_record: Callable[[str, dict], str | None] | None = None) -> None:
+                 check_record: Callable[[str, dict], str | None] | None = None,
+                 repair: bool = False) -> None:
         if resume and overwrite:
             raise ValueError("resume and overwrite exclude each other: --resume keeps the "
                              "records in the folder, --overwrite deletes them")
+        if repair and overwrite:
+            raise ValueError("repair and overwrite exclude each other: --repair keeps every "
+                             "record (another sweep's set aside), --overwrite deletes them")
+        self.repair = repair
         self.folder = folder
         self.meta = _normalise(meta)
         self.fp = grid_fingerprint(self.meta)
@@ -352,15 +366,24 @@ class SweepStore:
             raise ValueError(f"out: {folder} is a file, not a results folder")
         os.makedirs(folder, exist_ok=True)
         self.read_only = False
+        self.read_only_why = ""
         try:
             self._lock = FolderLock(folder)
         except OSError as e:
-            if e.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            if e.errno not in _READ_ONLY:
                 raise
             self.read_only = True  # a finished sweep can still be read and summarised
+            self.read_only_why = f"results folder {folder} is read-only"
+        if not self.read_only:
+            self.read_only_why = _unwritable(folder, os.path.join(folder, RECORDS))
+            self.read_only = bool(self.read_only_why)
         if self._lock is not None and self._lock.stale_pid:
-            self.notes.append(f"took over the lock of PID {self._lock.stale_pid}, which ended "
-                              "without releasing it")
+            pid = self._lock.stale_pid
+            self.notes.append(
+                f"took over the lock of PID {pid}: that process is running but did not hold "
+                "the lock (its PID was reused, or the lock file came from another folder or "
+                "machine)" if _pid_alive(pid) else
+                f"took over the lock of PID {pid}, which ended without releasing it")
         try:
             self._open(resume, overwrite)
         except BaseException:
@@ -431,10 +454,14 @@ class SweepStore:
                                   "of the sweep that was there)")
             self._write_manifest(man)
             return
-        other_fp = sorted({b[2]["_fp"] for b in scan.foreign})
-        if (state == "ok" and man["fingerprint"] != self.fp) or other_fp:
-            raise ValueError(self._refusal(man, scan))
-        if state != "ok" and has_lines and not scan.blocks:
+        man_foreign = state == "ok" and man["fingerprint"] != self.fp
+        if man_foreign or scan.foreign:
+            if not self.repair:
+                raise ValueError(self._refusal(man, scan))
+            self._need_write("set another sweep's records aside")
+            self.notes.append(self._set_aside(man if man_foreign else None, scan))
+            state, man = "repaired", None
+        if state in ("missing", "broken") and has_lines and not scan.blocks:
             nl = len([x for x in data.split(b"\n") if x.strip()])
             raise ValueError(
                 f"results folder {self.folder}: {RECORDS} holds {nl} "
@@ -445,7 +472,7 @@ class SweepStore:
                              f"{MANIFEST}); run without --resume to start this sweep")
         if state == "broken" and not scan.blocks:
             self.notes.append(f"{MANIFEST} was {why}: rewritten from this command's options")
-        if state != "ok" and scan.blocks:
+        if state in ("missing", "broken") and scan.blocks:
             self.notes.append(f"{MANIFEST} was {why}: rebuilt from this command's options (the "
                               f"{len(scan.blocks)} finished grid point(s) in {RECORDS} carry this "
                               "sweep's fingerprint)")
@@ -461,17 +488,64 @@ class SweepStore:
             self._write_manifest(man)
 
     def _refusal(self, man: dict | None, scan: "_Scan") -> str:
-        n = len({b[0] for b in scan.foreign}) + len(scan.blocks)
+        """The one-line refusal of a folder holding another sweep's manifest or records: what
+        differs, which finished grid points are this sweep's (by the fingerprint their markers
+        carry) and the repair that keeps them; ``--overwrite`` only when none is."""
+        others = {}
+        for key, _recs, m in scan.foreign:
+            others.setdefault(m["_fp"], set()).add(key)
+        n_other = sum(len(v) for v in others.values())
+        parts = []
         if man is not None and man["fingerprint"] != self.fp:
             om = _normalise(man["meta"])
             diff = sorted(k for k in set(om) | set(self.meta) if om.get(k) != self.meta.get(k))
             model = f"model {om['model']!r}; " if "model" in om else ""
-            what = (f"{model}differs in {', '.join(diff)}" if diff
-                    else f"{model}same options, another sweep format")
-        else:
-            what = "its records carry another sweep fingerprint"
-        return (f"results folder {self.folder} holds another sweep ({what}; {n} finished grid "
-                "point(s)); choose another --out, or pass --overwrite to delete its records")
+            parts.append(f"{MANIFEST} of another sweep ({model}differs in {', '.join(diff)})"
+                         if diff else f"{MANIFEST} of another sweep ({model}same options, "
+                         "another sweep format)")
+        if others:
+            parts.append(f"{n_other} finished grid point(s) of another sweep (fingerprint "
+                         f"{', '.join(sorted(others))})")
+        held = " and ".join(parts)
+        aside = ("set the other sweep's records aside in "
+                 + ", ".join(f"records.{fp}.jsonl" for fp in sorted(others))
+                 if others else f"keep the other {MANIFEST} as manifest.<fingerprint>.json")
+        if scan.blocks:
+            return (f"results folder {self.folder} holds {len(scan.blocks)} finished grid "
+                    f"point(s) of this sweep (their records carry its fingerprint {self.fp}) "
+                    f"and {held}; pass --repair to keep them, rebuild {MANIFEST} and {aside} "
+                    "(nothing is deleted), or choose another --out")
+        return (f"results folder {self.folder} holds another sweep: {held}, none of this "
+                f"sweep; choose another --out, pass --repair to {aside} and start this sweep "
+                "(nothing is deleted), or --overwrite to delete them")
+
+    def _set_aside(self, man: dict | None, scan: "_Scan") -> str:
+        """``repair``: write the other sweeps' blocks to ``records.<fp>.jsonl`` (appended to
+        what a previous repair put there, each block once) and their manifest to
+        ``manifest.<fp>.json``, then ``records.jsonl`` with this sweep's blocks only; every file
+        replaced atomically, side files first (a kill in between loses nothing, and the same
+        repair again finishes it). Returns the note."""
+        by_fp: dict[str, list[str]] = {}
+        for key, recs, m in scan.foreign:
+            by_fp.setdefault(m["_fp"], []).append(_block(key, recs, m))
+        moved = []
+        for fp, blocks in sorted(by_fp.items()):
+            side = os.path.join(self.folder, f"records.{fp}.jsonl")
+            old = ""
+            if os.path.exists(side):
+                with open(side, encoding="utf-8", errors="replace") as fh:
+                    old = fh.read()
+            new = old + "".join(b for b in blocks if b not in old)
+            if new != old:
+                atomic_write(side, new)
+            moved.append(f"{len(blocks)} grid point(s) of sweep {fp} to {os.path.basename(side)}")
+        if man is not None:
+            side = os.path.join(self.folder, f"manifest.{man['fingerprint']}.json")
+            atomic_write(side, json.dumps(man, indent=2, sort_keys=True) + "\n")
+            moved.append(f"its {MANIFEST} to {os.path.basename(side)}")
+        atomic_write(self.path, "".join(_block(k, r, m) for k, r, m in scan.blocks))
+        return (f"--repair: kept the {len(scan.blocks)} finished grid point(s) of this sweep, "
+                f"set aside {'; '.join(moved)}; {MANIFEST} rebuilt (nothing deleted)")
 
     def _write_manifest(self, old: dict | None) -> None:
         new = {"format": FORMAT, "fingerprint": self.fp, "meta": self.meta}
@@ -482,7 +556,7 @@ class SweepStore:
 
     def _need_write(self, what: str) -> None:
         if self.read_only:
-            raise ValueError(f"results folder {self.folder} is read-only: cannot {what}")
+            raise ValueError(f"{self.read_only_why}: cannot {what}")
 
     # ------------------------------------------------------------------ appending
     def add(self, key: str, records: Iterable[dict]) -> None:
@@ -526,6 +600,41 @@ class SweepStore:
             _fsync_dir(self.folder)
         self.records.extend(recs)
         self.done.add(key)
+
+
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this machine (signal 0; a process of another user
+    exists too)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return not isinstance(pid, bool) and 0 < pid < 1 << 22
+    return True
+
+
+def _unwritable(folder: str, records: str) -> str:
+    """Why the store could not write ``folder`` (checked at open, before any grid point is
+    computed), or "": a new file is created and removed there (the lock file may be writable
+    in a folder that accepts no new file: ``chmod a-w DIR``), and an existing ``records``
+    must be writable. A full disk is not read-only (creating an empty file needs no block)."""
+    probe = os.path.join(folder, PROBE_NAME)
+    try:
+        fd = _sys("open", probe, os.open, probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.close(fd)
+        _sys("unlink", probe, os.unlink, probe)
+    except OSError as e:
+        if e.errno in _READ_ONLY:
+            return f"results folder {folder} is read-only (no new file can be created there)"
+        if e.errno != errno.ENOSPC:
+            raise
+    if os.path.exists(records) and not os.access(records, os.W_OK):
+        return f"results folder {folder} is read-only ({records} is not writable)"
+    return ""
 
 
 def _block_and_sums(key: str, recs: list[dict], fp: str) -> tuple[bytes, list[str]]:
@@ -608,12 +717,15 @@ class _Scan:
                            or not isinstance(m.get("_n"), int)
                            or not isinstance(m.get("_fp"), str)):
             self.report.add("bad_marker", key if isinstance(key, str) else "")
+            if isinstance(key, str):  # its grid point is not done: computed again, and said
+                self.dropped_keys.add(key)
             self._orphans(pending)
             return
         mine = [r for r in pending if r.get("grid_key") == key]
         self._orphans([r for r in pending if r.get("grid_key") != key])
         if not mine:
             self.report.add("empty_marker", key)
+            self.dropped_keys.add(key)  # its records are gone: computed again, and said
             return
         reason, dups = (None, 0) if legacy else self._verify(key, m, mine)
         if dups:

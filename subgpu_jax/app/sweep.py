@@ -10,6 +10,7 @@ recomputed (docs/usage.md "Reliability").
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -88,11 +89,8 @@ def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[
         if not arch.is_moe and arch.intermediate % t:
             continue
         d = num_gpus // t
-        if arch.is_moe:
-            e = max(x for x in range(1, num_gpus + 1)
-                    if num_gpus % x == 0 and arch.num_experts % x == 0)
-        else:
-            e = 1
+        # the largest divisor of both (gcd), not a loop up to the GPU count
+        e = math.gcd(num_gpus, arch.num_experts) if arch.is_moe else 1
         out.append((t, d, e))
     if not out:
         raise ValueError(f"gpus={num_gpus}: no attention TP x DP split fits {arch.name} "

@@ -15,7 +15,7 @@ import numpy as np
 from subgpu_jax.model.checks import out_file
 from subgpu_jax.model.graph import CATEGORIES
 
-__all__ = ["write_trace", "trace_events", "plot_gantt", "plot_utilisation", "CATEGORY_COLORS",
+__all__ = ["save_figure", "write_trace", "trace_events", "plot_gantt", "plot_utilisation", "CATEGORY_COLORS",
            "IMAGE_FORMATS", "check_image_path", "gantt_figure", "utilisation_figure"]
 
 #: One colour per ``graph.CATEGORIES`` entry (matplotlib tab10), used by the Gantt chart.
@@ -51,6 +51,29 @@ def check_image_path(path: str | os.PathLike, field: str) -> tuple[Path, str]:
         raise ValueError(f"{field}: {str(p)!r} must end in one of "
                          f"{', '.join('.' + e for e in IMAGE_FORMATS)} (the image format)")
     return p, ext
+
+
+def save_figure(fig, path: str | os.PathLike, dpi: int = 120, fmt: str | None = None) -> Path:
+    """Write a matplotlib figure atomically: rendered in memory, written to ``path.tmp``,
+    fsync-ed and renamed over ``path`` (``store.atomic_write``), so a full disk or a kill
+    leaves the old file (or none), never a truncated image.
+
+    Args:
+        fig: the figure. path: the image file. dpi: raster resolution. fmt: image format
+            (default: the extension's, else png).
+
+    Raises:
+        OSError: the file cannot be written (names ``path``; no ``.tmp`` is left).
+    """
+    import io
+
+    from subgpu_jax.app.store import atomic_write
+
+    p = Path(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=dpi, format=fmt or (p.suffix.lower().lstrip(".") or "png"))
+    atomic_write(str(p), buf.getvalue())
+    return p
 
 
 def _segments(res) -> np.ndarray:
@@ -107,11 +130,13 @@ def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
     Raises:
         ValueError: the directory of ``path`` does not exist.
     """
+    from subgpu_jax.app.store import atomic_write
+
     p = out_file(path, "trace path")
-    with open(p, "w") as f:
-        json.dump({"traceEvents": trace_events(res, layer_offset), "displayTimeUnit": "ms",
-                   "otherData": {"makespan_us": float(res.makespan), "hw": res.hw_name,
-                                 "shows": scope or "the simulated schedule"}}, f)
+    atomic_write(str(p), json.dumps({
+        "traceEvents": trace_events(res, layer_offset), "displayTimeUnit": "ms",
+        "otherData": {"makespan_us": float(res.makespan), "hw": res.hw_name,
+                      "shows": scope or "the simulated schedule"}}))
     return p
 
 
@@ -139,7 +164,7 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
     import matplotlib.pyplot as plt
 
     fig = gantt_figure(res, title, t_max_us, scope)
-    fig.savefig(p, dpi=120, format=fmt)
+    save_figure(fig, p, dpi=120, fmt=fmt)
     plt.close(fig)
     return p
 
@@ -221,7 +246,7 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
     import matplotlib.pyplot as plt
 
     fig = utilisation_figure(temporal, config, labels, scopes)
-    fig.savefig(p, dpi=120, format=fmt)
+    save_figure(fig, p, dpi=120, fmt=fmt)
     plt.close(fig)
     return p
 

@@ -229,6 +229,9 @@ class Calibration:
         except json.JSONDecodeError as e:
             raise ValueError(f"calibration: {path} is not valid JSON ({e.msg} at line "
                              f"{e.lineno})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"calibration: {path} is not a text file (a JSON calibration "
+                             "written by subgpu calibrate)") from None
         return cls.from_dict(d)
 
     # ------------------------------------------------------------------ checks

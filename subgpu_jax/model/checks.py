@@ -10,7 +10,52 @@ from typing import Any, Iterable
 
 import numpy as np
 
-__all__ = ["pos_int", "finite", "flag", "choice", "out_file", "out_dir"]
+__all__ = ["pos_int", "finite", "flag", "choice", "out_file", "out_dir", "LIMITS", "bounded_int",
+           "divisors"]
+
+#: Upper limits of the counts a user gives (docs/reliability.md, "Inputs"): far above any real
+#: deployment, low enough that no step of the program is slow because of them. Every option
+#: of the command line is checked against them before any work.
+LIMITS = {
+    "gpus": 1 << 20,           # GPUs of a deployment (also --tp, --dp, --ep, --nvlink-domain)
+    "batch": 1 << 20,          # global decode batch G (requests; also every --batches value)
+    "tokens": 1 << 24,         # --kv-history, --input-len (tokens per request)
+    "microbatches": 1024,      # m (every --microbatches value, --microbatch in requests: batch)
+    "streams": 64,             # streams per stage k
+    "passes": 10_000,          # --l-sim
+    "grid_points": 100_000,    # grid points of one search (product of the grid's lists)
+    "processes": 1 << 16,      # --num-processes
+    "sms": 1 << 20,            # --sms, --quantum, --min-pool of `subgpu space`
+}
+
+
+def bounded_int(v: Any, name: str, lo: int, hi: int) -> int:
+    """``v`` as an ``int`` when it is an integer (not bool) in ``lo..hi``.
+
+    Raises:
+        ValueError: ``"{name} must be an integer in {lo}..{hi}, got {v!r}"`` (huge numbers are
+            shown by their digit count).
+    """
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+        got = repr(v)
+        if isinstance(v, (int, np.integer)) and len(got) > 24:
+            got = f"a {len(got.lstrip('-'))}-digit number"
+        raise ValueError(f"{name} must be an integer in {lo}..{hi:,}, got {got}")
+    return int(v)
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n`` >= 1, ascending, in O(sqrt(n)) steps."""
+    n = pos_int(n, "n")
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i != n // i:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
 
 
 def pos_int(v: Any, name: str, minimum: int = 1) -> int:
@@ -111,6 +156,9 @@ def out_dir(path: Any, name: str) -> Path:
         raise ValueError(f"{name}: {str(p)!r} is a file, give a folder path")
     anc = p.absolute()
     while not anc.exists():
+        if anc.is_symlink():
+            raise ValueError(f"{name}: {str(anc)!r} is a symbolic link to "
+                             f"{os.readlink(anc)!r}, which does not exist")
         anc = anc.parent
     if not anc.is_dir():
         raise ValueError(f"{name}: {str(p)!r} cannot be created: {str(anc)!r} is a file")

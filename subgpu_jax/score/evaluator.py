@@ -24,6 +24,7 @@ from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
+from subgpu_jax.score.programs import ProgramCache, to_device
 
 __all__ = ["check_alloc_batch", "run_in_chunks", "DagArrays", "maxplus_makespan", "smooth_makespan", "Evaluator", "validate_durations",
            ]
@@ -71,8 +72,8 @@ class DagArrays:
         Dw = pad_window or bucket(need, 4)
         if Dw < need:
             raise ValueError(f"DagArrays: window {Dw} smaller than the largest offset {need}")
-        return cls(jnp.asarray(off), jnp.asarray(a["pred_mask"]), jnp.asarray(a["task_seg"]),
-                   jnp.asarray(a["task_valid"]), jnp.zeros(Dw, dtype=jnp.int8))
+        return cls(to_device(off), to_device(a["pred_mask"]), to_device(a["task_seg"]),
+                   to_device(a["task_valid"]), to_device(np.zeros(Dw, dtype=np.int8)))
 
     @property
     def T_pad(self) -> int:
@@ -187,9 +188,10 @@ def _tau_batch_impl(arrs, taus):
     return jax.vmap(lambda t: maxplus_makespan(arrs, t))(taus)
 
 
-_hard_batch = jax.jit(_hard_batch_impl)
-_smooth_batch = jax.jit(_smooth_batch_impl)
-_tau_batch = jax.jit(_tau_batch_impl)
+# compiled once per padded structure, at most PROGRAM_CACHE_SIZE structures kept (programs.py)
+_hard_batch = ProgramCache(_hard_batch_impl)
+_smooth_batch = jax.jit(_smooth_batch_impl)  # also traced inside the relaxation's own jit
+_tau_batch = ProgramCache(_tau_batch_impl)
 
 
 def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
@@ -205,7 +207,7 @@ def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
     arrs = DagArrays.from_dag(dag)
     pad = np.zeros((taus.shape[0], arrs.T_pad), dtype=taus.dtype)
     pad[:, : dag.T] = taus
-    return np.asarray(_tau_batch(arrs, jnp.asarray(pad)))
+    return np.asarray(_tau_batch(arrs, to_device(pad)))
 
 
 __all__.append("makespan_of_durations")
@@ -312,10 +314,10 @@ class Evaluator:
         for i, s in enumerate(self.seg_of):
             seg_table[s] += table[i]
         self.seg_table_np = seg_table
-        self.seg_table = jnp.asarray(seg_table, dtype=dtype)
+        self.seg_table = to_device(seg_table, dtype)
         stage = np.zeros(Kp, dtype=np.int32)
         stage[:K] = [binding(k, K, w) for k in range(K)]
-        self.seg_stage = jnp.asarray(stage)
+        self.seg_stage = to_device(stage)
         self.dtype = dtype
 
     @classmethod
@@ -364,7 +366,7 @@ class Evaluator:
         a = (self.check_feasible(allocs) if feasible_only
              else self._check_allocs(allocs)).astype(np.int32)
         return run_in_chunks(a, self.chunk, lambda c: _hard_batch(
-            self.seg_table, self.seg_stage, self.arrs, jnp.asarray(c)))
+            self.seg_table, self.seg_stage, self.arrs, to_device(c)))
 
     def smooth(self, allocs: jax.Array, temp: float | jax.Array) -> jax.Array:
         """Smooth makespans (µs) of real-valued allocations (B, D) at temperature ``temp`` (µs);

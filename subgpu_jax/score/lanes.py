@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from subgpu_jax.score.programs import to_device
 from subgpu_jax.space.taskdag import TaskDAG, bucket
 
 __all__ = ["incomparable_pairs", "LevelProgram", "LanePlan", "level_completion_times",
@@ -221,9 +222,9 @@ class LanePlan:
             preds[lslot[i], :len(ps)] = lslot[list(ps)]
         lhome = np.full(H, zero, dtype=np.int32)
         lhome[home] = lslot
-        prog = LevelProgram(src=jnp.asarray(src.reshape(NLp, Lwp)),
-                            preds=jnp.asarray(preds.reshape(NLp, Lwp, Pp)),
-                            home=jnp.asarray(lhome))
+        prog = LevelProgram(src=to_device(src.reshape(NLp, Lwp)),
+                            preds=to_device(preds.reshape(NLp, Lwp, Pp)),
+                            home=to_device(lhome))
         # incomparable pairs, seen from each side: lane A's task q meets lane B's task q + s
         ii, jj = incomparable_pairs(dag)
         trip: dict[tuple[int, int, int], np.ndarray] = {}
@@ -233,9 +234,9 @@ class LanePlan:
                 trip.setdefault(key, np.zeros(Qp))[pos[u]] = 1.0
         keys = tuple(sorted(trip))
         masks = np.stack([trip[k] for k in keys]) if keys else np.zeros((0, Qp))
-        return cls(task=jnp.asarray(task), slot=jnp.asarray(slot), seg=jnp.asarray(seg),
-                   valid=jnp.asarray(valid), levels=prog, masks=jnp.asarray(masks, dtype),
-                   tri=jnp.asarray(np.asarray(keys, dtype=np.int32).reshape(-1, 3)),
+        return cls(task=to_device(task), slot=to_device(slot), seg=to_device(seg),
+                   valid=to_device(valid), levels=prog, masks=to_device(masks, dtype),
+                   tri=to_device(np.asarray(keys, dtype=np.int32).reshape(-1, 3)),
                    triples=keys, lanes=Lp)
 
     def pairs_covered(self) -> int:

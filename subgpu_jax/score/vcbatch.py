@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.score.lanes import UNROLL_MAX_TRIPLES, LanePlan, LevelProgram
+from subgpu_jax.score.programs import ProgramCache, to_device
 
 __all__ = ["cell_table", "grid_spec", "batched_start_completion", "partner_table",
            "batched_integrals", "vcb_makespans", "INTEGRALS", "check_integrals",
@@ -103,7 +104,7 @@ def cell_table(rows: np.ndarray, shape: tuple[int, int, int, int], dtype=jnp.flo
     t = np.asarray(rows).reshape(K, N1, NC, NP, 4)
     c = np.concatenate([t[:, :, :-1, :-1], t[:, :, 1:, :-1], t[:, :, :-1, 1:], t[:, :, 1:, 1:]],
                        axis=-1)                                        # (K, N1, NC-1, NP-1, 16)
-    return jnp.asarray(np.ascontiguousarray(c.reshape(-1, 16).T), dtype=dtype)
+    return to_device(c.reshape(-1, 16).T, dtype)
 
 
 def batched_start_completion(prog: LevelProgram, tau: jax.Array,
@@ -364,4 +365,4 @@ def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed,
 #: Static arguments of the compiled entry point (iters, damping, isolated, packed, block, grids,
 #: unroll, integrals).
 VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9, 10, 11)
-_vcb_batch = jax.jit(_vcb_batch_impl, static_argnums=VCB_STATIC_ARGNUMS)
+_vcb_batch = ProgramCache(_vcb_batch_impl, VCB_STATIC_ARGNUMS)  # bounded (programs.py)

@@ -61,6 +61,7 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
+from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
 from subgpu_jax.score.vcbatch import (_interp_weights, _vcb_batch, _vcb_batch_impl, cell_table,
                                      check_integrals, grid_spec)
@@ -322,9 +323,9 @@ def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Ha
     stage[:K] = [binding(k, K, w) for k in range(K)]
     names = ("tau", "busy", "conc", "power")
     rows = np.stack([tabs[k] for k in names], -1).reshape(-1, 4)
-    return SegTables(*(jnp.asarray(tabs[k], dtype=dtype) for k in names),
-                     jnp.asarray(stage), jnp.asarray(CONC_GRID, dtype=dtype),
-                     jnp.asarray(POWER_GRID, dtype=dtype), jnp.asarray(rows, dtype=dtype))
+    return SegTables(*(to_device(tabs[k], dtype) for k in names),
+                     to_device(stage), to_device(CONC_GRID, dtype),
+                     to_device(POWER_GRID, dtype), to_device(rows, dtype))
 
 
 def uncovered_overlaps(dag: TaskDAG, tau: np.ndarray) -> int:
@@ -472,7 +473,7 @@ def _vc_batch_impl(tabs, plan, arrs, allocs, iters, damping, isolated, scan):
 
 #: The compiled batch entry point (static: iters, damping, isolated, scan).
 VC_STATIC_ARGNUMS = (4, 5, 6, 7)
-_vc_batch = jax.jit(_vc_batch_impl, static_argnums=VC_STATIC_ARGNUMS)
+_vc_batch = ProgramCache(_vc_batch_impl, VC_STATIC_ARGNUMS)  # bounded (programs.py)
 
 
 def fine_bucket(x: int, minimum: int = 8) -> int:
@@ -696,13 +697,13 @@ class VContentionEvaluator:
                     tabs, cells, plan = self.tabs, self.cells, self.plan
                     self._inline = jax.jit(lambda c: _vcb_batch_impl(tabs, cells, plan, c,
                                                                      *static))
-                return run_in_chunks(a, self.chunk, lambda c: self._inline(jnp.asarray(c)),
+                return run_in_chunks(a, self.chunk, lambda c: self._inline(to_device(c)),
                                      self.workers, self.pad_small)
             return run_in_chunks(a, self.chunk, lambda c: _vcb_batch(
-                self.tabs, self.cells, self.plan, jnp.asarray(c), *static), self.workers,
+                self.tabs, self.cells, self.plan, to_device(c), *static), self.workers,
                 self.pad_small)
         return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
-            self.tabs, self.plan, self.arrs, jnp.asarray(c), self.iters, self.damping,
+            self.tabs, self.plan, self.arrs, to_device(c), self.iters, self.damping,
             bool(self.model.isolated), self.scan), self.workers, self.pad_small)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score import evaluator as _evmod
 from subgpu_jax.sim.contention import ContentionModel
@@ -38,15 +39,27 @@ class Problem:
             ``StaticDurationModel(hw)``).
         streams_per_stage: k streams per stage of every configuration it names (its task DAG
             and cheap estimator; docs/method.md, "Streams per stage"). Default 1.
+        evaluator_cache_mib: bound (MiB) of the cache of cheap estimators (``evaluator``): the
+            least recently used are dropped beyond it (default ``EVALUATOR_CACHE_MIB``; 0
+            caches nothing). A contention-aware estimator holds ~10 MiB of tables.
+
+    Attributes:
+        evaluators: the ``model.lru.ByteLRU`` of cheap estimators (hits, misses,
+            evictions, nbytes).
     """
 
+    #: Default bound (MiB) of each problem's cache of cheap estimators (docs/reliability.md).
+    EVALUATOR_CACHE_MIB = 256
+
     def __init__(self, workload: Workload, hw: Hardware, duration_model=None,
-                 streams_per_stage: int = 1) -> None:
+                 streams_per_stage: int = 1, evaluator_cache_mib: int | None = None) -> None:
         self.workload, self.hw = workload, hw
         self.streams_per_stage = pos_int(streams_per_stage, "streams_per_stage")
         self.model = duration_model or StaticDurationModel(hw)
         self._tables: dict[int, np.ndarray] = {}
-        self._evs: dict[tuple, Evaluator] = {}
+        mib = self.EVALUATOR_CACHE_MIB if evaluator_cache_mib is None else pos_int(
+            evaluator_cache_mib, "evaluator_cache_mib", minimum=0)
+        self.evaluators = ByteLRU(int(mib) * 2**20)
 
     def space(self, D: int) -> AllocSpace:
         """``AllocSpace.from_hw(hw, D)``.
@@ -64,17 +77,21 @@ class Problem:
 
     def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
                   policy: str = "wavefront") -> Evaluator:
-        """The cheap estimator of one (cut, D, w, m, policy), cached.
+        """The cheap estimator of one (cut, D, w, m, policy), cached (least recently used
+        first out beyond ``evaluator_cache_mib``; a rebuilt estimator scores identically).
 
         Raises:
             ValueError: unknown policy, illegal cut/D/w, m not dividing the batch.
         """
         check_dispatch_policy(policy)
         key = (tuple(int(s) for s in seg_of), int(D), int(w), int(m), policy)
-        if key not in self._evs:
-            self._evs[key] = self._new_evaluator(self.workload.graph(m), key[0], int(D),
-                                                 int(w), policy, self.table(m))
-        return self._evs[key]
+        return self.evaluators.get_or_make(key, lambda: self._new_evaluator(
+            self.workload.graph(m), key[0], int(D), int(w), policy, self.table(m)))
+
+    def clear_evaluators(self) -> None:
+        """Drop every cached cheap estimator (a search job calls it once a grid point is
+        stored: the estimators of one (D, m, policy) serve no other grid point)."""
+        self.evaluators.clear()
 
     def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
                        table: np.ndarray) -> Evaluator:
@@ -214,13 +231,15 @@ class ContentionProblem(Problem):
     evaluator, hard makespans from the vectorised contention model of the event simulator).
 
     Args:
-        workload, hw, duration_model, streams_per_stage: as ``Problem``.
+        workload, hw, duration_model, streams_per_stage, evaluator_cache_mib: as ``Problem``.
         model: the event simulator's ``ContentionModel``; cache: its L2 policy.
     """
 
     def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
-                 cache: str = "lru", streams_per_stage: int = 1) -> None:
-        super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage)
+                 cache: str = "lru", streams_per_stage: int = 1,
+                 evaluator_cache_mib: int | None = None) -> None:
+        super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage,
+                         evaluator_cache_mib=evaluator_cache_mib)
         self.contention_model, self.cache = model, cache
 
     def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable, Sequence
 
 import jax
@@ -16,6 +15,7 @@ import optax
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.score import evaluator as _evmod
 from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.search.pairwise import _seeds, AllocResult, pairwise_line
 from subgpu_jax.search.problem import _memo, Problem
 from subgpu_jax.space.config import AllocSpace, Config
@@ -29,8 +29,8 @@ ANNEAL_TRACES: dict[str, int] = {"anneal": 0}
 _OPTIMIZERS = ("adam", "sgd", "adabelief")
 
 
-@partial(jax.jit, static_argnames=("optimizer",))
-def _anneal(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free, optimizer="adam"):
+def _anneal_impl(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free,
+                 optimizer="adam"):
     """Anneal logits z (R, D_pad) against the smooth makespan while the temperature follows
     ``temps`` (S,) µs; the learning rate follows a cosine decay from ``lr0`` over S steps.
     ``mask`` (D_pad,) marks the real stages: padded stages get no SMs and no gradient (stage
@@ -62,6 +62,11 @@ def _anneal(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free, optim
 
     (z, _), hist = jax.lax.scan(step, (z0, opt.init(z0)), temps.astype(seg_table.dtype))
     return z, hist
+
+
+#: The compiled annealer, one program per padded structure and optimizer (static), at most
+#: ``score.programs.PROGRAM_CACHE_SIZE`` kept.
+_anneal = ProgramCache(_anneal_impl, (9,))
 
 
 @dataclass(frozen=True)
@@ -135,10 +140,10 @@ def relax_allocation(ev: Evaluator, space: AllocSpace, restarts: int = 8, steps:
     D_pad = max(8, D)
     zp = np.zeros((restarts, D_pad))
     zp[:, :D] = z0
-    z, hist = _anneal(ev.seg_table, ev.seg_stage, ev.arrs, jnp.asarray(zp, ev.dtype),
-                      jnp.asarray(np.arange(D_pad) < D), jnp.asarray(temps, ev.dtype), jnp.asarray(lr, ev.dtype),
-                      jnp.asarray(space.minimum, ev.dtype), jnp.asarray(free, ev.dtype),
-                      optimizer=optimizer)
+    z, hist = _anneal(ev.seg_table, ev.seg_stage, ev.arrs, to_device(zp, ev.dtype),
+                      to_device(np.arange(D_pad) < D), to_device(temps, ev.dtype),
+                      to_device(lr, ev.dtype), to_device(space.minimum, ev.dtype),
+                      to_device(free, ev.dtype), optimizer)
     zz = np.asarray(z, dtype=np.float64)[:, :D]
     sm = np.exp(zz - zz.max(1, keepdims=True))
     cont = space.minimum + free * sm / sm.sum(1, keepdims=True)

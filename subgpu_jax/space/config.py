@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from subgpu_jax.model.checks import choice
+from subgpu_jax.model.checks import choice, divisors
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.workload import Workload
 
@@ -215,7 +215,7 @@ def microbatch_sizes(batch: int, supported: Sequence[int] | None = None) -> list
     ``supported``), ascending."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
-    sizes = [b for b in range(1, batch + 1) if batch % b == 0]
+    sizes = divisors(batch)
     if supported is not None:
         sizes = [b for b in sizes if b in set(supported)]
     return sizes

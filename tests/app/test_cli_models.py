@@ -64,7 +64,7 @@ def test_topology_hgx8_slows_the_cross_node_all_to_all(capsys):
 @pytest.mark.parametrize("args, msg", [
     (["--model", "qwen2.5-7b", "--gpus", "7", "--tp", "7", "--dp", "1", "--batch", "7"],
      "4 KV heads: one must divide the other"),
-    (["--nvlink-domain", "-1"], "nvlink_domain"),
+    (["--nvlink-domain", "-1"], "--nvlink-domain must be an integer in 0.."),
 ])
 def test_refused_inputs_one_line(capsys, args, msg):
     rc, _, err = run_cli(["simulate", "--simulator", "static", *args], capsys)

@@ -86,8 +86,9 @@ def test_same_sweep_rerun_reuses_other_refused_overwrite(finished, tmp_path, cap
     assert main(other + ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "holds another sweep" in err
-    assert "differs in batches;" in err and "parallelisms" not in err
-    assert f"{N_POINTS} finished grid point(s)" in err and "--overwrite" in err
+    assert "differs in batches)" in err and "parallelisms" not in err
+    assert f"{N_POINTS} finished grid point(s) of another sweep" in err
+    assert "none of this sweep" in err and "--overwrite" in err
 
     assert main(other + ["--out", str(out), "--overwrite"]) == 0
     o = capsys.readouterr().out

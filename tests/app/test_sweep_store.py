@@ -381,7 +381,8 @@ def test_manifest_rebuilt_from_records_and_options(full, damage):
 def test_manifest_missing_and_other_sweeps_records_refused(full):
     folder, _ = full
     (folder / "manifest.json").unlink()
-    with pytest.raises(ValueError, match="another sweep.*6 finished grid point.*--overwrite"):
+    with pytest.raises(ValueError, match="another sweep: 6 finished grid point.*none of this "
+                       "sweep.*--repair.*nothing is deleted.*--overwrite"):
         open_store(folder, {"model": "other"})
     assert len((folder / "records.jsonl").read_text().splitlines()) == 4 * len(KEYS)
 
@@ -392,8 +393,9 @@ def test_other_sweep_refused_names_only_what_differs(full):
     with pytest.raises(ValueError) as e:
         open_store(folder, meta)
     msg = str(e.value)
-    assert "differs in batches;" in msg and "parallelisms" not in msg
-    assert "6 finished grid point(s)" in msg and "--overwrite" in msg
+    assert "differs in batches)" in msg and "parallelisms" not in msg
+    assert "6 finished grid point(s) of another sweep" in msg and "none of this sweep" in msg
+    assert "--overwrite" in msg
     (folder / "summary.json").write_text("{}")
     (folder / "records.csv").write_text("a\n")
     s = open_store(folder, meta, overwrite=True)
@@ -527,11 +529,11 @@ def test_kill_at_every_store_syscall_loses_and_duplicates_nothing(tmp_path, stat
     p = _child(probe, 0)
     assert p.returncode == 0, p.stderr
     n_calls = int(p.stdout.split()[-1])
-    # empty: lock (truncate, write PID, fsync) 3 + manifest (write, fsync, rename, fsync folder)
-    # 4 + 6 appends (write, fsync) 12 + fsync of the folder for the new records.jsonl 1 = 20;
-    # damaged: unlink the .tmp 1 + lock 3 + repair rewrite 4 (the manifest is unchanged) + 4
-    # appends 8 = 16
-    assert n_calls == {"empty": 20, "damaged": 16}[state]
+    # empty: lock (truncate, write PID, fsync) 3 + unlink of the write probe 1 + manifest
+    # (write, fsync, rename, fsync folder) 4 + 6 appends (write, fsync) 12 + fsync of the
+    # folder for the new records.jsonl 1 = 21; damaged: lock 3 + write probe 1 + unlink the
+    # .tmp 1 + repair rewrite 4 (the manifest is unchanged) + 4 appends 8 = 17
+    assert n_calls == {"empty": 21, "damaged": 17}[state]
     lost = duplicated = 0
     for n in range(1, n_calls + 1):
         folder = tmp_path / f"{state}-{n}"
@@ -544,3 +546,136 @@ def test_kill_at_every_store_syscall_loses_and_duplicates_nothing(tmp_path, stat
         duplicated += len(got) - len(set(got))
         assert_same_as_reference(folder)
     assert (lost, duplicated) == (0, 0)
+
+
+# ------------------------------------------ refusals that never cost finished work (issue 29)
+def _foreign_manifest(folder, meta) -> None:
+    """Replace the folder's manifest.json by another sweep's (as a copied-in file)."""
+    meta = json.loads(json.dumps(meta, sort_keys=True))
+    (folder / "manifest.json").write_text(json.dumps(
+        {"format": S.FORMAT, "fingerprint": S.grid_fingerprint(meta), "meta": meta}))
+
+
+def _other_block(key: str, meta: dict) -> str:
+    """One finished grid point of another sweep, as that sweep's own store wrote it (its
+    marker carries that sweep's fingerprint)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        with SweepStore(d, meta) as other:
+            other.add(key, score(key))
+        with open(os.path.join(d, "records.jsonl")) as fh:
+            return fh.read()
+
+
+OTHER = {"model": "other", "batches": [1]}
+
+
+def test_foreign_manifest_refusal_keeps_this_sweeps_points_and_repair_rebuilds(full):
+    """This sweep's 6 finished points beside another sweep's manifest.json: the refusal says
+    they are this sweep's, offers --repair (never --overwrite); --repair keeps all 6, keeps the
+    foreign manifest aside and computes nothing again."""
+    folder, lines = full
+    _foreign_manifest(folder, OTHER)
+    before = (folder / "records.jsonl").read_text()
+    with pytest.raises(ValueError) as e:
+        open_store(folder)
+    msg = str(e.value)
+    assert "holds 6 finished grid point(s) of this sweep" in msg
+    assert "manifest.json of another sweep (model 'other'" in msg
+    assert "--repair" in msg and "nothing is deleted" in msg and "--overwrite" not in msg
+    assert (folder / "records.jsonl").read_text() == before  # the refusal wrote nothing
+    s = open_store(folder, repair=True)
+    s.close()
+    assert sorted(s.done) == sorted(KEYS) and len(s.records) == 3 * len(KEYS)
+    assert any("kept the 6 finished grid point(s) of this sweep" in n for n in s.notes)
+    aside = [f for f in os.listdir(folder) if f.startswith("manifest.") and f != "manifest.json"]
+    assert len(aside) == 1 and json.loads((folder / aside[0]).read_text())["meta"] == OTHER
+    assert_same_as_reference(folder)
+
+
+def test_appended_foreign_records_set_aside_by_repair(full):
+    """Another sweep's 2 points appended to this sweep's records: the refusal counts both
+    kinds by fingerprint; --repair moves the 2 to records.<fp>.jsonl (byte-exact blocks, once
+    each even when repaired twice) and keeps the 6."""
+    folder, _ = full
+    extra = _other_block("G256-D1", OTHER) + _other_block("G512-D2", OTHER)
+    with open(folder / "records.jsonl", "a") as fh:
+        fh.write(extra)
+    with pytest.raises(ValueError) as e:
+        open_store(folder)
+    msg = str(e.value)
+    assert "holds 6 finished grid point(s) of this sweep" in msg
+    assert "2 finished grid point(s) of another sweep (fingerprint" in msg
+    assert "--repair" in msg and "--overwrite" not in msg
+    s = open_store(folder, repair=True)
+    s.close()
+    side = [f for f in os.listdir(folder) if f.startswith("records.") and f.endswith(".jsonl")
+            and f != "records.jsonl"]
+    assert len(side) == 1 and (folder / side[0]).read_text() == extra
+    assert sorted(s.done) == sorted(KEYS)
+    assert_same_as_reference(folder)
+    # the same foreign points appended again and repaired again: the side file holds them once
+    with open(folder / "records.jsonl", "a") as fh:
+        fh.write(extra)
+    open_store(folder, repair=True).close()
+    assert (folder / side[0]).read_text() == extra
+    assert_same_as_reference(folder)
+
+
+def test_repair_killed_midway_then_repeated_loses_nothing(full, monkeypatch):
+    """A repair stopped after the side file and before records.jsonl is rewritten: the same
+    repair again finishes it; every record of both sweeps is still in the folder."""
+    folder, _ = full
+    extra = _other_block("G256-D1", OTHER)
+    with open(folder / "records.jsonl", "a") as fh:
+        fh.write(extra)
+
+    def stop_at_records(op, path, args):
+        if op == "replace" and path.endswith("/records.jsonl"):
+            raise KeyboardInterrupt  # as a kill between the two atomic replacements
+    monkeypatch.setattr(S, "_FAULT_HOOK", stop_at_records)
+    with pytest.raises(KeyboardInterrupt):
+        open_store(folder, repair=True)
+    monkeypatch.setattr(S, "_FAULT_HOOK", None)
+    assert extra in (folder / "records.jsonl").read_text()  # nothing lost yet
+    open_store(folder, repair=True).close()
+    side = [f for f in os.listdir(folder) if f.startswith("records.") and f != "records.jsonl"]
+    assert [(folder / f).read_text() for f in side] == [extra]
+    assert_same_as_reference(folder)
+
+
+def test_repair_and_overwrite_exclude_each_other(tmp_path):
+    with pytest.raises(ValueError, match="repair and overwrite exclude each other"):
+        open_store(tmp_path, repair=True, overwrite=True)
+
+
+def test_directory_without_write_permission_detected_at_open(full, monkeypatch):
+    """``chmod a-w DIR`` as the store meets it: the existing .lock and records.jsonl stay
+    writable, no new file can be created. The store is read-only from the start (before any
+    grid point), naming why; a finished sweep is still read in full."""
+    folder, _ = full
+
+    def no_new_files(op, path, args):
+        if op == "open" and not os.path.exists(path):
+            raise OSError(errno.EACCES, "Permission denied", path)
+    monkeypatch.setattr(S, "_FAULT_HOOK", no_new_files)
+    s = open_store(folder)
+    assert s.read_only and "no new file can be created" in s.read_only_why
+    assert sorted(s.done) == sorted(KEYS)
+    with pytest.raises(ValueError, match="is read-only .*cannot store grid point"):
+        s.add("G256-D1", score("G256-D1"))
+    s.close()
+    assert not (folder / S.PROBE_NAME).exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores file permissions")
+def test_chmod_read_only_directory_detected_at_open(full):
+    folder, _ = full
+    os.chmod(folder, 0o555)
+    try:
+        s = open_store(folder)
+        s.close()
+        assert s.read_only and sorted(s.done) == sorted(KEYS)
+    finally:
+        os.chmod(folder, 0o755)

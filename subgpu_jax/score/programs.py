@@ -1,0 +1,119 @@
+"""Compiled programs with a bounded lifetime, and host arrays moved to the device without
+compiling anything (docs/reliability.md, "Memory").
+
+JAX keeps every executable a ``jax.jit`` function compiled (its caches hold thousands of
+entries) for as long as that function object lives; a module-level ``jax.jit`` lives forever.
+A sweep compiles the batch kernels once per padded task-DAG structure, so their executables
+(one to a few MiB each on the CPU) piled up grid point after grid point. ``ProgramCache`` gives
+each structure (the static arguments and the shapes and dtypes of the array arguments) its own
+``jax.jit`` wrapper and keeps at most ``maxsize`` of them, least recently used first out: an
+evicted wrapper takes its executable with it (JAX's caches key them weakly by the wrapped
+function), and every grid point of one structure shares one compiled program.
+
+``jnp.asarray`` of a numpy array compiles a small program per shape and dtype in JAX 0.10
+(kept in the same caches); ``to_device`` puts the array in its final dtype with
+``jax.device_put``, which compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Callable, Sequence
+
+import jax
+import numpy as np
+
+from subgpu_jax.model.lru import CountingLRU
+
+__all__ = ["ProgramCache", "to_device", "PROGRAM_CACHE_SIZE"]
+
+#: Default number of compiled structures each ``ProgramCache`` keeps. A grid point of the
+#: search compiles 2-3 structures of the batch kernel (one to ~15 MiB each on the CPU); 16 hold
+#: the default ``subgpu search`` grid (4 points per deployment), so its later deployments
+#: compile nothing; a longer grid compiles a structure again when it comes back.
+PROGRAM_CACHE_SIZE = 16
+
+
+def to_device(x, dtype=None) -> jax.Array:
+    """``x`` (array-like) as a device array of ``dtype`` (default: x's own, 64-bit types
+    narrowed to 32 bits unless ``jax_enable_x64``), without compiling a conversion program."""
+    a = np.asarray(x)
+    if dtype is None:
+        dtype = jax.dtypes.canonicalize_dtype(a.dtype)
+    return jax.device_put(np.ascontiguousarray(a, dtype=np.dtype(dtype)))
+
+
+def _structure(args: Sequence, static: frozenset) -> tuple:
+    """The key of one call: static arguments by value, array arguments by pytree structure and
+    the shape and dtype of every leaf."""
+    key = []
+    for i, a in enumerate(args):
+        if i in static:
+            key.append(("s", a))
+        else:
+            leaves, tree = jax.tree_util.tree_flatten(a)
+            key.append((tree, tuple((tuple(np.shape(x)), str(getattr(x, "dtype", type(x))))
+                                    for x in leaves)))
+    return tuple(key)
+
+
+class ProgramCache:
+    """A ``jax.jit`` of ``fn`` whose compiled programs are bounded: one wrapper per structure
+    of the arguments, at most ``maxsize`` wrappers, least recently used evicted first.
+
+    Args:
+        fn: the function to compile (positional arguments).
+        static_argnums: its static arguments (hashable), as ``jax.jit``'s.
+        maxsize: structures kept (>= 1).
+
+    Calling it is calling ``jax.jit(fn, static_argnums=...)``; the values are identical.
+    Thread-safe (two threads calling one new structure may both compile it once).
+
+    Attributes:
+        compiles: structures compiled so far (misses); evictions: wrappers dropped.
+    """
+
+    def __init__(self, fn: Callable, static_argnums: Sequence[int] = (),
+                 maxsize: int = PROGRAM_CACHE_SIZE) -> None:
+        if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
+            raise ValueError(f"maxsize must be an integer >= 1, got {maxsize!r}")
+        self.fn = fn
+        self.static_argnums = tuple(static_argnums)
+        self._static = frozenset(self.static_argnums)
+        self._progs = CountingLRU(maxsize)
+        self._lock = threading.Lock()
+        self.compiles = 0
+        functools.update_wrapper(self, fn)
+
+    @property
+    def evictions(self) -> int:
+        """Wrappers (and their compiled programs) dropped to stay within ``maxsize``."""
+        return self._progs.evicted
+
+    def __len__(self) -> int:
+        return len(self._progs)
+
+    def _program(self, args: Sequence) -> Callable:
+        key = _structure(args, self._static)
+        with self._lock:
+            prog = self._progs.get(key)
+            if prog is None:
+                # a new function object per structure: JAX's caches hold its executables only
+                # while this wrapper lives
+                prog = jax.jit(functools.partial(self.fn), static_argnums=self.static_argnums)
+                self._progs[key] = prog
+                self.compiles += 1
+        return prog
+
+    def __call__(self, *args):
+        return self._program(args)(*args)
+
+    def lower(self, *args):
+        """``jax.jit(...).lower(*args)`` of the structure of ``args`` (ahead-of-time use)."""
+        return self._program(args).lower(*args)
+
+    def clear(self) -> None:
+        """Drop every compiled structure."""
+        with self._lock:
+            self._progs.clear()
