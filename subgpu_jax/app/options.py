@@ -187,7 +187,13 @@ def check_grid_size(shapes: int, batches: int, per_deployment: int) -> None:
 
 class OneLineParser(argparse.ArgumentParser):
     """ArgumentParser whose usage errors are one line (``error: ...``) and exit code 2 (the
-    ``subgpu`` command's); without a command it names the option given and the commands."""
+    ``subgpu`` command's); without a command it names the option given and the commands.
+    Abbreviated long options are refused (``--kv-hist`` is not ``--kv-history``): a typo must
+    never be taken for another option silently."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_args(self, args=None, namespace=None):  # noqa: D102 - argparse API
         self.argv = list(sys.argv[1:] if args is None else args)

@@ -595,8 +595,9 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         stats["again"] = sum(k in store.done for k in store.report.again)
         stats["dropped"] = store.report.lines()
         stats["read_only"] = store.read_only
-        title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name} "
-                 f"({exact} scorer)") if points else arch.name
+        kind = "calibrated" if (meta or {}).get("calibration") else "uncalibrated"
+        title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name}: predicted "
+                 f"({kind} model, {exact} scorer)") if points else arch.name
         note = prediction_note(hw.name, (meta or {}).get("calibration"), arch.name, exact)
         summary = write_outputs(store.records, folder, title, scorer,
                                 min_tokens_per_user=min_tokens_per_user,

@@ -172,7 +172,7 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
         elif not pts:
             why = "no batch is divisible by the attention DP degree"
         else:
-            why = "no microbatch count divides the per-GPU batch R = G/d"
+            why = "no microbatch count (--microbatches) divides the per-GPU batch R = G / attention DP"
         raise ValueError(f"grid is empty: {why} (batches={list(batches)}, "
                          f"microbatches={list(microbatches)})")
     return pts

@@ -261,18 +261,20 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
         dec["communication"] = pr["subgpu"] / float(link_free)
         dec["overlap"] = float(link_free)
     src = {k: b.regime for k, b in bands.items() if b is not None}
-    if all(b is None for b in bd.values()):
-        return Verdict("measure", pr, bd, cls,
-                       "no held-out validation for this GPU and regime: the prediction alone "
-                       "cannot say whether SubGPU pays; measure it (subgpu run)", dec, src)
-    lows = {k: b[0] for k, b in bd.items() if b is not None}
-    best = max(lows, key=lows.get)
     why = []
     if "communication" in dec:
         why.append(f"without the collectives' link time it predicts {dec['overlap']:.3f}x")
     if ceiling is not None:
         why.append(f"overlap ceiling {ceiling:.2f}x")
     tail = f" ({'; '.join(why)})" if why else ""
+    if all(b is None for b in bd.values()):
+        return Verdict("measure", pr, bd, cls,
+                       "no error band yet: the held-out verdict protocol has not run for this "
+                       "GPU and kind of prediction (docs/verdicts.md), so the prediction alone "
+                       f"cannot say whether SubGPU pays; measure it (subgpu run or tune){tail}",
+                       dec, src)
+    lows = {k: b[0] for k, b in bd.items() if b is not None}
+    best = max(lows, key=lows.get)
     if lows[best] > 1.0:
         lo, hi = bd[best]
         return Verdict(best, pr, bd, cls,
@@ -290,8 +292,8 @@ def format_band(speedup: float, band: Band | None, gpu: str) -> str:
     """``"predicted 1.150x, validated band 0.98-1.22x on the H200 (regime ...)"`` or the
     unvalidated form."""
     if band is None:
-        return (f"predicted {speedup:.3f}x; no held-out validation of this kind of prediction "
-                f"on the {gpu}: no error band")
+        return (f"predicted {speedup:.3f}x; no error band: the held-out verdict protocol has not "
+                f"run for this kind of prediction on the {gpu} (docs/verdicts.md)")
     lo, hi = band.apply(speedup)
     return (f"predicted {speedup:.3f}x, validated band {lo:.2f}-{hi:.2f}x on the {gpu} "
             f"({band.regime}, {band.n} held-out configurations on {len(band.workloads)} "

@@ -173,7 +173,7 @@ def test_simulate_prints_three_modes_and_an_honest_verdict(capsys):
     if not load_bands("H200"):   # until the verdict protocol's digest is committed
         assert v["bands"] == {"subgpu": None, "multistream": None}
         assert v["recommend"] == "measure"
-        assert "no held-out validation of this kind of prediction on the H200: no error " \
-               "band" in out
+        assert "no error band: the held-out verdict protocol has not run for this kind of " \
+               "prediction on the H200" in out
     else:
         assert v["recommend"] in ("subgpu", "multistream", "temporal")

@@ -101,7 +101,7 @@ def test_decide_temporal_when_no_band_clears_one():
 def test_decide_without_validation_says_measure():
     v = decide({"subgpu": 1.5}, {"subgpu": None})
     assert v.recommend == "measure" and v.bands["subgpu"] is None
-    assert "no held-out validation" in v.reason
+    assert "no error band yet" in v.reason
 
 
 @pytest.mark.parametrize("pred,kw,msg", [
