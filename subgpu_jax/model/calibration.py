@@ -232,7 +232,13 @@ class Calibration:
         except UnicodeDecodeError:
             raise ValueError(f"calibration: {path} is not a text file (a JSON calibration "
                              "written by subgpu calibrate)") from None
-        return cls.from_dict(d)
+        try:
+            return cls.from_dict(d)
+        except ValueError as e:  # name the file (the flag's value) beside the bad field
+            msg = str(e)
+            if msg.startswith("calibration: "):
+                msg = msg[len("calibration: "):]
+            raise ValueError(f"calibration {path}: {msg}") from None
 
     # ------------------------------------------------------------------ checks
     def check_workload(self, arch, deploy: Deployment, hw: Hardware) -> None:

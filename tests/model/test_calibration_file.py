@@ -216,7 +216,7 @@ def test_cli_simulate_with_calibration(cal, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     rc, out, err = _cli(["simulate", "--hardware", "H200", "--calibration", str(bad)], capsys)
-    assert rc == 2 and err.startswith("error: calibration: missing field format")
+    assert rc == 2 and err.startswith(f"error: calibration {bad}: missing field format")
 
 
 def test_cli_run_and_calibrate_refuse_without_gpu(tmp_path, capsys):
