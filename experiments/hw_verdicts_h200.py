@@ -206,21 +206,49 @@ def plan_phase(args) -> int:
 
 # ============================================================================== device (GPU)
 
-def device_phase(args) -> int:
-    import torch
+class GpuMachine:
+    """The device phase's GPU: a ``TorchWorkload`` and ``Executor`` per workload and
+    ``--collectives`` setting, with the runtime's defaults (tuned GEMMs, fused elementwise
+    kernels, lane priorities auto). Tests pass a stand-in with the same three methods."""
 
+    def __init__(self) -> None:
+        import torch
+
+        self.torch = torch
+
+    def name(self) -> str:
+        return self.torch.cuda.get_device_name()
+
+    def open(self, wl, collectives: str):
+        """An executor of ``wl`` (the simulator's workload) with the collectives as asked."""
+        from hw_runtime.gpu.executor import Executor
+        from hw_runtime.gpu.kernels import spin_of
+        from hw_runtime.gpu.workload import TorchWorkload
+
+        hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
+                            spin=spin_of(collectives))
+        ex = Executor(hwl, gemm="tuned")
+        ex.lane_priority = "auto"
+        return ex
+
+    def release(self) -> None:
+        gc.collect()
+        self.torch.cuda.empty_cache()
+
+
+def device_phase(args, machine=None) -> int:
+    """Measure every planned configuration (see the module docstring); ``machine`` defaults to
+    ``GpuMachine()``. Writes ``measured_<workload>.json`` under ``--out`` after every row."""
     from hw_runtime.cli import prepare_run
-    from hw_runtime.gpu.executor import Executor
-    from hw_runtime.gpu.kernels import spin_of
-    from hw_runtime.gpu.workload import TorchWorkload
 
+    machine = GpuMachine() if machine is None else machine
     with open(args.configs) as fh:
         plan = json.load(fh)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     for name in [w for w in args.workloads if w in plan]:
         p = plan[name]
-        res = {"workload": name, "rows": [], "errors": {}, "gpu": torch.cuda.get_device_name()}
+        res = {"workload": name, "rows": [], "errors": {}, "gpu": machine.name()}
         path = os.path.join(args.out, f"measured_{name}.json")
         modes = COLLECTIVES if p["has_collectives"] else ("sleep",)
         for coll in modes:
@@ -228,12 +256,7 @@ def device_phase(args) -> int:
                 res["errors"]["time"] = f"time limit reached before collectives={coll}"
                 break
             try:
-                a0 = run_args(name, [])
-                wl = prepare_run(a0)[0]
-                hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
-                                    spin=spin_of(coll))
-                ex = Executor(hwl, gemm="tuned")
-                ex.lane_priority = "auto"
+                ex = machine.open(prepare_run(run_args(name, []))[0], coll)
             except Exception as e:  # noqa: BLE001
                 res["errors"][coll] = f"{e.__class__.__name__}: {e}"
                 break
@@ -265,15 +288,14 @@ def device_phase(args) -> int:
                 res["rows"].append(rec)
                 with open(path, "w") as fh:
                     json.dump(res, fh)
-            del ex, hwl
-            gc.collect()
-            torch.cuda.empty_cache()
+            del ex
+            machine.release()
         with open(path, "w") as fh:
             json.dump(res, fh)
     return 0
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=("plan", "device", "analyze"), required=True)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -289,7 +311,7 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=540.0)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
     if args.phase == "plan":

@@ -110,3 +110,71 @@ def test_analyze_refuses_bad_input_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: --data:") and "unusable measurement file" in err
     assert "\n" not in err
+
+
+class _FakeExecutor:
+    """A stand-in GPU: temporal takes 1,000 µs (+10% with the link wait), a pipelined run
+    1,000 x (1 + 0.05 x D) / (1 + 0.02 x microbatches) µs; it records what it was asked."""
+
+    def __init__(self, coll: str, log: list) -> None:
+        self.coll, self.log = coll, log
+
+    def temporal_config(self):
+        return "temporal"
+
+    def measure(self, cfg, mode, rounds, replays, warmup):
+        from types import SimpleNamespace
+
+        self.log.append((self.coll, mode, cfg))
+        base = 1100.0 if self.coll == "sleep" else 1000.0
+        if cfg == "temporal":
+            return SimpleNamespace(makespan_us=base, spread=0.0)
+        return SimpleNamespace(makespan_us=base * (1 + 0.05 * cfg.D) / (1 + 0.02 * 2),
+                               spread=0.001)
+
+
+class _FakeMachine:
+    def __init__(self) -> None:
+        self.log: list = []
+        self.released = 0
+
+    def name(self) -> str:
+        return "fake"
+
+    def open(self, wl, collectives):
+        assert collectives in ("sleep", "none")
+        return _FakeExecutor(collectives, self.log)
+
+    def release(self) -> None:
+        self.released += 1
+
+
+def test_device_phase_measures_every_planned_row_then_analyzes(tmp_path):
+    """The device phase on a fake machine: every planned configuration of each workload is
+    measured under sleep and, only where the workload has collectives, none; the multistream
+    twin in multistream mode; the files it writes feed the analyze phase."""
+    plan = json.loads(PLAN.read_text())
+    names = ["llama8b_1gpu_g256_kv2k", "mixtral_tp8_g1024_kv4k"]
+    hv = _script("hw_verdicts_h200")
+    m = _FakeMachine()
+    args = hv.argparse.Namespace(configs=str(PLAN), out=str(tmp_path), workloads=names,
+                                 time_limit=1e9, rounds=1, replays=1, warmup=0)
+    assert hv.device_phase(args, machine=m) == 0
+    for w in names:
+        res = json.loads((tmp_path / f"measured_{w}.json").read_text())
+        colls = ("sleep", "none") if plan[w]["has_collectives"] else ("sleep",)
+        assert [(r["collectives"], r["name"]) for r in res["rows"]] == [
+            (c, d["name"]) for c in colls for d in plan[w]["configs"]]
+        assert all(r["measured_us"] > 0 for r in res["rows"]) and res["gpu"] == "fake"
+    assert plan["llama8b_1gpu_g256_kv2k"]["has_collectives"] is False
+    assert plan["mixtral_tp8_g1024_kv4k"]["has_collectives"] is True
+    assert m.released == 3
+    modes = {mode for _, mode, cfg in m.log if cfg != "temporal"}
+    assert modes == {"green", "multistream"}
+    # a time limit already spent measures nothing and says so
+    args.time_limit, args.out = -1.0, str(tmp_path / "late")
+    assert hv.device_phase(args, machine=_FakeMachine()) == 0
+    late = json.loads((tmp_path / "late" / f"measured_{names[0]}.json").read_text())
+    assert late["rows"] == [] and "time limit" in late["errors"]["time"]
+    assert hv.main(["--phase", "analyze", "--data", str(tmp_path), "--digest",
+                    str(tmp_path / "d.json")]) == 0
