@@ -283,6 +283,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     return {
         "format": FORMAT, "model": arch.name, "hardware": hardware, "num_sms": info.sm_count,
         "expert_dtype": arch.expert_dtype,
+        # every group measured in bf16 (hopper_arch): a calibrated prediction builds it so too
+        "weights_dtype": "bf16" if arch.all_bf16() is arch else None,
         "deployment": {f: int(getattr(deploy, f)) for f in DEPLOY_FIELDS},
         "global_batches": [int(g) for g in batches],
         "kernels": [{"key": k, "name": names[k], "times_us": v} for k, v in tables.items()],

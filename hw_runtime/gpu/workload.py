@@ -102,13 +102,8 @@ class WorkloadMemoryError(MemoryError):
 def hopper_arch(arch: ModelArch) -> ModelArch:
     """``arch`` with every module group in bf16 (weights and GEMMs; Hopper has no MXFP4 tensor
     cores, and the workload's GEMMs run in bf16, also for DeepSeek-V3's block-wise FP8 layers):
-    build the graph for the workload and the simulator from this."""
-    groups = ("attn", "dense_mlp", "shared_experts", "experts")
-    if all(arch.dtypes(g) == ("bf16", "bf16") for g in groups):
-        return arch
-    return replace(arch, expert_dtype="bf16", expert_act_dtype="bf16", attn_dtype="",
-                   attn_act_dtype="", mlp_dtype="", mlp_act_dtype="", shared_dtype="",
-                   shared_act_dtype="")
+    build the graph for the workload and the simulator from this (``ModelArch.all_bf16``)."""
+    return arch.all_bf16()
 
 
 # --------------------------------------------------------------------------- pure shapes/bytes

@@ -267,7 +267,9 @@ def str_list(s: str, field: str) -> list[str]:
 
 def resolve_arch_ep(a):
     """The model (with ``--expert-dtype`` and ``--kv-dtype`` applied) and the MoE EP degree
-    (``--ep`` or its default) of parsed workload arguments.
+    (``--ep`` or its default) of parsed workload arguments. A ``--calibration`` measured with
+    every module group in bf16 (``subgpu calibrate`` on Hopper) builds the model so too, unless
+    ``--expert-dtype`` says otherwise (then the calibration's check names the mismatch).
 
     Raises:
         ValueError: ``--expert-dtype`` or ``--dispatch per-rank`` for a dense model.
@@ -277,6 +279,11 @@ def resolve_arch_ep(a):
     from subgpu_jax.model.models import resolve_model
 
     arch = resolve_model(a.model)
+    cal = getattr(a, "calibration", None)
+    if cal and not getattr(a, "expert_dtype", None):
+        from subgpu_jax.model.calibration import measured_weights_dtype
+        if measured_weights_dtype(cal) == "bf16":  # measured as the GPU runtime builds it
+            arch = arch.all_bf16()
     if getattr(a, "expert_dtype", None):
         if not arch.is_moe:
             raise ValueError(f"expert-dtype: {arch.name} is a dense model without experts")

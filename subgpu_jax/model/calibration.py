@@ -47,7 +47,7 @@ import numpy as np
 from subgpu_jax.model.graph import Deployment, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 
-__all__ = ["FORMAT", "Calibration", "CalibratedDurationModel", "kernel_key", "load_calibration",
+__all__ = ["measured_weights_dtype", "FORMAT", "Calibration", "CalibratedDurationModel", "kernel_key", "load_calibration",
            "DEPLOY_FIELDS", "CalibrationExtrapolationWarning"]
 
 
@@ -408,6 +408,18 @@ def _interp_inv(p: np.ndarray, sms: np.ndarray, ts: np.ndarray) -> np.ndarray:
     xs = 1.0 / sms[::-1]
     ys = ts[::-1]
     return np.interp(x, xs, ys)
+
+
+def measured_weights_dtype(path) -> str | None:
+    """The ``weights_dtype`` a calibration file says every module group was measured in
+    (``"bf16"``: the GPU runtime's all-bf16 build, ``ModelArch.all_bf16``), or None when the
+    file does not say (older files) or cannot be read (``load_calibration`` reports that)."""
+    try:
+        with open(path) as fh:
+            v = json.load(fh).get("weights_dtype")
+    except (OSError, ValueError, AttributeError, UnicodeDecodeError):
+        return None
+    return v if v == "bf16" else None
 
 
 def load_calibration(path: str, arch=None, deploy: Deployment | None = None,

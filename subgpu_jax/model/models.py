@@ -221,6 +221,18 @@ class ModelArch:
         raise ValueError(f"group must be attn, dense_mlp, shared_experts, experts or other, "
                          f"got {group!r}")
 
+    def all_bf16(self) -> "ModelArch":
+        """This model with every module group's weights and GEMMs in bf16 (what the GPU
+        runtime executes on Hopper: no MXFP4 tensor cores, and DeepSeek-V3's block-wise FP8
+        layers run as bf16 GEMMs); ``self`` when it already is."""
+        groups = ("attn", "dense_mlp", "shared_experts", "experts")
+        if all(self.dtypes(g) == ("bf16", "bf16") for g in groups):
+            return self
+        from dataclasses import replace
+        return replace(self, expert_dtype="bf16", expert_act_dtype="bf16", attn_dtype="",
+                       attn_act_dtype="", mlp_dtype="", mlp_act_dtype="", shared_dtype="",
+                       shared_act_dtype="")
+
     # ------------------------------------------------------------------ derived
     @property
     def is_moe(self) -> bool:
