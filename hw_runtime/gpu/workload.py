@@ -104,11 +104,11 @@ def hopper_arch(arch: ModelArch) -> ModelArch:
     cores, and the workload's GEMMs run in bf16, also for DeepSeek-V3's block-wise FP8 layers):
     build the graph for the workload and the simulator from this."""
     groups = ("attn", "dense_mlp", "shared_experts", "experts")
-    if all(arch.dtypes(g) == ("bf16", "bf16") for g in groups):
+    if all(arch.dtypes(g) == ("bf16", "bf16") for g in groups) and not arch.unquantised_layers:
         return arch
     return replace(arch, expert_dtype="bf16", expert_act_dtype="bf16", attn_dtype="",
                    attn_act_dtype="", mlp_dtype="", mlp_act_dtype="", shared_dtype="",
-                   shared_act_dtype="")
+                   shared_act_dtype="", unquantised_layers=())
 
 
 # --------------------------------------------------------------------------- pure shapes/bytes
@@ -203,7 +203,7 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
                          "quantised; build the graph from hopper_arch(arch) (all bf16)")
     kinds2 = graph.region_kinds or tuple((a, "moe" if arch.is_moe else "dense")
                                          for a in arch.period)
-    mlp_kinds = tuple(mk for _, mk in kinds2)
+    mlp_kinds = tuple(lk[1] for lk in kinds2)
     moe, dense = "moe" in mlp_kinds, "dense" in mlp_kinds
     m = graph.microbatches
     R = dep.requests_per_gpu
@@ -219,7 +219,7 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
         mla = dict(mla=True, c=c, r=r, nope=arch.qk_nope_head_dim, v=arch.v_head_dim, ql=ql,
                    nd=ql + c + r)
-    kinds = tuple(a for a, _ in kinds2)
+    kinds = tuple(lk[0] for lk in kinds2)
     kv_len, kv_pos = [], []
     for kind in kinds:
         if kind == "sliding":
