@@ -198,7 +198,7 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
                          "quantised; build the graph from hopper_arch(arch) (all bf16)")
     kinds2 = graph.region_kinds or tuple((a, "moe" if arch.is_moe else "dense")
                                          for a in arch.period)
-    mlp_kinds = tuple(mk for _, mk in kinds2)
+    mlp_kinds = tuple(lk[1] for lk in kinds2)
     moe, dense = "moe" in mlp_kinds, "dense" in mlp_kinds
     m = graph.microbatches
     R = dep.requests_per_gpu
@@ -214,7 +214,7 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
         mla = dict(mla=True, c=c, r=r, nope=arch.qk_nope_head_dim, v=arch.v_head_dim, ql=ql,
                    nd=ql + c + r)
-    kinds = tuple(a for a, _ in kinds2)
+    kinds = tuple(lk[0] for lk in kinds2)
     kv_len, kv_pos = [], []
     for kind in kinds:
         if kind == "sliding":

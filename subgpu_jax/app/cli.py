@@ -326,9 +326,9 @@ def _cmd_simulate(a) -> int:
         runs = wl.arch.region_runs()
         if len(runs) > 1:  # name the main region, the one --cuts refers to
             print("# main region (the one --cuts names): "
-                  + ", ".join(f"{att}/{mlp}" for att, mlp in g1.region_kinds)
+                  + ", ".join("/".join(lk) for lk in g1.region_kinds)
                   + f", {g1.num_regions} instances; other runs: "
-                  + "; ".join(f"{c} x " + ", ".join(f"{att}/{mlp}" for att, mlp in b)
+                  + "; ".join(f"{c} x " + ", ".join("/".join(lk) for lk in b)
                               for b, c in runs if b != g1.region_kinds))
         for i, k in enumerate(g1.kernels):
             print(f"{i:3d}  {k.name:18s} {k.category}")

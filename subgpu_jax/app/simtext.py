@@ -22,11 +22,19 @@ def serving_json(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
         gen: ``{"temporal": GenerationResult, "config": GenerationResult}`` or None (one step).
 
     Returns:
-        ``{"memory": {... GB}, "kv_dtype", "moe": {...} (MoE models), "generation": {...}}``.
+        ``{"memory": {... GB}, "kv_dtype", "dtypes", "unquantised_layers": {group: [layer,
+        ...]} (when a checkpoint keeps some layers unquantised), "moe": {...} (MoE models),
+        "generation": {...}}``.
     """
     out: dict = {"memory": mu.as_dict(), "kv_dtype": arch.kv_dtype,
                  "dtypes": {g: list(arch.dtypes(g)) for g in
                             ("attn", "dense_mlp", "shared_experts", "experts", "other")}}
+    if arch.unquantised_layers:  # {group: [layers that keep it in weight_dtype]}
+        kept: dict = {}
+        for i, tag in enumerate(arch.unquantised_layers):
+            for g in filter(None, tag.split("+")):
+                kept.setdefault(g, []).append(i)
+        out["unquantised_layers"] = kept
     if arch.is_moe:
         load = busiest_rank_load(arch.num_experts, arch.top_k, deploy.moe_ep,
                                  deploy.global_batch, deploy.num_gpus, m,
@@ -61,6 +69,10 @@ def serving_lines(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
          if (g != "experts" or arch.is_moe) and (w, x) != ("bf16", "bf16")]
     if q:
         lines.append("          quantised (weights/GEMM): " + ", ".join(q))
+    if "unquantised_layers" in j:
+        lines.append(f"          kept {arch.weight_dtype} by the checkpoint: " + "; ".join(
+            f"{g} in layers {', '.join(map(str, ls))}" for g, ls in
+            j["unquantised_layers"].items()))
     if "moe" in j:
         mo = j["moe"]
         what = ("one copy per selected expert" if mo["dispatch"] == "per-expert"

@@ -21,7 +21,8 @@ class RegionBuilder:
     """Appends the kernels of one region's layers for ONE of m microbatches (``graph.build_graph``
     drives it; the accounting is in ``model.graph``'s module docstring). Weight bytes and GEMM
     rates follow each module group's datatype (``ModelArch.dtypes``: attention projections,
-    dense MLPs, shared and routed experts; the router and norms in ``weight_dtype``).
+    dense MLPs, shared and routed experts; the router and norms in ``weight_dtype``), in each
+    layer as its kind says (``unquantised``: the groups that layer keeps in ``weight_dtype``).
 
     Args:
         arch: the model. deploy: the deployment (validated by the caller). m: microbatches.
@@ -39,11 +40,6 @@ class RegionBuilder:
         self.kvh = deploy.local_kv_heads(arch)
         self.ab = self.wb = DTYPE_BYTES[arch.weight_dtype]  # activations in the weight dtype
         self.kvb = DTYPE_BYTES[arch.kv_dtype]
-        self.eb = DTYPE_BYTES[arch.expert_dtype]
-        self.attn_w, self.attn_x = arch.dtypes("attn")  # weight, GEMM datatypes
-        self.awb = DTYPE_BYTES[self.attn_w]
-        self.mlp_w, self.mlp_x = arch.dtypes("dense_mlp")
-        self.mwb = DTYPE_BYTES[self.mlp_w]
         self.Rm = deploy.requests_per_gpu // m  # attention requests per microbatch
         self.x = self.Rm * self.H * self.ab
         self.kernels: list[Kernel] = []
@@ -56,8 +52,9 @@ class RegionBuilder:
         return len(self.kernels) - 1
 
     # ------------------------------------------------------------------ attention
-    def attention(self, j: int, kind: str) -> tuple[int, int]:
-        """Norm .. attention all-reduce of layer j; returns (first, last) kernel indices."""
+    def attention(self, j: int, kind: str, unquantised: str = "") -> tuple[int, int]:
+        """Norm .. attention all-reduce of layer j (``unquantised``: the layer's
+        ``ModelArch.unquantised_layers`` entry); returns (first, last) kernel indices."""
         arch, H, Rm, x, wb = self.arch, self.H, self.Rm, self.x, self.wb
         pre = f"L{j}."
         resid_in = f"resid.{j}"
@@ -70,7 +67,10 @@ class RegionBuilder:
         sliding = kind == "sliding"
         L_kv = self.deploy.kv_tokens(arch.sliding_window if sliding else None)
         chain = [i_norm]
-        chain += self._mla(j, L_kv, sliding) if arch.is_mla else self._gqa(j, L_kv, sliding)
+        aw, adt = arch.dtypes("attn", unquantised)  # weight, GEMM datatypes
+        proj = (DTYPE_BYTES[aw], adt)
+        chain += (self._mla(j, L_kv, sliding, *proj) if arch.is_mla
+                  else self._gqa(j, L_kv, sliding, *proj))
         # output residual: attention all-reduce + residual add + post-attention norm
         t = self.t
         self.params += H
@@ -86,14 +86,14 @@ class RegionBuilder:
         self.edges += list(zip(chain, chain[1:]))
         return i_norm, i_ar
 
-    def _gqa(self, j: int, L_kv: int, sliding: bool) -> list[int]:
-        """QKV, RoPE + KV append, attention, output projection (grouped-query attention)."""
+    def _gqa(self, j: int, L_kv: int, sliding: bool, awb: float, adt: str) -> list[int]:
+        """QKV, RoPE + KV append, attention, output projection (grouped-query attention; the
+        projections' weights take ``awb`` bytes and their GEMMs run at ``adt``)."""
         arch, H, Rm, x, ab, wb = self.arch, self.H, self.Rm, self.x, self.ab, self.wb
         qh, kvh, hd, kvb = self.qh, self.kvh, arch.head_dim, self.kvb
         pre = f"L{j}."
         nq = (qh + 2 * kvh) * hd
         bias = arch.attn_bias or arch.qkv_bias
-        awb, adt = self.awb, self.attn_x
         wq = H * nq * awb + (nq * wb if bias else 0)
         self.params += H * nq + (nq if bias else 0)
         i_qkv = self.add(name=pre + "qkv", op="qkv", category="norm_qkv", layer=j,
@@ -131,8 +131,9 @@ class RegionBuilder:
                        act_writes=((pre + "o_part", x),), ctas=gemm_ctas(Rm, H, qh * hd, wo))
         return [i_qkv, i_rope, i_attn, i_o]
 
-    def _mla(self, j: int, L_kv: int, sliding: bool) -> list[int]:
-        """Multi-head latent attention in decode with absorbed projections (DeepSeek-V3):
+    def _mla(self, j: int, L_kv: int, sliding: bool, awb: float, adt: str) -> list[int]:
+        """Multi-head latent attention in decode with absorbed projections (DeepSeek-V3; the
+        projections' weights take ``awb`` bytes and their GEMMs run at ``adt``):
 
         * ``mla_down``: x @ [W_DQ | W_DKV | W_KR] (h -> q_lora + kv_lora + rope), replicated on
           every TP rank (each GPU runs it for its group's Rm requests);
@@ -151,7 +152,6 @@ class RegionBuilder:
         c, r, nope, v = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
         ql = a.q_lora_rank
         nd = (ql if ql else 0) + c + r  # down-projection width (query direct when q_lora is 0)
-        awb, adt = self.awb, self.attn_x
         w_down = H * nd * awb
         self.params += H * nd
         i_dn = self.add(name=pre + "mla_down", op="mla_down", category="norm_qkv", layer=j,
@@ -203,13 +203,15 @@ class RegionBuilder:
         return [i_dn, i_qu, i_rope, i_attn, i_vu, i_o]
 
     # ------------------------------------------------------------------ MLPs
-    def dense(self, j: int, i_ar: int) -> int:
-        """Dense SwiGLU MLP split over attention TP + all-reduce/residual; returns the last."""
+    def dense(self, j: int, i_ar: int, unquantised: str = "") -> int:
+        """Dense SwiGLU MLP split over attention TP + all-reduce/residual (``unquantised``: as
+        ``attention``); returns the last."""
         arch, H, Rm, x, ab, wb, t = self.arch, self.H, self.Rm, self.x, self.ab, self.wb, self.t
         pre = f"L{j}."
         I = arch.intermediate // t
         bias = arch.mlp_bias
-        mwb, mdt = self.mwb, self.mlp_x
+        mw, mdt = arch.dtypes("dense_mlp", unquantised)
+        mwb = DTYPE_BYTES[mw]
         w_up = H * 2 * I * mwb + (2 * I * wb if bias else 0)
         w_dn = I * H * mwb + (H * wb if bias else 0)
         self.params += 3 * H * I + ((2 * I + H) if bias else 0)
@@ -233,8 +235,9 @@ class RegionBuilder:
         self.edges += [(i_ar, i_up), (i_up, i_dn), (i_dn, i_c), (i_ar, i_c)]
         return i_c
 
-    def moe(self, j: int, i_ar: int) -> int:
-        """Router, top-k, dispatch, (shared experts), expert GEMMs, combine; returns the last.
+    def moe(self, j: int, i_ar: int, unquantised: str = "") -> int:
+        """Router, top-k, dispatch, (shared experts), expert GEMMs, combine (``unquantised``: as
+        ``attention``); returns the last.
 
         Expert parallelism e on n GPUs: the n/e EP groups are replicas, each serving the tokens
         of its n/e share of the GPUs, so a GPU receives G*k/n assignments per step whatever e
@@ -256,7 +259,9 @@ class RegionBuilder:
         """
         arch, H, Rm, x, ab, wb, t, e = (self.arch, self.H, self.Rm, self.x, self.ab, self.wb,
                                         self.t, self.e)
-        dep, m, eb = self.deploy, self.m, self.eb
+        dep, m = self.deploy, self.m
+        ew, xdt = arch.dtypes("experts", unquantised)  # GEMMs at the activation dtype's rate
+        eb = DTYPE_BYTES[ew]
         pre = f"L{j}."
         E, k = arch.num_experts, arch.top_k
         El = E // e
@@ -265,7 +270,6 @@ class RegionBuilder:
         load = busiest_rank_load(E, k, e, dep.global_batch, dep.num_gpus, m,
                                  dep.expert_load_factor(k, m))
         A, hit = load.assignments, load.experts_hit  # the busiest EP rank's
-        xdt = arch.expert_act_dtype  # expert GEMMs run at the activation dtype's rate
         wr = H * E * wb + (E * wb if arch.mlp_bias else 0)
         self.params += H * E + (E if arch.mlp_bias else 0) + (E if arch.n_group else 0)
         i_r = self.add(name=pre + "router", op="router", category="router_dispatch", layer=j,
@@ -292,7 +296,7 @@ class RegionBuilder:
         if arch.num_shared_experts:
             # shared experts: a dense SwiGLU MLP of n_shared*F split over attention TP on the
             # group's Rm tokens; its partial sums are reduce-scattered with the combine
-            sw, sdt = arch.dtypes("shared_experts")
+            sw, sdt = arch.dtypes("shared_experts", unquantised)
             sb = DTYPE_BYTES[sw]
             Fs = arch.num_shared_experts * F // t
             ws_up, ws_dn = H * 2 * Fs * sb, Fs * H * sb

@@ -75,8 +75,9 @@ class OpGraph:
         microbatches: m, the per-GPU work of a step is split into this many microbatches.
         arch: the model.
         deployment: the deployment.
-        region_kinds: per-layer ``(attention, MLP)`` kinds of the region (``build_graph``;
-            empty for synthetic graphs).
+        region_kinds: per-layer ``(attention, MLP)`` kinds of the region, with a third element
+            for a layer that keeps some quantised group unquantised (``ModelArch.layer_kinds``;
+            ``build_graph``; empty for synthetic graphs).
     """
 
     kernels: tuple[Kernel, ...]
@@ -179,7 +180,7 @@ class OpGraph:
                    microbatches=1)
 
 
-Region = tuple  # tuple of per-layer (attention kind, MLP kind), see ModelArch.region_runs
+Region = tuple  # per-layer (attention kind, MLP kind[, unquantised groups]): ModelArch.region_runs
 
 
 
@@ -191,8 +192,9 @@ def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1,
         arch: the model.
         deploy: the deployment (validated against ``arch``).
         microbatches: m >= 1; must divide the per-GPU attention batch R = G/d.
-        region: the region kind, a tuple of per-layer ``(attention, MLP)`` kinds from
-            ``arch.region_runs()``; default ``arch.main_region()`` (the kind with most layers).
+        region: the region kind, a tuple of per-layer ``(attention, MLP[, unquantised])`` kinds
+            from ``arch.region_runs()``; default ``arch.main_region()`` (the kind with most
+            layers).
 
     Returns:
         The region graph; ``num_regions`` = the instances of this region kind in the forward
@@ -226,13 +228,14 @@ def build_graph(arch: ModelArch, deploy: Deployment, microbatches: int = 1,
     b = RegionBuilder(arch, deploy, m)
     last_of_prev_layer: int | None = None
     first_ar = None
-    for j, (kind, mlp) in enumerate(region):
-        i_norm, i_ar = b.attention(j, kind)
+    for j, lk in enumerate(region):
+        kind, mlp, unq = lk[0], lk[1], (lk[2] if len(lk) > 2 else "")
+        i_norm, i_ar = b.attention(j, kind, unq)
         if first_ar is None:
             first_ar = i_ar
         if last_of_prev_layer is not None:
             b.edges += [(last_of_prev_layer, i_norm), (last_of_prev_layer, i_ar)]
-        last_of_prev_layer = b.moe(j, i_ar) if mlp == "moe" else b.dense(j, i_ar)
+        last_of_prev_layer = b.moe(j, i_ar, unq) if mlp == "moe" else b.dense(j, i_ar, unq)
     ks = b.kernels
     cross = ((len(ks) - 1, 0), (len(ks) - 1, first_ar))
     g = OpGraph(kernels=tuple(ks), edges=tuple(sorted(set(b.edges))), cross_edges=cross,

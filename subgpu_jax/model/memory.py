@@ -46,25 +46,32 @@ def weight_bytes(arch: ModelArch, deploy: Deployment) -> float:
     t, e = deploy.attn_tp, deploy.moe_ep
     H, hd = arch.hidden, arch.head_dim
     wb = DTYPE_BYTES[arch.weight_dtype]
-    awb = DTYPE_BYTES[arch.dtypes("attn")[0]]
-    mwb = DTYPE_BYTES[arch.dtypes("dense_mlp")[0]]
-    eb = DTYPE_BYTES[arch.dtypes("experts")[0]]
-    sb = DTYPE_BYTES[arch.dtypes("shared_experts")[0]]
     qh, kvh = arch.num_heads // t, deploy.local_kv_heads(arch)
     if arch.is_mla:
         c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
         attn = (H * (ql + c + r) + (ql or H) * qh * hd
                 + qh * c * (arch.qk_nope_head_dim + arch.v_head_dim)
-                + qh * arch.v_head_dim * H) * awb
+                + qh * arch.v_head_dim * H)
     else:
-        attn = (H * (qh + 2 * kvh) * hd + qh * hd * H) * awb
-    moe = ((arch.num_experts // e) * 3 * H * arch.moe_intermediate * eb
-           + H * arch.num_experts * wb
-           + 3 * H * arch.num_shared_experts * arch.moe_intermediate // t * sb) \
-        if arch.is_moe else 0.0
-    dense = 3 * H * (arch.intermediate // t) * mwb
+        attn = H * (qh + 2 * kvh) * hd + qh * hd * H
+    experts = (arch.num_experts // e) * 3 * H * arch.moe_intermediate
+    shared = 3 * H * arch.num_shared_experts * arch.moe_intermediate // t
+    dense = 3 * H * (arch.intermediate // t)
+
+    def layer(kind: tuple[str, ...]) -> float:
+        """Weight bytes of one layer of ``ModelArch.layer_kinds`` kind ``kind``."""
+        unq = kind[2] if len(kind) > 2 else ""
+
+        def b(group: str) -> float:
+            return DTYPE_BYTES[arch.dtypes(group, unq)[0]]
+        if kind[1] == "moe":
+            mlp = experts * b("experts") + H * arch.num_experts * wb + shared * b("shared_experts")
+        else:
+            mlp = dense * b("dense_mlp")
+        return attn * b("attn") + mlp
+
     emb = (1 if arch.tie_embeddings else 2) * arch.vocab * H * wb / t
-    return float(sum(attn + (moe if mk == "moe" else dense) for mk in arch.mlp_types) + emb)
+    return float(sum(layer(k) for k in arch.layer_kinds()) + emb)
 
 
 def kv_bytes(arch: ModelArch, deploy: Deployment) -> float:

@@ -4,8 +4,9 @@ Each preset copies the fields of the model's public ``config.json`` (sources in 
 docstrings). ``load_hf_config`` reads such a file from disk (never the network) for the families
 in ``FAMILIES``.
 
-Layer-wise kinds: every layer has an attention kind (``layer_types``: full or sliding) and an MLP
-kind (``mlp_types``: dense or moe). The forward pass is a sequence of region instances of
+Layer-wise kinds: every layer has an attention kind (``layer_types``: full or sliding), an MLP
+kind (``mlp_types``: dense or moe) and, where a checkpoint excludes some layers from its
+quantisation, the module groups it keeps unquantised (``unquantised_layers``). The forward pass is a sequence of region instances of
 possibly different region graphs (``ModelArch.region_runs``): for example DeepSeek-V3 is 3 dense
 layers, then 58 MoE layers; GPT-OSS is 18 instances of one (sliding, full) two-layer region.
 """
@@ -20,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from subgpu_jax.model.hardware import DTYPE_BYTES
-from subgpu_jax.model.quant import quant_dtypes
+from subgpu_jax.model.quant import parse_unquantised, quant_dtypes
 from subgpu_jax.model.routing import expected_distinct
 
 __all__ = ["ModelArch", "MODELS", "FAMILIES", "get_model", "load_hf_config", "resolve_model",
@@ -83,6 +84,10 @@ class ModelArch:
             experts' ``expert_dtype`` / ``expert_act_dtype``. ``load_hf_config`` sets all of
             these from the checkpoint's ``quantization_config`` (``model.quant``); the router,
             norms, embedding and LM head are always ``weight_dtype``.
+        unquantised_layers: per layer, the ``+``-joined module groups (``"dense_mlp"``,
+            ``"attn+dense_mlp"`` ...) that layer keeps in ``weight_dtype`` although the group is
+            quantised elsewhere (a checkpoint's ``modules_to_not_convert`` naming some layers);
+            ``""`` for none; length ``num_layers``, or empty when no layer differs.
 
     Raises:
         ValueError: from ``__post_init__`` for inconsistent fields (names the field).
@@ -127,6 +132,7 @@ class ModelArch:
     mlp_act_dtype: str = ""
     shared_dtype: str = ""
     shared_act_dtype: str = ""
+    unquantised_layers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden", "num_heads", "num_kv_heads", "head_dim", "vocab"):
@@ -159,6 +165,14 @@ class ModelArch:
             object.__setattr__(self, "layer_types", ("full",) * n)
         if not self.mlp_types:
             object.__setattr__(self, "mlp_types", ("moe" if self.num_experts else "dense",) * n)
+        if not isinstance(self.unquantised_layers, tuple):
+            object.__setattr__(self, "unquantised_layers", tuple(self.unquantised_layers))
+        if self.unquantised_layers:
+            if len(self.unquantised_layers) != n:
+                raise ValueError(f"model.unquantised_layers has {len(self.unquantised_layers)} "
+                                 f"entries, num_layers is {n} (or leave it empty)")
+            for tag in self.unquantised_layers:
+                parse_unquantised(tag)
         for f in ("layer_types", "mlp_types"):
             v = getattr(self, f)
             if not isinstance(v, tuple):
@@ -198,15 +212,22 @@ class ModelArch:
                 raise ValueError(f"model.{f} must be '' (the default) or one of "
                                  f"{sorted(DTYPE_BYTES)}, got {getattr(self, f)!r}")
 
-    def dtypes(self, group: str) -> tuple[str, str]:
+    def dtypes(self, group: str, unquantised: str = "") -> tuple[str, str]:
         """``(weight datatype, GEMM datatype)`` of a module group: ``"attn"`` (attention
         projections), ``"dense_mlp"``, ``"shared_experts"``, ``"experts"`` (routed), or
         ``"other"`` (router, norms, embedding, LM head: ``weight_dtype``). See the fields.
 
+        Args:
+            group: the module group.
+            unquantised: a layer's ``unquantised_layers`` entry (the third element of its
+                ``layer_kinds`` entry): a group it names is ``weight_dtype`` in that layer.
+
         Raises:
-            ValueError: an unknown group.
+            ValueError: an unknown group or entry.
         """
         w = self.weight_dtype
+        if group in parse_unquantised(unquantised):
+            return w, w
         if group == "attn":
             return self.attn_dtype or w, self.attn_act_dtype or w
         if group == "dense_mlp":
@@ -226,12 +247,13 @@ class ModelArch:
         runtime executes on Hopper: no MXFP4 tensor cores, and DeepSeek-V3's block-wise FP8
         layers run as bf16 GEMMs); ``self`` when it already is."""
         groups = ("attn", "dense_mlp", "shared_experts", "experts")
-        if all(self.dtypes(g) == ("bf16", "bf16") for g in groups):
+        if all(self.dtypes(g) == ("bf16", "bf16") for g in groups) \
+                and not self.unquantised_layers:
             return self
         from dataclasses import replace
         return replace(self, expert_dtype="bf16", expert_act_dtype="bf16", attn_dtype="",
                        attn_act_dtype="", mlp_dtype="", mlp_act_dtype="", shared_dtype="",
-                       shared_act_dtype="")
+                       shared_act_dtype="", unquantised_layers=())
 
     # ------------------------------------------------------------------ derived
     @property
@@ -250,11 +272,15 @@ class ModelArch:
         kinds; ``region_kinds`` gives the MLP kinds too)."""
         return _period(self.layer_types)
 
-    def layer_kinds(self) -> tuple[tuple[str, str], ...]:
-        """Per layer ``(attention kind, MLP kind)``, e.g. ``("sliding", "moe")``."""
-        return tuple(zip(self.layer_types, self.mlp_types))
+    def layer_kinds(self) -> tuple[tuple[str, ...], ...]:
+        """Per layer ``(attention kind, MLP kind)``, e.g. ``("sliding", "moe")``, and a third
+        element, the layer's ``unquantised_layers`` entry (``("full", "dense", "dense_mlp")``),
+        for a layer that keeps some quantised group in ``weight_dtype``."""
+        tags = self.unquantised_layers or ("",) * self.num_layers
+        return tuple((a, mk, u) if u else (a, mk)
+                     for a, mk, u in zip(self.layer_types, self.mlp_types, tags))
 
-    def region_runs(self) -> tuple[tuple[tuple[tuple[str, str], ...], int], ...]:
+    def region_runs(self) -> tuple[tuple[tuple[tuple[str, ...], ...], int], ...]:
         """The forward pass as runs of region instances: ``((region kinds, count), ...)`` in
         layer order, a region being a tuple of per-layer ``(attention, MLP)`` kinds.
 
@@ -262,7 +288,9 @@ class ModelArch:
         one run of num_layers / p instances of that p-layer region. Otherwise the layers are
         grouped into blocks of the attention period (1 if it is longer than 8) and consecutive
         equal blocks form a run: DeepSeek-V3 gives ``(((full, dense),), 3), (((full, moe),),
-        58)``; ``mlp_only_layers=[0]`` gives one dense layer then 47 MoE layers.
+        58)``; ``mlp_only_layers=[0]`` gives one dense layer then 47 MoE layers; an FP8 Llama whose
+        config keeps layers 0 and 31's MLPs in bf16 gives ``(((full, dense, dense_mlp),), 1),
+        (((full, dense),), 30), (((full, dense, dense_mlp),), 1)``.
         """
         kinds = self.layer_kinds()
         p = len(_period(kinds))
@@ -280,7 +308,7 @@ class ModelArch:
                 runs.append([b, 1])
         return tuple((b, c) for b, c in runs)
 
-    def main_region(self) -> tuple[tuple[str, str], ...]:
+    def main_region(self) -> tuple[tuple[str, ...], ...]:
         """The region kind with the most layers (ties: the first in layer order): the region
         graph searches and pipelines by default."""
         tot: dict = {}

@@ -30,9 +30,14 @@ as vLLM's MXFP4 method applies only to the MoE layers).
 An exclusion pattern matches a module when it equals the module's name or a dot-aligned tail of
 it, or of one of its parents; ``*`` matches one name component (``model.layers.*.self_attn``);
 ``re:`` starts a regular expression matched from the start of the name (compressed-tensors).
-A group must be quantised in every layer or in none: a pattern that excludes only part of a group
-(some layers, or one projection of the attention) is refused with one line naming it, since the
-region graphs price each group in one datatype.
+An exclusion may cover a group in some layers only (``model.layers.0.mlp``, or the first and
+last layers' MLPs that some FP8 checkpoints keep in bf16): the group keeps its quantised datatype
+and those layers are listed in ``unquantised_layers`` (per layer, the ``+``-joined groups it keeps
+in the checkpoint's datatype), which makes them a layer kind of their own
+(``ModelArch.layer_kinds``). Within one layer a group is quantised whole or not at all: a pattern
+that excludes only some of a layer's projections of a group (``kv_b_proj``, or layer 3's
+``o_proj``) is refused with one line naming it, since the region graph fuses them (q/k/v in one
+GEMM, MLA's projections absorbed).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-__all__ = ["QUANT_METHODS", "QUANT_GROUPS", "EXCLUDE_KEYS", "quant_dtypes", "group_modules"]
+__all__ = ["QUANT_METHODS", "QUANT_GROUPS", "EXCLUDE_KEYS", "quant_dtypes", "group_modules",
+           "parse_unquantised"]
 
 #: ``quant_method`` values read (others are refused: the bytes would be wrong).
 QUANT_METHODS = ("fp8", "fbgemm_fp8", "mxfp4")
@@ -115,8 +121,25 @@ def _patterns(q: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def parse_unquantised(tag: str) -> frozenset[str]:
+    """The groups of an ``unquantised_layers`` entry (``""``, ``"dense_mlp"``,
+    ``"attn+dense_mlp"`` ...).
+
+    Raises:
+        ValueError: a name that is not a ``QUANT_GROUPS`` entry.
+    """
+    if not isinstance(tag, str):
+        raise ValueError(f"model.unquantised_layers entries must be strings, got {tag!r}")
+    gs = frozenset(x for x in tag.split("+") if x)
+    bad = sorted(gs - set(QUANT_GROUPS))
+    if bad:
+        raise ValueError(f"model.unquantised_layers entries must be '+'-joined names of "
+                         f"{', '.join(QUANT_GROUPS)}, got {tag!r}")
+    return gs
+
+
 def quant_dtypes(q: Mapping[str, Any], family: str, mlp_types: Sequence[str], mla: bool = False,
-                 q_lora: bool = True, shared: bool = False) -> dict[str, str]:
+                 q_lora: bool = True, shared: bool = False) -> dict[str, Any]:
     """``ModelArch`` datatype fields of a ``quantization_config``.
 
     Args:
@@ -124,20 +147,22 @@ def quant_dtypes(q: Mapping[str, Any], family: str, mlp_types: Sequence[str], ml
         mlp_types: per-layer ``"dense"``/``"moe"``. mla, q_lora, shared: as ``group_modules``.
 
     Returns:
-        keyword arguments for ``ModelArch``: for each quantised group its weight datatype and
-        GEMM datatype (``expert_dtype``/``expert_act_dtype``, ``attn_dtype``/``attn_act_dtype``,
-        ``mlp_dtype``/``mlp_act_dtype``, ``shared_dtype``/``shared_act_dtype``); the routed
-        experts are always given (``"bf16"`` when unquantised); the other groups only when
-        quantised (their fields' default follows the model's ``weight_dtype``, or the routed
-        experts' datatypes for the shared experts).
+        keyword arguments for ``ModelArch``: for each group quantised in some layer its weight
+        datatype and GEMM datatype (``expert_dtype``/``expert_act_dtype``,
+        ``attn_dtype``/``attn_act_dtype``, ``mlp_dtype``/``mlp_act_dtype``,
+        ``shared_dtype``/``shared_act_dtype``); the routed experts are always given (``"bf16"``
+        when unquantised); the other groups only when quantised (their fields' default follows
+        the model's ``weight_dtype``, or the routed experts' datatypes for the shared experts);
+        ``unquantised_layers`` (per layer, the ``+``-joined groups excluded there) when a group
+        is excluded in some of its layers but not all.
 
     Raises:
         ValueError: an unsupported ``quant_method`` or ``activation_scheme``, a malformed
-            exclusion list, or an exclusion that covers only part of a group (one line naming
-            the field and what is allowed).
+            exclusion list, or an exclusion that covers only some of one layer's projections of
+            a group (one line naming the field).
     """
     qm = q.get("quant_method")
-    out = {"expert_dtype": "bf16", "expert_act_dtype": "bf16"}
+    out: dict[str, Any] = {"expert_dtype": "bf16", "expert_act_dtype": "bf16"}
     if qm is None:
         return out
     method = str(qm).lower()
@@ -155,24 +180,37 @@ def quant_dtypes(q: Mapping[str, Any], family: str, mlp_types: Sequence[str], ml
         wdt, adt, groups = "fp8", "fp8", QUANT_GROUPS
     pats = [(key, p, _matcher(p)) for key, p in _patterns(q)]
     quantised = set()
-    for g in QUANT_GROUPS:
-        names = [nm for i, mk in enumerate(mlp_types)
-                 for nm in group_modules(family, i, mk, mla, q_lora, shared).get(g, [])]
-        if not names:
+    per_layer: list[set[str]] = [set() for _ in mlp_types]
+    layer_mods = [group_modules(family, i, mk, mla, q_lora, shared)
+                  for i, mk in enumerate(mlp_types)]
+    for g in groups:
+        off = []  # layers whose modules of g are all excluded
+        present = 0
+        for i, mods in enumerate(layer_mods):
+            names = mods.get(g, [])
+            if not names:
+                continue
+            present += 1
+            hit = [next(((key, p) for key, p, f in pats if f(nm)), None) for nm in names]
+            n_ex = sum(h is not None for h in hit)
+            if 0 < n_ex < len(names):
+                nm, (key, p) = next((nm, h) for nm, h in zip(names, hit) if h is not None)
+                raise ValueError(f"field 'quantization_config.{key}': {p!r} leaves only part of "
+                                 f"layer {i}'s {_GROUP_LABEL[g]} unquantised ({n_ex} of "
+                                 f"{len(names)} modules, e.g. {nm}); exclude all of a layer's "
+                                 f"{_GROUP_LABEL[g]} or none (they run as fused GEMMs)")
+            if n_ex:
+                off.append(i)
+        if not present or len(off) == present:
             continue
-        hit = {nm: next(((key, p) for key, p, f in pats if f(nm)), None) for nm in names}
-        excluded = [nm for nm in names if hit[nm] is not None]
-        if excluded and len(excluded) < len(names) and g in groups:
-            key, p = hit[excluded[0]]
-            raise ValueError(f"field 'quantization_config.{key}': {p!r} leaves only part of the "
-                             f"{_GROUP_LABEL[g]} unquantised ({len(excluded)} of {len(names)} "
-                             f"modules, e.g. {excluded[0]}); each group (attention projections, "
-                             "dense MLPs, shared experts, routed experts) must be quantised in "
-                             "every layer or in none")
-        if not excluded and g in groups:
-            quantised.add(g)
-            w, a = _FIELDS[g]
-            out[w], out[a] = wdt, adt
+        quantised.add(g)
+        w, a = _FIELDS[g]
+        out[w], out[a] = wdt, adt
+        for i in off:
+            per_layer[i].add(g)
+    if any(per_layer):
+        out["unquantised_layers"] = tuple("+".join(x for x in QUANT_GROUPS if x in s)
+                                          for s in per_layer)
     if shared:  # "" follows the routed experts: set only where the shared experts differ
         sd = (wdt, adt) if "shared_experts" in quantised else ("bf16", "bf16")
         out.pop("shared_dtype", None)

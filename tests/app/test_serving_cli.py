@@ -152,3 +152,22 @@ def test_search_frontier_over_the_generation(tmp_path, capsys):
     means = {round(float(r["makespan_us"]), 6) for r in recs}
     for p in summ["frontier_temporal"] + summ["frontier_subgpu"]:
         assert round(p["makespan_us"], 6) in means
+
+
+def test_layers_a_checkpoint_keeps_unquantised(tmp_path, capsys):
+    """Item 1, per layer: Llama-3.1-8B's config with ``quant_method: fp8`` and
+    ``modules_to_not_convert`` naming layers 0 and 31's MLPs, one H200, TP1: weights
+    9,432,989,696 B (tests/model/test_layer_quant.py derives it); the JSON lists the layers
+    that keep the dense MLP in bf16 and the text output names them."""
+    cfg = json.loads((CONFIGS / "llama-3.1-8b.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "fp8", "modules_to_not_convert": [
+        "model.layers.0.mlp", "model.layers.31.mlp"]}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    args = ["--model", str(p)] + LLAMA[2:] + ["--input-len", "2000"]
+    r = _sim(args, capsys)
+    assert r["memory"]["weights_GB"] == pytest.approx(9.432989696)
+    assert r["unquantised_layers"] == {"dense_mlp": [0, 31]}
+    assert r["dtypes"]["dense_mlp"] == ["fp8", "fp8"]
+    rc, out, _ = run_cli(["simulate", *args, "--simulator", "static", "--sms", "even"], capsys)
+    assert rc == 0 and "kept bf16 by the checkpoint: dense_mlp in layers 0, 31" in out

@@ -112,16 +112,17 @@ def test_excluding_a_whole_group_keeps_it_bf16(tmp_path):
     assert a.dtypes("shared_experts") == ("bf16", "bf16") and a.dtypes("experts") == ("fp8", "fp8")
 
 
-@pytest.mark.parametrize("pattern, group", [("model.layers.0.self_attn", "attention"),
-                                            ("kv_b_proj", "attention"),
-                                            ("model.layers.3.mlp.experts", "routed experts")])
-def test_an_exclusion_covering_part_of_a_group_is_refused(tmp_path, pattern, group):
-    """Layer 0's attention only, the ``kv_b_proj`` of every layer (1 of 5 attention projections),
-    or one MoE layer's experts: a datatype changing inside a group cannot be priced by one region
-    graph, so the loader refuses it in one line naming the field."""
+@pytest.mark.parametrize("pattern, what", [("kv_b_proj", "layer 0's attention"),
+                                           ("model.layers.3.self_attn.o_proj", "layer 3's attention"),
+                                           ("model.layers.0.mlp.down_proj", "layer 0's dense MLP")])
+def test_an_exclusion_covering_part_of_a_layers_group_is_refused(tmp_path, pattern, what):
+    """The ``kv_b_proj`` of every layer (1 of 5 MLA projections), layer 3's ``o_proj`` or layer 0's
+    ``down_proj`` alone: the region graph fuses a layer's projections of a group (MLA absorbed,
+    the MLP's gate/up GEMM), so a datatype changing inside one layer's group is refused in one
+    line naming the field. Whole layers' groups are priced (tests/model/test_layer_quant.py)."""
     cfg = json.loads((CONFIGS / "deepseek-v3.json").read_text())
     cfg["quantization_config"]["ignored_layers"] = [pattern]
-    with pytest.raises(ValueError, match=f"quantization_config.ignored_layers.*{group}") as ei:
+    with pytest.raises(ValueError, match=f"quantization_config.ignored_layers.*{what}") as ei:
         load_hf_config(_write(tmp_path, cfg))
     assert "\n" not in str(ei.value)
 
