@@ -76,7 +76,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from subgpu_jax.model.graph import Kernel, OpGraph

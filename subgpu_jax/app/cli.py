@@ -25,7 +25,7 @@ from subgpu_jax.app.options import (OneLineParser, add_serving_args, check_bound
                                     check_grid_size, choose_split,
                                     int_list as _int_list, kv_lengths_from, resolve_arch_ep,
                                     resolve_cache, resolve_context, resolve_parallelism,
-                                    serving_options, split_effect as _split_effect,
+                                    serving_options,
                                     str_list as _str_list)
 
 __all__ = ["main", "build_parser", "add_workload_args"]
@@ -467,7 +467,7 @@ def _cmd_simulate(a) -> int:
     res["speedup"] = t_temp / t_cfg
     from subgpu_jax.app.simtext import serving_json, serving_lines
     res.update(serving_json(wl.arch, full, m, mem, gen))
-    from subgpu_jax.sim.ceiling import describe, overlap_ceiling
+    from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
     if cfg.D > 1:  # the three modes and the verdict (app.modes)
         from subgpu_jax.app.modes import config_verdict

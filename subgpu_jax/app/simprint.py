@@ -25,7 +25,6 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
         deploy: the deployment as given (a generation's; default ``wl.deploy``). serving: the
         serving-accounting lines (``simtext.serving_lines``), printed after the workload.
     """
-    pc = res["workload"]["parameters"]
     extra_c = "l2_hit_rate" in res["config"]
     tok, label = wl.deploy.tokens_per_gpu, res["duration_model"]
     d = deploy if deploy is not None else wl.deploy
