@@ -133,6 +133,13 @@ def plot(runs: list[dict], path: str, warmup: int) -> None:
     plt.close(fig)
 
 
+def _commit(root: str) -> str:
+    """`` (commit <hash>)`` of a git checkout at ``root``, else ``""``."""
+    p = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return f" (commit {p.stdout.strip()})" if p.returncode == 0 and p.stdout.strip() else ""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt-oss-20b")
@@ -168,7 +175,9 @@ def main() -> None:
         if p.returncode:
             raise SystemExit(f"error: the {mode} run failed (exit {p.returncode})")
         run = json.loads(p.stdout.strip().splitlines()[-1])
-        run["source"] = root
+        # never a path of the machine: which tree ran, and its commit when it is a checkout
+        run["source"] = ("this checkout" if mode != "before" else "the --before-root tree") + \
+            _commit(root)
         run.update(summarise(run, a.warmup))
         runs.append(run)
     print(f"{'mode':>8s}{'points':>8s}{'peak RSS MiB':>14s}{'MiB/point':>11s}"

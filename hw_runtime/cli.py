@@ -62,7 +62,7 @@ def _ep(a) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.app.cli import add_workload_args
+    from subgpu_jax.app.options import add_workload_args
 
     r = sub.add_parser("run", help="execute a configuration on the local GPU (green contexts) "
                        "and compare with the simulator",
@@ -239,7 +239,7 @@ def prepare_run(a):
     """
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.model.graph import Deployment
-    from subgpu_jax.app.fit import checked_workload, given_tp_ep
+    from subgpu_jax.app.options import checked_workload, given_tp_ep
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.options import resolve_arch_ep
     from hw_runtime.gpu.workload import hopper_arch
@@ -314,7 +314,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     chk = None if a.no_check else ex.check_output(cfg, a.mode, streams_per_stage=k)
     g = wl.graph(m)
     # predicted whole steps (every run of region instances + the head), as the executor times
-    from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.app.options import simulate_step
     from subgpu_jax.model.graph import build_forward
     pred_t = simulate_step(build_forward(wl.arch, dep, 1), temporal_of(wl), hw_sim, "event",
                            model, a.cache, record=False).makespan_us
@@ -583,7 +583,7 @@ def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str) -> flo
     ``mode`` ``"temporal"`` (the temporal baseline, whatever ``cfg`` is), ``"green"`` or
     ``"multistream"`` (``cfg`` at ``m`` microbatches); ``model`` carries the
     ``--collectives`` choice (``ContentionModel.link_time``)."""
-    from subgpu_jax.app.step import simulate_step
+    from subgpu_jax.app.options import simulate_step
     from subgpu_jax.model.graph import build_forward
     from subgpu_jax.space.config import temporal_of
 
@@ -616,7 +616,7 @@ def plot_measured_frontier(rows: list[dict], path: str) -> None:
     ax.set_ylabel("per-user throughput (tokens/s/user)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from subgpu_jax.app.viz import save_figure
+    from subgpu_jax.app.options import save_figure
 
     save_figure(fig, path, dpi=110)
     plt.close(fig)
@@ -655,7 +655,7 @@ def label_run(a, res: dict, wl) -> None:
     runs executed them, ``provenance.EMULATED_COLLECTIVES`` or, with ``--collectives none``,
     ``COPY_ONLY_COLLECTIVES``) and ``prediction`` (which model predicted it and the measured
     errors that apply, ``provenance.prediction_note``)."""
-    from subgpu_jax.app.provenance import (COPY_ONLY_COLLECTIVES, EMULATED_COLLECTIVES,
+    from subgpu_jax.app.options import (COPY_ONLY_COLLECTIVES, EMULATED_COLLECTIVES,
                                            prediction_note)
 
     res["collectives"] = (COPY_ONLY_COLLECTIVES if getattr(a, "collectives", "sleep") == "none"
@@ -711,7 +711,7 @@ def _cmd_calibrate(a) -> int:
     from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.fit import checked_workload, given_tp_ep
+    from subgpu_jax.app.options import checked_workload, given_tp_ep
     from hw_runtime.gpu.workload import hopper_arch
 
     batches = _int_list(a.batches, "batches") if a.batches else [a.batch]

@@ -293,7 +293,7 @@ def build_step_plan(fp: ForwardPass, cfg: Config, batch: int | None = None,
     Raises:
         ValueError: as ``build_launch_plan``; a region kind the cut cannot be carried to.
     """
-    from subgpu_jax.app.step import map_cut
+    from subgpu_jax.app.options import map_cut
 
     runs, graphs, offsets, seen = [], [], [], {}
     for g, count in fp.runs:

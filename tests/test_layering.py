@@ -14,6 +14,7 @@ Oracle: the rules themselves, applied to the source text (no import is executed)
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import networkx as nx
@@ -130,3 +131,15 @@ def test_the_oracle_sees_function_local_and_relative_imports(tmp_path):
     known = {"pkg.a": tmp_path / "a.py", "pkg.b": tmp_path / "b.py"}
     assert _imports("pkg.a", known["pkg.a"], known) == {"pkg.b"}
     assert _imports("pkg.b", known["pkg.b"], known) == {"pkg.a"}
+
+
+def test_runtime_reaches_the_app_only_through_its_host_api():
+    """``hw_runtime`` imports the app layer only from ``subgpu_jax.app.options`` (its documented
+    host API, ``HOST_API``); every name it imports from there exists."""
+    from subgpu_jax.app import options
+
+    bad = [(a, b) for a, b in _graph().edges if a.startswith("hw_runtime")
+           and b.startswith("subgpu_jax.app") and b != "subgpu_jax.app.options"]
+    assert not bad, bad
+    for name, mod in options.HOST_API.items():
+        assert getattr(options, name) is getattr(importlib.import_module(mod), name)

@@ -304,7 +304,7 @@ class Predictor:
         Raises:
             ValueError: a layout that is not legal for the workload (one line).
         """
-        from subgpu_jax.app.searchjob import record_config
+        from subgpu_jax.app.options import record_config
         from subgpu_jax.space.config import temporal_of
 
         wl = self.workload(c.G)
@@ -322,7 +322,7 @@ class Predictor:
         """Predicted whole-step makespan (µs), or None (static scorer, multistream)."""
         if c.key in self._memo:
             return self._memo[c.key]
-        from subgpu_jax.app.step import simulate_step
+        from subgpu_jax.app.options import simulate_step
         from subgpu_jax.model.graph import build_forward
 
         cfg, m = self.config(c)
