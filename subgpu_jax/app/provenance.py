@@ -143,8 +143,11 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
     d = Path(folder) if folder is not None else results_dir()
     gpu = hardware.upper()
     cal = bool(calibration)
+    from subgpu_jax.sim.contention import UNCALIBRATED_LATENCY_LOAD_GAIN as gain
+
     made_by = (f"the duration model calibrated with {calibration}" if cal else
-               f"the uncalibrated duration model {ANALYTIC_MODEL}")
+               f"the uncalibrated duration model {ANALYTIC_MODEL} (co-run memory-latency gain "
+               f"{gain:g})")
     scorer = "event simulator" if exact == "event" else "static max-plus evaluator"
     out = {"made_by": made_by, "scorer": scorer, "calibrated": cal,
            "calibration": calibration or None, "hardware": hardware, "model": model,
