@@ -63,9 +63,8 @@ def main(argv=None) -> int:
            "matrix": "experiments/results/hw_fidelity/fused/corun_matrix.json",
            "mean_abs_log_ratio": score, "per_class_of_a": per_class, "pairs": rows}
     path = args.out
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    from subgpu_jax.app.store import atomic_write
+    atomic_write(path, json.dumps(res, indent=1))
     print(f"{'kernel A':12s} {'pairs':>5s} {'pred/meas slowdown: median':>28s} {'min':>6s} {'max':>6s}")
     for c, v in per_class.items():
         print(f"{c:12s} {v['pairs']:5d} {v['median_ratio']:28.3f} {v['min']:6.3f} {v['max']:6.3f}")

@@ -45,45 +45,32 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "hw_verdicts")
 
+def _flags(gpus: int, tp: int, dp: int, ep: int | None, G: int, kv: int) -> list[str]:
+    """The workload flags of ``subgpu search``/``run``: GPUs, TP x DP (EP for MoE models, with
+    the experts in bf16 as Hopper runs them), global batch, KV history = prompt length."""
+    f = ["--gpus", str(gpus), "--tp", str(tp), "--dp", str(dp)]
+    if ep is not None:
+        f += ["--ep", str(ep), "--expert-dtype", "bf16"]
+    return f + ["--batch", str(G), "--kv-history", str(kv), "--input-len", str(kv)]
+
+
 #: name -> (model, search/run workload flags, fit status). Memory: every workload's weights +
 #: KV fit one H200 (the search's fit check).
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
-    "llama8b_1gpu_g256_kv2k": ("llama-3.1-8b", ["--gpus", "1", "--tp", "1", "--dp", "1", "--batch", "256",
-                                                "--kv-history", "2048", "--input-len", "2048"],
-                               "held_out"),
-    "qwen25_7b_1gpu_g512_kv2k": ("qwen2.5-7b", ["--gpus", "1", "--tp", "1", "--dp", "1", "--batch", "512",
-                                                "--kv-history", "2048", "--input-len", "2048"],
+    "llama8b_1gpu_g256_kv2k": ("llama-3.1-8b", _flags(1, 1, 1, None, 256, 2048), "held_out"),
+    "qwen25_7b_1gpu_g512_kv2k": ("qwen2.5-7b", _flags(1, 1, 1, None, 512, 2048),
                                  "held_out_family"),
-    "qwen3_8b_1gpu_g32_kv16k": ("qwen3-8b", ["--gpus", "1", "--tp", "1", "--dp", "1", "--batch", "32",
-                                             "--kv-history", "16384", "--input-len", "16384"],
+    "qwen3_8b_1gpu_g32_kv16k": ("qwen3-8b", _flags(1, 1, 1, None, 32, 16384),
                                 "held_out_family"),
-    "llama70b_tp8_g1536_kv1k": ("llama-3.1-70b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--batch", "1536",
-                                                  "--kv-history", "1024", "--input-len", "1024"],
-                                "held_out"),
-    "mixtral_tp8_g1024_kv4k": ("mixtral-8x7b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8",
-                                                "--batch", "1024", "--kv-history", "4096",
-                                                "--input-len", "4096", "--expert-dtype", "bf16"],
+    "llama70b_tp8_g1536_kv1k": ("llama-3.1-70b", _flags(8, 8, 1, None, 1536, 1024), "held_out"),
+    "mixtral_tp8_g1024_kv4k": ("mixtral-8x7b", _flags(8, 8, 1, 8, 1024, 4096),
                                "held_out_family"),
-    "qwen3moe_tp8_g1024_kv2k": ("qwen3-30b-a3b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8",
-                                                  "--batch", "1024", "--kv-history", "2048",
-                                                  "--input-len", "2048", "--expert-dtype",
-                                                  "bf16"],
+    "qwen3moe_tp8_g1024_kv2k": ("qwen3-30b-a3b", _flags(8, 8, 1, 8, 1024, 2048),
                                 "held_out_family"),
-    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--batch", "2048",
-                                                  "--kv-history", "1024", "--input-len", "1024"],
-                                "fit"),
-    "llama70b_tp8_g512_kv4k": ("llama-3.1-70b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--batch", "512",
-                                                 "--kv-history", "4096", "--input-len", "4096"],
-                               "fit"),
-    "gptoss120b_ref_g2048": ("gpt-oss-120b", ["--gpus", "32", "--tp", "8", "--dp", "4", "--ep", "32", "--batch", "2048",
-                                              "--kv-history", "32768", "--input-len", "32768",
-                                              "--expert-dtype", "bf16"],
-                             "fit"),
-    "gptoss20b_tp8_g1024_kv8k": ("gpt-oss-20b", ["--gpus", "8", "--tp", "8", "--dp", "1", "--ep", "8",
-                                                 "--batch", "1024", "--kv-history", "8192",
-                                                 "--input-len", "8192", "--expert-dtype",
-                                                 "bf16"],
-                                 "fit"),
+    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", _flags(8, 8, 1, None, 2048, 1024), "fit"),
+    "llama70b_tp8_g512_kv4k": ("llama-3.1-70b", _flags(8, 8, 1, None, 512, 4096), "fit"),
+    "gptoss120b_ref_g2048": ("gpt-oss-120b", _flags(32, 8, 4, 32, 2048, 32768), "fit"),
+    "gptoss20b_tp8_g1024_kv8k": ("gpt-oss-20b", _flags(8, 8, 1, 8, 1024, 8192), "fit"),
 }
 
 #: The search of the user path (issue 22): stage count, microbatch counts, streams per stage.

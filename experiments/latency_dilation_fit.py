@@ -136,9 +136,8 @@ def main(argv=None) -> int:
                               "(pipelined runs; never used in the fit)",
            "alpha": alpha, "grid": scores, "summary": summ, "rows": rows}
     path = args.out
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    from subgpu_jax.app.store import atomic_write
+    atomic_write(path, json.dumps(res, indent=1))
     print(json.dumps(summ, indent=1))
     print(f"wrote {path}")
     return 0

@@ -83,9 +83,8 @@ def main(argv=None) -> int:
            "summary": {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
                        for k, v in ratio.items()}}
     path = args.out
-    with open(path + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(path + ".tmp", path)
+    from subgpu_jax.app.store import atomic_write
+    atomic_write(path, json.dumps(res, indent=1))
     print(f"{'workload':22s} {'mode':12s} {'measured':>9s} {'predicted':>10s} {'pred/meas':>10s}")
     for r in rows:
         for k in ("multistream", "green"):

@@ -15,6 +15,8 @@ import os
 import statistics
 import sys
 
+from subgpu_jax.app.store import atomic_write
+from subgpu_jax.app.viz import save_figure
 from subgpu_jax.app.verdict import (NEUTRAL, band_for, bands_to_json, classify, decide,
                                     fit_bands)
 
@@ -238,10 +240,8 @@ def figure(rows: list[dict], path: str) -> None:
         ax.legend(fontsize=8)
     axs[0].set_ylabel("measured speedup over temporal (whole-step CUDA-graph replays)")
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def analyze(args, workloads) -> int:
@@ -272,9 +272,7 @@ def analyze(args, workloads) -> int:
            "decomposition": decomposition(rows), "rows": rows,
            "bands": bands_to_json(fit_bands(rows))}
     out = args.digest
-    with open(out + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(out + ".tmp", out)
+    atomic_write(out, json.dumps(res, indent=1))
     figure(rows, out.replace(".json", ".png"))
     print_table(res)
     print(f"wrote {out} and {out.replace('.json', '.png')}")

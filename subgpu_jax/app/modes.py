@@ -172,12 +172,15 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
         One dict per entry: ``global_batch``, ``attn_tp``, ``attn_dp`` and ``verdict_for``'s
         fields.
     """
+    from subgpu_jax.app.verdict import load_bands
+
+    bands = load_bands(hw.name)   # read once for every batch
     out = []
     for r, dep, cfg in entries:
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
                            known={"temporal_us": r["temporal_makespan_us"],
                                   "subgpu_us": r["makespan_us"]})
-        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe))
+        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe), bands)
         tag = f"G={int(r['global_batch'])} TP{int(r['attn_tp'])}xDP{int(r['attn_dp'])}"
         out.append({"global_batch": int(r["global_batch"]), "attn_tp": int(r["attn_tp"]),
                     "attn_dp": int(r["attn_dp"]), "label": tag, **v})

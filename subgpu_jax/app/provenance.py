@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 from pathlib import Path
 
 from subgpu_jax.app.report import results_dir
@@ -103,7 +104,7 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list) -> str:
             return (f"none measured for this model version (loaded-latency gain {gain:g}; "
                     f"{rel} holds other gains)")
         ratio = [float(r["ratio"]) for r in sp]
-        med = sorted(abs(x - 1) for x in ratio)[len(ratio) // 2]
+        med = statistics.median(abs(x - 1) for x in ratio)
         wrong = sum(bool(r["sign_wrong"]) for r in sp)
         nw = len({r["workload"] for r in sp})
         errors.append({"what": "speedup of pipelined configurations", "file": rel,

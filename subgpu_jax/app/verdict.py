@@ -26,8 +26,11 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 
 import numpy as np
+
+from subgpu_jax.sim.eventsim import SM_MODES
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -37,7 +40,7 @@ __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "fit_ban
 
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
-MODES = ("green", "multistream")
+MODES = SM_MODES
 COLLECTIVES = ("sleep", "none")
 #: The modes ``decide`` compares with temporal.
 DECIDE_KEYS = ("subgpu", "multistream")
@@ -154,10 +157,8 @@ def fit_bands(rows: Iterable[Mapping], exclude: str | None = None) -> dict[str, 
             groups.setdefault(k, []).append((m / p, r["workload"]))
     out = {}
     for k, v in groups.items():
-        rs = sorted(x for x, _ in v)
-        n = len(rs)
-        med = rs[n // 2] if n % 2 else 0.5 * (rs[n // 2 - 1] + rs[n // 2])
-        out[k] = Band(lo=rs[0], hi=rs[-1], median=med, n=n,
+        rs = [x for x, _ in v]
+        out[k] = Band(lo=min(rs), hi=max(rs), median=statistics.median(rs), n=len(rs),
                       workloads=tuple(sorted({w for _, w in v})), regime=k)
     return out
 

@@ -122,14 +122,22 @@ class RegionBuilder:
                           act_reads=((pre + "q", Rm * qh * hd * ab),),
                           act_writes=((pre + "attn_out", Rm * qh * hd * ab),),
                           kv_bytes=kv_read, ctas=max(1, Rm * kvh * splits))
-        wo = qh * hd * H * awb
-        self.params += qh * hd * H + (H if arch.attn_bias else 0)
-        i_o = self.add(name=pre + "o_proj", op="o_proj", category="out_residual", layer=j,
-                       flops=2.0 * Rm * qh * hd * H, dtype=adt, tensor=True,
-                       weight_objects=((pre + "o.w", wo + (H * wb if arch.attn_bias else 0)),),
-                       act_reads=((pre + "attn_out", Rm * qh * hd * ab),),
-                       act_writes=((pre + "o_part", x),), ctas=gemm_ctas(Rm, H, qh * hd, wo))
+        i_o = self._o_proj(j, qh * hd, awb, adt)
         return [i_qkv, i_rope, i_attn, i_o]
+
+    def _o_proj(self, j: int, width: int, awb: float, adt: str) -> int:
+        """The output projection of layer ``j``'s attention: ``width`` (this GPU's heads x
+        value head dim) -> hidden, weights of ``awb`` bytes per element (+ a bias when the
+        model has one), GEMM at ``adt``; its output is the partial sum the all-reduce adds."""
+        H, Rm, ab, wb, pre, bias = self.H, self.Rm, self.ab, self.wb, f"L{j}.", self.arch.attn_bias
+        wo = width * H * awb
+        self.params += width * H + (H if bias else 0)
+        return self.add(name=pre + "o_proj", op="o_proj", category="out_residual", layer=j,
+                        flops=2.0 * Rm * width * H, dtype=adt, tensor=True,
+                        weight_objects=((pre + "o.w", wo + (H * wb if bias else 0)),),
+                        act_reads=((pre + "attn_out", Rm * width * ab),),
+                        act_writes=((pre + "o_part", self.x),),
+                        ctas=gemm_ctas(Rm, H, width, wo))
 
     def _mla(self, j: int, L_kv: int, sliding: bool, awb: float, adt: str) -> list[int]:
         """Multi-head latent attention in decode with absorbed projections (DeepSeek-V3; the
@@ -193,13 +201,7 @@ class RegionBuilder:
                         act_reads=((pre + "attn_lat", Rm * qh * c * ab),),
                         act_writes=((pre + "attn_out", Rm * qh * v * ab),),
                         ctas=gemm_ctas(Rm, qh * v, c, n_uv * awb))
-        wo = qh * v * H * awb
-        self.params += qh * v * H + (H if a.attn_bias else 0)
-        i_o = self.add(name=pre + "o_proj", op="o_proj", category="out_residual", layer=j,
-                       flops=2.0 * Rm * qh * v * H, dtype=adt, tensor=True,
-                       weight_objects=((pre + "o.w", wo + (H * wb if a.attn_bias else 0)),),
-                       act_reads=((pre + "attn_out", Rm * qh * v * ab),),
-                       act_writes=((pre + "o_part", x),), ctas=gemm_ctas(Rm, H, qh * v, wo))
+        i_o = self._o_proj(j, qh * v, awb, adt)
         return [i_dn, i_qu, i_rope, i_attn, i_vu, i_o]
 
     # ------------------------------------------------------------------ MLPs

@@ -55,8 +55,9 @@ __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "
 #: How the stages of a pipelined configuration get their SMs: ``"green"``, each stage its own
 #: pool (a green context) of ``Config.alloc[d]`` SMs; ``"multistream"``, the same microbatched
 #: schedule on plain CUDA streams with no partition: every lane's kernels draw CTAs from all the
-#: GPU's SMs in launch order (``simstate.share_pool_fifo``, the block scheduler's behaviour
-#: measured on the H200 for two streams of one pool, ``experiments/results/hw_wins/lanes``).
+#: GPU's SMs as the model's ``pool_sharing`` says (default launch order,
+#: ``simstate.share_pool_fifo``: the block scheduler's behaviour measured on the H200 for two
+#: streams of one pool, ``experiments/results/hw_wins/lanes``).
 #: The runtime's ``subgpu run --mode`` takes the same names.
 SM_MODES: tuple[str, ...] = ("green", "multistream")
 
@@ -265,10 +266,6 @@ class EventSimulator:
         if check_sm_mode(mode) == "multistream" and cfg.D > 1:
             nl = cfg.D * k
             sms, pool_of = [int(hw.num_sms)] * nl, [0] * nl
-            if model is None:
-                model = ContentionModel()
-            if not model.isolated and model.pool_sharing != "fifo":
-                model = model.replace(pool_sharing="fifo")
         elif k == 1:
             sms, pool_of = list(cfg.alloc), None
         else:
