@@ -251,7 +251,7 @@ def test_gpu_reference_attention_shape_correct():
     on a few requests."""
     torch = _cuda()
     from hw_runtime.gpu.workload import TorchWorkload
-    dep = dataclasses.replace(REFERENCE_DEPLOYMENT, kv_history=4096)
+    dep = dataclasses.replace(REFERENCE_DEPLOYMENT, input_len=4096, kv_history=4096)
     g = build_graph(REF_ARCH, dep, 2)
     wl = TorchWorkload(g, device="cuda", instances=1, kv_cache="shared")
     i = g.index("L1.attn")
