@@ -1,0 +1,178 @@
+"""Where the uncalibrated model's temporal error sits, kernel class by kernel class (issue 22):
+a profiled temporal step of every workload of the verdict protocol
+(``experiments/hw_verdicts_h200.py``: 10 workloads, 6 held out) on the H200, against the
+model's isolated time of the same ops.
+
+Phases:
+
+``--phase device`` (GPU, one call, ~3 min): per workload, the runtime's defaults (tuned GEMMs,
+    fused elementwise kernels, ``--collectives sleep``), the temporal plan (D = 1, one whole-GPU
+    stream) captured as a CUDA graph and one replay profiled (torch.profiler,
+    ``Executor.profile``); the activities mapped onto the region's op launches
+    (``hw_runtime.timeline.map_activities``) -> ``$OUT/trace_<workload>.json``: per op kind
+    (``op`` or ``op/category``) the summed launch spans (µs), launches and device kernels, the
+    five longest device-kernel names with their summed time, and the replay's span and summed
+    kernel time (the difference is the gaps between kernels).
+``--phase analyze`` (CPU): the same ops' isolated times under the uncalibrated model
+    (``StaticDurationModel`` on the whole GPU, the H200 preset), per op kind measured vs
+    modelled, and the span the model misses -> ``experiments/results/temporal_traces_h200.json``
+    and a table. Nothing here is fitted: the traces are read only to explain residuals.
+
+    python experiments/temporal_traces_h200.py --phase device --out $OUT
+    python experiments/temporal_traces_h200.py --phase analyze --data DIR
+
+Units: µs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))
+sys.path.insert(0, HERE)
+
+import hw_verdicts_h200 as V  # noqa: E402  (the workloads and the GPU machine of the protocol)
+
+RESULTS = os.path.join(HERE, "results")
+
+
+def op_kind(k) -> str:
+    """``op/category`` for collectives (their cost differs by what they fuse), else ``op``."""
+    return f"{k.op}/{k.category}" if k.op == "allreduce" else k.op
+
+
+def trace_workload(name: str, machine) -> dict:
+    """One profiled temporal replay of ``name`` mapped onto its ops (module docstring)."""
+    from hw_runtime.cli import prepare_run
+    from hw_runtime.timeline import map_activities
+
+    wl = prepare_run(V.run_args(name, []))[0]
+    ex = machine.open(wl, "sleep")
+    cfg = ex.temporal_config()
+    meas = ex.measure(cfg, "temporal", 2, 20, 2)
+    prof = ex.profile(cfg, "temporal")
+    counts = ex.activity_counts(1, cfg, "temporal")
+    iv = map_activities(prof["plan_object"], prof["activities"], counts, 1)
+    g = wl.graph(1)
+    acts = prof["activities"]
+    per = collections.defaultdict(lambda: {"us": 0.0, "launches": 0, "kernels": 0,
+                                           "names": collections.Counter()})
+    for r in iv:
+        k = g.kernels[r["op"]]
+        d = per[op_kind(k)]
+        d["us"] += r["end_us"] - r["start_us"]
+        d["launches"] += 1
+    # device-kernel names per op kind: activities in launch order, cut by the mapped intervals
+    for r in iv:
+        k = g.kernels[r["op"]]
+        for a in acts:
+            if a["start_us"] >= r["start_us"] - 1e-3 and a["start_us"] + a["dur_us"] <= r["end_us"] + 1e-3:
+                d = per[op_kind(k)]
+                d["kernels"] += 1
+                d["names"][a["name"][:90]] += a["dur_us"]
+    span = max(a["start_us"] + a["dur_us"] for a in acts) - min(a["start_us"] for a in acts)
+    out = {"workload": name, "gpu": machine.name(), "measured_step_us": meas.makespan_us,
+           "span_us": span, "kernel_sum_us": sum(a["dur_us"] for a in acts),
+           "activities": len(acts), "launches": len(iv),
+           "ops": {o: {"us": d["us"], "launches": d["launches"], "kernels": d["kernels"],
+                       "top": d["names"].most_common(5)} for o, d in sorted(per.items())}}
+    del ex
+    machine.release()
+    return out
+
+
+def device_phase(args) -> int:
+    machine = V.GpuMachine()
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    for name in args.workloads:
+        if time.time() - t0 > args.time_limit:
+            print(f"{name}: time limit reached, not traced", flush=True)
+            continue
+        try:
+            res = trace_workload(name, machine)
+        except Exception as e:  # noqa: BLE001  (one workload's failure never stops the study)
+            traceback.print_exc()
+            res = {"workload": name, "error": f"{e.__class__.__name__}: {e}"}
+        with open(os.path.join(args.out, f"trace_{name}.json"), "w") as fh:
+            json.dump(res, fh)
+        print(f"{name:26s} span {res.get('span_us', float('nan')):9.0f} µs, "
+              f"{res.get('launches', 0)} launches ({time.time() - t0:.0f} s)", flush=True)
+    return 0
+
+
+def analyze_phase(args) -> int:
+    """Per workload and op kind: measured span in the temporal replay vs the model's isolated
+    time on the whole GPU (the same launches)."""
+    from hw_runtime.cli import prepare_run
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
+
+    rows, out = [], {"model": ANALYTIC_MODEL, "protocol": __doc__.split("\n\n")[0],
+                     "workloads": {}}
+    for name in args.workloads:
+        path = os.path.join(args.data, f"trace_{name}.json")
+        if not os.path.exists(path):
+            continue
+        with open(path) as fh:
+            t = json.load(fh)
+        if "error" in t:
+            out["workloads"][name] = {"error": t["error"]}
+            continue
+        wl = prepare_run(V.run_args(name, []))[0]
+        sd = StaticDurationModel(wl.hw)
+        g = wl.graph(1)
+        model, n_graph = collections.defaultdict(float), collections.Counter()
+        for k in g.kernels:
+            model[op_kind(k)] += float(sd.kernel_time_us(k, wl.hw.num_sms))
+            n_graph[op_kind(k)] += 1
+        ops = {}
+        for o, d in t["ops"].items():   # the graph is one region: scale to the step's launches
+            model[o] = model.get(o, 0.0) * d["launches"] / max(n_graph[o], 1)
+            ops[o] = {"measured_us": d["us"], "model_us": model.get(o, 0.0),
+                      "ratio": model.get(o, 0.0) / d["us"] if d["us"] > 0 else None,
+                      "kernels_per_launch": d["kernels"] / max(d["launches"], 1),
+                      "top": d["top"][:3]}
+        meas_ops = sum(d["us"] for d in t["ops"].values())
+        mod_ops = sum(model.values())
+        out["workloads"][name] = {
+            "fit_status": V.WORKLOADS[name][2], "span_us": t["span_us"],
+            "kernel_sum_us": t["kernel_sum_us"], "ops_measured_us": meas_ops,
+            "ops_model_us": mod_ops, "model_over_measured": mod_ops / meas_ops,
+            "gap_share": 1 - t["kernel_sum_us"] / t["span_us"], "ops": ops}
+        print(f"\n{name} ({V.WORKLOADS[name][2]}): region span {t['span_us']:.0f} µs, ops "
+              f"measured {meas_ops:.0f}, model {mod_ops:.0f} ({mod_ops / meas_ops - 1:+.1%}); "
+              f"gaps {1 - t['kernel_sum_us'] / t['span_us']:.1%} of the span")
+        for o, d in sorted(ops.items(), key=lambda x: -x[1]["measured_us"]):
+            rows.append((name, o, d))
+            print(f"  {o:24s} meas {d['measured_us']:9.1f} model {d['model_us']:9.1f} "
+                  f"{(d['ratio'] or 0) - 1:+7.1%}  {d['kernels_per_launch']:.1f} kernels/launch  "
+                  f"{d['top'][0][0][:50] if d['top'] else ''}")
+    path = os.path.join(RESULTS, "temporal_traces_h200.json")
+    with open(path, "w") as fh:
+        json.dump(out, fh, indent=1)
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--phase", choices=("device", "analyze"), required=True)
+    ap.add_argument("--workloads", nargs="+", default=list(V.WORKLOADS), choices=list(V.WORKLOADS))
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/temporal_traces"))
+    ap.add_argument("--data", default=os.path.join(RESULTS, "temporal_traces"),
+                    help="folder of the device phase's trace_<workload>.json files")
+    ap.add_argument("--time-limit", type=float, default=420.0)
+    args = ap.parse_args(argv)
+    return device_phase(args) if args.phase == "device" else analyze_phase(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
