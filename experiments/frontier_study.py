@@ -178,7 +178,7 @@ def duration_settings(arch, hw, dep) -> dict:
     fields = ("num_sms", "sm_budget", "sm_quantum", "launch_us", "comm_setup_us",
               "gemm_efficiency", "hbm_copy_Bps", "hbm_read_Bps", "l2_Bps", "l2_bytes",
               "nvlink_Bps")
-    return {"model": getattr(StaticDurationModel, "name", None), "hardware": hw.name,
+    return {"model": StaticDurationModel(hw).name, "hardware": hw.name,
             **{f: getattr(hw, f) for f in fields},
             "tensor_flops": dict(hw.tensor_flops),
             "reference_deployment": f"TP{dep.attn_tp}xDP{dep.attn_dp} EP{dep.moe_ep} "

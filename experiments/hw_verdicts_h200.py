@@ -79,13 +79,14 @@ TOP = 3
 COLLECTIVES = ("sleep", "none")
 
 
-def run_args(name: str, extra: list[str]) -> argparse.Namespace:
+def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Namespace:
     """The parsed ``subgpu run`` options of a workload plus ``extra`` (needs the ``run``
-    sub-command registered: ``pip install -e .`` or ``experiments/device_env.sh``)."""
+    sub-command registered: ``pip install -e .`` or ``experiments/device_env.sh``);
+    ``hardware``: the ``--hardware`` spec (``H200`` or ``H200:analytic-v3``)."""
     from subgpu_jax.app.cli import build_parser
 
     model, flags, _ = WORKLOADS[name]
-    return build_parser().parse_args(["run", "--hardware", "H200", "--model", model, *flags,
+    return build_parser().parse_args(["run", "--hardware", hardware, "--model", model, *flags,
                                       *extra])
 
 
@@ -124,7 +125,7 @@ def _entry(name: str, kind: str, sub, mode: str) -> dict:
             "predicted_us": _predict(sub, mode)}
 
 
-def plan_workload(name: str, searches: str) -> dict:
+def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
     """The user path and the fixed configurations of one workload, predicted."""
     from hw_runtime.cli import record_options, search_records, top_records
     from hw_runtime.cli import prepare_run
@@ -132,15 +133,15 @@ def plan_workload(name: str, searches: str) -> dict:
     model, flags, status = WORKLOADS[name]
     folder = os.path.join(searches, name)
     sflags = ["--batches" if f == "--batch" else f for f in flags]  # the search's grid flag
-    cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", "--hardware", "H200",
+    cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", "--hardware", hardware,
            "--model", model, *sflags, *SEARCH_GRID, "--no-progress", "--out", folder]
     t0 = time.time()
     with open(os.path.join(searches, f"{name}.log"), "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     if rc != 0:
         raise RuntimeError(f"{name}: search exited {rc} (see {searches}/{name}.log)")
-    a = run_args(name, [])
-    groups = top_records(search_records(folder), TOP, "H200")
+    a = run_args(name, [], hardware)
+    groups = top_records(search_records(folder), TOP, hardware)
     (G, recs), = groups.items()
     rows = []
     for i, r in enumerate(recs):
@@ -153,18 +154,20 @@ def plan_workload(name: str, searches: str) -> dict:
         if i == 1:
             ms = record_options(a, r)
             rows.append(_entry("search_top1_multistream", "multistream", ms, "multistream"))
-    wl = prepare_run(run_args(name, []))[0]
+    wl = prepare_run(run_args(name, [], hardware))[0]
     g = wl.graph(1)
     for nm, cuts, sms, m, reuse, k in _fixed(g):
         extra = ["--cuts", ",".join(cuts), "--sms", ",".join(map(str, sms)),
                  "--microbatch", str(wl.batch // m), "--streams-per-stage", str(k),
                  "--reuse" if reuse else "--no-reuse"]
         try:
-            rows.append(_entry(nm, "fixed", run_args(name, extra), "green"))
+            rows.append(_entry(nm, "fixed", run_args(name, extra, hardware), "green"))
         except ValueError as e:
             print(f"{name}: {nm} skipped ({e})", flush=True)
     has_comm = any(k.is_comm for k in g.kernels)
+    from subgpu_jax.sim.contention import uncalibrated_model_id
     return {"workload": name, "model": model, "flags": flags, "fit_status": status,
+            "duration_model": uncalibrated_model_id(wl.hw), "hardware": hardware,
             "family": wl.arch.family, "moe": bool(wl.arch.is_moe),
             "global_batch": int(G), "has_collectives": has_comm,
             "search_s": round(time.time() - t0, 1), "configs": rows}
@@ -180,7 +183,7 @@ def plan_phase(args) -> int:
         if name in plan:
             print(f"{name}: planned already (delete it from {args.configs} to redo)")
             continue
-        plan[name] = plan_workload(name, args.searches)
+        plan[name] = plan_workload(name, args.searches, args.hardware)
         with open(args.configs, "w") as fh:
             json.dump(plan, fh, indent=1)
         p = plan[name]
@@ -286,19 +289,34 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=("plan", "device", "analyze"), required=True)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    ap.add_argument("--configs", default=os.path.join(DATA, "configs.json"))
+    ap.add_argument("--hardware", default="H200",
+                    help="the --hardware spec the plan predicts with: H200 (analytic-v2, the "
+                         "default model) or H200:analytic-v3; names the data folder "
+                         "hw_verdicts/<version>/ of the defaults below")
+    ap.add_argument("--configs", default=None, help="default: <data>/configs.json")
     ap.add_argument("--searches", default="/tmp/hw_verdicts_searches",
                     help="where the plan phase's searches go (outside the tree)")
-    ap.add_argument("--out", default=os.environ.get("OUT", DATA))
-    ap.add_argument("--data", default=DATA, help="folder of the device phase's JSON files")
-    ap.add_argument("--digest", default=os.path.join(RESULTS, "hw_verdicts_h200.json"),
+    ap.add_argument("--out", default=os.environ.get("OUT"))
+    ap.add_argument("--data", default=None, help="folder of the device phase's JSON files "
+                    "(default: hw_verdicts/<version>/)")
+    ap.add_argument("--digest", default=None,
                     help="the analyze phase's digest (its bands are what subgpu reads); the "
-                         "figure goes beside it. Default: experiments/results/hw_verdicts_h200.json")
+                         "figure goes beside it. Default: <data>/hw_verdicts_h200.json")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--time-limit", type=float, default=540.0)
     args = ap.parse_args(argv)
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.kernelcost import analytic_model_of
+    try:
+        version = analytic_model_of(get_hardware(args.hardware))
+    except ValueError as e:
+        ap.error(f"--hardware: {e}")
+    args.data = args.data or os.path.join(DATA, version)
+    args.configs = args.configs or os.path.join(args.data, "configs.json")
+    args.out = args.out or args.data
+    args.digest = args.digest or os.path.join(args.data, "hw_verdicts_h200.json")
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
     if args.phase == "plan":

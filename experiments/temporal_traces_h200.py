@@ -15,11 +15,12 @@ Phases:
     kernel time (the difference is the gaps between kernels).
 ``--phase analyze`` (CPU): the same ops' isolated times under the uncalibrated model
     (``StaticDurationModel`` on the whole GPU, the H200 preset), per op kind measured vs
-    modelled, and the span the model misses -> ``experiments/results/temporal_traces_h200.json``
-    and a table. Nothing here is fitted: the traces are read only to explain residuals.
+    modelled, and the span the model misses -> ``experiments/results/temporal_traces_h200_<version>.json``
+    (``--hardware H200`` or ``H200:analytic-v3``) and a table. Nothing here is fitted: the traces
+    are read only to explain residuals.
 
     python experiments/temporal_traces_h200.py --phase device --out $OUT
-    python experiments/temporal_traces_h200.py --phase analyze --data DIR
+    python experiments/temporal_traces_h200.py --phase analyze [--hardware H200:analytic-v3]
 
 Units: µs.
 """
@@ -113,9 +114,11 @@ def analyze_phase(args) -> int:
     time on the whole GPU (the same launches)."""
     from hw_runtime.cli import prepare_run
     from subgpu_jax.model.graph import StaticDurationModel
-    from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.kernelcost import analytic_model_of
 
-    rows, out = [], {"model": ANALYTIC_MODEL, "protocol": __doc__.split("\n\n")[0],
+    version = analytic_model_of(get_hardware(args.hardware))
+    rows, out = [], {"model": version, "protocol": __doc__.split("\n\n")[0],
                      "workloads": {}}
     for name in args.workloads:
         path = os.path.join(args.data, f"trace_{name}.json")
@@ -126,7 +129,7 @@ def analyze_phase(args) -> int:
         if "error" in t:
             out["workloads"][name] = {"error": t["error"]}
             continue
-        wl = prepare_run(V.run_args(name, []))[0]
+        wl = prepare_run(V.run_args(name, [], args.hardware))[0]
         sd = StaticDurationModel(wl.hw)
         g = wl.graph(1)
         model, n_graph = collections.defaultdict(float), collections.Counter()
@@ -155,7 +158,7 @@ def analyze_phase(args) -> int:
             print(f"  {o:24s} meas {d['measured_us']:9.1f} model {d['model_us']:9.1f} "
                   f"{(d['ratio'] or 0) - 1:+7.1%}  {d['kernels_per_launch']:.1f} kernels/launch  "
                   f"{d['top'][0][0][:50] if d['top'] else ''}")
-    path = os.path.join(RESULTS, "temporal_traces_h200.json")
+    path = os.path.join(RESULTS, f"temporal_traces_h200_{version}.json")
     with open(path, "w") as fh:
         json.dump(out, fh, indent=1)
     print(f"wrote {path}")
@@ -170,6 +173,8 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=os.path.join(RESULTS, "temporal_traces"),
                     help="folder of the device phase's trace_<workload>.json files")
     ap.add_argument("--time-limit", type=float, default=420.0)
+    ap.add_argument("--hardware", default="H200",
+                    help="the model to compare with (analyze): H200 or H200:analytic-v3")
     args = ap.parse_args(argv)
     return device_phase(args) if args.phase == "device" else analyze_phase(args)
 

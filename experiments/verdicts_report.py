@@ -262,11 +262,20 @@ def analyze(args, workloads) -> int:
         print(f"error: --data: no measured rows under {args.data} (the device phase writes "
               f"measured_<workload>.json there)", file=sys.stderr)
         return 2
+    ids = {p.get("duration_model") for w, p in plan.items()
+           if w in {r["workload"] for r in rows}}
+    if len(ids) != 1 or None in ids:
+        print(f"error: --configs: the planned predictions must come from one model version "
+              f"(duration_model), got {sorted(map(str, ids))}: re-run --phase plan",
+              file=sys.stderr)
+        return 2
     _judge(rows)
     recs = recommendations(rows)
     summ = summarize(rows, temporal, recs, {w: p for w, p in plan.items()
                                             if w in {r["workload"] for r in rows}})
     res = {"gpu": GPU, "model": "uncalibrated event simulator (contention, L2 lru)",
+           "duration_model": ids.pop(),
+           "models": {w: p["model"] for w, p in plan.items()},
            "protocol": "experiments/hw_verdicts_h200.py", "neutral": list(NEUTRAL),
            "summary": summ, "temporal": temporal, "recommendations": recs,
            "decomposition": decomposition(rows), "rows": rows,

@@ -21,6 +21,7 @@ import math
 import os
 import sys
 from subgpu_jax.space.config import config_from_options
+from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES, spin_of
@@ -210,7 +211,7 @@ def _check_search_matches(a, best: dict) -> None:
 
     folder = a.from_search
     rec_hw = best.get("hardware")
-    if rec_hw and str(rec_hw).upper() != str(a.hardware).upper():
+    if rec_hw and str(rec_hw).upper() != str(a.hardware).partition(":")[0].upper():
         raise ValueError(
             f"--from-search: {folder} holds a search for the {rec_hw} and this run is for the "
             f"{a.hardware} (--hardware, default H200); make a search for the {a.hardware} with "
@@ -480,7 +481,9 @@ def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[di
     """
     if k < 1:
         raise ValueError(f"--top must be >= 1, got {k}")
-    other = sorted({str(r.get("hardware")) for r in records if r.get("hardware") != hardware})
+    name = str(hardware).partition(":")[0].upper()   # a NAME:VERSION spec: the preset's name
+    other = sorted({str(r.get("hardware")) for r in records
+                    if str(r.get("hardware")).upper() != name})
     if other:
         raise ValueError(f"--from-search: the search was made for {', '.join(other)}, this run "
                          f"is on {hardware}; make one for this GPU with `subgpu search "
@@ -660,7 +663,8 @@ def label_run(a, res: dict, wl) -> None:
 
     res["collectives"] = (COPY_ONLY_COLLECTIVES if getattr(a, "collectives", "sleep") == "none"
                           else EMULATED_COLLECTIVES)
-    res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name)
+    res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name,
+                                        model_id=uncalibrated_model_id(wl.hw))
 
 
 def print_run(a, res: dict, wl, cfg, dep, m) -> None:

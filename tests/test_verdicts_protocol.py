@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAN = ROOT / "experiments" / "results" / "hw_verdicts" / "configs.json"
+#: The committed plan of the default model (analytic-v2).
+PLAN = ROOT / "experiments" / "results" / "hw_verdicts" / "analytic-v2" / "configs.json"
 
 
 def _script(name: str):
@@ -53,7 +54,8 @@ def test_analyze_bands_are_leave_one_workload_out(tmp_path):
     _fake_measurements(plan, tmp_path, factor)
     hv = _script("hw_verdicts_h200")
     digest = tmp_path / "hw_verdicts_test.json"
-    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--data", str(tmp_path),
+    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
+                "--data", str(tmp_path),
                 "--digest", str(digest)]
     assert hv.main() == 0
     res = json.loads(digest.read_text())
@@ -92,7 +94,8 @@ def test_analyze_without_held_out_data_says_no_data(tmp_path):
     _fake_measurements(fit, tmp_path, {w: 0.9 for w in fit})
     hv = _script("hw_verdicts_h200")
     digest = tmp_path / "d.json"
-    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--data", str(tmp_path),
+    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
+                "--data", str(tmp_path),
                 "--digest", str(digest)]
     assert hv.main() == 0
     t = json.loads(digest.read_text())["summary"]["targets"]
@@ -101,7 +104,8 @@ def test_analyze_without_held_out_data_says_no_data(tmp_path):
 
 def test_analyze_refuses_bad_input_in_one_line(tmp_path, capsys):
     hv = _script("hw_verdicts_h200")
-    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--data", str(tmp_path),
+    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
+                "--data", str(tmp_path),
                 "--digest", str(tmp_path / "d.json")]
     assert hv.main() == 2
     assert "error: --data: no measured rows" in capsys.readouterr().err
@@ -176,5 +180,5 @@ def test_device_phase_measures_every_planned_row_then_analyzes(tmp_path):
     assert hv.device_phase(args, machine=_FakeMachine()) == 0
     late = json.loads((tmp_path / "late" / f"measured_{names[0]}.json").read_text())
     assert late["rows"] == [] and "time limit" in late["errors"]["time"]
-    assert hv.main(["--phase", "analyze", "--data", str(tmp_path), "--digest",
-                    str(tmp_path / "d.json")]) == 0
+    assert hv.main(["--phase", "analyze", "--configs", str(PLAN), "--data", str(tmp_path),
+                    "--digest", str(tmp_path / "d.json")]) == 0

@@ -93,10 +93,10 @@ def _kernels():
         tl.store(y_ptr + row * sy + cols, y.to(tl.bfloat16), mask=m)
 
     @triton.jit
-    def _rope_kv_k(qkv_ptr, q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr,
+    def _rope_kv_k(qkv_ptr, q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr, eps,
                    s_qkv, s_q, s_qh, s_k, s_kh, s_v, s_vh,
                    QH: tl.constexpr, KVH: tl.constexpr, H2: tl.constexpr,
-                   BQ: tl.constexpr, BK: tl.constexpr):
+                   BQ: tl.constexpr, BK: tl.constexpr, QKN: tl.constexpr):
         row = tl.program_id(0)
         d = tl.arange(0, H2)
         c = tl.load(cos_ptr + d).to(tl.float32)[None, :]
@@ -107,6 +107,12 @@ def _kernels():
         src = base + hq[:, None] * (2 * H2) + d[None, :]
         x1 = tl.load(src, mask=mq, other=0.0).to(tl.float32)
         x2 = tl.load(src + H2, mask=mq, other=0.0).to(tl.float32)
+        if QKN:  # per-head RMSNorm of the two halves, rounded to bfloat16 once as the chain
+            r = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * H2) + eps)
+            x1 = (x1 * r[:, None] * tl.load(qn_ptr + d).to(tl.float32)[None, :]
+                  ).to(tl.bfloat16).to(tl.float32)
+            x2 = (x2 * r[:, None] * tl.load(qn_ptr + H2 + d).to(tl.float32)[None, :]
+                  ).to(tl.bfloat16).to(tl.float32)
         dst = q_ptr + row * s_q + hq[:, None] * s_qh + d[None, :]
         tl.store(dst, (x1 * c - x2 * s).to(tl.bfloat16), mask=mq)
         tl.store(dst + H2, (x2 * c + x1 * s).to(tl.bfloat16), mask=mq)
@@ -115,6 +121,12 @@ def _kernels():
         src = base + (QH + hk[:, None]) * (2 * H2) + d[None, :]
         x1 = tl.load(src, mask=mk, other=0.0).to(tl.float32)
         x2 = tl.load(src + H2, mask=mk, other=0.0).to(tl.float32)
+        if QKN:  # per-head RMSNorm of the two halves, rounded to bfloat16 once as the chain
+            r = tl.rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) / (2 * H2) + eps)
+            x1 = (x1 * r[:, None] * tl.load(kn_ptr + d).to(tl.float32)[None, :]
+                  ).to(tl.bfloat16).to(tl.float32)
+            x2 = (x2 * r[:, None] * tl.load(kn_ptr + H2 + d).to(tl.float32)[None, :]
+                  ).to(tl.bfloat16).to(tl.float32)
         dst = k_ptr + row * s_k + hk[:, None] * s_kh + d[None, :]
         tl.store(dst, (x1 * c - x2 * s).to(tl.bfloat16), mask=mk)
         tl.store(dst + H2, (x2 * c + x1 * s).to(tl.bfloat16), mask=mk)
@@ -201,16 +213,21 @@ def add_rmsnorm_(h, hn, a, b, w, eps: float) -> None:
                        BLOCK=K.triton.next_power_of_2(n))
 
 
-def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int) -> None:
+def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int,
+             q_norm=None, k_norm=None, eps: float = 1e-6) -> None:
     """Rotary embedding of q and k (half-split layout, one decode position for every row) into
-    ``q`` and the K-cache slot, and v into the V-cache slot, in one kernel.
+    ``q`` and the K-cache slot, and v into the V-cache slot, in one kernel; with ``q_norm`` and
+    ``k_norm`` (Qwen3's per-head RMSNorm weights, [hd] bfloat16) q and k are normalised per
+    head first, as ``F.rms_norm(x, (hd,), w, eps)`` before the rotation (the norm's output
+    rounded to bfloat16 once, as the PyTorch chain stores it).
 
     Args:
         qkv: [rows, (qh + 2 kvh) * hd] bfloat16 (q heads, then k, then v; last axis
             contiguous). q: [rows, qh, hd]; k_slot, v_slot: [rows, kvh, hd] (any row and head
             strides, last axis contiguous: a slot of the [rows, kvh, L, hd] caches).
         cos, sin: [hd / 2] the rotation at the decode position. qh, kvh, hd: heads, head dim
-            (hd even, hd / 2 a power of two).
+            (hd even, hd / 2 a power of two). q_norm, k_norm: both or neither, each [hd].
+        eps: the norm's epsilon (the model config's ``rms_norm_eps``).
 
     Raises:
         ValueError: shapes or strides the kernel does not take.
@@ -225,10 +242,17 @@ def rope_kv_(qkv, q, k_slot, v_slot, cos, sin, qh: int, kvh: int, hd: int) -> No
         if tuple(tns.shape) != (rows, heads, hd) or tns.stride(-1) != 1:
             raise ValueError(f"rope_kv_: {nm} must be [{rows}, {heads}, {hd}] with a contiguous "
                              f"last axis, got {tuple(tns.shape)} strides {tuple(tns.stride())}")
-    K.rope_kv[(rows,)](qkv, q, k_slot, v_slot, cos, sin, s_qkv, q.stride(0), q.stride(1),
+    if (q_norm is None) != (k_norm is None):
+        raise ValueError("rope_kv_: q_norm and k_norm go together (both or neither)")
+    qkn = q_norm is not None
+    if qkn and (tuple(q_norm.shape) != (hd,) or tuple(k_norm.shape) != (hd,)):
+        raise ValueError(f"rope_kv_: q_norm and k_norm must be [{hd}], got "
+                         f"{tuple(q_norm.shape)} and {tuple(k_norm.shape)}")
+    K.rope_kv[(rows,)](qkv, q, k_slot, v_slot, cos, sin, q_norm if qkn else cos,
+                       k_norm if qkn else cos, float(eps), s_qkv, q.stride(0), q.stride(1),
                        k_slot.stride(0), k_slot.stride(1), v_slot.stride(0), v_slot.stride(1),
                        QH=qh, KVH=kvh, H2=h2, BQ=K.triton.next_power_of_2(qh),
-                       BK=K.triton.next_power_of_2(kvh))
+                       BK=K.triton.next_power_of_2(kvh), QKN=qkn)
 
 
 def silu_mul_(out, gu, inter: int) -> None:

@@ -139,14 +139,15 @@ def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
     eps, W, nW, KV, nKV = c.eps, c.W, c.nW, c.KV, c.nKV
     ACT, p, kv_pos, rope_into = c.ACT, c.p, c.kv_pos, c.rope_into
     wl = c.wl
-    one_kernel = c.fused and p + "q_norm.w" not in W[0]
+    one_kernel = c.fused   # q/k norm (Qwen3) included: fused.rope_kv_ normalises per head
 
     def f(mu, l):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         if one_kernel:
             sl = slice(mu * Rm, (mu + 1) * Rm)
             fused.rope_kv_(a[p + "qkv"], a[p + "q"], kv[p + "k_cache"][sl, :, kv_pos, :],
-                           kv[p + "v_cache"][sl, :, kv_pos, :], wl._cos, wl._sin, qh, kvh, hd)
+                           kv[p + "v_cache"][sl, :, kv_pos, :], wl._cos, wl._sin, qh, kvh, hd,
+                           w.get(p + "q_norm.w"), w.get(p + "k_norm.w"), eps)
             return
         x = a[p + "qkv"].view(Rm, qh + 2 * kvh, hd)
         q, k, v = x[:, :qh], x[:, qh:qh + kvh], x[:, qh + kvh:]

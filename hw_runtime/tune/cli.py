@@ -118,7 +118,7 @@ def spec_from_args(a):
     if not pols or bad:
         raise ValueError(f"--policies must be among {', '.join(DISPATCH_POLICIES)}, got "
                          f"{a.policies!r}")
-    if a.hardware.upper() not in ("H200", "H100"):
+    if a.hardware.partition(":")[0].upper() not in ("H200", "H100"):
         raise ValueError(f"--hardware: tune measures on the local GPU, an H200 or H100 "
                          f"preset; got {a.hardware}")
     return TuneSpec(

@@ -20,6 +20,7 @@ from subgpu_jax.model.checks import out_dir, out_file, pos_int
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODELS
+from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (OneLineParser, add_serving_args, check_bounds,
                                     check_grid_size, choose_split,
@@ -48,7 +49,10 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
                         "config.json (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, "
                         "deepseek_v3); --config FILE is the same. Default: gpt-oss-120b")
     g.add_argument("--hardware", default=hardware,
-                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}")
+                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}. A suffix "
+                        "picks the uncalibrated model version: H200:analytic-v3 times kernels as "
+                        "the runtime's fused kernels and pool-tuned GEMMs run them (default "
+                        "analytic-v2; docs/fidelity.md §6)")
     g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
                    "Default: 32")
     g.add_argument("--tp", type=int, default=None,
@@ -478,7 +482,8 @@ def _cmd_simulate(a) -> int:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
     if a.simulator == "event":  # what --gantt/--utilization/--trace draw of the step
         res["figures_show"] = sc_c["text"]
-    res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, a.simulator)
+    res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, a.simulator,
+                                        model_id=uncalibrated_model_id(hw))
     if a.json:
         print(json.dumps(res, indent=2))
         return 0

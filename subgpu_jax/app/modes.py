@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 from subgpu_jax.model.graph import Deployment, build_forward
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.sim.contention import ContentionModel, uncalibrated_model_id
 from subgpu_jax.space.config import Config, temporal_config
 
 __all__ = ["ModePrediction", "predict_modes", "verdict_for", "batch_verdicts", "config_verdict",
@@ -174,7 +174,7 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
     """
     from subgpu_jax.app.verdict import load_bands
 
-    bands = load_bands(hw.name)   # read once for every batch
+    bands = load_bands(hw.name, model_id=uncalibrated_model_id(hw))   # once for every batch
     out = []
     for r, dep, cfg in entries:
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
@@ -204,7 +204,9 @@ def config_verdict(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
                            "it off every multistream lane would run on all SMs at once"}
     mp = predict_modes(arch, dep, cfg, hw, model, cache,
                        known={"temporal_us": temporal_us, "subgpu_us": subgpu_us})
-    return verdict_for(mp, hw.name, calibrated, bool(arch.is_moe))
+    from subgpu_jax.app.verdict import load_bands
+    return verdict_for(mp, hw.name, calibrated, bool(arch.is_moe),
+                       load_bands(hw.name, model_id=uncalibrated_model_id(hw)))
 
 
 def verdict_lines(v: Mapping) -> list[str]:

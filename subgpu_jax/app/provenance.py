@@ -3,7 +3,7 @@
 Every predicted number subgpu prints (``subgpu search``, ``subgpu simulate``) is followed by one
 note made here, and only here:
 
-* **who predicted it**: the uncalibrated duration model (``kernelcost.ANALYTIC_MODEL``) or the
+* **who predicted it**: the uncalibrated duration model (``sim.contention.uncalibrated_model_id``) or the
   model calibrated with a named file, and the scorer (event simulator or static evaluator);
 * **which error figures apply**: only those measured for that kind of prediction (calibrated or
   not, event simulator) on that GPU, read from the committed studies in
@@ -24,11 +24,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import statistics
 from pathlib import Path
 
 from subgpu_jax.app.report import results_dir
-from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
 
 __all__ = ["prediction_note", "EMULATED_COLLECTIVES", "COPY_ONLY_COLLECTIVES", "STUDY_MODELS",
            "uncalibrated_first_choices"]
@@ -85,46 +83,55 @@ COPY_ONLY_COLLECTIVES = ("collectives as copies only, without the wait to the li
                          "hidden)")
 
 
-def uncalibrated_errors(d: Path, gpu: str, errors: list) -> str:
-    """The measured error of the uncalibrated model *as it is now* on ``gpu``: the pipelined
-    runs of the co-run fit's check (``latency_dilation_fit_<gpu>.json``, rows at the loaded-
-    latency gain in force, ``sim.contention.UNCALIBRATED_LATENCY_LOAD_GAIN``): speedup error,
-    wrong signs, temporal error. Appends the figures to ``errors``; returns the text (or that
-    none were measured for this model version)."""
-    from subgpu_jax.sim.contention import UNCALIBRATED_LATENCY_LOAD_GAIN as gain
+def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = None) -> str:
+    """The measured error of the uncalibrated model *as it is now* on ``gpu``: the held-out
+    workloads of the verdict protocol (``hw_verdicts_<gpu>.json``, experiments/hw_verdicts_h200.py)
+    when that digest was made with this model (its ``duration_model`` equals
+    ``sim.contention.uncalibrated_model_id()``): speedup error of the pipelined configurations,
+    wrong verdicts, temporal error. ``model_id``: the model to quote (default the default
+    uncalibrated model). Appends the figures to ``errors``; returns the text (or that none were
+    measured for this model version)."""
+    from subgpu_jax.app.verdict import verdict_digest
+    from subgpu_jax.sim.contention import uncalibrated_model_id
 
-    f = d / f"latency_dilation_fit_{gpu.lower()}.json"
-    rel = f"experiments/results/{f.name}"
+    me = uncalibrated_model_id() if model_id is None else model_id
+    f = verdict_digest(gpu, me, d)
+    rel = f"experiments/results/{f.relative_to(d).as_posix()}"
     try:
         res = json.loads(f.read_text())
-        rows = [r for r in res["rows"] if float(r["alpha"]) == gain]
-        sp = [r for r in rows if r["config"] != "temporal"]
-        tm = [float(r["temporal_error"]) for r in rows if r["config"] == "temporal"]
+        if res.get("duration_model") != me:
+            return (f"none measured for this model version ({rel} was measured for "
+                    f"{res.get('duration_model') or 'an earlier version'})")
+        s = res["summary"]
+        held = set(s["held_out_workloads"])
+        sp = [r for r in res["rows"] if r["workload"] in held]
+        ratio = [float(r["predicted_speedup"]) / float(r["measured_speedup"]) for r in sp]
+        err = s["speedup_ratio_error_held_out"]
+        tm = [float(e) for w, by in s["temporal_error"].items() if w in held
+              for e in by.values()]
         if not sp or not tm:
-            return (f"none measured for this model version (loaded-latency gain {gain:g}; "
-                    f"{rel} holds other gains)")
-        ratio = [float(r["ratio"]) for r in sp]
-        med = statistics.median(abs(x - 1) for x in ratio)
-        wrong = sum(bool(r["sign_wrong"]) for r in sp)
-        nw = len({r["workload"] for r in sp})
+            return f"none measured for this model version (no held-out rows in {rel})"
         errors.append({"what": "speedup of pipelined configurations", "file": rel,
-                       "configurations": len(sp), "workloads": nw,
-                       "median_abs_error": med, "ratio_min": min(ratio),
-                       "ratio_max": max(ratio), "sign_wrong": wrong,
+                       "configurations": len(sp), "workloads": len(held),
+                       "median_abs_error": float(err["median"]),
+                       "max_abs_error": float(err["max"]), "ratio_min": min(ratio),
+                       "ratio_max": max(ratio), "verdict_wrong": int(s["verdict_wrong"]),
+                       "verdict_judged": int(s["verdict_judged"]),
                        "temporal_error": [min(tm), max(tm)]})
-        return (f"on {len(sp)} measured pipelined configurations of {nw} workloads its speedups "
-                f"were within a median {med:.0%} (predicted / measured {min(ratio):.2f}-"
-                f"{max(ratio):.2f}), {wrong} with the wrong sign, and its temporal steps "
-                f"{min(tm):+.0%} to {max(tm):+.0%} ({rel}; those workloads' kernel tables "
-                f"fitted its constants)")
+        return (f"on {len(sp)} pipelined configurations of {len(held)} workloads never used in "
+                f"any fit its speedups were within a median {err['median']:.0%} (max "
+                f"{err['max']:.0%}; predicted / measured {min(ratio):.2f}-{max(ratio):.2f}), "
+                f"its verdicts wrong on {s['verdict_wrong']} of {s['verdict_judged']} judged, "
+                f"and its temporal steps {min(tm):+.0%} to {max(tm):+.0%} ({rel})")
     except OSError:
         return "none measured for this model version (no " + rel + ")"
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
         return f"{f.name} unreadable ({e})"
 
 
 def prediction_note(hardware: str, calibration: str | None = None, model: str | None = None,
-                    exact: str = "event", folder: str | os.PathLike | None = None) -> dict:
+                    exact: str = "event", folder: str | os.PathLike | None = None,
+                    model_id: str | None = None) -> dict:
     """The provenance of a prediction and the measured error figures that apply to it.
 
     Args:
@@ -133,6 +140,8 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         model: the model preset or config name predicted (said whether it was ever measured).
         exact: the scorer, ``event`` (event simulator) or ``static`` (max-plus evaluator).
         folder: where the study files are (default ``report.results_dir()``).
+        model_id: the uncalibrated model that predicted (``sim.contention.uncalibrated_model_id
+            (hw)``; default the default version); ignored with a calibration.
 
     Returns:
         ``{"made_by": str, "calibrated": bool, "calibration": path or None, "hardware",
@@ -144,11 +153,11 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
     d = Path(folder) if folder is not None else results_dir()
     gpu = hardware.upper()
     cal = bool(calibration)
-    from subgpu_jax.sim.contention import UNCALIBRATED_LATENCY_LOAD_GAIN as gain
+    from subgpu_jax.sim.contention import uncalibrated_model_id
 
+    me = uncalibrated_model_id() if model_id is None else model_id
     made_by = (f"the duration model calibrated with {calibration}" if cal else
-               f"the uncalibrated duration model {ANALYTIC_MODEL} (co-run memory-latency gain "
-               f"{gain:g})")
+               f"the uncalibrated duration model {me}")
     scorer = "event simulator" if exact == "event" else "static max-plus evaluator"
     out = {"made_by": made_by, "scorer": scorer, "calibrated": cal,
            "calibration": calibration or None, "hardware": hardware, "model": model,
@@ -183,7 +192,7 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             parts.append(f"{fid.name} unreadable ({e})")
     if exact == "event" and not cal:
-        parts.append(uncalibrated_errors(d, gpu, out["errors"]))
+        parts.append(uncalibrated_errors(d, gpu, out["errors"], me))
     if wins.is_file() and exact == "event" and cal:
         try:
             w = json.loads(wins.read_text())["workloads"]
@@ -201,6 +210,11 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
             models.update(_model_of(k) or k for k in json.loads(f.read_text())["workloads"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
+    from subgpu_jax.app.verdict import verdict_digest
+    try:   # the verdict protocol's workloads (measured whatever model version predicted them)
+        models.update(json.loads(verdict_digest(gpu, me, d).read_text())["models"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
     if model is not None:
         out["model_measured"] = model in models
         parts.append(f"{model} was measured, at the deployments and batches of these studies "

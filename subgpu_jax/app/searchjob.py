@@ -22,8 +22,9 @@ from typing import Callable, Mapping, Sequence
 from subgpu_jax.model.generation import generation_steps, search_step
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
+from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.cuts import CUT_STRATEGIES
@@ -462,7 +463,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                "matched": tables, "best_speedup_record": best,
                "best_by_batch": best_by_batch(recs),
                # the uncalibrated duration model's name and version (model/kernelcost.py)
-               "analytic_model": ANALYTIC_MODEL}
+               "analytic_model": (analytic_model_of(scorer.hw) if scorer is not None
+                                  else ANALYTIC_MODEL)}
     if prediction is not None:
         summary["prediction"] = prediction
     if min_tokens_per_user is not None:
@@ -598,7 +600,8 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         kind = "calibrated" if (meta or {}).get("calibration") else "uncalibrated"
         title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name}: predicted "
                  f"({kind} model, {exact} scorer)") if points else arch.name
-        note = prediction_note(hw.name, (meta or {}).get("calibration"), arch.name, exact)
+        note = prediction_note(hw.name, (meta or {}).get("calibration"), arch.name, exact,
+                               model_id=uncalibrated_model_id(hw))
         summary = write_outputs(store.records, folder, title, scorer,
                                 min_tokens_per_user=min_tokens_per_user,
                                 write=not store.read_only, prediction=note)

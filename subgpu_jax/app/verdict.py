@@ -305,23 +305,48 @@ def _results_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "experiments" / "results"
 
 
-def load_bands(gpu: str, folder: str | os.PathLike | None = None) -> dict[str, Band]:
-    """The committed bands of a GPU (``hw_verdicts_<gpu>.json``'s ``bands``), {} when there is
-    no such file (a GPU never validated, or a wheel without the results).
+def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = None) -> Path:
+    """The verdict protocol's digest of ``gpu`` made for the uncalibrated model ``model_id``:
+    ``hw_verdicts/<version>/hw_verdicts_<gpu>.json`` (one folder per model version) or, before
+    those, ``hw_verdicts_<gpu>.json``; the first whose ``duration_model`` is ``model_id``, else
+    the path of the top-level file (which may not exist)."""
+    d = Path(folder) if folder is not None else _results_dir()
+    name = f"hw_verdicts_{gpu.lower()}.json"
+    for f in [*sorted((d / "hw_verdicts").glob(f"*/{name}")), d / name]:
+        try:
+            if json.loads(f.read_text()).get("duration_model") == model_id:
+                return f
+        except (OSError, ValueError, AttributeError):
+            continue
+    return d / name
+
+
+def load_bands(gpu: str, folder: str | os.PathLike | None = None,
+               model_id: str | None = None) -> dict[str, Band]:
+    """The committed bands of a GPU (``verdict_digest``'s ``bands``), {} when there is no such
+    file (a GPU never validated, or a wheel without the results). Bands of the uncalibrated
+    regimes are kept only when the digest's ``duration_model`` is ``model_id`` (default: the
+    default uncalibrated model, ``sim.contention.uncalibrated_model_id()``): a band measured for
+    another model version says nothing about this one's predictions.
 
     Raises:
         ValueError: the file exists but is unreadable or malformed (names it).
     """
     if not isinstance(gpu, str) or not gpu:
         raise ValueError(f"load_bands: gpu must be a preset name, got {gpu!r}")
-    d = Path(folder) if folder is not None else _results_dir()
-    f = d / f"hw_verdicts_{gpu.lower()}.json"
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+
+    me = uncalibrated_model_id() if model_id is None else model_id
+    f = verdict_digest(gpu, me, folder)
     if not f.is_file():
         return {}
+
     try:
-        raw = json.loads(f.read_text())["bands"]
+        data = json.loads(f.read_text())
+        raw = data["bands"]
         if not isinstance(raw, dict):
             raise TypeError("bands must be an object")
+        same_model = data.get("duration_model") == me
         out = {}
         for k, b in raw.items():
             if not isinstance(k, str) or k.count("/") != 4:
@@ -332,8 +357,10 @@ def load_bands(gpu: str, folder: str | os.PathLike | None = None) -> dict[str, B
             n = b["n"]
             if isinstance(n, bool) or not isinstance(n, int):
                 raise TypeError(f"{k}: n must be an integer")
-            out[k] = Band(lo=b["lo"], hi=b["hi"], median=b["median"], n=n,
-                          workloads=tuple(ws), regime=k, source=str(f.name))
+            band = Band(lo=b["lo"], hi=b["hi"], median=b["median"], n=n,
+                        workloads=tuple(ws), regime=k, source=str(f.name))
+            if k.split("/")[1] != "uncalibrated" or same_model:
+                out[k] = band
         return out
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{f}: unreadable verdict bands ({e})") from None

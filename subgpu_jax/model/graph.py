@@ -45,7 +45,7 @@ from subgpu_jax.model.builder import RegionBuilder
 from subgpu_jax.model.deployment import REFERENCE_DEPLOYMENT, Deployment
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.kernel import Kernel, gemm_ctas, stream_ctas
-from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, op_cost
+from subgpu_jax.model.kernelcost import analytic_model_of, op_cost
 from subgpu_jax.model.models import ModelArch
 
 __all__ = [
@@ -363,11 +363,14 @@ class StaticDurationModel:
         ValueError: from ``table`` for a kernel with negative or NaN work.
     """
 
-    #: The model's name and version (``kernelcost.ANALYTIC_MODEL``).
-    name = ANALYTIC_MODEL
 
     def __init__(self, hw: Hardware) -> None:
         self.hw = hw
+
+    @property
+    def name(self) -> str:
+        """The model's name and version (``kernelcost.analytic_model_of(hw)``)."""
+        return analytic_model_of(self.hw)
 
     def kernel_time_us(self, k: Kernel, sms: np.ndarray | float) -> np.ndarray:
         """Time (µs) of kernel ``k`` alone on ``sms`` SMs (array-like, >= 1); shape of ``sms``.

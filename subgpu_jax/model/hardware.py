@@ -12,11 +12,14 @@ Units: bandwidths in bytes/s, capacities in bytes, tensor throughput in FLOP/s, 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
 import numpy as np
+
+from subgpu_jax.model.kernelcost import KERNEL_PROFILES
 
 __all__ = [
     "Hardware",
@@ -96,6 +99,19 @@ class Hardware:
             sizes split-K and persistent grids by the device's SM count, which a green context does
             not change): a pool of p SMs runs ceil(T/p) waves. 0 = no wave quantisation (the
             graph's ``Kernel.ctas`` bounds the SMs; the default).
+        kernel_profile: how the runtime launches each graph op, a key of
+            ``kernelcost.KERNEL_PROFILES``: ``"torch"`` (PyTorch elementwise chains, GEMMs
+            planned for the whole GPU: model analytic-v2, the default) or ``"fused"`` (the
+            runtime's defaults: one Triton kernel per elementwise op, GEMMs tuned for their
+            pool: analytic-v3).
+        pool_gemm_efficiency: under a profile whose GEMMs are tuned for their pool, the fraction
+            of the whole-GPU-planned rate a GEMM planned for its pool reaches per SM; fitted.
+            Default 1.
+        fused_inflight_ratio: ``vector_inflight_ratio`` of the profile's fused (Triton) kernels;
+            fitted. Default 1.
+        gemm_scale_loss: fraction of a tensor-core GEMM's per-SM throughput lost on the whole GPU
+            relative to a very small pool (linear in the pool's share of the SMs: tails, shared
+            L2 and HBM); below 1/2, so a GEMM never slows with more SMs; fitted. Default 0.
         bw_curve_x, bw_curve_y: knots of the HBM bandwidth response: fraction of the whole GPU's
             bandwidth (y) reached by a pool holding a fraction x of the SMs (measured on H200).
         source: free-text provenance of every number above.
@@ -125,6 +141,10 @@ class Hardware:
     vector_inflight_ratio: float = 1.0
     gemm_wave_us: float = 0.0
     gemm_grid_ctas: int = 0
+    kernel_profile: str = "torch"
+    pool_gemm_efficiency: float = 1.0
+    fused_inflight_ratio: float = 1.0
+    gemm_scale_loss: float = 0.0
     bw_curve_x: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[0])
     bw_curve_y: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[1])
     source: str = ""
@@ -144,11 +164,18 @@ class Hardware:
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
                     or not np.isfinite(v) or v < 0:
                 raise ValueError(f"hardware.{f} must be a finite number >= 0, got {v!r}")
-        for f in ("decode_gemm_efficiency", "vector_inflight_ratio"):
+        for f in ("decode_gemm_efficiency", "vector_inflight_ratio", "pool_gemm_efficiency",
+                  "fused_inflight_ratio"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) \
                     or not (0 < v <= 1.5):
                 raise ValueError(f"hardware.{f} must be in (0, 1.5], got {v!r}")
+        if self.kernel_profile not in KERNEL_PROFILES:
+            raise ValueError(f"hardware.kernel_profile must be one of {sorted(KERNEL_PROFILES)}, "
+                             f"got {self.kernel_profile!r}")
+        v = self.gemm_scale_loss
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.number)) or not (0 <= v < 0.5):
+            raise ValueError(f"hardware.gemm_scale_loss must be in [0, 0.5), got {v!r}")
         g = self.gemm_grid_ctas
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
             raise ValueError(f"hardware.gemm_grid_ctas must be an integer >= 0, got {g!r}")
@@ -220,12 +247,31 @@ _NOTE_CURVE = ("HBM response curve: H200 copy bandwidth vs pool size, "
 #: (``event_latency.per_kernel_us`` = 1.19904), rounded to 1 ns.
 H200_LAUNCH_US = 1.199
 
-#: The uncalibrated model's constants fitted on the H200's isolated kernel tables
-#: (experiments/results/hw_fidelity/fitdata_*.json, 976 op x pool times; ``kernelcost.fit_analytic``,
-#: least squares on log time, GEMM grid 128 chosen over 132; median |error| 15.5%), 4 digits.
+#: The uncalibrated model's constants, analytic-v2 (kernel profile ``torch``, the default):
+#: fitted on the H200's isolated kernel tables of the runtime with PyTorch chains and stock GEMMs
+#: (experiments/results/hw_fidelity/fitdata_*.json, 976 op x pool times;
+#: ``kernelcost.fit_analytic``, least squares on log time, uniform weights, GEMM grid 128 chosen
+#: over 132; median |error| 15.5%), 4 digits.
 H200_FIT: Mapping[str, float] = MappingProxyType({
     "min_kernel_us": 1.301, "decode_gemm_efficiency": 0.8899, "vector_inflight_ratio": 0.2549,
     "gemm_wave_us": 1.078,
+})
+
+#: analytic-v3 (kernel profile ``fused``): fitted on the isolated kernel tables of the runtime's
+#: defaults (experiments/results/hw_fidelity/fused/fitdata_*.json: 7 workloads, Llama-3.1-70B
+#: and GPT-OSS, 1,152 op x pool times; least squares on log time weighted by sqrt(time), GEMM
+#: grid 128 chosen over 132; median |error| 15.0%), 4 digits. docs/fidelity.md §6.
+H200_FIT_V3: Mapping[str, float] = MappingProxyType({
+    "min_kernel_us": 2.094, "decode_gemm_efficiency": 0.9154, "vector_inflight_ratio": 0.2034,
+    "gemm_wave_us": 2.102, "pool_gemm_efficiency": 1.300, "fused_inflight_ratio": 1.086,
+    "gemm_scale_loss": 0.2424,
+})
+
+#: Uncalibrated model version -> the ``Hardware`` fields it sets on a preset (``get_hardware``
+#: with a ``NAME:VERSION`` spec); the presets are built with the default, analytic-v2.
+ANALYTIC_CONSTANTS: Mapping[str, Mapping] = MappingProxyType({
+    "analytic-v2": MappingProxyType({"kernel_profile": "torch", **H200_FIT}),
+    "analytic-v3": MappingProxyType({"kernel_profile": "fused", **H200_FIT_V3}),
 })
 
 B200 = Hardware(
@@ -285,7 +331,6 @@ H200 = Hardware(
     decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
     vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
     gemm_wave_us=H200_FIT["gemm_wave_us"],
-
     gemm_grid_ctas=128,
     source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
             "TFLOP/s, FP8 1979; NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
@@ -296,6 +341,7 @@ H200 = Hardware(
             "experiments/results/hw_fidelity/corun_matrix.json). Minimum kernel time, decode GEMM "
             "efficiency, vector bytes-in-flight ratio, GEMM wave latency and grid (128 CTAs) "
             "fitted on the isolated kernel tables experiments/results/hw_fidelity/fitdata_*.json "
+            "(analytic-v2; analytic-v3's on .../fused/fitdata_*.json) "
             "(kernelcost.fit_analytic; docs/fidelity.md §6). " + _NOTE_CURVE),
 )
 
@@ -340,12 +386,21 @@ HARDWARE: Mapping[str, Hardware] = MappingProxyType({"B200": B200, "H200": H200,
 
 
 def get_hardware(name: str) -> Hardware:
-    """Return the preset called ``name`` (case-insensitive).
+    """Return the preset called ``name`` (case-insensitive), optionally with the uncalibrated
+    model version after a colon: ``"H200"`` (the default version, analytic-v2) or
+    ``"H200:analytic-v3"`` (the preset with that version's constants, ``ANALYTIC_CONSTANTS``;
+    its name stays ``"H200"``).
 
     Raises:
-        ValueError: unknown name; the message lists the presets.
+        ValueError: unknown preset or version; the message lists both.
     """
-    key = str(name).upper()
-    if key not in HARDWARE:
-        raise ValueError(f"hardware must be one of {', '.join(HARDWARE)}, got {name!r}")
-    return HARDWARE[key]
+    key, _, version = str(name).partition(":")
+    key = key.upper()
+    if key not in HARDWARE or (version and version.lower() not in ANALYTIC_CONSTANTS):
+        raise ValueError(f"hardware must be one of {', '.join(HARDWARE)}, optionally followed "
+                         f"by :{' or :'.join(ANALYTIC_CONSTANTS)} (the uncalibrated model "
+                         f"version), got {name!r}")
+    hw = HARDWARE[key]
+    if version:
+        hw = dataclasses.replace(hw, **ANALYTIC_CONSTANTS[version.lower()])
+    return hw

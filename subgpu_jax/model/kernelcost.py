@@ -59,12 +59,16 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-__all__ = ["ANALYTIC_MODEL", "DEVICE_KERNELS", "device_kernels", "is_gemm", "OpCost", "op_cost",
+__all__ = ["ANALYTIC_MODEL", "ANALYTIC_MODELS", "analytic_model_of", "KERNEL_PROFILES",
+           "KernelProfile", "DEVICE_KERNELS_FUSED", "FIT_WEIGHTS", "DEVICE_KERNELS", "device_kernels", "is_gemm", "OpCost", "op_cost",
            "fit_analytic", "FIT_PARAMS", "modelled"]
 
 #: Name and version of the uncalibrated duration model (recorded by simulations and searches so
 #: that results of different model versions are told apart). v1: launch 2 µs per op, no wave
-#: quantisation; v2: this module.
+#: quantisation; v2: wave quantisation, PyTorch elementwise chains (kernel profile ``torch``,
+#: the default: its pipelined speedups validated best on held-out workloads, docs/verdicts.md);
+#: v3: the runtime's default kernels (profile ``fused``: fused Triton kernels, pool-tuned
+#: GEMMs), selected with a hardware spec ``H200:analytic-v3`` (``hardware.get_hardware``).
 ANALYTIC_MODEL = "analytic-v2"
 
 #: Device kernels (kernels, memcpys, memsets) one launch of each graph op issues in this
@@ -100,13 +104,83 @@ DEVICE_KERNELS: Mapping[str, int] = MappingProxyType({
 })
 
 
+#: Device kernels one launch of each graph op issues under the runtime's defaults
+#: (``elementwise="auto"``: the Triton kernels of ``hw_runtime/gpu/fused.py``; ``gemm="tuned"``),
+#: as counted by torch.profiler in the committed fit data of that runtime
+#: (``experiments/results/hw_fidelity/fused/fitdata_*.json``, ``activity_counts``; most frequent
+#: value over 7 workloads of 2 families and m = 1, 2, 4). Where they differ from
+#: ``DEVICE_KERNELS``: ``rmsnorm`` 1 and ``rope_kv`` 1 (one Triton kernel each), ``qkv`` 1 (the
+#: tuned GEMM without split-K), ``allreduce/out_residual`` 4 (payload copy, the fused residual
+#: add + RMSNorm, spin), ``mlp_up`` 2 (GEMM, fused SiLU x mul), ``expert_up`` 3 (batched GEMM,
+#: fused clamped SwiGLU). Not in that fit data (read from the runtime's code, not measured):
+#: ``residual_norm`` 1 (``fused.add_rmsnorm_``), ``final_norm`` 1 (``fused.rmsnorm_``).
+DEVICE_KERNELS_FUSED: Mapping[str, int] = MappingProxyType({
+    **DEVICE_KERNELS, "rmsnorm": 1, "qkv": 1, "rope_kv": 1, "allreduce/out_residual": 4,
+    "residual_norm": 1, "mlp_up": 2, "expert_up": 3, "final_norm": 1,
+})
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """How the runtime launches each graph op, as the uncalibrated model sees it.
+
+    Attributes:
+        name: registry key (``KERNEL_PROFILES``).
+        model: the uncalibrated model version this profile defines (``ANALYTIC_MODELS``).
+        counts: device kernels per op (keys ``op`` or ``op/category``, as ``DEVICE_KERNELS``).
+        gemm_tuned: True when each GEMM is launched with the faster of a grid planned for the
+            whole GPU and one planned for its pool (``hw_runtime.gpu.blas`` policy ``tuned``);
+            False when every grid is planned for the whole GPU (wave quantisation only).
+        fused_ops: ops run as one fused (Triton) kernel: they keep
+            ``Hardware.fused_inflight_ratio`` of a copy kernel's bytes in flight per SM instead of
+            ``Hardware.vector_inflight_ratio``; ``residual`` (one vectorised PyTorch add, no
+            chain) streams as they do.
+    """
+
+    name: str
+    model: str
+    counts: Mapping[str, int]
+    gemm_tuned: bool
+    fused_ops: frozenset
+
+    def kernels(self, k) -> int:
+        """Device kernels one launch of graph op ``k`` issues (1 for an op kind the table does
+        not list, e.g. synthetic kernels)."""
+        return int(self.counts.get(f"{k.op}/{k.category}", self.counts.get(k.op, 1)))
+
+
+#: The kernel profiles, by name (``Hardware.kernel_profile``): ``torch`` is the runtime with
+#: ``--elementwise torch --gemm stock`` (the fit data under ``hw_fidelity/``), ``fused`` its
+#: defaults (the fit data under ``hw_fidelity/fused/``).
+KERNEL_PROFILES: Mapping[str, KernelProfile] = MappingProxyType({
+    "torch": KernelProfile("torch", "analytic-v2", DEVICE_KERNELS, gemm_tuned=False,
+                           fused_ops=frozenset()),
+    "fused": KernelProfile("fused", "analytic-v3", DEVICE_KERNELS_FUSED, gemm_tuned=True,
+                           fused_ops=frozenset({"rmsnorm", "rope_kv", "residual_norm",
+                                                "final_norm", "residual"})),
+})
+
+
+#: Uncalibrated model versions -> the kernel profile each is built on.
+ANALYTIC_MODELS: Mapping[str, str] = MappingProxyType({p.model: p.name
+                                                      for p in KERNEL_PROFILES.values()})
+
+
+def analytic_model_of(hw) -> str:
+    """The uncalibrated model version a ``Hardware`` carries (its ``kernel_profile``'s)."""
+    return KERNEL_PROFILES[hw.kernel_profile].model
+
+
 _OPS = frozenset(key.split("/")[0] for key in DEVICE_KERNELS)
 
 
-def device_kernels(k) -> int:
-    """Device kernels one launch of graph op ``k`` issues (``DEVICE_KERNELS``; 1 for an op kind
-    the table does not list, e.g. synthetic kernels)."""
-    return int(DEVICE_KERNELS.get(f"{k.op}/{k.category}", DEVICE_KERNELS.get(k.op, 1)))
+def device_kernels(k, profile: str = "torch") -> int:
+    """Device kernels one launch of graph op ``k`` issues under kernel profile ``profile``
+    (``KERNEL_PROFILES``; 1 for an op kind the table does not list, e.g. synthetic kernels).
+
+    Raises:
+        KeyError: an unknown profile."""
+    return KERNEL_PROFILES[profile].kernels(k)
 
 
 def modelled(k) -> bool:
@@ -158,18 +232,30 @@ def op_cost(k, hw, sms) -> OpCost:
         z = np.zeros_like(p)
         return OpCost(sms=pu, waves=z + 1.0, fixed_us=z, rate_scale=1.0, inflight_scale=1.0,
                       kernels=1)
-    n = device_kernels(k)
+    prof = KERNEL_PROFILES[hw.kernel_profile]
+    n = prof.kernels(k)
     if is_gemm(k) and int(hw.gemm_grid_ctas) > 0:
         T = float(hw.gemm_grid_ctas)
         waves = np.ceil(T / p)
         pu = T / waves
         rs, bs = float(hw.decode_gemm_efficiency), 1.0
+        if prof.gemm_tuned:
+            # tuned: a grid planned for the pool (one wave over p SMs at pool_gemm_efficiency of
+            # the rate) wherever it reaches more throughput than the grid of T CTAs; on the whole
+            # GPU the library's own plan is the one for its pool (hw_runtime.gpu.blas)
+            own = p * float(hw.pool_gemm_efficiency) > pu
+            waves = np.where(own, 1.0, waves)
+            pu = np.where(own, p * float(hw.pool_gemm_efficiency), pu)
+        # per-SM GEMM throughput falls as the pool grows (tails, shared L2 and HBM; fitted;
+        # below 1/2 so that p x (1 - loss x p/N) still grows up to the whole GPU)
+        pu = pu * (1.0 - float(hw.gemm_scale_loss) * p / float(hw.num_sms))
         wave_us = waves * float(hw.gemm_wave_us)
     else:
         waves = np.ones_like(p)
         pu = np.minimum(p, float(k.ctas))
         rs = float(hw.decode_gemm_efficiency) if k.tensor and k.op != "attn" else 1.0
-        bs = 1.0 if k.tensor else float(hw.vector_inflight_ratio)
+        bs = 1.0 if k.tensor else float(hw.fused_inflight_ratio if k.op in prof.fused_ops
+                                        else hw.vector_inflight_ratio)
         wave_us = 0.0 * p
     fixed = (n - 1) * float(hw.launch_us) + n * float(hw.min_kernel_us) + wave_us
     return OpCost(sms=pu, waves=waves, fixed_us=fixed, rate_scale=rs, inflight_scale=bs,
@@ -178,16 +264,29 @@ def op_cost(k, hw, sms) -> OpCost:
 
 #: The fitted constants of ``fit_analytic`` and the ``Hardware`` fields they set.
 FIT_PARAMS: tuple[str, ...] = ("min_kernel_us", "decode_gemm_efficiency", "vector_inflight_ratio",
-                               "gemm_wave_us")
+                               "gemm_wave_us", "pool_gemm_efficiency", "fused_inflight_ratio",
+                               "gemm_scale_loss")
+
+#: Bounds of ``FIT_PARAMS`` in ``fit_analytic`` (lower, upper), in the same order.
+_FIT_BOUNDS = ([0.0, 0.01, 0.01, 0.0, 0.01, 0.01, 0.0], [20.0, 1.5, 1.5, 20.0, 1.5, 1.5, 0.45])
 
 
-def fit_analytic(samples: Iterable[tuple], hw, model_cls, grids: Iterable[int] = (128, 132)) -> dict:
+#: Sample weightings of ``fit_analytic``: ``uniform`` (every op x pool sample alike, the v2 fit)
+#: or ``time`` (each sample's log error weighted by sqrt(t / mean t): a step's makespan is a sum
+#: of kernel times, so a 900 µs attention counts more than a 2 µs RoPE).
+FIT_WEIGHTS: tuple[str, ...] = ("uniform", "time")
+
+
+def fit_analytic(samples: Iterable[tuple], hw, model_cls, grids: Iterable[int] = (128, 132),
+                 weight: str = "time", params: Iterable[str] | None = None) -> dict:
     """Least-squares fit of the analytical model's free constants on isolated kernel times.
 
     Minimises sum over samples of log(t_model / t_measured)^2 (``scipy.optimize.least_squares``;
-    bounds: times 0..20 µs, efficiencies 0.01..1.5) over ``FIT_PARAMS``, with ``hw.launch_us`` fixed (a measurement) and the GEMM
-    grid T chosen among ``grids`` (the one with the lowest cost). The model is
-    ``graph.StaticDurationModel`` on ``hw`` with the candidate constants.
+    bounds: times 0..20 µs, efficiencies 0.01..1.5) over ``FIT_PARAMS`` (those the kernel
+    profile ``hw.kernel_profile`` uses: without pool-tuned GEMMs or fused ops their constants
+    stay at ``hw``'s), with ``hw.launch_us`` fixed (a measurement) and the GEMM grid T chosen
+    among ``grids`` (the one with the lowest cost). The model is ``graph.StaticDurationModel``
+    on ``hw`` with the candidate constants.
 
     Args:
         samples: ``(kernel, pool_sms, measured_us)`` triples: every op of the fit data alone on a
@@ -196,13 +295,16 @@ def fit_analytic(samples: Iterable[tuple], hw, model_cls, grids: Iterable[int] =
         model_cls: the duration model class, ``graph.StaticDurationModel`` (passed in: this
             module is imported by ``graph``).
         grids: candidate ``gemm_grid_ctas`` values (CTAs).
+        weight: a ``FIT_WEIGHTS`` entry (default ``time``).
+        params: the constants to fit (a subset of ``FIT_PARAMS``; default all that the
+            profile uses); the others keep ``hw``'s values.
 
     Returns:
         ``{"params": {field: value}, "gemm_grid_ctas": T, "median_abs_error": ...,
         "rms_log_error": ..., "n": samples, "per_op": {op: median signed error}}``.
 
     Raises:
-        ValueError: no samples, or a measured time that is not positive.
+        ValueError: no samples, a measured time that is not positive, or an unknown weight.
     """
     import dataclasses
 
@@ -214,23 +316,42 @@ def fit_analytic(samples: Iterable[tuple], hw, model_cls, grids: Iterable[int] =
         raise ValueError("samples must not be empty")
     if any(not (float(t) > 0) for _, _, t in S):
         raise ValueError("samples: every measured time must be > 0 µs")
-    meas = np.log(np.array([float(t) for _, _, t in S]))
+    if weight not in FIT_WEIGHTS:
+        raise ValueError(f"weight must be one of {', '.join(FIT_WEIGHTS)}, got {weight!r}")
+    tm = np.array([float(t) for _, _, t in S])
+    meas = np.log(tm)
+    wts = np.sqrt(tm / tm.mean()) if weight == "time" else np.ones_like(tm)
+    prof = KERNEL_PROFILES[hw.kernel_profile]
+    want = FIT_PARAMS if params is None else tuple(params)
+    bad = [f for f in want if f not in FIT_PARAMS]
+    if bad:
+        raise ValueError(f"params must be among {', '.join(FIT_PARAMS)}, got {bad}")
+    free = [f for f in FIT_PARAMS if f in want
+            and not (f == "pool_gemm_efficiency" and not prof.gemm_tuned)
+            and not (f == "fused_inflight_ratio" and not prof.fused_ops)]
+    lo = [_FIT_BOUNDS[0][FIT_PARAMS.index(f)] for f in free]
+    hi = [_FIT_BOUNDS[1][FIT_PARAMS.index(f)] for f in free]
+    scale = [1.0 if f.endswith("_us") else 0.1 for f in free]
     best = None
     for T in grids:
         def resid(x, T=T):
-            h = dataclasses.replace(hw, gemm_grid_ctas=int(T), **dict(zip(FIT_PARAMS, x)))
+            h = dataclasses.replace(hw, gemm_grid_ctas=int(T), **dict(zip(free, x)))
             sd = StaticDurationModel(h)
-            return np.array([math.log(float(sd.kernel_time_us(k, p))) for k, p, _ in S]) - meas
-        x0 = [float(getattr(hw, f)) for f in FIT_PARAMS]
-        r = least_squares(resid, x0, bounds=([0.0, 0.01, 0.01, 0.0], [20.0, 1.5, 1.5, 20.0]), x_scale=[1, .1, .1, 1])
+            return wts * (np.array([math.log(float(sd.kernel_time_us(k, p)))
+                                    for k, p, _ in S]) - meas)
+        x0 = [min(max(float(getattr(hw, f)), a), b) for f, a, b in zip(free, lo, hi)]
+        r = least_squares(resid, x0, bounds=(lo, hi), x_scale=scale)
         if best is None or r.cost < best[1].cost:
             best = (int(T), r, resid)
     T, r, resid = best
-    e = resid(r.x)
+    e = resid(r.x) / wts
     per: dict = {}
     for (k, _, _), v in zip(S, e):
         per.setdefault(k.op if k.op != "allreduce" else f"allreduce/{k.category}", []).append(v)
-    return {"params": {f: float(v) for f, v in zip(FIT_PARAMS, r.x)}, "gemm_grid_ctas": T,
+    params = {f: float(getattr(hw, f)) for f in FIT_PARAMS}
+    params.update({f: float(v) for f, v in zip(free, r.x)})
+    return {"params": params, "fitted": free, "gemm_grid_ctas": T, "profile": prof.name,
+            "weight": weight,
             "median_abs_error": float(np.median(np.abs(np.expm1(e)))),
             "rms_log_error": float(np.sqrt(np.mean(e ** 2))), "n": len(S),
             "per_op": {o: float(np.median(np.expm1(v))) for o, v in sorted(per.items())}}

@@ -48,7 +48,7 @@ from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.kernelcost import op_cost
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
-           "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN"]
+           "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN", "uncalibrated_model_id"]
 
 #: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> makespan µs`` of one kernel alone.
 LoneMakespan = Callable[..., float]  # (kernel, pool_sms, hw, model, scale, fixed_us[, window]) -> µs
@@ -73,6 +73,17 @@ _GAIN = float(np.mean(list(H200_GEMM_PER_SM_TFLOPS.values())) / _H200_FULL_PER_S
 #: predicted / measured speedup 1.136 -> 1.004, wrong signs 13 -> 3):
 #: ``experiments/latency_dilation_fit.py``, ``experiments/results/latency_dilation_fit_h200.json``.
 UNCALIBRATED_LATENCY_LOAD_GAIN: float = 1.5
+
+
+def uncalibrated_model_id(hw=None) -> str:
+    """The name of the uncalibrated model as it is now: the duration model's version (``hw``'s,
+    ``kernelcost.analytic_model_of``; without ``hw`` the default ``kernelcost.ANALYTIC_MODEL``)
+    and the co-run gain in force. Measured error figures and verdict bands apply to a prediction
+    only when they were measured for this exact name."""
+    from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
+
+    v = ANALYTIC_MODEL if hw is None else analytic_model_of(hw)
+    return f"{v} (co-run memory-latency gain {UNCALIBRATED_LATENCY_LOAD_GAIN:g})"
 
 
 @dataclass(frozen=True)

@@ -160,8 +160,26 @@ def test_fit_bands_rejects_malformed_rows(field, value, msg):
 
 
 def test_bands_round_trip_and_bad_file(tmp_path):
+    from subgpu_jax.sim.contention import uncalibrated_model_id
     b = fit_bands(ROWS)
-    (tmp_path / "hw_verdicts_h200.json").write_text(json.dumps({"bands": bands_to_json(b)}))
+    assert any(k.split("/")[1] == "uncalibrated" for k in b)
+    f = tmp_path / "hw_verdicts_h200.json"
+    # measured for another model version (or no version recorded): its uncalibrated bands do
+    # not apply to this model's predictions
+    v3 = "analytic-v3 (co-run memory-latency gain 1.5)"
+    assert uncalibrated_model_id() != v3
+    for other in ({}, {"duration_model": v3}):
+        f.write_text(json.dumps({"bands": bands_to_json(b), **other}))
+        assert all(k.split("/")[1] != "uncalibrated" for k in load_bands("H200", tmp_path))
+    assert set(load_bands("H200", tmp_path, model_id=v3)) == set(b)   # the version it names
+    # one folder per model version: the digest made for the version asked for is found
+    sub = tmp_path / "hw_verdicts" / "analytic-v3"
+    sub.mkdir(parents=True)
+    (sub / "hw_verdicts_h200.json").write_text(f.read_text())
+    f.unlink()
+    assert set(load_bands("H200", tmp_path, model_id=v3)) == set(b)
+    assert all(k.split("/")[1] != "uncalibrated" for k in load_bands("H200", tmp_path))
+    f.write_text(json.dumps({"bands": bands_to_json(b), "duration_model": uncalibrated_model_id()}))
     got = load_bands("H200", tmp_path)
     assert set(got) == set(b)
     for k in b:

@@ -99,6 +99,39 @@ def test_gpu_rope_kv_matches_the_chain(qh, kvh, hd):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("qh,kvh,hd", [(32, 8, 128), (4, 4, 64)])
+def test_gpu_rope_kv_with_qk_norm_matches_the_chain(qh, kvh, hd):
+    """Qwen3's path: per-head RMSNorm of q and k (``F.rms_norm(x, (hd,), w, eps)``, stored in
+    bfloat16 as the chain does) before the rotation; v copied unnormalised."""
+    torch = _cuda_triton()
+    F = torch.nn.functional
+    g = torch.Generator(device="cuda").manual_seed(3)
+    rows, L, pos, h2, eps = 23, 4, 1, hd // 2, 1e-6
+    bf = torch.bfloat16
+    qkv = (3 * torch.randn(rows, (qh + 2 * kvh) * hd, device="cuda", generator=g)).to(bf)
+    ang = torch.rand(h2, device="cuda", generator=g) * 6.0
+    cos, sin = ang.cos().to(bf), ang.sin().to(bf)
+    qn = (1 + 0.2 * torch.randn(hd, device="cuda", generator=g)).to(bf)
+    kn = (1 + 0.2 * torch.randn(hd, device="cuda", generator=g)).to(bf)
+    q = torch.zeros(rows, qh, hd, device="cuda", dtype=bf)
+    kc = torch.zeros(rows, kvh, L, hd, device="cuda", dtype=bf)
+    vc = torch.zeros_like(kc)
+    fused.rope_kv_(qkv, q, kc[:, :, pos, :], vc[:, :, pos, :], cos, sin, qh, kvh, hd,
+                   qn, kn, eps)
+    x = qkv.view(rows, qh + 2 * kvh, hd)
+    c, s = cos.float(), sin.float()
+
+    def rot(t):
+        t = t.float()
+        return torch.cat([t[..., :h2] * c - t[..., h2:] * s, t[..., h2:] * c + t[..., :h2] * s], -1)
+    _close(torch, q, rot(F.rms_norm(x[:, :qh], (hd,), qn, eps)), 1e-2)
+    _close(torch, kc[:, :, pos], rot(F.rms_norm(x[:, qh:qh + kvh], (hd,), kn, eps)), 1e-2)
+    assert torch.equal(vc[:, :, pos], x[:, qh + kvh:])
+    with pytest.raises(ValueError, match="both or neither"):
+        fused.rope_kv_(qkv, q, kc[:, :, pos, :], vc[:, :, pos, :], cos, sin, qh, kvh, hd, qn)
+
+
+@pytest.mark.gpu
 def test_gpu_silu_mul():
     torch = _cuda_triton()
     g = torch.Generator(device="cuda").manual_seed(2)
