@@ -1,23 +1,24 @@
-#!/usr/bin/env bash
-# The frontier studies on a machine with many CPU cores (a CPU job; it runs beside GPU work and
-# never touches the GPU: JAX_PLATFORMS=cpu; niced, so a GPU measurement's host threads come first):
-#   bash experiments/device_frontier.sh LIMIT_S WORKERS [STUDY ...]
+# Study `frontier` (docs/results.md "Reproducing"): the frontier studies on a machine with many
+# CPU cores (a CPU job; it runs beside GPU work and never touches the GPU: JAX_PLATFORMS=cpu;
+# niced, so a GPU measurement's host threads come first):
+#   bash experiments/device/run.sh frontier LIMIT_S WORKERS [STUDY ...]
 # (COMPILE_CACHE=DIR: JAX's compilation cache, default .jax_cache/frontier, an ignored folder)
 # runs the studies one after another (default order: gptoss20b_h200 gptoss120b_b200
 # llama70b_h200) with `experiments/frontier_study.py --workers WORKERS --overwrite-stale`,
 # resuming from the stores in the checkout (a study made with another duration model or grid
-# starts afresh), each with the wall time left; it ends within LIMIT_S seconds of its start
-# (RESERVE_S of them kept for the final writes and the archive) and writes
+# starts afresh; the committed studies keep only their digests, so a run starts afresh unless
+# records.jsonl is restored from git history, see experiments/README.md), each with the wall
+# time left; it ends within LIMIT_S seconds of its start (RESERVE_S of them kept for the final
+# writes and the archive) and writes
 #   $OUT/frontier_results.tgz  the study folders (records.jsonl, manifest.json, records.csv,
 #                              summary.json, the three figures) and frontier_studies.json
 #   $OUT/frontier_log.txt      every study's progress lines
 # Unpack on the workstation from the repository root: tar xzf frontier_results.tgz
 # Bad arguments (checked before any arithmetic or work): one line on stderr, exit 2. The exit
 # status is otherwise the first non-zero exit of a study's run (124: its timeout), 0 if none.
-set -uo pipefail
-USAGE="usage: device_frontier.sh LIMIT_S WORKERS [STUDY ...] (STUDY: gptoss20b_h200, gptoss120b_b200 or llama70b_h200)"
+USAGE="$STUDY_USAGE (STUDY: gptoss20b_h200, gptoss120b_b200 or llama70b_h200)"
 ALL_STUDIES="gptoss20b_h200 gptoss120b_b200 llama70b_h200"
-die() { echo "device_frontier.sh: $*" >&2; exit 2; }
+die() { echo "run.sh frontier: $*" >&2; exit 2; }
 if [ $# -lt 2 ]; then echo "$USAGE" >&2; exit 2; fi
 # a positive decimal integer of at most 6 digits: never a string that bash arithmetic evaluates
 is_count() { [[ $1 =~ ^[1-9][0-9]{0,5}$ ]]; }
@@ -36,9 +37,7 @@ STUDIES=${*:-$ALL_STUDIES}
 RESERVE_S=${RESERVE_S:-45}          # final writes of the last study (~10 s) and the archive
 [[ $RESERVE_S =~ ^(0|[1-9][0-9]{0,5})$ ]] || \
   die "RESERVE_S must be a non-negative integer of seconds, got '$RESERVE_S'"
-OUT=${OUT:-/tmp/frontier_out}
-mkdir -p "$OUT" || die "OUT must be a folder that can be created, got '$OUT'"
-source experiments/device_env.sh   # PYTHONPATH (no install)
+need_out
 export JAX_PLATFORMS=cpu           # this process too: the GPU stays the measurement's
 # JAX's persistent compilation cache in an ignored folder of the checkout: the device keeps
 # ignored folders between calls while the machine stays warm, so a second call reuses it
@@ -48,7 +47,7 @@ START=$(date +%s)
 END=$((START + LIMIT - RESERVE_S))
 LOG="$OUT/frontier_log.txt"
 RC=0                               # the first non-zero exit of a study, the script's exit status
-echo "device_frontier: limit ${LIMIT}s, ${WORKERS} workers, studies: $STUDIES, $(nproc) CPUs" | tee "$LOG"
+echo "frontier: limit ${LIMIT}s, ${WORKERS} workers, studies: $STUDIES, $(nproc) CPUs" | tee "$LOG"
 for s in $STUDIES; do
   left=$((END - $(date +%s)))
   if [ "$left" -lt 20 ]; then echo "$s: not started (${left}s left)" | tee -a "$LOG"; break; fi
@@ -71,7 +70,7 @@ for s in $STUDIES; do
   done
 done
 if [ -n "$FILES" ]; then tar czf "$OUT/frontier_results.tgz" $FILES
-else echo "device_frontier: nothing to archive" | tee -a "$LOG"; fi
+else echo "frontier: nothing to archive" | tee -a "$LOG"; fi
 [ -f "$R/frontier_studies.json" ] && python3 - <<'EOF' | tee -a "$LOG"
 import json
 d = json.load(open("experiments/results/frontier_studies.json"))

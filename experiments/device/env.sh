@@ -1,7 +1,7 @@
-# Sourced by the experiments/device_*.sh scripts on the GPU machine (no network, no install):
-# declares the `subgpu.commands` entry point of hw_runtime in a dist-info folder on the path
-# (importlib.metadata finds it there), so `python3 -m subgpu_jax.app.cli run ...` has `run`,
-# `calibrate` and `tune`, and puts the checkout on PYTHONPATH.
+# The device environment, sourced by experiments/device/run.sh on the GPU machine (no network,
+# no install): declares the `subgpu.commands` entry point of hw_runtime in a dist-info folder on
+# the path (importlib.metadata finds it there), so `python3 -m subgpu_jax.app.cli run ...` has
+# `run`, `calibrate` and `tune`, and puts the checkout on PYTHONPATH.
 mkdir -p /tmp/ep/subgpu_device-0.dist-info
 printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
 printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\ntune = hw_runtime.tune.cli:add_tune_command\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
