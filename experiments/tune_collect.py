@@ -80,8 +80,9 @@ def main() -> int:
         if os.path.exists(sw):
             sweep = json.load(open(os.path.join(_extract(sw, tmp), "sweep.json")))
         os.makedirs(os.path.join(keep, name), exist_ok=True)
+        # the digests only: the log stays in the device bundle (experiments/README.md)
         for f in ("tune_report.json", "tune_measurements.csv", "tune_frontier.png",
-                  "calibration_tuned.json", "tune.log"):
+                  "calibration_tuned.json"):
             if os.path.exists(os.path.join(d, f)):
                 shutil.copy(os.path.join(d, f), os.path.join(keep, name, f))
         if sweep is not None:
