@@ -69,7 +69,7 @@ ANALYTIC_MODEL = "analytic-v2"
 
 #: Device kernels (kernels, memcpys, memsets) one launch of each graph op issues in this
 #: repository's PyTorch workload (``hw_runtime/gpu/kernels.py``), as counted by torch.profiler in
-#: the committed fit data (``experiments/results/hw_fidelity/fitdata_*.json``, ``activity_counts``;
+#: the committed fit data (docs/fidelity.md §1 and §6: ``fitdata_*.json``, ``activity_counts``;
 #: most frequent value over 5 workloads and m = 1, 2, 4). Keys are ``op`` or ``op/category``:
 #:
 #: * ``rmsnorm`` 2: ``F.rms_norm`` + the copy into the output buffer;
