@@ -31,7 +31,7 @@ is stored at once, so a kill at any moment loses only the points in flight, and 
 budget the points in flight are dropped and the outputs written. The records are the same as
 the single-process run's (tests/search/test_frontier_pool.py); the outputs and the digest
 (the same ``digest`` for both paths) are rewritten every ``--chunk`` points.
-``experiments/device_frontier.sh LIMIT_S WORKERS`` runs the three studies that way on a
+``experiments/device/run.sh frontier LIMIT_S WORKERS`` runs the three studies that way on a
 many-core machine within LIMIT_S seconds and archives the results.
 
 ``--overwrite`` starts a study afresh (needed when its folder holds another grid, e.g. the

@@ -17,7 +17,9 @@ buffer of every microbatch and the KV caches) with an eager single-stream refere
 ``--part launch_blocking`` (run under ``CUDA_LAUNCH_BLOCKING=1``) repeats the eager variants;
 ``--part orig`` runs the former ``Executor.check_output`` step by step with full-state snapshots
 (first thing in a fresh process); ``--part fixed`` runs the current ``check_output`` twice per
-configuration. Results: experiments/results/hw_diag_output*.json / .log.
+configuration. Results: experiments/results/hw_diag_output.json and the digest
+hw_diag_output_summary.json (docs/results.md "Runtime probes on the H200"; the other runs' files
+and logs are in git history at 31b8bfb).
 Writes ``--out`` JSON; prints a short table last.
 """
 

@@ -81,7 +81,7 @@ COLLECTIVES = ("sleep", "none")
 
 def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Namespace:
     """The parsed ``subgpu run`` options of a workload plus ``extra`` (needs the ``run``
-    sub-command registered: ``pip install -e .`` or ``experiments/device_env.sh``);
+    sub-command registered: ``pip install -e .`` or ``experiments/device/env.sh``);
     ``hardware``: the ``--hardware`` spec (``H200`` or ``H200:analytic-v3``)."""
     from subgpu_jax.app.cli import build_parser
 

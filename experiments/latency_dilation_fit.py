@@ -12,7 +12,8 @@ pairs of ``experiments/results/hw_fidelity/fused/corun_matrix.json`` (microbench
 kernel class per pool, GPT-OSS 120B's kernels plus a synthetic GEMM and copy).
 Validation (never used in the fit): every configuration of the fidelity study's validation runs
 (``experiments/results/hw_fidelity/fused/validate_<workload>.json``: 5 workloads, green and
-multi-stream, region graphs as measured), predicted uncalibrated with alpha = 0 and the fitted
+multi-stream, region graphs as measured; raw per-run data, in git history at commit 31b8bfb:
+``git checkout 31b8bfb -- experiments/results/hw_fidelity/fused`` before a re-run), predicted uncalibrated with alpha = 0 and the fitted
 alpha: the ratio predicted / measured speedup over temporal, and the temporal error.
 
 Writes ``experiments/results/latency_dilation_fit_h200.json``.
@@ -71,7 +72,11 @@ def validate(alpha: float) -> list[dict]:
 
     out = []
     for name in VALIDATION:
-        with open(os.path.join(FUSED, f"validate_{name}.json")) as fh:
+        path = os.path.join(FUSED, f"validate_{name}.json")
+        if not os.path.exists(path):  # raw per-run data, out of the tree (experiments/README.md)
+            raise SystemExit(f"{path} missing: restore the raw runs with `git checkout 31b8bfb -- "
+                             "experiments/results/hw_fidelity/fused`")
+        with open(path) as fh:
             d = json.load(fh)
         rows = [r for r in d["rows"] if "measured" in r]
         wl = sim_workload(name)

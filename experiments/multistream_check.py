@@ -5,7 +5,9 @@ plain streams, every lane drawing CTAs from all SMs in launch order) has no fitt
 every committed measurement of a multi-stream run is a held-out check of it. The measurements:
 ``experiments/results/hw_fidelity/fused/validate_<workload>.json`` (the fidelity study's
 validation runs with the runtime's defaults: tuned GEMMs, fused elementwise kernels, lane
-priorities auto; region graphs timed as CUDA-graph replays, ``Executor.measure(step=False)``).
+priorities auto; region graphs timed as CUDA-graph replays, ``Executor.measure(step=False)``;
+raw per-run data, in git history at commit 31b8bfb: ``git checkout 31b8bfb --
+experiments/results/hw_fidelity/fused`` before a re-run).
 Each multi-stream row is compared with its green-context twin of the same cut, split and
 microbatch count (``macro_64_64_m2``), under the uncalibrated event simulator (contention, L2
 lru), region graphs as measured.
@@ -41,7 +43,11 @@ def check(name: str) -> dict:
     from subgpu_jax.sim.eventsim import simulate
     from subgpu_jax.space.config import temporal_of
 
-    with open(os.path.join(DATA, f"validate_{name}.json")) as fh:
+    path = os.path.join(DATA, f"validate_{name}.json")
+    if not os.path.exists(path):  # raw per-run data, out of the tree (experiments/README.md)
+        raise SystemExit(f"{path} missing: restore the raw runs with `git checkout 31b8bfb -- "
+                         "experiments/results/hw_fidelity/fused`")
+    with open(path) as fh:
         d = json.load(fh)
     rows = {r["name"]: r for r in d["rows"] if "measured" in r}
     wl = sim_workload(name)

@@ -1,6 +1,6 @@
-"""Collect the device runs of ``subgpu tune`` (``experiments/device_tune.sh``, one
+"""Collect the device runs of ``subgpu tune`` (``experiments/device/run.sh tune``, one
 ``tune_<workload>.tgz`` per workload) and of the brute-force sweep
-(``experiments/device_tune_sweep.sh``, ``tune_sweep_<workload>.tgz``) into
+(``experiments/device/run.sh tune_sweep``, ``tune_sweep_<workload>.tgz``) into
 ``experiments/results/tune_h200.json`` with the issue 24 targets checked per workload and batch:
 
 * the tune's result measured at least as fast as the best of the uncalibrated search's top 3
@@ -66,7 +66,7 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_h200.json"))
     a = ap.parse_args()
     tmp = tempfile.mkdtemp()
-    res = {"source": "experiments/device_tune.sh, experiments/device_tune_sweep.sh",
+    res = {"source": "experiments/device/run.sh tune, experiments/device/run.sh tune_sweep",
            "workloads": {}}
     keep = os.path.join(HERE, "results", "tune")
     for tgz in sorted(glob.glob(os.path.join(a.src, "tune_*.tgz"))):
@@ -80,8 +80,9 @@ def main() -> int:
         if os.path.exists(sw):
             sweep = json.load(open(os.path.join(_extract(sw, tmp), "sweep.json")))
         os.makedirs(os.path.join(keep, name), exist_ok=True)
+        # the digests only: the log stays in the device bundle (experiments/README.md)
         for f in ("tune_report.json", "tune_measurements.csv", "tune_frontier.png",
-                  "calibration_tuned.json", "tune.log"):
+                  "calibration_tuned.json"):
             if os.path.exists(os.path.join(d, f)):
                 shutil.copy(os.path.join(d, f), os.path.join(keep, name, f))
         if sweep is not None:

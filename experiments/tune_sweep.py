@@ -11,7 +11,7 @@ protocol and GEMM/elementwise choices, and keeps its measurements in a tune stat
 
 ``--search``: the tune's ``round1/search`` folder (the uncalibrated search). Writes
 ``DIR/sweep.json``: every measurement, the best, whether the sweep is complete. Needs an NVIDIA
-GPU with green contexts (``bash experiments/device_tune_sweep.sh``).
+GPU with green contexts (``bash experiments/device/run.sh tune_sweep``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-#: name -> ``subgpu tune`` workload flags (as experiments/device_tune.sh).
+#: name -> ``subgpu tune`` workload flags (as workload_flags in experiments/device/run.sh).
 WORKLOADS = {
     "llama70b_tp8_g2048_kv1k": dict(model="llama-3.1-70b", gpus=8, tp=8, dp=1, G=2048, kv=1024),
     "llama70b_tp8_g1536_kv1k": dict(model="llama-3.1-70b", gpus=8, tp=8, dp=1, G=1536, kv=1024),

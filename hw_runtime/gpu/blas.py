@@ -2,7 +2,7 @@
 
 cuBLAS picks a GEMM's kernel and tile grid from the device's SM count (132 on an H200), so a
 GEMM launched inside a green context of 96 SMs runs a grid sized for 132 SMs: two waves, as
-slow as on 64 SMs (measured: ``experiments/results/hw_fidelity/fitdata_llama70b_tp8_g512.json``,
+slow as on 64 SMs (measured, docs/results.md "History: before the fused kernels":
 llama-3.1-70b ``mlp_up`` at M = 512: 94.5 µs on 132 SMs, 172.6 µs on 96, 175.1 µs on 64).
 cuBLASLt takes the SM count to plan for as a matmul attribute
 (``CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET``, cuBLAS documentation, "cublasLtMatmulDescAttributes_t");
@@ -17,7 +17,7 @@ Policies:
   multistream) use cuBLASLt without a target. The kernel choice happens when the GEMM is
   launched, so under CUDA-graph capture the captured kernel keeps the pool's plan.
 * ``tuned``: cuBLASLt's heuristic with the pool as target is not always faster: measured on the
-  H200 (``experiments/results/hw_wins/gemm_policy_heuristic.json``), llama-3.1-70b ``mlp_up`` at
+  H200 (docs/results.md "History: before the fused kernels"), llama-3.1-70b ``mlp_up`` at
   M = 512 on 96 SMs takes 118.9 µs with the target against 172.2 µs without, but on 64 SMs
   292.4 µs against 174.6 µs. So ``tuned`` times each kernel, on its pool, under the SM targets
   ``tuning_targets(pool)`` and no target, before the graph is captured, and launches it with the

@@ -246,7 +246,7 @@ class Executor:
 
         ``"auto"``: on when m <= k, i.e. each lane holds at most one microbatch. Measured on
         the H200 (llama-3.1-70b TP8, layer split, fused kernels, tuned GEMMs;
-        ``experiments/results/hw_wins/fused/lockstep*.json``): with equal priorities, m = k = 2
+        docs/fidelity.md §3, docs/results.md "Wins on the H200"): with equal priorities, m = k = 2
         locks both microbatches onto one stage while the other idles in back-to-back replays
         (G=1,024 48/80: 74.7 ms, 55.4 ms with priorities; G=2,048 32/96: 132.5 vs 100.4 ms),
         while with m = 4 > k = 2 priorities cost 2% (G=2,048 32/96: 90.3 vs 88.4 ms).
@@ -518,7 +518,7 @@ class Executor:
             t.use_deterministic_algorithms(True, warn_only=True)
             # cuDNN's decode attention (PyTorch's default SDPA backend on the H200) is not
             # deterministic: two replays of one temporal graph differ (measured,
-            # experiments/results/hw_fidelity/determinism.json); FlashAttention and the math
+            # docs/results.md "Output check"); FlashAttention and the math
             # backend replay bitwise equal.
             from torch.nn.attention import SDPBackend, sdpa_kernel
             sdpa = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
@@ -549,7 +549,7 @@ class Executor:
         3. the reference: the plan sequentially on one plain whole-GPU stream;
         4. ``replays`` graph replays, each from the restored inputs.
 
-        Seen on the H200 (experiments/results/hw_diag_output*.json, TINY test model): the
+        Seen on the H200 (docs/results.md "Runtime probes on the H200", TINY test model): the
         former procedure (reference first, then a pipelined eager warm-up as the first work on
         brand-new green contexts, capture, ONE replay, no per-stream synchronisation) failed
         intermittently, on the first check of a process (rel_l2 0.42 in the pytest run, 0.20 in

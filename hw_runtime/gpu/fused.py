@@ -4,7 +4,7 @@ Decode is full of short elementwise chains: PyTorch runs the half-split rotary e
 k plus the KV-cache append as nine kernels, an RMSNorm as two (the norm, then the copy into its
 buffer), the residual add + RMSNorm as three, SiLU gating as two. Each kernel is a few µs, so a
 chain costs launches and, beside another stream's kernel on the same pool, waits behind it once
-per kernel (``experiments/results/hw_wins/lanes/lanes.json``). Production decode engines fuse
+per kernel (docs/fidelity.md §2, docs/results.md "Validation on the H200"). Production decode engines fuse
 them (vLLM's ``rotary_embedding`` and ``fused_add_rms_norm``, FlashInfer's ``apply_rope`` and
 ``fused_add_rmsnorm``); these Triton kernels do the same, one kernel per op:
 

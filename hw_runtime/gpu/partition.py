@@ -31,8 +31,8 @@ Seen on the H200 of this project (driver 580.159, CUDA 13.0, cuda-bindings 13.3.
 100 -> 104). Splitting a remainder directly is refused, so the chain goes through a green context
 made from the remainder ("bycount-chain-desc-viactx"): that is how [8, 120] and 16 pools of 8 SMs
 were granted exactly. Every pool's GEMM probe ran at 0.86-1.0x the SM-proportional speed and
-running all pools at once slowed each by only 2-11% (disjoint); see
-``experiments/results/hw_probe_h200.json``.
+running all pools at once slowed each by only 2-11% (disjoint); see docs/results.md
+"Runtime probes on the H200".
 
 Constraints are read from the device's SM resource, never hard-coded: the pool quantum is
 ``smCoscheduledAlignment`` and the minimum pool ``minSmPartitionSize`` (both 8 on compute

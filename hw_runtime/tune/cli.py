@@ -1,5 +1,5 @@
 """``subgpu tune``: added to the ``subgpu`` parser through its own ``subgpu.commands`` entry
-point (pyproject.toml; ``experiments/device_env.sh`` on the device machine) beside ``run`` and
+point (pyproject.toml; ``experiments/device/env.sh`` on the device machine) beside ``run`` and
 ``calibrate`` (``hw_runtime.cli``, whose helpers it uses).
 
 Bad options end with one line naming the flag and exit code 2 (``ValueError`` through

@@ -92,8 +92,8 @@ def compile_cache_env(folder: str) -> dict:
     """Environment variables that make JAX keep every compiled function in ``folder`` (JAX's
     persistent compilation cache, CPU included; no minimum compile time or size), so that
     processes sharing ``folder`` compile each shape once. Measured on five GPT-OSS 20B grid
-    points (event simulator; experiments/bench_compile_cache.py,
-    experiments/results/bench_compile_cache_cpu.json): 51.8 CPU-s in a fresh process with an
+    points (event simulator; experiments/bench_compile_cache.py, docs/results.md "Speed"):
+    51.8 CPU-s in a fresh process with an
     empty cache, 17.6 CPU-s (2.9x less) in a second one reading it, the same makespans. JAX
     writes an entry without a rename: a worker terminated mid-write leaves a truncated entry,
     which JAX reports as a warning and recompiles."""

@@ -6,9 +6,9 @@ note made here, and only here:
 * **who predicted it**: the uncalibrated duration model (``sim.contention.uncalibrated_model_id``) or the
   model calibrated with a named file, and the scorer (event simulator or static evaluator);
 * **which error figures apply**: only those measured for that kind of prediction (calibrated or
-  not, event simulator) on that GPU, read from the committed studies in
-  ``experiments/results/`` (``hw_fidelity_<gpu>.json``: step times; ``hw_wins_<gpu>.json``: the
-  calibrated simulator's first choices, predicted vs measured speedup); where none exist the note
+  not, event simulator) on that GPU, read from the committed study digests in
+  ``report.results_dir()`` (``hw_fidelity_<gpu>.json``: step times; ``hw_wins_<gpu>.json``: the
+  calibrated simulator; docs/results.md describes both's first choices, predicted vs measured speedup); where none exist the note
   says so, and it says whether the model itself was ever measured;
 * **how measured wins were obtained**: every SubGPU gain measured so far ran its collectives
   emulated on one GPU (``EMULATED_COLLECTIVES``), and the note says so beside any measured win

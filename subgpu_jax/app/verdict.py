@@ -17,8 +17,8 @@ microbatched schedule on plain streams) whose band's low end is highest, and onl
 end is above 1; otherwise temporal, with the reason in numbers. Without validation data for the
 GPU and regime, no band is printed and nothing is recommended beyond "measure it".
 
-Sources: the committed digest ``experiments/results/hw_verdicts_<gpu>.json`` (its ``bands``
-field, written by the protocol's analyze phase from the held-out rows only).
+Sources: the committed digest ``hw_verdicts_<gpu>.json`` of the results folder (its ``bands``
+field, written by the protocol's analyze phase from the held-out rows only; docs/verdicts.md).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _pos(v, what: str) -> float:
 #: Held-out workloads a regime needs for a band of its own (else the pooled band).
 MIN_WORKLOADS = 2
 #: Measured speedups inside this interval are "no change" (timing spread and run-to-run drift
-#: of whole-step replays on the H200 reach 1-2%: ``experiments/results/hw_wins``).
+#: of whole-step replays on the H200 reach 1-2%: docs/results.md "Wins on the H200").
 NEUTRAL = (0.98, 1.02)
 
 

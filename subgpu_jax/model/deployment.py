@@ -51,7 +51,7 @@ class Deployment:
             of the MoE output over the t attention ranks (default True; docs/accounting.md item
             3). False prices the step as before that fix (no gather, the shared experts'
             partial sums all-reduced, the combine's sum over all Rm tokens): the step the
-            committed H200 measurements (experiments/results, taken before the fix) emulated.
+            committed H200 measurements (docs/results.md, taken before the fix) emulated.
         nvlink_domain: GPUs per NVLink domain (8 for a DGX/HGX node, 72 for a GB200 NVL72
             rack); 0 (default) = all ``num_gpus`` in one NVLink domain. TP groups are packed
             into domains; a collective spanning domains sends over the scale-out network.

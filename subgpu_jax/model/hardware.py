@@ -82,8 +82,7 @@ class Hardware:
         nvlink_Bps: NVLink bandwidth per direction per GPU (bytes/s).
         comm_setup_us: fixed latency of one collective (µs); docs/method.md §5's 3 µs virtual-kernel floor.
         launch_us: cost of one device-kernel launch inside a CUDA graph (µs): 200 dependent
-            empty kernels on one stream (the event-latency probe of
-            ``experiments/results/hw_fidelity/corun_matrix.json``). A graph op of several device
+            empty kernels on one stream (the event-latency probe, docs/fidelity.md §1). A graph op of several device
             kernels pays it once per kernel (``kernelcost.op_cost``).
         min_kernel_us: time a real device kernel holds its SMs beyond its launch even when it
             moves almost nothing (memory latency, tail), µs; fitted (docs/fidelity.md §6). 0 =
@@ -243,22 +242,22 @@ _NOTE_CURVE = ("HBM response curve: H200 copy bandwidth vs pool size, "
                "whole-GPU figure; reused in SM fraction for the other GPUs (assumption).")
 
 #: Per-launch cost of one device kernel inside a CUDA graph on the H200 (µs): 200 dependent empty
-#: kernels on one stream, experiments/results/hw_fidelity/corun_matrix.json
-#: (``event_latency.per_kernel_us`` = 1.19904), rounded to 1 ns.
+#: kernels on one stream (docs/fidelity.md §1 and §6: the co-run matrix file
+#: ``corun_matrix.json``, ``event_latency.per_kernel_us`` = 1.19904), rounded to 1 ns.
 H200_LAUNCH_US = 1.199
 
 #: The uncalibrated model's constants, analytic-v2 (kernel profile ``torch``, the default):
 #: fitted on the H200's isolated kernel tables of the runtime with PyTorch chains and stock GEMMs
-#: (experiments/results/hw_fidelity/fitdata_*.json, 976 op x pool times;
-#: ``kernelcost.fit_analytic``, least squares on log time, uniform weights, GEMM grid 128 chosen
-#: over 132; median |error| 15.5%), 4 digits.
+#: (docs/fidelity.md §6: ``fitdata_*.json``, 976 op x pool times; ``kernelcost.fit_analytic``,
+#: least squares on log time, uniform weights, GEMM grid 128 chosen over 132; median |error|
+#: 15.5%), 4 digits.
 H200_FIT: Mapping[str, float] = MappingProxyType({
     "min_kernel_us": 1.301, "decode_gemm_efficiency": 0.8899, "vector_inflight_ratio": 0.2549,
     "gemm_wave_us": 1.078,
 })
 
 #: analytic-v3 (kernel profile ``fused``): fitted on the isolated kernel tables of the runtime's
-#: defaults (experiments/results/hw_fidelity/fused/fitdata_*.json: 7 workloads, Llama-3.1-70B
+#: defaults (docs/fidelity.md §6: ``fused/fitdata_*.json``, 7 workloads, Llama-3.1-70B
 #: and GPT-OSS, 1,152 op x pool times; least squares on log time weighted by sqrt(time), GEMM
 #: grid 128 chosen over 132; median |error| 15.0%), 4 digits. docs/fidelity.md §6.
 H200_FIT_V3: Mapping[str, float] = MappingProxyType({
@@ -338,10 +337,10 @@ H200 = Hardware(
             "splittable SMs; copy 4245 GB/s; decode attention reads K/V at 4614 GB/s; 8192^3 bf16 "
             "mm 1.0995e12 FLOP in 1.3715 ms = 801.7 TFLOP/s. L2 bandwidth 2.5x HBM (assumption). "
             "Launch 1.199 µs per device kernel in a CUDA graph (event-latency probe, "
-            "experiments/results/hw_fidelity/corun_matrix.json). Minimum kernel time, decode GEMM "
+            "corun_matrix.json, docs/fidelity.md §1). Minimum kernel time, decode GEMM "
             "efficiency, vector bytes-in-flight ratio, GEMM wave latency and grid (128 CTAs) "
-            "fitted on the isolated kernel tables experiments/results/hw_fidelity/fitdata_*.json "
-            "(analytic-v2; analytic-v3's on .../fused/fitdata_*.json) "
+            "fitted on the isolated kernel tables fitdata_*.json "
+            "(analytic-v2; analytic-v3's on fused/fitdata_*.json) "
             "(kernelcost.fit_analytic; docs/fidelity.md §6). " + _NOTE_CURVE),
 )
 

@@ -73,7 +73,7 @@ ANALYTIC_MODEL = "analytic-v2"
 
 #: Device kernels (kernels, memcpys, memsets) one launch of each graph op issues in this
 #: repository's PyTorch workload (``hw_runtime/gpu/kernels.py``), as counted by torch.profiler in
-#: the committed fit data (``experiments/results/hw_fidelity/fitdata_*.json``, ``activity_counts``;
+#: the committed fit data (docs/fidelity.md §1 and §6: ``fitdata_*.json``, ``activity_counts``;
 #: most frequent value over 5 workloads and m = 1, 2, 4). Keys are ``op`` or ``op/category``:
 #:
 #: * ``rmsnorm`` 2: ``F.rms_norm`` + the copy into the output buffer;
@@ -107,7 +107,7 @@ DEVICE_KERNELS: Mapping[str, int] = MappingProxyType({
 #: Device kernels one launch of each graph op issues under the runtime's defaults
 #: (``elementwise="auto"``: the Triton kernels of ``hw_runtime/gpu/fused.py``; ``gemm="tuned"``),
 #: as counted by torch.profiler in the committed fit data of that runtime
-#: (``experiments/results/hw_fidelity/fused/fitdata_*.json``, ``activity_counts``; most frequent
+#: (docs/fidelity.md §6: ``fused/fitdata_*.json``, ``activity_counts``; most frequent
 #: value over 7 workloads of 2 families and m = 1, 2, 4). Where they differ from
 #: ``DEVICE_KERNELS``: ``rmsnorm`` 1 and ``rope_kv`` 1 (one Triton kernel each), ``qkv`` 1 (the
 #: tuned GEMM without split-K), ``allreduce/out_residual`` 4 (payload copy, the fused residual

@@ -164,15 +164,15 @@ def _gathered_integrals(plan: LanePlan, S: jax.Array, C: jax.Array,
     compile-time constant) and ONE variadic reduction over the partner axis that sums the R
     products overlap x partner rate together. Shapes as ``batched_integrals``.
 
-    On the H200 (experiments/results/bench_vcontention_h200.json, m = 8, D = 5) this form runs
+    On the H200 (m = 8, D = 5; measurements in docs/results.md "Speed") this form runs
     1.7x the slices form: XLA writes the overlaps once, (H, P, B), and reads them in one
     fusion, where the slices form writes one overlap array per triple and concatenates the
     rows, and compiles in about 1 s instead of 8. A packed product over a trailing rate axis
     (one sum of ``ov[..., None] * rates``) measured 1.13e6/s against 1.49e6/s, three separate
     sums 1.03e6/s, and overlaps recomputed per rate (which XLA then fuses into the reduction,
-    nothing written) 1.26e6/s (experiments/results/bench_vcontention_h200_forms.json). On the
+    nothing written) 1.26e6/s. On the
     2-core CPU this form is 2.3x and 5.1x slower than the slices in chunks of 64 and 256 at
-    m = 8, D = 5 and as fast at m = 4, D = 3 (bench_vcontention_cpu_integrals.json).
+    m = 8, D = 5 and as fast at m = 4, D = 3.
     """
     idx = partner_table(plan)                                           # (H, P)
     R = rates.shape[-1]

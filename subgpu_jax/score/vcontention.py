@@ -494,7 +494,7 @@ def fine_bucket(x: int, minimum: int = 8) -> int:
 
 
 #: Largest task DAG (tasks) whose small batches ``VContentionEvaluator`` pads to its chunk on a
-#: CPU by default (``pad_small``; experiments/results/bench_pad_small.json).
+#: CPU by default (``pad_small``; measured: docs/results.md "Speed").
 PAD_SMALL_MAX_TASKS = 768
 
 
@@ -514,7 +514,7 @@ class VContentionEvaluator:
         dtype: float dtype (float32). chunk: allocations per compiled call (as ``Evaluator``;
             default 64 on CPU: every batch above 64 runs in one compiled shape, and the
             search's calls are small; large batches run about 1.1x faster in chunks of 256 on
-            the 2-core CI machine, experiments/results/bench_vcontention_cpu.json), 65536 on an
+            the 2-core CI machine, docs/results.md "Speed"), 65536 on an
             accelerator).
         pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: paddings of
             ``lanes.LanePlan.from_dag``; pad_tasks, pad_window (and pad_preds): of
@@ -529,7 +529,7 @@ class VContentionEvaluator:
             (default): ``score.vcbatch``, the allocations as the trailing contiguous axis. Same
             numbers up to float32 summation order (experiments/bench_vcontention.py measures
             all four; at m = 8, D = 5 batched is the fastest on the 2-core CPU and, with its
-            gathered integrals, on the H200: 1.49e6/s, bench_vcontention_h200.json).
+            gathered integrals, on the H200: 1.49e6/s; docs/results.md "Speed").
         packed: ``scan="batched"`` and ``integrals="slices"`` only: the three rate integrals
             as one array with a trailing rate axis (default) or three arrays,
             ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
@@ -545,15 +545,14 @@ class VContentionEvaluator:
             ``vcbatch.INTEGRALS`` (``vcbatch.batched_integrals``): ``"slices"`` (default on a
             CPU, and wherever ``packed`` is given) or ``"gather"`` (default on an accelerator:
             on the H200 1.49e6 allocations/s against 9.0e5/s for the slices, m = 8, D = 5,
-            experiments/results/bench_vcontention_h200.json; on the 2-core CPU it runs 2.3x and
-            5.1x slower than the slices in chunks of 64 and 256 at m = 8, D = 5, as fast at
-            m = 4, D = 3, bench_vcontention_cpu_integrals.json).
+            on the 2-core CPU it runs 2.3x and 5.1x slower than the slices in chunks of 64 and
+            256 at m = 8, D = 5, as fast at m = 4, D = 3; docs/results.md "Speed").
             ``packed`` applies to the slices form only (``self.packed`` is None with the gather).
         pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
             one compiled shape per lane structure instead of one per batch-size bucket (8,
             16, 32, 64; a compilation costs 0.7-1.4 s on the CPU). Default: True on a CPU for
             task DAGs of at most ``PAD_SMALL_MAX_TASKS`` tasks, else False (measured on
-            frontier-study grid points, ``experiments/results/bench_pad_small.json``: 1.3-2.0x
+            frontier-study grid points, docs/results.md "Speed": 1.3-2.0x
             less CPU per point for GPT-OSS DAGs of 192-720 tasks, 14% more for Llama's
             960-task DAG, whose padded calls cost 5.5 ms instead of 1.0; same records).
         workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel

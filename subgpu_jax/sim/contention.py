@@ -68,10 +68,10 @@ _GAIN = float(np.mean(list(H200_GEMM_PER_SM_TFLOPS.values())) / _H200_FULL_PER_S
 
 #: The uncalibrated model's loaded-latency dilation (``ContentionModel.latency_load_gain``):
 #: fitted on the H200's co-run matrix only (108 pairs of six kernel classes,
-#: ``experiments/results/hw_fidelity/fused/corun_matrix.json``; grid 0-8, mean |log ratio| of
+#: docs/verdicts.md "The co-run fix"; grid 0-8, mean |log ratio| of
 #: slowdowns 0.158 -> 0.104), then checked on 50 pipelined runs never used in the fit (median
 #: predicted / measured speedup 1.136 -> 1.004, wrong signs 13 -> 3):
-#: ``experiments/latency_dilation_fit.py``, ``experiments/results/latency_dilation_fit_h200.json``.
+#: ``experiments/latency_dilation_fit.py``; docs/verdicts.md "The co-run fix" names the digest.
 UNCALIBRATED_LATENCY_LOAD_GAIN: float = 1.5
 
 
@@ -149,7 +149,7 @@ class ContentionModel:
             the co-run matrix; 0.0 = not fitted.
         pool_sharing: how the kernels active on the k lanes (streams) of one pool share its SMs:
             ``"fifo"`` (default: launch order, ``simstate.share_pool_fifo``; measured on the
-            H200, ``experiments/results/hw_wins/lanes/lanes.json``) or ``"fair"`` (equal shares,
+            H200, docs/fidelity.md §2) or ``"fair"`` (equal shares,
             ``simstate.share_pool``, the rule before that measurement).
         link_time: True (default) charges each collective its link time (setup + payload /
             NVLink, the network counter; with a calibration, the measured wait of the

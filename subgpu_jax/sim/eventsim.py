@@ -57,7 +57,7 @@ __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "
 #: schedule on plain CUDA streams with no partition: every lane's kernels draw CTAs from all the
 #: GPU's SMs as the model's ``pool_sharing`` says (default launch order,
 #: ``simstate.share_pool_fifo``: the block scheduler's behaviour measured on the H200 for two
-#: streams of one pool, ``experiments/results/hw_wins/lanes``).
+#: streams of one pool, docs/fidelity.md §2).
 #: The runtime's ``subgpu run --mode`` takes the same names.
 SM_MODES: tuple[str, ...] = ("green", "multistream")
 

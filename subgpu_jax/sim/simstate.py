@@ -61,7 +61,7 @@ def share_pool_fifo(pool: float, wants: Sequence[float], starts: Sequence[float]
 
     The kernel that started first gets what it wants, the next what is left, and so on, with
     at least one SM each (a later kernel's blocks still find room on the SMs the earlier one
-    leaves partly free). Measured on the H200 (``experiments/results/hw_wins/lanes/lanes.json``,
+    leaves partly free). Measured on the H200 (docs/fidelity.md §2,
     two streams of one green context, one launch each): a GEMM launched first ends at its alone
     time (309.6 vs 308.7 µs on 32 SMs) and the attention launched 2 µs after it ends at the sum
     of both alone times (1,098 vs 1,102 µs); an RMSNorm launched after attention waits for it.

@@ -235,12 +235,14 @@ def test_ctrl_c_stops_the_pool_cleanly(fs, tmp_path):
 
 
 def test_device_script_parses_and_needs_its_arguments():
-    """experiments/device_frontier.sh is valid bash (``bash -n``) and refuses to run without
-    LIMIT_S and WORKERS (non-zero exit, the usage line), before it touches any study."""
-    script = ROOT / "experiments" / "device_frontier.sh"
+    """The frontier study (experiments/device/studies/frontier.sh) is valid bash (``bash -n``)
+    and ``experiments/device/run.sh frontier`` refuses to run without LIMIT_S and WORKERS
+    (non-zero exit, the usage line), before it touches any study."""
+    script = ROOT / "experiments" / "device" / "studies" / "frontier.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    r = subprocess.run(["bash", str(script)], cwd=ROOT, capture_output=True, text=True)
-    assert r.returncode != 0 and "usage: device_frontier.sh LIMIT_S WORKERS" in r.stderr
+    r = subprocess.run(["bash", "experiments/device/run.sh", "frontier"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "usage: run.sh frontier LIMIT_S WORKERS" in r.stderr
 
 
 FAKE_STUDY = ("import os, sys\n"
@@ -254,16 +256,16 @@ FAKE_STUDY = ("import os, sys\n"
 
 
 def _device_script(args, tmp_path: Path, **env):
-    """``bash experiments/device_frontier.sh ARGS`` with OUT in ``tmp_path``, run in a copy of
-    the script's folder whose frontier_study.py is a stand-in (``FAKE_STUDY``: writes a record
-    file; exits 3 for gptoss120b_b200, 4 for llama70b_h200, 0 otherwise), so that a script that
-    let bad arguments through would never run a real study."""
+    """``bash experiments/device/run.sh frontier ARGS`` with OUT in ``tmp_path``, run in a copy
+    of experiments/device/ beside a frontier_study.py that is a stand-in (``FAKE_STUDY``:
+    writes a record file; exits 3 for gptoss120b_b200, 4 for llama70b_h200, 0 otherwise), so
+    that a script that let bad arguments through would never run a real study."""
     exp = tmp_path / "repo" / "experiments"
-    exp.mkdir(parents=True, exist_ok=True)
-    for f in ("device_frontier.sh", "device_env.sh"):
-        (exp / f).write_text((ROOT / "experiments" / f).read_text())
+    (exp / "device" / "studies").mkdir(parents=True, exist_ok=True)
+    for f in ("run.sh", "env.sh", "STUDIES", "studies/frontier.sh"):
+        (exp / "device" / f).write_text((ROOT / "experiments" / "device" / f).read_text())
     (exp / "frontier_study.py").write_text(FAKE_STUDY)
-    return subprocess.run(["bash", "experiments/device_frontier.sh", *args],
+    return subprocess.run(["bash", "experiments/device/run.sh", "frontier", *args],
                           cwd=tmp_path / "repo", capture_output=True, text=True, timeout=120,
                           env={**os.environ, "OUT": str(tmp_path / "out"), **env})
 
@@ -284,7 +286,7 @@ def test_device_script_rejects_bad_numbers(tmp_path, limit, workers, field):
     bad = limit if field == "LIMIT_S" else workers
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [
-        f"device_frontier.sh: {field} must be a positive integer "
+        f"run.sh frontier: {field} must be a positive integer "
         f"of {'seconds' if field == 'LIMIT_S' else 'processes'}, got '{bad}'"]
     assert not flag.exists() and not (tmp_path / "out").exists()
 
@@ -292,7 +294,7 @@ def test_device_script_rejects_bad_numbers(tmp_path, limit, workers, field):
 @pytest.mark.parametrize("args", [[], ["100"]])
 def test_device_script_missing_arguments_exit_2(tmp_path, args):
     r = _device_script(args, tmp_path)
-    assert r.returncode == 2 and r.stderr.startswith("usage: device_frontier.sh LIMIT_S WORKERS")
+    assert r.returncode == 2 and r.stderr.startswith("usage: run.sh frontier LIMIT_S WORKERS")
     assert len(r.stderr.strip().splitlines()) == 1
 
 
@@ -300,7 +302,7 @@ def test_device_script_rejects_unknown_study(tmp_path):
     """Every STUDY is checked against the three studies before the first one runs."""
     r = _device_script(["100", "2", "llama70b_h200", "nope"], tmp_path)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
-        "device_frontier.sh: STUDY must be one of gptoss20b_h200, gptoss120b_b200, "
+        "run.sh frontier: STUDY must be one of gptoss20b_h200, gptoss120b_b200, "
         "llama70b_h200, got 'nope'"]
 
 

@@ -1,0 +1,14 @@
+# The device environment, sourced by experiments/device/run.sh on the GPU machine (no network,
+# no install): declares the `subgpu.commands` entry point of hw_runtime in a dist-info folder on
+# the path (importlib.metadata finds it there), so `python3 -m subgpu_jax.app.cli run ...` has
+# `run`, `calibrate` and `tune`, and puts the checkout on PYTHONPATH.
+mkdir -p /tmp/ep/subgpu_device-0.dist-info
+printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
+printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\ntune = hw_runtime.tune.cli:add_tune_command\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
+export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+# Pure-Python needs the device image lacks (cachetools, see pyproject.toml) travel as wheels in
+# .whl/ (ignored by git; name it in the call's `carry`); installed into /tmp/site when present.
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=$PYTHONPATH:/tmp/site
+fi

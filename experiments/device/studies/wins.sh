@@ -1,0 +1,16 @@
+# Study `wins` (docs/results.md "Where SubGPU wins on the H200"): the calibrated simulator's top
+# configurations of each workload (CONFIGS: a configs.json chosen before the run, e.g.
+# results/hw_wins/fused/configs.json or results/hw_wins/fused_swiglu/configs.json) measured with
+# their temporal baselines, with the runtime's defaults (fused elementwise kernels, tuned GEMMs,
+# lane priorities auto), on the workloads named (default: all of CONFIGS); bundled into
+# $OUT/wins.tgz. Then on the CPU: experiments/hw_wins_h200.py --phase analyze ->
+# results/hw_wins_h200.json (the sources of its rows: results/hw_wins/current/sources.json).
+need_args 1 "$@"
+C=$1
+shift
+workdir wins
+W=${*:+--workloads $*}
+timeout 300 python3 experiments/hw_fidelity_h200.py --phase validate --gemm tuned --elementwise triton \
+  --lane-priority-policy auto --configs "$C" $W --out "$D" --rounds 2 --replays 10 --time-limit 280 2>&1 \
+  | quiet | tee "$D/top.log" | grep -v "^ "
+bundle wins
