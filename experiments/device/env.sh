@@ -9,6 +9,6 @@ export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
 # Pure-Python needs the device image lacks (cachetools, see pyproject.toml) travel as wheels in
 # .whl/ (ignored by git; name it in the call's `carry`); installed into /tmp/site when present.
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
