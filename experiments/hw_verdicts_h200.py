@@ -173,6 +173,39 @@ def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
             "search_s": round(time.time() - t0, 1), "configs": rows}
 
 
+def repredict_phase(args) -> int:
+    """Every configuration of ``--configs`` predicted again with the model in force (the same
+    rows, measured or not): ``--configs-out`` gets the plan with the new ``predicted_us`` and
+    ``duration_model``, for ``--phase analyze --configs``. The search's own choices are not
+    redone (that is ``--phase plan``): this checks a model change on the configurations already
+    measured."""
+    from hw_runtime.cli import prepare_run
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+
+    with open(args.configs) as fh:
+        plan = json.load(fh)
+    for name in [w for w in args.workloads if w in plan]:
+        p = plan[name]
+        for d in p["configs"]:
+            extra = [] if d["kind"] == "temporal" else [
+                "--cuts", ",".join(d["cuts"]), "--sms", ",".join(map(str, d["sms"])),
+                "--microbatch", str(d["microbatch"]),
+                "--streams-per-stage", str(d["streams_per_stage"]),
+                "--reuse" if d["reuse"] else "--no-reuse", "--policy", d["policy"]]
+            d["predicted_us"] = _predict(run_args(name, extra, args.hardware), d["mode"])
+        p.setdefault("chosen_by", p.get("duration_model"))   # the model whose search chose them
+        p["duration_model"] = uncalibrated_model_id(prepare_run(run_args(name, [],
+                                                                         args.hardware))[0].hw)
+        p["hardware"] = args.hardware
+        p["repredicted_from"] = os.path.relpath(os.path.abspath(args.configs), RESULTS)
+        print(f"{name}: {len(p['configs'])} configurations predicted again", flush=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.configs_out)), exist_ok=True)
+    with open(args.configs_out, "w") as fh:
+        json.dump(plan, fh, indent=1)
+    print(f"wrote {args.configs_out}")
+    return 0
+
+
 def plan_phase(args) -> int:
     os.makedirs(args.searches, exist_ok=True)
     plan = {}
@@ -287,7 +320,10 @@ def device_phase(args, machine=None) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phase", choices=("plan", "device", "analyze"), required=True)
+    ap.add_argument("--phase", choices=("plan", "device", "analyze", "repredict"),
+                    required=True)
+    ap.add_argument("--configs-out", default=None,
+                    help="repredict: where the plan predicted again goes")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--hardware", default="H200",
                     help="the --hardware spec the plan predicts with: H200 (analytic-v2, the "
@@ -321,6 +357,10 @@ def main(argv=None) -> int:
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
     if args.phase == "plan":
         return plan_phase(args)
+    if args.phase == "repredict":
+        if not args.configs_out:
+            ap.error("--phase repredict needs --configs-out FILE.json")
+        return repredict_phase(args)
     if args.phase == "device":
         return device_phase(args)
     from verdicts_report import analyze

@@ -274,7 +274,11 @@ def analyze(args, workloads) -> int:
     summ = summarize(rows, temporal, recs, {w: p for w, p in plan.items()
                                             if w in {r["workload"] for r in rows}})
     res = {"gpu": GPU, "model": "uncalibrated event simulator (contention, L2 lru)",
-           "duration_model": ids.pop(),
+           "duration_model": next(iter(ids)),
+           # True when this model's own searches chose the configurations (the user path);
+           # False for a plan predicted again after a model change (--phase repredict)
+           "chosen_by_same_model": all(p.get("chosen_by", p.get("duration_model"))
+                                       == p.get("duration_model") for p in plan.values()),
            "models": {w: p["model"] for w, p in plan.items()},
            "protocol": "experiments/hw_verdicts_h200.py", "neutral": list(NEUTRAL),
            "summary": summ, "temporal": temporal, "recommendations": recs,

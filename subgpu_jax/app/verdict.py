@@ -307,18 +307,22 @@ def _results_dir() -> Path:
 
 def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = None) -> Path:
     """The verdict protocol's digest of ``gpu`` made for the uncalibrated model ``model_id``:
-    ``hw_verdicts/<version>/hw_verdicts_<gpu>.json`` (one folder per model version) or, before
-    those, ``hw_verdicts_<gpu>.json``; the first whose ``duration_model`` is ``model_id``, else
-    the path of the top-level file (which may not exist)."""
+    ``hw_verdicts/<folder>/hw_verdicts_<gpu>.json`` (one folder per plan) or, before those,
+    ``hw_verdicts_<gpu>.json``; among those whose ``duration_model`` is ``model_id``, the first
+    whose configurations that model's own search chose (``chosen_by_same_model``: the user
+    path), else the first (configurations predicted again after a model change); else the path
+    of the top-level file (which may not exist)."""
     d = Path(folder) if folder is not None else _results_dir()
     name = f"hw_verdicts_{gpu.lower()}.json"
+    found = []
     for f in [*sorted((d / "hw_verdicts").glob(f"*/{name}")), d / name]:
         try:
-            if json.loads(f.read_text()).get("duration_model") == model_id:
-                return f
+            data = json.loads(f.read_text())
+            if data.get("duration_model") == model_id:
+                found.append((not data.get("chosen_by_same_model", True), str(f), f))
         except (OSError, ValueError, AttributeError):
             continue
-    return d / name
+    return min(found)[2] if found else d / name
 
 
 def load_bands(gpu: str, folder: str | os.PathLike | None = None,

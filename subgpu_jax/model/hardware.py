@@ -100,9 +100,9 @@ class Hardware:
             graph's ``Kernel.ctas`` bounds the SMs; the default).
         kernel_profile: how the runtime launches each graph op, a key of
             ``kernelcost.KERNEL_PROFILES``: ``"torch"`` (PyTorch elementwise chains, GEMMs
-            planned for the whole GPU: model analytic-v2, the default) or ``"fused"`` (the
-            runtime's defaults: one Triton kernel per elementwise op, GEMMs tuned for their
-            pool: analytic-v3).
+            planned for the whole GPU: model analytic-v2; the default of a hand-built
+            ``Hardware``) or ``"fused"`` (the runtime's defaults: one Triton kernel per
+            elementwise op, GEMMs tuned for their pool: analytic-v3, the presets' default).
         pool_gemm_efficiency: under a profile whose GEMMs are tuned for their pool, the fraction
             of the whole-GPU-planned rate a GEMM planned for its pool reaches per SM; fitted.
             Default 1.
@@ -246,7 +246,7 @@ _NOTE_CURVE = ("HBM response curve: H200 copy bandwidth vs pool size, "
 #: ``corun_matrix.json``, ``event_latency.per_kernel_us`` = 1.19904), rounded to 1 ns.
 H200_LAUNCH_US = 1.199
 
-#: The uncalibrated model's constants, analytic-v2 (kernel profile ``torch``, the default):
+#: The uncalibrated model's constants, analytic-v2 (kernel profile ``torch``):
 #: fitted on the H200's isolated kernel tables of the runtime with PyTorch chains and stock GEMMs
 #: (docs/fidelity.md §6: ``fitdata_*.json``, 976 op x pool times; ``kernelcost.fit_analytic``,
 #: least squares on log time, uniform weights, GEMM grid 128 chosen over 132; median |error|
@@ -256,7 +256,8 @@ H200_FIT: Mapping[str, float] = MappingProxyType({
     "gemm_wave_us": 1.078,
 })
 
-#: analytic-v3 (kernel profile ``fused``): fitted on the isolated kernel tables of the runtime's
+#: analytic-v3 (kernel profile ``fused``, the presets' default): fitted on the isolated kernel
+#: tables of the runtime's
 #: defaults (docs/fidelity.md §6: ``fused/fitdata_*.json``, 7 workloads, Llama-3.1-70B
 #: and GPT-OSS, 1,152 op x pool times; least squares on log time weighted by sqrt(time), GEMM
 #: grid 128 chosen over 132; median |error| 15.0%), 4 digits. docs/fidelity.md §6.
@@ -267,9 +268,12 @@ H200_FIT_V3: Mapping[str, float] = MappingProxyType({
 })
 
 #: Uncalibrated model version -> the ``Hardware`` fields it sets on a preset (``get_hardware``
-#: with a ``NAME:VERSION`` spec); the presets are built with the default, analytic-v2.
+#: with a ``NAME:VERSION`` spec); the presets are built with the default, analytic-v3.
 ANALYTIC_CONSTANTS: Mapping[str, Mapping] = MappingProxyType({
-    "analytic-v2": MappingProxyType({"kernel_profile": "torch", **H200_FIT}),
+    "analytic-v2": MappingProxyType({"kernel_profile": "torch", **H200_FIT,
+                                     # the terms v2 does not have, neutral
+                                     "pool_gemm_efficiency": 1.0, "fused_inflight_ratio": 1.0,
+                                     "gemm_scale_loss": 0.0}),
     "analytic-v3": MappingProxyType({"kernel_profile": "fused", **H200_FIT_V3}),
 })
 
@@ -290,10 +294,14 @@ B200 = Hardware(
     nvlink_Bps=900e9,
     comm_setup_us=3.0,
     launch_us=H200_LAUNCH_US,
-    min_kernel_us=H200_FIT["min_kernel_us"],
-    decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
-    vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
-    gemm_wave_us=H200_FIT["gemm_wave_us"],
+    kernel_profile="fused",
+    min_kernel_us=H200_FIT_V3["min_kernel_us"],
+    decode_gemm_efficiency=H200_FIT_V3["decode_gemm_efficiency"],
+    vector_inflight_ratio=H200_FIT_V3["vector_inflight_ratio"],
+    gemm_wave_us=H200_FIT_V3["gemm_wave_us"],
+    pool_gemm_efficiency=H200_FIT_V3["pool_gemm_efficiency"],
+    fused_inflight_ratio=H200_FIT_V3["fused_inflight_ratio"],
+    gemm_scale_loss=H200_FIT_V3["gemm_scale_loss"],
     gemm_grid_ctas=144,
     source=("Datasheet (NVIDIA DGX B200 datasheet, system specifications table, per GPU = 1/8): "
             "180 GB HBM3e at 8 TB/s; dense BF16 2.25 PFLOP/s, FP8 4.5, FP4 9 (the table's "
@@ -326,10 +334,14 @@ H200 = Hardware(
     nvlink_Bps=450e9,
     comm_setup_us=3.0,
     launch_us=H200_LAUNCH_US,
-    min_kernel_us=H200_FIT["min_kernel_us"],
-    decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
-    vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
-    gemm_wave_us=H200_FIT["gemm_wave_us"],
+    kernel_profile="fused",
+    min_kernel_us=H200_FIT_V3["min_kernel_us"],
+    decode_gemm_efficiency=H200_FIT_V3["decode_gemm_efficiency"],
+    vector_inflight_ratio=H200_FIT_V3["vector_inflight_ratio"],
+    gemm_wave_us=H200_FIT_V3["gemm_wave_us"],
+    pool_gemm_efficiency=H200_FIT_V3["pool_gemm_efficiency"],
+    fused_inflight_ratio=H200_FIT_V3["fused_inflight_ratio"],
+    gemm_scale_loss=H200_FIT_V3["gemm_scale_loss"],
     gemm_grid_ctas=128,
     source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
             "TFLOP/s, FP8 1979; NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
@@ -340,7 +352,7 @@ H200 = Hardware(
             "corun_matrix.json, docs/fidelity.md §1). Minimum kernel time, decode GEMM "
             "efficiency, vector bytes-in-flight ratio, GEMM wave latency and grid (128 CTAs) "
             "fitted on the isolated kernel tables fitdata_*.json "
-            "(analytic-v2; analytic-v3's on fused/fitdata_*.json) "
+            "(analytic-v2; the preset carries analytic-v3's, fitted on fused/fitdata_*.json with two more GEMM terms and a fused-kernel ratio) "
             "(kernelcost.fit_analytic; docs/fidelity.md §6). " + _NOTE_CURVE),
 )
 
@@ -361,10 +373,14 @@ H100 = Hardware(
     nvlink_Bps=450e9,
     comm_setup_us=3.0,
     launch_us=H200_LAUNCH_US,
-    min_kernel_us=H200_FIT["min_kernel_us"],
-    decode_gemm_efficiency=H200_FIT["decode_gemm_efficiency"],
-    vector_inflight_ratio=H200_FIT["vector_inflight_ratio"],
-    gemm_wave_us=H200_FIT["gemm_wave_us"],
+    kernel_profile="fused",
+    min_kernel_us=H200_FIT_V3["min_kernel_us"],
+    decode_gemm_efficiency=H200_FIT_V3["decode_gemm_efficiency"],
+    vector_inflight_ratio=H200_FIT_V3["vector_inflight_ratio"],
+    gemm_wave_us=H200_FIT_V3["gemm_wave_us"],
+    pool_gemm_efficiency=H200_FIT_V3["pool_gemm_efficiency"],
+    fused_inflight_ratio=H200_FIT_V3["fused_inflight_ratio"],
+    gemm_scale_loss=H200_FIT_V3["gemm_scale_loss"],
     gemm_grid_ctas=128,
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
             "column): 80 GB HBM3 at 3.35 TB/s, dense BF16 989 TFLOP/s, FP8 1979 (the table's "
@@ -386,8 +402,8 @@ HARDWARE: Mapping[str, Hardware] = MappingProxyType({"B200": B200, "H200": H200,
 
 def get_hardware(name: str) -> Hardware:
     """Return the preset called ``name`` (case-insensitive), optionally with the uncalibrated
-    model version after a colon: ``"H200"`` (the default version, analytic-v2) or
-    ``"H200:analytic-v3"`` (the preset with that version's constants, ``ANALYTIC_CONSTANTS``;
+    model version after a colon: ``"H200"`` (the default version, analytic-v3) or
+    ``"H200:analytic-v2"`` (the preset with that version's constants, ``ANALYTIC_CONSTANTS``;
     its name stays ``"H200"``).
 
     Raises:

@@ -65,11 +65,10 @@ __all__ = ["ANALYTIC_MODEL", "ANALYTIC_MODELS", "analytic_model_of", "KERNEL_PRO
 
 #: Name and version of the uncalibrated duration model (recorded by simulations and searches so
 #: that results of different model versions are told apart). v1: launch 2 µs per op, no wave
-#: quantisation; v2: wave quantisation, PyTorch elementwise chains (kernel profile ``torch``,
-#: the default: its pipelined speedups validated best on held-out workloads, docs/verdicts.md);
-#: v3: the runtime's default kernels (profile ``fused``: fused Triton kernels, pool-tuned
-#: GEMMs), selected with a hardware spec ``H200:analytic-v3`` (``hardware.get_hardware``).
-ANALYTIC_MODEL = "analytic-v2"
+#: quantisation; v2: wave quantisation, PyTorch elementwise chains (kernel profile ``torch``;
+#: ``--hardware H200:analytic-v2``); v3, the default: the runtime's default kernels (profile
+#: ``fused``: fused Triton kernels, pool-tuned GEMMs). docs/fidelity.md §6, docs/verdicts.md.
+ANALYTIC_MODEL = "analytic-v3"
 
 #: Device kernels (kernels, memcpys, memsets) one launch of each graph op issues in this
 #: repository's PyTorch workload (``hw_runtime/gpu/kernels.py``), as counted by torch.profiler in

@@ -56,7 +56,7 @@ from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch,
     run_in_chunks, validate_durations)
 from subgpu_jax.model.checks import finite, flag, pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
-from subgpu_jax.model.kernelcost import op_cost
+from subgpu_jax.model.kernelcost import is_gemm, op_cost
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
@@ -165,6 +165,8 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         else:
             ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
             comm_b, comm_f = float(w.comm_bytes), float(w.comm)
+            if model.lone_static and is_gemm(k) and k.flops > 0:
+                ws, fx = _lone_static_pools(bm0, k, hw)
         pi = np.minimum(1.0, bm.gain * pu / bm.N)
         read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
         data0 = w.obj_bytes
@@ -223,6 +225,24 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         out["conc"][u] = np.broadcast_to(c / W * td, bshape)
         out["power"][u] = np.broadcast_to(pi * tc, bshape)
     return out
+
+
+def _lone_static_pools(bm, k, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
+    """The work scale and fixed phase (µs) of uncalibrated GEMM ``k`` on every pool 0..N
+    (``ContentionModel.lone_static``: alone, cache off, it takes its static time), as the event
+    simulator uses them (``BoundModel.lone_static_scale``): solved on the pools an allocation
+    can hold (multiples of ``hw.sm_quantum``, and 1 and N), linear in between.
+
+    Returns:
+        ``(scale, fixed_us)``, each float (N+1, 1, 1).
+    """
+    N, q = hw.num_sms, hw.sm_quantum
+    pools = sorted({1, N, *range(q, N + 1, q)})
+    ws = [bm.work(k, p) for p in pools]
+    P = np.arange(N + 1, dtype=float)
+    P[0] = 1.0
+    return (np.interp(P, pools, [w.scale for w in ws])[:, None, None],
+            np.interp(P, pools, [w.fixed_us for w in ws])[:, None, None])
 
 
 def _calibrated_pools(bm, k, cal, hw: Hardware) -> tuple[np.ndarray, ...]:

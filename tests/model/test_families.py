@@ -218,7 +218,7 @@ def test_weight_only_quantised_experts_compute_at_activation_rate(hw_name, exper
     the grid of 128 CTAs runs in one wave on N >= 128 SMs)."""
     import dataclasses
 
-    hw = get_hardware(hw_name)
+    hw = get_hardware(f"{hw_name}:analytic-v2")   # the v2 GEMM terms (grid of T CTAs)
     arch = dataclasses.replace(get_model("gpt-oss-20b"), expert_dtype=expert_dtype)
     dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=65536,
                      kv_history=128)

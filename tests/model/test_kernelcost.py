@@ -29,13 +29,13 @@ FUSED = os.path.join(FIDELITY, "fused")
 #: The fit data folder of each kernel profile.
 PROFILE_DATA = {"torch": FIDELITY, "fused": FUSED}
 
-#: The analytic-v2 constants (profile ``torch``, uniform log fit on the torch tables): the
-#: presets' default version.
+#: The analytic-v2 constants (profile ``torch``, uniform log fit on the torch tables).
 V2 = {"min_kernel_us": 1.301, "decode_gemm_efficiency": 0.8899, "vector_inflight_ratio": 0.2549,
       "gemm_wave_us": 1.078}
-H200_V2 = H200
-#: The H200 preset with analytic-v3's constants (profile ``fused``).
-H200_V3 = get_hardware("H200:analytic-v3")
+#: The H200 preset with analytic-v2's constants (profile ``torch``).
+H200_V2 = get_hardware("H200:analytic-v2")
+#: analytic-v3 (profile ``fused``): the presets' default.
+H200_V3 = H200
 
 
 def _fit_workloads(exp, folder):
@@ -97,7 +97,7 @@ def test_launch_cost_is_the_committed_probe():
     assert H200.launch_us == pytest.approx(probe, abs=5e-4)
 
 
-def test_fit_reproduces_the_h200_analytic_v3_constants(exp):
+def test_fit_reproduces_the_h200_preset(exp):
     """Refitting on the committed isolated tables of the runtime's defaults (profile ``fused``,
     7 workloads, weight ``time``) gives the preset's constants (to the 4 digits stored) and the
     grid T = 128; the fit's median |error| is the documented 15.0%."""
@@ -112,16 +112,16 @@ def test_fit_reproduces_the_h200_analytic_v3_constants(exp):
     assert fit["median_abs_error"] == pytest.approx(0.150, abs=0.002)
 
 
-def test_fit_reproduces_the_h200_preset(exp):
-    """The default analytic-v2 (profile ``torch``, its four constants, uniform weights) refitted
-    on the torch tables: the preset's constants, T = 128 and median |error| 15.5%."""
+def test_fit_reproduces_analytic_v2(exp):
+    """analytic-v2 (profile ``torch``, its four constants, uniform weights) refitted on the
+    torch tables: its constants, T = 128 and median |error| 15.5%."""
     samples = exp.analytic_samples(FIDELITY, list(exp.WORKLOADS))
     assert len(samples) == 976
     fit = fit_analytic(samples, H200_V2, StaticDurationModel, weight="uniform",
                        params=tuple(V2))
     assert fit["gemm_grid_ctas"] == 128 and fit["fitted"] == list(V2)
     for f, v in V2.items():
-        assert fit["params"][f] == pytest.approx(v, rel=2e-3) == getattr(H200, f), f
+        assert fit["params"][f] == pytest.approx(v, rel=2e-3) == getattr(H200_V2, f), f
     assert fit["median_abs_error"] == pytest.approx(0.155, abs=0.002)
     with pytest.raises(ValueError, match="weight must be one of uniform, time"):
         fit_analytic(samples[:3], H200, StaticDurationModel, weight="log")
@@ -237,16 +237,17 @@ def test_other_presets_state_their_sources(name):
 
 def test_hardware_spec_selects_the_model_version():
     """``NAME:VERSION`` gives the preset with that version's constants and the same name; the
-    default is analytic-v2; an unknown version or preset is one clear error naming both lists."""
+    default is analytic-v3; an unknown version or preset is one clear error naming both lists."""
     from subgpu_jax.model.kernelcost import analytic_model_of
     from subgpu_jax.sim.contention import uncalibrated_model_id
 
-    assert analytic_model_of(get_hardware("H200")) == "analytic-v2"
-    v3 = get_hardware("h200:Analytic-V3")
-    assert (v3.name, v3.kernel_profile, v3.min_kernel_us) == ("H200", "fused", 2.094)
-    assert get_hardware("H200:analytic-v2") == H200
-    assert uncalibrated_model_id(v3) == "analytic-v3 (co-run memory-latency gain 1.5)"
-    assert StaticDurationModel(v3).name == "analytic-v3"
+    assert analytic_model_of(get_hardware("H200")) == "analytic-v3"
+    v2 = get_hardware("h200:Analytic-V2")
+    assert (v2.name, v2.kernel_profile, v2.min_kernel_us) == ("H200", "torch", 1.301)
+    assert get_hardware("H200:analytic-v3") == H200
+    assert uncalibrated_model_id(v2) == ("analytic-v2 (co-run memory-latency gain 1.5, GEMMs "
+                                         "alone at their static time)")
+    assert StaticDurationModel(v2).name == "analytic-v2"
     for bad in ("H200:analytic-v9", "X200:analytic-v3", "H200:"):
         if bad == "H200:":
             assert get_hardware(bad) == H200   # an empty version is the default

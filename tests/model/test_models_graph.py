@@ -334,9 +334,10 @@ def test_static_duration_model_values():
     sdm = StaticDurationModel(hw)
     attn = kernel(g, "L1.attn")
     # memory bound on the whole GPU: 4.29 GB at 4614 GB/s read ~ 931 µs + 2 device kernels x
-    # (1.199 µs launch + 1.301 µs minimum kernel time) (docs/fidelity.md §6)
+    # (1.199 µs launch + 2.094 µs minimum kernel time, analytic-v3) (docs/fidelity.md §6)
     t = float(sdm.kernel_time_us(attn, 132))
-    assert t == pytest.approx(2 * (1.199 + 1.301) + attn.hbm_bytes / 4614e9 * 1e6, rel=1e-9)
+    assert (hw.launch_us, hw.min_kernel_us) == (1.199, 2.094)
+    assert t == pytest.approx(2 * (1.199 + 2.094) + attn.hbm_bytes / 4614e9 * 1e6, rel=1e-9)
     assert 920 < t < 945  # the calibration measured 930.8 µs
     # the all-reduce: 3 µs setup + payload / 450 GB/s
     ar = kernel(g, "L0.allreduce")

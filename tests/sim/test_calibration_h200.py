@@ -25,7 +25,7 @@ CAL = Path(__file__).resolve().parents[1] / "data"
 
 @pytest.fixture(scope="module")
 def pred():
-    return predict_probe(H200, ContentionModel(), cache="lru")
+    return predict_probe(H200, ContentionModel(lone_static=False), cache="lru")
 
 
 def test_embedded_numbers_match_csv():

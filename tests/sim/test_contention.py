@@ -123,7 +123,7 @@ def test_hbm_shares_bounded_by_curve(sms, sizes):
 
 def test_compute_power_cap_and_gain():
     gemm, _ = probe_kernels()
-    bm = BoundModel(ContentionModel(tile_edge=0.0), H200)
+    bm = BoundModel(ContentionModel(tile_edge=0.0, lone_static=False), H200)
     rc, *_ = _rates(bm, [(gemm, 16)])
     assert rc[0] == pytest.approx(H200.flops_rate("bf16") * bm.gain * 16 / 132)
     rc, *_ = _rates(bm, [(gemm, 132)])

@@ -10,8 +10,10 @@ numbers too: regenerate the file with the simulator of the commit before that ch
 the graphs of that commit (``moe_tp_gather=False`` reproduces them since issue 28). The
 reference shared a pool between its k lanes equally, so the cases run with
 ``pool_sharing="fair"`` (launch-order sharing, the default since, is tested by hand in
-``test_streams_per_stage.py``), and with ``latency_load_gain=0`` (the reference had no
-loaded-latency dilation; ``test_modes.py`` tests it by hand)."""
+``test_streams_per_stage.py``), with ``latency_load_gain=0`` (the reference had no
+loaded-latency dilation; ``test_modes.py`` tests it by hand), with ``lone_static=False`` (it had
+no lone-GEMM scaling; ``test_lone_static.py``) and on the presets' analytic-v2 constants (its
+kernel model; ``NAME:analytic-v2``)."""
 
 from __future__ import annotations
 
@@ -31,10 +33,10 @@ REF = json.loads((Path(__file__).resolve().parents[1] / "data" / "eventsim_refer
                  .read_text())
 # the reference shared a pool's SMs equally between its lanes (k > 1): pool_sharing="fair"
 # and had no loaded-latency dilation of fixed phases: latency_load_gain=0
-MODELS = {"on": ContentionModel(pool_sharing="fair", latency_load_gain=0.0),
+MODELS = {"on": ContentionModel(pool_sharing="fair", latency_load_gain=0.0, lone_static=False),
           "off": ContentionModel.off().replace(pool_sharing="fair"),
           "static_consistent": ContentionModel.static_consistent().replace(
-              pool_sharing="fair", latency_load_gain=0.0)}
+              pool_sharing="fair", latency_load_gain=0.0, lone_static=False)}
 
 
 @pytest.mark.parametrize("case", REF["cases"], ids=lambda c: (
@@ -43,7 +45,7 @@ MODELS = {"on": ContentionModel(pool_sharing="fair", latency_load_gain=0.0),
 def test_same_results_as_the_reference_simulator(case):
     # the graphs of that commit: no MoE all-gather after the combine (docs/accounting.md item 3)
     dep = Deployment(**REF["deployments"][case["deployment"]], moe_tp_gather=False)
-    hw = get_hardware(case["hardware"])
+    hw = get_hardware(case["hardware"] + ":analytic-v2")
     g = build_graph(get_model(case["model"]), dep, case["microbatches"])
     R = dep.requests_per_gpu
     if not case["starts"]:
