@@ -66,10 +66,11 @@ def _workload(name: str):
     arch = get_model(model)
     if arch.is_moe:   # the experts' datatype the calibration was measured with (bf16 on Hopper)
         arch = dataclasses.replace(arch, expert_dtype=cal.expert_dtype)
-    hw = cal.apply_to_hardware(get_hardware("H200"))
+    setup = cal.bind(get_hardware("H200"))
+    hw = setup.hw
     wl = Workload.from_model(arch, dep)
     pools = np.concatenate([np.asarray(t[0], float) for t in cal.tables.values()])
-    return wl.graph, hw, ContentionModel(calibration=cal), dep.requests_per_gpu, (
+    return wl.graph, hw, ContentionModel(calibration=setup.calibration), dep.requests_per_gpu, (
         max(16, int(pools.min())), int(pools.max()))
 
 

@@ -270,16 +270,16 @@ def prepare_run(a):
                              "stage; use 1")
         cfg = dataclasses.replace(cfg, streams_per_stage=k)
     m = wl.microbatches_of(cfg.microbatch)
-    model = ContentionModel(link_time=spin_of(getattr(a, "collectives", "sleep")))
-    hw_sim = hw
-    from subgpu_jax.app.options import resolve_cache
-    a.cache = resolve_cache(getattr(a, "cache", None), a.calibration)
+    from subgpu_jax.app.options import GpuSetup
+
+    setup = GpuSetup.uncalibrated(hw)
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
-        cal = load_calibration(a.calibration, wl.arch, dep, hw)
-        hw_sim = cal.apply_to_hardware(hw)
-        model = model.replace(calibration=cal)
-    return wl, cfg, dep, model, hw_sim, m
+        setup = load_calibration(a.calibration, wl.arch, dep, hw).bind(hw)
+    a.cache = setup.cache_policy(getattr(a, "cache", None))
+    model = ContentionModel(link_time=spin_of(getattr(a, "collectives", "sleep")),
+                            calibration=setup.calibration)
+    return wl, cfg, dep, model, setup.hw, m
 
 
 def _cut_names(graph, cfg) -> list[str]:
@@ -314,12 +314,12 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     chk = None if a.no_check else ex.check_output(cfg, a.mode, streams_per_stage=k)
     g = wl.graph(m)
     # predicted whole steps (every run of region instances + the head), as the executor times
-    from subgpu_jax.app.options import simulate_step
+    from subgpu_jax.app.options import EventTimer, time_step
     from subgpu_jax.model.graph import build_forward
-    pred_t = simulate_step(build_forward(wl.arch, dep, 1), temporal_of(wl), hw_sim, "event",
-                           model, a.cache, record=False).makespan_us
-    step_c = simulate_step(build_forward(wl.arch, dep, m), cfg, hw_sim, "event", model, a.cache,
-                           record=False, mode=a.mode)
+    pred_t = time_step(build_forward(wl.arch, dep, 1), temporal_of(wl),
+                       EventTimer(hw_sim, model, a.cache), record=False).makespan_us
+    step_c = time_step(build_forward(wl.arch, dep, m), cfg,
+                       EventTimer(hw_sim, model, a.cache, a.mode), record=False)
     sim_c, pred_c = step_c.main, step_c.makespan_us
     res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
            "config": {"D": cfg.D, "w": cfg.w, "cuts": _cut_names(wl.graph(1), cfg),
@@ -583,14 +583,14 @@ def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str) -> flo
     ``mode`` ``"temporal"`` (the temporal baseline, whatever ``cfg`` is), ``"green"`` or
     ``"multistream"`` (``cfg`` at ``m`` microbatches); ``model`` carries the
     ``--collectives`` choice (``ContentionModel.link_time``)."""
-    from subgpu_jax.app.options import simulate_step
+    from subgpu_jax.app.options import EventTimer, time_step
     from subgpu_jax.model.graph import build_forward
     from subgpu_jax.space.config import temporal_of
 
     if mode == "temporal" or cfg.D == 1:
         cfg, m, mode = temporal_of(wl), 1, "green"
-    return float(simulate_step(build_forward(wl.arch, dep, m), cfg, hw_sim, "event", model,
-                               cache, record=False, mode=mode).makespan_us)
+    return float(time_step(build_forward(wl.arch, dep, m), cfg,
+                           EventTimer(hw_sim, model, cache, mode), record=False).makespan_us)
 
 
 def plot_measured_frontier(rows: list[dict], path: str) -> None:

@@ -28,7 +28,9 @@ __all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "ch
 HOST_API: dict[str, str] = {
     "add_workload_args": "subgpu_jax.app.cli",
     "checked_workload": "subgpu_jax.app.fit", "given_tp_ep": "subgpu_jax.app.fit",
-    "simulate_step": "subgpu_jax.app.step", "map_cut": "subgpu_jax.app.step",
+    "time_step": "subgpu_jax.score.step", "map_cut": "subgpu_jax.space.mapcut",
+    "EventTimer": "subgpu_jax.score.timer", "StaticTimer": "subgpu_jax.score.timer",
+    "timer_for": "subgpu_jax.score.timer", "GpuSetup": "subgpu_jax.model.setup",
     "save_figure": "subgpu_jax.app.viz",
     "prediction_note": "subgpu_jax.app.provenance",
     "EMULATED_COLLECTIVES": "subgpu_jax.app.provenance",

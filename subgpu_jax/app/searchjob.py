@@ -24,12 +24,15 @@ from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.kernelcost import ANALYTIC_MODEL
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.cuts import CUT_STRATEGIES
 from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.search.problem import ContentionProblem, Problem
 from subgpu_jax.search.relax import relax_and_polish
+from subgpu_jax.score.step import time_step
+from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, timer_for
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
@@ -45,7 +48,7 @@ DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "rou
 
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
-EXACT_KINDS = ("event", "static")
+EXACT_KINDS = TIMER_KINDS
 #: Cheap estimators: ``auto`` = ``vcontention`` when the exact scorer is the event simulator,
 #: else ``static``; ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
 #: docs/method.md §3); ``static`` = ``score.evaluator.Evaluator`` (isolated kernel durations).
@@ -149,9 +152,10 @@ class PointScorer:
     """Scores grid points of one model on one GPU (callable: GridPoint -> list of records).
 
     Args:
-        arch: model. hw: GPU. exact: one of ``EXACT_KINDS``. cache: L2 policy of the event
-        simulator. L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
-        calibration: measured per-kernel tables (``model.calibration``) or None.
+        arch: model. setup: the GPU, a ``model.setup.GpuSetup`` (``Calibration.bind(hw)`` for a
+        calibrated search) or a ``Hardware`` (uncalibrated). exact: one of ``EXACT_KINDS`` (the
+        timer of ``score.timer.timer_for``). cache: L2 policy of the event simulator (None: the
+        setup's). L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
         cut_strategy: a name of ``CUT_STRATEGY_OBJECTS`` or a ``CutStrategy``.
         cheap: one of ``CHEAP_KINDS`` (``auto``: the contention-aware ``vcontention`` estimator
             when ``exact="event"``, else ``static``).
@@ -171,12 +175,9 @@ class PointScorer:
         ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
     """
 
-    def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
-                 L_sim: int = 2, calibration=None, cut_strategy="proposal",
+    def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, exact: str = "event",
+                 cache: str | None = None, L_sim: int = 2, cut_strategy="proposal",
                  cheap: str = "auto", alloc_strategy="pairwise") -> None:
-        from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.l2cache import check_policy
-
         self.cut = _strategy(CUT_STRATEGY_OBJECTS, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
         self.alloc = _strategy(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
@@ -187,12 +188,15 @@ class PointScorer:
         if cheap == "auto":
             cheap = "vcontention" if exact == "event" else "static"
         self.cheap_kind = cheap
-        check_policy(cache)
-        self.arch, self.hw, self.exact_kind, self.cache, self.L_sim = arch, hw, exact, cache, L_sim
-        # calibration (subgpu_jax.model.calibration): measured per-kernel tables for the cheap
-        # estimator and the event simulator (pass hw = calibration.apply_to_hardware(hw) for its curve)
-        self.calibration = calibration
-        self.model = ContentionModel(calibration=calibration)
+        if not isinstance(setup, GpuSetup):
+            setup = GpuSetup.uncalibrated(setup)
+        self.setup, self.hw, self.calibration = setup, setup.hw, setup.calibration
+        # the event simulator (records, verdicts, the contention-aware cheap estimator's model)
+        # and the exact scorer's timer, made once from the setup
+        self.event = EventTimer.of(setup, cache)
+        self.timer = timer_for(setup, exact, cache)
+        self.arch, self.exact_kind, self.L_sim = arch, exact, L_sim
+        self.cache, self.model = self.event.cache, self.event.model
         self._problems: dict = {}
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
@@ -209,11 +213,9 @@ class PointScorer:
 
         key = (dep, streams_per_stage)
         if key not in self._problems:
-            dm = None
+            dm = self.setup.duration_model
             if self.calibration is not None:
-                from subgpu_jax.model.calibration import CalibratedDurationModel
                 self.calibration.check_workload(self.arch, dep, self.hw)
-                dm = CalibratedDurationModel(self.calibration, self.hw)
             wl = Workload.from_model(self.arch, dep)
             if self.cheap_kind == "vcontention":
                 self._problems[key] = ContentionProblem(wl, self.hw, dm, self.model, self.cache,
@@ -261,13 +263,11 @@ class PointScorer:
         and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the compilations of the
         exact polish."""
         from subgpu_jax.app.interrupt import check
-        from subgpu_jax.sim.eventsim import simulate
 
         check()
         p = self.problem(dep)
         m = p.workload.m_of(cfg)
-        r = simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
-                     record=False, validate=False)
+        r = self.event.time(p.workload.graph(m), cfg, record=False, validate=False).result
         self._sim_summary[(dep, cfg)] = (
             {c: float(r.category_time.get(c, 0.0)) for c in CATEGORIES}, float(r.l2_hit_rate))
         check()
@@ -293,21 +293,17 @@ class PointScorer:
         return self._temporal[dep]
 
     def rest_of_step(self, dep: Deployment, cfg: Config) -> float:
-        """Time (µs) of the step outside the searched main region (``app/step.py``): the runs
+        """Time (µs) of the step outside the searched main region (``score/step.py``): the runs
         of the model's other region kinds under ``cfg`` carried over by ``map_cut``, and the
         head kernels; the same scorer kind as the exact one (cached)."""
         key = ("rest", dep, cfg)
         if key not in self._temporal:
-            from subgpu_jax.app.step import simulate_step
             from subgpu_jax.model.graph import ForwardPass, build_forward
 
             fp = build_forward(self.arch, dep, self.problem(dep).workload.m_of(cfg))
             rest = ForwardPass(runs=tuple((g, c) for g, c in fp.runs if g is not fp.main),
                                head=fp.head, main=fp.main)
-            dm = self.problem(dep).model if self.calibration is not None else None
-            self._temporal[key] = simulate_step(
-                rest, cfg, self.hw, self.exact_kind, self.model, self.cache,
-                duration_model=dm, record=False).makespan_us
+            self._temporal[key] = time_step(rest, cfg, self.timer, record=False).makespan_us
         return self._temporal[key]
 
     def generation_makespan(self, dep: Deployment, cfg: Config, region_us: float) -> dict:
@@ -339,7 +335,7 @@ class PointScorer:
         p = self.problem(ds)
         g1 = p.workload.graph(1)
         starts = [i for i in range(1, g1.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
-        # the search scores the main region; records time the whole step (app/step.py), or the
+        # the search scores the main region; records time the whole step (score/step.py), or the
         # mean step of a whole generation
         region_us = makespan
         gen = self.generation_makespan(d, cfg, region_us)
@@ -494,11 +490,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         p = scorer.problem(dep)
         g1 = p.workload.graph(1)
         cfg = record_config(best, g1)
-        from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.eventsim import simulate
-        r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,
-                     getattr(scorer, "model", None) or ContentionModel(),
-                     cache=scorer.cache, record=False)
+        r = scorer.event.time(p.workload.graph(best["microbatches"]), cfg).result
         sp = best["speedup_vs_temporal"]
         word = "best SubGPU" if sp > 1 else "least slow SubGPU (loses to temporal)"
         best_run = (r, f"{word}: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
@@ -512,11 +504,10 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     return summary
 
 
-def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folder: str,
+def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, resume: bool = False, budget: int | None = None,
-               exact: str = "event", cache: str = "lru", L_sim: int = 2,
-               progress: bool = True, calibration=None,
-               cut_strategy="proposal",
+               exact: str = "event", cache: str | None = None, L_sim: int = 2,
+               progress: bool = True, cut_strategy="proposal",
                min_tokens_per_user: float | None = None, cheap: str = "auto",
                alloc_strategy="pairwise", cluster=None, overwrite: bool = False,
                log: Callable[[str], None] | None = None,
@@ -531,9 +522,9 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
     without writing.
 
     Args:
-        arch, hw, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
-        exact, cache, L_sim, calibration, cut_strategy, cheap, alloc_strategy: as
-            ``PointScorer``.
+        arch, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
+        hw: the GPU, a ``GpuSetup`` or a ``Hardware`` (as ``PointScorer``'s ``setup``).
+        exact, cache, L_sim, cut_strategy, cheap, alloc_strategy: as ``PointScorer``.
         cluster: an ``app.distributed.Cluster`` (already initialised with ``init_cluster``):
             the grid points are spread over its processes and their local devices; process 0
             writes the folder, the other processes write nothing and return summary None.
@@ -554,8 +545,9 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """
     say = log or (lambda line: None)
-    scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
-                         cut_strategy=cut_strategy, cheap=cheap, alloc_strategy=alloc_strategy)
+    scorer = PointScorer(arch, hw, exact, cache, L_sim, cut_strategy=cut_strategy, cheap=cheap,
+                         alloc_strategy=alloc_strategy)
+    hw = scorer.hw
     distributed = cluster is not None and cluster.num_processes > 1
     if exact == "event":  # the contention model's co-run fit is part of what defines the sweep
         meta = {"latency_load_gain": scorer.model.latency_gain, **meta}

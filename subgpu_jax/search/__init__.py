@@ -6,7 +6,7 @@ fronts (``pareto``). This ``__init__`` re-exports their public names."""
 from subgpu_jax.search.features import (FEATURE_NAMES, kernel_features, partition_cost,
     CutCandidate, Proposal, propose_partition)
 from subgpu_jax.search.pairwise import (LineResult, line_search, pairwise_line, AllocResult, allocate_pairwise)
-from subgpu_jax.search.problem import (Problem, ContentionProblem, EvaluatorExact, EventSimExact,
+from subgpu_jax.search.problem import (Problem, ContentionProblem, EvaluatorExact, EventSimExact, TimerExact,
     MemoScorer)
 from subgpu_jax.search.cuts import (RankedCut, rank_cuts, choose_cut, cut_neighbours, refine_cut,
     CUT_STRATEGIES, screen_cuts)
@@ -19,7 +19,7 @@ from subgpu_jax.search.pareto import (pareto_mask, pareto_front, frontier_curve,
 
 __all__ = ["FEATURE_NAMES", "kernel_features", "partition_cost", "CutCandidate", "Proposal",
     "propose_partition", "LineResult", "line_search", "pairwise_line", "AllocResult", "allocate_pairwise",
-    "Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "MemoScorer", "RankedCut", "rank_cuts", "choose_cut", "cut_neighbours",
+    "Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "TimerExact", "MemoScorer", "RankedCut", "rank_cuts", "choose_cut", "cut_neighbours",
     "refine_cut", "CUT_STRATEGIES", "screen_cuts", "Record", "SearchResult", "pareto_records",
     "algorithm1", "ANNEAL_TRACES", "RelaxResult", "relax_allocation", "relax_and_polish",
     "ExhaustiveResult", "exhaustive_allocations", "exhaustive_search", "count_configs",

@@ -1,6 +1,6 @@
 """A search problem (workload on one GPU, cached duration tables and evaluators) and its exact
-scorers f (docs/method.md §4): ``EventSimExact`` (the event simulator, the scorer the method
-means), ``EvaluatorExact`` (the cheap estimator's own hard makespan, for studies of the search
+scorers f (docs/method.md §4): ``TimerExact`` (any ``score.timer.Timer``), ``EventSimExact``
+(the event simulator's timer, the scorer the method means), ``EvaluatorExact`` (the cheap estimator's own hard makespan, for studies of the search
 under that model) and ``MemoScorer`` (memoisation and call counting).
 
 An exact scorer is any callable ``exact(cfg: Config) -> makespan (µs)``; the searches take it as a
@@ -19,14 +19,13 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score import evaluator as _evmod
-from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.sim.eventsim import simulate
-from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.timer import EventTimer, Timer
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
-__all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "MemoScorer"]
+__all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "TimerExact",
+           "MemoScorer"]
 
 
 class Problem:
@@ -180,9 +179,32 @@ class MemoScorer:
         return self.cache[cfg]
 
 
-class EventSimExact:
+class TimerExact:
+    """Exact scorer from a ``score.timer.Timer``: the timer's makespan (µs) of a ``Config`` on
+    the problem's graph for its microbatch count, after one feasibility check.
+
+    Args:
+        problem: supplies the graph of each microbatch count and the GPU.
+        timer: an ``EventTimer`` or ``StaticTimer`` (``score.timer``) of the problem's GPU.
+
+    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
+    ``Config.check``).
+    """
+
+    def __init__(self, problem: Problem, timer: Timer) -> None:
+        self.problem, self.timer = problem, timer
+
+    def __call__(self, cfg: Config) -> float:
+        pb = self.problem
+        m = pb.workload.m_of(cfg)
+        g = pb.workload.graph(m)
+        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
+        return self.timer.time(g, cfg, record=False, validate=False).makespan_us
+
+
+class EventSimExact(TimerExact):
     """Exact scorer: the event simulator's makespan of a ``Config`` (µs), with the contention
-    model and L2 residency (``sim.eventsim.simulate``, docs/method.md §3).
+    model and L2 residency (``TimerExact`` with ``score.timer.EventTimer``, docs/method.md §3).
 
     Args:
         problem: supplies the graph of each microbatch count and the GPU.
@@ -197,19 +219,8 @@ class EventSimExact:
     """
 
     def __init__(self, problem: Problem, model=None, cache: str = "lru") -> None:
-        check_policy(cache)
-        if model is not None and not isinstance(model, ContentionModel):
-            raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
-        self.problem, self.cache = problem, cache
-        self.model = model if model is not None else ContentionModel()
-
-    def __call__(self, cfg: Config) -> float:
-        pb = self.problem
-        m = pb.workload.m_of(cfg)
-        g = pb.workload.graph(m)
-        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
-        return float(simulate(g, cfg, pb.hw, self.model, cache=self.cache, record=False,
-                              validate=False).makespan)
+        super().__init__(problem, EventTimer(problem.hw, model, cache))
+        self.model, self.cache = self.timer.model, self.timer.cache
 
 
 def _memo(exact: Callable[[Config], float] | None) -> MemoScorer:

@@ -27,7 +27,7 @@ import hw_runtime.gpu.workload as hwwl
 from hw_runtime.gpu.executor import Measurement
 from hw_runtime.plan import HEAD_RUN, FakeStreamBackend, build_step_plan, issue_plan
 from subgpu_jax.app.cli import main
-from subgpu_jax.app.step import map_cut
+from subgpu_jax.space.mapcut import map_cut
 from subgpu_jax.model.calibration import load_calibration
 from subgpu_jax.model.graph import Deployment, StaticDurationModel, build_forward, build_graph
 from subgpu_jax.model.hardware import get_hardware

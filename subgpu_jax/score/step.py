@@ -5,7 +5,7 @@ Qwen3-MoE with ``mlp_only_layers``) has several region graphs (``model.graph.bui
 A configuration is chosen for the model's main region (the kind with the most layers: the one
 ``subgpu simulate --cuts`` names and ``subgpu search`` cuts); every other region kind runs with
 the same stages, SM pools, microbatches and policy, and its cut carried over kernel by kernel
-(``map_cut``: each segment starts at the first kernel of the same place in the layer, e.g. a cut
+(``space.mapcut.map_cut``: each segment starts at the first kernel of the same place in the layer, e.g. a cut
 before the MoE ``router`` starts before the dense ``mlp_up``). Runs execute one after the other
 (the pipeline drains between runs of different kinds), then the head kernels (final norm, LM
 head, sampling, embedding lookup) run once for the whole per-GPU batch on the whole GPU. So
@@ -14,9 +14,12 @@ head, sampling, embedding lookup) run once for the whole per-GPU batch on the wh
 
 For a model with one region kind this is the region makespan plus the head.
 
-A whole generation (``Deployment.output_len`` > 0) is timed by ``simulate_generation``: the
+A whole generation (``Deployment.output_len`` > 0) is timed by ``time_generation``: the
 steps of ``model.generation.generation_nodes`` (first, middle and last), each with its KV
 history, averaged with their weights into the time per output token (docs/accounting.md item 6).
+
+Any ``score.timer.Timer`` times the runs: ``EventTimer`` (the event simulator) or
+``StaticTimer`` (the max-plus evaluator on isolated durations; head kernels always analytical).
 """
 
 from __future__ import annotations
@@ -25,62 +28,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.generation import generation_steps
-from subgpu_jax.model.graph import ForwardPass, OpGraph, StaticDurationModel, build_forward
-from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.space.config import Config, chain_cut
+from subgpu_jax.model.graph import ForwardPass, build_forward
+from subgpu_jax.score.timer import Timer
+from subgpu_jax.space.config import Config
+from subgpu_jax.space.mapcut import map_cut
 
-__all__ = ["StepResult", "map_cut", "simulate_step", "GenerationResult", "simulate_generation",
-           "main_run_scope"]
-
-#: Place of each kernel kind inside a layer (the launch order of ``build_graph``), used to carry a
-#: cut from one region kind to another; kernels of different kinds at the same place share a rank.
-_PLACE = {"rmsnorm": 0, "qkv": 1, "mla_down": 1, "mla_q_up": 2, "rope_kv": 3, "attn": 4,
-          "mla_v_up": 5, "o_proj": 6, "allreduce": 7, "residual_norm": 7, "router": 8,
-          "topk": 9, "dispatch": 10, "shared_up": 11, "shared_down": 12, "expert_up": 13,
-          "mlp_up": 13, "expert_down": 14, "mlp_down": 14, "combine": 15, "mlp_allreduce": 15,
-          "mlp_residual": 15}
-
-
-def _rank(g: OpGraph, i: int) -> tuple[int, int]:
-    k = g.kernels[i]
-    op = k.name.split(".", 1)[1] if "." in k.name else k.name
-    return (k.layer, _PLACE.get(op, 99))
-
-
-def map_cut(cfg: Config, src: OpGraph, dst: OpGraph) -> Config:
-    """``cfg`` (a configuration of region ``src``) carried over to region ``dst``: same D, w,
-    SM pools, microbatch and policy; each segment start moves to the first kernel of ``dst`` at
-    or after the same place in the layer (``_PLACE``), then starts are pushed apart so that every
-    segment keeps at least one kernel.
-
-    Raises:
-        ValueError: ``dst`` has fewer kernels than the K segments, or is not a chain.
-    """
-    if cfg.D == 1:
-        return dataclasses.replace(cfg, seg_of=(0,) * dst.n)
-    starts = [i for i in range(1, src.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
-    K, n = len(starts) + 1, dst.n
-    if n < K:
-        raise ValueError(f"cuts: the region {dst.region_kinds} has {n} kernels, fewer than the "
-                         f"{K} segments of the configuration")
-    if not dst.is_chain():
-        raise ValueError("cuts: can only carry a cut over to a chain region")
-    ranks = [_rank(dst, i) for i in range(n)]
-    new = []
-    for s in starts:
-        r = _rank(src, s)
-        new.append(next((i for i in range(1, n) if ranks[i] >= r), n - 1))
-    for j in range(len(new)):  # strictly increasing, >= 1
-        new[j] = max(new[j], (new[j - 1] + 1) if j else 1)
-    for j in reversed(range(len(new))):  # and <= n-1, leaving room for the later starts
-        new[j] = min(new[j], n - (len(new) - j))
-        if j + 1 < len(new):
-            new[j] = min(new[j], new[j + 1] - 1)
-    return dataclasses.replace(cfg, seg_of=chain_cut(n, new))
+__all__ = ["StepResult", "time_step", "GenerationResult", "time_generation", "main_run_scope"]
 
 
 @dataclass
@@ -106,35 +61,23 @@ class StepResult:
     main_index: int = 0
 
 
-def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "event",
-                  model=None, cache: str = "lru", duration_model=None,
-                  record: bool = True, mode: str = "green") -> StepResult:
+def time_step(fp: ForwardPass, cfg: Config, timer: Timer, record: bool = True) -> StepResult:
     """Time one decode step of ``fp`` (built for the configuration's microbatch count) under
-    ``cfg`` (a configuration of ``fp.main``; see the module docstring).
+    ``cfg`` (a configuration of ``fp.main``; see the module docstring) with ``timer``.
 
     Args:
         fp: ``model.graph.build_forward(arch, deploy, m)``.
         cfg: the configuration (D = 1 with all SMs is the temporal baseline).
-        hw: the GPU.
-        simulator: ``"event"`` (``sim.eventsim.simulate`` with ``model`` and ``cache``) or
-            ``"static"`` (the max-plus evaluator with ``duration_model``, default analytical;
-            head kernels always use the analytical model, they are not calibrated).
+        timer: a ``score.timer.Timer`` (``EventTimer`` or ``StaticTimer``).
         record: keep the event simulator's utilisation series (main run only).
-        mode: ``"green"`` or ``"multistream"`` (``sim.eventsim.SM_MODES``; the event simulator
-            only: the static evaluator has no shared-pool model).
 
     Returns:
-        ``StepResult``.
+        ``StepResult`` (µs); ``category_time_us`` holds the head's time under ``"head"`` for the
+        event timer and is empty for the static one.
 
     Raises:
-        ValueError: an unknown simulator, or an infeasible configuration.
+        ValueError: an infeasible configuration.
     """
-    if simulator not in ("event", "static"):
-        raise ValueError(f"simulator must be 'event' or 'static', got {simulator!r}")
-    from subgpu_jax.sim.eventsim import check_sm_mode
-
-    if check_sm_mode(mode) != "green" and simulator != "event":
-        raise ValueError(f"mode {mode!r} needs the event simulator")
     res = StepResult(makespan_us=0.0)
     cats: dict[str, float] = {}
     memo: dict = {}
@@ -143,21 +86,8 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
         if key not in memo:
             c = cfg if g is fp.main else map_cut(cfg, fp.main, g)
             gr = dataclasses.replace(g, num_regions=count)
-            if simulator == "event":
-                from subgpu_jax.sim.eventsim import simulate
-
-                r = simulate(gr, c, hw, model, cache=cache,
-                             record=record and g is fp.main and res.main is None, mode=mode)
-                memo[key] = (float(r.makespan), dict(r.category_time), r)
-            else:
-                from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
-
-                if c.D == 1:
-                    t = temporal_makespan(gr, hw, duration_model)
-                else:
-                    t = float(Evaluator.for_config(gr, c, hw, duration_model=duration_model)
-                              .makespan([c.alloc])[0])
-                memo[key] = (t, {}, None)
+            tm = timer.time(gr, c, record=record and g is fp.main and res.main is None)
+            memo[key] = (tm.makespan_us, tm.category_time_us, tm.result)
         t, cat, r = memo[key]
         if g is fp.main and res.main is None:
             res.main, res.main_index = r, len(res.runs)
@@ -166,18 +96,8 @@ def simulate_step(fp: ForwardPass, cfg: Config, hw: Hardware, simulator: str = "
         res.makespan_us += t
         for kname, v in cat.items():
             cats[kname] = cats.get(kname, 0.0) + float(v)
-    if simulator == "event":
-        from subgpu_jax.sim.eventsim import simulate_streams
-
-        r = simulate_streams([(hw.num_sms, list(fp.head))], hw, model, cache=cache,
-                             record=False)
-        res.head_us = float(r.makespan)
-    else:
-        sd = StaticDurationModel(hw)
-        res.head_us = float(sum(float(np.asarray(sd.kernel_time_us(k, hw.num_sms)).ravel()[0])
-                                for k in fp.head))
-        cats = {}
-    if simulator == "event":
+    res.head_us = timer.head_us(fp.head)
+    if cats or timer.name == "event":
         cats["head"] = cats.get("head", 0.0) + res.head_us
     res.makespan_us += res.head_us
     res.category_time_us = cats
@@ -197,28 +117,25 @@ class GenerationResult:
     steps: list = field(default_factory=list)
 
 
-def simulate_generation(arch, deploy: Deployment, cfg: Config, hw: Hardware, microbatches: int,
-                        simulator: str = "event", model=None, cache: str = "lru",
-                        duration_model=None) -> GenerationResult:
+def time_generation(arch, deploy: Deployment, cfg: Config, microbatches: int,
+                    timer: Timer) -> GenerationResult:
     """Time ``deploy``'s generation (``output_len`` steps from ``input_len``; one step when
-    ``output_len`` is 0) under ``cfg`` with ``microbatches`` microbatches: ``simulate_step`` at
+    ``output_len`` is 0) under ``cfg`` with ``microbatches`` microbatches: ``time_step`` at
     each step of ``model.generation.generation_steps``, averaged with its weights.
 
     Args:
         arch: the model. deploy: the deployment. cfg: a configuration of the main region.
-        hw: the GPU. microbatches: m of ``cfg``. simulator, model, cache, duration_model: as
-            ``simulate_step``.
+        microbatches: m of ``cfg``. timer: a ``score.timer.Timer``.
 
     Returns:
         ``GenerationResult`` (µs).
 
     Raises:
-        ValueError: as ``simulate_step``.
+        ValueError: as ``time_step``.
     """
     out = GenerationResult(makespan_us=0.0)
     for d, w in generation_steps(deploy):
-        t = simulate_step(build_forward(arch, d, microbatches), cfg, hw, simulator, model, cache,
-                          duration_model=duration_model, record=False).makespan_us
+        t = time_step(build_forward(arch, d, microbatches), cfg, timer, record=False).makespan_us
         out.steps.append({"step": int(d.kv_history - deploy.kv_history),
                           "kv_history": int(d.kv_history), "weight": float(w),
                           "makespan_us": float(t)})
