@@ -103,8 +103,8 @@ def _fixed(g) -> list[tuple[str, list[str], list[int], int, bool, int]]:
 
 def _predict(sub, mode: str) -> dict:
     """Predicted whole-step makespans (µs) of a ``run`` namespace under both collective
-    modes, as ``subgpu run`` predicts them (``hw_runtime.cli.repredict``)."""
-    from hw_runtime.cli import prepare_run, repredict
+    modes, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``)."""
+    from hw_runtime.commands.run import prepare_run, repredict
 
     out = {}
     for c in COLLECTIVES:
@@ -126,8 +126,8 @@ def _entry(name: str, kind: str, sub, mode: str) -> dict:
 
 def plan_workload(name: str, searches: str) -> dict:
     """The user path and the fixed configurations of one workload, predicted."""
-    from hw_runtime.cli import record_options, search_records, top_records
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.records import record_options, search_records, top_records
+    from hw_runtime.commands.run import prepare_run
 
     model, flags, status = WORKLOADS[name]
     folder = os.path.join(searches, name)
@@ -226,7 +226,7 @@ class GpuMachine:
 def device_phase(args, machine=None) -> int:
     """Measure every planned configuration (see the module docstring); ``machine`` defaults to
     ``GpuMachine()``. Writes ``measured_<workload>.json`` under ``--out`` after every row."""
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.run import prepare_run
 
     machine = GpuMachine() if machine is None else machine
     with open(args.configs) as fh:

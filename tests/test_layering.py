@@ -142,4 +142,32 @@ def test_runtime_reaches_the_app_only_through_its_host_api():
            and b.startswith("subgpu_jax.app") and b != "subgpu_jax.app.options"]
     assert not bad, bad
     for name, mod in options.HOST_API.items():
+        assert mod.startswith("subgpu_jax.app."), f"{name}: {mod} is not in the app layer"
         assert getattr(options, name) is getattr(importlib.import_module(mod), name)
+
+
+def _names_imported_from(module: str, pkg: str) -> list[tuple[str, str]]:
+    """``(importing module, name)`` for every ``from module import name`` in ``pkg``'s files."""
+    out = []
+    for mod, path in MODULES.items():
+        if not mod.startswith(pkg):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == module:
+                out += [(mod, a.name) for a in node.names]
+    return out
+
+
+def test_runtime_imports_only_the_documented_host_api():
+    """Every name ``hw_runtime`` imports from ``subgpu_jax.app.options`` is part of its
+    documented API: ``__all__`` (the option helpers) or ``HOST_API`` (the app's functions); and
+    the runtime's command modules live in ``hw_runtime/commands/`` (no ``hw_runtime/cli.py``).
+    Oracle: the two lists, and the source text of every runtime module."""
+    from subgpu_jax.app import options
+
+    api = set(options.__all__) | set(options.HOST_API)
+    used = _names_imported_from("subgpu_jax.app.options", "hw_runtime")
+    assert used, "the oracle found no import of the host API (it must see the runtime's)"
+    bad = [(m, n) for m, n in used if n not in api]
+    assert not bad, f"names outside the host API: {bad}"
+    assert "hw_runtime.cli" not in MODULES and "hw_runtime.commands" in MODULES

@@ -180,12 +180,12 @@ class Tuner:
     def search(self, rnd: int, cal, cal_path: str | None) -> dict[int, list[Candidate]]:
         """Round ``rnd``'s search with calibration ``cal``; the top K green candidates of every
         batch, best predicted first."""
-        from hw_runtime.cli import search_records, top_records
+        from hw_runtime.commands.records import search_records, top_records
         from subgpu_jax.app.options import run_search
         from subgpu_jax.app.options import build_grid
 
         s = self.spec
-        from subgpu_jax.app.options import GpuSetup
+        from subgpu_jax.model.setup import GpuSetup
 
         setup = cal.bind(s.hw) if cal is not None else GpuSetup.uncalibrated(s.hw)
         hw = setup.hw

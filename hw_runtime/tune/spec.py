@@ -242,7 +242,7 @@ class Candidate:
         return self.replace(sms="|".join(str(int(x)) for x in alloc))
 
     def record(self) -> dict:
-        """The search-record fields ``searchjob.record_config`` reads."""
+        """The search-record fields ``Config.from_record`` reads."""
         return {"cuts": self.cuts, "D": self.D, "w": self.w, "sms": self.sms,
                 "microbatch": self.microbatch, "policy": self.policy,
                 "streams_per_stage": self.k}
@@ -278,7 +278,7 @@ class Predictor:
         """The simulator's ``GpuSetup``: ``calibration.bind(spec.hw)``, or the uncalibrated
         GPU (cached)."""
         if self._setup is None:
-            from subgpu_jax.app.options import GpuSetup
+            from subgpu_jax.model.setup import GpuSetup
 
             self._setup = (self.calibration.bind(self.spec.hw) if self.calibration is not None
                            else GpuSetup.uncalibrated(self.spec.hw))
@@ -315,14 +315,13 @@ class Predictor:
         Raises:
             ValueError: a layout that is not legal for the workload (one line).
         """
-        from subgpu_jax.app.options import record_config
-        from subgpu_jax.space.config import temporal_of
+        from subgpu_jax.space.config import Config, temporal_of
 
         wl = self.workload(c.G)
         if c.mode == "temporal":
             return temporal_of(wl), 1
         try:
-            cfg = record_config(c.record(), wl.graph(1))
+            cfg = Config.from_record(c.record(), wl.graph(1))
         except KeyError as e:
             raise ValueError(f"candidate {c.describe()}: unknown kernel {e}") from None
         g1 = wl.graph(1)
@@ -333,7 +332,8 @@ class Predictor:
         """Predicted whole-step makespan (µs), or None (static scorer, multistream)."""
         if c.key in self._memo:
             return self._memo[c.key]
-        from subgpu_jax.app.options import EventTimer, StaticTimer, time_step
+        from subgpu_jax.score.step import time_step
+        from subgpu_jax.score.timer import EventTimer, StaticTimer
         from subgpu_jax.model.graph import build_forward
 
         cfg, m = self.config(c)

@@ -1,5 +1,5 @@
 """``subgpu`` command line: ``simulate``, ``search``, ``space`` here; ``run`` and ``calibrate``
-from the ``subgpu.commands`` entry point (``hw_runtime/cli.py``).
+from the ``subgpu.commands`` entry point (``hw_runtime/commands/``).
 
 Every bad input ends with a one-line ``error: ...`` on stderr and exit code 2, no traceback; a
 closed stdout (``subgpu ... | head``) ends quietly with exit code 141.

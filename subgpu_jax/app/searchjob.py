@@ -17,8 +17,9 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
+from subgpu_jax.model.deployment import RECORD_OPTIONS
 from subgpu_jax.model.generation import generation_steps, search_step
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
@@ -43,8 +44,7 @@ __all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_K
            "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
-DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance",
-                  "output_len", "dispatch", "gpu_memory_utilization")
+DEPLOY_OPTIONS = RECORD_OPTIONS
 
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
@@ -334,7 +334,6 @@ class PointScorer:
         ds = search_step(d)  # the step the search scored (a generation's middle step)
         p = self.problem(ds)
         g1 = p.workload.graph(1)
-        starts = [i for i in range(1, g1.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
         # the search scores the main region; records time the whole step (score/step.py), or the
         # mean step of a whole generation
         region_us = makespan
@@ -342,15 +341,9 @@ class PointScorer:
         makespan = gen.pop("makespan_us")
         t_cfg1 = temporal_config(g1.n, self.hw, p.workload.batch)
         t_temp = self.generation_makespan(d, t_cfg1, self.temporal_makespan(ds))["makespan_us"]
-        rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
-               "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
-               "global_batch": d.global_batch, "kv_history": d.kv_history,
-               **{f: getattr(d, f) for f in DEPLOY_OPTIONS},
-               "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
-               "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
-               "policy": cfg.policy, "streams_per_stage": cfg.streams_per_stage,
-               "cuts": "|".join(g1.kernels[i].name for i in starts),
-               "sms": "|".join(str(a) for a in cfg.alloc),
+        rec = {"model": self.arch.name, "hardware": self.hw.name, **d.to_record(),
+               "mode": "temporal" if cfg.D == 1 else "subgpu",
+               **cfg.to_record(g1, p.workload.m_of(cfg)),
                **throughput_record(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
                "region_makespan_us": region_us, "rest_of_step_us": makespan - region_us,
@@ -388,32 +381,6 @@ class PointScorer:
                     for r in res.records]
         finally:
             self.forget_point(pt)
-
-
-def record_deployment(rec: Mapping) -> Deployment:
-    """The ``Deployment`` of a search record (its GPU count, TP/DP/EP, batch, KV history and
-    the ``DEPLOY_OPTIONS`` it holds)."""
-    return Deployment(num_gpus=int(rec["num_gpus"]), attn_tp=int(rec["attn_tp"]),
-                      attn_dp=int(rec["attn_dp"]), moe_ep=int(rec["moe_ep"]),
-                      global_batch=int(rec["global_batch"]), kv_history=int(rec["kv_history"]),
-                      **{f: rec[f] for f in DEPLOY_OPTIONS if f in rec})
-
-
-def record_config(rec: Mapping, g1) -> Config:
-    """The ``Config`` of a SubGPU search record on ``g1`` (the workload's 1-microbatch graph:
-    the record names its cuts by kernel name, ``"|"``-separated, and its SMs as ``"64|64"``).
-
-    Raises:
-        KeyError/ValueError: a record that is not a SubGPU record of this graph.
-    """
-    from subgpu_jax.space.config import chain_cut
-
-    names = rec["cuts"].split("|") if rec["cuts"] else []
-    seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
-    return Config(D=int(rec["D"]), w=int(rec["w"]), seg_of=seg,
-                  alloc=tuple(int(x) for x in str(rec["sms"]).split("|")),
-                  microbatch=int(rec["microbatch"]), policy=rec["policy"],
-                  streams_per_stage=int(rec.get("streams_per_stage", 1) or 1))
 
 
 def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
@@ -473,8 +440,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                 top[k] = r
         entries = []
         for k in sorted(top):
-            dep = search_step(record_deployment(top[k]))  # a generation's searched step
-            entries.append((top[k], dep, record_config(top[k],
+            dep = search_step(Deployment.from_record(top[k]))  # a generation's searched step
+            entries.append((top[k], dep, Config.from_record(top[k],
                                                        scorer.problem(dep).workload.graph(1))))
         summary["verdicts"] = batch_verdicts(entries, scorer.arch, scorer.hw, scorer.model,
                                              scorer.cache, scorer.calibration is not None)
@@ -486,10 +453,10 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
-        dep = search_step(record_deployment(best))  # the step the search scored
+        dep = search_step(Deployment.from_record(best))  # the step the search scored
         p = scorer.problem(dep)
         g1 = p.workload.graph(1)
-        cfg = record_config(best, g1)
+        cfg = Config.from_record(best, g1)
         r = scorer.event.time(p.workload.graph(best["microbatches"]), cfg).result
         sp = best["speedup_vs_temporal"]
         word = "best SubGPU" if sp > 1 else "least slow SubGPU (loses to temporal)"

@@ -389,7 +389,7 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
     import argparse
     import json
 
-    from hw_runtime.cli import prepare_run, run_report
+    from hw_runtime.commands.run import prepare_run, run_report
     from hw_runtime.gpu.executor import Measurement
     from subgpu_jax.space.config import temporal_of
 

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from hw_runtime.cli import prepare_run, run_report
+from hw_runtime.commands.run import prepare_run, run_report
 from hw_runtime.gpu.executor import Measurement
 from hw_runtime.plan import FakeStreamBackend, build_launch_plan, issue_plan
 from hw_runtime.timeline import MappingError, map_activities, stage_busy
@@ -207,7 +207,7 @@ def test_top_records_per_batch_and_refusal(tmp_path):
     """``--from-search DIR --top K``: per batch the temporal record then the K shortest
     predicted SubGPU records; a search made for another GPU is refused with the command that
     makes one for this GPU; records come from the search's verified records.csv."""
-    from hw_runtime.cli import search_records, top_records
+    from hw_runtime.commands.records import search_records, top_records
 
     recs = [{"mode": "temporal", "global_batch": 512, "makespan_us": 100.0, "hardware": "H200"}]
     recs += [{"mode": "subgpu", "global_batch": 512, "makespan_us": t, "hardware": "H200"}
@@ -232,7 +232,7 @@ def test_top_records_per_batch_and_refusal(tmp_path):
 
 def test_measured_frontier_plot(tmp_path):
     """The frontier figure is written (temporal and SubGPU, predicted and measured)."""
-    from hw_runtime.cli import plot_measured_frontier
+    from hw_runtime.commands.top import plot_measured_frontier
 
     rows = []
     for mode, t in (("temporal", 100.0), ("subgpu", 90.0)):
@@ -277,7 +277,7 @@ def test_record_options_carry_the_records_streams_and_input_length():
     """``--from-search --top`` measures each record as searched: its streams per stage and input
     length (it used to run every record with one stream per stage)."""
     import argparse
-    from hw_runtime.cli import record_options
+    from hw_runtime.commands.records import record_options
 
     a = argparse.Namespace(policy="wavefront", input_len=32768, streams_per_stage=1,
                            from_search="x", top=2)
@@ -330,7 +330,7 @@ def test_calibration_mismatch_is_reported(capsys):
     the report and warned about; one without the fields counts as stock GEMMs and PyTorch
     chains (what every calibration before them used)."""
     import types
-    from hw_runtime.cli import calibration_mismatch
+    from hw_runtime.commands.run import calibration_mismatch
     assert calibration_mismatch(None, "tuned", "triton") == []
     old = types.SimpleNamespace(meta={})
     assert calibration_mismatch(old, "stock", "torch") == []
@@ -365,7 +365,7 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
 def test_multistream_run_is_predicted_as_multistream(tmp_path):
     """``--mode multistream``: the prediction is the simulator's multistream mode, not the
     green-context split (the two differ on this configuration)."""
-    from hw_runtime.cli import repredict
+    from hw_runtime.commands.run import repredict
 
     a = _args(tmp_path, trace=None, no_check=True, mode="multistream")
     wl, cfg, dep, model, hw_sim, m = prepare_run(a)

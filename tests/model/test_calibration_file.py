@@ -241,7 +241,7 @@ def test_cli_run_and_calibrate_refuse_without_gpu(tmp_path, capsys):
 
 
 def test_from_search_record(tmp_path, capsys):
-    from hw_runtime.cli import config_from_search
+    from hw_runtime.commands.run import config_from_search
     rec = {"D": 2, "w": 1, "microbatch": 256, "sms": "64|64", "cuts": "L1.attn|L1.o_proj",
            "num_gpus": 32, "attn_tp": 8, "attn_dp": 4, "moe_ep": 32, "global_batch": 2048,
            "kv_history": 32768, "hardware": "H200", "policy": "wavefront"}
