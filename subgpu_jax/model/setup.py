@@ -14,11 +14,33 @@ entry point takes its GPU, duration model, calibration and cache default from on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+import numpy as np
+
+from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 
-__all__ = ["GpuSetup"]
+__all__ = ["GpuSetup", "DurationModel"]
+
+
+@runtime_checkable
+class DurationModel(Protocol):
+    """Kernel durations alone on an SM pool: what the max-plus scorers (``score.evaluator``),
+    the search's problems and the static timer read. ``graph.StaticDurationModel`` (analytical)
+    and ``calibration.CalibratedDurationModel`` (measured) implement it."""
+
+    def table(self, graph: OpGraph, max_sms: int | None = None) -> np.ndarray:
+        """float64 (graph.n, N+1) µs: column p = each kernel's time alone on p SMs (column 0
+        holds the time on 1 SM); N = ``max_sms``, default the GPU's SMs.
+
+        Raises:
+            ValueError: a kernel the model cannot time (bad work, not measured)."""
+        ...
+
+    def kernel_time_us(self, k: Kernel, sms) -> np.ndarray:
+        """Time (µs) of ``k`` alone on ``sms`` SMs (array-like >= 1), shaped as ``sms``."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -28,15 +50,14 @@ class GpuSetup:
     Attributes:
         hw: the GPU (with a calibration: its measured bandwidth curve and copy peak).
         calibration: the ``Calibration`` (carried into the contention model), or None.
-        duration_model: the kernel-duration model of the max-plus scorers (``table(graph)`` ->
-            (n, N+1) µs; ``kernel_time_us(k, sms)``), or None for the analytical
-            ``graph.StaticDurationModel(hw)``.
+        duration_model: the ``DurationModel`` of the max-plus scorers, or None for the
+            analytical ``graph.StaticDurationModel(hw)``.
         cache: the event simulator's default L2 policy (``"none"`` calibrated, else ``"lru"``).
     """
 
     hw: Hardware
     calibration: Any = None
-    duration_model: Any = None
+    duration_model: DurationModel | None = None
     cache: str = "lru"
 
     @classmethod

@@ -23,7 +23,7 @@ import numpy as np
 
 from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.model.setup import GpuSetup
+from subgpu_jax.model.setup import DurationModel, GpuSetup
 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import check_sm_mode, simulate, simulate_streams
@@ -131,7 +131,7 @@ class StaticTimer:
 
     name = "static"
 
-    def __init__(self, hw: Hardware, duration_model=None) -> None:
+    def __init__(self, hw: Hardware, duration_model: DurationModel | None = None) -> None:
         self.hw, self.duration_model = hw, duration_model
 
     @classmethod

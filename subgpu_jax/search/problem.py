@@ -18,14 +18,13 @@ from subgpu_jax.model.graph import StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
-from subgpu_jax.score import evaluator as _evmod
-from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
 from subgpu_jax.score.timer import EventTimer, Timer
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
 __all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "TimerExact",
-           "MemoScorer"]
+           "MemoScorer", "memoised"]
 
 
 class Problem:
@@ -34,8 +33,8 @@ class Problem:
     Args:
         workload: the graphs per microbatch count.
         hw: the GPU.
-        duration_model: object with ``table(graph) -> (n, N+1)`` µs (default
-            ``StaticDurationModel(hw)``).
+        duration_model: a ``model.setup.DurationModel`` (``table(graph) -> (n, N+1)`` µs;
+            default ``StaticDurationModel(hw)``).
         streams_per_stage: k streams per stage of every configuration it names (its task DAG
             and cheap estimator; docs/method.md, "Streams per stage"). Default 1.
         evaluator_cache_mib: bound (MiB) of the cache of cheap estimators (``evaluator``): the
@@ -118,7 +117,7 @@ class Problem:
 
     def temporal(self) -> float:
         """Temporal baseline makespan (µs): D = 1, one full-batch microbatch, all SMs."""
-        return _evmod.temporal_makespan(self.workload.graph(1), self.hw, table=self.table(1))
+        return temporal_makespan(self.workload.graph(1), self.hw, table=self.table(1))
 
 
 class EvaluatorExact:
@@ -223,7 +222,7 @@ class EventSimExact(TimerExact):
         self.model, self.cache = self.timer.model, self.timer.cache
 
 
-def _memo(exact: Callable[[Config], float] | None) -> MemoScorer:
+def memoised(exact: Callable[[Config], float] | None) -> MemoScorer:
     """``exact`` memoised (itself when it is a ``MemoScorer``).
 
     Raises:

@@ -332,10 +332,13 @@ def test_bind_carries_everything_a_calibration_changes(cal):
     ``apply_to_hardware``), the calibrated duration table on it, the calibration itself (for the
     contention model) and the L2 policy ``none``; the timers made from it use each of them.
     Oracle: the hand-made values the entry points assembled before."""
-    from subgpu_jax.model.setup import GpuSetup
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.model.setup import DurationModel, GpuSetup
     from subgpu_jax.score.timer import EventTimer, StaticTimer, timer_for
 
     s = cal.bind(H200)
+    assert isinstance(s.duration_model, DurationModel)
+    assert isinstance(StaticDurationModel(H200), DurationModel)
     assert s.hw == cal.apply_to_hardware(H200) and s.calibration is cal and s.calibrated
     assert s.cache == "none" and s.cache_policy() == "none" and s.cache_policy("lru") == "lru"
     g = _wl().graph(2)
