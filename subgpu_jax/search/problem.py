@@ -1,7 +1,8 @@
 """A search problem (workload on one GPU, cached duration tables and evaluators) and its exact
-scorers f (docs/method.md §4): ``TimerExact`` (any ``score.timer.Timer``), ``EventSimExact``
-(the event simulator's timer, the scorer the method means), ``EvaluatorExact`` (the cheap estimator's own hard makespan, for studies of the search
-under that model) and ``MemoScorer`` (memoisation and call counting).
+scorers f (docs/method.md §4), each a ``TimerExact`` over a ``score.timer.Timer``:
+``EventSimExact`` (the event simulator's timer, the scorer the method means),
+``EvaluatorExact`` (``EstimatorTimer``: the cheap estimator's own hard makespan, for studies of
+the search under that model); and ``MemoScorer`` (memoisation and call counting).
 
 An exact scorer is any callable ``exact(cfg: Config) -> makespan (µs)``; the searches take it as a
 required argument and never fall back to the estimator."""
@@ -19,12 +20,12 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
-from subgpu_jax.score.timer import EventTimer, Timer
+from subgpu_jax.score.timer import EventTimer, StaticTimer, Timer, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
 __all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "TimerExact",
-           "MemoScorer", "memoised"]
+           "EstimatorTimer", "MemoScorer", "memoised"]
 
 
 class Problem:
@@ -120,30 +121,6 @@ class Problem:
         return temporal_makespan(self.workload.graph(1), self.hw, table=self.table(1))
 
 
-class EvaluatorExact:
-    """Exact scorer under the cheap estimator's model: the vectorised evaluator's hard makespan
-    of a ``Config`` (µs, isolated static kernel durations, no contention). With it, Algorithm 1
-    optimises the estimator's model, not the simulator's; pass it explicitly for such studies.
-
-    Args:
-        problem: supplies graphs and cached evaluators.
-
-    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
-    ``Config.check``).
-    """
-
-    def __init__(self, problem: Problem) -> None:
-        self.problem = problem
-
-    def __call__(self, cfg: Config) -> float:
-        pb = self.problem
-        m = pb.workload.m_of(cfg)
-        g = pb.workload.graph(m)
-        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
-        ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, m, cfg.policy)
-        return float(ev.makespan(np.asarray([cfg.alloc]))[0])
-
-
 class MemoScorer:
     """Memoises an exact scorer by ``Config`` and counts its distinct calls.
 
@@ -199,6 +176,49 @@ class TimerExact:
         g = pb.workload.graph(m)
         cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
         return self.timer.time(g, cfg, record=False, validate=False).makespan_us
+
+
+class EstimatorTimer:
+    """The problem's cheap estimator as a ``score.timer.Timer``: the vectorised evaluator's hard
+    makespan (µs) of a configuration of the problem's graphs, from the problem's cached
+    estimators (``Problem.evaluator``).
+
+    Args:
+        problem: the graphs (``graph`` passed to ``time`` must be one of them, for the
+            configuration's microbatch count) and the estimators.
+    """
+
+    name = "static"
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem, self.hw = problem, problem.hw
+
+    def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
+        pb = self.problem
+        if validate:
+            cfg.check(graph.n, graph.edges, pb.hw, pb.workload.batch)
+        ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, pb.workload.m_of(cfg), cfg.policy)
+        return Timing(float(ev.makespan(np.asarray([cfg.alloc]))[0]))
+
+    def head_us(self, kernels) -> float:
+        return StaticTimer(self.hw).head_us(kernels)
+
+
+class EvaluatorExact(TimerExact):
+    """Exact scorer under the cheap estimator's model: ``TimerExact`` with ``EstimatorTimer``
+    (the vectorised evaluator's hard makespan of a ``Config``, µs, isolated static kernel
+    durations, no contention). With it, Algorithm 1 optimises the estimator's model, not the
+    simulator's; pass it explicitly for such studies.
+
+    Args:
+        problem: supplies graphs and cached evaluators.
+
+    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
+    ``Config.check``).
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem, EstimatorTimer(problem))
 
 
 class EventSimExact(TimerExact):
