@@ -116,10 +116,17 @@ def _predict(sub, mode: str) -> dict:
 
 
 def _entry(name: str, kind: str, sub, mode: str) -> dict:
-    cuts = sub.cuts.split(",") if sub.cuts else []
+    from subgpu_jax.app.options import record_config_options
+
+    if getattr(sub, "record", None) is not None:  # a search record's configuration
+        o = record_config_options(sub.record)
+        cuts_s, sms_s, mb, reuse = o["cuts"], o["sms"], o["microbatch"], o["reuse"]
+    else:
+        cuts_s, sms_s, mb, reuse = sub.cuts, sub.sms, sub.microbatch, sub.reuse
+    cuts = cuts_s.split(",") if cuts_s else []
     return {"name": name, "kind": kind, "mode": mode, "cuts": cuts,
-            "sms": [int(x) for x in sub.sms.split(",")] if sub.sms else None,
-            "microbatch": sub.microbatch, "reuse": sub.reuse,
+            "sms": [int(x) for x in sms_s.split(",")] if sms_s else None,
+            "microbatch": mb, "reuse": reuse,
             "streams_per_stage": int(sub.streams_per_stage), "policy": sub.policy,
             "predicted_us": _predict(sub, mode)}
 

@@ -70,15 +70,22 @@ def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[di
 
 def record_options(a, r: dict):
     """The ``subgpu run`` options of one search record ``r`` (a ``records.csv`` row): ``a``'s
-    options with the record's deployment (GPUs, TP/DP/EP, batch, KV history, input length) and
-    configuration (cuts, SMs, microbatch, reuse, policy, streams per stage) in place.
+    options with the record's deployment (GPUs, TP/DP/EP, batch, KV history, input length,
+    decoded by ``Deployment.from_record``) in place, and the record itself as ``record``: a
+    SubGPU record's configuration is decoded once, by ``Config.from_record`` in
+    ``run.prepare_run`` (the configuration options ``cuts``, ``sms``, ``microbatch``, ``reuse``
+    are None then; ``streams_per_stage`` is the record's, which the executor reads). A temporal
+    record runs the temporal baseline (``record`` None, its microbatch and policy kept).
 
     Returns:
         an ``argparse.Namespace`` for ``prepare_run``.
+
+    Raises:
+        KeyError: a record without the deployment fields. ValueError: fields that are not
+            integers, or an infeasible deployment.
     """
     import argparse as _ap
 
-    from subgpu_jax.app.options import record_config_options
     from subgpu_jax.model.deployment import Deployment
 
     sub = _ap.Namespace(**vars(a))
@@ -88,9 +95,12 @@ def record_options(a, r: dict):
     sub.batch, sub.kv_history = d.global_batch, d.kv_history
     if r.get("input_len") not in (None, ""):
         sub.input_len = int(r["input_len"])
-    vars(sub).update(record_config_options(r))
-    if not r.get("policy"):
-        sub.policy = a.policy
+    sub.policy = r.get("policy") or a.policy
     if r["mode"] == "temporal":
+        sub.record, sub.microbatch = None, int(r["microbatch"])
         sub.cuts, sub.sms, sub.reuse, sub.streams_per_stage = None, None, None, 1
+    else:
+        sub.record = dict(r)
+        sub.cuts = sub.sms = sub.microbatch = sub.reuse = None
+        sub.streams_per_stage = int(r.get("streams_per_stage") or 1)
     return sub

@@ -18,7 +18,8 @@ from hw_runtime.commands.common import ep_of, gpu_check, json_safe
 from hw_runtime.commands.records import record_options
 from hw_runtime.gpu.kernels import spin_of
 
-__all__ = ["config_from_search", "check_search_matches", "prepare_run", "run_report",
+__all__ = ["config_from_search", "check_search_matches", "prepare_run", "options_config",
+           "record_config", "run_report",
            "calibration_mismatch", "timeline_report", "repredict", "run_one", "label_run",
            "print_run"]
 
@@ -83,6 +84,43 @@ def check_search_matches(a, best: dict) -> None:
                          "config.json)")
 
 
+def options_config(a, wl):
+    """The ``Config`` of ``subgpu run``'s configuration options (``--cuts``, ``--sms``,
+    ``--microbatch``, ``--reuse``, ``--policy``, ``--streams-per-stage``) on ``wl``.
+
+    Raises:
+        ValueError: bad options (one line naming the option)."""
+    from subgpu_jax.app.options import int_list, str_list
+
+    cuts = str_list(a.cuts, "cuts") if a.cuts is not None else None
+    sms = int_list(a.sms, "sms", unique=False) if a.sms else None
+    cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)  # ValueError
+    k = int(a.streams_per_stage)
+    if k != 1:
+        import dataclasses
+        cfg = dataclasses.replace(cfg, streams_per_stage=k)
+    return cfg
+
+
+def record_config(rec, wl):
+    """The ``Config`` of a SubGPU search record on ``wl`` (``Config.from_record``), checked.
+
+    Raises:
+        ValueError: a record that names no kernel of ``wl``'s region, lacks a field, or is not
+            feasible on its GPU and batch (one line)."""
+    from subgpu_jax.space.config import Config
+
+    g1 = wl.graph(1)
+    try:
+        cfg = Config.from_record(rec, g1)
+    except KeyError as e:
+        raise ValueError(f"--from-search: the record lacks {e}") from None
+    except ValueError as e:
+        raise ValueError(f"--from-search: the record's configuration: {e}") from None
+    cfg.check(g1.n, g1.edges, wl.hw, wl.batch)
+    return cfg
+
+
 def prepare_run(a):
     """The CPU part of ``subgpu run``: the workload, the Config, the predicting model.
 
@@ -115,17 +153,11 @@ def prepare_run(a):
     wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
                           *given_tp_ep(a))
     hw = wl.hw
-    from subgpu_jax.app.options import int_list as _int_list, str_list as _str_list
-    cuts = _str_list(a.cuts, "cuts") if a.cuts is not None else None
-    sms = _int_list(a.sms, "sms", unique=False) if a.sms else None
-    cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)  # ValueError
-    k = int(a.streams_per_stage)
-    if k != 1:
-        import dataclasses
-        if not hasattr(cfg, "streams_per_stage"):
-            raise ValueError("--streams-per-stage: this build's simulator has no streams per "
-                             "stage; use 1")
-        cfg = dataclasses.replace(cfg, streams_per_stage=k)
+    rec = getattr(a, "record", None)
+    if rec is not None:  # a search record (--from-search): its configuration, one decoding
+        cfg = record_config(rec, wl)
+    else:
+        cfg = options_config(a, wl)
     m = wl.microbatches_of(cfg.microbatch)
     from subgpu_jax.model.setup import GpuSetup
 
