@@ -30,17 +30,17 @@ from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.cuts import CUT_STRATEGIES
 from subgpu_jax.search.pairwise import allocate_pairwise
-from subgpu_jax.search.problem import ContentionProblem, Problem
+from subgpu_jax.search.problem import ContentionProblem, EvaluatorExact, Problem, TimerExact
 from subgpu_jax.search.relax import relax_and_polish
 from subgpu_jax.score.step import time_step
-from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, timer_for
+from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, Timing, timer_for
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_KINDS",
-           "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
+__all__ = ["PointScorer", "RecordingTimer", "run_search", "write_outputs", "EXACT_KINDS",
+           "CHEAP_KINDS", "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
            "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
@@ -146,6 +146,29 @@ def _trim_heap() -> None:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
+
+
+class RecordingTimer:
+    """The search job's event timer (a ``score.timer.Timer``): ``PointScorer.event``'s timing of
+    a configuration of one deployment, whose per-category times and L2 hit rate the scorer keeps
+    for the record (a record never re-runs the simulation that scored it); Ctrl-C is honoured
+    around each simulation.
+
+    Args:
+        scorer: the ``PointScorer``. dep: the deployment whose graphs are timed.
+    """
+
+    name = "event"
+
+    def __init__(self, scorer: "PointScorer", dep: Deployment) -> None:
+        self.scorer, self.dep, self.hw = scorer, dep, scorer.hw
+
+    def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
+        r = self.scorer.simulate(self.dep, cfg)
+        return Timing(float(r.makespan), dict(r.category_time), r)
+
+    def head_us(self, kernels) -> float:
+        return self.scorer.event.head_us(kernels)
 
 
 class PointScorer:
@@ -257,11 +280,15 @@ class PointScorer:
             del self._temporal[k]
         _trim_heap()
 
-    def _simulate(self, dep: Deployment, cfg: Config):
-        """Event-simulate ``cfg``; keeps its per-category times and L2 hit rate for ``_record``
-        so that a record never re-runs the simulation that scored it. Ctrl-C is honoured before
-        and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the compilations of the
-        exact polish."""
+    def simulate(self, dep: Deployment, cfg: Config):
+        """Event-simulate ``cfg`` (the graph of ``dep`` for its microbatch count; not validated:
+        the search's configurations are); keeps its per-category times and L2 hit rate for
+        ``_record`` so that a record never re-runs the simulation that scored it. Ctrl-C is
+        honoured before and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the
+        compilations of the exact polish.
+
+        Returns:
+            the ``SimResult``."""
         from subgpu_jax.app.interrupt import check
 
         check()
@@ -273,15 +300,16 @@ class PointScorer:
         check()
         return r
 
-    def exact(self, dep: Deployment, streams_per_stage: int = 1):
-        """Exact scorer Config -> makespan µs for this deployment (k streams per stage)."""
+    def exact(self, dep: Deployment, streams_per_stage: int = 1) -> TimerExact:
+        """Exact scorer Config -> makespan µs for this deployment (k streams per stage): a
+        ``search.problem.TimerExact`` over ``RecordingTimer`` (the event simulator, each
+        simulation kept for the records) or over the static estimator (``EvaluatorExact``)."""
+        p = self.problem(dep, streams_per_stage)
         if self.exact_kind == "static":
-            from subgpu_jax.search.problem import EvaluatorExact
-            p = self.problem(dep, streams_per_stage)
             if isinstance(p, ContentionProblem):  # the exact static scorer stays static
                 p = Problem(p.workload, p.hw, p.model, streams_per_stage=p.streams_per_stage)
             return EvaluatorExact(p)
-        return lambda cfg: float(self._simulate(dep, cfg).makespan)
+        return TimerExact(p, RecordingTimer(self, dep))
 
     def temporal_makespan(self, dep: Deployment) -> float:
         """Temporal baseline (µs) of a deployment under the exact scorer (cached)."""
@@ -353,7 +381,7 @@ class PointScorer:
         rec.update(extra)
         if self.exact_kind == "event":
             if (ds, cfg) not in self._sim_summary:
-                self._simulate(ds, cfg)
+                self.simulate(ds, cfg)
             cats, hit = self._sim_summary[(ds, cfg)]
             for c in CATEGORIES:
                 rec[f"cat_{c}_us"] = cats[c]
