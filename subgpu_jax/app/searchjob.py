@@ -40,7 +40,8 @@ from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "RecordingTimer", "run_search", "write_outputs", "EXACT_KINDS",
-           "CHEAP_KINDS", "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
+           "CHEAP_KINDS", "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES",
+           "CutStrategy",
            "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.

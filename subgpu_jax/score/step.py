@@ -5,8 +5,8 @@ Qwen3-MoE with ``mlp_only_layers``) has several region graphs (``model.graph.bui
 A configuration is chosen for the model's main region (the kind with the most layers: the one
 ``subgpu simulate --cuts`` names and ``subgpu search`` cuts); every other region kind runs with
 the same stages, SM pools, microbatches and policy, and its cut carried over kernel by kernel
-(``space.mapcut.map_cut``: each segment starts at the first kernel of the same place in the layer, e.g. a cut
-before the MoE ``router`` starts before the dense ``mlp_up``). Runs execute one after the other
+(``space.mapcut.map_cut``: each segment starts at the first kernel of the same place in the
+layer, e.g. a cut before the MoE ``router`` starts before the dense ``mlp_up``). Runs execute one after the other
 (the pipeline drains between runs of different kinds), then the head kernels (final norm, LM
 head, sampling, embedding lookup) run once for the whole per-GPU batch on the whole GPU. So
 

@@ -64,8 +64,8 @@ from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
-from subgpu_jax.score.vcbatch import (interp_weights, vcb_batch, vcb_batch_impl, cell_table,
-                                     check_integrals, grid_spec)
+from subgpu_jax.score.vcbatch import (cell_table, check_integrals, grid_spec, interp_weights,
+                                     vcb_batch, vcb_batch_impl)
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
