@@ -107,7 +107,7 @@ def _previous_makespan(tabs, arrs, mask, alloc, iters, damping):
     import jax.numpy as jnp
 
     from subgpu_jax.score.evaluator import completion_times
-    from subgpu_jax.score.vcontention import _bilinear_rows, _interp_weights
+    from subgpu_jax.score.vcontention import bilinear_rows, interp_weights
 
     K = tabs.tau.shape[0]
     p_seg = alloc[tabs.seg_stage]
@@ -128,9 +128,9 @@ def _previous_makespan(tabs, arrs, mask, alloc, iters, damping):
         tsafe = jnp.maximum(tau, 1e-9)
         f = jnp.clip(busy_o / tsafe, 0.0, 1.0)
         fb = jnp.maximum(f * tsafe, 1e-9)
-        ic, fc = _interp_weights(tabs.conc_grid, conc_o / fb)
-        ip, fp = _interp_weights(tabs.power_grid, power_o / fb)
-        v4 = _bilinear_rows(rows, r0, NP, ic, fc, ip, fp)
+        ic, fc = interp_weights(tabs.conc_grid, conc_o / fb)
+        ip, fp = interp_weights(tabs.power_grid, power_o / fb)
+        v4 = bilinear_rows(rows, r0, NP, ic, fc, ip, fp)
         tb = jnp.maximum(v4[0], 1e-9)
         new = jnp.where(valid, 1.0 / ((1.0 - f) / safe_iso + f / tb), 0.0)
         new_vals = new[None] * ((1.0 - f)[None] * iso / safe_iso[None]

@@ -48,8 +48,8 @@ WORKLOADS = {
 
 
 def _workload(name: str):
-    """(graph builder m -> OpGraph, hardware, ContentionModel, per-GPU batch R, calibrated pool
-    range (lo, hi) SMs) of a ``WORKLOADS`` entry."""
+    """(graph builder m -> OpGraph, the ``GpuSetup`` of ``Calibration.bind``, ContentionModel,
+    per-GPU batch R, calibrated pool range (lo, hi) SMs) of a ``WORKLOADS`` entry."""
     import numpy as np
 
     from subgpu_jax import get_hardware, get_model
@@ -66,11 +66,11 @@ def _workload(name: str):
     arch = get_model(model)
     if arch.is_moe:   # the experts' datatype the calibration was measured with (bf16 on Hopper)
         arch = dataclasses.replace(arch, expert_dtype=cal.expert_dtype)
-    hw = cal.apply_to_hardware(get_hardware("H200"))
+    setup = cal.bind(get_hardware("H200"))
     wl = Workload.from_model(arch, dep)
     pools = np.concatenate([np.asarray(t[0], float) for t in cal.tables.values()])
-    return wl.graph, hw, ContentionModel(calibration=cal), dep.requests_per_gpu, (
-        max(16, int(pools.min())), int(pools.max()))
+    return wl.graph, setup, ContentionModel(calibration=setup.calibration), \
+        dep.requests_per_gpu, (max(16, int(pools.min())), int(pools.max()))
 
 
 def run(n: int, seed: int) -> dict:
@@ -86,7 +86,8 @@ def run(n: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     out = {}
     for name in WORKLOADS:
-        graph_of, hw, model, R, (lo, hi) = _workload(name)
+        graph_of, setup, model, R, (lo, hi) = _workload(name)
+        hw, cache = setup.hw, setup.cache  # the calibrated GPU and L2 policy ("none")
         graphs, rows = {}, []
 
         def draw():
@@ -104,11 +105,11 @@ def run(n: int, seed: int) -> dict:
         def both(g, D, w, m, k, seg, allocs):
             cfg0 = Config(D=D, w=w, seg_of=tuple(seg), alloc=tuple(int(a) for a in allocs[0]),
                           microbatch=R // m, streams_per_stage=k)
-            ev = VContentionEvaluator.for_config(g, cfg0, hw, model=model, cache="none")
+            ev = VContentionEvaluator.for_config(g, cfg0, hw, model=model, cache=cache)
             vc = ev.makespan(np.asarray(allocs))
             es = [float(simulate(g, Config(D=D, w=w, seg_of=tuple(seg),
                                            alloc=tuple(int(x) for x in a), microbatch=R // m,
-                                           streams_per_stage=k), hw, model, "none").makespan)
+                                           streams_per_stage=k), hw, model, cache).makespan)
                   for a in allocs]
             return np.asarray(vc, float), np.asarray(es)
 

@@ -194,7 +194,7 @@ def orig_check_instrumented(torch, ex, cfg, mode):
     ex.issue(plan, [ref_stream], single_stream=True)
     t.cuda.synchronize()
     ref = _state(t, wl, m)
-    streams, part = ex._streams(cfg, mode)
+    streams, part = ex.stage_streams(cfg, mode)
     try:
         g, nodes, _ = ex.capture(plan, streams)
         warm = _state(t, wl, m)
@@ -333,8 +333,8 @@ def run_config(torch, ex, cfg, mode, rec, a, issue_plan):
                 j = torch.cuda.Event()
                 j.record(s)
                 s0.wait_event(j)
-        from hw_runtime.gpu.executor import _graph_nodes
-        nodes = _graph_nodes(g)
+        from hw_runtime.gpu.workload import graph_nodes
+        nodes = graph_nodes(g)
         g.instantiate()
         torch.cuda.synchronize()
         return g, nodes
@@ -354,7 +354,7 @@ def run_config(torch, ex, cfg, mode, rec, a, issue_plan):
     ex.issue(plan, [plain], single_stream=True)
     V["seq_plain_again"] = compare(snap([plain]), ref)
 
-    streams, part = ex._streams(cfg, mode)
+    streams, part = ex.stage_streams(cfg, mode)
     rec["nodes"] = {}
     try:
         # ---- numerical: sequential on each pool's stream

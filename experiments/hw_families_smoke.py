@@ -16,7 +16,7 @@ stage), as ``subgpu simulate`` predicts it. The configs are written under ``$OUT
 
 Usage (GPU): ``PYTHONPATH=. python experiments/hw_families_smoke.py`` -> ``$OUT/hw_families_smoke.json``
 (``--out DIR`` overrides ``$OUT``). ``--dry-run`` (CPU, no torch needed): only the CPU half of
-``subgpu run`` (``hw_runtime.cli.prepare_run``) and the whole-step launch plans, to check the
+``subgpu run`` (``hw_runtime.commands.run.prepare_run``) and the whole-step launch plans, to check the
 options before spending device time.
 """
 
@@ -72,7 +72,8 @@ def write_config(name: str, out_dir: str) -> str:
 
 def dry_run(name: str, path: str) -> dict:
     """The CPU half: ``prepare_run`` and the whole-step plans (temporal and the configuration)."""
-    from hw_runtime.cli import add_commands, prepare_run
+    from hw_runtime.commands import add_commands
+    from hw_runtime.commands.run import prepare_run
     from hw_runtime.plan import build_step_plan
     from subgpu_jax.model.graph import build_forward
     from subgpu_jax.space.config import temporal_of

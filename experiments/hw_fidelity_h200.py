@@ -526,7 +526,7 @@ def analyze_phase(args) -> int:
                              "never used in the fit", "workloads": {}, "rows": []}
     # ---- fit sigma, delta on the co-run matrix
     wl_ref = sim_workload(ref)
-    hw_ref = cals[ref].apply_to_hardware(hw0)
+    hw_ref = cals[ref].bind(hw0).hw
     kern = pair_kernels(matrix, wl_ref.graph(2), synthetic_kernels())
     fit = fit_corun(matrix, kern, hw_ref,
                     lambda **p: ContentionModel(calibration=cals[ref], **p), log=print)
@@ -548,8 +548,9 @@ def analyze_phase(args) -> int:
             continue
         wl = sim_workload(w)
         cal = cals[w]
-        hw_c = cal.apply_to_hardware(hw0)
-        mcal = ContentionModel(calibration=cal, **params)
+        setup = cal.bind(hw0)
+        hw_c = setup.hw
+        mcal = ContentionModel(calibration=setup.calibration, **params)
         rows = []
         for d in val["rows"]:
             if "measured" not in d:
@@ -566,7 +567,8 @@ def analyze_phase(args) -> int:
                 # the measured kernel times embed the L2 behaviour of the real run (activation
                 # buffers reused, weights cold), so the calibrated model runs with the L2
                 # residency model off (adding it would count those hits twice)
-                pc = simulate(g, cfg, hw_c, mcal, cache="none", record=False, validate=False)
+                pc = simulate(g, cfg, hw_c, mcal, cache=setup.cache, record=False,
+                              validate=False)
                 pu = simulate(g, cfg, hw0, ContentionModel(), record=False, validate=False)
                 r.update(predicted_us=float(pc.makespan),
                          predicted_uncalibrated_us=float(pu.makespan), note=note,

@@ -58,14 +58,16 @@ def main() -> int:
         params = json.load(fh)["fit"]["params"]
     cal = F.build_calibration(a.workload, fits[a.workload],
                               fits["gptoss120b_ref_g2048"]["bw_curve"])
-    hw = cal.apply_to_hardware(get_hardware("H200"))
+    setup = cal.bind(get_hardware("H200"))
+    hw = setup.hw
     wl = F.sim_workload(a.workload)
     d = cands[a.config]
     g, cfg, _ = F._cfg_sim(wl, d, hw)
     k = int(d["streams_per_stage"])
     plan = build_launch_plan(g, cfg, wl.batch, k)
     meas = map_activities(plan, raw["activities"], raw["op_activities"], k)
-    sim = simulate(g, cfg, hw, ContentionModel(calibration=cal, **params), cache="none")
+    sim = simulate(g, cfg, hw, ContentionModel(calibration=setup.calibration, **params),
+                   cache=setup.cache)
     simv = sim_intervals(sim)
     path = a.out + ".json"
     write_trace(path, [("measured (GPU, one graph replay)", meas, g),

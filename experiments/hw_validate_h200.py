@@ -162,7 +162,8 @@ def plan_phase(args) -> int:
     """Choose the configurations with the calibrated simulator (CPU)."""
     import numpy as np
 
-    from subgpu_jax.model.calibration import CalibratedDurationModel, load_calibration
+    from subgpu_jax.model.calibration import load_calibration
+    from subgpu_jax.model.setup import GpuSetup
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.eventsim import simulate
     from subgpu_jax.space.config import AllocSpace
@@ -174,11 +175,12 @@ def plan_phase(args) -> int:
     cal = load_calibration(args.calibration) if args.calibration else None
     for G in BATCHES:
         wl = _sim_workload(G)
-        hw = cal.apply_to_hardware(wl.hw) if cal else wl.hw
-        model = ContentionModel(calibration=cal)
+        setup = cal.bind(wl.hw) if cal else GpuSetup.uncalibrated(wl.hw)
+        hw = setup.hw
+        model = ContentionModel(calibration=setup.calibration)
         R = wl.batch
         sw = SWorkload.from_model(wl.arch, wl.deploy)
-        pb = Problem(sw, hw, CalibratedDurationModel(cal, hw) if cal else None)
+        pb = Problem(sw, hw, setup.duration_model)
 
         def exact(cfg):
             m = R // cfg.microbatch
@@ -258,7 +260,7 @@ def analyze_phase(args) -> int:
     copy_peak = cal.bw_Bps[-1]
     for G, blk in meas["batches"].items():
         wl = _sim_workload(int(G))
-        hw = cal.apply_to_hardware(wl.hw)
+        hw = cal.bind(wl.hw).hw
         rows = []
         for d in blk["configs"]:
             if "measured" not in d:
@@ -330,7 +332,7 @@ def analyze_phase(args) -> int:
     for c in cal.coruns:
         try:
             wl = _sim_workload(int(c["global_batch"]))
-            hw = cal.apply_to_hardware(wl.hw)
+            hw = cal.bind(wl.hw).hw
             g = wl.graph(int(c["microbatches"]))
             byk = {}
             from subgpu_jax.model.calibration import kernel_key

@@ -104,8 +104,8 @@ def _fixed(g) -> list[tuple[str, list[str], list[int], int, bool, int]]:
 
 def _predict(sub, mode: str) -> dict:
     """Predicted whole-step makespans (µs) of a ``run`` namespace under both collective
-    modes, as ``subgpu run`` predicts them (``hw_runtime.cli.repredict``)."""
-    from hw_runtime.cli import prepare_run, repredict
+    modes, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``)."""
+    from hw_runtime.commands.run import prepare_run, repredict
 
     out = {}
     for c in COLLECTIVES:
@@ -117,18 +117,25 @@ def _predict(sub, mode: str) -> dict:
 
 
 def _entry(name: str, kind: str, sub, mode: str) -> dict:
-    cuts = sub.cuts.split(",") if sub.cuts else []
+    from subgpu_jax.app.options import record_config_options
+
+    if getattr(sub, "record", None) is not None:  # a search record's configuration
+        o = record_config_options(sub.record)
+        cuts_s, sms_s, mb, reuse = o["cuts"], o["sms"], o["microbatch"], o["reuse"]
+    else:
+        cuts_s, sms_s, mb, reuse = sub.cuts, sub.sms, sub.microbatch, sub.reuse
+    cuts = cuts_s.split(",") if cuts_s else []
     return {"name": name, "kind": kind, "mode": mode, "cuts": cuts,
-            "sms": [int(x) for x in sub.sms.split(",")] if sub.sms else None,
-            "microbatch": sub.microbatch, "reuse": sub.reuse,
+            "sms": [int(x) for x in sms_s.split(",")] if sms_s else None,
+            "microbatch": mb, "reuse": reuse,
             "streams_per_stage": int(sub.streams_per_stage), "policy": sub.policy,
             "predicted_us": _predict(sub, mode)}
 
 
 def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
     """The user path and the fixed configurations of one workload, predicted."""
-    from hw_runtime.cli import record_options, search_records, top_records
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.records import record_options, search_records, top_records
+    from hw_runtime.commands.run import prepare_run
 
     model, flags, status = WORKLOADS[name]
     folder = os.path.join(searches, name)
@@ -179,7 +186,7 @@ def repredict_phase(args) -> int:
     ``duration_model``, for ``--phase analyze --configs``. The search's own choices are not
     redone (that is ``--phase plan``): this checks a model change on the configurations already
     measured."""
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.run import prepare_run
     from subgpu_jax.sim.contention import uncalibrated_model_id
 
     with open(args.configs) as fh:
@@ -262,7 +269,7 @@ class GpuMachine:
 def device_phase(args, machine=None) -> int:
     """Measure every planned configuration (see the module docstring); ``machine`` defaults to
     ``GpuMachine()``. Writes ``measured_<workload>.json`` under ``--out`` after every row."""
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.run import prepare_run
 
     machine = GpuMachine() if machine is None else machine
     with open(args.configs) as fh:

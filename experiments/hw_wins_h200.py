@@ -78,17 +78,18 @@ def plan_phase(args) -> int:
     plan, preds = {}, {}
     for w in args.workloads:
         cal = F.build_calibration(w, fits[w], copy_curve)
-        hw = cal.apply_to_hardware(hw0)
-        model = ContentionModel(calibration=cal, **params)
+        setup = cal.bind(hw0)  # the patched GPU, the calibration and its L2 policy
+        hw, cache = setup.hw, setup.cache
+        model = ContentionModel(calibration=setup.calibration, **params)
         wl = F.sim_workload(w)
         rows = []
         for d in candidates(w):
             g, cfg, _ = F._cfg_sim(wl, d, hw)
-            t = float(simulate(g, cfg, hw, model, cache="none", record=False,
+            t = float(simulate(g, cfg, hw, model, cache=cache, record=False,
                                validate=False).makespan)
             rows.append((t, d))
         from subgpu_jax.space.config import temporal_of
-        t0 = float(simulate(wl.graph(1), temporal_of(wl), hw, model, cache="none",
+        t0 = float(simulate(wl.graph(1), temporal_of(wl), hw, model, cache=cache,
                             record=False).makespan)
         rows.sort(key=lambda r: r[0])
         top = [dict(d, predicted_us=t, predicted_speedup=t0 / t) for t, d in rows[:args.top]]

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
                   key=lambda r: -r["total_us"])
     total = sum(r["total_us"] for r in rows)
     static = ev.batched_static
-    hlo = vc._vcb_batch.lower(ev.tabs, ev.cells, ev.plan, jnp.asarray(A), *static).compile()
+    hlo = vc.vcb_batch.lower(ev.tabs, ev.cells, ev.plan, jnp.asarray(A), *static).compile()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "vcb_hlo.txt"), "w") as fh:
         fh.write(hlo.as_text())

@@ -51,7 +51,7 @@ def op_kind(k) -> str:
 
 def trace_workload(name: str, machine) -> dict:
     """One profiled temporal replay of ``name`` mapped onto its ops (module docstring)."""
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.run import prepare_run
     from hw_runtime.timeline import map_activities
 
     wl = prepare_run(V.run_args(name, []))[0]
@@ -112,7 +112,7 @@ def device_phase(args) -> int:
 def analyze_phase(args) -> int:
     """Per workload and op kind: measured span in the temporal replay vs the model's isolated
     time on the whole GPU (the same launches)."""
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.run import prepare_run
     from subgpu_jax.model.graph import StaticDurationModel
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.kernelcost import analytic_model_of

@@ -62,7 +62,8 @@ def sweep_candidates(records: list[dict], G: int, R: int, hw, max_d: int, top: i
 
 
 def main() -> int:
-    from hw_runtime.cli import gpu_check, search_records
+    from hw_runtime.commands.common import gpu_check
+    from hw_runtime.commands.records import search_records
     from hw_runtime.gpu.workload import hopper_arch
     from hw_runtime.tune.executor import GpuTuneExecutor
     from hw_runtime.tune.spec import Predictor, TuneSpec

@@ -270,11 +270,11 @@ class StepPlan:
 def build_step_plan(fp: ForwardPass, cfg: Config, batch: int | None = None,
                     streams_per_stage: int | None = None) -> StepPlan:
     """The launch plan of a whole decode step of ``fp`` under ``cfg`` (a configuration of
-    ``fp.main``), the schedule ``subgpu_jax.app.step.simulate_step`` times:
+    ``fp.main``), the schedule ``subgpu_jax.score.step.time_step`` times:
 
     * each run of region instances gets ``build_launch_plan`` of its region graph (with
       ``num_regions`` = the run's count) under ``cfg``, carried over to other region kinds by
-      ``subgpu_jax.app.step.map_cut`` (same stages, pools, microbatches, policy);
+      ``subgpu_jax.space.mapcut.map_cut`` (same stages, pools, microbatches, policy);
     * runs follow one another with the pipeline drained in between: the first task on each
       stream of run r waits for the last task of every other stream of run r - 1;
     * the head kernels (final norm, LM head, sampling, embedding) are one task on the LAST
@@ -293,7 +293,7 @@ def build_step_plan(fp: ForwardPass, cfg: Config, batch: int | None = None,
     Raises:
         ValueError: as ``build_launch_plan``; a region kind the cut cannot be carried to.
     """
-    from subgpu_jax.app.options import map_cut
+    from subgpu_jax.space.mapcut import map_cut
 
     runs, graphs, offsets, seen = [], [], [], {}
     for g, count in fp.runs:

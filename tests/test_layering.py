@@ -6,7 +6,10 @@
     module never imports a module of a later layer;
 (c) ``subgpu_jax`` never imports ``hw_runtime`` (the runtime plugs into the CLI through the
     ``subgpu.commands`` entry point);
-(d) no module is longer than 800 lines.
+(d) no module is longer than 800 lines;
+(e) no module uses a private name (``_x``) of another module of the two packages: neither
+    ``from pkg.mod import _x`` nor ``mod._x`` through an imported module (capabilities are asked
+    for by public name: ``score.protocol``).
 
 Oracle: the rules themselves, applied to the source text (no import is executed).
 """
@@ -142,4 +145,92 @@ def test_runtime_reaches_the_app_only_through_its_host_api():
            and b.startswith("subgpu_jax.app") and b != "subgpu_jax.app.options"]
     assert not bad, bad
     for name, mod in options.HOST_API.items():
+        assert mod.startswith("subgpu_jax.app."), f"{name}: {mod} is not in the app layer"
         assert getattr(options, name) is getattr(importlib.import_module(mod), name)
+
+
+def _names_imported_from(module: str, pkg: str) -> list[tuple[str, str]]:
+    """``(importing module, name)`` for every ``from module import name`` in ``pkg``'s files."""
+    out = []
+    for mod, path in MODULES.items():
+        if not mod.startswith(pkg):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module == module:
+                out += [(mod, a.name) for a in node.names]
+    return out
+
+
+def test_runtime_imports_only_the_documented_host_api():
+    """Every name ``hw_runtime`` imports from ``subgpu_jax.app.options`` is part of its
+    documented API: ``__all__`` (the option helpers) or ``HOST_API`` (the app's functions); and
+    the runtime's command modules live in ``hw_runtime/commands/`` (no ``hw_runtime/cli.py``).
+    Oracle: the two lists, and the source text of every runtime module."""
+    from subgpu_jax.app import options
+
+    api = set(options.__all__) | set(options.HOST_API)
+    used = _names_imported_from("subgpu_jax.app.options", "hw_runtime")
+    assert used, "the oracle found no import of the host API (it must see the runtime's)"
+    bad = [(m, n) for m, n in used if n not in api]
+    assert not bad, f"names outside the host API: {bad}"
+    assert "hw_runtime.cli" not in MODULES and "hw_runtime.commands" in MODULES
+
+
+def _private_uses(mod: str, path: Path, known=None) -> list[str]:
+    """The private names of OTHER modules of ``known`` that ``mod`` uses: ``from m import _x``
+    (module-level or local) and ``alias._x`` where ``alias`` names an imported module of
+    ``known``; dunders are not private."""
+    known = MODULES if known is None else known
+    tree = ast.parse(path.read_text(), filename=str(path))
+    here = mod if path.name == "__init__.py" else mod.rpartition(".")[0]
+
+    def private(n: str) -> bool:
+        return n.startswith("_") and not n.startswith("__")
+
+    aliases, out = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                b = here
+                for _ in range(node.level - 1):
+                    b = b.rpartition(".")[0]
+                base = f"{b}.{node.module}" if node.module else b
+            if base not in known or base == mod:
+                continue
+            for a in node.names:
+                if f"{base}.{a.name}" in known:
+                    aliases[a.asname or a.name] = f"{base}.{a.name}"
+                elif private(a.name):
+                    out.append(f"from {base} import {a.name}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in known and a.asname:
+                    aliases[a.asname] = a.name
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                and aliases.get(node.value.id, mod) != mod and private(node.attr)):
+            out.append(f"{aliases[node.value.id]}.{node.attr}")
+    return out
+
+
+def test_no_private_name_of_another_module_is_used():
+    """Zero cross-module uses of private names in ``subgpu_jax`` and ``hw_runtime`` (the issue
+    counted ten private imports across the search and score modules)."""
+    found = {m: u for m, p in MODULES.items() if (u := _private_uses(m, p))}
+    assert not found, f"{sum(map(len, found.values()))} private uses across modules: {found}"
+
+
+def test_the_private_use_oracle_sees_both_spellings(tmp_path):
+    """Self-check on a hand-made package: ``pkg/a.py`` imports ``_f`` from ``pkg.b`` inside a
+    function and reads ``b._g`` through a module alias; its own ``_h`` and ``b.__name__`` are not
+    counted."""
+    (tmp_path / "a.py").write_text("from pkg import b as mb\n_h = 1\n\ndef f():\n"
+                                   "    from pkg.b import _f, ok\n    return mb._g, mb.__name__, "
+                                   "_h\n")
+    (tmp_path / "b.py").write_text("def _f():\n    pass\n_g = ok = 1\n")
+    known = {"pkg": tmp_path / "__init__.py", "pkg.a": tmp_path / "a.py",
+             "pkg.b": tmp_path / "b.py"}
+    assert sorted(_private_uses("pkg.a", known["pkg.a"], known)) == ["from pkg.b import _f",
+                                                                      "pkg.b._g"]
+    assert _private_uses("pkg.b", known["pkg.b"], known) == []

@@ -4,7 +4,7 @@
 # `run`, `calibrate` and `tune`, and puts the checkout on PYTHONPATH.
 mkdir -p /tmp/ep/subgpu_device-0.dist-info
 printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
-printf '[subgpu.commands]\nhw = hw_runtime.cli:add_commands\ntune = hw_runtime.tune.cli:add_tune_command\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
+printf '[subgpu.commands]\nhw = hw_runtime.commands:add_commands\ntune = hw_runtime.tune.cli:add_tune_command\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
 export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
 # Pure-Python needs the device image lacks (cachetools, see pyproject.toml) travel as wheels in
 # .whl/ (ignored by git; name it in the call's `carry`); installed into /tmp/site when present.

@@ -106,12 +106,12 @@ def derive_workload(base, graph: OpGraph):
     W.elementwise = base.elementwise
     W.kv_cache = base.kv_cache
     W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
-    W._gen = base.torch.Generator(device=base.device)
-    W._gen.manual_seed(1 + graph.microbatches)
+    W.generator = base.torch.Generator(device=base.device)
+    W.generator.manual_seed(1 + graph.microbatches)
     W.weights, W.kv = base.weights, base.kv
     W.acts = []
     for _ in range(s.m):
-        a = {nm: W._rand(shp, 1.0, dt) for nm, (shp, dt) in hwl._act_specs(s, graph).items()}
+        a = {nm: W.rand(shp, 1.0, dt) for nm, (shp, dt) in hwl.act_specs(s, graph).items()}
         a[f"resid.{s.P}"] = a["resid.0"]
         W.acts.append(a)
     W._consts()
@@ -327,7 +327,7 @@ class Executor:
         return build_launch_plan(wl.graph, cfg, R, streams_per_stage)
 
     # ------------------------------------------------------------------ streams
-    def _streams(self, cfg: Config, mode: str, k: int = 1):
+    def stage_streams(self, cfg: Config, mode: str, k: int = 1):
         """D * k streams, stage d's at d*k .. d*k + k - 1 (green: k streams per pool), and the
         ``GreenPartition`` (None without one)."""
         t = self.torch
@@ -386,7 +386,9 @@ class Executor:
                 j = t.cuda.Event()
                 j.record(s)
                 s0.wait_event(j)
-        nodes = _graph_nodes(g)
+        from hw_runtime.gpu.workload import graph_nodes
+
+        nodes = graph_nodes(g)
         g.instantiate()
         t.cuda.synchronize(self.device)
         return g, nodes, time.perf_counter() - t0
@@ -416,7 +418,7 @@ class Executor:
         if rounds < 1 or replays < 1 or warmup < 0:
             raise ValueError("rounds and replays must be >= 1, warmup >= 0")
         plan = (self.step_plan if step else self.plan)(cfg, streams_per_stage)
-        streams, part = self._streams(cfg, mode, plan.streams_per_stage)
+        streams, part = self.stage_streams(cfg, mode, plan.streams_per_stage)
         try:
             note = ""
             try:
@@ -605,7 +607,7 @@ class Executor:
         def same(a, b) -> bool:
             return all(bool(t.equal(x, y)) for x, y in zip(a, b))
 
-        streams, part = self._streams(cfg, mode, plan.streams_per_stage)
+        streams, part = self.stage_streams(cfg, mode, plan.streams_per_stage)
         how = "graph"
         pool_seq = []
         runs = []
@@ -663,8 +665,3 @@ def _hw_like(num_sms: int):
     h = get_hardware("H200")
     return h if h.num_sms == num_sms else dataclasses.replace(
         h, num_sms=num_sms, sm_budget=min(h.sm_budget, (num_sms // h.sm_quantum) * h.sm_quantum))
-
-
-def _graph_nodes(g) -> int | None:
-    from hw_runtime.gpu.workload import _graph_nodes as gn
-    return gn(g)

@@ -65,11 +65,11 @@ class TorchHead:
         else:
             self.weights = {
                 "final_norm.w": t.ones((self.H,), dtype=bf, device=dev),
-                "lm_head.w": wl._rand((self.H, self.Vl), 1.0 / math.sqrt(self.H)),
-                "embed.w": wl._rand((self.Vl, self.H), 1.0),
+                "lm_head.w": wl.rand((self.H, self.Vl), 1.0 / math.sqrt(self.H)),
+                "embed.w": wl.rand((self.Vl, self.H), 1.0),
             }
             u = t.empty((self.R, self.Vl), dtype=t.float32, device=dev)
-            u.uniform_(1e-6, 1.0 - 1e-6, generator=wl._gen)
+            u.uniform_(1e-6, 1.0 - 1e-6, generator=wl.generator)
             gumbel = (-t.log(-t.log(u))).to(bf)
         self.acts = {
             "final_xn": t.empty((self.R, self.H), dtype=bf, device=dev),
@@ -84,7 +84,7 @@ class TorchHead:
                 self.acts["stage." + k.name] = t.zeros((int(math.ceil(k.comm_bytes / 2.0)),),
                                                        dtype=bf, device=dev)
         self._fns = {k.name: getattr(self, "_" + k.op) for k in self.kernels}
-        self._spin = {k.name: wl._spin_cycles(k) for k in self.kernels}
+        self._spin = {k.name: wl.spin_cycles(k) for k in self.kernels}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -109,7 +109,7 @@ class TorchHead:
     def _comm(self, name: str, src) -> None:
         buf = self.acts.get("stage." + name)
         if buf is not None:
-            self.wl._cycle_copy(buf, src.reshape(-1))
+            self.wl.cycle_copy(buf, src.reshape(-1))
         if self._spin[name]:
             self.t.cuda._sleep(self._spin[name])
 

@@ -64,7 +64,7 @@ class KernelContext:
         self.p = f"L{j}."
         self.H, self.Rm, self.hd, self.qh, self.kvh = s.H, s.Rm, s.hd, s.qh, s.kvh
         self.eps = 1e-5
-        self.spin = wl._spin_cycles(kern)
+        self.spin = wl.spin_cycles(kern)
         self.stage = f"stage.{i}"
         self.kv_pos = s.kv_pos[j]
         self.W, self.KV, self.ACT = wl.weights, wl.kv, wl.acts
@@ -90,7 +90,7 @@ class KernelContext:
     def comm(self, a, src) -> None:
         """The endpoint work of a virtual collective: copy ``src`` into the stage's buffer."""
         if self.stage in a:
-            self.wl._cycle_copy(a[self.stage], src.reshape(-1))
+            self.wl.cycle_copy(a[self.stage], src.reshape(-1))
 
     def spin_end(self) -> None:
         """Spin the SMs to the modelled link time of a virtual collective."""

@@ -137,7 +137,7 @@ def profile_replays(ex, cfg, mode: str = "green", replays: int = 2, warmup: int 
     from torch.profiler import ProfilerActivity, profile
 
     plan = ex.plan(cfg, streams_per_stage)
-    streams, part = ex._streams(cfg, mode, plan.streams_per_stage)
+    streams, part = ex.stage_streams(cfg, mode, plan.streams_per_stage)
     try:
         g, nodes, _ = ex.capture(plan, streams)
         s0 = streams[0]

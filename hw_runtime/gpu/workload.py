@@ -327,7 +327,7 @@ def _kv_specs(s: WorkloadShapes) -> dict[str, tuple[tuple[int, ...], str]]:
     return out
 
 
-def _act_specs(s: WorkloadShapes, graph: OpGraph) -> dict[str, tuple[tuple[int, ...], str]]:
+def act_specs(s: WorkloadShapes, graph: OpGraph) -> dict[str, tuple[tuple[int, ...], str]]:
     """name -> (shape, dtype) of one microbatch's activation buffers."""
     Rm, H = s.Rm, s.H
     out: dict[str, tuple[tuple[int, ...], str]] = {}
@@ -402,7 +402,7 @@ def estimate_bytes(graph: OpGraph, instances: int | None = None, kv_cache: str =
         raise ValueError(f"kv_cache must be 'per_instance' or 'shared' here, got {kv_cache!r}")
     w = _nbytes(_weight_specs(s, graph.arch))
     kv = _nbytes(_kv_specs(s))
-    act = _nbytes(_act_specs(s, graph))
+    act = _nbytes(act_specs(s, graph))
     consts = 8 * (s.n_hit * s.cap + s.Rm * s.k + s.Rm) if s.moe else 0
     n_kv = n if kv_cache == "per_instance" else 1
     tot = w * n + kv * n_kv + act * s.m + consts + workspace_bytes
@@ -500,17 +500,17 @@ class TorchWorkload:
                 f"{mm['workspace'] / 1e9:.1f}) but the GPU has {free / 1e9:.1f} GB free; use "
                 f"kv_cache='shared' or fewer instances")
         # ---- allocate
-        self._gen = torch.Generator(device=self.device)
-        self._gen.manual_seed(int(seed))
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
         wspec, kvspec, aspec = (_weight_specs(s, self.arch), _kv_specs(s),
-                                _act_specs(s, graph))
+                                act_specs(s, graph))
         self.weights = [self._alloc_weights(wspec) for _ in range(self.instances)]
         n_kv = self.instances if kv_cache == "per_instance" else 1
-        self.kv = [{nm: self._rand(shp, 1.0) for nm, (shp, _) in kvspec.items()}
+        self.kv = [{nm: self.rand(shp, 1.0) for nm, (shp, _) in kvspec.items()}
                    for _ in range(n_kv)]
         self.acts = []
         for _ in range(s.m):
-            a = {nm: self._rand(shp, 1.0, dt) for nm, (shp, dt) in aspec.items()}
+            a = {nm: self.rand(shp, 1.0, dt) for nm, (shp, dt) in aspec.items()}
             a[f"resid.{s.P}"] = a["resid.0"]  # the region's output is the next instance's input
             self.acts.append(a)
         if residual_of is not None:
@@ -526,12 +526,12 @@ class TorchWorkload:
         t = self.torch
         return {"bf16": t.bfloat16, "fp32": t.float32, "int64": t.int64}[dt]
 
-    def _rand(self, shape, std: float, dt: str = "bf16"):
+    def rand(self, shape, std: float, dt: str = "bf16"):
         t = self.torch
         if dt == "int64":
             return t.zeros(shape, dtype=t.int64, device=self.device)
         x = t.empty(shape, dtype=self._dtype(dt), device=self.device)
-        x.normal_(0.0, std, generator=self._gen)
+        x.normal_(0.0, std, generator=self.generator)
         return x
 
     def _alloc_weights(self, spec) -> dict:
@@ -541,15 +541,15 @@ class TorchWorkload:
                 out[nm] = self.torch.ones(shp, dtype=self.torch.bfloat16, device=self.device)
             elif nm.endswith("sink_scale"):
                 x = self.torch.empty(shp, dtype=self.torch.float32, device=self.device)
-                x.uniform_(0.6, 1.0, generator=self._gen)
+                x.uniform_(0.6, 1.0, generator=self.generator)
                 out[nm] = x.to(self.torch.bfloat16)
             elif nm.endswith(".b"):
-                out[nm] = self._rand(shp, 0.02)
+                out[nm] = self.rand(shp, 0.02)
             elif nm.endswith(".corr"):  # fp32 routing-score correction bias (DeepSeek-V3)
-                out[nm] = self._rand(shp, 0.02, "fp32")
+                out[nm] = self.rand(shp, 0.02, "fp32")
             else:  # fan-in scaled so activations stay O(1)
                 fan_in = shp[-2]
-                out[nm] = self._rand(shp, 1.0 / math.sqrt(fan_in))
+                out[nm] = self.rand(shp, 1.0 / math.sqrt(fan_in))
         return out
 
     def _consts(self) -> None:
@@ -591,14 +591,14 @@ class TorchWorkload:
         return self.comm_floor_us + kernel.comm_bytes / self.link_Bps * 1e6 if kernel.is_comm \
             else 0.0
 
-    def _spin_cycles(self, kernel: Kernel) -> int:
+    def spin_cycles(self, kernel: Kernel) -> int:
         if not self.spin or not kernel.is_comm:
             return 0
         copy_us = 2.0 * kernel.comm_bytes / self.copy_Bps * 1e6
         return int(max(0.0, self.comm_target_us(kernel) - copy_us) * self._cycles_per_us)
 
     @staticmethod
-    def _cycle_copy(dst, src) -> None:
+    def cycle_copy(dst, src) -> None:
         """Fill the flat ``dst`` with copies of the flat ``src`` (the payload's endpoint work)."""
         n, m = dst.numel(), src.numel()
         full = n // m
@@ -688,7 +688,7 @@ class TorchWorkload:
 
 # --------------------------------------------------------------------------- timing
 
-def _graph_nodes(g) -> int | None:
+def graph_nodes(g) -> int | None:
     """Nodes (kernels, memcpys, memsets) of a captured, not yet instantiated CUDA graph."""
     try:
         from cuda.bindings import driver as drv
@@ -763,7 +763,7 @@ def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, 
                 with t.cuda.graph(g, stream=s, pool=pool):
                     for l in range(nrot):
                         wl.launch(i, microbatch, l)
-                nodes = _graph_nodes(g)
+                nodes = graph_nodes(g)
                 g.instantiate()
                 run = g.replay
             else:

@@ -1,6 +1,6 @@
 """``subgpu tune``: added to the ``subgpu`` parser through its own ``subgpu.commands`` entry
 point (pyproject.toml; ``experiments/device/env.sh`` on the device machine) beside ``run`` and
-``calibrate`` (``hw_runtime.cli``, whose helpers it uses).
+``calibrate`` (``hw_runtime.commands``, whose helpers it uses).
 
 Bad options end with one line naming the flag and exit code 2 (``ValueError`` through
 ``subgpu_jax.app.cli.main``); on a machine without an NVIDIA GPU with green contexts it refuses
@@ -137,7 +137,7 @@ def spec_from_args(a):
 
 
 def _cmd_tune(a) -> int:
-    from hw_runtime.cli import gpu_check
+    from hw_runtime.commands.common import gpu_check
     from hw_runtime.tune.executor import GpuTuneExecutor
     from hw_runtime.tune.loop import Tuner
 

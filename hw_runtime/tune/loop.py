@@ -180,12 +180,15 @@ class Tuner:
     def search(self, rnd: int, cal, cal_path: str | None) -> dict[int, list[Candidate]]:
         """Round ``rnd``'s search with calibration ``cal``; the top K green candidates of every
         batch, best predicted first."""
-        from hw_runtime.cli import search_records, top_records
+        from hw_runtime.commands.records import search_records, top_records
         from subgpu_jax.app.options import run_search
         from subgpu_jax.app.options import build_grid
 
         s = self.spec
-        hw = cal.apply_to_hardware(s.hw) if cal is not None else s.hw
+        from subgpu_jax.model.setup import GpuSetup
+
+        setup = cal.bind(s.hw) if cal is not None else GpuSetup.uncalibrated(s.hw)
+        hw = setup.hw
         cache = s.cache_policy(cal is not None)
         pts = build_grid(s.arch, s.num_gpus, s.batches, s.stages, s.microbatches, s.policies,
                          kv_history=s.kv_history, input_len=s.input_len,
@@ -201,8 +204,8 @@ class Tuner:
                 "calibration": cal_path, "cheap": s.cheap, "cut_strategy": s.cut_strategy,
                 "alloc_strategy": s.alloc_strategy}
         t0 = time.perf_counter()
-        run_search(s.arch, hw, pts, folder, meta, exact=s.exact, cache=cache, L_sim=s.l_sim,
-                   progress=False, calibration=cal, cut_strategy=s.cut_strategy,
+        run_search(s.arch, setup, pts, folder, meta, exact=s.exact, cache=cache, L_sim=s.l_sim,
+                   progress=False, cut_strategy=s.cut_strategy,
                    cheap=s.cheap, alloc_strategy=s.alloc_strategy, log=self.log)
         self.state.search_s += time.perf_counter() - t0
         groups = top_records(search_records(folder), s.top, hw.name)

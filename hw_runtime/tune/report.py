@@ -8,7 +8,7 @@
   measurement with its prediction by the refitted model;
 * ``tune_measurements.csv``: one row per measurement;
 * ``tune_frontier.png``: measured per-user vs per-GPU frontiers beside the predicted ones
-  (``hw_runtime.cli.plot_measured_frontier``);
+  (``hw_runtime.commands.top.plot_measured_frontier``);
 * ``calibration_tuned.json`` (written by the loop): the refitted calibration.
 
 Units: µs, tokens/s, GPU seconds.
@@ -22,7 +22,7 @@ import json
 import os
 import statistics
 
-from subgpu_jax.app.options import atomic_write
+from subgpu_jax.app.options import atomic_write, record_config_options
 
 from hw_runtime.tune.spec import Candidate, TuneSpec
 
@@ -35,14 +35,14 @@ def run_command(spec: TuneSpec, c: Candidate, calibration: str | None) -> str | 
     """The ``subgpu run`` command of a pipelined candidate (None for temporal)."""
     if c.mode == "temporal":
         return None
-    cuts = ",".join(c.cuts.split("|")) if c.cuts else None
+    o = record_config_options(c.record())
     parts = ["subgpu run", f"--model {spec.model_arg or spec.arch.name}",
              f"--hardware {spec.hardware}", f"--gpus {spec.num_gpus}", f"--tp {spec.attn_tp}",
              f"--dp {spec.attn_dp}", f"--ep {spec.moe_ep}", f"--batch {c.G}",
              f"--kv-history {spec.kv_history}", f"--input-len {spec.input_len}"]
-    if cuts:
-        parts.append(f"--cuts {cuts}")
-    parts += [f"--sms {','.join(c.sms.split('|'))}", f"--microbatch {c.microbatch}",
+    if o["cuts"]:
+        parts.append(f"--cuts {o['cuts']}")
+    parts += [f"--sms {o['sms']}", f"--microbatch {c.microbatch}",
               "--reuse" if c.w else "--no-reuse", f"--policy {c.policy}",
               f"--streams-per-stage {c.k}", f"--mode {c.mode}",
               f"--collectives {spec.collectives}", f"--gemm {spec.gemm}",
@@ -166,7 +166,7 @@ def _refit_error(rows: list[dict]):
 def write_report(tuner, rep: dict) -> None:
     """Write ``REPORT_FILES`` into the tune's folder (atomically) and print the per-batch
     result through the tuner's log."""
-    from hw_runtime.cli import plot_measured_frontier
+    from hw_runtime.commands.top import plot_measured_frontier
 
     d = tuner.folder
     atomic_write(os.path.join(d, "tune_report.json"), json.dumps(rep, indent=1))

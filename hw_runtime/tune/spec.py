@@ -242,7 +242,7 @@ class Candidate:
         return self.replace(sms="|".join(str(int(x)) for x in alloc))
 
     def record(self) -> dict:
-        """The search-record fields ``searchjob.record_config`` reads."""
+        """The search-record fields ``Config.from_record`` reads."""
         return {"cuts": self.cuts, "D": self.D, "w": self.w, "sms": self.sms,
                 "microbatch": self.microbatch, "policy": self.policy,
                 "streams_per_stage": self.k}
@@ -271,12 +271,23 @@ class Predictor:
     calibration: object = None
     _wl: dict = field(default_factory=dict, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)
+    _setup: object = field(default=None, repr=False)
+
+    @property
+    def setup(self):
+        """The simulator's ``GpuSetup``: ``calibration.bind(spec.hw)``, or the uncalibrated
+        GPU (cached)."""
+        if self._setup is None:
+            from subgpu_jax.model.setup import GpuSetup
+
+            self._setup = (self.calibration.bind(self.spec.hw) if self.calibration is not None
+                           else GpuSetup.uncalibrated(self.spec.hw))
+        return self._setup
 
     @property
     def hw(self) -> Hardware:
         """The simulator's GPU (with the calibration's bandwidth curve)."""
-        hw = self.spec.hw
-        return self.calibration.apply_to_hardware(hw) if self.calibration is not None else hw
+        return self.setup.hw
 
     @property
     def cache(self) -> str:
@@ -304,14 +315,13 @@ class Predictor:
         Raises:
             ValueError: a layout that is not legal for the workload (one line).
         """
-        from subgpu_jax.app.options import record_config
-        from subgpu_jax.space.config import temporal_of
+        from subgpu_jax.space.config import Config, temporal_of
 
         wl = self.workload(c.G)
         if c.mode == "temporal":
             return temporal_of(wl), 1
         try:
-            cfg = record_config(c.record(), wl.graph(1))
+            cfg = Config.from_record(c.record(), wl.graph(1))
         except KeyError as e:
             raise ValueError(f"candidate {c.describe()}: unknown kernel {e}") from None
         g1 = wl.graph(1)
@@ -322,24 +332,21 @@ class Predictor:
         """Predicted whole-step makespan (µs), or None (static scorer, multistream)."""
         if c.key in self._memo:
             return self._memo[c.key]
-        from subgpu_jax.app.options import simulate_step
+        from subgpu_jax.score.step import time_step
+        from subgpu_jax.score.timer import EventTimer, StaticTimer
         from subgpu_jax.model.graph import build_forward
 
         cfg, m = self.config(c)
         fp = build_forward(self.spec.arch, self.spec.deployment(c.G), m)
         mode = "multistream" if c.mode == "multistream" else "green"
         if self.spec.exact == "event":
-            out = float(simulate_step(fp, cfg, self.hw, "event", self.model(), self.cache,
-                                      record=False, mode=mode).makespan_us)
+            out = float(time_step(fp, cfg, EventTimer(self.hw, self.model(), self.cache, mode),
+                                  record=False).makespan_us)
         elif mode == "multistream":
             out = None
         else:
-            dm = None
-            if self.calibration is not None:
-                from subgpu_jax.model.calibration import CalibratedDurationModel
-                dm = CalibratedDurationModel(self.calibration, self.hw)
-            out = float(simulate_step(fp, cfg, self.hw, "static", duration_model=dm,
-                                      record=False).makespan_us)
+            out = float(time_step(fp, cfg, StaticTimer.of(self.setup),
+                                  record=False).makespan_us)
         self._memo[c.key] = out
         return out
 

@@ -1,5 +1,5 @@
 """``subgpu`` command line: ``simulate``, ``search``, ``space`` here; ``run`` and ``calibrate``
-from the ``subgpu.commands`` entry point (``hw_runtime/cli.py``).
+from the ``subgpu.commands`` entry point (``hw_runtime/commands/``).
 
 Every bad input ends with a one-line ``error: ...`` on stderr and exit code 2, no traceback; a
 closed stdout (``subgpu ... | head``) ends quietly with exit code 141.
@@ -19,6 +19,7 @@ from typing import Sequence
 from subgpu_jax.model.checks import out_dir, out_file, pos_int
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
+from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.space.config import config_from_options, temporal_of
@@ -337,15 +338,15 @@ def _cmd_simulate(a) -> int:
         for i, k in enumerate(g1.kernels):
             print(f"{i:3d}  {k.name:18s} {k.category}")
         return 0
-    hw = wl.hw
-    cal = None
+    setup = GpuSetup.uncalibrated(wl.hw)
     if getattr(a, "calibration", None):
         from subgpu_jax.model.calibration import load_calibration
-        cal = load_calibration(a.calibration, wl.arch, wl.deploy, hw)
-        hw = cal.apply_to_hardware(hw)
+        cal = load_calibration(a.calibration, wl.arch, wl.deploy, wl.hw)
+        setup = cal.bind(wl.hw)
         for mm in sorted({1, max(1, wl.batch // (a.microbatch or max(1, wl.batch // 2)))}):
             if wl.batch % mm == 0:
                 cal.check_graph(wl.graph(mm))
+    hw, cal = setup.hw, setup.calibration
     sms_mode = (a.sms or "search").strip().lower()
     sms = None
     if sms_mode not in ("even", "search"):
@@ -364,54 +365,43 @@ def _cmd_simulate(a) -> int:
     extra_c: dict = {}
     from subgpu_jax.sim.l2cache import check_policy as _check_cache
 
-    a.cache = _check_cache(resolve_cache(a.cache, a.calibration))
+    a.cache = _check_cache(setup.cache_policy(a.cache))
     from subgpu_jax.app.provenance import prediction_note
     from subgpu_jax.app.simprint import print_simulation
-    from subgpu_jax.app.step import main_run_scope, simulate_step
     from subgpu_jax.model.graph import build_forward
+    from subgpu_jax.score.step import main_run_scope, time_step
+    from subgpu_jax.score.timer import timer_for
 
     fp1, fpm = build_forward(wl.arch, wl.deploy, 1), build_forward(wl.arch, wl.deploy, m)
+    timer = timer_for(setup, a.simulator, a.cache, contention=not a.no_contention)
+    dm = setup.duration_model
     if a.simulator == "static":
         for f in ("trace", "gantt", "utilization"):
             if getattr(a, f):
                 raise ValueError(f"--{f} needs --simulator event")
-        dm = None
-        if cal is not None:
-            from subgpu_jax.model.calibration import CalibratedDurationModel
-            dm = CalibratedDurationModel(cal, hw)
 
         def score(c):  # the whole step's makespan (µs) under the static evaluator
-            return simulate_step(fpm, c, hw, "static", duration_model=dm).makespan_us
+            return time_step(fpm, c, timer).makespan_us
 
         cfg, split = choose_split(wl, hw, cfg, m, sms_mode, score, dm, score)
-        s_temp = simulate_step(fp1, temporal_of(wl), hw, "static", duration_model=dm)
-        s_cfg = simulate_step(fpm, cfg, hw, "static", duration_model=dm)
+        s_temp = time_step(fp1, temporal_of(wl), timer)
+        s_cfg = time_step(fpm, cfg, timer)
         label = "static (max-plus evaluator, isolated kernel durations)"
     else:
-        from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.l2cache import check_policy
         from subgpu_jax.app import viz
 
-        check_policy(a.cache)
         for f in ("trace", "gantt", "utilization"):  # before any simulation
             v = getattr(a, f)
             if v is not None:
                 (out_file if f == "trace" else viz.check_image_path)(v, f"--{f}")
-        model = ContentionModel.off() if a.no_contention else ContentionModel()
-        if cal is not None:
-            model = model.replace(calibration=cal)
         rec = True  # utilisation means are part of the output
 
         def sim_exact(c):  # the whole step's makespan (µs), as reported below
-            return simulate_step(fpm, c, hw, "event", model, a.cache, record=False).makespan_us
+            return time_step(fpm, c, timer, record=False).makespan_us
 
-        dm = None
-        if cal is not None:
-            from subgpu_jax.model.calibration import CalibratedDurationModel
-            dm = CalibratedDurationModel(cal, hw)
         cfg, split = choose_split(wl, hw, cfg, m, sms_mode, sim_exact, dm, sim_exact)
-        s_temp = simulate_step(fp1, temporal_of(wl), hw, "event", model, a.cache, record=rec)
-        s_cfg = simulate_step(fpm, cfg, hw, "event", model, a.cache, record=rec)
+        s_temp = time_step(fp1, temporal_of(wl), timer, record=rec)
+        s_cfg = time_step(fpm, cfg, timer, record=rec)
         r_temp, r_cfg = s_temp.main, s_cfg.main
         from subgpu_jax.app.report import sim_extra
         extra_t, extra_c = sim_extra(r_temp), sim_extra(r_cfg)
@@ -431,12 +421,9 @@ def _cmd_simulate(a) -> int:
     t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
     gen = None
     if full.output_len:  # the mean step over the generation (docs/accounting.md item 6)
-        from subgpu_jax.app.step import simulate_generation
+        from subgpu_jax.score.step import time_generation
 
-        kind = "static" if a.simulator == "static" else "event"
-        gen = {n: simulate_generation(wl.arch, full, c, hw, mm, kind,
-                                      None if kind == "static" else model, a.cache,
-                                      duration_model=dm)
+        gen = {n: time_generation(wl.arch, full, c, mm, timer)
                for n, c, mm in (("temporal", temporal_of(wl), 1), ("config", cfg, m))}
         t_temp, t_cfg = gen["temporal"].makespan_us, gen["config"].makespan_us
     if cal is not None:
@@ -476,7 +463,7 @@ def _cmd_simulate(a) -> int:
     if cfg.D > 1:  # the three modes and the verdict (app.modes)
         from subgpu_jax.app.modes import config_verdict
         res["modes"] = config_verdict(wl.arch, full, cfg, hw, None if a.simulator == "static"
-                                      else model, a.cache, cal is not None, t_temp, t_cfg)
+                                      else timer.model, a.cache, cal is not None, t_temp, t_cfg)
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
@@ -644,7 +631,7 @@ def _cmd_search(a) -> int:
         meta["alloc_strategy"] = a.alloc_strategy
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
-    cal = None
+    setup = GpuSetup.uncalibrated(hw)
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
         cal = load_calibration(a.calibration)
@@ -652,7 +639,7 @@ def _cmd_search(a) -> int:
         cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=t0, attn_dp=d0,
                                             moe_ep=e0, global_batch=d0,
                                             input_len=a.input_len, kv_history=a.kv_history), hw)
-        hw = cal.apply_to_hardware(hw)
+        setup = cal.bind(hw)
         meta["calibration"] = a.calibration
     cluster = None
     if a.cluster is not None or a.num_processes != 1 or a.process_id != 0:
@@ -663,9 +650,10 @@ def _cmd_search(a) -> int:
         if cluster.num_processes > 1:
             init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
                          min(cluster.timeout_s, 60.0))
-    stats, summ = run_search(arch, hw, pts, a.out, meta, resume=a.resume, budget=a.budget,
+    hw = setup.hw
+    stats, summ = run_search(arch, setup, pts, a.out, meta, resume=a.resume, budget=a.budget,
                              exact=a.exact, cache=meta["cache"], L_sim=a.l_sim,
-                             progress=not a.no_progress, calibration=cal,
+                             progress=not a.no_progress,
                              cut_strategy=a.cut_strategy,
                              min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,
                              alloc_strategy=a.alloc_strategy, cluster=cluster,

@@ -2,7 +2,7 @@
 collectives' link time: the three-mode comparison and the decomposition of a predicted gain.
 
 For a SubGPU configuration (cuts, SM split, microbatches) the event simulator predicts the whole
-decode step (``app.step.simulate_step``) three ways: the temporal baseline (one kernel at a time
+decode step (``score.step.time_step``) three ways: the temporal baseline (one kernel at a time
 on all SMs), the same microbatched schedule on plain CUDA streams (``mode="multistream"``: every
 lane draws CTAs from all SMs in launch order, no partition), and on green contexts (each stage on
 its own SM pool). Each is predicted again with ``ContentionModel(link_time=False)``, the control
@@ -82,8 +82,9 @@ def predict_modes(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
     """
     import math
 
-    from subgpu_jax.app.step import simulate_step
     from subgpu_jax.model.generation import generation_steps
+    from subgpu_jax.score.step import time_step
+    from subgpu_jax.score.timer import EventTimer
 
     if cfg.D < 2:
         raise ValueError("predict_modes: cfg must be a pipelined configuration (D >= 2)")
@@ -119,11 +120,11 @@ def predict_modes(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
                 out[key] = float(known[key])
                 continue
             t = 0.0
+            timer = EventTimer(hw, md, cache, mode)
             for d, w in steps:
                 fp = build_forward(arch, d, 1 if c is None else m)
                 cc = temporal_config(fp.main.n, hw, R) if c is None else c
-                t += w * float(simulate_step(fp, cc, hw, "event", md, cache, record=False,
-                                             mode=mode).makespan_us)
+                t += w * float(time_step(fp, cc, timer, record=False).makespan_us)
             out[key] = t
     return ModePrediction(**out)
 

@@ -1,14 +1,20 @@
-"""Option helpers of the ``subgpu`` command line (``app/cli.py``; ``hw_runtime/cli.py`` uses
+"""Option helpers of the ``subgpu`` command line (``app/cli.py``; ``hw_runtime/commands/`` uses
 them too): comma-separated lists, the model and EP degree, the attention TP x DP defaults for a
 GPU count, the serving options (prompt, KV history and output lengths, KV datatype, MoE
 dispatch, memory budget: ``add_serving_args``, ``resolve_context``, ``serving_options``), and
 the SM split of ``subgpu simulate`` (given, even, or a quick search).
 
 It is also the **host API of the GPU runtime**: ``hw_runtime`` imports the app layer only from
-this module (``tests/test_layering.py``). The names of ``HOST_API`` are the app's functions the
-runtime uses (the workload options, whole-step simulation, the fit check, the provenance note,
-the search, atomic writes); they load on first use (PEP 562 module ``__getattr__``), so that
-importing this module stays as light as the command line's start-up needs.
+this module, and only names of ``__all__`` or ``HOST_API`` (``tests/test_layering.py``). The
+names of ``HOST_API`` are the app's functions the runtime uses: the workload options
+(``add_workload_args``), the fit check (``checked_workload``, ``given_tp_ep``), the provenance
+note and collectives wording, the search (``run_search``, ``build_grid``), figures and atomic
+writes; they load on first use (PEP 562 module ``__getattr__``), so that importing this module
+stays as light as the command line's start-up needs. Of the option helpers, the runtime uses
+the lists, the model and EP degree, the cache default and ``record_config_options`` (a search
+record as run options). What lies below the app (``GpuSetup`` and ``Calibration.bind``, the
+timers of ``score.timer``, ``score.step.time_step``, ``space.mapcut.map_cut``, the record codec
+``Config.from_record``/``Deployment.from_record``) the runtime imports from its own layer.
 """
 
 from __future__ import annotations
@@ -20,21 +26,20 @@ import sys
 __all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split",
            "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
-           "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS", "LIST_OPTIONS", "FLOAT_OPTIONS",
-           "HOST_API"]
+           "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS",
+           "LIST_OPTIONS", "FLOAT_OPTIONS", "record_config_options", "HOST_API"]
 
 #: The runtime's view of the app layer: name -> the app module that defines it (loaded on
 #: first use by ``__getattr__`` below).
 HOST_API: dict[str, str] = {
     "add_workload_args": "subgpu_jax.app.cli",
     "checked_workload": "subgpu_jax.app.fit", "given_tp_ep": "subgpu_jax.app.fit",
-    "simulate_step": "subgpu_jax.app.step", "map_cut": "subgpu_jax.app.step",
     "save_figure": "subgpu_jax.app.viz",
     "prediction_note": "subgpu_jax.app.provenance",
     "EMULATED_COLLECTIVES": "subgpu_jax.app.provenance",
     "COPY_ONLY_COLLECTIVES": "subgpu_jax.app.provenance",
     "atomic_write": "subgpu_jax.app.store",
-    "run_search": "subgpu_jax.app.searchjob", "record_config": "subgpu_jax.app.searchjob",
+    "run_search": "subgpu_jax.app.searchjob",
     "build_grid": "subgpu_jax.app.sweep",
 }
 
@@ -265,6 +270,28 @@ def resolve_cache(cache: str | None, calibration: str | None) -> str:
     if cache is not None:
         return cache
     return "none" if calibration else "lru"
+
+
+def record_config_options(rec) -> dict:
+    """The configuration options of ``subgpu simulate``/``run`` that reproduce a search record
+    (the command-line form of ``Config.to_record``'s fields; the one place the record's
+    ``"|"``-joined ``cuts`` and ``sms`` become the options' comma-separated lists).
+
+    Args:
+        rec: a search record (``records.csv`` row or ``summary.json`` record).
+
+    Returns:
+        ``{"cuts": "L1.attn,L1.o_proj" or None (no cut), "sms": "48,78,22", "microbatch": int,
+        "reuse": bool, "policy": str, "streams_per_stage": int}``.
+
+    Raises:
+        KeyError: a missing field. ValueError: a field that is not an integer.
+    """
+    return {"cuts": ",".join(rec["cuts"].split("|")) if rec["cuts"] else None,
+            "sms": ",".join(str(rec["sms"]).split("|")),
+            "microbatch": int(rec["microbatch"]), "reuse": bool(int(rec["w"])),
+            "policy": rec.get("policy") or "wavefront",
+            "streams_per_stage": int(rec.get("streams_per_stage") or 1)}
 
 
 def int_list(s: str, field: str, unique: bool = True) -> list[int]:

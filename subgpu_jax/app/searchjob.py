@@ -17,36 +17,40 @@ import csv
 import json
 import os
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
+from subgpu_jax.model.deployment import RECORD_OPTIONS
 from subgpu_jax.model.generation import generation_steps, search_step
 from subgpu_jax.model.graph import CATEGORIES, Deployment
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.cuts import CUT_STRATEGIES
 from subgpu_jax.search.pairwise import allocate_pairwise
-from subgpu_jax.search.problem import ContentionProblem, Problem
+from subgpu_jax.search.problem import ContentionProblem, EvaluatorExact, Problem, TimerExact
 from subgpu_jax.search.relax import relax_and_polish
+from subgpu_jax.score.step import time_step
+from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, Timing, timer_for
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "run_search", "write_outputs", "EXACT_KINDS", "CHEAP_KINDS",
-           "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CutStrategy",
+__all__ = ["PointScorer", "RecordingTimer", "run_search", "write_outputs", "EXACT_KINDS",
+           "CHEAP_KINDS", "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES",
+           "CutStrategy",
            "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
-DEPLOY_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance",
-                  "output_len", "dispatch", "gpu_memory_utilization")
+DEPLOY_OPTIONS = RECORD_OPTIONS
 
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
-EXACT_KINDS = ("event", "static")
+EXACT_KINDS = TIMER_KINDS
 #: Cheap estimators: ``auto`` = ``vcontention`` when the exact scorer is the event simulator,
 #: else ``static``; ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
 #: docs/method.md §3); ``static`` = ``score.evaluator.Evaluator`` (isolated kernel durations).
@@ -146,13 +150,37 @@ def _trim_heap() -> None:
         pass
 
 
+class RecordingTimer:
+    """The search job's event timer (a ``score.timer.Timer``): ``PointScorer.event``'s timing of
+    a configuration of one deployment, whose per-category times and L2 hit rate the scorer keeps
+    for the record (a record never re-runs the simulation that scored it); Ctrl-C is honoured
+    around each simulation.
+
+    Args:
+        scorer: the ``PointScorer``. dep: the deployment whose graphs are timed.
+    """
+
+    name = "event"
+
+    def __init__(self, scorer: "PointScorer", dep: Deployment) -> None:
+        self.scorer, self.dep, self.hw = scorer, dep, scorer.hw
+
+    def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
+        r = self.scorer.simulate(self.dep, cfg)
+        return Timing(float(r.makespan), dict(r.category_time), r)
+
+    def head_us(self, kernels) -> float:
+        return self.scorer.event.head_us(kernels)
+
+
 class PointScorer:
     """Scores grid points of one model on one GPU (callable: GridPoint -> list of records).
 
     Args:
-        arch: model. hw: GPU. exact: one of ``EXACT_KINDS``. cache: L2 policy of the event
-        simulator. L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
-        calibration: measured per-kernel tables (``model.calibration``) or None.
+        arch: model. setup: the GPU, a ``model.setup.GpuSetup`` (``Calibration.bind(hw)`` for a
+        calibrated search) or a ``Hardware`` (uncalibrated). exact: one of ``EXACT_KINDS`` (the
+        timer of ``score.timer.timer_for``). cache: L2 policy of the event simulator (None: the
+        setup's). L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
         cut_strategy: a name of ``CUT_STRATEGY_OBJECTS`` or a ``CutStrategy``.
         cheap: one of ``CHEAP_KINDS`` (``auto``: the contention-aware ``vcontention`` estimator
             when ``exact="event"``, else ``static``).
@@ -172,12 +200,9 @@ class PointScorer:
         ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
     """
 
-    def __init__(self, arch: ModelArch, hw: Hardware, exact: str = "event", cache: str = "lru",
-                 L_sim: int = 2, calibration=None, cut_strategy="proposal",
+    def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, exact: str = "event",
+                 cache: str | None = None, L_sim: int = 2, cut_strategy="proposal",
                  cheap: str = "auto", alloc_strategy="pairwise") -> None:
-        from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.l2cache import check_policy
-
         self.cut = _strategy(CUT_STRATEGY_OBJECTS, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
         self.alloc = _strategy(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
@@ -188,12 +213,15 @@ class PointScorer:
         if cheap == "auto":
             cheap = "vcontention" if exact == "event" else "static"
         self.cheap_kind = cheap
-        check_policy(cache)
-        self.arch, self.hw, self.exact_kind, self.cache, self.L_sim = arch, hw, exact, cache, L_sim
-        # calibration (subgpu_jax.model.calibration): measured per-kernel tables for the cheap
-        # estimator and the event simulator (pass hw = calibration.apply_to_hardware(hw) for its curve)
-        self.calibration = calibration
-        self.model = ContentionModel(calibration=calibration)
+        if not isinstance(setup, GpuSetup):
+            setup = GpuSetup.uncalibrated(setup)
+        self.setup, self.hw, self.calibration = setup, setup.hw, setup.calibration
+        # the event simulator (records, verdicts, the contention-aware cheap estimator's model)
+        # and the exact scorer's timer, made once from the setup
+        self.event = EventTimer.of(setup, cache)
+        self.timer = timer_for(setup, exact, cache)
+        self.arch, self.exact_kind, self.L_sim = arch, exact, L_sim
+        self.cache, self.model = self.event.cache, self.event.model
         self._problems: dict = {}
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
@@ -210,11 +238,9 @@ class PointScorer:
 
         key = (dep, streams_per_stage)
         if key not in self._problems:
-            dm = None
+            dm = self.setup.duration_model
             if self.calibration is not None:
-                from subgpu_jax.model.calibration import CalibratedDurationModel
                 self.calibration.check_workload(self.arch, dep, self.hw)
-                dm = CalibratedDurationModel(self.calibration, self.hw)
             wl = Workload.from_model(self.arch, dep)
             if self.cheap_kind == "vcontention":
                 self._problems[key] = ContentionProblem(wl, self.hw, dm, self.model, self.cache,
@@ -256,33 +282,36 @@ class PointScorer:
             del self._temporal[k]
         _trim_heap()
 
-    def _simulate(self, dep: Deployment, cfg: Config):
-        """Event-simulate ``cfg``; keeps its per-category times and L2 hit rate for ``_record``
-        so that a record never re-runs the simulation that scored it. Ctrl-C is honoured before
-        and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the compilations of the
-        exact polish."""
+    def simulate(self, dep: Deployment, cfg: Config):
+        """Event-simulate ``cfg`` (the graph of ``dep`` for its microbatch count; not validated:
+        the search's configurations are); keeps its per-category times and L2 hit rate for
+        ``_record`` so that a record never re-runs the simulation that scored it. Ctrl-C is
+        honoured before and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the
+        compilations of the exact polish.
+
+        Returns:
+            the ``SimResult``."""
         from subgpu_jax.app.interrupt import check
-        from subgpu_jax.sim.eventsim import simulate
 
         check()
         p = self.problem(dep)
         m = p.workload.m_of(cfg)
-        r = simulate(p.workload.graph(m), cfg, self.hw, self.model, cache=self.cache,
-                     record=False, validate=False)
+        r = self.event.time(p.workload.graph(m), cfg, record=False, validate=False).result
         self._sim_summary[(dep, cfg)] = (
             {c: float(r.category_time.get(c, 0.0)) for c in CATEGORIES}, float(r.l2_hit_rate))
         check()
         return r
 
-    def exact(self, dep: Deployment, streams_per_stage: int = 1):
-        """Exact scorer Config -> makespan µs for this deployment (k streams per stage)."""
+    def exact(self, dep: Deployment, streams_per_stage: int = 1) -> TimerExact:
+        """Exact scorer Config -> makespan µs for this deployment (k streams per stage): a
+        ``search.problem.TimerExact`` over ``RecordingTimer`` (the event simulator, each
+        simulation kept for the records) or over the static estimator (``EvaluatorExact``)."""
+        p = self.problem(dep, streams_per_stage)
         if self.exact_kind == "static":
-            from subgpu_jax.search.problem import EvaluatorExact
-            p = self.problem(dep, streams_per_stage)
             if isinstance(p, ContentionProblem):  # the exact static scorer stays static
                 p = Problem(p.workload, p.hw, p.model, streams_per_stage=p.streams_per_stage)
             return EvaluatorExact(p)
-        return lambda cfg: float(self._simulate(dep, cfg).makespan)
+        return TimerExact(p, RecordingTimer(self, dep))
 
     def temporal_makespan(self, dep: Deployment) -> float:
         """Temporal baseline (µs) of a deployment under the exact scorer (cached)."""
@@ -294,21 +323,17 @@ class PointScorer:
         return self._temporal[dep]
 
     def rest_of_step(self, dep: Deployment, cfg: Config) -> float:
-        """Time (µs) of the step outside the searched main region (``app/step.py``): the runs
+        """Time (µs) of the step outside the searched main region (``score/step.py``): the runs
         of the model's other region kinds under ``cfg`` carried over by ``map_cut``, and the
         head kernels; the same scorer kind as the exact one (cached)."""
         key = ("rest", dep, cfg)
         if key not in self._temporal:
-            from subgpu_jax.app.step import simulate_step
             from subgpu_jax.model.graph import ForwardPass, build_forward
 
             fp = build_forward(self.arch, dep, self.problem(dep).workload.m_of(cfg))
             rest = ForwardPass(runs=tuple((g, c) for g, c in fp.runs if g is not fp.main),
                                head=fp.head, main=fp.main)
-            dm = self.problem(dep).model if self.calibration is not None else None
-            self._temporal[key] = simulate_step(
-                rest, cfg, self.hw, self.exact_kind, self.model, self.cache,
-                duration_model=dm, record=False).makespan_us
+            self._temporal[key] = time_step(rest, cfg, self.timer, record=False).makespan_us
         return self._temporal[key]
 
     def generation_makespan(self, dep: Deployment, cfg: Config, region_us: float) -> dict:
@@ -339,23 +364,16 @@ class PointScorer:
         ds = search_step(d)  # the step the search scored (a generation's middle step)
         p = self.problem(ds)
         g1 = p.workload.graph(1)
-        starts = [i for i in range(1, g1.n) if cfg.seg_of[i] != cfg.seg_of[i - 1]]
-        # the search scores the main region; records time the whole step (app/step.py), or the
+        # the search scores the main region; records time the whole step (score/step.py), or the
         # mean step of a whole generation
         region_us = makespan
         gen = self.generation_makespan(d, cfg, region_us)
         makespan = gen.pop("makespan_us")
         t_cfg1 = temporal_config(g1.n, self.hw, p.workload.batch)
         t_temp = self.generation_makespan(d, t_cfg1, self.temporal_makespan(ds))["makespan_us"]
-        rec = {"model": self.arch.name, "hardware": self.hw.name, "num_gpus": d.num_gpus,
-               "attn_tp": d.attn_tp, "attn_dp": d.attn_dp, "moe_ep": d.moe_ep,
-               "global_batch": d.global_batch, "kv_history": d.kv_history,
-               **{f: getattr(d, f) for f in DEPLOY_OPTIONS},
-               "mode": "temporal" if cfg.D == 1 else "subgpu", "D": cfg.D, "w": cfg.w,
-               "K": cfg.K, "microbatches": p.workload.m_of(cfg), "microbatch": cfg.microbatch,
-               "policy": cfg.policy, "streams_per_stage": cfg.streams_per_stage,
-               "cuts": "|".join(g1.kernels[i].name for i in starts),
-               "sms": "|".join(str(a) for a in cfg.alloc),
+        rec = {"model": self.arch.name, "hardware": self.hw.name, **d.to_record(),
+               "mode": "temporal" if cfg.D == 1 else "subgpu",
+               **cfg.to_record(g1, p.workload.m_of(cfg)),
                **throughput_record(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
                "region_makespan_us": region_us, "rest_of_step_us": makespan - region_us,
@@ -365,7 +383,7 @@ class PointScorer:
         rec.update(extra)
         if self.exact_kind == "event":
             if (ds, cfg) not in self._sim_summary:
-                self._simulate(ds, cfg)
+                self.simulate(ds, cfg)
             cats, hit = self._sim_summary[(ds, cfg)]
             for c in CATEGORIES:
                 rec[f"cat_{c}_us"] = cats[c]
@@ -393,32 +411,6 @@ class PointScorer:
                     for r in res.records]
         finally:
             self.forget_point(pt)
-
-
-def record_deployment(rec: Mapping) -> Deployment:
-    """The ``Deployment`` of a search record (its GPU count, TP/DP/EP, batch, KV history and
-    the ``DEPLOY_OPTIONS`` it holds)."""
-    return Deployment(num_gpus=int(rec["num_gpus"]), attn_tp=int(rec["attn_tp"]),
-                      attn_dp=int(rec["attn_dp"]), moe_ep=int(rec["moe_ep"]),
-                      global_batch=int(rec["global_batch"]), kv_history=int(rec["kv_history"]),
-                      **{f: rec[f] for f in DEPLOY_OPTIONS if f in rec})
-
-
-def record_config(rec: Mapping, g1) -> Config:
-    """The ``Config`` of a SubGPU search record on ``g1`` (the workload's 1-microbatch graph:
-    the record names its cuts by kernel name, ``"|"``-separated, and its SMs as ``"64|64"``).
-
-    Raises:
-        KeyError/ValueError: a record that is not a SubGPU record of this graph.
-    """
-    from subgpu_jax.space.config import chain_cut
-
-    names = rec["cuts"].split("|") if rec["cuts"] else []
-    seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
-    return Config(D=int(rec["D"]), w=int(rec["w"]), seg_of=seg,
-                  alloc=tuple(int(x) for x in str(rec["sms"]).split("|")),
-                  microbatch=int(rec["microbatch"]), policy=rec["policy"],
-                  streams_per_stage=int(rec.get("streams_per_stage", 1) or 1))
 
 
 def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
@@ -479,8 +471,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                 top[k] = r
         entries = []
         for k in sorted(top):
-            dep = search_step(record_deployment(top[k]))  # a generation's searched step
-            entries.append((top[k], dep, record_config(top[k],
+            dep = search_step(Deployment.from_record(top[k]))  # a generation's searched step
+            entries.append((top[k], dep, Config.from_record(top[k],
                                                        scorer.problem(dep).workload.graph(1))))
         summary["verdicts"] = batch_verdicts(entries, scorer.arch, scorer.hw, scorer.model,
                                              scorer.cache, scorer.calibration is not None)
@@ -492,15 +484,11 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.exact_kind == "event":
-        dep = search_step(record_deployment(best))  # the step the search scored
+        dep = search_step(Deployment.from_record(best))  # the step the search scored
         p = scorer.problem(dep)
         g1 = p.workload.graph(1)
-        cfg = record_config(best, g1)
-        from subgpu_jax.sim.contention import ContentionModel
-        from subgpu_jax.sim.eventsim import simulate
-        r = simulate(p.workload.graph(best["microbatches"]), cfg, scorer.hw,
-                     getattr(scorer, "model", None) or ContentionModel(),
-                     cache=scorer.cache, record=False)
+        cfg = Config.from_record(best, g1)
+        r = scorer.event.time(p.workload.graph(best["microbatches"]), cfg).result
         sp = best["speedup_vs_temporal"]
         word = "best SubGPU" if sp > 1 else "least slow SubGPU (loses to temporal)"
         best_run = (r, f"{word}: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
@@ -514,11 +502,10 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     return summary
 
 
-def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folder: str,
+def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, resume: bool = False, budget: int | None = None,
-               exact: str = "event", cache: str = "lru", L_sim: int = 2,
-               progress: bool = True, calibration=None,
-               cut_strategy="proposal",
+               exact: str = "event", cache: str | None = None, L_sim: int = 2,
+               progress: bool = True, cut_strategy="proposal",
                min_tokens_per_user: float | None = None, cheap: str = "auto",
                alloc_strategy="pairwise", cluster=None, overwrite: bool = False,
                log: Callable[[str], None] | None = None,
@@ -533,9 +520,9 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
     without writing.
 
     Args:
-        arch, hw, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
-        exact, cache, L_sim, calibration, cut_strategy, cheap, alloc_strategy: as
-            ``PointScorer``.
+        arch, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
+        hw: the GPU, a ``GpuSetup`` or a ``Hardware`` (as ``PointScorer``'s ``setup``).
+        exact, cache, L_sim, cut_strategy, cheap, alloc_strategy: as ``PointScorer``.
         cluster: an ``app.distributed.Cluster`` (already initialised with ``init_cluster``):
             the grid points are spread over its processes and their local devices; process 0
             writes the folder, the other processes write nothing and return summary None.
@@ -556,8 +543,9 @@ def run_search(arch: ModelArch, hw: Hardware, points: Sequence[GridPoint], folde
         Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """
     say = log or (lambda line: None)
-    scorer = PointScorer(arch, hw, exact, cache, L_sim, calibration=calibration,
-                         cut_strategy=cut_strategy, cheap=cheap, alloc_strategy=alloc_strategy)
+    scorer = PointScorer(arch, hw, exact, cache, L_sim, cut_strategy=cut_strategy, cheap=cheap,
+                         alloc_strategy=alloc_strategy)
+    hw = scorer.hw
     distributed = cluster is not None and cluster.num_processes > 1
     if exact == "event":  # the contention model's co-run fit is part of what defines the sweep
         meta = {"latency_load_gain": scorer.model.latency_gain, **meta}

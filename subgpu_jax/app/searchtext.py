@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from subgpu_jax.app.options import resolve_cache, serving_args
+from subgpu_jax.app.options import record_config_options, resolve_cache, serving_args
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 
@@ -159,14 +159,13 @@ def search_reproduce_command(a, best: dict) -> list[str]:
     if a.input_len not in (None, 32768) or best.get("output_len"):
         cmd += ["--input-len", str(best.get("input_len") or a.input_len)]
     cmd += serving_args(a)
-    cuts = best["cuts"].split("|") if best["cuts"] else []
-    cmd += ["--cuts", ",".join(cuts), "--reuse" if int(best["w"]) else "--no-reuse",
-            "--sms", ",".join(str(best["sms"]).split("|")),
-            "--microbatch", str(best["microbatch"])]
-    if best.get("policy", "wavefront") != "wavefront":
-        cmd += ["--policy", best["policy"]]
-    if int(best.get("streams_per_stage", 1)) != 1:
-        cmd += ["--streams-per-stage", str(int(best["streams_per_stage"]))]
+    o = record_config_options(best)
+    cmd += ["--cuts", o["cuts"] or "", "--reuse" if o["reuse"] else "--no-reuse",
+            "--sms", o["sms"], "--microbatch", str(o["microbatch"])]
+    if o["policy"] != "wavefront":
+        cmd += ["--policy", o["policy"]]
+    if o["streams_per_stage"] != 1:
+        cmd += ["--streams-per-stage", str(o["streams_per_stage"])]
     if a.exact == "static":
         cmd += ["--simulator", "static"]
     elif a.cache is not None and a.cache != resolve_cache(None, a.calibration):

@@ -28,6 +28,9 @@ How the simulators use it:
   kernel's work counters down (kernels faster than the analytical model), solved once per
   (kernel, pool) by simulating the kernel alone.
 * ``Calibration.apply_to_hardware(hw)``: ``hw`` with the measured bandwidth-response curve and copy peak.
+* ``Calibration.bind(hw)``: all of the above at once, as one ``model.setup.GpuSetup`` (the
+  patched hardware, the calibrated duration model, the calibration for the contention model and
+  the L2 policy ``"none"``): what every entry point uses.
 
 Bad files raise a one-line ``ValueError`` (missing fields, non-positive / NaN times, another
 model / deployment / GPU than the workload).
@@ -46,6 +49,7 @@ import numpy as np
 
 from subgpu_jax.model.graph import Deployment, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.setup import GpuSetup
 
 __all__ = ["measured_weights_dtype", "FORMAT", "Calibration", "CalibratedDurationModel", "kernel_key", "load_calibration",
            "DEPLOY_FIELDS", "CalibrationExtrapolationWarning"]
@@ -374,6 +378,18 @@ class Calibration:
                                    hbm_read_Bps=peak * ratio,
                                    source=hw.source + " Calibrated: bandwidth curve and copy "
                                    "peak from the calibration file.")
+
+    def bind(self, hw: Hardware) -> GpuSetup:
+        """Everything this calibration changes, bound to ``hw``, as one ``GpuSetup``: ``hw``
+        patched by ``apply_to_hardware``, ``CalibratedDurationModel`` on it, this calibration
+        (the contention model's) and the L2 policy ``"none"`` (module docstring).
+
+        Raises:
+            ValueError: another GPU type (as ``apply_to_hardware``).
+        """
+        patched = self.apply_to_hardware(hw)
+        return GpuSetup(hw=patched, calibration=self,
+                        duration_model=CalibratedDurationModel(self, patched), cache="none")
 
     def table(self, graph: OpGraph, num_sms: int) -> np.ndarray:
         """Duration table (n, num_sms+1) µs of ``graph`` (column p = time on p SMs; column 0 = 1 SM).

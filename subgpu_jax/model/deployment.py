@@ -15,11 +15,16 @@ import numpy as np
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import DISPATCH_MODES
 
-__all__ = ["Deployment", "REFERENCE_DEPLOYMENT", "DEFAULT_CONTEXT"]
+__all__ = ["Deployment", "REFERENCE_DEPLOYMENT", "DEFAULT_CONTEXT", "RECORD_FIELDS", "RECORD_OPTIONS"]
 
 #: Prompt length and KV history (tokens) when neither is given: the reference workload's 32,768
 #: (docs/method.md §5).
 DEFAULT_CONTEXT = 32768
+#: Deployment fields every search record carries (``Deployment.to_record``), in order.
+RECORD_FIELDS = ("num_gpus", "attn_tp", "attn_dp", "moe_ep", "global_batch", "kv_history")
+#: Further deployment fields (topology, routing, serving) a record carries after those.
+RECORD_OPTIONS = ("input_len", "nvlink_domain", "scaleout_GBps", "routing", "routing_imbalance",
+                  "output_len", "dispatch", "gpu_memory_utilization")
 
 
 @dataclass(frozen=True)
@@ -200,6 +205,25 @@ class Deployment:
         if arch.is_mla:
             return 1
         return max(1, arch.num_kv_heads // self.attn_tp)
+
+    def to_record(self) -> dict:
+        """The deployment's fields of a search record (the one codec with ``from_record``):
+        ``RECORD_FIELDS`` then ``RECORD_OPTIONS``, in that order."""
+        return {f: getattr(self, f) for f in RECORD_FIELDS + RECORD_OPTIONS}
+
+    @classmethod
+    def from_record(cls, rec, options: bool = True) -> "Deployment":
+        """The ``Deployment`` of a search record: its ``RECORD_FIELDS`` (integers) and, with
+        ``options``, the ``RECORD_OPTIONS`` it holds (a record of an older version may lack
+        some; the defaults apply).
+
+        Raises:
+            KeyError: a missing ``RECORD_FIELDS`` field. ValueError: a field that is not an
+                integer, or an infeasible deployment (``__post_init__``).
+        """
+        core = {f: int(rec[f]) for f in RECORD_FIELDS}
+        extra = {f: rec[f] for f in RECORD_OPTIONS if f in rec} if options else {}
+        return cls(**core, **extra)
 
     def step(self, s: int) -> "Deployment":
         """The single decode step s (0-based) of this deployment's generation: every request's

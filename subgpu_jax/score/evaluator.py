@@ -25,9 +25,11 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 from subgpu_jax.score.programs import ProgramCache, to_device
+from subgpu_jax.score.protocol import SmoothTerms
 
-__all__ = ["check_alloc_batch", "run_in_chunks", "DagArrays", "maxplus_makespan", "smooth_makespan", "Evaluator", "validate_durations",
-           ]
+__all__ = ["check_alloc_batch", "run_in_chunks", "DagArrays", "maxplus_makespan",
+           "smooth_makespan", "Evaluator", "validate_durations", "hard_batch", "smooth_batch",
+           "tau_batch", "hard_batch_impl", "smooth_batch_impl", "tau_batch_impl", "maxplus_rows"]
 
 
 _NEG = -1e9  # finite sentinel for masked entries of the smooth max (never -inf)
@@ -168,7 +170,7 @@ def _tau_from_alloc_cont(seg_table: jax.Array, seg_stage: jax.Array, arrs: DagAr
     return jnp.where(arrs.task_valid, seg_dur[arrs.task_seg], 0.0)
 
 
-def _hard_batch_impl(seg_table, seg_stage, arrs, allocs):
+def hard_batch_impl(seg_table, seg_stage, arrs, allocs):
 
     def one(a):
         return maxplus_makespan(arrs, _tau_from_alloc(seg_table, seg_stage, arrs, a))
@@ -176,7 +178,7 @@ def _hard_batch_impl(seg_table, seg_stage, arrs, allocs):
     return jax.vmap(one)(allocs)
 
 
-def _smooth_batch_impl(seg_table, seg_stage, arrs, allocs, temp):
+def smooth_batch_impl(seg_table, seg_stage, arrs, allocs, temp):
 
     def one(a):
         return smooth_makespan(arrs, _tau_from_alloc_cont(seg_table, seg_stage, arrs, a), temp)
@@ -184,14 +186,21 @@ def _smooth_batch_impl(seg_table, seg_stage, arrs, allocs, temp):
     return jax.vmap(one)(allocs)
 
 
-def _tau_batch_impl(arrs, taus):
+def tau_batch_impl(arrs, taus):
     return jax.vmap(lambda t: maxplus_makespan(arrs, t))(taus)
 
 
+# The compiled batch programs (tests wrap the ``*_impl`` functions in chex.assert_max_traces):
 # compiled once per padded structure, at most PROGRAM_CACHE_SIZE structures kept (programs.py)
-_hard_batch = ProgramCache(_hard_batch_impl)
-_smooth_batch = jax.jit(_smooth_batch_impl)  # also traced inside the relaxation's own jit
-_tau_batch = ProgramCache(_tau_batch_impl)
+#: (seg_table, seg_stage, arrs, allocs (B, D) int) -> (B,) hard makespans (µs).
+hard_batch = ProgramCache(hard_batch_impl)
+#: (seg_table, seg_stage, arrs, allocs (B, D) float, temp) -> (B,) smooth makespans (µs);
+#: differentiable in ``allocs``, also traced inside the relaxation's own jit.
+smooth_batch = jax.jit(smooth_batch_impl)
+#: (arrs, taus (B, T)) -> (B,) hard makespans (µs) of explicit task durations.
+tau_batch = ProgramCache(tau_batch_impl)
+#: (arrs, taus (B, T)) -> (B,) hard makespans (µs), one jit for the exhaustive scorers.
+maxplus_rows = jax.jit(jax.vmap(maxplus_makespan, in_axes=(None, 0)))
 
 
 def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
@@ -207,7 +216,7 @@ def makespan_of_durations(dag: TaskDAG, taus: np.ndarray) -> np.ndarray:
     arrs = DagArrays.from_dag(dag)
     pad = np.zeros((taus.shape[0], arrs.T_pad), dtype=taus.dtype)
     pad[:, : dag.T] = taus
-    return np.asarray(_tau_batch(arrs, to_device(pad)))
+    return np.asarray(tau_batch(arrs, to_device(pad)))
 
 
 __all__.append("makespan_of_durations")
@@ -365,13 +374,27 @@ class Evaluator:
         """
         a = (self.check_feasible(allocs) if feasible_only
              else self._check_allocs(allocs)).astype(np.int32)
-        return run_in_chunks(a, self.chunk, lambda c: _hard_batch(
+        return run_in_chunks(a, self.chunk, lambda c: hard_batch(
             self.seg_table, self.seg_stage, self.arrs, to_device(c)))
+
+    def stage_service(self, sms: int) -> np.ndarray:
+        """``score.protocol.StageService``: float64 (D,) µs, the summed time of each stage's
+        segments on ``sms`` SMs (clipped to the table's largest column)."""
+        st = np.asarray(self.seg_stage)[: self.K]
+        col = min(int(sms), self.seg_table_np.shape[1] - 1)
+        service = np.zeros(self.D)
+        for k in range(self.K):
+            service[st[k]] += self.seg_table_np[k, col]
+        return service
+
+    def smooth_terms(self) -> SmoothTerms:
+        """``score.protocol.Smooth``: the device arrays ``smooth_batch`` evaluates."""
+        return SmoothTerms(self.seg_table, self.seg_stage, self.arrs)
 
     def smooth(self, allocs: jax.Array, temp: float | jax.Array) -> jax.Array:
         """Smooth makespans (µs) of real-valued allocations (B, D) at temperature ``temp`` (µs);
         differentiable in ``allocs``; returns a jax array (B,)."""
-        return _smooth_batch(self.seg_table, self.seg_stage, self.arrs,
+        return smooth_batch(self.seg_table, self.seg_stage, self.arrs,
                              jnp.asarray(allocs, dtype=self.dtype), jnp.asarray(temp, self.dtype))
 
     def task_durations(self, alloc: Sequence[int]) -> np.ndarray:

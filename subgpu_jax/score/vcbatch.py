@@ -30,7 +30,7 @@ Everything is a host-validated pytree argument; the static arguments (``VCB_STAT
 are the iteration count, the damping, the contention switch and the layout options (packed,
 block, grids, level unroll, integrals), and the lane plan's triples are static fields of its
 pytree, so one compiled function serves every allocation batch of one padded structure (tests
-wrap ``_vcb_batch_impl`` in ``chex.assert_max_traces``).
+wrap ``vcb_batch_impl`` in ``chex.assert_max_traces``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from subgpu_jax.score.programs import ProgramCache, to_device
 
 __all__ = ["cell_table", "grid_spec", "batched_start_completion", "partner_table",
            "batched_integrals", "vcb_makespans", "INTEGRALS", "check_integrals",
-           "VCB_STATIC_ARGNUMS"]
+           "VCB_STATIC_ARGNUMS", "interp_weights", "vcb_batch", "vcb_batch_impl"]
 
 #: Forms of the overlap integrals (``batched_integrals``): static slices per (row, partner
 #: row, offset) triple, or one gather of every task's partners reduced over the partner axis.
@@ -65,14 +65,14 @@ def check_integrals(v) -> str:
 
 def grid_spec(grid) -> tuple[float, float, int]:
     """(first point, spacing, number of points) of a uniformly spaced grid (host): the static
-    form of a grid for ``_interp_weights`` (compile-time constants: about 8% faster on the CPU
+    form of a grid for ``interp_weights`` (compile-time constants: about 8% faster on the CPU
     than the grid as an array argument; the grids are the module constants ``CONC_GRID`` and
     ``POWER_GRID`` of ``vcontention``, so every structure shares the same values)."""
     g = np.asarray(grid, dtype=float)
     return float(g[0]), float(g[1] - g[0]), int(g.size)
 
 
-def _interp_weights(grid, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+def interp_weights(grid, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Lower index and fraction of ``x`` on the increasing, uniformly spaced ``grid`` (an array,
     or its static ``grid_spec``), clipped to its range; arithmetic instead of a search (the grids
     are ``CONC_GRID``/``POWER_GRID``, checked uniform by ``vcontention.segment_tables``). Any
@@ -321,8 +321,8 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
         busy_o, conc_o, power_o = (ints[..., k] for k in range(3))
         f = jnp.clip(busy_o * inv, 0.0, 1.0)      # union bound of the other stages' busy share
         fb = jnp.maximum(f * tsafe, 1e-9)
-        ic, fc = _interp_weights(cg, conc_o / fb)
-        ip, fp = _interp_weights(pg, power_o / fb)
+        ic, fc = interp_weights(cg, conc_o / fb)
+        ip, fp = interp_weights(pg, power_o / fb)
         # the cell number and the corner weights materialised once (XLA would recompute the
         # index arithmetic inside each of the 16 gathers); indices are in range by construction
         r, *w = jax.lax.optimization_barrier(
@@ -342,7 +342,7 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
     return jnp.max(batched_start_completion(plan.levels, tau, unroll)[1], axis=0)
 
 
-def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed, block,
+def vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed, block,
                     grids=None, unroll=2, integrals="slices"):
     """``vcb_makespans`` as the compiled entry point (B, D) -> (B,) µs. With ``block`` (static)
     below B, the batch is cut into blocks of ``block`` allocations (the last padded by its last
@@ -365,4 +365,4 @@ def _vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed,
 #: Static arguments of the compiled entry point (iters, damping, isolated, packed, block, grids,
 #: unroll, integrals).
 VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9, 10, 11)
-_vcb_batch = ProgramCache(_vcb_batch_impl, VCB_STATIC_ARGNUMS)  # bounded (programs.py)
+vcb_batch = ProgramCache(vcb_batch_impl, VCB_STATIC_ARGNUMS)  # bounded (programs.py)

@@ -38,7 +38,7 @@ the result equals ``evaluator.Evaluator.makespan`` exactly (same seg-table sums,
 Shapes are padded to buckets (``taskdag.bucket``, ``fine_bucket``) and all tables are
 arguments, so another cut, allocation batch or graph of the same task-DAG structure reuses one
 compiled function (the lane plan's pair groups are compile-time constants of a structure; tests
-wrap ``_vc_batch_impl`` in ``chex.assert_max_traces``).
+wrap ``vc_batch_impl`` in ``chex.assert_max_traces``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.score.protocol import SmoothTerms
 from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch, completion_times,
     run_in_chunks, validate_durations)
 from subgpu_jax.model.checks import finite, flag, pos_int
@@ -63,13 +64,14 @@ from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
-from subgpu_jax.score.vcbatch import (_interp_weights, _vcb_batch, _vcb_batch_impl, cell_table,
-                                     check_integrals, grid_spec)
+from subgpu_jax.score.vcbatch import (cell_table, check_integrals, grid_spec, interp_weights,
+                                     vcb_batch, vcb_batch_impl)
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
            "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
-           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS"]
+           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS", "HitCounter",
+           "vc_batch", "vc_batch_impl", "bilinear_rows"]
 
 #: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
 #: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
@@ -388,23 +390,38 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
     n = graph.n
     if cache == "none":
         return np.zeros(n)
-    hit = np.zeros(n)
-    tot = np.zeros(n)
+    obs = HitCounter(n)
+    EventSimulator.from_config(graph, cfg, hw, ContentionModel.off(), cache, record=False,
+                               observer=obs).run()
+    return obs.hit_rates()
 
-    class _Rec(EventSimulator):
-        def _lookups(self, s, kid, j):
-            h0, r0 = self.bytes_hit, self.bytes_obj_read
-            out = super()._lookups(s, kid, j)
-            hit[kid] += self.bytes_hit - h0
-            tot[kid] += self.bytes_obj_read - r0
-            return out
 
-    _Rec.from_config(graph, cfg, hw, ContentionModel.off(), cache, record=False).run()
-    return np.clip(np.where(tot > 0, hit / np.maximum(tot, 1e-30), 0.0), 0.0, 1.0)
+class HitCounter:
+    """A ``sim.eventsim.LookupObserver`` summing each kernel's L2 hit and read bytes.
+
+    Args:
+        n: kernels of the simulated graph.
+
+    Attributes:
+        hit, read: float64 (n,) bytes per kernel (summed over its instances).
+    """
+
+    def __init__(self, n: int) -> None:
+        self.hit = np.zeros(n)
+        self.read = np.zeros(n)
+
+    def on_lookups(self, kid: int, hit_bytes: float, read_bytes: float) -> None:
+        self.hit[kid] += hit_bytes
+        self.read[kid] += read_bytes
+
+    def hit_rates(self) -> np.ndarray:
+        """float64 (n,) hit / read bytes per kernel, 0 where a kernel read nothing."""
+        tot = self.read
+        return np.clip(np.where(tot > 0, self.hit / np.maximum(tot, 1e-30), 0.0), 0.0, 1.0)
 
 
 # ============================================================================ JAX core
-def _bilinear_rows(rows: jax.Array, r0: jax.Array, NP: int, ic, fc, ip, fp) -> jax.Array:
+def bilinear_rows(rows: jax.Array, r0: jax.Array, NP: int, ic, fc, ip, fp) -> jax.Array:
     """Bilinear interpolation in a table stored as rows of 4 values (tau, busy, conc, power):
     row (r0 + c) * NP + p holds grid point (c, p) of a task's (segment, pool); r0, ic, ip (T,)
     int32, fc, fp (T,) fractions -> (4, T). Four plain row gathers per task (on the CPU far
@@ -469,9 +486,9 @@ def vc_makespan(tabs: SegTables, plan: LanePlan, arrs: DagArrays, alloc: jax.Arr
         fb = jnp.maximum(f * tsafe, 1e-9)
         cb = conc_o / fb
         pb = power_o / fb
-        ic, fc = _interp_weights(tabs.conc_grid, cb)
-        ip, fp = _interp_weights(tabs.power_grid, pb)
-        v4 = _bilinear_rows(rows, r0, NP, ic, fc, ip, fp)                       # (4, H)
+        ic, fc = interp_weights(tabs.conc_grid, cb)
+        ip, fp = interp_weights(tabs.power_grid, pb)
+        v4 = bilinear_rows(rows, r0, NP, ic, fc, ip, fp)                       # (4, H)
         tb = jnp.maximum(v4[0], 1e-9)
         rate = (1.0 - f) / safe_iso + f / tb
         new = jnp.where(valid, 1.0 / rate, 0.0)
@@ -485,7 +502,7 @@ def vc_makespan(tabs: SegTables, plan: LanePlan, arrs: DagArrays, alloc: jax.Arr
     return jnp.max(_completion(plan, arrs, tau, scan))
 
 
-def _vc_batch_impl(tabs, plan, arrs, allocs, iters, damping, isolated, scan):
+def vc_batch_impl(tabs, plan, arrs, allocs, iters, damping, isolated, scan):
     """``vc_makespan`` vmapped over allocations (B, D) -> (B,) µs."""
     return jax.vmap(lambda a: vc_makespan(tabs, plan, arrs, a, iters, damping, isolated,
                                           scan))(allocs)
@@ -493,7 +510,7 @@ def _vc_batch_impl(tabs, plan, arrs, allocs, iters, damping, isolated, scan):
 
 #: The compiled batch entry point (static: iters, damping, isolated, scan).
 VC_STATIC_ARGNUMS = (4, 5, 6, 7)
-_vc_batch = ProgramCache(_vc_batch_impl, VC_STATIC_ARGNUMS)  # bounded (programs.py)
+vc_batch = ProgramCache(vc_batch_impl, VC_STATIC_ARGNUMS)  # bounded (programs.py)
 
 
 def fine_bucket(x: int, minimum: int = 8) -> int:
@@ -553,7 +570,7 @@ class VContentionEvaluator:
         packed: ``scan="batched"`` and ``integrals="slices"`` only: the three rate integrals
             as one array with a trailing rate axis (default) or three arrays,
             ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
-            block of the batch-last layout (``vcbatch._vcb_batch_impl``; default: the whole
+            block of the batch-last layout (``vcbatch.vcb_batch_impl``; default: the whole
             chunk on a CPU, 128 on an accelerator). inline_tables: ``scan="batched"`` only:
             compile this evaluator's own program with its tables as constants (about 25%
             faster on the CPU, experiments/bench_vcontention.py; one compilation per
@@ -714,26 +731,29 @@ class VContentionEvaluator:
             if self.inline_tables:
                 if self._inline is None:  # this evaluator's own program, tables as constants
                     tabs, cells, plan = self.tabs, self.cells, self.plan
-                    self._inline = jax.jit(lambda c: _vcb_batch_impl(tabs, cells, plan, c,
+                    self._inline = jax.jit(lambda c: vcb_batch_impl(tabs, cells, plan, c,
                                                                      *static))
                 return run_in_chunks(a, self.chunk, lambda c: self._inline(to_device(c)),
                                      self.workers, self.pad_small)
-            return run_in_chunks(a, self.chunk, lambda c: _vcb_batch(
+            return run_in_chunks(a, self.chunk, lambda c: vcb_batch(
                 self.tabs, self.cells, self.plan, to_device(c), *static), self.workers,
                 self.pad_small)
-        return run_in_chunks(a, self.chunk, lambda c: _vc_batch(
+        return run_in_chunks(a, self.chunk, lambda c: vc_batch(
             self.tabs, self.plan, self.arrs, to_device(c), self.iters, self.damping,
             bool(self.model.isolated), self.scan), self.workers, self.pad_small)
 
 
-class ContentionEstimator(Evaluator):
-    """The cheap estimator of the search when the exact scorer is the event simulator: an
-    ``Evaluator`` whose hard ``makespan`` is the contention-aware ``VContentionEvaluator``.
+class ContentionEstimator:
+    """The cheap estimator of the search when the exact scorer is the event simulator: its hard
+    ``makespan`` is the contention-aware ``VContentionEvaluator`` (``contention``).
 
-    Everything else is the static evaluator's: the segment tables used by the
-    service-proportional seed of Algorithm 2 (``seg_table_np``, ``seg_stage``) and the smooth
-    makespan of the optax relaxation (``smooth``), which have no contention-aware counterpart
-    (docs/method.md §3: the fast scorer). Implements ``score.protocol.Scorer``.
+    It is not an ``Evaluator``; it holds one (``static``, the same structure on isolated kernel
+    durations) and lends, by name, the two capabilities the contention model lacks
+    (docs/method.md §3: the fast scorer): ``stage_service`` (``score.protocol.StageService``,
+    the service-proportional seed) and ``smooth``/``smooth_terms`` (``score.protocol.Smooth``,
+    the optax relaxation), both the STATIC model's: a relaxation under contention anneals the
+    static smooth makespan, then rounds and ranks with the contention-aware ``makespan``.
+    Implements ``score.protocol.Scorer``.
 
     Args:
         graph, seg_of, D, w, hw, policy, streams_per_stage: the structure (as ``Evaluator``).
@@ -750,8 +770,10 @@ class ContentionEstimator(Evaluator):
                  policy: str = "wavefront", table: np.ndarray | None = None,
                  model: ContentionModel | None = None, cache: str = "lru",
                  streams_per_stage: int = 1, **vc_kw) -> None:
-        super().__init__(graph, seg_of, D, w, hw, policy=policy, table=table,
-                         streams_per_stage=streams_per_stage)
+        self.static = Evaluator(graph, seg_of, D, w, hw, policy=policy, table=table,
+                                streams_per_stage=streams_per_stage)
+        self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, self.static.K
+        self.dtype = self.static.dtype
         self.contention = VContentionEvaluator(graph, seg_of, D, w, hw, policy=policy,
                                                model=model, cache=cache,
                                                streams_per_stage=streams_per_stage, **vc_kw)
@@ -762,5 +784,22 @@ class ContentionEstimator(Evaluator):
         Raises:
             ValueError: as ``Evaluator.makespan`` (shape, integers, feasibility).
         """
-        a = self.check_feasible(allocs) if feasible_only else self._check_allocs(allocs)
+        a = (self.static.check_feasible(allocs) if feasible_only
+             else check_alloc_batch(allocs, self.D, self.static.seg_table.shape[1] - 1))
         return self.contention.makespan(a)
+
+    def check_feasible(self, allocs: np.ndarray) -> np.ndarray:
+        """As ``Evaluator.check_feasible`` (the same allocation space)."""
+        return self.static.check_feasible(allocs)
+
+    def stage_service(self, sms: int) -> np.ndarray:
+        """The static model's stage service (``Evaluator.stage_service``): float64 (D,) µs."""
+        return self.static.stage_service(sms)
+
+    def smooth_terms(self) -> SmoothTerms:
+        """The static model's smooth terms (``Evaluator.smooth_terms``)."""
+        return self.static.smooth_terms()
+
+    def smooth(self, allocs, temp):
+        """The static model's smooth makespans (``Evaluator.smooth``), jax array (B,) µs."""
+        return self.static.smooth(allocs, temp)

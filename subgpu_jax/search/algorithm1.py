@@ -16,7 +16,7 @@ from subgpu_jax.search.cuts import (CUT_STRATEGIES, RankedCut, rank_cuts, refine
                                      screen_cuts)
 from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.search.pareto import pareto_front
-from subgpu_jax.search.problem import _memo, MemoScorer, Problem
+from subgpu_jax.search.problem import memoised, MemoScorer, Problem
 from subgpu_jax.space.config import check_dispatch_policy, Config, temporal_config
 
 __all__ = ["Record", "SearchResult", "pareto_records", "algorithm1"]
@@ -233,7 +233,7 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         check_dispatch_policy(pol)
     for D in D_values:
         pos_int(D, "D", 2)
-    memo = _memo(exact)
+    memo = memoised(exact)
     wl = problem.workload
     records, skipped = [], []
     if include_temporal:

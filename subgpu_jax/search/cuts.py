@@ -11,16 +11,16 @@ import numpy as np
 
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import OpGraph
-from subgpu_jax.score import evaluator as _evmod
-from subgpu_jax.search.exhaustive import _dag_key, _maxplus_rows
+from subgpu_jax.score.evaluator import DagArrays, maxplus_rows
+from subgpu_jax.search.exhaustive import dag_key
 from subgpu_jax.search.features import CutCandidate, kernel_features, Proposal, propose_partition
-from subgpu_jax.search.pairwise import _seeds, pairwise_line
+from subgpu_jax.search.pairwise import pairwise_line, seeds
 from subgpu_jax.search.problem import Problem
 from subgpu_jax.space.config import (AllocSpace, binding, check_cut, check_dispatch_policy,
     enumerate_cuts)
 
 __all__ = ["RankedCut", "rank_cuts", "choose_cut", "cut_neighbours", "refine_cut", "CUT_STRATEGIES",
-    "screen_cuts"]
+    "screen_cuts", "legal_layouts"]
 
 
 class RankedCut(NamedTuple):
@@ -66,10 +66,10 @@ def rank_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
     cands = (proposal.anchored,) + proposal.rotations[:max_rotations]
     for c in cands:
         ev = problem.evaluator(c.seg_of, D, c.w, m, policy)
-        seeds = np.stack(list(_seeds(ev, space).values()))
-        v = ev.makespan(seeds)
-        evals += len(seeds)
-        scored.append((float(v.min()), c, seeds[int(np.argmin(v))]))
+        sd = np.stack(list(seeds(ev, space).values()))
+        v = ev.makespan(sd)
+        evals += len(sd)
+        scored.append((float(v.min()), c, sd[int(np.argmin(v))]))
     others = sorted(scored[1:], key=lambda t: t[0])[: max(0, rotation_refine)]
     ranked = []
     for i, (_, c, p0) in enumerate([scored[0]] + others):
@@ -171,13 +171,13 @@ def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str
         return r
 
     ev0 = problem.evaluator(cand.seg_of, D, cand.w, m, policy)
-    cur = refined(cand.seg_of, cand.w, np.stack(list(_seeds(ev0, space).values())))
+    cur = refined(cand.seg_of, cand.w, np.stack(list(seeds(ev0, space).values())))
     seg, w, moves = cand.seg_of, cand.w, 0
     for _ in range(max_iters):
         scored = []
         for c, ww in cut_neighbours(g, seg, w, D):
             ev = problem.evaluator(c, D, ww, m, policy)
-            starts = np.stack([cur.alloc] + list(_seeds(ev, space).values()))
+            starts = np.stack([cur.alloc] + list(seeds(ev, space).values()))
             v = ev.makespan(starts)
             evals += len(starts)
             scored.append((float(v.min()), c, ww, starts))
@@ -200,8 +200,8 @@ def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str
 CUT_STRATEGIES: tuple[str, ...] = ("proposal", "local_search", "screen")
 
 
-def _legal_layouts(graph: OpGraph, D: int, limit: int
-                   ) -> list[tuple[tuple[int, ...], int]] | None:
+def legal_layouts(graph: OpGraph, D: int, limit: int
+                  ) -> list[tuple[tuple[int, ...], int]] | None:
     """Every legal layout (seg_of, w): C_D with w = 0 and, when D >= 2 and D + 1 <= n, C_{D+1}
     with w = 1; None when there are more than ``limit`` (the enumeration stops early)."""
     n = graph.n
@@ -223,7 +223,7 @@ def _layout_groups(problem: Problem, layouts: Sequence[tuple[tuple[int, ...], in
     table = problem.table(m)
     groups: dict[tuple, list[int]] = {}
     for i, (c, w) in enumerate(layouts):
-        groups.setdefault((w,) + _dag_key(c, g.edges, g.cross_edges), []).append(i)
+        groups.setdefault((w,) + dag_key(c, g.edges, g.cross_edges), []).append(i)
     work, T_max, P_max = [], 1, 1
     for key, idx in groups.items():
         w = key[0]
@@ -253,19 +253,19 @@ def _score_group(w: int, dag, segtab: np.ndarray, A: np.ndarray, D: int, T_pad: 
     sd = sd.transpose(0, 2, 1)                                              # (C, R, K)
     taus = np.zeros((C * R, T_pad), dtype=np.float32)
     taus[:, : dag.T] = sd[:, :, np.asarray(dag.seg)].reshape(-1, dag.T)
-    arrs = _evmod.DagArrays.from_dag(dag, pad_tasks=T_pad, pad_preds=P_pad)
+    arrs = DagArrays.from_dag(dag, pad_tasks=T_pad, pad_preds=P_pad)
     v = np.empty(len(taus))
     rows = min(chunk, bucket(len(taus), 256))
     for s in range(0, len(taus), rows):
         part = taus[s:s + rows]
         pad = np.concatenate([part, np.repeat(part[-1:], rows - len(part), 0)])
-        v[s:s + len(part)] = np.asarray(_maxplus_rows(arrs, jnp.asarray(pad)))[: len(part)]
+        v[s:s + len(part)] = np.asarray(maxplus_rows(arrs, jnp.asarray(pad)))[: len(part)]
     return v.reshape(C, R)
 
 
 def _group_seeds(segtab: np.ndarray, w: int, space: AllocSpace) -> np.ndarray:
     """The screening seeds of each layout of a group with segment tables ``segtab``
-    (C, K, N+1) µs: uniform and service-proportional (as ``_seeds``), and balanced (each of the
+    (C, K, N+1) µs: uniform and service-proportional (as ``pairwise.seeds``), and balanced (each of the
     U free quanta in turn goes to the stage whose segments are slowest on its current
     allocation: the greedy min-max of the stage times, which follows each stage's own
     SM-scaling curve). Returns int64 (C, 3, D)."""
@@ -365,7 +365,7 @@ def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
     if D > g.n:
         raise ValueError(f"D must be in 1..{g.n} (the region has {g.n} kernels), got {D}")
     space = problem.space(D)
-    layouts = _legal_layouts(g, D, max_cuts)
+    layouts = legal_layouts(g, D, max_cuts)
     if layouts is None:
         return None
     work, T_pad, P_pad = _layout_groups(problem, layouts, D, m, policy)

@@ -8,19 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.model.checks import pos_int
-from subgpu_jax.score import evaluator as _evmod
+from subgpu_jax.score.evaluator import DagArrays, maxplus_rows
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.search.problem import Problem
 from subgpu_jax.space.config import (AllocSpace, binding, check_dispatch_policy, Config,
     enumerate_cuts)
 
 __all__ = ["ExhaustiveResult", "exhaustive_allocations", "exhaustive_search",
-           "count_configs", "exhaustive_exact"]
+           "count_configs", "exhaustive_exact", "dag_key"]
 
 
 @dataclass(frozen=True)
@@ -59,12 +58,12 @@ def exhaustive_allocations(ev: Evaluator, space: AllocSpace, chunk: int = 65536
 
 #: Hard makespans of explicit task durations (B, T_pad) on one padded DAG (the evaluator's
 #: public single-example max-plus kernel, vmapped here).
-_maxplus_rows = jax.jit(jax.vmap(_evmod.maxplus_makespan, in_axes=(None, 0)))
 
 
-def _dag_key(seg_of: Sequence[int], edges, cross_edges) -> tuple:
+def dag_key(seg_of: Sequence[int], edges, cross_edges) -> tuple:
     """What the task DAG of a cut depends on besides (D, w, L, m, policy): the segment-level
-    edges inside a region and across regions."""
+    edges inside a region and across regions, ``(frozenset, frozenset)`` of segment pairs (cuts
+    with equal keys share one task DAG)."""
     se = frozenset((seg_of[u], seg_of[v]) for u, v in edges if seg_of[u] != seg_of[v])
     ce = frozenset((seg_of[u], seg_of[v]) for u, v in cross_edges)
     return se, ce
@@ -164,7 +163,7 @@ def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int]
         g = problem.workload.graph(m)
         groups: dict[tuple, list[tuple[int, ...]]] = {}
         for c in cuts:
-            groups.setdefault(_dag_key(c, g.edges, g.cross_edges), []).append(c)
+            groups.setdefault(dag_key(c, g.edges, g.cross_edges), []).append(c)
         for cs in groups.values():
             dag = build_task_dag(g.n, g.edges, g.cross_edges, cs[0], D, w, g.num_regions, m,
                                  policy)
@@ -178,7 +177,7 @@ def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int]
         K = D + w
         table = problem.table(m)
         stage = np.array([binding(k, K, w) for k in range(K)])
-        arrs = _evmod.DagArrays.from_dag(dag, pad_tasks=T_pad, pad_preds=P_pad)
+        arrs = DagArrays.from_dag(dag, pad_tasks=T_pad, pad_preds=P_pad)
         C = np.asarray(cs)                                           # (C, n)
         onehot = (C[:, None, :] == np.arange(K)[None, :, None]).astype(float)
         segtab = np.einsum("ckn,nj->ckj", onehot, table).astype(np.float32)   # (C, K, N+1)
@@ -192,7 +191,7 @@ def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int]
             for s in range(0, len(taus), rows):
                 part = taus[s:s + rows]
                 pad = np.concatenate([part, np.repeat(part[-1:], rows - len(part), 0)])
-                vals[s:s + len(part)] = np.asarray(_maxplus_rows(arrs, jnp.asarray(pad)))[
+                vals[s:s + len(part)] = np.asarray(maxplus_rows(arrs, jnp.asarray(pad)))[
                     : len(part)]
             cnt += len(vals)
             j = int(np.argmin(vals))

@@ -9,11 +9,12 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from subgpu_jax.score.evaluator import Evaluator
-from subgpu_jax.search.problem import _memo, Problem
+from subgpu_jax.score.protocol import StageService
+from subgpu_jax.search.problem import memoised, Problem
 from subgpu_jax.space.config import AllocSpace, Config
 
-__all__ = ["LineResult", "line_search", "pairwise_line", "AllocResult", "allocate_pairwise"]
+__all__ = ["LineResult", "line_search", "pairwise_line", "AllocResult", "allocate_pairwise",
+           "seeds"]
 
 
 @dataclass(frozen=True)
@@ -197,14 +198,12 @@ class AllocResult:
     seconds: float = 0.0
 
 
-def _seeds(ev: Evaluator, space: AllocSpace) -> dict[str, np.ndarray]:
-    """Uniform and service-proportional seeds. A stage's service is the time its segments take
-    on the whole budget (µs), i.e. proportional to its work."""
-    st = np.asarray(ev.seg_stage)[: ev.K]
-    service = np.zeros(space.D)
-    for k in range(ev.K):
-        service[st[k]] += ev.seg_table_np[k, min(space.budget, ev.seg_table_np.shape[1] - 1)]
-    return {"uniform": space.uniform(), "proportional": space.proportional(service)}
+def seeds(ev: StageService, space: AllocSpace) -> dict[str, np.ndarray]:
+    """Algorithm 1's seeds (step 4): ``{"uniform", "proportional"}`` int64 (D,) allocations of
+    ``space``. A stage's service is the time its segments take on the whole budget (µs, the
+    ``score.protocol.StageService`` capability of ``ev``), i.e. proportional to its work."""
+    return {"uniform": space.uniform(),
+            "proportional": space.proportional(ev.stage_service(space.budget))}
 
 
 def allocate_pairwise(problem: Problem, seg_of: Sequence[int], D: int, w: int, m: int,
@@ -233,14 +232,14 @@ def allocate_pairwise(problem: Problem, seg_of: Sequence[int], D: int, w: int, m
             illegal structure.
     """
     t0 = time.perf_counter()
-    memo = _memo(exact)
+    memo = memoised(exact)
     calls0 = memo.calls
     space = problem.space(D)
     ev = problem.evaluator(seg_of, D, w, m, policy)
     f_exact = problem.exact_batch(memo, seg_of, D, w, m, policy)
     cheap = 0
-    best, best_v, seeds = None, np.inf, {}
-    for name, p0 in _seeds(ev, space).items():
+    best, best_v, seeded = None, np.inf, {}
+    for name, p0 in seeds(ev, space).items():
         ref = pairwise_line(ev.makespan, p0, space, L_est, batch_line=True)
         cheap += ref.evals
         local = None
@@ -248,10 +247,10 @@ def allocate_pairwise(problem: Problem, seg_of: Sequence[int], D: int, w: int, m
             pol = pairwise_line(f_exact, q, space, L_sim)
             if local is None or pol.value < local.value:
                 local = pol
-        seeds[name] = (p0.tolist(), local.value)
+        seeded[name] = (p0.tolist(), local.value)
         if local.value < best_v:
             best, best_v = local.alloc, local.value
     final = pairwise_line(f_exact, best, space, L_sim)
     return AllocResult(alloc=final.alloc, makespan_us=final.value,
-                       exact_calls=memo.calls - calls0, cheap_evals=cheap, seeds=seeds,
+                       exact_calls=memo.calls - calls0, cheap_evals=cheap, seeds=seeded,
                        seconds=time.perf_counter() - t0)

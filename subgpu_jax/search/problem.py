@@ -1,7 +1,8 @@
 """A search problem (workload on one GPU, cached duration tables and evaluators) and its exact
-scorers f (docs/method.md §4): ``EventSimExact`` (the event simulator, the scorer the method
-means), ``EvaluatorExact`` (the cheap estimator's own hard makespan, for studies of the search
-under that model) and ``MemoScorer`` (memoisation and call counting).
+scorers f (docs/method.md §4), each a ``TimerExact`` over a ``score.timer.Timer``:
+``EventSimExact`` (the event simulator's timer, the scorer the method means),
+``EvaluatorExact`` (``EstimatorTimer``: the cheap estimator's own hard makespan, for studies of
+the search under that model); and ``MemoScorer`` (memoisation and call counting).
 
 An exact scorer is any callable ``exact(cfg: Config) -> makespan (µs)``; the searches take it as a
 required argument and never fall back to the estimator."""
@@ -18,15 +19,13 @@ from subgpu_jax.model.graph import StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
-from subgpu_jax.score import evaluator as _evmod
-from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.sim.eventsim import simulate
-from subgpu_jax.sim.l2cache import check_policy
-from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
+from subgpu_jax.score.timer import EventTimer, StaticTimer, Timer, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
-__all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "MemoScorer"]
+__all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "TimerExact",
+           "EstimatorTimer", "MemoScorer", "memoised"]
 
 
 class Problem:
@@ -35,8 +34,8 @@ class Problem:
     Args:
         workload: the graphs per microbatch count.
         hw: the GPU.
-        duration_model: object with ``table(graph) -> (n, N+1)`` µs (default
-            ``StaticDurationModel(hw)``).
+        duration_model: a ``model.setup.DurationModel`` (``table(graph) -> (n, N+1)`` µs;
+            default ``StaticDurationModel(hw)``).
         streams_per_stage: k streams per stage of every configuration it names (its task DAG
             and cheap estimator; docs/method.md, "Streams per stage"). Default 1.
         evaluator_cache_mib: bound (MiB) of the cache of cheap estimators (``evaluator``): the
@@ -119,31 +118,7 @@ class Problem:
 
     def temporal(self) -> float:
         """Temporal baseline makespan (µs): D = 1, one full-batch microbatch, all SMs."""
-        return _evmod.temporal_makespan(self.workload.graph(1), self.hw, table=self.table(1))
-
-
-class EvaluatorExact:
-    """Exact scorer under the cheap estimator's model: the vectorised evaluator's hard makespan
-    of a ``Config`` (µs, isolated static kernel durations, no contention). With it, Algorithm 1
-    optimises the estimator's model, not the simulator's; pass it explicitly for such studies.
-
-    Args:
-        problem: supplies graphs and cached evaluators.
-
-    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
-    ``Config.check``).
-    """
-
-    def __init__(self, problem: Problem) -> None:
-        self.problem = problem
-
-    def __call__(self, cfg: Config) -> float:
-        pb = self.problem
-        m = pb.workload.m_of(cfg)
-        g = pb.workload.graph(m)
-        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
-        ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, m, cfg.policy)
-        return float(ev.makespan(np.asarray([cfg.alloc]))[0])
+        return temporal_makespan(self.workload.graph(1), self.hw, table=self.table(1))
 
 
 class MemoScorer:
@@ -180,9 +155,75 @@ class MemoScorer:
         return self.cache[cfg]
 
 
-class EventSimExact:
+class TimerExact:
+    """Exact scorer from a ``score.timer.Timer``: the timer's makespan (µs) of a ``Config`` on
+    the problem's graph for its microbatch count, after one feasibility check.
+
+    Args:
+        problem: supplies the graph of each microbatch count and the GPU.
+        timer: an ``EventTimer`` or ``StaticTimer`` (``score.timer``) of the problem's GPU.
+
+    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
+    ``Config.check``).
+    """
+
+    def __init__(self, problem: Problem, timer: Timer) -> None:
+        self.problem, self.timer = problem, timer
+
+    def __call__(self, cfg: Config) -> float:
+        pb = self.problem
+        m = pb.workload.m_of(cfg)
+        g = pb.workload.graph(m)
+        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
+        return self.timer.time(g, cfg, record=False, validate=False).makespan_us
+
+
+class EstimatorTimer:
+    """The problem's cheap estimator as a ``score.timer.Timer``: the vectorised evaluator's hard
+    makespan (µs) of a configuration of the problem's graphs, from the problem's cached
+    estimators (``Problem.evaluator``).
+
+    Args:
+        problem: the graphs (``graph`` passed to ``time`` must be one of them, for the
+            configuration's microbatch count) and the estimators.
+    """
+
+    name = "static"
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem, self.hw = problem, problem.hw
+
+    def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
+        pb = self.problem
+        if validate:
+            cfg.check(graph.n, graph.edges, pb.hw, pb.workload.batch)
+        ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, pb.workload.m_of(cfg), cfg.policy)
+        return Timing(float(ev.makespan(np.asarray([cfg.alloc]))[0]))
+
+    def head_us(self, kernels) -> float:
+        return StaticTimer(self.hw).head_us(kernels)
+
+
+class EvaluatorExact(TimerExact):
+    """Exact scorer under the cheap estimator's model: ``TimerExact`` with ``EstimatorTimer``
+    (the vectorised evaluator's hard makespan of a ``Config``, µs, isolated static kernel
+    durations, no contention). With it, Algorithm 1 optimises the estimator's model, not the
+    simulator's; pass it explicitly for such studies.
+
+    Args:
+        problem: supplies graphs and cached evaluators.
+
+    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
+    ``Config.check``).
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        super().__init__(problem, EstimatorTimer(problem))
+
+
+class EventSimExact(TimerExact):
     """Exact scorer: the event simulator's makespan of a ``Config`` (µs), with the contention
-    model and L2 residency (``sim.eventsim.simulate``, docs/method.md §3).
+    model and L2 residency (``TimerExact`` with ``score.timer.EventTimer``, docs/method.md §3).
 
     Args:
         problem: supplies the graph of each microbatch count and the GPU.
@@ -197,22 +238,11 @@ class EventSimExact:
     """
 
     def __init__(self, problem: Problem, model=None, cache: str = "lru") -> None:
-        check_policy(cache)
-        if model is not None and not isinstance(model, ContentionModel):
-            raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
-        self.problem, self.cache = problem, cache
-        self.model = model if model is not None else ContentionModel()
-
-    def __call__(self, cfg: Config) -> float:
-        pb = self.problem
-        m = pb.workload.m_of(cfg)
-        g = pb.workload.graph(m)
-        cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
-        return float(simulate(g, cfg, pb.hw, self.model, cache=self.cache, record=False,
-                              validate=False).makespan)
+        super().__init__(problem, EventTimer(problem.hw, model, cache))
+        self.model, self.cache = self.timer.model, self.timer.cache
 
 
-def _memo(exact: Callable[[Config], float] | None) -> MemoScorer:
+def memoised(exact: Callable[[Config], float] | None) -> MemoScorer:
     """``exact`` memoised (itself when it is a ``MemoScorer``).
 
     Raises:

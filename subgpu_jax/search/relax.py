@@ -13,34 +13,33 @@ import numpy as np
 import optax
 
 from subgpu_jax.model.checks import pos_int
-from subgpu_jax.score import evaluator as _evmod
-from subgpu_jax.score.evaluator import Evaluator
+from subgpu_jax.score.evaluator import smooth_batch
 from subgpu_jax.score.programs import ProgramCache, to_device
-from subgpu_jax.search.pairwise import _seeds, AllocResult, pairwise_line
-from subgpu_jax.search.problem import _memo, Problem
+from subgpu_jax.score.protocol import Scorer, Smooth, StageService
+from subgpu_jax.search.pairwise import AllocResult, pairwise_line, seeds
+from subgpu_jax.search.problem import memoised, Problem
 from subgpu_jax.space.config import AllocSpace, Config
 
-__all__ = ["ANNEAL_TRACES", "RelaxResult", "relax_allocation", "relax_and_polish"]
+__all__ = ["RelaxResult", "relax_allocation", "relax_and_polish", "anneal_impl", "ANNEAL",
+           "OPTIMIZERS"]
+
+#: optax optimizers of the relaxation.
+OPTIMIZERS = ("adam", "sgd", "adabelief")
 
 
-#: Traces of the jitted annealer (the no-recompilation test reads it).
-ANNEAL_TRACES: dict[str, int] = {"anneal": 0}
-
-_OPTIMIZERS = ("adam", "sgd", "adabelief")
-
-
-def _anneal_impl(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free,
-                 optimizer="adam"):
+def anneal_impl(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free,
+                optimizer="adam"):
     """Anneal logits z (R, D_pad) against the smooth makespan while the temperature follows
     ``temps`` (S,) µs; the learning rate follows a cosine decay from ``lr0`` over S steps.
     ``mask`` (D_pad,) marks the real stages: padded stages get no SMs and no gradient (stage
     indices of the evaluator never point at them), so every D <= D_pad shares one compilation.
 
+    ``seg_table``, ``seg_stage``, ``arrs``: the ``score.protocol.SmoothTerms`` of the structure.
+
     Returns (z (R, D_pad), smooth makespans per step (S, R)). All arguments but ``optimizer``
     are traced: a new temperature schedule or learning rate of the same shapes does not
-    recompile.
+    recompile (the test wraps this function in ``chex.assert_max_traces``).
     """
-    ANNEAL_TRACES["anneal"] += 1
     steps = temps.shape[0]
     sched = optax.cosine_decay_schedule(lr0, steps, alpha=0.05)
     opt = {"adam": optax.adam, "sgd": optax.sgd, "adabelief": optax.adabelief}[optimizer](sched)
@@ -50,8 +49,8 @@ def _anneal_impl(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free,
         return jnp.where(mask, p_min + free * sm, p_min).astype(seg_table.dtype)
 
     def loss(z, temp):
-        # Evaluator.smooth's jitted kernel, one smooth makespan per restart (vmapped inside)
-        f = _evmod._smooth_batch(seg_table, seg_stage, arrs, alloc(z), temp)
+        # the smooth capability's jitted kernel, one smooth makespan per restart (vmapped inside)
+        f = smooth_batch(seg_table, seg_stage, arrs, alloc(z), temp)
         return jnp.sum(f), f
 
     def step(carry, temp):
@@ -64,9 +63,9 @@ def _anneal_impl(seg_table, seg_stage, arrs, z0, mask, temps, lr0, p_min, free,
     return z, hist
 
 
-#: The compiled annealer, one program per padded structure and optimizer (static), at most
-#: ``score.programs.PROGRAM_CACHE_SIZE`` kept.
-_anneal = ProgramCache(_anneal_impl, (9,))
+#: The compiled annealer (``anneal_impl``), one program per padded structure and optimizer
+#: (static), at most ``score.programs.PROGRAM_CACHE_SIZE`` kept.
+ANNEAL = ProgramCache(anneal_impl, (9,))
 
 
 @dataclass(frozen=True)
@@ -91,11 +90,11 @@ class RelaxResult:
     best_us: float
 
 
-def relax_allocation(ev: Evaluator, space: AllocSpace, restarts: int = 8, steps: int = 150,
+def relax_allocation(ev: Scorer | Smooth | StageService, space: AllocSpace, restarts: int = 8, steps: int = 150,
                      lr: float = 0.15, temp_start: float = 2e-2, temp_end: float = 2e-4,
                      seed: int = 0, optimizer: str = "adam") -> RelaxResult:
     """The relaxation of docs/method.md §4: a continuous allocation p = p_min + (budget - D p_min)
-    softmax(z) (budget and minimum hold by construction), scored by ``Evaluator.smooth``,
+    softmax(z) (budget and minimum hold by construction), scored by the smooth capability (``Evaluator.smooth``),
     annealed with optax (``optimizer`` with a cosine-decayed learning rate) while the smooth-max
     temperature falls geometrically from ``temp_start`` to ``temp_end`` (fractions of the
     uniform allocation's makespan). ``restarts`` logit vectors are optimised together in one
@@ -104,7 +103,10 @@ def relax_allocation(ev: Evaluator, space: AllocSpace, restarts: int = 8, steps:
     minimum kept) and scored by the cheap hard makespan in one call.
 
     Args:
-        ev: the cheap estimator of the structure; space: its allocation space (same D).
+        ev: the cheap estimator of the structure, with the ``score.protocol`` capabilities
+            ``Scorer`` (hard makespans of the rounded allocations), ``Smooth`` (the annealed
+            objective) and ``StageService`` (the proportional restart); space: its allocation
+            space (same D).
         restarts: R >= 1; steps: S >= 1; lr: initial learning rate (> 0).
         temp_start, temp_end: relative temperatures, temp_start >= temp_end > 0.
         seed: PRNG seed of the random restarts.
@@ -119,28 +121,29 @@ def relax_allocation(ev: Evaluator, space: AllocSpace, restarts: int = 8, steps:
     if space.D != ev.D:
         raise ValueError(f"space.D={space.D} must equal the evaluator's D={ev.D}")
     restarts, steps = pos_int(restarts, "restarts"), pos_int(steps, "steps")
-    if optimizer not in _OPTIMIZERS:
-        raise ValueError(f"optimizer must be one of {', '.join(_OPTIMIZERS)}, got {optimizer!r}")
+    if optimizer not in OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     if not (lr > 0 and np.isfinite(lr)):
         raise ValueError(f"lr must be > 0, got {lr!r}")
     if not (0 < temp_end <= temp_start and np.isfinite(temp_start)):
         raise ValueError(f"temperatures must satisfy 0 < temp_end <= temp_start, got "
                          f"temp_start={temp_start!r}, temp_end={temp_end!r}")
     D = space.D
-    seeds = _seeds(ev, space)
-    scale = float(ev.makespan(seeds["uniform"][None])[0])
+    sd = seeds(ev, space)
+    scale = float(ev.makespan(sd["uniform"][None])[0])
     temps = scale * np.geomspace(temp_start, temp_end, steps)
     free = float(space.budget - D * space.minimum)
     rng = np.random.default_rng(seed)
     z0 = rng.normal(0.0, 1.0, size=(restarts, D))
     z0[0] = 0.0
     if restarts > 1:
-        share = (seeds["proportional"] - space.minimum) / max(free, 1.0)
+        share = (sd["proportional"] - space.minimum) / max(free, 1.0)
         z0[1] = np.log(np.maximum(share, 1e-3))
     D_pad = max(8, D)
     zp = np.zeros((restarts, D_pad))
     zp[:, :D] = z0
-    z, hist = _anneal(ev.seg_table, ev.seg_stage, ev.arrs, to_device(zp, ev.dtype),
+    terms = ev.smooth_terms()
+    z, hist = ANNEAL(terms.seg_table, terms.seg_stage, terms.arrs, to_device(zp, ev.dtype),
                       to_device(np.arange(D_pad) < D), to_device(temps, ev.dtype),
                       to_device(lr, ev.dtype), to_device(space.minimum, ev.dtype),
                       to_device(free, ev.dtype), optimizer)
@@ -178,7 +181,7 @@ def relax_and_polish(problem: Problem, seg_of: Sequence[int], D: int, w: int, m:
     """
     t0 = time.perf_counter()
     polish_top = pos_int(polish_top, "polish_top")
-    memo = _memo(exact)
+    memo = memoised(exact)
     calls0 = memo.calls
     space = problem.space(D)
     ev = problem.evaluator(seg_of, D, w, m, policy)

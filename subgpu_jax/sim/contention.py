@@ -126,8 +126,9 @@ class ContentionModel:
             (interpolated in 1/p): ``BoundModel.work`` adds a fixed latency phase after the launch
             (ops that are launch-bound chains of small CUDA kernels) or scales the kernel's work
             counters down (kernels faster than the analytical model); co-running kernels still
-            share HBM/L2/compute through the rate model. Use ``Calibration.apply_to_hardware(hw)`` for the
-            measured bandwidth curve. Isolated mode uses the measured times directly.
+            share HBM/L2/compute through the rate model. Take the GPU (its measured bandwidth
+            curve) and the L2 policy from the same ``Calibration.bind(hw)``
+            (``score.timer.EventTimer.of`` does). Isolated mode uses the measured times directly.
 
         kernel_aware: with a calibration, each measured kernel gets its own bytes in flight per
             SM (``KernelWork.window_B_per_sm``) solved from its isolated time on each pool, so

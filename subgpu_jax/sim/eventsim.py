@@ -43,14 +43,15 @@ from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
-from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane, Pool,
-                                     SimResult, share_pool, share_pool_fifo)
+from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane,
+                                     LookupObserver, Pool, SimResult, share_pool,
+                                     share_pool_fifo)
 from subgpu_jax.space.config import Config, check_cut
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
 __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "share_pool",
            "simulate", "simulate_streams", "check_config", "lone_makespan", "SM_MODES",
-           "check_sm_mode"]
+           "check_sm_mode", "LookupObserver"]
 
 #: How the stages of a pipelined configuration get their SMs: ``"green"``, each stage its own
 #: pool (a green context) of ``Config.alloc[d]`` SMs; ``"multistream"``, the same microbatched
@@ -127,6 +128,8 @@ class EventSimulator:
             ``stage_sms``); the active kernels of a pool share its SMs by ``share_pool`` (and
             with them their compute power and bytes in flight). None: every lane is its own
             pool.
+        observer: a ``LookupObserver`` told of every kernel's L2 lookups (its hit and read
+            bytes of weight and activation objects), or None. It watches; it changes nothing.
 
     Attributes:
         lanes, pools: the ``Lane`` and ``Pool`` objects. events_q: the ``EventQueue``.
@@ -140,8 +143,10 @@ class EventSimulator:
     def __init__(self, kernels: Sequence[Kernel], stage_sms: Sequence[int], jobs: Sequence,
                  hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  layers_per_region: int | None = None, record: bool = True,
-                 pool_of_stage: Sequence[int] | None = None) -> None:
+                 pool_of_stage: Sequence[int] | None = None,
+                 observer: "LookupObserver | None" = None) -> None:
         model = ContentionModel() if model is None else model
+        self.observer = observer
         self.bm = BoundModel(model, hw, lone_makespan)
         self.hw, self.model = hw, model
         self.isolated = bool(model.isolated)
@@ -251,12 +256,14 @@ class EventSimulator:
     @classmethod
     def from_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
                     model: ContentionModel | None = None, cache: str = "lru",
-                    record: bool = True, mode: str = "green") -> "EventSimulator":
+                    record: bool = True, mode: str = "green",
+                    observer: "LookupObserver | None" = None) -> "EventSimulator":
         """The simulator of one forward pass of ``graph`` under ``cfg`` (not validated: see
         ``check_config``): the tasks of ``taskdag.build_task_dag`` on the lanes of
         ``TaskDAG.lanes``, the k lanes of stage d sharing pool d (``mode="green"``), or every
         lane sharing all ``hw.num_sms`` SMs in launch order (``mode="multistream"``, see
-        ``SM_MODES``; ``cfg.alloc`` is then ignored). The task DAG is kept as ``dag``."""
+        ``SM_MODES``; ``cfg.alloc`` is then ignored). The task DAG is kept as ``dag``;
+        ``observer`` as the constructor's."""
         k = cfg.streams_per_stage
         dag = build_task_dag(graph.n, graph.edges, graph.cross_edges, cfg.seg_of, cfg.D, cfg.w,
                              graph.num_regions, graph.microbatches, cfg.policy,
@@ -275,7 +282,7 @@ class EventSimulator:
                  segk[int(dag.seg[i])]) for i in range(dag.T)]
         sim = cls(graph.kernels, sms, jobs, hw, model, cache,
                   layers_per_region=graph.layers_per_region, record=record,
-                  pool_of_stage=pool_of)
+                  pool_of_stage=pool_of, observer=observer)
         sim.dag = dag
         return sim
 
@@ -330,6 +337,8 @@ class EventSimulator:
                 miss += b
         self.bytes_hit += hit
         self.bytes_obj_read += hit + miss
+        if self.observer is not None:
+            self.observer.on_lookups(kid, hit, hit + miss)
         hbm = miss + wb + kv
         self.bytes_hbm += hbm
         self.bytes_objects += hit + hbm

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -20,7 +20,7 @@ from subgpu_jax.sim.contention import KernelWork
 from subgpu_jax.space.config import Config
 from subgpu_jax.space.taskdag import TaskDAG
 
-__all__ = ["EventQueue", "Job", "Lane", "Pool", "share_pool", "share_pool_fifo", "SimResult", "IDLE", "LAUNCHING",
+__all__ = ["LookupObserver", "EventQueue", "Job", "Lane", "Pool", "share_pool", "share_pool_fifo", "SimResult", "IDLE", "LAUNCHING",
            "ACTIVE"]
 
 #: Lane phases: no kernel, a kernel launching (no work moves), a kernel active.
@@ -87,6 +87,18 @@ def share_pool_fifo(pool: float, wants: Sequence[float], starts: Sequence[float]
         out[i] += g
         left -= g
     return out
+
+
+@runtime_checkable
+class LookupObserver(Protocol):
+    """Watches the L2 lookups of an ``EventSimulator`` (e.g. ``score.vcontention.estimate_hits``
+    counts each kernel's hit rate with one)."""
+
+    def on_lookups(self, kid: int, hit_bytes: float, read_bytes: float) -> None:
+        """Kernel ``kid`` (an index of the simulator's kernel table) read ``read_bytes`` bytes of
+        weight and activation objects, ``hit_bytes`` of them from L2 (KV-cache streams are not
+        looked up)."""
+        ...
 
 
 class EventQueue:

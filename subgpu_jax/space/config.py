@@ -257,6 +257,39 @@ class Config:
         """m = batch / b."""
         return batch // self.microbatch
 
+    def cut_names(self, g1) -> list[str]:
+        """Names of the kernels of ``g1`` (the region graph) where segments 2..K start."""
+        return [g1.kernels[i].name for i in range(1, len(self.seg_of))
+                if self.seg_of[i] != self.seg_of[i - 1]]
+
+    def to_record(self, g1, microbatches: int) -> dict:
+        """The configuration's fields of a search record (``records.csv``; the one codec with
+        ``from_record``): ``D``, ``w``, ``K``, ``microbatches`` (m, given: it needs the batch),
+        ``microbatch``, ``policy``, ``streams_per_stage``, ``cuts`` (the kernel names where
+        segments 2..K start in ``g1``, ``"|"``-joined, empty for one segment) and ``sms`` (SMs
+        per stage, ``"|"``-joined, e.g. ``"64|64"``)."""
+        return {"D": self.D, "w": self.w, "K": self.K, "microbatches": int(microbatches),
+                "microbatch": self.microbatch, "policy": self.policy,
+                "streams_per_stage": self.streams_per_stage,
+                "cuts": "|".join(self.cut_names(g1)),
+                "sms": "|".join(str(a) for a in self.alloc)}
+
+    @classmethod
+    def from_record(cls, rec, g1) -> "Config":
+        """The ``Config`` of a search record (``to_record``'s fields; ``K`` and
+        ``microbatches`` are not read) on ``g1``, the chain region graph its cuts name.
+
+        Raises:
+            KeyError: a missing field. ValueError: a cut that names no kernel of ``g1``, or
+                fields that are not integers.
+        """
+        names = rec["cuts"].split("|") if rec["cuts"] else []
+        seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
+        return cls(D=int(rec["D"]), w=int(rec["w"]), seg_of=seg,
+                   alloc=tuple(int(x) for x in str(rec["sms"]).split("|")),
+                   microbatch=int(rec["microbatch"]), policy=rec["policy"],
+                   streams_per_stage=int(rec.get("streams_per_stage", 1) or 1))
+
     def check(self, n: int, edges: Sequence[tuple[int, int]], hw: Hardware, batch: int) -> None:
         """Feasibility theta in F (docs/method.md §2). ``batch`` is the per-GPU attention batch R.
 

@@ -493,7 +493,7 @@ def test_reproduce_command_carries_streams_per_stage():
 def test_from_search_runs_the_records_streams_per_stage(small_search, tmp_path):
     """``subgpu run --from-search`` builds the search's best configuration with the streams per
     stage the search scored it with (it used to run it with one stream per stage)."""
-    from hw_runtime.cli import prepare_run
+    from hw_runtime.commands.run import prepare_run
 
     folder, _, summ = small_search
     two = dict(summ, best_speedup_record=dict(summ["best_speedup_record"], streams_per_stage=2))

@@ -15,7 +15,7 @@ from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
 from subgpu_jax.score.evaluator import Evaluator
-from subgpu_jax.score.protocol import Scorer
+from subgpu_jax.score.protocol import Scorer, Smooth, StageService
 from subgpu_jax.score.vcontention import ContentionEstimator, VContentionEvaluator
 from subgpu_jax.sim.contention import ContentionModel
 
@@ -42,8 +42,13 @@ def test_cheap_estimator_follows_the_exact_scorer():
     A = np.array([[64, 64], [16, 112], [104, 24]])
     want = VContentionEvaluator(g, seg, 2, 0, H200).makespan(A)
     np.testing.assert_allclose(c.makespan(A), want, rtol=1e-6)
-    # static parts (seeds, relaxation) are the static evaluator's
-    np.testing.assert_array_equal(c.seg_table_np, s.seg_table_np)
+    # the capabilities it lends (seeds, relaxation) are the static evaluator's, by composition
+    assert not isinstance(c, Evaluator) and isinstance(c.static, Evaluator)
+    for cap in (Scorer, StageService, Smooth):
+        assert isinstance(c, cap) and isinstance(s, cap)
+    np.testing.assert_array_equal(c.stage_service(128), s.stage_service(128))
+    np.testing.assert_array_equal(c.smooth(A.astype(float), 5.0), s.smooth(A.astype(float), 5.0))
+    assert all(x is y for x, y in zip(c.smooth_terms(), c.static.smooth_terms()))
     # forced static cheap estimator under the event simulator
     assert sj.PointScorer(ARCH, H200, cheap="static").scorers["cheap"] == "static"
 

@@ -1,4 +1,4 @@
-"""The whole decode step (app/step.py): every region kind of the forward pass, then the head
+"""The whole decode step (score/step.py): every region kind of the forward pass, then the head
 kernels; cuts carried from the main region to the other kinds."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import dataclasses
 import numpy as np
 import pytest
 
-from subgpu_jax.app.step import map_cut, simulate_step
+from subgpu_jax.score.step import time_step
+from subgpu_jax.score.timer import EventTimer, StaticTimer
+from subgpu_jax.space.mapcut import map_cut
 from subgpu_jax.model.graph import Deployment, StaticDurationModel, build_forward
 from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
@@ -34,7 +36,7 @@ def test_temporal_step_is_regions_plus_head_static():
     fp = build_forward(arch, dep, 1)
     assert len(fp.runs) == 1 and fp.runs[0][1] == 32
     cfg = temporal_config(fp.main.n, H200, 64)
-    r = simulate_step(fp, cfg, H200, simulator="static")
+    r = time_step(fp, cfg, StaticTimer(H200))
     region = temporal_makespan(fp.main, H200)
     assert r.makespan_us == pytest.approx(region + _head_static(fp, H200), rel=1e-12)
     assert 0.01 < r.head_us / r.makespan_us < 0.05  # analytic-v2: regions cost more (launches)
@@ -54,7 +56,7 @@ def test_deepseek_step_sums_runs_with_the_cut_carried_over():
     cd = map_cut(cfg, moe, dense)
     assert cd.seg_of.index(1) == dense.index("L0.mlp_up")
     assert (cd.D, cd.alloc, cd.microbatch) == (2, (64, 64), 32)
-    r = simulate_step(fp, cfg, H200, simulator="static")
+    r = time_step(fp, cfg, StaticTimer(H200))
     parts = [float(Evaluator.for_config(dataclasses.replace(g, num_regions=c),
                                         map_cut(cfg, moe, g), H200).makespan([cfg.alloc])[0])
              for g, c in fp.runs]
@@ -84,7 +86,7 @@ def test_event_step_adds_the_head_category():
                      kv_history=1024)
     fp = build_forward(arch, dep, 1)
     cfg = temporal_config(fp.main.n, H200, 16)
-    r = simulate_step(fp, cfg, H200)
+    r = time_step(fp, cfg, EventTimer(H200))
     assert r.category_time_us["head"] == pytest.approx(r.head_us, rel=1e-6)
     assert r.makespan_us == pytest.approx(r.runs[0]["makespan_us"] + r.head_us, rel=1e-12)
     assert r.head_us > 0

@@ -17,7 +17,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import hw_runtime.cli as hwcli
+import hw_runtime.commands.calibrate as hwcal
+import hw_runtime.commands.run as hwrun
+import hw_runtime.commands.top as hwtop
 import hw_runtime.gpu.blas as blas
 import hw_runtime.gpu.calibrate as calmod
 import hw_runtime.gpu.corun as corun
@@ -27,7 +29,7 @@ import hw_runtime.gpu.workload as hwwl
 from hw_runtime.gpu.executor import Measurement
 from hw_runtime.plan import HEAD_RUN, FakeStreamBackend, build_step_plan, issue_plan
 from subgpu_jax.app.cli import main
-from subgpu_jax.app.step import map_cut
+from subgpu_jax.space.mapcut import map_cut
 from subgpu_jax.model.calibration import load_calibration
 from subgpu_jax.model.graph import Deployment, StaticDurationModel, build_forward, build_graph
 from subgpu_jax.model.hardware import get_hardware
@@ -159,7 +161,8 @@ def fake_gpu(monkeypatch):
     """Torch, green contexts, kernel timing and co-runs replaced by fakes: a kernel "takes"
     its static-model time on the pool, so the calibration written is a valid one."""
     sd = StaticDurationModel(H200)
-    monkeypatch.setattr(hwcli, "gpu_check", lambda: None)
+    for mod in (hwcal, hwrun, hwtop):
+        monkeypatch.setattr(mod, "gpu_check", lambda: None)
     monkeypatch.setattr(executor, "cuda_torch", lambda: FakeTorch())
     monkeypatch.setattr(executor, "derive_workload", lambda base, g: FakeTorchWorkload(g))
     monkeypatch.setattr(hwwl, "TorchWorkload", FakeTorchWorkload)
@@ -261,15 +264,16 @@ class StepFakeExecutor:
 
 @pytest.fixture
 def fake_executor(monkeypatch):
-    real = hwcli.prepare_run
+    real = hwrun.prepare_run
 
     def prepare(a):
         out = real(a)
         StepFakeExecutor.current.update(wl=out[0], dep=out[2])
         return out
 
-    monkeypatch.setattr(hwcli, "prepare_run", prepare)
-    monkeypatch.setattr(hwcli, "gpu_check", lambda: None)
+    for mod in (hwrun, hwtop):
+        monkeypatch.setattr(mod, "prepare_run", prepare)
+        monkeypatch.setattr(mod, "gpu_check", lambda: None)
     monkeypatch.setattr(executor, "Executor", StepFakeExecutor)
     monkeypatch.setattr(hwwl, "TorchWorkload", FakeTorchWorkload)
 
@@ -312,7 +316,7 @@ def test_run_and_run_from_search_every_family(kind, fake_executor, mla_config, t
 
 
 def test_json_safe_writes_null_never_nan():
-    from hw_runtime.cli import json_safe
+    from hw_runtime.commands import json_safe
 
     res = {"isolated_measured_us": [float("nan"), 1.0], "x": {"y": float("inf")}, "n": 2}
     text = json.dumps(json_safe(res), allow_nan=False)

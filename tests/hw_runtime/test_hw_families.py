@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 from hw_runtime.plan import HEAD_RUN, FakeStreamBackend, build_step_plan, issue_plan
-from subgpu_jax.app.step import map_cut, simulate_step
+from subgpu_jax.score.step import time_step
+from subgpu_jax.score.timer import EventTimer, StaticTimer
+from subgpu_jax.space.mapcut import map_cut
 from subgpu_jax.model.graph import Deployment, StaticDurationModel, build_forward, build_graph
 from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import ModelArch
@@ -76,7 +78,7 @@ def _two_stage(g, start: str, b: int = 4) -> Config:
 @pytest.mark.parametrize("name", ["deepseek_v3", "qwen3_moe"])
 @pytest.mark.parametrize("two_stage", [False, True])
 def test_step_plan_equals_simulated_step(name, two_stage):
-    """Oracle: ``simulate_step(..., "static")`` = sum over runs of the max-plus makespan of the
+    """Oracle: ``time_step(..., StaticTimer(hw))`` = sum over runs of the max-plus makespan of the
     run's task DAG + the head's isolated times. Replaying the ``StepPlan`` through
     ``FakeStreamBackend`` with the same static durations (region kernels on their stage's
     pool, head kernels on the whole GPU) must give the same number: the runs' plans are the
@@ -101,7 +103,7 @@ def test_step_plan_equals_simulated_step(name, two_stage):
 
     fb = FakeStreamBackend(plan.num_streams, dur)
     issue_plan(plan, fb)
-    want = simulate_step(fp, cfg, H200, "static").makespan_us
+    want = time_step(fp, cfg, StaticTimer(H200)).makespan_us
     assert fb.makespan == pytest.approx(want, rel=1e-6)  # the evaluator sums in float32
     heads = plan.head_tasks()
     assert len(heads) == 1 and heads[0].stage == cfg.D - 1 and heads[0].index == plan.T - 1
@@ -380,14 +382,14 @@ def test_shared_expert_is_added_and_grouped_routing_by_brute_force():
 
 def test_run_report_predicts_and_measures_whole_steps(tmp_path):
     """``subgpu run``'s report for DeepSeek-V3 cut to 10 layers (first dense): the predictions
-    are whole steps (``simulate_step``: the dense run, the 9 MoE instances, the head), with the
+    are whole steps (``time_step``: the dense run, the 9 MoE instances, the head), with the
     two runs listed; an executor stand-in that replays the ``StepPlan`` with static durations
-    measures exactly ``simulate_step(..., "static")`` (the oracle of
+    measures exactly ``time_step(..., StaticTimer(hw))`` (the oracle of
     ``test_step_plan_equals_simulated_step``), head included."""
     import argparse
     import json
 
-    from hw_runtime.cli import prepare_run, run_report
+    from hw_runtime.commands.run import prepare_run, run_report
     from hw_runtime.gpu.executor import Measurement
     from subgpu_jax.space.config import temporal_of
 
@@ -429,10 +431,10 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
 
     res = run_report(a, wl, cfg, dep, model, hw_sim, m, StepFake())
     fp1 = build_forward(wl.arch, dep, 1)
-    want_t = simulate_step(fp1, temporal_of(wl), hw_sim, "event", model, a.cache,
-                           record=False).makespan_us
+    want_t = time_step(fp1, temporal_of(wl), EventTimer(hw_sim, model, a.cache),
+                       record=False).makespan_us
     assert res["temporal"]["predicted_us"] == pytest.approx(want_t, rel=1e-9)
     assert [r["instances"] for r in res["step"]["runs"]] == [1, 9]
     assert res["step"]["head_us_predicted"] > 0
     assert res["temporal"]["measured_us"] == pytest.approx(
-        simulate_step(fp1, temporal_of(wl), H200, "static").makespan_us, rel=1e-6)
+        time_step(fp1, temporal_of(wl), StaticTimer(H200)).makespan_us, rel=1e-6)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from hw_runtime.cli import prepare_run, run_report
+from hw_runtime.commands.run import prepare_run, run_report
 from hw_runtime.gpu.executor import Measurement
 from hw_runtime.plan import FakeStreamBackend, build_launch_plan, issue_plan
 from hw_runtime.timeline import MappingError, map_activities, stage_busy
@@ -207,7 +207,7 @@ def test_top_records_per_batch_and_refusal(tmp_path):
     """``--from-search DIR --top K``: per batch the temporal record then the K shortest
     predicted SubGPU records; a search made for another GPU is refused with the command that
     makes one for this GPU; records come from the search's verified records.csv."""
-    from hw_runtime.cli import search_records, top_records
+    from hw_runtime.commands.records import search_records, top_records
 
     recs = [{"mode": "temporal", "global_batch": 512, "makespan_us": 100.0, "hardware": "H200"}]
     recs += [{"mode": "subgpu", "global_batch": 512, "makespan_us": t, "hardware": "H200"}
@@ -232,7 +232,7 @@ def test_top_records_per_batch_and_refusal(tmp_path):
 
 def test_measured_frontier_plot(tmp_path):
     """The frontier figure is written (temporal and SubGPU, predicted and measured)."""
-    from hw_runtime.cli import plot_measured_frontier
+    from hw_runtime.commands.top import plot_measured_frontier
 
     rows = []
     for mode, t in (("temporal", 100.0), ("subgpu", 90.0)):
@@ -275,9 +275,11 @@ def test_task_block_mapping_when_lanes_are_split(tmp_path):
 
 def test_record_options_carry_the_records_streams_and_input_length():
     """``--from-search --top`` measures each record as searched: its streams per stage and input
-    length (it used to run every record with one stream per stage)."""
+    length (it used to run every record with one stream per stage); a SubGPU record's
+    configuration travels as the record (decoded once by ``Config.from_record`` in
+    ``prepare_run``), not as option strings."""
     import argparse
-    from hw_runtime.cli import record_options
+    from hw_runtime.commands.records import record_options
 
     a = argparse.Namespace(policy="wavefront", input_len=32768, streams_per_stage=1,
                            from_search="x", top=2)
@@ -286,11 +288,13 @@ def test_record_options_carry_the_records_streams_and_input_length():
          "microbatch": "512", "w": "0", "policy": "wavefront", "streams_per_stage": "2",
          "mode": "subgpu"}
     sub = record_options(a, r)
-    assert (sub.streams_per_stage, sub.input_len, sub.cuts, sub.sms) == (2, 1024, "L0.mlp_up",
-                                                                         "40,88")
+    assert (sub.streams_per_stage, sub.input_len, sub.record) == (2, 1024, r)
+    assert (sub.cuts, sub.sms, sub.microbatch, sub.reuse) == (None, None, None, None)
+    assert (sub.gpus, sub.tp, sub.dp, sub.ep, sub.batch) == (8, 8, 1, 1, 2048)
     assert sub.from_search is None and sub.top is None and a.streams_per_stage == 1
     t = record_options(a, dict(r, mode="temporal", cuts="", sms="132"))
-    assert (t.streams_per_stage, t.cuts, t.sms) == (1, None, None)
+    assert (t.streams_per_stage, t.cuts, t.sms, t.record, t.microbatch) == (1, None, None,
+                                                                            None, 512)
 
 
 def test_task_blocks_tolerate_a_truncated_stream_tail(tmp_path):
@@ -330,7 +334,7 @@ def test_calibration_mismatch_is_reported(capsys):
     the report and warned about; one without the fields counts as stock GEMMs and PyTorch
     chains (what every calibration before them used)."""
     import types
-    from hw_runtime.cli import calibration_mismatch
+    from hw_runtime.commands.run import calibration_mismatch
     assert calibration_mismatch(None, "tuned", "triton") == []
     old = types.SimpleNamespace(meta={})
     assert calibration_mismatch(old, "stock", "torch") == []
@@ -365,7 +369,7 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
 def test_multistream_run_is_predicted_as_multistream(tmp_path):
     """``--mode multistream``: the prediction is the simulator's multistream mode, not the
     green-context split (the two differ on this configuration)."""
-    from hw_runtime.cli import repredict
+    from hw_runtime.commands.run import repredict
 
     a = _args(tmp_path, trace=None, no_check=True, mode="multistream")
     wl, cfg, dep, model, hw_sim, m = prepare_run(a)
@@ -376,3 +380,23 @@ def test_multistream_run_is_predicted_as_multistream(tmp_path):
     assert ms != pytest.approx(gr)
     assert repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "temporal") == pytest.approx(
         r["temporal"]["predicted_us"])
+
+
+def test_a_record_runs_the_configuration_its_options_name(tmp_path):
+    """A search record given to ``prepare_run`` (``record_options``: decoded by
+    ``Config.from_record``) yields the Config, deployment and prediction inputs that the same
+    configuration given as ``--cuts/--sms/--microbatch/--reuse`` options does; a record naming
+    a kernel the model lacks is one ``--from-search`` line. Oracle: the options path."""
+    from hw_runtime.commands.records import record_options
+
+    a = _args(tmp_path, trace=None, streams_per_stage=2, policy="layer_major",
+              cuts="L1.attn,L1.o_proj", sms="32,64,32", microbatch=128, reuse=False)
+    wl, cfg, dep, _, hw_sim, m = prepare_run(a)
+    rec = {**dep.to_record(), "mode": "subgpu", "hardware": "H200",
+           **cfg.to_record(wl.graph(1), m)}
+    b = record_options(_args(tmp_path, trace=None), rec)
+    wl2, cfg2, dep2, _, hw2, m2 = prepare_run(b)
+    assert (cfg2, dep2, m2, hw2) == (cfg, dep, m, hw_sim)
+    assert cfg2.streams_per_stage == 2 and cfg2.policy == "layer_major" and cfg2.w == 0
+    with pytest.raises(ValueError, match="--from-search: the record's configuration"):
+        prepare_run(record_options(_args(tmp_path, trace=None), dict(rec, cuts="L1.nope")))

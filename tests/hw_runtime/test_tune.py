@@ -28,7 +28,7 @@ from hw_runtime.tune.executor import Timing
 from hw_runtime.tune.loop import Tuner
 from hw_runtime.tune.refine import microbatch_neighbours, refine_on_gpu
 from hw_runtime.tune.spec import Candidate, TuneSpec
-from subgpu_jax.app.step import map_cut
+from subgpu_jax.space.mapcut import map_cut
 from subgpu_jax.model.calibration import Calibration
 from subgpu_jax.model.graph import StaticDurationModel, build_forward
 from subgpu_jax.model.hardware import get_hardware

@@ -310,7 +310,8 @@ def test_generation_mean_matches_every_step_simulated():
     """Llama-3.1-8B on 1 H200 (G = 64), prompt 2,000, 9 output tokens (KV 2,000..2,008, inside
     one 1,024-token flash-decoding split count): the temporal static step time is linear in the
     KV history, so the 3-step rule equals the mean of all 9 simulated steps."""
-    from subgpu_jax.app.step import simulate_generation, simulate_step
+    from subgpu_jax.score.step import time_generation, time_step
+    from subgpu_jax.score.timer import StaticTimer
     from subgpu_jax.model.workload import Workload
     from subgpu_jax.space.config import temporal_of
 
@@ -320,9 +321,9 @@ def test_generation_mean_matches_every_step_simulated():
     wl = Workload.from_model(arch, search_step(d), H200)
     assert wl.deploy.kv_history == 2004 and d.peak_kv_history == 2009
     cfg = temporal_of(wl)
-    gen = simulate_generation(arch, d, cfg, H200, 1, "static")
+    gen = time_generation(arch, d, cfg, 1, StaticTimer(H200))
     assert [s["kv_history"] for s in gen.steps] == [2000, 2004, 2008]
-    every = [simulate_step(build_forward(arch, d.step(s), 1), cfg, H200, "static").makespan_us
+    every = [time_step(build_forward(arch, d.step(s), 1), cfg, StaticTimer(H200)).makespan_us
              for s in range(9)]
     assert gen.makespan_us == pytest.approx(sum(every) / 9, rel=1e-9)
     assert every[-1] > every[0]  # the KV grows

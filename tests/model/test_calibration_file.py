@@ -241,7 +241,7 @@ def test_cli_run_and_calibrate_refuse_without_gpu(tmp_path, capsys):
 
 
 def test_from_search_record(tmp_path, capsys):
-    from hw_runtime.cli import config_from_search
+    from hw_runtime.commands.run import config_from_search
     rec = {"D": 2, "w": 1, "microbatch": 256, "sms": "64|64", "cuts": "L1.attn|L1.o_proj",
            "num_gpus": 32, "attn_tp": 8, "attn_dp": 4, "moe_ep": 32, "global_batch": 2048,
            "kv_history": 32768, "hardware": "H200", "policy": "wavefront"}
@@ -325,3 +325,34 @@ def test_cheap_estimator_tables_reproduce_measurement(fast):
             assert prof["tau"][u, p, 0, 0] == pytest.approx(lone, rel=1e-6), (k.name, p)
             assert lone == pytest.approx(c.kernel_time_us(k, p), rel=2e-3), (k.name, p)
             assert iso["tau"][u, p, 0, 0] == pytest.approx(c.kernel_time_us(k, p), rel=1e-9)
+
+
+def test_bind_carries_everything_a_calibration_changes(cal):
+    """``Calibration.bind(hw)`` is the four coordinated values at once: the patched GPU (as
+    ``apply_to_hardware``), the calibrated duration table on it, the calibration itself (for the
+    contention model) and the L2 policy ``none``; the timers made from it use each of them.
+    Oracle: the hand-made values the entry points assembled before."""
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.model.setup import DurationModel, GpuSetup
+    from subgpu_jax.score.timer import EventTimer, StaticTimer, timer_for
+
+    s = cal.bind(H200)
+    assert isinstance(s.duration_model, DurationModel)
+    assert isinstance(StaticDurationModel(H200), DurationModel)
+    assert s.hw == cal.apply_to_hardware(H200) and s.calibration is cal and s.calibrated
+    assert s.cache == "none" and s.cache_policy() == "none" and s.cache_policy("lru") == "lru"
+    g = _wl().graph(2)
+    np.testing.assert_array_equal(s.duration_model.table(g),
+                                  CalibratedDurationModel(cal, s.hw).table(g))
+    ev = timer_for(s, "event")
+    assert isinstance(ev, EventTimer) and ev.hw == s.hw and ev.cache == "none"
+    assert ev.model.calibration is cal and not ev.model.isolated
+    assert timer_for(s, "event", contention=False).model.isolated
+    st = timer_for(s, "static")
+    assert isinstance(st, StaticTimer) and st.duration_model is s.duration_model
+    u = GpuSetup.uncalibrated(H200)
+    assert (u.hw, u.calibration, u.duration_model, u.cache) == (H200, None, None, "lru")
+    with pytest.raises(ValueError, match="calibration is for H200"):
+        cal.bind(get_hardware("B200"))
+    with pytest.raises(ValueError, match="simulator must be"):
+        timer_for(s, "exact")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from subgpu_jax.app.step import simulate_step
+from subgpu_jax.score.step import time_step
+from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.graph import build_forward
 from subgpu_jax.model.hardware import get_hardware
@@ -110,7 +111,7 @@ def test_llama_mixed_step_lies_between_fp8_and_bf16(tmp_path):
         ("mixed", FP8_ENDS), ("fp8", {"quant_method": "fp8"}), ("bf16", None),
         ("first", {"quant_method": "fp8", "modules_to_not_convert": ["model.layers.0.mlp"]}))}
     cfg = temporal_of(Workload.from_model(arch["fp8"], ONE, H200))
-    t = {n: simulate_step(build_forward(a, ONE, 1), cfg, H200, "static").makespan_us
+    t = {n: time_step(build_forward(a, ONE, 1), cfg, StaticTimer(H200)).makespan_us
          for n, a in arch.items()}
     assert t["fp8"] < t["mixed"] < t["bf16"]
     assert t["mixed"] < t["fp8"] + 2 / 32 * (t["bf16"] - t["fp8"])

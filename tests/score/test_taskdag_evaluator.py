@@ -328,7 +328,7 @@ def test_no_retrace_same_shapes_and_other_cut(monkeypatch):
 
     from subgpu_jax.score import evaluator as E
 
-    monkeypatch.setattr(E, "_hard_batch", jax.jit(chex.assert_max_traces(E._hard_batch_impl,
+    monkeypatch.setattr(E, "hard_batch", jax.jit(chex.assert_max_traces(E.hard_batch_impl,
                                                                            n=1)))
     g = _llama_graph()
     allocs = enumerate_allocations(128, 2, 8, 8)
@@ -350,7 +350,7 @@ def test_no_retrace_makespan_of_durations(monkeypatch):
 
     from subgpu_jax.score import evaluator as E
 
-    monkeypatch.setattr(E, "_tau_batch", jax.jit(chex.assert_max_traces(E._tau_batch_impl,
+    monkeypatch.setattr(E, "tau_batch", jax.jit(chex.assert_max_traces(E.tau_batch_impl,
                                                                           n=1)))
     dag = build_task_dag(4, [(0, 1), (1, 2), (2, 3)], [(3, 0)], (0, 0, 1, 1), 2, 0, 2, 2,
                          "wavefront")

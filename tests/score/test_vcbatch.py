@@ -37,9 +37,9 @@ def _fresh_jits(monkeypatch):
     reuse the executables compiled before a patched constant)."""
     import jax
 
-    monkeypatch.setattr(vc, "_vcb_batch", jax.jit(lambda *a: vb._vcb_batch_impl(*a),
+    monkeypatch.setattr(vc, "vcb_batch", jax.jit(lambda *a: vb.vcb_batch_impl(*a),
                                                   static_argnums=vb.VCB_STATIC_ARGNUMS))
-    monkeypatch.setattr(vc, "_vc_batch", jax.jit(lambda *a: vc._vc_batch_impl(*a),
+    monkeypatch.setattr(vc, "vc_batch", jax.jit(lambda *a: vc.vc_batch_impl(*a),
                                                  static_argnums=vc.VC_STATIC_ARGNUMS))
 
 
@@ -164,7 +164,7 @@ def test_no_recompilation_same_shape(g2, monkeypatch):
 
     pads = dict(pad_tasks=256, pad_preds=4, pad_window=16, pad_segments=8, pad_positions=48,
                 pad_levels=64, pad_width=8)
-    monkeypatch.setattr(vc, "_vcb_batch", jax.jit(chex.assert_max_traces(vb._vcb_batch_impl, n=1),
+    monkeypatch.setattr(vc, "vcb_batch", jax.jit(chex.assert_max_traces(vb.vcb_batch_impl, n=1),
                                                   static_argnums=vb.VCB_STATIC_ARGNUMS))
     e1 = vc.VContentionEvaluator.for_config(g2, _cfg(g2, [6, 15], 0, (40, 56, 32)), H200,
                                             scan="batched", **pads)
@@ -309,7 +309,7 @@ def test_pad_small_one_shape_same_numbers(g2, monkeypatch):
     cfg = _cfg(g2, [6, 15], 0, ALLOCS[0])
     ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", pad_small=False)
     want = {n: ref.makespan(pool[:n]) for n in (1, 5, 9, 20, 50)}
-    monkeypatch.setattr(vc, "_vcb_batch", jax.jit(chex.assert_max_traces(vb._vcb_batch_impl, n=1),
+    monkeypatch.setattr(vc, "vcb_batch", jax.jit(chex.assert_max_traces(vb.vcb_batch_impl, n=1),
                                                   static_argnums=vb.VCB_STATIC_ARGNUMS))
     ev = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
                                             pad_small=True)

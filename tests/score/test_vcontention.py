@@ -100,7 +100,7 @@ def test_no_recompilation_same_shape(g2, monkeypatch):
     import chex
     import jax
 
-    monkeypatch.setattr(vc, "_vc_batch", jax.jit(chex.assert_max_traces(vc._vc_batch_impl, n=1),
+    monkeypatch.setattr(vc, "vc_batch", jax.jit(chex.assert_max_traces(vc.vc_batch_impl, n=1),
                                                  static_argnums=vc.VC_STATIC_ARGNUMS))
     e1 = vc.VContentionEvaluator.for_config(g2, _cfg(g2, [6, 15], 0, (40, 56, 32)), H200, **PADS)
     e1.makespan([[40, 56, 32]])

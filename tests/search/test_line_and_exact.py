@@ -121,6 +121,15 @@ def test_event_sim_exact_is_the_simulator(small):
     assert S.EventSimExact(small)(cfg) == pytest.approx(ref, rel=1e-12)
     off = simulate(g, cfg, small.hw, ContentionModel.off(), cache="none", record=False).makespan
     assert S.EventSimExact(small, ContentionModel.off(), "none")(cfg) == pytest.approx(off)
+    # one spelling: both exact scorers are TimerExact over a score.timer.Timer, and the
+    # estimator's timer agrees with the static timer (a fresh max-plus evaluator) on a D > 1
+    from subgpu_jax.score.timer import StaticTimer, Timer
+
+    ev_ex, st_ex = S.EventSimExact(small), S.EvaluatorExact(small)
+    for x in (ev_ex, st_ex):
+        assert isinstance(x, S.TimerExact) and isinstance(x.timer, Timer)
+    assert st_ex(cfg) == StaticTimer(small.hw, small.model).time(g, cfg).makespan_us
+    assert S.TimerExact(small, StaticTimer(small.hw))(cfg) == st_ex(cfg)
     with pytest.raises(ValueError, match="cache"):
         S.EventSimExact(small, cache="mru")
     with pytest.raises(ValueError, match="model"):

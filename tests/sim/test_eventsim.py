@@ -284,3 +284,26 @@ def test_viz_outputs(tmp_path, runs, g20_1):
     assert (tmp_path / "u.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="does not exist"):
         viz.plot_gantt(r, tmp_path / "nope" / "g.png")
+
+
+def test_lookup_observer_sees_every_l2_lookup_and_changes_nothing(g20_4):
+    """An observer on the simulator (``LookupObserver``: what ``score.vcontention.estimate_hits``
+    counts with, instead of subclassing the simulator's lookups) is told of every lookup: its
+    per-kernel hit and read bytes sum to the result's L2 totals, and the makespan is the one
+    without an observer. Oracle: the simulator's own byte counters."""
+    from subgpu_jax.score.vcontention import HitCounter
+    from subgpu_jax.sim.eventsim import LookupObserver
+
+    cfg = _cfg(g20_4, [15, 16], 1, (64, 64), 4)
+    obs = HitCounter(g20_4.n)
+    assert isinstance(obs, LookupObserver)
+    sim = EventSimulator.from_config(g20_4, cfg, H200, ContentionModel(), "lru", record=False,
+                                     observer=obs)
+    r = sim.run()
+    assert obs.read.sum() == pytest.approx(sim.bytes_obj_read, rel=1e-12)
+    assert obs.hit.sum() == pytest.approx(sim.bytes_hit, rel=1e-12) and obs.hit.sum() > 0
+    assert np.all(obs.hit <= obs.read + 1e-9)
+    plain = simulate(g20_4, cfg, H200, ContentionModel(), cache="lru", record=False)
+    assert r.makespan == plain.makespan
+    rates = obs.hit_rates()
+    assert rates.shape == (g20_4.n,) and np.all((rates >= 0) & (rates <= 1))

@@ -125,14 +125,15 @@ def test_link_free_collective_is_launch_plus_its_other_kernels():
 
 
 def _step(model, gpus):
-    from subgpu_jax.app.step import simulate_step
     from subgpu_jax.model.graph import build_forward
+    from subgpu_jax.score.step import time_step
+    from subgpu_jax.score.timer import EventTimer
 
     dep = Deployment(num_gpus=gpus, attn_tp=gpus, attn_dp=1, moe_ep=1, global_batch=256,
                      input_len=1024, kv_history=1024)
     wl = Workload.from_model(get_model("llama-3.1-8b"), dep, H200)
-    return simulate_step(build_forward(wl.arch, dep, 1), temporal_of(wl), H200, "event",
-                         model, "lru", record=False).makespan_us
+    return time_step(build_forward(wl.arch, dep, 1), temporal_of(wl),
+                     EventTimer(H200, model, "lru"), record=False).makespan_us
 
 
 def test_link_time_off_changes_nothing_without_collectives_and_never_slows():
@@ -146,15 +147,15 @@ def test_link_time_must_be_bool():
 
 
 def test_step_mode_needs_event_simulator():
-    from subgpu_jax.app.step import simulate_step
-    from subgpu_jax.model.graph import build_forward
+    """Only the event timer models shared pools: asking ``timer_for`` for a static timer in
+    multistream mode is refused, an event one is made."""
+    from subgpu_jax.model.setup import GpuSetup
+    from subgpu_jax.score.timer import EventTimer, timer_for
 
-    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=64,
-                     input_len=512, kv_history=512)
-    wl = Workload.from_model(get_model("llama-3.1-8b"), dep, H200)
     with pytest.raises(ValueError, match="needs the event simulator"):
-        simulate_step(build_forward(wl.arch, dep, 1), temporal_of(wl), H200, "static",
-                      mode="multistream")
+        timer_for(GpuSetup.uncalibrated(H200), "static", mode="multistream")
+    t = timer_for(GpuSetup.uncalibrated(H200), "event", mode="multistream")
+    assert isinstance(t, EventTimer) and t.mode == "multistream"
 
 
 def test_calibrated_collective_drops_exactly_the_wait():

@@ -1,0 +1,150 @@
+"""The GPU runtime's commands, ``subgpu run`` and ``subgpu calibrate``: sub-commands registered by
+``subgpu_jax.app.cli`` through the ``subgpu.commands`` entry point (``subgpu tune``, which uses
+these modules, has its own: ``hw_runtime.tune.cli``). One module per concern: ``run`` (one
+configuration), ``records`` and ``top`` (``--from-search``), ``calibrate``, ``common``.
+
+Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
+error (exit code 2, through ``subgpu_jax.app.cli.main``'s ``ValueError`` handling) on a machine
+without a GPU or without green-context support.
+
+``subgpu run``: the configuration options of ``subgpu simulate`` (``--cuts/--sms/--microbatch/
+--reuse``) or ``--from-search DIR`` (the best record of ``DIR/summary.json``); executes the
+temporal baseline and the configuration on the local GPU (``hw_runtime.gpu.executor``) and prints
+measured vs predicted makespans (the event simulator, calibrated with ``--calibration``).
+
+``subgpu calibrate --out FILE``: ``hw_runtime.gpu.calibrate.calibrate`` for the workload options.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hw_runtime.commands.calibrate import cmd_calibrate
+from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.run import config_from_search, run_one
+from hw_runtime.commands.top import run_top
+from hw_runtime.gpu.blas import GEMM_POLICIES
+from hw_runtime.gpu.fused import ELEMENTWISE
+from hw_runtime.gpu.kernels import COLLECTIVES
+
+__all__ = ["add_commands", "cmd_run", "cmd_calibrate", "gpu_check", "config_from_search",
+           "json_safe"]
+
+
+def cmd_run(a) -> int:
+    """``subgpu run``: ``--from-search DIR --top K`` measures the K best records of every batch
+    (``top.run_top``), anything else one configuration (``run.run_one``).
+
+    Raises:
+        ValueError: ``--top`` without ``--from-search``, or as the command it runs."""
+    if a.top is not None:
+        if not a.from_search:
+            raise ValueError("--top needs --from-search DIR")
+        return run_top(a)
+    return run_one(a)
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
+    from subgpu_jax.app.options import add_workload_args
+
+    r = sub.add_parser("run", help="execute a configuration on the local GPU (green contexts) "
+                       "and compare with the simulator",
+                       description="Capture one forward pass of the temporal baseline and of a "
+                       "configuration as CUDA graphs (each stage on its own green-context SM "
+                       "pool), time graph replays, check the pipelined output against a "
+                       "sequential run, and print measured vs predicted makespans. Hopper GPUs "
+                       "run the experts in bf16 (no MXFP4 tensor cores).")
+    add_workload_args(r, hardware="H200")
+    c = r.add_argument_group("configuration (as `subgpu simulate`)")
+    c.add_argument("--cuts", default=None, help="kernels where segments 2..K start (default: "
+                   "the Macro cut around the full-attention FMHA)")
+    c.add_argument("--sms", default=None, help="SMs per stage (multiples of the quantum, "
+                   "summing to the budget, 128 on an H200). Default: even split")
+    c.add_argument("--microbatch", type=int, default=None,
+                   help="microbatch size b (divides R = G/d). Default: R/2")
+    c.add_argument("--reuse", dest="reuse", action="store_true", default=None,
+                   help="boundary reuse w=1 (default for the Macro cut)")
+    c.add_argument("--no-reuse", dest="reuse", action="store_false", help="w=0")
+    c.add_argument("--policy", default="wavefront", help="wavefront (default) or layer_major")
+    c.add_argument("--from-search", metavar="DIR", default=None,
+                   help="run the best record of DIR/summary.json (a `subgpu search` folder); "
+                        "its deployment replaces the workload options")
+    c.add_argument("--top", type=int, default=None, metavar="K",
+                   help="with --from-search: run the K best predicted SubGPU records of every "
+                        "global batch of the search and the temporal baseline of each, and write "
+                        "the measured frontier beside the predicted one (--out-dir)")
+    c.add_argument("--out-dir", default=None, metavar="DIR",
+                   help="with --top: folder for measured_frontier.json and .png "
+                        "(default: the search folder)")
+    x = r.add_argument_group("execution")
+    x.add_argument("--mode", default="green", choices=("green", "multistream"),
+                   help="green: one green-context SM pool per stage (default); multistream: the "
+                        "same schedule on plain streams without SM partitioning")
+    x.add_argument("--collectives", default="sleep", choices=COLLECTIVES,
+                   help="how a TP/EP collective runs on this one GPU, in the temporal baseline "
+                        "and the pipelined run alike, and in the prediction: sleep (copy the "
+                        "payload, then wait out the modelled link time in a wait that occupies "
+                        "no SMs: whatever overlaps it looks free) or none (the copy only: the "
+                        "control with zero link time, so a gain left is overlap of compute and "
+                        "memory work). Default: sleep")
+    x.add_argument("--rounds", type=int, default=3, help="timing rounds (>= 1). Default: 3")
+    x.add_argument("--replays", type=int, default=100,
+                   help="graph replays per round (>= 1). Default: 100")
+    x.add_argument("--warmup", type=int, default=3, help="warm-up replays. Default: 3")
+    x.add_argument("--no-check", action="store_true",
+                   help="skip the pipelined-vs-sequential output check")
+    x.add_argument("--calibration", metavar="FILE.json", default=None,
+                   help="calibration for the prediction (default: the analytical model)")
+    x.add_argument("--cache", default=None, help="L2 policy of the predicting simulator: lru, "
+                   "fifo or none. Default: none with --calibration (measured kernel times already "
+                   "hold the L2 behaviour of the real run), else lru")
+    x.add_argument("--streams-per-stage", type=int, default=1, metavar="K",
+                   help="streams per stage (green context): a stage runs up to K tasks at once "
+                        "(the published prototype used 2). Default: 1")
+    x.add_argument("--trace", metavar="FILE.json", default=None,
+                   help="profile one graph replay (torch.profiler) and write a Perfetto trace: "
+                        "the measured kernels per stage (process 1) above the simulated "
+                        "schedule of the same configuration (process 2)")
+    x.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES,
+                   help="GEMM launch policy, the same for temporal and pipelined runs: stock "
+                        "(PyTorch's default BLAS), pool (cuBLASLt planned for the SMs of the "
+                        "pool each GEMM runs on) or tuned (each GEMM timed on its pool under a "
+                        "few SM targets before capture, the fastest kept; the wins and the "
+                        "validation on the H200 used it). Default: tuned")
+    x.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
+                   help="elementwise kernels, the same for temporal and pipelined runs: torch "
+                        "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
+                        "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton "
+                        "where it imports). Default: auto")
+    x.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
+                   help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
+                        "(on when each lane holds at most one microbatch, m <= K, which keeps "
+                        "both microbatches from locking onto one stage), on or off. "
+                        "Default: auto")
+    x.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    r.set_defaults(func=cmd_run)
+
+    k = sub.add_parser("calibrate", help="measure per-kernel times on SM pools, the copy "
+                       "bandwidth curve and co-running pairs on the local GPU",
+                       description="Time every distinct kernel of the workload alone on "
+                       "green-context pools and the whole GPU, the copy bandwidth on each pool, "
+                       "and a few co-running pairs; write a calibration file for "
+                       "`subgpu simulate/search --calibration`.")
+    add_workload_args(k, hardware="H200")
+    k.add_argument("--out", required=True, metavar="FILE.json", help="calibration file to write")
+    k.add_argument("--batches", default=None,
+                   help="comma-separated global batches (default: --batch)")
+    k.add_argument("--microbatches", default="1,2,4",
+                   help="comma-separated microbatch counts m. Default: 1,2,4")
+    k.add_argument("--pools", default="8,16,32,64,96,128",
+                   help="comma-separated pool sizes (SMs); the whole GPU is added")
+    k.add_argument("--reps", type=int, default=7, help="replays per measurement (median)")
+    k.add_argument("--no-coruns", action="store_true", help="skip the co-running pairs")
+    k.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES,
+                   help="GEMM launch policy to calibrate (use the same with `subgpu run`): "
+                        "stock, pool or tuned (see `subgpu run --help`). Default: tuned")
+    k.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
+                   help="elementwise kernels to calibrate (use the same with `subgpu run`): "
+                        "auto, triton or torch (see `subgpu run --help`). Default: auto")
+    k.set_defaults(func=cmd_calibrate)

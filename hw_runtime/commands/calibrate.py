@@ -1,0 +1,59 @@
+"""``subgpu calibrate --out FILE``: ``hw_runtime.gpu.calibrate.calibrate`` for the workload
+options."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from hw_runtime.commands.common import ep_of, gpu_check
+
+__all__ = ["cmd_calibrate"]
+
+
+def cmd_calibrate(a) -> int:
+    from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
+    from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.app.options import checked_workload, given_tp_ep
+    from hw_runtime.gpu.workload import hopper_arch
+
+    batches = _int_list(a.batches, "batches") if a.batches else [a.batch]
+    mbs = _int_list(a.microbatches, "microbatches")
+    pools = _int_list(a.pools, "pools")
+    if a.reps < 1:
+        raise ValueError(f"--reps must be >= 1, got {a.reps}")
+    for f, v in (("batches", batches), ("microbatches", mbs), ("pools", pools)):
+        if not v or any(x < 1 for x in v):
+            raise ValueError(f"--{f} must be positive integers, got {v}")
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep_of(a),
+                     global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
+    # memory checked with the experts the calibration runs (bf16 on Hopper)
+    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
+                          *given_tp_ep(a))
+    for G in batches:
+        import dataclasses
+        dataclasses.replace(dep, global_batch=G).validate(wl.arch)
+    hw = wl.hw
+    for p in pools:
+        if p % hw.sm_quantum or p < hw.min_pool_sms or p > hw.sm_budget:
+            raise ValueError(f"--pools: {p} SMs is not a valid {hw.name} pool (multiples of "
+                             f"{hw.sm_quantum}, {hw.min_pool_sms}..{hw.sm_budget})")
+    d = os.path.dirname(os.path.abspath(a.out))
+    if not os.path.isdir(d):
+        raise ValueError(f"--out: folder {d} does not exist")
+    gpu_check()
+    from hw_runtime.gpu.calibrate import calibrate
+    from hw_runtime.gpu.partition import GreenContextError
+    from hw_runtime.gpu.workload import WorkloadMemoryError
+
+    try:
+        res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
+                        coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm,
+                        elementwise=a.elementwise)
+    except (WorkloadMemoryError, GreenContextError) as e:
+        raise ValueError(str(e)) from None
+    with open(a.out, "w") as fh:
+        json.dump(res, fh, indent=1)
+    print(f"wrote {a.out}: {len(res['kernels'])} kernel tables, {len(res['coruns'])} co-runs")
+    return 0

@@ -1,0 +1,40 @@
+"""What every GPU command of ``hw_runtime.commands`` shares: the GPU check, JSON cleaning and
+the EP default of the workload options."""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["gpu_check", "json_safe", "ep_of"]
+
+
+def gpu_check() -> None:
+    """Raise ``ValueError`` (one line) unless torch, a CUDA GPU, cuda-bindings and green
+    contexts are all available here."""
+    from hw_runtime.gpu.partition import green_contexts_available
+
+    ok, why = green_contexts_available(0)
+    if not ok:
+        raise ValueError(f"this machine cannot run configurations on a GPU ({why}): `subgpu "
+                         "run`, `calibrate` and `tune` need pip install -e \".[gpu]\" (torch, "
+                         "cuda-bindings) and an NVIDIA GPU with green contexts (CUDA 12.4+ "
+                         "driver)")
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (NaN, inf) replaced by None, so that ``json.dumps``
+    writes strict JSON (``null``) that every JSON reader accepts."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def ep_of(a) -> int:
+    """``--ep`` or its default for the model (see ``subgpu_jax.app.cli.resolve_arch_ep``)."""
+    from subgpu_jax.app.options import resolve_arch_ep
+
+    return resolve_arch_ep(a)[1]

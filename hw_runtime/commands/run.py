@@ -1,0 +1,425 @@
+"""``subgpu run`` of one configuration: the CPU part (``prepare_run``: the workload, the
+``Config``, the predicting model, from the options or the best record of ``--from-search DIR``),
+the measurement report against the prediction (``run_report``, ``timeline_report``) and the
+printed result (``run_one``).
+
+Importable without torch, cuda-bindings or a GPU; ``run_one`` refuses with a one-line error on a
+machine without green contexts (``common.gpu_check``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from subgpu_jax.space.config import config_from_options
+from subgpu_jax.sim.contention import uncalibrated_model_id
+from hw_runtime.commands.common import ep_of, gpu_check, json_safe
+from hw_runtime.commands.records import record_options
+from hw_runtime.gpu.kernels import spin_of
+
+__all__ = ["config_from_search", "check_search_matches", "prepare_run", "options_config",
+           "record_config", "run_report",
+           "calibration_mismatch", "timeline_report", "repredict", "run_one", "label_run",
+           "print_run"]
+
+
+def config_from_search(folder: str) -> tuple[dict, dict]:
+    """The best record of a search folder: ``(record, deployment kwargs)``.
+
+    Raises:
+        ValueError: no summary.json, no best record, or missing fields (one line).
+    """
+    path = os.path.join(folder, "summary.json")
+    try:
+        with open(path) as fh:
+            summ = json.load(fh)
+    except OSError as e:
+        raise ValueError(f"--from-search: cannot read {path}: {e.strerror or e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--from-search: {path} is not valid JSON ({e.msg})") from None
+    best = summ.get("best_speedup_record") if isinstance(summ, dict) else None
+    if not best:
+        raise ValueError(f"--from-search: {path} has no best_speedup_record (no SubGPU record)")
+    if not isinstance(best, dict):
+        raise ValueError(f"--from-search: {path}: best_speedup_record must be an object")
+    from subgpu_jax.model.deployment import RECORD_FIELDS
+
+    need = ("D", "w", "microbatch", "sms", "cuts") + RECORD_FIELDS
+    miss = [f for f in need if f not in best]
+    if miss:
+        raise ValueError(f"--from-search: the best record lacks {', '.join(miss)}")
+    try:
+        dep = {f: int(best[f]) for f in RECORD_FIELDS}
+    except (TypeError, ValueError):
+        raise ValueError(f"--from-search: {path}: the best record's deployment fields must be "
+                         "integers") from None
+    return best, dep
+
+
+def check_search_matches(a, best: dict) -> None:
+    """Refuse ``--from-search`` when the search's best record was made for another GPU or
+    model than this run's (``--hardware``, default H200; ``--model``).
+
+    Raises:
+        ValueError: one line naming both and saying how to make a search for this GPU.
+    """
+    from subgpu_jax.model.models import resolve_model
+
+    folder = a.from_search
+    rec_hw = best.get("hardware")
+    if rec_hw and str(rec_hw).upper() != str(a.hardware).partition(":")[0].upper():
+        raise ValueError(
+            f"--from-search: {folder} holds a search for the {rec_hw} and this run is for the "
+            f"{a.hardware} (--hardware, default H200); make a search for the {a.hardware} with "
+            f"`subgpu search --hardware {a.hardware}"
+            f"{' --expert-dtype bf16' if a.hardware in ('H200', 'H100') else ''} --out DIR` and "
+            f"run `subgpu run --from-search DIR`, or run this one on a {rec_hw} GPU with "
+            f"--hardware {rec_hw}")
+    rec_model = best.get("model")
+    name = resolve_model(a.model).name
+    if rec_model and rec_model != name:
+        raise ValueError(f"--from-search: {folder} holds a search of {rec_model} and this run "
+                         f"is for {name} (--model); pass --model {rec_model} (or its "
+                         "config.json)")
+
+
+def options_config(a, wl):
+    """The ``Config`` of ``subgpu run``'s configuration options (``--cuts``, ``--sms``,
+    ``--microbatch``, ``--reuse``, ``--policy``, ``--streams-per-stage``) on ``wl``.
+
+    Raises:
+        ValueError: bad options (one line naming the option)."""
+    from subgpu_jax.app.options import int_list, str_list
+
+    cuts = str_list(a.cuts, "cuts") if a.cuts is not None else None
+    sms = int_list(a.sms, "sms", unique=False) if a.sms else None
+    cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)  # ValueError
+    k = int(a.streams_per_stage)
+    if k != 1:
+        import dataclasses
+        cfg = dataclasses.replace(cfg, streams_per_stage=k)
+    return cfg
+
+
+def record_config(rec, wl):
+    """The ``Config`` of a SubGPU search record on ``wl`` (``Config.from_record``), checked.
+
+    Raises:
+        ValueError: a record that names no kernel of ``wl``'s region, lacks a field, or is not
+            feasible on its GPU and batch (one line)."""
+    from subgpu_jax.space.config import Config
+
+    g1 = wl.graph(1)
+    try:
+        cfg = Config.from_record(rec, g1)
+    except KeyError as e:
+        raise ValueError(f"--from-search: the record lacks {e}") from None
+    except ValueError as e:
+        raise ValueError(f"--from-search: the record's configuration: {e}") from None
+    cfg.check(g1.n, g1.edges, wl.hw, wl.batch)
+    return cfg
+
+
+def prepare_run(a):
+    """The CPU part of ``subgpu run``: the workload, the Config, the predicting model.
+
+    Returns:
+        ``(wl, cfg, dep, model, hw_sim, m)``: the simulator's ``Workload`` (bf16 experts), the
+        validated Config, the Deployment, the ``ContentionModel`` (calibrated with
+        ``--calibration``), the hardware it predicts with and the microbatch count.
+
+    Raises:
+        ValueError: bad options (one line naming the option).
+    """
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.app.options import checked_workload, given_tp_ep
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.app.options import resolve_arch_ep
+    from hw_runtime.gpu.workload import hopper_arch
+
+    for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0), ("streams_per_stage", 1)):
+        if getattr(a, f) < lo:
+            raise ValueError(f"--{f.replace('_', '-')} must be >= {lo}, got {getattr(a, f)}")
+    if a.from_search:  # the search's best record becomes this run's options (one mapping)
+        best, _ = config_from_search(a.from_search)
+        check_search_matches(a, best)
+        vars(a).update({k: v for k, v in vars(record_options(a, best)).items()
+                        if k not in ("from_search", "top")})
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep_of(a),
+                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+    # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
+    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
+                          *given_tp_ep(a))
+    hw = wl.hw
+    rec = getattr(a, "record", None)
+    if rec is not None:  # a search record (--from-search): its configuration, one decoding
+        cfg = record_config(rec, wl)
+    else:
+        cfg = options_config(a, wl)
+    m = wl.microbatches_of(cfg.microbatch)
+    from subgpu_jax.model.setup import GpuSetup
+
+    setup = GpuSetup.uncalibrated(hw)
+    if a.calibration:
+        from subgpu_jax.model.calibration import load_calibration
+        setup = load_calibration(a.calibration, wl.arch, dep, hw).bind(hw)
+    a.cache = setup.cache_policy(getattr(a, "cache", None))
+    model = ContentionModel(link_time=spin_of(getattr(a, "collectives", "sleep")),
+                            calibration=setup.calibration)
+    return wl, cfg, dep, model, setup.hw, m
+
+
+def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) -> dict:
+    """Measure (through ``ex``, an ``Executor`` or a stand-in with the same methods), predict
+    and compare: the JSON object ``subgpu run --json`` prints.
+
+    Args:
+        a: the parsed options (mode, rounds, replays, warmup, no_check, cache, trace,
+            streams_per_stage). wl, cfg, dep, model, hw_sim, m: from ``prepare_run``.
+        ex: executor (``measure``, ``temporal_config``, ``check_output``; ``profile`` and
+            ``activity_counts`` when tracing).
+        make_trace: profile a replay and add the timeline fields (and write ``a.trace``).
+
+    Returns:
+        ``{"workload", "config", "temporal", "run", "speedup_measured", "speedup_predicted",
+        "output_check", "calibration"}`` and, with a trace, ``"timeline"``: per-stage busy and
+        idle µs (measured, simulated), per-category residence µs (measured, simulated) and the
+        error breakdown (``hw_runtime.timeline.error_breakdown``).
+    """
+    from subgpu_jax.space.config import temporal_of
+
+    k = int(getattr(a, "streams_per_stage", 1))
+    t_cfg = ex.temporal_config()
+    meas_t = ex.measure(t_cfg, "temporal", a.rounds, a.replays, a.warmup)
+    meas_c = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup, streams_per_stage=k)
+    chk = None if a.no_check else ex.check_output(cfg, a.mode, streams_per_stage=k)
+    g = wl.graph(m)
+    # predicted whole steps (every run of region instances + the head), as the executor times
+    from subgpu_jax.score.step import time_step
+    from subgpu_jax.score.timer import EventTimer
+    from subgpu_jax.model.graph import build_forward
+    pred_t = time_step(build_forward(wl.arch, dep, 1), temporal_of(wl),
+                       EventTimer(hw_sim, model, a.cache), record=False).makespan_us
+    step_c = time_step(build_forward(wl.arch, dep, m), cfg,
+                       EventTimer(hw_sim, model, a.cache, a.mode), record=False)
+    sim_c, pred_c = step_c.main, step_c.makespan_us
+    res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
+           "config": {"D": cfg.D, "w": cfg.w, "cuts": cfg.cut_names(wl.graph(1)),
+                      "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
+                      "mode": a.mode, "streams_per_stage": k,
+                      "collectives": getattr(a, "collectives", "sleep"),
+                      "gemm": getattr(a, "gemm", "stock"),
+                      "elementwise": getattr(ex, "elementwise", "torch"),
+                      "lane_priority": (ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
+                                        else False)},
+           "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
+                        "spread": meas_t.spread},
+           "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
+                   "spread": meas_c.spread},
+           "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
+           "speedup_predicted": pred_t / pred_c, "output_check": chk,
+           "calibration": a.calibration,
+           "calibration_mismatch": calibration_mismatch(model.calibration, getattr(a, "gemm", "stock"),
+                                                        getattr(ex, "elementwise", "torch")),
+           "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
+    from subgpu_jax.sim.ceiling import overlap_ceiling
+    res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
+    if make_trace:
+        res["timeline"] = timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim_c)
+    return res
+
+
+def calibration_mismatch(cal, gemm: str, elementwise: str) -> list[str]:
+    """How the kernels a calibration was measured with differ from the run's (its ``meta``:
+    ``gemm``, ``elementwise``; a calibration from before a field existed used ``stock`` GEMMs and
+    the PyTorch ``torch`` chains). Each difference also goes to stderr as a warning, since the
+    prediction then describes other kernels than the ones measured.
+
+    Returns:
+        one line per differing field (empty when they agree or there is no calibration).
+    """
+    if cal is None:
+        return []
+    out = []
+    for field, run in (("gemm", gemm), ("elementwise", elementwise)):
+        was = (cal.meta or {}).get(field) or ("stock" if field == "gemm" else "torch")
+        if was != run:
+            out.append(f"calibration measured with {field}={was}, this run uses {run}")
+    for line in out:
+        print(f"warning: {line}: the prediction describes other kernels (re-run subgpu "
+              f"calibrate with the run's options)", file=sys.stderr)
+    return out
+
+
+def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
+    """Profile one replay, map it to the plan, write ``a.trace`` (measured + simulated) and
+    return the timeline fields of ``run_report``: the main region's run only (its
+    ``LaunchPlan`` and its simulated run), without the other region kinds and the head."""
+    from hw_runtime.timeline import (MappingError, category_residence, error_breakdown,
+                                     map_activities, sim_intervals, stage_busy, write_trace)
+
+    k = int(getattr(a, "streams_per_stage", 1))
+    prof = ex.profile(cfg, a.mode, streams_per_stage=k)
+    plan = prof["plan_object"]
+    g = wl.graph(m)
+    counts = ex.activity_counts(m, cfg, a.mode)
+    try:
+        meas_iv = map_activities(plan, prof["activities"], counts, k)
+    except MappingError as e:   # the measurement stands; the raw activities are kept
+        path = a.trace + ".activities.json"
+        with open(path, "w") as fh:
+            json.dump({"activities": prof["activities"], "op_activities": counts}, fh)
+        acts = prof["activities"]
+        span = (max(x["start_us"] + x["dur_us"] for x in acts) - min(x["start_us"] for x in acts)
+                if acts else float("nan"))
+        print(f"warning: {e}; the timeline fields are left out, the profiled activities are in "
+              f"{path}", file=sys.stderr)
+        return {"error": str(e), "activities_file": path, "profiled_makespan_us": span,
+                "activities": len(acts)}
+    sim_iv = sim_intervals(sim)
+    D = cfg.D
+    bm, bs = stage_busy(meas_iv, D), stage_busy(sim_iv, D)
+    M = max(r["end_us"] for r in meas_iv) - min(r["start_us"] for r in meas_iv)
+    P = float(sim.makespan)
+    cal = model.calibration
+    iso_meas, iso_model = [0.0] * D, [0.0] * D
+    unknown = False
+    sms = list(cfg.alloc)
+    from subgpu_jax.sim.eventsim import simulate_streams
+    lone: dict = {}
+    for r in meas_iv:
+        kern = g.kernels[r["op"]]
+        d, p = r["stage"], sms[r["stage"]]
+        key = (r["op"], p)
+        if key not in lone:
+            tm = cal.kernel_time_us(kern, p) if cal is not None else None
+            tmod = float(simulate_streams([(p, [kern])], hw_sim, model.replace(calibration=None),
+                                          "none", record=False).makespan)
+            lone[key] = (tm, tmod)
+        tm, tmod = lone[key]
+        if tm is None:  # alone times are known only where the calibration measured them
+            unknown = True
+        else:
+            iso_meas[d] += tm
+        iso_model[d] += tmod if tm is None else tm
+    if unknown:
+        iso_meas = None  # JSON null: never NaN
+    write_trace(a.trace, [("measured (GPU, one graph replay)", meas_iv, g),
+                          ("simulated (event simulator)", sim_iv, g)])
+    brk = error_breakdown({"makespan_us": M, "busy_us": [b["busy_us"] for b in bm]},
+                          {"makespan_us": P, "busy_us": [b["busy_us"] for b in bs]},
+                          iso_meas, iso_model) if iso_meas is not None else None
+    return {"trace": a.trace, "profiled_makespan_us": M,
+            "stages_measured": bm, "stages_simulated": bs,
+            "category_measured_us": category_residence(meas_iv, g),
+            "category_simulated_us": {c: float(v) for c, v in sim.category_time.items()},
+            "isolated_measured_us": iso_meas, "isolated_model_us": iso_model,
+            "error_breakdown": brk,
+            "note": None if cal is not None else "no --calibration: the isolated measured "
+                    "times are unknown, so the error breakdown needs a calibration file"}
+
+
+def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str) -> float:
+    """The event simulator's whole-step makespan (µs) of a run as ``subgpu run`` executes it:
+    ``mode`` ``"temporal"`` (the temporal baseline, whatever ``cfg`` is), ``"green"`` or
+    ``"multistream"`` (``cfg`` at ``m`` microbatches); ``model`` carries the
+    ``--collectives`` choice (``ContentionModel.link_time``)."""
+    from subgpu_jax.score.step import time_step
+    from subgpu_jax.score.timer import EventTimer
+    from subgpu_jax.model.graph import build_forward
+    from subgpu_jax.space.config import temporal_of
+
+    if mode == "temporal" or cfg.D == 1:
+        cfg, m, mode = temporal_of(wl), 1, "green"
+    return float(time_step(build_forward(wl.arch, dep, m), cfg,
+                           EventTimer(hw_sim, model, cache, mode), record=False).makespan_us)
+
+
+def run_one(a) -> int:
+    """``subgpu run`` of one configuration (the options', or ``--from-search``'s best): measure
+    it and the temporal baseline, print measured against predicted; exit code 0.
+
+    Raises:
+        ValueError: bad options, or no GPU with green contexts (one line)."""
+    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    gpu_check()
+    # ---- GPU from here on
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.gpu.partition import GreenContextError
+    from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
+
+    try:
+        hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
+                         spin=spin_of(a.collectives))
+    except WorkloadMemoryError as e:
+        raise ValueError(str(e)) from None
+    try:
+        ex = Executor(hwl, gemm=a.gemm)
+        ex.lane_priority = getattr(a, "lane_priority", "auto")
+        res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
+    except GreenContextError as e:
+        raise ValueError(str(e)) from None
+    label_run(a, res, wl)
+    print_run(a, res, wl, cfg, dep, m)
+    return 0
+
+
+def label_run(a, res: dict, wl) -> None:
+    """Add to a ``run_report`` result how it was obtained: ``collectives`` (how the measured
+    runs executed them, ``provenance.EMULATED_COLLECTIVES`` or, with ``--collectives none``,
+    ``COPY_ONLY_COLLECTIVES``) and ``prediction`` (which model predicted it and the measured
+    errors that apply, ``provenance.prediction_note``)."""
+    from subgpu_jax.app.options import (COPY_ONLY_COLLECTIVES, EMULATED_COLLECTIVES,
+                                           prediction_note)
+
+    res["collectives"] = (COPY_ONLY_COLLECTIVES if getattr(a, "collectives", "sleep") == "none"
+                          else EMULATED_COLLECTIVES)
+    res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name,
+                                        model_id=uncalibrated_model_id(wl.hw))
+
+
+def print_run(a, res: dict, wl, cfg, dep, m) -> None:
+    """Print ``run_report``'s result as JSON (``--json``) or as a table."""
+    if a.json:
+        print(json.dumps(json_safe(res), indent=2, allow_nan=False))
+        return
+    hw = wl.hw
+    print(f"workload  {wl.arch.name} (bf16 experts) G={dep.global_batch} on {hw.name}; config "
+          f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
+          f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
+          f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="
+          f"{res['config'].get('elementwise', 'torch')} (temporal too)")
+    print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
+    for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
+        print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"
+              f"{r['predicted_us'] / r['measured_us'] - 1:9.1%}{r['spread']:8.1%}")
+    print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
+          f"{res['speedup_predicted']:.3f}x")
+    if res.get("collectives"):
+        hid = "" if "copies only" in res["collectives"] else ": a gain may be that wait hidden"
+        print(f"measured  with {res['collectives']}{hid}")
+    if res.get("prediction"):
+        print(f"predicted by {res['prediction']['made_by']}")
+    from subgpu_jax.sim.ceiling import describe
+    print(describe(res["ceiling"]) + " (measured temporal)")
+    chk = res["output_check"]
+    if chk is not None:
+        print(f"output    pipelined vs sequential: bitwise_equal={chk['bitwise_equal']} "
+              f"rel_l2={chk['rel_l2']:.2e}")
+    tl = res.get("timeline")
+    if tl and "error" in tl:
+        print(f"trace     not mapped ({tl['error']}); activities in {tl['activities_file']}")
+    elif tl:
+        for mb, sb in zip(tl["stages_measured"], tl["stages_simulated"]):
+            print(f"stage {mb['stage']}   busy measured {mb['busy_us']:10.1f} µs (idle "
+                  f"{mb['idle_us']:.1f}), simulated {sb['busy_us']:10.1f} µs (idle "
+                  f"{sb['idle_us']:.1f})")
+        b = tl["error_breakdown"]
+        if b:
+            print(f"error     {b['total_frac']:+.1%} = isolated {b['isolated_frac']:+.1%} + "
+                  f"co-run {b['corun_frac']:+.1%} + gaps {b['gaps_frac']:+.1%} (stage "
+                  f"{b['stage']})")
+        print(f"trace     {tl['trace']} (Perfetto: measured above simulated)")

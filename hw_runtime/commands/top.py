@@ -1,0 +1,102 @@
+"""``subgpu run --from-search DIR --top K``: measure the K best predicted records of every batch
+and the temporal baseline, and write the measured frontier beside the predicted one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.records import record_options, search_records, top_records
+from hw_runtime.commands.run import prepare_run, repredict
+from hw_runtime.gpu.kernels import spin_of
+
+__all__ = ["run_top", "plot_measured_frontier"]
+
+
+def run_top(a) -> int:
+    """``subgpu run --from-search DIR --top K``: measure the K best predicted records of every
+    batch and the temporal baseline, write the measured frontier beside the predicted one;
+    exit code 0.
+
+    Raises:
+        ValueError: K < 1, a search for another GPU, or no GPU with green contexts."""
+    from hw_runtime.gpu.executor import Executor
+    from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
+
+    if a.top < 1:
+        raise ValueError(f"--top must be >= 1, got {a.top}")
+    groups = top_records(search_records(a.from_search), a.top, a.hardware)
+    gpu_check()
+    rows = []
+    for G, recs in groups.items():
+        hwl = ex = None
+        for r in recs:
+            sub = record_options(a, r)
+            wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
+            if hwl is None:
+                try:
+                    hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
+                                        spin=spin_of(a.collectives))
+                except WorkloadMemoryError as e:
+                    raise ValueError(str(e)) from None
+                ex = Executor(hwl, gemm=a.gemm)
+                ex.lane_priority = getattr(a, "lane_priority", "auto")
+            if r["mode"] == "temporal":
+                meas = ex.measure(ex.temporal_config(), "temporal", a.rounds, a.replays, a.warmup)
+            else:
+                meas = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup)
+            T = meas.makespan_us
+            pred = r["makespan_us"]
+            if a.collectives != "sleep" or (a.mode != "green" and r["mode"] != "temporal"):
+                # the search predicted green pools with the link time: predict this run as run
+                pred = repredict(wl, cfg, dep, model, hw_sim, m, a.cache,
+                                 "temporal" if r["mode"] == "temporal" else a.mode)
+            rows.append({"global_batch": G, "mode": r["mode"], "cuts": r["cuts"],
+                         "sms": r["sms"], "microbatch": r["microbatch"], "D": r["D"],
+                         "run_mode": a.mode, "collectives": a.collectives,
+                         "predicted_us": pred, "measured_us": T,
+                         "predicted_per_user_tok_s": 1e6 / pred,
+                         "predicted_per_gpu_tok_s": r["per_gpu_tok_s"] * r["makespan_us"] / pred,
+                         "measured_per_user_tok_s": 1e6 / T,
+                         "measured_per_gpu_tok_s": r["per_gpu_tok_s"] * r["makespan_us"] / T})
+            print(f"G={G:5d} {r['mode']:8s} {r['cuts'] or '-':24s} {str(r['sms']):8s} "
+                  f"predicted {pred:9.1f} µs measured {T:9.1f} µs", flush=True)
+        del ex, hwl
+    out_dir = a.out_dir or a.from_search
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "measured_frontier.json"), "w") as fh:
+        json.dump(json_safe({"search": a.from_search, "top": a.top, "rows": rows}), fh,
+                  indent=1, allow_nan=False)
+    plot_measured_frontier(rows, os.path.join(out_dir, "measured_frontier.png"))
+    print(f"wrote {os.path.join(out_dir, 'measured_frontier.json')} and measured_frontier.png")
+    return 0
+
+
+def plot_measured_frontier(rows: list[dict], path: str) -> None:
+    """Per-user vs per-GPU throughput: temporal and SubGPU Pareto frontiers, predicted dashed,
+    measured solid (one figure, PNG at ``path``)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from subgpu_jax.search.pareto import pareto_front
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for mode, color in (("temporal", "tab:gray"), ("subgpu", "tab:blue")):
+        rs = [r for r in rows if (r["mode"] == "temporal") == (mode == "temporal")]
+        for kind, ls in (("predicted", "--"), ("measured", "-")):
+            pts = [(r[f"{kind}_per_gpu_tok_s"], r[f"{kind}_per_user_tok_s"]) for r in rs]
+            if not pts:
+                continue
+            idx = pareto_front([(u, g) for g, u in pts])
+            fr = sorted(pts[int(i)] for i in idx)
+            ax.plot([p[0] for p in fr], [p[1] for p in fr], ls, color=color, marker="o",
+                    label=f"{mode} {kind}")
+    ax.set_xlabel("per-GPU throughput (tokens/s/GPU)")
+    ax.set_ylabel("per-user throughput (tokens/s/user)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    from subgpu_jax.app.options import save_figure
+
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
