@@ -30,7 +30,7 @@ Scheme (everything in µs, bytes, SMs):
    not S = C - tau; the allocations as the trailing axis).
 
 With a calibration in the ``ContentionModel``, the tables of the measured kernels use the
-calibrated work per pool (``_calibrated_pools``), as the event simulator does.
+calibrated work per pool (``calibrated_pools``), as the event simulator does.
 
 With ``ContentionModel.off()`` the tables hold the static durations and the iteration is skipped:
 the result equals ``evaluator.Evaluator.makespan`` exactly (same seg-table sums, same scan).
@@ -58,6 +58,7 @@ from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch,
 from subgpu_jax.model.checks import finite, flag, pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
+from subgpu_jax.score.poolwork import calibrated_pools, lone_static_pools
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
@@ -104,7 +105,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     after the setup latency at ``nvlink_Bps``. Duration = launch + fixed phase + max(compute,
     data, network). With a calibration in ``model`` (``model.calibration``), every measured
     kernel uses on each pool the calibrated work the event simulator uses there (work scale on
-    FLOPs, bytes and payload; fixed phase; window: ``_calibrated_pools``), so its entry at no
+    FLOPs, bytes and payload; fixed phase; window: ``calibrated_pools``), so its entry at no
     external load is its measured time alone; ``isolated`` entries are the measured times.
 
     Args:
@@ -126,7 +127,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     model = ContentionModel() if model is None else model
     bm = model.bind(hw, lone_makespan)
     cal = model.calibration
-    # the kernels' uncalibrated work; a calibration enters per pool below (_calibrated_pools)
+    # the kernels' uncalibrated work; a calibration enters per pool below (calibrated_pools)
     bm0 = bm if cal is None else model.replace(calibration=None).bind(hw, lone_makespan)
     n, N = graph.n, hw.num_sms
     cg = np.asarray(conc_grid, dtype=float)
@@ -161,14 +162,14 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         pu = oc.sms[:, None, None]                        # (N+1, 1, 1)
         # per pool (N+1, 1, 1): work scale, fixed phase µs, window B/SM, network payload bytes
         # (scaled) and whether the network phase runs: the uncalibrated kernel's, or the
-        # calibrated KernelWork the event simulator uses on that pool (_calibrated_pools)
+        # calibrated KernelWork the event simulator uses on that pool (calibrated_pools)
         if cal is not None and cal.has(k):
-            ws, fx, win, comm_b, comm_f = _calibrated_pools(bm, k, cal, hw)
+            ws, fx, win, comm_b, comm_f = calibrated_pools(bm, k, cal, hw)
         else:
             ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
             comm_b, comm_f = float(w.comm_bytes), float(w.comm)
             if model.lone_static and is_gemm(k) and k.flops > 0:
-                ws, fx = _lone_static_pools(bm0, k, hw)
+                ws, fx = lone_static_pools(bm0, k, hw)
         pi = np.minimum(1.0, bm.gain * pu / bm.N)
         read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
         data0 = w.obj_bytes
@@ -227,60 +228,6 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         out["conc"][u] = np.broadcast_to(c / W * td, bshape)
         out["power"][u] = np.broadcast_to(pi * tc, bshape)
     return out
-
-
-def _lone_static_pools(bm, k, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
-    """The work scale and fixed phase (µs) of uncalibrated GEMM ``k`` on every pool 0..N
-    (``ContentionModel.lone_static``: alone, cache off, it takes its static time), as the event
-    simulator uses them (``BoundModel.lone_static_scale``): solved on the pools an allocation
-    can hold (multiples of ``hw.sm_quantum``, and 1 and N), linear in between.
-
-    Returns:
-        ``(scale, fixed_us)``, each float (N+1, 1, 1).
-    """
-    N, q = hw.num_sms, hw.sm_quantum
-    pools = sorted({1, N, *range(q, N + 1, q)})
-    ws = [bm.work(k, p) for p in pools]
-    P = np.arange(N + 1, dtype=float)
-    P[0] = 1.0
-    return (np.interp(P, pools, [w.scale for w in ws])[:, None, None],
-            np.interp(P, pools, [w.fixed_us for w in ws])[:, None, None])
-
-
-def _calibrated_pools(bm, k, cal, hw: Hardware) -> tuple[np.ndarray, ...]:
-    """The calibrated work of kernel ``k`` on every pool 0..N, as the event simulator uses it
-    (``BoundModel.work``: the per-pool work scale, fixed phase and window solved so that ``k``
-    alone takes its measured time), for ``kernel_profiles``.
-
-    Solved on the pools an allocation can hold (multiples of ``hw.sm_quantum``) inside the
-    calibration's measured range of ``k`` plus the range's ends (no extrapolation, so no
-    ``CalibrationExtrapolationWarning``); every other pool takes the nearest solved pool's
-    values (pools outside the measured range are extrapolated differently by the event
-    simulator). The solves are memoised per pool (``contention._CAL_CACHE``).
-
-    Returns:
-        ``(scale, fixed_us, window_B_per_sm, comm_bytes, comm)``, each float (N+1, 1, 1):
-        work scale, fixed phase µs, bytes in flight per SM, network payload bytes (scaled) and
-        1.0 where the network phase runs (0.0 for kernel-aware calibrated collectives, whose
-        link time is in the fixed phase).
-    """
-    from subgpu_jax.model.calibration import kernel_key
-
-    sms_m = np.asarray(cal.tables[kernel_key(k)][0], dtype=float)
-    lo, hi = int(np.ceil(sms_m[0])), int(np.floor(sms_m[-1]))
-    q = int(hw.sm_quantum)
-    solved = sorted({p for p in range(q, hw.num_sms + 1, q) if lo <= p <= hi} | {lo, hi})
-    works = [bm.work(k, p) for p in solved]
-    P = np.arange(hw.num_sms + 1)
-    near = np.abs(P[:, None] - np.asarray(solved)[None, :]).argmin(axis=1)
-
-    def per_pool(f) -> np.ndarray:
-        v = np.array([float(f(x)) for x in works])
-        return v[near][:, None, None]
-
-    return (per_pool(lambda x: x.scale), per_pool(lambda x: x.fixed_us),
-            per_pool(lambda x: x.window_B_per_sm),
-            per_pool(lambda x: x.comm_bytes * x.scale), per_pool(lambda x: x.comm))
 
 
 @chex.dataclass(frozen=True, mappable_dataclass=False)
