@@ -189,8 +189,18 @@ def repredict_phase(args) -> int:
     from hw_runtime.commands.run import prepare_run
     from subgpu_jax.sim.contention import uncalibrated_model_id
 
-    with open(args.configs) as fh:
-        plan = json.load(fh)
+    try:
+        with open(args.configs) as fh:
+            plan = json.load(fh)
+        if not isinstance(plan, dict) or not plan or not all(
+                isinstance(p, dict) and isinstance(p.get("configs"), list) for p in plan.values()):
+            raise ValueError("not a plan of --phase plan (workload -> {configs: [...]})")
+        if set(args.workloads) != set(WORKLOADS) and set(args.workloads) != set(plan):
+            raise ValueError("--workloads: repredict the whole plan (one model version per "
+                             "plan)")
+    except (OSError, ValueError) as e:
+        print(f"error: --configs: {args.configs}: {e}", file=sys.stderr)
+        return 2
     for name in [w for w in args.workloads if w in plan]:
         p = plan[name]
         for d in p["configs"]:
@@ -333,8 +343,8 @@ def main(argv=None) -> int:
                     help="repredict: where the plan predicted again goes")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--hardware", default="H200",
-                    help="the --hardware spec the plan predicts with: H200 (analytic-v2, the "
-                         "default model) or H200:analytic-v3; names the data folder "
+                    help="the --hardware spec the plan predicts with: H200 (the default "
+                         "model, analytic-v3) or H200:analytic-v2; names the data folder "
                          "hw_verdicts/<version>/ of the defaults below")
     ap.add_argument("--configs", default=None, help="default: <data>/configs.json")
     ap.add_argument("--searches", default="/tmp/hw_verdicts_searches",
@@ -353,9 +363,13 @@ def main(argv=None) -> int:
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.kernelcost import analytic_model_of
     try:
-        version = analytic_model_of(get_hardware(args.hardware))
+        hw = get_hardware(args.hardware)
+        version = analytic_model_of(hw)
     except ValueError as e:
         ap.error(f"--hardware: {e}")
+    if hw.name != "H200":
+        ap.error(f"--hardware: the protocol runs on the H200 (H200 or H200:VERSION), got "
+                 f"{args.hardware!r}")
     args.data = args.data or os.path.join(DATA, version)
     args.configs = args.configs or os.path.join(args.data, "configs.json")
     args.out = args.out or args.data

@@ -117,7 +117,11 @@ def analyze_phase(args) -> int:
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.kernelcost import analytic_model_of
 
-    version = analytic_model_of(get_hardware(args.hardware))
+    try:
+        version = analytic_model_of(get_hardware(args.hardware))
+    except ValueError as e:
+        print(f"error: --hardware: {e}", file=sys.stderr)
+        return 2
     rows, out = [], {"model": version, "protocol": __doc__.split("\n\n")[0],
                      "workloads": {}}
     for name in args.workloads:
@@ -158,7 +162,11 @@ def analyze_phase(args) -> int:
             print(f"  {o:24s} meas {d['measured_us']:9.1f} model {d['model_us']:9.1f} "
                   f"{(d['ratio'] or 0) - 1:+7.1%}  {d['kernels_per_launch']:.1f} kernels/launch  "
                   f"{d['top'][0][0][:50] if d['top'] else ''}")
-    path = os.path.join(RESULTS, f"temporal_traces_h200_{version}.json")
+    if not out["workloads"]:
+        print(f"error: --data: no trace_<workload>.json under {args.data} (the device phase "
+              "writes them)", file=sys.stderr)
+        return 2
+    path = args.digest or os.path.join(RESULTS, f"temporal_traces_h200_{version}.json")
     with open(path, "w") as fh:
         json.dump(out, fh, indent=1)
     print(f"wrote {path}")
@@ -173,8 +181,12 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=os.path.join(RESULTS, "temporal_traces"),
                     help="folder of the device phase's trace_<workload>.json files")
     ap.add_argument("--time-limit", type=float, default=420.0)
+    ap.add_argument("--digest", default=None,
+                    help="analyze: the JSON to write (default: "
+                         "experiments/results/temporal_traces_h200_<version>.json)")
     ap.add_argument("--hardware", default="H200",
-                    help="the model to compare with (analyze): H200 or H200:analytic-v3")
+                    help="the model to compare with (analyze): H200 (the default model, "
+                         "analytic-v3) or H200:analytic-v2")
     args = ap.parse_args(argv)
     return device_phase(args) if args.phase == "device" else analyze_phase(args)
 

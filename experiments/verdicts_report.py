@@ -252,8 +252,13 @@ def analyze(args, workloads) -> int:
         if not isinstance(plan, dict):
             raise ValueError("not a plan object")
         rows, temporal = speedup_rows(plan, args.data)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except ValueError as e:   # speedup_rows names the flag (--data, --configs)
+        print(f"error: {e}" if str(e).startswith("--") else
+              f"error: --configs: {args.configs}: {e}", file=sys.stderr)
+        return 2
+    except (KeyError, TypeError, AttributeError) as e:
+        print(f"error: --configs: {args.configs}: not a plan of --phase plan (missing {e})",
+              file=sys.stderr)
         return 2
     except OSError as e:
         print(f"error: --configs: {args.configs}: {e.strerror or e}", file=sys.stderr)
@@ -268,6 +273,14 @@ def analyze(args, workloads) -> int:
         print(f"error: --configs: the planned predictions must come from one model version "
               f"(duration_model), got {sorted(map(str, ids))}: re-run --phase plan",
               file=sys.stderr)
+        return 2
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+    want = uncalibrated_model_id(get_hardware(getattr(args, "hardware", "H200")))
+    if ids != {want}:
+        print(f"error: --hardware: {getattr(args, 'hardware', 'H200')} is {want}, but the plan "
+              f"was predicted by {next(iter(ids))}: pass the plan's --hardware, or --phase "
+              "repredict it", file=sys.stderr)
         return 2
     _judge(rows)
     recs = recommendations(rows)

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The committed plan of the default model (analytic-v2).
-PLAN = ROOT / "experiments" / "results" / "hw_verdicts" / "analytic-v2" / "configs.json"
+#: The committed plan of the default model (analytic-v3 with the lone-kernel invariant).
+PLAN = ROOT / "experiments" / "results" / "hw_verdicts" / "analytic-v3-lone-plan" / "configs.json"
 
 
 def _script(name: str):

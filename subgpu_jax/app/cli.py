@@ -52,8 +52,8 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
     g.add_argument("--hardware", default=hardware,
                    help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}. A suffix "
                         "picks the uncalibrated model version: H200:analytic-v3 times kernels as "
-                        "the runtime's fused kernels and pool-tuned GEMMs run them (default "
-                        "analytic-v2; docs/fidelity.md §6)")
+                        "the runtime's fused kernels and pool-tuned GEMMs run them (the default), "
+                        "H200:analytic-v2 the previous version (docs/fidelity.md §6)")
     g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
                    "Default: 32")
     g.add_argument("--tp", type=int, default=None,
@@ -469,8 +469,10 @@ def _cmd_simulate(a) -> int:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
     if a.simulator == "event":  # what --gantt/--utilization/--trace draw of the step
         res["figures_show"] = sc_c["text"]
+    # without contention it is another model: no measured error figure applies to it
+    mid = uncalibrated_model_id(hw) + (" without contention" if a.no_contention else "")
     res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, a.simulator,
-                                        model_id=uncalibrated_model_id(hw))
+                                        model_id=mid)
     if a.json:
         print(json.dumps(res, indent=2))
         return 0

@@ -97,6 +97,9 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = 
     me = uncalibrated_model_id() if model_id is None else model_id
     f = verdict_digest(gpu, me, d)
     rel = f"experiments/results/{f.relative_to(d).as_posix()}"
+    if not f.is_file():
+        return ("none measured for this model version (no digest of the verdict protocol under "
+                "experiments/results/hw_verdicts/ was made for it)")
     try:
         res = json.loads(f.read_text())
         if res.get("duration_model") != me:

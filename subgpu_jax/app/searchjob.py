@@ -547,6 +547,9 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
                          alloc_strategy=alloc_strategy)
     hw = scorer.hw
     distributed = cluster is not None and cluster.num_processes > 1
+    # the uncalibrated model version (it times every kernel a calibration lacks) defines the
+    # sweep: a folder made with another version is refused, never reused under this one's name
+    meta = {"duration_model": uncalibrated_model_id(hw), **meta}
     if exact == "event":  # the contention model's co-run fit is part of what defines the sweep
         meta = {"latency_load_gain": scorer.model.latency_gain, **meta}
     store = None

@@ -193,7 +193,10 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
     print("  reproduce the best configuration (add --gantt/--trace/--utilization FILE to see it):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
     model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
-    run = ["subgpu", "run", "--from-search", out, "--hardware", hardware, *model]
+    # the --hardware spec as given keeps the model version (NAME:VERSION) in every command
+    _, colon, version = str(a.hardware).partition(":")
+    suffix = f":{version.lower()}" if colon else ""
+    run = ["subgpu", "run", "--from-search", out, "--hardware", hardware + suffix, *model]
     print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 to "
           "measure the 3 best of every batch):")
     print("    " + shlex.join(run))
@@ -201,9 +204,11 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
         h_out = out.rstrip("/") + "-h200"
         print("  on an H200 (the GPU `subgpu run` defaults to), make a search for it first "
               "(Hopper runs the experts in bf16):")
-        print("    " + shlex.join(["subgpu", "search", "--hardware", "H200", "--expert-dtype",
-                                   "bf16", *search_grid_args(a), "--out", h_out]))
-        print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, *model]))
+        print("    " + shlex.join(["subgpu", "search", "--hardware", "H200" + suffix,
+                                   "--expert-dtype", "bf16", *search_grid_args(a), "--out",
+                                   h_out]))
+        print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, *model,
+                                   *(["--hardware", "H200" + suffix] if suffix else [])]))
 
 
 def search_grid_args(a) -> list[str]:

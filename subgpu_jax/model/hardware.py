@@ -409,13 +409,13 @@ def get_hardware(name: str) -> Hardware:
     Raises:
         ValueError: unknown preset or version; the message lists both.
     """
-    key, _, version = str(name).partition(":")
+    key, colon, version = str(name).partition(":")
     key = key.upper()
-    if key not in HARDWARE or (version and version.lower() not in ANALYTIC_CONSTANTS):
+    if key not in HARDWARE or (colon and version.lower() not in ANALYTIC_CONSTANTS):
         raise ValueError(f"hardware must be one of {', '.join(HARDWARE)}, optionally followed "
                          f"by :{' or :'.join(ANALYTIC_CONSTANTS)} (the uncalibrated model "
                          f"version), got {name!r}")
     hw = HARDWARE[key]
-    if version:
+    if colon:
         hw = dataclasses.replace(hw, **ANALYTIC_CONSTANTS[version.lower()])
     return hw
