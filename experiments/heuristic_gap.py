@@ -174,12 +174,12 @@ def main() -> None:
         runs = {}
         kw = dict(include_temporal=False)
         for name, extra in (("alg1_top1", dict(exact_top=1)), ("alg1", {}),
-                            ("alg1_ls", dict(cut_strategy="local_search")),
-                            ("alg1_screen", dict(cut_strategy="screen")),
-                            ("alg1_screen_lean", dict(cut_strategy="screen",
-                                                      screen_keep_proposal=False))):
+                            ("alg1_ls", dict(cut=S.LocalSearchCut())),
+                            ("alg1_screen", dict(cut=S.ScreenCut())),
+                            ("alg1_screen_lean", dict(cut=S.ScreenCut(keep_proposal=False)))):
             memo = scorer()
-            res = S.algorithm1(pb, [D], MS, exact=memo, **kw, **extra)
+            res = S.algorithm1(pb, [D], MS, exact=memo,
+                               options=S.Algorithm1Options(**kw, **extra))
             runs[name] = (res.best(), memo.calls, res)
         b1 = runs["alg1"][0]
         memo = scorer()
