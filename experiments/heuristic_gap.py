@@ -24,8 +24,8 @@ Methods (Algorithm 1 takes the best record over m; every variant gets the same e
   estimator's ranking alone (``exact_top=1``);
 * ``alg1``: the same with the 3 best layouts of the cheap ranking scored by the exact scorer
   before the choice (``exact_top=3``, the default);
-* ``alg1_ls``: plus our cut local search (``cut_strategy="local_search"``, an extension);
-* ``alg1_screen``: plus our cheap cut screening (``cut_strategy="screen"``, an extension);
+* ``alg1_ls``: plus our cut local search (``LocalSearchCut``, an extension);
+* ``alg1_screen``: plus our cheap cut screening (``ScreenCut``, an extension);
 * ``alg1_screen_lean``: the same without polishing the proposal's choice;
 * ``relax``: the optax relaxation + rounding + exact pairwise polish on the structure (cut, w,
   m) of ``alg1``'s best record;
