@@ -76,7 +76,7 @@ def test_strategy_objects_and_errors():
                         cut_strategy="screen")
     assert sc.alloc is ALLOC_STRATEGIES["relax"]
     assert sc.cut is CUT_STRATEGY_REGISTRY["screen"] and sc.cut_strategy == "screen"
-    assert sc.cheap is CHEAP_ESTIMATORS["static"] and sc.cheap_kind == "static"
+    assert sc.cheap == CHEAP_ESTIMATORS["static"] and sc.cheap_kind == "static"
     custom = RelaxAllocation(restarts=2, steps=10)
     assert sj.PointScorer(ARCH, H200, alloc_strategy=custom).alloc is custom
     with pytest.raises(ValueError, match="alloc_strategy must be one of pairwise, relax"):
