@@ -29,7 +29,7 @@ from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import simulate
 from subgpu_jax.search.problem import MemoScorer, Problem
 from subgpu_jax.model.workload import Workload
-from subgpu_jax.search.algorithm1 import algorithm1
+from subgpu_jax.search.algorithm1 import Algorithm1Options, algorithm1
 from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.space.config import Config, chain_cut
 
@@ -71,7 +71,8 @@ def main() -> None:
                      "exact_calls": res.exact_calls, "seconds": time.time() - t0})
         print(rows[-1])
     t0 = time.time()
-    sr = algorithm1(prob, [2, 3, 4], [1, 2, 4, 8], exact=memo, include_temporal=False)
+    sr = algorithm1(prob, [2, 3, 4], [1, 2, 4, 8], exact=memo,
+                    options=Algorithm1Options(include_temporal=False))
     b = sr.best()
     starts = [i for i in range(1, g1.n) if b.seg_of[i] != b.seg_of[i - 1]]
     rows.append({"design": "search", "D": b.D, "w": b.w, "m": b.m, "sms": [int(x) for x in b.alloc],

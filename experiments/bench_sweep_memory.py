@@ -76,8 +76,8 @@ def add(self, key, recs):
 store.SweepStore.add = add
 with tempfile.TemporaryDirectory() as d:
     meta = {"bench": "sweep_memory", **a}
-    stats, _ = searchjob.run_search(arch, hw, pts, d, meta, progress=False,
-                                    budget=a.get("max_points"))
+    stats, _ = searchjob.run_search(arch, hw, pts, d, meta, searchjob.SearchOptions(
+        progress=False, budget=a.get("max_points")))
 print(json.dumps({"mode": a["mode"], "grid_points": len(pts), "deployments": 1,
                   "deployment": pts[0].key.rsplit("-D", 1)[0], "rows": rows,
                   "evaluated": stats["evaluated"]}))

@@ -250,7 +250,8 @@ def heuristics(hw, m, L, D, best, chain, model) -> dict:
     exact = search.MemoScorer(search.EvaluatorExact(prob))  # the optimum is the static model's
     out = {}
     t0 = time.perf_counter()
-    res = search.algorithm1(prob, [D], [m], include_temporal=False, exact=exact)
+    res = search.algorithm1(prob, [D], [m], exact=exact,
+                            options=search.Algorithm1Options(include_temporal=False))
     rec = res.best()
     out["algorithm1"] = {"makespan_us": rec.makespan_us, "gap": rec.makespan_us / opt - 1,
                          "seg_of": list(rec.seg_of), "w": rec.w, "alloc": list(rec.alloc),

@@ -66,7 +66,7 @@ import tempfile
 import time
 
 from subgpu_jax import get_hardware, get_model
-from subgpu_jax.app.searchjob import run_search
+from subgpu_jax.app.searchjob import run_search, SearchOptions
 from subgpu_jax.app.sweep import build_grid, grid_fingerprint, outer_parallelisms, SweepStore
 from subgpu_jax.app.options import usage_error
 
@@ -489,9 +489,8 @@ def _run_single(ctx: dict, deadline: float | None) -> int:
             todo = [p for p in pts if p.key not in store.done]
         n = min(a.chunk, len(todo)) if left is None else min(a.chunk, left, len(todo))
         c0 = time.process_time()
-        stats, summ = run_search(ctx["arch"], ctx["hw"], pts, out, meta, resume=True,
-                                 budget=max(n, 1), exact=a.exact,
-                                 progress=sys.stderr.isatty())
+        stats, summ = run_search(ctx["arch"], ctx["hw"], pts, out, meta, SearchOptions(
+            exact=a.exact, resume=True, budget=max(n, 1), progress=sys.stderr.isatty()))
         overwrite = False
         if stats["evaluated"]:
             kinds = {_kind(p) for p in todo[:n]}
@@ -605,16 +604,13 @@ def search_settings(exact: str, kv_history: int) -> dict:
     (contention-aware with the event simulator), and the defaults of ``run_search`` (L2 policy,
     exact-polish pass limit ``L_sim``, cut and allocation strategies) and of ``algorithm1``
     (``exact_top``: layouts of the cheap ranking scored by the exact scorer), read from their
-    signatures so that the record follows the code."""
-    import inspect
+    options objects' defaults so that the record follows the code."""
+    from subgpu_jax.search.algorithm1 import Algorithm1Options
 
-    from subgpu_jax.search.algorithm1 import algorithm1
-
-    rs = inspect.signature(run_search).parameters
-    a1 = inspect.signature(algorithm1).parameters
+    rs, a1 = SearchOptions(), Algorithm1Options()
     return {"exact": exact, "cheap": "vcontention" if exact == "event" else "static",
-            **{k: rs[k].default for k in ("cache", "L_sim", "cut_strategy", "alloc_strategy")},
-            **{k: a1[k].default for k in ("exact_top", "rotation_refine", "L_est")},
+            **{k: getattr(rs, k) for k in ("cache", "L_sim", "cut_strategy", "alloc_strategy")},
+            **{k: getattr(a1, k) for k in ("exact_top", "rotation_refine", "L_est")},
             "kv_history": kv_history}
 
 

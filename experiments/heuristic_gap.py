@@ -24,8 +24,8 @@ Methods (Algorithm 1 takes the best record over m; every variant gets the same e
   estimator's ranking alone (``exact_top=1``);
 * ``alg1``: the same with the 3 best layouts of the cheap ranking scored by the exact scorer
   before the choice (``exact_top=3``, the default);
-* ``alg1_ls``: plus our cut local search (``cut_strategy="local_search"``, an extension);
-* ``alg1_screen``: plus our cheap cut screening (``cut_strategy="screen"``, an extension);
+* ``alg1_ls``: plus our cut local search (``LocalSearchCut``, an extension);
+* ``alg1_screen``: plus our cheap cut screening (``ScreenCut``, an extension);
 * ``alg1_screen_lean``: the same without polishing the proposal's choice;
 * ``relax``: the optax relaxation + rounding + exact pairwise polish on the structure (cut, w,
   m) of ``alg1``'s best record;
@@ -174,12 +174,12 @@ def main() -> None:
         runs = {}
         kw = dict(include_temporal=False)
         for name, extra in (("alg1_top1", dict(exact_top=1)), ("alg1", {}),
-                            ("alg1_ls", dict(cut_strategy="local_search")),
-                            ("alg1_screen", dict(cut_strategy="screen")),
-                            ("alg1_screen_lean", dict(cut_strategy="screen",
-                                                      screen_keep_proposal=False))):
+                            ("alg1_ls", dict(cut=S.LocalSearchCut())),
+                            ("alg1_screen", dict(cut=S.ScreenCut())),
+                            ("alg1_screen_lean", dict(cut=S.ScreenCut(keep_proposal=False)))):
             memo = scorer()
-            res = S.algorithm1(pb, [D], MS, exact=memo, **kw, **extra)
+            res = S.algorithm1(pb, [D], MS, exact=memo,
+                               options=S.Algorithm1Options(**kw, **extra))
             runs[name] = (res.best(), memo.calls, res)
         b1 = runs["alg1"][0]
         memo = scorer()

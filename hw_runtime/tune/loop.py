@@ -181,7 +181,7 @@ class Tuner:
         """Round ``rnd``'s search with calibration ``cal``; the top K green candidates of every
         batch, best predicted first."""
         from hw_runtime.commands.records import search_records, top_records
-        from subgpu_jax.app.options import run_search
+        from subgpu_jax.app.options import run_search, SearchOptions
         from subgpu_jax.app.options import build_grid
 
         s = self.spec
@@ -204,9 +204,10 @@ class Tuner:
                 "calibration": cal_path, "cheap": s.cheap, "cut_strategy": s.cut_strategy,
                 "alloc_strategy": s.alloc_strategy}
         t0 = time.perf_counter()
-        run_search(s.arch, setup, pts, folder, meta, exact=s.exact, cache=cache, L_sim=s.l_sim,
-                   progress=False, cut_strategy=s.cut_strategy,
-                   cheap=s.cheap, alloc_strategy=s.alloc_strategy, log=self.log)
+        opts = SearchOptions(exact=s.exact, cache=cache, L_sim=s.l_sim, progress=False,
+                             cut_strategy=s.cut_strategy, cheap=s.cheap,
+                             alloc_strategy=s.alloc_strategy)
+        run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)
         self.state.search_s += time.perf_counter() - t0
         groups = top_records(search_records(folder), s.top, hw.name)
         return {G: [Candidate.from_record(r) for r in recs if r["mode"] != "temporal"]

@@ -22,6 +22,8 @@ from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
+                                          CUT_STRATEGY_REGISTRY)
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (OneLineParser, add_serving_args, check_bounds,
                                     check_grid_size, choose_split,
@@ -250,17 +252,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exact scorer: event simulator with contention and L2 (default) or the "
                         "static max-plus evaluator")
     x.add_argument("--cache", default=None, help="L2 policy (default none if calibrated, else lru)")
-    x.add_argument("--cut-strategy", default="proposal",
-                   choices=("proposal", "local_search", "screen"),
+    x.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
                    help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
                         "feature partition + rotations, default), local_search (+ boundary moves), "
                         "screen (every legal cut by the cheap estimator when <= 20,000; within 1%% "
                         "of the simulator's optimum on 40/40 instances of heuristic_gap.json)")
-    x.add_argument("--cheap", default="auto", choices=("auto", "vcontention", "static"),
+    x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
                    help="cheap estimator of the allocation search: auto (default: the "
                         "contention-aware vcontention scorer with --exact event, else static), "
                         "vcontention, or static (isolated kernel durations)")
-    x.add_argument("--alloc-strategy", default="pairwise", choices=("pairwise", "relax"),
+    x.add_argument("--alloc-strategy", default="pairwise", choices=tuple(ALLOC_STRATEGIES),
                    help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
                         "Algorithm 2's line search, cheap estimator, exact polish; default) or "
                         "relax (optax relaxation of the smooth makespan, rounding, exact polish)")
@@ -536,7 +537,7 @@ def _cmd_space(a) -> int:
 
 def _cmd_search(a) -> int:
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.searchjob import run_search
+    from subgpu_jax.app.searchjob import run_search, SearchOptions
     from subgpu_jax.app.sweep import build_grid, outer_parallelisms
 
     if a.batch is not None:
@@ -653,13 +654,12 @@ def _cmd_search(a) -> int:
             init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
                          min(cluster.timeout_s, 60.0))
     hw = setup.hw
-    stats, summ = run_search(arch, setup, pts, a.out, meta, resume=a.resume, budget=a.budget,
-                             exact=a.exact, cache=meta["cache"], L_sim=a.l_sim,
-                             progress=not a.no_progress,
-                             cut_strategy=a.cut_strategy,
-                             min_tokens_per_user=a.min_tokens_per_user, cheap=a.cheap,
-                             alloc_strategy=a.alloc_strategy, cluster=cluster,
-                             overwrite=a.overwrite, log=print, repair=a.repair)
+    opts = SearchOptions(exact=a.exact, cache=meta["cache"], L_sim=a.l_sim,
+                         cut_strategy=a.cut_strategy, cheap=a.cheap,
+                         alloc_strategy=a.alloc_strategy, resume=a.resume, budget=a.budget,
+                         progress=not a.no_progress, min_tokens_per_user=a.min_tokens_per_user,
+                         overwrite=a.overwrite, repair=a.repair)
+    stats, summ = run_search(arch, setup, pts, a.out, meta, opts, cluster=cluster, log=print)
     if summ is None:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
               f"process 0 writes {a.out}")

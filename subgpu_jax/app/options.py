@@ -40,6 +40,7 @@ HOST_API: dict[str, str] = {
     "COPY_ONLY_COLLECTIVES": "subgpu_jax.app.provenance",
     "atomic_write": "subgpu_jax.app.store",
     "run_search": "subgpu_jax.app.searchjob",
+    "SearchOptions": "subgpu_jax.app.searchjob",
     "build_grid": "subgpu_jax.app.sweep",
 }
 

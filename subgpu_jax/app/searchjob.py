@@ -29,10 +29,9 @@ from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
-from subgpu_jax.search.cuts import CUT_STRATEGIES
-from subgpu_jax.search.pairwise import allocate_pairwise
 from subgpu_jax.search.problem import ContentionProblem, EvaluatorExact, Problem, TimerExact
-from subgpu_jax.search.relax import relax_and_polish
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
+                                          CUT_STRATEGY_REGISTRY)
 from subgpu_jax.score.step import time_step
 from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, Timing, timer_for
 from subgpu_jax.space.config import Config, temporal_config
@@ -40,10 +39,8 @@ from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "RecordingTimer", "run_search", "write_outputs", "EXACT_KINDS",
-           "CHEAP_KINDS", "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES",
-           "CutStrategy",
-           "CUT_STRATEGY_OBJECTS", "OUTPUT_FILES"]
+__all__ = ["PointScorer", "RecordingTimer", "SearchOptions", "run_search", "write_outputs",
+           "EXACT_KINDS", "CHEAP_KINDS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
 DEPLOY_OPTIONS = RECORD_OPTIONS
@@ -51,80 +48,46 @@ DEPLOY_OPTIONS = RECORD_OPTIONS
 #: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
 #: max-plus evaluator with isolated kernel durations (fast, no contention).
 EXACT_KINDS = TIMER_KINDS
-#: Cheap estimators: ``auto`` = ``vcontention`` when the exact scorer is the event simulator,
-#: else ``static``; ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
+#: Cheap estimators (the keys of ``search.strategies.CHEAP_ESTIMATORS``): ``auto`` =
+#: ``vcontention`` when the exact scorer is the event simulator, else ``static``;
+#: ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
 #: docs/method.md §3); ``static`` = ``score.evaluator.Evaluator`` (isolated kernel durations).
-CHEAP_KINDS = ("auto", "vcontention", "static")
+CHEAP_KINDS = tuple(CHEAP_ESTIMATORS)
 
 
 @dataclass(frozen=True)
-class PairwiseAllocation:
-    """Allocation strategy ``pairwise``: steps 4-5 of Algorithm 1 in docs/method.md §4 (seeds,
-    Algorithm 2's pairwise-line refinement with the cheap estimator, exact polish:
-    ``search.pairwise.allocate_pairwise``)."""
-
-    name: str = "pairwise"
-
-    def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
-        """``AllocResult`` of one structure (arguments as ``allocate_pairwise``)."""
-        return allocate_pairwise(problem, seg_of, D, w, m, policy, exact=exact, L_est=L_est,
-                                 L_sim=L_sim)
-
-
-@dataclass(frozen=True)
-class RelaxAllocation:
-    """Allocation strategy ``relax``: the optax relaxation of the smooth makespan, rounding and
-    exact polish (``search.relax.relax_and_polish``; our extension of docs/method.md §4).
+class SearchOptions:
+    """The options of ``run_search``: the scorers and strategies (as ``PointScorer``) and the
+    sweep's (as ``app.sweep.run_sweep`` and ``app.store.SweepStore``).
 
     Attributes:
-        restarts: annealing restarts (>= 1); steps: optimiser steps per restart (>= 1).
+        exact: one of ``EXACT_KINDS``. cache: L2 policy of the event simulator (None: the
+            setup's). L_sim: pass limit of the exact polish.
+        cut_strategy: a name of ``search.strategies.CUT_STRATEGY_REGISTRY`` or a cut strategy.
+        cheap: a name of ``search.strategies.CHEAP_ESTIMATORS`` or a cheap estimator.
+        alloc_strategy: a name of ``search.strategies.ALLOC_STRATEGIES`` or an allocation
+            strategy.
+        resume: continue the sweep in the folder. budget: most grid points to evaluate (None:
+            all). progress: print one line per grid point.
+        min_tokens_per_user: see ``write_outputs``.
+        overwrite: delete the records in the folder (of any sweep) and start afresh.
+        repair: keep this sweep's finished grid points in a folder that also holds another
+            sweep's manifest or records, setting those aside (``SweepStore(repair=True)``).
     """
 
-    name: str = "relax"
-    restarts: int = 8
-    steps: int = 150
+    exact: str = "event"
+    cache: str | None = None
+    L_sim: int = 2
+    cut_strategy: object = "proposal"
+    cheap: object = "auto"
+    alloc_strategy: object = "pairwise"
+    resume: bool = False
+    budget: int | None = None
+    progress: bool = True
+    min_tokens_per_user: float | None = None
+    overwrite: bool = False
+    repair: bool = False
 
-    def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
-        """``AllocResult`` of one structure (``L_est`` is unused: no cheap line search)."""
-        return relax_and_polish(problem, seg_of, D, w, m, policy, exact=exact, L_sim=L_sim,
-                                restarts=self.restarts, steps=self.steps)
-
-
-#: Allocation strategies selectable with ``subgpu search --alloc-strategy``.
-ALLOC_STRATEGIES = {"pairwise": PairwiseAllocation(), "relax": RelaxAllocation()}
-
-
-@dataclass(frozen=True)
-class CutStrategy:
-    """How Algorithm 1 chooses the cut (``search.cuts.CUT_STRATEGIES``: ``proposal``,
-    ``local_search``, ``screen``), as the ``algorithm1`` options it sets."""
-
-    name: str
-
-    def __post_init__(self) -> None:
-        if self.name not in CUT_STRATEGIES:
-            raise ValueError(f"cut_strategy must be one of {', '.join(CUT_STRATEGIES)}, got "
-                             f"{self.name!r}")
-
-    def options(self) -> dict:
-        """Keyword arguments of ``algorithm1``."""
-        return {"cut_strategy": self.name}
-
-
-#: Cut strategies selectable with ``subgpu search --cut-strategy``.
-CUT_STRATEGY_OBJECTS = {n: CutStrategy(n) for n in CUT_STRATEGIES}
-
-
-def _strategy(table: dict, value, field: str):
-    """An object of ``table`` by name, or the object itself (one-line error otherwise)."""
-    if isinstance(value, str):
-        if value not in table:
-            raise ValueError(f"{field} must be one of {', '.join(table)}, got {value!r}")
-        return table[value]
-    if not hasattr(value, "name"):
-        raise ValueError(f"{field} must be one of {', '.join(table)} or a strategy object with "
-                         f"a name, got {value!r}")
-    return value
 
 #: The files a search job writes into its results folder (``SweepStore``: the manifest and the
 #: record store; ``write_outputs``: the table, the summary and the figures).
@@ -181,11 +144,13 @@ class PointScorer:
         calibrated search) or a ``Hardware`` (uncalibrated). exact: one of ``EXACT_KINDS`` (the
         timer of ``score.timer.timer_for``). cache: L2 policy of the event simulator (None: the
         setup's). L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
-        cut_strategy: a name of ``CUT_STRATEGY_OBJECTS`` or a ``CutStrategy``.
-        cheap: one of ``CHEAP_KINDS`` (``auto``: the contention-aware ``vcontention`` estimator
-            when ``exact="event"``, else ``static``).
-        alloc_strategy: a name of ``ALLOC_STRATEGIES`` or an object with ``name`` and the call
-            signature of ``PairwiseAllocation``.
+        cut_strategy: a name of ``search.strategies.CUT_STRATEGY_REGISTRY`` or a cut strategy
+            (``search.strategies.CutStrategy``).
+        cheap: a name of ``search.strategies.CHEAP_ESTIMATORS`` or a cheap estimator (``auto``:
+            the contention-aware ``vcontention`` estimator when ``exact="event"``, else
+            ``static``).
+        alloc_strategy: a name of ``search.strategies.ALLOC_STRATEGIES`` or an allocation
+            strategy (``search.strategies.AllocationStrategy``).
 
     Memory (docs/reliability.md): nothing of a grid point is kept once its records are made
     (its cheap estimators, simulation summaries and rest-of-step times, :meth:`forget_point`);
@@ -203,16 +168,13 @@ class PointScorer:
     def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, exact: str = "event",
                  cache: str | None = None, L_sim: int = 2, cut_strategy="proposal",
                  cheap: str = "auto", alloc_strategy="pairwise") -> None:
-        self.cut = _strategy(CUT_STRATEGY_OBJECTS, cut_strategy, "cut_strategy")
+        self.cut = by_name(CUT_STRATEGY_REGISTRY, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
-        self.alloc = _strategy(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
+        self.alloc = by_name(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
         if exact not in EXACT_KINDS:
             raise ValueError(f"exact must be one of {', '.join(EXACT_KINDS)}, got {exact!r}")
-        if cheap not in CHEAP_KINDS:
-            raise ValueError(f"cheap must be one of {', '.join(CHEAP_KINDS)}, got {cheap!r}")
-        if cheap == "auto":
-            cheap = "vcontention" if exact == "event" else "static"
-        self.cheap_kind = cheap
+        self.cheap = by_name(CHEAP_ESTIMATORS, cheap, "cheap").resolve(exact)
+        self.cheap_kind = self.cheap.name
         if not isinstance(setup, GpuSetup):
             setup = GpuSetup.uncalibrated(setup)
         self.setup, self.hw, self.calibration = setup, setup.hw, setup.calibration
@@ -232,8 +194,8 @@ class PointScorer:
         return {"cheap": self.cheap_kind, "exact": self.exact_kind}
 
     def problem(self, dep: Deployment, streams_per_stage: int = 1):
-        """The ``search.Problem`` of a deployment with k streams per stage (cached): a
-        ``ContentionProblem`` when the cheap estimator is ``vcontention``, else the static one."""
+        """The ``search.Problem`` of a deployment with k streams per stage (cached), made by the
+        cheap estimator's factory (``search.strategies.CheapEstimator.problem``)."""
         from subgpu_jax.model.workload import Workload
 
         key = (dep, streams_per_stage)
@@ -242,12 +204,8 @@ class PointScorer:
             if self.calibration is not None:
                 self.calibration.check_workload(self.arch, dep, self.hw)
             wl = Workload.from_model(self.arch, dep)
-            if self.cheap_kind == "vcontention":
-                self._problems[key] = ContentionProblem(wl, self.hw, dm, self.model, self.cache,
-                                                        streams_per_stage)
-            else:
-                self._problems[key] = Problem(wl, self.hw, dm,
-                                              streams_per_stage=streams_per_stage)
+            self._problems[key] = self.cheap.problem(wl, self.hw, dm, self.model, self.cache,
+                                                     streams_per_stage)
         return self._problems[key]
 
     def release(self, dep: Deployment) -> None:
@@ -391,7 +349,7 @@ class PointScorer:
         return rec
 
     def __call__(self, pt: GridPoint) -> list[dict]:
-        from subgpu_jax.search.algorithm1 import algorithm1
+        from subgpu_jax.search.algorithm1 import Algorithm1Options, algorithm1
 
         d = search_step(pt.deploy)  # one step, or the middle step of a generation
         p = self.problem(d)
@@ -401,10 +359,10 @@ class PointScorer:
             return [self._record(pt, cfg, self.temporal_makespan(d),
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
         try:
+            opts = Algorithm1Options(L_sim=self.L_sim, include_temporal=False, cut=self.cut,
+                                     allocate=self.alloc)
             res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches],
-                             [pt.policy], exact=self.exact(d, pt.streams),
-                             L_sim=self.L_sim, include_temporal=False, allocate=self.alloc,
-                             **self.cut.options())
+                             [pt.policy], exact=self.exact(d, pt.streams), options=opts)
             return [self._record(pt, r.config(), r.makespan_us,
                                  {"exact_calls": r.exact_calls, "cheap_evals": r.cheap_evals,
                                   "origin": r.origin, "cheap_rank": r.cheap_rank})
@@ -503,13 +461,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
 
 
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
-               meta: dict, resume: bool = False, budget: int | None = None,
-               exact: str = "event", cache: str | None = None, L_sim: int = 2,
-               progress: bool = True, cut_strategy="proposal",
-               min_tokens_per_user: float | None = None, cheap: str = "auto",
-               alloc_strategy="pairwise", cluster=None, overwrite: bool = False,
-               log: Callable[[str], None] | None = None,
-               repair: bool = False) -> tuple[dict, dict]:
+               meta: dict, options: SearchOptions | None = None, cluster=None,
+               log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
     """Run (or continue) a sweep and write its outputs (``min_tokens_per_user``: see
     ``write_outputs``).
 
@@ -520,15 +473,12 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
     without writing.
 
     Args:
-        arch, points, folder, meta, resume, budget, progress: the sweep (``app.sweep``).
+        arch, points, folder, meta: the sweep (``app.sweep``).
         hw: the GPU, a ``GpuSetup`` or a ``Hardware`` (as ``PointScorer``'s ``setup``).
-        exact, cache, L_sim, cut_strategy, cheap, alloc_strategy: as ``PointScorer``.
+        options: ``SearchOptions`` (None: the defaults).
         cluster: an ``app.distributed.Cluster`` (already initialised with ``init_cluster``):
             the grid points are spread over its processes and their local devices; process 0
             writes the folder, the other processes write nothing and return summary None.
-        overwrite: delete the records in ``folder`` (of any sweep) and start afresh.
-        repair: keep this sweep's finished grid points in a folder that also holds another
-            sweep's manifest or records, setting those aside (``SweepStore(repair=True)``).
         log: receives one-line notes (lock taken over, manifest rebuilt, dropped records).
 
     Returns:
@@ -542,9 +492,11 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         OSError: the folder cannot be written (disk full; names the file).
         Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """
+    o = SearchOptions() if options is None else options
+    exact, budget = o.exact, o.budget
     say = log or (lambda line: None)
-    scorer = PointScorer(arch, hw, exact, cache, L_sim, cut_strategy=cut_strategy, cheap=cheap,
-                         alloc_strategy=alloc_strategy)
+    scorer = PointScorer(arch, hw, exact, o.cache, o.L_sim, cut_strategy=o.cut_strategy,
+                         cheap=o.cheap, alloc_strategy=o.alloc_strategy)
     hw = scorer.hw
     distributed = cluster is not None and cluster.num_processes > 1
     # the uncalibrated model version (it times every kernel a calibration lacks) defines the
@@ -554,9 +506,9 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         meta = {"latency_load_gain": scorer.model.latency_gain, **meta}
     store = None
     if not distributed or cluster.is_main:
-        store = SweepStore(folder, meta, resume=resume, overwrite=overwrite,
+        store = SweepStore(folder, meta, resume=o.resume, overwrite=o.overwrite,
                            keys=[p.key for p in points], check_record=record_matches_key,
-                           repair=repair)
+                           repair=o.repair)
     try:
         if store is not None:
             for line in store.notes + store.report.lines():
@@ -577,7 +529,7 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
                 stats["dropped"], stats["again"] = [], 0
                 return stats, None
         else:
-            stats = run_sweep(points, scorer, store, budget=budget, progress=progress,
+            stats = run_sweep(points, scorer, store, budget=budget, progress=o.progress,
                               on_new_deployment=scorer.release)
         if stats["remaining"] == 0:  # a Ctrl-C from here on leaves nothing to continue
             from subgpu_jax.app.interrupt import set_message
@@ -594,7 +546,7 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         note = prediction_note(hw.name, (meta or {}).get("calibration"), arch.name, exact,
                                model_id=uncalibrated_model_id(hw))
         summary = write_outputs(store.records, folder, title, scorer,
-                                min_tokens_per_user=min_tokens_per_user,
+                                min_tokens_per_user=o.min_tokens_per_user,
                                 write=not store.read_only, prediction=note)
     finally:
         if store is not None:

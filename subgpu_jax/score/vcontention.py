@@ -65,6 +65,7 @@ from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
+from subgpu_jax.score.vcoptions import VCOptions
 from subgpu_jax.score.vcbatch import (cell_table, check_integrals, grid_spec, interp_weights,
                                      vcb_batch, vcb_batch_impl)
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
@@ -489,63 +490,17 @@ class VContentionEvaluator:
     Args:
         graph: region graph built for m microbatches. seg_of, D, w, policy: the structure.
         hw: the GPU. model: ``ContentionModel`` (default calibrated; ``off()`` = static
-            durations, identical to ``evaluator.Evaluator``). cache: L2 policy for the hit
-            estimate (``"lru"``, ``"fifo"``, ``"none"``).
-        hits: (n,) per-kernel L2 hit fractions; None = ``estimate_hits`` on ``ref_alloc``.
-        ref_alloc: reference allocation of the hit replay (default: as equal as the quantum
-            allows, remainder to the first stages).
-        iters: fixed-point iterations (default 4). damping: 0..1 (default 0.5).
-        dtype: float dtype (float32). chunk: allocations per compiled call (as ``Evaluator``;
-            default 64 on CPU: every batch above 64 runs in one compiled shape, and the
-            search's calls are small; large batches run about 1.1x faster in chunks of 256 on
-            the 2-core CI machine, docs/results.md "Speed"), 65536 on an
-            accelerator).
-        pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: paddings of
-            ``lanes.LanePlan.from_dag``; pad_tasks, pad_window (and pad_preds): of
-            ``DagArrays.from_dag``; pad_segments: K_pad of the tables. Fix them to one value
-            across structures of equal lane triples to share one compiled function (default:
-            ``fine_bucket`` of the task count, the level program's own sizes
-            (``LanePlan.from_dag``), power-of-two buckets and multiples of 8 of the other
-            sizes).
-        scan: the kernel (``SCANS``): the vmapped ``vc_makespan`` with completion times by
-            ``"window"`` (dispatch-order scan), ``"levels"`` (one scan step per DAG level) or
-            ``"straight"`` (the levels as one straight-line program), or ``"batched"``
-            (default): ``score.vcbatch``, the allocations as the trailing contiguous axis. Same
-            numbers up to float32 summation order (experiments/bench_vcontention.py measures
-            all four; at m = 8, D = 5 batched is the fastest on the 2-core CPU and, with its
-            gathered integrals, on the H200: 1.49e6/s; docs/results.md "Speed").
-        packed: ``scan="batched"`` and ``integrals="slices"`` only: the three rate integrals
-            as one array with a trailing rate axis (default) or three arrays,
-            ``vcbatch.batched_integrals``. block: ``scan="batched"`` only: allocations per
-            block of the batch-last layout (``vcbatch.vcb_batch_impl``; default: the whole
-            chunk on a CPU, 128 on an accelerator). inline_tables: ``scan="batched"`` only:
-            compile this evaluator's own program with its tables as constants (about 25%
-            faster on the CPU, experiments/bench_vcontention.py; one compilation per
-            evaluator, for scoring many allocations of one cut) instead of the shared program
-            that takes the tables as arguments (one compilation per lane structure).
-        level_unroll: ``scan="batched"`` only: DAG levels per loop iteration of its level
-            scans (``vcbatch.batched_start_completion``; default 2).
-        integrals: ``scan="batched"`` only: the form of the overlap integrals,
-            ``vcbatch.INTEGRALS`` (``vcbatch.batched_integrals``): ``"slices"`` (default on a
-            CPU, and wherever ``packed`` is given) or ``"gather"`` (default on an accelerator:
-            on the H200 1.49e6 allocations/s against 9.0e5/s for the slices, m = 8, D = 5,
-            on the 2-core CPU it runs 2.3x and 5.1x slower than the slices in chunks of 64 and
-            256 at m = 8, D = 5, as fast at m = 4, D = 3; docs/results.md "Speed").
-            ``packed`` applies to the slices form only (``self.packed`` is None with the gather).
-        pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
-            one compiled shape per lane structure instead of one per batch-size bucket (8,
-            16, 32, 64; a compilation costs 0.7-1.4 s on the CPU). Default: True on a CPU for
-            task DAGs of at most ``PAD_SMALL_MAX_TASKS`` tasks, else False (measured on
-            frontier-study grid points, docs/results.md "Speed": 1.3-2.0x
-            less CPU per point for GPT-OSS DAGs of 192-720 tasks, 14% more for Llama's
-            960-task DAG, whose padded calls cost 5.5 ms instead of 1.0; same records).
-        workers: threads running chunks concurrently (default 2 on a CPU: the compiled kernel
-            uses about one core, measured 1.8x on the 2-core machine; 1 on an accelerator).
+            durations, identical to ``evaluator.Evaluator``).
+        hits: (n,) per-kernel L2 hit fractions; None = ``estimate_hits`` on
+            ``options.ref_alloc`` with the L2 policy ``options.cache``.
         streams_per_stage: k streams per stage (the task DAG's stage edge, ``Evaluator``).
             Approximation for k > 1: tasks of one stage on different streams overlap and load
             HBM and the power cap like tasks of other stages (the lane plan pairs tasks of
             different lanes), but each keeps its duration table on the whole pool: the SMs they
             share in the event simulator are not modelled (docs/method.md, "Streams per stage").
+
+        options: ``score.vcoptions.VCOptions`` (None: the defaults): the hit replay's L2 policy
+            and reference allocation, the fixed point, chunks, paddings and kernel.
 
     Raises:
         ValueError: an illegal cut/D/w, bad hits, iters not an integer >= 0, damping outside
@@ -557,17 +512,18 @@ class VContentionEvaluator:
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
                  policy: str = "wavefront", model: ContentionModel | None = None,
-                 cache: str = "lru", hits: np.ndarray | None = None,
-                 ref_alloc: Sequence[int] | None = None, iters: int = 4, damping: float = 0.5,
-                 dtype=jnp.float32, chunk: int | None = None, pad_lanes: int | None = None,
-                 pad_positions: int | None = None, pad_levels: int | None = None,
-                 pad_width: int | None = None, pad_preds: int | None = None,
-                 pad_segments: int | None = None, pad_tasks: int | None = None,
-                 pad_window: int | None = None, streams_per_stage: int = 1,
-                 scan: str | None = None, workers: int | None = None,
-                 packed: bool | None = None, block: int | None = None,
-                 inline_tables: bool = False, level_unroll: int | None = None,
-                 pad_small: bool | None = None, integrals: str | None = None) -> None:
+                 hits: np.ndarray | None = None, streams_per_stage: int = 1,
+                 options: VCOptions | None = None) -> None:
+        o = VCOptions() if options is None else options
+        cache, ref_alloc, iters, damping, dtype = (o.cache, o.ref_alloc, o.iters, o.damping,
+                                                   o.dtype)
+        chunk, scan, workers, packed, block = o.chunk, o.scan, o.workers, o.packed, o.block
+        inline_tables, level_unroll, pad_small, integrals = (o.inline_tables, o.level_unroll,
+                                                             o.pad_small, o.integrals)
+        pad_lanes, pad_positions, pad_levels, pad_width = (o.pad_lanes, o.pad_positions,
+                                                           o.pad_levels, o.pad_width)
+        pad_preds, pad_segments, pad_tasks, pad_window = (o.pad_preds, o.pad_segments,
+                                                          o.pad_tasks, o.pad_window)
         cpu = jax.default_backend() == "cpu"
         iters = pos_int(iters, "iters", minimum=0)
         if not finite(damping, "damping", lo=0.0) < 1.0:
@@ -647,10 +603,17 @@ class VContentionEvaluator:
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
                    **kw) -> "VContentionEvaluator":
-        """Evaluator of ``cfg``'s structure; ``cfg.alloc`` is the reference of the hit replay."""
+        """Evaluator of ``cfg``'s structure; ``cfg.alloc`` is the reference of the hit replay.
+
+        Args:
+            graph, hw: as the constructor. cfg: the structure (and the hit replay's reference).
+            **kw: ``model``, ``hits`` and any field of ``VCOptions``.
+        """
         kw.setdefault("ref_alloc", cfg.alloc)
-        kw.setdefault("streams_per_stage", cfg.streams_per_stage)
-        return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, **kw)
+        model, hits = kw.pop("model", None), kw.pop("hits", None)
+        return cls(graph, cfg.seg_of, cfg.D, cfg.w, hw, policy=cfg.policy, model=model,
+                   hits=hits, streams_per_stage=kw.pop("streams_per_stage", cfg.streams_per_stage),
+                   options=VCOptions(**kw))
 
     def _check_allocs(self, allocs: np.ndarray) -> np.ndarray:
         a = check_alloc_batch(allocs, self.D, self.hw.num_sms)
@@ -707,7 +670,8 @@ class ContentionEstimator:
         table: static kernel durations (n, N+1) µs (None = ``StaticDurationModel``).
         model: the event simulator's ``ContentionModel`` (default calibrated); cache: its L2
             policy (``"lru"``, ``"fifo"``, ``"none"``) for the hit estimate.
-        **vc_kw: further ``VContentionEvaluator`` options (iters, damping, chunk, paddings).
+        **vc_kw: further ``VContentionEvaluator`` options (fields of ``VCOptions``: iters,
+            damping, chunk, paddings).
 
     Raises:
         ValueError: as ``Evaluator`` and ``VContentionEvaluator``.
@@ -722,8 +686,8 @@ class ContentionEstimator:
         self.graph, self.hw, self.D, self.w, self.K = graph, hw, D, w, self.static.K
         self.dtype = self.static.dtype
         self.contention = VContentionEvaluator(graph, seg_of, D, w, hw, policy=policy,
-                                               model=model, cache=cache,
-                                               streams_per_stage=streams_per_stage, **vc_kw)
+                                               model=model, streams_per_stage=streams_per_stage,
+                                               options=VCOptions(cache=cache, **vc_kw))
 
     def makespan(self, allocs: np.ndarray, feasible_only: bool = True) -> np.ndarray:
         """Contention-aware makespans (µs) of integer allocations (B, D) -> float64 (B,).

@@ -19,7 +19,7 @@ from subgpu_jax.search.problem import Problem
 from subgpu_jax.space.config import (AllocSpace, binding, check_cut, check_dispatch_policy,
     enumerate_cuts)
 
-__all__ = ["RankedCut", "rank_cuts", "choose_cut", "cut_neighbours", "refine_cut", "CUT_STRATEGIES",
+__all__ = ["RankedCut", "rank_cuts", "choose_cut", "cut_neighbours", "refine_cut",
     "screen_cuts", "legal_layouts"]
 
 
@@ -194,10 +194,6 @@ def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str
     if moves:
         cand = CutCandidate(tuple(seg), w, cand.feature_cost, f"{cand.origin}+ls{moves}")
     return RankedCut(cur.value, cand, cur.alloc), evals
-
-
-#: Cut strategies of ``algorithm1`` (see its docstring).
-CUT_STRATEGIES: tuple[str, ...] = ("proposal", "local_search", "screen")
 
 
 def legal_layouts(graph: OpGraph, D: int, limit: int

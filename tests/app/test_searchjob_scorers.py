@@ -11,6 +11,8 @@ import pytest
 
 from subgpu_jax.app import searchjob as sj
 from subgpu_jax.app.sweep import GridPoint
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
+                                          CUT_STRATEGY_REGISTRY, RelaxAllocation)
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
@@ -72,14 +74,15 @@ def test_contention_estimator_off_is_the_evaluator_and_validates():
 def test_strategy_objects_and_errors():
     sc = sj.PointScorer(ARCH, H200, exact="static", alloc_strategy="relax",
                         cut_strategy="screen")
-    assert sc.alloc is sj.ALLOC_STRATEGIES["relax"] and sc.cut.options() == {
-        "cut_strategy": "screen"}
-    custom = sj.RelaxAllocation(restarts=2, steps=10)
+    assert sc.alloc is ALLOC_STRATEGIES["relax"]
+    assert sc.cut is CUT_STRATEGY_REGISTRY["screen"] and sc.cut_strategy == "screen"
+    assert sc.cheap == CHEAP_ESTIMATORS["static"] and sc.cheap_kind == "static"
+    custom = RelaxAllocation(restarts=2, steps=10)
     assert sj.PointScorer(ARCH, H200, alloc_strategy=custom).alloc is custom
     with pytest.raises(ValueError, match="alloc_strategy must be one of pairwise, relax"):
         sj.PointScorer(ARCH, H200, alloc_strategy="greedy")
     with pytest.raises(ValueError, match="cut_strategy must be one of"):
-        sj.CutStrategy("random")
+        sj.PointScorer(ARCH, H200, cut_strategy="random")
     with pytest.raises(ValueError, match="cheap must be one of"):
         sj.PointScorer(ARCH, H200, cheap="fast")
 
@@ -90,7 +93,7 @@ def test_grid_point_through_search_job_records_scorers(tmp_path):
     is the temporal makespan over its own, and summary.json names the scorers and
     strategies."""
     sc = sj.PointScorer(ARCH, H200, exact="static", cheap="vcontention",
-                        alloc_strategy=sj.RelaxAllocation(restarts=2, steps=20))
+                        alloc_strategy=RelaxAllocation(restarts=2, steps=20))
     pts = [GridPoint(DEP, 1, 1, "wavefront"), GridPoint(DEP, 2, 2, "wavefront")]
     recs = [r for p in pts for r in sc(p)]
     assert [r["mode"] for r in recs] == ["temporal", "subgpu"]
@@ -111,7 +114,7 @@ def test_records_carry_the_input_length(tmp_path):
     import dataclasses
     dep = dataclasses.replace(DEP, input_len=2048, kv_history=2048)
     sc = sj.PointScorer(ARCH, H200, exact="static", cheap="vcontention",
-                        alloc_strategy=sj.RelaxAllocation(restarts=2, steps=20))
+                        alloc_strategy=RelaxAllocation(restarts=2, steps=20))
     recs = [r for p in (GridPoint(dep, 1, 1, "wavefront"), GridPoint(dep, 2, 2, "wavefront"))
             for r in sc(p)]
     assert {r["input_len"] for r in recs} == {2048}

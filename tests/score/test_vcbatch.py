@@ -14,6 +14,7 @@ from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
 from subgpu_jax.score import vcbatch as vb
 from subgpu_jax.score import vcontention as vc
+from subgpu_jax.score.vcoptions import VCOptions
 from subgpu_jax.space.config import Config, chain_cut
 
 H200 = get_hardware("H200")
@@ -187,16 +188,18 @@ def test_inline_tables_same_numbers(g2):
 
 def test_bad_block(g2):
     with pytest.raises(ValueError, match="block"):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched", block=0)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="batched", block=0))
     with pytest.raises(ValueError, match="batched"):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="window", packed=True)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="window", packed=True))
     for bad in (0, 1.5, True):
         with pytest.raises(ValueError, match="level_unroll"):
-            vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
-                                    level_unroll=bad)
+            vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                    options=VCOptions(scan="batched", level_unroll=bad))
     with pytest.raises(ValueError, match="batched"):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="levels",
-                                level_unroll=4)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="levels", level_unroll=4))
 
 
 BAD_COUNTS = (0, -1, 2.5, 2.0, True, False, "2", "a", float("nan"), float("inf"), [2])
@@ -209,22 +212,22 @@ def test_bad_counts_name_the_argument(g2, arg, bad):
     is not truncated, a bool or a string is not coerced, NaN, inf and a list give a
     ValueError naming the argument (not an OverflowError/TypeError from int())."""
     with pytest.raises(ValueError, match=rf"^{arg} must be an integer >= 1, got "):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
-                                **{arg: bad})
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="batched", **{arg: bad}))
 
 
 @pytest.mark.parametrize("bad", ["false", "True", 0, 1, 1.0, [], "", np.int64(1)], ids=repr)
 def test_bad_packed(g2, bad):
     """packed: True, False or None only (``bool("false")`` is True: no coercion)."""
     with pytest.raises(ValueError, match=r"^packed must be True, False or None, got "):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
-                                packed=bad)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="batched", packed=bad))
     with pytest.raises(ValueError, match=r"^inline_tables must be True or False, got "):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
-                                inline_tables=bad)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="batched", inline_tables=bad))
     with pytest.raises(ValueError, match=r"^integrals must be one of \('slices', 'gather'\)"):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="batched",
-                                integrals=bad)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="batched", integrals=bad))
 
 
 @pytest.mark.parametrize("packed", [True, False])
@@ -235,15 +238,17 @@ def test_packed_only_with_slices(g2, monkeypatch, packed):
     default); ``integrals`` off the batched kernel is refused like its other options."""
     cut = chain_cut(g2.n, [6])
     with pytest.raises(ValueError, match=r"^packed applies to integrals='slices' only"):
-        vc.VContentionEvaluator(g2, cut, 2, 0, H200, integrals="gather", packed=packed)
-    assert vc.VContentionEvaluator(g2, cut, 2, 0, H200, integrals="slices",
-                                   packed=packed).packed is packed
+        vc.VContentionEvaluator(g2, cut, 2, 0, H200,
+                                options=VCOptions(integrals="gather", packed=packed))
+    slices = VCOptions(integrals="slices", packed=packed)
+    assert vc.VContentionEvaluator(g2, cut, 2, 0, H200, options=slices).packed is packed
     for backend in ("cpu", "gpu"):
         monkeypatch.setattr(vc.jax, "default_backend", lambda b=backend: b)
-        e = vc.VContentionEvaluator(g2, cut, 2, 0, H200, packed=packed)
+        e = vc.VContentionEvaluator(g2, cut, 2, 0, H200, options=VCOptions(packed=packed))
         assert (e.integrals, e.packed) == ("slices", packed)
     with pytest.raises(ValueError, match=r"apply to scan='batched' only, got scan='window'"):
-        vc.VContentionEvaluator(g2, cut, 2, 0, H200, scan="window", integrals="gather")
+        vc.VContentionEvaluator(g2, cut, 2, 0, H200,
+                                options=VCOptions(scan="window", integrals="gather"))
 
 
 @pytest.mark.parametrize("bad", [np.array("gather"), np.array(["gather", "slices"]),
@@ -256,7 +261,8 @@ def test_bad_integrals_everywhere(g2, bad):
 
     msg = r"^integrals must be one of \('slices', 'gather'\), got "
     with pytest.raises(ValueError, match=msg):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, integrals=bad)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(integrals=bad))
     e = vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200)
     H = e.plan.valid.shape[0]
     z = jnp.zeros((H, 2))
@@ -264,7 +270,7 @@ def test_bad_integrals_everywhere(g2, bad):
         vb.batched_integrals(e.plan, z, z, jnp.zeros((H, 2, 3)), integrals=bad)
     # numpy's own string type is a str: taken, stored as a plain str
     ok = vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
-                                 integrals=np.str_("gather"))
+                                 options=VCOptions(integrals=np.str_("gather")))
     assert type(ok.integrals) is str and ok.integrals == "gather" and ok.packed is None
 
 
@@ -282,9 +288,10 @@ def test_integrals_default_per_backend(g2, monkeypatch):
 @pytest.mark.parametrize("bad", [-1, 2.5, True, "4", float("nan")], ids=repr)
 def test_bad_iters_damping(g2, bad):
     with pytest.raises(ValueError, match=r"^iters must be an integer >= 0, got "):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, iters=bad)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, options=VCOptions(iters=bad))
     with pytest.raises(ValueError, match=r"^damping must be"):  # a finite number in [0, 1)
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, damping=bad)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(damping=bad))
 
 
 @pytest.mark.parametrize("bad", [0, 2.5, True, "2", float("nan"), float("inf"), [2]], ids=repr)

@@ -10,6 +10,7 @@ import pytest
 from subgpu_jax.model.kernelcost import is_gemm
 from subgpu_jax.score import vcontention as vc
 from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.score.vcoptions import VCOptions
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.sim.eventsim import simulate, simulate_streams
 from subgpu_jax.model.graph import Deployment, build_graph
@@ -157,6 +158,8 @@ def test_bad_inputs(g2):
     with pytest.raises(ValueError, match="hits"):
         vc.kernel_profiles(g2, H200, hits=np.full(g2.n, 1.5))
     with pytest.raises(ValueError, match="damping"):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, damping=1.0)
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(damping=1.0))
     with pytest.raises(ValueError, match="scan"):
-        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200, scan="tree")
+        vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
+                                options=VCOptions(scan="tree"))

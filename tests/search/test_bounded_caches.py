@@ -160,8 +160,8 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
         if keep:
             searchjob.PointScorer.forget_point = lambda self, pt: None
         try:
-            searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, exact="static",
-                                 cheap="vcontention", progress=False)
+            searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
+                exact="static", cheap="vcontention", progress=False))
         finally:
             searchjob.PointScorer.__call__ = orig
             searchjob.PointScorer.forget_point = forget

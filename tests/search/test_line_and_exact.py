@@ -147,7 +147,7 @@ def test_searches_need_an_explicit_exact_scorer(small):
         with pytest.raises(ValueError, match="exact"):
             S.algorithm1(small, [2], [1], exact=bad)
     with pytest.raises(ValueError, match="exact_top"):
-        S.algorithm1(small, [2], [1], exact=S.EvaluatorExact(small), exact_top=0)
+        S.Algorithm1Options(exact_top=0)
 
 
 def test_exhaustive_exact_matches_the_vectorised_exhaustive_search(small):
@@ -167,7 +167,8 @@ def test_algorithm1_with_the_simulator_never_beats_the_simulator_optimum(small):
     ee = S.exhaustive_exact(small, 2, (1, 2), memo)
     calls = memo.calls
     assert calls == ee.evaluated
-    res = S.algorithm1(small, [2], [1, 2], exact=memo, include_temporal=False)
+    res = S.algorithm1(small, [2], [1, 2], exact=memo,
+                       options=S.Algorithm1Options(include_temporal=False))
     assert memo.calls == calls  # every configuration was already simulated
     for r in res.records:
         assert r.makespan_us >= ee.per_m[r.m][1] * (1 - 1e-12)
@@ -179,8 +180,10 @@ def test_exact_ranking_is_a_no_op_under_the_estimators_model(small):
     """With the estimator's own model as the exact scorer, the exact makespan at a layout's
     cheap-refined allocation IS its cheap ranking value, so scoring the top 3 must keep the
     estimator's choice at every grid point."""
-    a = S.algorithm1(small, [2, 3], [1, 2], exact=S.EvaluatorExact(small), exact_top=1)
-    b = S.algorithm1(small, [2, 3], [1, 2], exact=S.EvaluatorExact(small), exact_top=3)
+    a = S.algorithm1(small, [2, 3], [1, 2], exact=S.EvaluatorExact(small),
+                     options=S.Algorithm1Options(exact_top=1))
+    b = S.algorithm1(small, [2, 3], [1, 2], exact=S.EvaluatorExact(small),
+                     options=S.Algorithm1Options(exact_top=3))
     assert b.exact_top == 3 and a.exact_top == 1
     for ra, rb in zip(a.records, b.records):
         assert (ra.seg_of, ra.w, ra.alloc) == (rb.seg_of, rb.w, rb.alloc)
@@ -205,10 +208,11 @@ def test_exact_ranking_overrides_the_estimator_when_the_exact_scorer_disagrees(s
     vals = [exact(small.config(rc.cand.seg_of, D, rc.cand.w, rc.alloc, m)) for rc in ranked[:3]]
     want = int(np.argmin(vals))
     assert want > 0
-    rec = S.algorithm1(small, [D], [m], exact=exact, exact_top=3, include_temporal=False).records[0]
+    rec = S.algorithm1(small, [D], [m], exact=exact, options=S.Algorithm1Options(
+        exact_top=3, include_temporal=False)).records[0]
     assert (rec.seg_of, rec.w) == (ranked[want].cand.seg_of, ranked[want].cand.w)
     assert rec.cheap_rank == want
-    rec1 = S.algorithm1(small, [D], [m], exact=exact, exact_top=1,
-                        include_temporal=False).records[0]
+    rec1 = S.algorithm1(small, [D], [m], exact=exact, options=S.Algorithm1Options(
+        exact_top=1, include_temporal=False)).records[0]
     assert (rec1.seg_of, rec1.w) == fav and rec1.cheap_rank == 0
     assert rec.makespan_us < rec1.makespan_us

@@ -276,9 +276,10 @@ def test_screen_never_worse_than_proposal(tiny, tiny_dag):
     worse than the faithful Algorithm 1."""
     for pb in (tiny, tiny_dag):
         ex = S.EvaluatorExact(pb)
-        a = S.algorithm1(pb, [2, 3], [2], include_temporal=False, exact=ex)
-        b = S.algorithm1(pb, [2, 3], [2], include_temporal=False, cut_strategy="screen",
-                         exact=ex)
+        a = S.algorithm1(pb, [2, 3], [2], exact=ex,
+                         options=S.Algorithm1Options(include_temporal=False))
+        b = S.algorithm1(pb, [2, 3], [2], exact=ex,
+                         options=S.Algorithm1Options(include_temporal=False, cut="screen"))
         assert [(r.m, r.D) for r in a.records] == [(r.m, r.D) for r in b.records]
         for ra, rb in zip(a.records, b.records):
             assert rb.makespan_us <= ra.makespan_us * (1 + 1e-6)
@@ -289,8 +290,8 @@ def test_screen_never_worse_than_proposal(tiny, tiny_dag):
 def test_screen_finds_exhaustive_optimum_on_tiny_chains(tiny):
     for D in (2, 3):
         ex = S.exhaustive_search(tiny, D, (1, 2))
-        b = S.algorithm1(tiny, [D], [1, 2], include_temporal=False, cut_strategy="screen",
-                         exact=S.EvaluatorExact(tiny))
+        b = S.algorithm1(tiny, [D], [1, 2], exact=S.EvaluatorExact(tiny),
+                         options=S.Algorithm1Options(include_temporal=False, cut="screen"))
         assert b.best().makespan_us == pytest.approx(ex.makespan_us, rel=1e-5)
 
 
@@ -307,13 +308,15 @@ def test_screen_cuts_budget_and_strategy_validation(tiny):
         assert v >= S.exhaustive_allocations(ev, tiny.space(2))[1] * (1 - 1e-6)
     # over budget, "screen" falls back to the local search and stays feasible
     ex = S.EvaluatorExact(tiny)
-    r = S.algorithm1(tiny, [2], [1], include_temporal=False, cut_strategy="screen", exact=ex,
-                     screen_max_cuts=1)
+    r = S.algorithm1(tiny, [2], [1], exact=ex, options=S.Algorithm1Options(
+        include_temporal=False, cut=S.ScreenCut(max_cuts=1)))
     assert tiny.space(2).contains(np.array(r.records[0].alloc))
-    with pytest.raises(ValueError, match="cut_strategy"):
-        S.algorithm1(tiny, [2], [1], cut_strategy="nope", exact=ex)
-    with pytest.raises(ValueError, match="contradicts"):
-        S.algorithm1(tiny, [2], [1], cut_strategy="screen", cut_local_search=True, exact=ex)
+    with pytest.raises(ValueError, match="cut_strategy must be one of proposal, "):
+        S.Algorithm1Options(cut="nope")
+    with pytest.raises(ValueError, match="alloc_strategy must be one of pairwise, relax"):
+        S.Algorithm1Options(allocate="greedy")
+    with pytest.raises(ValueError, match="screen_top"):
+        S.ScreenCut(top=0)
     with pytest.raises(ValueError, match="eta"):
         S.screen_cuts(tiny, 2, 1, eta=1)
 

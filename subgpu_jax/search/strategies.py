@@ -1,0 +1,297 @@
+"""The search's strategies as small frozen objects, one protocol and one registry per choice
+(docs/method.md §4):
+
+* cut strategies (``CutStrategy``): how Algorithm 1 chooses the cut of a grid point —
+  ``ProposalCut`` (the method as published), ``LocalSearchCut`` and ``ScreenCut``
+  (extensions); registry ``CUT_STRATEGY_REGISTRY``;
+* allocation strategies (``AllocationStrategy``): the allocation search of one cut —
+  ``PairwiseAllocation`` (Algorithm 2) and ``RelaxAllocation`` (the optax relaxation); registry
+  ``ALLOC_STRATEGIES``;
+* cheap estimators (``CheapEstimator``): factories of the ``Problem`` whose evaluators rank
+  cuts and allocations — ``StaticCheap``, ``ContentionCheap`` and ``AutoCheap`` (chooses by the
+  exact scorer); registry ``CHEAP_ESTIMATORS``.
+
+The command line's ``choices=`` are the registries' keys (``app.cli``); ``by_name`` turns a
+name (or a strategy object) into the object with one-line errors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, NamedTuple, Protocol, Sequence, TYPE_CHECKING
+
+from subgpu_jax.model.checks import pos_int
+
+if TYPE_CHECKING:  # the search's modules load JAX: imported where used, so that the command
+    # line reads the registries without it
+    from subgpu_jax.search.cuts import RankedCut
+    from subgpu_jax.search.features import Proposal
+    from subgpu_jax.search.pairwise import AllocResult
+    from subgpu_jax.search.problem import Problem
+    from subgpu_jax.space.config import Config
+
+__all__ = ["CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut", "ScreenCut",
+           "CUT_STRATEGY_REGISTRY", "CUT_STRATEGIES", "AllocationStrategy", "PairwiseAllocation",
+           "RelaxAllocation", "ALLOC_STRATEGIES", "CheapEstimator", "StaticCheap",
+           "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts"]
+
+
+def distinct_layouts(cands: Sequence[RankedCut]) -> list[RankedCut]:
+    """The first entry of each distinct layout (seg_of, w) of ``cands``, order kept."""
+    out, seen = [], set()
+    for rc in cands:
+        if (rc.cand.seg_of, rc.cand.w) not in seen:
+            seen.add((rc.cand.seg_of, rc.cand.w))
+            out.append(rc)
+    return out
+
+
+class CutChoice(NamedTuple):
+    """What a cut strategy hands Algorithm 1 at one grid point.
+
+    Attributes:
+        cands: the layouts in cheap-ranking order (``RankedCut``).
+        n_polish: how many of them (after the exact-top check) go through the allocation search.
+        cheap_evals: allocations the strategy scored with the cheap estimator.
+        keep_proposal: also polish the proposal's own choice (``ScreenCut``'s guarantee).
+    """
+
+    cands: list
+    n_polish: int
+    cheap_evals: int
+    keep_proposal: bool = False
+
+
+class CutStrategy(Protocol):
+    """How Algorithm 1 chooses the cut at a grid point, after ``rank_cuts``."""
+
+    name: str
+
+    def choose(self, problem: Problem, D: int, m: int, policy: str,
+               ranked: list[RankedCut], proposal: Proposal) -> CutChoice:
+        """The candidate layouts of one grid point (``ranked``, ``proposal``: of ``rank_cuts``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class ProposalCut:
+    """Cut strategy ``proposal``: Algorithm 1 of docs/method.md §4 (the best of ``rank_cuts``)."""
+
+    name: str = "proposal"
+
+    def choose(self, problem, D, m, policy, ranked, proposal) -> CutChoice:
+        """The ranked proposal itself (arguments as ``CutStrategy.choose``)."""
+        return CutChoice(ranked, 1, 0)
+
+
+@dataclass(frozen=True)
+class LocalSearchCut:
+    """Cut strategy ``local_search`` (extension): the ranked proposal, then ``refine_cut``
+    (cheap-estimator local search over single-kernel moves and boundary-reuse toggles) from the
+    ``starts`` best ranked layouts, refining ``top`` neighbours per iteration."""
+
+    name: str = "local_search"
+    starts: int = 3
+    top: int = 8
+
+    def choose(self, problem, D, m, policy, ranked, proposal) -> CutChoice:
+        """The distinct local optima, cheap-ranked (arguments as ``CutStrategy.choose``)."""
+        from subgpu_jax.search.cuts import refine_cut
+
+        found, cheap = [], 0
+        for rc in ranked[: max(1, self.starts)]:
+            r2, more = refine_cut(problem, rc.cand, D, m, policy, top=self.top)
+            cheap += more
+            found.append(r2)
+        return CutChoice(distinct_layouts(sorted(found, key=lambda t: t.value)), 1, cheap)
+
+
+@dataclass(frozen=True)
+class ScreenCut:
+    """Cut strategy ``screen`` (extension): when the legal layouts (w = 0 and w = 1) number at
+    most ``max_cuts``, ``screen_cuts`` scores every one at three seeds with the cheap estimator,
+    prunes them by successive halving with line-move descent steps and refines the ``top``
+    survivors by cheap pairwise-line search; these join the ranked proposal, and the
+    ``polish`` best distinct layouts of that merged cheap ranking, plus (``keep_proposal``) the
+    proposal's own choice (so the result is never worse than ``proposal`` at the same grid
+    point with a deterministic scorer), go through the allocation search. Larger cut spaces
+    fall back to ``fallback`` (local search).
+
+    Raises:
+        ValueError: a nonpositive ``max_cuts``, ``top`` or ``polish``.
+    """
+
+    name: str = "screen"
+    max_cuts: int = 20_000
+    top: int = 8
+    polish: int = 1
+    keep_proposal: bool = True
+    fallback: LocalSearchCut = field(default_factory=LocalSearchCut)
+
+    def __post_init__(self) -> None:
+        pos_int(self.max_cuts, "screen_max_cuts")
+        pos_int(self.top, "screen_top")
+        pos_int(self.polish, "screen_polish")
+
+    def choose(self, problem, D, m, policy, ranked, proposal) -> CutChoice:
+        """The merged cheap ranking, or the fallback's (arguments as ``CutStrategy.choose``)."""
+        from subgpu_jax.search.cuts import screen_cuts
+
+        screened = screen_cuts(problem, D, m, policy, self.max_cuts, self.top, proposal)
+        if screened is None:
+            return self.fallback.choose(problem, D, m, policy, ranked, proposal)
+        sranked, more = screened
+        cands = distinct_layouts(sorted(ranked + sranked, key=lambda t: t.value))
+        return CutChoice(cands, self.polish, more, self.keep_proposal)
+
+
+#: Cut strategies by name (``subgpu search --cut-strategy``).
+CUT_STRATEGY_REGISTRY: dict[str, CutStrategy] = {
+    s.name: s for s in (ProposalCut(), LocalSearchCut(), ScreenCut())}
+#: The cut strategies' names.
+CUT_STRATEGIES: tuple[str, ...] = tuple(CUT_STRATEGY_REGISTRY)
+
+
+class AllocationStrategy(Protocol):
+    """The allocation search of one structure, returning an ``AllocResult``."""
+
+    name: str
+
+    def __call__(self, problem: Problem, seg_of, D: int, w: int, m: int, policy: str,
+                 exact: Callable[[Config], float], L_est: int | None,
+                 L_sim: int | None) -> AllocResult:
+        ...
+
+
+@dataclass(frozen=True)
+class PairwiseAllocation:
+    """Allocation strategy ``pairwise``: steps 4-5 of Algorithm 1 in docs/method.md §4 (seeds,
+    Algorithm 2's pairwise-line refinement with the cheap estimator, exact polish:
+    ``search.pairwise.allocate_pairwise``)."""
+
+    name: str = "pairwise"
+
+    def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
+        """``AllocResult`` of one structure (arguments as ``allocate_pairwise``)."""
+        from subgpu_jax.search.pairwise import allocate_pairwise
+
+        return allocate_pairwise(problem, seg_of, D, w, m, policy, exact=exact, L_est=L_est,
+                                 L_sim=L_sim)
+
+
+@dataclass(frozen=True)
+class RelaxAllocation:
+    """Allocation strategy ``relax``: the optax relaxation of the smooth makespan, rounding and
+    exact polish (``search.relax.relax_and_polish``; our extension of docs/method.md §4).
+
+    Attributes:
+        restarts: annealing restarts (>= 1); steps: optimiser steps per restart (>= 1).
+    """
+
+    name: str = "relax"
+    restarts: int = 8
+    steps: int = 150
+
+    def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
+        """``AllocResult`` of one structure (``L_est`` is unused: no cheap line search)."""
+        from subgpu_jax.search.relax import relax_and_polish
+
+        return relax_and_polish(problem, seg_of, D, w, m, policy, exact=exact, L_sim=L_sim,
+                                restarts=self.restarts, steps=self.steps)
+
+
+#: Allocation strategies by name (``subgpu search --alloc-strategy``).
+ALLOC_STRATEGIES: dict[str, AllocationStrategy] = {
+    s.name: s for s in (PairwiseAllocation(), RelaxAllocation())}
+
+
+class CheapEstimator(Protocol):
+    """A factory of the search's ``Problem``: its evaluators are the cheap estimator."""
+
+    name: str
+
+    def resolve(self, exact: str) -> "CheapEstimator":
+        """The concrete estimator for exact scorer ``exact`` (``score.timer.TIMER_KINDS``)."""
+        ...
+
+    def problem(self, workload, hw, duration_model, model, cache: str,
+                streams_per_stage: int) -> Problem:
+        """The ``Problem`` of one workload whose evaluators are this estimator."""
+        ...
+
+
+@dataclass(frozen=True)
+class StaticCheap:
+    """Cheap estimator ``static``: ``score.evaluator.Evaluator`` (isolated kernel durations)."""
+
+    name: str = "static"
+
+    def resolve(self, exact: str) -> "StaticCheap":
+        """Itself (``exact`` is unused)."""
+        return self
+
+    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage):
+        """A static ``Problem`` (``model`` and ``cache`` are unused)."""
+        from subgpu_jax.search.problem import Problem
+
+        return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage)
+
+
+@dataclass(frozen=True)
+class ContentionCheap:
+    """Cheap estimator ``vcontention``: ``score.vcontention.ContentionEstimator``
+    (contention-aware, docs/method.md §3) with the event simulator's ``model`` and L2 ``cache``."""
+
+    name: str = "vcontention"
+
+    def resolve(self, exact: str) -> "ContentionCheap":
+        """Itself (``exact`` is unused)."""
+        return self
+
+    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage):
+        """A ``ContentionProblem`` (arguments as ``CheapEstimator.problem``)."""
+        from subgpu_jax.search.problem import ContentionProblem
+
+        return ContentionProblem(workload, hw, duration_model, model, cache, streams_per_stage)
+
+
+@dataclass(frozen=True)
+class AutoCheap:
+    """Cheap estimator ``auto``: ``vcontention`` when the exact scorer is the event simulator,
+    else ``static``."""
+
+    name: str = "auto"
+
+    def resolve(self, exact: str) -> CheapEstimator:
+        """``ContentionCheap`` for ``exact == "event"``, else ``StaticCheap``."""
+        return ContentionCheap() if exact == "event" else StaticCheap()
+
+    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage):
+        """Refused: resolve the estimator first (``resolve``)."""
+        raise ValueError("cheap: 'auto' chooses by the exact scorer; resolve it first")
+
+
+#: Cheap estimators by name (``subgpu search --cheap``).
+CHEAP_ESTIMATORS: dict[str, CheapEstimator] = {
+    s.name: s for s in (AutoCheap(), ContentionCheap(), StaticCheap())}
+
+
+def by_name(registry: dict, value, field_name: str):
+    """The object of ``registry`` named ``value``, or ``value`` itself when it is a strategy
+    object (anything with a ``name``).
+
+    Args:
+        registry: one of the registries above. value: a name or a strategy object.
+        field_name: the option's name, for the error.
+
+    Raises:
+        ValueError: an unknown name, or neither a name nor an object with a name (one line).
+    """
+    if isinstance(value, str):
+        if value not in registry:
+            raise ValueError(f"{field_name} must be one of {', '.join(registry)}, got {value!r}")
+        return registry[value]
+    if not hasattr(value, "name"):
+        raise ValueError(f"{field_name} must be one of {', '.join(registry)} or a strategy "
+                         f"object with a name, got {value!r}")
+    return value
