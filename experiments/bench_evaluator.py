@@ -186,6 +186,7 @@ def bench_vcontention(a, D) -> dict:
     """Evaluations/s of the vectorised-contention evaluator (calibrated model) at m = 8."""
     try:
         from subgpu_jax.score.vcontention import VContentionEvaluator
+        from subgpu_jax.score.vcoptions import VCOptions
     except Exception as e:  # noqa: BLE001
         return {"status": f"vcontention unavailable: {e!r}"}
     hw = get_hardware("B200")
@@ -196,7 +197,7 @@ def bench_vcontention(a, D) -> dict:
     res = {}
     try:
         for chunk in ((1024,) if cpu else (8192, 65536)):
-            vc = VContentionEvaluator(g, seg, D, 0, hw, chunk=chunk)
+            vc = VContentionEvaluator(g, seg, D, 0, hw, options=VCOptions(chunk=chunk))
             pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms,
                                          limit=2_000_000)
             A = pool[np.random.default_rng(1).integers(0, len(pool), chunk * (2 if cpu else 8))]

@@ -61,6 +61,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+from subgpu_jax.score.vcoptions import VCOptions  # noqa: E402
 
 
 def _previous_mask(dag, T_pad, W):
@@ -199,7 +200,7 @@ def _structure(m: int, D: int, hw, n_alloc: int) -> tuple:
     seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
     pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
     A = pool[np.random.default_rng(1).integers(0, len(pool), n_alloc)].astype(np.int32)
-    return g, seg, A, VContentionEvaluator(g, seg, D, 0, hw, scan="window")
+    return g, seg, A, VContentionEvaluator(g, seg, D, 0, hw, options=VCOptions(scan="window"))
 
 
 def main(argv=None) -> int:
@@ -322,8 +323,8 @@ def main(argv=None) -> int:
                                               new.iters, new.damping)}
             evs = {}
             for k, (scan, kw) in kinds.items():
-                evs[k] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits, chunk=chunk,
-                                              scan=scan, **kw)
+                evs[k] = VContentionEvaluator(g, seg, D, 0, hw, hits=new.hits,
+                                              options=VCOptions(chunk=chunk, scan=scan, **kw))
                 fns[k] = evs[k].makespan
             res = _timed(fns, A, chunk)
             r_prev, u_prev, _, v_prev = res["previous"]

@@ -394,7 +394,9 @@ def main(argv=None) -> int:
     if skipped:
         print(f"skipped {len(skipped)} infeasible combinations, e.g. {skipped[0]}")
     out = os.path.join(HERE, "results", f"frontier_{a.study}")
-    meta = {"study": a.study, **st, "exact": a.exact, "kv_history": a.kv_history, "tp": a.tp}
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+    meta = {"study": a.study, **st, "exact": a.exact, "kv_history": a.kv_history, "tp": a.tp,
+            "duration_model": uncalibrated_model_id(hw)}   # as run_search records it
     if a.exact == "event":  # as run_search records it (the uncalibrated co-run fit)
         from subgpu_jax.sim.contention import ContentionModel
         meta["latency_load_gain"] = ContentionModel().latency_gain

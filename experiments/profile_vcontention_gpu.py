@@ -2,7 +2,7 @@
 
 Workload: the ``bench_vcontention.py`` structure (GPT-OSS 120B, reference deployment, B200, m =
 8, D = 5, evenly spaced chain cut, random allocations of P_H^(D)), one chunk of ``--chunk``
-allocations through ``VContentionEvaluator(scan="batched")`` with the options given. The call
+allocations through ``VContentionEvaluator`` (``VCOptions(scan="batched")``) with the options given. The call
 is timed (median of ``--repeats`` calls, after a compiling one) and profiled once with
 ``torch.profiler`` (CUPTI records every kernel of the process, XLA's included); the kernels are
 grouped by name (XLA's fusion names) and written with their launch counts and summed µs, beside
@@ -75,8 +75,9 @@ def main(argv=None) -> int:
     m, D = 8, 5
     g = build_graph(get_model("gpt-oss-120b"), REFERENCE_DEPLOYMENT, m)
     seg = chain_cut(g.n, [round(g.n * k / D) for k in range(1, D)])
-    ev = vc.VContentionEvaluator(g, seg, D, 0, hw, chunk=a.chunk, block=a.block,
-                                 level_unroll=a.level_unroll, integrals=a.integrals)
+    from subgpu_jax.score.vcoptions import VCOptions
+    ev = vc.VContentionEvaluator(g, seg, D, 0, hw, options=VCOptions(
+        chunk=a.chunk, block=a.block, level_unroll=a.level_unroll, integrals=a.integrals))
     pool = enumerate_allocations(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
     A = pool[np.random.default_rng(1).integers(0, len(pool), a.chunk)].astype(np.int32)
     t0 = time.perf_counter()
