@@ -138,7 +138,8 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
     """The provenance of a prediction and the measured error figures that apply to it.
 
     Args:
-        hardware: the GPU preset the prediction is for (``B200``, ``H200``, ...).
+        hardware: the GPU preset the prediction is for (``B200``, ``H200``, ...), or a
+            ``NAME:VERSION`` spec (its version names the uncalibrated model).
         calibration: the calibration file the prediction used, or None (uncalibrated).
         model: the model preset or config name predicted (said whether it was ever measured).
         exact: the scorer, ``event`` (event simulator) or ``static`` (max-plus evaluator).
@@ -152,13 +153,21 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         "file", ...numbers}], "text": str}``. ``errors`` holds only figures measured for this
         kind of prediction on this GPU (empty when none exist); ``text`` is the note printed
         under the prediction.
+
+    Raises:
+        ValueError: an unknown preset or version in ``hardware``, or ``exact`` not event/static.
     """
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+
+    if exact not in ("event", "static"):
+        raise ValueError(f"exact must be 'event' or 'static', got {exact!r}")
+    hw = get_hardware(hardware)   # a preset or NAME:VERSION spec (ValueError names both lists)
+    hardware = hw.name
     d = Path(folder) if folder is not None else results_dir()
     gpu = hardware.upper()
     cal = bool(calibration)
-    from subgpu_jax.sim.contention import uncalibrated_model_id
-
-    me = uncalibrated_model_id() if model_id is None else model_id
+    me = uncalibrated_model_id(hw) if model_id is None else model_id
     made_by = (f"the duration model calibrated with {calibration}" if cal else
                f"the uncalibrated duration model {me}")
     scorer = "event simulator" if exact == "event" else "static max-plus evaluator"

@@ -387,3 +387,21 @@ def test_skipped_grid_points_name_flags_not_fields(tmp_path, capsys):
     skipped = [ln for ln in out.splitlines() if ln.startswith("skipped:")]
     assert skipped and all("--kv-history" in ln and "--gpus" in ln for ln in skipped)
     assert not any("global_batch" in ln or "attn_dp" in ln for ln in skipped)
+
+
+def test_prediction_note_takes_a_hardware_spec_and_refuses_nonsense():
+    """``NAME:VERSION`` names the GPU and the model version (the note is the same as with the
+    version's model id); an unknown preset or version, or a scorer that is neither event nor
+    static, is one ValueError, never a note about a GPU called "H200:analytic-v2"."""
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+
+    n = provenance.prediction_note("H200:analytic-v2", None, "qwen2.5-7b")
+    me = uncalibrated_model_id(get_hardware("H200:analytic-v2"))
+    assert n == provenance.prediction_note("H200", None, "qwen2.5-7b", model_id=me)
+    assert n["hardware"] == "H200" and "analytic-v2" in n["made_by"]
+    for bad in ("", "H200:analytic-v9", "X1"):
+        with pytest.raises(ValueError, match="hardware must be one of"):
+            provenance.prediction_note(bad)
+    with pytest.raises(ValueError, match="exact must be"):
+        provenance.prediction_note("H200", exact="bogus")
