@@ -102,6 +102,17 @@ def _fixed(g) -> list[tuple[str, list[str], list[int], int, bool, int]]:
             ("attn_alone_96_32_m2_k2", [attn, after], [96, 32], 2, True, 2)]
 
 
+def config_args(d: dict) -> list[str]:
+    """The ``subgpu run`` options of a planned configuration ``d`` (a ``configs`` entry of the
+    plan; none for the temporal baseline), as the device and repredict phases run it."""
+    if d["kind"] == "temporal":
+        return []
+    return ["--cuts", ",".join(d["cuts"]), "--sms", ",".join(map(str, d["sms"])),
+            "--microbatch", str(d["microbatch"]),
+            "--streams-per-stage", str(d["streams_per_stage"]),
+            "--reuse" if d["reuse"] else "--no-reuse", "--policy", d["policy"]]
+
+
 def _predict(sub, mode: str) -> dict:
     """Predicted whole-step makespans (µs) of a ``run`` namespace under both collective
     modes, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``)."""
@@ -204,12 +215,8 @@ def repredict_phase(args) -> int:
     for name in [w for w in args.workloads if w in plan]:
         p = plan[name]
         for d in p["configs"]:
-            extra = [] if d["kind"] == "temporal" else [
-                "--cuts", ",".join(d["cuts"]), "--sms", ",".join(map(str, d["sms"])),
-                "--microbatch", str(d["microbatch"]),
-                "--streams-per-stage", str(d["streams_per_stage"]),
-                "--reuse" if d["reuse"] else "--no-reuse", "--policy", d["policy"]]
-            d["predicted_us"] = _predict(run_args(name, extra, args.hardware), d["mode"])
+            d["predicted_us"] = _predict(run_args(name, config_args(d), args.hardware),
+                                         d["mode"])
         p.setdefault("chosen_by", p.get("duration_model"))   # the model whose search chose them
         p["duration_model"] = uncalibrated_model_id(prepare_run(run_args(name, [],
                                                                          args.hardware))[0].hw)
@@ -311,12 +318,7 @@ def device_phase(args, machine=None) -> int:
                         meas = ex.measure(ex.temporal_config(), "temporal", args.rounds,
                                           args.replays, args.warmup)
                     else:
-                        extra = ["--cuts", ",".join(d["cuts"]),
-                                 "--sms", ",".join(map(str, d["sms"])),
-                                 "--microbatch", str(d["microbatch"]),
-                                 "--streams-per-stage", str(d["streams_per_stage"]),
-                                 "--reuse" if d["reuse"] else "--no-reuse"]
-                        cfg = prepare_run(run_args(name, extra))[1]
+                        cfg = prepare_run(run_args(name, config_args(d)))[1]
                         meas = ex.measure(cfg, d["mode"], args.rounds, args.replays,
                                           args.warmup)
                     rec.update(measured_us=meas.makespan_us, spread=meas.spread)

@@ -32,6 +32,12 @@ def _script(name: str):
     return mod
 
 
+def _analyze_argv(data: Path, digest: Path) -> list[str]:
+    """The command line of the analyze phase on the committed plan, measured files in ``data``."""
+    return ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
+            "--data", str(data), "--digest", str(digest)]
+
+
 def _fake_measurements(plan: dict, folder: Path, factor: dict) -> None:
     for w, p in plan.items():
         rows = []
@@ -54,9 +60,7 @@ def test_analyze_bands_are_leave_one_workload_out(tmp_path):
     _fake_measurements(plan, tmp_path, factor)
     hv = _script("hw_verdicts_h200")
     digest = tmp_path / "hw_verdicts_test.json"
-    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
-                "--data", str(tmp_path),
-                "--digest", str(digest)]
+    sys.argv = _analyze_argv(tmp_path, digest)
     assert hv.main() == 0
     res = json.loads(digest.read_text())
     held = [w for w in names if plan[w]["fit_status"] != "fit"]
@@ -94,9 +98,7 @@ def test_analyze_without_held_out_data_says_no_data(tmp_path):
     _fake_measurements(fit, tmp_path, {w: 0.9 for w in fit})
     hv = _script("hw_verdicts_h200")
     digest = tmp_path / "d.json"
-    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
-                "--data", str(tmp_path),
-                "--digest", str(digest)]
+    sys.argv = _analyze_argv(tmp_path, digest)
     assert hv.main() == 0
     t = json.loads(digest.read_text())["summary"]["targets"]
     assert t == {k: "no data" for k in t}
@@ -104,9 +106,7 @@ def test_analyze_without_held_out_data_says_no_data(tmp_path):
 
 def test_analyze_refuses_bad_input_in_one_line(tmp_path, capsys):
     hv = _script("hw_verdicts_h200")
-    sys.argv = ["hw_verdicts_h200.py", "--phase", "analyze", "--configs", str(PLAN),
-                "--data", str(tmp_path),
-                "--digest", str(tmp_path / "d.json")]
+    sys.argv = _analyze_argv(tmp_path, tmp_path / "d.json")
     assert hv.main() == 2
     assert "error: --data: no measured rows" in capsys.readouterr().err
     (tmp_path / "measured_llama8b_1gpu_g256_kv2k.json").write_text("{not json")

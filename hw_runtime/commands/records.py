@@ -52,7 +52,9 @@ def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[di
     """
     if k < 1:
         raise ValueError(f"--top must be >= 1, got {k}")
-    name = str(hardware).partition(":")[0].upper()   # a NAME:VERSION spec: the preset's name
+    from subgpu_jax.model.hardware import get_hardware
+
+    name = get_hardware(hardware).name.upper()   # a NAME:VERSION spec: the preset's name
     other = sorted({str(r.get("hardware")) for r in records
                     if str(r.get("hardware")).upper() != name})
     if other:

@@ -65,11 +65,12 @@ def check_search_matches(a, best: dict) -> None:
     Raises:
         ValueError: one line naming both and saying how to make a search for this GPU.
     """
+    from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import resolve_model
 
     folder = a.from_search
     rec_hw = best.get("hardware")
-    if rec_hw and str(rec_hw).upper() != str(a.hardware).partition(":")[0].upper():
+    if rec_hw and str(rec_hw).upper() != get_hardware(a.hardware).name.upper():
         raise ValueError(
             f"--from-search: {folder} holds a search for the {rec_hw} and this run is for the "
             f"{a.hardware} (--hardware, default H200); make a search for the {a.hardware} with "

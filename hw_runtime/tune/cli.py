@@ -111,14 +111,14 @@ def spec_from_args(a):
         raise ValueError(f"--out: {a.out!r} is a file; --out names the results folder")
     if a.calibration and not os.path.isfile(a.calibration):
         raise ValueError(f"--calibration: no file {a.calibration!r}")
-    get_hardware(a.hardware)
+    hw_name = get_hardware(a.hardware).name   # a bad spec: one line naming the presets
     arch, ep = resolve_arch_ep(a)
     pols = tuple(p.strip() for p in a.policies.split(",") if p.strip())
     bad = [p for p in pols if p not in DISPATCH_POLICIES]
     if not pols or bad:
         raise ValueError(f"--policies must be among {', '.join(DISPATCH_POLICIES)}, got "
                          f"{a.policies!r}")
-    if a.hardware.partition(":")[0].upper() not in ("H200", "H100"):
+    if hw_name not in ("H200", "H100"):
         raise ValueError(f"--hardware: tune measures on the local GPU, an H200 or H100 "
                          f"preset; got {a.hardware}")
     return TuneSpec(

@@ -204,7 +204,10 @@ def write_report(tuner, rep: dict) -> None:
         f"{a['traces']} traces), {a['gpu_s_total']:.0f} GPU s ("
         + ", ".join(f"{k} {v:.0f}" for k, v in a["gpu_s_by_phase"].items())
         + f"), searches {a['search_cpu_s']:.0f} CPU s; stopped: {rep['stop_reason']}")
-    say(f"speedup prediction error: round {f0.get('round', '-')} median "
+    from subgpu_jax.sim.contention import uncalibrated_model_id
+    first = (f"calibrated with {tuner.spec.calibration}" if tuner.spec.calibration else
+             f"uncalibrated {uncalibrated_model_id(tuner.spec.hw)}")
+    say(f"speedup prediction error: round {f0.get('round', '-')} ({first}) median "
         f"{pct(f0.get('median_abs_speedup_error'))}, round {f1.get('round', '-')} median "
         f"{pct(f1.get('median_abs_speedup_error'))}; refitted model "
         f"{pct(pe['refitted_model_median_abs_speedup_error'])}")

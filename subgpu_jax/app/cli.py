@@ -470,10 +470,9 @@ def _cmd_simulate(a) -> int:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
     if a.simulator == "event":  # what --gantt/--utilization/--trace draw of the step
         res["figures_show"] = sc_c["text"]
-    # without contention it is another model: no measured error figure applies to it
-    mid = uncalibrated_model_id(hw) + (" without contention" if a.no_contention else "")
     res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, a.simulator,
-                                        model_id=mid)
+                                        model_id=uncalibrated_model_id(
+                                            hw, getattr(timer, "model", None)))
     if a.json:
         print(json.dumps(res, indent=2))
         return 0

@@ -193,9 +193,12 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
     print("  reproduce the best configuration (add --gantt/--trace/--utilization FILE to see it):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
     model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
-    # the --hardware spec as given keeps the model version (NAME:VERSION) in every command
-    _, colon, version = str(a.hardware).partition(":")
-    suffix = f":{version.lower()}" if colon else ""
+    # every command keeps the model version of the search's --hardware (NAME:VERSION)
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
+
+    version = analytic_model_of(get_hardware(a.hardware))
+    suffix = "" if version == ANALYTIC_MODEL else f":{version}"
     run = ["subgpu", "run", "--from-search", out, "--hardware", hardware + suffix, *model]
     print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 to "
           "measure the 3 best of every batch):")

@@ -294,14 +294,7 @@ B200 = Hardware(
     nvlink_Bps=900e9,
     comm_setup_us=3.0,
     launch_us=H200_LAUNCH_US,
-    kernel_profile="fused",
-    min_kernel_us=H200_FIT_V3["min_kernel_us"],
-    decode_gemm_efficiency=H200_FIT_V3["decode_gemm_efficiency"],
-    vector_inflight_ratio=H200_FIT_V3["vector_inflight_ratio"],
-    gemm_wave_us=H200_FIT_V3["gemm_wave_us"],
-    pool_gemm_efficiency=H200_FIT_V3["pool_gemm_efficiency"],
-    fused_inflight_ratio=H200_FIT_V3["fused_inflight_ratio"],
-    gemm_scale_loss=H200_FIT_V3["gemm_scale_loss"],
+    **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=144,
     source=("Datasheet (NVIDIA DGX B200 datasheet, system specifications table, per GPU = 1/8): "
             "180 GB HBM3e at 8 TB/s; dense BF16 2.25 PFLOP/s, FP8 4.5, FP4 9 (the table's "
@@ -334,14 +327,7 @@ H200 = Hardware(
     nvlink_Bps=450e9,
     comm_setup_us=3.0,
     launch_us=H200_LAUNCH_US,
-    kernel_profile="fused",
-    min_kernel_us=H200_FIT_V3["min_kernel_us"],
-    decode_gemm_efficiency=H200_FIT_V3["decode_gemm_efficiency"],
-    vector_inflight_ratio=H200_FIT_V3["vector_inflight_ratio"],
-    gemm_wave_us=H200_FIT_V3["gemm_wave_us"],
-    pool_gemm_efficiency=H200_FIT_V3["pool_gemm_efficiency"],
-    fused_inflight_ratio=H200_FIT_V3["fused_inflight_ratio"],
-    gemm_scale_loss=H200_FIT_V3["gemm_scale_loss"],
+    **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
     source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
             "TFLOP/s, FP8 1979; NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
@@ -373,14 +359,7 @@ H100 = Hardware(
     nvlink_Bps=450e9,
     comm_setup_us=3.0,
     launch_us=H200_LAUNCH_US,
-    kernel_profile="fused",
-    min_kernel_us=H200_FIT_V3["min_kernel_us"],
-    decode_gemm_efficiency=H200_FIT_V3["decode_gemm_efficiency"],
-    vector_inflight_ratio=H200_FIT_V3["vector_inflight_ratio"],
-    gemm_wave_us=H200_FIT_V3["gemm_wave_us"],
-    pool_gemm_efficiency=H200_FIT_V3["pool_gemm_efficiency"],
-    fused_inflight_ratio=H200_FIT_V3["fused_inflight_ratio"],
-    gemm_scale_loss=H200_FIT_V3["gemm_scale_loss"],
+    **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
             "column): 80 GB HBM3 at 3.35 TB/s, dense BF16 989 TFLOP/s, FP8 1979 (the table's "

@@ -2,13 +2,17 @@
 (the uncalibrated model of docs/fidelity.md §6).
 
 One graph op (``graph.Kernel``) is not one device kernel: the PyTorch workload of this repository
-(``hw_runtime/gpu/kernels.py``) launches several (RoPE + KV append: 9). Its isolated time on a pool
+(``hw_runtime/gpu/kernels.py``) launches several (RoPE + KV append: 9 as PyTorch chains, 1 as the
+fused Triton kernel). Which, and how GEMMs are planned, is the hardware's kernel profile
+(``KERNEL_PROFILES``: ``torch`` = analytic-v2, ``fused`` = analytic-v3, the default; ``fused``
+adds the pool-planned GEMM and the per-SM scale loss, ``op_cost``). Its isolated time on a pool
 of p SMs is
 
     t(u, p) = n_u * launch + n_u * min_kernel + waves_u(p) * gemm_wave
               + max(FLOPs / (rate_u * p_u / N), bytes / BW(r_u * p_u), comm)      [µs]
 
-* n_u = ``device_kernels(u)``, the device kernels one launch of the op issues (``DEVICE_KERNELS``);
+* n_u = ``device_kernels(u, profile)``, the device kernels one launch of the op issues
+  (``DEVICE_KERNELS``, ``DEVICE_KERNELS_FUSED``);
 * launch = ``Hardware.launch_us``, the cost of one kernel launch inside a CUDA graph (measured);
 * min_kernel = ``Hardware.min_kernel_us``, the time a real device kernel holds its SMs beyond its
   launch even when it moves almost nothing (memory latency, tail);
@@ -31,8 +35,8 @@ of p SMs is
 With these terms a latency-bound op (top-k: 4 device kernels, 34 KB of logits) costs the same on
 16 SMs as on 132, as measured, and a GEMM on 80 SMs costs as much as on 64.
 
-Hand-derived examples on the H200 preset (launch 1.199 µs, min_kernel 1.301 µs, wave 1.078 µs,
-T = 128, decode GEMM efficiency 0.8899, r = 0.2549):
+Hand-derived examples on the H200 with analytic-v2 (``H200:analytic-v2``; launch 1.199 µs,
+min_kernel 1.301 µs, wave 1.078 µs, T = 128, decode GEMM efficiency 0.8899, r = 0.2549):
 
 * llama-3.1-70b TP8 MLP up-projection at G = 512, one microbatch (M = 512, N = 7168, K = 8192,
   bf16: 60.13 GFLOP, 129.5 MB moved; 3 device kernels: mm, SiLU, mul). On 64 SMs: waves =
@@ -60,8 +64,9 @@ from typing import Iterable, Mapping
 import numpy as np
 
 __all__ = ["ANALYTIC_MODEL", "ANALYTIC_MODELS", "analytic_model_of", "KERNEL_PROFILES",
-           "KernelProfile", "DEVICE_KERNELS_FUSED", "FIT_WEIGHTS", "DEVICE_KERNELS", "device_kernels", "is_gemm", "OpCost", "op_cost",
-           "fit_analytic", "FIT_PARAMS", "modelled"]
+           "KernelProfile", "DEVICE_KERNELS_FUSED", "FIT_WEIGHTS", "DEVICE_KERNELS",
+           "device_kernels", "is_gemm", "OpCost", "op_cost", "fit_analytic", "FIT_PARAMS",
+           "modelled"]
 
 #: Name and version of the uncalibrated duration model (recorded by simulations and searches so
 #: that results of different model versions are told apart). v1: launch 2 µs per op, no wave
@@ -173,7 +178,7 @@ def analytic_model_of(hw) -> str:
 _OPS = frozenset(key.split("/")[0] for key in DEVICE_KERNELS)
 
 
-def device_kernels(k, profile: str = "torch") -> int:
+def device_kernels(k, profile: str) -> int:
     """Device kernels one launch of graph op ``k`` issues under kernel profile ``profile``
     (``KERNEL_PROFILES``; 1 for an op kind the table does not list, e.g. synthetic kernels).
 

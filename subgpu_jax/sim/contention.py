@@ -75,16 +75,19 @@ _GAIN = float(np.mean(list(H200_GEMM_PER_SM_TFLOPS.values())) / _H200_FULL_PER_S
 UNCALIBRATED_LATENCY_LOAD_GAIN: float = 1.5
 
 
-def uncalibrated_model_id(hw=None) -> str:
-    """The name of the uncalibrated model as it is now: the duration model's version (``hw``'s,
-    ``kernelcost.analytic_model_of``; without ``hw`` the default ``kernelcost.ANALYTIC_MODEL``)
-    and the co-run gain in force. Measured error figures and verdict bands apply to a prediction
-    only when they were measured for this exact name."""
+def uncalibrated_model_id(hw=None, model: "ContentionModel | None" = None) -> str:
+    """The name of the uncalibrated model that predicts: ``hw``'s duration model version (default
+    ``kernelcost.ANALYTIC_MODEL``) and what ``model`` (default ``ContentionModel()``) adds: its
+    co-run gain and lone-GEMM rule, or "without contention". Error figures and verdict bands
+    apply only where measured for this exact name."""
     from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 
     v = ANALYTIC_MODEL if hw is None else analytic_model_of(hw)
-    lone = ", GEMMs alone at their static time" if ContentionModel().lone_static else ""
-    return f"{v} (co-run memory-latency gain {UNCALIBRATED_LATENCY_LOAD_GAIN:g}{lone})"
+    m = ContentionModel() if model is None else model.replace(calibration=None)
+    if m.isolated:
+        return f"{v} without contention"
+    lone = ", GEMMs alone at their static time" if m.lone_static else ""
+    return f"{v} (co-run memory-latency gain {m.latency_gain:g}{lone})"
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,9 @@ class ContentionModel:
         lone_static: True (default) scales each uncalibrated tensor-core GEMM's work per pool
             so that alone, cache off, it takes its static time (the analytical model fitted on
             isolated kernel tables), as a calibration does with measured times. Without it
-            ``compute_gain`` (partial pools) and the L2 port (whole GPU) make a lone decode GEMM
-            0.90-1.34x its static time, in SubGPU's favour (docs/verdicts.md). Co-runs still
-            come from the rates.
+            the L2 port makes a lone decode GEMM on the whole GPU up to 1.34x its static time
+            and ``compute_gain`` one on a partial pool 0.92-1.00x, in SubGPU's favour
+            (docs/verdicts.md). Co-runs still come from the rates.
 
     Raises:
         ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
