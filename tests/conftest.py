@@ -5,15 +5,22 @@
   2-core CPU machine.
 * ``x64``: turns on ``jax_enable_x64`` for ONE test and restores the previous value afterwards,
   so float64 oracles compare against a float64 evaluator without leaking into other tests.
+* JAX on the CPU unless ``JAX_PLATFORMS`` is set, as ``subgpu`` runs it
+  (``subgpu_jax.app.platform``), so that a GPU machine runs the same tests with the same values.
 * ``calibration_dir``: ``tests/data``, the measured H200 calibration CSVs vendored into the repository
   (provenance in ``tests/data/CALIBRATION.md``).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import jax
+# The suite tests the scorers as the command line runs them: JAX on the CPU
+# (subgpu_jax.app.platform), also on a machine with a GPU, unless JAX_PLATFORMS is set.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
 import pytest
 from hypothesis import HealthCheck, settings
 

@@ -6,6 +6,9 @@ mkdir -p /tmp/ep/subgpu_device-0.dist-info
 printf 'Metadata-Version: 2.1\nName: subgpu-device\nVersion: 0\n' > /tmp/ep/subgpu_device-0.dist-info/METADATA
 printf '[subgpu.commands]\nhw = hw_runtime.commands:add_commands\ntune = hw_runtime.tune.cli:add_tune_command\n' > /tmp/ep/subgpu_device-0.dist-info/entry_points.txt
 export PYTHONPATH=.:/tmp/ep PYTHONUNBUFFERED=1
+# JAX (the scorers) on the CPU in every study, as `subgpu` runs it (subgpu_jax/app/platform.py):
+# a CUDA JAX in a process that measures would take 75% of the GPU's memory.
+export JAX_PLATFORMS=${JAX_PLATFORMS:-cpu}
 # Pure-Python needs the device image lacks (cachetools, see pyproject.toml) travel as wheels in
 # .whl/ (ignored by git; name it in the call's `carry`); installed into /tmp/site when present.
 if ls .whl/*.whl >/dev/null 2>&1; then

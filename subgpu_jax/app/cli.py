@@ -693,6 +693,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     on Ctrl-C: ``search`` stops at its next safe point, other commands at once; see
     :func:`subgpu_jax.app.interrupt.run_cli`)."""
     from subgpu_jax.app.interrupt import run_cli
+    from subgpu_jax.app.platform import pin_jax_to_cpu
+
+    pin_jax_to_cpu()  # the scorers on the CPU, never beside the measured workload on the GPU
 
     def parse_and_run() -> int:
         parser = build_parser()

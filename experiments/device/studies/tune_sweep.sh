@@ -9,7 +9,7 @@ W=$1
 T=${2:-480}
 workload_flags "$W"
 workdir "tune_sweep_$W"
-python3 -m subgpu_jax.app.cli search $F --hardware H200 --expert-dtype bf16 --stages 2 \
+python3 -m subgpu_jax.app.cli search $F --hardware H200 --stages 2 \
   --microbatches 2,4 --streams-per-stage 1,2 --no-progress --out "$D/search" > "$D/search.log" 2>&1
 timeout $((T + 60)) python3 experiments/tune_sweep.py --workload "$W" --search "$D/search" \
   --out "$D" --time-limit "$T" 2>&1 | quiet | tee -a "$D/sweep.log" | tail -5

@@ -1,0 +1,54 @@
+"""subgpu_jax.app.platform: the command line runs JAX on the CPU unless JAX_PLATFORMS is set
+(a CUDA JAX beside the measured PyTorch workload would take 75% of the GPU's memory). Each case
+runs in a fresh interpreter, because JAX reads its platform once."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+PROBE = ("import os, sys; from subgpu_jax.app.cli import main; "
+         "rc = main(['space', '--model', 'llama-3.1-8b', '--gpus', '1', '--batch', '32', "
+         "'--kv-history', '1024', '--stages', '2']); "
+         "import jax; print('ENV', os.environ.get('JAX_PLATFORMS'), "
+         "'BACKEND', jax.default_backend(), 'RC', rc)")
+
+
+def _probe(env_value):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = ROOT
+    if env_value is not None:
+        env["JAX_PLATFORMS"] = env_value
+    out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                         timeout=300)
+    line = [x for x in out.stdout.splitlines() if x.startswith("ENV ")]
+    assert line, out.stderr[-2000:]
+    return line[-1].split()
+
+
+def test_unset_platform_becomes_cpu():
+    words = _probe(None)
+    assert words[1] == "cpu" and words[3] == "cpu" and words[5] == "0"
+
+
+def test_users_platform_is_kept():
+    words = _probe("cpu,cuda")  # a list JAX accepts; kept verbatim (CPU-only machines skip cuda)
+    assert words[1] == "cpu,cuda"
+
+
+def test_pin_updates_an_imported_jax(monkeypatch):
+    """In a session that already imported JAX (a notebook), the option is updated too."""
+    import jax
+
+    from subgpu_jax.app.platform import pin_jax_to_cpu
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    old = jax.config.jax_platforms
+    try:
+        assert pin_jax_to_cpu() == "cpu"
+        assert os.environ["JAX_PLATFORMS"] == "cpu" and jax.config.jax_platforms == "cpu"
+    finally:
+        jax.config.update("jax_platforms", old)
