@@ -19,7 +19,7 @@ PROBE = ("import os, sys; from subgpu_jax.app.cli import main; "
 
 def _probe(env_value):
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    env["PYTHONPATH"] = ROOT
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
     if env_value is not None:
         env["JAX_PLATFORMS"] = env_value
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
