@@ -32,6 +32,7 @@ from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, writ
 from subgpu_jax.search.problem import ContentionProblem, EvaluatorExact, Problem, TimerExact
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
+from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
 from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, Timing, timer_for
 from subgpu_jax.space.config import Config, temporal_config
@@ -187,6 +188,7 @@ class PointScorer:
         self._problems: dict = {}
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
+        self.points_forgotten = 0  # grid points whose leftovers were freed (forget_point)
 
     @property
     def scorers(self) -> dict:
@@ -228,7 +230,9 @@ class PointScorer:
         and policy), the simulation summaries of its deployment and the rest-of-step times of
         its pipelined configurations (the temporal baseline's are kept for the next point).
         Every deployment of the point counts: the step the search scores and, for a generation,
-        each of its steps. The freed heap pages are handed back to the OS (``malloc_trim``)."""
+        each of its steps. Every ``JAX_CACHE_CLEAR_EVERY`` points the compiled programs and
+        JAX's own caches are released (``score.programs.release_compiled``). The freed heap
+        pages are handed back to the OS (``malloc_trim``)."""
         deps = _steps_of(pt.deploy)
         for key, p in self._problems.items():
             if key[0] in deps:
@@ -238,6 +242,9 @@ class PointScorer:
         for k in [k for k in self._temporal if isinstance(k, tuple) and k[0] == "rest"
                   and k[1] in deps and k[2].D != 1]:
             del self._temporal[k]
+        self.points_forgotten += 1
+        if self.points_forgotten % JAX_CACHE_CLEAR_EVERY == 0:
+            release_compiled()
         _trim_heap()
 
     def simulate(self, dep: Deployment, cfg: Config):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from typing import Callable, Sequence
 
 import jax
@@ -26,13 +27,38 @@ import numpy as np
 
 from subgpu_jax.model.lru import CountingLRU
 
-__all__ = ["ProgramCache", "to_device", "PROGRAM_CACHE_SIZE"]
+__all__ = ["ProgramCache", "to_device", "PROGRAM_CACHE_SIZE", "JAX_CACHE_CLEAR_EVERY",
+           "release_compiled"]
 
 #: Default number of compiled structures each ``ProgramCache`` keeps. A grid point of the
 #: search compiles 2-3 structures of the batch kernel (one to ~15 MiB each on the CPU); 16 hold
 #: the default ``subgpu search`` grid (4 points per deployment), so its later deployments
 #: compile nothing; a longer grid compiles a structure again when it comes back.
 PROGRAM_CACHE_SIZE = 16
+
+#: Grid points a sweep stores between two calls of ``release_compiled``. Besides executables,
+#: JAX keeps tracing caches keyed by the shapes of every structure it traced (entries of
+#: ``_cached_abstract_eval``, ``trace_to_jaxpr``, ``_infer_params_cached``, ...), bounded only
+#: by their entry counts (2,048-8,192 each); on a 113-point sweep of new structures they grew
+#: by about 2 MiB per grid point (docs/reliability.md, "Memory"). Clearing every 16 points
+#: bounds that growth at 16 points' worth; the default search grid (4 points per deployment)
+#: recompiles its few structures at most once per 16 points.
+JAX_CACHE_CLEAR_EVERY = 16
+
+#: Every live ``ProgramCache`` (weakly: a cache that is no longer referenced is not kept).
+_LIVE: "weakref.WeakSet[ProgramCache]" = weakref.WeakSet()
+
+
+def release_compiled() -> int:
+    """Drop every compiled program: the wrappers of each live ``ProgramCache`` and JAX's own
+    caches (``jax.clear_caches``: executables and tracing caches). Values are unchanged; the
+    next call of a structure compiles it again. Returns the number of wrappers dropped."""
+    dropped = 0
+    for pc in list(_LIVE):
+        dropped += len(pc)
+        pc.clear()
+    jax.clear_caches()
+    return dropped
 
 
 def to_device(x, dtype=None) -> jax.Array:
@@ -85,6 +111,7 @@ class ProgramCache:
         self._lock = threading.Lock()
         self.compiles = 0
         functools.update_wrapper(self, fn)
+        _LIVE.add(self)
 
     @property
     def evictions(self) -> int:

@@ -21,7 +21,7 @@ from subgpu_jax import get_hardware, get_model
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.lru import ByteLRU, nbytes_of
 from subgpu_jax.model.workload import Workload
-from subgpu_jax.score.programs import ProgramCache, to_device
+from subgpu_jax.score.programs import ProgramCache, release_compiled, to_device
 from subgpu_jax.search.problem import ContentionProblem, Problem
 
 
@@ -116,6 +116,53 @@ def test_program_cache_bounded_and_frees_evicted_programs():
     assert gone() is None  # nothing of this cache keeps an evicted program alive
     with pytest.raises(ValueError, match="maxsize must be an integer >= 1"):
         ProgramCache(f, maxsize=0)
+
+
+def test_release_compiled_drops_every_program_and_keeps_values():
+    """``release_compiled`` empties every live ProgramCache and JAX's caches; the next call
+    compiles the structure again and returns the same value."""
+    def f(x):
+        return (x * x).sum()
+
+    pc = ProgramCache(f)
+    x = to_device(np.arange(6, dtype=np.float32))
+    before = float(pc(x))
+    assert len(pc) == 1 and pc.compiles == 1
+    assert release_compiled() >= 1
+    assert len(pc) == 0
+    assert float(pc(x)) == before == 55.0  # 0 + 1 + 4 + 9 + 16 + 25
+    assert pc.compiles == 2
+
+
+def test_search_releases_compiled_programs_every_n_points(tmp_path, monkeypatch):
+    """With ``JAX_CACHE_CLEAR_EVERY`` = 1 the search releases the compiled programs after each
+    grid point it frees (the 2 pipelined ones), and writes the records of a search that never
+    releases them."""
+    import json
+
+    from subgpu_jax.app import searchjob, sweep
+
+    arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
+    pts = sweep.build_grid(arch, 8, [64], [2, 3], [2], hw=hw, parallelisms=[(8, 1, 8)])
+    calls = []
+
+    def run(folder, every):
+        monkeypatch.setattr(searchjob, "JAX_CACHE_CLEAR_EVERY", every)
+        monkeypatch.setattr(searchjob, "release_compiled",
+                            lambda: calls.append(folder.name) or release_compiled())
+        searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
+            exact="static", cheap="vcontention", progress=False))
+        return [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
+
+    forgotten = []
+    forget = searchjob.PointScorer.forget_point
+    monkeypatch.setattr(searchjob.PointScorer, "forget_point",
+                        lambda self, pt: forgotten.append(pt) or forget(self, pt))
+    released = run(tmp_path / "a", 1)
+    assert len(forgotten) == 2 and calls == ["a", "a"]
+    kept = run(tmp_path / "b", 10**9)
+    assert len(forgotten) == 4 and calls == ["a", "a"]
+    assert released == kept
 
 
 def test_to_device_compiles_nothing():
