@@ -125,11 +125,18 @@ def recommendations(rows: list[dict]) -> list[dict]:
         meas = {"temporal": 1.0, "subgpu": top["measured_speedup"]}
         if ms is not None:
             meas["multistream"] = ms["measured_speedup"]
-        rec = v.recommend if v.recommend != "measure" else "temporal"
-        got = meas[rec]
-        best_alt = max(v for k, v in meas.items() if k != rec)
+        if v.recommend == "measure":
+            # the user measures the candidates against temporal (subgpu tune) and keeps the
+            # fastest: nothing is recommended against anything, so nothing can lose
+            rec = max(meas, key=meas.get)
+            got, best_alt = meas[rec], max(meas.values())
+        else:
+            rec = v.recommend
+            got = meas[rec]
+            best_alt = max(v for k, v in meas.items() if k != rec)
         out.append({"workload": w, "collectives": coll, "held_out": top["held_out"],
                     "recommend": v.recommend, "reason": v.reason, "measured": meas,
+                    "measured_choice": rec,
                     "point_choice": "subgpu" if pred["subgpu"] > 1 else "temporal",
                     "lost": bool(got < best_alt * NEUTRAL[0]),
                     "loss_vs_best_alternative": got / best_alt,
@@ -166,6 +173,11 @@ def summarize(rows, temporal, recs, plan) -> dict:
         "point_verdict_wrong": sum(r["point_verdict_wrong"] for r in outside),
         "recommendations_lost": sum(r["lost"] for r in recs),
         "recommendations": len(recs),
+        "recommendations_by_kind": {k: sum(r["recommend"] == k for r in recs)
+                                    for k in ("subgpu", "multistream", "temporal", "measure")},
+        "measure_where_temporal_was_best": sum(r["recommend"] == "measure"
+                                               and r["measured_choice"] == "temporal"
+                                               for r in recs),
         "point_choice_lost": sum(r["point_choice_measured"] < max(r["measured"].values())
                                  * NEUTRAL[0] for r in recs),
         "targets": _targets(err, outside, recs, ho_names, t_err),
@@ -323,3 +335,66 @@ def print_table(res: dict) -> None:
                                         "verdict_wrong", "verdict_judged",
                                         "point_verdict_wrong", "recommendations_lost",
                                         "point_choice_lost", "targets")}, indent=1))
+
+
+def markdown_table(res: dict) -> str:
+    """The digest ``res`` as docs/verdicts.md's table: per workload (in the digest's row order)
+    its fit status, temporal error per collectives setting, the search's first choice
+    (predicted / measured, sleep), the median (max) of |predicted / measured speedup - 1| over
+    its rows, its wrong verdicts of all its rows, and per collectives setting what the main
+    job says with what was measured (the best alternative, or the best measured where it says
+    "measure"), "**lost**" where it lost; then the held-out summary line."""
+    rows, recs = res["rows"], res["recommendations"]
+    order = list(dict.fromkeys(r["workload"] for r in rows))
+    out = ["| workload | fit status | temporal error | first choice, predicted / measured (sleep) "
+           "| speedup error, median (max) | verdicts wrong | main job says (measured) |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    for w in order:
+        rs = [r for r in rows if r["workload"] == w]
+        t = res["temporal"].get(w, {})
+        terr = ", ".join(f"{c} {t[c]['error']:+.1%}" for c in ("sleep", "none") if c in t)
+        top = next((r for r in rs if r["config"] == "search_top1" and r["collectives"] == "sleep"),
+                   None)
+        first = (f"{top['predicted_speedup']:.2f}x / {top['measured_speedup']:.2f}x"
+                 if top else "-")
+        err = [abs(r["predicted_speedup"] / r["measured_speedup"] - 1) for r in rs]
+        says = []
+        for c in ("sleep", "none"):
+            r = next((x for x in recs if x["workload"] == w and x["collectives"] == c), None)
+            if r is None:
+                continue
+            m = r["measured"]
+            if r["recommend"] == "measure":
+                best = max(m, key=m.get)
+                what = f"measure (best measured: {best} {m[best]:.2f}x)"
+            elif r["recommend"] == "temporal":
+                alt = max((k for k in m if k != "temporal"), key=m.get)
+                what = f"temporal ({alt} {m[alt]:.2f}x)"
+            else:
+                what = f"**{r['recommend']}** ({m[r['recommend']]:.2f}x)"
+            says.append(f"{c}: {what}{' **lost**' if r['lost'] else ''}")
+        out.append(f"| {w} | {rs[0]['fit_status'].replace('_', ' ')} | {terr} | {first} | "
+                   f"{statistics.median(err):.1%} ({max(err):.0%}) | "
+                   f"{sum(r['verdict_wrong'] for r in rs)} of {len(rs)} | {'; '.join(says)} |")
+    s = res["summary"]
+    e, v = s["speedup_ratio_error_held_out"], s["verdicts"]
+    kinds = ", ".join(f"{k} {n}" for k, n in s.get("recommendations_by_kind", {}).items() if n)
+    out.append("")
+    out.append(f"Held out: speedup error median {e['median']:.1%}, max {e['max']:.1%} "
+               f"({s['rows_held_out']} rows); verdicts wrong {s['verdict_wrong']} of "
+               f"{s['verdict_judged']} judged (win {v['win']}, loss {v['loss']}, uncertain "
+               f"{v['uncertain']}); the main job says {kinds} on {s['recommendations']} "
+               f"workload x collectives pairs, lost {s['recommendations_lost']}; targets: "
+               + ", ".join(f"{k} {st}" for k, st in s["targets"].items()) + ".")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] != "--markdown":
+        print("usage: python experiments/verdicts_report.py --markdown DIGEST.json", file=sys.stderr)
+        sys.exit(2)
+    try:
+        print(markdown_table(json.load(open(sys.argv[2]))))
+    except (OSError, ValueError, KeyError) as e:
+        print(f"error: DIGEST {sys.argv[2]!r}: {e}", file=sys.stderr)
+        sys.exit(2)

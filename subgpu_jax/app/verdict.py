@@ -14,8 +14,14 @@ the dense and MoE rows of the same GPU, model, mode and collectives (and says so
 
 The decision rule (``decide``): recommend the mode (SubGPU on green contexts, or the same
 microbatched schedule on plain streams) whose band's low end is highest, and only if that low
-end is above 1; otherwise temporal, with the reason in numbers. Without validation data for the
-GPU and regime, no band is printed and nothing is recommended beyond "measure it".
+end is above 1. Otherwise, where a mode is *predicted* to gain more than ``NEUTRAL[1]`` but
+its band's low end does not clear 1, the prediction cannot decide: "measure" (``subgpu tune``
+measures the candidates against temporal and keeps the fastest; temporal until then). Where no
+mode is predicted to gain more than 2%: temporal, with the reason in numbers. The guard is
+one-sided on purpose: on the held-out workloads most errors overstate the gain (r below 1), so
+a predicted loss is rarely a measured win, while a predicted gain often is not one. Without
+validation data for the GPU and regime, no band is printed and nothing is recommended beyond
+"measure it".
 
 Sources: the committed digest ``hw_verdicts_<gpu>.json`` of the results folder (its ``bands``
 field, written by the protocol's analyze phase from the held-out rows only; docs/verdicts.md).
@@ -198,7 +204,8 @@ class Verdict:
 
     Attributes:
         recommend: ``"subgpu"``, ``"multistream"``, ``"temporal"`` or ``"measure"`` (no
-            validation data: nothing can be recommended from the prediction alone).
+            validation data, or a predicted gain above ``NEUTRAL[1]`` whose band's low end
+            does not clear 1: nothing can be recommended from the prediction alone).
         predicted: predicted speedup over temporal per mode (``subgpu``, ``multistream``).
         bands: ``(low, high)`` of each mode's prediction, None where unvalidated.
         classes: ``classify`` of each mode.
@@ -281,6 +288,16 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
         return Verdict(best, pr, bd, cls,
                        f"{best}: predicted {pr[best]:.3f}x, validated band {lo:.2f}-{hi:.2f}x "
                        f"is above 1{tail}", dec, src)
+    gains = {k: pr[k] for k in lows if pr[k] > NEUTRAL[1]}
+    if gains:
+        top = max(gains, key=gains.get)
+        lo, hi = bd[top]
+        return Verdict("measure", pr, bd, cls,
+                       f"uncertain: {top} is predicted to gain ({pr[top]:.3f}x) but its "
+                       f"validated band {lo:.2f}-{hi:.2f}x does not clear 1, so the prediction "
+                       f"cannot decide; measure it against temporal on the GPU (subgpu tune, "
+                       f"or subgpu run --from-search DIR --top 3) and keep temporal until "
+                       f"then{tail}", dec, src)
     lo, hi = bd[best]
     what = "SubGPU is not" if len(lows) == 1 else "neither SubGPU nor multistream is"
     return Verdict("temporal", pr, bd, cls,

@@ -90,12 +90,29 @@ def test_decide_recommends_highest_low_end_above_one():
     assert "validated band 1.08-1.20x is above 1" in v.reason
 
 
-def test_decide_temporal_when_no_band_clears_one():
-    """1.15 x 0.80 = 0.92 < 1: temporal, and the reason quotes the low end."""
+def test_decide_temporal_when_no_gain_is_predicted():
+    """Predicted 1.01x (inside the neutral zone), band x [0.80, 0.95] = 0.81-0.96: temporal,
+    and the reason quotes the low end."""
     b = Band(0.80, 0.95, 0.9, 3, ("a", "b"), "s")
-    v = decide({"subgpu": 1.15}, {"subgpu": b}, ceiling=1.4)
+    v = decide({"subgpu": 1.01}, {"subgpu": b}, ceiling=1.4)
     assert v.recommend == "temporal"
-    assert "not expected to pay" in v.reason and "0.92x" in v.reason and "1.40x" in v.reason
+    assert "not expected to pay" in v.reason and "0.81x" in v.reason and "1.40x" in v.reason
+
+
+def test_decide_measure_when_a_predicted_gain_is_not_validated():
+    """Multistream predicted 1.13x with band [0.88, 1.00] -> 0.99-1.13x: a predicted gain above
+    1.02 whose low end does not clear 1, so "measure", naming it. SubGPU predicted 0.95x with
+    a band reaching 1.10x (x [0.80, 1.16]) is a predicted loss: alone it gives temporal, as
+    does a multistream prediction of 1.02 (not above the neutral zone)."""
+    bm = Band(0.88, 1.00, 0.95, 3, ("a", "b"), "m")
+    bs = Band(0.80, 1.16, 0.9, 3, ("a", "b"), "s")
+    v = decide({"subgpu": 0.95, "multistream": 1.13}, {"subgpu": bs, "multistream": bm})
+    assert v.recommend == "measure"
+    assert "uncertain: multistream is predicted to gain (1.130x)" in v.reason
+    assert "band 0.99-1.13x does not clear 1" in v.reason and "subgpu tune" in v.reason
+    assert decide({"subgpu": 0.95}, {"subgpu": bs}).recommend == "temporal"
+    assert decide({"subgpu": 0.95, "multistream": 1.02},
+                  {"subgpu": bs, "multistream": bm}).recommend == "temporal"
 
 
 def test_decide_without_validation_says_measure():
