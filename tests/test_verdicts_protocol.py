@@ -182,3 +182,33 @@ def test_device_phase_measures_every_planned_row_then_analyzes(tmp_path):
     assert late["rows"] == [] and "time limit" in late["errors"]["time"]
     assert hv.main(["--phase", "analyze", "--configs", str(PLAN), "--data", str(tmp_path),
                     "--digest", str(tmp_path / "d.json")]) == 0
+
+
+def test_markdown_table_renders_what_the_main_job_says():
+    """One workload, two collectives settings: "measure" shows the best measured (multistream
+    1.05x), a temporal recommendation shows its best alternative and "**lost**" when flagged;
+    the speedup error column is the median (max) of |pred / meas - 1| over its rows: rows with
+    pred / meas = 1.10 and 1.00 give median 5.0%, max 10%."""
+    vr = _script("verdicts_report")
+    rows = [{"workload": "w", "fit_status": "held_out", "config": "search_top1",
+             "collectives": "sleep", "predicted_speedup": 1.10, "measured_speedup": 1.00,
+             "verdict_wrong": False},
+            {"workload": "w", "fit_status": "held_out", "config": "search_top1",
+             "collectives": "none", "predicted_speedup": 0.90, "measured_speedup": 0.90,
+             "verdict_wrong": False}]
+    recs = [{"workload": "w", "collectives": "sleep", "recommend": "measure", "lost": False,
+             "measured": {"temporal": 1.0, "subgpu": 1.0, "multistream": 1.05}},
+            {"workload": "w", "collectives": "none", "recommend": "temporal", "lost": True,
+             "measured": {"temporal": 1.0, "subgpu": 0.9, "multistream": 1.04}}]
+    summ = {"speedup_ratio_error_held_out": {"median": 0.05, "max": 0.1}, "rows_held_out": 2,
+            "verdicts": {"win": 0, "loss": 1, "uncertain": 1}, "verdict_wrong": 0,
+            "verdict_judged": 1, "recommendations": 2, "recommendations_lost": 1,
+            "recommendations_by_kind": {"temporal": 1, "measure": 1, "subgpu": 0},
+            "targets": {"no_losing_recommendation": "missed"}}
+    md = vr.markdown_table({"rows": rows, "recommendations": recs, "summary": summ,
+                            "temporal": {"w": {"sleep": {"error": -0.034}}}})
+    line = md.splitlines()[2]
+    assert line == ("| w | held out | sleep -3.4% | 1.10x / 1.00x | 5.0% (10%) | 0 of 2 | "
+                    "sleep: measure (best measured: multistream 1.05x); "
+                    "none: temporal (multistream 1.04x) **lost** |")
+    assert "the main job says temporal 1, measure 1 on 2" in md and "lost 1" in md
