@@ -121,7 +121,8 @@ def print_verdicts(verdicts, hardware: str) -> None:
     if not verdicts:
         return
     print(f"\nverdict per batch: the best configuration in three modes (predicted speedup over "
-          f"temporal; band: measured/predicted range on held-out workloads of the {hardware})")
+          f"temporal; band: that speedup times the range of measured/predicted speedups on "
+          f"held-out workloads of the {hardware})")
     print(f"{'G':>6s}{'TPxDP':>7s}{'SubGPU':>9s}{'band':>12s}{'multistream':>13s}{'band':>12s}"
           f"{'no link':>9s}{'partition':>11s}  recommend")
 
