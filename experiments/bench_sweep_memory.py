@@ -34,7 +34,8 @@ Usage: python experiments/bench_sweep_memory.py [--model gpt-oss-20b] [--hardwar
     [--gpus 1] [--batch 48] [--stages 2,3,4,5,6,7,8] [--microbatches 1,2,3,4]
     [--streams 1,2] [--warmup 20] [--order shuffled] [--modes bounded,before] [--before-root DIR]
     [--before-points 12] [--out PATH]
-(the committed result: the defaults, ``--before-root`` an archive of main at 189dee4)
+(the committed result: the defaults, ``--before-root`` an archive of main at 189dee4; runs of
+modes not named in ``--modes`` are kept from an existing ``--out`` of the same grid)
 """
 
 from __future__ import annotations
@@ -162,8 +163,18 @@ def main() -> None:
     args = {"model": a.model, "hardware": a.hardware, "gpus": a.gpus, "batch": a.batch,
             "stages": ints(a.stages), "microbatches": ints(a.microbatches),
             "streams": ints(a.streams), "order": a.order}
+    modes = a.modes.split(",")
+    # runs of other modes already in --out for the same grid are kept (with their own source),
+    # so that one mode can be measured again without the others
     runs = []
-    for mode in a.modes.split(","):
+    if os.path.exists(a.out):
+        try:
+            old = json.load(open(a.out))
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"error: --out {a.out!r} exists but is not readable JSON ({e})")
+        if old.get("args") == args:
+            runs = [r for r in old.get("runs", []) if r.get("mode") not in modes]
+    for mode in modes:
         root, extra = ROOT, {}
         if mode == "before":
             if not a.before_root:
@@ -180,6 +191,8 @@ def main() -> None:
             _commit(root)
         run.update(summarise(run, a.warmup))
         runs.append(run)
+        os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+        atomic_json(a.out, {"args": args, "warmup_points": a.warmup, "runs": runs})
     print(f"{'mode':>8s}{'points':>8s}{'peak RSS MiB':>14s}{'MiB/point':>11s}"
           f"{'spread MiB':>12s}{'seconds':>10s}")
     for r in runs:
@@ -188,11 +201,19 @@ def main() -> None:
         print(f"{r['mode']:>8s}{r['points']:>8d}{r['peak_rss_MiB']:>14.1f}"
               f"{(g if g is not None else float('nan')):>11.2f}"
               f"{(sp if sp is not None else float('nan')):>12.1f}{r['seconds']:>10.1f}")
-    os.makedirs(os.path.dirname(a.out), exist_ok=True)
-    with open(a.out, "w") as fh:
-        json.dump({"args": args, "warmup_points": a.warmup, "runs": runs}, fh, indent=1)
+    runs.sort(key=lambda r: r["mode"] != "bounded")
+    atomic_json(a.out, {"args": args, "warmup_points": a.warmup, "runs": runs})
     plot(runs, os.path.splitext(a.out)[0] + ".png", a.warmup)
     print(f"wrote {a.out} and {os.path.splitext(a.out)[0]}.png")
+
+
+def atomic_json(path: str, doc: dict) -> None:
+    """``doc`` written to ``path`` through a temporary file and a rename (written as it goes:
+    after each mode)."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

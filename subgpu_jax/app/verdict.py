@@ -251,6 +251,8 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
         if k not in DECIDE_KEYS:
             raise ValueError(f"decide: predicted keys must be among {DECIDE_KEYS}, got {k!r}")
     for k, b in bands.items():
+        if k not in DECIDE_KEYS:
+            raise ValueError(f"decide: bands keys must be among {DECIDE_KEYS}, got {k!r}")
         if b is not None and not isinstance(b, Band):
             raise ValueError(f"decide: bands[{k!r}] must be a Band or None, got "
                              f"{type(b).__name__}")
@@ -288,16 +290,17 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
         return Verdict(best, pr, bd, cls,
                        f"{best}: predicted {pr[best]:.3f}x, validated band {lo:.2f}-{hi:.2f}x "
                        f"is above 1{tail}", dec, src)
-    gains = {k: pr[k] for k in lows if pr[k] > NEUTRAL[1]}
+    # every mode predicted to gain more than the neutral zone: its band (if any) did not clear 1
+    gains = {k: v for k, v in pr.items() if v > NEUTRAL[1]}
     if gains:
         top = max(gains, key=gains.get)
-        lo, hi = bd[top]
+        why_not = (f"its validated band {bd[top][0]:.2f}-{bd[top][1]:.2f}x does not clear 1"
+                   if bd[top] is not None else "it has no error band on this GPU")
         return Verdict("measure", pr, bd, cls,
-                       f"uncertain: {top} is predicted to gain ({pr[top]:.3f}x) but its "
-                       f"validated band {lo:.2f}-{hi:.2f}x does not clear 1, so the prediction "
-                       f"cannot decide; measure it against temporal on the GPU (subgpu tune, "
-                       f"or subgpu run --from-search DIR --top 3) and keep temporal until "
-                       f"then{tail}", dec, src)
+                       f"uncertain: {top} is predicted to gain ({pr[top]:.3f}x) but {why_not}, "
+                       f"so the prediction cannot decide; measure it against temporal on the "
+                       f"GPU (subgpu tune, or subgpu run --from-search DIR --top 3) and keep "
+                       f"temporal until then{tail}", dec, src)
     lo, hi = bd[best]
     what = "SubGPU is not" if len(lows) == 1 else "neither SubGPU nor multistream is"
     return Verdict("temporal", pr, bd, cls,

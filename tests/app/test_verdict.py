@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from subgpu_jax.app.verdict import (Band, band_for, bands_to_json, classify, decide, fit_bands,
+from subgpu_jax.app.verdict import (NEUTRAL, Band, band_for, bands_to_json, classify, decide, fit_bands,
                                     format_band, load_bands, regime_key)
 
 
@@ -111,6 +111,12 @@ def test_decide_measure_when_a_predicted_gain_is_not_validated():
     assert "uncertain: multistream is predicted to gain (1.130x)" in v.reason
     assert "band 0.99-1.13x does not clear 1" in v.reason and "subgpu tune" in v.reason
     assert decide({"subgpu": 0.95}, {"subgpu": bs}).recommend == "temporal"
+    # a predicted gain of a mode without a band is not validated either: measure, naming it
+    v3 = decide({"subgpu": 1.5, "multistream": 0.9}, {"subgpu": None, "multistream": bm})
+    assert v3.recommend == "measure" and "subgpu is predicted to gain (1.500x)" in v3.reason
+    assert "no error band on this GPU" in v3.reason
+    with pytest.raises(ValueError, match="bands keys must be among"):
+        decide({"subgpu": 1.1}, {"subgpu": bs, "multi_stream": bm})
     assert decide({"subgpu": 0.95, "multistream": 1.02},
                   {"subgpu": bs, "multistream": bm}).recommend == "temporal"
 
@@ -220,3 +226,22 @@ def test_format_band_text():
     assert format_band(1.15, b, "H200").startswith(
         "predicted 1.150x, validated band 0.92-1.09x on the H200")
     assert "no error band" in format_band(1.15, None, "B200")
+
+
+@given(st.floats(0.5, 2.0), st.floats(0.5, 2.0), st.floats(0.5, 1.0), st.floats(0.0, 0.6),
+       st.floats(0.5, 1.0), st.floats(0.0, 0.6), st.booleans())
+def test_decide_rule_holds(ps, pm, ls, ws, lm, wm, ms_band):
+    """The rule of the module docstring, on random predictions and bands: a mode is recommended
+    only when its band's low end clears 1 and no other band's low end is higher; temporal only
+    when no mode is predicted above NEUTRAL[1]; otherwise "measure"."""
+    bs = Band(ls, ls + ws, ls + ws / 2, 3, ("a", "b"), "s")
+    bm = Band(lm, lm + wm, lm + wm / 2, 3, ("a", "b"), "m") if ms_band else None
+    v = decide({"subgpu": ps, "multistream": pm}, {"subgpu": bs, "multistream": bm})
+    lows = {k: b[0] for k, b in v.bands.items() if b is not None}
+    if v.recommend in ("subgpu", "multistream"):
+        assert lows[v.recommend] > 1.0 and lows[v.recommend] == max(lows.values())
+    elif v.recommend == "temporal":
+        assert max(lows.values()) <= 1.0 and max(ps, pm) <= NEUTRAL[1]
+    else:
+        assert v.recommend == "measure"
+        assert max(lows.values()) <= 1.0 and max(ps, pm) > NEUTRAL[1]
