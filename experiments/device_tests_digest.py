@@ -29,15 +29,21 @@ def junit_pass(path: str) -> dict:
         root = ET.parse(path).getroot()
     except (ET.ParseError, OSError) as e:
         raise ValueError(f"{path}: not a readable JUnit XML file ({e})") from e
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    # the innermost suites only: a <testsuite> may nest others, whose counts it repeats
+    suites = [s for s in ([root] if root.tag == "testsuite" else []) + list(root.iter("testsuite"))
+              if s.find("testsuite") is None]
+    suites = list(dict.fromkeys(suites))
     if not suites:
         raise ValueError(f"{path}: no <testsuite> element")
     out = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "seconds": 0.0,
            "failed": [], "skip_reasons": []}
     for s in suites:
-        for k in ("tests", "failures", "errors", "skipped"):
-            out[k] += int(s.get(k, 0))
-        out["seconds"] += float(s.get("time", 0.0))
+        try:
+            for k in ("tests", "failures", "errors", "skipped"):
+                out[k] += int(s.get(k, 0))
+            out["seconds"] += float(s.get("time", 0.0))
+        except ValueError as e:
+            raise ValueError(f"{path}: a <testsuite> count is not a number ({e})") from None
         for c in s.iter("testcase"):
             tid = f"{c.get('classname')}::{c.get('name')}"
             for tag in ("failure", "error"):
@@ -48,6 +54,9 @@ def junit_pass(path: str) -> dict:
             for sk in c.findall("skipped"):
                 out["skip_reasons"].append({"id": tid, "reason": (sk.get("message") or "")[:300]})
     out["passed"] = out["tests"] - out["failures"] - out["errors"] - out["skipped"]
+    if min(out[k] for k in ("tests", "failures", "errors", "skipped")) < 0 or out["passed"] < 0:
+        raise ValueError(f"{path}: impossible counts (tests {out['tests']}, failures "
+                         f"{out['failures']}, errors {out['errors']}, skipped {out['skipped']})")
     return out
 
 
@@ -73,11 +82,27 @@ def main() -> int:
         print(f"error: --from: no {' or '.join(PASSES.values())} in {a.src}", file=sys.stderr)
         return 2
     doc = {"study": "experiments/device/run.sh tests", "runs": []}
+    if os.path.isdir(a.out) or not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
+        print(f"error: --out: {a.out!r} must be a file in an existing folder", file=sys.stderr)
+        return 2
     if os.path.exists(a.out):
-        doc = json.load(open(a.out))
+        try:
+            doc = json.load(open(a.out, encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            print(f"error: --out {a.out!r}: not readable JSON ({e})", file=sys.stderr)
+            return 2
+        if not isinstance(doc, dict) or not isinstance(doc.get("runs"), list):
+            print(f"error: --out {a.out!r}: not a digest of this script (an object with a "
+                  f"'runs' list)", file=sys.stderr)
+            return 2
     doc["runs"].append(run)
-    with open(a.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+    try:
+        with open(a.out + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(a.out + ".tmp", a.out)
+    except OSError as e:
+        print(f"error: --out {a.out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
+        return 2
     for name, v in run["passes"].items():
         print(name, {k: v[k] for k in ("tests", "passed", "failures", "errors", "skipped")}
               if "tests" in v else v["missing"])

@@ -17,8 +17,9 @@ tune's printed log ``tune_<workload>.log`` (then the targets are read from its m
 lines and its result table, and the entry says so: ``"from": "log"``). Workloads already in
 ``--out`` and not in ``DIR`` are kept (each entry names its device call in ``"from"``).
 
-CPU only; copies each tune's report and frontier plot (or its log) under
-``experiments/results/tune/``.
+CPU only; copies each tune's report and frontier plot (or its log) under ``tune/<workload>/``
+beside ``--out`` (``experiments/results/tune/`` for the default). Bad input: one line naming
+the flag or file, exit code 2, nothing written.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def _extract(path: str, into: str) -> str:
 def check(rep: dict, sweep: dict | None, max_gpu_s: float = 300.0) -> dict:
     """The targets of one workload (module docstring) from its ``tune_report.json`` and its
     ``sweep.json`` (or None): per batch ``{"speedup", "first_top3_best", "at_least_top3",
-    "not_slower_than_temporal", "gpu_s", "within_budget", "sweep_best", "within_2pct_of_sweep"}``.
-    """
+    "not_slower_than_temporal", "gpu_s", "within_budget", "sweep_best", "sweep_complete",
+    "within_2pct_of_sweep"}``; a target that cannot be checked (no top-3 measurement, an
+    incomplete sweep) is None, never True."""
     out = {}
     for G, b in rep["batches"].items():
         r = {"gpu_s": b["gpu_s"], "within_budget": b["gpu_s"] <= max_gpu_s}
@@ -58,12 +60,15 @@ def check(rep: dict, sweep: dict | None, max_gpu_s: float = 300.0) -> dict:
             continue
         sp, top3 = b["measured_speedup"], b.get("first_search_top3_best_speedup")
         r.update({"speedup": sp, "winner": b["winner"], "first_top3_best": top3,
-                  "at_least_top3": top3 is None or sp >= top3 - 1e-12,
+                  # None: the first search's top 3 were not measured, so the target is unchecked
+                  "at_least_top3": None if top3 is None else bool(sp >= top3 - 1e-12),
                   "not_slower_than_temporal": sp >= 1.0})
         if sweep is not None and sweep.get("best_speedup"):
             r["sweep_best"] = sweep["best_speedup"]
-            r["sweep_complete"] = sweep["complete"]
-            r["within_2pct_of_sweep"] = sp >= 0.98 * sweep["best_speedup"]
+            r["sweep_complete"] = bool(sweep.get("complete"))
+            # the target is defined against a complete sweep only
+            r["within_2pct_of_sweep"] = (bool(sp >= 0.98 * sweep["best_speedup"])
+                                         if r["sweep_complete"] else None)
         out[G] = r
     return out
 
@@ -79,16 +84,24 @@ _TOTAL = re.compile(r"^(\d+) candidates measured \((\d+) measurements, (\d+) tra
 def log_report(path: str) -> dict:
     """A ``tune_report.json``-shaped digest (``batches``, ``stop``, ``accounting``,
     ``prediction_error``, ``measurements``) read from a tune's printed log (docs/tune.md, "What
-    it prints"): every measurement line (batch, mode, configuration, µs, spread, GPU s, the round
-    it belongs to: 0 before the first ``round`` line), the result table (temporal, best,
-    speedup, configuration) and the accounting line. The best of the first search's top 3 is the
-    fastest green measurement of round 1 (as the report's). Raises ValueError naming the file
-    when the log has no result table."""
+    it prints") of ONE batch: every measurement line (batch, mode, configuration, µs, spread,
+    GPU s, the round it belongs to: 1 until the ``round 1:`` line, r + 1 after ``round r:``),
+    the result table (temporal, best, speedup, configuration) and the accounting line. Where a
+    tune was restarted into the same log, the last run is read. The best of the first search's
+    top 3 is the fastest green measurement of round 1 (as the report's); None when the log has
+    none (e.g. its lines are not UTF-8).
+
+    Raises:
+        ValueError naming the file: no result table or accounting line, a makespan <= 0, an
+        accounting line without per-phase seconds, or more than one batch (per-batch GPU time
+        is only in the report)."""
     meas, rnd, batches, acc = [], 1, {}, None
     in_table = False
     for line in open(path, encoding="utf-8", errors="replace"):
         line = line.rstrip("\n")
-        if (m := _MEASURED.match(line)):
+        if line.startswith("tune: "):  # a (re)started tune appended to the log: read the last
+            meas, rnd, batches, acc, in_table = [], 1, {}, None, False
+        elif (m := _MEASURED.match(line)):
             meas.append({"G": int(m[1]), "mode": m[2], "config": m[3].strip(),
                          "measured_us": float(m[4]), "spread": float(m[5]) / 100,
                          "gpu_s": float(m[6]), "round": rnd})
@@ -97,28 +110,146 @@ def log_report(path: str) -> dict:
         elif line.startswith("measured best per batch"):
             in_table = True
         elif in_table and (m := _BEST.match(line)):
+            if float(m[2]) <= 0 or float(m[3]) <= 0:
+                raise ValueError(f"{path}: result table row with a makespan <= 0: {line!r}")
             batches[m[1]] = {"temporal_us": float(m[2]), "best_us": float(m[3]),
                              "measured_speedup": float(m[2]) / float(m[3]),
                              "winner": {"configuration": m[5].strip(),
                                         "measured_us": float(m[3])}}
         elif (m := _TOTAL.match(line)):
             in_table = False
+            phases = [x.rsplit(" ", 1) for x in m[5].split(", ")]
+            if any(len(x) != 2 for x in phases):
+                raise ValueError(f"{path}: accounting line without GPU seconds per phase: "
+                                 f"{line!r}")
             acc = {"candidates_measured": int(m[1]), "measurements": int(m[2]),
                    "traces": int(m[3]), "gpu_s_total": float(m[4]),
-                   "gpu_s_by_phase": {k: float(v) for k, v in
-                                      (x.rsplit(" ", 1) for x in m[5].split(", "))},
+                   "gpu_s_by_phase": {k: float(v) for k, v in phases},
                    "search_cpu_s": float(m[6])}
             stop = m[7]
     if not batches or acc is None:
         raise ValueError(f"{path}: no result table or accounting line (not a finished tune log)")
+    if len(batches) > 1:
+        raise ValueError(f"{path}: {len(batches)} batches; a log gives GPU seconds only in "
+                         f"total, so per-batch budgets need the tune's tune_report.json")
     for G, b in batches.items():
         first = [x["measured_us"] for x in meas if x["G"] == int(G) and x["mode"] == "green"
                  and x["round"] == 1]
         b["first_search_top3_best_speedup"] = b["temporal_us"] / min(first) if first else None
-        b["gpu_s"] = sum(x["gpu_s"] for x in meas if x["G"] == int(G)) if len(batches) > 1 \
-            else acc["gpu_s_total"]
+        b["gpu_s"] = acc["gpu_s_total"]
     return {"batches": batches, "stop": stop, "accounting": acc,
             "prediction_error": None, "measurements": meas}
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{what} {path!r}: not readable JSON ({e})") from None
+
+
+def _load(name: str, kind: str, path: str, src: str, tmp: str) -> tuple[dict, dict | None, str]:
+    """(report, sweep or None, folder of the report's files) of one workload; ValueError naming
+    the file on anything unreadable."""
+    try:
+        d = _extract(path, tmp) if kind == "bundle" else path
+    except (OSError, tarfile.TarError) as e:
+        raise ValueError(f"--from: {path!r}: not a readable .tgz bundle "
+                         f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if kind == "log":
+        rep = log_report(path)
+    else:
+        rp = os.path.join(d, "tune_report.json")
+        if not os.path.exists(rp):
+            raise ValueError(f"--from: {path!r} holds no tune_report.json (an unfinished tune?)")
+        rep = _read_json(rp, "--from: report")
+        if not isinstance(rep, dict) or not isinstance(rep.get("batches"), dict):
+            raise ValueError(f"--from: {rp!r}: a tune report has a 'batches' object")
+    sweep = None
+    sw = os.path.join(src, f"tune_sweep_{name}.tgz")
+    if os.path.exists(sw):
+        try:
+            sd = _extract(sw, tmp)
+        except (OSError, tarfile.TarError) as e:
+            raise ValueError(f"--from: {sw!r}: not a readable .tgz bundle "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
+                from None
+        sweep = _read_json(os.path.join(sd, "sweep.json"), "--from: sweep")
+        if not isinstance(sweep, dict):
+            raise ValueError(f"--from: {sw!r}: sweep.json is not an object")
+    return rep, sweep, d
+
+
+def collect(src: str, out: str) -> int:
+    """Collect the tunes under ``src`` into ``out`` (module docstring); the digests go to the
+    folder ``tune/`` beside ``out``. Everything is read and checked before anything is written.
+    Returns the number of workloads collected; ValueError (one line naming the flag or file)
+    on bad input."""
+    if not os.path.isdir(src):
+        raise ValueError(f"--from: {src!r} is not a folder")
+    if os.path.isdir(out) or not os.path.isdir(os.path.dirname(os.path.abspath(out))):
+        raise ValueError(f"--out: {out!r} must be a file in an existing folder")
+    res = {"source": "experiments/device/run.sh tune, experiments/device/run.sh tune_sweep",
+           "workloads": {}}
+    if os.path.exists(out):  # keep the workloads of earlier device calls
+        old = _read_json(out, "--out")
+        if not isinstance(old, dict) or not isinstance(old.get("workloads", {}), dict) or \
+                not all(isinstance(v, dict) for v in old.get("workloads", {}).values()):
+            raise ValueError(f"--out {out!r}: not a tune digest (an object with 'workloads')")
+        res["workloads"] = old.get("workloads", {})
+        for w in res["workloads"].values():
+            w.setdefault("from", "bundle")
+    found = {}
+    for path in sorted(glob.glob(os.path.join(src, "tune_*"))):
+        base = os.path.basename(path)
+        if base.startswith("tune_sweep_"):
+            continue
+        for suffix, kind in ((".tgz", "bundle"), (".log", "log"), ("", "folder")):
+            if base.endswith(suffix) and (kind != "folder" or os.path.isdir(path)):
+                name = base[len("tune_"):len(base) - len(suffix)]
+                if not _NAME.fullmatch(name):
+                    raise ValueError(f"--from: {path!r}: the workload name {name!r} must be "
+                                     f"letters, digits and underscores")
+                found.setdefault(name, (kind, path))  # a bundle or folder before a log
+                break
+    if not found:
+        raise ValueError(f"--from: no tune_<workload>.tgz, tune_<workload>/ or "
+                         f"tune_<workload>.log in {src!r}")
+    tmp = tempfile.mkdtemp()
+    loaded = {name: _load(name, kind, path, src, tmp) for name, (kind, path) in found.items()}
+    entries = {}
+    for name, (rep, sweep, _) in loaded.items():
+        try:
+            entries[name] = {"from": found[name][0], "targets": check(rep, sweep),
+                             "stop": rep.get("stop"), "accounting": rep.get("accounting"),
+                             "prediction_error": rep.get("prediction_error")}
+        except (KeyError, TypeError) as e:
+            raise ValueError(f"--from: {found[name][1]!r}: a batch of its report lacks "
+                             f"{e}") from None
+    keep = os.path.join(os.path.dirname(os.path.abspath(out)), "tune")
+    for name, (rep, sweep, d) in loaded.items():
+        kind, path = found[name]
+        os.makedirs(os.path.join(keep, name), exist_ok=True)
+        if kind == "log":
+            shutil.copy(path, os.path.join(keep, name, "tune.log"))
+        else:  # the digests only: the log stays in the device bundle (experiments/README.md)
+            for f in ("tune_report.json", "tune_measurements.csv", "tune_frontier.png",
+                      "calibration_tuned.json"):
+                if os.path.exists(os.path.join(d, f)):
+                    shutil.copy(os.path.join(d, f), os.path.join(keep, name, f))
+        if sweep is not None:
+            with open(os.path.join(keep, name, "sweep.json"), "w") as fh:
+                json.dump(sweep, fh, indent=1)
+    res["workloads"].update(entries)
+    tmp_out = out + ".tmp"
+    with open(tmp_out, "w") as fh:
+        json.dump(res, fh, indent=1)
+    os.replace(tmp_out, out)
+    return len(entries)
 
 
 def main() -> int:
@@ -127,54 +258,15 @@ def main() -> int:
                     help="folder with tune_<workload>.tgz bundles, tune folders or logs")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_h200.json"))
     a = ap.parse_args()
-    tmp = tempfile.mkdtemp()
-    res = {"source": "experiments/device/run.sh tune, experiments/device/run.sh tune_sweep",
-           "workloads": {}}
-    if os.path.exists(a.out):  # keep the workloads of earlier device calls
-        res["workloads"] = json.load(open(a.out)).get("workloads", {})
-        for w in res["workloads"].values():
-            w.setdefault("from", "bundle")
-    keep = os.path.join(HERE, "results", "tune")
-    found = {}
-    for path in sorted(glob.glob(os.path.join(a.src, "tune_*"))):
-        base = os.path.basename(path)
-        if base.startswith("tune_sweep_"):
-            continue
-        for suffix, kind in ((".tgz", "bundle"), (".log", "log"), ("", "folder")):
-            if base.endswith(suffix) and (kind != "folder" or os.path.isdir(path)):
-                name = base[len("tune_"):len(base) - len(suffix)]
-                if kind == "log" or os.path.exists(os.path.join(path, "tune_report.json")) \
-                        or kind == "bundle":
-                    found.setdefault(name, (kind, path))  # a bundle or folder before a log
-                break
-    for name, (kind, path) in sorted(found.items()):
-        d = _extract(path, tmp) if kind == "bundle" else path
-        os.makedirs(os.path.join(keep, name), exist_ok=True)
-        if kind == "log":
-            rep = log_report(path)
-            shutil.copy(path, os.path.join(keep, name, "tune.log"))
-        else:
-            rep = json.load(open(os.path.join(d, "tune_report.json")))
-            # the digests only: the log stays in the device bundle (experiments/README.md)
-            for f in ("tune_report.json", "tune_measurements.csv", "tune_frontier.png",
-                      "calibration_tuned.json"):
-                if os.path.exists(os.path.join(d, f)):
-                    shutil.copy(os.path.join(d, f), os.path.join(keep, name, f))
-        sw = os.path.join(a.src, f"tune_sweep_{name}.tgz")
-        sweep = None
-        if os.path.exists(sw):
-            sweep = json.load(open(os.path.join(_extract(sw, tmp), "sweep.json")))
-            with open(os.path.join(keep, name, "sweep.json"), "w") as fh:
-                json.dump(sweep, fh, indent=1)
-        res["workloads"][name] = {"from": kind, "targets": check(rep, sweep),
-                                  "stop": rep["stop"], "accounting": rep["accounting"],
-                                  "prediction_error": rep["prediction_error"]}
-    if not res["workloads"]:
-        print(f"no tune_<workload>.tgz in {a.src}", file=sys.stderr)
+    try:
+        n = collect(a.src, a.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
-    print(f"wrote {a.out} ({len(res['workloads'])} workloads)")
+    except OSError as e:
+        print(f"error: --out {a.out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
+        return 2
+    print(f"wrote {a.out} ({n} workloads collected)")
     return 0
 
 

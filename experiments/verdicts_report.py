@@ -345,6 +345,13 @@ def markdown_table(res: dict) -> str:
     job says with what was measured (the best alternative, or the best measured where it says
     "measure"), "**lost**" where it lost; then the held-out summary line."""
     rows, recs = res["rows"], res["recommendations"]
+    if not rows:
+        raise ValueError("the digest has no rows")
+    for r in rows:
+        for k in ("predicted_speedup", "measured_speedup"):
+            if not (isinstance(r[k], (int, float)) and math.isfinite(r[k]) and r[k] > 0):
+                raise ValueError(f"row {r['workload']}/{r['config']}: {k} must be a finite "
+                                 f"number > 0, got {r[k]!r}")
     order = list(dict.fromkeys(r["workload"] for r in rows))
     out = ["| workload | fit status | temporal error | first choice, predicted / measured (sleep) "
            "| speedup error, median (max) | verdicts wrong | main job says (measured) |",
@@ -394,7 +401,11 @@ if __name__ == "__main__":
         print("usage: python experiments/verdicts_report.py --markdown DIGEST.json", file=sys.stderr)
         sys.exit(2)
     try:
-        print(markdown_table(json.load(open(sys.argv[2]))))
-    except (OSError, ValueError, KeyError) as e:
+        print(markdown_table(json.load(open(sys.argv[2], encoding="utf-8"))))
+    except (OSError, ValueError) as e:
         print(f"error: DIGEST {sys.argv[2]!r}: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
+        print(f"error: DIGEST {sys.argv[2]!r}: not a verdict digest of analyze "
+              f"({type(e).__name__}: {e})", file=sys.stderr)
         sys.exit(2)

@@ -87,14 +87,13 @@ def test_collect_merges_bundles_and_logs_and_keeps_earlier_workloads(tmp_path, m
         t.add(d / "tune_report.json", arcname="tune_report.json")
     out = tmp_path / "tune.json"
     out.write_text(json.dumps({"workloads": {"old": {"targets": {}}}}))
-    monkeypatch.setattr(tc, "HERE", str(tmp_path))
     monkeypatch.setattr("sys.argv", ["tune_collect", "--from", str(src), "--out", str(out)])
     assert tc.main() == 0
     w = json.loads(out.read_text())["workloads"]
     assert set(w) == {"old", "a", "b"}
     assert (w["a"]["from"], w["b"]["from"], w["old"]["from"]) == ("bundle", "log", "bundle")
     assert w["b"]["targets"]["1536"]["speedup"] == pytest.approx(75000 / 71000)
-    assert (tmp_path / "results" / "tune" / "b" / "tune.log").exists()
+    assert (tmp_path / "tune" / "b" / "tune.log").exists()  # the digests go beside --out
 
 
 def test_device_tests_digest_counts_a_junit_file(tmp_path):
@@ -117,3 +116,92 @@ def test_device_tests_digest_counts_a_junit_file(tmp_path):
     (tmp_path / "broken.xml").write_text("<testsuite")
     with pytest.raises(ValueError, match="broken.xml"):
         dd.junit_pass(str(tmp_path / "broken.xml"))
+
+
+def test_unchecked_targets_are_none_never_true():
+    """No top-3 measurement -> at_least_top3 None; a sweep that is not complete ->
+    within_2pct_of_sweep None (its best is kept with sweep_complete False)."""
+    rep = {"batches": {"64": {"gpu_s": 10.0, "winner": {"mode": "green"},
+                              "measured_speedup": 1.05,
+                              "first_search_top3_best_speedup": None}}}
+    t = tc.check(rep, {"best_speedup": 1.2, "complete": False})["64"]
+    assert t["at_least_top3"] is None and t["within_2pct_of_sweep"] is None
+    assert t["sweep_best"] == 1.2 and t["sweep_complete"] is False
+
+
+def test_log_report_reads_the_last_run_and_refuses_several_batches(tmp_path):
+    """A log holding an aborted run and then a full one is read from the last ``tune:``
+    header (its round-1 green best 73000 us, not the aborted run's 60000); a log with two
+    result rows is refused (per-batch GPU time is only in the report)."""
+    aborted = ("tune: x\nG= 1536 green D=2 w=0 b=384 k=2 SMs=56|72 cuts=A      measured    "
+               "60000.0 µs (spread 1.0%, 5.0 GPU s)\n")
+    p = tmp_path / "tune_w.log"
+    p.write_text(aborted + LOG, encoding="utf-8")
+    b = tc.log_report(str(p))["batches"]["1536"]
+    assert b["first_search_top3_best_speedup"] == pytest.approx(75000 / 73000)
+    two = LOG.replace("  1536      75000.0    71000.0   1.056x  green D=2 w=0 b=384 k=2 "
+                      "SMs=40|88 cuts=A",
+                      "  1536      75000.0    71000.0   1.056x  green D=2 cuts=A\n"
+                      "  2048      90000.0    90000.0   1.000x  temporal")
+    p.write_text(two, encoding="utf-8")
+    with pytest.raises(ValueError, match="2 batches"):
+        tc.log_report(str(p))
+
+
+@pytest.mark.parametrize("setup,word", [
+    (lambda src: (src / "tune_a.tgz").write_bytes(b"not a tar"), "not a readable .tgz"),
+    (lambda src: (src / "tune_a").mkdir(), "holds no tune_report.json"),
+    (lambda src: (src / "tune_..log").write_text(LOG, encoding="utf-8"), "workload name"),
+    (lambda src: (src / "tune_a.log").write_text("tune: x\n", encoding="utf-8"),
+     "not a finished tune log"),
+    (lambda src: None, "no tune_<workload>")])
+def test_collect_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, capsys,
+                                                                  monkeypatch, setup, word):
+    src = tmp_path / "src"
+    src.mkdir()
+    setup(src)
+    out = tmp_path / "o" / "tune.json"
+    out.parent.mkdir()
+    monkeypatch.setattr("sys.argv", ["tune_collect", "--from", str(src), "--out", str(out)])
+    assert tc.main() == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and word in err[0]
+    assert not out.exists() and not (out.parent / "tune").exists()
+
+
+def test_collect_refuses_a_bad_out(tmp_path, capsys, monkeypatch):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tune_b.log").write_text(LOG, encoding="utf-8")
+    for out, word in ((tmp_path, "must be a file"), (tmp_path / "no" / "x.json", "must be a file"),
+                      (tmp_path / "bad.json", "not readable JSON"),
+                      (tmp_path / "list.json", "not a tune digest")):
+        if out.name == "bad.json":
+            out.write_text("{bad")
+        if out.name == "list.json":
+            out.write_text("[1, 2]")
+        monkeypatch.setattr("sys.argv", ["tune_collect", "--from", str(src), "--out", str(out)])
+        assert tc.main() == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: --out") and word in err
+
+
+def test_device_tests_digest_refuses_impossible_counts_and_counts_nested_suites_once(tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "device_tests_digest", os.path.join(HERE, "..", "experiments", "device_tests_digest.py"))
+    dd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dd)
+    bad = tmp_path / "bad.xml"
+    bad.write_text('<testsuite tests="1" failures="5"/>')
+    with pytest.raises(ValueError, match="impossible counts"):
+        dd.junit_pass(str(bad))
+    nested = tmp_path / "nested.xml"
+    nested.write_text('<testsuites><testsuite tests="2" failures="0" skipped="0">'
+                      '<testsuite tests="2" failures="0" skipped="0"><testcase classname="a" '
+                      'name="x"/><testcase classname="a" name="y"/></testsuite></testsuite>'
+                      '</testsuites>')
+    assert dd.junit_pass(str(nested))["tests"] == 2
+    nan = tmp_path / "nan.xml"
+    nan.write_text('<testsuite tests="abc"/>')
+    with pytest.raises(ValueError, match="nan.xml"):
+        dd.junit_pass(str(nan))

@@ -693,9 +693,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     on Ctrl-C: ``search`` stops at its next safe point, other commands at once; see
     :func:`subgpu_jax.app.interrupt.run_cli`)."""
     from subgpu_jax.app.interrupt import run_cli
-    from subgpu_jax.app.platform import pin_jax_to_cpu
-
-    pin_jax_to_cpu()  # the scorers on the CPU, never beside the measured workload on the GPU
 
     def parse_and_run() -> int:
         parser = build_parser()
@@ -710,6 +707,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
 
     from subgpu_jax.app.interrupt import (EXIT_CODE, Interrupted, configure_command, requested,
                                           stop_message)
+    from subgpu_jax.app.platform import pin_jax_to_cpu
 
     configure_command(a.cmd, getattr(a, "out", ""))
     commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
@@ -723,6 +721,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     shown = warnings.showwarning
     warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
+        pin_jax_to_cpu()  # the scorers on the CPU, never beside the measured workload on a GPU
         check_bounds(a)  # every count bounded before any work (checks.LIMITS)
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)

@@ -9,10 +9,10 @@ first operation: it preallocates 75% of the GPU's memory (JAX's documented defau
 workload that ``subgpu run``, ``calibrate`` and ``tune`` measure in the same process, so the
 measured workload would run beside a foreign allocator on a GPU with a quarter of its memory.
 
-``pin_jax_to_cpu`` sets ``JAX_PLATFORMS=cpu`` unless the environment already names a platform
-(a user who wants the scorers on the GPU sets ``JAX_PLATFORMS=cuda`` themselves, outside
+``pin_jax_to_cpu`` sets ``JAX_PLATFORMS=cpu`` unless the user chose JAX's platforms (a user
+who wants the scorers on the GPU sets ``JAX_PLATFORMS=cuda`` themselves, outside
 ``run``/``calibrate``/``tune``). It must run before JAX creates its first backend; the command
-line calls it first thing.
+line calls it before any command runs.
 """
 
 from __future__ import annotations
@@ -29,15 +29,39 @@ SCORER_PLATFORM = "cpu"
 
 
 def pin_jax_to_cpu() -> str:
-    """Make JAX use the CPU unless ``JAX_PLATFORMS`` is already set; returns the platform list
-    JAX will use (the environment's value). If JAX is already imported (a library user's
-    session) its ``jax_platforms`` option is updated too; once a JAX backend exists that has no
-    effect, which is why the command line calls this before any JAX work."""
-    chosen = os.environ.get(JAX_PLATFORM_ENV)
-    if chosen:
-        return chosen
-    os.environ[JAX_PLATFORM_ENV] = SCORER_PLATFORM
+    """Make JAX use the CPU unless the user chose its platforms: ``JAX_PLATFORMS`` present in
+    the environment (even empty, which is JAX's "choose automatically") or, in a session that
+    already imported JAX, a non-empty ``jax_platforms`` option. Returns the platforms JAX will
+    use ("" for JAX's automatic choice).
+
+    Raises:
+        ValueError: (one line naming ``JAX_PLATFORMS``) the user's non-empty choice other than
+            ``cpu`` cannot start a JAX backend on this machine (e.g. ``cuda`` without a GPU, or
+            a misspelling); JAX itself would fail later with a traceback.
+    """
     jax = sys.modules.get("jax")
+    if JAX_PLATFORM_ENV in os.environ:
+        chosen = os.environ[JAX_PLATFORM_ENV]
+        if chosen.strip() and chosen.strip() != SCORER_PLATFORM:
+            _check_backend(chosen)
+        return chosen
+    if jax is not None and jax.config.jax_platforms:
+        return str(jax.config.jax_platforms)
+    os.environ[JAX_PLATFORM_ENV] = SCORER_PLATFORM
     if jax is not None:
         jax.config.update("jax_platforms", SCORER_PLATFORM)
     return SCORER_PLATFORM
+
+
+def _check_backend(chosen: str) -> None:
+    """Start JAX's backend for the user's ``JAX_PLATFORMS`` now, so that a value JAX cannot use
+    is one clear line instead of a traceback inside the first scorer call."""
+    try:
+        import jax
+
+        jax.devices()
+    except Exception as e:  # noqa: BLE001 - JAX raises RuntimeError, AssertionError, ...
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise ValueError(f"JAX_PLATFORMS={chosen!r}: JAX cannot start that platform here "
+                         f"({type(e).__name__}: {first}); unset JAX_PLATFORMS to run the "
+                         f"scorers on the CPU") from None

@@ -40,7 +40,8 @@ def test_users_platform_is_kept():
 
 
 def test_pin_updates_an_imported_jax(monkeypatch):
-    """In a session that already imported JAX (a notebook), the option is updated too."""
+    """In a session that already imported JAX (a notebook) without choosing its platforms, the
+    option is updated too."""
     import jax
 
     from subgpu_jax.app.platform import pin_jax_to_cpu
@@ -48,7 +49,42 @@ def test_pin_updates_an_imported_jax(monkeypatch):
     monkeypatch.delenv("JAX_PLATFORMS", raising=False)
     old = jax.config.jax_platforms
     try:
+        jax.config.update("jax_platforms", None)
         assert pin_jax_to_cpu() == "cpu"
         assert os.environ["JAX_PLATFORMS"] == "cpu" and jax.config.jax_platforms == "cpu"
+    finally:
+        jax.config.update("jax_platforms", old)
+
+
+def test_empty_platform_is_jaxs_automatic_choice_and_kept():
+    """JAX_PLATFORMS='' (JAX's "choose automatically") is the user's choice: kept empty (the
+    probe prints nothing after ENV), the command exits 0."""
+    words = _probe("")
+    assert words[:2] == ["ENV", "BACKEND"] and words[-2:] == ["RC", "0"]
+
+
+def test_unusable_platform_is_one_line_exit_2():
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env["JAX_PLATFORMS"] = "bogus"
+    out = subprocess.run([sys.executable, "-m", "subgpu_jax.app.cli", "space", "--model",
+                          "llama-3.1-8b", "--gpus", "1", "--batch", "32"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: JAX_PLATFORMS='bogus'")
+    assert "unset JAX_PLATFORMS" in lines[0]
+
+
+def test_a_library_sessions_platform_choice_is_kept(monkeypatch):
+    import jax
+
+    from subgpu_jax.app.platform import pin_jax_to_cpu
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    old = jax.config.jax_platforms
+    try:
+        jax.config.update("jax_platforms", "cpu,tpu")
+        assert pin_jax_to_cpu() == "cpu,tpu" and "JAX_PLATFORMS" not in os.environ
     finally:
         jax.config.update("jax_platforms", old)
