@@ -304,7 +304,8 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
     lo, hi = bd[best]
     what = "SubGPU is not" if len(lows) == 1 else "neither SubGPU nor multistream is"
     return Verdict("temporal", pr, bd, cls,
-                   f"temporal: {what} expected to pay here: the best band's low end is "
+                   f"temporal: {what} expected to pay here: no mode is predicted to gain more "
+                   f"than {(NEUTRAL[1] - 1) * 100:.0f}% and the best band's low end is "
                    f"{lo:.2f}x ({best}, predicted {pr[best]:.3f}x, band {lo:.2f}-{hi:.2f}x){tail}",
                    dec, src)
 
