@@ -41,8 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Mapping
 
-__all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "fit_bands",
-           "classify", "decide", "load_bands", "band_for", "format_band", "bands_to_json"]
+__all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "describe_regime",
+           "fit_bands", "classify", "decide", "load_bands", "band_for", "format_band",
+           "bands_to_json"]
 
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
@@ -116,6 +117,22 @@ def regime_key(gpu: str, calibrated: bool, moe: bool | None, mode: str,
     fam = "any" if moe is None else ("moe" if moe else "dense")
     return (f"{gpu.upper()}/{'calibrated' if calibrated else 'uncalibrated'}/{fam}/{mode}/"
             f"{collectives}")
+
+
+def describe_regime(key: str) -> str:
+    """``regime_key`` in words for a user: ``"H200/uncalibrated/dense/green/sleep"`` ->
+    ``"uncalibrated model, dense models, green contexts, collectives emulated as a wait
+    (--collectives sleep)"``; a key of another form is returned as it is."""
+    parts = key.split("/")
+    if len(parts) != 5:
+        return key
+    _, cal, fam, mode, coll = parts
+    fams = {"dense": "dense models", "moe": "MoE models", "any": "dense and MoE models pooled"}
+    modes = {"green": "green contexts", "multistream": "plain streams (multistream)"}
+    colls = {"sleep": "collectives emulated as a wait (--collectives sleep)",
+             "none": "no collective wait (--collectives none)"}
+    return (f"{cal} model, {fams.get(fam, fam)}, {modes.get(mode, mode)}, "
+            f"{colls.get(coll, coll)}")
 
 
 def fit_bands(rows: Iterable[Mapping], exclude: str | None = None) -> dict[str, Band]:
@@ -318,7 +335,8 @@ def format_band(speedup: float, band: Band | None, gpu: str) -> str:
                 f"run for this kind of prediction on the {gpu} (docs/verdicts.md)")
     lo, hi = band.apply(speedup)
     return (f"predicted {speedup:.3f}x, validated band {lo:.2f}-{hi:.2f}x on the {gpu} "
-            f"({band.regime}, {band.n} held-out configurations on {len(band.workloads)} "
+            f"({describe_regime(band.regime)}; {band.n} held-out configurations on "
+            f"{len(band.workloads)} "
             f"workloads)")
 
 
