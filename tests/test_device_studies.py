@@ -87,3 +87,40 @@ def test_run_sh_list():
                        text=True, timeout=60)
     assert r.returncode == 0
     assert sorted(line.split()[0] for line in r.stderr.splitlines()[1:]) == sorted(_table())
+
+
+def _workload_flags() -> dict:
+    """workload -> its `subgpu search/tune` flags, from run.sh's workload_flags case."""
+    text = (DEVICE / "run.sh").read_text()
+    return {m.group(1): m.group(2).split()
+            for m in re.finditer(r'^\s+([a-z0-9_]+)\)\s+F="([^"]+)";;', text, re.M)}
+
+
+def _study_search_flags(script: str) -> list[str]:
+    """The flags a study script passes to `subgpu search` after $F, up to --out."""
+    text = (DEVICE / "studies" / script).read_text().replace("\\\n", " ")
+    m = re.search(r"subgpu_jax\.app\.cli search \$F (.*?) --out ", text)
+    assert m, f"{script}: no `subgpu_jax.app.cli search $F ... --out` line"
+    return m.group(1).split()
+
+
+def test_the_tune_sweep_studys_search_accepts_every_workload(tmp_path, monkeypatch):
+    """The search command of the tune_sweep study, with the flags of every workload run.sh
+    names, passes every check of `subgpu search` up to the search itself (stubbed). An earlier
+    version passed --expert-dtype, which dense models refuse, and failed on the device."""
+    from subgpu_jax.app import cli, searchjob
+
+    flags = _workload_flags()
+    assert len(flags) == 4
+    extra = _study_search_flags("tune_sweep.sh")
+    seen = []
+
+    def stub(arch, setup, pts, out, meta, opts, **kw):
+        seen.append(arch.name)
+        raise SystemExit(0)
+    monkeypatch.setattr(searchjob, "run_search", stub)
+    for w, f in flags.items():
+        with pytest.raises(SystemExit) as e:
+            cli.main(["search", *f, *extra, "--out", str(tmp_path / w)])
+        assert e.value.code == 0, w
+    assert len(seen) == 4
