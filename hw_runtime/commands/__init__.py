@@ -24,6 +24,7 @@ from hw_runtime.commands.common import gpu_check, json_safe
 from hw_runtime.commands.run import config_from_search, run_one
 from hw_runtime.commands.top import run_top
 from hw_runtime.gpu.blas import GEMM_POLICIES
+from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
 
@@ -117,6 +118,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
                         "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton "
                         "where it imports). Default: auto")
+    x.add_argument("--attention", default="auto", choices=ATTENTION,
+                   help="decode attention, the same for temporal and pipelined runs: sdpa "
+                        "(PyTorch's scaled_dot_product_attention), triton (split-KV, GQA "
+                        "without expanding the cache, splits sized for the pool: "
+                        "hw_runtime/gpu/decode_attn.py; not yet measured on a GPU) or auto "
+                        "(sdpa until triton is measured). Default: auto")
     x.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
                    help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
                         "(on when each lane holds at most one microbatch, m <= K, which keeps "
@@ -147,4 +154,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
                    help="elementwise kernels to calibrate (use the same with `subgpu run`): "
                         "auto, triton or torch (see `subgpu run --help`). Default: auto")
+    k.add_argument("--attention", default="auto", choices=ATTENTION,
+                   help="decode attention to calibrate (use the same with `subgpu run`): auto, "
+                        "sdpa or triton (see `subgpu run --help`). Default: auto")
     k.set_defaults(func=cmd_calibrate)

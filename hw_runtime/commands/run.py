@@ -214,6 +214,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                       "collectives": getattr(a, "collectives", "sleep"),
                       "gemm": getattr(a, "gemm", "stock"),
                       "elementwise": getattr(ex, "elementwise", "torch"),
+                      "attention": getattr(ex, "attention", "sdpa"),
                       "lane_priority": (ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
                                         else False)},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
@@ -224,7 +225,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
            "calibration": a.calibration,
            "calibration_mismatch": calibration_mismatch(model.calibration, getattr(a, "gemm", "stock"),
-                                                        getattr(ex, "elementwise", "torch")),
+                                                        getattr(ex, "elementwise", "torch"),
+                                                        getattr(ex, "attention", "sdpa")),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
@@ -233,10 +235,10 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     return res
 
 
-def calibration_mismatch(cal, gemm: str, elementwise: str) -> list[str]:
+def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdpa") -> list[str]:
     """How the kernels a calibration was measured with differ from the run's (its ``meta``:
-    ``gemm``, ``elementwise``; a calibration from before a field existed used ``stock`` GEMMs and
-    the PyTorch ``torch`` chains). Each difference also goes to stderr as a warning, since the
+    ``gemm``, ``elementwise``, ``attention``; a calibration from before a field existed used
+    ``stock`` GEMMs, the PyTorch ``torch`` chains and SDPA). Each difference also goes to stderr as a warning, since the
     prediction then describes other kernels than the ones measured.
 
     Returns:
@@ -245,8 +247,9 @@ def calibration_mismatch(cal, gemm: str, elementwise: str) -> list[str]:
     if cal is None:
         return []
     out = []
-    for field, run in (("gemm", gemm), ("elementwise", elementwise)):
-        was = (cal.meta or {}).get(field) or ("stock" if field == "gemm" else "torch")
+    default = {"gemm": "stock", "elementwise": "torch", "attention": "sdpa"}
+    for field, run in (("gemm", gemm), ("elementwise", elementwise), ("attention", attention)):
+        was = (cal.meta or {}).get(field) or default[field]
         if was != run:
             out.append(f"calibration measured with {field}={was}, this run uses {run}")
     for line in out:
@@ -354,7 +357,7 @@ def run_one(a) -> int:
 
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
-                         spin=spin_of(a.collectives))
+                         attention=getattr(a, "attention", "auto"), spin=spin_of(a.collectives))
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
     try:
@@ -392,7 +395,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
           f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
           f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
           f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="
-          f"{res['config'].get('elementwise', 'torch')} (temporal too)")
+          f"{res['config'].get('elementwise', 'torch')} attention="
+          f"{res['config'].get('attention', 'sdpa')} (temporal too)")
     print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
         print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"

@@ -37,6 +37,7 @@ def run_top(a) -> int:
             if hwl is None:
                 try:
                     hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
+                                        attention=getattr(a, "attention", "auto"),
                                         spin=spin_of(a.collectives))
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None

@@ -166,7 +166,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
               log: Callable[[str], None] = print, copy_curve: bool = True,
-              gemm: str = "stock", elementwise: str = "auto") -> dict:
+              gemm: str = "stock", elementwise: str = "auto", attention: str = "auto") -> dict:
     """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
 
     Args:
@@ -184,6 +184,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
             pool it is timed on; recorded in ``meta.gemm`` (run with the same policy).
         elementwise: the elementwise kernels (``hw_runtime.gpu.fused``: auto, triton, torch);
             the resolved choice is recorded in ``meta.elementwise``.
+        attention: the decode attention (``hw_runtime.gpu.decode_attn``: auto, sdpa, triton);
+            the resolved choice is recorded in ``meta.attention``.
 
     Returns:
         the calibration JSON object (``Calibration.from_dict`` accepts it).
@@ -214,8 +216,10 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         dep.validate(arch)
         R = dep.requests_per_gpu
         ms = [m for m in microbatches if R % m == 0]
-        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise)
+        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise,
+                             attention=attention)
         resolved = base.elementwise
+        resolved_attention = getattr(base, "attention", "sdpa")
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}
@@ -225,7 +229,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         for rk in dict.fromkeys(g.region_kinds for g, _ in build_forward(arch, dep, 1).runs):
             if rk != base.graph.region_kinds:
                 kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda",
-                                   elementwise=elementwise)
+                                   elementwise=elementwise, attention=attention)
                 others += [(m, derive_workload(kb, build_graph(arch, dep, m, region=rk)))
                            for m in ms]
         todo = []  # (wl, [kernel ids]) of keys not measured yet
@@ -248,6 +252,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                 for wl, ids, m in todo:
                     if not ids:
                         continue
+                    wl.pool_sms = int(p)   # the decode attention sizes its grid for the pool
                     res = time_kernels(wl, kernels=ids, reps=reps, warmup=warmup, stream=stream,
                                        gemm=policy, sms=int(p))
                     for r in res:
@@ -294,7 +299,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "torch": torch.__version__, "python": platform.python_version(),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
-                 "gemm": gemm, "elementwise": resolved,
+                 "gemm": gemm, "elementwise": resolved, "attention": resolved_attention,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",
                  "seconds": time.time() - t0, "raw": raw},

@@ -104,6 +104,8 @@ def derive_workload(base, graph: OpGraph):
     W.comm_floor_us, W.link_Bps, W.copy_Bps = base.comm_floor_us, base.link_Bps, base.copy_Bps
     W.spin = base.spin
     W.elementwise = base.elementwise
+    W.attention = getattr(base, "attention", "sdpa")
+    W.device_sms, W.pool_sms = getattr(base, "device_sms", 1), None
     W.kv_cache = base.kv_cache
     W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
     W.generator = base.torch.Generator(device=base.device)
@@ -156,6 +158,9 @@ class _TorchBackend:
                 self._keys[(task.run, kernel)] = kernel_key(kern)
             self.gemm.prepare(self._keys[(task.run, kernel)], self.pool_of.get(s.cuda_stream),
                               call, s)
+        pool = self.pool_of.get(s.cuda_stream)   # the decode attention sizes its grid by it
+        for w in self.wls:
+            w.pool_sms = pool
         call()
 
     def record(self, stream: int, task: int) -> None:
@@ -234,6 +239,7 @@ class Executor:
         self.device = device
         self.gemm = GemmPolicy(self.torch, gemm, device)
         self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
+        self.attention = getattr(workload, "attention", "sdpa")  # (decode_attn.py)
         # Stream priorities of the pipelined runs (``LANE_PRIORITY``): "auto" turns them on
         # when every lane holds at most one microbatch (m <= k).
         self.lane_priority = "auto"

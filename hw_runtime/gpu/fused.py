@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 from types import SimpleNamespace
 
-__all__ = ["ELEMENTWISE", "resolve", "triton_available", "rmsnorm_", "add_rmsnorm_",
+__all__ = ["ELEMENTWISE", "resolve", "resolve_triton_policy", "triton_available", "rmsnorm_", "add_rmsnorm_",
            "rope_kv_", "silu_mul_", "swiglu_oss_"]
 
 #: The elementwise-kernel policies ``TorchWorkload(elementwise=...)`` and ``--elementwise`` take.
@@ -48,8 +48,31 @@ def triton_available() -> bool:
     return True
 
 
+def resolve_triton_policy(option: str, policy: str, choices: tuple[str, ...], is_cuda: bool,
+                          fallback: str, auto_triton: bool) -> str:
+    """A kernel policy of the runtime (``choices``: ``"auto"``, ``"triton"`` and the PyTorch
+    ``fallback``) resolved for a device: ``"triton"`` or ``fallback``; ``"auto"`` is Triton
+    where it runs when ``auto_triton``, else the fallback.
+
+    Raises:
+        ValueError: (naming ``option``) an unknown policy, or ``"triton"`` without a CUDA
+            device or without Triton.
+    """
+    if policy not in choices:
+        raise ValueError(f"{option} must be one of {', '.join(choices)}, got {policy!r}")
+    ok = is_cuda and triton_available()
+    if policy == "triton" and not ok:
+        why = "the device is not a CUDA GPU" if not is_cuda else "triton does not import"
+        raise ValueError(f"{option}='triton' needs Triton on a CUDA GPU, but {why}; "
+                         f"use '{fallback}' or 'auto'")
+    if policy == "triton" or (policy == "auto" and auto_triton and ok):
+        return "triton"
+    return fallback
+
+
 def resolve(policy: str, is_cuda: bool) -> str:
-    """The elementwise kernels a workload uses: ``"triton"`` or ``"torch"``.
+    """The elementwise kernels a workload uses: ``"triton"`` or ``"torch"`` (``"auto"``:
+    Triton on a CUDA device where it imports).
 
     Args:
         policy: one of ``ELEMENTWISE``. is_cuda: the workload's device is a CUDA GPU.
@@ -57,16 +80,7 @@ def resolve(policy: str, is_cuda: bool) -> str:
     Raises:
         ValueError: an unknown policy, or ``"triton"`` without a CUDA device or without Triton.
     """
-    if policy not in ELEMENTWISE:
-        raise ValueError(f"elementwise must be one of {', '.join(ELEMENTWISE)}, got {policy!r}")
-    if policy == "torch":
-        return "torch"
-    ok = is_cuda and triton_available()
-    if policy == "triton" and not ok:
-        why = "the device is not a CUDA GPU" if not is_cuda else "triton does not import"
-        raise ValueError(f"elementwise='triton' needs Triton on a CUDA GPU, but {why}; "
-                         "use 'torch' or 'auto'")
-    return "triton" if ok else "torch"
+    return resolve_triton_policy("elementwise", policy, ELEMENTWISE, is_cuda, "torch", True)
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ import math
 from typing import Any, Callable
 
 from hw_runtime.gpu import fused
+from hw_runtime.gpu.decode_attn import decode_attention
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
            "COLLECTIVES", "spin_of"]
@@ -50,7 +51,8 @@ class KernelContext:
         arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
         eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
-        (``hw_runtime.gpu.fused``); spin: spin cycles after a virtual collective; stage: the name of
+        (``hw_runtime.gpu.fused``); attention: its decode attention (``"sdpa"`` or
+        ``"triton"``, ``hw_runtime.gpu.decode_attn``); spin: spin cycles after a virtual collective; stage: the name of
         its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
         KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
         counts; resid_in, resid_out: residual-stream tensor names of the layer.
@@ -71,6 +73,11 @@ class KernelContext:
         self.nW, self.nKV = len(self.W), len(self.KV)
         self.resid_in, self.resid_out = f"resid.{j}", f"resid.{j + 1}"
         self.fused = getattr(wl, "elementwise", "torch") == "triton"
+        self.attention = getattr(wl, "attention", "sdpa")
+
+    def pool_sms(self) -> int:
+        """SMs of the pool the kernel is being issued on (the whole GPU outside a partition)."""
+        return int(getattr(self.wl, "pool_sms", None) or getattr(self.wl, "device_sms", 1))
 
     def norm_into(self, dst, x, w) -> None:
         """dst <- RMSNorm(x) * w over the last axis (one Triton kernel when ``fused``)."""
@@ -168,14 +175,22 @@ def _attn(c: KernelContext) -> Callable[[int, int], None]:
     ACT, p = c.ACT, c.p
     gqa = qh != kvh
 
+    triton = c.attention == "triton"
+
     def f(mu, l):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         sl = slice(mu * Rm, (mu + 1) * Rm)
-        q = a[p + "q"].view(Rm, qh, 1, hd)
         kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
+        dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
+        if triton:   # split-KV, GQA without expanding the cache, sized for this pool
+            decode_attention(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd),
+                             c.pool_sms())
+            if p + "sink_scale" in w:
+                dst.mul_(w[p + "sink_scale"])
+            return
+        q = a[p + "q"].view(Rm, qh, 1, hd)
         o = F_.scaled_dot_product_attention(q, kk, vv, enable_gqa=gqa) if gqa else \
             F_.scaled_dot_product_attention(q, kk, vv)
-        dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
         if p + "sink_scale" in w:
             t.mul(o, w[p + "sink_scale"], out=dst)
         else:

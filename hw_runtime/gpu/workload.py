@@ -83,6 +83,7 @@ from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load
 
+from hw_runtime.gpu.decode_attn import resolve as resolve_attention
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
 
@@ -447,8 +448,9 @@ class TorchWorkload:
         comm_floor_us, link_Bps: the virtual collective's floor and link bandwidth.
         copy_Bps: copy bandwidth used to subtract the payload copy from the spin (H200: 4245e9).
         spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only).
-        elementwise: ``"auto"``, ``"triton"`` or ``"torch"``: the elementwise kernels
-            (``hw_runtime.gpu.fused.resolve``; ``self.elementwise`` is the resolved choice).
+        elementwise, attention: the elementwise kernels (``"auto"``, ``"triton"``, ``"torch"``:
+            ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``:
+            ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
         workspace_bytes: memory kept free for workspaces/temporaries.
         residual_of: another region kind's workload of the same model, deployment and
             microbatch count whose residual stream this one reads and writes
@@ -466,7 +468,7 @@ class TorchWorkload:
                  kv_cache: str = "auto", seed: int = 0, comm_floor_us: float = 3.0,
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
                  workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None,
-                 elementwise: str = "auto") -> None:
+                 elementwise: str = "auto", attention: str = "auto") -> None:
         torch = _torch()
         self.torch = torch
         self.graph = graph
@@ -483,6 +485,10 @@ class TorchWorkload:
         self.comm_floor_us, self.link_Bps, self.copy_Bps = comm_floor_us, link_Bps, copy_Bps
         self.spin = bool(spin) and self.is_cuda
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
+        self.attention = resolve_attention(attention, self.is_cuda)
+        # the GPU's SMs; the pool of the next launch (set by the executor; None: whole GPU)
+        self.device_sms, self.pool_sms = (torch.cuda.get_device_properties(
+            self.device).multi_processor_count if self.is_cuda else 1), None
         # ---- memory check before allocating anything
         free = None
         if self.is_cuda:

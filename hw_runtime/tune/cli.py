@@ -13,6 +13,7 @@ import argparse
 import os
 
 from hw_runtime.gpu.blas import GEMM_POLICIES
+from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
 
@@ -83,6 +84,8 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                    help="sleep (copy + modelled link wait) or none. Default: sleep")
     e.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES, help="Default: tuned")
     e.add_argument("--elementwise", default="auto", choices=ELEMENTWISE, help="Default: auto")
+    e.add_argument("--attention", default="auto", choices=ATTENTION,
+                   help="decode attention (see `subgpu run --help`). Default: auto")
     e.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
                    help="Default: auto")
     e.add_argument("--rounds", type=int, default=3, help="timing rounds. Default: 3")
@@ -132,7 +135,8 @@ def spec_from_args(a):
         l_sim=a.l_sim, cache=a.cache, calibration=a.calibration, top=a.top,
         budget_s=a.budget_s, tolerance=a.tolerance, max_rounds=a.max_rounds,
         refine=not a.no_refine, refine_passes=a.refine_passes, collectives=a.collectives,
-        gemm=a.gemm, elementwise=a.elementwise, lane_priority=a.lane_priority,
+        gemm=a.gemm, elementwise=a.elementwise, attention=a.attention,
+        lane_priority=a.lane_priority,
         rounds=a.rounds, replays=a.replays, warmup=a.warmup, model_arg=a.model)
 
 

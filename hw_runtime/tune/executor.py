@@ -93,6 +93,7 @@ class GpuTuneExecutor:
         try:
             self._hwl = TorchWorkload(wl.graph(1), device="cuda",
                                       elementwise=self.spec.elementwise,
+                                      attention=self.spec.attention,
                                       spin=spin_of(self.spec.collectives))
         except WorkloadMemoryError as e:
             raise ValueError(str(e)) from None

@@ -176,6 +176,7 @@ def refit_calibration(base: Predictor, traced: Sequence[tuple[Candidate, Sequenc
             "base": getattr(cal, "meta", {}).get("path", "calibration") if cal is not None
             else "uncalibrated model", "gemm": spec.gemm,
             "elementwise": elementwise or spec.elementwise,
+            "attention": "triton" if spec.attention == "triton" else "sdpa",
             "tune": {"traces": len(traced), "corun": corun,
                      "pools_traced": {k: sorted(v) for k, v in ratios.items()}}}
     out = {"format": FORMAT, "model": spec.arch.name, "hardware": hw.name,

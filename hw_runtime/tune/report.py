@@ -46,7 +46,8 @@ def run_command(spec: TuneSpec, c: Candidate, calibration: str | None) -> str | 
               "--reuse" if c.w else "--no-reuse", f"--policy {c.policy}",
               f"--streams-per-stage {c.k}", f"--mode {c.mode}",
               f"--collectives {spec.collectives}", f"--gemm {spec.gemm}",
-              f"--elementwise {spec.elementwise}", f"--lane-priority {spec.lane_priority}",
+              f"--elementwise {spec.elementwise}", f"--attention {spec.attention}",
+              f"--lane-priority {spec.lane_priority}",
               f"--rounds {spec.rounds}", f"--replays {spec.replays}"]
     if calibration:
         parts.append(f"--calibration {calibration}")

@@ -40,6 +40,7 @@ class TuneSpec:
             loop (0.03). max_rounds: search rounds at most. refine: refine the best on the GPU;
             refine_passes: pass limit of Algorithm 2 there.
         collectives: ``sleep`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
+            attention,
             lane_priority: the runtime's kernel choices; rounds, replays, warmup: the timing
             protocol of one measurement. model_arg: ``--model`` as given (for the printed
             commands; default the model's name).
@@ -77,6 +78,7 @@ class TuneSpec:
     collectives: str = "sleep"
     gemm: str = "tuned"
     elementwise: str = "auto"
+    attention: str = "auto"
     lane_priority: str = "auto"
     rounds: int = 3
     replays: int = 20
@@ -166,6 +168,8 @@ class TuneSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("arch", "budget_s", "tolerance", "max_rounds", "refine",
                                "refine_passes")}
+        if d.get("attention") == "auto":  # the default: tune folders made before it existed
+            del d["attention"]               # keep resuming
         d["model"] = self.arch.name
         d["expert_dtype"] = self.arch.expert_dtype
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}

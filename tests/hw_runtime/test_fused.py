@@ -144,24 +144,11 @@ def test_gpu_silu_mul():
 
 
 @pytest.mark.gpu
-def test_gpu_dense_region_triton_vs_torch():
+def test_gpu_dense_region_triton_vs_torch(dense_region_output):
     """A whole dense (Llama-like) region with the fused kernels against the PyTorch chains:
     the same random weights (same seed), outputs within bfloat16 rounding."""
-    torch = _cuda_triton()
-    from hw_runtime.gpu.workload import TorchWorkload
-    from subgpu_jax.model.graph import Deployment, build_graph
-    from subgpu_jax.model.models import ModelArch
-    arch = ModelArch(name="tiny-llama", family="llama", num_layers=2, hidden=256, num_heads=8,
-                     num_kv_heads=2, head_dim=32, vocab=500, intermediate=512)
-    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=16,
-                     input_len=32, kv_history=32)
-    outs = {}
-    for mode in ("torch", "triton"):
-        wl = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=mode)
-        assert wl.elementwise == mode
-        wl.launch_region(0, 0)
-        torch.cuda.synchronize()
-        outs[mode] = wl.acts[0][f"resid.{wl.shapes.P}"].float().clone()
+    _cuda_triton()
+    outs = {mode: dense_region_output(elementwise=mode) for mode in ("torch", "triton")}
     ref = outs["torch"]
     rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel

@@ -1,0 +1,140 @@
+"""hw_runtime.gpu.decode_attn: the split choice and the policy (pure, always run) and the Triton
+split-KV decode attention against a float32 reference (needs CUDA and Triton; skipped in CI)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from hw_runtime.gpu import decode_attn as da
+from hw_runtime.gpu import fused
+
+
+# --------------------------------------------------------------------------- pure
+
+def test_num_kv_splits_by_hand():
+    """ceil(waves x SMs / programs), at most one split per 64 positions and at most 64:
+    1,024 x 1 programs on 132 SMs: ceil(264 / 1024) = 1; 8 x 8 on 64 SMs with 2,048 positions:
+    ceil(128 / 64) = 2; 1 x 8 on 132 SMs: ceil(264 / 8) = 33, and 33 <= 2,048 / 64 = 32 caps it
+    at 32; 1 x 1 with 100,000 positions: min(264, 1,563, 64) = 64; 4 programs, 100 positions:
+    ceil(100 / 64) = 2."""
+    assert da.num_kv_splits(1024, 1024, 132) == 1
+    assert da.num_kv_splits(64, 2048, 64) == 2
+    assert da.num_kv_splits(8, 2048, 132) == 32
+    assert da.num_kv_splits(1, 100_000, 132) == 64
+    assert da.num_kv_splits(4, 100, 132) == 2
+
+
+@given(st.integers(1, 5000), st.integers(1, 40000), st.integers(1, 264))
+def test_num_kv_splits_bounds(programs, kv_len, sms):
+    """Always 1..64, never more splits than 64-position blocks, and more SMs never fewer
+    splits (the pool size only ever adds parallelism)."""
+    s = da.num_kv_splits(programs, kv_len, sms)
+    assert 1 <= s <= min(da.MAX_SPLITS, math.ceil(kv_len / da.BLOCK_N))
+    assert da.num_kv_splits(programs, kv_len, sms + 8) >= s
+
+
+@pytest.mark.parametrize("kw,word", [({"programs": 0}, "programs"), ({"kv_len": -1}, "kv_len"),
+                                     ({"sms": True}, "sms"), ({"waves": float("nan")}, "waves")])
+def test_num_kv_splits_refuses_bad_input(kw, word):
+    args = dict(programs=4, kv_len=100, sms=132)
+    args.update(kw)
+    with pytest.raises(ValueError, match=word):
+        da.num_kv_splits(**args)
+
+
+def test_resolve_policies():
+    assert da.resolve("auto", True) == "sdpa"     # sdpa until the Triton kernel is measured
+    assert da.resolve("sdpa", False) == "sdpa"
+    with pytest.raises(ValueError, match="needs Triton on a CUDA GPU"):
+        da.resolve("triton", False)
+    with pytest.raises(ValueError, match="attention must be one of auto, sdpa, triton"):
+        da.resolve("flash", True)
+    if fused.triton_available():
+        assert da.resolve("triton", True) == "triton"
+
+
+def test_run_and_calibrate_offer_the_choice():
+    """`subgpu run`, `calibrate` and `tune` take --attention with the policies; a wrong value is
+    refused by the parser."""
+    from hw_runtime.tune.cli import add_tune_command
+    from hw_runtime.commands import add_commands
+    import argparse
+
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd")
+    add_commands(sub)
+    add_tune_command(sub)
+    for cmd in ("run", "calibrate", "tune"):
+        acts = {a.dest: a for a in sub.choices[cmd]._actions}
+        assert tuple(acts["attention"].choices) == da.ATTENTION
+        assert acts["attention"].default == "auto"
+
+
+# --------------------------------------------------------------------------- GPU
+
+def _cuda_triton():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not fused.triton_available():
+        pytest.skip("needs a CUDA GPU and Triton")
+    return torch
+
+
+def _reference(torch, q, k, v):
+    """float32 softmax(q k^T / sqrt(hd)) v per request and query head, KV head h // group."""
+    R, qh, hd = q.shape
+    kvh = k.shape[1]
+    kk = k.float().repeat_interleave(qh // kvh, dim=1)          # (R, qh, L, hd)
+    vv = v.float().repeat_interleave(qh // kvh, dim=1)
+    s = torch.einsum("rhd,rhld->rhl", q.float(), kk) / math.sqrt(hd)
+    return torch.einsum("rhl,rhld->rhd", torch.softmax(s, dim=-1), vv)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("R,qh,kvh,L,hd", [(3, 8, 1, 100, 128), (5, 32, 8, 1000, 128),
+                                           (2, 64, 8, 257, 64), (7, 4, 4, 64, 128),
+                                           (1, 16, 2, 5000, 128)])
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_gpu_decode_attention_matches_float32(R, qh, kvh, L, hd, splits):
+    """Against the float32 reference within bfloat16 rounding of q, k, v (inputs) and of the
+    result: max |error| <= 2e-2 x max |reference| (bf16 keeps 8 mantissa bits; the kernel
+    rounds the probabilities once more before the second product)."""
+    torch = _cuda_triton()
+    g = torch.Generator(device="cuda").manual_seed(R * 1000 + L)
+    q = torch.randn((R, qh, hd), generator=g, device="cuda").to(torch.bfloat16)
+    k = torch.randn((R, kvh, L, hd), generator=g, device="cuda").to(torch.bfloat16)
+    v = torch.randn((R, kvh, L, hd), generator=g, device="cuda").to(torch.bfloat16)
+    out = torch.empty_like(q)
+    used = da.decode_attention(q, k, v, out, sms=132, splits=splits)
+    torch.cuda.synchronize()
+    assert 1 <= used <= max(1, splits or da.MAX_SPLITS)
+    ref = _reference(torch, q, k, v)
+    err = (out.float() - ref).abs().max().item()
+    assert err <= 2e-2 * max(ref.abs().max().item(), 1.0), err
+
+
+@pytest.mark.gpu
+def test_gpu_decode_attention_refuses_bad_shapes():
+    torch = _cuda_triton()
+    q = torch.zeros((2, 6, 128), device="cuda", dtype=torch.bfloat16)
+    k = torch.zeros((2, 4, 64, 128), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="qh not a multiple of kvh"):
+        da.decode_attention(q, k, k, torch.empty_like(q), sms=132)
+    q2 = torch.zeros((2, 8, 96), device="cuda", dtype=torch.bfloat16)
+    k2 = torch.zeros((2, 4, 64, 96), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="power of two"):
+        da.decode_attention(q2, k2, k2, torch.empty_like(q2), sms=132)
+
+
+@pytest.mark.gpu
+def test_gpu_region_triton_attention_vs_sdpa(dense_region_output):
+    """A whole dense (Llama-like, GQA) region with the Triton decode attention against SDPA
+    (300 tokens of history: several 64-position blocks): the same random weights (same seed),
+    outputs within bfloat16 rounding."""
+    _cuda_triton()
+    outs = {mode: dense_region_output(kv=300, attention=mode) for mode in ("sdpa", "triton")}
+    ref = outs["sdpa"]
+    rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
+    assert rel < 2e-2, rel
