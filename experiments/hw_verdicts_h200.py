@@ -256,12 +256,14 @@ def plan_phase(args) -> int:
 class GpuMachine:
     """The device phase's GPU: a ``TorchWorkload`` and ``Executor`` per workload and
     ``--collectives`` setting, with the runtime's defaults (tuned GEMMs, fused elementwise
-    kernels, lane priorities auto). Tests pass a stand-in with the same three methods."""
+    kernels, lane priorities auto; the decode attention ``attention``, default the runtime's
+    ``auto``). Tests pass a stand-in with the same three methods."""
 
-    def __init__(self) -> None:
+    def __init__(self, attention: str = "auto") -> None:
         import torch
 
         self.torch = torch
+        self.attention = attention
 
     def name(self) -> str:
         return self.torch.cuda.get_device_name()
@@ -273,7 +275,7 @@ class GpuMachine:
         from hw_runtime.gpu.workload import TorchWorkload
 
         hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
-                            spin=spin_of(collectives))
+                            attention=self.attention, spin=spin_of(collectives))
         ex = Executor(hwl, gemm="tuned")
         ex.lane_priority = "auto"
         return ex

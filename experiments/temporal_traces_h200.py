@@ -89,8 +89,14 @@ def trace_workload(name: str, machine) -> dict:
     return out
 
 
+def trace_file(name: str, attention: str = "auto") -> str:
+    """``trace_<workload>.json``, or ``trace_<workload>_<attention>.json`` for an explicit
+    ``--attention`` (so one folder can hold the same workload under several kernels)."""
+    return f"trace_{name}.json" if attention == "auto" else f"trace_{name}_{attention}.json"
+
+
 def device_phase(args) -> int:
-    machine = V.GpuMachine()
+    machine = V.GpuMachine(attention=args.attention)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     for name in args.workloads:
@@ -102,7 +108,8 @@ def device_phase(args) -> int:
         except Exception as e:  # noqa: BLE001  (one workload's failure never stops the study)
             traceback.print_exc()
             res = {"workload": name, "error": f"{e.__class__.__name__}: {e}"}
-        with open(os.path.join(args.out, f"trace_{name}.json"), "w") as fh:
+        res["attention"] = args.attention
+        with open(os.path.join(args.out, trace_file(name, args.attention)), "w") as fh:
             json.dump(res, fh)
         print(f"{name:26s} span {res.get('span_us', float('nan')):9.0f} µs, "
               f"{res.get('launches', 0)} launches ({time.time() - t0:.0f} s)", flush=True)
@@ -181,6 +188,9 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=os.path.join(RESULTS, "temporal_traces"),
                     help="folder of the device phase's trace_<workload>.json files")
     ap.add_argument("--time-limit", type=float, default=420.0)
+    ap.add_argument("--attention", default="auto", choices=("auto", "sdpa", "triton"),
+                    help="device phase: the runtime's decode attention (subgpu run "
+                         "--attention); an explicit choice suffixes the trace files with it")
     ap.add_argument("--digest", default=None,
                     help="analyze: the JSON to write (default: "
                          "experiments/results/temporal_traces_h200_<version>.json)")

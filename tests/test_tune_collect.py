@@ -205,3 +205,38 @@ def test_device_tests_digest_refuses_impossible_counts_and_counts_nested_suites_
     nan.write_text('<testsuite tests="abc"/>')
     with pytest.raises(ValueError, match="nan.xml"):
         dd.junit_pass(str(nan))
+
+
+def _attention_compare():
+    spec = importlib.util.spec_from_file_location(
+        "attention_compare", os.path.join(HERE, "..", "experiments", "attention_compare.py"))
+    ac = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ac)
+    return ac
+
+
+def test_attention_compare_by_hand(tmp_path, capsys, monkeypatch):
+    """Workload a: step 1000 -> 900 µs, attention 400 -> 300 µs: ratios 0.9 and 0.75;
+    workload b has only its SDPA trace: listed as missing triton; c's triton run failed."""
+    ac = _attention_compare()
+
+    def trace(step, attn):
+        return {"measured_step_us": step, "ops": {"attn": {"us": attn, "top": [["k", attn]]},
+                                                  "qkv": {"us": 10.0}}}
+    (tmp_path / "trace_a_sdpa.json").write_text(json.dumps(trace(1000.0, 400.0)))
+    (tmp_path / "trace_a_triton.json").write_text(json.dumps(trace(900.0, 300.0)))
+    (tmp_path / "trace_b_sdpa.json").write_text(json.dumps(trace(500.0, 100.0)))
+    (tmp_path / "trace_c_sdpa.json").write_text(json.dumps(trace(500.0, 100.0)))
+    (tmp_path / "trace_c_triton.json").write_text(json.dumps({"error": "boom"}))
+    res = ac.compare(str(tmp_path))
+    assert res["a"]["step_triton_over_sdpa"] == pytest.approx(0.9)
+    assert res["a"]["attn_triton_over_sdpa"] == pytest.approx(0.75)
+    assert res["b"]["missing"] == ["triton"] and res["c"]["missing"] == ["triton"]
+    assert "boom" in res["c"]["triton"]["error"]
+    out = tmp_path / "o.json"
+    monkeypatch.setattr("sys.argv", ["x", "--from", str(tmp_path), "--out", str(out)])
+    assert ac.main() == 0 and json.loads(out.read_text())["workloads"]["a"]["sdpa"]["step_us"] \
+        == 1000.0
+    monkeypatch.setattr("sys.argv", ["x", "--from", str(tmp_path / "none"), "--out", str(out)])
+    assert ac.main() == 2
+    assert capsys.readouterr().err.startswith("error: --from")
