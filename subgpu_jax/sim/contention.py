@@ -37,6 +37,7 @@ Units: bytes, bytes/s, FLOP, FLOP/s; times in µs at the API edge.
 from __future__ import annotations
 
 import math
+import threading
 from bisect import bisect_right
 from dataclasses import dataclass, fields, replace as _dc_replace
 from typing import Any, Callable
@@ -46,6 +47,7 @@ import numpy as np
 from subgpu_jax.model.graph import Kernel, StaticDurationModel
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
+from subgpu_jax.model.lru import CountingLRU
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
            "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN", "uncalibrated_model_id"]
@@ -312,9 +314,27 @@ class KernelWork:
     window_B_per_sm: float = 32768.0
 
 
+#: Lone-kernel solves kept (least recently used first out). A solve is a few event
+#: simulations of one kernel alone on one pool; a grid point of the search asks for some
+#: hundreds (kernels x pools), each entry ~1 KiB. The old bound (cleared past 200,000 entries,
+#: ~200 MiB) let a 113-point sweep grow by about 1 MiB per grid point (docs/reliability.md).
+LONE_SOLVE_CACHE_SIZE = 20_000
+
 #: (calibration id, hardware id, curve, copy peak, model parameters, kernel key, pool SMs) ->
-#: ((scale, fixed_us), calibration, hardware): memoised lone-kernel solves of ``_calibrated``.
-_CAL_CACHE: dict = {}
+#: ((scale, fixed_us), calibration, hardware): memoised lone-kernel solves of ``_calibrated``
+#: and ``lone_static_scale``, bounded (``LONE_SOLVE_CACHE_SIZE``), under ``_CAL_LOCK``.
+_CAL_CACHE = CountingLRU(LONE_SOLVE_CACHE_SIZE)
+_CAL_LOCK = threading.Lock()
+
+
+def _cal_get(key):
+    with _CAL_LOCK:
+        return _CAL_CACHE.get(key)
+
+
+def _cal_put(key, value) -> None:
+    with _CAL_LOCK:
+        _CAL_CACHE[key] = value
 
 
 class BoundModel:
@@ -394,6 +414,15 @@ class BoundModel:
             w = _dc_replace(w, scale=s, fixed_us=fixed)
         return w
 
+    def model_key(self) -> tuple:
+        """The model's parameters other than its calibration, as one tuple made once per bound
+        model (the lone-solve cache keys share it instead of holding a copy each)."""
+        mk = getattr(self, "_mkey", None)
+        if mk is None:
+            mk = self._mkey = tuple(getattr(self.model, f.name) for f in fields(self.model)
+                                    if f.name != "calibration")
+        return mk
+
     def lone_static_scale(self, k: Kernel, pool_sms: int, w: KernelWork) -> tuple[float, float]:
         """``(scale, fixed_us)`` with which uncalibrated GEMM ``k`` alone on ``pool_sms`` SMs
         (cache off) takes its static time (``ContentionModel.lone_static``): t(s) = launch +
@@ -403,10 +432,9 @@ class BoundModel:
         from subgpu_jax.model.calibration import kernel_key
 
         hw = self.hw
-        mkey = tuple(getattr(self.model, f.name) for f in fields(self.model)
-                     if f.name != "calibration")
+        mkey = self.model_key()
         key = ("lone", id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
-        hit = _CAL_CACHE.get(key)
+        hit = _cal_get(key)
         if hit is not None:
             return hit[0]
         if self.lone_makespan is None:
@@ -431,9 +459,7 @@ class BoundModel:
         t = alone(s)
         if t > w.static_us * (1 + 1e-4):             # the latency floor: shorten the fixed phase
             fixed = max(0.0, fixed - (t - w.static_us))
-        if len(_CAL_CACHE) > 200_000:
-            _CAL_CACHE.clear()
-        _CAL_CACHE[key] = ((s, fixed), hw)   # keep hw alive while its id is a key
+        _cal_put(key, ((s, fixed), hw))   # keep hw alive while its id is a key
         return s, fixed
 
     def _calibrated(self, k: Kernel, pool_sms: int, w: KernelWork, cal) -> KernelWork:
@@ -447,10 +473,9 @@ class BoundModel:
         if self.model.isolated:
             return _dc_replace(w, static_us=t_meas)
         hw = self.hw
-        mkey = tuple(getattr(self.model, f.name) for f in fields(self.model)
-                     if f.name != "calibration")
+        mkey = self.model_key()
         key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
-        hit = _CAL_CACHE.get(key)
+        hit = _cal_get(key)
         if hit is None:
             if self.lone_makespan is None:
                 raise ValueError("a calibrated ContentionModel needs the lone-kernel simulation: "
@@ -462,9 +487,7 @@ class BoundModel:
                 hit = self._solve_kernel_aware(k, pool_sms, w, t_meas, cal, base)
             else:
                 hit = self._solve_legacy(k, pool_sms, t_meas, base)
-            if len(_CAL_CACHE) > 200_000:
-                _CAL_CACHE.clear()
-            _CAL_CACHE[key] = (hit, cal, hw)  # keep cal and hw alive while their ids are keys
+            _cal_put(key, (hit, cal, hw))  # keep cal and hw alive while their ids are keys
         else:
             hit = hit[0]
         if self.model.kernel_aware and k.is_comm:   # the link time is the fixed wait

@@ -221,3 +221,22 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
     kept = records(tmp_path / "b", keep=True)
     assert any(s[0] > 0 for s in seen)  # the control kept its estimators
     assert bounded == kept
+
+
+def test_lone_solve_cache_is_bounded():
+    """The memoised lone-kernel solves (sim.contention) are a least-recently-used cache of at
+    most LONE_SOLVE_CACHE_SIZE entries: 2x that many insertions leave it at the bound, the most
+    recent key present and the oldest gone."""
+    from subgpu_jax.sim import contention as c
+
+    saved = dict(c._CAL_CACHE)
+    try:
+        c._CAL_CACHE.clear()
+        n = c.LONE_SOLVE_CACHE_SIZE
+        for i in range(2 * n):
+            c._cal_put(("probe", i), i)
+        assert len(c._CAL_CACHE) == n
+        assert c._cal_get(("probe", 2 * n - 1)) == 2 * n - 1 and c._cal_get(("probe", 0)) is None
+    finally:
+        c._CAL_CACHE.clear()
+        c._CAL_CACHE.update(saved)
