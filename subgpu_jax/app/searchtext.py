@@ -191,7 +191,9 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
         return
     out = path_arg(a.out)
     print("next steps (paths absolute: run them from any folder):")
-    print("  reproduce the best configuration (add --gantt/--trace/--utilization FILE to see it):")
+    print(f"  reproduce the best configuration (--microbatch is a size: {b['microbatch']} "
+          f"requests per microbatch, m = {b['microbatches']}; add --gantt/--trace/--utilization "
+          f"FILE to see it):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
     model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
     # every command keeps the model version of the search's --hardware (NAME:VERSION)
