@@ -43,7 +43,7 @@ def calibrated_pools(bm, k, cal, hw: Hardware) -> tuple[np.ndarray, ...]:
     calibration's measured range of ``k`` plus the range's ends (no extrapolation, so no
     ``CalibrationExtrapolationWarning``); every other pool takes the nearest solved pool's
     values (pools outside the measured range are extrapolated differently by the event
-    simulator). The solves are memoised per pool (``contention._CAL_CACHE``).
+    simulator). The solves are memoised per pool (``sim.solvecache.LONE_SOLVES``).
 
     Returns:
         ``(scale, fixed_us, window_B_per_sm, comm_bytes, comm)``, each float (N+1, 1, 1):

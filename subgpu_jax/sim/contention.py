@@ -37,7 +37,6 @@ Units: bytes, bytes/s, FLOP, FLOP/s; times in µs at the API edge.
 from __future__ import annotations
 
 import math
-import threading
 from bisect import bisect_right
 from dataclasses import dataclass, fields, replace as _dc_replace
 from typing import Any, Callable
@@ -47,7 +46,7 @@ import numpy as np
 from subgpu_jax.model.graph import Kernel, StaticDurationModel
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
-from subgpu_jax.model.lru import CountingLRU
+from subgpu_jax.sim.solvecache import LONE_SOLVES
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
            "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN", "uncalibrated_model_id"]
@@ -314,29 +313,6 @@ class KernelWork:
     window_B_per_sm: float = 32768.0
 
 
-#: Lone-kernel solves kept (least recently used first out). A solve is a few event
-#: simulations of one kernel alone on one pool; a grid point of the search asks for some
-#: hundreds (kernels x pools), each entry ~1 KiB. The old bound (cleared past 200,000 entries,
-#: ~200 MiB) let a 113-point sweep grow by about 1 MiB per grid point (docs/reliability.md).
-LONE_SOLVE_CACHE_SIZE = 20_000
-
-#: (calibration id, hardware id, curve, copy peak, model parameters, kernel key, pool SMs) ->
-#: ((scale, fixed_us), calibration, hardware): memoised lone-kernel solves of ``_calibrated``
-#: and ``lone_static_scale``, bounded (``LONE_SOLVE_CACHE_SIZE``), under ``_CAL_LOCK``.
-_CAL_CACHE = CountingLRU(LONE_SOLVE_CACHE_SIZE)
-_CAL_LOCK = threading.Lock()
-
-
-def _cal_get(key):
-    with _CAL_LOCK:
-        return _CAL_CACHE.get(key)
-
-
-def _cal_put(key, value) -> None:
-    with _CAL_LOCK:
-        _CAL_CACHE[key] = value
-
-
 class BoundModel:
     """A ``ContentionModel`` bound to one ``Hardware``: constants and the rate function.
 
@@ -434,7 +410,7 @@ class BoundModel:
         hw = self.hw
         mkey = self.model_key()
         key = ("lone", id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
-        hit = _cal_get(key)
+        hit = LONE_SOLVES.get(key)
         if hit is not None:
             return hit[0]
         if self.lone_makespan is None:
@@ -459,7 +435,7 @@ class BoundModel:
         t = alone(s)
         if t > w.static_us * (1 + 1e-4):             # the latency floor: shorten the fixed phase
             fixed = max(0.0, fixed - (t - w.static_us))
-        _cal_put(key, ((s, fixed), hw))   # keep hw alive while its id is a key
+        LONE_SOLVES.put(key, ((s, fixed), hw))   # keep hw alive while its id is a key
         return s, fixed
 
     def _calibrated(self, k: Kernel, pool_sms: int, w: KernelWork, cal) -> KernelWork:
@@ -475,7 +451,7 @@ class BoundModel:
         hw = self.hw
         mkey = self.model_key()
         key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
-        hit = _cal_get(key)
+        hit = LONE_SOLVES.get(key)
         if hit is None:
             if self.lone_makespan is None:
                 raise ValueError("a calibrated ContentionModel needs the lone-kernel simulation: "
@@ -487,7 +463,7 @@ class BoundModel:
                 hit = self._solve_kernel_aware(k, pool_sms, w, t_meas, cal, base)
             else:
                 hit = self._solve_legacy(k, pool_sms, t_meas, base)
-            _cal_put(key, (hit, cal, hw))  # keep cal and hw alive while their ids are keys
+            LONE_SOLVES.put(key, (hit, cal, hw))  # keep cal and hw alive while their ids are keys
         else:
             hit = hit[0]
         if self.model.kernel_aware and k.is_comm:   # the link time is the fixed wait

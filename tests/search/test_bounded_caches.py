@@ -224,19 +224,15 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
 
 
 def test_lone_solve_cache_is_bounded():
-    """The memoised lone-kernel solves (sim.contention) are a least-recently-used cache of at
+    """The memoised lone-kernel solves (sim.solvecache) are a least-recently-used cache of at
     most LONE_SOLVE_CACHE_SIZE entries: 2x that many insertions leave it at the bound, the most
-    recent key present and the oldest gone."""
-    from subgpu_jax.sim import contention as c
+    recent key present and the oldest gone; the contention model uses that one cache."""
+    from subgpu_jax.sim import contention
+    from subgpu_jax.sim.solvecache import LONE_SOLVE_CACHE_SIZE, SolveCache
 
-    saved = dict(c._CAL_CACHE)
-    try:
-        c._CAL_CACHE.clear()
-        n = c.LONE_SOLVE_CACHE_SIZE
-        for i in range(2 * n):
-            c._cal_put(("probe", i), i)
-        assert len(c._CAL_CACHE) == n
-        assert c._cal_get(("probe", 2 * n - 1)) == 2 * n - 1 and c._cal_get(("probe", 0)) is None
-    finally:
-        c._CAL_CACHE.clear()
-        c._CAL_CACHE.update(saved)
+    assert contention.LONE_SOLVES.entries.maxsize == LONE_SOLVE_CACHE_SIZE
+    c = SolveCache(100)
+    for i in range(200):
+        c.put(("probe", i), i)
+    assert len(c) == 100 and c.entries.evicted == 100
+    assert c.get(("probe", 199)) == 199 and c.get(("probe", 0)) is None
