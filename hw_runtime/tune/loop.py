@@ -17,8 +17,9 @@ For rounds r = 1, 2, ...:
    spent, the search proposes no new candidate, or after ``max_rounds``; else **refit**
    (``refit.refit_calibration``, written to ``DIR/calibration_round<r>.json``) and go on.
 
-Then the best measured green candidate of each batch is **refined on the GPU**
-(``refine.refine_on_gpu``) and the winner of each batch is the fastest measured run of that
+Then the best measured pipelined run of each batch (green or multistream) is **refined on the
+GPU** (``refine.refine_on_gpu``: a green run's SM split and microbatch count, a multistream
+run's microbatch count) and the winner of each batch is the fastest measured run of that
 batch, the temporal baseline itself when nothing measured faster.
 
 Budget: ``TuneSpec.budget_s`` GPU seconds per batch (measurements and traces; the searches run
@@ -322,15 +323,17 @@ class Tuner:
         return rep
 
     def _refine(self) -> dict:
-        """Refine the best measured green candidate of every batch on the GPU."""
+        """Refine the best measured pipelined run of every batch on the GPU: green (its SM split,
+        then its microbatch count) or multistream (its microbatch count), whichever measured
+        faster (on the H200's Llama-3.1-70B tunes multistream won)."""
         out = {}
         meas = self.state.measurements
         for G in self.spec.batches:
-            green = [k for k, v in meas.items() if self.cands[k].G == G
-                     and self.cands[k].mode == "green"]
-            if not green:
+            piped = [k for k, v in meas.items() if self.cands[k].G == G
+                     and self.cands[k].mode in ("green", "multistream")]
+            if not piped:
                 continue
-            best = self.cands[min(green, key=lambda k: meas[k]["measured_us"])]
+            best = self.cands[min(piped, key=lambda k: meas[k]["measured_us"])]
 
             def measure(c: Candidate) -> float:
                 try:

@@ -37,10 +37,12 @@ def microbatch_neighbours(c: Candidate, R: int) -> list[Candidate]:
 def refine_on_gpu(start: Candidate, measure: Callable[[Candidate], float], hw: Hardware,
                   R: int, passes: int = 2) -> dict:
     """Pairwise line search over the SM split of ``start`` with measured makespans, then its
-    neighbouring microbatch counts.
+    neighbouring microbatch counts. A multistream ``start`` has no pools to balance (its
+    streams share every SM): only its neighbouring microbatch counts are measured.
 
     Args:
-        start: a green candidate (D >= 2). measure: candidate -> measured makespan (µs; inf
+        start: a green or multistream candidate (D >= 2). measure: candidate -> measured
+            makespan (µs; inf
             when it cannot be measured). hw: the GPU (budget, quantum and minimum pool of
             ``AllocSpace.from_hw``). R: requests per GPU (the batch the microbatch divides).
         passes: pass limit of each line search (>= 1).
@@ -55,13 +57,17 @@ def refine_on_gpu(start: Candidate, measure: Callable[[Candidate], float], hw: H
     if start.mode == "temporal" or start.D < 2:
         raise ValueError("refine_on_gpu: the start must be a pipelined candidate (D >= 2)")
     space = AllocSpace.from_hw(hw, start.D)
-    asked: set[str] = set()
+    asked: dict[str, float] = {}    # key -> measured µs: each candidate measured once
 
     def value(c: Candidate) -> float:
-        asked.add(c.key)
-        return float(measure(c))
+        if c.key not in asked:
+            asked[c.key] = float(measure(c))
+        return asked[c.key]
 
     def line(c: Candidate) -> tuple[Candidate, float, list]:
+        if c.mode == "multistream":      # no SM split to move
+            return c, value(c), []
+
         def f(allocs: np.ndarray) -> np.ndarray:
             return np.array([value(c.with_alloc(a)) for a in np.atleast_2d(allocs)])
 

@@ -320,3 +320,21 @@ def test_event_scorer_refit_reduces_the_error(tmp_path):
     assert pe["refitted_model_median_abs_speedup_error"] < (
         pe["first_round"]["median_abs_speedup_error"] / 3)
     Calibration.load(rep["calibration"]).check_workload(ARCH, spec.deployment(64), H200)
+
+
+def test_refine_a_multistream_start_tries_only_its_microbatch_counts():
+    """A multistream start has no SM split to move: the refinement measures it and its
+    neighbouring microbatch counts (m = 2 -> 4 only: m = 1 is not pipelined), keeps the faster
+    (m = 4 at 0.9 x), and never changes its SMs."""
+    start = Candidate(G=64, mode="multistream", D=2, w=0, cuts="L0.mlp_up", sms="64|64",
+                      microbatch=32)
+    seen = []
+
+    def measure(c):
+        seen.append(c)
+        assert c.mode == "multistream" and c.sms == "64|64"
+        return 1000.0 * {32: 1.0, 16: 0.9}[c.microbatch]
+    r = refine_on_gpu(start, measure, H200, R=64, passes=4)
+    assert [c.microbatch for c in seen] == [32, 16]
+    assert r["best"].microbatch == 16 and r["best_us"] == pytest.approx(900.0)
+    assert r["moves"] == [] and r["measured"] == 2
