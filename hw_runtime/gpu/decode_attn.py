@@ -28,7 +28,6 @@ split choice is pure Python (tested on the CPU).
 
 from __future__ import annotations
 
-import functools
 import math
 
 __all__ = ["ATTENTION", "resolve", "num_kv_splits", "decode_attention", "BLOCK_N",
@@ -87,74 +86,11 @@ def num_kv_splits(programs: int, kv_len: int, sms: int, waves: float = 2.0,
     return max(1, min(want, math.ceil(kv_len / block_n), max_splits))
 
 
-@functools.lru_cache(maxsize=1)
 def _kernels():
-    """Compile-on-first-use Triton kernels (imported lazily: CPU machines never need them)."""
-    import triton
-    import triton.language as tl
+    """``(partial_k, merge_k)`` (``decode_attn_kernels``, imported on first use)."""
+    from hw_runtime.gpu import decode_attn_kernels as k
 
-    @triton.jit
-    def _partial_k(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
-                   sq_r, sq_h, sk_r, sk_h, sk_l, sv_r, sv_h, sv_l,
-                   so_r, so_h, so_s, sl_r, sl_h,
-                   L, split_len, scale,
-                   GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HD: tl.constexpr,
-                   BN: tl.constexpr):
-        r = tl.program_id(0).to(tl.int64)   # request offsets can pass 2**31 elements
-        g = tl.program_id(1)
-        s = tl.program_id(2)
-        rows = tl.arange(0, GROUP_PAD)
-        hmask = rows < GROUP
-        heads = g * GROUP + rows
-        d = tl.arange(0, HD)
-        q = tl.load(q_ptr + r * sq_r + heads[:, None] * sq_h + d[None, :],
-                    mask=hmask[:, None], other=0.0)
-        start = s * split_len
-        end = tl.minimum(start + split_len, L)
-        m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l_i = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, HD], tl.float32)
-        kb = k_ptr + r * sk_r + g * sk_h
-        vb = v_ptr + r * sv_r + g * sv_h
-        for n0 in range(start, end, BN):
-            offs = n0 + tl.arange(0, BN)
-            nmask = offs < end
-            kt = tl.load(kb + offs[None, :] * sk_l + d[:, None], mask=nmask[None, :], other=0.0)
-            qk = tl.dot(q, kt) * scale                        # (GROUP_PAD, BN) float32
-            qk = tl.where(nmask[None, :], qk, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(qk, 1))
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(qk - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, 1)
-            vv = tl.load(vb + offs[:, None] * sv_l + d[None, :], mask=nmask[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
-            m_i = m_new
-        # an empty split (start >= L) leaves l_i = 0 and m_i = -inf: weight 0 in the merge
-        safe = tl.where(l_i > 0, l_i, 1.0)
-        o = acc / safe[:, None]
-        lse = tl.where(l_i > 0, m_i + tl.log(safe), float("-inf"))
-        tl.store(o_ptr + r * so_r + heads[:, None] * so_h + s * so_s + d[None, :], o,
-                 mask=hmask[:, None])
-        tl.store(lse_ptr + r * sl_r + heads * sl_h + s, lse, mask=hmask)
-
-    @triton.jit
-    def _merge_k(o_ptr, lse_ptr, out_ptr, so_r, so_h, so_s, sl_r, sl_h, su_r, su_h, S,
-                 HD: tl.constexpr, SP: tl.constexpr):
-        r = tl.program_id(0).to(tl.int64)
-        h = tl.program_id(1)
-        sp = tl.arange(0, SP)
-        smask = sp < S
-        lse = tl.load(lse_ptr + r * sl_r + h * sl_h + sp, mask=smask, other=float("-inf"))
-        mx = tl.max(lse, 0)
-        w = tl.exp(lse - mx)
-        w = tl.where(smask, w, 0.0)
-        d = tl.arange(0, HD)
-        o = tl.load(o_ptr + r * so_r + h * so_h + sp[:, None] * so_s + d[None, :],
-                    mask=smask[:, None], other=0.0)
-        res = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
-        tl.store(out_ptr + r * su_r + h * su_h + d, res.to(out_ptr.dtype.element_ty))
-
-    return _partial_k, _merge_k
+    return k.partial_k, k.merge_k
 
 
 def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
@@ -164,14 +100,16 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
         q: ``(R, qh, hd)``; k, v: ``(R, kvh, L, hd)`` (the last dimension contiguous); out:
             ``(R, qh, hd)``, written. All on one CUDA device, q/k/v of one dtype.
         sms: SMs of the pool the call runs on (``num_kv_splits``).
-        splits: force the number of KV splits (tests); default ``num_kv_splits``.
+        splits: force the number of KV splits (tests; 1..``MAX_SPLITS``); default
+            ``num_kv_splits``. Splits are whole 64-position blocks, so fewer may be used.
 
     Returns:
         The number of KV splits used.
 
     Raises:
         ValueError: shapes that do not match, ``qh`` not a multiple of ``kvh``, ``hd`` not a
-            power of two in 16-256, a non-contiguous last dimension.
+            power of two in 16-256, a non-contiguous last dimension, q/k/v of different dtypes
+            or tensors on different devices, ``splits`` outside 1..``MAX_SPLITS``.
     """
     import torch
     import triton
@@ -190,6 +128,15 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
     if any(t.stride(-1) != 1 for t in (q, k, v, out)):
         raise ValueError("decode_attention: the last dimension of q, k, v and out must be "
                          "contiguous")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"decode_attention: q, k and v must share a dtype, got {q.dtype}, "
+                         f"{k.dtype}, {v.dtype}")
+    if len({t.device for t in (q, k, v, out)}) != 1 or q.device.type != "cuda":
+        raise ValueError("decode_attention: q, k, v and out must be on one CUDA device")
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
+                               or not 1 <= splits <= MAX_SPLITS):
+        raise ValueError(f"decode_attention: splits must be an integer in 1..{MAX_SPLITS}, got "
+                         f"{splits!r}")
     group = qh // kvh
     S = splits if splits is not None else num_kv_splits(R * kvh, L, sms)
     split_len = triton.cdiv(triton.cdiv(L, S), BLOCK_N) * BLOCK_N

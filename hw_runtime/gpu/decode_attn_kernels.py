@@ -1,0 +1,77 @@
+"""The Triton kernels of ``hw_runtime.gpu.decode_attn`` (imported only when a kernel runs: CPU
+machines never need Triton). They live in their own module with ``triton.language`` imported at
+module level, where every Triton version's JIT resolves the names a kernel uses.
+
+``partial_k``: grid (requests, KV heads, splits); one program computes, for every query head
+of its KV head's group, the softmax-weighted sum of its split's positions (online softmax over
+``BN``-position blocks, float32) and the split's log-sum-exp. ``merge_k``: grid (requests,
+query heads); the splits' partial sums weighted by ``exp(lse - max lse)``, normalised, rounded
+once to the output's dtype.
+"""
+
+import triton
+import triton.language as tl
+
+__all__ = ["partial_k", "merge_k"]
+
+
+@triton.jit
+def partial_k(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+               sq_r, sq_h, sk_r, sk_h, sk_l, sv_r, sv_h, sv_l,
+               so_r, so_h, so_s, sl_r, sl_h,
+               L, split_len, scale,
+               GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HD: tl.constexpr,
+               BN: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)   # request and head offsets can pass 2**31
+    g = tl.program_id(1).to(tl.int64)
+    s = tl.program_id(2)
+    rows = tl.arange(0, GROUP_PAD)
+    hmask = rows < GROUP
+    heads = g * GROUP + rows
+    d = tl.arange(0, HD)
+    q = tl.load(q_ptr + r * sq_r + heads[:, None] * sq_h + d[None, :],
+                mask=hmask[:, None], other=0.0)
+    start = s * split_len
+    end = tl.minimum(start + split_len, L)
+    m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+    l_i = tl.zeros([GROUP_PAD], tl.float32)
+    acc = tl.zeros([GROUP_PAD, HD], tl.float32)
+    kb = k_ptr + r * sk_r + g * sk_h
+    vb = v_ptr + r * sv_r + g * sv_h
+    for n0 in range(start, end, BN):
+        offs = n0 + tl.arange(0, BN)
+        nmask = offs < end
+        kt = tl.load(kb + offs[None, :] * sk_l + d[:, None], mask=nmask[None, :], other=0.0)
+        qk = tl.dot(q, kt) * scale                        # (GROUP_PAD, BN) float32
+        qk = tl.where(nmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        vv = tl.load(vb + offs[:, None] * sv_l + d[None, :], mask=nmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
+        m_i = m_new
+    # an empty split (start >= L) leaves l_i = 0 and m_i = -inf: weight 0 in the merge
+    safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / safe[:, None]
+    lse = tl.where(l_i > 0, m_i + tl.log(safe), float("-inf"))
+    tl.store(o_ptr + r * so_r + heads[:, None] * so_h + s * so_s + d[None, :], o,
+             mask=hmask[:, None])
+    tl.store(lse_ptr + r * sl_r + heads * sl_h + s, lse, mask=hmask)
+
+@triton.jit
+def merge_k(o_ptr, lse_ptr, out_ptr, so_r, so_h, so_s, sl_r, sl_h, su_r, su_h, S,
+             HD: tl.constexpr, SP: tl.constexpr):
+    r = tl.program_id(0).to(tl.int64)
+    h = tl.program_id(1)
+    sp = tl.arange(0, SP)
+    smask = sp < S
+    lse = tl.load(lse_ptr + r * sl_r + h * sl_h + sp, mask=smask, other=float("-inf"))
+    mx = tl.max(lse, 0)
+    w = tl.exp(lse - mx)
+    w = tl.where(smask, w, 0.0)
+    d = tl.arange(0, HD)
+    o = tl.load(o_ptr + r * so_r + h * so_h + sp[:, None] * so_s + d[None, :],
+                mask=smask[:, None], other=0.0)
+    res = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
+    tl.store(out_ptr + r * su_r + h * su_h + d, res.to(out_ptr.dtype.element_ty))
