@@ -22,6 +22,10 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KINDS = ("sdpa", "triton")
 #: The op kinds of the temporal traces that are decode attention.
@@ -82,10 +86,8 @@ def main() -> int:
         res = compare(a.src)
         if os.path.isdir(a.out) or not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
             raise ValueError(f"--out: {a.out!r} must be a file in an existing folder")
-        with open(a.out + ".tmp", "w") as fh:
-            json.dump({"source": "experiments/device/run.sh attention", "workloads": res}, fh,
-                      indent=1)
-        os.replace(a.out + ".tmp", a.out)
+        atomic_write(a.out, json.dumps({"source": "experiments/device/run.sh attention",
+                                        "workloads": res}, indent=1))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -48,6 +48,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
 
 CHILD = r"""
 import json, os, resource, sys, tempfile, time
@@ -114,7 +117,6 @@ def plot(runs: list[dict], path: str, warmup: int) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sys.path.insert(0, ROOT)
     from subgpu_jax.app.viz import save_figure
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
@@ -191,8 +193,10 @@ def main() -> None:
             _commit(root)
         run.update(summarise(run, a.warmup))
         runs.append(run)
+        runs.sort(key=lambda r: r["mode"] != "bounded")
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-        atomic_json(a.out, {"args": args, "warmup_points": a.warmup, "runs": runs})
+        atomic_write(a.out, json.dumps({"args": args, "warmup_points": a.warmup, "runs": runs},
+                                    indent=1))  # written as it goes: after each mode
     print(f"{'mode':>8s}{'points':>8s}{'peak RSS MiB':>14s}{'MiB/point':>11s}"
           f"{'spread MiB':>12s}{'seconds':>10s}")
     for r in runs:
@@ -201,19 +205,8 @@ def main() -> None:
         print(f"{r['mode']:>8s}{r['points']:>8d}{r['peak_rss_MiB']:>14.1f}"
               f"{(g if g is not None else float('nan')):>11.2f}"
               f"{(sp if sp is not None else float('nan')):>12.1f}{r['seconds']:>10.1f}")
-    runs.sort(key=lambda r: r["mode"] != "bounded")
-    atomic_json(a.out, {"args": args, "warmup_points": a.warmup, "runs": runs})
     plot(runs, os.path.splitext(a.out)[0] + ".png", a.warmup)
     print(f"wrote {a.out} and {os.path.splitext(a.out)[0]}.png")
-
-
-def atomic_json(path: str, doc: dict) -> None:
-    """``doc`` written to ``path`` through a temporary file and a rename (written as it goes:
-    after each mode)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

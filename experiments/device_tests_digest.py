@@ -18,6 +18,10 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PASSES = {"hw": "device_tests_hw.xml", "rest": "device_tests_rest.xml"}
 
@@ -97,9 +101,7 @@ def main() -> int:
             return 2
     doc["runs"].append(run)
     try:
-        with open(a.out + ".tmp", "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(a.out + ".tmp", a.out)
+        atomic_write(a.out, json.dumps(doc, indent=1))
     except OSError as e:
         print(f"error: --out {a.out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
         return 2

@@ -34,6 +34,10 @@ import sys
 import tarfile
 import tempfile
 
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -242,13 +246,9 @@ def collect(src: str, out: str) -> int:
                 if os.path.exists(os.path.join(d, f)):
                     shutil.copy(os.path.join(d, f), os.path.join(keep, name, f))
         if sweep is not None:
-            with open(os.path.join(keep, name, "sweep.json"), "w") as fh:
-                json.dump(sweep, fh, indent=1)
+            atomic_write(os.path.join(keep, name, "sweep.json"), json.dumps(sweep, indent=1))
     res["workloads"].update(entries)
-    tmp_out = out + ".tmp"
-    with open(tmp_out, "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(tmp_out, out)
+    atomic_write(out, json.dumps(res, indent=1))
     return len(entries)
 
 

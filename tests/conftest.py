@@ -7,6 +7,8 @@
   so float64 oracles compare against a float64 evaluator without leaking into other tests.
 * JAX on the CPU unless ``JAX_PLATFORMS`` is set, as ``subgpu`` runs it
   (``subgpu_jax.app.platform``), so that a GPU machine runs the same tests with the same values.
+* ``child_pythonpath``: the ``PYTHONPATH`` of a child interpreter (the checkout, then the
+  caller's entries).
 * ``calibration_dir``: ``tests/data``, the measured H200 calibration CSVs vendored into the repository
   (provenance in ``tests/data/CALIBRATION.md``).
 """
@@ -47,6 +49,14 @@ def x64():
         yield
     finally:
         jax.config.update("jax_enable_x64", old)
+
+
+@pytest.fixture(scope="session")
+def child_pythonpath() -> str:
+    """``PYTHONPATH`` for a child interpreter: the checkout first, then the caller's own entries
+    (packages installed there, e.g. the GPU machine's wheels, stay importable in the child)."""
+    root = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
 
 
 @pytest.fixture(scope="session")

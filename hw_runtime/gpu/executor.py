@@ -152,14 +152,13 @@ class _TorchBackend:
             self._cur = s
         from hw_runtime.gpu.step import StepWorkloads
         kern, call = StepWorkloads.resolve(self.wls, self.offsets, self.head, task, kernel)
+        pool = self.pool_of.get(s.cuda_stream)   # SMs of this stream's pool (None: whole GPU)
         if self.gemm is not None and self.gemm.active:   # GEMMs planned for this stream's pool
             if (task.run, kernel) not in self._keys:
                 from subgpu_jax.model.calibration import kernel_key
                 self._keys[(task.run, kernel)] = kernel_key(kern)
-            self.gemm.prepare(self._keys[(task.run, kernel)], self.pool_of.get(s.cuda_stream),
-                              call, s)
-        pool = self.pool_of.get(s.cuda_stream)   # the decode attention sizes its grid by it
-        for w in self.wls:
+            self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
+        for w in self.wls:                       # the decode attention sizes its grid by it
             w.pool_sms = pool
         call()
 

@@ -52,8 +52,8 @@ class KernelContext:
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
         eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
         (``hw_runtime.gpu.fused``); attention: its decode attention (``"sdpa"`` or
-        ``"triton"``, ``hw_runtime.gpu.decode_attn``); spin: spin cycles after a virtual collective; stage: the name of
-        its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
+        ``"triton"``, ``hw_runtime.gpu.decode_attn``); spin: spin cycles after a virtual
+        collective; stage: the name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
         KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
         counts; resid_in, resid_out: residual-stream tensor names of the layer.
     """

@@ -334,6 +334,9 @@ class BoundModel:
             raise ValueError(f"hw must be a Hardware, got {type(hw).__name__}")
         self.model, self.hw = model, hw
         self.lone_makespan = lone_makespan
+        # the model's parameters but its calibration, one tuple the lone-solve keys share
+        self.model_key = tuple(getattr(model, f.name) for f in fields(model)
+                               if f.name != "calibration")
         self.N = float(hw.num_sms)
         self.curve_x = [float(v) for v in hw.bw_curve_x]
         self.curve_y = [float(v) for v in hw.bw_curve_y]
@@ -390,15 +393,6 @@ class BoundModel:
             w = _dc_replace(w, scale=s, fixed_us=fixed)
         return w
 
-    def model_key(self) -> tuple:
-        """The model's parameters other than its calibration, as one tuple made once per bound
-        model (the lone-solve cache keys share it instead of holding a copy each)."""
-        mk = getattr(self, "_mkey", None)
-        if mk is None:
-            mk = self._mkey = tuple(getattr(self.model, f.name) for f in fields(self.model)
-                                    if f.name != "calibration")
-        return mk
-
     def lone_static_scale(self, k: Kernel, pool_sms: int, w: KernelWork) -> tuple[float, float]:
         """``(scale, fixed_us)`` with which uncalibrated GEMM ``k`` alone on ``pool_sms`` SMs
         (cache off) takes its static time (``ContentionModel.lone_static``): t(s) = launch +
@@ -408,7 +402,7 @@ class BoundModel:
         from subgpu_jax.model.calibration import kernel_key
 
         hw = self.hw
-        mkey = self.model_key()
+        mkey = self.model_key
         key = ("lone", id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
         hit = LONE_SOLVES.get(key)
         if hit is not None:
@@ -449,7 +443,7 @@ class BoundModel:
         if self.model.isolated:
             return _dc_replace(w, static_us=t_meas)
         hw = self.hw
-        mkey = self.model_key()
+        mkey = self.model_key
         key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
         hit = LONE_SOLVES.get(key)
         if hit is None:

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 PROBE = ("import os, sys; from subgpu_jax.app.cli import main; "
          "rc = main(['space', '--model', 'llama-3.1-8b', '--gpus', '1', '--batch', '32', "
@@ -17,9 +16,9 @@ PROBE = ("import os, sys; from subgpu_jax.app.cli import main; "
          "'BACKEND', jax.default_backend(), 'RC', rc)")
 
 
-def _probe(env_value):
+def _probe(env_value, pythonpath):
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = pythonpath
     if env_value is not None:
         env["JAX_PLATFORMS"] = env_value
     out = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
@@ -29,13 +28,14 @@ def _probe(env_value):
     return line[-1].split()
 
 
-def test_unset_platform_becomes_cpu():
-    words = _probe(None)
+def test_unset_platform_becomes_cpu(child_pythonpath):
+    words = _probe(None, child_pythonpath)
     assert words[1] == "cpu" and words[3] == "cpu" and words[5] == "0"
 
 
-def test_users_platform_is_kept():
-    words = _probe("cpu,cuda")  # a list JAX accepts; kept verbatim (CPU-only machines skip cuda)
+def test_users_platform_is_kept(child_pythonpath):
+    # a list JAX accepts, kept verbatim (a CPU-only machine skips cuda)
+    words = _probe("cpu,cuda", child_pythonpath)
     assert words[1] == "cpu,cuda"
 
 
@@ -56,16 +56,16 @@ def test_pin_updates_an_imported_jax(monkeypatch):
         jax.config.update("jax_platforms", old)
 
 
-def test_empty_platform_is_jaxs_automatic_choice_and_kept():
+def test_empty_platform_is_jaxs_automatic_choice_and_kept(child_pythonpath):
     """JAX_PLATFORMS='' (JAX's "choose automatically") is the user's choice: kept empty (the
     probe prints nothing after ENV), the command exits 0."""
-    words = _probe("")
+    words = _probe("", child_pythonpath)
     assert words[:2] == ["ENV", "BACKEND"] and words[-2:] == ["RC", "0"]
 
 
-def test_unusable_platform_is_one_line_exit_2():
+def test_unusable_platform_is_one_line_exit_2(child_pythonpath):
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = child_pythonpath
     env["JAX_PLATFORMS"] = "bogus"
     out = subprocess.run([sys.executable, "-m", "subgpu_jax.app.cli", "space", "--model",
                           "llama-3.1-8b", "--gpus", "1", "--batch", "32"], env=env,

@@ -22,20 +22,14 @@ ARGS = ["search", "--model", "gpt-oss-20b", "--hardware", "H200", "--gpus", "8",
         "--exact", "static", "--no-progress"]
 
 
-
-def _pythonpath() -> str:
-    """The checkout first, then the caller's PYTHONPATH (packages installed there, e.g. the
-    device's wheels, stay importable in the child)."""
-    return os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def test_two_process_search_equals_single_process(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_pythonpath())
+def test_two_process_search_equals_single_process(tmp_path, child_pythonpath):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath)
     out = tmp_path / "cluster"
     addr = f"127.0.0.1:{_free_port()}"
     cmd = [sys.executable, "-m", "subgpu_jax.app.cli"] + ARGS + ["--out", str(out),

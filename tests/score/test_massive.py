@@ -30,11 +30,6 @@ HW = coarse_hardware("H200", quantum=16, minimum=16, budget=128)
 
 
 
-def _pythonpath() -> str:
-    """The checkout first, then the caller's PYTHONPATH (packages installed there, e.g. the
-    device's wheels, stay importable in the child)."""
-    return os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH", "")) if p)
-
 def _instance(seed=3, n=7, L=3, m=2):
     wl = synthetic_workload(seed, n=n, chain=True, num_regions=L, batch=4)
     g = wl.graph(m)
@@ -199,9 +194,9 @@ print(json.dumps(out))
 """
 
 
-def test_sharded_equals_unsharded_two_cpu_devices():
+def test_sharded_equals_unsharded_two_cpu_devices(child_pythonpath):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-               JAX_PLATFORMS="cpu", PYTHONPATH=_pythonpath())
+               JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath)
     p = subprocess.run([sys.executable, "-c", _SHARD_SCRIPT, HERE], env=env, cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -216,8 +211,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_process_cluster_equals_single_process(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_pythonpath())
+def test_two_process_cluster_equals_single_process(tmp_path, child_pythonpath):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath)
     cmd = [sys.executable, "-m", "subgpu_jax.app.distributed"]
     subprocess.run(cmd + ["--out", str(tmp_path / "single.json")], env=env, cwd=ROOT,
                    check=True, timeout=120)
@@ -235,8 +230,8 @@ def test_two_process_cluster_equals_single_process(tmp_path):
         assert json.loads((tmp_path / f"p{i}.json").read_text()) == single
 
 
-def test_unreachable_cluster_fails_fast(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=_pythonpath())
+def test_unreachable_cluster_fails_fast(tmp_path, child_pythonpath):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=child_pythonpath)
     addr = f"127.0.0.1:{_free_port()}"
     t0 = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "subgpu_jax.app.distributed", "--address", addr,
