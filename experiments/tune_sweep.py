@@ -10,7 +10,9 @@ protocol and GEMM/elementwise choices, and keeps its measurements in a tune stat
         --out DIR [--time-limit S] [--max-d 2]
 
 ``--search``: the tune's ``round1/search`` folder (the uncalibrated search). Writes
-``DIR/sweep.json``: every measurement, the best, whether the sweep is complete. Needs an NVIDIA
+``DIR/sweep.json``: every measurement, the best, whether the sweep is complete. A candidate
+whose measurement fails is recorded with ``measured_us`` None and the error's first line; after
+a CUDA error the call exits 3 (the context may be unusable) and the next call goes on. Needs an NVIDIA
 GPU with green contexts (``bash experiments/device/run.sh tune_sweep``).
 """
 
@@ -96,7 +98,19 @@ def main() -> int:
         if time.perf_counter() - t0 > a.time_limit:
             break
         cfg, m = pred.config(c)
-        t = ex.measure(c, cfg, m)
+        try:
+            t = ex.measure(c, cfg, m)
+        except (RuntimeError, ValueError) as e:   # a CUDA/cuBLAS or green-context failure
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            st.measurements[c.key] = {"candidate": c.as_dict(), "measured_us": None,
+                                      "failed": line, "phase": "sweep", "round": 0,
+                                      "order": len(st.measurements)}
+            st.save()
+            print(f"{len(st.measurements)}/{len(cands)} {c.describe()} FAILED: {line}",
+                  flush=True)
+            if isinstance(e, RuntimeError):       # the CUDA context may be unusable: stop;
+                return 3                          # the next call resumes after this one
+            continue
         st.measurements[c.key] = {"candidate": c.as_dict(), "measured_us": t.makespan_us,
                                   "spread": t.spread, "round_medians_us": t.round_medians_us,
                                   "gpu_s": t.gpu_s, "phase": "sweep", "round": 0,
@@ -107,12 +121,14 @@ def main() -> int:
               flush=True)
     ms = st.measurements
     tk = cands[0].key
-    best = min(ms.values(), key=lambda v: v["measured_us"]) if ms else None
+    ok = [v for v in ms.values() if v.get("measured_us") is not None]
+    best = min(ok, key=lambda v: v["measured_us"]) if ok else None
     out = {"workload": a.workload, "candidates": len(cands), "measured": len(ms),
+           "failed": len(ms) - len(ok),
            "complete": all(c.key in ms for c in cands), "gpu_s": st.gpu_total_s,
            "temporal_us": ms[tk]["measured_us"] if tk in ms else None,
            "best": best, "best_speedup": (ms[tk]["measured_us"] / best["measured_us"])
-           if best and tk in ms else None, "measurements": list(ms.values())}
+           if best and tk in ms and ms[tk]["measured_us"] is not None else None, "measurements": list(ms.values())}
     with open(os.path.join(a.out, "sweep.json"), "w") as fh:
         json.dump(out, fh, indent=1)
     print(f"sweep {a.workload}: {len(ms)} of {len(cands)} measured, complete={out['complete']}, "

@@ -160,28 +160,52 @@ class GemmPolicy:
             self._current = c
 
     def _tune(self, sms: int, fn, stream, reps: int) -> tuple[int | None, dict]:
+        """Time ``fn`` under no target and each target of ``tuning_targets``; a target whose
+        launch fails (seen on the H200: ``CUBLAS_STATUS_EXECUTION_FAILED`` for the 4-SM target
+        of an 8-SM pool, llama-3.1-8b ``qkv`` at M = 64) is dropped when the device is still
+        usable afterwards, and recorded as ``"failed"`` in the timings.
+
+        Raises:
+            RuntimeError: the launch without a target fails, or a failure left the device
+                unusable (a sticky CUDA error: the next synchronisation fails too).
+        """
         t = self.t
         cands: list[int | None] = [None] + [self.num_sms - x for x in
                                             tuning_targets(int(sms), self.num_sms)]
         best: dict = {}
+        failed: set = set()
         with t.cuda.stream(stream):
             for _round in range(2):
                 for c in cands:
+                    if c in failed:
+                        continue
                     self._set(c)
-                    fn()
-                    e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-                    e0.record(stream)
-                    for _ in range(reps):
+                    try:
                         fn()
-                    e1.record(stream)
-                    e1.synchronize()
+                        e0, e1 = (t.cuda.Event(enable_timing=True),
+                                  t.cuda.Event(enable_timing=True))
+                        e0.record(stream)
+                        for _ in range(reps):
+                            fn()
+                        e1.record(stream)
+                        e1.synchronize()
+                    except RuntimeError:
+                        if c is None:
+                            raise
+                        t.cuda.synchronize()      # raises again when the error is sticky
+                        failed.add(c)
+                        best.pop(c, None)
+                        continue
                     us = e0.elapsed_time(e1) * 1e3 / reps
                     best[c] = min(best.get(c, float("inf")), us)
-        self._current = cands[-1]
+        self._set(None)
+        self._current = None
         base = best[None]
         c_best = min(best, key=lambda c: best[c])
         choice = c_best if best[c_best] < (1.0 - TUNE_MARGIN) * base else None
-        timing = {("none" if c is None else str(self.num_sms - c)): us for c, us in best.items()}
+        timing: dict = {("none" if c is None else str(self.num_sms - c)): us
+                        for c, us in best.items()}
+        timing.update({str(self.num_sms - c): "failed" for c in failed})
         return choice, timing
 
     def set_pool(self, sms: int | None) -> None:

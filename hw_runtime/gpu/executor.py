@@ -152,7 +152,8 @@ class _TorchBackend:
             self._cur = s
         from hw_runtime.gpu.step import StepWorkloads
         kern, call = StepWorkloads.resolve(self.wls, self.offsets, self.head, task, kernel)
-        pool = self.pool_of.get(s.cuda_stream)   # SMs of this stream's pool (None: whole GPU)
+        # SMs of this stream's pool (None: whole GPU, or torch on the CPU, whose stream is None)
+        pool = self.pool_of.get(s.cuda_stream) if s is not None else None
         if self.gemm is not None and self.gemm.active:   # GEMMs planned for this stream's pool
             if (task.run, kernel) not in self._keys:
                 from subgpu_jax.model.calibration import kernel_key

@@ -40,6 +40,7 @@ class FakeTorch:
         self.carveout = None
         self.lib = "cublas"
         self.capturing = False
+        self.sticky = False          # a failed launch poisons the device (synchronize raises)
         fake = self
 
         class _C:
@@ -61,6 +62,11 @@ class FakeTorch:
             @staticmethod
             def get_device_properties(d):
                 return _Props()
+
+            @staticmethod
+            def synchronize():
+                if fake.sticky:
+                    raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
             @staticmethod
             def is_current_stream_capturing():
@@ -151,6 +157,50 @@ def test_tuned_picks_the_fastest_target_once():
     n = len(calls)
     p.prepare("mlp_up", 96, counted, None)          # cached: no new timing
     assert len(calls) == n and t.carveout == 36
+
+
+def _failing(torch, cost_of_target, bad):
+    """As ``_kernel``, but a launch under the SM target ``bad`` raises as cuBLAS does."""
+    ok = _kernel(torch, cost_of_target)
+
+    def fn():
+        c = torch.carveout
+        if c is not None and 132 - c == bad:
+            raise RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
+                               "`cublasGemmEx(...)`")
+        ok()
+    return fn
+
+
+def test_tuned_drops_a_target_whose_launch_fails():
+    """8-SM pool: targets 16, 8, 6, 4 (tuning_targets); target 4 fails (as measured on the
+    H200), target 6 is the fastest of the rest: chosen, and 4 is recorded as failed."""
+    t = FakeTorch()
+    p = GemmPolicy(t, "tuned")
+    cost = {None: 100.0, 16: 90.0, 8: 80.0, 6: 70.0, 4: 10.0}
+    p.prepare("qkv", 8, _failing(t, cost, bad=4), None)
+    assert p.choices[("qkv", 8)] == 132 - 6 and t.carveout == 132 - 6
+    assert p.timings[("qkv", 8)]["4"] == "failed"
+    assert p.timings[("qkv", 8)]["6"] == pytest.approx(70.0)
+
+
+def test_tuned_reraises_a_failure_that_leaves_the_device_unusable():
+    t = FakeTorch()
+    t.sticky = True
+    p = GemmPolicy(t, "tuned")
+    cost = {None: 100.0, 16: 90.0, 8: 80.0, 6: 70.0, 4: 10.0}
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        p.prepare("qkv", 8, _failing(t, cost, bad=4), None)
+
+
+def test_tuned_reraises_when_the_untargeted_launch_fails():
+    t = FakeTorch()
+    p = GemmPolicy(t, "tuned")
+
+    def boom():
+        raise RuntimeError("CUDA error: CUBLAS_STATUS_EXECUTION_FAILED")
+    with pytest.raises(RuntimeError, match="CUBLAS_STATUS_EXECUTION_FAILED"):
+        p.prepare("qkv", 8, boom, None)
 
 
 def test_tuned_keeps_no_target_within_the_margin():

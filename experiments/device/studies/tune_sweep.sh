@@ -11,6 +11,13 @@ workload_flags "$W"
 workdir "tune_sweep_$W"
 python3 -m subgpu_jax.app.cli search $F --hardware H200 --stages 2 \
   --microbatches 2,4 --streams-per-stage 1,2 --no-progress --out "$D/search" > "$D/search.log" 2>&1
-timeout $((T + 60)) python3 experiments/tune_sweep.py --workload "$W" --search "$D/search" \
-  --out "$D" --time-limit "$T" 2>&1 | quiet | tee -a "$D/sweep.log" | tail -5
+# tune_sweep.py exits 3 after a CUDA error (recorded as a failed candidate): a fresh process
+# goes on with the rest, within the same TIME_S.
+END=$((SECONDS + T))
+while [ $SECONDS -lt $END ]; do
+  timeout $((END - SECONDS + 60)) python3 experiments/tune_sweep.py --workload "$W" \
+    --search "$D/search" --out "$D" --time-limit $((END - SECONDS)) 2>&1 | quiet \
+    | tee -a "$D/sweep.log" | grep -v "^ " | tail -4
+  [ "${PIPESTATUS[0]}" = 3 ] || break
+done
 bundle "tune_sweep_$W"
