@@ -171,8 +171,26 @@ def _kernels():
         y = (u + 1.0) * (g / (1.0 + tl.exp(-alpha * g)))
         tl.store(o_ptr + row * so + cols, y.to(tl.bfloat16), mask=m)
 
+    @triton.jit
+    def _moe_combine_k(out_ptr, h_ptr, sh_ptr, y_ptr, ci_ptr, w_ptr, wi_ptr, so, sh, ss, sy, n,
+                       K: tl.constexpr, SHARED: tl.constexpr, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        m = cols < n
+        acc = tl.load(h_ptr + row * sh + cols, mask=m, other=0.0).to(tl.float32)
+        if SHARED:  # h + shared_y, rounded to bfloat16 as the chain's add
+            acc = (acc + tl.load(sh_ptr + row * ss + cols, mask=m, other=0.0).to(tl.float32)
+                   ).to(tl.bfloat16).to(tl.float32)
+        wrow = tl.load(wi_ptr + row)
+        for j in tl.static_range(K):
+            src = tl.load(ci_ptr + row * K + j)
+            wj = tl.load(w_ptr + wrow * K + j).to(tl.bfloat16).to(tl.float32)
+            acc += wj * tl.load(y_ptr + src * sy + cols, mask=m, other=0.0).to(tl.float32)
+        tl.store(out_ptr + row * so + cols, acc.to(tl.bfloat16), mask=m)
+
     return SimpleNamespace(triton=triton, rmsnorm=_rmsnorm_k, rope_kv=_rope_kv_k,
-                           silu_mul=_silu_mul_k, swiglu_oss=_swiglu_oss_k)
+                           silu_mul=_silu_mul_k, swiglu_oss=_swiglu_oss_k,
+                           moe_combine=_moe_combine_k)
 
 
 def _rows(x, what: str):
@@ -309,3 +327,40 @@ def swiglu_oss_(out, gu, alpha: float, limit: float) -> None:
     block = 1024
     K.swiglu_oss[(rows, K.triton.cdiv(n, block))](gu, out, sg, so, n, float(alpha), float(limit),
                                                   BLOCK=block)
+
+
+def moe_combine_(out, h, y, comb_idx, topk_w, wsel_idx, shared=None) -> None:
+    """The MoE combine's weighted sum and residual in one kernel (replacing a gather into
+    [rows, k, H] and a ``baddbmm`` with k-long inner products, measured at 3% of the copy
+    bandwidth on the H200, docs/results.md "The temporal step against its limits"):
+    ``out[r] <- h[r] (+ shared[r]) + sum_j bf16(topk_w[wsel_idx[r], j]) * y[comb_idx[r k + j]]``,
+    accumulated in float32, rounded to bfloat16 once.
+
+    Args:
+        out, h: [rows, H] bfloat16 (``out`` may be ``h``). y: [n, H] bfloat16, the experts'
+            outputs. comb_idx: [rows * k] int64 rows of ``y``. topk_w: [t, k] routing weights
+            (float32 or bfloat16, contiguous). wsel_idx: [rows] int64 rows of ``topk_w``.
+            shared: [rows, H] bfloat16 shared experts' output, or None.
+
+    Raises:
+        ValueError: shapes that do not match.
+    """
+    K = _kernels()
+    rows, so = _rows(out, "out")
+    _, sh = _rows(h, "h")
+    _, sy = _rows(y, "y")
+    n = out.shape[1]
+    k = topk_w.shape[-1] if topk_w.dim() == 2 else 0
+    if (tuple(h.shape) != (rows, n) or y.shape[1] != n or topk_w.dim() != 2
+            or not topk_w.is_contiguous() or tuple(comb_idx.shape) != (rows * k,)
+            or tuple(wsel_idx.shape) != (rows,)
+            or (shared is not None and tuple(shared.shape) != (rows, n))):
+        raise ValueError(f"moe_combine_: out {tuple(out.shape)}, h {tuple(h.shape)}, y "
+                         f"{tuple(y.shape)}, comb_idx {tuple(comb_idx.shape)}, topk_w "
+                         f"{tuple(topk_w.shape)}, wsel_idx {tuple(wsel_idx.shape)}, shared "
+                         f"{None if shared is None else tuple(shared.shape)}")
+    ss = _rows(shared, "shared")[1] if shared is not None else 0
+    block = 1024
+    K.moe_combine[(rows, K.triton.cdiv(n, block))](
+        out, h, shared if shared is not None else h, y, comb_idx, topk_w, wsel_idx,
+        so, sh, ss, sy, n, K=k, SHARED=shared is not None, BLOCK=block)

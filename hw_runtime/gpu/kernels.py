@@ -325,11 +325,18 @@ def _combine(c: KernelContext, shared: bool = False) -> Callable[[int, int], Non
     t, s, H, Rm, ACT = c.t, c.s, c.H, c.Rm, c.ACT
     p, resid_out, comm, spin_end, wl = c.p, c.resid_out, c.comm, c.spin_end, c.wl
     k_ = s.k
+    one_kernel = c.fused and all(ACT[mu][nm].dim() == 2 and ACT[mu][nm].stride(-1) == 1
+                                 for mu in range(len(ACT)) for nm in (p + "h", resid_out))
 
     def f(mu, l):
         a = ACT[mu]
         y = a[p + "y_exp"].view(-1, H)
         comm(a, y)
+        if one_kernel:   # gather, weights, residual (and shared experts) in one kernel
+            fused.moe_combine_(a[resid_out], a[p + "h"], y, wl._comb_idx, a[p + "topk_w"],
+                               wl._wsel_idx, a[p + "shared_y"] if shared else None)
+            spin_end()
+            return
         g = t.index_select(y, 0, wl._comb_idx).view(Rm, k_, H)
         wsel = t.index_select(a[p + "topk_w"], 0, wl._wsel_idx).to(t.bfloat16)
         if shared:
