@@ -3,10 +3,11 @@ workload and op kind of a profiled temporal replay on the H200, the measured tim
 and FLOPs the model's graph assigns to those launches, and the fractions of two measured
 references they reach.
 
-    python experiments/kernel_efficiency.py --from DIR [--attention sdpa] \
+    python experiments/kernel_efficiency.py --from DIR [--from DIR2 ...] [--attention sdpa] \
         [--out experiments/results/kernel_efficiency_h200.json]
 
-``DIR`` holds ``trace_<workload>_<attention>.json`` (or ``trace_<workload>.json``) written by
+A workload found in several ``--from`` folders is read from the last of them (a newer run of
+the same workload). Each ``DIR`` holds ``trace_<workload>_<attention>.json`` (or ``trace_<workload>.json``) written by
 ``experiments/temporal_traces_h200.py --phase device`` (``experiments/device/run.sh attention``
 writes both attention kernels). The workloads are those of ``experiments/hw_verdicts_h200.py``.
 
@@ -177,23 +178,28 @@ def workload_rows(name: str, trace: dict, hardware: str = "H200") -> dict:
             "ops": ops}
 
 
-def collect(src: str, attention: str, out: str) -> dict:
-    """Every ``trace_<workload>[_<attention>].json`` under ``src`` -> the digest written to
-    ``out`` (module docstring). ValueError (one line naming the flag or file) on bad input."""
+def collect(srcs: list[str], attention: str, out: str) -> dict:
+    """Every ``trace_<workload>[_<attention>].json`` under the folders ``srcs`` (a workload in
+    several: the last) -> the digest written to ``out`` (module docstring). ValueError (one
+    line naming the flag or file) on bad input."""
     import hw_verdicts_h200 as V
 
-    if not os.path.isdir(src):
-        raise ValueError(f"--from: {src!r} is not a folder")
     found = {}
-    for path in sorted(glob.glob(os.path.join(src, "trace_*.json"))):
-        base = os.path.basename(path)[len("trace_"):-len(".json")]
-        for name in V.WORKLOADS:
-            if base in (name, f"{name}_{attention}"):
-                found[name] = path
-    if not found:
-        raise ValueError(f"--from: no trace_<workload>[_{attention}].json of the protocol's "
-                         f"workloads in {src!r}")
-    res = {"protocol": __doc__.split("\n\n")[0], "source": "experiments/device/run.sh attention",
+    for src in srcs:
+        if not os.path.isdir(src):
+            raise ValueError(f"--from: {src!r} is not a folder")
+        hits = 0
+        for path in sorted(glob.glob(os.path.join(src, "trace_*.json"))):
+            base = os.path.basename(path)[len("trace_"):-len(".json")]
+            for name in V.WORKLOADS:
+                if base in (name, f"{name}_{attention}"):
+                    found[name] = path
+                    hits += 1
+        if not hits:
+            raise ValueError(f"--from: no trace_<workload>[_{attention}].json of the "
+                             f"protocol's workloads in {src!r}")
+    res = {"protocol": __doc__.split("\n\n")[0],
+           "source": "experiments/device/run.sh attention; temporal_traces_h200.py --phase device",
            "attention": attention, "workloads": {}}
     for name, path in found.items():
         try:
@@ -203,6 +209,7 @@ def collect(src: str, attention: str, out: str) -> dict:
                 res["workloads"][name] = {"error": t["error"]}
                 continue
             res["workloads"][name] = workload_rows(name, t)
+            res["workloads"][name]["trace"] = os.path.relpath(path, ROOT)
         except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
             raise ValueError(f"--from: {path!r}: not a temporal trace ({type(e).__name__}: "
                              f"{e})") from None
@@ -227,8 +234,9 @@ def print_table(res: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--from", dest="src", required=True,
-                    help="folder with the temporal traces (trace_<workload>_<attention>.json)")
+    ap.add_argument("--from", dest="src", required=True, action="append",
+                    help="folder with the temporal traces (trace_<workload>_<attention>.json); "
+                         "repeatable, a workload in several folders is read from the last")
     ap.add_argument("--attention", default="sdpa", choices=("sdpa", "triton"),
                     help="which attention kernel's traces to read (default: sdpa, the default)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kernel_efficiency_h200.json"))
