@@ -707,6 +707,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
 
     from subgpu_jax.app.interrupt import (EXIT_CODE, Interrupted, configure_command, requested,
                                           stop_message)
+    from subgpu_jax.app.flagterms import in_flag_terms
     from subgpu_jax.app.platform import pin_jax_to_cpu
 
     configure_command(a.cmd, getattr(a, "out", ""))
@@ -731,8 +732,8 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
             raise Interrupted
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return rc
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except ValueError as e:  # the model layer's field names told as the flags that set them
+        print(f"error: {in_flag_terms(str(e), a.cmd)}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return _broken_pipe()

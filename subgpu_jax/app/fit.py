@@ -16,7 +16,7 @@ import dataclasses
 
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.model.memory import check_memory
+from subgpu_jax.model.memory import check_memory, memory_use
 from subgpu_jax.model.models import ModelArch
 
 __all__ = ["params_line", "fits", "fit_options", "not_fit_message", "checked_workload",
@@ -149,14 +149,18 @@ def not_fit_message(arch: ModelArch, dep: Deployment, hw: Hardware, error: str,
         batch_flag: the batch option of the command (``--batch``, or ``--batches`` for search).
     """
     opt = fit_options(arch, dep, hw, tp, ep)
+    error = error.replace("lower --batch ", f"lower {batch_flag} ")  # the command's own flag
     lines = [error, "  any one of these flags alone makes it fit:"]
     if opt["gpus"]:
         n, t, d = opt["gpus"]
-        lines.append(f"    --gpus {n}   (TP{t} x DP{d}: {dep.global_batch // d} requests per GPU "
-                     f"instead of {dep.requests_per_gpu})")
+        d2 = _deployment_for_gpus(arch, dep, n, tp, ep)
+        now, then = memory_use(arch, dep, hw), memory_use(arch, d2, hw)
+        lines.append(f"    --gpus {n}   (TP{t} x DP{d}, {dep.global_batch // d} requests per TP "
+                     f"group: {then.total / 1e9:.1f} GB per GPU instead of "
+                     f"{now.total / 1e9:.1f} GB)")
     if opt["batch"]:
         lines.append(f"    {batch_flag} {opt['batch']}   (the largest global batch that fits "
-                     f"with {dep.num_gpus} GPUs, a multiple of DP{dep.attn_dp} x {BATCH_STEP}; "
+                     f"with {dep.num_gpus} GPU{'s' if dep.num_gpus != 1 else ''}, a multiple of DP{dep.attn_dp} x {BATCH_STEP}; "
                      f"now {dep.global_batch})")
     if opt["kv_history"]:
         lines.append(f"    --kv-history {opt['kv_history']}   (the largest KV history that fits; "

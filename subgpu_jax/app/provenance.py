@@ -122,7 +122,7 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = 
                        "verdict_judged": int(s["verdict_judged"]),
                        "temporal_error": [min(tm), max(tm)]})
         return (f"on {len(sp)} pipelined configurations of {len(held)} workloads never used in "
-                f"any fit its speedups were within a median {err['median']:.0%} (max "
+                f"any fit its speedups were within a median {err['median']:.1%} (max "
                 f"{err['max']:.0%}; predicted / measured {min(ratio):.2f}-{max(ratio):.2f}), "
                 f"its verdicts wrong on {s['verdict_wrong']} of {s['verdict_judged']} judged, "
                 f"and its temporal steps {min(tm):+.0%} to {max(tm):+.0%} ({rel})")

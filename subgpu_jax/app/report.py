@@ -51,16 +51,29 @@ def frontiers(records: Sequence[dict]) -> dict:
 
 
 #: A matched gain is shown (``nearby``) only where both frontiers have a point within this
-#: relative distance of the matched throughput (5%): elsewhere the gain rests on a linear
-#: interpolation across a gap between frontier points that lie at different batches.
+#: relative distance of the matched point, in both throughputs (5%): elsewhere the gain rests on
+#: a linear interpolation across a gap between frontier points that lie at different batches
+#: (per-user throughput can halve from one batch of the grid to the next).
 MATCH_TOL = 0.05
+
+#: The other throughput of each matched one.
+_OTHER = {"per_gpu_tok_s": "per_user_tok_s", "per_user_tok_s": "per_gpu_tok_s"}
 
 
 def _nearest(front: Sequence[dict], key: str, x: float) -> dict:
-    """The frontier record nearest to ``x`` in the ``key`` throughput, with its relative
-    distance ``|x - x_i| / x`` (its batch and makespan when the record has them)."""
-    r = min(front, key=lambda f: abs(f[key] - x))
-    return {"rel_distance": abs(r[key] - x) / x, key: float(r[key]),
+    """The frontier record nearest to the frontier's own point at ``x`` in the ``key``
+    throughput: its other throughput there is the frontier's linear interpolation ``v(x)``, and
+    a record's relative distance is ``max(|x - x_i| / x, |v(x) - v_i| / v(x))`` (so a record
+    close in ``key`` but far in the other throughput is not "near"). Returns that distance
+    (``rel_distance``), the record's ``key`` throughput, batch and makespan."""
+    o = _OTHER[key]
+    pts = sorted(front, key=lambda f: f[key])
+    v = float(np.interp(x, [f[key] for f in pts], [f[o] for f in pts]))
+
+    def dist(f: dict) -> float:
+        return max(abs(f[key] - x) / x, abs(f[o] - v) / v if v > 0 else float("inf"))
+    r = min(front, key=dist)
+    return {"rel_distance": dist(r), key: float(r[key]),
             "global_batch": r.get("global_batch"), "makespan_us": r.get("makespan_us")}
 
 
@@ -69,8 +82,9 @@ def matched_tables(records: Sequence[dict], tol: float = MATCH_TOL) -> dict:
 
     Each frontier is interpolated linearly between its points (``search.pareto``); the points
     lie at different global batches, so a row compares frontiers, not one configuration with
-    another. Every row says how far the nearest point of each frontier is from the matched
-    throughput and whether both are within ``tol`` (``nearby``).
+    another. Every row says how far the nearest point of each frontier is from the frontier's
+    matched point (in both throughputs, ``_nearest``) and whether both are within ``tol``
+    (``nearby``).
 
     Args:
         records: search-job records (dicts with ``mode``, ``per_user_tok_s``,

@@ -74,7 +74,7 @@ def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> Non
     tol = m.get("tolerance", 0.05)
     print(f"\nmatched gains (frontier against frontier, each interpolated linearly between its "
           f"points, which lie at\ndifferent batches: shown only where both frontiers have a point "
-          f"within {tol:.0%} of the matched throughput)")
+          f"within {tol:.0%} of the matched point in both\nthroughputs)")
     for key, table, unit, fmt, what in (
             ("per_gpu_tok_s", "per_user_gain_at_matched_per_gpu", "tok/s/GPU", "10.1f",
              "per-user gain at matched per-GPU throughput"),

@@ -335,9 +335,8 @@ def format_band(speedup: float, band: Band | None, gpu: str) -> str:
                 f"run for this kind of prediction on the {gpu} (docs/verdicts.md)")
     lo, hi = band.apply(speedup)
     return (f"predicted {speedup:.3f}x, validated band {lo:.2f}-{hi:.2f}x on the {gpu} "
-            f"({describe_regime(band.regime)}; {band.n} held-out configurations on "
-            f"{len(band.workloads)} "
-            f"workloads)")
+            f"(from the {band.n} held-out configurations on {len(band.workloads)} workloads "
+            f"of its regime: {describe_regime(band.regime)})")
 
 
 def _results_dir() -> Path:

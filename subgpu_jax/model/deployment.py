@@ -282,6 +282,8 @@ class Deployment:
 
     def topology_label(self) -> str:
         """One line describing the topology, for outputs."""
+        if self.num_gpus == 1:
+            return "one GPU"
         if self.domain >= self.num_gpus:
             return f"one NVLink domain of {self.num_gpus} GPUs"
         return (f"NVLink domains of {self.domain} GPUs, scale-out {self.scaleout_GBps:g} GB/s per "

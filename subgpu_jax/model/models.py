@@ -24,12 +24,16 @@ from subgpu_jax.model.hardware import DTYPE_BYTES
 from subgpu_jax.model.quant import parse_unquantised, quant_dtypes
 from subgpu_jax.model.routing import expected_distinct
 
-__all__ = ["ModelArch", "MODELS", "FAMILIES", "get_model", "load_hf_config", "resolve_model",
+__all__ = ["ModelArch", "MODELS", "FAMILIES", "MODEL_TYPES", "get_model", "load_hf_config", "resolve_model",
            "expected_distinct"]
 
 #: Hugging Face ``model_type`` values ``load_hf_config`` reads (README "Your own model" and docs/usage.md list them too).
 FAMILIES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss",
                              "deepseek_v3")
+#: ``model_type`` values ``load_hf_config`` reads: the families, and ``mistral`` (Hugging Face
+#: ``MistralConfig``: the llama architecture with a sliding window on every layer when
+#: ``sliding_window`` is set; modelled as family ``llama``).
+MODEL_TYPES: tuple[str, ...] = FAMILIES + ("mistral",)
 
 
 @dataclass(frozen=True)
@@ -575,8 +579,11 @@ def _quant(cfg: Mapping[str, Any]) -> dict:
 def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArch:
     """Build a ``ModelArch`` from a Hugging Face ``config.json`` on disk (no network).
 
-    Supported ``model_type``: ``FAMILIES`` (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss,
-    deepseek_v3). ``head_dim`` is read from the file when present (else hidden/heads, the llama
+    Supported ``model_type``: ``MODEL_TYPES`` (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss,
+    deepseek_v3, and mistral, read as a llama that slides on every layer when
+    ``sliding_window`` is set, as Hugging Face's ``MistralConfig``). A llama config with a
+    non-null ``sliding_window`` is refused (llama has no sliding attention: the window would be
+    dropped and the KV cache costed at full length). ``head_dim`` is read from the file when present (else hidden/heads, the llama
     convention). Defaults follow the Hugging Face configuration classes: GPT-OSS alternates
     sliding and full attention when ``layer_types`` is absent; Qwen2/Qwen3 slide only with
     ``use_sliding_window``; Mixtral slides on every layer when ``sliding_window`` is set;
@@ -615,8 +622,8 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     if not isinstance(cfg, dict):
         raise ValueError(f"config.json {p}: top level must be a JSON object")
     mt = _req(cfg, "model_type", p)
-    if mt not in FAMILIES:
-        raise ValueError(f"config.json {p}: model_type must be one of {', '.join(FAMILIES)}, "
+    if mt not in MODEL_TYPES:
+        raise ValueError(f"config.json {p}: model_type must be one of {', '.join(MODEL_TYPES)}, "
                          f"got {mt!r}")
     nm = name or cfg.get("_name_or_path") or (
         os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json"
@@ -641,10 +648,18 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     try:
         quant = _quant(cfg)
         arch = None
-        if mt == "llama":
+        if mt == "llama" and cfg.get("sliding_window") is not None:
+            raise ValueError(f"'sliding_window' is {cfg['sliding_window']!r}, but model_type "
+                             "'llama' has no sliding attention (the window would be ignored and "
+                             "the KV cache costed at full length); a Mistral-style model is "
+                             "model_type 'mistral'")
+        if mt in ("llama", "mistral"):
+            sw = _window(cfg) if mt == "mistral" else 0
             arch = ModelArch(family="llama", intermediate=_int(cfg, "intermediate_size", p),
                              attn_bias=_bool(cfg, "attention_bias", p, False),
-                             mlp_bias=_bool(cfg, "mlp_bias", p, False), **common)
+                             mlp_bias=_bool(cfg, "mlp_bias", p, False),
+                             layer_types=("sliding" if sw else "full",) * layers,
+                             sliding_window=sw, **common)
         elif mt in ("qwen2", "qwen3"):
             lt, sw = _qwen_layer_types(cfg, p, layers)
             arch = ModelArch(family=mt, intermediate=_int(cfg, "intermediate_size", p),
@@ -700,7 +715,7 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
                              v_head_dim=_int(cfg, "v_head_dim", p),
                              attn_bias=_bool(cfg, "attention_bias", p, False),
                              **common)
-        if arch is None:  # pragma: no cover - FAMILIES checked above
+        if arch is None:  # pragma: no cover - MODEL_TYPES checked above
             raise AssertionError(mt)
         return dataclasses.replace(arch, **quant_dtypes(
             quant, arch.family, arch.mlp_types, mla=arch.is_mla, q_lora=bool(arch.q_lora_rank),

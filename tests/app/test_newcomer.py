@@ -110,10 +110,13 @@ def _rec(mode, G, user, gpu, sp=1.0, tp=8, dp=1):
 
 def test_matched_gain_rows_state_nearest_points():
     """Temporal frontier at per-GPU 100, 200, 300 (per-user 30, 20, 10); SubGPU at 102 (29)
-    and 260 (18). Matched per-GPU throughputs inside both ranges: 102, 200, 260. At 102 the
-    nearest temporal point (100) is 1.96% away -> nearby; at 200 the nearest SubGPU point
-    (260) is 30% away -> not nearby; at 260 the nearest temporal point (300) is 15.4% away.
-    Interpolated per-user at 102: temporal 30 - 0.02*10 = 29.8, SubGPU 29 -> gain -2.68%."""
+    and 260 (18). Matched per-GPU throughputs inside both ranges: 102, 200, 260. A point's
+    distance is the larger of its relative distances in per-GPU and in per-user throughput
+    from the frontier's interpolated point. At 102 the temporal frontier is at per-user
+    30 - 0.02*10 = 29.8; its point (100, 30) is max(2/102, 0.2/29.8) = 1.96% away -> nearby.
+    At 200 the SubGPU frontier is at 29 - 98/158*11 = 22.18; its nearest point (260, 18) is
+    max(60/200, 4.18/22.18) = 30% away -> not nearby. At 260 the temporal frontier is at 14;
+    (300, 10) is max(40/260, 4/14) = 28.6% away. Gain at 102: 29 / 29.8 - 1 = -2.68%."""
     recs = [_rec("temporal", 1, 30, 100), _rec("temporal", 2, 20, 200),
             _rec("temporal", 3, 10, 300), _rec("subgpu", 1, 29, 102), _rec("subgpu", 2, 18, 260)]
     rows = report.matched_tables(recs)["per_user_gain_at_matched_per_gpu"]
@@ -123,7 +126,7 @@ def test_matched_gain_rows_state_nearest_points():
     assert rows[0]["nearest_temporal"]["rel_distance"] == pytest.approx(2 / 102)
     assert rows[0]["nearest_temporal"]["global_batch"] == 1
     assert rows[1]["nearest_subgpu"]["rel_distance"] == pytest.approx(60 / 200)
-    assert rows[2]["nearest_temporal"]["rel_distance"] == pytest.approx(40 / 260)
+    assert rows[2]["nearest_temporal"]["rel_distance"] == pytest.approx(4 / 14)
     t = report.matched_tables(recs)
     assert t["max_per_user_gain_nearby"] == pytest.approx(29 / 29.8 - 1)
 
@@ -132,19 +135,49 @@ def test_matched_gain_rows_state_nearest_points():
 @given(st.lists(st.tuples(st.booleans(), st.floats(1, 1e3), st.floats(1, 1e4)), min_size=2,
                 max_size=12), st.floats(0, 0.5))
 def test_nearby_flag_matches_brute_force(pts, tol):
-    """``nearby`` is true exactly when both frontiers have a point within ``tol`` (relative)
-    of the matched throughput: checked against a brute-force nearest point on each frontier."""
+    """``nearby`` is true exactly when both frontiers have a point within ``tol`` (relative, in
+    both throughputs) of their matched point: checked against a brute-force scan of each
+    frontier's points, with the frontier's matched point from the gain (base and candidate
+    values satisfy cand / base - 1 = gain)."""
     recs = [_rec("subgpu" if s else "temporal", i, u, g) for i, (s, u, g) in enumerate(pts)]
     t = report.matched_tables(recs, tol=tol)
     fr = report.frontiers(recs)
+    other = {"per_gpu_tok_s": "per_user_tok_s", "per_user_tok_s": "per_gpu_tok_s"}
     for table, key in (("per_user_gain_at_matched_per_gpu", "per_gpu_tok_s"),
                        ("per_gpu_gain_at_matched_per_user", "per_user_tok_s")):
+        o = other[key]
         for r in t[table]:
             x = r[key]
-            dt = min(abs(f[key] - x) / x for f in fr["temporal"])
-            ds = min(abs(f[key] - x) / x for f in fr["subgpu"])
-            assert r["nearby"] == (dt <= tol and ds <= tol)
-            assert r["nearest_temporal"]["rel_distance"] == pytest.approx(dt)
+            d = {}
+            for side in ("temporal", "subgpu"):
+                f = sorted(fr[side], key=lambda p: p[key])
+                # the frontier's value at x: on a segment between consecutive points
+                v = next(a[o] + (b[o] - a[o]) * ((x - a[key]) / (b[key] - a[key])
+                                                if b[key] > a[key] else 0.0)
+                         for a, b in zip(f, f[1:] + f[-1:]) if a[key] <= x <= b[key])
+                d[side] = min(max(abs(p[key] - x) / x, abs(p[o] - v) / v) for p in f)
+            assert r["nearby"] == (d["temporal"] <= tol and d["subgpu"] <= tol)
+            assert r["nearest_temporal"]["rel_distance"] == pytest.approx(d["temporal"])
+
+
+def test_a_point_near_in_one_throughput_but_far_in_the_other_is_not_near():
+    """The helper's mini-Mixtral search (H200, 8 GPUs, KV 8k): temporal frontier (per-GPU,
+    per-user) (5066.1, 158.32), (6280.4, 98.13), (7082.7, 55.33); SubGPU (5084.8, 158.90),
+    (6844.5, 106.95), (7730.0, 60.39). At per-GPU 7082.7 the SubGPU frontier interpolates
+    per-user 106.95 - (238.2 / 885.5) * 46.56 = 94.43 (+70.7% over 55.33); its nearest point in
+    per-GPU (G = 512, 3.4% away) has per-user 106.95, 13.3% from 94.43: not near, so the
+    +70.7% is not shown (it rests on the interpolation across a batch gap alone)."""
+    recs = [_rec("temporal", 256, 158.32, 5066.1), _rec("temporal", 512, 98.13, 6280.4),
+            _rec("temporal", 1024, 55.33, 7082.7), _rec("subgpu", 256, 158.90, 5084.8),
+            _rec("subgpu", 512, 106.95, 6844.5), _rec("subgpu", 1024, 60.39, 7730.0)]
+    rows = {round(r["per_gpu_tok_s"], 1): r
+            for r in report.matched_tables(recs)["per_user_gain_at_matched_per_gpu"]}
+    r = rows[7082.7]
+    v = 106.95 - (7082.7 - 6844.5) / (7730.0 - 6844.5) * (106.95 - 60.39)
+    assert r["gain"] == pytest.approx(v / 55.33 - 1)
+    assert r["nearest_subgpu"]["rel_distance"] == pytest.approx((106.95 - v) / v)
+    assert r["nearest_subgpu"]["global_batch"] == 512 and not r["nearby"]
+    assert rows[5084.8]["nearby"]
 
 
 def test_best_by_batch_is_the_best_speedup_per_deployment():

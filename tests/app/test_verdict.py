@@ -226,9 +226,9 @@ def test_format_band_text():
     assert format_band(1.15, b, "H200").startswith(
         "predicted 1.150x, validated band 0.92-1.09x on the H200")
     assert "no error band" in format_band(1.15, None, "B200")
-    assert ("(uncalibrated model, dense models, green contexts, collectives emulated as a wait "
-            "(--collectives sleep); 3 held-out configurations on 2 workloads)") in \
-        format_band(1.15, b, "H200")
+    assert ("(from the 3 held-out configurations on 2 workloads of its regime: uncalibrated "
+            "model, dense models, green contexts, collectives emulated as a wait "
+            "(--collectives sleep))") in format_band(1.15, b, "H200")
 
 
 @given(st.floats(0.5, 2.0), st.floats(0.5, 2.0), st.floats(0.5, 1.0), st.floats(0.0, 0.6),

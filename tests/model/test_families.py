@@ -129,6 +129,46 @@ def test_mixtral_sliding_window_when_set(tmp_path):
     assert kernel(g, "L0.attn").category == "attn_sliding"
 
 
+#: mistralai/Mistral-7B-v0.1's public config.json (the fields the import reads).
+MISTRAL_7B = {"architectures": ["MistralForCausalLM"], "hidden_act": "silu", "hidden_size": 4096,
+              "intermediate_size": 14336, "max_position_embeddings": 32768,
+              "model_type": "mistral", "num_attention_heads": 32, "num_hidden_layers": 32,
+              "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+              "sliding_window": 4096, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+              "vocab_size": 32000}
+
+
+def test_mistral_is_a_llama_that_slides(tmp_path):
+    """Mistral-7B-v0.1: the llama architecture, every layer sliding over 4,096 tokens. Total
+    parameters by hand: embedding and LM head 2 x 32,000 x 4,096 = 262.1 M; per layer q and o
+    2 x 4,096^2 = 33.55 M, k and v 2 x 4,096 x 1,024 = 8.39 M, MLP 3 x 4,096 x 14,336 =
+    176.16 M, two norms 8,192; 32 layers = 6,979.6 M; final norm 4,096: 7,241.7 M (Mistral AI
+    announces "7.3B"). At a 32,768-token history the KV cache of one layer holds the window:
+    64 requests x 4,096 x 8 KV heads x 128 x 2 (K, V) x 2 B on one GPU."""
+    a = load_hf_config(write(tmp_path, MISTRAL_7B, "mistral-7b"))
+    assert a.family == "llama" and a.layer_types == ("sliding",) * 32
+    assert a.sliding_window == 4096
+    assert a.param_counts()["total"] == 2 * 32000 * 4096 + 32 * (2 * 4096**2 + 2 * 4096 * 1024
+                                                         + 3 * 4096 * 14336 + 2 * 4096) + 4096
+    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=64,
+                     kv_history=32768)
+    k = kernel(build_graph(a, dep), "L0.attn")
+    assert k.kv_bytes == 64 * 4096 * 8 * 128 * 2 * 2 and k.category == "attn_sliding"
+    # Mistral-7B-v0.2/v0.3: sliding_window null -> full attention
+    b = load_hf_config(write(tmp_path, dict(MISTRAL_7B, sliding_window=None), "mistral-7b-v3"))
+    assert b.layer_types == ("full",) * 32 and b.sliding_window == 0
+
+
+def test_a_llama_with_a_sliding_window_is_refused(tmp_path):
+    """A Mistral config relabelled llama would silently lose its window (the KV cache costed
+    at the full history): refused, pointing at model_type mistral. null stays allowed."""
+    with pytest.raises(ValueError, match="'sliding_window' is 4096, but model_type 'llama' has "
+                                         "no sliding attention.*model_type 'mistral'"):
+        load_hf_config(write(tmp_path, dict(MISTRAL_7B, model_type="llama")))
+    a = load_hf_config(write(tmp_path, dict(MISTRAL_7B, model_type="llama", sliding_window=None)))
+    assert a.layer_types == ("full",) * 32
+
+
 def test_deepseek_v3_regions_and_mla_decode():
     """DeepSeek-V3 = 3 dense layers then 58 MoE layers (first_k_dense_replace 3). MLA decode
     at TP8, R = 64 requests, KV 4096: the compressed cache is (512 + 64) elements per token,

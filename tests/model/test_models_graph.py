@@ -572,8 +572,8 @@ def test_load_hf_config_top_level_not_object(tmp_path):
 
 
 def test_load_hf_config_unsupported_model_type(tmp_path):
-    cfg = dict(LLAMA_31_8B, model_type="mistral")
-    with pytest.raises(ValueError, match="model_type.*'mistral'"):
+    cfg = dict(LLAMA_31_8B, model_type="phi3")
+    with pytest.raises(ValueError, match="model_type must be one of llama, .*mistral, got 'phi3'"):
         load_hf_config(_write(tmp_path, "mi", cfg))
 
 
