@@ -51,6 +51,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
+from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY  # noqa: E402  (the release cycle)
 
 CHILD = r"""
 import json, os, resource, sys, tempfile, time
@@ -98,11 +99,27 @@ def slope(ys: list[float]) -> float:
                                                                    for i in range(n))
 
 
-def summarise(run: dict, warmup: int) -> dict:
-    """Peak RSS, growth per point after ``warmup`` points (slope, MiB/point) and spread."""
+def floors(rss: list[float], cycle: int) -> list[float]:
+    """The lowest RSS of each release cycle: consecutive windows of ``cycle`` grid points (the
+    search releases its compiled programs every ``cycle`` points, so the RSS is a sawtooth of
+    that period whose height depends on which structures the window compiled; its floor is
+    what every cycle keeps). The last, partial window is left out."""
+    return [min(rss[i:i + cycle]) for i in range(0, len(rss) - cycle + 1, cycle)]
+
+
+def summarise(run: dict, warmup: int, cycle: int = 16) -> dict:
+    """Peak RSS, growth per point after ``warmup`` points (slope, MiB/point) and spread; the
+    floor of each release cycle of ``cycle`` points (``floors``) and its growth per point (the
+    slope over the cycles after the warm-up, divided by ``cycle``)."""
     rss = [r["rss_MiB"] for r in run["rows"]]
     after = rss[warmup:]
-    return {"peak_rss_MiB": max(r["max_rss_MiB"] for r in run["rows"]),
+    fl = floors(rss, cycle)
+    skip = -(-warmup // cycle)           # cycles that overlap the warm-up
+    fl_after = fl[skip:]
+    return {"release_cycle_points": cycle, "floor_rss_MiB_by_cycle": fl,
+            "floor_growth_MiB_per_point": (slope(fl_after) / cycle
+                                           if len(fl_after) >= 2 else None),
+            "peak_rss_MiB": max(r["max_rss_MiB"] for r in run["rows"]),
             "final_rss_MiB": rss[-1],
             "growth_MiB_per_point": slope(after) if len(after) >= 2 else None,
             "growth_MiB_per_point_all": slope(rss),
@@ -191,20 +208,21 @@ def main() -> None:
         # never a path of the machine: which tree ran, and its commit when it is a checkout
         run["source"] = ("this checkout" if mode != "before" else "the --before-root tree") + \
             _commit(root)
-        run.update(summarise(run, a.warmup))
+        run.update(summarise(run, a.warmup, JAX_CACHE_CLEAR_EVERY))
         runs.append(run)
         runs.sort(key=lambda r: r["mode"] != "bounded")
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         atomic_write(a.out, json.dumps({"args": args, "warmup_points": a.warmup, "runs": runs},
                                     indent=1))  # written as it goes: after each mode
     print(f"{'mode':>8s}{'points':>8s}{'peak RSS MiB':>14s}{'MiB/point':>11s}"
-          f"{'spread MiB':>12s}{'seconds':>10s}")
+          f"{'floor MiB/pt':>13s}{'spread MiB':>12s}{'seconds':>10s}")
+    nan = float("nan")
     for r in runs:
-        g = r["growth_MiB_per_point"]
+        g, fg = r["growth_MiB_per_point"], r.get("floor_growth_MiB_per_point")
         sp = r["spread_after_warmup_MiB"]
         print(f"{r['mode']:>8s}{r['points']:>8d}{r['peak_rss_MiB']:>14.1f}"
-              f"{(g if g is not None else float('nan')):>11.2f}"
-              f"{(sp if sp is not None else float('nan')):>12.1f}{r['seconds']:>10.1f}")
+              f"{(g if g is not None else nan):>11.2f}{(fg if fg is not None else nan):>13.2f}"
+              f"{(sp if sp is not None else nan):>12.1f}{r['seconds']:>10.1f}")
     plot(runs, os.path.splitext(a.out)[0] + ".png", a.warmup)
     print(f"wrote {a.out} and {os.path.splitext(a.out)[0]}.png")
 

@@ -121,19 +121,21 @@ def classify(op: str, d: dict, work: dict, copy_Bps: float, gemm_flops: float, t
     spin = sum(t for n, t in d.get("top", []) if SPIN.search(n))
     scale = d["launches"] / max(work["n"], 1)
     nbytes, flops = work["bytes"] * scale, work["flops"] * scale
-    dev = max(us - spin, 1e-9)
+    dev = us - spin
     top = [n for n, _ in d.get("top", []) if not SPIN.search(n)]
-    row = {"us": us, "us_device_work": dev if spin else us, "launches": d["launches"],
+    rate = (lambda x: x / dev * 1e6) if dev > 0 else (lambda x: None)  # noqa: E731 (per s)
+    frac = (lambda x, ref: x / dev * 1e6 / ref) if dev > 0 else (lambda x, ref: None)  # noqa
+    row = {"us": us, "us_device_work": dev, "launches": d["launches"],
            "us_per_launch": dev / max(d["launches"], 1), "ctas_model": work.get("ctas"),
-           "bytes": nbytes, "flops": flops, "GBps": nbytes / dev * 1e6 / 1e9,
-           "TFLOPs": flops / dev * 1e6 / 1e12,
-           "frac_copy_bw": nbytes / dev * 1e6 / copy_Bps,
-           "frac_gemm_rate": flops / dev * 1e6 / gemm_flops,
+           "bytes": nbytes, "flops": flops,
+           "GBps": None if dev <= 0 else rate(nbytes) / 1e9,
+           "TFLOPs": None if dev <= 0 else rate(flops) / 1e12,
+           "frac_copy_bw": frac(nbytes, copy_Bps), "frac_gemm_rate": frac(flops, gemm_flops),
            "kernel": top[0] if top else None, "emulated_collective": bool(spin)}
     bound_us = max(nbytes / copy_Bps, flops / gemm_flops) * 1e6
     row["roofline_us"] = bound_us
     row["bound"] = "memory" if nbytes / copy_Bps >= flops / gemm_flops else "compute"
-    t = None if spin else target_of(op.split("/")[0], tokens, G)
+    t = None if spin or dev <= 0 else target_of(op.split("/")[0], tokens, G)
     row["target"] = None if t is None else {"reference": t[0], "min": t[1]}
     row["meets_target"] = None if t is None else bool(row[t[0]] >= t[1])
     if row["meets_target"] is False:
@@ -178,6 +180,50 @@ def workload_rows(name: str, trace: dict, hardware: str = "H200") -> dict:
             "ops": ops}
 
 
+def _number(v, what: str, positive: bool = False) -> float:
+    """``v`` as a finite number (>= 0, or > 0 when ``positive``); ValueError naming ``what``."""
+    import math
+
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v < 0 or (positive and v == 0):
+        raise ValueError(f"{what} must be a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {v!r}")
+    return float(v)
+
+
+def check_trace(t, attention: str) -> None:
+    """Refuse a trace that is not what ``temporal_traces_h200.py --phase device`` writes for
+    ``attention`` (ValueError naming the field): ``measured_step_us`` and ``span_us`` finite
+    and > 0; ``ops`` a non-empty object of ``{"us": >= 0, "launches": integer >= 1, "top":
+    [[kernel name, µs >= 0], ...]}`` whose kernels' µs sum to at most ``us``; ``attention``,
+    when given, the one asked for."""
+    if not isinstance(t, dict):
+        raise ValueError("the trace must be a JSON object")
+    if "error" in t:
+        return
+    for f in ("measured_step_us", "span_us"):
+        _number(t.get(f), f, positive=True)
+    if t.get("attention", attention) != attention:
+        raise ValueError(f"attention is {t.get('attention')!r}, not the --attention {attention!r}")
+    ops = t.get("ops")
+    if not isinstance(ops, dict) or not ops:
+        raise ValueError(f"ops must be a non-empty object of op kinds, got {type(ops).__name__}")
+    for op, d in ops.items():
+        if not isinstance(d, dict):
+            raise ValueError(f"ops.{op} must be an object")
+        us = _number(d.get("us"), f"ops.{op}.us")
+        n = d.get("launches")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"ops.{op}.launches must be an integer >= 1, got {n!r}")
+        top = d.get("top", [])
+        if not isinstance(top, list) or not all(
+                isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) for x in top):
+            raise ValueError(f"ops.{op}.top must be a list of [kernel name, µs] pairs")
+        tot = sum(_number(x[1], f"ops.{op}.top µs") for x in top)
+        if tot > us * (1 + 1e-6) + 1e-6:
+            raise ValueError(f"ops.{op}.top: its kernels' {tot:g} µs exceed the op's {us:g} µs")
+
+
 def collect(srcs: list[str], attention: str, out: str) -> dict:
     """Every ``trace_<workload>[_<attention>].json`` under the folders ``srcs`` (a workload in
     several: the last) -> the digest written to ``out`` (module docstring). ValueError (one
@@ -204,15 +250,19 @@ def collect(srcs: list[str], attention: str, out: str) -> dict:
     for name, path in found.items():
         try:
             with open(path, encoding="utf-8") as fh:
-                t = json.load(fh)
-            if "error" in t:
-                res["workloads"][name] = {"error": t["error"]}
-                continue
-            res["workloads"][name] = workload_rows(name, t)
-            res["workloads"][name]["trace"] = os.path.relpath(path, ROOT)
-        except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
-            raise ValueError(f"--from: {path!r}: not a temporal trace ({type(e).__name__}: "
-                             f"{e})") from None
+                t = json.load(fh, parse_constant=lambda c: float("nan"))
+            check_trace(t, attention)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, ValueError) as e:
+            raise ValueError(f"--from: {path!r}: not a temporal trace of --attention "
+                             f"{attention} ({str(e).splitlines()[0]})") from None
+        if "error" in t:
+            res["workloads"][name] = {"error": t["error"]}
+            continue
+        res["workloads"][name] = workload_rows(name, t)
+        if not res["workloads"][name]["ops"]:
+            raise ValueError(f"--from: {path!r}: none of its op kinds is an op of the "
+                             f"{name} graph ({', '.join(sorted(t['ops']))})")
+        res["workloads"][name]["trace"] = os.path.relpath(path, ROOT)
     atomic_write(out, json.dumps(res, indent=1))
     return res
 
@@ -228,6 +278,9 @@ def print_table(res: dict) -> None:
             tg = "" if r["target"] is None else (
                 f"{r['target']['reference']} >= {r['target']['min']:.2f}: "
                 f"{'met' if r['meets_target'] else 'MISSED'}")
+            if r["GBps"] is None:   # all of it an emulated collective's wait
+                print(f"{name:26s} {op:22s} {r['us']:8.0f}  (no device work besides the wait)")
+                continue
             print(f"{name:26s} {op:22s} {r['us']:8.0f} {r['GBps']:6.0f} {r['frac_copy_bw']:5.2f} "
                   f"{r['TFLOPs']:6.0f} {r['frac_gemm_rate']:5.2f} {tg}")
 
@@ -241,7 +294,8 @@ def main(argv=None) -> int:
                     help="which attention kernel's traces to read (default: sdpa, the default)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kernel_efficiency_h200.json"))
     a = ap.parse_args(argv)
-    if os.path.isdir(a.out) or not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
+    if not a.out or os.path.isdir(a.out) or \
+            not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
         print(f"error: --out: {a.out!r} must be a file in an existing folder", file=sys.stderr)
         return 2
     try:

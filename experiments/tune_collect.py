@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import shutil
 import sys
 import tarfile
+import zlib
 import tempfile
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
@@ -49,20 +51,46 @@ def _extract(path: str, into: str) -> str:
     return d
 
 
+def _num(v, what: str, positive: bool = True) -> float:
+    """``v`` as a finite number (> 0, or >= 0 when not ``positive``); ValueError naming
+    ``what``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v < 0 or (positive and v == 0):
+        raise ValueError(f"{what} must be a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {v!r}")
+    return float(v)
+
+
 def check(rep: dict, sweep: dict | None, max_gpu_s: float = 300.0) -> dict:
     """The targets of one workload (module docstring) from its ``tune_report.json`` and its
     ``sweep.json`` (or None): per batch ``{"speedup", "first_top3_best", "at_least_top3",
     "not_slower_than_temporal", "gpu_s", "within_budget", "sweep_best", "sweep_complete",
     "within_2pct_of_sweep"}``; a target that cannot be checked (no top-3 measurement, an
-    incomplete sweep) is None, never True."""
+    incomplete sweep) is None, never True.
+
+    Raises:
+        ValueError: no batch, or a field that is not what a tune writes (names it): GPU
+            seconds a finite number >= 0, speedups finite and > 0, ``complete`` a boolean."""
+    if not rep["batches"]:
+        raise ValueError("its report has no batch")
+    if sweep is not None:
+        if sweep.get("best_speedup") is not None:
+            _num(sweep["best_speedup"], "sweep.json best_speedup")
+        if not isinstance(sweep.get("complete", False), bool):
+            raise ValueError(f"sweep.json complete must be true or false, got "
+                             f"{sweep.get('complete')!r}")
     out = {}
     for G, b in rep["batches"].items():
-        r = {"gpu_s": b["gpu_s"], "within_budget": b["gpu_s"] <= max_gpu_s}
+        gpu_s = _num(b["gpu_s"], f"batch {G}: gpu_s", positive=False)
+        r = {"gpu_s": gpu_s, "within_budget": gpu_s <= max_gpu_s}
         if b.get("winner") is None:
             r["note"] = b.get("note")
             out[G] = r
             continue
-        sp, top3 = b["measured_speedup"], b.get("first_search_top3_best_speedup")
+        sp = _num(b["measured_speedup"], f"batch {G}: measured_speedup")
+        top3 = b.get("first_search_top3_best_speedup")
+        if top3 is not None:
+            top3 = _num(top3, f"batch {G}: first_search_top3_best_speedup")
         r.update({"speedup": sp, "winner": b["winner"], "first_top3_best": top3,
                   # None: the first search's top 3 were not measured, so the target is unchecked
                   "at_least_top3": None if top3 is None else bool(sp >= top3 - 1e-12),
@@ -148,12 +176,18 @@ def log_report(path: str) -> dict:
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 
-def _read_json(path: str, what: str):
+def _read_json(path: str, what: str, shown: str | None = None):
+    """The JSON of ``path``; ValueError naming ``shown`` (default ``path``: a file extracted
+    from a bundle is named as ``bundle.tgz:file``, never by its temporary path). NaN and
+    infinities are refused as the not-JSON they are."""
+    def no_constant(c):
+        raise ValueError(f"{c} is not a JSON number")
     try:
         with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
+            return json.load(fh, parse_constant=no_constant)
     except (OSError, ValueError) as e:
-        raise ValueError(f"{what} {path!r}: not readable JSON ({e})") from None
+        raise ValueError(f"{what} {shown or path!r}: not readable JSON "
+                         f"({str(e).splitlines()[0]})") from None
 
 
 def _load(name: str, kind: str, path: str, src: str, tmp: str) -> tuple[dict, dict | None, str]:
@@ -161,7 +195,7 @@ def _load(name: str, kind: str, path: str, src: str, tmp: str) -> tuple[dict, di
     the file on anything unreadable."""
     try:
         d = _extract(path, tmp) if kind == "bundle" else path
-    except (OSError, tarfile.TarError) as e:
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
         raise ValueError(f"--from: {path!r}: not a readable .tgz bundle "
                          f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
     if kind == "log":
@@ -170,19 +204,21 @@ def _load(name: str, kind: str, path: str, src: str, tmp: str) -> tuple[dict, di
         rp = os.path.join(d, "tune_report.json")
         if not os.path.exists(rp):
             raise ValueError(f"--from: {path!r} holds no tune_report.json (an unfinished tune?)")
-        rep = _read_json(rp, "--from: report")
+        shown = f"{path}:tune_report.json" if kind == "bundle" else rp
+        rep = _read_json(rp, "--from: report", shown)
         if not isinstance(rep, dict) or not isinstance(rep.get("batches"), dict):
-            raise ValueError(f"--from: {rp!r}: a tune report has a 'batches' object")
+            raise ValueError(f"--from: {shown!r}: a tune report has a 'batches' object")
     sweep = None
     sw = os.path.join(src, f"tune_sweep_{name}.tgz")
     if os.path.exists(sw):
         try:
             sd = _extract(sw, tmp)
-        except (OSError, tarfile.TarError) as e:
+        except (OSError, EOFError, zlib.error, tarfile.TarError) as e:
             raise ValueError(f"--from: {sw!r}: not a readable .tgz bundle "
                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") \
                 from None
-        sweep = _read_json(os.path.join(sd, "sweep.json"), "--from: sweep")
+        sweep = _read_json(os.path.join(sd, "sweep.json"), "--from: sweep",
+                           f"{sw}:sweep.json")
         if not isinstance(sweep, dict):
             raise ValueError(f"--from: {sw!r}: sweep.json is not an object")
     return rep, sweep, d
@@ -223,7 +259,12 @@ def collect(src: str, out: str) -> int:
     if not found:
         raise ValueError(f"--from: no tune_<workload>.tgz, tune_<workload>/ or "
                          f"tune_<workload>.log in {src!r}")
-    tmp = tempfile.mkdtemp()
+    with tempfile.TemporaryDirectory() as tmp:   # the extracted bundles, removed at the end
+        return _collect_found(found, src, tmp, out, res)
+
+
+def _collect_found(found: dict, src: str, tmp: str, out: str, res: dict) -> int:
+    """``collect``'s second half: load, check and write the workloads ``found``."""
     loaded = {name: _load(name, kind, path, src, tmp) for name, (kind, path) in found.items()}
     entries = {}
     for name, (rep, sweep, _) in loaded.items():
@@ -231,9 +272,13 @@ def collect(src: str, out: str) -> int:
             entries[name] = {"from": found[name][0], "targets": check(rep, sweep),
                              "stop": rep.get("stop"), "accounting": rep.get("accounting"),
                              "prediction_error": rep.get("prediction_error")}
-        except (KeyError, TypeError) as e:
+        except KeyError as e:
             raise ValueError(f"--from: {found[name][1]!r}: a batch of its report lacks "
                              f"{e}") from None
+        except (TypeError, AttributeError, ValueError) as e:
+            raise ValueError(f"--from: {found[name][1]!r}: "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") \
+                from None
     keep = os.path.join(os.path.dirname(os.path.abspath(out)), "tune")
     for name, (rep, sweep, d) in loaded.items():
         kind, path = found[name]

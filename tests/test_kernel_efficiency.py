@@ -111,3 +111,38 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "no trace_<workload>[_sdpa].json" in capsys.readouterr().err
     assert KE.main(["--from", str(tmp_path), "--out", str(tmp_path)]) == 2
     assert "--out" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda t: t.update(ops=[1]), "ops must be a non-empty object"),
+    (lambda t: t.update(ops={}), "ops must be a non-empty object"),
+    (lambda t: t["ops"]["attn"].update(us=-1.0), "ops.attn.us must be a finite number >= 0"),
+    (lambda t: t["ops"]["attn"].update(us=float("nan")), "ops.attn.us must be a finite"),
+    (lambda t: t["ops"]["attn"].update(us=True), "ops.attn.us must be a finite"),
+    (lambda t: t["ops"]["attn"].update(us="15561"), "ops.attn.us must be a finite"),
+    (lambda t: t["ops"]["attn"].update(launches=0), "ops.attn.launches must be an integer"),
+    (lambda t: t["ops"]["attn"].update(top=[["a", "b", "c"]]), "ops.attn.top must be a list"),
+    (lambda t: t["ops"]["attn"].update(top=[["spin_kernel", 1e9]]), "exceed the op's"),
+    (lambda t: t.update(measured_step_us="x"), "measured_step_us must be a finite number > 0"),
+    (lambda t: t.update(span_us=-5), "span_us must be a finite number > 0"),
+    (lambda t: t.update(attention="triton"), "attention is 'triton', not the --attention"),
+    (lambda t: t.update(ops={"bogus": {"us": 1.0, "launches": 1, "top": []}}),
+     "none of its op kinds is an op of the llama8b_1gpu_g256_kv2k graph"),
+])
+def test_a_bad_trace_is_refused_in_one_line(tmp_path, capsys, edit, field):
+    """Every field of a trace is checked before a number is made from it: never a negative
+    bandwidth, a NaN in the JSON or a 1 µs read from `true`."""
+    t = json.loads((TRACES / "trace_llama8b_1gpu_g256_kv2k_sdpa.json").read_text())
+    edit(t)
+    d = tmp_path / "t"
+    d.mkdir()
+    (d / "trace_llama8b_1gpu_g256_kv2k_sdpa.json").write_text(json.dumps(t))
+    assert KE.main(["--from", str(d), "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "trace_llama8b" in err, err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_empty_out_is_refused(tmp_path, capsys):
+    assert KE.main(["--from", str(TRACES), "--out", ""]) == 2
+    assert "--out" in capsys.readouterr().err

@@ -148,8 +148,53 @@ def test_log_report_reads_the_last_run_and_refuses_several_batches(tmp_path):
         tc.log_report(str(p))
 
 
+_REP = {"batches": {"32": {"gpu_s": 40.0, "winner": {"mode": "temporal"},
+                          "measured_speedup": 1.0, "first_search_top3_best_speedup": 0.84}},
+        "stop": "max_rounds"}
+
+
+def _bundle(src, name, files):
+    """``src/name`` as a .tgz holding ``files`` ({arcname: JSON text})."""
+    import io
+    with tarfile.open(src / name, "w:gz") as t:
+        for arc, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(arc)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+
+
+def _truncated(src):
+    _bundle(src, "tune_a.tgz", {"tune_report.json": json.dumps(_REP) + " " * 5000})
+    raw = (src / "tune_a.tgz").read_bytes()
+    (src / "tune_a.tgz").write_bytes(raw[: len(raw) // 2])
+
+
+def _report_with(**batch):
+    rep = json.loads(json.dumps(_REP))
+    rep["batches"]["32"].update(batch)
+    return lambda src: _bundle(src, "tune_a.tgz", {"tune_report.json": json.dumps(rep)})
+
+
+def _sweep_with(**sw):
+    def setup(src):
+        _bundle(src, "tune_a.tgz", {"tune_report.json": json.dumps(_REP)})
+        _bundle(src, "tune_sweep_a.tgz", {"sweep.json": json.dumps(
+            {"complete": True, "best_speedup": 1.0, **sw})})
+    return setup
+
+
 @pytest.mark.parametrize("setup,word", [
     (lambda src: (src / "tune_a.tgz").write_bytes(b"not a tar"), "not a readable .tgz"),
+    (_truncated, "not a readable .tgz"),
+    (_report_with(gpu_s="41"), "batch 32: gpu_s must be a finite number >= 0, got '41'"),
+    (_report_with(gpu_s=-41), "batch 32: gpu_s must be a finite number >= 0"),
+    (_report_with(measured_speedup=None), "measured_speedup must be a finite number > 0"),
+    (_sweep_with(best_speedup=-3), "sweep.json best_speedup must be a finite number > 0"),
+    (_sweep_with(complete="false"), "sweep.json complete must be true or false"),
+    (lambda src: _bundle(src, "tune_a.tgz", {"tune_report.json": '{"batches": {"32": '
+                                             '{"gpu_s": NaN}}}'}),
+     "tune_a.tgz:tune_report.json': not readable JSON (NaN is not a JSON number)"),
     (lambda src: (src / "tune_a").mkdir(), "holds no tune_report.json"),
     (lambda src: (src / "tune_..log").write_text(LOG, encoding="utf-8"), "workload name"),
     (lambda src: (src / "tune_a.log").write_text("tune: x\n", encoding="utf-8"),
@@ -165,7 +210,7 @@ def test_collect_refuses_bad_input_in_one_line_and_writes_nothing(tmp_path, caps
     monkeypatch.setattr("sys.argv", ["tune_collect", "--from", str(src), "--out", str(out)])
     assert tc.main() == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and word in err[0]
+    assert len(err) == 1 and err[0].startswith("error: ") and word in err[0], err
     assert not out.exists() and not (out.parent / "tune").exists()
 
 

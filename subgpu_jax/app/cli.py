@@ -20,7 +20,7 @@ from subgpu_jax.model.checks import out_dir, out_file, pos_int
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.setup import GpuSetup
-from subgpu_jax.model.models import MODELS
+from subgpu_jax.model.models import MODEL_TYPES, MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
@@ -49,8 +49,8 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
     g.add_argument("--model", "--config", dest="model", default="gpt-oss-120b",
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
-                        "config.json (llama, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, "
-                        "deepseek_v3); --config FILE is the same. Default: gpt-oss-120b")
+                        f"config.json (model_type {', '.join(MODEL_TYPES)}); --config FILE is "
+                        "the same. Default: gpt-oss-120b")
     g.add_argument("--hardware", default=hardware,
                    help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}. A suffix "
                         "picks the uncalibrated model version: H200:analytic-v3 times kernels as "

@@ -26,14 +26,18 @@ _PATTERN = re.compile(rf"(?:\bdeployment\.)?\b({_FIELD})\b(=)?")
 
 def in_flag_terms(message: str, command: str = "") -> str:
     """``message`` with each ``Deployment`` field written as its flag (``field=v`` becomes
-    ``--flag v``); ``deployment: `` at the start is dropped. ``command``: the sub-command
-    (``search`` names the batch ``--batches``). A message naming no field comes back as is.
+    ``--flag v``); ``deployment: `` at the start is dropped. Only a message of ``Deployment``
+    itself (starting with ``deployment``) is rewritten: any other may hold what the user typed
+    (a file named ``global_batch.json``), which must come back unchanged. ``command``: the
+    sub-command (``search`` names the batch ``--batches``).
 
     >>> in_flag_terms("deployment.global_batch=64 must be divisible by attn_dp=3 (x)")
     '--batch 64 must be divisible by --dp 3 (x)'
     >>> in_flag_terms("deployment: attn_tp*attn_dp = 6 must equal num_gpus = 8")
     '--tp*--dp = 6 must equal --gpus = 8'
     """
+    if not message.startswith(("deployment.", "deployment:")):
+        return message
     flags = dict(DEPLOYMENT_FLAGS)
     if command == "search":
         flags["global_batch"] = "--batches"

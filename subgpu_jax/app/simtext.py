@@ -59,9 +59,13 @@ def serving_lines(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
     ``serving_json``)."""
     j = serving_json(arch, deploy, m, mu, gen)
     me = j["memory"]
+    sw = arch.sliding_window if "sliding" in arch.layer_types else 0
+    slide = (f"; the {arch.layer_types.count('sliding')} sliding-window layers keep the last {sw}"
+             if 0 < sw < me["kv_tokens"] else "")
     lines = [f"          memory per GPU: weights {me['weights_GB']:.1f} GB + KV cache "
              f"{me['kv_GB']:.1f} GB ({arch.kv_dtype}, {me['kv_tokens']} tokens x "
-             f"{me['requests_per_gpu']} requests) + activations {me['activations_GB']:.2f} GB = "
+             f"{me['requests_per_gpu']} requests{slide}) + activations "
+             f"{me['activations_GB']:.2f} GB = "
              f"{me['total_GB']:.1f} GB of a {me['budget_GB']:.1f} GB budget "
              f"(--gpu-memory-utilization {me['gpu_memory_utilization']:g} x "
              f"{me['hbm_GB']:.0f} GB)"]

@@ -125,11 +125,16 @@ class Workload:
 
     def macro_starts(self) -> list[int]:
         """Cut points of the paper's "Macro" design: the last full-attention FMHA of the region
-        alone in segment 1 (``[i, i+1]``); with w = 1 the rest of the region shares stage 0."""
+        alone in segment 1 (``[i, i+1]``); with w = 1 the rest of the region shares stage 0. A
+        region whose every layer slides (Mistral-7B-v0.1, a Mixtral with ``sliding_window``)
+        isolates its last sliding-window attention instead.
+
+        Raises:
+            ValueError: a region without any attention kernel."""
         g = self.graph(1)
-        full = [i for i, k in enumerate(g.kernels) if k.category == "attn_full"]
+        full = [i for i, k in enumerate(g.kernels) if k.category == "attn_full"] or \
+            [i for i, k in enumerate(g.kernels) if k.category.startswith("attn")]
         if not full:
-            raise ValueError(f"model {self.name} has no full-attention layer for the Macro "
-                             "design")
+            raise ValueError(f"model {self.name} has no attention layer for the Macro design")
         i = full[-1]
         return [i] if i + 1 >= g.n else [i, i + 1]

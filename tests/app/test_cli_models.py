@@ -91,3 +91,22 @@ def test_kv_lengths_file_and_distribution(tmp_path, capsys):
     assert json.loads(out)["workload"]["kv_lengths"]["busiest_rank_tokens"] == 500
     rc, _, err = run_cli(["simulate", *QWEN3, "--kv-lengths", "uniform:9:3"], capsys)
     assert rc == 2 and "uniform:LO:HI" in err
+
+
+def test_mistral_every_layer_sliding_simulates_with_the_default_cuts(tmp_path, capsys):
+    """A Mistral-7B-v0.1 config (every layer slides over 4,096 tokens) runs `simulate` with its
+    default cuts (the Macro design isolates the last attention, here a sliding one), and the
+    memory line says what the window keeps: KV per GPU = 32 layers x 8 requests x 4,096 tokens
+    x 8 KV heads x 128 x 2 (K, V) x 2 B = 4.29 GB, not the 8.6 GB of an 8,192-token history."""
+    cfg = {"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+           "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+           "sliding_window": 4096, "tie_word_embeddings": False, "vocab_size": 32000}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    rc, out, err = run_cli(["simulate", "--model", str(p), "--hardware", "H200", "--gpus", "1",
+                            "--batch", "8", "--kv-history", "8192", "--simulator", "static",
+                            "--sms", "even"], capsys)
+    assert rc == 0, err
+    assert ("KV cache 4.3 GB (bf16, 8192 tokens x 8 requests; the 32 sliding-window layers "
+            "keep the last 4096)") in out
+    assert 32 * 8 * 4096 * 8 * 128 * 2 * 2 / 1e9 == pytest.approx(4.29, abs=0.005)

@@ -24,7 +24,11 @@ def _cli(args, capsys):
     ("deployment.kv_history=10 must be >= input_len=20: the prompt", "simulate",
      "--kv-history 10 must be >= --input-len 20: the prompt"),
     ("sms: stage 0 has 3 SMs", "simulate", "sms: stage 0 has 3 SMs"),          # untouched
-    ("the global_batches of a grid", "search", "the global_batches of a grid"),  # whole words
+    ("deployment.global_batches=1", "search", "deployment.global_batches=1"),  # whole words
+    # what the user typed is never rewritten: only Deployment's own messages are
+    ("config.json /tmp/global_batch.json: field 'x'", "simulate",
+     "config.json /tmp/global_batch.json: field 'x'"),
+    ("cuts: got 'kv_history'", "simulate", "cuts: got 'kv_history'"),
 ])
 def test_in_flag_terms(message, command, told):
     assert in_flag_terms(message, command) == told
