@@ -156,8 +156,11 @@ def test_nearby_flag_matches_brute_force(pts, tol):
                                                 if b[key] > a[key] else 0.0)
                          for a, b in zip(f, f[1:] + f[-1:]) if a[key] <= x <= b[key])
                 d[side] = min(max(abs(p[key] - x) / x, abs(p[o] - v) / v) for p in f)
+            assert r["nearest_temporal"]["rel_distance"] == pytest.approx(d["temporal"],
+                                                                          abs=1e-12)
+            if any(abs(v - tol) < 1e-9 for v in d.values()):
+                continue  # on the boundary the two roundings of the same distance may differ
             assert r["nearby"] == (d["temporal"] <= tol and d["subgpu"] <= tol)
-            assert r["nearest_temporal"]["rel_distance"] == pytest.approx(d["temporal"])
 
 
 def test_a_point_near_in_one_throughput_but_far_in_the_other_is_not_near():
