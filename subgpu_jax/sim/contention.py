@@ -471,7 +471,7 @@ class BoundModel:
                           base) -> tuple:
         """Kernel-aware calibration of a (virtual) collective on one pool.
 
-        The runtime's collective (``hw_runtime/gpu/workload.py``, ``TorchWorkload._spin_cycles``)
+        The runtime's collective (``hw_runtime/gpu/workload.py``, ``TorchWorkload.spin_cycles``)
         copies its payload and runs its epilogue (residual add, norm, gather), then waits out
         the rest of the modelled link time, setup + payload / NVLink - 2 x payload / copy
         bandwidth, in a one-thread timed wait that leaves the pool's SMs free. So the wait is a

@@ -372,3 +372,18 @@ def test_per_request_kv_lengths_follow_the_busiest_dp_rank():
     assert dep.kv_tokens(128) == 128
     with pytest.raises(ValueError, match="kv_lengths"):
         Deployment(kv_lengths=(0, 5))
+
+
+def test_kernel_features_time_collectives_as_the_static_model_does():
+    """search.features' per-kernel terms are "exactly the terms of StaticDurationModel": on the
+    HGX topology above (the dispatch's scale-out part at 50 GB/s), launch + max(compute, memory,
+    communication) equals the static model's time for every kernel of the region, collectives
+    included (it once used the payload at NVLink speed: 1.59 µs instead of 22.12 µs)."""
+    from subgpu_jax.search import features
+    hw = get_hardware("B200")
+    g = build_graph(get_model("gpt-oss-120b"), Deployment(nvlink_domain=8, scaleout_GBps=50.0))
+    sd = StaticDurationModel(hw)
+    for k in g.kernels:
+        comp, mem, comm, launch = features._time_components(k, hw, hw.num_sms)
+        assert launch + max(comp, mem, comm) == pytest.approx(
+            float(sd.kernel_time_us(k, hw.num_sms)), rel=1e-9), k.name
