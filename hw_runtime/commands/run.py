@@ -17,7 +17,7 @@ from subgpu_jax.space.config import config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.commands.common import ep_of, gpu_check, json_safe
 from hw_runtime.commands.records import record_options
-from hw_runtime.gpu.kernels import spin_of
+from hw_runtime.gpu.kernels import link_kwargs, spin_of
 
 __all__ = ["config_from_search", "check_search_matches", "prepare_run", "options_config",
            "record_config", "run_report",
@@ -357,7 +357,8 @@ def run_one(a) -> int:
 
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
-                         attention=getattr(a, "attention", "auto"), spin=spin_of(a.collectives))
+                         attention=getattr(a, "attention", "auto"), spin=spin_of(a.collectives),
+                         **link_kwargs(wl.hw))
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
     try:

@@ -197,9 +197,12 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     """
     from hw_runtime.gpu.executor import cuda_torch, derive_workload
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info
+    from hw_runtime.gpu.kernels import link_kwargs
     from hw_runtime.gpu.workload import TorchWorkload, time_kernels
+    from subgpu_jax.model.hardware import get_hardware
     from hw_runtime.gpu.blas import GemmPolicy
 
+    link = link_kwargs(get_hardware(hardware))  # the collectives' wait of that GPU's preset
     torch = cuda_torch()
     policy = GemmPolicy(torch, gemm)
     info = device_sm_info(0)
@@ -217,7 +220,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         R = dep.requests_per_gpu
         ms = [m for m in microbatches if R % m == 0]
         base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise,
-                             attention=attention)
+                             attention=attention, **link)
         resolved = base.elementwise
         resolved_attention = getattr(base, "attention", "sdpa")
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
@@ -229,7 +232,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         for rk in dict.fromkeys(g.region_kinds for g, _ in build_forward(arch, dep, 1).runs):
             if rk != base.graph.region_kinds:
                 kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda",
-                                   elementwise=elementwise, attention=attention)
+                                   elementwise=elementwise, attention=attention, **link)
                 others += [(m, derive_workload(kb, build_graph(arch, dep, m, region=rk)))
                            for m in ms]
         todo = []  # (wl, [kernel ids]) of keys not measured yet

@@ -17,7 +17,7 @@ from hw_runtime.gpu import fused
 from hw_runtime.gpu.decode_attn import decode_attention
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
-           "COLLECTIVES", "spin_of"]
+           "COLLECTIVES", "spin_of", "link_kwargs"]
 
 #: GPT-OSS clamped SwiGLU constants (public reference implementation).
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
@@ -29,6 +29,17 @@ SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
 #: looks free); ``"none"`` copies the payload only, the control with zero link time that the
 #: simulator mirrors with ``ContentionModel(link_time=False)``.
 COLLECTIVES: tuple[str, ...] = ("sleep", "none")
+
+
+def link_kwargs(hw: Any) -> dict:
+    """``TorchWorkload``'s virtual-collective arguments of a GPU preset
+    (``subgpu_jax.model.hardware.Hardware``): the floor ``comm_setup_us`` (µs), the link
+    ``nvlink_Bps`` and the copy bandwidth ``hbm_copy_Bps`` (bytes/s), the constants the
+    simulator charges a collective with, so that the emulated wait on a GPU lasts what the
+    simulator assumes for that GPU (H200: 3 µs, 450 GB/s, 4,245 GB/s, ``TorchWorkload``'s
+    defaults; a B200 run gets its own 900 GB/s NVLink 5)."""
+    return {"comm_floor_us": float(hw.comm_setup_us), "link_Bps": float(hw.nvlink_Bps),
+            "copy_Bps": float(hw.hbm_copy_Bps)}
 
 
 def spin_of(collectives: str) -> bool:

@@ -265,3 +265,20 @@ def test_gpu_reference_attention_shape_correct():
     ref = ref * wl.weights[0]["L1.sink_scale"].double()
     out = a["L1.attn_out"].view(s.Rm, s.qh, 1, s.hd)[:4].double()
     assert float((out - ref).norm() / ref.norm()) < 2e-2
+
+
+def test_link_kwargs_are_the_presets_and_the_h200_defaults():
+    """The emulated collective's constants come from the GPU preset the simulator charges with:
+    on the H200 they are TorchWorkload's defaults (3 µs, 450 GB/s NVLink 4 per direction,
+    4,245 GB/s copy: subgpu_jax.model.hardware.H200); a B200 gets 900 GB/s (NVLink 5)."""
+    import inspect
+
+    from hw_runtime.gpu.kernels import link_kwargs
+    from subgpu_jax.model.hardware import get_hardware
+
+    h200 = link_kwargs(get_hardware("H200"))
+    pytest.importorskip("torch")
+    from hw_runtime.gpu.workload import TorchWorkload
+    sig = inspect.signature(TorchWorkload.__init__).parameters
+    assert h200 == {k: sig[k].default for k in ("comm_floor_us", "link_Bps", "copy_Bps")}
+    assert link_kwargs(get_hardware("B200"))["link_Bps"] == 900e9
