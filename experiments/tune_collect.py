@@ -18,7 +18,7 @@ lines and its result table, and the entry says so: ``"from": "log"``). Workloads
 ``--out`` and not in ``DIR`` are kept (each entry names its device call in ``"from"``).
 
 CPU only; copies each tune's report and frontier plot (or its log) under ``tune/<workload>/``
-beside ``--out`` (``experiments/results/tune/`` for the default). Bad input: one line naming
+beside ``--out``, with the tune's folder on the device written as ``<tune folder>`` (``experiments/results/tune/`` for the default). Bad input: one line naming
 the flag or file, exit code 2, nothing written.
 """
 
@@ -263,6 +263,37 @@ def collect(src: str, out: str) -> int:
         return _collect_found(found, src, tmp, out, res)
 
 
+#: What a device folder of a tune is written as in the committed copies (``_device_root``).
+TUNE_FOLDER = "<tune folder>"
+_RESULTS_IN = re.compile(r"results in (\S+)")
+
+
+def _device_root(rep: dict, log: str | None) -> str | None:
+    """The tune's folder on the device machine (an absolute path of that machine), from its
+    printed log's first line (``results in DIR``) or its report (the folder of its
+    ``calibration``, else of round 1's ``search``); None when neither names one."""
+    if log is not None:
+        m = _RESULTS_IN.search(log.splitlines()[0] if log else "")
+        if m:
+            return m[1].rstrip("/")
+    if isinstance(rep.get("calibration"), str) and os.path.isabs(rep["calibration"]):
+        return os.path.dirname(rep["calibration"])
+    rounds = rep.get("rounds") or []
+    if rounds and isinstance(rounds[0].get("search"), str):
+        return os.path.dirname(os.path.dirname(rounds[0]["search"]))
+    return None
+
+
+def _copy_machine_free(src: str, dst: str, root: str | None) -> None:
+    """Copy ``src`` to ``dst``; in a text file the device folder ``root`` becomes
+    ``TUNE_FOLDER`` (the committed results never name a path of the machine that ran them)."""
+    if root is None or not src.endswith((".json", ".csv", ".log")):
+        shutil.copy(src, dst)
+        return
+    with open(src, encoding="utf-8", errors="replace") as fh:
+        atomic_write(dst, fh.read().replace(root, TUNE_FOLDER))
+
+
 def _collect_found(found: dict, src: str, tmp: str, out: str, res: dict) -> int:
     """``collect``'s second half: load, check and write the workloads ``found``."""
     loaded = {name: _load(name, kind, path, src, tmp) for name, (kind, path) in found.items()}
@@ -284,12 +315,15 @@ def _collect_found(found: dict, src: str, tmp: str, out: str, res: dict) -> int:
         kind, path = found[name]
         os.makedirs(os.path.join(keep, name), exist_ok=True)
         if kind == "log":
-            shutil.copy(path, os.path.join(keep, name, "tune.log"))
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                root = _device_root(rep, fh.read())
+            _copy_machine_free(path, os.path.join(keep, name, "tune.log"), root)
         else:  # the digests only: the log stays in the device bundle (experiments/README.md)
+            root = _device_root(rep, None)
             for f in ("tune_report.json", "tune_measurements.csv", "tune_frontier.png",
                       "calibration_tuned.json"):
                 if os.path.exists(os.path.join(d, f)):
-                    shutil.copy(os.path.join(d, f), os.path.join(keep, name, f))
+                    _copy_machine_free(os.path.join(d, f), os.path.join(keep, name, f), root)
         if sweep is not None:
             atomic_write(os.path.join(keep, name, "sweep.json"), json.dumps(sweep, indent=1))
     res["workloads"].update(entries)

@@ -285,3 +285,29 @@ def test_attention_compare_by_hand(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("sys.argv", ["x", "--from", str(tmp_path / "none"), "--out", str(out)])
     assert ac.main() == 2
     assert capsys.readouterr().err.startswith("error: --from")
+
+
+def test_committed_copies_name_no_path_of_the_device(tmp_path, monkeypatch):
+    """The tune's folder on the device (the report's calibration folder; the log's "results
+    in DIR") is written as "<tune folder>" in every copied text file, so nothing committed
+    names a path of the machine that ran it; the targets are unchanged."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rep = json.loads(json.dumps(_REP))
+    rep["calibration"] = "/tmp/tune_a/calibration_tuned.json"
+    rep["rounds"] = [{"search": "/tmp/tune_a/round1/search"}]
+    _bundle(src, "tune_a.tgz", {"tune_report.json": json.dumps(rep),
+                                "tune_measurements.csv": "key,search\nx,/tmp/tune_a/round1\n"})
+    (src / "tune_b.log").write_text(LOG.replace("results in /x", "results in /root/out/tune_b"),
+                                    encoding="utf-8")
+    out = tmp_path / "tune.json"
+    monkeypatch.setattr("sys.argv", ["tune_collect", "--from", str(src), "--out", str(out)])
+    assert tc.main() == 0
+    a = (tmp_path / "tune" / "a" / "tune_report.json").read_text()
+    assert "/tmp/" not in a and json.loads(a)["calibration"] == \
+        "<tune folder>/calibration_tuned.json"
+    assert (tmp_path / "tune" / "a" / "tune_measurements.csv").read_text() == \
+        "key,search\nx,<tune folder>/round1\n"
+    b = (tmp_path / "tune" / "b" / "tune.log").read_text(encoding="utf-8")
+    assert "/root/" not in b and "results in <tune folder>" in b
+    assert json.loads(out.read_text())["workloads"]["a"]["targets"]["32"]["speedup"] == 1.0
