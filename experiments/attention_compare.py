@@ -23,7 +23,9 @@ import re
 import sys
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # digest_cli
 
+from digest_cli import check_out, run_digest  # noqa: E402  (the shared --out/error frame)
 from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,18 +84,15 @@ def main() -> int:
     ap.add_argument("--from", dest="src", required=True, help="folder of the traces")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "attention_h200.json"))
     a = ap.parse_args()
-    try:
+    def work() -> dict:
         res = compare(a.src)
-        if os.path.isdir(a.out) or not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
-            raise ValueError(f"--out: {a.out!r} must be a file in an existing folder")
+        check_out(a.out)
         atomic_write(a.out, json.dumps({"source": "experiments/device/run.sh attention",
                                         "workloads": res}, indent=1))
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: --out {a.out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
-        return 2
+        return res
+    rc, res = run_digest(work, a.out)
+    if rc:
+        return rc
     print(f"{'workload':26s}{'step sdpa':>11s}{'step triton':>12s}{'attn sdpa':>11s}"
           f"{'attn triton':>12s}{'attn ratio':>11s}")
     for w, r in res.items():

@@ -19,7 +19,9 @@ import sys
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # digest_cli
 
+from digest_cli import check_out  # noqa: E402  (the shared --out check)
 from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -86,8 +88,10 @@ def main() -> int:
         print(f"error: --from: no {' or '.join(PASSES.values())} in {a.src}", file=sys.stderr)
         return 2
     doc = {"study": "experiments/device/run.sh tests", "runs": []}
-    if os.path.isdir(a.out) or not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
-        print(f"error: --out: {a.out!r} must be a file in an existing folder", file=sys.stderr)
+    try:
+        check_out(a.out)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if os.path.exists(a.out):
         try:

@@ -52,6 +52,7 @@ ROOT = os.path.abspath(os.path.join(HERE, ".."))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+from digest_cli import check_out, run_digest  # noqa: E402  (the shared --out/error frame)
 from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
 
 COPY_CSV = os.path.join(ROOT, "tests", "data", "h200_copy_bandwidth_vs_pool.csv")
@@ -294,15 +295,12 @@ def main(argv=None) -> int:
                     help="which attention kernel's traces to read (default: sdpa, the default)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "kernel_efficiency_h200.json"))
     a = ap.parse_args(argv)
-    if not a.out or os.path.isdir(a.out) or \
-            not os.path.isdir(os.path.dirname(os.path.abspath(a.out))):
-        print(f"error: --out: {a.out!r} must be a file in an existing folder", file=sys.stderr)
-        return 2
-    try:
-        res = collect(a.src, a.attention, a.out)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    def work() -> dict:
+        check_out(a.out)
+        return collect(a.src, a.attention, a.out)
+    rc, res = run_digest(work, a.out)
+    if rc:
+        return rc
     print_table(res)
     print(f"wrote {a.out}")
     return 0

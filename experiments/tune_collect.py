@@ -37,7 +37,9 @@ import zlib
 import tempfile
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # digest_cli
 
+from digest_cli import check_out, run_digest  # noqa: E402  (the shared --out/error frame)
 from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -231,8 +233,7 @@ def collect(src: str, out: str) -> int:
     on bad input."""
     if not os.path.isdir(src):
         raise ValueError(f"--from: {src!r} is not a folder")
-    if os.path.isdir(out) or not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        raise ValueError(f"--out: {out!r} must be a file in an existing folder")
+    check_out(out)
     res = {"source": "experiments/device/run.sh tune, experiments/device/run.sh tune_sweep",
            "workloads": {}}
     if os.path.exists(out):  # keep the workloads of earlier device calls
@@ -337,14 +338,9 @@ def main() -> int:
                     help="folder with tune_<workload>.tgz bundles, tune folders or logs")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "tune_h200.json"))
     a = ap.parse_args()
-    try:
-        n = collect(a.src, a.out)
-    except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: --out {a.out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
-        return 2
+    rc, n = run_digest(lambda: collect(a.src, a.out), a.out)
+    if rc:
+        return rc
     print(f"wrote {a.out} ({n} workloads collected)")
     return 0
 

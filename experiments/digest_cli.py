@@ -1,0 +1,38 @@
+"""The command-line frame the digest scripts share (``attention_compare.py``,
+``device_tests_digest.py``, ``kernel_efficiency.py``, ``tune_collect.py``): each reads device
+results and writes one JSON digest to ``--out``. Bad input is one line naming the flag or file
+and exit code 2 (the project's rule for every command), never a traceback. Not a script."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, TypeVar
+
+__all__ = ["check_out", "run_digest"]
+
+T = TypeVar("T")
+
+
+def check_out(path: str) -> None:
+    """Refuse an ``--out`` that is empty, a folder, or in a folder that does not exist.
+
+    Raises:
+        ValueError: naming ``--out`` and what is allowed.
+    """
+    if not path or os.path.isdir(path) or \
+            not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise ValueError(f"--out: {path!r} must be a file in an existing folder")
+
+
+def run_digest(work: Callable[[], T], out: str) -> tuple[int, T | None]:
+    """``(0, work())``; or, when ``work`` raises ``ValueError`` (bad input, its message names
+    the flag or file) or ``OSError`` (``--out`` cannot be written), the error as one line on
+    stderr and ``(2, None)``."""
+    try:
+        return 0, work()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+    except OSError as e:
+        print(f"error: --out {out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
+    return 2, None
