@@ -122,8 +122,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="decode attention, the same for temporal and pipelined runs: sdpa "
                         "(PyTorch's scaled_dot_product_attention), triton (split-KV, GQA "
                         "without expanding the cache, splits sized for the pool: "
-                        "hw_runtime/gpu/decode_attn.py; not yet measured on a GPU) or auto "
-                        "(sdpa until triton is measured). Default: auto")
+                        "hw_runtime/gpu/decode_attn.py; measured 1-17%% slower than sdpa on "
+                        "the H200, docs/results.md) or auto (sdpa). Default: auto")
     x.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
                    help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
                         "(on when each lane holds at most one microbatch, m <= K, which keeps "

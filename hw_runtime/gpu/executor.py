@@ -136,6 +136,8 @@ class _TorchBackend:
         self.wls = list(wl) if isinstance(wl, (list, tuple)) else [wl]
         self.offsets, self.head = list(offsets), head
         self.gemm, self.pool_of = gemm, (pool_of or {})
+        # only the Triton decode attention sizes its grid by the pool (``pool_sms``)
+        self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton" for w in self.wls)
         self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
@@ -159,8 +161,9 @@ class _TorchBackend:
                 from subgpu_jax.model.calibration import kernel_key
                 self._keys[(task.run, kernel)] = kernel_key(kern)
             self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
-        for w in self.wls:                       # the decode attention sizes its grid by it
-            w.pool_sms = pool
+        if self._pool_sized:                     # the decode attention sizes its grid by it
+            for w in self.wls:
+                w.pool_sms = pool
         call()
 
     def record(self, stream: int, task: int) -> None:
