@@ -1,8 +1,9 @@
 """The verdict validation protocol (issue 22): does the uncalibrated search's verdict hold on the
 H200, on workloads it was never fitted on?
 
-Workloads (``WORKLOADS``): 10, from 6 families (Llama, Qwen2, Qwen3 dense, Mixtral, Qwen3-MoE,
-GPT-OSS), one GPU and TP8, G = 32-2,048, KV history 1K-16K. Each carries its fit status:
+Workloads (``WORKLOADS``): 15, from 6 families (Llama, Qwen2, Qwen3 dense, Mixtral, Qwen3-MoE,
+GPT-OSS), one GPU and TP8, G = 32-2,048, KV history 1K-16K; ``FRESH`` are the 5 first measured
+after the decision rule was chosen. Each carries its fit status:
 ``fit`` (its kernel tables or co-runs were used in a fit of the model: the hw_fidelity fit data,
 docs/fidelity.md), ``held_out`` (never in any fit; its model family was) and ``held_out_family``
 (never in any fit, nor any model of its family).
@@ -15,10 +16,10 @@ Phases (one script; the device phase is one call on one H200):
     them, the multi-stream run of its first choice, and 4 fixed configurations (attention alone
     on stage 1 at 64/64 m=2 and 32/96 m=4 with 2 streams, a mid-layer split 48/80 m=2, the
     attention stage 96/32 m=2 with 2 streams); each predicted by the event simulator as ``subgpu
-    run`` predicts it, under both ``--collectives sleep`` and ``none`` -> ``--configs`` JSON.
+    run`` predicts it, under ``--collectives sleep``, ``proxy`` and ``none`` -> ``--configs``.
 ``--phase device`` (GPU): every configuration captured as a whole-step CUDA graph and timed
     (``Executor.measure``, tuned GEMMs, fused elementwise kernels: the runtime's defaults) under
-    ``--collectives sleep`` and, where the workload has collectives, ``none`` ->
+    ``--collectives sleep`` and, where the workload has collectives, ``proxy`` and ``none`` ->
     ``$OUT/measured_<workload>.json`` (rewritten after every configuration, so a killed call
     keeps what it measured).
 ``--phase analyze`` (CPU): predicted vs measured speedups, verdicts (``subgpu_jax.app.verdict``
@@ -41,6 +42,8 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+
+from subgpu_jax.model.collective import COLLECTIVE_MODES  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "hw_verdicts")
@@ -71,12 +74,28 @@ WORKLOADS: dict[str, tuple[str, list[str], str]] = {
     "llama70b_tp8_g512_kv4k": ("llama-3.1-70b", _flags(8, 8, 1, None, 512, 4096), "fit"),
     "gptoss120b_ref_g2048": ("gpt-oss-120b", _flags(32, 8, 4, 32, 2048, 32768), "fit"),
     "gptoss20b_tp8_g1024_kv8k": ("gpt-oss-20b", _flags(8, 8, 1, 8, 1024, 8192), "fit"),
+    # added 2026-12-02 (FRESH), after the decision rule's "measure" branch was chosen
+    "llama8b_1gpu_g512_kv1k": ("llama-3.1-8b", _flags(1, 1, 1, None, 512, 1024), "held_out"),
+    "qwen3_8b_1gpu_g128_kv4k": ("qwen3-8b", _flags(1, 1, 1, None, 128, 4096),
+                                "held_out_family"),
+    "qwen25_7b_1gpu_g128_kv8k": ("qwen2.5-7b", _flags(1, 1, 1, None, 128, 8192),
+                                 "held_out_family"),
+    "mixtral_tp8_g2048_kv1k": ("mixtral-8x7b", _flags(8, 8, 1, 8, 2048, 1024),
+                               "held_out_family"),
+    "qwen3moe_tp8_g512_kv8k": ("qwen3-30b-a3b", _flags(8, 8, 1, 8, 512, 8192),
+                               "held_out_family"),
 }
+
+#: The workloads first measured after the decision rule (``app.verdict.decide``, its "measure"
+#: branch) was chosen on the others' measurements: the rule's test.
+FRESH = frozenset({"llama8b_1gpu_g512_kv1k", "qwen3_8b_1gpu_g128_kv4k",
+                   "qwen25_7b_1gpu_g128_kv8k", "mixtral_tp8_g2048_kv1k",
+                   "qwen3moe_tp8_g512_kv8k"})
 
 #: The search of the user path (issue 22): stage count, microbatch counts, streams per stage.
 SEARCH_GRID = ["--stages", "2", "--microbatches", "2,4", "--streams-per-stage", "1,2"]
 TOP = 3
-COLLECTIVES = ("sleep", "none")
+COLLECTIVES = tuple(COLLECTIVE_MODES)
 
 
 def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Namespace:
@@ -88,6 +107,14 @@ def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Na
     model, flags, _ = WORKLOADS[name]
     return build_parser().parse_args(["run", "--hardware", hardware, "--model", model, *flags,
                                       *extra])
+
+
+#: Measured wins of the wins study (docs/results.md, ``results/hw_wins_h200.json``) planned as
+#: extra fixed configurations of their workload, so that they are measured under every
+#: ``--collectives`` setting: (name, cuts, SMs, microbatch count, reuse, streams).
+WINS: dict[str, list[tuple[str, list[str], list[int], int, bool, int]]] = {
+    "llama70b_tp8_g2048_kv1k": [("wins_layer_split_32_96_m4_k2", ["L0.o_proj"], [32, 96], 4,
+                                 False, 2)]}
 
 
 def _fixed(g) -> list[tuple[str, list[str], list[int], int, bool, int]]:
@@ -174,7 +201,7 @@ def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
             rows.append(_entry("search_top1_multistream", "multistream", ms, "multistream"))
     wl = prepare_run(run_args(name, [], hardware))[0]
     g = wl.graph(1)
-    for nm, cuts, sms, m, reuse, k in _fixed(g):
+    for nm, cuts, sms, m, reuse, k in _fixed(g) + WINS.get(name, []):
         extra = ["--cuts", ",".join(cuts), "--sms", ",".join(map(str, sms)),
                  "--microbatch", str(wl.batch // m), "--streams-per-stage", str(k),
                  "--reuse" if reuse else "--no-reuse"]
@@ -185,6 +212,7 @@ def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
     has_comm = any(k.is_comm for k in g.kernels)
     from subgpu_jax.sim.contention import uncalibrated_model_id
     return {"workload": name, "model": model, "flags": flags, "fit_status": status,
+            "fresh": name in FRESH,
             "duration_model": uncalibrated_model_id(wl.hw), "hardware": hardware,
             "family": wl.arch.family, "moe": bool(wl.arch.is_moe),
             "global_batch": int(G), "has_collectives": has_comm,
@@ -271,11 +299,12 @@ class GpuMachine:
     def open(self, wl, collectives: str):
         """An executor of ``wl`` (the simulator's workload) with the collectives as asked."""
         from hw_runtime.gpu.executor import Executor
-        from hw_runtime.gpu.kernels import spin_of
+        from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
         from hw_runtime.gpu.workload import TorchWorkload
 
         hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
-                            attention=self.attention, spin=spin_of(collectives))
+                            attention=self.attention, **collective_kwargs(collectives),
+                            **link_kwargs(wl.hw))
         ex = Executor(hwl, gemm="tuned")
         ex.lane_priority = "auto"
         return ex
@@ -297,9 +326,13 @@ def device_phase(args, machine=None) -> int:
     t0 = time.time()
     for name in [w for w in args.workloads if w in plan]:
         p = plan[name]
-        res = {"workload": name, "rows": [], "errors": {}, "gpu": machine.name()}
+        res = {"workload": name, "rows": [], "errors": {}, "gpu": machine.name(),
+               "date": time.strftime("%Y-%m-%d")}
         path = os.path.join(args.out, f"measured_{name}.json")
-        modes = COLLECTIVES if p["has_collectives"] else ("sleep",)
+        planned = next(d for d in p["configs"]       # the settings the plan predicted
+                       if d["kind"] == "temporal")["predicted_us"]
+        modes = tuple(c for c in COLLECTIVES if c in planned) if p["has_collectives"] \
+            else ("sleep",)
         for coll in modes:
             if time.time() - t0 > args.time_limit:
                 res["errors"]["time"] = f"time limit reached before collectives={coll}"

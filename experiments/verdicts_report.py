@@ -17,8 +17,8 @@ import sys
 
 from subgpu_jax.app.store import atomic_write
 from subgpu_jax.app.viz import save_figure
-from subgpu_jax.app.verdict import (NEUTRAL, band_for, bands_to_json, classify, decide,
-                                    fit_bands)
+from subgpu_jax.app.verdict import (COLLECTIVES, NEUTRAL, band_for, bands_to_json, classify,
+                                    decide, fit_bands)
 
 GPU = "H200"
 
@@ -40,9 +40,9 @@ def _load_measured(folder: str, name: str) -> dict | None:
         if not isinstance(rows, list):
             raise TypeError("rows must be a list")
         for i, r in enumerate(rows):
-            if not isinstance(r.get("name"), str) or r.get("collectives") not in ("sleep",
-                                                                                 "none"):
-                raise ValueError(f"rows[{i}] needs a name and collectives sleep|none")
+            if not isinstance(r.get("name"), str) or r.get("collectives") not in COLLECTIVES:
+                raise ValueError(f"rows[{i}] needs a name and collectives "
+                                 f"{'|'.join(COLLECTIVES)}")
             if "measured_us" in r:
                 v = r["measured_us"]
                 if isinstance(v, bool) or not isinstance(v, (int, float)) \
@@ -64,9 +64,9 @@ def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
             continue
         by = {(r["collectives"], r["name"]): r for r in meas["rows"] if "measured_us" in r}
         cfgs = {d["name"]: d for d in p["configs"]}
-        for coll in ("sleep", "none"):
+        for coll in COLLECTIVES:
             t = by.get((coll, "temporal"))
-            if t is None:
+            if t is None or coll not in cfgs["temporal"]["predicted_us"]:
                 continue
             pt = cfgs["temporal"]["predicted_us"][coll]
             temporal.setdefault(name, {})[coll] = {
@@ -74,13 +74,13 @@ def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
                 "error": pt / t["measured_us"] - 1.0}
             for nm, d in cfgs.items():
                 m = by.get((coll, nm))
-                if nm == "temporal" or m is None:
+                if nm == "temporal" or m is None or coll not in d["predicted_us"]:
                     continue
                 rows.append({"workload": name, "config": nm, "kind": d["kind"],
                              "gpu": GPU, "calibrated": False, "moe": bool(p["moe"]),
                              "mode": d["mode"], "collectives": coll,
                              "held_out": p["fit_status"] != "fit",
-                             "fit_status": p["fit_status"],
+                             "fit_status": p["fit_status"], "fresh": bool(p.get("fresh")),
                              "predicted_us": d["predicted_us"][coll],
                              "measured_us": m["measured_us"], "spread": m.get("spread"),
                              "predicted_speedup": pt / d["predicted_us"][coll],
@@ -135,6 +135,7 @@ def recommendations(rows: list[dict]) -> list[dict]:
             got = meas[rec]
             best_alt = max(v for k, v in meas.items() if k != rec)
         out.append({"workload": w, "collectives": coll, "held_out": top["held_out"],
+                    "fresh": bool(top.get("fresh")),
                     "recommend": v.recommend, "reason": v.reason, "measured": meas,
                     "measured_choice": rec,
                     "point_choice": "subgpu" if pred["subgpu"] > 1 else "temporal",
@@ -181,6 +182,16 @@ def summarize(rows, temporal, recs, plan) -> dict:
         "point_choice_lost": sum(r["point_choice_measured"] < max(r["measured"].values())
                                  * NEUTRAL[0] for r in recs),
         "targets": _targets(err, outside, recs, ho_names, t_err),
+        # the workloads first measured after the decision rule was chosen: its test
+        "fresh_workloads": [w for w, p in plan.items() if p.get("fresh")],
+        "fresh": {"verdict_wrong": sum(r["verdict_wrong"] for r in outside
+                                       if r.get("fresh")),
+                  "verdict_judged": sum(bool(r.get("fresh")) for r in outside),
+                  "recommendations": sum(bool(r.get("fresh")) for r in recs),
+                  "recommendations_lost": sum(r["lost"] for r in recs if r.get("fresh")),
+                  "recommendations_by_kind": {
+                      k: sum(r["recommend"] == k for r in recs if r.get("fresh"))
+                      for k in ("subgpu", "multistream", "temporal", "measure")}},
     }
 
 
@@ -202,8 +213,8 @@ def _targets(err, outside, recs, ho_names, t_err) -> dict:
 
 
 def decomposition(rows: list[dict]) -> list[dict]:
-    """Measured and predicted: sleep vs none (communication hiding), green vs multistream of
-    the search's first choice (the partition itself)."""
+    """Measured and predicted: sleep vs proxy vs none (communication hiding), green vs
+    multistream of the search's first choice (the partition itself)."""
     out = []
     for w in sorted({r["workload"] for r in rows}):
         rs = {(r["config"], r["collectives"]): r for r in rows if r["workload"] == w}
@@ -213,13 +224,12 @@ def decomposition(rows: list[dict]) -> list[dict]:
         d = {"workload": w}
         for src in ("measured", "predicted"):
             k = f"{src}_speedup"
-            d[src] = {"green_sleep": top[k]}
-            if ("search_top1", "none") in rs:
-                d[src]["green_none"] = rs[("search_top1", "none")][k]
-            if ("search_top1_multistream", "sleep") in rs:
-                d[src]["multistream_sleep"] = rs[("search_top1_multistream", "sleep")][k]
-            if ("search_top1_multistream", "none") in rs:
-                d[src]["multistream_none"] = rs[("search_top1_multistream", "none")][k]
+            d[src] = {}
+            for cfg, mode in (("search_top1", "green"), ("search_top1_multistream",
+                                                         "multistream")):
+                for c in COLLECTIVES:
+                    if (cfg, c) in rs:
+                        d[src][f"{mode}_{c}"] = rs[(cfg, c)][k]
         out.append(d)
     return out
 
@@ -229,8 +239,11 @@ def figure(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axs = plt.subplots(1, 2, figsize=(12, 5.2), sharey=True)
-    for ax, coll in zip(axs, ("sleep", "none")):
+    colls = [c for c in COLLECTIVES if any(r["collectives"] == c for r in rows)]
+    fig, axs = plt.subplots(1, len(colls), figsize=(6 * len(colls), 5.2), sharey=True,
+                            squeeze=False)
+    axs = axs[0]
+    for ax, coll in zip(axs, colls):
         for ho, mk, lab in ((False, "s", "fit workloads"), (True, "o", "held-out workloads")):
             rs = [r for r in rows if r["collectives"] == coll and r["held_out"] == ho]
             if not rs:
@@ -305,6 +318,9 @@ def analyze(args, workloads) -> int:
            "chosen_by_same_model": all(p.get("chosen_by", p.get("duration_model"))
                                        == p.get("duration_model") for p in plan.values()),
            "models": {w: p["model"] for w, p in plan.items()},
+           # the newest measurement date (verdict_digest prefers the newest digest)
+           "made": max((str((_load_measured(args.data, w) or {}).get("date", ""))
+                        for w in {r["workload"] for r in rows}), default=""),
            "protocol": "experiments/hw_verdicts_h200.py", "neutral": list(NEUTRAL),
            "summary": summ, "temporal": temporal, "recommendations": recs,
            "decomposition": decomposition(rows), "rows": rows,
@@ -359,14 +375,14 @@ def markdown_table(res: dict) -> str:
     for w in order:
         rs = [r for r in rows if r["workload"] == w]
         t = res["temporal"].get(w, {})
-        terr = ", ".join(f"{c} {t[c]['error']:+.1%}" for c in ("sleep", "none") if c in t)
+        terr = ", ".join(f"{c} {t[c]['error']:+.1%}" for c in COLLECTIVES if c in t)
         top = next((r for r in rs if r["config"] == "search_top1" and r["collectives"] == "sleep"),
                    None)
         first = (f"{top['predicted_speedup']:.2f}x / {top['measured_speedup']:.2f}x"
                  if top else "-")
         err = [abs(r["predicted_speedup"] / r["measured_speedup"] - 1) for r in rs]
         says = []
-        for c in ("sleep", "none"):
+        for c in COLLECTIVES:
             r = next((x for x in recs if x["workload"] == w and x["collectives"] == c), None)
             if r is None:
                 continue

@@ -146,7 +146,7 @@ class _FakeMachine:
         return "fake"
 
     def open(self, wl, collectives):
-        assert collectives in ("sleep", "none")
+        assert collectives in ("sleep", "proxy", "none")
         return _FakeExecutor(collectives, self.log)
 
     def release(self) -> None:

@@ -86,7 +86,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="how a TP/EP collective runs on this one GPU, in the temporal baseline "
                         "and the pipelined run alike, and in the prediction: sleep (copy the "
                         "payload, then wait out the modelled link time in a wait that occupies "
-                        "no SMs: whatever overlaps it looks free) or none (the copy only: the "
+                        "no SMs: whatever overlaps it looks free), proxy (the engine "
+                        "collective's 16-36 CTAs on the issuing pool moving the payload "
+                        "through HBM, paced to the link time) or none (the copy only: the "
                         "control with zero link time, so a gain left is overlap of compute and "
                         "memory work). Default: sleep")
     x.add_argument("--rounds", type=int, default=3, help="timing rounds (>= 1). Default: 3")
@@ -157,4 +159,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--attention", default="auto", choices=ATTENTION,
                    help="decode attention to calibrate (use the same with `subgpu run`): auto, "
                         "sdpa or triton (see `subgpu run --help`). Default: auto")
+    k.add_argument("--collectives", default="sleep", choices=COLLECTIVES,
+                   help="how the collectives run while they are timed (use the same with "
+                        "`subgpu run`): sleep, proxy or none (see `subgpu run --help`). "
+                        "Default: sleep")
     k.set_defaults(func=cmd_calibrate)

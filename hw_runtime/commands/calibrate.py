@@ -50,7 +50,8 @@ def cmd_calibrate(a) -> int:
     try:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
                         coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm,
-                        elementwise=a.elementwise, attention=getattr(a, "attention", "auto"))
+                        elementwise=a.elementwise, attention=getattr(a, "attention", "auto"),
+                        collectives=getattr(a, "collectives", "sleep"))
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
     with open(a.out, "w") as fh:

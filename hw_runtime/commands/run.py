@@ -17,7 +17,8 @@ from subgpu_jax.space.config import config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.commands.common import ep_of, gpu_check, json_safe
 from hw_runtime.commands.records import record_options
-from hw_runtime.gpu.kernels import link_kwargs, spin_of
+from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
+from subgpu_jax.model.collective import collective_mode
 
 __all__ = ["config_from_search", "check_search_matches", "prepare_run", "options_config",
            "record_config", "run_report",
@@ -168,8 +169,8 @@ def prepare_run(a):
         from subgpu_jax.model.calibration import load_calibration
         setup = load_calibration(a.calibration, wl.arch, dep, hw).bind(hw)
     a.cache = setup.cache_policy(getattr(a, "cache", None))
-    model = ContentionModel(link_time=spin_of(getattr(a, "collectives", "sleep")),
-                            calibration=setup.calibration)
+    model = ContentionModel(calibration=setup.calibration, **collective_mode(
+        getattr(a, "collectives", "sleep")).contention_kwargs())
     return wl, cfg, dep, model, setup.hw, m
 
 
@@ -357,8 +358,8 @@ def run_one(a) -> int:
 
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
-                         attention=getattr(a, "attention", "auto"), spin=spin_of(a.collectives),
-                         **link_kwargs(wl.hw))
+                         attention=getattr(a, "attention", "auto"),
+                         **collective_kwargs(a.collectives), **link_kwargs(wl.hw))
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
     try:
@@ -374,14 +375,11 @@ def run_one(a) -> int:
 
 def label_run(a, res: dict, wl) -> None:
     """Add to a ``run_report`` result how it was obtained: ``collectives`` (how the measured
-    runs executed them, ``provenance.EMULATED_COLLECTIVES`` or, with ``--collectives none``,
-    ``COPY_ONLY_COLLECTIVES``) and ``prediction`` (which model predicted it and the measured
-    errors that apply, ``provenance.prediction_note``)."""
-    from subgpu_jax.app.options import (COPY_ONLY_COLLECTIVES, EMULATED_COLLECTIVES,
-                                           prediction_note)
+    runs executed them, ``provenance.collectives_label``) and ``prediction`` (which model
+    predicted it and the measured errors that apply, ``provenance.prediction_note``)."""
+    from subgpu_jax.app.options import collectives_label, prediction_note
 
-    res["collectives"] = (COPY_ONLY_COLLECTIVES if getattr(a, "collectives", "sleep") == "none"
-                          else EMULATED_COLLECTIVES)
+    res["collectives"] = collectives_label(getattr(a, "collectives", "sleep"))
     res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name,
                                         model_id=uncalibrated_model_id(wl.hw))
 
@@ -405,7 +403,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
     print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
           f"{res['speedup_predicted']:.3f}x")
     if res.get("collectives"):
-        hid = "" if "copies only" in res["collectives"] else ": a gain may be that wait hidden"
+        hid = ("" if "copies only" in res["collectives"] else
+               ": a gain may be that link time hidden")
         print(f"measured  with {res['collectives']}{hid}")
     if res.get("prediction"):
         print(f"predicted by {res['prediction']['made_by']}")

@@ -9,7 +9,7 @@ import os
 from hw_runtime.commands.common import gpu_check, json_safe
 from hw_runtime.commands.records import record_options, search_records, top_records
 from hw_runtime.commands.run import prepare_run, repredict
-from hw_runtime.gpu.kernels import link_kwargs, spin_of
+from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
 
 __all__ = ["run_top", "plot_measured_frontier"]
 
@@ -38,7 +38,8 @@ def run_top(a) -> int:
                 try:
                     hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
                                         attention=getattr(a, "attention", "auto"),
-                                        spin=spin_of(a.collectives), **link_kwargs(wl.hw))
+                                        **collective_kwargs(a.collectives),
+                                        **link_kwargs(wl.hw))
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None
                 ex = Executor(hwl, gemm=a.gemm)

@@ -166,7 +166,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
               log: Callable[[str], None] = print, copy_curve: bool = True,
-              gemm: str = "stock", elementwise: str = "auto", attention: str = "auto") -> dict:
+              gemm: str = "stock", elementwise: str = "auto", attention: str = "auto",
+              collectives: str = "sleep") -> dict:
     """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
 
     Args:
@@ -186,6 +187,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
             the resolved choice is recorded in ``meta.elementwise``.
         attention: the decode attention (``hw_runtime.gpu.decode_attn``: auto, sdpa, triton);
             the resolved choice is recorded in ``meta.attention``.
+        collectives: how the collectives run while timed (``--collectives``: sleep, proxy,
+            none); recorded in ``meta.collectives``.
 
     Returns:
         the calibration JSON object (``Calibration.from_dict`` accepts it).
@@ -197,12 +200,13 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     """
     from hw_runtime.gpu.executor import cuda_torch, derive_workload
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info
-    from hw_runtime.gpu.kernels import link_kwargs
+    from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
     from hw_runtime.gpu.workload import TorchWorkload, time_kernels
     from subgpu_jax.model.hardware import get_hardware
     from hw_runtime.gpu.blas import GemmPolicy
 
     link = link_kwargs(get_hardware(hardware))  # the collectives' wait of that GPU's preset
+    link.update(collective_kwargs(collectives))
     torch = cuda_torch()
     policy = GemmPolicy(torch, gemm)
     info = device_sm_info(0)
@@ -303,6 +307,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
                  "gemm": gemm, "elementwise": resolved, "attention": resolved_attention,
+                 "collectives": collectives,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",
                  "seconds": time.time() - t0, "raw": raw},

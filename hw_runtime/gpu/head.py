@@ -85,6 +85,7 @@ class TorchHead:
                                                        dtype=bf, device=dev)
         self._fns = {k.name: getattr(self, "_" + k.op) for k in self.kernels}
         self._spin = {k.name: wl.spin_cycles(k) for k in self.kernels}
+        self._by_name = {k.name: k for k in self.kernels}
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -109,7 +110,7 @@ class TorchHead:
     def _comm(self, name: str, src) -> None:
         buf = self.acts.get("stage." + name)
         if buf is not None:
-            self.wl.cycle_copy(buf, src.reshape(-1))
+            self.wl.endpoint_(self._by_name[name], buf, src.reshape(-1))
         if self._spin[name]:
             self.t.cuda._sleep(self._spin[name])
 

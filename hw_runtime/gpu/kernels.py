@@ -13,22 +13,25 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from subgpu_jax.model.collective import COLLECTIVE_MODES, collective_mode
+
 from hw_runtime.gpu import fused
 from hw_runtime.gpu.decode_attn import decode_attention
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
-           "COLLECTIVES", "spin_of", "link_kwargs"]
+           "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
 
 #: GPT-OSS clamped SwiGLU constants (public reference implementation).
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
 
 
-#: How ``subgpu run`` executes a TP/EP collective on one GPU (``--collectives``): ``"sleep"``
-#: copies the payload and then waits out the modelled link time in a one-thread timed wait
-#: (``TorchWorkload(spin=True)``, the default: the wait occupies no SMs, so whatever overlaps it
-#: looks free); ``"none"`` copies the payload only, the control with zero link time that the
-#: simulator mirrors with ``ContentionModel(link_time=False)``.
-COLLECTIVES: tuple[str, ...] = ("sleep", "none")
+#: How ``subgpu run`` executes a TP/EP collective on one GPU (``--collectives``; the registry is
+#: ``subgpu_jax.model.collective.COLLECTIVE_MODES``): ``"sleep"`` copies the payload and then
+#: waits out the modelled link time in a one-thread timed wait (``TorchWorkload(spin=True)``, the
+#: default: the wait occupies no SMs, so whatever overlaps it looks free); ``"proxy"`` runs the
+#: engine collective's CTAs paced to the link time (``TorchWorkload(proxy=True)``); ``"none"``
+#: copies the payload only, the control with zero link time.
+COLLECTIVES: tuple[str, ...] = tuple(COLLECTIVE_MODES)
 
 
 def link_kwargs(hw: Any) -> dict:
@@ -48,10 +51,17 @@ def spin_of(collectives: str) -> bool:
     Raises:
         ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
     """
-    if collectives not in COLLECTIVES:
-        raise ValueError(f"--collectives must be one of {', '.join(COLLECTIVES)}, got "
-                         f"{collectives!r}")
-    return collectives == "sleep"
+    return collective_mode(collectives).name == "sleep"
+
+
+def collective_kwargs(collectives: str) -> dict:
+    """``TorchWorkload``'s ``spin`` and ``proxy`` for a ``COLLECTIVES`` name.
+
+    Raises:
+        ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
+    """
+    m = collective_mode(collectives)
+    return {"spin": m.name == "sleep", "proxy": m.proxy}
 
 
 class KernelContext:
@@ -108,7 +118,7 @@ class KernelContext:
     def comm(self, a, src) -> None:
         """The endpoint work of a virtual collective: copy ``src`` into the stage's buffer."""
         if self.stage in a:
-            self.wl.cycle_copy(a[self.stage], src.reshape(-1))
+            self.wl.endpoint_(self.kern, a[self.stage], src.reshape(-1))
 
     def spin_end(self) -> None:
         """Spin the SMs to the modelled link time of a virtual collective."""

@@ -46,7 +46,8 @@ Virtual collectives (docs/method.md §5): the endpoint memory work is a copy of 
 then the kernel's local work, then a spin (``torch.cuda._sleep``, calibrated in clock cycles per
 µs when the workload is built) so the kernel lasts at least ``comm_floor_us + comm_bytes /
 link_Bps`` (3 µs + payload / 450 GB/s for H200 NVLink 4). The copy's expected time at the copy
-peak is subtracted from the spin.
+peak is subtracted from the spin. With ``proxy`` the copy is the paced collective proxy instead
+and there is no spin (``hw_runtime.gpu.collectives``, ``--collectives proxy``).
 
 Routing is static: the expected counts of docs/method.md §5 (``G*k/(n*m)`` assignments per microbatch,
 spread evenly over the expected number of distinct local experts hit, padded to equal counts per
@@ -83,6 +84,7 @@ from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load
 
+from hw_runtime.gpu.collectives import VirtualCollectives
 from hw_runtime.gpu.decode_attn import resolve as resolve_attention
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
@@ -434,7 +436,7 @@ def _torch():
     return torch
 
 
-class TorchWorkload:
+class TorchWorkload(VirtualCollectives):
     """Buffers and kernel callables for one per-GPU region graph.
 
     Args:
@@ -447,7 +449,9 @@ class TorchWorkload:
         seed: RNG seed of the random weights/caches.
         comm_floor_us, link_Bps: the virtual collective's floor and link bandwidth.
         copy_Bps: copy bandwidth used to subtract the payload copy from the spin (H200: 4245e9).
-        spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only).
+        spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only; ``--collectives
+            sleep``). proxy: run each collective as the paced collective proxy instead
+            (``hw_runtime.gpu.collectives``, ``--collectives proxy``; CUDA only; not with spin).
         elementwise, attention: the elementwise kernels (``"auto"``, ``"triton"``, ``"torch"``:
             ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``:
             ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
@@ -467,6 +471,7 @@ class TorchWorkload:
     def __init__(self, graph: OpGraph, device: str = "cuda", instances: int | None = None,
                  kv_cache: str = "auto", seed: int = 0, comm_floor_us: float = 3.0,
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
+                 proxy: bool = False,
                  workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None,
                  elementwise: str = "auto", attention: str = "auto") -> None:
         torch = _torch()
@@ -483,7 +488,10 @@ class TorchWorkload:
         if self.is_cuda and not torch.cuda.is_available():
             raise ValueError("TorchWorkload: device is CUDA but torch sees no GPU")
         self.comm_floor_us, self.link_Bps, self.copy_Bps = comm_floor_us, link_Bps, copy_Bps
-        self.spin = bool(spin) and self.is_cuda
+        if spin and proxy:
+            raise ValueError("TorchWorkload: spin (--collectives sleep) and proxy (--collectives "
+                             "proxy) exclude each other")
+        self.spin, self.proxy = bool(spin) and self.is_cuda, bool(proxy) and self.is_cuda
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
         self.attention = resolve_attention(attention, self.is_cuda)
         # the GPU's SMs; the pool of the next launch (set by the executor; None: whole GPU)
@@ -575,45 +583,7 @@ class TorchWorkload:
             self._comb_idx = (t.arange(s.Rm * s.k) % rows).to(self.device)
             self._wsel_idx = (t.arange(s.Rm) % s.Tr).to(self.device)
 
-    def _calibrate_spin(self) -> float:
-        """Clock cycles of ``torch.cuda._sleep`` per µs, timed on this GPU."""
-        t = self.torch
-        st = t.cuda.current_stream(self.device)
-        for _ in range(2):
-            t.cuda._sleep(100_000)
-        cyc, best = 2_000_000, float("inf")
-        for _ in range(3):
-            e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            e0.record(st)
-            t.cuda._sleep(cyc)
-            e1.record(st)
-            e1.synchronize()
-            best = min(best, e0.elapsed_time(e1) * 1000.0)
-        return cyc / best
-
     # ---------------------------------------------------------------- kernels
-    def comm_target_us(self, kernel: Kernel) -> float:
-        """Floor duration of a virtual collective: floor + payload / link bandwidth (µs)."""
-        return self.comm_floor_us + kernel.comm_bytes / self.link_Bps * 1e6 if kernel.is_comm \
-            else 0.0
-
-    def spin_cycles(self, kernel: Kernel) -> int:
-        if not self.spin or not kernel.is_comm:
-            return 0
-        copy_us = 2.0 * kernel.comm_bytes / self.copy_Bps * 1e6
-        return int(max(0.0, self.comm_target_us(kernel) - copy_us) * self._cycles_per_us)
-
-    @staticmethod
-    def cycle_copy(dst, src) -> None:
-        """Fill the flat ``dst`` with copies of the flat ``src`` (the payload's endpoint work)."""
-        n, m = dst.numel(), src.numel()
-        full = n // m
-        for r in range(full):
-            dst[r * m:(r + 1) * m].copy_(src)
-        rem = n - full * m
-        if rem:
-            dst[full * m:].copy_(src[:rem])
-
     def _make(self, i: int, kern: Kernel):
         """The callable ``f(mu, l)`` of kernel ``i`` (built by its op's ``kernels.KERNELS`` entry).
 

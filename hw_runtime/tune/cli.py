@@ -81,7 +81,8 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                    "this tune). Default: runs/tune")
     e = t.add_argument_group("execution (as `subgpu run`)")
     e.add_argument("--collectives", default="sleep", choices=COLLECTIVES,
-                   help="sleep (copy + modelled link wait) or none. Default: sleep")
+                   help="sleep (copy + modelled link wait), proxy (the engine collective's "
+                        "CTAs and HBM traffic paced to the link time) or none. Default: sleep")
     e.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES, help="Default: tuned")
     e.add_argument("--elementwise", default="auto", choices=ELEMENTWISE, help="Default: auto")
     e.add_argument("--attention", default="auto", choices=ATTENTION,

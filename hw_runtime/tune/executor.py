@@ -82,7 +82,7 @@ class GpuTuneExecutor:
 
     def _executor(self, G: int):
         from hw_runtime.gpu.executor import Executor
-        from hw_runtime.gpu.kernels import link_kwargs, spin_of
+        from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
         from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
         from subgpu_jax.model.workload import Workload
 
@@ -94,7 +94,7 @@ class GpuTuneExecutor:
             self._hwl = TorchWorkload(wl.graph(1), device="cuda",
                                       elementwise=self.spec.elementwise,
                                       attention=self.spec.attention,
-                                      spin=spin_of(self.spec.collectives),
+                                      **collective_kwargs(self.spec.collectives),
                                       **link_kwargs(self.spec.hw))
         except WorkloadMemoryError as e:
             raise ValueError(str(e)) from None

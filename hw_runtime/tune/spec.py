@@ -39,7 +39,7 @@ class TuneSpec:
             tune. tolerance: relative agreement of predicted and measured speedups that ends the
             loop (0.03). max_rounds: search rounds at most. refine: refine the best on the GPU;
             refine_passes: pass limit of Algorithm 2 there.
-        collectives: ``sleep`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
+        collectives: ``sleep``, ``proxy`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
             attention,
             lane_priority: the runtime's kernel choices; rounds, replays, warmup: the timing
             protocol of one measurement. model_arg: ``--model`` as given (for the printed
@@ -103,8 +103,8 @@ class TuneSpec:
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
                 raise ValueError(f"--{f.replace('streams', 'streams-per-stage')} must be "
                                  f"positive integers, got {list(v)}")
-        if self.collectives not in ("sleep", "none"):
-            raise ValueError(f"--collectives must be sleep or none, got {self.collectives!r}")
+        from subgpu_jax.model.collective import collective_mode
+        collective_mode(self.collectives)   # ValueError naming --collectives
 
     def check_cpu(self, out: str) -> None:
         """Every check that needs no GPU, before one is touched: stage counts >= 2, microbatch
@@ -302,8 +302,10 @@ class Predictor:
         """The ``ContentionModel`` (calibration, ``--collectives`` as link time)."""
         from subgpu_jax.sim.contention import ContentionModel
 
+        from subgpu_jax.model.collective import collective_mode
+
         return ContentionModel(calibration=self.calibration,
-                               link_time=self.spec.collectives == "sleep")
+                               **collective_mode(self.spec.collectives).contention_kwargs())
 
     def workload(self, G: int):
         """The simulator's ``Workload`` of batch ``G`` (memory-checked; cached)."""

@@ -38,6 +38,7 @@ HOST_API: dict[str, str] = {
     "prediction_note": "subgpu_jax.app.provenance",
     "EMULATED_COLLECTIVES": "subgpu_jax.app.provenance",
     "COPY_ONLY_COLLECTIVES": "subgpu_jax.app.provenance",
+    "collectives_label": "subgpu_jax.app.provenance",
     "atomic_write": "subgpu_jax.app.store",
     "run_search": "subgpu_jax.app.searchjob",
     "SearchOptions": "subgpu_jax.app.searchjob",

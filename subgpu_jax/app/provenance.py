@@ -28,7 +28,8 @@ from pathlib import Path
 
 from subgpu_jax.app.report import results_dir
 
-__all__ = ["prediction_note", "EMULATED_COLLECTIVES", "COPY_ONLY_COLLECTIVES", "STUDY_MODELS",
+__all__ = ["prediction_note", "EMULATED_COLLECTIVES", "COPY_ONLY_COLLECTIVES",
+           "PROXY_COLLECTIVES", "collectives_label", "STUDY_MODELS",
            "uncalibrated_first_choices"]
 
 #: The model preset each workload key of the H200 studies measured (key prefix -> preset name).
@@ -81,6 +82,22 @@ def uncalibrated_first_choices(rows) -> dict[str, dict]:
 COPY_ONLY_COLLECTIVES = ("collectives as copies only, without the wait to the link time "
                          "(--collectives none: the control in which no collective wait can be "
                          "hidden)")
+#: How ``subgpu run --collectives proxy`` runs them (``model.collective``).
+PROXY_COLLECTIVES = ("collectives proxied on one GPU: the engine collective's CTAs on the issuing "
+                     "pool, moving the payload through HBM paced to the modelled link time "
+                     "(--collectives proxy; no real NCCL collective was run)")
+
+
+def collectives_label(mode: str) -> str:
+    """The provenance line of runs measured with ``--collectives mode`` (sleep, proxy, none).
+
+    Raises:
+        ValueError: an unknown mode (one line naming ``--collectives``).
+    """
+    from subgpu_jax.model.collective import collective_mode
+
+    return {"sleep": EMULATED_COLLECTIVES, "proxy": PROXY_COLLECTIVES,
+            "none": COPY_ONLY_COLLECTIVES}[collective_mode(mode).name]
 
 
 def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = None) -> str:

@@ -36,6 +36,7 @@ import statistics
 
 import numpy as np
 
+from subgpu_jax.model.collective import COLLECTIVE_MODES
 from subgpu_jax.sim.eventsim import SM_MODES
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,7 +49,7 @@ __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "describ
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
 MODES = SM_MODES
-COLLECTIVES = ("sleep", "none")
+COLLECTIVES = tuple(COLLECTIVE_MODES)
 #: The modes ``decide`` compares with temporal.
 DECIDE_KEYS = ("subgpu", "multistream")
 
@@ -130,6 +131,8 @@ def describe_regime(key: str) -> str:
     fams = {"dense": "dense models", "moe": "MoE models", "any": "dense and MoE models pooled"}
     modes = {"green": "green contexts", "multistream": "plain streams (multistream)"}
     colls = {"sleep": "collectives emulated as a wait (--collectives sleep)",
+             "proxy": "collectives as the engine kernel's CTAs and HBM traffic "
+                      "(--collectives proxy)",
              "none": "no collective wait (--collectives none)"}
     return (f"{cal} model, {fams.get(fam, fam)}, {modes.get(mode, mode)}, "
             f"{colls.get(coll, coll)}")
@@ -348,8 +351,9 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
     ``hw_verdicts/<folder>/hw_verdicts_<gpu>.json`` (one folder per plan) or, before those,
     ``hw_verdicts_<gpu>.json``; among those whose ``duration_model`` is ``model_id``, the first
     whose configurations that model's own search chose (``chosen_by_same_model``: the user
-    path), else the first (configurations predicted again after a model change); else the path
-    of the top-level file (which may not exist)."""
+    path), else one predicted again after a model change; among those the newest (``made``,
+    an ISO date the analyze phase writes; older digests have none), then the first path; else
+    the path of the top-level file (which may not exist)."""
     d = Path(folder) if folder is not None else _results_dir()
     name = f"hw_verdicts_{gpu.lower()}.json"
     found = []
@@ -357,10 +361,16 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
         try:
             data = json.loads(f.read_text())
             if data.get("duration_model") == model_id:
-                found.append((not data.get("chosen_by_same_model", True), str(f), f))
+                found.append((not data.get("chosen_by_same_model", True),
+                              str(data.get("made", "")), str(f), f))
         except (OSError, ValueError, AttributeError):
             continue
-    return min(found)[2] if found else d / name
+    if not found:
+        return d / name
+    flag = min(x[0] for x in found)
+    cands = [x for x in found if x[0] == flag]
+    newest = max(x[1] for x in cands)
+    return min((x for x in cands if x[1] == newest), key=lambda x: x[2])[3]
 
 
 def load_bands(gpu: str, folder: str | os.PathLike | None = None,

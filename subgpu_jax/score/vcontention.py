@@ -173,7 +173,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
                 ws, fx = lone_static_pools(bm0, k, hw)
         pi = np.minimum(1.0, bm.gain * pu / bm.N)
         read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
-        data0 = w.obj_bytes
+        data0 = w.obj_bytes + w.extra_hbm_bytes   # + the collective proxy's payload traffic
         phi = (data0 - h[u] * read_b) / data0 if data0 > 0 else 0.0   # miss share (any scale)
         data = data0 * ws                         # the work scale multiplies bytes and FLOPs
         miss = data * phi

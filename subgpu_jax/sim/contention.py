@@ -44,8 +44,10 @@ from typing import Any, Callable
 import numpy as np
 
 from subgpu_jax.model.graph import Kernel, StaticDurationModel
+from subgpu_jax.model.collective import proxy_plan
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
+from subgpu_jax.sim.kernelwork import KernelWork
 from subgpu_jax.sim.solvecache import LONE_SOLVES
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
@@ -164,6 +166,11 @@ class ContentionModel:
             none``): the network payload and the setup latency are dropped, the HBM copy stays.
             The decomposition of a predicted gain into hidden communication and overlapped
             compute/memory work compares the two (``sim.modes``). Ignored when ``isolated``.
+        proxy_collectives: True charges each collective the HBM traffic of the engine's
+            collective kernel (``subgpu run --collectives proxy``,
+            ``model.collective.proxy_plan``): 2 x its payload on top of its local work, moved
+            while its link time runs (``BoundModel.proxied``). False (default): the local work
+            only, the link time as ``link_time`` says (``--collectives sleep`` / ``none``).
         lone_static: True (default) scales each uncalibrated tensor-core GEMM's work per pool
             so that alone, cache off, it takes its static time (the analytical model fitted on
             isolated kernel tables), as a calibration does with measured times. Without it
@@ -192,6 +199,7 @@ class ContentionModel:
     saturation_ratio: float = 1.25
     pool_sharing: str = "fifo"
     link_time: bool = True
+    proxy_collectives: bool = False
     latency_load_gain: float | None = None
     lone_static: bool = True
 
@@ -204,7 +212,8 @@ class ContentionModel:
         if self.pool_sharing not in ("fifo", "fair"):
             raise ValueError(f"contention.pool_sharing must be 'fifo' or 'fair', got "
                              f"{self.pool_sharing!r}")
-        for f in ("isolated", "demand_cap", "kernel_aware", "link_time", "lone_static"):
+        for f in ("isolated", "demand_cap", "kernel_aware", "link_time", "lone_static",
+                  "proxy_collectives"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
         for f in ("inflight_per_sm_B", "issue_ratio", "miss_l2_cost", "tile_edge",
@@ -267,50 +276,6 @@ class ContentionModel:
         """Precompute the hardware-dependent constants (see ``BoundModel``; ``lone_makespan``
         is the lone-kernel simulation a calibrated model needs, ``eventsim.lone_makespan``)."""
         return BoundModel(self, hw, lone_makespan)
-
-
-@dataclass(frozen=True)
-class KernelWork:
-    """The work of one kernel on one pool, as the rate model sees it.
-
-    Attributes:
-        sms: p_u = the SMs the op reaches on the pool (``kernelcost.op_cost``: min(pool SMs,
-            ctas), wave-quantised for tensor-core GEMMs) (SMs).
-        flops: FLOP; rate_full: full-GPU FLOP/s (x the decode GEMM efficiency);
-            power: pi_u = min(1, g p_u / N).
-        obj_bytes: weight + activation + KV bytes (all HBM when the cache is off).
-        reread_per_flop: operand re-read bytes per FLOP (L2 traffic paced by compute).
-        peak_Bps: HBM ceiling of the kernel (read or copy, the static model's rule).
-        comm_bytes: NVLink payload (bytes); comm: True for a collective.
-        static_us: isolated duration (µs): ``StaticDurationModel.kernel_time_us``, or the
-            measured time when the model carries a calibration that has this kernel.
-        fixed_us: extra latency after the launch overhead during which the kernel holds its SMs
-            but moves no work (µs): the analytical launches of its other device kernels, their
-            minimum kernel time and GEMM wave latency (``kernelcost.op_cost``), or the
-            calibration's solved value.
-        scale: factor applied to the kernel's work counters (FLOP, bytes, payload) at activation
-            (calibration; 1 otherwise).
-        window_B_per_sm: bytes in flight each of this kernel's SMs keeps outstanding (bytes);
-            its concurrency is c_u = min(p_u * window_B_per_sm, cap, remaining miss bytes), and
-            co-running kernels share HBM in proportion to c_u. Default: the model's
-            ``inflight_per_sm_B`` (x ``Hardware.vector_inflight_ratio`` for CUDA-core kernels);
-            a calibration sets it per kernel and pool (kernel-aware
-            contention, docs/fidelity.md).
-    """
-
-    sms: float
-    flops: float
-    rate_full: float
-    power: float
-    obj_bytes: float
-    reread_per_flop: float
-    peak_Bps: float
-    comm_bytes: float
-    comm: bool
-    static_us: float
-    fixed_us: float = 0.0
-    scale: float = 1.0
-    window_B_per_sm: float = 32768.0
 
 
 class BoundModel:
@@ -391,7 +356,17 @@ class BoundModel:
         elif self.model.lone_static and is_gemm(k) and k.flops > 0 and not self.model.isolated:
             s, fixed = self.lone_static_scale(k, int(pool_sms), w)
             w = _dc_replace(w, scale=s, fixed_us=fixed)
+        if k.is_comm and self.model.proxy_collectives and not self.model.isolated:
+            w = self.proxied(k, int(pool_sms), w)
         return w
+
+    def proxied(self, k: Kernel, pool_sms: int, w: KernelWork) -> KernelWork:
+        """``w`` of collective ``k`` under the collective proxy (``proxy_collectives``): it
+        also moves the proxy's payload bytes through HBM (``model.collective.proxy_plan``),
+        during its link time. Its SMs stay those of its local work (the rate model holds one
+        SM count per kernel, and the epilogue after the proxy runs on the whole pool), so the
+        proxy's 16-36 CTAs are not charged separately; FLOPs and link payload unchanged."""
+        return _dc_replace(w, extra_hbm_bytes=float(proxy_plan(k).hbm_bytes))
 
     def lone_static_scale(self, k: Kernel, pool_sms: int, w: KernelWork) -> tuple[float, float]:
         """``(scale, fixed_us)`` with which uncalibrated GEMM ``k`` alone on ``pool_sms`` SMs

@@ -348,6 +348,9 @@ class EventSimulator:
         kid = u.kid
         w = u.work
         hbm, hit = self._lookups(u, kid, u.job)
+        if w.extra_hbm_bytes:     # the collective proxy's payload traffic (never in L2)
+            hbm += w.extra_hbm_bytes
+            self.bytes_hbm += w.extra_hbm_bytes
         data = hbm + hit
         sc = w.scale  # calibration: work scale (1 without one)
         self._set_active(u)

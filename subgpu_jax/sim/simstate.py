@@ -16,7 +16,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from subgpu_jax.sim.contention import KernelWork
+from subgpu_jax.sim.kernelwork import KernelWork
 from subgpu_jax.space.config import Config
 from subgpu_jax.space.taskdag import TaskDAG
 

@@ -28,3 +28,21 @@ def dense_region_output():
         torch.cuda.synchronize()
         return wl.acts[0][f"resid.{wl.shapes.P}"].float().clone()
     return run
+
+
+@pytest.fixture
+def torch_mod():
+    """torch, or the test skipped where it does not import."""
+    try:
+        import torch
+        return torch
+    except Exception as e:  # noqa: BLE001 - any failure to import means "no torch here"
+        pytest.skip(f"torch not importable: {e}")
+
+
+@pytest.fixture
+def cuda_torch(torch_mod):
+    """torch with a CUDA GPU, or the test skipped."""
+    if not torch_mod.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    return torch_mod

@@ -362,7 +362,7 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
     assert res["none"]["temporal"]["predicted_us"] < res["sleep"]["temporal"]["predicted_us"]
     assert res["none"]["run"]["predicted_us"] < res["sleep"]["run"]["predicted_us"]
     assert spin_of("sleep") is True and spin_of("none") is False
-    with pytest.raises(ValueError, match="--collectives must be one of sleep, none"):
+    with pytest.raises(ValueError, match="--collectives must be one of sleep, proxy, none"):
         spin_of("nccl")
 
 

@@ -163,3 +163,19 @@ def test_bad_inputs(g2):
     with pytest.raises(ValueError, match="scan"):
         vc.VContentionEvaluator(g2, chain_cut(g2.n, [6]), 2, 0, H200,
                                 options=VCOptions(scan="tree"))
+
+
+def test_collective_proxy_agrees_with_event_simulator(g2):
+    """``ContentionModel(proxy_collectives=True)`` (``--collectives proxy``): the vectorised
+    scorer adds the proxy's payload bytes as the event simulator does (agreement within the
+    3% of the sleep case), and neither predicts the pipelined step faster than with the plain
+    wait (the proxy only adds HBM traffic)."""
+    starts, w, alloc = [6, 15], 0, (40, 56, 32)
+    cfg = _cfg(g2, starts, w, alloc)
+    proxy, sleep = ContentionModel(proxy_collectives=True), ContentionModel()
+    ev = simulate(g2, cfg, H200, model=proxy, record=False)
+    ev0 = simulate(g2, cfg, H200, model=sleep, record=False)
+    t = vc.VContentionEvaluator.for_config(g2, cfg, H200, model=proxy, **PADS).makespan(
+        [alloc])[0]
+    assert t == pytest.approx(ev.makespan, rel=0.03)
+    assert ev.makespan >= ev0.makespan * (1 - 1e-9)
