@@ -83,6 +83,30 @@ def workload_class_kernels(graph) -> dict[str, int]:
     return out
 
 
+def family_class_kernels(graph) -> dict[str, int]:
+    """Kernel indices of the co-run classes any decode family's region graph has (the co-run
+    matrices of several families, ``experiments/corun_families.py``): ``attn`` (the last
+    full-attention kernel: GQA or MLA), ``elementwise`` (RMSNorm), ``dense_gemm`` (the dense
+    MLP up-projection, where the region has one: dense models, DeepSeek-V3's shared experts)
+    and, for MoE regions, ``expert_gemm`` (expert up-projection) and ``gemv`` (router).
+
+    Raises:
+        ValueError: the graph lacks full attention or RMSNorm (names the class).
+    """
+    want = {"attn": lambda k: k.category == "attn_full", "elementwise": lambda k: k.op == "rmsnorm",
+            "dense_gemm": lambda k: k.op == "mlp_up", "expert_gemm": lambda k: k.op == "expert_up",
+            "gemv": lambda k: k.op == "router"}
+    out = {}
+    for c, pred in want.items():
+        idx = [i for i, k in enumerate(graph.kernels) if pred(k)]
+        if not idx:
+            if c in ("attn", "elementwise"):
+                raise ValueError(f"corun: the graph has no kernel of class {c!r}")
+            continue
+        out[c] = idx[-1] if c == "attn" else idx[0]
+    return out
+
+
 class ClockSampler:
     """Samples the SM clock (MHz) through NVML in a background thread while active.
 
@@ -213,7 +237,8 @@ def time_corun(torch, ga, sa, gb, sb, rb: int, reps: int,
 
 def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (96, 32)),
                  classes: Sequence[str] = CLASSES, target_us: float = 1500.0, reps: int = 5,
-                 microbatch: int = 0, log: Callable[[str], None] = print, gemm=None) -> dict:
+                 microbatch: int = 0, log: Callable[[str], None] = print, gemm=None,
+                 family: bool = False) -> dict:
     """Measure the co-run matrix on a GPT-OSS workload (see the module docstring).
 
     Args:
@@ -228,6 +253,9 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
         log: progress printer.
         gemm: a ``hw_runtime.gpu.blas.GemmPolicy`` (None: stock); GEMMs are captured planned
             for the pool they run on.
+        family: any decode family (``family_class_kernels``): the classes the region has, its
+            own dense GEMM where it has one, the synthetic ones otherwise; ``classes`` not
+            available are dropped. False: a GPT-OSS region (``workload_class_kernels``).
 
     Returns:
         ``{"classes", "kernels": {class: {name, key}}, "launches": {class: n},
@@ -247,7 +275,9 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
     torch = wl.torch
     pol = gemm if gemm is not None else GemmPolicy(torch, "stock")
     g = wl.graph
-    idx = workload_class_kernels(g)
+    idx = family_class_kernels(g) if family else workload_class_kernels(g)
+    if family:
+        classes = [c for c in classes if c in idx or c in ("dense_gemm", "copy")]
     L = g.num_regions
     M, K, N = DENSE_GEMM_MKN
     Wg = torch.randn(K, N, dtype=torch.bfloat16, device=wl.device) * 0.02
