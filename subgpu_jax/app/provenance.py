@@ -82,6 +82,11 @@ def uncalibrated_first_choices(rows) -> dict[str, dict]:
 COPY_ONLY_COLLECTIVES = ("collectives as copies only, without the wait to the link time "
                          "(--collectives none: the control in which no collective wait can be "
                          "hidden)")
+#: How the collectives of the measured runs behind the quoted errors were executed: the wins
+#: and fidelity studies ran ``sleep``; the verdict protocol ``sleep``, ``proxy`` and ``none``.
+MEASURED_COLLECTIVES = ("collectives emulated on one GPU (a wait to the modelled link time, a "
+                        "proxy of the engine's collective kernel, or none; no real NCCL "
+                        "collective was run)")
 #: How ``subgpu run --collectives proxy`` runs them (``model.collective``).
 PROXY_COLLECTIVES = ("collectives proxied on one GPU: the engine collective's CTAs on the issuing "
                      "pool, moving the payload through HBM paced to the modelled link time "
@@ -249,6 +254,6 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         parts.append(f"{model} was measured, at the deployments and batches of these studies "
                      "only" if out["model_measured"] else f"{model} itself was never measured")
     out["text"] = (f"{head} Measured error of this kind on the {hardware}: " + "; ".join(parts)
-                   + f". Every measured run had {EMULATED_COLLECTIVES}; see the README's \"Known "
+                   + f". Every measured run had {MEASURED_COLLECTIVES}; see the README's \"Known "
                    "limitations\".")
     return out

@@ -36,8 +36,9 @@ def run_cli(args, capsys):
 def test_uncalibrated_note_quotes_only_uncalibrated_figures():
     """An uncalibrated H200 prediction is labelled with the model version that made it and
     quotes the held-out figures of the verdict protocol measured for that exact version
-    (``verdict.verdict_digest``: 72 pipelined configurations of 6 workloads never used in any
-    fit), never the calibrated medians of hw_fidelity_h200.json; a version without a digest
+    (``verdict.verdict_digest``, the newest digest its own searches made: for analytic-v3 the
+    2026-12-02 run, 168 pipelined configurations of 11 workloads never used in any fit; for
+    analytic-v2 72 of 6), never the calibrated medians of hw_fidelity_h200.json; a version without a digest
     quotes nothing. The figures are the digest's (docs/verdicts.md's tables)."""
     from subgpu_jax.app.verdict import verdict_digest
     from subgpu_jax.model.hardware import get_hardware
@@ -45,21 +46,25 @@ def test_uncalibrated_note_quotes_only_uncalibrated_figures():
 
     ws = json.loads((RESULTS / "hw_fidelity_h200.json").read_text())["workloads"]
     calib = [v["median_abs_error"] for v in ws.values()]
+    want = {"analytic-v2": ("analytic-v2-lone", (72, 6)),
+            "analytic-v3": ("analytic-v3-collectives", (168, 11))}
     for version in ("analytic-v2", "analytic-v3"):
         me = uncalibrated_model_id(get_hardware(f"H200:{version}"))
         f = verdict_digest("H200", me, RESULTS)
-        assert f.parent.name.startswith(version + "-lone"), f
+        assert f.parent.name == want[version][0], f
         dig = json.loads(f.read_text())
         assert dig["duration_model"] == me
         n = provenance.prediction_note("H200", None, "qwen2.5-7b", model_id=me)
         assert n["calibrated"] is False and f"uncalibrated duration model {version}" in n["text"]
         e = [x for x in n["errors"] if x["what"] == "speedup of pipelined configurations"][0]
         assert e["file"] == f"experiments/results/{f.relative_to(RESULTS).as_posix()}"
-        assert (e["configurations"], e["workloads"]) == (72, 6)
+        assert (e["configurations"], e["workloads"]) == want[version][1]
         err = dig["summary"]["speedup_ratio_error_held_out"]
         assert e["median_abs_error"] == pytest.approx(err["median"]) and 0 < err["median"] < 0.1
         assert e["verdict_wrong"] == dig["summary"]["verdict_wrong"] == 0
-        assert "on 72 pipelined configurations of 6 workloads never used in any fit" in n["text"]
+        c, w = want[version][1]
+        assert f"on {c} pipelined configurations of {w} workloads never used in any fit" \
+            in n["text"]
         assert f"median {min(calib):.0%}-{max(calib):.0%}" not in n["text"]
         assert "calibrated on its own kernel tables" not in n["text"]
         assert n["model_measured"] and "qwen2.5-7b was measured" in n["text"]
