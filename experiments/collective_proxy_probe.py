@@ -27,6 +27,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the JSON file to write")
     a = ap.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from digest_cli import check_out
+    try:
+        check_out(a.out)          # before the sweep, so a bad --out loses nothing
+        from hw_runtime.commands.common import gpu_check
+        gpu_check()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     import torch
     from hw_runtime.gpu.collectives import proxy_
     from hw_runtime.gpu.corun import capture_graph, time_alone

@@ -36,11 +36,13 @@ import traceback
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
+from subgpu_jax.sim.contention import UNCALIBRATED_LATENCY_LOAD_GAIN  # noqa: E402
+
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "corun_families")
 GPT_OSS = os.path.join(RESULTS, "hw_fidelity", "fused", "corun_matrix.json")
 GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-COMMITTED_ALPHA = 1.5
+COMMITTED_ALPHA = UNCALIBRATED_LATENCY_LOAD_GAIN   # the model's alpha (sim.contention)
 
 #: name -> (model, deployment fields, family). Microbatch count 2 (the searches' smallest).
 WORKLOADS: dict[str, tuple[str, dict, str]] = {
@@ -127,9 +129,45 @@ def _score(rows: list[dict]) -> float:
     return sum(abs(math.log(r["pred_slowdown"] / r["meas_slowdown"])) for r in rows) / len(rows)
 
 
+def _load_matrix(p: str) -> dict:
+    """A device-phase ``corun_<workload>.json``.
+
+    Raises:
+        ValueError: unreadable, or without a family, microbatch count or pairs (names it).
+    """
+    try:
+        with open(p) as fh:
+            m = json.load(fh)
+        fam, mb, pairs = m["family"], m.get("microbatches", 2), m["pairs"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"--data: {p}: not a co-run matrix of --phase device "
+                         f"({e.__class__.__name__}: {e})") from None
+    if fam == "gpt_oss" or fam not in {f for _, _, f in WORKLOADS.values()}:
+        raise ValueError(f"--data: {p}: family {fam!r} is not one of this study's")
+    if isinstance(mb, bool) or not isinstance(mb, int) or mb < 1:
+        raise ValueError(f"--data: {p}: microbatches must be an integer >= 1, got {mb!r}")
+    if not isinstance(pairs, list) or not pairs:
+        raise ValueError(f"--data: {p}: no co-run pairs")
+    return m
+
+
 def analyze(args) -> int:
+    """The analyze phase; exit 2 with one line on unusable input."""
+    try:
+        return _analyze(args)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _analyze(args) -> int:
     from subgpu_jax.model.hardware import get_hardware
 
+    if not os.path.isdir(args.data):
+        raise ValueError(f"--data: {args.data} is not a folder")
+    d = os.path.dirname(os.path.abspath(args.digest))
+    if not os.path.isdir(d):
+        raise ValueError(f"--digest: folder {d} does not exist")
     fams: dict[str, dict[float, list[dict]]] = {}
     with open(GPT_OSS) as fh:
         ref = json.load(fh)
@@ -138,20 +176,18 @@ def analyze(args) -> int:
     w = fidelity_workload(ref.get("workload", "gptoss120b_ref_g2048"))
     fams["gpt_oss"] = _family_rows(ref, w.graph(2), w.hw)
     sources = {"gpt_oss": os.path.relpath(GPT_OSS, RESULTS)}
-    for name in WORKLOADS:
+    for name in args.workloads:
         p = os.path.join(args.data, f"corun_{name}.json")
         if not os.path.exists(p):
             continue
-        with open(p) as fh:
-            m = json.load(fh)
+        m = _load_matrix(p)
         wl = sim_workload(name)
         fams[m["family"]] = _family_rows(m, wl.graph(int(m.get("microbatches", 2))),
                                          get_hardware("H200"))
         sources[m["family"]] = os.path.relpath(p, RESULTS)
     if len(fams) < 2:
-        print(f"error: --data: fewer than two families' co-run matrices under {args.data}",
-              file=sys.stderr)
-        return 2
+        raise ValueError(f"--data: no co-run matrix of --workloads under {args.data} (the "
+                         "analysis needs one besides GPT-OSS's)")
     per_family = {}
     for f, by in fams.items():
         per_family[f] = {
@@ -192,12 +228,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=("device", "analyze"), required=True)
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
-    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/corun_families"))
+    ap.add_argument("--out", default=os.environ.get("OUT"),
+                    help="device: the folder for corun_<workload>.json (default $OUT)")
     ap.add_argument("--data", default=DATA, help="analyze: folder of the corun_<workload>.json")
     ap.add_argument("--digest", default=os.path.join(RESULTS, "corun_families_h200.json"))
     ap.add_argument("--time-limit", type=float, default=420.0)
     args = ap.parse_args(argv)
     if args.phase == "device":
+        try:
+            if not args.out:
+                raise ValueError("--out (or $OUT): the folder for corun_<workload>.json")
+            from hw_runtime.commands.common import gpu_check
+            gpu_check()
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return device_phase(args)
     return analyze(args)
 

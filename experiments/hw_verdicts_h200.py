@@ -141,8 +141,8 @@ def config_args(d: dict) -> list[str]:
 
 
 def _predict(sub, mode: str) -> dict:
-    """Predicted whole-step makespans (µs) of a ``run`` namespace under both collective
-    modes, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``)."""
+    """Predicted whole-step makespans (µs) of a ``run`` namespace under every ``--collectives``
+    mode, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``)."""
     from hw_runtime.commands.run import prepare_run, repredict
 
     out = {}
@@ -314,6 +314,35 @@ class GpuMachine:
         self.torch.cuda.empty_cache()
 
 
+def check_device_args(args) -> None:
+    """Everything the device phase needs, checked before a GPU is touched: ``--out`` given,
+    positive ``--rounds``/``--replays`` (``--warmup`` >= 0), a readable ``--configs`` plan that
+    holds every ``--workloads``, and a GPU with green contexts.
+
+    Raises:
+        ValueError: one line naming the flag and what is allowed.
+    """
+    if not args.out:
+        raise ValueError("--out (or $OUT): the folder the device phase writes "
+                         "measured_<workload>.json to is required")
+    for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0)):
+        v = getattr(args, f)
+        if v < lo:
+            raise ValueError(f"--{f} must be >= {lo}, got {v}")
+    try:
+        with open(args.configs) as fh:
+            plan = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--configs: {args.configs}: unreadable plan ({e}); make it with "
+                         "--phase plan") from None
+    missing = [w for w in args.workloads if w not in plan]
+    if missing:
+        raise ValueError(f"--workloads: {', '.join(missing)} not in the plan {args.configs}; "
+                         f"planned: {', '.join(plan)}")
+    from hw_runtime.commands.common import gpu_check
+    gpu_check()
+
+
 def device_phase(args, machine=None) -> int:
     """Measure every planned configuration (see the module docstring); ``machine`` defaults to
     ``GpuMachine()``. Writes ``measured_<workload>.json`` under ``--out`` after every row."""
@@ -386,7 +415,9 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=None, help="default: <data>/configs.json")
     ap.add_argument("--searches", default="/tmp/hw_verdicts_searches",
                     help="where the plan phase's searches go (outside the tree)")
-    ap.add_argument("--out", default=os.environ.get("OUT"))
+    ap.add_argument("--out", default=os.environ.get("OUT"),
+                    help="device: the folder for measured_<workload>.json (default $OUT; "
+                         "required: never the committed results)")
     ap.add_argument("--data", default=None, help="folder of the device phase's JSON files "
                     "(default: hw_verdicts/<version>/)")
     ap.add_argument("--digest", default=None,
@@ -409,7 +440,6 @@ def main(argv=None) -> int:
                  f"{args.hardware!r}")
     args.data = args.data or os.path.join(DATA, version)
     args.configs = args.configs or os.path.join(args.data, "configs.json")
-    args.out = args.out or args.data
     args.digest = args.digest or os.path.join(args.data, "hw_verdicts_h200.json")
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
@@ -420,9 +450,14 @@ def main(argv=None) -> int:
             ap.error("--phase repredict needs --configs-out FILE.json")
         return repredict_phase(args)
     if args.phase == "device":
+        try:
+            check_device_args(args)
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         return device_phase(args)
     from verdicts_report import analyze
-    return analyze(args, WORKLOADS)
+    return analyze(args, {w: WORKLOADS[w] for w in args.workloads})
 
 
 if __name__ == "__main__":

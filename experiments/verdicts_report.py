@@ -54,6 +54,34 @@ def _load_measured(folder: str, name: str) -> dict | None:
         raise ValueError(f"--data: {p}: unusable measurement file ({e})") from None
 
 
+FIT_STATUSES = ("fit", "held_out", "held_out_family")
+
+
+def check_plan(plan: dict) -> None:
+    """Refuse a plan whose entries the analysis would misread: a fit status outside
+    ``FIT_STATUSES``, a configuration mode outside the simulator's, or a predicted makespan that
+    is not a positive finite number of µs.
+
+    Raises:
+        ValueError: one line naming ``--configs``, the workload and the field.
+    """
+    from subgpu_jax.app.verdict import MODES
+
+    for w, p in plan.items():
+        if p.get("fit_status") not in FIT_STATUSES:
+            raise ValueError(f"--configs: {w}: fit_status must be one of "
+                             f"{', '.join(FIT_STATUSES)}, got {p.get('fit_status')!r}")
+        for d in p["configs"]:
+            if d["kind"] != "temporal" and d["mode"] not in MODES:
+                raise ValueError(f"--configs: {w}/{d['name']}: mode must be one of "
+                                 f"{', '.join(MODES)}, got {d['mode']!r}")
+            for c, v in d["predicted_us"].items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)) \
+                        or not math.isfinite(v) or v <= 0:
+                    raise ValueError(f"--configs: {w}/{d['name']}: predicted_us[{c!r}] must "
+                                     f"be a positive finite makespan (µs), got {v!r}")
+
+
 def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
     """One row per (workload, collectives, pipelined configuration) with both speedups, and
     per workload the temporal errors."""
@@ -271,19 +299,25 @@ def figure(rows: list[dict], path: str) -> None:
 
 def analyze(args, workloads) -> int:
     """The analyze phase (see the module docstring); exit 2 with one line on unusable input."""
+    d = os.path.dirname(os.path.abspath(args.digest))
+    if not os.path.isdir(d):
+        print(f"error: --digest: folder {d} does not exist", file=sys.stderr)
+        return 2
     try:
         with open(args.configs) as fh:
             plan = json.load(fh)
-        if not isinstance(plan, dict):
-            raise ValueError("not a plan object")
+        if not isinstance(plan, dict) or not plan:
+            raise ValueError("not a plan object, or an empty one")
+        plan = {w: p for w, p in plan.items() if w in workloads}
+        check_plan(plan)
         rows, temporal = speedup_rows(plan, args.data)
     except ValueError as e:   # speedup_rows names the flag (--data, --configs)
         print(f"error: {e}" if str(e).startswith("--") else
               f"error: --configs: {args.configs}: {e}", file=sys.stderr)
         return 2
     except (KeyError, TypeError, AttributeError) as e:
-        print(f"error: --configs: {args.configs}: not a plan of --phase plan (missing {e})",
-              file=sys.stderr)
+        print(f"error: --configs: {args.configs}: not a plan of --phase plan "
+              f"({e.__class__.__name__}: {e})", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"error: --configs: {args.configs}: {e.strerror or e}", file=sys.stderr)

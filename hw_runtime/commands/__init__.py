@@ -27,6 +27,7 @@ from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 
 __all__ = ["add_commands", "cmd_run", "cmd_calibrate", "gpu_check", "config_from_search",
            "json_safe"]
@@ -82,7 +83,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--mode", default="green", choices=("green", "multistream"),
                    help="green: one green-context SM pool per stage (default); multistream: the "
                         "same schedule on plain streams without SM partitioning")
-    x.add_argument("--collectives", default="sleep", choices=COLLECTIVES,
+    x.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=COLLECTIVES,
                    help="how a TP/EP collective runs on this one GPU, in the temporal baseline "
                         "and the pipelined run alike, and in the prediction: sleep (copy the "
                         "payload, then wait out the modelled link time in a wait that occupies "
@@ -159,7 +160,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--attention", default="auto", choices=ATTENTION,
                    help="decode attention to calibrate (use the same with `subgpu run`): auto, "
                         "sdpa or triton (see `subgpu run --help`). Default: auto")
-    k.add_argument("--collectives", default="sleep", choices=COLLECTIVES,
+    k.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=COLLECTIVES,
                    help="how the collectives run while they are timed (use the same with "
                         "`subgpu run`): sleep, proxy or none (see `subgpu run --help`). "
                         "Default: sleep")

@@ -7,6 +7,7 @@ import json
 import os
 
 from hw_runtime.commands.common import ep_of, gpu_check
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 
 __all__ = ["cmd_calibrate"]
 
@@ -51,7 +52,7 @@ def cmd_calibrate(a) -> int:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
                         coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm,
                         elementwise=a.elementwise, attention=getattr(a, "attention", "auto"),
-                        collectives=getattr(a, "collectives", "sleep"))
+                        collectives=getattr(a, "collectives", DEFAULT_COLLECTIVES))
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
     with open(a.out, "w") as fh:

@@ -18,7 +18,7 @@ from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.commands.common import ep_of, gpu_check, json_safe
 from hw_runtime.commands.records import record_options
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
-from subgpu_jax.model.collective import collective_mode
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, collective_mode
 
 __all__ = ["config_from_search", "check_search_matches", "prepare_run", "options_config",
            "record_config", "run_report",
@@ -170,7 +170,7 @@ def prepare_run(a):
         setup = load_calibration(a.calibration, wl.arch, dep, hw).bind(hw)
     a.cache = setup.cache_policy(getattr(a, "cache", None))
     model = ContentionModel(calibration=setup.calibration, **collective_mode(
-        getattr(a, "collectives", "sleep")).contention_kwargs())
+        getattr(a, "collectives", DEFAULT_COLLECTIVES)).contention_kwargs())
     return wl, cfg, dep, model, setup.hw, m
 
 
@@ -212,7 +212,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "config": {"D": cfg.D, "w": cfg.w, "cuts": cfg.cut_names(wl.graph(1)),
                       "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
                       "mode": a.mode, "streams_per_stage": k,
-                      "collectives": getattr(a, "collectives", "sleep"),
+                      "collectives": getattr(a, "collectives", DEFAULT_COLLECTIVES),
                       "gemm": getattr(a, "gemm", "stock"),
                       "elementwise": getattr(ex, "elementwise", "torch"),
                       "attention": getattr(ex, "attention", "sdpa"),
@@ -225,9 +225,10 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
            "calibration": a.calibration,
-           "calibration_mismatch": calibration_mismatch(model.calibration, getattr(a, "gemm", "stock"),
-                                                        getattr(ex, "elementwise", "torch"),
-                                                        getattr(ex, "attention", "sdpa")),
+           "calibration_mismatch": calibration_mismatch(
+               model.calibration, getattr(a, "gemm", "stock"), getattr(ex, "elementwise", "torch"),
+               getattr(ex, "attention", "sdpa"),
+               getattr(a, "collectives", DEFAULT_COLLECTIVES)),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
@@ -236,10 +237,11 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     return res
 
 
-def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdpa") -> list[str]:
+def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdpa",
+                         collectives: str = DEFAULT_COLLECTIVES) -> list[str]:
     """How the kernels a calibration was measured with differ from the run's (its ``meta``:
-    ``gemm``, ``elementwise``, ``attention``; a calibration from before a field existed used
-    ``stock`` GEMMs, the PyTorch ``torch`` chains and SDPA). Each difference also goes to stderr as a warning, since the
+    ``gemm``, ``elementwise``, ``attention``, ``collectives``; a calibration from before a field
+    existed used ``stock`` GEMMs, the PyTorch ``torch`` chains, SDPA and ``sleep``). Each difference also goes to stderr as a warning, since the
     prediction then describes other kernels than the ones measured.
 
     Returns:
@@ -248,8 +250,10 @@ def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdp
     if cal is None:
         return []
     out = []
-    default = {"gemm": "stock", "elementwise": "torch", "attention": "sdpa"}
-    for field, run in (("gemm", gemm), ("elementwise", elementwise), ("attention", attention)):
+    default = {"gemm": "stock", "elementwise": "torch", "attention": "sdpa",
+               "collectives": DEFAULT_COLLECTIVES}
+    for field, run in (("gemm", gemm), ("elementwise", elementwise), ("attention", attention),
+                       ("collectives", collectives)):
         was = (cal.meta or {}).get(field) or default[field]
         if was != run:
             out.append(f"calibration measured with {field}={was}, this run uses {run}")
@@ -379,7 +383,7 @@ def label_run(a, res: dict, wl) -> None:
     predicted it and the measured errors that apply, ``provenance.prediction_note``)."""
     from subgpu_jax.app.options import collectives_label, prediction_note
 
-    res["collectives"] = collectives_label(getattr(a, "collectives", "sleep"))
+    res["collectives"] = collectives_label(getattr(a, "collectives", DEFAULT_COLLECTIVES))
     res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name,
                                         model_id=uncalibrated_model_id(wl.hw))
 
@@ -403,8 +407,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
     print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
           f"{res['speedup_predicted']:.3f}x")
     if res.get("collectives"):
-        hid = ("" if "copies only" in res["collectives"] else
-               ": a gain may be that link time hidden")
+        hid = (": a gain may be that link time hidden" if collective_mode(getattr(
+            a, "collectives", DEFAULT_COLLECTIVES)).link_time else "")
         print(f"measured  with {res['collectives']}{hid}")
     if res.get("prediction"):
         print(f"predicted by {res['prediction']['made_by']}")

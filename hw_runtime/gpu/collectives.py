@@ -1,23 +1,26 @@
 """The virtual collectives of the GPU workload: what stands in, on one GPU, for a TP/EP
 collective of the deployment (``--collectives``, ``subgpu_jax.model.collective``).
 
-Every collective's endpoint work starts with its payload: ``Kernel.comm_bytes`` bytes filled
-into the stage's staging buffer from the kernel's source activation (read + write). Then, by mode:
+Each collective has a staging buffer of ``Kernel.comm_bytes`` bytes. By mode:
 
-* ``sleep``: the copy at full speed, the kernel's epilogue, then ``torch.cuda._sleep`` for the
-  rest of the modelled link time (``comm_target_us`` = floor + payload / link bandwidth, minus
-  the copy at the copy peak), calibrated in clock cycles per µs when the workload is built;
+* ``sleep``: the payload copied into it from the kernel's source activation at full speed (read +
+  write), the kernel's epilogue, then ``torch.cuda._sleep`` for the rest of the modelled link
+  time (``comm_target_us`` = floor + payload / link bandwidth, minus the copy at the copy peak),
+  calibrated in clock cycles per µs when the workload is built;
 * ``proxy``: instead of the copy, the staging buffer read and rewritten in place by the engine
   collective's CTA count (``model.collective.proxy_plan``: 16, 20 or 36 CTAs of 512 threads)
   on the issuing pool, paced to the link rate: each CTA moves its share in up to 64 steps at
   least 4 µs apart, step i not before t0 + i x target / steps (``%globaltimer``), and spins on
   the timer until t0 + target. The CTAs stay resident for the whole link time, as NCCL's and
   vLLM's collective kernels do, and the payload's HBM traffic is spread over it;
+  Only whole 64 KiB tiles are touched: a tail under 64 KiB (a payload under 64 KiB entirely)
+  moves no bytes, where the simulator charges 2 x ``comm_bytes``; the link time still holds;
 * ``none``: the copy only.
 
 ``VirtualCollectives`` is the part of ``TorchWorkload`` that does this (a mixin: it reads the
-workload's ``spin``, ``proxy``, ``is_cuda``, ``torch``, ``comm_floor_us``, ``link_Bps``,
-``copy_Bps``). Needs torch, and Triton for the proxy, only when a collective runs.
+workload's ``spin``, ``proxy``, ``is_cuda``, ``torch``, ``device``, ``deployment``,
+``comm_floor_us``, ``link_Bps``, ``copy_Bps`` and ``_cycles_per_us``, the sleep's calibration).
+Needs torch, and Triton for the proxy, only when a collective runs.
 
 Units: µs, bytes, CTAs.
 """
@@ -37,8 +40,9 @@ PROXY_THREADS = 512
 #: Most pacing steps per CTA (the copy is spread over the link time in this many slices).
 PROXY_MAX_STEPS = 64
 #: Least µs between two pacing steps: a step's load and store take 1-2 µs of memory latency on
-#: the H200 (64 steps of 0.94 µs made a 60 µs proxy last 90-116 µs, measured), and
-#: ``%globaltimer`` ticks about every µs.
+#: the H200 and ``%globaltimer`` ticks about every µs. With 4 µs steps the proxy meets every
+#: target of 5-70 µs within 1.2 µs where its bytes fit; steps under 1 µs overran a 60 µs target
+#: by 50-90% (both measured, docs/collectives.md "Measured on the H200").
 PROXY_STEP_US = 4.0
 _BLOCK = 32768      # 2-byte elements per tile: 64 KiB, 128 B per thread in flight
 
@@ -143,8 +147,14 @@ class VirtualCollectives:
 
     @staticmethod
     def cycle_copy(dst, src) -> None:
-        """Fill the flat ``dst`` with copies of the flat ``src`` (the payload's endpoint work)."""
+        """Fill the flat ``dst`` with copies of the flat ``src`` (the payload's endpoint work).
+
+        Raises:
+            ValueError: ``src`` is empty.
+        """
         n, m = dst.numel(), src.numel()
+        if m < 1:
+            raise ValueError("cycle_copy: the source of a collective's payload is empty")
         full = n // m
         for r in range(full):
             dst[r * m:(r + 1) * m].copy_(src)
@@ -154,8 +164,15 @@ class VirtualCollectives:
 
     def endpoint_(self, kernel, dst, src) -> None:
         """The payload of collective ``kernel`` into its staging buffer ``dst`` from ``src``
-        (flat): the paced proxy with ``proxy`` on a CUDA device, else the full-speed copy."""
+        (flat): the paced proxy with ``proxy`` on a CUDA device (``dst`` then a contiguous 1-D
+        bf16 tensor; the CTA count of ``proxy_plan`` for the deployment's attention TP), else
+        the full-speed copy.
+
+        Raises:
+            ValueError: from ``proxy_`` (a buffer it cannot run on) or ``cycle_copy``.
+        """
         if getattr(self, "proxy", False) and self.is_cuda:
-            proxy_(dst, proxy_plan(kernel).ctas, self.comm_target_us(kernel))
+            tp = max(2, int(getattr(self.deployment, "attn_tp", 8)))
+            proxy_(dst, proxy_plan(kernel, tp).ctas, self.comm_target_us(kernel))
         else:
             self.cycle_copy(dst, src)

@@ -4,7 +4,8 @@
 ``KernelContext`` of one kernel of a ``TorchWorkload`` (its tensors, shapes and helpers) and
 returns ``f(mu, l)``, which launches the kernel for microbatch ``mu`` on region instance ``l``
 (writes only into preallocated tensors, so it can be captured in a CUDA graph). Virtual
-collectives copy their payload and then spin to the modelled link time (``TorchWorkload``).
+collectives stand in for a TP/EP collective as ``--collectives`` says
+(``hw_runtime.gpu.collectives``).
 Needs torch only when a builder runs.
 """
 
@@ -51,7 +52,7 @@ def spin_of(collectives: str) -> bool:
     Raises:
         ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
     """
-    return collective_mode(collectives).name == "sleep"
+    return collective_mode(collectives).spin
 
 
 def collective_kwargs(collectives: str) -> dict:
@@ -60,8 +61,7 @@ def collective_kwargs(collectives: str) -> dict:
     Raises:
         ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
     """
-    m = collective_mode(collectives)
-    return {"spin": m.name == "sleep", "proxy": m.proxy}
+    return collective_mode(collectives).workload_kwargs()
 
 
 class KernelContext:
@@ -121,7 +121,8 @@ class KernelContext:
             self.wl.endpoint_(self.kern, a[self.stage], src.reshape(-1))
 
     def spin_end(self) -> None:
-        """Spin the SMs to the modelled link time of a virtual collective."""
+        """The ``sleep`` mode's wait to the modelled link time of a virtual collective (a
+        one-thread ``torch.cuda._sleep``: it holds no SMs); nothing in the other modes."""
         if self.spin:
             self.t.cuda._sleep(self.spin)
 

@@ -20,9 +20,11 @@ Units: µs; speedups are dimensionless (temporal / mode, both from the same mode
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.model.graph import Deployment, build_forward
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.models import ModelArch
@@ -147,10 +149,12 @@ def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
 
     bands = load_bands(gpu) if bands is None else bands
     sp = mp.speedups
-    bd = {md: band_for(bands, gpu, calibrated, moe, mode, "sleep")
+    bd = {md: band_for(bands, gpu, calibrated, moe, mode, DEFAULT_COLLECTIVES)
           for md, mode in (("subgpu", "green"), ("multistream", "multistream"))}
+    # no link time to remove (one GPU, no collectives): nothing to decompose
+    has_link = not math.isclose(mp.temporal_us, mp.temporal_nolink_us, rel_tol=1e-12)
     v = decide({"subgpu": sp["subgpu"], "multistream": sp["multistream"]}, bd,
-               link_free=sp["subgpu_nolink"])
+               link_free=sp["subgpu_nolink"] if has_link else None)
     return {**mp.__dict__, **sp, "partition": v.decomposition.get("partition"),
             "communication": v.decomposition.get("communication"),
             "recommend": v.recommend, "reason": v.reason, "bands": v.bands,

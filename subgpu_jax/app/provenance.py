@@ -11,9 +11,10 @@ note made here, and only here:
   calibrated simulator; docs/results.md describes both's first choices, predicted vs measured speedup); where none exist the note
   says so, and it says whether the model itself was ever measured;
 * **how measured wins were obtained**: every SubGPU gain measured so far ran its collectives
-  emulated on one GPU (``EMULATED_COLLECTIVES``), and the note says so beside any measured win
-  it quotes; ``subgpu run`` labels its measurement the same way (``COPY_ONLY_COLLECTIVES`` for
-  the ``--collectives none`` control).
+  on one GPU as stand-ins (``MEASURED_COLLECTIVES``: a wait, a proxy of the engine's kernel,
+  or none), and the note says so beside any measured figure it quotes; ``subgpu run`` labels
+  its measurement with its own mode (``collectives_label``: the registry's labels,
+  ``model.collective.COLLECTIVE_MODES``).
 
 A future validated band (a predicted speedup with the range measured for its regime) belongs in
 ``prediction_note`` too: callers print ``note["text"]`` and need not change.
@@ -27,9 +28,10 @@ import re
 from pathlib import Path
 
 from subgpu_jax.app.report import results_dir
+from subgpu_jax.model.collective import COLLECTIVE_MODES, collective_mode
 
 __all__ = ["prediction_note", "EMULATED_COLLECTIVES", "COPY_ONLY_COLLECTIVES",
-           "PROXY_COLLECTIVES", "collectives_label", "STUDY_MODELS",
+           "PROXY_COLLECTIVES", "MEASURED_COLLECTIVES", "collectives_label", "STUDY_MODELS",
            "uncalibrated_first_choices"]
 
 #: The model preset each workload key of the H200 studies measured (key prefix -> preset name).
@@ -40,8 +42,7 @@ STUDY_MODELS: dict[str, str] = {"gptoss120b": "gpt-oss-120b", "gptoss20b": "gpt-
 #: GPU emulates one rank of the deployment, and a TP/EP collective is a copy of its payload
 #: followed by a spin to the modelled link time that holds no SMs, which the other stage's work
 #: can hide.
-EMULATED_COLLECTIVES = ("collectives emulated on one GPU as a wait to the modelled link time, "
-                        "which the other stage hides (no real NCCL collective was run)")
+EMULATED_COLLECTIVES = COLLECTIVE_MODES["sleep"].label
 
 
 def _model_of(key: str) -> str | None:
@@ -79,18 +80,14 @@ def uncalibrated_first_choices(rows) -> dict[str, dict]:
 
 
 #: How ``subgpu run --collectives none`` runs them: the control without the emulated wait.
-COPY_ONLY_COLLECTIVES = ("collectives as copies only, without the wait to the link time "
-                         "(--collectives none: the control in which no collective wait can be "
-                         "hidden)")
+COPY_ONLY_COLLECTIVES = COLLECTIVE_MODES["none"].label
 #: How the collectives of the measured runs behind the quoted errors were executed: the wins
 #: and fidelity studies ran ``sleep``; the verdict protocol ``sleep``, ``proxy`` and ``none``.
 MEASURED_COLLECTIVES = ("collectives emulated on one GPU (a wait to the modelled link time, a "
                         "proxy of the engine's collective kernel, or none; no real NCCL "
                         "collective was run)")
 #: How ``subgpu run --collectives proxy`` runs them (``model.collective``).
-PROXY_COLLECTIVES = ("collectives proxied on one GPU: the engine collective's CTAs on the issuing "
-                     "pool, moving the payload through HBM paced to the modelled link time "
-                     "(--collectives proxy; no real NCCL collective was run)")
+PROXY_COLLECTIVES = COLLECTIVE_MODES["proxy"].label
 
 
 def collectives_label(mode: str) -> str:
@@ -99,10 +96,7 @@ def collectives_label(mode: str) -> str:
     Raises:
         ValueError: an unknown mode (one line naming ``--collectives``).
     """
-    from subgpu_jax.model.collective import collective_mode
-
-    return {"sleep": EMULATED_COLLECTIVES, "proxy": PROXY_COLLECTIVES,
-            "none": COPY_ONLY_COLLECTIVES}[collective_mode(mode).name]
+    return collective_mode(mode).label
 
 
 def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = None) -> str:

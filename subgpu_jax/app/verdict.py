@@ -8,8 +8,8 @@ model) is only as good as the model was on workloads it never saw. The validatio
 
 over held-out workloads (never used in any fit). The band of a new prediction S in that regime
 is ``[S * r_min, S * r_max]``. A regime is (GPU, model: ``uncalibrated`` or ``calibrated``,
-``dense`` or ``moe``, run mode ``green`` or ``multistream``, ``--collectives`` ``sleep`` or
-``none``); where a regime has fewer than ``MIN_WORKLOADS`` held-out workloads, the band pools
+``dense`` or ``moe``, run mode ``green`` or ``multistream``, ``--collectives`` ``sleep``,
+``proxy`` or ``none``); where a regime has fewer than ``MIN_WORKLOADS`` held-out workloads, the band pools
 the dense and MoE rows of the same GPU, model, mode and collectives (and says so).
 
 The decision rule (``decide``): recommend the mode (SubGPU on green contexts, or the same
@@ -44,7 +44,7 @@ from typing import Iterable, Mapping
 
 __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "describe_regime",
            "fit_bands", "classify", "decide", "load_bands", "band_for", "format_band",
-           "bands_to_json"]
+           "bands_to_json", "verdict_digest", "COLLECTIVES", "MODES"]
 
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
@@ -130,10 +130,7 @@ def describe_regime(key: str) -> str:
     _, cal, fam, mode, coll = parts
     fams = {"dense": "dense models", "moe": "MoE models", "any": "dense and MoE models pooled"}
     modes = {"green": "green contexts", "multistream": "plain streams (multistream)"}
-    colls = {"sleep": "collectives emulated as a wait (--collectives sleep)",
-             "proxy": "collectives as the engine kernel's CTAs and HBM traffic "
-                      "(--collectives proxy)",
-             "none": "no collective wait (--collectives none)"}
+    colls = {m.name: f"{m.runtime} (--collectives {m.name})" for m in COLLECTIVE_MODES.values()}
     return (f"{cal} model, {fams.get(fam, fam)}, {modes.get(mode, mode)}, "
             f"{colls.get(coll, coll)}")
 
@@ -254,7 +251,8 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
         ceiling: the overlap ceiling (``sim.ceiling``: the most any overlap can gain, x), when
             known, quoted in the reason.
         link_free: the SubGPU configuration's predicted speedup with the collectives' link time
-            set to zero (``ContentionModel(link_time=False)``), for the decomposition.
+            set to zero (``ContentionModel(link_time=False)``), for the decomposition; None for
+            a deployment without collectives (nothing to decompose).
 
     Returns:
         ``Verdict``.
@@ -293,7 +291,7 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
     src = {k: b.regime for k, b in bands.items() if b is not None}
     why = []
     if "communication" in dec:
-        why.append(f"without the collectives' link time it predicts {dec['overlap']:.3f}x")
+        why.append(f"without the collectives' link time SubGPU predicts {dec['overlap']:.3f}x")
     if ceiling is not None:
         why.append(f"overlap ceiling {ceiling:.2f}x")
     tail = f" ({'; '.join(why)})" if why else ""
@@ -353,18 +351,27 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
     whose configurations that model's own search chose (``chosen_by_same_model``: the user
     path), else one predicted again after a model change; among those the newest (``made``,
     an ISO date the analyze phase writes; older digests have none), then the first path; else
-    the path of the top-level file (which may not exist)."""
+    the path of the top-level file (which may not exist).
+
+    Raises:
+        ValueError: a digest that exists but is not readable JSON (names the file): it must not
+            silently hand the choice to an older digest.
+    """
     d = Path(folder) if folder is not None else _results_dir()
     name = f"hw_verdicts_{gpu.lower()}.json"
     found = []
     for f in [*sorted((d / "hw_verdicts").glob(f"*/{name}")), d / name]:
+        if not f.exists():
+            continue
         try:
             data = json.loads(f.read_text())
             if data.get("duration_model") == model_id:
                 found.append((not data.get("chosen_by_same_model", True),
                               str(data.get("made", "")), str(f), f))
-        except (OSError, ValueError, AttributeError):
-            continue
+        except (OSError, ValueError, AttributeError) as e:
+            # a broken digest must not silently hand the choice to an older one
+            raise ValueError(f"{f}: unreadable verdict bands ({e.__class__.__name__}: {e}); "
+                             "restore it from git or remove it") from None
     if not found:
         return d / name
     flag = min(x[0] for x in found)

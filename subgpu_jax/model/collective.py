@@ -13,7 +13,8 @@ mode        what stands in for the collective (runtime) / what the simulator cha
 ``proxy``   what the engine's collective kernel consumes on this GPU: ``ProxyPlan.ctas`` CTAs on
             the issuing pool for the whole link time, moving the payload through HBM paced to the
             link rate (a read of every byte it sends, a write of every byte it receives). The
-            simulator gives the collective that many SMs of its pool and adds the bytes.
+            simulator adds the bytes to the collective (uncalibrated kernels only: a calibrated
+            one's measured time has them); it does not charge the CTAs separately.
 ``none``    the payload copy only, no link time: the control in which communication costs
             nothing to hide (``ContentionModel(link_time=False)``).
 ==========  ====================================================================================
@@ -32,11 +33,13 @@ Units: bytes, µs, CTAs.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COLLECTIVE_MODES", "CollectiveMode", "ProxyPlan", "proxy_plan", "collective_mode",
-           "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS", "A2A_CTAS", "CUSTOM_AR_MAX_BYTES"]
+__all__ = ["COLLECTIVE_MODES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
+           "proxy_plan", "collective_mode", "ALLTOALL_OPS", "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS",
+           "A2A_CTAS", "CUSTOM_AR_MAX_BYTES"]
 
 #: vLLM custom all-reduce: ``defaultBlockLimit`` = 36 CTAs (csrc/custom_all_reduce.cuh).
 CUSTOM_AR_CTAS = 36
@@ -48,18 +51,24 @@ CUSTOM_AR_MAX_BYTES = 8 * 2**20
 NCCL_NVLS_CTAS = 16
 #: DeepEP intranode dispatch/combine: ``Buffer.num_sms`` = 20 SMs (deep_ep/buffer.py).
 A2A_CTAS = 20
+#: Graph ops whose collective is the expert all-to-all; every other collective op (the TP
+#: all-reduces of attention, MLP and the head's ``sample``/``embed``) is an all-reduce.
+ALLTOALL_OPS = frozenset({"dispatch", "combine"})
 
 
 @dataclass(frozen=True)
 class CollectiveMode:
     """One ``--collectives`` mode: ``name``; ``link_time`` (the simulator charges the link
-    time: ``ContentionModel.link_time``); ``proxy`` (the collective holds the engine kernel's CTAs
-    and moves its payload through HBM: ``ContentionModel.proxy_collectives``); ``runtime``: what
-    the runtime runs, one line; ``label``: the provenance line a measured run carries."""
+    time: ``ContentionModel.link_time``); ``proxy`` (the collective moves the proxy's payload
+    traffic: ``ContentionModel.proxy_collectives``); ``spin`` (the runtime waits out the link
+    time in a one-thread sleep, ``TorchWorkload(spin=True)``); ``runtime``: what the runtime
+    runs, in words; ``label``: the provenance line of a run measured in this mode (what
+    ``subgpu run`` prints and records, ``app.provenance.collectives_label``)."""
 
     name: str
     link_time: bool
     proxy: bool
+    spin: bool
     runtime: str
     label: str
 
@@ -67,22 +76,30 @@ class CollectiveMode:
         """The ``ContentionModel`` fields of this mode."""
         return {"link_time": self.link_time, "proxy_collectives": self.proxy}
 
+    def workload_kwargs(self) -> dict:
+        """The ``TorchWorkload`` fields of this mode (``spin``, ``proxy``)."""
+        return {"spin": self.spin, "proxy": self.proxy}
+
 
 #: The registry behind every ``--collectives`` option (run, calibrate, tune, the validation).
 COLLECTIVE_MODES: dict[str, CollectiveMode] = {m.name: m for m in (
-    CollectiveMode("sleep", True, False,
-                   "payload copy, then a one-thread timed wait to the modelled link time",
-                   "collectives emulated: payload copy + a wait to the modelled link time that "
-                   "occupies no SMs"),
-    CollectiveMode("proxy", True, True,
-                   "the engine collective's CTAs on the issuing pool, moving the payload "
-                   "through HBM paced to the link time",
-                   "collectives proxied: the engine collective's CTAs and HBM traffic, paced to "
-                   "the modelled link time"),
-    CollectiveMode("none", False, False, "payload copy only (no link time)",
-                   "collectives as copies only (no link time): the control without "
-                   "communication to hide"),
+    CollectiveMode("sleep", True, False, True,
+                   "collectives emulated as a wait",
+                   "collectives emulated on one GPU as a wait to the modelled link time, "
+                   "which the other stage hides (no real NCCL collective was run)"),
+    CollectiveMode("proxy", True, True, False,
+                   "collectives as the engine kernel's CTAs and HBM traffic",
+                   "collectives proxied on one GPU: the engine collective's CTAs on the issuing "
+                   "pool, moving the payload through HBM paced to the modelled link time "
+                   "(--collectives proxy; no real NCCL collective was run)"),
+    CollectiveMode("none", False, False, False,
+                   "no collective wait",
+                   "collectives as copies only, without the wait to the link time "
+                   "(--collectives none: the control in which no collective wait can be "
+                   "hidden)"),
 )}
+#: The mode of every ``--collectives`` option unless given, and the one searches predict.
+DEFAULT_COLLECTIVES = "sleep"
 
 
 def collective_mode(name: str) -> CollectiveMode:
@@ -91,7 +108,7 @@ def collective_mode(name: str) -> CollectiveMode:
     Raises:
         ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
     """
-    if name not in COLLECTIVE_MODES:
+    if not isinstance(name, str) or name not in COLLECTIVE_MODES:
         raise ValueError(f"--collectives must be one of {', '.join(COLLECTIVE_MODES)}, got "
                          f"{name!r}")
     return COLLECTIVE_MODES[name]
@@ -114,31 +131,37 @@ class ProxyPlan:
     source: str
 
 
-def proxy_plan(kernel: Any) -> ProxyPlan:
-    """The proxy of collective ``kernel`` (a ``graph.Kernel`` with ``comm_bytes`` > 0).
+def proxy_plan(kernel: Any, tp: int = 8) -> ProxyPlan:
+    """The proxy of collective ``kernel`` (a ``graph.Kernel`` with ``comm_bytes`` > 0) in a
+    deployment of attention TP degree ``tp``.
 
-    All-reduce (op ``allreduce``): the graph's payload is the ring send volume 2(t-1)/t x the
-    tensor; the tensor is taken as ``comm_bytes`` x 8/14 (t = 8, the TP degree of the workloads
-    this is validated on) to pick vLLM's custom all-reduce (tensor <= 8 MiB, 36 CTAs) or NCCL
-    NVLS (16 CTAs). Any other collective op (MoE dispatch, combine) is an all-to-all: DeepEP's
-    20 SMs.
+    All-reduce (any collective op but ``ALLTOALL_OPS``): the graph's payload is the ring send
+    volume 2(t-1)/t x the tensor, so the tensor is ``comm_bytes`` x t / (2(t-1)); vLLM's custom
+    all-reduce up to its 8 MiB buffer (36 CTAs), NCCL NVLS above (16 CTAs). MoE dispatch and
+    combine are all-to-alls: DeepEP's 20 SMs. HBM traffic 2 x ``comm_bytes`` in every case.
 
     Example (hand-derived): Llama-3.1-70B TP8, 1,024 tokens per microbatch, hidden 8,192, bf16:
     the tensor is 16 MiB, ``comm_bytes`` = 28 MiB -> NCCL NVLS, 16 CTAs, 56 MiB through HBM; at
     512 tokens the tensor is 8 MiB -> custom all-reduce, 36 CTAs.
 
     Raises:
-        ValueError: ``kernel`` is not a collective.
+        ValueError: ``kernel`` is not a collective, or ``tp`` < 2 for an all-reduce.
     """
-    c = float(getattr(kernel, "comm_bytes", 0.0) or 0.0)
+    raw = getattr(kernel, "comm_bytes", 0.0)
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ValueError(f"proxy_plan: comm_bytes of {getattr(kernel, 'name', kernel)!r} must be "
+                         f"a finite number of bytes, got {raw!r}")
+    c = float(raw)
     if not c > 0:
         raise ValueError(f"proxy_plan: kernel {getattr(kernel, 'name', kernel)!r} is not a "
                          f"collective (comm_bytes {c!r})")
-    if kernel.op == "allreduce":
-        tensor = c * 8.0 / 14.0
-        if tensor <= CUSTOM_AR_MAX_BYTES * (1 + 1e-9):
-            return ProxyPlan("custom_allreduce", CUSTOM_AR_CTAS, 2.0 * c,
-                             "vLLM custom all-reduce: defaultBlockLimit 36, max_size 8 MiB")
-        return ProxyPlan("nccl_nvls", NCCL_NVLS_CTAS, 2.0 * c,
-                         "NCCL NVLS all-reduce on NVSwitch Hopper: 16 channels")
-    return ProxyPlan("alltoall", A2A_CTAS, 2.0 * c, "DeepEP intranode all-to-all: num_sms 20")
+    if kernel.op in ALLTOALL_OPS:
+        return ProxyPlan("alltoall", A2A_CTAS, 2.0 * c, "DeepEP intranode all-to-all: num_sms 20")
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 2:
+        raise ValueError(f"proxy_plan: an all-reduce needs a TP degree >= 2, got {tp!r}")
+    tensor = c * tp / (2.0 * (tp - 1))
+    if tensor <= CUSTOM_AR_MAX_BYTES:
+        return ProxyPlan("custom_allreduce", CUSTOM_AR_CTAS, 2.0 * c,
+                         "vLLM custom all-reduce: defaultBlockLimit 36, max_size 8 MiB")
+    return ProxyPlan("nccl_nvls", NCCL_NVLS_CTAS, 2.0 * c,
+                     "NCCL NVLS all-reduce on NVSwitch Hopper: 16 channels")

@@ -216,6 +216,9 @@ class ContentionModel:
                   "proxy_collectives"):
             if not isinstance(getattr(self, f), (bool, np.bool_)):
                 raise ValueError(f"contention.{f} must be a bool, got {getattr(self, f)!r}")
+        if self.proxy_collectives and not self.link_time:
+            raise ValueError("contention.proxy_collectives needs link_time=True (the proxy is "
+                             "paced to the link time; --collectives proxy, not none)")
         for f in ("inflight_per_sm_B", "issue_ratio", "miss_l2_cost", "tile_edge",
                   "compute_gain", "inflight_max_B", "saturating_window_gain", "gemm_window_gain",
                   "launch_us_per_activity", "saturation_ratio", "latency_load_gain"):
@@ -356,16 +359,20 @@ class BoundModel:
         elif self.model.lone_static and is_gemm(k) and k.flops > 0 and not self.model.isolated:
             s, fixed = self.lone_static_scale(k, int(pool_sms), w)
             w = _dc_replace(w, scale=s, fixed_us=fixed)
-        if k.is_comm and self.model.proxy_collectives and not self.model.isolated:
-            w = self.proxied(k, int(pool_sms), w)
+        if k.is_comm and self.model.proxy_collectives and not self.model.isolated \
+                and not (cal is not None and cal.has(k)):
+            w = self.proxied(k, w)
         return w
 
-    def proxied(self, k: Kernel, pool_sms: int, w: KernelWork) -> KernelWork:
-        """``w`` of collective ``k`` under the collective proxy (``proxy_collectives``): it
-        also moves the proxy's payload bytes through HBM (``model.collective.proxy_plan``),
-        during its link time. Its SMs stay those of its local work (the rate model holds one
-        SM count per kernel, and the epilogue after the proxy runs on the whole pool), so the
-        proxy's 16-36 CTAs are not charged separately; FLOPs and link payload unchanged."""
+    def proxied(self, k: Kernel, w: KernelWork) -> KernelWork:
+        """``w`` of uncalibrated collective ``k`` under the collective proxy
+        (``proxy_collectives``): it also moves the proxy's payload bytes through HBM
+        (``model.collective.proxy_plan``), in its data counter beside its local work while its
+        link time runs (not paced). Its SMs stay those of its local work (the rate model holds
+        one SM count per kernel, and the epilogue after the proxy runs on the whole pool), so
+        the proxy's 16-36 CTAs are not charged separately; FLOPs and link payload unchanged. A
+        calibrated collective keeps its measured time (calibrate with ``--collectives proxy``
+        for the proxy's), with nothing added."""
         return _dc_replace(w, extra_hbm_bytes=float(proxy_plan(k).hbm_bytes))
 
     def lone_static_scale(self, k: Kernel, pool_sms: int, w: KernelWork) -> tuple[float, float]:

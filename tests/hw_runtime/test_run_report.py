@@ -344,6 +344,12 @@ def test_calibration_mismatch_is_reported(capsys):
     assert capsys.readouterr().err.count("warning:") == 2
     new = types.SimpleNamespace(meta={"gemm": "tuned", "elementwise": "triton"})
     assert calibration_mismatch(new, "tuned", "triton") == []
+    # a calibration without the field was measured with the sleep stand-in
+    assert calibration_mismatch(new, "tuned", "triton", "sdpa", "proxy") == [
+        "calibration measured with collectives=sleep, this run uses proxy"]
+    prox = types.SimpleNamespace(meta={"gemm": "tuned", "elementwise": "triton",
+                                       "collectives": "proxy"})
+    assert calibration_mismatch(prox, "tuned", "triton", "sdpa", "proxy") == []
 
 
 def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):

@@ -95,3 +95,31 @@ def test_temporal_proxy_costs_at_most_its_bytes():
                                                           .contention_kwargs()),
                       record=False).makespan for c in ("sleep", "proxy")}
     assert ps["proxy"] > ps["sleep"]
+
+
+def test_every_collective_but_dispatch_and_combine_is_an_all_reduce():
+    """The head's ``sample`` and ``embed`` collectives are all-reduces (``graph.head_kernels``),
+    not all-to-alls; the TP degree sets the tensor: at TP2 a 14 MiB payload is a 14 MiB tensor
+    (2(t-1)/t = 1), above the custom all-reduce's 8 MiB, where at TP8 it is 8 MiB, below."""
+    from subgpu_jax.model.kernel import Kernel
+    for op in ("sample", "embed", "allreduce"):
+        k = Kernel(name=f"h.{op}", op=op, category="head", layer=0, flops=0.0, dtype="bf16",
+                   tensor=False, comm_bytes=14 * 2**20)
+        assert proxy_plan(k, 8).algorithm == "custom_allreduce"
+        assert proxy_plan(k, 2).algorithm == "nccl_nvls"
+    for bad in (float("inf"), True, "abc"):
+        k = Kernel(name="h.x", op="allreduce", category="head", layer=0, flops=0.0,
+                   dtype="bf16", tensor=False, comm_bytes=bad)
+        with pytest.raises(ValueError, match="comm_bytes .* must be a finite number of bytes"):
+            proxy_plan(k)
+    with pytest.raises(ValueError, match="TP degree >= 2"):
+        proxy_plan(Kernel(name="h.a", op="allreduce", category="head", layer=0, flops=0.0,
+                          dtype="bf16", tensor=False, comm_bytes=1e6), 1)
+
+
+def test_proxy_needs_the_link_time_and_names_are_strings():
+    with pytest.raises(ValueError, match="proxy_collectives needs link_time=True"):
+        ContentionModel(proxy_collectives=True, link_time=False)
+    with pytest.raises(ValueError, match="^--collectives must be one of"):
+        collective_mode(["sleep"])
+    assert [m.spin for m in COLLECTIVE_MODES.values()] == [True, False, False]
