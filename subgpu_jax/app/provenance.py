@@ -10,9 +10,9 @@ note made here, and only here:
   ``report.results_dir()`` (``hw_fidelity_<gpu>.json``: step times; ``hw_wins_<gpu>.json``: the
   calibrated simulator; docs/results.md describes both's first choices, predicted vs measured speedup); where none exist the note
   says so, and it says whether the model itself was ever measured;
-* **how measured wins were obtained**: every SubGPU gain measured so far ran its collectives
-  on one GPU as stand-ins (``MEASURED_COLLECTIVES``: a wait, a proxy of the engine's kernel,
-  or none), and the note says so beside any measured figure it quotes; ``subgpu run`` labels
+* **how measured wins were obtained**: every error figure it quotes was measured with the
+  collectives emulated on one GPU as a wait (``EMULATED_COLLECTIVES``, ``--collectives sleep``,
+  what ``simulate`` and ``search`` predict), and the note says so; ``subgpu run`` labels
   its measurement with its own mode (``collectives_label``: the registry's labels,
   ``model.collective.COLLECTIVE_MODES``).
 
@@ -25,13 +25,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 from pathlib import Path
 
 from subgpu_jax.app.report import results_dir
-from subgpu_jax.model.collective import COLLECTIVE_MODES, collective_mode
+from subgpu_jax.model.collective import COLLECTIVE_MODES, DEFAULT_COLLECTIVES, collective_mode
 
 __all__ = ["prediction_note", "EMULATED_COLLECTIVES", "COPY_ONLY_COLLECTIVES",
-           "PROXY_COLLECTIVES", "MEASURED_COLLECTIVES", "collectives_label", "STUDY_MODELS",
+           "PROXY_COLLECTIVES", "collectives_label", "STUDY_MODELS",
            "uncalibrated_first_choices"]
 
 #: The model preset each workload key of the H200 studies measured (key prefix -> preset name).
@@ -81,11 +82,6 @@ def uncalibrated_first_choices(rows) -> dict[str, dict]:
 
 #: How ``subgpu run --collectives none`` runs them: the control without the emulated wait.
 COPY_ONLY_COLLECTIVES = COLLECTIVE_MODES["none"].label
-#: How the collectives of the measured runs behind the quoted errors were executed: the wins
-#: and fidelity studies ran ``sleep``; the verdict protocol ``sleep``, ``proxy`` and ``none``.
-MEASURED_COLLECTIVES = ("collectives emulated on one GPU (a wait to the modelled link time, a "
-                        "proxy of the engine's collective kernel, or none; no real NCCL "
-                        "collective was run)")
 #: How ``subgpu run --collectives proxy`` runs them (``model.collective``).
 PROXY_COLLECTIVES = COLLECTIVE_MODES["proxy"].label
 
@@ -104,10 +100,12 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = 
     workloads of the verdict protocol (``hw_verdicts_<gpu>.json``, experiments/hw_verdicts_h200.py)
     when that digest was made with this model (its ``duration_model`` equals
     ``sim.contention.uncalibrated_model_id()``): speedup error of the pipelined configurations,
-    wrong verdicts, temporal error. ``model_id``: the model to quote (default the default
-    uncalibrated model). Appends the figures to ``errors``; returns the text (or that none were
-    measured for this model version)."""
-    from subgpu_jax.app.verdict import verdict_digest
+    wrong verdicts, temporal error, over the held-out rows measured with the collectives the
+    prediction assumes (``DEFAULT_COLLECTIVES``: ``simulate`` and ``search`` predict those;
+    rows of digests from before the field count as that). ``model_id``: the model to quote
+    (default the default uncalibrated model). Appends the figures to ``errors``; returns the
+    text (or that none were measured for this model version)."""
+    from subgpu_jax.app.verdict import NEUTRAL, verdict_digest
     from subgpu_jax.sim.contention import uncalibrated_model_id
 
     me = uncalibrated_model_id() if model_id is None else model_id
@@ -123,25 +121,32 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = 
                     f"{res.get('duration_model') or 'an earlier version'})")
         s = res["summary"]
         held = set(s["held_out_workloads"])
-        sp = [r for r in res["rows"] if r["workload"] in held]
+        sp = [r for r in res["rows"] if r["workload"] in held
+              and r.get("collectives", DEFAULT_COLLECTIVES) == DEFAULT_COLLECTIVES]
         ratio = [float(r["predicted_speedup"]) / float(r["measured_speedup"]) for r in sp]
-        err = s["speedup_ratio_error_held_out"]
         tm = [float(e) for w, by in s["temporal_error"].items() if w in held
-              for e in by.values()]
+              for c, e in by.items() if c == DEFAULT_COLLECTIVES]
         if not sp or not tm:
             return f"none measured for this model version (no held-out rows in {rel})"
+        ae = sorted(abs(x - 1.0) for x in ratio)
+        err = {"median": statistics.median(ae), "max": ae[-1]}
+        judged = [r for r in sp if not NEUTRAL[0] <= float(r["measured_speedup"]) <= NEUTRAL[1]]
+        wrong = sum(bool(r.get("verdict_wrong")) for r in judged)
+        works = len({r["workload"] for r in sp})
         errors.append({"what": "speedup of pipelined configurations", "file": rel,
-                       "configurations": len(sp), "workloads": len(held),
+                       "collectives": DEFAULT_COLLECTIVES,
+                       "configurations": len(sp), "workloads": works,
                        "median_abs_error": float(err["median"]),
                        "max_abs_error": float(err["max"]), "ratio_min": min(ratio),
-                       "ratio_max": max(ratio), "verdict_wrong": int(s["verdict_wrong"]),
-                       "verdict_judged": int(s["verdict_judged"]),
+                       "ratio_max": max(ratio), "verdict_wrong": int(wrong),
+                       "verdict_judged": len(judged),
                        "temporal_error": [min(tm), max(tm)]})
-        return (f"on {len(sp)} pipelined configurations of {len(held)} workloads never used in "
-                f"any fit its speedups were within a median {err['median']:.1%} (max "
-                f"{err['max']:.0%}; predicted / measured {min(ratio):.2f}-{max(ratio):.2f}), "
-                f"its verdicts wrong on {s['verdict_wrong']} of {s['verdict_judged']} judged, "
-                f"and its temporal steps {min(tm):+.0%} to {max(tm):+.0%} ({rel})")
+        return (f"on {len(sp)} pipelined configurations of {works} workloads never used in "
+                f"any fit, measured with --collectives {DEFAULT_COLLECTIVES}, its speedups were "
+                f"within a median {err['median']:.1%} (max {err['max']:.0%}; predicted / "
+                f"measured {min(ratio):.2f}-{max(ratio):.2f}), its verdicts wrong on {wrong} of "
+                f"{len(judged)} judged, and its temporal steps {min(tm):+.0%} to "
+                f"{max(tm):+.0%} ({rel})")
     except OSError:
         return "none measured for this model version (no " + rel + ")"
     except (ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as e:
@@ -248,6 +253,6 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         parts.append(f"{model} was measured, at the deployments and batches of these studies "
                      "only" if out["model_measured"] else f"{model} itself was never measured")
     out["text"] = (f"{head} Measured error of this kind on the {hardware}: " + "; ".join(parts)
-                   + f". Every measured run had {MEASURED_COLLECTIVES}; see the README's \"Known "
-                   "limitations\".")
+                   + f". The measured runs quoted had {EMULATED_COLLECTIVES}; see the README's "
+                   "\"Known limitations\".")
     return out
