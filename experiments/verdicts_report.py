@@ -441,30 +441,26 @@ def markdown_table(res: dict) -> str:
                    f"{statistics.median(err):.1%} ({max(err):.0%}) | "
                    f"{sum(r['verdict_wrong'] for r in rs)} of {len(rs)} | {'; '.join(says)} |")
     s = res["summary"]
-    e = s["speedup_ratio_error_held_out"]
-    kinds_ho = ", ".join(f"{k} {n}" for k, n in s.get("recommendations_by_kind_held_out",
-                                                          {}).items() if n)
+    e, v = s["speedup_ratio_error_held_out"], s["verdicts"]
     kinds = ", ".join(f"{k} {n}" for k, n in s.get("recommendations_by_kind", {}).items() if n)
+    judged = (f"verdicts wrong {s['verdict_wrong']} of {s['verdict_judged']} judged (win "
+              f"{v['win']}, loss {v['loss']}, uncertain {v['uncertain']})")
+    says = f"the main job says {kinds} on {s['recommendations']}"
+    targets = ", ".join(f"{k} {st}" for k, st in s["targets"].items())
+    head = (f"Held out: speedup error median {e['median']:.1%}, max {e['max']:.1%} "
+            f"({s['rows_held_out']} rows); ")
     out.append("")
     if "verdict_wrong_held_out" not in s:   # a digest from before the held-out counts
-        v = s["verdicts"]
-        out.append(f"Held out: speedup error median {e['median']:.1%}, max {e['max']:.1%} "
-                   f"({s['rows_held_out']} rows); verdicts wrong {s['verdict_wrong']} of "
-                   f"{s['verdict_judged']} judged (win {v['win']}, loss {v['loss']}, uncertain "
-                   f"{v['uncertain']}); the main job says {kinds} on {s['recommendations']} "
-                   f"workload x collectives pairs, lost {s['recommendations_lost']}; targets: "
-                   + ", ".join(f"{k} {st}" for k, st in s["targets"].items()) + ".")
+        out.append(f"{head}{judged}; {says} workload x collectives pairs, lost "
+                   f"{s['recommendations_lost']}; targets: {targets}.")
         return "\n".join(out)
-    out.append(f"Held out: speedup error median {e['median']:.1%}, max {e['max']:.1%} "
-               f"({s['rows_held_out']} rows); verdicts wrong {s['verdict_wrong_held_out']} of "
+    kinds_ho = ", ".join(f"{k} {n}" for k, n in s["recommendations_by_kind_held_out"].items()
+                         if n)
+    out.append(f"{head}verdicts wrong {s['verdict_wrong_held_out']} of "
                f"{s['verdict_judged_held_out']} judged; the main job says {kinds_ho} on "
                f"{s['recommendations_held_out']} workload x collectives pairs, lost "
-               f"{s['recommendations_lost_held_out']}. All workloads (fit ones too): verdicts "
-               f"wrong {s['verdict_wrong']} of {s['verdict_judged']} judged (win "
-               f"{s['verdicts']['win']}, loss {s['verdicts']['loss']}, uncertain "
-               f"{s['verdicts']['uncertain']}); the main job says {kinds} on "
-               f"{s['recommendations']} pairs, lost {s['recommendations_lost']}. Targets: "
-               + ", ".join(f"{k} {st}" for k, st in s["targets"].items()) + ".")
+               f"{s['recommendations_lost_held_out']}. All workloads (fit ones too): {judged}; "
+               f"{says} pairs, lost {s['recommendations_lost']}. Targets: {targets}.")
     return "\n".join(out)
 
 
