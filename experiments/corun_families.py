@@ -14,6 +14,13 @@ Phases:
 
 ``--phase device`` (GPU, one call): ``$OUT/corun_<workload>.json`` per workload (written as
     each finishes; a workload that fails is recorded in ``$OUT/errors.json``).
+``--phase lanes`` (GPU): how two streams of ONE pool of ``--lane-sms`` SMs share it when both
+    run large GEMMs (``hw_runtime.gpu.corun.lane_sharing``: A, then B a few µs later, from a
+    common start; their end times against their alone times) -> ``$OUT/lanes_<workload>.json``,
+    the family's GEMM (expert up-projection, or the dense MLP's) against itself, attention and
+    RMSNorm. The event simulator's FIFO rule (``simstate.share_pool_fifo``) gives A its alone
+    time and B the sum of both; the measurement says whether two GEMMs on one pool share it that
+    way (the multistream residual of docs/verdicts.md).
 ``--phase analyze`` (CPU): per family the uncalibrated model's predicted / measured slowdown of
     every pair (``sim.fit.predict_pairs``) at each alpha of a grid; then leave-one-family-out:
     alpha fitted (grid, mean |log ratio|) on the pairs of all other families, scored on the left-out
@@ -111,6 +118,33 @@ def device_phase(args) -> int:
             errors[name] = f"{e.__class__.__name__}: {e}"
         with open(os.path.join(args.out, "errors.json"), "w") as fh:
             json.dump(errors, fh, indent=1)
+    return 0
+
+
+def lanes_phase(args) -> int:
+    """The ``lanes`` phase (module docstring)."""
+    import torch
+    from hw_runtime.gpu.corun import family_class_kernels, lane_sharing
+    from hw_runtime.gpu.workload import TorchWorkload
+
+    os.makedirs(args.out, exist_ok=True)
+    for name in args.workloads:
+        try:
+            wl = sim_workload(name)
+            tw = TorchWorkload(wl.graph(2), device="cuda", instances=INSTANCES,
+                               kv_cache="shared", elementwise="auto")
+            g = "expert_gemm" if "expert_gemm" in family_class_kernels(tw.graph) \
+                else "dense_gemm"
+            pairs = ((g, g), (g, "attn"), ("attn", g), (g, "elementwise"), ("elementwise", g))
+            res = lane_sharing(tw, args.lane_sms, pairs, log=print, family=True)
+            res.update(workload=name, family=WORKLOADS[name][2], microbatches=2)
+            with open(os.path.join(args.out, f"lanes_{name}.json"), "w") as fh:
+                json.dump(res, fh, indent=1)
+            del tw
+            torch.cuda.empty_cache()
+        except Exception as e:  # noqa: BLE001 - recorded, the next workload still runs
+            traceback.print_exc()
+            print(f"{name}: {e.__class__.__name__}: {e}", flush=True)
     return 0
 
 
@@ -226,7 +260,9 @@ def _analyze(args) -> int:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--phase", choices=("device", "analyze"), required=True)
+    ap.add_argument("--phase", choices=("device", "lanes", "analyze"), required=True)
+    ap.add_argument("--lane-sms", type=int, default=128,
+                    help="lanes: the one pool's SMs (a green-context pool size). Default: 128")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--out", default=os.environ.get("OUT"),
                     help="device: the folder for corun_<workload>.json (default $OUT)")
@@ -234,7 +270,7 @@ def main(argv=None) -> int:
     ap.add_argument("--digest", default=os.path.join(RESULTS, "corun_families_h200.json"))
     ap.add_argument("--time-limit", type=float, default=420.0)
     args = ap.parse_args(argv)
-    if args.phase == "device":
+    if args.phase in ("device", "lanes"):
         try:
             if not args.out:
                 raise ValueError("--out (or $OUT): the folder for corun_<workload>.json")
@@ -243,7 +279,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        return device_phase(args)
+        return device_phase(args) if args.phase == "device" else lanes_phase(args)
     return analyze(args)
 
 

@@ -406,7 +406,7 @@ SECOND_DELAY_CYCLES: int = 4_000
 
 def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIRS,
                  reps: int = 5, microbatch: int = 0, log: Callable[[str], None] = print,
-                 lane_priority: bool = False) -> dict:
+                 lane_priority: bool = False, family: bool = False) -> dict:
     """How two streams of ONE green-context pool share its SMs (needs a GPU).
 
     For each ordered pair (A, B): one launch of A on stream 0 and one launch of B on stream 1
@@ -423,6 +423,8 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
         lane_priority: the pool's streams get CUDA priorities (``GreenPartition``); A then
             goes on the LOW-priority stream and B, enqueued later, on the high-priority one, so
             the result says whether a later kernel of a higher-priority lane is served first.
+        family: any decode family's region (``family_class_kernels``; its own dense GEMM where
+            it has one); False: a GPT-OSS region (``workload_class_kernels``).
 
     Returns:
         ``{"sms", "pairs": [{a, b, a_alone_us, b_alone_us, a_end_us, b_end_us,
@@ -438,7 +440,11 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
     if bad:
         raise ValueError(f"lane_sharing: unknown class(es) {sorted(bad)}; allowed: "
                          f"{', '.join(CLASSES)}")
-    idx = workload_class_kernels(wl.graph)
+    idx = family_class_kernels(wl.graph) if family else workload_class_kernels(wl.graph)
+    missing = {c for p in pairs for c in p} - set(idx) - {"dense_gemm", "copy"}
+    if missing:
+        raise ValueError(f"lane_sharing: the region has no kernel of class(es) "
+                         f"{sorted(missing)}")
     L = wl.graph.num_regions
     M, K, N = DENSE_GEMM_MKN
     Wg = torch.randn(K, N, dtype=torch.bfloat16, device=wl.device) * 0.02
@@ -446,7 +452,7 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
     Yg = [torch.empty(M, N, dtype=torch.bfloat16, device=wl.device) for _ in range(2)]
 
     def fn_of(c: str, lane: int) -> Callable[[int], Any]:
-        if c == "dense_gemm":
+        if c == "dense_gemm" and c not in idx:
             return lambda r: torch.mm(Xg, Wg, out=Yg[lane])
         i = idx[c]
         return lambda r, i=i: wl.launch(i, microbatch, (r + lane) % L)
