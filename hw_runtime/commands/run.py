@@ -394,7 +394,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
         print(json.dumps(json_safe(res), indent=2, allow_nan=False))
         return
     hw = wl.hw
-    print(f"workload  {wl.arch.name}{' (bf16 experts)' if wl.arch.num_experts else ''} G={dep.global_batch} on {hw.name}; config "
+    from hw_runtime.gpu.workload import arch_label
+    print(f"workload  {arch_label(wl.arch)} G={dep.global_batch} on {hw.name}; config "
           f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
           f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
           f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="

@@ -91,6 +91,7 @@ from hw_runtime.gpu.kernels import KernelContext, kernel_builder
 
 __all__ = [
     "TorchWorkload", "WorkloadShapes", "workload_shapes", "estimate_bytes", "hopper_arch",
+    "arch_label",
     "time_kernels", "WorkloadMemoryError",
 ]
 
@@ -107,6 +108,12 @@ def hopper_arch(arch: ModelArch) -> ModelArch:
     cores, and the workload's GEMMs run in bf16, also for DeepSeek-V3's block-wise FP8 layers):
     build the graph for the workload and the simulator from this (``ModelArch.all_bf16``)."""
     return arch.all_bf16()
+
+
+def arch_label(arch: ModelArch) -> str:
+    """The model's name as the runtime's output prints it: ``"mixtral-8x7b (bf16 experts)"``
+    for a MoE model (``hopper_arch`` runs its experts in bf16), the plain name otherwise."""
+    return f"{arch.name} (bf16 experts)" if arch.num_experts else arch.name
 
 
 # --------------------------------------------------------------------------- pure shapes/bytes

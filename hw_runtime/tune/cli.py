@@ -151,7 +151,8 @@ def _cmd_tune(a) -> int:
     spec.check_cpu(a.out)           # every check that needs no GPU first
     gpu_check()
     ex = GpuTuneExecutor(spec)
-    print(f"tune: {spec.arch.name}{' (bf16 experts)' if spec.arch.num_experts else ''} on {spec.hardware}, batches "
+    from hw_runtime.gpu.workload import arch_label
+    print(f"tune: {arch_label(spec.arch)} on {spec.hardware}, batches "
           f"{list(spec.batches)}, top {spec.top}, {spec.budget_s:.0f} GPU s per batch; "
           f"results in {a.out}", flush=True)
     from hw_runtime.gpu.fused import resolve

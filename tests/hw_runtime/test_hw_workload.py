@@ -282,3 +282,9 @@ def test_link_kwargs_are_the_presets_and_the_h200_defaults():
     sig = inspect.signature(TorchWorkload.__init__).parameters
     assert h200 == {k: sig[k].default for k in ("comm_floor_us", "link_Bps", "copy_Bps")}
     assert link_kwargs(get_hardware("B200"))["link_Bps"] == 900e9
+
+
+def test_arch_label_names_bf16_experts_for_moe_only():
+    from hw_runtime.gpu.workload import arch_label
+    assert arch_label(MODELS["mixtral-8x7b"]) == "mixtral-8x7b (bf16 experts)"
+    assert arch_label(MODELS["llama-3.1-8b"]) == "llama-3.1-8b"
