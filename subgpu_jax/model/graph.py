@@ -389,8 +389,7 @@ class StaticDurationModel:
         t_comp = k.flops / (rate * p / hw.num_sms) * 1e6
         bw = hw.mem_bandwidth(p * c.inflight_scale, read_only=k.act_bytes < 0.5 * k.hbm_bytes)
         t_mem = k.hbm_bytes / bw * 1e6
-        t_comm = ((hw.comm_setup_us + k.link_bytes(hw.nvlink_Bps) / hw.nvlink_Bps * 1e6)
-                  if k.is_comm else 0.0)
+        t_comm = k.link_us(hw.comm_setup_us, hw.nvlink_Bps)
         return hw.launch_us + c.fixed_us + np.maximum(np.maximum(t_comp, t_mem), t_comm)
 
     def table(self, graph: OpGraph, max_sms: int | None = None) -> np.ndarray:

@@ -78,6 +78,15 @@ class Kernel:
         return float(max(self.comm_bytes - self.scaleout_bytes,
                          self.scaleout_bytes * nvlink_Bps / self.scaleout_Bps))
 
+    def link_us(self, setup_us: float, nvlink_Bps: float) -> float:
+        """The collective's modelled link time (µs): ``setup_us`` + ``link_bytes`` / NVLink
+        (the static model's network term, and the wait a calibration solves for); 0 for a
+        kernel that is not a collective. ``setup_us``, ``nvlink_Bps``: the GPU preset's
+        ``comm_setup_us`` and ``nvlink_Bps``."""
+        if not self.is_comm:
+            return 0.0
+        return float(setup_us) + self.link_bytes(nvlink_Bps) / nvlink_Bps * 1e6
+
     @property
     def is_comm(self) -> bool:
         """True for a collective ("virtual kernel") that sends ``comm_bytes`` over NVLink."""

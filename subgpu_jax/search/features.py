@@ -37,8 +37,7 @@ def _time_components(k: Kernel, hw: Hardware, sms: float) -> tuple[float, float,
     hb = k.hbm_bytes
     t_mem = (hb / float(hw.mem_bandwidth(p * oc.inflight_scale, read_only=k.act_bytes < 0.5 * hb))
              * 1e6) if hb else 0.0
-    t_comm = ((hw.comm_setup_us + k.link_bytes(hw.nvlink_Bps) / hw.nvlink_Bps * 1e6)
-              if k.is_comm else 0.0)  # link_bytes: the scale-out part at its own bandwidth
+    t_comm = k.link_us(hw.comm_setup_us, hw.nvlink_Bps)  # scale-out part at its own bandwidth
     return t_comp, t_mem, t_comm, hw.launch_us + float(oc.fixed_us)
 
 

@@ -470,8 +470,7 @@ class BoundModel:
             the network payload.
         """
         hw = self.hw
-        link = k.link_bytes(hw.nvlink_Bps)
-        wait = max(0.0, float(hw.comm_setup_us) + link / hw.nvlink_Bps * 1e6
+        wait = max(0.0, k.link_us(hw.comm_setup_us, hw.nvlink_Bps)
                    - 2.0 * k.comm_bytes / hw.hbm_copy_Bps * 1e6)
         k0 = _dc_replace(k, comm_bytes=0.0, scaleout_bytes=0.0)
         w0 = _dc_replace(w, comm_bytes=0.0, comm=False)
