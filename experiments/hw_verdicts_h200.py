@@ -43,7 +43,7 @@ import traceback
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from subgpu_jax.model.collective import COLLECTIVE_MODES  # noqa: E402
+from subgpu_jax.model.collective import COLLECTIVES  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "hw_verdicts")
@@ -95,7 +95,6 @@ FRESH = frozenset({"llama8b_1gpu_g512_kv1k", "qwen3_8b_1gpu_g128_kv4k",
 #: The search of the user path (issue 22): stage count, microbatch counts, streams per stage.
 SEARCH_GRID = ["--stages", "2", "--microbatches", "2,4", "--streams-per-stage", "1,2"]
 TOP = 3
-COLLECTIVES = tuple(COLLECTIVE_MODES)
 
 
 def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Namespace:

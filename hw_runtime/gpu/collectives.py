@@ -171,8 +171,17 @@ class VirtualCollectives:
         Raises:
             ValueError: from ``proxy_`` (a buffer it cannot run on) or ``cycle_copy``.
         """
-        if getattr(self, "proxy", False) and self.is_cuda:
-            tp = max(2, int(getattr(self.deployment, "attn_tp", 8)))
-            proxy_(dst, proxy_plan(kernel, tp).ctas, self.comm_target_us(kernel))
+        if self.proxy:               # (CUDA only: TorchWorkload sets it so)
+            proxy_(dst, *self.proxy_args(kernel))
         else:
             self.cycle_copy(dst, src)
+
+    def proxy_args(self, kernel) -> tuple[int, float]:
+        """``(ctas, target_us)`` of collective ``kernel``'s proxy: ``proxy_plan``'s CTA count for
+        the deployment's attention TP and ``comm_target_us``; worked out once per kernel (a
+        launch only looks them up)."""
+        memo = self.__dict__.setdefault("_proxy_memo", {})
+        if kernel.name not in memo:
+            memo[kernel.name] = (proxy_plan(kernel, self.deployment.attn_tp).ctas,
+                                 self.comm_target_us(kernel))
+        return memo[kernel.name]

@@ -72,15 +72,11 @@ def workload_class_kernels(graph) -> dict[str, int]:
     Raises:
         ValueError: the graph lacks one of them (names the class).
     """
-    want = {"attn": lambda k: k.category == "attn_full", "elementwise": lambda k: k.op == "rmsnorm",
-            "expert_gemm": lambda k: k.op == "expert_up", "gemv": lambda k: k.op == "router"}
-    out = {}
-    for c, pred in want.items():
-        idx = [i for i, k in enumerate(graph.kernels) if pred(k)]
-        if not idx:
+    idx = family_class_kernels(graph)
+    for c in ("expert_gemm", "gemv"):
+        if c not in idx:
             raise ValueError(f"corun: the graph has no kernel of class {c!r}")
-        out[c] = idx[-1] if c == "attn" else idx[0]
-    return out
+    return {c: idx[c] for c in ("attn", "elementwise", "expert_gemm", "gemv")}
 
 
 def family_class_kernels(graph) -> dict[str, int]:

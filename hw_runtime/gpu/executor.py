@@ -102,7 +102,7 @@ def derive_workload(base, graph: OpGraph):
     W.instances = base.instances
     W.device, W.is_cuda = base.device, base.is_cuda
     W.comm_floor_us, W.link_Bps, W.copy_Bps = base.comm_floor_us, base.link_Bps, base.copy_Bps
-    W.spin, W.proxy = base.spin, getattr(base, "proxy", False)
+    W.spin, W.proxy = base.spin, base.proxy
     W.elementwise = base.elementwise
     W.attention = getattr(base, "attention", "sdpa")
     W.device_sms, W.pool_sms = getattr(base, "device_sms", 1), None

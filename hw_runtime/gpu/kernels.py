@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from subgpu_jax.model.collective import COLLECTIVE_MODES, collective_mode
+from subgpu_jax.model.collective import COLLECTIVES, collective_mode
 
 from hw_runtime.gpu import fused
 from hw_runtime.gpu.decode_attn import decode_attention
@@ -26,13 +26,13 @@ __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
 
 
-#: How ``subgpu run`` executes a TP/EP collective on one GPU (``--collectives``; the registry is
-#: ``subgpu_jax.model.collective.COLLECTIVE_MODES``): ``"sleep"`` copies the payload and then
-#: waits out the modelled link time in a one-thread timed wait (``TorchWorkload(spin=True)``, the
-#: default: the wait occupies no SMs, so whatever overlaps it looks free); ``"proxy"`` runs the
-#: engine collective's CTAs paced to the link time (``TorchWorkload(proxy=True)``); ``"none"``
-#: copies the payload only, the control with zero link time.
-COLLECTIVES: tuple[str, ...] = tuple(COLLECTIVE_MODES)
+# ``COLLECTIVES`` (re-exported from ``subgpu_jax.model.collective``, whose ``COLLECTIVE_MODES``
+# is the registry): how ``subgpu run`` executes a TP/EP collective on one GPU (``--collectives``):
+# ``"sleep"`` copies the payload and then waits out the modelled link time in a one-thread timed
+# wait (``TorchWorkload(spin=True)``, the default: the wait occupies no SMs, so whatever overlaps
+# it looks free); ``"proxy"`` runs the engine collective's CTAs paced to the link time
+# (``TorchWorkload(proxy=True)``); ``"none"`` copies the payload only, the control with zero
+# link time.
 
 
 def link_kwargs(hw: Any) -> dict:

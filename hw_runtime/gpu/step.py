@@ -86,7 +86,7 @@ class StepWorkloads:
                         self._kind_base[key] = TorchWorkload(
                             g, device=str(b.device), kv_cache=b.kv_cache,
                             comm_floor_us=b.comm_floor_us, link_Bps=b.link_Bps,
-                            copy_Bps=b.copy_Bps, spin=b.spin, proxy=getattr(b, "proxy", False),
+                            copy_Bps=b.copy_Bps, spin=b.spin, proxy=b.proxy,
                             seed=1 + len(self._kind_base),
                             elementwise=b.elementwise,
                             attention=getattr(b, "attention", "sdpa"))

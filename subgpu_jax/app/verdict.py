@@ -36,7 +36,7 @@ import statistics
 
 import numpy as np
 
-from subgpu_jax.model.collective import COLLECTIVE_MODES
+from subgpu_jax.model.collective import COLLECTIVE_MODES, COLLECTIVES
 from subgpu_jax.sim.eventsim import SM_MODES
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +49,6 @@ __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "describ
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
 MODES = SM_MODES
-COLLECTIVES = tuple(COLLECTIVE_MODES)
 #: The modes ``decide`` compares with temporal.
 DECIDE_KEYS = ("subgpu", "multistream")
 

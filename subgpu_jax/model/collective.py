@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COLLECTIVE_MODES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
+__all__ = ["COLLECTIVE_MODES", "COLLECTIVES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
            "proxy_plan", "collective_mode", "ALLTOALL_OPS", "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS",
            "A2A_CTAS", "CUSTOM_AR_MAX_BYTES"]
 
@@ -98,6 +98,8 @@ COLLECTIVE_MODES: dict[str, CollectiveMode] = {m.name: m for m in (
                    "(--collectives none: the control in which no collective wait can be "
                    "hidden)"),
 )}
+#: The ``--collectives`` names, in the registry's order (every option's choices).
+COLLECTIVES: tuple[str, ...] = tuple(COLLECTIVE_MODES)
 #: The mode of every ``--collectives`` option unless given, and the one searches predict.
 DEFAULT_COLLECTIVES = "sleep"
 
