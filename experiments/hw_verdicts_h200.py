@@ -286,11 +286,12 @@ class GpuMachine:
     kernels, lane priorities auto; the decode attention ``attention``, default the runtime's
     ``auto``). Tests pass a stand-in with the same three methods."""
 
-    def __init__(self, attention: str = "auto") -> None:
+    def __init__(self, attention: str = "auto", moe_gemm: str = "auto") -> None:
         import torch
 
         self.torch = torch
         self.attention = attention
+        self.moe_gemm = moe_gemm
 
     def name(self) -> str:
         return self.torch.cuda.get_device_name()
@@ -302,7 +303,8 @@ class GpuMachine:
         from hw_runtime.gpu.workload import TorchWorkload
 
         hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
-                            attention=self.attention, **collective_kwargs(collectives),
+                            attention=self.attention, moe_gemm=self.moe_gemm,
+                            **collective_kwargs(collectives),
                             **link_kwargs(wl.hw))
         ex = Executor(hwl, gemm="tuned")
         ex.lane_priority = "auto"
@@ -347,7 +349,8 @@ def device_phase(args, machine=None) -> int:
     ``GpuMachine()``. Writes ``measured_<workload>.json`` under ``--out`` after every row."""
     from hw_runtime.commands.run import prepare_run
 
-    machine = GpuMachine() if machine is None else machine
+    machine = GpuMachine(moe_gemm=getattr(args, "moe_gemm", "auto")) if machine is None \
+        else machine
     with open(args.configs) as fh:
         plan = json.load(fh)
     os.makedirs(args.out, exist_ok=True)
@@ -370,6 +373,9 @@ def device_phase(args, machine=None) -> int:
             except Exception as e:  # noqa: BLE001
                 res["errors"][coll] = f"{e.__class__.__name__}: {e}"
                 break
+            # the kernels the runtime resolved (decode attention, expert GEMMs)
+            res.setdefault("kernels", {k: getattr(ex, k, None) for k in ("attention",
+                                                                          "moe_gemm")})
             for d in p["configs"]:
                 rec = {"name": d["name"], "collectives": coll}
                 if time.time() - t0 > args.time_limit:
@@ -404,6 +410,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=("plan", "device", "analyze", "repredict"),
                     required=True)
+    ap.add_argument("--moe-gemm", default="auto", choices=("auto", "triton", "bmm"),
+                    help="device: the runtime's expert GEMMs (subgpu run --moe-gemm); recorded "
+                         "per workload under 'kernels'")
     ap.add_argument("--configs-out", default=None,
                     help="repredict: where the plan predicted again goes")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))

@@ -25,6 +25,7 @@ from hw_runtime.commands.run import config_from_search, run_one
 from hw_runtime.commands.top import run_top
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.decode_attn import ATTENTION
+from hw_runtime.gpu.moe_gemm import MOE_GEMM
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
@@ -125,8 +126,16 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="decode attention, the same for temporal and pipelined runs: sdpa "
                         "(PyTorch's scaled_dot_product_attention), triton (split-KV, GQA "
                         "without expanding the cache, splits sized for the pool: "
-                        "hw_runtime/gpu/decode_attn.py; measured 1-17%% slower than sdpa on "
-                        "the H200, docs/results.md) or auto (sdpa). Default: auto")
+                        "hw_runtime/gpu/decode_attn.py; for GQA measured 1-17%% slower than "
+                        "sdpa on the H200, docs/results.md; for MLA a latent-cache kernel) or "
+                        "auto (sdpa for GQA, triton for MLA). Default: auto")
+    x.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
+                   help="MoE expert GEMMs, the same for temporal and pipelined runs: bmm "
+                        "(gather into padded expert batches + torch.bmm + activation) or "
+                        "triton (one grouped launch over the routed tokens with the gather "
+                        "and activation fused, tiles sized for the pool: "
+                        "hw_runtime/gpu/moe_gemm.py) or auto (triton where it runs). "
+                        "Default: auto")
     x.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
                    help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
                         "(on when each lane holds at most one microbatch, m <= K, which keeps "
@@ -160,6 +169,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--attention", default="auto", choices=ATTENTION,
                    help="decode attention to calibrate (use the same with `subgpu run`): auto, "
                         "sdpa or triton (see `subgpu run --help`). Default: auto")
+    k.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
+                   help="expert GEMMs to calibrate (use the same with `subgpu run`): auto, "
+                        "triton or bmm (see `subgpu run --help`). Default: auto")
     k.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=COLLECTIVES,
                    help="how the collectives run while they are timed (use the same with "
                         "`subgpu run`): sleep, proxy or none (see `subgpu run --help`). "

@@ -52,6 +52,7 @@ def cmd_calibrate(a) -> int:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
                         coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm,
                         elementwise=a.elementwise, attention=getattr(a, "attention", "auto"),
+                        moe_gemm=getattr(a, "moe_gemm", "auto"),
                         collectives=getattr(a, "collectives", DEFAULT_COLLECTIVES))
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None

@@ -216,6 +216,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                       "gemm": getattr(a, "gemm", "stock"),
                       "elementwise": getattr(ex, "elementwise", "torch"),
                       "attention": getattr(ex, "attention", "sdpa"),
+                      "moe_gemm": getattr(ex, "moe_gemm", "bmm"),
                       "lane_priority": (ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
                                         else False)},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
@@ -228,7 +229,8 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
            "calibration_mismatch": calibration_mismatch(
                model.calibration, getattr(a, "gemm", "stock"), getattr(ex, "elementwise", "torch"),
                getattr(ex, "attention", "sdpa"),
-               getattr(a, "collectives", DEFAULT_COLLECTIVES)),
+               getattr(a, "collectives", DEFAULT_COLLECTIVES),
+               getattr(ex, "moe_gemm", "bmm") if wl.arch.is_moe else None),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
@@ -238,10 +240,12 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
 
 
 def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdpa",
-                         collectives: str = DEFAULT_COLLECTIVES) -> list[str]:
+                         collectives: str = DEFAULT_COLLECTIVES,
+                         moe_gemm: str | None = None) -> list[str]:
     """How the kernels a calibration was measured with differ from the run's (its ``meta``:
-    ``gemm``, ``elementwise``, ``attention``, ``collectives``; a calibration from before a field
-    existed used ``stock`` GEMMs, the PyTorch ``torch`` chains, SDPA and ``sleep``). Each difference also goes to stderr as a warning, since the
+    ``gemm``, ``elementwise``, ``attention``, ``collectives``, ``moe_gemm`` (compared only for
+    MoE models: pass None otherwise); a calibration from before a field existed used ``stock``
+    GEMMs, the PyTorch ``torch`` chains, SDPA, ``sleep`` and ``bmm`` experts). Each difference also goes to stderr as a warning, since the
     prediction then describes other kernels than the ones measured.
 
     Returns:
@@ -251,9 +255,12 @@ def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdp
         return []
     out = []
     default = {"gemm": "stock", "elementwise": "torch", "attention": "sdpa",
-               "collectives": DEFAULT_COLLECTIVES}
-    for field, run in (("gemm", gemm), ("elementwise", elementwise), ("attention", attention),
-                       ("collectives", collectives)):
+               "collectives": DEFAULT_COLLECTIVES, "moe_gemm": "bmm"}
+    fields = [("gemm", gemm), ("elementwise", elementwise), ("attention", attention),
+              ("collectives", collectives)]
+    if moe_gemm is not None:
+        fields.append(("moe_gemm", moe_gemm))
+    for field, run in fields:
         was = (cal.meta or {}).get(field) or default[field]
         if was != run:
             out.append(f"calibration measured with {field}={was}, this run uses {run}")
@@ -363,6 +370,7 @@ def run_one(a) -> int:
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
                          attention=getattr(a, "attention", "auto"),
+                         moe_gemm=getattr(a, "moe_gemm", "auto"),
                          **collective_kwargs(a.collectives), **link_kwargs(wl.hw))
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
@@ -400,7 +408,9 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
           f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
           f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="
           f"{res['config'].get('elementwise', 'torch')} attention="
-          f"{res['config'].get('attention', 'sdpa')} (temporal too)")
+          f"{res['config'].get('attention', 'sdpa')}"
+          + (f" moe-gemm={res['config'].get('moe_gemm', 'bmm')}" if wl.arch.is_moe else "")
+          + " (temporal too)")
     print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
     for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
         print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"

@@ -38,6 +38,7 @@ def run_top(a) -> int:
                 try:
                     hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
                                         attention=getattr(a, "attention", "auto"),
+                                        moe_gemm=getattr(a, "moe_gemm", "auto"),
                                         **collective_kwargs(a.collectives),
                                         **link_kwargs(wl.hw))
                 except WorkloadMemoryError as e:

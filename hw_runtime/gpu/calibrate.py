@@ -167,7 +167,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
               log: Callable[[str], None] = print, copy_curve: bool = True,
               gemm: str = "stock", elementwise: str = "auto", attention: str = "auto",
-              collectives: str = "sleep") -> dict:
+              collectives: str = "sleep", moe_gemm: str = "auto") -> dict:
     """Measure the calibration of ``arch`` under ``deploy`` at several global batches.
 
     Args:
@@ -187,6 +187,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
             the resolved choice is recorded in ``meta.elementwise``.
         attention: the decode attention (``hw_runtime.gpu.decode_attn``: auto, sdpa, triton);
             the resolved choice is recorded in ``meta.attention``.
+        moe_gemm: the expert GEMMs (``hw_runtime.gpu.moe_gemm``: auto, triton, bmm); the
+            resolved choice is recorded in ``meta.moe_gemm``.
         collectives: how the collectives run while timed (``--collectives``: sleep, proxy,
             none); recorded in ``meta.collectives``.
 
@@ -224,9 +226,10 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         R = dep.requests_per_gpu
         ms = [m for m in microbatches if R % m == 0]
         base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise,
-                             attention=attention, **link)
+                             attention=attention, moe_gemm=moe_gemm, **link)
         resolved = base.elementwise
         resolved_attention = getattr(base, "attention", "sdpa")
+        resolved_moe = getattr(base, "moe_gemm", "bmm")
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}
@@ -236,7 +239,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         for rk in dict.fromkeys(g.region_kinds for g, _ in build_forward(arch, dep, 1).runs):
             if rk != base.graph.region_kinds:
                 kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda",
-                                   elementwise=elementwise, attention=attention, **link)
+                                   elementwise=elementwise, attention=attention,
+                                   moe_gemm=moe_gemm, **link)
                 others += [(m, derive_workload(kb, build_graph(arch, dep, m, region=rk)))
                            for m in ms]
         todo = []  # (wl, [kernel ids]) of keys not measured yet
@@ -307,6 +311,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
                  "gemm": gemm, "elementwise": resolved, "attention": resolved_attention,
+                 "moe_gemm": resolved_moe,
                  "collectives": collectives,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",

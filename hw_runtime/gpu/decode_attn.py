@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ATTENTION", "resolve", "num_kv_splits", "decode_attention", "BLOCK_N",
-           "MAX_SPLITS"]
+__all__ = ["ATTENTION", "resolve", "num_kv_splits", "decode_attention", "mla_decode_attention",
+           "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM", "AUTO_TRITON_MLA"]
 
 #: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take.
 ATTENTION = ("auto", "sdpa", "triton")
@@ -40,13 +40,23 @@ ATTENTION = ("auto", "sdpa", "triton")
 BLOCK_N = 64
 #: Upper bound on the splits of one (request, KV head): the partials are ``S x qh x hd`` float32.
 MAX_SPLITS = 64
+#: MLA: splits per request at most 16 (the merge holds ``S x 512`` float32 per program).
+MLA_MAX_SPLITS = 16
+#: MLA: query heads per program (the accumulator is ``16 x 512`` float32; 16 is the smallest
+#: MMA tile, and DeepSeek-V3 at TP8 has 128 / 8 = 16 local heads).
+MLA_HEADS_PER_PROGRAM = 16
+#: ``"auto"`` picks the Triton kernel for MLA (experiments/results/moe_gemm_h200.json, the
+#: ``mla`` rows: SDPA has no fused kernel for a 576-wide key and a 512-wide value).
+AUTO_TRITON_MLA = True
 
 
-def resolve(policy: str, is_cuda: bool) -> str:
+def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
     """The decode attention a workload uses: ``"sdpa"`` or ``"triton"``.
 
     Args:
         policy: one of ``ATTENTION``. is_cuda: the workload's device is a CUDA GPU.
+        mla: the model's attention is multi-head latent attention (``"auto"`` is Triton there
+            when ``AUTO_TRITON_MLA``, SDPA for GQA/MHA).
 
     Raises:
         ValueError: an unknown policy, or ``"triton"`` without a CUDA device or without Triton.
@@ -55,7 +65,8 @@ def resolve(policy: str, is_cuda: bool) -> str:
 
     # auto is SDPA: on the H200 it streams the KV cache at the copy bandwidth and the Triton
     # kernel measured 1-17% slower (docs/results.md, "The temporal step against its limits")
-    return resolve_triton_policy("attention", policy, ATTENTION, is_cuda, "sdpa", False)
+    return resolve_triton_policy("attention", policy, ATTENTION, is_cuda, "sdpa",
+                                 mla and AUTO_TRITON_MLA)
 
 
 def num_kv_splits(programs: int, kv_len: int, sms: int, waves: float = 2.0,
@@ -95,7 +106,8 @@ def _kernels():
     return k.partial_k, k.merge_k
 
 
-def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
+def decode_attention(q, k, v, out, sms: int, splits: int | None = None, block_n: int = BLOCK_N,
+                     waves: float = 2.0, warps: int = 4, stages: int = 3) -> int:
     """Decode attention of one query token per request into ``out`` (module docstring).
 
     Args:
@@ -103,7 +115,10 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
             ``(R, qh, hd)``, written. All on one CUDA device, q/k/v of one dtype.
         sms: SMs of the pool the call runs on (``num_kv_splits``).
         splits: force the number of KV splits (tests; 1..``MAX_SPLITS``); default
-            ``num_kv_splits``. Splits are whole 64-position blocks, so fewer may be used.
+            ``num_kv_splits``. Splits are whole ``block_n``-position blocks, so fewer may be used.
+        block_n, waves, warps, stages: positions per inner step (16-256, a power of two), the
+            target waves of ``num_kv_splits``, Triton warps and pipeline stages (the defaults
+            are the configuration measured in ``attention_h200.json``).
 
     Returns:
         The number of KV splits used.
@@ -140,8 +155,11 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
         raise ValueError(f"decode_attention: splits must be an integer in 1..{MAX_SPLITS}, got "
                          f"{splits!r}")
     group = qh // kvh
-    S = splits if splits is not None else num_kv_splits(R * kvh, L, sms)
-    split_len = triton.cdiv(triton.cdiv(L, S), BLOCK_N) * BLOCK_N
+    if block_n not in (16, 32, 64, 128, 256):
+        raise ValueError(f"decode_attention: block_n must be a power of two in 16-256, got "
+                         f"{block_n!r}")
+    S = splits if splits is not None else num_kv_splits(R * kvh, L, sms, waves, block_n)
+    split_len = triton.cdiv(triton.cdiv(L, S), block_n) * block_n
     S = triton.cdiv(L, split_len)        # no split left without positions
     part = torch.empty((R, qh, S, hd), device=q.device, dtype=torch.float32)
     lse = torch.empty((R, qh, S), device=q.device, dtype=torch.float32)
@@ -152,8 +170,79 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None) -> int:
         v.stride(0), v.stride(1), v.stride(2),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         L, split_len, 1.0 / math.sqrt(hd),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HD=hd, BN=BLOCK_N)
+        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HD=hd, BN=block_n,
+        num_warps=warps, num_stages=stages)
     merge_k[(R, qh)](part, lse, out, part.stride(0), part.stride(1), part.stride(2),
                      lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), S,
                      HD=hd, SP=max(2, triton.next_power_of_2(S)))
+    return S
+
+
+def mla_decode_attention(q, cache, out, sms: int, scale: float, latent: int,
+                         splits: int | None = None, block_n: int = 32, warps: int = 4,
+                         stages: int = 2) -> int:
+    """Absorbed multi-head latent attention decode (DeepSeek-V3): every query head of a request
+    attends over the request's one compressed cache; split-KV like ``decode_attention``.
+
+    Args:
+        q: ``(R, qh, latent + rope)`` (the query already absorbed into latent space, then its
+            rope part). cache: ``(R, L, latent + rope)`` (latent, then rope key). out: ``(R, qh,
+            latent)``, written (values are the cache's latent part). All bf16 on one CUDA
+            device, last dimension contiguous. latent: a power of two (512 for DeepSeek-V3);
+            rope: a power of two >= 16 (64).
+        sms: SMs of the pool (``num_kv_splits``, at most ``MLA_MAX_SPLITS``). scale: softmax
+            scale (DeepSeek-V3: ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)``).
+        splits: force the splits (1..``MLA_MAX_SPLITS``). block_n, warps, stages: tiles.
+
+    Returns:
+        The number of KV splits used.
+
+    Raises:
+        ValueError: shapes that do not match, a latent or rope width not a power of two, a
+            non-contiguous last dimension, mixed dtypes or devices, ``splits`` out of range.
+    """
+    import torch
+    import triton
+
+    if q.dim() != 3 or cache.dim() != 3 or out.dim() != 3:
+        raise ValueError(f"mla_decode_attention: q (R, qh, c + r), cache (R, L, c + r), out "
+                         f"(R, qh, c); got {tuple(q.shape)}, {tuple(cache.shape)}, "
+                         f"{tuple(out.shape)}")
+    R, qh, W = q.shape
+    L = cache.shape[1]
+    rope = W - latent
+    if (cache.shape[0] != R or cache.shape[2] != W or tuple(out.shape) != (R, qh, latent)
+            or rope < 16 or rope & (rope - 1) or latent < 16 or latent & (latent - 1)):
+        raise ValueError(f"mla_decode_attention: q {tuple(q.shape)}, cache {tuple(cache.shape)}, "
+                         f"out {tuple(out.shape)} with latent {latent}: widths must match and "
+                         f"latent and rope be powers of two >= 16")
+    if any(t.stride(-1) != 1 for t in (q, cache, out)):
+        raise ValueError("mla_decode_attention: the last dimension of q, cache and out must be "
+                         "contiguous")
+    if q.dtype != cache.dtype or len({t.device for t in (q, cache, out)}) != 1 \
+            or q.device.type != "cuda":
+        raise ValueError("mla_decode_attention: q and cache must share a dtype, all on one CUDA "
+                         "device")
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
+                               or not 1 <= splits <= MLA_MAX_SPLITS):
+        raise ValueError(f"mla_decode_attention: splits must be an integer in "
+                         f"1..{MLA_MAX_SPLITS}, got {splits!r}")
+    HB = MLA_HEADS_PER_PROGRAM
+    hbs = triton.cdiv(qh, HB)
+    S = splits if splits is not None else num_kv_splits(R * hbs, L, sms, block_n=block_n,
+                                                        max_splits=MLA_MAX_SPLITS)
+    split_len = triton.cdiv(triton.cdiv(L, S), block_n) * block_n
+    S = triton.cdiv(L, split_len)
+    part = torch.empty((R, qh, S, latent), device=q.device, dtype=torch.float32)
+    lse = torch.empty((R, qh, S), device=q.device, dtype=torch.float32)
+    from hw_runtime.gpu import decode_attn_kernels as k
+
+    k.mla_partial_k[(R, hbs, S)](
+        q, cache, part, lse, q.stride(0), q.stride(1), cache.stride(0), cache.stride(1),
+        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
+        qh, L, split_len, float(scale), HB=HB, C=latent, RD=rope, BN=block_n,
+        num_warps=warps, num_stages=stages)
+    k.merge_k[(R, qh)](part, lse, out, part.stride(0), part.stride(1), part.stride(2),
+                       lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), S,
+                       HD=latent, SP=max(2, triton.next_power_of_2(S)))
     return S

@@ -6,13 +6,15 @@ module level, where every Triton version's JIT resolves the names a kernel uses.
 of its KV head's group, the softmax-weighted sum of its split's positions (online softmax over
 ``BN``-position blocks, float32) and the split's log-sum-exp. ``merge_k``: grid (requests,
 query heads); the splits' partial sums weighted by ``exp(lse - max lse)``, normalised, rounded
-once to the output's dtype.
+once to the output's dtype. ``mla_partial_k``: the same split for multi-head latent attention
+(DeepSeek-V3, absorbed): one latent cache per request shared by all query heads, keys = latent +
+rope part, values = the latent part; its partials merge with ``merge_k``.
 """
 
 import triton
 import triton.language as tl
 
-__all__ = ["partial_k", "merge_k"]
+__all__ = ["partial_k", "merge_k", "mla_partial_k"]
 
 
 @triton.jit
@@ -75,3 +77,49 @@ def merge_k(o_ptr, lse_ptr, out_ptr, so_r, so_h, so_s, sl_r, sl_h, su_r, su_h, S
                 mask=smask[:, None], other=0.0)
     res = tl.sum(o * w[:, None], 0) / tl.sum(w, 0)
     tl.store(out_ptr + r * su_r + h * su_h + d, res.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def mla_partial_k(q_ptr, c_ptr, o_ptr, lse_ptr,
+                  sq_r, sq_h, sc_r, sc_l, so_r, so_h, so_s, sl_r, sl_h,
+                  QH, L, split_len, scale,
+                  HB: tl.constexpr, C: tl.constexpr, RD: tl.constexpr, BN: tl.constexpr):
+    """MLA (absorbed) split: grid (requests, head blocks, splits); ``HB`` query heads of one
+    request over positions of its single latent cache ``[L, C + RD]``: scores from the latent
+    (``C``) and rope (``RD``) parts, values = the latent part, loaded once per block."""
+    r = tl.program_id(0).to(tl.int64)
+    hb = tl.program_id(1)
+    s = tl.program_id(2)
+    heads = hb * HB + tl.arange(0, HB)
+    hmask = heads < QH
+    dc = tl.arange(0, C)
+    dr = tl.arange(0, RD)
+    qb = q_ptr + r * sq_r + heads[:, None] * sq_h
+    qc = tl.load(qb + dc[None, :], mask=hmask[:, None], other=0.0)
+    qr = tl.load(qb + C + dr[None, :], mask=hmask[:, None], other=0.0)
+    start = s * split_len
+    end = tl.minimum(start + split_len, L)
+    m_i = tl.full([HB], float("-inf"), tl.float32)
+    l_i = tl.zeros([HB], tl.float32)
+    acc = tl.zeros([HB, C], tl.float32)
+    cb = c_ptr + r * sc_r
+    for n0 in range(start, end, BN):
+        offs = n0 + tl.arange(0, BN)
+        nmask = offs < end
+        kc = tl.load(cb + offs[:, None] * sc_l + dc[None, :], mask=nmask[:, None], other=0.0)
+        kr = tl.load(cb + offs[:, None] * sc_l + C + dr[None, :], mask=nmask[:, None],
+                     other=0.0)
+        qk = (tl.dot(qc, tl.trans(kc)) + tl.dot(qr, tl.trans(kr))) * scale
+        qk = tl.where(nmask[None, :], qk, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(qk - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(kc.dtype), kc)
+        m_i = m_new
+    safe = tl.where(l_i > 0, l_i, 1.0)
+    o = acc / safe[:, None]
+    lse = tl.where(l_i > 0, m_i + tl.log(safe), float("-inf"))
+    tl.store(o_ptr + r * so_r + heads[:, None] * so_h + s * so_s + dc[None, :], o,
+             mask=hmask[:, None])
+    tl.store(lse_ptr + r * sl_r + heads * sl_h + s, lse, mask=hmask)

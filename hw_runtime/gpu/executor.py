@@ -105,6 +105,7 @@ def derive_workload(base, graph: OpGraph):
     W.spin, W.proxy = base.spin, base.proxy
     W.elementwise = base.elementwise
     W.attention = getattr(base, "attention", "sdpa")
+    W.moe_gemm = getattr(base, "moe_gemm", "bmm")
     W.device_sms, W.pool_sms = getattr(base, "device_sms", 1), None
     W.kv_cache = base.kv_cache
     W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
@@ -136,8 +137,9 @@ class _TorchBackend:
         self.wls = list(wl) if isinstance(wl, (list, tuple)) else [wl]
         self.offsets, self.head = list(offsets), head
         self.gemm, self.pool_of = gemm, (pool_of or {})
-        # only the Triton decode attention sizes its grid by the pool (``pool_sms``)
-        self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton" for w in self.wls)
+        # the Triton decode attention and expert GEMMs size their grids by the pool (``pool_sms``)
+        self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton"
+                               or getattr(w, "moe_gemm", "bmm") == "triton" for w in self.wls)
         self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
@@ -161,7 +163,7 @@ class _TorchBackend:
                 from subgpu_jax.model.calibration import kernel_key
                 self._keys[(task.run, kernel)] = kernel_key(kern)
             self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
-        if self._pool_sized:                     # the decode attention sizes its grid by it
+        if self._pool_sized:                     # Triton kernels size their grids by it
             for w in self.wls:
                 w.pool_sms = pool
         call()
@@ -243,6 +245,7 @@ class Executor:
         self.gemm = GemmPolicy(self.torch, gemm, device)
         self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
         self.attention = getattr(workload, "attention", "sdpa")  # (decode_attn.py)
+        self.moe_gemm = getattr(workload, "moe_gemm", "bmm")     # (moe_gemm.py)
         # Stream priorities of the pipelined runs (``LANE_PRIORITY``): "auto" turns them on
         # when every lane holds at most one microbatch (m <= k).
         self.lane_priority = "auto"

@@ -17,7 +17,8 @@ from typing import Any, Callable
 from subgpu_jax.model.collective import COLLECTIVES, collective_mode
 
 from hw_runtime.gpu import fused
-from hw_runtime.gpu.decode_attn import decode_attention
+from hw_runtime.gpu import moe_gemm
+from hw_runtime.gpu.decode_attn import decode_attention, mla_decode_attention
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
            "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
@@ -280,11 +281,14 @@ def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
     comm, spin_end, wl = c.comm, c.spin_end, c.wl
     Tr = s.Tr
 
+    grouped = getattr(wl, "moe_gemm", "bmm") == "triton"
+
     def f(mu, l):
         a = ACT[mu]
         src = a[p + "hn"][:Tr]
         comm(a, src)
-        t.index_select(src, 0, wl._disp_idx, out=a[p + "x_exp"].view(-1, H))
+        if not grouped:   # the grouped expert GEMM reads the routed rows itself
+            t.index_select(src, 0, wl._disp_idx, out=a[p + "x_exp"].view(-1, H))
         spin_end()
     return f
 
@@ -298,9 +302,19 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
     one_kernel = c.fused and all(ACT[mu][p + nm].is_contiguous() for mu in range(len(ACT))
                                  for nm in ("gu_exp", "act_exp"))
 
+    rt = getattr(c.wl, "moe_routing", None) if c.wl.moe_gemm == "triton" else None
+    Tr = s.Tr
+
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
         wu = w[p + "experts_up.w"][:nh]
+        if rt is not None:   # one grouped launch: gather, gate/up GEMM, bias, activation
+            act = a[p + "act_exp"]
+            moe_gemm.expert_up_act(a[p + "hn"][:Tr], rt, wu, act.view(-1, act.shape[-1]),
+                                   c.pool_sms(), bias=w.get(p + "experts_up.b"),
+                                   scale=w.get(p + "experts_up.scale"), oss=gptoss,
+                                   alpha=SWIGLU_ALPHA, limit=SWIGLU_LIMIT)
+            return
         gu = a[p + "gu_exp"]
         if p + "experts_up.b" in w:
             t.baddbmm(w[p + "experts_up.b"][:nh], a[p + "x_exp"], wu, out=gu)
@@ -330,9 +344,17 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
     p = c.p
     nh = s.n_hit
 
+    rt = getattr(c.wl, "moe_routing", None) if c.wl.moe_gemm == "triton" else None
+
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
         wd = w[p + "experts_down.w"][:nh]
+        if rt is not None:   # one grouped launch over the routed slots
+            act, y = a[p + "act_exp"], a[p + "y_exp"]
+            moe_gemm.expert_down(act.view(-1, act.shape[-1]), rt, wd, y.view(-1, y.shape[-1]),
+                                 c.pool_sms(), bias=w.get(p + "experts_down.b"),
+                                 scale=w.get(p + "experts_down.scale"))
+            return
         if p + "experts_down.b" in w:
             t.baddbmm(w[p + "experts_down.b"][:nh], a[p + "act_exp"], wd,
                       out=a[p + "y_exp"])
@@ -479,14 +501,21 @@ def _mla_attn(c: KernelContext) -> Callable[[int, int], None]:
     """Absorbed MLA decode attention: the qh query heads of one request attend as qh queries of
     ONE head over its compressed cache [L, c + r] (keys: latent + rope key; values: the
     latent, the first c elements), softmax scale 1/sqrt(nope + r) (the head's q.k width);
-    output ``attn_lat`` [Rm, qh, c] (still in latent space)."""
+    output ``attn_lat`` [Rm, qh, c] (still in latent space). SDPA, or with ``attention ==
+    "triton"`` ``decode_attn.mla_decode_attention`` (sized for the pool)."""
     F_, s, KV, nKV, ACT, p = c.F_, c.s, c.KV, c.nKV, c.ACT, c.p
     Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
     scale = 1.0 / math.sqrt(s.nope + s.r)
 
+    triton = c.attention == "triton"
+
     def f(mu, l):
         a, kv = ACT[mu], KV[l % nKV]
         cache = kv[p + "ckv_cache"][mu * Rm:(mu + 1) * Rm]  # [Rm, 1, L, c + r]
+        if triton:   # split-KV latent attention, all heads of a request per program
+            mla_decode_attention(a[p + "q"].view(Rm, qh, cl + r), cache[:, 0],
+                                 a[p + "attn_lat"].view(Rm, qh, cl), c.pool_sms(), scale, cl)
+            return
         q = a[p + "q"].view(Rm, 1, qh, cl + r)
         o = F_.scaled_dot_product_attention(q, cache, cache[..., :cl], scale=scale)
         a[p + "attn_lat"].view(Rm, 1, qh, cl).copy_(o)

@@ -89,7 +89,8 @@ class StepWorkloads:
                             copy_Bps=b.copy_Bps, spin=b.spin, proxy=b.proxy,
                             seed=1 + len(self._kind_base),
                             elementwise=b.elementwise,
-                            attention=getattr(b, "attention", "sdpa"))
+                            attention=getattr(b, "attention", "sdpa"),
+                            moe_gemm=getattr(b, "moe_gemm", "bmm"))
                     wl = self._derive(self._kind_base[key], g)
                     wl.share_residual(main)
                 per_kind[key] = wl

@@ -86,6 +86,7 @@ from subgpu_jax.model.routing import busiest_rank_load
 
 from hw_runtime.gpu.collectives import VirtualCollectives
 from hw_runtime.gpu.decode_attn import resolve as resolve_attention
+from hw_runtime.gpu.moe_gemm import resolve as resolve_moe_gemm, routed_tokens, static_routing
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
 
@@ -462,6 +463,10 @@ class TorchWorkload(VirtualCollectives):
         elementwise, attention: the elementwise kernels (``"auto"``, ``"triton"``, ``"torch"``:
             ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``:
             ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
+        moe_gemm: the expert GEMMs (``"auto"``, ``"triton"``: one grouped launch over the
+            routed tokens with the gather and activation fused, ``"bmm"``: gather + batched
+            GEMMs over padded expert batches; ``moe_gemm.resolve``); ``self.moe_gemm``:
+            resolved (``"bmm"`` or ``"triton"``; dense models never use it).
         workspace_bytes: memory kept free for workspaces/temporaries.
         residual_of: another region kind's workload of the same model, deployment and
             microbatch count whose residual stream this one reads and writes
@@ -480,7 +485,8 @@ class TorchWorkload(VirtualCollectives):
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
                  proxy: bool = False,
                  workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None,
-                 elementwise: str = "auto", attention: str = "auto") -> None:
+                 elementwise: str = "auto", attention: str = "auto",
+                 moe_gemm: str = "auto") -> None:
         torch = _torch()
         self.torch = torch
         self.graph = graph
@@ -500,7 +506,8 @@ class TorchWorkload(VirtualCollectives):
                              "proxy) exclude each other")
         self.spin, self.proxy = bool(spin) and self.is_cuda, bool(proxy) and self.is_cuda
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
-        self.attention = resolve_attention(attention, self.is_cuda)
+        self.attention = resolve_attention(attention, self.is_cuda, self.arch.is_mla)
+        self.moe_gemm = resolve_moe_gemm(moe_gemm, self.is_cuda)
         # the GPU's SMs; the pool of the next launch (set by the executor; None: whole GPU)
         self.device_sms, self.pool_sms = (torch.cuda.get_device_properties(
             self.device).multi_processor_count if self.is_cuda else 1), None
@@ -586,9 +593,17 @@ class TorchWorkload(VirtualCollectives):
             setattr(self, "_sin" + nm, t.sin(ang).to(t.bfloat16).to(self.device))
         if s.moe:
             rows = s.n_hit * s.cap
-            self._disp_idx = (t.arange(rows) % s.Tr).to(self.device)
-            self._comb_idx = (t.arange(s.Rm * s.k) % rows).to(self.device)
             self._wsel_idx = (t.arange(s.Rm) % s.Tr).to(self.device)
+            self.moe_routing = None
+            if getattr(self, "moe_gemm", "bmm") == "triton":   # (moe_gemm.static_routing)
+                counts, src, slot = static_routing(s.A, s.n_hit, s.cap, s.Tr)
+                self.moe_routing = routed_tokens(t.tensor(src, device=self.device), counts,
+                                                 s.cap)
+                self._comb_idx = t.tensor([slot[j % s.A] for j in range(s.Rm * s.k)],
+                                          device=self.device)
+            else:
+                self._disp_idx = (t.arange(rows) % s.Tr).to(self.device)
+                self._comb_idx = (t.arange(s.Rm * s.k) % rows).to(self.device)
 
     # ---------------------------------------------------------------- kernels
     def _make(self, i: int, kern: Kernel):

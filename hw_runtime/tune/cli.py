@@ -14,6 +14,7 @@ import os
 
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.decode_attn import ATTENTION
+from hw_runtime.gpu.moe_gemm import MOE_GEMM
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
@@ -88,6 +89,8 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--elementwise", default="auto", choices=ELEMENTWISE, help="Default: auto")
     e.add_argument("--attention", default="auto", choices=ATTENTION,
                    help="decode attention (see `subgpu run --help`). Default: auto")
+    e.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
+                   help="MoE expert GEMMs (see `subgpu run --help`). Default: auto")
     e.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
                    help="Default: auto")
     e.add_argument("--rounds", type=int, default=3, help="timing rounds. Default: 3")
@@ -138,7 +141,7 @@ def spec_from_args(a):
         budget_s=a.budget_s, tolerance=a.tolerance, max_rounds=a.max_rounds,
         refine=not a.no_refine, refine_passes=a.refine_passes, collectives=a.collectives,
         gemm=a.gemm, elementwise=a.elementwise, attention=a.attention,
-        lane_priority=a.lane_priority,
+        moe_gemm=a.moe_gemm, lane_priority=a.lane_priority,
         rounds=a.rounds, replays=a.replays, warmup=a.warmup, model_arg=a.model)
 
 

@@ -94,6 +94,7 @@ class GpuTuneExecutor:
             self._hwl = TorchWorkload(wl.graph(1), device="cuda",
                                       elementwise=self.spec.elementwise,
                                       attention=self.spec.attention,
+                                      moe_gemm=self.spec.moe_gemm,
                                       **collective_kwargs(self.spec.collectives),
                                       **link_kwargs(self.spec.hw))
         except WorkloadMemoryError as e:

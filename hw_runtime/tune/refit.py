@@ -35,6 +35,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from hw_runtime.tune.spec import Candidate, Predictor
+from hw_runtime.gpu.decode_attn import AUTO_TRITON_MLA
+from hw_runtime.gpu.moe_gemm import AUTO_TRITON
 
 __all__ = ["summarize_trace", "refit_calibration", "DEFAULT_POOLS"]
 
@@ -176,7 +178,11 @@ def refit_calibration(base: Predictor, traced: Sequence[tuple[Candidate, Sequenc
             "base": getattr(cal, "meta", {}).get("path", "calibration") if cal is not None
             else "uncalibrated model", "gemm": spec.gemm,
             "elementwise": elementwise or spec.elementwise,
-            "attention": "triton" if spec.attention == "triton" else "sdpa",
+            # what the runtime resolves the policies to on a GPU with Triton
+            "attention": "triton" if spec.attention == "triton" or (
+                spec.attention == "auto" and spec.arch.is_mla and AUTO_TRITON_MLA) else "sdpa",
+            "moe_gemm": "triton" if spec.moe_gemm == "triton" or (
+                spec.moe_gemm == "auto" and AUTO_TRITON) else "bmm",
             "tune": {"traces": len(traced), "corun": corun,
                      "pools_traced": {k: sorted(v) for k, v in ratios.items()}}}
     out = {"format": FORMAT, "model": spec.arch.name, "hardware": hw.name,

@@ -47,6 +47,7 @@ def run_command(spec: TuneSpec, c: Candidate, calibration: str | None) -> str | 
               f"--streams-per-stage {c.k}", f"--mode {c.mode}",
               f"--collectives {spec.collectives}", f"--gemm {spec.gemm}",
               f"--elementwise {spec.elementwise}", f"--attention {spec.attention}",
+              f"--moe-gemm {spec.moe_gemm}",
               f"--lane-priority {spec.lane_priority}",
               f"--rounds {spec.rounds}", f"--replays {spec.replays}"]
     if calibration:

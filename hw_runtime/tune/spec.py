@@ -40,7 +40,7 @@ class TuneSpec:
             loop (0.03). max_rounds: search rounds at most. refine: refine the best on the GPU;
             refine_passes: pass limit of Algorithm 2 there.
         collectives: ``sleep``, ``proxy`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
-            attention,
+            attention, moe_gemm,
             lane_priority: the runtime's kernel choices; rounds, replays, warmup: the timing
             protocol of one measurement. model_arg: ``--model`` as given (for the printed
             commands; default the model's name).
@@ -79,6 +79,7 @@ class TuneSpec:
     gemm: str = "tuned"
     elementwise: str = "auto"
     attention: str = "auto"
+    moe_gemm: str = "auto"
     lane_priority: str = "auto"
     rounds: int = 3
     replays: int = 20
@@ -168,8 +169,9 @@ class TuneSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("arch", "budget_s", "tolerance", "max_rounds", "refine",
                                "refine_passes")}
-        if d.get("attention") == "auto":  # the default: tune folders made before it existed
-            del d["attention"]               # keep resuming
+        for f in ("attention", "moe_gemm"):  # defaults: tune folders made before they
+            if d.get(f) == "auto":            # existed keep resuming
+                del d[f]
         d["model"] = self.arch.name
         d["expert_dtype"] = self.arch.expert_dtype
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}

@@ -30,6 +30,47 @@ def dense_region_output():
     return run
 
 
+def region_output(arch, kv: int = 32, batch: int = 16, **kw):
+    """The float32 residual-stream output of one launch of ``arch``'s first region on the GPU
+    (one GPU, TP1, EP1, ``batch`` requests, ``kv`` tokens of history), from the same seed
+    every call; ``kw`` go to ``TorchWorkload`` and are checked to have taken effect."""
+    import torch
+
+    from hw_runtime.gpu.workload import TorchWorkload
+    from subgpu_jax.model.graph import Deployment, build_graph
+    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=batch,
+                     input_len=kv, kv_history=kv)
+    wl = TorchWorkload(build_graph(arch, dep, 1), device="cuda", **kw)
+    for k, v in kw.items():
+        assert getattr(wl, k) == v, (k, getattr(wl, k))
+    wl.launch_region(0, 0)
+    torch.cuda.synchronize()
+    return wl.acts[0][f"resid.{wl.shapes.P}"].float().clone(), wl
+
+
+@pytest.fixture
+def region_run():
+    """``region_output`` (above) as a fixture: ``f(arch, kv=32, batch=16, **workload_kwargs)
+    -> (output, workload)``."""
+    return region_output
+
+
+@pytest.fixture
+def mla_region_output():
+    """``f(**workload_kwargs)``: ``region_output`` of a tiny DeepSeek-V3 MoE region (MLA with
+    latent 64 and rope 16, 4 heads, 8 experts top-2, one shared expert), 300 tokens of history."""
+    def run(**kw):
+        from subgpu_jax.model.models import ModelArch
+        arch = ModelArch(name="tiny-ds", family="deepseek_v3", num_layers=2, hidden=128,
+                         num_heads=4, num_kv_heads=4, head_dim=48, vocab=500, intermediate=256,
+                         num_experts=8, top_k=2, moe_intermediate=64, num_shared_experts=1,
+                         n_group=4, topk_group=2, mlp_types=("moe", "moe"), q_lora_rank=64,
+                         kv_lora_rank=64, qk_rope_head_dim=16, qk_nope_head_dim=32,
+                         v_head_dim=32)
+        return region_output(arch, kv=300, **kw)[0]
+    return run
+
+
 @pytest.fixture
 def torch_mod():
     """torch, or the test skipped where it does not import."""

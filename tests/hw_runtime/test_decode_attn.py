@@ -45,7 +45,11 @@ def test_num_kv_splits_refuses_bad_input(kw, word):
 
 
 def test_resolve_policies():
-    assert da.resolve("auto", True) == "sdpa"     # sdpa until the Triton kernel is measured
+    assert da.resolve("auto", True) == "sdpa"     # GQA: SDPA streams at the copy bandwidth
+    assert da.resolve("auto", False, mla=True) == "sdpa"      # no GPU: never Triton
+    if fused.triton_available():
+        assert da.resolve("auto", True, mla=True) == ("triton" if da.AUTO_TRITON_MLA
+                                                      else "sdpa")
     assert da.resolve("sdpa", False) == "sdpa"
     with pytest.raises(ValueError, match="needs Triton on a CUDA GPU"):
         da.resolve("triton", False)
@@ -177,6 +181,63 @@ def test_gpu_region_triton_attention_vs_sdpa(dense_region_output):
     outputs within bfloat16 rounding."""
     _cuda_triton()
     outs = {mode: dense_region_output(kv=300, attention=mode) for mode in ("sdpa", "triton")}
+    ref = outs["sdpa"]
+    rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
+    assert rel < 2e-2, rel
+
+
+def _mla_reference(torch, q, cache, latent, scale):
+    """float32 absorbed MLA: softmax(q . cache^T * scale) @ cache[..., :latent], per request."""
+    s = torch.einsum("rhw,rlw->rhl", q.float(), cache.float()) * scale
+    return torch.einsum("rhl,rlc->rhc", torch.softmax(s, dim=-1), cache[..., :latent].float())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("R,qh,L", [(3, 16, 100), (2, 16, 3000), (2, 128, 257), (4, 8, 1),
+                                    (1, 40, 700)])
+@pytest.mark.parametrize("splits", [None, 1, 5])
+@pytest.mark.parametrize("block_n", [16, 32, 64])
+def test_gpu_mla_decode_matches_float32(R, qh, L, splits, block_n):
+    """DeepSeek-V3's widths (latent 512, rope 64, scale 1/sqrt(192)) against the float32
+    reference: max |error| <= 1e-2 x max |reference| (the GQA kernel's bound: bf16 inputs,
+    float32 softmax and accumulation, probabilities rounded to bf16 for the value product).
+    Heads: 16 (TP8), 128 (TP1: eight head blocks), 8 and 40 (a partial head block); one
+    position; splits forced below and above the block count."""
+    torch = _cuda_triton()
+    g = torch.Generator(device="cuda").manual_seed(R * 100 + L + qh)
+    q = (torch.randn((R, qh, 576), generator=g, device="cuda") * 0.3).to(torch.bfloat16)
+    cache = torch.randn((R, L, 576), generator=g, device="cuda").to(torch.bfloat16)
+    out = torch.empty((R, qh, 512), device="cuda", dtype=torch.bfloat16)
+    scale = 1.0 / math.sqrt(192)
+    used = da.mla_decode_attention(q, cache, out, sms=132, scale=scale, latent=512,
+                                   splits=splits, block_n=block_n)
+    torch.cuda.synchronize()
+    assert 1 <= used <= (splits or da.MLA_MAX_SPLITS)
+    ref = _mla_reference(torch, q, cache, 512, scale)
+    err = (out.float() - ref).abs().max().item()
+    assert err <= 1e-2 * ref.abs().max().item(), err
+
+
+@pytest.mark.gpu
+def test_gpu_mla_decode_refuses_bad_shapes():
+    torch = _cuda_triton()
+    q = torch.zeros((2, 16, 576), device="cuda", dtype=torch.bfloat16)
+    c = torch.zeros((2, 64, 576), device="cuda", dtype=torch.bfloat16)
+    out = torch.empty((2, 16, 512), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="powers of two"):
+        da.mla_decode_attention(q, c, out, 132, 0.1, latent=500)
+    with pytest.raises(ValueError, match="widths must match"):
+        da.mla_decode_attention(q, c[..., :512], out, 132, 0.1, latent=512)
+    with pytest.raises(ValueError, match="splits must be an integer"):
+        da.mla_decode_attention(q, c, out, 132, 0.1, latent=512, splits=17)
+
+
+@pytest.mark.gpu
+def test_gpu_region_triton_mla_vs_sdpa(mla_region_output):
+    """A DeepSeek-V3 MoE region with the Triton MLA decode against SDPA (same weights and
+    seed): outputs within bfloat16 rounding."""
+    _cuda_triton()
+    outs = {mode: mla_region_output(attention=mode) for mode in ("sdpa", "triton")}
     ref = outs["sdpa"]
     rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel

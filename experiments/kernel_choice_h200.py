@@ -1,0 +1,293 @@
+"""Kernel choices of the runtime measured on the GPU (issue 23, items 2-3): the grouped Triton
+expert GEMMs against the ``bmm`` path on the expert shapes of the verdict protocol's MoE
+workloads (bf16 and fp8 weights, a small tile sweep), the Triton MLA decode against SDPA on
+DeepSeek-V3 TP8 shapes, and the Triton GQA split-KV decode's launch parameters against SDPA.
+
+    python experiments/kernel_choice_h200.py --out DIR [--parts moe mla gqa] [--time-limit S]
+
+Writes ``DIR/kernel_choice.json`` after every row (a cut run keeps what finished). Every time
+is the median replay of a CUDA graph of ``LAUNCHES`` launches (host launch time excluded,
+``hw_runtime.gpu.corun.time_alone``) divided by the launches; inputs alternate between two
+copies of the weights (expert GEMMs) so consecutive launches do not hit in L2. Fractions are
+of the H200's measured copy bandwidth, 4,245 GB/s (``tests/data/h200_copy_bandwidth_vs_pool.csv``),
+over the bytes each kernel must move (weights + activations in and out; for attention the KV
+cache). Each Triton result is checked against the PyTorch path's output (``max_rel``).
+Needs a CUDA GPU with Triton: without one, one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+COPY_GBPS = 4245.0          # H200 copy bandwidth (read + write), tests/data/h200_copy_bandwidth_vs_pool.csv
+LAUNCHES = 10
+REPS = 7
+MOE_WORKLOADS = ("qwen3moe_tp8_g1024_kv2k", "qwen3moe_tp8_g512_kv8k", "mixtral_tp8_g1024_kv4k",
+                 "mixtral_tp8_g2048_kv1k", "gptoss20b_tp8_g1024_kv8k", "gptoss120b_ref_g2048")
+#: DeepSeek-V3 at TP8: 128 / 8 = 16 local heads, latent 512, rope 64 (its public config.json).
+MLA_SHAPES = ((64, 1024), (64, 4096), (256, 1024), (256, 4096))
+#: (label, requests, q heads, KV heads, KV length) of three verdict workloads' attention.
+GQA_SHAPES = (("llama70b_tp8_g2048_kv1k", 2048, 8, 1, 1024),
+              ("llama8b_1gpu_g256_kv2k", 256, 32, 8, 2048),
+              ("qwen3_8b_1gpu_g32_kv16k", 32, 32, 8, 16384))
+
+
+def _timer(torch):
+    from hw_runtime.gpu.corun import capture_graph, time_alone
+
+    stream = torch.cuda.Stream()
+
+    def t(fn) -> float:
+        g = capture_graph(torch, stream, fn, LAUNCHES)
+        us = time_alone(torch, g, stream, REPS) / LAUNCHES
+        del g
+        return us
+    return t
+
+
+def _rel(torch, a, b) -> float:
+    a, b = a.float(), b.float()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def moe_rows(torch, timer, deadline, emit) -> None:
+    """Per MoE workload and microbatch count: the bmm path (gather, bmm, activation, bmm) and
+    the grouped Triton kernels (the rule's tiles, a sweep, fp8 weights with the rule's)."""
+    from hw_runtime.commands.run import prepare_run
+    from hw_runtime.gpu import fused
+    from hw_runtime.gpu import moe_gemm as mg
+    from hw_runtime.gpu.workload import workload_shapes
+    from hw_verdicts_h200 import run_args
+
+    for name in MOE_WORKLOADS:
+        wl = prepare_run(run_args(name, []))[0]
+        for m in (1, 2):
+            if time.time() > deadline:
+                return
+            s = workload_shapes(wl.graph(m))
+            oss = wl.arch.family == "gpt_oss"
+            E, H, F, cap, Tr = s.n_hit, s.H, s.F, s.cap, s.Tr
+            dev = "cuda"
+            x = torch.randn((Tr, H), device=dev).to(torch.bfloat16)
+            wu = [(torch.randn((E, H, 2 * F), device=dev) / math.sqrt(H)).to(torch.bfloat16)
+                  for _ in range(2)]
+            wd = [(torch.randn((E, F, H), device=dev) / math.sqrt(F)).to(torch.bfloat16)
+                  for _ in range(2)]
+            bu = (torch.randn((E, 1, 2 * F), device=dev) * .02).to(torch.bfloat16) if oss else None
+            bd = (torch.randn((E, 1, H), device=dev) * .02).to(torch.bfloat16) if oss else None
+            rows = E * cap
+            x_exp = torch.empty((E, cap, H), device=dev, dtype=torch.bfloat16)
+            gu = torch.empty((E, cap, 2 * F), device=dev, dtype=torch.bfloat16)
+            act_b = torch.empty((E, cap, F), device=dev, dtype=torch.bfloat16)
+            y_b = torch.empty((E, cap, H), device=dev, dtype=torch.bfloat16)
+            idx = (torch.arange(rows, device=dev) % Tr)
+
+            def bmm_up(r):
+                torch.index_select(x, 0, idx, out=x_exp.view(-1, H))
+                if oss:
+                    torch.baddbmm(bu, x_exp, wu[r % 2], out=gu)
+                    fused.swiglu_oss_(act_b.view(rows, -1), gu.view(rows, -1), 1.702, 7.0)
+                else:
+                    torch.bmm(x_exp, wu[r % 2], out=gu)
+                    fused.silu_mul_(act_b.view(rows, -1), gu.view(rows, -1), F)
+
+            def bmm_down(r):
+                if oss:
+                    torch.baddbmm(bd, act_b, wd[r % 2], out=y_b)
+                else:
+                    torch.bmm(act_b, wd[r % 2], out=y_b)
+
+            counts, src, slot = mg.static_routing(s.A, E, cap, Tr)
+            rt = mg.routed_tokens(torch.tensor(src, device=dev), counts, cap)
+            act = torch.zeros((rows, F), device=dev, dtype=torch.bfloat16)
+            y = torch.zeros((rows, H), device=dev, dtype=torch.bfloat16)
+            w_bytes_up, w_bytes_dn = E * H * 2 * F * 2, E * F * H * 2
+            io_up, io_dn = s.A * (H + F) * 2, s.A * (F + H) * 2
+            base = {"workload": name, "microbatches": m, "experts_hit": E, "slots": cap,
+                    "assignments": s.A, "tokens": Tr, "H": H, "F": F, "oss": oss,
+                    "bytes_up": w_bytes_up + io_up, "bytes_down": w_bytes_dn + io_dn}
+            t_up, t_dn = timer(bmm_up), timer(bmm_down)
+            bmm_up(0)
+            bmm_down(0)
+            emit("moe", dict(base, kernel="bmm", up_us=t_up, down_us=t_dn,
+                             frac_copy_up=base["bytes_up"] / (t_up * 1e-6) / 1e9 / COPY_GBPS,
+                             frac_copy_down=base["bytes_down"] / (t_dn * 1e-6) / 1e9 / COPY_GBPS))
+            ref_y = y_b.view(rows, H)[slot].float().clone()  # same tokens when A = E * cap
+            rule_u = mg.moe_config(rt.rows, F, E, 132, True)
+            rule_d = mg.moe_config(rt.rows, H, E, 132, False)
+            cands = [("rule", rule_u, rule_d)]
+            for bn, (wp, st) in itertools.product((32, 64, 128), ((4, 3), (4, 4), (8, 3), (8, 4))):
+                c = mg.MoeConfig(rt.bm, bn, 64, wp, st)
+                cands.append((f"bn{bn}_w{wp}_s{st}", c, c))
+            cands.append(("bk128", mg.MoeConfig(rt.bm, rule_u.bn, 128, rule_u.warps, 3),
+                          mg.MoeConfig(rt.bm, rule_d.bn, 128, rule_d.warps, 3)))
+            for label, cu, cd in cands:
+                if time.time() > deadline:
+                    return
+                try:
+                    tu = timer(lambda r: mg.expert_up_act(x, rt, wu[r % 2], act, 132, bias=bu,
+                                                          oss=oss, config=cu))
+                    td = timer(lambda r: mg.expert_down(act, rt, wd[r % 2], y, 132, bias=bd,
+                                                        config=cd))
+                    mg.expert_up_act(x, rt, wu[0], act, 132, bias=bu, oss=oss, config=cu)
+                    mg.expert_down(act, rt, wd[0], y, 132, bias=bd, config=cd)
+                    chk = _rel(torch, y[slot], ref_y) if s.A == E * cap else None
+                    emit("moe", dict(base, kernel="triton", tiles=label,
+                                     up=cu.__dict__, down=cd.__dict__, up_us=tu, down_us=td,
+                                     frac_copy_up=base["bytes_up"] / (tu * 1e-6) / 1e9 / COPY_GBPS,
+                                     frac_copy_down=base["bytes_down"] / (td * 1e-6) / 1e9
+                                     / COPY_GBPS, max_rel_vs_bmm=chk))
+                except Exception as e:  # noqa: BLE001
+                    emit("moe", dict(base, kernel="triton", tiles=label,
+                                     error=f"{type(e).__name__}: {e}"[:300]))
+            q8 = [mg.quantize_fp8(w) for w in wu]
+            d8 = [mg.quantize_fp8(w) for w in wd]
+            tu = timer(lambda r: mg.expert_up_act(x, rt, q8[r % 2][0], act, 132, bias=bu,
+                                                  scale=q8[r % 2][1], oss=oss))
+            td = timer(lambda r: mg.expert_down(act, rt, d8[r % 2][0], y, 132, bias=bd,
+                                                scale=d8[r % 2][1]))
+            bu8, bd8 = w_bytes_up // 2 + io_up, w_bytes_dn // 2 + io_dn
+            emit("moe", dict(base, kernel="triton_fp8", tiles="rule", up_us=tu, down_us=td,
+                             bytes_up=bu8, bytes_down=bd8,
+                             frac_copy_up=bu8 / (tu * 1e-6) / 1e9 / COPY_GBPS,
+                             frac_copy_down=bd8 / (td * 1e-6) / 1e9 / COPY_GBPS))
+            del wu, wd, q8, d8, x_exp, gu, act_b, y_b
+            torch.cuda.empty_cache()
+
+
+def mla_rows(torch, timer, deadline, emit) -> None:
+    """DeepSeek-V3 TP8 latent attention: SDPA (the workload's call) against the Triton kernel
+    over a small tile sweep."""
+    from hw_runtime.gpu import decode_attn as da
+
+    qh, C, RD = 16, 512, 64
+    scale = 1.0 / math.sqrt(128 + 64)
+    for R, L in MLA_SHAPES:
+        if time.time() > deadline:
+            return
+        cache = torch.randn((R, 1, L, C + RD), device="cuda").to(torch.bfloat16)
+        q = (torch.randn((R, 1, qh, C + RD), device="cuda") * .3).to(torch.bfloat16)
+        out = torch.empty((R, qh, C), device="cuda", dtype=torch.bfloat16)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, cache, cache[..., :C],
+                                                               scale=scale)
+        byts = R * L * (C + RD) * 2
+        ts = timer(lambda r: torch.nn.functional.scaled_dot_product_attention(
+            q, cache, cache[..., :C], scale=scale))
+        base = {"requests": R, "kv_len": L, "heads": qh, "bytes": byts}
+        emit("mla", dict(base, kernel="sdpa", us=ts, frac_copy=byts / (ts * 1e-6) / 1e9 / COPY_GBPS))
+        for bn, wp, st in itertools.product((16, 32, 64), (4, 8), (1, 2)):
+            if time.time() > deadline:
+                return
+            try:
+                f = (lambda r: da.mla_decode_attention(q.view(R, qh, C + RD), cache[:, 0], out,
+                                                       132, scale, C, block_n=bn, warps=wp,
+                                                       stages=st))
+                t = timer(f)
+                f(0)
+                emit("mla", dict(base, kernel="triton", block_n=bn, warps=wp, stages=st, us=t,
+                                 frac_copy=byts / (t * 1e-6) / 1e9 / COPY_GBPS,
+                                 max_rel_vs_sdpa=_rel(torch, out, ref.view(R, qh, C))))
+            except Exception as e:  # noqa: BLE001
+                emit("mla", dict(base, kernel="triton", block_n=bn, warps=wp, stages=st,
+                                 error=f"{type(e).__name__}: {e}"[:300]))
+        del cache, q, out, ref
+        torch.cuda.empty_cache()
+
+
+def gqa_rows(torch, timer, deadline, emit) -> None:
+    """GQA split-KV decode: SDPA against the Triton kernel's launch parameters."""
+    from hw_runtime.gpu import decode_attn as da
+
+    hd = 128
+    for label, R, qh, kvh, L in GQA_SHAPES:
+        if time.time() > deadline:
+            return
+        k = torch.randn((R, kvh, L, hd), device="cuda").to(torch.bfloat16)
+        v = torch.randn((R, kvh, L, hd), device="cuda").to(torch.bfloat16)
+        q = torch.randn((R, qh, 1, hd), device="cuda").to(torch.bfloat16)
+        out = torch.empty((R, qh, hd), device="cuda", dtype=torch.bfloat16)
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        byts = 2 * R * kvh * L * hd * 2
+        ts = timer(lambda r: torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                              enable_gqa=True))
+        base = {"workload": label, "requests": R, "q_heads": qh, "kv_heads": kvh, "kv_len": L,
+                "bytes": byts}
+        emit("gqa", dict(base, kernel="sdpa", us=ts,
+                         frac_copy=byts / (ts * 1e-6) / 1e9 / COPY_GBPS))
+        for bn, wp, st, wv in itertools.product((64, 128), (4, 8), (2, 3), (2.0, 4.0, 8.0)):
+            if time.time() > deadline:
+                return
+            try:
+                f = (lambda r: da.decode_attention(q.view(R, qh, hd), k, v, out, 132,
+                                                   block_n=bn, waves=wv, warps=wp, stages=st))
+                t = timer(f)
+                f(0)
+                emit("gqa", dict(base, kernel="triton", block_n=bn, warps=wp, stages=st,
+                                 waves=wv, us=t, frac_copy=byts / (t * 1e-6) / 1e9 / COPY_GBPS,
+                                 max_rel_vs_sdpa=_rel(torch, out, ref.view(R, qh, hd))))
+            except Exception as e:  # noqa: BLE001
+                emit("gqa", dict(base, kernel="triton", block_n=bn, warps=wp, stages=st,
+                                 waves=wv, error=f"{type(e).__name__}: {e}"[:300]))
+        del k, v, q, out, ref
+        torch.cuda.empty_cache()
+
+
+PARTS = {"moe": moe_rows, "mla": mla_rows, "gqa": gqa_rows}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT"), help="folder (default $OUT)")
+    ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    ap.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
+    a = ap.parse_args(argv)
+    if not a.out:
+        print("kernel_choice_h200: --out (or $OUT) is required", file=sys.stderr)
+        return 2
+    if not (a.time_limit > 0):
+        print(f"kernel_choice_h200: --time-limit must be > 0, got {a.time_limit}", file=sys.stderr)
+        return 2
+    try:
+        import torch
+        from hw_runtime.gpu.fused import triton_available
+        ok = torch.cuda.is_available() and triton_available()
+    except Exception:  # noqa: BLE001
+        ok = False
+    if not ok:
+        print("kernel_choice_h200: needs a CUDA GPU with torch and Triton", file=sys.stderr)
+        return 2
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "kernel_choice.json")
+    res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "date": time.strftime("%Y-%m-%d"), "launches": LAUNCHES, "reps": REPS,
+           "copy_GBps": COPY_GBPS, "rows": {p: [] for p in a.parts}}
+    t0 = time.time()
+
+    def emit(part, row):
+        res["rows"][part].append(row)
+        print(part, json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
+                                for k, v in row.items() if k not in ("up", "down")}),
+              f"({time.time() - t0:.0f} s)", flush=True)
+        with open(path, "w") as fh:
+            json.dump(res, fh)
+
+    timer = _timer(torch)
+    for p in a.parts:
+        PARTS[p](torch, timer, t0 + a.time_limit, emit)
+    res["elapsed_s"] = time.time() - t0
+    with open(path, "w") as fh:
+        json.dump(res, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
