@@ -3,7 +3,14 @@ expert GEMMs against the ``bmm`` path on the expert shapes of the verdict protoc
 workloads (bf16 and fp8 weights, a small tile sweep), the Triton MLA decode against SDPA on
 DeepSeek-V3 TP8 shapes, and the Triton GQA split-KV decode's launch parameters against SDPA.
 
-    python experiments/kernel_choice_h200.py --out DIR [--parts moe mla gqa] [--time-limit S]
+    python experiments/kernel_choice_h200.py --out DIR [--parts moe mla gqa] [--sweep] \
+        [--time-limit S]
+
+Without ``--sweep`` each Triton kernel runs with the runtime's tiles only (``moe_config``, the
+decode kernels' defaults); ``--sweep`` adds the tile/launch sweep the defaults were chosen
+from (``experiments/results/kernel_choice/sweep_h200.json``). GPT-OSS's grouped kernel reads
+the gate/up halves the runtime de-interleaves at load time (``moe_gemm.deinterleave_gate_up``);
+the ``bmm`` path its interleaved checkpoint layout.
 
 Writes ``DIR/kernel_choice.json`` after every row (a cut run keeps what finished). Every time
 is the median replay of a CUDA graph of ``LAUNCHES`` launches (host launch time excluded,
@@ -59,7 +66,7 @@ def _rel(torch, a, b) -> float:
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-def moe_rows(torch, timer, deadline, emit) -> None:
+def moe_rows(torch, timer, deadline, emit, sweep: bool) -> None:
     """Per MoE workload and microbatch count: the bmm path (gather, bmm, activation, bmm) and
     the grouped Triton kernels (the rule's tiles, a sweep, fp8 weights with the rule's)."""
     from hw_runtime.commands.run import prepare_run
@@ -108,6 +115,14 @@ def moe_rows(torch, timer, deadline, emit) -> None:
 
             counts, src, slot = mg.static_routing(s.A, E, cap, Tr)
             rt = mg.routed_tokens(torch.tensor(src, device=dev), counts, cap)
+            wu_t, bu_t = wu, bu
+            if oss:   # the grouped kernel's halves layout, as the runtime loads it
+                wu_t = []
+                for w in wu:
+                    dct = {"experts_up.w": w, "experts_up.b": bu}
+                    mg.deinterleave_gate_up(dct)
+                    wu_t.append(dct["experts_up.w"])
+                bu_t = dct["experts_up.b"]
             act = torch.zeros((rows, F), device=dev, dtype=torch.bfloat16)
             y = torch.zeros((rows, H), device=dev, dtype=torch.bfloat16)
             w_bytes_up, w_bytes_dn = E * H * 2 * F * 2, E * F * H * 2
@@ -122,24 +137,22 @@ def moe_rows(torch, timer, deadline, emit) -> None:
                              frac_copy_up=base["bytes_up"] / (t_up * 1e-6) / 1e9 / COPY_GBPS,
                              frac_copy_down=base["bytes_down"] / (t_dn * 1e-6) / 1e9 / COPY_GBPS))
             ref_y = y_b.view(rows, H)[slot].float().clone()  # same tokens when A = E * cap
-            rule_u = mg.moe_config(rt.rows, F, E, 132, True)
-            rule_d = mg.moe_config(rt.rows, H, E, 132, False)
-            cands = [("rule", rule_u, rule_d)]
+            rule = mg.moe_config(rt.rows)
+            cands = [("rule", rule, rule)]
             for bn, (wp, st) in itertools.product((32, 64, 128), ((4, 3), (4, 4), (8, 3), (8, 4))):
                 c = mg.MoeConfig(rt.bm, bn, 64, wp, st)
-                cands.append((f"bn{bn}_w{wp}_s{st}", c, c))
-            cands.append(("bk128", mg.MoeConfig(rt.bm, rule_u.bn, 128, rule_u.warps, 3),
-                          mg.MoeConfig(rt.bm, rule_d.bn, 128, rule_d.warps, 3)))
+                if sweep and c != rule:
+                    cands.append((f"bn{bn}_w{wp}_s{st}", c, c))
             for label, cu, cd in cands:
                 if time.time() > deadline:
                     return
                 try:
-                    tu = timer(lambda r: mg.expert_up_act(x, rt, wu[r % 2], act, 132, bias=bu,
+                    tu = timer(lambda r: mg.expert_up_act(x, rt, wu_t[r % 2], act, bias=bu_t,
                                                           oss=oss, config=cu))
-                    td = timer(lambda r: mg.expert_down(act, rt, wd[r % 2], y, 132, bias=bd,
+                    td = timer(lambda r: mg.expert_down(act, rt, wd[r % 2], y, bias=bd,
                                                         config=cd))
-                    mg.expert_up_act(x, rt, wu[0], act, 132, bias=bu, oss=oss, config=cu)
-                    mg.expert_down(act, rt, wd[0], y, 132, bias=bd, config=cd)
+                    mg.expert_up_act(x, rt, wu_t[0], act, bias=bu_t, oss=oss, config=cu)
+                    mg.expert_down(act, rt, wd[0], y, bias=bd, config=cd)
                     chk = _rel(torch, y[slot], ref_y) if s.A == E * cap else None
                     emit("moe", dict(base, kernel="triton", tiles=label,
                                      up=cu.__dict__, down=cd.__dict__, up_us=tu, down_us=td,
@@ -149,22 +162,22 @@ def moe_rows(torch, timer, deadline, emit) -> None:
                 except Exception as e:  # noqa: BLE001
                     emit("moe", dict(base, kernel="triton", tiles=label,
                                      error=f"{type(e).__name__}: {e}"[:300]))
-            q8 = [mg.quantize_fp8(w) for w in wu]
+            q8 = [mg.quantize_fp8(w) for w in wu_t]
             d8 = [mg.quantize_fp8(w) for w in wd]
-            tu = timer(lambda r: mg.expert_up_act(x, rt, q8[r % 2][0], act, 132, bias=bu,
+            tu = timer(lambda r: mg.expert_up_act(x, rt, q8[r % 2][0], act, bias=bu_t,
                                                   scale=q8[r % 2][1], oss=oss))
-            td = timer(lambda r: mg.expert_down(act, rt, d8[r % 2][0], y, 132, bias=bd,
+            td = timer(lambda r: mg.expert_down(act, rt, d8[r % 2][0], y, bias=bd,
                                                 scale=d8[r % 2][1]))
             bu8, bd8 = w_bytes_up // 2 + io_up, w_bytes_dn // 2 + io_dn
             emit("moe", dict(base, kernel="triton_fp8", tiles="rule", up_us=tu, down_us=td,
                              bytes_up=bu8, bytes_down=bd8,
                              frac_copy_up=bu8 / (tu * 1e-6) / 1e9 / COPY_GBPS,
                              frac_copy_down=bd8 / (td * 1e-6) / 1e9 / COPY_GBPS))
-            del wu, wd, q8, d8, x_exp, gu, act_b, y_b
+            del wu, wd, wu_t, q8, d8, x_exp, gu, act_b, y_b
             torch.cuda.empty_cache()
 
 
-def mla_rows(torch, timer, deadline, emit) -> None:
+def mla_rows(torch, timer, deadline, emit, sweep: bool) -> None:
     """DeepSeek-V3 TP8 latent attention: SDPA (the workload's call) against the Triton kernel
     over a small tile sweep."""
     from hw_runtime.gpu import decode_attn as da
@@ -184,7 +197,8 @@ def mla_rows(torch, timer, deadline, emit) -> None:
             q, cache, cache[..., :C], scale=scale))
         base = {"requests": R, "kv_len": L, "heads": qh, "bytes": byts}
         emit("mla", dict(base, kernel="sdpa", us=ts, frac_copy=byts / (ts * 1e-6) / 1e9 / COPY_GBPS))
-        for bn, wp, st in itertools.product((16, 32, 64), (4, 8), (1, 2)):
+        grid = itertools.product((16, 32, 64), (4, 8), (1, 2)) if sweep else [(64, 4, 2)]
+        for bn, wp, st in grid:
             if time.time() > deadline:
                 return
             try:
@@ -203,7 +217,7 @@ def mla_rows(torch, timer, deadline, emit) -> None:
         torch.cuda.empty_cache()
 
 
-def gqa_rows(torch, timer, deadline, emit) -> None:
+def gqa_rows(torch, timer, deadline, emit, sweep: bool) -> None:
     """GQA split-KV decode: SDPA against the Triton kernel's launch parameters."""
     from hw_runtime.gpu import decode_attn as da
 
@@ -223,7 +237,9 @@ def gqa_rows(torch, timer, deadline, emit) -> None:
                 "bytes": byts}
         emit("gqa", dict(base, kernel="sdpa", us=ts,
                          frac_copy=byts / (ts * 1e-6) / 1e9 / COPY_GBPS))
-        for bn, wp, st, wv in itertools.product((64, 128), (4, 8), (2, 3), (2.0, 4.0, 8.0)):
+        grid = itertools.product((64, 128), (4, 8), (2, 3), (2.0, 4.0, 8.0)) if sweep \
+            else [(da.BLOCK_N, 4, 3, 2.0)]
+        for bn, wp, st, wv in grid:
             if time.time() > deadline:
                 return
             try:
@@ -249,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT"), help="folder (default $OUT)")
     ap.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds (default 300)")
+    ap.add_argument("--sweep", action="store_true",
+                    help="also the tile/launch sweep the runtime's defaults were chosen from")
     a = ap.parse_args(argv)
     if not a.out:
         print("kernel_choice_h200: --out (or $OUT) is required", file=sys.stderr)
@@ -269,7 +287,7 @@ def main(argv=None) -> int:
     path = os.path.join(a.out, "kernel_choice.json")
     res = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
            "date": time.strftime("%Y-%m-%d"), "launches": LAUNCHES, "reps": REPS,
-           "copy_GBps": COPY_GBPS, "rows": {p: [] for p in a.parts}}
+           "copy_GBps": COPY_GBPS, "sweep": a.sweep, "rows": {p: [] for p in a.parts}}
     t0 = time.time()
 
     def emit(part, row):
@@ -282,7 +300,7 @@ def main(argv=None) -> int:
 
     timer = _timer(torch)
     for p in a.parts:
-        PARTS[p](torch, timer, t0 + a.time_limit, emit)
+        PARTS[p](torch, timer, t0 + a.time_limit, emit, a.sweep)
     res["elapsed_s"] = time.time() - t0
     with open(path, "w") as fh:
         json.dump(res, fh)

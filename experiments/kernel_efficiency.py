@@ -174,6 +174,7 @@ def workload_rows(name: str, trace: dict, hardware: str = "H200") -> dict:
         ops[op] = classify(op, d, work[op], copy_Bps, gemm, tokens, G, hw.num_sms)
     return {"model": V.WORKLOADS[name][0], "fit_status": V.WORKLOADS[name][2],
             "tokens_per_gpu": tokens, "global_batch": G, "attention": trace.get("attention"),
+            "moe_gemm": trace.get("moe_gemm"),
             "measured_step_us": trace["measured_step_us"], "span_us": trace["span_us"],
             "references": {"copy_GBps": copy_Bps / 1e9, "gemm_TFLOPs": gemm / 1e12,
                            "pool_sms": hw.num_sms},

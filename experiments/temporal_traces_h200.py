@@ -80,6 +80,9 @@ def trace_workload(name: str, machine) -> dict:
                 d["names"][a["name"][:90]] += a["dur_us"]
     span = max(a["start_us"] + a["dur_us"] for a in acts) - min(a["start_us"] for a in acts)
     out = {"workload": name, "gpu": machine.name(), "measured_step_us": meas.makespan_us,
+           # the kernels the runtime resolved the policies to
+           "attention": getattr(ex, "attention", "sdpa"),
+           "moe_gemm": getattr(ex, "moe_gemm", "bmm") if wl.arch.is_moe else None,
            "span_us": span, "kernel_sum_us": sum(a["dur_us"] for a in acts),
            "activities": len(acts), "launches": len(iv),
            "ops": {o: {"us": d["us"], "launches": d["launches"], "kernels": d["kernels"],
@@ -89,14 +92,16 @@ def trace_workload(name: str, machine) -> dict:
     return out
 
 
-def trace_file(name: str, attention: str = "auto") -> str:
-    """``trace_<workload>.json``, or ``trace_<workload>_<attention>.json`` for an explicit
-    ``--attention`` (so one folder can hold the same workload under several kernels)."""
-    return f"trace_{name}.json" if attention == "auto" else f"trace_{name}_{attention}.json"
+def trace_file(name: str, attention: str = "auto", moe_gemm: str = "auto") -> str:
+    """``trace_<workload>.json``, suffixed ``_<attention>`` for an explicit ``--attention`` and
+    ``_moe-<moe_gemm>`` for an explicit ``--moe-gemm`` (so one folder can hold the same
+    workload under several kernels)."""
+    return (f"trace_{name}" + ("" if attention == "auto" else f"_{attention}")
+            + ("" if moe_gemm == "auto" else f"_moe-{moe_gemm}") + ".json")
 
 
 def device_phase(args) -> int:
-    machine = V.GpuMachine(attention=args.attention)
+    machine = V.GpuMachine(attention=args.attention, moe_gemm=args.moe_gemm)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
     for name in args.workloads:
@@ -108,8 +113,9 @@ def device_phase(args) -> int:
         except Exception as e:  # noqa: BLE001  (one workload's failure never stops the study)
             traceback.print_exc()
             res = {"workload": name, "error": f"{e.__class__.__name__}: {e}"}
-        res["attention"] = args.attention
-        with open(os.path.join(args.out, trace_file(name, args.attention)), "w") as fh:
+        res.setdefault("attention", args.attention)
+        with open(os.path.join(args.out, trace_file(name, args.attention, args.moe_gemm)),
+                  "w") as fh:
             json.dump(res, fh)
         print(f"{name:26s} span {res.get('span_us', float('nan')):9.0f} µs, "
               f"{res.get('launches', 0)} launches ({time.time() - t0:.0f} s)", flush=True)
@@ -191,6 +197,9 @@ def main(argv=None) -> int:
     ap.add_argument("--attention", default="auto", choices=("auto", "sdpa", "triton"),
                     help="device phase: the runtime's decode attention (subgpu run "
                          "--attention); an explicit choice suffixes the trace files with it")
+    ap.add_argument("--moe-gemm", default="auto", choices=("auto", "triton", "bmm"),
+                    help="device phase: the runtime's expert GEMMs (subgpu run --moe-gemm); an "
+                         "explicit choice suffixes the trace files with _moe-<choice>")
     ap.add_argument("--digest", default=None,
                     help="analyze: the JSON to write (default: "
                          "experiments/results/temporal_traces_h200_<version>.json)")

@@ -36,8 +36,10 @@ __all__ = ["ATTENTION", "resolve", "num_kv_splits", "decode_attention", "mla_dec
 
 #: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take.
 ATTENTION = ("auto", "sdpa", "triton")
-#: KV positions per inner step of a split (a multiple of 16 for ``tl.dot``).
-BLOCK_N = 64
+#: KV positions per inner step of a split (a multiple of 16 for ``tl.dot``): 128, with 4 warps,
+#: 3 stages and 2 waves, the best of 24 launch settings over three workloads' shapes
+#: (docs/results.md, "Kernel choices"; 64 measured 1-15% slower).
+BLOCK_N = 128
 #: Upper bound on the splits of one (request, KV head): the partials are ``S x qh x hd`` float32.
 MAX_SPLITS = 64
 #: MLA: splits per request at most 16 (the merge holds ``S x 512`` float32 per program).
@@ -45,8 +47,9 @@ MLA_MAX_SPLITS = 16
 #: MLA: query heads per program (the accumulator is ``16 x 512`` float32; 16 is the smallest
 #: MMA tile, and DeepSeek-V3 at TP8 has 128 / 8 = 16 local heads).
 MLA_HEADS_PER_PROGRAM = 16
-#: ``"auto"`` picks the Triton kernel for MLA (experiments/results/moe_gemm_h200.json, the
-#: ``mla`` rows: SDPA has no fused kernel for a 576-wide key and a 512-wide value).
+#: ``"auto"`` picks the Triton kernel for MLA: on DeepSeek-V3 TP8 shapes it measured 2.2-3.4x
+#: faster than SDPA (0.53-0.97 of the copy bandwidth against 0.18-0.43;
+#: docs/results.md, "Kernel choices", the ``mla`` rows).
 AUTO_TRITON_MLA = True
 
 
@@ -179,7 +182,7 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None, block_n:
 
 
 def mla_decode_attention(q, cache, out, sms: int, scale: float, latent: int,
-                         splits: int | None = None, block_n: int = 32, warps: int = 4,
+                         splits: int | None = None, block_n: int = 64, warps: int = 4,
                          stages: int = 2) -> int:
     """Absorbed multi-head latent attention decode (DeepSeek-V3): every query head of a request
     attends over the request's one compressed cache; split-KV like ``decode_attention``.
@@ -192,7 +195,9 @@ def mla_decode_attention(q, cache, out, sms: int, scale: float, latent: int,
             rope: a power of two >= 16 (64).
         sms: SMs of the pool (``num_kv_splits``, at most ``MLA_MAX_SPLITS``). scale: softmax
             scale (DeepSeek-V3: ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)``).
-        splits: force the splits (1..``MLA_MAX_SPLITS``). block_n, warps, stages: tiles.
+        splits: force the splits (1..``MLA_MAX_SPLITS``). block_n, warps, stages: tiles (64, 4,
+            2: the fastest of 12 on all four DeepSeek-V3 TP8 shapes of
+            docs/results.md, "Kernel choices").
 
     Returns:
         The number of KV splits used.

@@ -137,9 +137,8 @@ class _TorchBackend:
         self.wls = list(wl) if isinstance(wl, (list, tuple)) else [wl]
         self.offsets, self.head = list(offsets), head
         self.gemm, self.pool_of = gemm, (pool_of or {})
-        # the Triton decode attention and expert GEMMs size their grids by the pool (``pool_sms``)
-        self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton"
-                               or getattr(w, "moe_gemm", "bmm") == "triton" for w in self.wls)
+        # only the Triton decode attention sizes its grid by the pool (``pool_sms``)
+        self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton" for w in self.wls)
         self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
@@ -163,7 +162,7 @@ class _TorchBackend:
                 from subgpu_jax.model.calibration import kernel_key
                 self._keys[(task.run, kernel)] = kernel_key(kern)
             self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
-        if self._pool_sized:                     # Triton kernels size their grids by it
+        if self._pool_sized:                     # the decode attention sizes its grid by it
             for w in self.wls:
                 w.pool_sms = pool
         call()

@@ -310,8 +310,9 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
         wu = w[p + "experts_up.w"][:nh]
         if rt is not None:   # one grouped launch: gather, gate/up GEMM, bias, activation
             act = a[p + "act_exp"]
+            # (GPT-OSS's gate/up halves were de-interleaved at allocation)
             moe_gemm.expert_up_act(a[p + "hn"][:Tr], rt, wu, act.view(-1, act.shape[-1]),
-                                   c.pool_sms(), bias=w.get(p + "experts_up.b"),
+                                   bias=w.get(p + "experts_up.b"),
                                    scale=w.get(p + "experts_up.scale"), oss=gptoss,
                                    alpha=SWIGLU_ALPHA, limit=SWIGLU_LIMIT)
             return
@@ -352,7 +353,7 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
         if rt is not None:   # one grouped launch over the routed slots
             act, y = a[p + "act_exp"], a[p + "y_exp"]
             moe_gemm.expert_down(act.view(-1, act.shape[-1]), rt, wd, y.view(-1, y.shape[-1]),
-                                 c.pool_sms(), bias=w.get(p + "experts_down.b"),
+                                 bias=w.get(p + "experts_down.b"),
                                  scale=w.get(p + "experts_down.scale"))
             return
         if p + "experts_down.b" in w:

@@ -26,8 +26,12 @@ rounding of the result (the ``bmm`` path rounds ``gu`` before its activation; th
 compare both to float32).
 
 ``MOE_GEMM`` policies (``resolve``): ``"bmm"`` the old path, ``"triton"`` these kernels
-(refused where Triton or CUDA is missing), ``"auto"`` Triton where it runs (``AUTO_TRITON``,
-set from the measurement in ``experiments/results/moe_gemm_h200.json``). The block/tile choice
+(refused where Triton or CUDA is missing), ``"auto"`` Triton where it runs and an expert holds
+at most ``AUTO_MAX_ROWS`` routed slots, else ``bmm``. Measured on the H200
+(docs/results.md, "Kernel choices"): at 16-64 slots per expert (Qwen3-30B-A3B
+TP8 EP8) the grouped gate/up launch streams its weights at 0.90 of the copy bandwidth against
+0.71-0.76 for ``bmm`` and the down projections tie; at 256-512 slots of one expert (Mixtral
+EP8 at G = 1,024-2,048, compute-bound) cuBLAS is 15-40% faster. The block/tile choice
 (``moe_config``) and the layout are pure Python (tested on the CPU).
 """
 
@@ -36,14 +40,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["MOE_GEMM", "AUTO_TRITON", "FP8_MAX", "MoeConfig", "RoutedTokens", "resolve",
+__all__ = ["MOE_GEMM", "AUTO_TRITON", "AUTO_MAX_ROWS", "FP8_MAX", "MoeConfig", "RoutedTokens", "resolve",
            "moe_config", "balanced_counts", "static_routing", "block_table", "routed_tokens", "expert_up_act",
-           "expert_down", "quantize_fp8"]
+           "expert_down", "deinterleave_gate_up", "quantize_fp8"]
 
 #: The expert-GEMM policies ``TorchWorkload(moe_gemm=...)`` and ``--moe-gemm`` take.
 MOE_GEMM = ("auto", "triton", "bmm")
-#: ``"auto"`` resolves to Triton where it runs (experiments/results/moe_gemm_h200.json).
+#: ``"auto"`` may resolve to Triton (docs/results.md, "Kernel choices") ...
 AUTO_TRITON = True
+#: ... where an expert holds at most this many routed slots (the same measurement: Triton
+#: ahead at 16-128 slots, cuBLAS's bmm ahead at 256 and 512).
+AUTO_MAX_ROWS = 128
 #: The largest finite float8 e4m3fn value (OCP FP8 spec; ``torch.finfo(torch.float8_e4m3fn)``).
 FP8_MAX = 448.0
 
@@ -61,15 +68,22 @@ class MoeConfig:
     stages: int
 
 
-def resolve(policy: str, is_cuda: bool) -> str:
+def resolve(policy: str, is_cuda: bool, rows: int | None = None) -> str:
     """The expert GEMMs a workload uses: ``"triton"`` or ``"bmm"``.
+
+    Args:
+        policy: one of ``MOE_GEMM``. is_cuda: the workload's device is a CUDA GPU.
+        rows: routed slots per expert of the workload (``WorkloadShapes.cap``); ``"auto"``
+            picks Triton only at most ``AUTO_MAX_ROWS`` (None: no limit).
 
     Raises:
         ValueError: an unknown policy, or ``"triton"`` without a CUDA device or without Triton.
     """
     from hw_runtime.gpu.fused import resolve_triton_policy
 
-    return resolve_triton_policy("moe_gemm", policy, MOE_GEMM, is_cuda, "bmm", AUTO_TRITON)
+    small = rows is None or rows <= AUTO_MAX_ROWS
+    return resolve_triton_policy("moe_gemm", policy, MOE_GEMM, is_cuda, "bmm",
+                                 AUTO_TRITON and small)
 
 
 def _pos_int(name: str, v) -> int:
@@ -78,40 +92,27 @@ def _pos_int(name: str, v) -> int:
     return v
 
 
-def moe_config(rows: int, n_out: int, experts: int, sms: int, fused_pair: bool) -> MoeConfig:
+def moe_config(rows: int) -> MoeConfig:
     """Tiles for a launch whose experts have at most ``rows`` routed slots each.
 
     ``bm`` is the next power of two of ``rows`` in 16..64 (16 is the smallest MMA tile; above 64
-    rows an expert takes several blocks). ``bn`` is the largest of 128, 64, 32 whose grid
-    (``experts x ceil(rows / bm) x ceil(n_out / bn)`` programs) fills two waves of the pool's
-    SMs, else 32: at decode sizes the launch streams the expert weights, and one wave leaves the
-    memory system idle in the tail. ``fused_pair`` (the gate/up kernel, two accumulators) caps
-    ``bn`` at 64 when ``bm`` is 64, so the accumulators stay in registers. 4 warps below 64 x 64
-    output elements per program, else 8; ``bk`` 64, 3 stages.
+    rows an expert takes several blocks); ``bn`` 128, ``bk`` 64, 4 warps, 4 stages for both
+    kernels: the fastest or within 5% of it on all twelve expert shapes of the sweep in
+    docs/results.md, "Kernel choices" (16-512 slots, 1-16 experts, whole GPU),
+    also where the grid is below one wave of the SMs (the weights stream faster through fewer,
+    deeper-pipelined programs), so the tiles do not depend on the pool.
 
     Args:
-        rows: the largest routed slot count of one expert (>= 1). n_out: output columns per
-            expert (F for gate/up, H for down; >= 1). experts: experts with routed tokens
-            (>= 1). sms: SMs of the pool the launch runs on (>= 1).
+        rows: the largest routed slot count of one expert (>= 1).
 
     Raises:
-        ValueError: a non-positive or non-integer argument.
+        ValueError: a non-positive or non-integer ``rows``.
 
-    Example: 64 slots, F = 768, 16 experts on 132 SMs, gate/up: bm 64; bn 128 is capped to 64,
-    16 x 12 = 192 < 264 programs, so 32 (16 x 24 = 384).
+    Example: 64 slots -> bm 64; 20 -> 32; 3 -> 16; 300 -> 64 (five blocks).
     """
-    for name, v in (("rows", rows), ("n_out", n_out), ("experts", experts), ("sms", sms)):
-        _pos_int(f"moe_config: {name}", v)
+    _pos_int("moe_config: rows", rows)
     bm = min(64, max(16, 1 << (rows - 1).bit_length()))
-    blocks = experts * math.ceil(rows / bm)
-    bn = 32
-    for cand in (128, 64):
-        if fused_pair and bm >= 64 and cand > 64:
-            continue
-        if blocks * math.ceil(n_out / cand) >= 2 * sms:
-            bn = cand
-            break
-    return MoeConfig(bm=bm, bn=bn, bk=64, warps=4 if bm * bn < 64 * 64 else 8, stages=3)
+    return MoeConfig(bm=bm, bn=128, bk=64, warps=4, stages=4)
 
 
 def balanced_counts(assignments: int, experts: int) -> list[int]:
@@ -227,7 +228,7 @@ def routed_tokens(src, counts: list[int], seg: int, bm: int | None = None) -> Ro
                          f"{tuple(src.shape)}")
     rows = max(counts)
     if bm is None:
-        bm = moe_config(rows, 1, sum(c > 0 for c in counts), 1, False).bm
+        bm = moe_config(rows).bm
     be, br, bv = block_table(list(counts), seg, bm)
     dev = src.device
 
@@ -262,16 +263,18 @@ def _check(name: str, rt: RoutedTokens, a, w, out, bias, scale, k_in: int, n_w: 
         raise ValueError(f"{name}: tensors must be on one CUDA device")
 
 
-def expert_up_act(x, rt: RoutedTokens, w, out, sms: int, bias=None, scale=None,
-                  oss: bool = False, alpha: float = 1.702, limit: float = 7.0,
+def expert_up_act(x, rt: RoutedTokens, w, out, bias=None, scale=None, oss: bool = False,
+                  interleaved: bool = False, alpha: float = 1.702, limit: float = 7.0,
                   config: MoeConfig | None = None) -> MoeConfig:
     """Gate/up projection + activation of every routed slot, one launch for all experts.
 
     Args:
         x: ``(T, H)`` bf16 token rows (``rt.src`` indexes them). w: ``(>= E, H, 2F)`` bf16 or
-            fp8 (gate columns ``[:F]`` then up ``[F:]``; GPT-OSS (``oss``): interleaved, gate
-            ``0::2``, up ``1::2``). out: ``(>= E x seg, F)``, written at the routed slots.
-        sms: SMs of the pool the launch runs on (``moe_config``). bias: ``(E, 1, 2F)`` or None.
+            fp8: gate columns ``[:F]`` then up ``[F:]``, or with ``interleaved`` gate ``0::2``
+            and up ``1::2`` (GPT-OSS's checkpoint layout; measured 8-15x slower through the
+            strided loads, so the runtime de-interleaves once at load time, as vLLM does).
+            out: ``(>= E x seg, F)``, written at the routed slots. bias: ``(E, 1, 2F)`` or
+            None (the weight's column layout).
         scale: float32 ``(E, 1, 2F)`` (or ``(E, 2F)``) with fp8 weights. oss, alpha, limit:
             GPT-OSS's clamped SwiGLU (``(clamp(u, -l, l) + 1) * g * sigmoid(alpha * g)``, ``g =
             min(gate, l)``; alpha 1.702, limit 7.0 from its public config); else ``silu(g) * u``.
@@ -291,7 +294,7 @@ def expert_up_act(x, rt: RoutedTokens, w, out, sms: int, bias=None, scale=None,
     _check("expert_up_act", rt, x, w, out, bias, scale, x.shape[1], F2)
     if out.dim() != 2 or out.shape[1] != F:
         raise ValueError(f"expert_up_act: out must be (rows, {F}), got {tuple(out.shape)}")
-    cfg = config or moe_config(rt.rows, F, sum(c > 0 for c in rt.counts), sms, True)
+    cfg = config or moe_config(rt.rows)
     if cfg.bm != rt.bm:
         raise ValueError(f"expert_up_act: config.bm {cfg.bm} differs from the routing's {rt.bm}")
     from hw_runtime.gpu import moe_gemm_kernels as K
@@ -301,21 +304,20 @@ def expert_up_act(x, rt: RoutedTokens, w, out, sms: int, bias=None, scale=None,
         x, rt.src, w, bias if bias is not None else w, scale if fp8 else x, out,
         rt.blk_e, rt.blk_r0, rt.blk_n, x.shape[1], F, x.stride(0), w.stride(0), w.stride(1),
         bias.stride(0) if bias is not None else 0, scale.stride(0) if fp8 else 0,
-        out.stride(0), 1 if oss else F, float(alpha), float(limit),
-        G_STEP=2 if oss else 1, OSS=bool(oss), HAS_BIAS=bias is not None, FP8=fp8,
+        out.stride(0), 1 if interleaved else F, float(alpha), float(limit),
+        G_STEP=2 if interleaved else 1, OSS=bool(oss), HAS_BIAS=bias is not None, FP8=fp8,
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages)
     return cfg
 
 
-def expert_down(a, rt: RoutedTokens, w, out, sms: int, bias=None, scale=None,
+def expert_down(a, rt: RoutedTokens, w, out, bias=None, scale=None,
                 config: MoeConfig | None = None) -> MoeConfig:
     """Down projection of every routed slot, one launch for all experts.
 
     Args:
         a: ``(>= E x seg, F)`` bf16 activations in slot order (``expert_up_act``'s ``out``).
         w: ``(>= E, F, H)`` bf16 or fp8. out: ``(>= E x seg, H)``, written at the routed slots.
-        sms, bias ``(E, 1, H)``, scale ``(E, 1, H)`` float32 with fp8, config: as
-        ``expert_up_act``.
+        bias ``(E, 1, H)``, scale ``(E, 1, H)`` float32 with fp8, config: as ``expert_up_act``.
 
     Returns:
         The ``MoeConfig`` launched.
@@ -330,7 +332,7 @@ def expert_down(a, rt: RoutedTokens, w, out, sms: int, bias=None, scale=None,
     _check("expert_down", rt, a, w, out, bias, scale, a.shape[1], N)
     if out.dim() != 2 or out.shape[1] != N:
         raise ValueError(f"expert_down: out must be (rows, {N}), got {tuple(out.shape)}")
-    cfg = config or moe_config(rt.rows, N, sum(c > 0 for c in rt.counts), sms, False)
+    cfg = config or moe_config(rt.rows)
     if cfg.bm != rt.bm:
         raise ValueError(f"expert_down: config.bm {cfg.bm} differs from the routing's {rt.bm}")
     from hw_runtime.gpu import moe_gemm_kernels as K
@@ -343,6 +345,18 @@ def expert_down(a, rt: RoutedTokens, w, out, sms: int, bias=None, scale=None,
         out.stride(0), HAS_BIAS=bias is not None, FP8=fp8,
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages)
     return cfg
+
+
+def deinterleave_gate_up(weights: dict) -> None:
+    """In place: every ``*experts_up.w`` / ``*experts_up.b`` tensor of the weight dict from
+    interleaved gate/up columns (gate ``0::2``, up ``1::2``: GPT-OSS's checkpoint layout) to
+    halves (gate ``[:F]``, up ``[F:]``), the layout ``expert_up_act`` streams fastest."""
+    import torch
+
+    for nm in [n for n in weights if n.endswith(("experts_up.w", "experts_up.b"))]:
+        x = weights[nm]
+        weights[nm] = torch.cat([x[..., 0::2], x[..., 1::2]], dim=-1).contiguous()
+        del x
 
 
 def quantize_fp8(w):

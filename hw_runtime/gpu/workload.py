@@ -86,7 +86,8 @@ from subgpu_jax.model.routing import busiest_rank_load
 
 from hw_runtime.gpu.collectives import VirtualCollectives
 from hw_runtime.gpu.decode_attn import resolve as resolve_attention
-from hw_runtime.gpu.moe_gemm import resolve as resolve_moe_gemm, routed_tokens, static_routing
+from hw_runtime.gpu.moe_gemm import (deinterleave_gate_up, resolve as resolve_moe_gemm,
+                                     routed_tokens, static_routing)
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
 
@@ -466,7 +467,9 @@ class TorchWorkload(VirtualCollectives):
         moe_gemm: the expert GEMMs (``"auto"``, ``"triton"``: one grouped launch over the
             routed tokens with the gather and activation fused, ``"bmm"``: gather + batched
             GEMMs over padded expert batches; ``moe_gemm.resolve``); ``self.moe_gemm``:
-            resolved (``"bmm"`` or ``"triton"``; dense models never use it).
+            resolved (``"bmm"`` or ``"triton"``; dense models never use it). With Triton,
+            GPT-OSS's interleaved gate/up columns are stored as gate then up halves (once, at
+            allocation, as vLLM loads them).
         workspace_bytes: memory kept free for workspaces/temporaries.
         residual_of: another region kind's workload of the same model, deployment and
             microbatch count whose residual stream this one reads and writes
@@ -507,7 +510,7 @@ class TorchWorkload(VirtualCollectives):
         self.spin, self.proxy = bool(spin) and self.is_cuda, bool(proxy) and self.is_cuda
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
         self.attention = resolve_attention(attention, self.is_cuda, self.arch.is_mla)
-        self.moe_gemm = resolve_moe_gemm(moe_gemm, self.is_cuda)
+        self.moe_gemm = resolve_moe_gemm(moe_gemm, self.is_cuda, s.cap if s.moe else None)
         # the GPU's SMs; the pool of the next launch (set by the executor; None: whole GPU)
         self.device_sms, self.pool_sms = (torch.cuda.get_device_properties(
             self.device).multi_processor_count if self.is_cuda else 1), None
@@ -533,6 +536,9 @@ class TorchWorkload(VirtualCollectives):
         wspec, kvspec, aspec = (_weight_specs(s, self.arch), _kv_specs(s),
                                 act_specs(s, graph))
         self.weights = [self._alloc_weights(wspec) for _ in range(self.instances)]
+        if self.moe_gemm == "triton" and self.arch.family == "gpt_oss":
+            for w in self.weights:
+                deinterleave_gate_up(w)
         n_kv = self.instances if kv_cache == "per_instance" else 1
         self.kv = [{nm: self.rand(shp, 1.0) for nm, (shp, _) in kvspec.items()}
                    for _ in range(n_kv)]

@@ -19,11 +19,13 @@ def test_num_kv_splits_by_hand():
     1,024 x 1 programs on 132 SMs: ceil(264 / 1024) = 1; 8 x 8 on 64 SMs with 2,048 positions:
     ceil(128 / 64) = 2; 1 x 8 on 132 SMs: ceil(264 / 8) = 33 > 2,048 / 64 = 32, capped at 32; 1 x 1 with 100,000 positions: min(264, 1,563, 64) = 64; 4 programs, 100 positions:
     ceil(100 / 64) = 2."""
-    assert da.num_kv_splits(1024, 1024, 132) == 1
-    assert da.num_kv_splits(64, 2048, 64) == 2
-    assert da.num_kv_splits(8, 2048, 132) == 32
-    assert da.num_kv_splits(1, 100_000, 132) == 64
-    assert da.num_kv_splits(4, 100, 132) == 2
+    assert da.num_kv_splits(1024, 1024, 132, block_n=64) == 1
+    assert da.num_kv_splits(64, 2048, 64, block_n=64) == 2
+    assert da.num_kv_splits(8, 2048, 132, block_n=64) == 32
+    assert da.num_kv_splits(1, 100_000, 132, block_n=64) == 64
+    assert da.num_kv_splits(4, 100, 132, block_n=64) == 2
+    # the kernel's default block of 128 positions: 2,048 / 128 = 16 blocks cap the 33 wanted
+    assert da.BLOCK_N == 128 and da.num_kv_splits(8, 2048, 132) == 16
 
 
 @given(st.integers(1, 5000), st.integers(1, 40000), st.integers(1, 264))

@@ -6,8 +6,8 @@
 # $OUT/kernel_choice.json. Arguments: the parts (moe mla gqa; default all).
 need_out
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-timeout 240 python3 -m pytest -q -rs -x tests/hw_runtime/test_moe_gemm.py \
+timeout 200 python3 -m pytest -q -rs -x tests/hw_runtime/test_moe_gemm.py \
     tests/hw_runtime/test_decode_attn.py tests/hw_runtime/test_hw_families.py \
     --junitxml="$OUT/kernels_tests.xml" 2>&1 | tail -25
-timeout 330 python3 experiments/kernel_choice_h200.py --out "$OUT" --time-limit 300 \
+timeout 200 python3 experiments/kernel_choice_h200.py --out "$OUT" --time-limit 170 \
     ${*:+--parts $*} 2>&1 | quiet | cut -c1-400 | tail -120
