@@ -109,8 +109,9 @@ def _kernels():
     return k.partial_k, k.merge_k
 
 
-def decode_attention(q, k, v, out, sms: int, splits: int | None = None, block_n: int = BLOCK_N,
-                     waves: float = 2.0, warps: int = 4, stages: int = 3) -> int:
+def decode_attention(q, k, v, out, sms: int, splits: int | None = None,
+                     block_n: int | None = None, waves: float = 2.0, warps: int = 4,
+                     stages: int = 3) -> int:
     """Decode attention of one query token per request into ``out`` (module docstring).
 
     Args:
@@ -120,8 +121,9 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None, block_n:
         splits: force the number of KV splits (tests; 1..``MAX_SPLITS``); default
             ``num_kv_splits``. Splits are whole ``block_n``-position blocks, so fewer may be used.
         block_n, waves, warps, stages: positions per inner step (16-256, a power of two), the
-            target waves of ``num_kv_splits``, Triton warps and pipeline stages (the defaults
-            are the configuration measured in ``attention_h200.json``).
+            target waves of ``num_kv_splits``, Triton warps and pipeline stages. Default
+            ``block_n``: ``BLOCK_N`` up to head dim 128, 64 above (three stages of 128 x 256
+            keys and values need 268 KB of shared memory; the H200 has 227 KB per SM).
 
     Returns:
         The number of KV splits used.
@@ -158,6 +160,8 @@ def decode_attention(q, k, v, out, sms: int, splits: int | None = None, block_n:
         raise ValueError(f"decode_attention: splits must be an integer in 1..{MAX_SPLITS}, got "
                          f"{splits!r}")
     group = qh // kvh
+    if block_n is None:
+        block_n = BLOCK_N if hd <= 128 else 64
     if block_n not in (16, 32, 64, 128, 256):
         raise ValueError(f"decode_attention: block_n must be a power of two in 16-256, got "
                          f"{block_n!r}")
