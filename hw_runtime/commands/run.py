@@ -216,7 +216,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                       "gemm": getattr(a, "gemm", "stock"),
                       "elementwise": getattr(ex, "elementwise", "torch"),
                       "attention": getattr(ex, "attention", "sdpa"),
-                      "moe_gemm": getattr(ex, "moe_gemm", "bmm"),
+                      "moe_gemm": getattr(ex, "moe_gemm", None),
                       "lane_priority": (ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
                                         else False)},
            "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
@@ -230,7 +230,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                model.calibration, getattr(a, "gemm", "stock"), getattr(ex, "elementwise", "torch"),
                getattr(ex, "attention", "sdpa"),
                getattr(a, "collectives", DEFAULT_COLLECTIVES),
-               getattr(ex, "moe_gemm", "bmm") if wl.arch.is_moe else None),
+               getattr(ex, "moe_gemm", None) if wl.arch.is_moe else None),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)

@@ -229,7 +229,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                              attention=attention, moe_gemm=moe_gemm, **link)
         resolved = base.elementwise
         resolved_attention = getattr(base, "attention", "sdpa")
-        resolved_moe = getattr(base, "moe_gemm", "bmm")
+        resolved_moe = getattr(base, "moe_gemm", None)
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}

@@ -105,7 +105,8 @@ def derive_workload(base, graph: OpGraph):
     W.spin, W.proxy = base.spin, base.proxy
     W.elementwise = base.elementwise
     W.attention = getattr(base, "attention", "sdpa")
-    W.moe_gemm = getattr(base, "moe_gemm", "bmm")
+    W.moe_gemm = getattr(base, "moe_gemm", None)
+    W.moe_gemm_policy = getattr(base, "moe_gemm_policy", "auto")
     W.device_sms, W.pool_sms = getattr(base, "device_sms", 1), None
     W.kv_cache = base.kv_cache
     W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
@@ -244,7 +245,7 @@ class Executor:
         self.gemm = GemmPolicy(self.torch, gemm, device)
         self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
         self.attention = getattr(workload, "attention", "sdpa")  # (decode_attn.py)
-        self.moe_gemm = getattr(workload, "moe_gemm", "bmm")     # (moe_gemm.py)
+        self.moe_gemm = getattr(workload, "moe_gemm", None)      # (moe_gemm.py; None: dense)
         # Stream priorities of the pipelined runs (``LANE_PRIORITY``): "auto" turns them on
         # when every lane holds at most one microbatch (m <= k).
         self.lane_priority = "auto"

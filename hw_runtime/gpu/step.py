@@ -90,7 +90,7 @@ class StepWorkloads:
                             seed=1 + len(self._kind_base),
                             elementwise=b.elementwise,
                             attention=getattr(b, "attention", "sdpa"),
-                            moe_gemm=getattr(b, "moe_gemm", "bmm"))
+                            moe_gemm=getattr(b, "moe_gemm_policy", "auto"))
                     wl = self._derive(self._kind_base[key], g)
                     wl.share_residual(main)
                 per_kind[key] = wl

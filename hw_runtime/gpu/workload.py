@@ -467,7 +467,7 @@ class TorchWorkload(VirtualCollectives):
         moe_gemm: the expert GEMMs (``"auto"``, ``"triton"``: one grouped launch over the
             routed tokens with the gather and activation fused, ``"bmm"``: gather + batched
             GEMMs over padded expert batches; ``moe_gemm.resolve``); ``self.moe_gemm``:
-            resolved (``"bmm"`` or ``"triton"``; dense models never use it). With Triton,
+            resolved (``"bmm"`` or ``"triton"``; None for a region without MoE layers). With Triton,
             GPT-OSS's interleaved gate/up columns are stored as gate then up halves (once, at
             allocation, as vLLM loads them).
         workspace_bytes: memory kept free for workspaces/temporaries.
@@ -510,7 +510,8 @@ class TorchWorkload(VirtualCollectives):
         self.spin, self.proxy = bool(spin) and self.is_cuda, bool(proxy) and self.is_cuda
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
         self.attention = resolve_attention(attention, self.is_cuda, self.arch.is_mla)
-        self.moe_gemm = resolve_moe_gemm(moe_gemm, self.is_cuda, s.cap if s.moe else None)
+        self.moe_gemm_policy = moe_gemm       # as asked: other region kinds resolve it too
+        self.moe_gemm = resolve_moe_gemm(moe_gemm, self.is_cuda, s.cap) if s.moe else None
         # the GPU's SMs; the pool of the next launch (set by the executor; None: whole GPU)
         self.device_sms, self.pool_sms = (torch.cuda.get_device_properties(
             self.device).multi_processor_count if self.is_cuda else 1), None

@@ -36,9 +36,24 @@ import numpy as np
 
 from hw_runtime.tune.spec import Candidate, Predictor
 from hw_runtime.gpu.decode_attn import AUTO_TRITON_MLA
-from hw_runtime.gpu.moe_gemm import AUTO_TRITON
+from hw_runtime.gpu.moe_gemm import AUTO_MAX_ROWS, AUTO_TRITON
 
-__all__ = ["summarize_trace", "refit_calibration", "DEFAULT_POOLS"]
+__all__ = ["summarize_trace", "refit_calibration", "resolved_moe_gemm", "DEFAULT_POOLS"]
+
+
+def resolved_moe_gemm(spec, G: int) -> str | None:
+    """The expert GEMMs the runtime ran for ``spec`` at global batch ``G`` on a GPU with Triton
+    (``moe_gemm.resolve``: ``auto`` is Triton up to ``AUTO_MAX_ROWS`` routed slots per expert);
+    None for a dense model."""
+    if not spec.arch.is_moe:
+        return None
+    if spec.moe_gemm != "auto":
+        return spec.moe_gemm
+    from hw_runtime.gpu.workload import workload_shapes
+    from subgpu_jax.model.graph import build_graph
+
+    cap = workload_shapes(build_graph(spec.arch, spec.deployment(G), 1)).cap
+    return "triton" if AUTO_TRITON and cap <= AUTO_MAX_ROWS else "bmm"
 
 #: Pools (SMs) of the table of a kernel the base calibration does not hold (the whole GPU is
 #: added): the pools ``subgpu calibrate`` measures.
@@ -181,8 +196,7 @@ def refit_calibration(base: Predictor, traced: Sequence[tuple[Candidate, Sequenc
             # what the runtime resolves the policies to on a GPU with Triton
             "attention": "triton" if spec.attention == "triton" or (
                 spec.attention == "auto" and spec.arch.is_mla and AUTO_TRITON_MLA) else "sdpa",
-            "moe_gemm": "triton" if spec.moe_gemm == "triton" or (
-                spec.moe_gemm == "auto" and AUTO_TRITON) else "bmm",
+            "moe_gemm": resolved_moe_gemm(spec, batches[0]),
             "tune": {"traces": len(traced), "corun": corun,
                      "pools_traced": {k: sorted(v) for k, v in ratios.items()}}}
     out = {"format": FORMAT, "model": spec.arch.name, "hardware": hw.name,
