@@ -431,6 +431,9 @@ def main(argv=None) -> int:
     ap.add_argument("--digest", default=None,
                     help="the analyze phase's digest (its bands are what subgpu reads); the "
                          "figure goes beside it. Default: <data>/hw_verdicts_h200.json")
+    ap.add_argument("--supersedes", nargs="*", default=[], metavar="FOLDER",
+                    help="analyze: hw_verdicts/<FOLDER> digests this one replaces (recorded; "
+                         "subgpu then never quotes them)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)

@@ -362,6 +362,8 @@ def analyze(args, workloads) -> int:
            # the newest measurement date (verdict_digest prefers the newest digest)
            "made": max((str((_load_measured(args.data, w) or {}).get("date", ""))
                         for w in {r["workload"] for r in rows}), default=""),
+           # digest folders this one replaces (a re-measurement of their plan the same day)
+           "supersedes": list(getattr(args, "supersedes", None) or []),
            "protocol": "experiments/hw_verdicts_h200.py", "neutral": list(NEUTRAL),
            "summary": summ, "temporal": temporal, "recommendations": recs,
            "decomposition": decomposition(rows), "rows": rows,

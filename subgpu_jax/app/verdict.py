@@ -349,8 +349,9 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
     ``hw_verdicts_<gpu>.json``; among those whose ``duration_model`` is ``model_id``, the first
     whose configurations that model's own search chose (``chosen_by_same_model``: the user
     path), else one predicted again after a model change; among those the newest (``made``,
-    an ISO date the analyze phase writes; older digests have none), then the first path; else
-    the path of the top-level file (which may not exist).
+    an ISO date the analyze phase writes; older digests have none), then the first path; a
+    digest whose folder another one names in ``supersedes`` (a re-measurement of its plan) is
+    never chosen; else the path of the top-level file (which may not exist).
 
     Raises:
         ValueError: a digest that exists but is not readable JSON (names the file): it must not
@@ -358,12 +359,13 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
     """
     d = Path(folder) if folder is not None else _results_dir()
     name = f"hw_verdicts_{gpu.lower()}.json"
-    found = []
+    found, replaced = [], set()
     for f in [*sorted((d / "hw_verdicts").glob(f"*/{name}")), d / name]:
         if not f.exists():
             continue
         try:
             data = json.loads(f.read_text())
+            replaced.update(str(x) for x in data.get("supersedes", []) or [])
             if data.get("duration_model") == model_id:
                 found.append((not data.get("chosen_by_same_model", True),
                               str(data.get("made", "")), str(f), f))
@@ -371,6 +373,7 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
             # a broken digest must not silently hand the choice to an older one
             raise ValueError(f"{f}: unreadable verdict bands ({e.__class__.__name__}: {e}); "
                              "restore it from git or remove it") from None
+    found = [x for x in found if x[3].parent.name not in replaced] or found
     if not found:
         return d / name
     flag = min(x[0] for x in found)

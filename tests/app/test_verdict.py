@@ -248,3 +248,27 @@ def test_decide_rule_holds(ps, pm, ls, ws, lm, wm, ms_band):
     else:
         assert v.recommend == "measure"
         assert max(lows.values()) <= 1.0 and max(ps, pm) > NEUTRAL[1]
+
+
+def test_verdict_digest_skips_superseded_folders(tmp_path):
+    """Two digests of one model made the same day: the one another names in ``supersedes`` is
+    never chosen (without the field the first path wins the tie); a broken digest is refused."""
+    import json
+
+    from subgpu_jax.app.verdict import verdict_digest
+
+    def put(folder, **extra):
+        f = tmp_path / "hw_verdicts" / folder / "hw_verdicts_h200.json"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"duration_model": "m1", "made": "2026-12-02", **extra}))
+        return f
+
+    a = put("a-first")
+    assert verdict_digest("H200", "m1", tmp_path) == a
+    b = put("b-remeasured", supersedes=["a-first"])
+    assert verdict_digest("H200", "m1", tmp_path) == b
+    assert verdict_digest("H200", "other", tmp_path) == tmp_path / "hw_verdicts_h200.json"
+    (tmp_path / "hw_verdicts" / "c-broken").mkdir()
+    (tmp_path / "hw_verdicts" / "c-broken" / "hw_verdicts_h200.json").write_text("{")
+    with pytest.raises(ValueError, match="unreadable verdict bands"):
+        verdict_digest("H200", "m1", tmp_path)
