@@ -173,6 +173,24 @@ def moe_rows(torch, timer, deadline, emit, sweep: bool) -> None:
                              bytes_up=bu8, bytes_down=bd8,
                              frac_copy_up=bu8 / (tu * 1e-6) / 1e9 / COPY_GBPS,
                              frac_copy_down=bd8 / (td * 1e-6) / 1e9 / COPY_GBPS))
+            # fp8 x fp8 MMAs with static activation scales (amax / 448 of these inputs)
+            try:
+                a_u = x.float().abs().max().item() / 448.0
+                mg.expert_up_act(x, rt, q8[0][0], act, bias=bu_t, scale=q8[0][1], oss=oss,
+                                 a_scale=a_u)
+                torch.cuda.synchronize()
+                a_d = max(act[slot].float().abs().max().item(), 1e-6) / 448.0
+                tu = timer(lambda r: mg.expert_up_act(x, rt, q8[r % 2][0], act, bias=bu_t,
+                                                      scale=q8[r % 2][1], oss=oss, a_scale=a_u))
+                td = timer(lambda r: mg.expert_down(act, rt, d8[r % 2][0], y, bias=bd,
+                                                    scale=d8[r % 2][1], a_scale=a_d))
+                emit("moe", dict(base, kernel="triton_fp8_act", tiles="rule", up_us=tu,
+                                 down_us=td, bytes_up=bu8, bytes_down=bd8,
+                                 frac_copy_up=bu8 / (tu * 1e-6) / 1e9 / COPY_GBPS,
+                                 frac_copy_down=bd8 / (td * 1e-6) / 1e9 / COPY_GBPS))
+            except Exception as e:  # noqa: BLE001
+                emit("moe", dict(base, kernel="triton_fp8_act", error=f"{type(e).__name__}: "
+                                 f"{e}"[:300]))
             del wu, wd, wu_t, q8, d8, x_exp, gu, act_b, y_b
             torch.cuda.empty_cache()
 
@@ -253,7 +271,29 @@ def gqa_rows(torch, timer, deadline, emit, sweep: bool) -> None:
             except Exception as e:  # noqa: BLE001
                 emit("gqa", dict(base, kernel="triton", block_n=bn, warps=wp, stages=st,
                                  waves=wv, error=f"{type(e).__name__}: {e}"[:300]))
-        del k, v, q, out, ref
+        # the runtime's launch on an fp8 (e4m3) cache and on a paged cache (16-slot pages, as
+        # vLLM's default block, pages shuffled)
+        k8, v8 = k.to(torch.float8_e4m3fn), v.to(torch.float8_e4m3fn)
+        t8 = timer(lambda r: da.decode_attention(q.view(R, qh, hd), k8, v8, out, 132))
+        emit("gqa", dict(base, kernel="triton_fp8_kv", bytes=byts // 2, us=t8,
+                         frac_copy=byts / 2 / (t8 * 1e-6) / 1e9 / COPY_GBPS))
+        del k8, v8
+        page = 16
+        P = R * (L // page)
+        perm = torch.randperm(P, device="cuda").to(torch.int32).view(R, L // page)
+        kp = k.view(R, kvh, L // page, page, hd).permute(0, 2, 1, 3, 4).reshape(P, kvh, page, hd)
+        vp = v.view(R, kvh, L // page, page, hd).permute(0, 2, 1, 3, 4).reshape(P, kvh, page, hd)
+        kp2, vp2 = torch.empty_like(kp), torch.empty_like(vp)
+        kp2[perm.view(-1).long()] = kp
+        vp2[perm.view(-1).long()] = vp
+        del kp, vp
+        lens = torch.full((R,), L, device="cuda", dtype=torch.int32)
+        tp = timer(lambda r: da.paged_decode_attention(q.view(R, qh, hd), kp2, vp2, perm, lens,
+                                                       out, 132, max_len=L))
+        emit("gqa", dict(base, kernel="triton_paged16", us=tp,
+                         frac_copy=byts / (tp * 1e-6) / 1e9 / COPY_GBPS,
+                         max_rel_vs_sdpa=_rel(torch, out, ref.view(R, qh, hd))))
+        del k, v, q, out, ref, kp2, vp2
         torch.cuda.empty_cache()
 
 

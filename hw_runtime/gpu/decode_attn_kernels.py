@@ -4,7 +4,10 @@ module level, where every Triton version's JIT resolves the names a kernel uses.
 
 ``partial_k``: grid (requests, KV heads, splits); one program computes, for every query head
 of its KV head's group, the softmax-weighted sum of its split's positions (online softmax over
-``BN``-position blocks, float32) and the split's log-sum-exp. ``merge_k``: grid (requests,
+``BN``-position blocks, float32) and the split's log-sum-exp. The KV cache is contiguous per
+request or paged (``PAGED``: positions through the request's block table, ``PAGE`` slots per
+page; ``HAS_LENS``: each request's own history length), bf16 or fp8 (widened to the query's
+dtype; the key scale is folded into ``scale``, the value scale multiplies the output). ``merge_k``: grid (requests,
 query heads); the splits' partial sums weighted by ``exp(lse - max lse)``, normalised, rounded
 once to the output's dtype. ``mla_partial_k``: the same split for multi-head latent attention
 (DeepSeek-V3, absorbed): one latent cache per request shared by all query heads, keys = latent +
@@ -18,12 +21,13 @@ __all__ = ["partial_k", "merge_k", "mla_partial_k"]
 
 
 @triton.jit
-def partial_k(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+def partial_k(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, bt_ptr, len_ptr,
                sq_r, sq_h, sk_r, sk_h, sk_l, sv_r, sv_h, sv_l,
-               so_r, so_h, so_s, sl_r, sl_h,
-               L, split_len, scale,
+               so_r, so_h, so_s, sl_r, sl_h, sbt,
+               L, split_len, scale, v_scale,
                GROUP: tl.constexpr, GROUP_PAD: tl.constexpr, HD: tl.constexpr,
-               BN: tl.constexpr):
+               BN: tl.constexpr, PAGED: tl.constexpr, PAGE: tl.constexpr,
+               HAS_LENS: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)   # request and head offsets can pass 2**31
     g = tl.program_id(1).to(tl.int64)
     s = tl.program_id(2)
@@ -33,29 +37,42 @@ def partial_k(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     d = tl.arange(0, HD)
     q = tl.load(q_ptr + r * sq_r + heads[:, None] * sq_h + d[None, :],
                 mask=hmask[:, None], other=0.0)
+    Lr = L
+    if HAS_LENS:                         # per-request history (paged caches)
+        Lr = tl.load(len_ptr + r)
     start = s * split_len
-    end = tl.minimum(start + split_len, L)
+    end = tl.minimum(start + split_len, Lr)
     m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
     l_i = tl.zeros([GROUP_PAD], tl.float32)
     acc = tl.zeros([GROUP_PAD, HD], tl.float32)
-    kb = k_ptr + r * sk_r + g * sk_h
-    vb = v_ptr + r * sv_r + g * sv_h
+    kb = k_ptr + g * sk_h
+    vb = v_ptr + g * sv_h
+    if not PAGED:
+        kb += r * sk_r
+        vb += r * sv_r
     for n0 in range(start, end, BN):
         offs = n0 + tl.arange(0, BN)
         nmask = offs < end
-        kt = tl.load(kb + offs[None, :] * sk_l + d[:, None], mask=nmask[None, :], other=0.0)
-        qk = tl.dot(q, kt) * scale                        # (GROUP_PAD, BN) float32
+        if PAGED:    # position -> (page of the request's block table, slot in the page)
+            page = tl.load(bt_ptr + r * sbt + offs // PAGE, mask=nmask, other=0).to(tl.int64)
+            krow = page * sk_r + (offs % PAGE) * sk_l
+            vrow = page * sv_r + (offs % PAGE) * sv_l
+        else:
+            krow = offs * sk_l
+            vrow = offs * sv_l
+        kt = tl.load(kb + krow[None, :] + d[:, None], mask=nmask[None, :], other=0.0)
+        qk = tl.dot(q, kt.to(q.dtype)) * scale            # (GROUP_PAD, BN) float32
         qk = tl.where(nmask[None, :], qk, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(qk - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        vv = tl.load(vb + offs[:, None] * sv_l + d[None, :], mask=nmask[:, None], other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(vv.dtype), vv)
+        vv = tl.load(vb + vrow[:, None] + d[None, :], mask=nmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), vv.to(q.dtype))
         m_i = m_new
     # an empty split (start >= L) leaves l_i = 0 and m_i = -inf: weight 0 in the merge
     safe = tl.where(l_i > 0, l_i, 1.0)
-    o = acc / safe[:, None]
+    o = acc / safe[:, None] * v_scale
     lse = tl.where(l_i > 0, m_i + tl.log(safe), float("-inf"))
     tl.store(o_ptr + r * so_r + heads[:, None] * so_h + s * so_s + d[None, :], o,
              mask=hmask[:, None])

@@ -263,9 +263,21 @@ def _check(name: str, rt: RoutedTokens, a, w, out, bias, scale, k_in: int, n_w: 
         raise ValueError(f"{name}: tensors must be on one CUDA device")
 
 
+def _a_inv(a_scale, fp8: bool, name: str) -> float:
+    """``1 / a_scale`` for the kernels (1.0 without one); ValueError on a bad scale."""
+    if a_scale is None:
+        return 1.0
+    if not fp8:
+        raise ValueError(f"{name}: a_scale needs fp8 weights (float8_e4m3fn with a scale)")
+    if isinstance(a_scale, bool) or not isinstance(a_scale, (int, float)) \
+            or not math.isfinite(a_scale) or a_scale <= 0:
+        raise ValueError(f"{name}: a_scale must be a finite number > 0, got {a_scale!r}")
+    return 1.0 / float(a_scale)
+
+
 def expert_up_act(x, rt: RoutedTokens, w, out, bias=None, scale=None, oss: bool = False,
                   interleaved: bool = False, alpha: float = 1.702, limit: float = 7.0,
-                  config: MoeConfig | None = None) -> MoeConfig:
+                  config: MoeConfig | None = None, a_scale: float | None = None) -> MoeConfig:
     """Gate/up projection + activation of every routed slot, one launch for all experts.
 
     Args:
@@ -279,12 +291,16 @@ def expert_up_act(x, rt: RoutedTokens, w, out, bias=None, scale=None, oss: bool 
             GPT-OSS's clamped SwiGLU (``(clamp(u, -l, l) + 1) * g * sigmoid(alpha * g)``, ``g =
             min(gate, l)``; alpha 1.702, limit 7.0 from its public config); else ``silu(g) * u``.
         config: tiles (default ``moe_config``; ``bm`` must equal ``rt.bm``).
+        a_scale: with fp8 weights, a static activation scale (> 0): ``x`` is quantised to
+            fp8 as ``x / a_scale`` on load and the MMA runs in fp8; None: the weights are
+            widened to bf16.
 
     Returns:
         The ``MoeConfig`` launched.
 
     Raises:
-        ValueError: shapes, dtypes or devices that do not match.
+        ValueError: shapes, dtypes or devices that do not match, ``a_scale`` without fp8
+            weights or not a finite number > 0.
     """
     F2 = w.shape[-1] if w.dim() == 3 else -1
     if F2 % 2 or x.dim() != 2:
@@ -305,19 +321,22 @@ def expert_up_act(x, rt: RoutedTokens, w, out, bias=None, scale=None, oss: bool 
         rt.blk_e, rt.blk_r0, rt.blk_n, x.shape[1], F, x.stride(0), w.stride(0), w.stride(1),
         bias.stride(0) if bias is not None else 0, scale.stride(0) if fp8 else 0,
         out.stride(0), 1 if interleaved else F, float(alpha), float(limit),
+        _a_inv(a_scale, fp8, "expert_up_act"),
         G_STEP=2 if interleaved else 1, OSS=bool(oss), HAS_BIAS=bias is not None, FP8=fp8,
+        A_FP8=a_scale is not None,
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages)
     return cfg
 
 
 def expert_down(a, rt: RoutedTokens, w, out, bias=None, scale=None,
-                config: MoeConfig | None = None) -> MoeConfig:
+                config: MoeConfig | None = None, a_scale: float | None = None) -> MoeConfig:
     """Down projection of every routed slot, one launch for all experts.
 
     Args:
         a: ``(>= E x seg, F)`` bf16 activations in slot order (``expert_up_act``'s ``out``).
         w: ``(>= E, F, H)`` bf16 or fp8. out: ``(>= E x seg, H)``, written at the routed slots.
-        bias ``(E, 1, H)``, scale ``(E, 1, H)`` float32 with fp8, config: as ``expert_up_act``.
+        bias ``(E, 1, H)``, scale ``(E, 1, H)`` float32 with fp8, config, a_scale: as
+        ``expert_up_act``.
 
     Returns:
         The ``MoeConfig`` launched.
@@ -342,7 +361,8 @@ def expert_down(a, rt: RoutedTokens, w, out, bias=None, scale=None,
         a, w, bias if bias is not None else w, scale if fp8 else a, out,
         rt.blk_e, rt.blk_r0, rt.blk_n, a.shape[1], N, a.stride(0), w.stride(0), w.stride(1),
         bias.stride(0) if bias is not None else 0, scale.stride(0) if fp8 else 0,
-        out.stride(0), HAS_BIAS=bias is not None, FP8=fp8,
+        out.stride(0), _a_inv(a_scale, fp8, "expert_down"), HAS_BIAS=bias is not None, FP8=fp8,
+        A_FP8=a_scale is not None,
         BM=cfg.bm, BN=cfg.bn, BK=cfg.bk, num_warps=cfg.warps, num_stages=cfg.stages)
     return cfg
 

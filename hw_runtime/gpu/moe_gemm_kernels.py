@@ -13,6 +13,11 @@ activation, and stores ``act`` rows in slot order. Gate column ``j`` is column `
 of the packed weight and up column ``j * G_STEP + u_off`` (``G_STEP = 1, u_off = F``: gate then
 up halves; ``G_STEP = 2, u_off = 1``: GPT-OSS's interleaved layout).
 
+With fp8 weights the weight tiles are widened to bf16 before the MMA, or, with a static
+activation scale (``A_FP8``, ``a_inv = 1 / a_scale``), the activation tiles are quantised to the
+weights' fp8 on load and the MMA runs in fp8 (float32 accumulation), both scales applied in the
+epilogue (vLLM's static fp8 scheme).
+
 ``down_k``: the expert's down projection of the block's ``act`` rows (contiguous slot rows),
 bias and fp8 scale, stored as ``y`` rows in slot order.
 """
@@ -25,9 +30,10 @@ __all__ = ["up_act_k", "down_k"]
 
 @triton.jit
 def up_act_k(x_ptr, src_ptr, w_ptr, b_ptr, sc_ptr, out_ptr, blk_e, blk_r0, blk_n,
-             K, F, sx, sw_e, sw_k, sb_e, ssc_e, so, u_off, alpha, limit,
+             K, F, sx, sw_e, sw_k, sb_e, ssc_e, so, u_off, alpha, limit, a_inv,
              G_STEP: tl.constexpr, OSS: tl.constexpr, HAS_BIAS: tl.constexpr,
-             FP8: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+             FP8: tl.constexpr, A_FP8: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+             BK: tl.constexpr):
     b = tl.program_id(0)
     pn = tl.program_id(1)
     e = tl.load(blk_e + b).to(tl.int64)
@@ -52,7 +58,9 @@ def up_act_k(x_ptr, src_ptr, w_ptr, b_ptr, sc_ptr, out_ptr, blk_e, blk_r0, blk_n
         a = tl.load(a_ptrs, mask=rmask[:, None] & kmask[None, :], other=0.0)
         g = tl.load(g_ptrs, mask=kmask[:, None] & cmask[None, :], other=0.0)
         u = tl.load(u_ptrs, mask=kmask[:, None] & cmask[None, :], other=0.0)
-        if FP8:
+        if A_FP8:    # static activation scale: fp8 x fp8 MMA
+            a = tl.minimum(tl.maximum(a.to(tl.float32) * a_inv, -448.0), 448.0).to(g.dtype)
+        elif FP8:    # weights widened to the activations' bf16
             g = g.to(tl.bfloat16)
             u = u.to(tl.bfloat16)
         accg = tl.dot(a, g, accg)
@@ -63,6 +71,9 @@ def up_act_k(x_ptr, src_ptr, w_ptr, b_ptr, sc_ptr, out_ptr, blk_e, blk_r0, blk_n
     if FP8:
         accg = accg * tl.load(sc_ptr + e * ssc_e + gcol, mask=cmask, other=0.0)[None, :]
         accu = accu * tl.load(sc_ptr + e * ssc_e + ucol, mask=cmask, other=0.0)[None, :]
+    if A_FP8:
+        accg = accg / a_inv
+        accu = accu / a_inv
     if HAS_BIAS:
         accg += tl.load(b_ptr + e * sb_e + gcol, mask=cmask, other=0.0).to(tl.float32)[None, :]
         accu += tl.load(b_ptr + e * sb_e + ucol, mask=cmask, other=0.0).to(tl.float32)[None, :]
@@ -78,8 +89,8 @@ def up_act_k(x_ptr, src_ptr, w_ptr, b_ptr, sc_ptr, out_ptr, blk_e, blk_r0, blk_n
 
 @triton.jit
 def down_k(a_ptr, w_ptr, b_ptr, sc_ptr, out_ptr, blk_e, blk_r0, blk_n,
-           K, N, sa, sw_e, sw_k, sb_e, ssc_e, so,
-           HAS_BIAS: tl.constexpr, FP8: tl.constexpr,
+           K, N, sa, sw_e, sw_k, sb_e, ssc_e, so, a_inv,
+           HAS_BIAS: tl.constexpr, FP8: tl.constexpr, A_FP8: tl.constexpr,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     b = tl.program_id(0)
     pn = tl.program_id(1)
@@ -98,13 +109,17 @@ def down_k(a_ptr, w_ptr, b_ptr, sc_ptr, out_ptr, blk_e, blk_r0, blk_n,
         kmask = (k0 + kk) < K
         a = tl.load(a_ptrs, mask=rmask[:, None] & kmask[None, :], other=0.0)
         w = tl.load(w_ptrs, mask=kmask[:, None] & cmask[None, :], other=0.0)
-        if FP8:
+        if A_FP8:
+            a = tl.minimum(tl.maximum(a.to(tl.float32) * a_inv, -448.0), 448.0).to(w.dtype)
+        elif FP8:
             w = w.to(tl.bfloat16)
         acc = tl.dot(a, w, acc)
         a_ptrs += BK
         w_ptrs += BK * sw_k
     if FP8:
         acc = acc * tl.load(sc_ptr + e * ssc_e + cols, mask=cmask, other=0.0)[None, :]
+    if A_FP8:
+        acc = acc / a_inv
     if HAS_BIAS:
         acc += tl.load(b_ptr + e * sb_e + cols, mask=cmask, other=0.0).to(tl.float32)[None, :]
     optr = out_ptr + (r0 + rows)[:, None] * so + cols[None, :]

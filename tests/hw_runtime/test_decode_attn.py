@@ -170,8 +170,10 @@ def test_gpu_decode_attention_refuses_bad_shapes():
         da.decode_attention(q2, k2, k2, torch.empty_like(q2), sms=132)
     q3 = torch.zeros((2, 8, 128), device="cuda", dtype=torch.bfloat16)
     k3 = torch.zeros((2, 4, 64, 128), device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="share a dtype"):
+    with pytest.raises(ValueError, match="k, v share q's dtype or one fp8 dtype"):
         da.decode_attention(q3, k3.float(), k3, torch.empty_like(q3), sms=132)
+    with pytest.raises(ValueError, match="k_scale must be a finite number > 0"):
+        da.decode_attention(q3, k3, k3, torch.empty_like(q3), sms=132, k_scale=0.0)
     for bad in (0, 65, True):
         with pytest.raises(ValueError, match="splits must be an integer"):
             da.decode_attention(q3, k3, k3, torch.empty_like(q3), sms=132, splits=bad)
@@ -187,6 +189,74 @@ def test_gpu_region_triton_attention_vs_sdpa(dense_region_output):
     ref = outs["sdpa"]
     rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("R,qh,kvh,L", [(3, 8, 1, 300), (4, 32, 8, 1000), (2, 28, 4, 70)])
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
+def test_gpu_decode_attention_fp8_kv(R, qh, kvh, L, dtype):
+    """An fp8 KV cache with per-tensor scales against the float32 reference of the dequantised
+    cache (``k_fp8 * k_scale``): the same 1e-2 bound as bf16 (the fp8 rounding is in the
+    reference's input, not in the error)."""
+    torch = _cuda_triton()
+    g = torch.Generator(device="cuda").manual_seed(R + L)
+    q = torch.randn((R, qh, 128), generator=g, device="cuda").to(torch.bfloat16)
+    kf = torch.randn((R, kvh, L, 128), generator=g, device="cuda") * 3.0
+    vf = torch.randn((R, kvh, L, 128), generator=g, device="cuda") * 0.5
+    dt = getattr(torch, dtype)
+    ks, vs = kf.abs().max().item() / 200.0, vf.abs().max().item() / 200.0
+    k8, v8 = (kf / ks).to(dt), (vf / vs).to(dt)
+    out = torch.empty_like(q)
+    da.decode_attention(q, k8, v8, out, sms=132, k_scale=ks, v_scale=vs)
+    torch.cuda.synchronize()
+    ref = _reference(torch, q, k8.float() * ks, v8.float() * vs)
+    err = (out.float() - ref).abs().max().item()
+    assert err <= 1e-2 * ref.abs().max().item(), err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page,block_n", [(16, 64), (64, 64), (128, 128), (1, 16)])
+def test_gpu_paged_decode_attention_matches_per_request_reference(page, block_n):
+    """A paged cache with shuffled pages and a different history per request (1 to 700
+    positions) against the float32 reference of each request's own positions; pages smaller
+    than, equal to and larger than the kernel's block."""
+    torch = _cuda_triton()
+    g = torch.Generator(device="cuda").manual_seed(page)
+    R, qh, kvh, hd = 5, 16, 4, 128
+    lens = [1, 64, 129, 700, 333]
+    maxp = -(-max(lens) // page)
+    P = R * maxp
+    kp = torch.randn((P, kvh, page, hd), generator=g, device="cuda").to(torch.bfloat16)
+    vp = torch.randn((P, kvh, page, hd), generator=g, device="cuda").to(torch.bfloat16)
+    perm = torch.randperm(P, generator=torch.Generator().manual_seed(1)).to(torch.int32)
+    bt = perm.view(R, maxp).cuda()
+    q = torch.randn((R, qh, hd), generator=g, device="cuda").to(torch.bfloat16)
+    out = torch.empty_like(q)
+    da.paged_decode_attention(q, kp, vp, bt, torch.tensor(lens, dtype=torch.int32,
+                                                          device="cuda"),
+                              out, sms=132, max_len=max(lens), block_n=block_n)
+    torch.cuda.synchronize()
+    for r, n in enumerate(lens):
+        pages = bt[r, :-(-n // page)].long()
+        k = kp[pages].permute(1, 0, 2, 3).reshape(kvh, -1, hd)[:, :n][None]
+        v = vp[pages].permute(1, 0, 2, 3).reshape(kvh, -1, hd)[:, :n][None]
+        ref = _reference(torch, q[r:r + 1], k, v)
+        err = (out[r:r + 1].float() - ref).abs().max().item()
+        assert err <= 1e-2 * ref.abs().max().item(), (r, err)
+
+
+@pytest.mark.gpu
+def test_gpu_paged_decode_attention_refuses_bad_tables():
+    torch = _cuda_triton()
+    q = torch.zeros((2, 8, 128), device="cuda", dtype=torch.bfloat16)
+    kp = torch.zeros((4, 2, 16, 128), device="cuda", dtype=torch.bfloat16)
+    bt = torch.zeros((2, 2), device="cuda", dtype=torch.int64)
+    lens = torch.ones(2, device="cuda", dtype=torch.int32)
+    with pytest.raises(ValueError, match="block_table must be int32"):
+        da.paged_decode_attention(q, kp, kp, bt, lens, torch.empty_like(q), 132)
+    with pytest.raises(ValueError, match="max_len must be an integer in 1..32"):
+        da.paged_decode_attention(q, kp, kp, bt.to(torch.int32), lens, torch.empty_like(q), 132,
+                                  max_len=33)
 
 
 def _mla_reference(torch, q, cache, latent, scale):

@@ -150,6 +150,14 @@ def _ref_up(torch, x, src, counts, seg, w, bias, oss, inter):
     return out
 
 
+def _q8(torch, x, a_scale):
+    """``x`` as the kernel sees it with a static activation scale: quantised to e4m3 and back
+    (unchanged without one)."""
+    if a_scale is None:
+        return x
+    return (x.float() / a_scale).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float() * a_scale
+
+
 def _valid(counts, seg):
     return [e * seg + i for e, c in enumerate(counts) for i in range(c)]
 
@@ -160,15 +168,16 @@ def _valid(counts, seg):
                                         ([40, 7, 0, 0, 33, 12, 5, 60], 512, 256)])
 @pytest.mark.parametrize("oss,bias,inter", [(False, False, False), (True, True, True),
                                             (True, True, False)])
-@pytest.mark.parametrize("fp8", [False, True])
-def test_gpu_grouped_gemms_match_float32(counts, H, F, oss, bias, inter, fp8):
+@pytest.mark.parametrize("fp8,afp8", [(False, False), (True, False), (True, True)])
+def test_gpu_grouped_gemms_match_float32(counts, H, F, oss, bias, inter, fp8, afp8):
     """Gate/up + activation (SwiGLU; GPT-OSS's clamped SwiGLU with its interleaved columns and
     with the runtime's halves), then down, over uneven routed counts (empty experts, one slot,
     several blocks per expert, K and N not multiples of the tiles) against float32 references
     of the same weights (for fp8: of the dequantised weights ``w_fp8 * scale``): max |error|
     <= 2e-2 x max |reference| (bf16 inputs; the one bf16 rounding of the activation before the
-    down projection is the largest term). Empty slots are never written (a NaN sentinel
-    stays)."""
+    down projection is the largest term). With ``afp8`` (a static activation scale: fp8 x fp8
+    MMAs) the references take the activations quantised the same way (``_q8``), so only the
+    accumulation is compared. Empty slots are never written (a NaN sentinel stays)."""
     torch = _cuda_triton()
     g = torch.Generator(device="cuda").manual_seed(len(counts) * 7 + H)
     E, seg, T = len(counts), max(counts), 50
@@ -189,17 +198,22 @@ def test_gpu_grouped_gemms_match_float32(counts, H, F, oss, bias, inter, fp8):
     rt, src = _routing(torch, counts, seg, T, g)
     act = torch.full((E * seg, F), float("nan"), device="cuda", dtype=torch.bfloat16)
     y = torch.full((E * seg, H), float("nan"), device="cuda", dtype=torch.bfloat16)
-    mg.expert_up_act(x, rt, wu, act, bias=bu, scale=su, oss=oss, interleaved=inter)
-    mg.expert_down(act, rt, wd, y, bias=bd, scale=sd)
+    asc_u = x.float().abs().max().item() / 400.0 if afp8 else None
+    mg.expert_up_act(x, rt, wu, act, bias=bu, scale=su, oss=oss, interleaved=inter,
+                     a_scale=asc_u)
+    torch.cuda.synchronize()
+    ok0 = _valid(counts, seg)
+    asc_d = act[ok0].float().abs().max().item() / 400.0 if afp8 else None
+    mg.expert_down(act, rt, wd, y, bias=bd, scale=sd, a_scale=asc_d)
     torch.cuda.synchronize()
     ok = _valid(counts, seg)
-    ref_a = _ref_up(torch, x, src.long(), counts, seg, deq_u, bu, oss, inter)
+    ref_a = _ref_up(torch, _q8(torch, x, asc_u), src.long(), counts, seg, deq_u, bu, oss, inter)
     err = (act[ok].float() - ref_a[ok]).abs().max().item()
     assert err <= 2e-2 * ref_a[ok].abs().max().item(), ("up", err)
     ref_y = torch.zeros((E * seg, H), device="cuda")
     for e, c in enumerate(counts):
         if c:
-            r = act[e * seg:e * seg + c].float() @ deq_d[e].float()
+            r = _q8(torch, act[e * seg:e * seg + c], asc_d).float() @ deq_d[e].float()
             ref_y[e * seg:e * seg + c] = r + (bd[e].float() if bias else 0.0)
     err = (y[ok].float() - ref_y[ok]).abs().max().item()
     assert err <= 2e-2 * ref_y[ok].abs().max().item(), ("down", err)
@@ -260,6 +274,9 @@ def test_gpu_grouped_gemm_refuses_bad_input():
     w8 = torch.zeros((2, 64, 64), device="cuda").to(torch.float8_e4m3fn)
     with pytest.raises(ValueError, match="fp8 weights need a float32 scale"):
         mg.expert_up_act(x, rt, w8, act)
+    w16 = torch.zeros((2, 64, 64), device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="a_scale needs fp8 weights"):
+        mg.expert_up_act(x, rt, w16, act, a_scale=1.0)
     with pytest.raises(ValueError, match="src must have 2 x 4"):
         mg.routed_tokens(torch.zeros(5, device="cuda"), [4, 4], 4)
 
