@@ -126,7 +126,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="decode attention, the same for temporal and pipelined runs: sdpa "
                         "(PyTorch's scaled_dot_product_attention), triton (split-KV, GQA "
                         "without expanding the cache, splits sized for the pool: "
-                        "hw_runtime/gpu/decode_attn.py; for GQA measured 1-17%% slower than "
+                        "hw_runtime/gpu/decode_attn.py; for GQA measured 1-8%% slower than "
                         "sdpa on the H200, docs/results.md; for MLA a latent-cache kernel) or "
                         "auto (sdpa for GQA, triton for MLA). Default: auto")
     x.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,

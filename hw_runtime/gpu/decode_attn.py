@@ -1,11 +1,14 @@
 """Split-KV decode attention in Triton (issue 23, item 2): one query token per request, GQA
-without expanding the KV cache, the number of KV splits chosen from the batch and the SMs of
-the pool the kernel runs on.
+without expanding the KV cache (bf16 or fp8, contiguous or paged), and multi-head latent
+attention (DeepSeek-V3), the number of KV splits chosen from the batch and the SMs of the pool
+the kernel runs on.
 
-The runtime's default decode attention is ``torch.nn.functional.scaled_dot_product_attention``,
-which on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``; measured, it
-streams the KV cache at 1.00-1.06 of the copy bandwidth, and this kernel 0.9-16.6% slower
-(docs/results.md, "The temporal step against its limits"), so it stays opt-in. Serving engines run split-KV ("flash-decoding") kernels instead: the KV history
+For GQA the runtime's default stays ``torch.nn.functional.scaled_dot_product_attention``, which
+on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``: it streams the KV cache
+at 1.00-1.07 of the copy bandwidth, and this kernel, with its best launch settings, measured
+1-8% slower on two of three workloads' shapes (docs/results.md, "Kernel choices"). For MLA
+SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 2.2-3.4x
+faster, so it is the default there. Serving engines run split-KV ("flash-decoding") kernels instead: the KV history
 of each (request, KV head) is cut into ``S`` splits, each split is one program that computes a
 partial softmax-weighted sum for all query heads of its group, and a second kernel merges the
 ``S`` partials with their log-sum-exps. ``S`` is chosen so that the grid fills the SMs the
@@ -24,9 +27,8 @@ more.
 * Arithmetic: scores, softmax and the accumulator in float32, probabilities rounded to the
   cache's dtype for the second product (as FlashAttention does), one rounding of the result.
 
-``ATTENTION`` policies (``resolve``): ``"sdpa"`` PyTorch's SDPA (the default until the Triton
-kernel is measured on the GPU), ``"triton"`` this kernel (refused where Triton or CUDA is
-missing); ``"auto"`` is SDPA for now. Needs torch and triton only when a kernel runs; the
+``ATTENTION`` policies (``resolve``): ``"sdpa"`` PyTorch's SDPA, ``"triton"`` these kernels
+(refused where Triton or CUDA is missing); ``"auto"`` SDPA for GQA, Triton for MLA. Needs torch and triton only when a kernel runs; the
 split choice is pure Python (tested on the CPU).
 """
 
@@ -70,8 +72,8 @@ def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
     """
     from hw_runtime.gpu.fused import resolve_triton_policy
 
-    # auto is SDPA: on the H200 it streams the KV cache at the copy bandwidth and the Triton
-    # kernel measured 1-17% slower (docs/results.md, "The temporal step against its limits")
+    # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth and the
+    # Triton kernel measured 1-8% slower; Triton for MLA (docs/results.md, "Kernel choices")
     return resolve_triton_policy("attention", policy, ATTENTION, is_cuda, "sdpa",
                                  mla and AUTO_TRITON_MLA)
 
