@@ -454,6 +454,11 @@ def main(argv=None) -> int:
     args.digest = args.digest or os.path.join(args.data, "hw_verdicts_h200.json")
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
+    for s in args.supersedes:
+        own = os.path.basename(os.path.dirname(os.path.abspath(args.digest)))
+        if s == own or not os.path.isfile(os.path.join(DATA, s, "hw_verdicts_h200.json")):
+            ap.error(f"--supersedes: {s!r} must name another digest folder of {DATA} (one "
+                     f"holding hw_verdicts_h200.json)")
     if args.phase == "plan":
         return plan_phase(args)
     if args.phase == "repredict":

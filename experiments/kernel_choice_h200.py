@@ -311,6 +311,10 @@ def main(argv=None) -> int:
     if not a.out:
         print("kernel_choice_h200: --out (or $OUT) is required", file=sys.stderr)
         return 2
+    a.parts = list(dict.fromkeys(a.parts))   # each part once
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        print(f"kernel_choice_h200: --out {a.out!r} exists and is not a folder", file=sys.stderr)
+        return 2
     if not (a.time_limit > 0):
         print(f"kernel_choice_h200: --time-limit must be > 0, got {a.time_limit}", file=sys.stderr)
         return 2

@@ -207,7 +207,21 @@ def main(argv=None) -> int:
                     help="the model to compare with (analyze): H200 (the default model, "
                          "analytic-v3) or H200:analytic-v2")
     args = ap.parse_args(argv)
-    return device_phase(args) if args.phase == "device" else analyze_phase(args)
+    if not (args.time_limit > 0 and args.time_limit < float("inf")):
+        ap.error(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
+    if args.phase == "analyze":
+        if args.attention != "auto" or args.moe_gemm != "auto":
+            ap.error("--attention and --moe-gemm choose the device phase's kernels; the analyze "
+                     "phase reads the default trace_<workload>.json files")
+        return analyze_phase(args)
+    from hw_runtime.commands.common import gpu_check
+    try:
+        gpu_check()
+    except Exception as e:  # noqa: BLE001  (no torch, no GPU, no green contexts: one line)
+        print(f"error: the device phase needs a GPU with green contexts: {e}".splitlines()[0],
+              file=sys.stderr)
+        return 2
+    return device_phase(args)
 
 
 if __name__ == "__main__":

@@ -230,7 +230,7 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                model.calibration, getattr(a, "gemm", "stock"), getattr(ex, "elementwise", "torch"),
                getattr(ex, "attention", "sdpa"),
                getattr(a, "collectives", DEFAULT_COLLECTIVES),
-               getattr(ex, "moe_gemm", None) if wl.arch.is_moe else None),
+               getattr(ex, "moe_gemm", None) if wl.arch.is_moe else None, dep.global_batch),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
@@ -241,10 +241,11 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
 
 def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdpa",
                          collectives: str = DEFAULT_COLLECTIVES,
-                         moe_gemm: str | None = None) -> list[str]:
+                         moe_gemm: str | None = None, batch: int | None = None) -> list[str]:
     """How the kernels a calibration was measured with differ from the run's (its ``meta``:
     ``gemm``, ``elementwise``, ``attention``, ``collectives``, ``moe_gemm`` (compared only for
-    MoE models: pass None otherwise); a calibration from before a field existed used ``stock``
+    MoE models: pass None otherwise; a per-batch ``meta.moe_gemm`` is read at ``batch``); a
+    calibration from before a field existed used ``stock``
     GEMMs, the PyTorch ``torch`` chains, SDPA, ``sleep`` and ``bmm`` experts). Each difference also goes to stderr as a warning, since the
     prediction then describes other kernels than the ones measured.
 
@@ -262,6 +263,9 @@ def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdp
         fields.append(("moe_gemm", moe_gemm))
     for field, run in fields:
         was = (cal.meta or {}).get(field) or default[field]
+        if isinstance(was, dict):   # per batch (gpu.calibrate.moe_gemm_meta)
+            was = was.get(str(batch), default[field]) if batch is not None else \
+                "/".join(sorted(set(map(str, was.values()))))
         if was != run:
             out.append(f"calibration measured with {field}={was}, this run uses {run}")
     for line in out:

@@ -162,6 +162,14 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     return out
 
 
+def moe_gemm_meta(per_batch: dict[str, str | None]) -> str | dict | None:
+    """``meta.moe_gemm`` of a calibration: the one expert-GEMM choice of all its batches (None
+    for a dense model), or ``{batch: choice}`` where they differ (``--moe-gemm auto`` picks by
+    the routed tokens per expert, so by the batch)."""
+    vals = set(per_batch.values())
+    return next(iter(vals)) if len(vals) <= 1 else dict(per_batch)
+
+
 def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
               microbatches: Sequence[int] = (1, 2, 4), pools: Sequence[int] = DEFAULT_POOLS,
               reps: int = 7, warmup: int = 2, coruns: bool = True, hardware: str = "H200",
@@ -188,7 +196,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         attention: the decode attention (``hw_runtime.gpu.decode_attn``: auto, sdpa, triton);
             the resolved choice is recorded in ``meta.attention``.
         moe_gemm: the expert GEMMs (``hw_runtime.gpu.moe_gemm``: auto, triton, bmm); the
-            resolved choice is recorded in ``meta.moe_gemm``.
+            resolved choice is recorded in ``meta.moe_gemm`` (one value, or one per batch
+            where ``auto`` chose differently: ``moe_gemm_meta``).
         collectives: how the collectives run while timed (``--collectives``: sleep, proxy,
             none); recorded in ``meta.collectives``.
 
@@ -215,6 +224,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     if not batches or not microbatches or not pools:
         raise ValueError("calibrate: batches, microbatches and pools must be non-empty")
     t0 = time.time()
+    resolved_moe: dict[str, str | None] = {}   # per batch: auto depends on the rows per expert
     tables: dict[str, dict] = {}
     names: dict[str, str] = {}
     raw: list[dict] = []
@@ -229,7 +239,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                              attention=attention, moe_gemm=moe_gemm, **link)
         resolved = base.elementwise
         resolved_attention = getattr(base, "attention", "sdpa")
-        resolved_moe = getattr(base, "moe_gemm", None)
+        resolved_moe[str(int(G))] = getattr(base, "moe_gemm", None)
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}
@@ -311,7 +321,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                  "date": time.strftime("%Y-%m-%d %H:%M:%S"), "pools": list(pools),
                  "microbatches": list(microbatches), "reps": reps, "warmup": warmup,
                  "gemm": gemm, "elementwise": resolved, "attention": resolved_attention,
-                 "moe_gemm": resolved_moe,
+                 "moe_gemm": moe_gemm_meta(resolved_moe),
                  "collectives": collectives,
                  "protocol": "time_kernels: op launched once per region instance (18, cold L2) "
                              "in one CUDA graph; median of reps replays / instances",

@@ -7,7 +7,7 @@ For GQA the runtime's default stays ``torch.nn.functional.scaled_dot_product_att
 on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``: it streams the KV cache
 at 1.00-1.07 of the copy bandwidth, and this kernel, with its best launch settings, measured
 1-8% slower on two of three workloads' shapes (docs/results.md, "Kernel choices"). For MLA
-SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 2.2-3.4x
+SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 1.9-3.5x
 faster, so it is the default there. Serving engines run split-KV ("flash-decoding") kernels instead: the KV history
 of each (request, KV head) is cut into ``S`` splits, each split is one program that computes a
 partial softmax-weighted sum for all query heads of its group, and a second kernel merges the
@@ -53,7 +53,7 @@ MLA_MAX_SPLITS = 16
 #: MLA: query heads per program (the accumulator is ``16 x 512`` float32; 16 is the smallest
 #: MMA tile, and DeepSeek-V3 at TP8 has 128 / 8 = 16 local heads).
 MLA_HEADS_PER_PROGRAM = 16
-#: ``"auto"`` picks the Triton kernel for MLA: on DeepSeek-V3 TP8 shapes it measured 2.2-3.4x
+#: ``"auto"`` picks the Triton kernel for MLA: on DeepSeek-V3 TP8 shapes it measured 1.9-3.5x
 #: faster than SDPA (0.53-0.97 of the copy bandwidth against 0.18-0.43;
 #: docs/results.md, "Kernel choices", the ``mla`` rows).
 AUTO_TRITON_MLA = True
@@ -71,6 +71,9 @@ def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
         ValueError: an unknown policy, or ``"triton"`` without a CUDA device or without Triton.
     """
     from hw_runtime.gpu.fused import resolve_triton_policy
+
+    if not isinstance(mla, bool):
+        raise ValueError(f"decode_attn.resolve: mla must be True or False, got {mla!r}")
 
     # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth and the
     # Triton kernel measured 1-8% slower; Triton for MLA (docs/results.md, "Kernel choices")
@@ -102,8 +105,9 @@ def num_kv_splits(programs: int, kv_len: int, sms: int, waves: float = 2.0,
                     ("block_n", block_n), ("max_splits", max_splits)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"num_kv_splits: {name} must be an integer >= 1, got {v!r}")
-    if not (isinstance(waves, (int, float)) and math.isfinite(waves) and waves > 0):
-        raise ValueError(f"num_kv_splits: waves must be a finite number > 0, got {waves!r}")
+    if isinstance(waves, bool) or not (isinstance(waves, (int, float)) and math.isfinite(waves)
+                                       and 0 < waves <= 1024):
+        raise ValueError(f"num_kv_splits: waves must be a number in (0, 1024], got {waves!r}")
     want = math.ceil(waves * sms / programs)
     return max(1, min(want, math.ceil(kv_len / block_n), max_splits))
 

@@ -58,13 +58,14 @@ def resolve_triton_policy(option: str, policy: str, choices: tuple[str, ...], is
         ValueError: (naming ``option``) an unknown policy, or ``"triton"`` without a CUDA
             device or without Triton.
     """
+    flag = "--" + option.replace("_", "-")
     if policy not in choices:
-        raise ValueError(f"{option} must be one of {', '.join(choices)}, got {policy!r}")
+        raise ValueError(f"{flag} must be one of {', '.join(choices)}, got {policy!r}")
     ok = is_cuda and triton_available()
     if policy == "triton" and not ok:
         why = "the device is not a CUDA GPU" if not is_cuda else "triton does not import"
-        raise ValueError(f"{option}='triton' needs Triton on a CUDA GPU, but {why}; "
-                         f"use '{fallback}' or 'auto'")
+        raise ValueError(f"{flag} triton needs Triton on a CUDA GPU, but {why}; "
+                         f"use {fallback} or auto")
     if policy == "triton" or (policy == "auto" and auto_triton and ok):
         return "triton"
     return fallback

@@ -21,16 +21,19 @@ e * seg + counts[e] - 1`` (``seg >= max(counts)``); each expert's rows are cut i
 written. Weights: ``w_up`` ``[experts, H, 2F]`` and ``w_down`` ``[experts, F, H]`` (the
 ``x @ w`` orientation of the workload), bfloat16, or float8 e4m3 with a float32 scale per
 (expert, output column) (``quantize_fp8``: ``w ~= w_fp8 * scale``); biases ``[experts, 1, N]``
-bfloat16. Arithmetic: float32 accumulation, fp8 weights widened to bf16 before the MMA, one
-rounding of the result (the ``bmm`` path rounds ``gu`` before its activation; the GPU tests
+bfloat16. Arithmetic: float32 accumulation, fp8 weights widened to bf16 before the MMA (or,
+with a static activation scale ``a_scale``, activations quantised to fp8 and fp8 MMAs; measured
+slower on the H200: docs/results.md, "Kernel choices"), one rounding of the result (the ``bmm`` path rounds ``gu`` before its activation; the GPU tests
 compare both to float32).
 
 ``MOE_GEMM`` policies (``resolve``): ``"bmm"`` the old path, ``"triton"`` these kernels
 (refused where Triton or CUDA is missing), ``"auto"`` Triton where it runs and an expert holds
-at most ``AUTO_MAX_ROWS`` routed slots, else ``bmm``. Measured on the H200
+at most ``AUTO_MAX_ROWS`` routed slots (the tokens routed to it on the busiest rank, from the
+workload's batch and microbatch count: so the choice depends on the batch, not the family),
+else ``bmm``. Measured on the H200
 (docs/results.md, "Kernel choices"): at 16-64 slots per expert (Qwen3-30B-A3B
 TP8 EP8) the grouped gate/up launch streams its weights at 0.90 of the copy bandwidth against
-0.71-0.76 for ``bmm`` and the down projections tie; at 256-512 slots of one expert (Mixtral
+0.71-0.79 for ``bmm`` and the down projections tie; at 256-512 slots of one expert (Mixtral
 EP8 at G = 1,024-2,048, compute-bound) cuBLAS is 15-40% faster. The block/tile choice
 (``moe_config``) and the layout are pure Python (tested on the CPU).
 """
@@ -81,6 +84,8 @@ def resolve(policy: str, is_cuda: bool, rows: int | None = None) -> str:
     """
     from hw_runtime.gpu.fused import resolve_triton_policy
 
+    if rows is not None:
+        _pos_int("moe_gemm.resolve: rows", rows)
     small = rows is None or rows <= AUTO_MAX_ROWS
     return resolve_triton_policy("moe_gemm", policy, MOE_GEMM, is_cuda, "bmm",
                                  AUTO_TRITON and small)
@@ -269,10 +274,15 @@ def _a_inv(a_scale, fp8: bool, name: str) -> float:
         return 1.0
     if not fp8:
         raise ValueError(f"{name}: a_scale needs fp8 weights (float8_e4m3fn with a scale)")
-    if isinstance(a_scale, bool) or not isinstance(a_scale, (int, float)) \
-            or not math.isfinite(a_scale) or a_scale <= 0:
-        raise ValueError(f"{name}: a_scale must be a finite number > 0, got {a_scale!r}")
-    return 1.0 / float(a_scale)
+    try:
+        v = float(a_scale)
+    except (TypeError, ValueError, OverflowError):
+        v = float("nan")
+    if isinstance(a_scale, bool) or not (math.isfinite(v) and v > 0
+                                         and math.isfinite(1.0 / v)):
+        raise ValueError(f"{name}: a_scale must be a finite number > 0 with a finite "
+                         f"reciprocal, got {a_scale!r}")
+    return 1.0 / v
 
 
 def expert_up_act(x, rt: RoutedTokens, w, out, bias=None, scale=None, oss: bool = False,

@@ -36,6 +36,7 @@ import numpy as np
 
 from hw_runtime.tune.spec import Candidate, Predictor
 from hw_runtime.gpu.decode_attn import AUTO_TRITON_MLA
+from hw_runtime.gpu.calibrate import moe_gemm_meta
 from hw_runtime.gpu.moe_gemm import AUTO_MAX_ROWS, AUTO_TRITON
 
 __all__ = ["summarize_trace", "refit_calibration", "resolved_moe_gemm", "DEFAULT_POOLS"]
@@ -196,7 +197,8 @@ def refit_calibration(base: Predictor, traced: Sequence[tuple[Candidate, Sequenc
             # what the runtime resolves the policies to on a GPU with Triton
             "attention": "triton" if spec.attention == "triton" or (
                 spec.attention == "auto" and spec.arch.is_mla and AUTO_TRITON_MLA) else "sdpa",
-            "moe_gemm": resolved_moe_gemm(spec, batches[0]),
+            "moe_gemm": moe_gemm_meta({str(int(G)): resolved_moe_gemm(spec, int(G))
+                                       for G in batches}),
             "tune": {"traces": len(traced), "corun": corun,
                      "pools_traced": {k: sorted(v) for k, v in ratios.items()}}}
     out = {"format": FORMAT, "model": spec.arch.name, "hardware": hw.name,

@@ -106,6 +106,15 @@ class TuneSpec:
                                  f"positive integers, got {list(v)}")
         from subgpu_jax.model.collective import collective_mode
         collective_mode(self.collectives)   # ValueError naming --collectives
+        from hw_runtime.gpu.decode_attn import ATTENTION
+        from hw_runtime.gpu.moe_gemm import MOE_GEMM
+        for flag, v, allowed in (("--attention", self.attention, ATTENTION),
+                                 ("--moe-gemm", self.moe_gemm, MOE_GEMM)):
+            if v not in allowed:
+                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {v!r}")
+        if self.moe_gemm != "auto" and not self.arch.is_moe:
+            raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
+                             f"GEMMs (leave it at auto)")
 
     def check_cpu(self, out: str) -> None:
         """Every check that needs no GPU, before one is touched: stage counts >= 2, microbatch
@@ -169,9 +178,13 @@ class TuneSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("arch", "budget_s", "tolerance", "max_rounds", "refine",
                                "refine_passes")}
-        for f in ("attention", "moe_gemm"):  # defaults: tune folders made before they
-            if d.get(f) == "auto":            # existed keep resuming
-                del d[f]
+        # the default attention: tune folders made before the option keep resuming (auto is
+        # still SDPA except for MLA); moe_gemm always counts: folders made before it measured
+        # bmm experts, and auto now depends on the batch (moe_gemm.resolve)
+        if d.get("attention") == "auto" and not self.arch.is_mla:
+            del d["attention"]
+        if not self.arch.is_moe:
+            d.pop("moe_gemm", None)
         d["model"] = self.arch.name
         d["expert_dtype"] = self.arch.expert_dtype
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}

@@ -353,6 +353,9 @@ def resolve_arch_ep(a):
         arch = dataclasses.replace(arch, expert_dtype=a.expert_dtype)
     if getattr(a, "kv_dtype", None):
         arch = dataclasses.replace(arch, kv_dtype=a.kv_dtype)
+    if getattr(a, "moe_gemm", "auto") not in ("auto", None) and not arch.is_moe:
+        raise ValueError(f"moe-gemm: {arch.name} is a dense model without expert GEMMs (leave "
+                         f"--moe-gemm at auto)")
     if getattr(a, "dispatch", "per-expert") != "per-expert" and not arch.is_moe:
         raise ValueError(f"dispatch: {arch.name} is a dense model without an MoE dispatch")
     ep = a.ep

@@ -350,22 +350,31 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
     whose configurations that model's own search chose (``chosen_by_same_model``: the user
     path), else one predicted again after a model change; among those the newest (``made``,
     an ISO date the analyze phase writes; older digests have none), then the first path; a
-    digest whose folder another one names in ``supersedes`` (a re-measurement of its plan) is
-    never chosen; else the path of the top-level file (which may not exist).
+    digest whose folder another one names in ``supersedes`` (a list of sibling folder names: a
+    re-measurement of its plan) is never chosen; else the path of the top-level file (which
+    may not exist).
 
     Raises:
-        ValueError: a digest that exists but is not readable JSON (names the file): it must not
-            silently hand the choice to an older digest.
+        ValueError: a digest that exists but is not readable JSON, or whose ``supersedes`` is
+            not a list of other existing digest folders, or digests that supersede each other
+            (names the file): none may silently hand the choice to another digest.
     """
     d = Path(folder) if folder is not None else _results_dir()
     name = f"hw_verdicts_{gpu.lower()}.json"
-    found, replaced = [], set()
+    found, replaced, edges = [], set(), {}
     for f in [*sorted((d / "hw_verdicts").glob(f"*/{name}")), d / name]:
         if not f.exists():
             continue
         try:
             data = json.loads(f.read_text())
-            replaced.update(str(x) for x in data.get("supersedes", []) or [])
+            sup = data.get("supersedes", [])
+            if not isinstance(sup, list) or not all(
+                    isinstance(x, str) and x != f.parent.name and f.parent.parent == d / "hw_verdicts"
+                    and (d / "hw_verdicts" / x / name).is_file() for x in sup):
+                raise ValueError(f"{f}: supersedes must be a list of other digest folders of "
+                                 f"{d / 'hw_verdicts'}, got {sup!r}")
+            edges[f.parent.name] = set(sup)
+            replaced.update(sup)
             if data.get("duration_model") == model_id:
                 found.append((not data.get("chosen_by_same_model", True),
                               str(data.get("made", "")), str(f), f))
@@ -373,7 +382,12 @@ def verdict_digest(gpu: str, model_id: str, folder: str | os.PathLike | None = N
             # a broken digest must not silently hand the choice to an older one
             raise ValueError(f"{f}: unreadable verdict bands ({e.__class__.__name__}: {e}); "
                              "restore it from git or remove it") from None
-    found = [x for x in found if x[3].parent.name not in replaced] or found
+    for a, bs in edges.items():
+        if any(a in edges.get(b, ()) for b in bs):
+            raise ValueError(f"{d / 'hw_verdicts' / a / name}: digests {a} and "
+                             f"{sorted(b for b in bs if a in edges.get(b, ()))[0]} supersede "
+                             f"each other")
+    found = [x for x in found if x[3].parent.name not in replaced]
     if not found:
         return d / name
     flag = min(x[0] for x in found)

@@ -272,3 +272,33 @@ def test_verdict_digest_skips_superseded_folders(tmp_path):
     (tmp_path / "hw_verdicts" / "c-broken" / "hw_verdicts_h200.json").write_text("{")
     with pytest.raises(ValueError, match="unreadable verdict bands"):
         verdict_digest("H200", "m1", tmp_path)
+
+
+@pytest.mark.parametrize("bad", [5, "a-first", ["a/"], [None], ["missing"], ["b-new"]])
+def test_verdict_digest_refuses_bad_supersedes(tmp_path, bad):
+    """``supersedes`` must be a list of other existing digest folders (an int, a bare string, a
+    path form, a null, a missing folder, the digest's own folder): one error naming the file."""
+    import json
+
+    from subgpu_jax.app.verdict import verdict_digest
+
+    for folder, extra in (("a-first", {}), ("b-new", {"supersedes": bad})):
+        f = tmp_path / "hw_verdicts" / folder / "hw_verdicts_h200.json"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"duration_model": "m1", "made": "2026-12-02", **extra}))
+    with pytest.raises(ValueError, match="b-new.*supersedes must be a list"):
+        verdict_digest("H200", "m1", tmp_path)
+
+
+def test_verdict_digest_refuses_a_supersedes_cycle(tmp_path):
+    import json
+
+    from subgpu_jax.app.verdict import verdict_digest
+
+    for folder, other in (("a", "b"), ("b", "a")):
+        f = tmp_path / "hw_verdicts" / folder / "hw_verdicts_h200.json"
+        f.parent.mkdir(parents=True)
+        f.write_text(json.dumps({"duration_model": "m1", "made": "2026-12-02",
+                                 "supersedes": [other]}))
+    with pytest.raises(ValueError, match="supersede each other"):
+        verdict_digest("H200", "m1", tmp_path)

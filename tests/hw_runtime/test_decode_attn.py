@@ -55,7 +55,7 @@ def test_resolve_policies():
     assert da.resolve("sdpa", False) == "sdpa"
     with pytest.raises(ValueError, match="needs Triton on a CUDA GPU"):
         da.resolve("triton", False)
-    with pytest.raises(ValueError, match="attention must be one of auto, sdpa, triton"):
+    with pytest.raises(ValueError, match="--attention must be one of auto, sdpa, triton"):
         da.resolve("flash", True)
     if fused.triton_available():
         assert da.resolve("triton", True) == "triton"

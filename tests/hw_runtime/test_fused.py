@@ -17,7 +17,7 @@ def test_resolve_policies():
     assert fused.resolve("auto", True) == ("triton" if fused.triton_available() else "torch")
     with pytest.raises(ValueError, match="needs Triton on a CUDA GPU"):
         fused.resolve("triton", False)
-    with pytest.raises(ValueError, match="elementwise must be one of auto, triton, torch"):
+    with pytest.raises(ValueError, match="--elementwise must be one of auto, triton, torch"):
         fused.resolve("fast", True)
 
 

@@ -88,7 +88,7 @@ def test_resolve_policies():
     assert mg.resolve("auto", False) == "bmm"                # no GPU: never Triton
     with pytest.raises(ValueError, match="needs Triton on a CUDA GPU"):
         mg.resolve("triton", False)
-    with pytest.raises(ValueError, match="moe_gemm must be one of auto, triton, bmm"):
+    with pytest.raises(ValueError, match="--moe-gemm must be one of auto, triton, bmm"):
         mg.resolve("grouped", True)
     if fused.triton_available():
         assert mg.resolve("auto", True) == ("triton" if mg.AUTO_TRITON else "bmm")
@@ -311,3 +311,27 @@ def test_gpu_region_grouped_vs_bmm(family, region_run):
     ref = outs["bmm"]
     rel = ((outs["triton"] - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel
+
+
+def test_moe_gemm_on_a_dense_model_is_refused(capsys):
+    """An explicit --moe-gemm on a dense model is one line naming the flag, exit 2, before any
+    GPU is touched (auto is fine); tune's spec refuses it too."""
+    import dataclasses
+
+    from subgpu_jax.app.cli import main
+
+    flags = ["--model", "llama-3.1-8b", "--gpus", "1", "--batch", "256", "--kv-history", "2048"]
+    assert main(["run", *flags, "--moe-gemm", "triton"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "moe-gemm" in err[0] and "dense model" in err[0]
+    from hw_runtime.tune.spec import TuneSpec
+    from subgpu_jax.model.models import resolve_model
+    spec = TuneSpec(arch=resolve_model("llama-3.1-8b"), hardware="H200", num_gpus=1, attn_tp=1,
+                    attn_dp=1, moe_ep=1, kv_history=2048, input_len=2048, batches=(256,))
+    with pytest.raises(ValueError, match="--moe-gemm: llama-3.1-8b is a dense model"):
+        dataclasses.replace(spec, moe_gemm="bmm")
+    with pytest.raises(ValueError, match="--moe-gemm must be one of auto, triton, bmm"):
+        dataclasses.replace(spec, moe_gemm="TRITON")
+    assert "moe_gemm" not in spec.meta()        # dense: the fingerprint never holds it
+    moe = dataclasses.replace(spec, arch=resolve_model("qwen3-30b-a3b").all_bf16())
+    assert moe.meta()["moe_gemm"] == "auto"     # MoE: always (bmm before the option existed)

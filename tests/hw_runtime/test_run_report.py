@@ -350,6 +350,20 @@ def test_calibration_mismatch_is_reported(capsys):
     prox = types.SimpleNamespace(meta={"gemm": "tuned", "elementwise": "triton",
                                        "collectives": "proxy"})
     assert calibration_mismatch(prox, "tuned", "triton", "sdpa", "proxy") == []
+    # expert GEMMs: compared for MoE runs only, read per batch where auto chose per batch
+    from hw_runtime.gpu.calibrate import moe_gemm_meta
+    assert moe_gemm_meta({"512": "triton", "1024": "triton"}) == "triton"
+    assert moe_gemm_meta({"512": None}) is None
+    per = moe_gemm_meta({"512": "triton", "1024": "bmm"})
+    assert per == {"512": "triton", "1024": "bmm"}
+    moe = types.SimpleNamespace(meta={"gemm": "tuned", "elementwise": "triton", "moe_gemm": per})
+    assert calibration_mismatch(moe, "tuned", "triton", "sdpa", "sleep", "bmm", 1024) == []
+    assert calibration_mismatch(moe, "tuned", "triton", "sdpa", "sleep", "triton", 1024) == [
+        "calibration measured with moe_gemm=bmm, this run uses triton"]
+    assert calibration_mismatch(moe, "tuned", "triton", "sdpa", "sleep", None, 1024) == []
+    # a calibration from before the field: bmm experts
+    assert calibration_mismatch(new, "tuned", "triton", "sdpa", "sleep", "triton", 512) == [
+        "calibration measured with moe_gemm=bmm, this run uses triton"]
 
 
 def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
