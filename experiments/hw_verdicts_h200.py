@@ -43,7 +43,7 @@ import traceback
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
-from subgpu_jax.model.collective import COLLECTIVES  # noqa: E402
+from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES as COLLECTIVES  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "hw_verdicts")

@@ -28,7 +28,7 @@ from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
-from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 
 __all__ = ["add_commands", "cmd_run", "cmd_calibrate", "gpu_check", "config_from_search",
            "json_safe"]
@@ -43,6 +43,9 @@ def cmd_run(a) -> int:
     if a.top is not None:
         if not a.from_search:
             raise ValueError("--top needs --from-search DIR")
+        if a.collectives == "nccl":
+            raise ValueError("--collectives nccl measures one configuration per launch; drop "
+                             "--top (run --from-search DIR takes the best record)")
         return run_top(a)
     return run_one(a)
 
@@ -92,7 +95,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "collective's 16-36 CTAs on the issuing pool moving the payload "
                         "through HBM, paced to the link time) or none (the copy only: the "
                         "control with zero link time, so a gain left is overlap of compute and "
-                        "memory work). Default: sleep")
+                        "memory work), or nccl (real NCCL collectives, one process per GPU: "
+                        "launch with torchrun --nproc-per-node N, N = --gpus; the step is the "
+                        "slowest rank's). Default: sleep")
     x.add_argument("--rounds", type=int, default=3, help="timing rounds (>= 1). Default: 3")
     x.add_argument("--replays", type=int, default=100,
                    help="graph replays per round (>= 1). Default: 100")
@@ -172,7 +177,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
                    help="expert GEMMs to calibrate (use the same with `subgpu run`): auto, "
                         "triton or bmm (see `subgpu run --help`). Default: auto")
-    k.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=COLLECTIVES,
+    k.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=ONE_GPU_COLLECTIVES,
                    help="how the collectives run while they are timed (use the same with "
                         "`subgpu run`): sleep, proxy or none (see `subgpu run --help`). "
                         "Default: sleep")

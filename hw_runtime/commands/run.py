@@ -365,16 +365,25 @@ def run_one(a) -> int:
     Raises:
         ValueError: bad options, or no GPU with green contexts (one line)."""
     wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    rank = dist_ctx = None
+    if collective_mode(a.collectives).distributed:   # one process per GPU (torchrun)
+        from hw_runtime.gpu.distributed import world_from_env
+        rank, world, local = world_from_env()        # ValueError: how to launch it
+        # each rank sees its own GPU as device 0 (set before CUDA starts in this process)
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(local))
     gpu_check()
     # ---- GPU from here on
     from hw_runtime.gpu.executor import Executor
     from hw_runtime.gpu.partition import GreenContextError
     from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
 
+    if rank is not None:
+        from hw_runtime.gpu.distributed import init
+        dist_ctx = init(dep, rank=rank, world=world)
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
                          attention=getattr(a, "attention", "auto"),
-                         moe_gemm=getattr(a, "moe_gemm", "auto"),
+                         moe_gemm=getattr(a, "moe_gemm", "auto"), dist=dist_ctx,
                          **collective_kwargs(a.collectives), **link_kwargs(wl.hw))
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
@@ -384,9 +393,26 @@ def run_one(a) -> int:
         res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None
+    if dist_ctx is not None:
+        slowest_rank(dist_ctx, res)
+        if rank != 0:                # rank 0 reports the step of the slowest rank
+            return 0
     label_run(a, res, wl)
     print_run(a, res, wl, cfg, dep, m)
     return 0
+
+
+def slowest_rank(ctx, res: dict) -> None:
+    """Make a ``run_report`` result of one rank the deployment's: each measured step becomes
+    the slowest rank's (``distributed.reduce_max``), the measured speedup follows, and
+    ``collectives_run`` records the process group (``DistContext.record``)."""
+    from hw_runtime.gpu.distributed import reduce_max
+
+    for part in ("temporal", "run"):
+        res[part]["measured_us_this_rank"] = res[part]["measured_us"]
+        res[part]["measured_us"] = reduce_max(ctx, res[part]["measured_us"])
+    res["speedup_measured"] = res["temporal"]["measured_us"] / res["run"]["measured_us"]
+    res["collectives_run"] = ctx.record()
 
 
 def label_run(a, res: dict, wl) -> None:

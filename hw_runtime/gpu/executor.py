@@ -103,6 +103,7 @@ def derive_workload(base, graph: OpGraph):
     W.device, W.is_cuda = base.device, base.is_cuda
     W.comm_floor_us, W.link_Bps, W.copy_Bps = base.comm_floor_us, base.link_Bps, base.copy_Bps
     W.spin, W.proxy = base.spin, base.proxy
+    W.dist, W.comm_lane = getattr(base, "dist", None), 0
     W.elementwise = base.elementwise
     W.attention = getattr(base, "attention", "sdpa")
     W.moe_gemm = getattr(base, "moe_gemm", None)
@@ -140,6 +141,8 @@ class _TorchBackend:
         self.gemm, self.pool_of = gemm, (pool_of or {})
         # only the Triton decode attention sizes its grid by the pool (``pool_sms``)
         self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton" for w in self.wls)
+        # real collectives use the communicators of the issuing stream (distributed.py)
+        self._lanes = any(getattr(w, "dist", None) is not None for w in self.wls)
         self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
@@ -163,6 +166,9 @@ class _TorchBackend:
                 from subgpu_jax.model.calibration import kernel_key
                 self._keys[(task.run, kernel)] = kernel_key(kern)
             self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
+        if self._lanes:
+            for w in self.wls:
+                w.comm_lane = stream
         if self._pool_sized:                     # the decode attention sizes its grid by it
             for w in self.wls:
                 w.pool_sms = pool

@@ -87,6 +87,7 @@ class StepWorkloads:
                             g, device=str(b.device), kv_cache=b.kv_cache,
                             comm_floor_us=b.comm_floor_us, link_Bps=b.link_Bps,
                             copy_Bps=b.copy_Bps, spin=b.spin, proxy=b.proxy,
+                            dist=getattr(b, "dist", None),
                             seed=1 + len(self._kind_base),
                             elementwise=b.elementwise,
                             attention=getattr(b, "attention", "sdpa"),

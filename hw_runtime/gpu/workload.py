@@ -76,7 +76,6 @@ allocation and a workload that does not fit in the GPU's free memory is refused.
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -461,6 +460,8 @@ class TorchWorkload(VirtualCollectives):
         spin: emulate the link time with ``torch.cuda._sleep`` (CUDA only; ``--collectives
             sleep``). proxy: run each collective as the paced collective proxy instead
             (``hw_runtime.gpu.collectives``, ``--collectives proxy``; CUDA only; not with spin).
+            dist: a ``distributed.DistContext``: each collective is a real one over this
+            rank's groups (``--collectives nccl``; not with spin or proxy).
         elementwise, attention: the elementwise kernels (``"auto"``, ``"triton"``, ``"torch"``:
             ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``:
             ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
@@ -486,7 +487,7 @@ class TorchWorkload(VirtualCollectives):
     def __init__(self, graph: OpGraph, device: str = "cuda", instances: int | None = None,
                  kv_cache: str = "auto", seed: int = 0, comm_floor_us: float = 3.0,
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
-                 proxy: bool = False,
+                 proxy: bool = False, dist: Any = None,
                  workspace_bytes: float = 2 * _GIB, residual_of: "TorchWorkload | None" = None,
                  elementwise: str = "auto", attention: str = "auto",
                  moe_gemm: str = "auto") -> None:
@@ -508,6 +509,10 @@ class TorchWorkload(VirtualCollectives):
             raise ValueError("TorchWorkload: spin (--collectives sleep) and proxy (--collectives "
                              "proxy) exclude each other")
         self.spin, self.proxy = bool(spin) and self.is_cuda, bool(proxy) and self.is_cuda
+        if dist is not None and (spin or proxy):
+            raise ValueError("TorchWorkload: dist (--collectives nccl) runs real collectives; "
+                             "it excludes spin and proxy")
+        self.dist, self.comm_lane = dist, 0
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
         self.attention = resolve_attention(attention, self.is_cuda, self.arch.is_mla)
         self.moe_gemm_policy = moe_gemm       # as asked: other region kinds resolve it too
@@ -691,109 +696,6 @@ class TorchWorkload(VirtualCollectives):
                 "expert_dtype": self.arch.expert_dtype, "device": str(self.device)}
 
 
-# --------------------------------------------------------------------------- timing
-
-def graph_nodes(g) -> int | None:
-    """Nodes (kernels, memcpys, memsets) of a captured, not yet instantiated CUDA graph."""
-    try:
-        from cuda.bindings import driver as drv
-        h = g.raw_cuda_graph()
-        r = drv.cuGraphGetNodes(drv.CUgraph(int(h)), 0)
-        return int(r[-1]) if r[0] == drv.CUresult.CUDA_SUCCESS else None
-    except Exception:  # counting is informative only
-        return None
-
-
-def time_kernels(wl: TorchWorkload, kernels: Sequence[int] | None = None, microbatch: int = 0,
-                 reps: int = 25, warmup: int = 3, rotate: int | None = None, stream=None,
-                 use_graphs: bool = True, gemm=None, sms: int | None = None) -> list[dict]:
-    """Time kernels one at a time with CUDA events (each kernel alone on ``stream``).
-
-    Each measurement runs the kernel once for each of ``rotate`` region instances (different
-    weights/KV, so repeated runs do not find their data in L2), captured in one CUDA graph (no
-    host launch gaps) when ``use_graphs``; per-launch time = replay time / ``rotate``; the median
-    over ``reps`` replays is reported.
-
-    Args:
-        gemm: a ``hw_runtime.gpu.blas.GemmPolicy`` (None: stock); sms: SMs of ``stream``'s pool
-            (None: the whole GPU), so a ``pool`` policy plans the GEMMs for that pool.
-
-    Returns:
-        one dict per kernel: ``kernel_info`` plus ``us`` (median), ``us_min``, ``us_max``,
-        ``GBps`` (graph hbm_bytes / time), ``kv_GBps``, ``TFLOPs``, ``launches``, and
-        ``graph_nodes_per_launch`` (CUDA kernels/copies one launch of the op issues; None if
-        cuda-bindings cannot count them).
-    """
-    t = wl.torch
-    if not wl.is_cuda:
-        raise ValueError("time_kernels needs a CUDA workload")
-    s = stream if stream is not None else t.cuda.Stream(device=wl.device)
-    if gemm is None or not gemm.active:
-        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs)
-    from subgpu_jax.model.calibration import kernel_key
-
-    def before(i: int) -> None:
-        gemm.prepare(kernel_key(wl.graph.kernels[i]), sms,
-                     lambda: wl.launch(i, microbatch, 0), s)
-    try:
-        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
-                             before)
-    finally:
-        gemm.reset()
-
-
-def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, before=None
-                  ) -> list[dict]:
-    t = wl.torch
-    nrot = min(wl.graph.num_regions, rotate or wl.instances)
-    ids = list(range(wl.n)) if kernels is None else [wl.graph.index(k) for k in kernels]
-    pool = t.cuda.graph_pool_handle() if use_graphs else None
-    out = []
-    # Warm every kernel (cuBLAS handles, SDPA backend choice) before any capture.
-    with t.cuda.stream(s):
-        for i in ids:
-            if before is not None:
-                before(i)
-            for l in range(nrot):
-                wl.launch(i, microbatch, l)
-    s.synchronize()
-    for i in ids:
-        times = []
-        if before is not None:
-            before(i)
-        with t.cuda.stream(s):
-            nodes = None
-            if use_graphs:
-                g = t.cuda.CUDAGraph(keep_graph=True)
-                with t.cuda.graph(g, stream=s, pool=pool):
-                    for l in range(nrot):
-                        wl.launch(i, microbatch, l)
-                nodes = graph_nodes(g)
-                g.instantiate()
-                run = g.replay
-            else:
-                def run(i=i):
-                    for l in range(nrot):
-                        wl.launch(i, microbatch, l)
-            for _ in range(warmup):
-                run()
-            evs = []
-            for _ in range(reps):
-                e0, e1 = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-                e0.record(s)
-                run()
-                e1.record(s)
-                evs.append((e0, e1))
-        s.synchronize()
-        times = [a.elapsed_time(b) * 1000.0 / nrot for a, b in evs]
-        if use_graphs:
-            del g
-        info = wl.kernel_info(i)
-        us = statistics.median(times)
-        info.update(us=us, us_min=min(times), us_max=max(times), launches=nrot, reps=reps,
-                    graph_nodes_per_launch=None if nodes is None else nodes / nrot,
-                    GBps=info["hbm_bytes"] / us / 1e3,
-                    kv_GBps=info["kv_bytes"] / us / 1e3 if info["kv_bytes"] else 0.0,
-                    TFLOPs=info["flops"] / us / 1e6)
-        out.append(info)
-    return out
+# the timing helpers live in kerneltime.py (re-exported: calibrate, tests and studies import them
+# from here)
+from hw_runtime.gpu.kerneltime import graph_nodes, time_kernels  # noqa: E402

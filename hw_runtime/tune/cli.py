@@ -17,7 +17,7 @@ from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
-from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
@@ -82,7 +82,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     u.add_argument("--out", default="runs/tune", help="results folder (resumed when it holds "
                    "this tune). Default: runs/tune")
     e = t.add_argument_group("execution (as `subgpu run`)")
-    e.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=COLLECTIVES,
+    e.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=ONE_GPU_COLLECTIVES,
                    help="sleep (copy + modelled link wait), proxy (the engine collective's "
                         "CTAs and HBM traffic paced to the link time) or none. Default: sleep")
     e.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES, help="Default: tuned")

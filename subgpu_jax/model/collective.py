@@ -17,6 +17,9 @@ mode        what stands in for the collective (runtime) / what the simulator cha
             one's measured time has them); it does not charge the CTAs separately.
 ``none``    the payload copy only, no link time: the control in which communication costs
             nothing to hide (``ContentionModel(link_time=False)``).
+``nccl``    real collectives across the deployment's GPUs, one process per GPU under
+            ``torchrun`` (``hw_runtime.gpu.distributed``; ``subgpu run`` only). The simulator
+            charges them as ``proxy`` until multi-GPU measurements refit it (issue 25).
 ==========  ====================================================================================
 
 The proxy's CTA counts follow what serving engines launch on Hopper (sources in
@@ -37,7 +40,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["COLLECTIVE_MODES", "COLLECTIVES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
+__all__ = ["COLLECTIVE_MODES", "COLLECTIVES", "ONE_GPU_COLLECTIVES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
            "proxy_plan", "collective_mode", "ALLTOALL_OPS", "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS",
            "A2A_CTAS", "CUSTOM_AR_MAX_BYTES"]
 
@@ -63,7 +66,9 @@ class CollectiveMode:
     traffic: ``ContentionModel.proxy_collectives``); ``spin`` (the runtime waits out the link
     time in a one-thread sleep, ``TorchWorkload(spin=True)``); ``runtime``: what the runtime
     runs, in words; ``label``: the provenance line of a run measured in this mode (what
-    ``subgpu run`` prints and records, ``app.provenance.collectives_label``)."""
+    ``subgpu run`` prints and records, ``app.provenance.collectives_label``); ``distributed``:
+    one process per GPU with real collectives (``hw_runtime.gpu.distributed``, ``subgpu run``
+    under ``torchrun`` only)."""
 
     name: str
     link_time: bool
@@ -71,14 +76,16 @@ class CollectiveMode:
     spin: bool
     runtime: str
     label: str
+    distributed: bool = False
 
     def contention_kwargs(self) -> dict:
         """The ``ContentionModel`` fields of this mode."""
         return {"link_time": self.link_time, "proxy_collectives": self.proxy}
 
     def workload_kwargs(self) -> dict:
-        """The ``TorchWorkload`` fields of this mode (``spin``, ``proxy``)."""
-        return {"spin": self.spin, "proxy": self.proxy}
+        """The ``TorchWorkload`` fields of this mode (``spin``, ``proxy``; a distributed mode
+        runs real collectives instead, through ``TorchWorkload(dist=...)``)."""
+        return {"spin": self.spin, "proxy": self.proxy and not self.distributed}
 
 
 #: The registry behind every ``--collectives`` option (run, calibrate, tune, the validation).
@@ -97,9 +104,19 @@ COLLECTIVE_MODES: dict[str, CollectiveMode] = {m.name: m for m in (
                    "collectives as copies only, without the wait to the link time "
                    "(--collectives none: the control in which no collective wait can be "
                    "hidden)"),
+    # the simulator charges a real collective as the proxy (its link time and HBM traffic):
+    # the model issue 25 refits on multi-GPU measurements
+    CollectiveMode("nccl", True, True, False,
+                   "real NCCL collectives, one process per GPU",
+                   "real NCCL collectives across the deployment's GPUs, one process per GPU "
+                   "(--collectives nccl under torchrun; the step is the slowest rank's)",
+                   distributed=True),
 )}
-#: The ``--collectives`` names, in the registry's order (every option's choices).
+#: The ``--collectives`` names, in the registry's order (``subgpu run``'s choices).
 COLLECTIVES: tuple[str, ...] = tuple(COLLECTIVE_MODES)
+#: The modes one process on one GPU can run (``calibrate``, ``tune`` and the verdict protocol).
+ONE_GPU_COLLECTIVES: tuple[str, ...] = tuple(n for n, m in COLLECTIVE_MODES.items()
+                                             if not m.distributed)
 #: The mode of every ``--collectives`` option unless given, and the one searches predict.
 DEFAULT_COLLECTIVES = "sleep"
 

@@ -22,7 +22,7 @@ def test_collective_kwargs():
     assert collective_kwargs("proxy") == {"spin": False, "proxy": True}
     assert collective_kwargs("none") == {"spin": False, "proxy": False}
     with pytest.raises(ValueError, match="--collectives must be one of sleep, proxy, none"):
-        collective_kwargs("nccl")
+        collective_kwargs("mpi")
 
 
 def test_cpu_workload_refuses_spin_and_proxy_and_copies_without_proxy(torch_mod):

@@ -383,7 +383,7 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
     assert res["none"]["run"]["predicted_us"] < res["sleep"]["run"]["predicted_us"]
     assert spin_of("sleep") is True and spin_of("none") is False
     with pytest.raises(ValueError, match="--collectives must be one of sleep, proxy, none"):
-        spin_of("nccl")
+        spin_of("mpi")
 
 
 def test_multistream_run_is_predicted_as_multistream(tmp_path):

@@ -29,7 +29,14 @@ def _comm(g, op="allreduce"):
 
 
 def test_registry_and_contention_fields():
-    assert tuple(COLLECTIVE_MODES) == ("sleep", "proxy", "none")
+    assert tuple(COLLECTIVE_MODES) == ("sleep", "proxy", "none", "nccl")
+    # real collectives are charged as the proxy, run in one process per GPU (issue 25)
+    nccl = collective_mode("nccl")
+    assert nccl.distributed and nccl.contention_kwargs() == {"link_time": True,
+                                                             "proxy_collectives": True}
+    assert nccl.workload_kwargs() == {"spin": False, "proxy": False}
+    from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES
+    assert ONE_GPU_COLLECTIVES == ("sleep", "proxy", "none")
     assert collective_mode("sleep").contention_kwargs() == {"link_time": True,
                                                             "proxy_collectives": False}
     assert collective_mode("proxy").contention_kwargs() == {"link_time": True,
@@ -37,8 +44,8 @@ def test_registry_and_contention_fields():
     assert collective_mode("none").contention_kwargs() == {"link_time": False,
                                                            "proxy_collectives": False}
     with pytest.raises(ValueError, match=r"^--collectives must be one of sleep, proxy, none, "
-                                         r"got 'nccl'$"):
-        collective_mode("nccl")
+                                         r"nccl, got 'mpi'$"):
+        collective_mode("mpi")
     with pytest.raises(ValueError, match="contention.proxy_collectives must be a bool"):
         ContentionModel(proxy_collectives="yes")
 
@@ -122,4 +129,4 @@ def test_proxy_needs_the_link_time_and_names_are_strings():
         ContentionModel(proxy_collectives=True, link_time=False)
     with pytest.raises(ValueError, match="^--collectives must be one of"):
         collective_mode(["sleep"])
-    assert [m.spin for m in COLLECTIVE_MODES.values()] == [True, False, False]
+    assert [m.spin for m in COLLECTIVE_MODES.values()] == [True, False, False, False]
