@@ -32,7 +32,7 @@ def test_cpu_workload_resolves_to_torch():
                      kv_history=16)
     wl = TorchWorkload(build_graph(arch, dep, 1), device="cpu")
     assert wl.elementwise == "torch" and torch is not None
-    with pytest.raises(ValueError, match="elementwise='triton' needs Triton"):
+    with pytest.raises(ValueError, match="--elementwise triton needs Triton"):
         TorchWorkload(build_graph(arch, dep, 1), device="cpu", elementwise="triton")
 
 
