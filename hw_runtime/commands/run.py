@@ -257,8 +257,9 @@ def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdp
     out = []
     default = {"gemm": "stock", "elementwise": "torch", "attention": "sdpa",
                "collectives": DEFAULT_COLLECTIVES, "moe_gemm": "bmm"}
-    fields = [("gemm", gemm), ("elementwise", elementwise), ("attention", attention),
-              ("collectives", collectives)]
+    fields = [("gemm", gemm), ("elementwise", elementwise), ("attention", attention)]
+    if not collective_mode(collectives).distributed:   # calibrate runs one GPU only
+        fields.append(("collectives", collectives))
     if moe_gemm is not None:
         fields.append(("moe_gemm", moe_gemm))
     for field, run in fields:
@@ -367,19 +368,23 @@ def run_one(a) -> int:
     wl, cfg, dep, model, hw_sim, m = prepare_run(a)
     rank = dist_ctx = None
     if collective_mode(a.collectives).distributed:   # one process per GPU (torchrun)
-        from hw_runtime.gpu.distributed import world_from_env
+        from hw_runtime.gpu.distributed import visible_device, world_from_env
         rank, world, local = world_from_env()        # ValueError: how to launch it
+        if a.trace:
+            raise ValueError("--trace: not with --collectives nccl yet (every rank would have "
+                             "to profile the same replays and write its own file)")
         # each rank sees its own GPU as device 0 (set before CUDA starts in this process)
-        os.environ.setdefault("CUDA_VISIBLE_DEVICES", str(local))
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(local)
     gpu_check()
     # ---- GPU from here on
     from hw_runtime.gpu.executor import Executor
     from hw_runtime.gpu.partition import GreenContextError
     from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
 
-    if rank is not None:
+    if rank is not None:   # a communicator per stream of the run (distributed.py)
         from hw_runtime.gpu.distributed import init
-        dist_ctx = init(dep, rank=rank, world=world)
+        dist_ctx = init(dep, rank=rank, world=world,
+                        lanes=max(1, cfg.D) * max(1, getattr(a, "streams_per_stage", 1)))
     try:
         hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
                          attention=getattr(a, "attention", "auto"),
@@ -395,6 +400,8 @@ def run_one(a) -> int:
         raise ValueError(str(e)) from None
     if dist_ctx is not None:
         slowest_rank(dist_ctx, res)
+        dist_ctx.dist.barrier()
+        dist_ctx.dist.destroy_process_group()
         if rank != 0:                # rank 0 reports the step of the slowest rank
             return 0
     label_run(a, res, wl)

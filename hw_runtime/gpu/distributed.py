@@ -8,20 +8,26 @@ sleep|proxy|none`` (``hw_runtime.gpu.collectives``).
 
 * **Groups.** Ranks are laid out as the deployment says: TP groups of ``attn_tp`` consecutive
   ranks (``attn_dp`` of them), EP groups of ``moe_ep`` consecutive ranks (``group_ranks``).
-* **One communicator per stream.** Two pools that issue collectives concurrently must not share
-  a communicator: NCCL runs the operations of one communicator in the order they are enqueued,
-  and two streams of one process enqueue in an order the other ranks need not repeat, which can
-  deadlock. Each stream index (the executor's lane) gets its own TP and EP groups, as
-  engines that overlap communication do (vLLM's and SGLang's two-batch overlap use a
-  communicator per batch); NCCL's implicit launch order (``NCCL_LAUNCH_ORDER_IMPLICIT=1``, NCCL
-  2.26+) is set as well for collectives of one communicator from several streams.
-* **Settings** (``NCCL_ENV``, set before the process group starts unless the user set them,
-  recorded with the NCCL version in the run JSON): NVLink multicast (NVLS) off, as the device
-  machines require; implicit launch order on.
-* **Payload.** Each collective moves the graph's payload (``Kernel.comm_bytes``) through a
-  staging buffer of that size: ``all_reduce`` (sum) over the TP group, ``all_to_all_single``
-  over the EP group (the buffer cut to a multiple of the group size). The data are the
-  workload's random activations, so only the traffic and its timing are real.
+* **One communicator per stream.** Each stream of a run (the executor's lane, ``lanes`` of them:
+  stages x streams per stage) gets its own TP and EP groups, so two pools never enqueue into
+  one communicator in orders that differ between ranks (vLLM's and SGLang's two-batch overlap
+  use a communicator per batch the same way). Collectives of *different* communicators on one
+  GPU can still deadlock when the GPUs schedule them in different orders; NCCL's implicit
+  launch order (``NCCL_LAUNCH_ORDER_IMPLICIT=1``, NCCL 2.26+) orders them by host issue order,
+  which every rank shares here (the plan is the same on every rank). Its cost: NCCL 2.26, and
+  2.27.3+ on drivers older than 12.9, run it in "serial" mode inside CUDA graphs, where each
+  collective waits for the one issued before it: overlap between two stages' collectives is
+  lost (overlap of a collective with the other stage's compute is not).
+* **Settings** (``NCCL_ENV``, forced before the process group starts, recorded with the NCCL and
+  CUDA versions in the run JSON): NVLink multicast (NVLS) off, as the device machines require;
+  implicit launch order on.
+* **Payload** (``collective_plan``). Each collective sends what the graph charges each GPU
+  (``Kernel.comm_bytes``): an all-reduce over the TP group reduces ``comm_bytes x t / (2(t-1))``
+  (a ring sends 2(t-1)/t of the tensor), an all-to-all over the EP group exchanges ``comm_bytes
+  x e / (e-1)`` (1/e stays local). The graph's other collectives (the combine's gather back to
+  the TP ranks where EP is 1, the head's sample gather) run as all-reduces of the same bytes
+  sent. Buffers are this rank's own, allocated on first (eager) use per size and lane; their
+  data are random, so only the traffic and its timing are real.
 * **Time.** A step's time is the slowest rank's (``reduce_max``).
 
 Needs torch with ``torch.distributed`` only when a context is made; ``group_ranks`` and the
@@ -35,14 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["NCCL_ENV", "LANES", "DistContext", "group_ranks", "world_from_env", "init",
-           "collective_", "reduce_max"]
+           "collective_plan", "collective_", "reduce_max", "visible_device"]
 
-#: Environment set before NCCL starts (a value the user exported wins). NVLS off: the device
-#: machines forbid NVLink multicast (the device README); implicit launch order: NCCL 2.26+'s
-#: ordering of one communicator's collectives enqueued from several streams.
+#: Environment forced before NCCL starts. NVLS off: the device machines forbid NVLink multicast
+#: (the device README); implicit launch order: NCCL 2.26+ orders the collectives of different
+#: communicators on one GPU by host issue order (the module docstring says what it costs).
 NCCL_ENV: dict[str, str] = {"NCCL_NVLS_ENABLE": "0", "NCCL_LAUNCH_ORDER_IMPLICIT": "1"}
-#: Streams (lanes) with their own communicators: stages x streams per stage of a run are at
-#: most 4 x 2 in every search grid of the repository.
+#: Default streams (lanes) with their own communicators; ``init(lanes=...)`` sizes it from the
+#: run (stages x streams per stage).
 LANES = 8
 
 
@@ -70,17 +76,40 @@ def world_from_env(env: dict | None = None) -> tuple[int, int, int]:
             ``--collectives nccl`` and how to launch it).
     """
     env = os.environ if env is None else env
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        raise ValueError("--collectives nccl runs one process per GPU: launch it with torchrun "
+                         "--nproc-per-node N -m subgpu_jax.app.cli run ... --collectives nccl "
+                         "(RANK and WORLD_SIZE are not set)")
     try:
         rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
         local = int(env.get("LOCAL_RANK", rank))
-    except (KeyError, ValueError):
-        raise ValueError("--collectives nccl runs one process per GPU: launch it with torchrun "
-                         "--nproc-per-node N -m subgpu_jax.app.cli run ... --collectives nccl "
-                         "(RANK and WORLD_SIZE are not set)") from None
-    if not (0 <= rank < world and world >= 2 and local >= 0):
-        raise ValueError(f"--collectives nccl: RANK {rank} must be in 0..WORLD_SIZE-1 and "
-                         f"WORLD_SIZE >= 2, got WORLD_SIZE {world}")
+    except ValueError:
+        raise ValueError(f"--collectives nccl: RANK, WORLD_SIZE and LOCAL_RANK must be integers, "
+                         f"got {env.get('RANK')!r}, {env.get('WORLD_SIZE')!r}, "
+                         f"{env.get('LOCAL_RANK')!r}") from None
+    if not (world >= 2 and 0 <= rank < world and 0 <= local < world):
+        raise ValueError(f"--collectives nccl: WORLD_SIZE must be >= 2 and RANK and LOCAL_RANK in "
+                         f"0..WORLD_SIZE-1, got {rank}, {world}, {local}")
     return rank, world, local
+
+
+def visible_device(local: int, env: dict | None = None) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` value that shows local rank ``local`` its own GPU as device
+    0: ``str(local)`` when unset, else the ``local``-th entry of the list already set (a
+    scheduler's).
+
+    Raises:
+        ValueError: the list set has no entry ``local`` (one line).
+    """
+    env = os.environ if env is None else env
+    vis = env.get("CUDA_VISIBLE_DEVICES")
+    if vis is None or vis == "":
+        return str(local)
+    ids = [v.strip() for v in vis.split(",") if v.strip()]
+    if local >= len(ids):
+        raise ValueError(f"--collectives nccl: LOCAL_RANK {local} has no GPU in "
+                         f"CUDA_VISIBLE_DEVICES={vis!r}")
+    return ids[local]
 
 
 @dataclass
@@ -91,8 +120,8 @@ class DistContext:
         rank, world: this process's rank and the world size. tp, ep: the TP and EP group
         sizes. dist: ``torch.distributed``. groups: ``(kind, lane) -> process group`` of this
         rank (kind ``"tp"`` or ``"ep"``). env: the ``NCCL_ENV`` values in force. backend: the
-        process-group backend (``"nccl"``; ``"fake"`` in tests). recv: the all-to-alls'
-        receive buffers, one per (kernel, lane).
+        process-group backend (``"nccl"``; ``"fake"`` in tests). lanes: streams with their own
+        groups. recv: the collectives' buffers, ``(kind, elements, lane) -> (send, recv)``.
     """
 
     rank: int
@@ -101,39 +130,51 @@ class DistContext:
     ep: int
     dist: Any
     backend: str
+    lanes: int = LANES
     groups: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     recv: dict = field(default_factory=dict)
 
     def group(self, kind: str, lane: int = 0):
-        """This rank's ``kind`` group of stream ``lane`` (lanes beyond ``LANES`` share)."""
-        return self.groups[(kind, int(lane) % LANES)]
+        """This rank's ``kind`` group of stream ``lane``.
+
+        Raises:
+            ValueError: ``lane`` beyond the context's ``lanes`` (two streams never share one).
+        """
+        if not 0 <= int(lane) < self.lanes:
+            raise ValueError(f"--collectives nccl: stream {lane} has no communicator of its own "
+                             f"(the context has {self.lanes} lanes)")
+        return self.groups[(kind, int(lane))]
 
     def record(self) -> dict:
         """What a run JSON records of the collectives (backend, sizes, settings, NCCL)."""
-        version = None
+        version = cuda = None
         try:
             import torch
+            cuda = torch.version.cuda
             version = ".".join(map(str, torch.cuda.nccl.version()))
         except Exception:  # noqa: BLE001  (no CUDA NCCL here: fake process group)
             pass
         return {"backend": self.backend, "world_size": self.world, "tp": self.tp,
-                "ep": self.ep, "lanes": LANES, "env": dict(self.env), "nccl": version}
+                "ep": self.ep, "lanes": self.lanes, "env": dict(self.env), "nccl": version,
+                "cuda": cuda}
 
 
 def init(deployment: Any, backend: str = "nccl", rank: int | None = None,
-         world: int | None = None, store: Any = None) -> DistContext:
+         world: int | None = None, store: Any = None, lanes: int = LANES) -> DistContext:
     """Start this rank's process group for ``deployment`` and make its groups.
 
     Args:
         deployment: ``subgpu_jax.model.graph.Deployment`` (``num_gpus`` must equal the world
             size: one process per GPU). backend: ``"nccl"`` (``"fake"`` for tests).
         rank, world: default ``world_from_env()``. store: a ``torch.distributed`` store
-            (default: the environment's rendezvous).
+            (default: the environment's rendezvous). lanes: streams with their own
+            communicators (the run's stages x streams per stage).
 
     Raises:
-        ValueError: a world that is not the deployment's GPU count, or TP/EP sizes that do not
-            divide it (one line).
+        ValueError: a world that is not the deployment's GPU count, TP/EP sizes that do not
+            divide it, or a process group already started with another rank, world or backend
+            (one line).
     """
     if rank is None or world is None:
         rank, world, _ = world_from_env()
@@ -142,18 +183,25 @@ def init(deployment: Any, backend: str = "nccl", rank: int | None = None,
                          f"(--gpus) but {world} processes were launched; launch one per GPU")
     tp_sets, ep_sets = group_ranks(world, deployment.attn_tp), group_ranks(world,
                                                                             deployment.moe_ep)
+    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
+        raise ValueError(f"--collectives nccl: lanes must be an integer >= 1, got {lanes!r}")
     env = {}
     for k, v in NCCL_ENV.items():
-        os.environ.setdefault(k, v)
-        env[k] = os.environ[k]
+        os.environ[k] = v
+        env[k] = v
     import torch.distributed as dist
 
-    if not dist.is_initialized():
+    if dist.is_initialized():
+        if (dist.get_rank(), dist.get_world_size(), dist.get_backend()) != (rank, world, backend):
+            raise ValueError(f"--collectives nccl: a process group already runs as rank "
+                             f"{dist.get_rank()} of {dist.get_world_size()} "
+                             f"({dist.get_backend()}), not rank {rank} of {world} ({backend})")
+    else:
         kw = {"store": store} if store is not None else {}
         dist.init_process_group(backend, rank=rank, world_size=world, **kw)
     ctx = DistContext(rank=rank, world=world, tp=deployment.attn_tp, ep=deployment.moe_ep,
-                      dist=dist, backend=backend, env=env)
-    for lane in range(LANES):       # every rank makes every group, in the same order
+                      dist=dist, backend=backend, lanes=lanes, env=env)
+    for lane in range(lanes):       # every rank makes every group, in the same order
         for kind, sets in (("tp", tp_sets), ("ep", ep_sets)):
             for ranks in sets:
                 g = dist.new_group(ranks)
@@ -162,24 +210,41 @@ def init(deployment: Any, backend: str = "nccl", rank: int | None = None,
     return ctx
 
 
-def collective_(ctx: DistContext, kernel: Any, buf, lane: int = 0) -> None:
-    """Collective ``kernel`` (a graph ``Kernel`` with ``comm_bytes`` > 0) on its staging buffer
-    ``buf`` (flat): ``all_to_all_single`` over the EP group for the ops of
-    ``subgpu_jax.model.collective.ALLTOALL_OPS``, else ``all_reduce`` (sum) over the TP group;
-    issued on the current stream with the groups of ``lane``. A group of one rank is a no-op."""
+def collective_plan(kernel: Any, tp: int, ep: int) -> tuple[str, int]:
+    """``(kind, elements)`` of collective ``kernel``'s real counterpart: ``"all_to_all"`` over
+    the EP group for ``ALLTOALL_OPS`` when EP > 1, else ``"all_reduce"`` over the TP group;
+    bf16 elements sized so that this rank sends the graph's ``comm_bytes`` (module
+    docstring); ``("none", 0)`` where the group has one rank.
+
+    Example: ``comm_bytes`` 28 MiB of an all-reduce at TP8: 28 MiB x 8 / 14 = 16 MiB = 8 Mi
+    elements; 3 MiB of a dispatch at EP4: 4 MiB = 2 Mi elements (a multiple of 4).
+    """
     from subgpu_jax.model.collective import ALLTOALL_OPS
 
-    if kernel.op in ALLTOALL_OPS:
-        g, n = ctx.group("ep", lane), ctx.ep
-        m = buf.numel() - buf.numel() % n
-        if n > 1 and m:
-            key = (kernel.name, lane)
-            if key not in ctx.recv:     # allocated on the first (eager) call, before capture
-                ctx.recv[key] = buf.new_empty(m)
-            ctx.dist.all_to_all_single(ctx.recv[key], buf[:m], group=g)
+    b = float(kernel.comm_bytes)
+    if kernel.op in ALLTOALL_OPS and ep > 1:
+        n = int(round(b * ep / (ep - 1) / 2.0))
+        return "all_to_all", max(ep, n - n % ep)
+    if tp > 1:
+        return "all_reduce", max(1, int(round(b * tp / (2.0 * (tp - 1)) / 2.0)))
+    return "none", 0
+
+
+def collective_(ctx: DistContext, kernel: Any, buf, lane: int = 0) -> None:
+    """Collective ``kernel`` (a graph ``Kernel`` with ``comm_bytes`` > 0) as ``collective_plan``
+    says, on this rank's buffers of that size and ``lane`` (``buf``, the staging buffer, only
+    gives the device and dtype), issued on the current stream with the groups of ``lane``."""
+    kind, n = collective_plan(kernel, ctx.tp, ctx.ep)
+    if kind == "none":
         return
-    if ctx.tp > 1:
-        ctx.dist.all_reduce(buf, group=ctx.group("tp", lane))
+    key = (kind, n, int(lane))
+    if key not in ctx.recv:         # allocated on the first (eager) call, before capture
+        ctx.recv[key] = (buf.new_empty(n), buf.new_empty(n) if kind == "all_to_all" else None)
+    send, recv = ctx.recv[key]
+    if kind == "all_to_all":
+        ctx.dist.all_to_all_single(recv, send, group=ctx.group("ep", lane))
+    else:
+        ctx.dist.all_reduce(send, group=ctx.group("tp", lane))
 
 
 def reduce_max(ctx: DistContext, value: float) -> float:
