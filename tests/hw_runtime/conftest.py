@@ -60,6 +60,23 @@ def mla_region_output():
 
 
 @pytest.fixture
+def runtime_options():
+    """``{command: {dest: argparse action}}`` of ``subgpu run``, ``calibrate`` and ``tune`` (the
+    runtime's commands, registered as the entry points register them)."""
+    import argparse
+
+    from hw_runtime.commands import add_commands
+    from hw_runtime.tune.cli import add_tune_command
+
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd")
+    add_commands(sub)
+    add_tune_command(sub)
+    return {cmd: {a.dest: a for a in sub.choices[cmd]._actions}
+            for cmd in ("run", "calibrate", "tune")}
+
+
+@pytest.fixture
 def torch_mod():
     """torch, or the test skipped where it does not import."""
     try:

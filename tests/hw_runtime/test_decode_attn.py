@@ -61,19 +61,9 @@ def test_resolve_policies():
         assert da.resolve("triton", True) == "triton"
 
 
-def test_run_and_calibrate_offer_the_choice():
-    """`subgpu run`, `calibrate` and `tune` take --attention with the policies; a wrong value is
-    refused by the parser."""
-    from hw_runtime.tune.cli import add_tune_command
-    from hw_runtime.commands import add_commands
-    import argparse
-
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd")
-    add_commands(sub)
-    add_tune_command(sub)
-    for cmd in ("run", "calibrate", "tune"):
-        acts = {a.dest: a for a in sub.choices[cmd]._actions}
+def test_run_and_calibrate_offer_the_choice(runtime_options):
+    """`subgpu run`, `calibrate` and `tune` take --attention with the policies, default auto."""
+    for acts in runtime_options.values():
         assert tuple(acts["attention"].choices) == da.ATTENTION
         assert acts["attention"].default == "auto"
 

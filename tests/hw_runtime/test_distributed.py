@@ -43,14 +43,10 @@ def test_world_from_env():
         D.world_from_env({"RANK": "1.0", "WORLD_SIZE": "2"})
 
 
-def test_run_refuses_nccl_without_torchrun(capsys, monkeypatch):
+def test_run_refuses_nccl_without_torchrun(capsys, monkeypatch, runtime_options):
     """``subgpu run --collectives nccl`` outside torchrun: one line saying how to launch it,
     exit 2, before any GPU is touched; with --top it is refused too; calibrate and tune do not
     offer it (one process, one GPU)."""
-    import argparse
-
-    from hw_runtime.commands import add_commands
-    from hw_runtime.tune.cli import add_tune_command
     from subgpu_jax.app.cli import main
 
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
@@ -60,14 +56,9 @@ def test_run_refuses_nccl_without_torchrun(capsys, monkeypatch):
     assert main(["run", *flags, "--collectives", "nccl"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "torchrun" in err[0]
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd")
-    add_commands(sub)
-    add_tune_command(sub)
     for cmd in ("calibrate", "tune"):
-        acts = {x.dest: x for x in sub.choices[cmd]._actions}
-        assert "nccl" not in acts["collectives"].choices
-    assert "nccl" in {x.dest: x for x in sub.choices["run"]._actions}["collectives"].choices
+        assert "nccl" not in runtime_options[cmd]["collectives"].choices
+    assert "nccl" in runtime_options["run"]["collectives"].choices
 
 
 TINY = ModelArch(name="tiny-mixtral", family="mixtral", num_layers=2, hidden=128, num_heads=4,

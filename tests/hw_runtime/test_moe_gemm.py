@@ -97,19 +97,9 @@ def test_resolve_policies():
     assert mg.resolve("auto", True, rows=mg.AUTO_MAX_ROWS + 1) == "bmm"
 
 
-def test_run_calibrate_and_tune_offer_the_choice():
+def test_run_calibrate_and_tune_offer_the_choice(runtime_options):
     """`subgpu run`, `calibrate` and `tune` take --moe-gemm with the policies, default auto."""
-    import argparse
-
-    from hw_runtime.commands import add_commands
-    from hw_runtime.tune.cli import add_tune_command
-
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd")
-    add_commands(sub)
-    add_tune_command(sub)
-    for cmd in ("run", "calibrate", "tune"):
-        acts = {a.dest: a for a in sub.choices[cmd]._actions}
+    for acts in runtime_options.values():
         assert tuple(acts["moe_gemm"].choices) == mg.MOE_GEMM
         assert acts["moe_gemm"].default == "auto"
 
