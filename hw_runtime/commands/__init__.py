@@ -25,6 +25,7 @@ from hw_runtime.commands.run import config_from_search, run_one
 from hw_runtime.commands.top import run_top
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.decode_attn import ATTENTION
+from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
@@ -141,7 +142,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "and activation fused: hw_runtime/gpu/moe_gemm.py) or auto (triton "
                         "where it runs and an expert holds at most 128 routed tokens, where it "
                         "measured faster on the H200; bmm above). Default: auto")
-    x.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
+    x.add_argument("--lane-priority", default="auto", choices=LANE_PRIORITY,
                    help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
                         "(on when each lane holds at most one microbatch, m <= K, which keeps "
                         "both microbatches from locking onto one stage), on or off. "

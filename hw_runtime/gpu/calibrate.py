@@ -216,6 +216,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     from subgpu_jax.model.hardware import get_hardware
     from hw_runtime.gpu.blas import GemmPolicy
 
+    from subgpu_jax.model.collective import one_gpu_mode
+    one_gpu_mode(collectives)                   # one process: not --collectives nccl
     link = link_kwargs(get_hardware(hardware))  # the collectives' wait of that GPU's preset
     link.update(collective_kwargs(collectives))
     torch = cuda_torch()

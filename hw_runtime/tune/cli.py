@@ -14,6 +14,7 @@ import os
 
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.decode_attn import ATTENTION
+from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.kernels import COLLECTIVES
@@ -91,7 +92,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                    help="decode attention (see `subgpu run --help`). Default: auto")
     e.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
                    help="MoE expert GEMMs (see `subgpu run --help`). Default: auto")
-    e.add_argument("--lane-priority", default="auto", choices=("auto", "on", "off"),
+    e.add_argument("--lane-priority", default="auto", choices=LANE_PRIORITY,
                    help="Default: auto")
     e.add_argument("--rounds", type=int, default=3, help="timing rounds. Default: 3")
     e.add_argument("--replays", type=int, default=20,

@@ -104,12 +104,18 @@ class TuneSpec:
             if not v or any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in v):
                 raise ValueError(f"--{f.replace('streams', 'streams-per-stage')} must be "
                                  f"positive integers, got {list(v)}")
-        from subgpu_jax.model.collective import collective_mode
-        collective_mode(self.collectives)   # ValueError naming --collectives
+        from subgpu_jax.model.collective import one_gpu_mode
+        one_gpu_mode(self.collectives)   # ValueError naming --collectives
+        from hw_runtime.gpu.blas import GEMM_POLICIES
         from hw_runtime.gpu.decode_attn import ATTENTION
+        from hw_runtime.gpu.executor import LANE_PRIORITY
+        from hw_runtime.gpu.fused import ELEMENTWISE
         from hw_runtime.gpu.moe_gemm import MOE_GEMM
         for flag, v, allowed in (("--attention", self.attention, ATTENTION),
-                                 ("--moe-gemm", self.moe_gemm, MOE_GEMM)):
+                                 ("--moe-gemm", self.moe_gemm, MOE_GEMM),
+                                 ("--elementwise", self.elementwise, ELEMENTWISE),
+                                 ("--gemm", self.gemm, GEMM_POLICIES),
+                                 ("--lane-priority", self.lane_priority, LANE_PRIORITY)):
             if v not in allowed:
                 raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {v!r}")
         if self.moe_gemm != "auto" and not self.arch.is_moe:

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["COLLECTIVE_MODES", "COLLECTIVES", "ONE_GPU_COLLECTIVES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
-           "proxy_plan", "collective_mode", "ALLTOALL_OPS", "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS",
+           "proxy_plan", "collective_mode", "one_gpu_mode", "ALLTOALL_OPS", "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS",
            "A2A_CTAS", "CUSTOM_AR_MAX_BYTES"]
 
 #: vLLM custom all-reduce: ``defaultBlockLimit`` = 36 CTAs (csrc/custom_all_reduce.cuh).
@@ -131,6 +131,20 @@ def collective_mode(name: str) -> CollectiveMode:
         raise ValueError(f"--collectives must be one of {', '.join(COLLECTIVE_MODES)}, got "
                          f"{name!r}")
     return COLLECTIVE_MODES[name]
+
+
+def one_gpu_mode(name: str) -> CollectiveMode:
+    """The ``CollectiveMode`` called ``name``, one that a single process on one GPU can run
+    (``calibrate``, ``tune`` and the verdict protocol).
+
+    Raises:
+        ValueError: an unknown name, or a distributed mode (one line naming ``--collectives``).
+    """
+    m = collective_mode(name)
+    if m.distributed:
+        raise ValueError(f"--collectives {name} runs one process per GPU: only subgpu run takes "
+                         f"it; here use one of {', '.join(ONE_GPU_COLLECTIVES)}")
+    return m
 
 
 @dataclass(frozen=True)

@@ -168,3 +168,27 @@ def test_fake_process_group_region_issues_the_graph_collectives(monkeypatch):
             D.init(dep, backend="fake", rank=3, world=4)
     finally:
         dist.destroy_process_group()
+
+
+def test_one_gpu_commands_refuse_nccl_outside_the_parser():
+    """The one-GPU-only rule holds where the parser is not in the way: ``TuneSpec`` (the tune
+    sweep builds it directly) and ``gpu.calibrate.calibrate`` refuse ``nccl`` in one line before
+    any GPU work; so do bad kernel policies in the spec."""
+    import dataclasses
+
+    from hw_runtime.gpu.calibrate import calibrate
+    from hw_runtime.tune.spec import TuneSpec
+    from subgpu_jax.model.models import resolve_model
+
+    spec = TuneSpec(arch=resolve_model("llama-3.1-8b"), hardware="H200", num_gpus=2, attn_tp=2,
+                    attn_dp=1, moe_ep=1, kv_history=2048, input_len=2048, batches=(64,))
+    with pytest.raises(ValueError, match="--collectives nccl runs one process per GPU"):
+        dataclasses.replace(spec, collectives="nccl")
+    for field, bad, flag in (("elementwise", "bogus", "--elementwise"), ("gemm", "x", "--gemm"),
+                             ("lane_priority", "maybe", "--lane-priority")):
+        with pytest.raises(ValueError, match=f"{flag} must be one of"):
+            dataclasses.replace(spec, **{field: bad})
+    dep = Deployment(num_gpus=2, attn_tp=2, attn_dp=1, moe_ep=1, global_batch=64,
+                     input_len=2048, kv_history=2048)
+    with pytest.raises(ValueError, match="only subgpu run takes it"):
+        calibrate(resolve_model("llama-3.1-8b"), dep, collectives="nccl")
