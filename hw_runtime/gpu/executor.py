@@ -76,53 +76,14 @@ def cuda_torch():
 
 
 def derive_workload(base, graph: OpGraph):
-    """A ``hw_runtime.gpu.workload.TorchWorkload`` for ``graph`` that SHARES the weights and KV caches of
-    ``base`` and owns new activation buffers (so one device copy of the 7.4 GB of weights and
-    the KV caches serves every microbatch count).
-
-    ``graph`` must be the same model and deployment as ``base.graph`` (any microbatch count).
-    KV rows of microbatch mu are rows ``mu*R/m .. (mu+1)*R/m`` of the shared caches, as in the
-    base workload. Activation memory: ``estimate_bytes(graph)["activations"]`` (tens of MB).
+    """``base.derive(graph)`` (``TorchWorkload.derive``): a workload for ``graph`` (another
+    microbatch count of the same model and deployment) that shares ``base``'s weights and KV
+    caches; ``base`` itself when the microbatch count is the same.
 
     Raises:
         ValueError: another model/deployment than ``base``.
     """
-    from hw_runtime.gpu import workload as hwl
-
-    if graph.arch != base.arch or graph.deployment != base.deployment:
-        raise ValueError("derive_workload: the graph's model/deployment differs from the base "
-                         "workload's")
-    if graph.microbatches == base.graph.microbatches:
-        return base
-    W = object.__new__(hwl.TorchWorkload)
-    W.torch = base.torch
-    W.graph = graph
-    W.arch, W.deployment = base.arch, base.deployment
-    W.shapes = s = hwl.workload_shapes(graph)
-    W.instances = base.instances
-    W.device, W.is_cuda = base.device, base.is_cuda
-    W.comm_floor_us, W.link_Bps, W.copy_Bps = base.comm_floor_us, base.link_Bps, base.copy_Bps
-    W.spin, W.proxy = base.spin, base.proxy
-    W.dist, W.comm_lane = getattr(base, "dist", None), 0
-    W.elementwise = base.elementwise
-    W.attention = getattr(base, "attention", "sdpa")
-    W.moe_gemm = getattr(base, "moe_gemm", None)
-    W.moe_gemm_policy = getattr(base, "moe_gemm_policy", "auto")
-    W.device_sms, W.pool_sms = getattr(base, "device_sms", 1), None
-    W.kv_cache = base.kv_cache
-    W.memory = hwl.estimate_bytes(graph, base.instances, base.kv_cache)
-    W.generator = base.torch.Generator(device=base.device)
-    W.generator.manual_seed(1 + graph.microbatches)
-    W.weights, W.kv = base.weights, base.kv
-    W.acts = []
-    for _ in range(s.m):
-        a = {nm: W.rand(shp, 1.0, dt) for nm, (shp, dt) in hwl.act_specs(s, graph).items()}
-        a[f"resid.{s.P}"] = a["resid.0"]
-        W.acts.append(a)
-    W._consts()
-    W._cycles_per_us = base._cycles_per_us
-    W._fns = [W._make(i, k) for i, k in enumerate(graph.kernels)]
-    return W
+    return base.derive(graph)
 
 
 class _TorchBackend:

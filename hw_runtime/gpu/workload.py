@@ -640,6 +640,45 @@ class TorchWorkload(VirtualCollectives):
         for a, b in zip(self.acts, src.acts):
             a["resid.0"] = a[f"resid.{self.shapes.P}"] = b["resid.0"]
 
+    def derive(self, graph: OpGraph) -> "TorchWorkload":
+        """A workload for ``graph`` that SHARES this one's weights and KV caches and owns new
+        activation buffers (one device copy of the weights and caches serves every microbatch
+        count); ``self`` when ``graph`` has the same microbatch count.
+
+        ``graph`` must be the same model and deployment (any microbatch count). KV rows of
+        microbatch mu are rows ``mu*R/m .. (mu+1)*R/m`` of the shared caches, as here. Every
+        kernel choice and collective setting is this workload's. Activation memory:
+        ``estimate_bytes(graph)["activations"]`` (tens of MB).
+
+        Raises:
+            ValueError: another model/deployment.
+        """
+        if graph.arch != self.arch or graph.deployment != self.deployment:
+            raise ValueError("derive_workload: the graph's model/deployment differs from the base "
+                             "workload's")
+        if graph.microbatches == self.graph.microbatches:
+            return self
+        W = object.__new__(TorchWorkload)
+        keep = ("torch", "arch", "deployment", "instances", "device", "is_cuda", "comm_floor_us",
+                "link_Bps", "copy_Bps", "spin", "proxy", "dist", "elementwise", "attention",
+                "moe_gemm", "moe_gemm_policy", "device_sms", "kv_cache", "weights", "kv",
+                "_cycles_per_us")
+        for name in keep:
+            setattr(W, name, getattr(self, name))
+        W.graph, W.comm_lane, W.pool_sms = graph, 0, None
+        W.shapes = s = workload_shapes(graph)
+        W.memory = estimate_bytes(graph, self.instances, self.kv_cache)
+        W.generator = self.torch.Generator(device=self.device)
+        W.generator.manual_seed(1 + graph.microbatches)
+        W.acts = []
+        for _ in range(s.m):
+            a = {nm: W.rand(shp, 1.0, dt) for nm, (shp, dt) in act_specs(s, graph).items()}
+            a[f"resid.{s.P}"] = a["resid.0"]
+            W.acts.append(a)
+        W._consts()
+        W._fns = [W._make(i, k) for i, k in enumerate(graph.kernels)]
+        return W
+
     # ---------------------------------------------------------------- public API
     @property
     def n(self) -> int:
