@@ -291,7 +291,7 @@ def run_config(torch, ex, cfg, mode, rec, a, issue_plan):
                 "finite": fin, "buffers_differing": len(bad), "first_differing": bad[:8],
                 "topk_flips": flips, "topk_rows_with_other_experts": rows_flipped}
 
-    wl_fns = wl._fns
+    wl_fns = [wl.kernel_fn(i) for i in range(wl.n)]
 
     def issue_custom(streams, single=None, serial=False, sync_each=False, delay_stage=None,
                      tasks=None):

@@ -133,10 +133,11 @@ class KernelContext:
         h2 = self.hd // 2
         x1, x2 = x[..., :h2], x[..., h2:]
         d1, d2 = dst[..., :h2], dst[..., h2:]
-        t.mul(x1, wl._cos, out=d1)
-        d1.addcmul_(x2, wl._sin, value=-1.0)
-        t.mul(x2, wl._cos, out=d2)
-        d2.addcmul_(x1, wl._sin)
+        cs = wl.consts
+        t.mul(x1, cs.rope_cos, out=d1)
+        d1.addcmul_(x2, cs.rope_sin, value=-1.0)
+        t.mul(x2, cs.rope_cos, out=d2)
+        d2.addcmul_(x1, cs.rope_sin)
 
 
 def _rmsnorm(c: KernelContext) -> Callable[[int, int], None]:
@@ -176,8 +177,9 @@ def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
         if one_kernel:
             sl = slice(mu * Rm, (mu + 1) * Rm)
             fused.rope_kv_(a[p + "qkv"], a[p + "q"], kv[p + "k_cache"][sl, :, kv_pos, :],
-                           kv[p + "v_cache"][sl, :, kv_pos, :], wl._cos, wl._sin, qh, kvh, hd,
-                           w.get(p + "q_norm.w"), w.get(p + "k_norm.w"), eps)
+                           kv[p + "v_cache"][sl, :, kv_pos, :], wl.consts.rope_cos,
+                           wl.consts.rope_sin, qh, kvh, hd, w.get(p + "q_norm.w"),
+                           w.get(p + "k_norm.w"), eps)
             return
         x = a[p + "qkv"].view(Rm, qh + 2 * kvh, hd)
         q, k, v = x[:, :qh], x[:, qh:qh + kvh], x[:, qh + kvh:]
@@ -288,7 +290,7 @@ def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
         src = a[p + "hn"][:Tr]
         comm(a, src)
         if not grouped:   # the grouped expert GEMM reads the routed rows itself
-            t.index_select(src, 0, wl._disp_idx, out=a[p + "x_exp"].view(-1, H))
+            t.index_select(src, 0, wl.consts.disp_idx, out=a[p + "x_exp"].view(-1, H))
         spin_end()
     return f
 
@@ -302,7 +304,7 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
     one_kernel = c.fused and all(ACT[mu][p + nm].is_contiguous() for mu in range(len(ACT))
                                  for nm in ("gu_exp", "act_exp"))
 
-    rt = getattr(c.wl, "moe_routing", None) if c.wl.moe_gemm == "triton" else None
+    rt = c.wl.consts.routing
     Tr = s.Tr
 
     def f(mu, l):
@@ -345,7 +347,7 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
     p = c.p
     nh = s.n_hit
 
-    rt = getattr(c.wl, "moe_routing", None) if c.wl.moe_gemm == "triton" else None
+    rt = c.wl.consts.routing
 
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
@@ -378,12 +380,13 @@ def _combine(c: KernelContext, shared: bool = False) -> Callable[[int, int], Non
         y = a[p + "y_exp"].view(-1, H)
         comm(a, y)
         if one_kernel:   # gather, weights, residual (and shared experts) in one kernel
-            fused.moe_combine_(a[resid_out], a[p + "h"], y, wl._comb_idx, a[p + "topk_w"],
-                               wl._wsel_idx, a[p + "shared_y"] if shared else None)
+            fused.moe_combine_(a[resid_out], a[p + "h"], y, wl.consts.comb_idx,
+                               a[p + "topk_w"], wl.consts.wsel_idx,
+                               a[p + "shared_y"] if shared else None)
             spin_end()
             return
-        g = t.index_select(y, 0, wl._comb_idx).view(Rm, k_, H)
-        wsel = t.index_select(a[p + "topk_w"], 0, wl._wsel_idx).to(t.bfloat16)
+        g = t.index_select(y, 0, wl.consts.comb_idx).view(Rm, k_, H)
+        wsel = t.index_select(a[p + "topk_w"], 0, wl.consts.wsel_idx).to(t.bfloat16)
         if shared:
             t.add(a[p + "h"], a[p + "shared_y"], out=a[resid_out])
             a[resid_out].view(Rm, 1, H).baddbmm_(wsel.view(Rm, 1, k_), g)
@@ -441,10 +444,11 @@ def _rope_r_into(c: KernelContext, dst, x) -> None:
     h2 = c.s.r // 2
     x1, x2 = x[..., :h2], x[..., h2:]
     d1, d2 = dst[..., :h2], dst[..., h2:]
-    t.mul(x1, wl._cos_r, out=d1)
-    d1.addcmul_(x2, wl._sin_r, value=-1.0)
-    t.mul(x2, wl._cos_r, out=d2)
-    d2.addcmul_(x1, wl._sin_r)
+    cs = wl.consts
+    t.mul(x1, cs.rope_cos_r, out=d1)
+    d1.addcmul_(x2, cs.rope_sin_r, value=-1.0)
+    t.mul(x2, cs.rope_cos_r, out=d2)
+    d2.addcmul_(x1, cs.rope_sin_r)
 
 
 def _mla_down(c: KernelContext) -> Callable[[int, int], None]:

@@ -111,7 +111,7 @@ class StepWorkloads:
             kern = head.kernels[kernel]
             return kern, lambda: head.launch(kern.name)
         wl, mu, r = wls[task.run], task.microbatch, offsets[task.run] + task.region
-        fn = wl._fns[kernel]
+        fn = wl.kernel_fn(kernel)
         return wl.graph.kernels[kernel], lambda: fn(mu, r)
 
     @staticmethod

@@ -179,6 +179,30 @@ class WorkloadShapes:
         return len(self.layer_kinds)
 
 
+@dataclass(frozen=True)
+class WorkloadConsts:
+    """The constant tensors a workload's kernels read (``TorchWorkload.consts``; None where the
+    model has no such part).
+
+    Attributes:
+        rope_cos, rope_sin: bf16 ``(hd/2,)`` rotary factors at the decode position (``hd`` the
+            head dim); rope_cos_r, rope_sin_r: the same for MLA's rope part
+            (``qk_rope_head_dim``). wsel_idx: int64 ``(Rm,)`` token of each request's routing
+            weights. comb_idx: int64 ``(Rm x k,)`` expert-output row of each (request, k).
+            disp_idx: int64 ``(n_hit x cap,)`` token of each padded expert row (the ``bmm``
+            path). routing: the grouped kernels' ``moe_gemm.RoutedTokens`` (``triton``).
+    """
+
+    rope_cos: Any = None
+    rope_sin: Any = None
+    rope_cos_r: Any = None
+    rope_sin_r: Any = None
+    wsel_idx: Any = None
+    comb_idx: Any = None
+    disp_idx: Any = None
+    routing: Any = None
+
+
 def _need_graph(graph: OpGraph) -> tuple[ModelArch, Any]:
     if not isinstance(graph, OpGraph):
         raise TypeError(f"TorchWorkload: graph must be an OpGraph from build_graph, got "
@@ -593,29 +617,30 @@ class TorchWorkload(VirtualCollectives):
         return out
 
     def _consts(self) -> None:
+        """``self.consts`` (``WorkloadConsts``) of this graph."""
         t, s = self.torch, self.shapes
-        hd = s.hd
         pos = s.kv_history - 1
-        for nm, d in (("", hd), ("_r", s.r)):
+        rope = {}
+        for nm, d in (("", s.hd), ("_r", s.r)):
             if not d:
                 continue
             inv = 1.0 / (10000.0 ** (t.arange(0, d // 2, dtype=t.float64) * 2.0 / d))
             ang = pos * inv
-            setattr(self, "_cos" + nm, t.cos(ang).to(t.bfloat16).to(self.device))
-            setattr(self, "_sin" + nm, t.sin(ang).to(t.bfloat16).to(self.device))
+            rope["rope_cos" + nm] = t.cos(ang).to(t.bfloat16).to(self.device)
+            rope["rope_sin" + nm] = t.sin(ang).to(t.bfloat16).to(self.device)
+        moe = {}
         if s.moe:
             rows = s.n_hit * s.cap
-            self._wsel_idx = (t.arange(s.Rm) % s.Tr).to(self.device)
-            self.moe_routing = None
-            if getattr(self, "moe_gemm", "bmm") == "triton":   # (moe_gemm.static_routing)
+            moe["wsel_idx"] = (t.arange(s.Rm) % s.Tr).to(self.device)
+            if self.moe_gemm == "triton":   # (moe_gemm.static_routing)
                 counts, src, slot = static_routing(s.A, s.n_hit, s.cap, s.Tr)
-                self.moe_routing = routed_tokens(t.tensor(src, device=self.device), counts,
-                                                 s.cap)
-                self._comb_idx = t.tensor([slot[j % s.A] for j in range(s.Rm * s.k)],
-                                          device=self.device)
+                moe["routing"] = routed_tokens(t.tensor(src, device=self.device), counts, s.cap)
+                moe["comb_idx"] = t.tensor([slot[j % s.A] for j in range(s.Rm * s.k)],
+                                           device=self.device)
             else:
-                self._disp_idx = (t.arange(rows) % s.Tr).to(self.device)
-                self._comb_idx = (t.arange(s.Rm * s.k) % rows).to(self.device)
+                moe["disp_idx"] = (t.arange(rows) % s.Tr).to(self.device)
+                moe["comb_idx"] = (t.arange(s.Rm * s.k) % rows).to(self.device)
+        self.consts = WorkloadConsts(**rope, **moe)
 
     # ---------------------------------------------------------------- kernels
     def _make(self, i: int, kern: Kernel):
@@ -680,6 +705,10 @@ class TorchWorkload(VirtualCollectives):
         return W
 
     # ---------------------------------------------------------------- public API
+    def kernel_fn(self, i: int):
+        """The callable ``f(mu, l)`` that issues kernel ``i`` (``launch`` without its checks)."""
+        return self._fns[i]
+
     @property
     def n(self) -> int:
         """Kernels in the region."""

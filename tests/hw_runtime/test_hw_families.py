@@ -301,7 +301,7 @@ def test_mla_absorbed_decode_equals_naive(q_lora):
         return x.double().numpy()
 
     c, r, nope, v, qh, ql = s.c, s.r, s.nope, s.v, s.qh, s.ql
-    cos, sin = f64(wl._cos_r), f64(wl._sin_r)
+    cos, sin = f64(wl.consts.rope_cos_r), f64(wl.consts.rope_sin_r)
     xn = f64(a["L0.xn"])
     lat = xn @ f64(w["L0.mla_down.w"])
     cq = _rms(lat[:, :ql], f64(w["L0.q_a_norm.w"])) if ql else xn
@@ -371,8 +371,9 @@ def test_shared_expert_is_added_and_grouped_routing_by_brute_force():
     ys = act @ f64(w["L0.shared_down.w"])
     got_ys = f64(a["L0.shared_y"])
     assert np.linalg.norm(got_ys - ys) / np.linalg.norm(ys) < 2e-2
-    y = f64(a["L0.y_exp"]).reshape(-1, s.H)[wl._comb_idx.numpy()].reshape(s.Rm, s.k, s.H)
-    wsel = f64(a["L0.topk_w"])[wl._wsel_idx.numpy()]
+    y = f64(a["L0.y_exp"]).reshape(-1, s.H)[wl.consts.comb_idx.numpy()].reshape(s.Rm, s.k,
+                                                                                 s.H)
+    wsel = f64(a["L0.topk_w"])[wl.consts.wsel_idx.numpy()]
     want = f64(a["L0.h"]) + got_ys + np.einsum("rk,rkh->rh", wsel, y)
     out = f64(a["resid.1"])
     assert np.linalg.norm(out - want) / np.linalg.norm(want) < 2e-2
