@@ -333,7 +333,7 @@ def run_config(torch, ex, cfg, mode, rec, a, issue_plan):
                 j = torch.cuda.Event()
                 j.record(s)
                 s0.wait_event(j)
-        from hw_runtime.gpu.workload import graph_nodes
+        from hw_runtime.gpu.kerneltime import graph_nodes
         nodes = graph_nodes(g)
         g.instantiate()
         torch.cuda.synchronize()

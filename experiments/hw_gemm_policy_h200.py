@@ -78,7 +78,7 @@ def device_phase(args) -> int:
     from hw_runtime.gpu.blas import GemmPolicy
     from hw_runtime.gpu.executor import Executor, derive_workload
     from hw_runtime.gpu.partition import GreenPartition
-    from hw_runtime.gpu.workload import time_kernels
+    from hw_runtime.gpu.kerneltime import time_kernels
 
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "gemm_policy.json")

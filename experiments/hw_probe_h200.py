@@ -63,7 +63,8 @@ def main() -> int:
 
     import torch
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info, plan_pools
-    from hw_runtime.gpu.workload import TorchWorkload, hopper_arch, time_kernels
+    from hw_runtime.gpu.workload import TorchWorkload, hopper_arch
+    from hw_runtime.gpu.kerneltime import time_kernels
     from subgpu_jax.model.graph import REFERENCE_DEPLOYMENT, StaticDurationModel, build_graph
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import get_model

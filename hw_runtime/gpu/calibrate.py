@@ -212,7 +212,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     from hw_runtime.gpu.executor import cuda_torch, derive_workload
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info
     from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
-    from hw_runtime.gpu.workload import TorchWorkload, time_kernels
+    from hw_runtime.gpu.workload import TorchWorkload
+    from hw_runtime.gpu.kerneltime import time_kernels
     from subgpu_jax.model.hardware import get_hardware
     from hw_runtime.gpu.blas import GemmPolicy
 

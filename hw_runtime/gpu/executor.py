@@ -365,7 +365,7 @@ class Executor:
                 j = t.cuda.Event()
                 j.record(s)
                 s0.wait_event(j)
-        from hw_runtime.gpu.workload import graph_nodes
+        from hw_runtime.gpu.kerneltime import graph_nodes
 
         nodes = graph_nodes(g)
         g.instantiate()

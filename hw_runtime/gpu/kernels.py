@@ -283,7 +283,7 @@ def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
     comm, spin_end, wl = c.comm, c.spin_end, c.wl
     Tr = s.Tr
 
-    grouped = getattr(wl, "moe_gemm", "bmm") == "triton"
+    grouped = wl.moe_gemm == "triton"
 
     def f(mu, l):
         a = ACT[mu]

@@ -1,11 +1,14 @@
 """Timing a ``TorchWorkload``'s kernels alone (``time_kernels``: the calibration's and the
 probes' protocol) and counting a captured CUDA graph's nodes (``graph_nodes``). Split out of
-``hw_runtime.gpu.workload``, which re-exports both."""
+``hw_runtime.gpu.workload``."""
 
 from __future__ import annotations
 
 import statistics
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from hw_runtime.gpu.workload import TorchWorkload
 
 def graph_nodes(g) -> int | None:
     """Nodes (kernels, memcpys, memsets) of a captured, not yet instantiated CUDA graph."""

@@ -92,8 +92,7 @@ from hw_runtime.gpu.kernels import KernelContext, kernel_builder
 
 __all__ = [
     "TorchWorkload", "WorkloadShapes", "workload_shapes", "estimate_bytes", "hopper_arch",
-    "arch_label",
-    "time_kernels", "WorkloadMemoryError",
+    "arch_label", "WorkloadConsts", "WorkloadMemoryError",
 ]
 
 _GIB = float(2 ** 30)
@@ -762,8 +761,3 @@ class TorchWorkload(VirtualCollectives):
                 "instances": self.instances, "spin_cycles_per_us": self._cycles_per_us,
                 "comm_floor_us": self.comm_floor_us, "link_Bps": self.link_Bps,
                 "expert_dtype": self.arch.expert_dtype, "device": str(self.device)}
-
-
-# the timing helpers live in kerneltime.py (re-exported: calibrate, tests and studies import them
-# from here)
-from hw_runtime.gpu.kerneltime import graph_nodes, time_kernels  # noqa: E402

@@ -59,7 +59,8 @@ def test_gpu_proxy_keeps_the_buffer_and_lasts_its_target(cuda_torch, ctas, mib, 
 
 @pytest.mark.gpu
 def test_gpu_workload_collectives_under_proxy_last_the_link_time(cuda_torch):
-    from hw_runtime.gpu.workload import TorchWorkload, time_kernels
+    from hw_runtime.gpu.workload import TorchWorkload
+    from hw_runtime.gpu.kerneltime import time_kernels
     g = build_graph(TINY, TINY_DEP, 1)
     wl = TorchWorkload(g, device="cuda", **collective_kwargs("proxy"))
     comm = [i for i, k in enumerate(g.kernels) if k.is_comm]

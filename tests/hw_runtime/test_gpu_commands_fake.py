@@ -176,7 +176,8 @@ def fake_gpu(monkeypatch):
                  "us": float(np.ravel(sd.kernel_time_us(wl.graph.kernels[i], sms))[0]),
                  "graph_nodes_per_launch": 1} for i in kernels]
 
-    monkeypatch.setattr(hwwl, "time_kernels", time_kernels)
+    from hw_runtime.gpu import kerneltime
+    monkeypatch.setattr(kerneltime, "time_kernels", time_kernels)
     monkeypatch.setattr(calmod, "copy_bandwidth", lambda torch, stream: 3.0e12)
     launched = []
 

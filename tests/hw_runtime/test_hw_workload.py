@@ -223,7 +223,8 @@ def test_gpu_tiny_model_and_graph_capture():
 @pytest.mark.gpu
 def test_gpu_virtual_comm_floor():
     torch = _cuda()
-    from hw_runtime.gpu.workload import TorchWorkload, time_kernels
+    from hw_runtime.gpu.workload import TorchWorkload
+    from hw_runtime.gpu.kerneltime import time_kernels
     g = build_graph(TINY, TINY_DEP, 1)
     wl = TorchWorkload(g, device="cuda")
     comm = [i for i, k in enumerate(g.kernels) if k.is_comm]
