@@ -23,13 +23,9 @@ from hw_runtime.commands.calibrate import cmd_calibrate
 from hw_runtime.commands.common import gpu_check, json_safe
 from hw_runtime.commands.run import config_from_search, run_one
 from hw_runtime.commands.top import run_top
-from hw_runtime.gpu.blas import GEMM_POLICIES
-from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.executor import LANE_PRIORITY
-from hw_runtime.gpu.moe_gemm import MOE_GEMM
-from hw_runtime.gpu.fused import ELEMENTWISE
-from hw_runtime.gpu.kernels import COLLECTIVES
-from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
+from hw_runtime.gpu.policies import add_kernel_args
+from subgpu_jax.model.collective import COLLECTIVES, DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 
 __all__ = ["add_commands", "cmd_run", "cmd_calibrate", "gpu_check", "config_from_search",
            "json_safe"]
@@ -117,31 +113,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="profile one graph replay (torch.profiler) and write a Perfetto trace: "
                         "the measured kernels per stage (process 1) above the simulated "
                         "schedule of the same configuration (process 2)")
-    x.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES,
-                   help="GEMM launch policy, the same for temporal and pipelined runs: stock "
-                        "(PyTorch's default BLAS), pool (cuBLASLt planned for the SMs of the "
-                        "pool each GEMM runs on) or tuned (each GEMM timed on its pool under a "
-                        "few SM targets before capture, the fastest kept; the wins and the "
-                        "validation on the H200 used it). Default: tuned")
-    x.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
-                   help="elementwise kernels, the same for temporal and pipelined runs: torch "
-                        "(PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
-                        "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton "
-                        "where it imports). Default: auto")
-    x.add_argument("--attention", default="auto", choices=ATTENTION,
-                   help="decode attention, the same for temporal and pipelined runs: sdpa "
-                        "(PyTorch's scaled_dot_product_attention), triton (split-KV, GQA "
-                        "without expanding the cache, splits sized for the pool: "
-                        "hw_runtime/gpu/decode_attn.py; for GQA measured 1-8%% slower than "
-                        "sdpa on the H200, docs/results.md; for MLA a latent-cache kernel) or "
-                        "auto (sdpa for GQA, triton for MLA). Default: auto")
-    x.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
-                   help="MoE expert GEMMs, the same for temporal and pipelined runs: bmm "
-                        "(gather into padded expert batches + torch.bmm + activation) or "
-                        "triton (one grouped launch over the routed tokens with the gather "
-                        "and activation fused: hw_runtime/gpu/moe_gemm.py) or auto (triton "
-                        "where it runs and an expert holds at most 128 routed tokens, where it "
-                        "measured faster on the H200; bmm above). Default: auto")
+    add_kernel_args(x, "run")
     x.add_argument("--lane-priority", default="auto", choices=LANE_PRIORITY,
                    help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
                         "(on when each lane holds at most one microbatch, m <= K, which keeps "
@@ -166,18 +138,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated pool sizes (SMs); the whole GPU is added")
     k.add_argument("--reps", type=int, default=7, help="replays per measurement (median)")
     k.add_argument("--no-coruns", action="store_true", help="skip the co-running pairs")
-    k.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES,
-                   help="GEMM launch policy to calibrate (use the same with `subgpu run`): "
-                        "stock, pool or tuned (see `subgpu run --help`). Default: tuned")
-    k.add_argument("--elementwise", default="auto", choices=ELEMENTWISE,
-                   help="elementwise kernels to calibrate (use the same with `subgpu run`): "
-                        "auto, triton or torch (see `subgpu run --help`). Default: auto")
-    k.add_argument("--attention", default="auto", choices=ATTENTION,
-                   help="decode attention to calibrate (use the same with `subgpu run`): auto, "
-                        "sdpa or triton (see `subgpu run --help`). Default: auto")
-    k.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
-                   help="expert GEMMs to calibrate (use the same with `subgpu run`): auto, "
-                        "triton or bmm (see `subgpu run --help`). Default: auto")
+    add_kernel_args(k, "calibrate")
     k.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=ONE_GPU_COLLECTIVES,
                    help="how the collectives run while they are timed (use the same with "
                         "`subgpu run`): sleep, proxy or none (see `subgpu run --help`). "

@@ -255,8 +255,8 @@ def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdp
     if cal is None:
         return []
     out = []
-    default = {"gemm": "stock", "elementwise": "torch", "attention": "sdpa",
-               "collectives": DEFAULT_COLLECTIVES, "moe_gemm": "bmm"}
+    from hw_runtime.gpu.policies import LEGACY
+    default = dict(LEGACY, collectives=DEFAULT_COLLECTIVES)
     fields = [("gemm", gemm), ("elementwise", elementwise), ("attention", attention)]
     if not collective_mode(collectives).distributed:   # calibrate runs one GPU only
         fields.append(("collectives", collectives))

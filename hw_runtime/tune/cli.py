@@ -12,12 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from hw_runtime.gpu.blas import GEMM_POLICIES
-from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.executor import LANE_PRIORITY
-from hw_runtime.gpu.moe_gemm import MOE_GEMM
-from hw_runtime.gpu.fused import ELEMENTWISE
-from hw_runtime.gpu.kernels import COLLECTIVES
+from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 
 __all__ = ["add_tune_command", "spec_from_args"]
@@ -86,12 +82,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     e.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=ONE_GPU_COLLECTIVES,
                    help="sleep (copy + modelled link wait), proxy (the engine collective's "
                         "CTAs and HBM traffic paced to the link time) or none. Default: sleep")
-    e.add_argument("--gemm", default="tuned", choices=GEMM_POLICIES, help="Default: tuned")
-    e.add_argument("--elementwise", default="auto", choices=ELEMENTWISE, help="Default: auto")
-    e.add_argument("--attention", default="auto", choices=ATTENTION,
-                   help="decode attention (see `subgpu run --help`). Default: auto")
-    e.add_argument("--moe-gemm", default="auto", choices=MOE_GEMM,
-                   help="MoE expert GEMMs (see `subgpu run --help`). Default: auto")
+    add_kernel_args(e, "tune")
     e.add_argument("--lane-priority", default="auto", choices=LANE_PRIORITY,
                    help="Default: auto")
     e.add_argument("--rounds", type=int, default=3, help="timing rounds. Default: 3")

@@ -106,18 +106,13 @@ class TuneSpec:
                                  f"positive integers, got {list(v)}")
         from subgpu_jax.model.collective import one_gpu_mode
         one_gpu_mode(self.collectives)   # ValueError naming --collectives
-        from hw_runtime.gpu.blas import GEMM_POLICIES
-        from hw_runtime.gpu.decode_attn import ATTENTION
         from hw_runtime.gpu.executor import LANE_PRIORITY
-        from hw_runtime.gpu.fused import ELEMENTWISE
-        from hw_runtime.gpu.moe_gemm import MOE_GEMM
-        for flag, v, allowed in (("--attention", self.attention, ATTENTION),
-                                 ("--moe-gemm", self.moe_gemm, MOE_GEMM),
-                                 ("--elementwise", self.elementwise, ELEMENTWISE),
-                                 ("--gemm", self.gemm, GEMM_POLICIES),
-                                 ("--lane-priority", self.lane_priority, LANE_PRIORITY)):
-            if v not in allowed:
-                raise ValueError(f"{flag} must be one of {', '.join(allowed)}, got {v!r}")
+        from hw_runtime.gpu.policies import check_policies
+        check_policies({"gemm": self.gemm, "elementwise": self.elementwise,
+                        "attention": self.attention, "moe_gemm": self.moe_gemm})
+        if self.lane_priority not in LANE_PRIORITY:
+            raise ValueError(f"--lane-priority must be one of {', '.join(LANE_PRIORITY)}, got "
+                             f"{self.lane_priority!r}")
         if self.moe_gemm != "auto" and not self.arch.is_moe:
             raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
                              f"GEMMs (leave it at auto)")

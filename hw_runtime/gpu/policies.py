@@ -1,0 +1,92 @@
+"""The runtime's kernel policies in one registry: the ``--gemm``, ``--elementwise``,
+``--attention`` and ``--moe-gemm`` options of ``subgpu run``, ``calibrate`` and ``tune``.
+
+Each ``KernelPolicy`` names its flag, its choices (the owning kernel module's tuple), its
+default, the value a calibration made before the option existed was measured with (``legacy``,
+what ``run.calibration_mismatch`` assumes when ``meta`` lacks the field), and its help. The
+parsers take their options from ``add_kernel_args``; ``check_policies`` refuses a bad value
+where no parser stands in the way (``TuneSpec``). How a policy resolves to a kernel stays with
+its module (``fused.resolve``, ``decode_attn.resolve``, ``moe_gemm.resolve``,
+``blas.GemmPolicy``). Pure Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hw_runtime.gpu.blas import GEMM_POLICIES
+from hw_runtime.gpu.decode_attn import ATTENTION
+from hw_runtime.gpu.fused import ELEMENTWISE
+from hw_runtime.gpu.moe_gemm import MOE_GEMM
+
+__all__ = ["KernelPolicy", "KERNEL_POLICIES", "add_kernel_args", "check_policies", "LEGACY"]
+
+
+@dataclass(frozen=True)
+class KernelPolicy:
+    """One kernel option: ``dest`` (argparse name), ``flag``, ``choices``, ``default``,
+    ``legacy`` (see the module docstring), ``what`` (a few words) and ``help`` (the full text
+    of ``subgpu run --help``, without its default)."""
+
+    dest: str
+    flag: str
+    choices: tuple[str, ...]
+    default: str
+    legacy: str | None
+    what: str
+    help: str
+
+
+KERNEL_POLICIES: tuple[KernelPolicy, ...] = (
+    KernelPolicy("gemm", "--gemm", GEMM_POLICIES, "tuned", "stock", "GEMM launch policy",
+                 "stock (PyTorch's default BLAS), pool (cuBLASLt planned for the SMs of the pool "
+                 "each GEMM runs on) or tuned (each GEMM timed on its pool under a few SM "
+                 "targets before capture, the fastest kept; the wins and the validation on the "
+                 "H200 used it)"),
+    KernelPolicy("elementwise", "--elementwise", ELEMENTWISE, "auto", "torch",
+                 "elementwise kernels",
+                 "torch (PyTorch chains: RoPE + KV append as 9 kernels, RMSNorm as 2), triton "
+                 "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton where it "
+                 "imports)"),
+    KernelPolicy("attention", "--attention", ATTENTION, "auto", "sdpa", "decode attention",
+                 "sdpa (PyTorch's scaled_dot_product_attention), triton (split-KV, GQA without "
+                 "expanding the cache, splits sized for the pool: hw_runtime/gpu/decode_attn.py; "
+                 "for GQA measured 1-8%% slower than sdpa on the H200, docs/results.md; for MLA "
+                 "a latent-cache kernel) or auto (sdpa for GQA, triton for MLA)"),
+    KernelPolicy("moe_gemm", "--moe-gemm", MOE_GEMM, "auto", "bmm", "MoE expert GEMMs",
+                 "bmm (gather into padded expert batches + torch.bmm + activation), triton (one "
+                 "grouped launch over the routed tokens with the gather and activation fused: "
+                 "hw_runtime/gpu/moe_gemm.py) or auto (triton where it runs and an expert holds "
+                 "at most 128 routed tokens, where it measured faster on the H200; bmm above)"),
+)
+
+#: ``dest -> legacy``: what a calibration without the field was measured with.
+LEGACY: dict[str, str | None] = {p.dest: p.legacy for p in KERNEL_POLICIES}
+
+
+def add_kernel_args(group, command: str) -> None:
+    """Add every ``KERNEL_POLICIES`` option to an argparse group of ``command`` (``"run"``: the
+    full help; ``"calibrate"``/``"tune"``: a pointer to it)."""
+    for p in KERNEL_POLICIES:
+        if command == "run":
+            text = f"{p.what}, the same for temporal and pipelined runs: {p.help}"
+        elif command == "calibrate":
+            text = (f"{p.what} to calibrate (use the same with `subgpu run`): "
+                    f"{', '.join(p.choices)} (see `subgpu run --help`)")
+        else:
+            text = f"{p.what} (see `subgpu run --help`)"
+        group.add_argument(p.flag, default=p.default, choices=p.choices,
+                           help=f"{text}. Default: {p.default}")
+
+
+def check_policies(values: dict) -> None:
+    """Refuse a kernel policy outside its choices (``values``: ``dest -> value``; missing ones
+    are skipped).
+
+    Raises:
+        ValueError: one line naming the flag and the allowed values.
+    """
+    for p in KERNEL_POLICIES:
+        if p.dest in values and values[p.dest] not in p.choices:
+            raise ValueError(f"{p.flag} must be one of {', '.join(p.choices)}, got "
+                             f"{values[p.dest]!r}")
