@@ -39,25 +39,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))
 sys.path.insert(0, HERE)
 
+from hw_verdicts_h200 import workload_flags  # noqa: E402  (the protocol's flag layout)
+
 DATA = os.path.join(HERE, "results", "hw_collectives")
 #: One-GPU modes measured beside ``nccl`` (the emulations the issue compares).
 EMULATIONS = ("sleep", "proxy")
 
 
-def _flags(gpus: int, tp: int, ep: int | None, G: int, kv: int) -> list[str]:
-    f = ["--gpus", str(gpus), "--tp", str(tp), "--dp", str(gpus // tp)]
-    if ep is not None:
-        f += ["--ep", str(ep), "--expert-dtype", "bf16"]
-    return f + ["--batch", str(G), "--kv-history", str(kv), "--input-len", str(kv)]
-
-
 #: name -> (model, ``subgpu run`` workload flags): the deployments issue 25 names.
 WORKLOADS: dict[str, tuple[str, list[str]]] = {
-    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", _flags(8, 8, None, 2048, 1024)),
-    "llama70b_tp8_g1024_kv2k": ("llama-3.1-70b", _flags(8, 8, None, 1024, 2048)),
-    "llama8b_tp2_g512_kv2k": ("llama-3.1-8b", _flags(2, 2, None, 512, 2048)),
-    "llama8b_tp2_g64_kv2k": ("llama-3.1-8b", _flags(2, 2, None, 64, 2048)),
-    "mixtral_tp8_ep8_g1024_kv4k": ("mixtral-8x7b", _flags(8, 8, 8, 1024, 4096)),
+    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 2048, 1024)),
+    "llama70b_tp8_g1024_kv2k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 1024, 2048)),
+    "llama8b_tp2_g512_kv2k": ("llama-3.1-8b", workload_flags(2, 2, 1, None, 512, 2048)),
+    "llama8b_tp2_g64_kv2k": ("llama-3.1-8b", workload_flags(2, 2, 1, None, 64, 2048)),
+    "mixtral_tp8_ep8_g1024_kv4k": ("mixtral-8x7b", workload_flags(8, 8, 1, 8, 1024, 4096)),
 }
 
 

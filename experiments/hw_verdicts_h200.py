@@ -48,7 +48,7 @@ from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES as COLLECTIVES  # no
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "hw_verdicts")
 
-def _flags(gpus: int, tp: int, dp: int, ep: int | None, G: int, kv: int) -> list[str]:
+def workload_flags(gpus: int, tp: int, dp: int, ep: int | None, G: int, kv: int) -> list[str]:
     """The workload flags of ``subgpu search``/``run``: GPUs, TP x DP (EP for MoE models, with
     the experts in bf16 as Hopper runs them), global batch, KV history = prompt length."""
     f = ["--gpus", str(gpus), "--tp", str(tp), "--dp", str(dp)]
@@ -60,29 +60,29 @@ def _flags(gpus: int, tp: int, dp: int, ep: int | None, G: int, kv: int) -> list
 #: name -> (model, search/run workload flags, fit status). Memory: every workload's weights +
 #: KV fit one H200 (the search's fit check).
 WORKLOADS: dict[str, tuple[str, list[str], str]] = {
-    "llama8b_1gpu_g256_kv2k": ("llama-3.1-8b", _flags(1, 1, 1, None, 256, 2048), "held_out"),
-    "qwen25_7b_1gpu_g512_kv2k": ("qwen2.5-7b", _flags(1, 1, 1, None, 512, 2048),
+    "llama8b_1gpu_g256_kv2k": ("llama-3.1-8b", workload_flags(1, 1, 1, None, 256, 2048), "held_out"),
+    "qwen25_7b_1gpu_g512_kv2k": ("qwen2.5-7b", workload_flags(1, 1, 1, None, 512, 2048),
                                  "held_out_family"),
-    "qwen3_8b_1gpu_g32_kv16k": ("qwen3-8b", _flags(1, 1, 1, None, 32, 16384),
+    "qwen3_8b_1gpu_g32_kv16k": ("qwen3-8b", workload_flags(1, 1, 1, None, 32, 16384),
                                 "held_out_family"),
-    "llama70b_tp8_g1536_kv1k": ("llama-3.1-70b", _flags(8, 8, 1, None, 1536, 1024), "held_out"),
-    "mixtral_tp8_g1024_kv4k": ("mixtral-8x7b", _flags(8, 8, 1, 8, 1024, 4096),
+    "llama70b_tp8_g1536_kv1k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 1536, 1024), "held_out"),
+    "mixtral_tp8_g1024_kv4k": ("mixtral-8x7b", workload_flags(8, 8, 1, 8, 1024, 4096),
                                "held_out_family"),
-    "qwen3moe_tp8_g1024_kv2k": ("qwen3-30b-a3b", _flags(8, 8, 1, 8, 1024, 2048),
+    "qwen3moe_tp8_g1024_kv2k": ("qwen3-30b-a3b", workload_flags(8, 8, 1, 8, 1024, 2048),
                                 "held_out_family"),
-    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", _flags(8, 8, 1, None, 2048, 1024), "fit"),
-    "llama70b_tp8_g512_kv4k": ("llama-3.1-70b", _flags(8, 8, 1, None, 512, 4096), "fit"),
-    "gptoss120b_ref_g2048": ("gpt-oss-120b", _flags(32, 8, 4, 32, 2048, 32768), "fit"),
-    "gptoss20b_tp8_g1024_kv8k": ("gpt-oss-20b", _flags(8, 8, 1, 8, 1024, 8192), "fit"),
+    "llama70b_tp8_g2048_kv1k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 2048, 1024), "fit"),
+    "llama70b_tp8_g512_kv4k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 512, 4096), "fit"),
+    "gptoss120b_ref_g2048": ("gpt-oss-120b", workload_flags(32, 8, 4, 32, 2048, 32768), "fit"),
+    "gptoss20b_tp8_g1024_kv8k": ("gpt-oss-20b", workload_flags(8, 8, 1, 8, 1024, 8192), "fit"),
     # added 2026-12-02 (FRESH), after the decision rule's "measure" branch was chosen
-    "llama8b_1gpu_g512_kv1k": ("llama-3.1-8b", _flags(1, 1, 1, None, 512, 1024), "held_out"),
-    "qwen3_8b_1gpu_g128_kv4k": ("qwen3-8b", _flags(1, 1, 1, None, 128, 4096),
+    "llama8b_1gpu_g512_kv1k": ("llama-3.1-8b", workload_flags(1, 1, 1, None, 512, 1024), "held_out"),
+    "qwen3_8b_1gpu_g128_kv4k": ("qwen3-8b", workload_flags(1, 1, 1, None, 128, 4096),
                                 "held_out_family"),
-    "qwen25_7b_1gpu_g128_kv8k": ("qwen2.5-7b", _flags(1, 1, 1, None, 128, 8192),
+    "qwen25_7b_1gpu_g128_kv8k": ("qwen2.5-7b", workload_flags(1, 1, 1, None, 128, 8192),
                                  "held_out_family"),
-    "mixtral_tp8_g2048_kv1k": ("mixtral-8x7b", _flags(8, 8, 1, 8, 2048, 1024),
+    "mixtral_tp8_g2048_kv1k": ("mixtral-8x7b", workload_flags(8, 8, 1, 8, 2048, 1024),
                                "held_out_family"),
-    "qwen3moe_tp8_g512_kv8k": ("qwen3-30b-a3b", _flags(8, 8, 1, 8, 512, 8192),
+    "qwen3moe_tp8_g512_kv8k": ("qwen3-30b-a3b", workload_flags(8, 8, 1, 8, 512, 8192),
                                "held_out_family"),
 }
 

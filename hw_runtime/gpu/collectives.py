@@ -32,6 +32,8 @@ import math
 
 from subgpu_jax.model.collective import proxy_plan
 
+from hw_runtime.gpu.distributed import collective_
+
 __all__ = ["VirtualCollectives", "proxy_", "PROXY_THREADS", "PROXY_MAX_STEPS"]
 
 #: Threads per proxy CTA: vLLM's custom all-reduce launches 512 (csrc/custom_all_reduce.cuh),
@@ -175,7 +177,6 @@ class VirtualCollectives:
         """
         dist = getattr(self, "dist", None)
         if dist is not None:         # --collectives nccl: the real collective, this lane's group
-            from hw_runtime.gpu.distributed import collective_
             collective_(dist, kernel, dst, getattr(self, "comm_lane", 0))
         elif self.proxy:             # (CUDA only: TorchWorkload sets it so)
             proxy_(dst, *self.proxy_args(kernel))

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ATTENTION", "resolve", "num_kv_splits", "decode_attention", "paged_decode_attention",
+from subgpu_jax.model.checks import bounded_int, pos_int
+
+__all__ = ["ATTENTION", "resolve", "auto_choice", "num_kv_splits", "decode_attention", "paged_decode_attention",
            "mla_decode_attention", "FP8_KV",
            "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM", "AUTO_TRITON_MLA"]
 
@@ -78,7 +80,13 @@ def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
     # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth and the
     # Triton kernel measured 1-8% slower; Triton for MLA (docs/results.md, "Kernel choices")
     return resolve_triton_policy("attention", policy, ATTENTION, is_cuda, "sdpa",
-                                 mla and AUTO_TRITON_MLA)
+                                 auto_choice(mla) == "triton")
+
+
+def auto_choice(mla: bool) -> str:
+    """What ``"auto"`` picks where Triton runs: ``"triton"`` for multi-head latent attention
+    (``AUTO_TRITON_MLA``), ``"sdpa"`` for GQA/MHA."""
+    return "triton" if mla and AUTO_TRITON_MLA else "sdpa"
 
 
 def num_kv_splits(programs: int, kv_len: int, sms: int, waves: float = 2.0,
@@ -103,8 +111,7 @@ def num_kv_splits(programs: int, kv_len: int, sms: int, waves: float = 2.0,
     """
     for name, v in (("programs", programs), ("kv_len", kv_len), ("sms", sms),
                     ("block_n", block_n), ("max_splits", max_splits)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"num_kv_splits: {name} must be an integer >= 1, got {v!r}")
+        pos_int(v, f"num_kv_splits: {name}")
     if isinstance(waves, bool) or not (isinstance(waves, (int, float)) and math.isfinite(waves)
                                        and 0 < waves <= 1024):
         raise ValueError(f"num_kv_splits: waves must be a number in (0, 1024], got {waves!r}")
@@ -142,10 +149,8 @@ def _check_common(name, q, k, v, out, splits, block_n, hd, kv_scales):
             raise ValueError(f"{name}: {nm} must be a finite number > 0, got {x!r}")
     if len({t.device for t in (q, k, v, out)}) != 1 or q.device.type != "cuda":
         raise ValueError(f"{name}: q, k, v and out must be on one CUDA device")
-    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
-                               or not 1 <= splits <= MAX_SPLITS):
-        raise ValueError(f"{name}: splits must be an integer in 1..{MAX_SPLITS}, got "
-                         f"{splits!r}")
+    if splits is not None:
+        bounded_int(splits, f"{name}: splits", 1, MAX_SPLITS)
     if block_n is None:
         block_n = BLOCK_N if hd <= 128 else 64
     if block_n not in (16, 32, 64, 128, 256):
@@ -324,10 +329,8 @@ def mla_decode_attention(q, cache, out, sms: int, scale: float, latent: int,
             or q.device.type != "cuda":
         raise ValueError("mla_decode_attention: q and cache must share a dtype, all on one CUDA "
                          "device")
-    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, int)
-                               or not 1 <= splits <= MLA_MAX_SPLITS):
-        raise ValueError(f"mla_decode_attention: splits must be an integer in "
-                         f"1..{MLA_MAX_SPLITS}, got {splits!r}")
+    if splits is not None:
+        bounded_int(splits, "mla_decode_attention: splits", 1, MLA_MAX_SPLITS)
     HB = MLA_HEADS_PER_PROGRAM
     hbs = triton.cdiv(qh, HB)
     S = splits if splits is not None else num_kv_splits(R * hbs, L, sms, block_n=block_n,

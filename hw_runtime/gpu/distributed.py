@@ -40,6 +40,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from subgpu_jax.model.checks import pos_int
+from subgpu_jax.model.collective import (ALLTOALL_OPS, allreduce_tensor_bytes,
+                                         alltoall_buffer_bytes)
+
 __all__ = ["NCCL_ENV", "LANES", "DistContext", "group_ranks", "world_from_env", "init",
            "collective_plan", "collective_", "reduce_max", "visible_device"]
 
@@ -60,9 +64,8 @@ def group_ranks(world: int, size: int) -> list[list[int]]:
 
     Example: world 8, size 4 -> [[0, 1, 2, 3], [4, 5, 6, 7]].
     """
-    for name, v in (("world", world), ("size", size)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"group_ranks: {name} must be an integer >= 1, got {v!r}")
+    pos_int(world, "group_ranks: world")
+    pos_int(size, "group_ranks: size")
     if world % size:
         raise ValueError(f"group_ranks: a group of {size} ranks does not divide {world} ranks")
     return [list(range(g, g + size)) for g in range(0, world, size)]
@@ -122,6 +125,7 @@ class DistContext:
         rank (kind ``"tp"`` or ``"ep"``). env: the ``NCCL_ENV`` values in force. backend: the
         process-group backend (``"nccl"``; ``"fake"`` in tests). lanes: streams with their own
         groups. recv: the collectives' buffers, ``(kind, elements, lane) -> (send, recv)``.
+        plans: ``collective_plan`` per (kernel name, payload).
     """
 
     rank: int
@@ -134,6 +138,7 @@ class DistContext:
     groups: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     recv: dict = field(default_factory=dict)
+    plans: dict = field(default_factory=dict)
 
     def group(self, kind: str, lane: int = 0):
         """This rank's ``kind`` group of stream ``lane``.
@@ -183,8 +188,7 @@ def init(deployment: Any, backend: str = "nccl", rank: int | None = None,
                          f"(--gpus) but {world} processes were launched; launch one per GPU")
     tp_sets, ep_sets = group_ranks(world, deployment.attn_tp), group_ranks(world,
                                                                             deployment.moe_ep)
-    if isinstance(lanes, bool) or not isinstance(lanes, int) or lanes < 1:
-        raise ValueError(f"--collectives nccl: lanes must be an integer >= 1, got {lanes!r}")
+    pos_int(lanes, "--collectives nccl: lanes")
     env = {}
     for k, v in NCCL_ENV.items():
         os.environ[k] = v
@@ -219,14 +223,12 @@ def collective_plan(kernel: Any, tp: int, ep: int) -> tuple[str, int]:
     Example: ``comm_bytes`` 28 MiB of an all-reduce at TP8: 28 MiB x 8 / 14 = 16 MiB = 8 Mi
     elements; 3 MiB of a dispatch at EP4: 4 MiB = 2 Mi elements (a multiple of 4).
     """
-    from subgpu_jax.model.collective import ALLTOALL_OPS
-
     b = float(kernel.comm_bytes)
     if kernel.op in ALLTOALL_OPS and ep > 1:
-        n = int(round(b * ep / (ep - 1) / 2.0))
+        n = int(round(alltoall_buffer_bytes(b, ep) / 2.0))
         return "all_to_all", max(ep, n - n % ep)
     if tp > 1:
-        return "all_reduce", max(1, int(round(b * tp / (2.0 * (tp - 1)) / 2.0)))
+        return "all_reduce", max(1, int(round(allreduce_tensor_bytes(b, tp) / 2.0)))
     return "none", 0
 
 
@@ -234,7 +236,10 @@ def collective_(ctx: DistContext, kernel: Any, buf, lane: int = 0) -> None:
     """Collective ``kernel`` (a graph ``Kernel`` with ``comm_bytes`` > 0) as ``collective_plan``
     says, on this rank's buffers of that size and ``lane`` (``buf``, the staging buffer, only
     gives the device and dtype), issued on the current stream with the groups of ``lane``."""
-    kind, n = collective_plan(kernel, ctx.tp, ctx.ep)
+    pk = (kernel.name, kernel.comm_bytes)
+    if pk not in ctx.plans:         # worked out once per kernel and payload (a launch looks up)
+        ctx.plans[pk] = collective_plan(kernel, ctx.tp, ctx.ep)
+    kind, n = ctx.plans[pk]
     if kind == "none":
         return
     key = (kind, n, int(lane))

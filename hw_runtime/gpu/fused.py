@@ -30,6 +30,8 @@ from __future__ import annotations
 import functools
 from types import SimpleNamespace
 
+from subgpu_jax.model.checks import choice
+
 __all__ = ["ELEMENTWISE", "resolve", "resolve_triton_policy", "triton_available", "rmsnorm_", "add_rmsnorm_",
            "rope_kv_", "silu_mul_", "swiglu_oss_"]
 
@@ -59,8 +61,7 @@ def resolve_triton_policy(option: str, policy: str, choices: tuple[str, ...], is
             device or without Triton.
     """
     flag = "--" + option.replace("_", "-")
-    if policy not in choices:
-        raise ValueError(f"{flag} must be one of {', '.join(choices)}, got {policy!r}")
+    choice(policy, flag, choices)
     ok = is_cuda and triton_available()
     if policy == "triton" and not ok:
         why = "the device is not a CUDA GPU" if not is_cuda else "triton does not import"

@@ -314,8 +314,7 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
             act = a[p + "act_exp"]
             # (GPT-OSS's gate/up halves were de-interleaved at allocation)
             moe_gemm.expert_up_act(a[p + "hn"][:Tr], rt, wu, act.view(-1, act.shape[-1]),
-                                   bias=w.get(p + "experts_up.b"),
-                                   scale=w.get(p + "experts_up.scale"), oss=gptoss,
+                                   bias=w.get(p + "experts_up.b"), oss=gptoss,
                                    alpha=SWIGLU_ALPHA, limit=SWIGLU_LIMIT)
             return
         gu = a[p + "gu_exp"]
@@ -355,8 +354,7 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
         if rt is not None:   # one grouped launch over the routed slots
             act, y = a[p + "act_exp"], a[p + "y_exp"]
             moe_gemm.expert_down(act.view(-1, act.shape[-1]), rt, wd, y.view(-1, y.shape[-1]),
-                                 bias=w.get(p + "experts_down.b"),
-                                 scale=w.get(p + "experts_down.scale"))
+                                 bias=w.get(p + "experts_down.b"))
             return
         if p + "experts_down.b" in w:
             t.baddbmm(w[p + "experts_down.b"][:nh], a[p + "act_exp"], wd,

@@ -33,8 +33,8 @@ workload's batch and microbatch count: so the choice depends on the batch, not t
 else ``bmm``. Measured on the H200
 (docs/results.md, "Kernel choices"): at 16-64 slots per expert (Qwen3-30B-A3B
 TP8 EP8) the grouped gate/up launch streams its weights at 0.90 of the copy bandwidth against
-0.71-0.79 for ``bmm`` and the down projections tie; at 256-512 slots of one expert (Mixtral
-EP8 at G = 1,024-2,048, compute-bound) cuBLAS is 15-40% faster. The block/tile choice
+0.73-0.79 for ``bmm`` and the down projections tie; at 256-512 slots of one expert (Mixtral
+EP8 at G = 1,024-2,048, compute-bound) the Triton kernels take 10-43% longer than cuBLAS. The block/tile choice
 (``moe_config``) and the layout are pure Python (tested on the CPU).
 """
 
@@ -43,7 +43,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["MOE_GEMM", "AUTO_TRITON", "AUTO_MAX_ROWS", "FP8_MAX", "MoeConfig", "RoutedTokens", "resolve",
+from subgpu_jax.model.checks import pos_int
+
+__all__ = ["MOE_GEMM", "AUTO_TRITON", "AUTO_MAX_ROWS", "FP8_MAX", "MoeConfig", "RoutedTokens", "resolve", "auto_choice",
            "moe_config", "balanced_counts", "static_routing", "block_table", "routed_tokens", "expert_up_act",
            "expert_down", "deinterleave_gate_up", "quantize_fp8"]
 
@@ -84,17 +86,20 @@ def resolve(policy: str, is_cuda: bool, rows: int | None = None) -> str:
     """
     from hw_runtime.gpu.fused import resolve_triton_policy
 
-    if rows is not None:
-        _pos_int("moe_gemm.resolve: rows", rows)
-    small = rows is None or rows <= AUTO_MAX_ROWS
     return resolve_triton_policy("moe_gemm", policy, MOE_GEMM, is_cuda, "bmm",
-                                 AUTO_TRITON and small)
+                                 auto_choice(rows) == "triton")
 
 
-def _pos_int(name: str, v) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    return v
+def auto_choice(rows: int | None = None) -> str:
+    """What ``"auto"`` picks where Triton runs: ``"triton"`` up to ``AUTO_MAX_ROWS`` routed
+    slots per expert (None: no limit), else ``"bmm"``.
+
+    Raises:
+        ValueError: ``rows`` not an integer >= 1.
+    """
+    if rows is not None:
+        pos_int(rows, "moe_gemm.resolve: rows")
+    return "triton" if AUTO_TRITON and (rows is None or rows <= AUTO_MAX_ROWS) else "bmm"
 
 
 def moe_config(rows: int) -> MoeConfig:
@@ -115,7 +120,7 @@ def moe_config(rows: int) -> MoeConfig:
 
     Example: 64 slots -> bm 64; 20 -> 32; 3 -> 16; 300 -> 64 (five blocks).
     """
-    _pos_int("moe_config: rows", rows)
+    pos_int(rows, "moe_config: rows")
     bm = min(64, max(16, 1 << (rows - 1).bit_length()))
     return MoeConfig(bm=bm, bn=128, bk=64, warps=4, stages=4)
 
@@ -129,8 +134,8 @@ def balanced_counts(assignments: int, experts: int) -> list[int]:
 
     Example: 10 over 4 -> [3, 3, 2, 2].
     """
-    _pos_int("balanced_counts: assignments", assignments)
-    _pos_int("balanced_counts: experts", experts)
+    pos_int(assignments, "balanced_counts: assignments")
+    pos_int(experts, "balanced_counts: experts")
     q, r = divmod(assignments, experts)
     return [q + (e < r) for e in range(experts)]
 
@@ -152,8 +157,8 @@ def static_routing(assignments: int, experts: int, seg: int, tokens: int
     0], slot [0, 1, 2, 3, 4].
     """
     counts = balanced_counts(assignments, experts)
-    _pos_int("static_routing: tokens", tokens)
-    if _pos_int("static_routing: seg", seg) < counts[0]:
+    pos_int(tokens, "static_routing: tokens")
+    if pos_int(seg, "static_routing: seg") < counts[0]:
         raise ValueError(f"static_routing: seg must be >= {counts[0]} slots, got {seg}")
     src, slot = [0] * (experts * seg), []
     for e, c in enumerate(counts):
@@ -173,8 +178,8 @@ def block_table(counts: list[int], seg: int, bm: int) -> tuple[list[int], list[i
     Example: counts [3, 0, 5], seg 5, bm 4 -> experts [0, 2, 2], rows [0, 10, 14], valid
     [3, 4, 1].
     """
-    _pos_int("block_table: seg", seg)
-    _pos_int("block_table: bm", bm)
+    pos_int(seg, "block_table: seg")
+    pos_int(bm, "block_table: bm")
     be, br, bv = [], [], []
     for e, c in enumerate(counts):
         if isinstance(c, bool) or not isinstance(c, int) or c < 0 or c > seg:
@@ -268,6 +273,14 @@ def _check(name: str, rt: RoutedTokens, a, w, out, bias, scale, k_in: int, n_w: 
         raise ValueError(f"{name}: tensors must be on one CUDA device")
 
 
+def _tiles(name: str, rt: RoutedTokens, config: MoeConfig | None) -> MoeConfig:
+    """``config`` (default ``moe_config(rt.rows)``) when its ``bm`` is the routing's."""
+    cfg = config or moe_config(rt.rows)
+    if cfg.bm != rt.bm:
+        raise ValueError(f"{name}: config.bm {cfg.bm} differs from the routing's {rt.bm}")
+    return cfg
+
+
 def _a_inv(a_scale, fp8: bool, name: str) -> float:
     """``1 / a_scale`` for the kernels (1.0 without one); ValueError on a bad scale."""
     if a_scale is None:
@@ -320,9 +333,7 @@ def expert_up_act(x, rt: RoutedTokens, w, out, bias=None, scale=None, oss: bool 
     _check("expert_up_act", rt, x, w, out, bias, scale, x.shape[1], F2)
     if out.dim() != 2 or out.shape[1] != F:
         raise ValueError(f"expert_up_act: out must be (rows, {F}), got {tuple(out.shape)}")
-    cfg = config or moe_config(rt.rows)
-    if cfg.bm != rt.bm:
-        raise ValueError(f"expert_up_act: config.bm {cfg.bm} differs from the routing's {rt.bm}")
+    cfg = _tiles("expert_up_act", rt, config)
     from hw_runtime.gpu import moe_gemm_kernels as K
 
     fp8 = scale is not None
@@ -361,9 +372,7 @@ def expert_down(a, rt: RoutedTokens, w, out, bias=None, scale=None,
     _check("expert_down", rt, a, w, out, bias, scale, a.shape[1], N)
     if out.dim() != 2 or out.shape[1] != N:
         raise ValueError(f"expert_down: out must be (rows, {N}), got {tuple(out.shape)}")
-    cfg = config or moe_config(rt.rows)
-    if cfg.bm != rt.bm:
-        raise ValueError(f"expert_down: config.bm {cfg.bm} differs from the routing's {rt.bm}")
+    cfg = _tiles("expert_down", rt, config)
     from hw_runtime.gpu import moe_gemm_kernels as K
 
     fp8 = scale is not None

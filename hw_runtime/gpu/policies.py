@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from subgpu_jax.model.checks import choice
+
 from hw_runtime.gpu.blas import GEMM_POLICIES
 from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.fused import ELEMENTWISE
@@ -87,6 +89,5 @@ def check_policies(values: dict) -> None:
         ValueError: one line naming the flag and the allowed values.
     """
     for p in KERNEL_POLICIES:
-        if p.dest in values and values[p.dest] not in p.choices:
-            raise ValueError(f"{p.flag} must be one of {', '.join(p.choices)}, got "
-                             f"{values[p.dest]!r}")
+        if p.dest in values:
+            choice(values[p.dest], p.flag, p.choices)

@@ -35,9 +35,8 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 
 from hw_runtime.tune.spec import Candidate, Predictor
-from hw_runtime.gpu.decode_attn import AUTO_TRITON_MLA
+from hw_runtime.gpu import decode_attn, moe_gemm
 from hw_runtime.gpu.calibrate import moe_gemm_meta
-from hw_runtime.gpu.moe_gemm import AUTO_MAX_ROWS, AUTO_TRITON
 
 __all__ = ["summarize_trace", "refit_calibration", "resolved_moe_gemm", "DEFAULT_POOLS"]
 
@@ -53,8 +52,8 @@ def resolved_moe_gemm(spec, G: int) -> str | None:
     from hw_runtime.gpu.workload import workload_shapes
     from subgpu_jax.model.graph import build_graph
 
-    cap = workload_shapes(build_graph(spec.arch, spec.deployment(G), 1)).cap
-    return "triton" if AUTO_TRITON and cap <= AUTO_MAX_ROWS else "bmm"
+    return moe_gemm.auto_choice(workload_shapes(build_graph(spec.arch, spec.deployment(G),
+                                                            1)).cap)
 
 #: Pools (SMs) of the table of a kernel the base calibration does not hold (the whole GPU is
 #: added): the pools ``subgpu calibrate`` measures.
@@ -195,8 +194,8 @@ def refit_calibration(base: Predictor, traced: Sequence[tuple[Candidate, Sequenc
             else "uncalibrated model", "gemm": spec.gemm,
             "elementwise": elementwise or spec.elementwise,
             # what the runtime resolves the policies to on a GPU with Triton
-            "attention": "triton" if spec.attention == "triton" or (
-                spec.attention == "auto" and spec.arch.is_mla and AUTO_TRITON_MLA) else "sdpa",
+            "attention": (decode_attn.auto_choice(spec.arch.is_mla) if spec.attention == "auto"
+                          else spec.attention),
             "moe_gemm": moe_gemm_meta({str(int(G)): resolved_moe_gemm(spec, int(G))
                                        for G in batches}),
             "tune": {"traces": len(traced), "corun": corun,

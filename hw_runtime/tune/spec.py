@@ -108,11 +108,10 @@ class TuneSpec:
         one_gpu_mode(self.collectives)   # ValueError naming --collectives
         from hw_runtime.gpu.executor import LANE_PRIORITY
         from hw_runtime.gpu.policies import check_policies
+        from subgpu_jax.model.checks import choice
         check_policies({"gemm": self.gemm, "elementwise": self.elementwise,
                         "attention": self.attention, "moe_gemm": self.moe_gemm})
-        if self.lane_priority not in LANE_PRIORITY:
-            raise ValueError(f"--lane-priority must be one of {', '.join(LANE_PRIORITY)}, got "
-                             f"{self.lane_priority!r}")
+        choice(self.lane_priority, "--lane-priority", LANE_PRIORITY)
         if self.moe_gemm != "auto" and not self.arch.is_moe:
             raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
                              f"GEMMs (leave it at auto)")

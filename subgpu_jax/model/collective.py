@@ -42,7 +42,7 @@ from typing import Any
 
 __all__ = ["COLLECTIVE_MODES", "COLLECTIVES", "ONE_GPU_COLLECTIVES", "DEFAULT_COLLECTIVES", "CollectiveMode", "ProxyPlan",
            "proxy_plan", "collective_mode", "one_gpu_mode", "ALLTOALL_OPS", "CUSTOM_AR_CTAS", "NCCL_NVLS_CTAS",
-           "A2A_CTAS", "CUSTOM_AR_MAX_BYTES"]
+           "A2A_CTAS", "CUSTOM_AR_MAX_BYTES", "allreduce_tensor_bytes", "alltoall_buffer_bytes"]
 
 #: vLLM custom all-reduce: ``defaultBlockLimit`` = 36 CTAs (csrc/custom_all_reduce.cuh).
 CUSTOM_AR_CTAS = 36
@@ -147,6 +147,20 @@ def one_gpu_mode(name: str) -> CollectiveMode:
     return m
 
 
+def allreduce_tensor_bytes(comm_bytes: float, tp: int) -> float:
+    """The tensor a ring all-reduce over ``tp`` GPUs reduces when each GPU sends ``comm_bytes``
+    (the graph's payload): a ring sends 2(t-1)/t of the tensor, so ``comm_bytes x t / (2(t-1))``
+    (``tp`` >= 2). Example: 28 MiB sent at TP8 -> a 16 MiB tensor."""
+    return comm_bytes * tp / (2.0 * (tp - 1))
+
+
+def alltoall_buffer_bytes(comm_bytes: float, ep: int) -> float:
+    """The buffer an all-to-all over ``ep`` GPUs exchanges when each GPU sends ``comm_bytes`` to
+    the others (1/e of it stays local): ``comm_bytes x e / (e-1)`` (``ep`` >= 2). Example: 3 MiB
+    sent at EP4 -> a 4 MiB buffer."""
+    return comm_bytes * ep / (ep - 1.0)
+
+
 @dataclass(frozen=True)
 class ProxyPlan:
     """What the collective proxy of one graph collective consumes on the issuing GPU.
@@ -192,8 +206,7 @@ def proxy_plan(kernel: Any, tp: int = 8) -> ProxyPlan:
         return ProxyPlan("alltoall", A2A_CTAS, 2.0 * c, "DeepEP intranode all-to-all: num_sms 20")
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 2:
         raise ValueError(f"proxy_plan: an all-reduce needs a TP degree >= 2, got {tp!r}")
-    tensor = c * tp / (2.0 * (tp - 1))
-    if tensor <= CUSTOM_AR_MAX_BYTES:
+    if allreduce_tensor_bytes(c, tp) <= CUSTOM_AR_MAX_BYTES:
         return ProxyPlan("custom_allreduce", CUSTOM_AR_CTAS, 2.0 * c,
                          "vLLM custom all-reduce: defaultBlockLimit 36, max_size 8 MiB")
     return ProxyPlan("nccl_nvls", NCCL_NVLS_CTAS, 2.0 * c,
