@@ -1,7 +1,9 @@
 """Kernel choices of the runtime measured on the GPU (issue 23, items 2-3): the grouped Triton
 expert GEMMs against the ``bmm`` path on the expert shapes of the verdict protocol's MoE
 workloads (bf16 and fp8 weights, a small tile sweep), the Triton MLA decode against SDPA on
-DeepSeek-V3 TP8 shapes, and the Triton GQA split-KV decode's launch parameters against SDPA.
+DeepSeek-V3 TP8 shapes, and the Triton GQA split-KV decode's launch parameters and FlashInfer's
+tensor-core decode (``hw_runtime.gpu.flashinfer_attn``, where flashinfer-python is installed:
+carried to the device as a wheel in .whl/) against SDPA.
 
     python experiments/kernel_choice_h200.py --out DIR [--parts moe mla gqa] [--sweep] \
         [--time-limit S]
@@ -235,6 +237,36 @@ def mla_rows(torch, timer, deadline, emit, sweep: bool) -> None:
         torch.cuda.empty_cache()
 
 
+def flashinfer_rows(torch, timer, emit, base, q, k, v, out, ref) -> None:
+    """FlashInfer's tensor-core decode as the runtime calls it (``flashinfer_attn``), with the
+    KV split from the pool's SMs (132 here) and with FlashInfer's own planner; the first
+    call's seconds include the JIT build. Skipped (one row) where the package is missing."""
+    from hw_runtime.gpu import flashinfer_attn as fi
+
+    R, qh, hd = q.shape
+    kvh, L = k.shape[1], k.shape[2]
+    if not fi.available():
+        emit("gqa", dict(base, kernel="flashinfer", error=fi.MISSING))
+        return
+    byts = base["bytes"]
+    for name, pool_split in (("flashinfer", True), ("flashinfer_own_split", False)):
+        try:
+            t0 = time.time()
+            dec = fi.FlashInferDecode(torch, R, qh, kvh, hd, L, torch.bfloat16, q.device,
+                                      pool_split=pool_split)
+            dec(q, k, v, out, 132)
+            torch.cuda.synchronize()
+            first = time.time() - t0
+            rel = _rel(torch, out, ref)
+            t = timer(lambda r: dec(q, k, v, out, 132))
+            emit("gqa", dict(base, kernel=name, page=dec.page,
+                             split_pages=fi.split_pages(R, kvh, L, 132) if pool_split else None,
+                             us=t, frac_copy=byts / (t * 1e-6) / 1e9 / COPY_GBPS,
+                             first_call_s=first, max_rel_vs_sdpa=rel))
+        except Exception as e:  # noqa: BLE001
+            emit("gqa", dict(base, kernel=name, error=f"{type(e).__name__}: {e}"[:600]))
+
+
 def gqa_rows(torch, timer, deadline, emit, sweep: bool) -> None:
     """GQA split-KV decode: SDPA against the Triton kernel's launch parameters."""
     from hw_runtime.gpu import decode_attn as da
@@ -255,6 +287,8 @@ def gqa_rows(torch, timer, deadline, emit, sweep: bool) -> None:
                 "bytes": byts}
         emit("gqa", dict(base, kernel="sdpa", us=ts,
                          frac_copy=byts / (ts * 1e-6) / 1e9 / COPY_GBPS))
+        flashinfer_rows(torch, timer, emit, base, q.view(R, qh, hd), k, v, out,
+                        ref.view(R, qh, hd))
         grid = itertools.product((64, 128), (4, 8), (2, 3), (2.0, 4.0, 8.0)) if sweep \
             else [(da.BLOCK_N, 4, 3, 2.0)]
         for bn, wp, st, wv in grid:

@@ -15,3 +15,6 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+# FlashInfer's JIT (``--attention flashinfer``, shipped as a wheel in .whl/) builds its kernels
+# under this folder; kept while the machine stays warm, so a second call reuses them.
+export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/flashinfer}

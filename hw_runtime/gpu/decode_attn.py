@@ -27,7 +27,8 @@ more.
 * Arithmetic: scores, softmax and the accumulator in float32, probabilities rounded to the
   cache's dtype for the second product (as FlashAttention does), one rounding of the result.
 
-``ATTENTION`` policies (``resolve``): ``"sdpa"`` PyTorch's SDPA, ``"triton"`` these kernels
+``ATTENTION`` policies (``resolve``): ``"sdpa"`` PyTorch's SDPA, ``"flashinfer"`` FlashInfer's
+tensor-core batch decode over the same caches (``flashinfer_attn``, GQA/MHA only), ``"triton"`` these kernels
 (refused where Triton or CUDA is missing); ``"auto"`` SDPA for GQA, Triton for MLA. Needs torch and triton only when a kernel runs; the
 split choice is pure Python (tested on the CPU).
 """
@@ -43,7 +44,7 @@ __all__ = ["ATTENTION", "resolve", "auto_choice", "num_kv_splits", "decode_atten
            "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM", "AUTO_TRITON_MLA"]
 
 #: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take.
-ATTENTION = ("auto", "sdpa", "triton")
+ATTENTION = ("auto", "sdpa", "triton", "flashinfer")
 #: KV positions per inner step of a split (a multiple of 16 for ``tl.dot``): 128, with 4 warps,
 #: 3 stages and 2 waves, the best of 24 launch settings over three workloads' shapes
 #: (docs/results.md, "Kernel choices"; 64 measured 1-15% slower).
@@ -62,7 +63,7 @@ AUTO_TRITON_MLA = True
 
 
 def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
-    """The decode attention a workload uses: ``"sdpa"`` or ``"triton"``.
+    """The decode attention a workload uses: ``"sdpa"``, ``"triton"`` or ``"flashinfer"``.
 
     Args:
         policy: one of ``ATTENTION``. is_cuda: the workload's device is a CUDA GPU.
@@ -70,12 +71,23 @@ def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
             when ``AUTO_TRITON_MLA``, SDPA for GQA/MHA).
 
     Raises:
-        ValueError: an unknown policy, or ``"triton"`` without a CUDA device or without Triton.
+        ValueError: an unknown policy, ``"triton"`` without a CUDA device or without Triton,
+            ``"flashinfer"`` without a CUDA device or the package, or for MLA.
     """
+    from hw_runtime.gpu import flashinfer_attn
     from hw_runtime.gpu.fused import resolve_triton_policy
 
     if not isinstance(mla, bool):
         raise ValueError(f"decode_attn.resolve: mla must be True or False, got {mla!r}")
+    if policy == "flashinfer":
+        if mla:
+            raise ValueError("--attention flashinfer serves GQA/MHA decode here; multi-head "
+                             "latent attention takes triton, sdpa or auto")
+        if not is_cuda:
+            raise ValueError("--attention flashinfer needs a CUDA GPU; use sdpa or auto")
+        if not flashinfer_attn.available():
+            raise ValueError(flashinfer_attn.MISSING)
+        return "flashinfer"
 
     # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth and the
     # Triton kernel measured 1-8% slower; Triton for MLA (docs/results.md, "Kernel choices")

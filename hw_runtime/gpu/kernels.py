@@ -73,8 +73,8 @@ class KernelContext:
         arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
         eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
-        (``hw_runtime.gpu.fused``); attention: its decode attention (``"sdpa"`` or
-        ``"triton"``, ``hw_runtime.gpu.decode_attn``); spin: spin cycles after a virtual
+        (``hw_runtime.gpu.fused``); attention: its decode attention (``"sdpa"``,
+        ``"triton"`` or ``"flashinfer"``, ``hw_runtime.gpu.decode_attn``); spin: spin cycles after a virtual
         collective; stage: the name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
         KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
         counts; resid_in, resid_out: residual-stream tensor names of the layer.
@@ -201,15 +201,17 @@ def _attn(c: KernelContext) -> Callable[[int, int], None]:
     gqa = qh != kvh
 
     triton = c.attention == "triton"
+    flashinfer = (c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
+                  if c.attention == "flashinfer" else None)
 
     def f(mu, l):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         sl = slice(mu * Rm, (mu + 1) * Rm)
         kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
         dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
-        if triton:   # split-KV, GQA without expanding the cache, sized for this pool
-            decode_attention(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd),
-                             c.pool_sms())
+        if triton or flashinfer is not None:   # split-KV, splits sized for this pool
+            run = flashinfer if flashinfer is not None else decode_attention
+            run(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd), c.pool_sms())
             if p + "sink_scale" in w:
                 dst.mul_(w[p + "sink_scale"])
             return

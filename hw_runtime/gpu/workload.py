@@ -14,7 +14,8 @@ qkv                       ``addmm`` xn @ W_qkv (+ bias) -> qkv            [Rm, (
 rope_kv                   (q/k RMSNorm for Qwen3) RoPE of q and k at position kv_history-1;
                           q -> ``q``, k and v written into slot kv_history-1 of the KV cache
                           (ring slot ``(kv_history-1) % window`` for sliding layers)
-attn                      ``F.scaled_dot_product_attention(..., enable_gqa=True)`` of one query
+attn                      ``F.scaled_dot_product_attention(..., enable_gqa=True)`` (or the
+                          ``--attention`` kernel: Triton, FlashInfer) of one query
                           token over the layer's KV (kv_history tokens, or the window for
                           sliding layers). Attention sinks are APPROXIMATED by a per-head scale
                           of the output (the exact rescaling needs the log-sum-exp, which SDPA
@@ -85,6 +86,7 @@ from subgpu_jax.model.routing import busiest_rank_load
 
 from hw_runtime.gpu.collectives import VirtualCollectives
 from hw_runtime.gpu.decode_attn import resolve as resolve_attention
+from hw_runtime.gpu.flashinfer_attn import FlashInferDecode
 from hw_runtime.gpu.moe_gemm import (deinterleave_gate_up, resolve as resolve_moe_gemm,
                                      routed_tokens, static_routing)
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
@@ -190,6 +192,8 @@ class WorkloadConsts:
             weights. comb_idx: int64 ``(Rm x k,)`` expert-output row of each (request, k).
             disp_idx: int64 ``(n_hit x cap,)`` token of each padded expert row (the ``bmm``
             path). routing: the grouped kernels' ``moe_gemm.RoutedTokens`` (``triton``).
+        attn_decoders: ``--attention flashinfer``: one ``flashinfer_attn.FlashInferDecode`` per
+            distinct KV length of the layers (``WorkloadShapes.kv_len``), keyed by it.
     """
 
     rope_cos: Any = None
@@ -200,6 +204,7 @@ class WorkloadConsts:
     comb_idx: Any = None
     disp_idx: Any = None
     routing: Any = None
+    attn_decoders: Any = None
 
 
 def _need_graph(graph: OpGraph) -> tuple[ModelArch, Any]:
@@ -486,8 +491,8 @@ class TorchWorkload(VirtualCollectives):
             dist: a ``distributed.DistContext``: each collective is a real one over this
             rank's groups (``--collectives nccl``; not with spin or proxy).
         elementwise, attention: the elementwise kernels (``"auto"``, ``"triton"``, ``"torch"``:
-            ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``:
-            ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
+            ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``,
+            ``"flashinfer"``: ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
         moe_gemm: the expert GEMMs (``"auto"``, ``"triton"``: one grouped launch over the
             routed tokens with the gather and activation fused, ``"bmm"``: gather + batched
             GEMMs over padded expert batches; ``moe_gemm.resolve``); ``self.moe_gemm``:
@@ -639,7 +644,12 @@ class TorchWorkload(VirtualCollectives):
             else:
                 moe["disp_idx"] = (t.arange(rows) % s.Tr).to(self.device)
                 moe["comb_idx"] = (t.arange(s.Rm * s.k) % rows).to(self.device)
-        self.consts = WorkloadConsts(**rope, **moe)
+        attn = {}
+        if self.attention == "flashinfer":   # one wrapper per KV length, planned on first use
+            attn["attn_decoders"] = {L: FlashInferDecode(t, s.Rm, s.qh, s.kvh, s.hd, L,
+                                                         t.bfloat16, self.device)
+                                     for L in sorted(set(s.kv_len))}
+        self.consts = WorkloadConsts(**rope, **moe, **attn)
 
     # ---------------------------------------------------------------- kernels
     def _make(self, i: int, kern: Kernel):

@@ -1,0 +1,202 @@
+"""hw_runtime.gpu.flashinfer_attn: the page and split arithmetic and the policy (pure, always
+run), the in-place paged view (needs torch), and FlashInfer's decode over the runtime's caches
+against a float32 reference (needs a CUDA GPU and flashinfer-python; skipped in CI)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from hw_runtime.gpu import decode_attn as da
+from hw_runtime.gpu import flashinfer_attn as fi
+
+
+# --------------------------------------------------------------------------- pure
+
+def test_page_size_by_hand():
+    """gcd(L, 128): 1,024 -> 128, 300 -> 4, 1,000 -> 8, an odd length -> 1."""
+    assert [fi.page_size(L) for L in (1024, 16384, 300, 1000, 4097, 128, 64)] == \
+        [128, 128, 4, 8, 1, 128, 64]
+    for bad in (0, -3, True, 2.0):
+        with pytest.raises(ValueError, match="kv_len"):
+            fi.page_size(bad)
+
+
+def test_split_pages_by_hand():
+    """32 requests x 8 KV heads at 16,384 positions on 132 SMs: 256 programs want ceil(264 /
+    256) = 2 splits, so 128 pages of 128 / 2 = 64 pages a split; on a 16-SM pool one split
+    (all 128 pages). 2,048 x 1 at 1,024 positions: no split, all 8 pages. 2 x 1 at 1,024 on
+    132 SMs: the 8 blocks of 128 positions cap the 132 splits wanted: 1 page a split."""
+    assert fi.split_pages(32, 8, 16384, 132) == 64
+    assert fi.split_pages(32, 8, 16384, 16) == 128
+    assert fi.split_pages(2048, 1, 1024, 132) == 8
+    assert fi.split_pages(2, 1, 1024, 132) == 1
+    for kw in ({"requests": 0}, {"kv_heads": -1}, {"sms": True}):
+        args = dict(requests=4, kv_heads=1, kv_len=256, sms=132)
+        args.update(kw)
+        with pytest.raises(ValueError, match=next(iter(kw))):
+            fi.split_pages(**args)
+
+
+@given(st.integers(1, 4096), st.integers(1, 16), st.sampled_from([1, 64, 300, 1024, 16384]),
+       st.integers(1, 264))
+def test_split_pages_matches_the_triton_split(R, kvh, L, sms):
+    """The pages of a split times the splits cover the pages, and the number of splits is the
+    Triton kernel's ``num_kv_splits`` (at most: whole pages can merge a split away)."""
+    per = L // fi.page_size(L)
+    sp = fi.split_pages(R, kvh, L, sms)
+    splits = math.ceil(per / sp)
+    assert 1 <= sp <= per and splits * sp >= per
+    assert splits <= da.num_kv_splits(R * kvh, L, sms)
+
+
+@given(st.integers(1, 6), st.integers(1, 4), st.sampled_from([4, 8, 16, 24]),
+       st.sampled_from([2, 4, 8]))
+def test_page_indices_address_the_cache(R, kvh, L, hd):
+    """An independent oracle in numpy: the view's strides (``paged_view``) applied to each
+    index of ``page_indices`` land on ``cache[b, :, j*page:(j+1)*page, :]``, and the last
+    element of the view stays inside the cache."""
+    page = fi.page_size(L)
+    per = L // page
+    cache = np.arange(R * kvh * L * hd).reshape(R, kvh, L, hd)
+    n_pages = (R - 1) * kvh * per + per
+    it = cache.itemsize
+    view = np.lib.stride_tricks.as_strided(
+        cache, (n_pages, kvh, page, hd), (page * hd * it, L * hd * it, hd * it, it))
+    assert view[-1].max() <= cache.max()
+    idx = fi.page_indices(R, kvh, L, page)
+    assert len(idx) == R * per
+    for b in range(R):
+        for j in range(per):
+            np.testing.assert_array_equal(view[idx[b * per + j]],
+                                          cache[b, :, j * page:(j + 1) * page, :])
+
+
+def test_resolve_flashinfer(monkeypatch):
+    """``--attention flashinfer`` is refused in one line for MLA, without CUDA and without the
+    package; taken as is where both exist; never what ``auto`` picks without CUDA."""
+    assert "flashinfer" in da.ATTENTION
+    with pytest.raises(ValueError, match="--attention flashinfer serves GQA/MHA"):
+        da.resolve("flashinfer", True, mla=True)
+    with pytest.raises(ValueError, match="--attention flashinfer needs a CUDA GPU"):
+        da.resolve("flashinfer", False)
+    monkeypatch.setattr(fi, "available", lambda: False)
+    with pytest.raises(ValueError, match="needs the flashinfer-python package"):
+        da.resolve("flashinfer", True)
+    with pytest.raises(ValueError, match="needs the flashinfer-python package"):
+        fi.FlashInferDecode(None, 2, 8, 1, 128, 256, None, None)
+    monkeypatch.setattr(fi, "available", lambda: True)
+    assert da.resolve("flashinfer", True) == "flashinfer"
+    assert da.resolve("auto", False) == "sdpa"
+
+
+# --------------------------------------------------------------------------- torch
+
+def test_paged_view_is_the_cache_in_place():
+    """With torch (CPU): every indexed page of the view is the cache's slice, the view shares
+    the cache's memory, and layouts the view cannot express are refused."""
+    torch = pytest.importorskip("torch")
+    R, kvh, L, hd = 3, 2, 48, 8
+    cache = torch.arange(R * kvh * L * hd, dtype=torch.float32).reshape(R, kvh, L, hd)
+    page = fi.page_size(L)
+    view = fi.paged_view(torch, cache, page)
+    assert view.data_ptr() == cache.data_ptr()
+    per = L // page
+    for n, i in enumerate(fi.page_indices(R, kvh, L, page)):
+        b, j = divmod(n, per)
+        assert torch.equal(view[i], cache[b, :, j * page:(j + 1) * page, :])
+    with pytest.raises(ValueError, match="last three dims contiguous"):
+        fi.paged_view(torch, cache.transpose(1, 2), page)
+    with pytest.raises(ValueError, match="requests must be contiguous"):
+        fi.paged_view(torch, cache[::2], page)
+
+
+# --------------------------------------------------------------------------- GPU
+
+def _cuda_flashinfer():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or not fi.available():
+        pytest.skip("needs a CUDA GPU and flashinfer-python")
+    return torch
+
+
+def _reference(torch, q, k, v):
+    """float32 softmax(q k^T / sqrt(hd)) v per request and query head, KV head h // group."""
+    R, qh, hd = q.shape
+    kvh = k.shape[1]
+    kk = k.float().repeat_interleave(qh // kvh, dim=1)
+    vv = v.float().repeat_interleave(qh // kvh, dim=1)
+    s = torch.einsum("rhd,rhld->rhl", q.float(), kk) / math.sqrt(hd)
+    return torch.einsum("rhl,rhld->rhd", torch.softmax(s, dim=-1), vv)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("R,qh,kvh,L,hd", [(3, 8, 1, 1024, 128), (5, 32, 8, 1000, 128),
+                                           (2, 64, 8, 257, 64), (7, 4, 4, 64, 128),
+                                           (1, 16, 2, 5000, 128), (4, 8, 1, 300, 64)])
+@pytest.mark.parametrize("sms", [16, 132])
+@pytest.mark.parametrize("pool_split", [True, False])
+def test_gpu_flashinfer_matches_float32(R, qh, kvh, L, hd, sms, pool_split):
+    """Against the float32 reference, on caches sliced out of a larger batch (as the runtime's
+    microbatches are): max |error| <= 1e-2 x max |reference|, the bound of the Triton kernel's
+    test. Shapes: groups of 1, 4 and 8, odd lengths (pages of 1), head dims 64 and 128, pools
+    of 16 and 132 SMs, and FlashInfer's own split."""
+    torch = _cuda_flashinfer()
+    g = torch.Generator(device="cuda").manual_seed(R * 1000 + L)
+    q = torch.randn((R, qh, hd), generator=g, device="cuda").to(torch.bfloat16)
+    big_k = torch.randn((R + 2, kvh, L, hd), generator=g, device="cuda").to(torch.bfloat16)
+    big_v = torch.randn((R + 2, kvh, L, hd), generator=g, device="cuda").to(torch.bfloat16)
+    k, v = big_k[1:R + 1], big_v[1:R + 1]
+    out = torch.empty_like(q)
+    dec = fi.FlashInferDecode(torch, R, qh, kvh, hd, L, torch.bfloat16, q.device,
+                              pool_split=pool_split)
+    dec(q, k, v, out, sms)
+    torch.cuda.synchronize()
+    ref = _reference(torch, q, k, v)
+    err = (out.float() - ref).abs().max().item()
+    assert err <= 1e-2 * ref.abs().max().item(), err
+
+
+@pytest.mark.gpu
+def test_gpu_flashinfer_in_a_cuda_graph():
+    """Planned by one eager call, captured on a side stream, replayed on new inputs copied
+    into the captured tensors: the replay equals an eager call on those inputs."""
+    torch = _cuda_flashinfer()
+    g = torch.Generator(device="cuda").manual_seed(7)
+    shape_q, shape_k = (4, 8, 128), (4, 2, 384, 128)
+    q, k, v = (torch.randn(s, generator=g, device="cuda").to(torch.bfloat16)
+               for s in (shape_q, shape_k, shape_k))
+    out = torch.empty_like(q)
+    dec = fi.FlashInferDecode(torch, 4, 8, 2, 128, 384, torch.bfloat16, q.device)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        dec(q, k, v, out, 64)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        dec(q, k, v, out, 64)
+    for t, shp in ((q, shape_q), (k, shape_k), (v, shape_k)):
+        t.copy_(torch.randn(shp, generator=g, device="cuda").to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = torch.empty_like(q)
+    dec(q, k, v, eager, 64)
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+@pytest.mark.gpu
+def test_gpu_region_flashinfer_vs_sdpa(region_run):
+    """A whole dense GQA region (head dim 64, 300 tokens of history: pages of 4) with
+    FlashInfer's decode against SDPA on the same weights and caches: within bf16 rounding."""
+    _cuda_flashinfer()
+    from subgpu_jax.model.models import ModelArch
+    arch = ModelArch(name="tiny-llama64", family="llama", num_layers=2, hidden=512,
+                     num_heads=8, num_kv_heads=2, head_dim=64, vocab=500, intermediate=512)
+    outs = {m: region_run(arch, kv=300, attention=m)[0] for m in ("sdpa", "flashinfer")}
+    ref = outs["sdpa"]
+    rel = ((outs["flashinfer"] - ref).norm() / ref.norm()).item()
+    assert rel < 2e-2, rel
