@@ -40,6 +40,8 @@ sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from fidelity_report import figures, kendall_tau, print_summary, summarize  # noqa: E402,F401
+from hw_runtime.gpu.decode_attn import ATTENTION  # noqa: E402
+from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 FIDELITY = os.path.join(RESULTS, "hw_fidelity")
@@ -173,9 +175,19 @@ def plan_phase(args) -> int:
 ELEMENTWISE = "torch"
 
 
+#: One-GPU collectives of the validate phase (``--collectives``; sleep: the workload's default,
+#: the mode of every run committed before the option).
+COLLECTIVES = "sleep"
+#: Decode attention of the device phases (``--attention``; auto: the workload's default, that
+#: of every run committed before the option).
+ATTENTION_POLICY = "auto"
+
+
 def _torch_workload(wl, m: int = 1):
+    from hw_runtime.gpu.kernels import collective_kwargs
     from hw_runtime.gpu.workload import TorchWorkload
-    return TorchWorkload(wl.graph(m), device="cuda", elementwise=ELEMENTWISE)
+    return TorchWorkload(wl.graph(m), device="cuda", elementwise=ELEMENTWISE,
+                         attention=ATTENTION_POLICY, **collective_kwargs(COLLECTIVES))
 
 
 def _free():
@@ -337,6 +349,8 @@ def validate_phase(args) -> int:
             res["memory"] = base.memory
             res["gemm"] = args.gemm
             res["elementwise"] = base.elementwise
+            res["collectives"] = COLLECTIVES
+            res["attention"] = base.attention
         except Exception as e:  # noqa: BLE001
             res["errors"]["workload"] = f"{e.__class__.__name__}: {e}"
             save()
@@ -725,9 +739,15 @@ def main() -> int:
                     help="validate phase: Executor.lane_priority (runs before it existed: off)")
     ap.add_argument("--lane-priority", action="store_true",
                     help="lanes phase: streams with CUDA priorities, A on the low one")
+    ap.add_argument("--collectives", default="sleep", choices=ONE_GPU_COLLECTIVES,
+                    help="device phases: the one-GPU collectives (docs/collectives.md; default "
+                         "sleep, the mode of every run committed before the option)")
+    ap.add_argument("--attention", default="auto", choices=ATTENTION,
+                    help="device phases: the runtime's decode attention (subgpu run "
+                         "--attention; default auto, that of every run committed before it)")
     a = ap.parse_args()
-    global ELEMENTWISE
-    ELEMENTWISE = a.elementwise
+    global ELEMENTWISE, COLLECTIVES, ATTENTION_POLICY
+    ELEMENTWISE, COLLECTIVES, ATTENTION_POLICY = a.elementwise, a.collectives, a.attention
     bad = [w for w in a.workloads if w not in WORKLOADS]
     if bad:
         ap.error(f"--workloads: unknown {bad}; allowed: {', '.join(WORKLOADS)}")

@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..")))
 sys.path.insert(0, HERE)
 
 import hw_verdicts_h200 as V  # noqa: E402  (the workloads and the GPU machine of the protocol)
+from hw_runtime.gpu.decode_attn import ATTENTION  # noqa: E402  (the --attention registry)
 
 RESULTS = os.path.join(HERE, "results")
 
@@ -194,7 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default=os.path.join(RESULTS, "temporal_traces"),
                     help="folder of the device phase's trace_<workload>.json files")
     ap.add_argument("--time-limit", type=float, default=420.0)
-    ap.add_argument("--attention", default="auto", choices=("auto", "sdpa", "triton"),
+    ap.add_argument("--attention", default="auto", choices=ATTENTION,
                     help="device phase: the runtime's decode attention (subgpu run "
                          "--attention); an explicit choice suffixes the trace files with it")
     ap.add_argument("--moe-gemm", default="auto", choices=("auto", "triton", "bmm"),

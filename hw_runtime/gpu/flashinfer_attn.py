@@ -14,8 +14,8 @@ path serving engines take for grouped heads) is used because only it accepts a f
 the split is set from the pool's SMs with the same rule as the Triton kernel
 (``decode_attn.num_kv_splits`` over ``R x kvh`` programs), so a kernel on a 32-SM green
 context does not size its grid for all 132 SMs of the H200. ``plan`` runs once per (batch, pool
-size) on the first eager call (the executor's warm-up pass, outside graph capture); the wrapper
-keeps its index buffers fixed (``use_cuda_graph=True``), so later calls replay in CUDA graphs.
+size) on the first eager call (the executor's warm-up pass, outside graph capture) and never
+again, so its index buffers keep their addresses and later calls replay in CUDA graphs.
 
 Needs the ``flashinfer-python`` package (and its JIT: the CUDA toolkit's ``nvcc``) only when a
 kernel runs; ``available`` and the page arithmetic are pure Python (tested on the CPU).
@@ -155,12 +155,13 @@ class FlashInferDecode:
         per = self.L // self.page
         n = self.R * per
         ws = t.zeros(WORKSPACE_BYTES, dtype=t.uint8, device=self.device)
-        i32 = dict(dtype=t.int32, device=self.device)
+        # use_cuda_graph=False: FlashInfer's graph mode pads the batch for ITS split choice and
+        # refuses a fixed split that makes more (request, split) rows (measured on the H200:
+        # "new batch size should not exceed padded batch size"); a wrapper here is planned
+        # once and never re-planned, so its buffers keep their addresses and run() replays in
+        # a CUDA graph (tests/hw_runtime/test_flashinfer_attn.py)
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            ws, "HND", use_cuda_graph=True, use_tensor_cores=True,
-            paged_kv_indptr_buffer=t.empty(self.R + 1, **i32),
-            paged_kv_indices_buffer=t.empty(n, **i32),
-            paged_kv_last_page_len_buffer=t.empty(self.R, **i32), backend="fa2")
+            ws, "HND", use_cuda_graph=False, use_tensor_cores=True, backend="fa2")
         w.plan(t.arange(0, n + 1, per, dtype=t.int32),
                t.tensor(page_indices(self.R, self.kvh, self.L, self.page), dtype=t.int32),
                t.full((self.R,), self.page, dtype=t.int32),

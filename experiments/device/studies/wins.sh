@@ -5,12 +5,26 @@
 # lane priorities auto), on the workloads named (default: all of CONFIGS); bundled into
 # $OUT/wins.tgz. Then on the CPU: experiments/hw_wins_h200.py --phase analyze ->
 # results/hw_wins_h200.json (the sources of its rows: results/hw_wins/current/sources.json).
+# `--collectives MODE` after CONFIGS measures under that one-GPU collective mode (sleep, proxy,
+# none; default sleep), `--attention A` with that decode attention (subgpu run --attention;
+# default auto), into $OUT/wins[_MODE][_A].tgz; analyze with hw_wins_h200.py --also LABEL=DIR.
 need_args 1 "$@"
 C=$1
 shift
-workdir wins
+COLL=sleep
+ATTN=auto
+while [ "${1:-}" = --collectives ] || [ "${1:-}" = --attention ]; do
+  [ $# -ge 2 ] || { echo "$STUDY_USAGE" >&2; exit 2; }
+  if [ "$1" = --collectives ]; then COLL=$2; else ATTN=$2; fi
+  shift 2
+done
+NAME=wins
+[ "$COLL" = sleep ] || NAME=${NAME}_$COLL
+[ "$ATTN" = auto ] || NAME=${NAME}_$ATTN
+workdir "$NAME"
 W=${*:+--workloads $*}
 timeout 300 python3 experiments/hw_fidelity_h200.py --phase validate --gemm tuned --elementwise triton \
-  --lane-priority-policy auto --configs "$C" $W --out "$D" --rounds 2 --replays 10 --time-limit 280 2>&1 \
+  --lane-priority-policy auto --collectives "$COLL" --attention "$ATTN" --configs "$C" $W --out "$D" --rounds 2 \
+  --replays 10 --time-limit 280 2>&1 \
   | quiet | tee "$D/top.log" | grep -v "^ "
-bundle wins
+bundle "$NAME"
