@@ -3,9 +3,10 @@ expert GEMMs against the ``bmm`` path on the expert shapes of the verdict protoc
 workloads (bf16 and fp8 weights, a small tile sweep), the Triton MLA decode against SDPA on
 DeepSeek-V3 TP8 shapes, and the Triton GQA split-KV decode's launch parameters and FlashInfer's
 tensor-core decode (``hw_runtime.gpu.flashinfer_attn``, where flashinfer-python is installed:
-carried to the device as a wheel in .whl/) against SDPA.
+carried to the device as a wheel in .whl/) against SDPA, on the whole GPU (``gqa``) and alone on
+one green-context pool (``gqa_pool``).
 
-    python experiments/kernel_choice_h200.py --out DIR [--parts moe mla gqa] [--sweep] \
+    python experiments/kernel_choice_h200.py --out DIR [--parts moe mla gqa gqa_pool] [--sweep] \
         [--time-limit S]
 
 Without ``--sweep`` each Triton kernel runs with the runtime's tiles only (``moe_config``, the
@@ -239,7 +240,8 @@ def mla_rows(torch, timer, deadline, emit, sweep: bool) -> None:
 
 def flashinfer_rows(torch, timer, emit, base, q, k, v, out, ref) -> None:
     """FlashInfer's tensor-core decode as the runtime calls it (``flashinfer_attn``), with the
-    KV split from the pool's SMs (132 here) and with FlashInfer's own planner; the first
+    KV split from the pool's SMs (132 here) and with FlashInfer's own planner, and its FA3
+    (Hopper) kernels with the pool's split; the first
     call's seconds include the JIT build. Skipped (one row) where the package is missing."""
     from hw_runtime.gpu import flashinfer_attn as fi
 
@@ -249,11 +251,12 @@ def flashinfer_rows(torch, timer, emit, base, q, k, v, out, ref) -> None:
         emit("gqa", dict(base, kernel="flashinfer", error=fi.MISSING))
         return
     byts = base["bytes"]
-    for name, pool_split in (("flashinfer", True), ("flashinfer_own_split", False)):
+    for name, pool_split, be in (("flashinfer", True, "fa2"), ("flashinfer_own_split", False, "fa2"),
+                                 ("flashinfer_fa3", True, "fa3")):
         try:
             t0 = time.time()
             dec = fi.FlashInferDecode(torch, R, qh, kvh, hd, L, torch.bfloat16, q.device,
-                                      pool_split=pool_split)
+                                      pool_split=pool_split, backend=be)
             dec(q, k, v, out, 132)
             torch.cuda.synchronize()
             first = time.time() - t0
@@ -331,7 +334,74 @@ def gqa_rows(torch, timer, deadline, emit, sweep: bool) -> None:
         torch.cuda.empty_cache()
 
 
-PARTS = {"moe": moe_rows, "mla": mla_rows, "gqa": gqa_rows}
+#: (label, requests, q heads, KV heads, KV length, pool SMs): decode attention alone on a green
+#: context, as a pipelined stage runs it (Llama-3.1-70B TP8 G = 2,048 in 4 microbatches of 512,
+#: the wins study's winner runs it on 32 SMs).
+POOL_SHAPES = (("llama70b_tp8_g2048_mb512_kv1k", 512, 8, 1, 1024, 32),
+               ("llama70b_tp8_g2048_mb512_kv1k", 512, 8, 1, 1024, 64),
+               ("llama70b_tp8_g2048_mb512_kv1k", 512, 8, 1, 1024, 96),
+               ("llama8b_1gpu_g256_mb64_kv2k", 64, 32, 8, 2048, 32))
+
+
+def gqa_pool_rows(torch, timer, deadline, emit, sweep: bool) -> None:
+    """Decode attention alone on one green-context pool (``POOL_SHAPES``): SDPA, the Triton
+    kernel and FlashInfer (FA2 and FA3), the last two with their KV split sized for the pool;
+    fractions of the pool's measured copy bandwidth (``tests/data/h200_copy_bandwidth_vs_pool.csv``)."""
+    import csv
+
+    from hw_runtime.gpu import decode_attn as da
+    from hw_runtime.gpu import flashinfer_attn as fi
+    from hw_runtime.gpu.corun import capture_graph, time_alone
+    from hw_runtime.gpu.partition import GreenPartition
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "tests", "data", "h200_copy_bandwidth_vs_pool.csv")) as fh:
+        bw = {int(r["pool_sms"]): float(r["copy_GBps"])
+              for r in csv.DictReader(line for line in fh if not line.startswith("#"))}
+    hd = 128
+    for label, R, qh, kvh, L, sms in POOL_SHAPES:
+        if time.time() > deadline:
+            return
+        k = torch.randn((R, kvh, L, hd), device="cuda").to(torch.bfloat16)
+        v = torch.randn((R, kvh, L, hd), device="cuda").to(torch.bfloat16)
+        q = torch.randn((R, qh, hd), device="cuda").to(torch.bfloat16)
+        out = torch.empty_like(q)
+        byts = 2 * R * kvh * L * hd * 2
+        base = {"workload": label, "requests": R, "q_heads": qh, "kv_heads": kvh, "kv_len": L,
+                "pool_sms": sms, "bytes": byts, "pool_copy_GBps": bw.get(sms)}
+        part = GreenPartition([sms], streams_per_pool=1)
+        try:
+            stream = part.stream(0, 0)
+            q4 = q.view(R, qh, 1, hd)
+            cands = {"sdpa": lambda r: torch.nn.functional.scaled_dot_product_attention(
+                         q4, k, v, enable_gqa=True),
+                     "triton": lambda r: da.decode_attention(q, k, v, out, sms)}
+            if fi.available():
+                for be in fi.BACKENDS:
+                    dec = fi.FlashInferDecode(torch, R, qh, kvh, hd, L, torch.bfloat16,
+                                              q.device, backend=be)
+                    cands[f"flashinfer_{be}"] = (lambda d: lambda r: d(q, k, v, out, sms))(dec)
+            for name, fn in cands.items():
+                try:
+                    with torch.cuda.stream(stream):
+                        fn(0)                          # plan / compile outside capture
+                    torch.cuda.synchronize()
+                    g = capture_graph(torch, stream, fn, LAUNCHES)
+                    us = time_alone(torch, g, stream, REPS) / LAUNCHES
+                    del g
+                    gbps = byts / (us * 1e-6) / 1e9
+                    emit("gqa_pool", dict(base, kernel=name, us=us, GBps=gbps,
+                                          frac_pool_copy=gbps / bw[sms] if sms in bw else None))
+                except Exception as e:  # noqa: BLE001
+                    emit("gqa_pool", dict(base, kernel=name, error=f"{type(e).__name__}: {e}"[:400]))
+        finally:
+            torch.cuda.synchronize()
+            part.close()
+        del k, v, q, out
+        torch.cuda.empty_cache()
+
+
+PARTS = {"moe": moe_rows, "mla": mla_rows, "gqa": gqa_rows, "gqa_pool": gqa_pool_rows}
 
 
 def main(argv=None) -> int:

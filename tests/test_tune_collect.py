@@ -311,3 +311,47 @@ def test_committed_copies_name_no_path_of_the_device(tmp_path, monkeypatch):
     b = (tmp_path / "tune" / "b" / "tune.log").read_text(encoding="utf-8")
     assert "/root/" not in b and "results in <tune folder>" in b
     assert json.loads(out.read_text())["workloads"]["a"]["targets"]["32"]["speedup"] == 1.0
+
+
+def _profile_digest():
+    spec = importlib.util.spec_from_file_location(
+        "profile_digest", os.path.join(HERE, "..", "experiments", "profile_digest.py"))
+    pd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pd)
+    return pd
+
+
+def test_profile_digest_by_hand(tmp_path, capsys, monkeypatch):
+    """Two replays; kernel A on stream 1 at 10, 30 (replay 1) and 20, 40 µs (replay 2): 2
+    launches a replay, median 25 µs, 50 µs a replay; B on stream 2 once a replay (5, 7 µs):
+    median 6, 6 µs a replay; span 0 .. 200 + 7 = 207 µs over 2 replays = 103.5 µs. A file
+    without a profiled configuration and a malformed --run are refused in one line, exit 2."""
+    pd = _profile_digest()
+    acts = [{"name": "A", "kind": "kernel", "stream": 1, "start_us": s, "dur_us": d}
+            for s, d in ((0.0, 10.0), (20.0, 30.0), (100.0, 20.0), (130.0, 40.0))]
+    acts += [{"name": "B", "kind": "kernel", "stream": 2, "start_us": s, "dur_us": d}
+             for s, d in ((50.0, 5.0), (200.0, 7.0))]
+    acts.append({"name": "memcpy", "kind": "memcpy", "stream": 1, "start_us": 300.0,
+                 "dur_us": 1.0})
+    prof = {"activities": acts, "replays": 2,
+            "plan": {"alloc": [32, 96], "streams_per_stage": 1}}
+    d = pd.digest_profile(prof)
+    a, b = d["kernels"]
+    assert (a["name"], a["launches"], a["median_us"], a["sum_us"]) == ("A", 2, 25.0, 50.0)
+    assert (b["name"], b["launches"], b["median_us"], b["sum_us"]) == ("B", 1, 6.0, 6.0)
+    assert d["span_us"] == pytest.approx(103.5) and d["alloc"] == [32, 96]
+    f = tmp_path / "validate_w.json"
+    f.write_text(json.dumps({"workload": "w", "attention": "sdpa", "rows": [
+        {"name": "cfg", "measured": {"makespan_us": 111.0}, "profile": prof},
+        {"name": "plain", "measured": {"makespan_us": 120.0}}]}))
+    out = tmp_path / "o.json"
+    monkeypatch.setattr("sys.argv", ["x", "--run", f"s={f}", "--out", str(out)])
+    assert pd.main() == 0
+    got = json.loads(out.read_text())["runs"]["s"]
+    assert list(got["configs"]) == ["cfg"] and got["configs"]["cfg"]["measured_us"] == 111.0
+    empty = tmp_path / "validate_e.json"
+    empty.write_text(json.dumps({"rows": [{"name": "plain", "measured": {"makespan_us": 1.0}}]}))
+    for bad in (f"e={empty}", str(f)):
+        monkeypatch.setattr("sys.argv", ["x", "--run", bad, "--out", str(out)])
+        assert pd.main() == 2
+        assert capsys.readouterr().err.startswith("error: --run")

@@ -26,18 +26,20 @@ from __future__ import annotations
 import importlib.util
 import math
 
-from subgpu_jax.model.checks import pos_int
+from subgpu_jax.model.checks import choice, pos_int
 
 from hw_runtime.gpu.decode_attn import num_kv_splits
 
 __all__ = ["available", "page_size", "paged_view", "page_indices", "split_pages", "FlashInferDecode",
-           "WORKSPACE_BYTES", "MAX_PAGE", "MISSING"]
+           "WORKSPACE_BYTES", "MAX_PAGE", "MISSING", "BACKENDS"]
 
 #: FlashInfer's float workspace per wrapper, bytes: the split partials (``R x qh x S x hd``
 #: float32) and the merge's log-sum-exps; 64 MiB holds 2,048 requests x 8 heads x 8 splits x
 #: 128 dims x 4 bytes (32 MiB) with room (FlashInfer's docs recommend 128 MiB for serving,
 #: sized for prefill too).
 WORKSPACE_BYTES = 64 << 20
+#: FlashInfer's tensor-core decode kernel families this module plans (``FlashInferDecode``).
+BACKENDS = ("fa2", "fa3")
 #: The one line a run without the package gets.
 MISSING = ("--attention flashinfer needs the flashinfer-python package (pip install "
            "flashinfer-python); use sdpa, triton or auto")
@@ -123,14 +125,16 @@ class FlashInferDecode:
             query's dtype (bf16/fp16). device: the CUDA device. pool_split: the KV split from
             the pool's SMs (``split_pages``; the runtime's choice); False leaves it to
             FlashInfer's planner, which sizes it for the whole GPU (kept to measure the
-            difference, ``experiments/kernel_choice_h200.py``).
+            difference, ``experiments/kernel_choice_h200.py``). backend: FlashInfer's kernel
+            family, one of ``BACKENDS`` (``"fa2"``, the default; ``"fa3"``: its Hopper kernels).
 
     Raises:
         ValueError: ``flashinfer`` not installed, or bad shapes.
     """
 
     def __init__(self, torch, requests: int, qo_heads: int, kv_heads: int, head_dim: int,
-                 kv_len: int, dtype, device, pool_split: bool = True) -> None:
+                 kv_len: int, dtype, device, pool_split: bool = True,
+                 backend: str = "fa2") -> None:
         if not available():
             raise ValueError(MISSING)
         for name, v in (("requests", requests), ("qo_heads", qo_heads),
@@ -143,6 +147,7 @@ class FlashInferDecode:
         self.hd, self.L, self.dtype, self.device = head_dim, kv_len, dtype, device
         self.page = page_size(kv_len)
         self.pool_split = bool(pool_split)
+        self.backend = choice(backend, "FlashInferDecode: backend", BACKENDS)
         self._wrappers: dict[int, object] = {}
 
     def _wrapper(self, sms: int):
@@ -161,7 +166,7 @@ class FlashInferDecode:
         # once and never re-planned, so its buffers keep their addresses and run() replays in
         # a CUDA graph (tests/hw_runtime/test_flashinfer_attn.py)
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
-            ws, "HND", use_cuda_graph=False, use_tensor_cores=True, backend="fa2")
+            ws, "HND", use_cuda_graph=False, use_tensor_cores=True, backend=self.backend)
         w.plan(t.arange(0, n + 1, per, dtype=t.int32),
                t.tensor(page_indices(self.R, self.kvh, self.L, self.page), dtype=t.int32),
                t.full((self.R,), self.page, dtype=t.int32),
