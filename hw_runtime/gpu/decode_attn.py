@@ -5,8 +5,10 @@ the kernel runs on.
 
 For GQA the runtime's default stays ``torch.nn.functional.scaled_dot_product_attention``, which
 on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``: it streams the KV cache
-at 1.00-1.07 of the copy bandwidth, and this kernel, with its best launch settings, measured
-1-8% slower on two of three workloads' shapes (docs/results.md, "Kernel choices"). For MLA
+at 1.02-1.07 of the copy bandwidth on the whole GPU and at 0.96-1.09 of a pool's on 32-96 SMs.
+This kernel measured 1-8% slower on the whole GPU and 1.2-1.6x slower on 32-64 SMs, FlashInfer's
+FA2 decode (``flashinfer_attn``) 1-3% and 1.2x slower, and in the pipelined Llama-3.1-70B winner
+both cost most of the gain (docs/results.md, "Kernel choices"). For MLA
 SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 1.9-3.5x
 faster, so it is the default there. Serving engines run split-KV ("flash-decoding") kernels instead: the KV history
 of each (request, KV head) is cut into ``S`` splits, each split is one program that computes a
@@ -28,9 +30,10 @@ more.
   cache's dtype for the second product (as FlashAttention does), one rounding of the result.
 
 ``ATTENTION`` policies (``resolve``): ``"sdpa"`` PyTorch's SDPA, ``"flashinfer"`` FlashInfer's
-tensor-core batch decode over the same caches (``flashinfer_attn``, GQA/MHA only), ``"triton"`` these kernels
-(refused where Triton or CUDA is missing); ``"auto"`` SDPA for GQA, Triton for MLA. Needs torch and triton only when a kernel runs; the
-split choice is pure Python (tested on the CPU).
+tensor-core batch decode over the same caches (``flashinfer_attn``, GQA/MHA only; refused
+without the package or CUDA), ``"triton"`` these kernels (refused where Triton or CUDA is
+missing); ``"auto"`` SDPA for GQA, Triton for MLA. Needs torch and triton only when a kernel
+runs; the split choice is pure Python (tested on the CPU).
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
             raise ValueError(flashinfer_attn.MISSING)
         return "flashinfer"
 
-    # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth and the
-    # Triton kernel measured 1-8% slower; Triton for MLA (docs/results.md, "Kernel choices")
+    # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth, also on
+    # small pools, where the Triton and FlashInfer kernels measured slower; Triton for MLA
+    # (docs/results.md, "Kernel choices")
     return resolve_triton_policy("attention", policy, ATTENTION, is_cuda, "sdpa",
                                  auto_choice(mla) == "triton")
 

@@ -17,6 +17,11 @@ context does not size its grid for all 132 SMs of the H200. ``plan`` runs once p
 size) on the first eager call (the executor's warm-up pass, outside graph capture) and never
 again, so its index buffers keep their addresses and later calls replay in CUDA graphs.
 
+Measured on the H200 with FlashInfer 0.7.2 (docs/results.md, "Kernel choices";
+``experiments/results/kernel_choice/gqa_flashinfer_h200.json``): within 1-3% of SDPA's cuDNN
+kernel on the whole GPU, 1.12-1.23x slower alone on 32-96 SMs, and its ``"fa3"`` kernels 4-11x
+slower at one query row; ``--attention auto`` therefore never picks it.
+
 Needs the ``flashinfer-python`` package (and its JIT: the CUDA toolkit's ``nvcc``) only when a
 kernel runs; ``available`` and the page arithmetic are pure Python (tested on the CPU).
 """
@@ -30,8 +35,8 @@ from subgpu_jax.model.checks import choice, pos_int
 
 from hw_runtime.gpu.decode_attn import num_kv_splits
 
-__all__ = ["available", "page_size", "paged_view", "page_indices", "split_pages", "FlashInferDecode",
-           "WORKSPACE_BYTES", "MAX_PAGE", "MISSING", "BACKENDS"]
+__all__ = ["available", "page_size", "paged_view", "page_indices", "split_pages",
+           "FlashInferDecode", "WORKSPACE_BYTES", "MAX_PAGE", "MISSING", "BACKENDS"]
 
 #: FlashInfer's float workspace per wrapper, bytes: the split partials (``R x qh x S x hd``
 #: float32) and the merge's log-sum-exps; 64 MiB holds 2,048 requests x 8 heads x 8 splits x
