@@ -252,18 +252,19 @@ def test_device_tests_digest_refuses_impossible_counts_and_counts_nested_suites_
         dd.junit_pass(str(nan))
 
 
-def _attention_compare():
+def _experiment(name: str):
+    """The module ``experiments/<name>.py`` (a script folder, not a package)."""
     spec = importlib.util.spec_from_file_location(
-        "attention_compare", os.path.join(HERE, "..", "experiments", "attention_compare.py"))
-    ac = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ac)
-    return ac
+        name, os.path.join(HERE, "..", "experiments", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_attention_compare_by_hand(tmp_path, capsys, monkeypatch):
     """Workload a: step 1000 -> 900 µs, attention 400 -> 300 µs: ratios 0.9 and 0.75;
     workload b has only its SDPA trace: listed as missing triton; c's triton run failed."""
-    ac = _attention_compare()
+    ac = _experiment("attention_compare")
 
     def trace(step, attn):
         return {"measured_step_us": step, "ops": {"attn": {"us": attn, "top": [["k", attn]]},
@@ -313,20 +314,12 @@ def test_committed_copies_name_no_path_of_the_device(tmp_path, monkeypatch):
     assert json.loads(out.read_text())["workloads"]["a"]["targets"]["32"]["speedup"] == 1.0
 
 
-def _profile_digest():
-    spec = importlib.util.spec_from_file_location(
-        "profile_digest", os.path.join(HERE, "..", "experiments", "profile_digest.py"))
-    pd = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pd)
-    return pd
-
-
 def test_profile_digest_by_hand(tmp_path, capsys, monkeypatch):
     """Two replays; kernel A on stream 1 at 10, 30 (replay 1) and 20, 40 µs (replay 2): 2
     launches a replay, median 25 µs, 50 µs a replay; B on stream 2 once a replay (5, 7 µs):
     median 6, 6 µs a replay; span 0 .. 200 + 7 = 207 µs over 2 replays = 103.5 µs. A file
     without a profiled configuration and a malformed --run are refused in one line, exit 2."""
-    pd = _profile_digest()
+    pd = _experiment("profile_digest")
     acts = [{"name": "A", "kind": "kernel", "stream": 1, "start_us": s, "dur_us": d}
             for s, d in ((0.0, 10.0), (20.0, 30.0), (100.0, 20.0), (130.0, 40.0))]
     acts += [{"name": "B", "kind": "kernel", "stream": 2, "start_us": s, "dur_us": d}

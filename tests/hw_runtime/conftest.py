@@ -2,7 +2,60 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
+
+
+def _gqa_reference(torch, q, k, v):
+    """float32 ``softmax(q k^T / sqrt(hd)) v`` per request and query head, KV head ``h //
+    (qh / kvh)``: the oracle of the decode-attention kernels (q ``(R, qh, hd)``, k/v ``(R, kvh,
+    L, hd)``, result ``(R, qh, hd)`` float32)."""
+    R, qh, hd = q.shape
+    kvh = k.shape[1]
+    kk = k.float().repeat_interleave(qh // kvh, dim=1)          # (R, qh, L, hd)
+    vv = v.float().repeat_interleave(qh // kvh, dim=1)
+    s = torch.einsum("rhd,rhld->rhl", q.float(), kk) / math.sqrt(hd)
+    return torch.einsum("rhl,rhld->rhd", torch.softmax(s, dim=-1), vv)
+
+
+def _graph_replay_is_eager(torch, attend, L: int = 300) -> None:
+    """``attend(q, k, v, out)`` (a decode attention on a 64-SM budget) called once eagerly on a
+    side stream (compiles / plans outside capture, as the runtime's warm-up does), captured in a
+    CUDA graph, replayed on new inputs copied into the captured tensors: asserts the replay's
+    output equals an eager call on those inputs (q ``(4, 8, 128)``, k/v ``(4, 2, L, 128)``)."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    shape_q, shape_k = (4, 8, 128), (4, 2, L, 128)
+    q, k, v = (torch.randn(s, generator=g, device="cuda").to(torch.bfloat16)
+               for s in (shape_q, shape_k, shape_k))
+    out = torch.empty_like(q)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        attend(q, k, v, out)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        attend(q, k, v, out)
+    for t, shp in ((q, shape_q), (k, shape_k), (v, shape_k)):
+        t.copy_(torch.randn(shp, generator=g, device="cuda").to(torch.bfloat16))
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = torch.empty_like(q)
+    attend(q, k, v, eager)
+    torch.cuda.synchronize()
+    assert torch.equal(out, eager)
+
+
+@pytest.fixture
+def graph_replay_is_eager():
+    """``f(torch, attend, L=300)``: the CUDA-graph check above."""
+    return _graph_replay_is_eager
+
+
+@pytest.fixture
+def gqa_reference():
+    """``f(torch, q, k, v)``: the float32 decode-attention oracle above."""
+    return _gqa_reference
 
 
 def region_output(arch, kv: int = 32, batch: int = 16, **kw):

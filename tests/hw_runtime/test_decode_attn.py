@@ -77,16 +77,6 @@ def _cuda_triton():
     return torch
 
 
-def _reference(torch, q, k, v):
-    """float32 softmax(q k^T / sqrt(hd)) v per request and query head, KV head h // group."""
-    R, qh, hd = q.shape
-    kvh = k.shape[1]
-    kk = k.float().repeat_interleave(qh // kvh, dim=1)          # (R, qh, L, hd)
-    vv = v.float().repeat_interleave(qh // kvh, dim=1)
-    s = torch.einsum("rhd,rhld->rhl", q.float(), kk) / math.sqrt(hd)
-    return torch.einsum("rhl,rhld->rhd", torch.softmax(s, dim=-1), vv)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("R,qh,kvh,L,hd", [(3, 8, 1, 100, 128), (5, 32, 8, 1000, 128),
                                            (2, 64, 8, 257, 64), (7, 4, 4, 64, 128),
@@ -96,7 +86,8 @@ def _reference(torch, q, k, v):
                                            (2, 4, 2, 200, 256)])
 @pytest.mark.parametrize("splits", [None, 1, 3])
 @pytest.mark.parametrize("sharp", [1.0, 4.0])
-def test_gpu_decode_attention_matches_float32(R, qh, kvh, L, hd, splits, sharp):
+def test_gpu_decode_attention_matches_float32(R, qh, kvh, L, hd, splits, sharp,
+                                              gqa_reference):
     """Against the float32 reference: max |error| <= 1e-2 x max |reference| (no floor; a
     numpy emulation of the kernel with its bf16 roundings stays under 3e-3 on these shapes,
     and dropping the last position, scoring masked positions as 0 or not rescaling the running
@@ -115,36 +106,17 @@ def test_gpu_decode_attention_matches_float32(R, qh, kvh, L, hd, splits, sharp):
     want = splits or da.num_kv_splits(R * kvh, L, 132, block_n=bn)
     split_len = -(-(-(-L // want)) // bn) * bn
     assert used == -(-L // split_len) <= want
-    ref = _reference(torch, q, k, v)
+    ref = gqa_reference(torch, q, k, v)
     err = (out.float() - ref).abs().max().item()
     assert err <= 1e-2 * ref.abs().max().item(), err
 
 
 @pytest.mark.gpu
-def test_gpu_decode_attention_in_a_cuda_graph():
+def test_gpu_decode_attention_in_a_cuda_graph(graph_replay_is_eager):
     """Captured after one eager call (as the runtime does) and replayed on new inputs copied
     into the captured tensors: the replay equals an eager call on those inputs."""
     torch = _cuda_triton()
-    g = torch.Generator(device="cuda").manual_seed(7)
-    shape_q, shape_k = (4, 8, 128), (4, 2, 300, 128)
-    q, k, v = (torch.randn(s, generator=g, device="cuda").to(torch.bfloat16)
-               for s in (shape_q, shape_k, shape_k))
-    out = torch.empty_like(q)
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        da.decode_attention(q, k, v, out, sms=64)          # warm-up: compiles outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=s):
-        da.decode_attention(q, k, v, out, sms=64)
-    for t, shp in ((q, shape_q), (k, shape_k), (v, shape_k)):
-        t.copy_(torch.randn(shp, generator=g, device="cuda").to(torch.bfloat16))
-    graph.replay()
-    torch.cuda.synchronize()
-    eager = torch.empty_like(q)
-    da.decode_attention(q, k, v, eager, sms=64)
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
+    graph_replay_is_eager(torch, lambda q, k, v, out: da.decode_attention(q, k, v, out, sms=64))
 
 
 @pytest.mark.gpu
@@ -184,7 +156,7 @@ def test_gpu_region_triton_attention_vs_sdpa(dense_region_output):
 @pytest.mark.gpu
 @pytest.mark.parametrize("R,qh,kvh,L", [(3, 8, 1, 300), (4, 32, 8, 1000), (2, 28, 4, 70)])
 @pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2"])
-def test_gpu_decode_attention_fp8_kv(R, qh, kvh, L, dtype):
+def test_gpu_decode_attention_fp8_kv(R, qh, kvh, L, dtype, gqa_reference):
     """An fp8 KV cache with per-tensor scales against the float32 reference of the dequantised
     cache (``k_fp8 * k_scale``): the same 1e-2 bound as bf16 (the fp8 rounding is in the
     reference's input, not in the error)."""
@@ -199,14 +171,15 @@ def test_gpu_decode_attention_fp8_kv(R, qh, kvh, L, dtype):
     out = torch.empty_like(q)
     da.decode_attention(q, k8, v8, out, sms=132, k_scale=ks, v_scale=vs)
     torch.cuda.synchronize()
-    ref = _reference(torch, q, k8.float() * ks, v8.float() * vs)
+    ref = gqa_reference(torch, q, k8.float() * ks, v8.float() * vs)
     err = (out.float() - ref).abs().max().item()
     assert err <= 1e-2 * ref.abs().max().item(), err
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("page,block_n", [(16, 64), (64, 64), (128, 128), (1, 16)])
-def test_gpu_paged_decode_attention_matches_per_request_reference(page, block_n):
+def test_gpu_paged_decode_attention_matches_per_request_reference(page, block_n,
+                                                                 gqa_reference):
     """A paged cache with shuffled pages and a different history per request (1 to 700
     positions) against the float32 reference of each request's own positions; pages smaller
     than, equal to and larger than the kernel's block."""
@@ -230,7 +203,7 @@ def test_gpu_paged_decode_attention_matches_per_request_reference(page, block_n)
         pages = bt[r, :-(-n // page)].long()
         k = kp[pages].permute(1, 0, 2, 3).reshape(kvh, -1, hd)[:, :n][None]
         v = vp[pages].permute(1, 0, 2, 3).reshape(kvh, -1, hd)[:, :n][None]
-        ref = _reference(torch, q[r:r + 1], k, v)
+        ref = gqa_reference(torch, q[r:r + 1], k, v)
         err = (out[r:r + 1].float() - ref).abs().max().item()
         assert err <= 1e-2 * ref.abs().max().item(), (r, err)
 

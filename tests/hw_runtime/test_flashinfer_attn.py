@@ -123,23 +123,13 @@ def _cuda_flashinfer():
     return torch
 
 
-def _reference(torch, q, k, v):
-    """float32 softmax(q k^T / sqrt(hd)) v per request and query head, KV head h // group."""
-    R, qh, hd = q.shape
-    kvh = k.shape[1]
-    kk = k.float().repeat_interleave(qh // kvh, dim=1)
-    vv = v.float().repeat_interleave(qh // kvh, dim=1)
-    s = torch.einsum("rhd,rhld->rhl", q.float(), kk) / math.sqrt(hd)
-    return torch.einsum("rhl,rhld->rhd", torch.softmax(s, dim=-1), vv)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("R,qh,kvh,L,hd", [(3, 8, 1, 1024, 128), (5, 32, 8, 1000, 128),
                                            (2, 64, 8, 257, 64), (7, 4, 4, 64, 128),
                                            (1, 16, 2, 5000, 128), (4, 8, 1, 300, 64)])
 @pytest.mark.parametrize("sms", [16, 132])
 @pytest.mark.parametrize("pool_split", [True, False])
-def test_gpu_flashinfer_matches_float32(R, qh, kvh, L, hd, sms, pool_split):
+def test_gpu_flashinfer_matches_float32(R, qh, kvh, L, hd, sms, pool_split, gqa_reference):
     """Against the float32 reference, on caches sliced out of a larger batch (as the runtime's
     microbatches are): max |error| <= 1e-2 x max |reference|, the bound of the Triton kernel's
     test. Shapes: groups of 1, 4 and 8, odd lengths (pages of 1), head dims 64 and 128, pools
@@ -155,37 +145,18 @@ def test_gpu_flashinfer_matches_float32(R, qh, kvh, L, hd, sms, pool_split):
                               pool_split=pool_split)
     dec(q, k, v, out, sms)
     torch.cuda.synchronize()
-    ref = _reference(torch, q, k, v)
+    ref = gqa_reference(torch, q, k, v)
     err = (out.float() - ref).abs().max().item()
     assert err <= 1e-2 * ref.abs().max().item(), err
 
 
 @pytest.mark.gpu
-def test_gpu_flashinfer_in_a_cuda_graph():
+def test_gpu_flashinfer_in_a_cuda_graph(graph_replay_is_eager):
     """Planned by one eager call, captured on a side stream, replayed on new inputs copied
     into the captured tensors: the replay equals an eager call on those inputs."""
     torch = _cuda_flashinfer()
-    g = torch.Generator(device="cuda").manual_seed(7)
-    shape_q, shape_k = (4, 8, 128), (4, 2, 384, 128)
-    q, k, v = (torch.randn(s, generator=g, device="cuda").to(torch.bfloat16)
-               for s in (shape_q, shape_k, shape_k))
-    out = torch.empty_like(q)
-    dec = fi.FlashInferDecode(torch, 4, 8, 2, 128, 384, torch.bfloat16, q.device)
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        dec(q, k, v, out, 64)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=s):
-        dec(q, k, v, out, 64)
-    for t, shp in ((q, shape_q), (k, shape_k), (v, shape_k)):
-        t.copy_(torch.randn(shp, generator=g, device="cuda").to(torch.bfloat16))
-    graph.replay()
-    torch.cuda.synchronize()
-    eager = torch.empty_like(q)
-    dec(q, k, v, eager, 64)
-    torch.cuda.synchronize()
-    assert torch.equal(out, eager)
+    dec = fi.FlashInferDecode(torch, 4, 8, 2, 128, 384, torch.bfloat16, torch.device("cuda"))
+    graph_replay_is_eager(torch, lambda q, k, v, out: dec(q, k, v, out, 64), L=384)
 
 
 @pytest.mark.gpu
