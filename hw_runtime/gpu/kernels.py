@@ -151,17 +151,24 @@ def _rmsnorm(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _qkv(c: KernelContext) -> Callable[[int, int], None]:
-    """QKV projection (GEMM, optional bias)."""
+def _linear(c: KernelContext, src: str, weight: str, dst: str) -> Callable[[int, int], None]:
+    """``dst <- src @ W[weight.w] (+ W[weight.b] where the layer has a bias)``: one GEMM (names
+    relative to the layer's prefix)."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
+    src, dst, wn, bn = p + src, p + dst, p + weight + ".w", p + weight + ".b"
 
     def f(mu, l):
         a, w = ACT[mu], W[l % nW]
-        if p + "qkv.b" in w:
-            t.addmm(w[p + "qkv.b"], a[p + "xn"], w[p + "qkv.w"], out=a[p + "qkv"])
+        if bn in w:
+            t.addmm(w[bn], a[src], w[wn], out=a[dst])
         else:
-            t.mm(a[p + "xn"], w[p + "qkv.w"], out=a[p + "qkv"])
+            t.mm(a[src], w[wn], out=a[dst])
     return f
+
+
+def _qkv(c: KernelContext) -> Callable[[int, int], None]:
+    """QKV projection (GEMM, optional bias)."""
+    return _linear(c, "xn", "qkv", "qkv")
 
 
 def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
@@ -227,15 +234,7 @@ def _attn(c: KernelContext) -> Callable[[int, int], None]:
 
 def _o_proj(c: KernelContext) -> Callable[[int, int], None]:
     """Attention output projection (GEMM, optional bias)."""
-    t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
-
-    def f(mu, l):
-        a, w = ACT[mu], W[l % nW]
-        if p + "o.b" in w:
-            t.addmm(w[p + "o.b"], a[p + "attn_out"], w[p + "o.w"], out=a[p + "o_part"])
-        else:
-            t.mm(a[p + "attn_out"], w[p + "o.w"], out=a[p + "o_part"])
-    return f
+    return _linear(c, "attn_out", "o", "o_part")
 
 
 def _out_residual(c: KernelContext) -> Callable[[int, int], None]:
