@@ -169,6 +169,7 @@ def analyze_phase(args) -> int:
                     out["workloads"][w].setdefault("other_runs", {})[label] = {
                         "lane_priority": ov.get("lane_priority", "off (before the option)"),
                         "collectives": ov.get("collectives", "sleep (before the option)"),
+                        "attention": ov.get("attention", "auto (before the option)"),
                         "temporal_measured_us": om["temporal"],
                         "measured_speedup": {c["name"]: om["temporal"] / om[c["name"]]
                                              for c in cfgs[1:] if c["name"] in om}}

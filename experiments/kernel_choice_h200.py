@@ -377,12 +377,14 @@ def gqa_pool_rows(torch, timer, deadline, emit, sweep: bool) -> None:
                          q4, k, v, enable_gqa=True),
                      "triton": lambda r: da.decode_attention(q, k, v, out, sms)}
             if fi.available():
-                for be in fi.BACKENDS:
-                    dec = fi.FlashInferDecode(torch, R, qh, kvh, hd, L, torch.bfloat16,
-                                              q.device, backend=be)
-                    cands[f"flashinfer_{be}"] = (lambda d: lambda r: d(q, k, v, out, sms))(dec)
+                for be in fi.BACKENDS:     # (built in the try below: one failure, one row)
+                    cands[f"flashinfer_{be}"] = (lambda b: lambda: fi.FlashInferDecode(
+                        torch, R, qh, kvh, hd, L, torch.bfloat16, q.device, backend=b))(be)
             for name, fn in cands.items():
                 try:
+                    if name.startswith("flashinfer"):
+                        dec = fn()
+                        fn = (lambda d: lambda r: d(q, k, v, out, sms))(dec)
                     with torch.cuda.stream(stream):
                         fn(0)                          # plan / compile outside capture
                     torch.cuda.synchronize()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -34,21 +35,32 @@ TOP = 12
 def digest_profile(prof: dict) -> dict:
     """``{"span_us", "alloc", "streams_per_stage", "kernels": [{"name", "stream",
     "launches", "median_us", "sum_us"}, ...]}`` of one ``profile`` entry (the ``TOP`` largest by
-    summed time per replay; launches and sums per replay; ``stream``: the profiler's id).
+    summed time per replay; launches and sums per replay, launches a float where a kernel did
+    not run in every replay; ``stream``: the profiler's id).
 
     Raises:
         ValueError: the entry has no activities or plan.
     """
     acts = [a for a in prof.get("activities") or () if a.get("kind") == "kernel"]
     plan = prof.get("plan")
-    if not acts or not plan:
-        raise ValueError("profile without kernel activities or plan")
-    reps = max(1, int(prof.get("replays", 1)))
+    if not acts or not isinstance(plan, dict):
+        raise ValueError("a profile without kernel activities or plan")
+    reps = prof.get("replays", 1)
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"profile replays must be an int >= 1, got {reps!r}")
+    for a in acts:
+        for f in ("start_us", "dur_us"):
+            x = a.get(f)
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+                raise ValueError(f"an activity's {f} must be a finite number, got {x!r}")
+        if not isinstance(a.get("name"), str) or not isinstance(a.get("stream"), (int, str)):
+            raise ValueError(f"an activity needs a name and a stream id, got {a!r}"[:200])
     groups: dict = {}
     for a in acts:
         groups.setdefault((a["name"], a["stream"]), []).append(float(a["dur_us"]))
-    rows = [{"name": n[:120], "stream": s, "launches": len(v) // reps, "median_us": statistics.median(v),
-             "sum_us": sum(v) / reps} for (n, s), v in groups.items()]
+    rows = [{"name": n[:120], "stream": s, "launches": len(v) / reps,
+             "median_us": statistics.median(v), "sum_us": sum(v) / reps}
+            for (n, s), v in groups.items()]
     rows.sort(key=lambda r: -r["sum_us"])
     span = max(a["start_us"] + a["dur_us"] for a in acts) - min(a["start_us"] for a in acts)
     return {"span_us": span / reps, "alloc": plan.get("alloc"),
@@ -66,14 +78,28 @@ def digest_file(path: str) -> dict:
     try:
         with open(path) as fh:
             d = json.load(fh)
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:           # (JSON and UTF-8 decode errors included)
         raise ValueError(f"--run: {path!r} is not readable JSON ({e})") from e
+    rows = d.get("rows") if isinstance(d, dict) else None
+    if not isinstance(rows, list):
+        raise ValueError(f"--run: {path!r} is not a validate file (no list of rows)")
     out = {"workload": d.get("workload"), "attention": d.get("attention"),
            "collectives": d.get("collectives"), "configs": {}}
-    for r in d.get("rows", ()):
-        if isinstance(r.get("profile"), dict) and "measured" in r:
-            out["configs"][r["name"]] = dict(measured_us=r["measured"]["makespan_us"],
-                                             **digest_profile(r["profile"]))
+    for r in rows:
+        if not (isinstance(r, dict) and isinstance(r.get("profile"), dict) and "measured" in r):
+            continue
+        name = r.get("name")
+        ms = (r.get("measured") or {}).get("makespan_us") if isinstance(r.get("measured"),
+                                                                         dict) else None
+        if not isinstance(name, str) or name in out["configs"]:
+            raise ValueError(f"--run: {path!r}: a profiled row without a name or a repeated "
+                             f"name ({name!r})")
+        if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms):
+            raise ValueError(f"--run: {path!r}: row {name!r} has no finite measured makespan_us")
+        try:
+            out["configs"][name] = dict(measured_us=ms, **digest_profile(r["profile"]))
+        except ValueError as e:
+            raise ValueError(f"--run: {path!r}: row {name!r}: {e}") from None
     if not out["configs"]:
         raise ValueError(f"--run: {path!r} has no profiled configuration")
     return out
@@ -91,6 +117,10 @@ def main() -> int:
             label, sep, path = item.partition("=")
             if not sep or not label or not path:
                 raise ValueError(f"--run: expected LABEL=FILE, got {item!r}")
+            if label in runs:
+                raise ValueError(f"--run: label {label!r} given twice")
+            if os.path.abspath(path) == os.path.abspath(a.out):
+                raise ValueError(f"--out: {a.out!r} is also an input (--run {item!r})")
             runs[label] = digest_file(path)
         check_out(a.out)
         atomic_write(a.out, json.dumps({"source": "experiments/profile_digest.py",
@@ -105,7 +135,7 @@ def main() -> int:
             print(f"{label:12s} {name:28s} measured {c['measured_us']:9.0f} µs, profiled span "
                   f"{c['span_us']:9.0f} µs")
             for k in c["kernels"][:4]:
-                print(f"    {k['name'][:56]:56s} stream {k['stream']:<5} x{k['launches']:<4} "
+                print(f"    {k['name'][:56]:56s} stream {str(k['stream']):<5} x{k['launches']:<5g} "
                       f"median {k['median_us']:7.1f} µs")
     print(f"wrote {a.out}")
     return 0

@@ -167,7 +167,7 @@ class VirtualCollectives:
     def endpoint_(self, kernel, dst, src) -> None:
         """The payload of collective ``kernel`` into its staging buffer ``dst`` from ``src``
         (flat): with a ``dist`` context (``--collectives nccl``) the real collective on ``dst``
-        (``distributed.collective_``, the groups of the issuing stream's ``comm_lane``); the
+        (``distributed.collective_``, the groups of the issuing stream's ``lane``); the
         paced proxy with ``proxy`` on a CUDA device (``dst`` then a contiguous 1-D bf16 tensor;
         the CTA count of ``proxy_plan`` for the deployment's attention TP); else the full-speed
         copy.
@@ -177,7 +177,7 @@ class VirtualCollectives:
         """
         dist = getattr(self, "dist", None)
         if dist is not None:         # --collectives nccl: the real collective, this lane's group
-            collective_(dist, kernel, dst, getattr(self, "comm_lane", 0))
+            collective_(dist, kernel, dst, getattr(self, "lane", 0))
         elif self.proxy:             # (CUDA only: TorchWorkload sets it so)
             proxy_(dst, *self.proxy_args(kernel))
         else:

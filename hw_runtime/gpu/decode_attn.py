@@ -40,20 +40,22 @@ from __future__ import annotations
 
 import math
 
-from subgpu_jax.model.checks import bounded_int, pos_int
+from subgpu_jax.model.checks import bounded_int
 
-__all__ = ["ATTENTION", "resolve", "auto_choice", "num_kv_splits", "decode_attention", "paged_decode_attention",
-           "mla_decode_attention", "FP8_KV",
+from hw_runtime.gpu.kv_split import BLOCK_N, MAX_SPLITS, num_kv_splits
+
+__all__ = ["ATTENTION", "POOL_SIZED", "PER_LANE", "resolve", "auto_choice", "num_kv_splits",
+           "decode_attention", "paged_decode_attention", "mla_decode_attention", "FP8_KV",
            "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM", "AUTO_TRITON_MLA"]
 
 #: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take.
 ATTENTION = ("auto", "sdpa", "triton", "flashinfer")
-#: KV positions per inner step of a split (a multiple of 16 for ``tl.dot``): 128, with 4 warps,
-#: 3 stages and 2 waves, the best of 24 launch settings over three workloads' shapes
-#: (docs/results.md, "Kernel choices"; 64 measured 1-15% slower).
-BLOCK_N = 128
-#: Upper bound on the splits of one (request, KV head): the partials are ``S x qh x hd`` float32.
-MAX_SPLITS = 64
+#: Resolved policies whose kernels size their grid (KV split) by the SMs of the issuing pool:
+#: the executor sets ``pool_sms`` on the workload before each of their launches.
+POOL_SIZED = ("triton", "flashinfer")
+#: Resolved policies that keep state per issuing stream (FlashInfer's workspace holds the split
+#: partials): the executor sets the workload's ``lane`` before each launch.
+PER_LANE = ("flashinfer",)
 #: MLA: splits per request at most 16 (the merge holds ``S x 512`` float32 per program).
 MLA_MAX_SPLITS = 16
 #: MLA: query heads per program (the accumulator is ``16 x 512`` float32; 16 is the smallest
@@ -82,14 +84,15 @@ def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
 
     if not isinstance(mla, bool):
         raise ValueError(f"decode_attn.resolve: mla must be True or False, got {mla!r}")
+    if not isinstance(is_cuda, bool):
+        raise ValueError(f"decode_attn.resolve: is_cuda must be True or False, got {is_cuda!r}")
     if policy == "flashinfer":
         if mla:
             raise ValueError("--attention flashinfer serves GQA/MHA decode here; multi-head "
                              "latent attention takes triton, sdpa or auto")
         if not is_cuda:
             raise ValueError("--attention flashinfer needs a CUDA GPU; use sdpa or auto")
-        if not flashinfer_attn.available():
-            raise ValueError(flashinfer_attn.MISSING)
+        flashinfer_attn.check_importable()
         return "flashinfer"
 
     # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth, also on
@@ -103,36 +106,6 @@ def auto_choice(mla: bool) -> str:
     """What ``"auto"`` picks where Triton runs: ``"triton"`` for multi-head latent attention
     (``AUTO_TRITON_MLA``), ``"sdpa"`` for GQA/MHA."""
     return "triton" if mla and AUTO_TRITON_MLA else "sdpa"
-
-
-def num_kv_splits(programs: int, kv_len: int, sms: int, waves: float = 2.0,
-                  block_n: int = BLOCK_N, max_splits: int = MAX_SPLITS) -> int:
-    """KV splits per (request, KV head) so that ``programs x splits`` fills ``waves`` waves of
-    the pool's SMs, at most one split per ``block_n`` positions and at most ``max_splits``.
-
-    Args:
-        programs: (requests x KV heads) of the call (> 0). kv_len: KV positions (> 0).
-        sms: SMs of the pool the kernel runs on (> 0; the whole GPU when it has no pool).
-        waves: target programs per SM (2: one program per SM leaves the memory system idle
-            between its blocks; FlashDecoding's choice of several waves).
-
-    Returns:
-        ``S >= 1``.
-
-    Raises:
-        ValueError: a non-positive argument.
-
-    Example: 1,024 requests x 1 KV head on 132 SMs need no split (1,024 programs > 264); 8
-    requests x 8 KV heads on 64 SMs with 2,048 positions get ``ceil(128 / 64) = 2``.
-    """
-    for name, v in (("programs", programs), ("kv_len", kv_len), ("sms", sms),
-                    ("block_n", block_n), ("max_splits", max_splits)):
-        pos_int(v, f"num_kv_splits: {name}")
-    if isinstance(waves, bool) or not (isinstance(waves, (int, float)) and math.isfinite(waves)
-                                       and 0 < waves <= 1024):
-        raise ValueError(f"num_kv_splits: waves must be a number in (0, 1024], got {waves!r}")
-    want = math.ceil(waves * sms / programs)
-    return max(1, min(want, math.ceil(kv_len / block_n), max_splits))
 
 
 def _kernels():

@@ -45,10 +45,11 @@ from typing import Any, Sequence
 from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.space.config import Config, temporal_config
 
+from hw_runtime.gpu.decode_attn import PER_LANE, POOL_SIZED
 from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, build_step_plan,
                              issue_plan)
 
-__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES", "cuda_torch",
+__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "launch_settings", "MODES", "cuda_torch",
            "LANE_PRIORITY"]
 
 #: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
@@ -86,6 +87,18 @@ def derive_workload(base, graph: OpGraph):
     return base.derive(graph)
 
 
+def launch_settings(workloads: Sequence) -> tuple[bool, bool]:
+    """``(pool_sized, lanes)``: whether the executor sets ``pool_sms`` (the issuing pool's SMs)
+    and ``lane`` (the issuing stream's index) on the workloads before each launch. Pool-sized:
+    a decode attention that sizes its KV split by the pool (``decode_attn.POOL_SIZED``). Lanes:
+    real collectives (one communicator per lane, ``distributed.py``) or an attention with
+    per-stream state (``decode_attn.PER_LANE``: FlashInfer's workspace)."""
+    att = [getattr(w, "attention", "sdpa") for w in workloads]
+    return (any(a in POOL_SIZED for a in att),
+            any(getattr(w, "dist", None) is not None for w in workloads)
+            or any(a in PER_LANE for a in att))
+
+
 class _TorchBackend:
     """``StreamBackend`` over torch streams: one ``torch.cuda.Event`` per recorded task.
 
@@ -100,10 +113,7 @@ class _TorchBackend:
         self.wls = list(wl) if isinstance(wl, (list, tuple)) else [wl]
         self.offsets, self.head = list(offsets), head
         self.gemm, self.pool_of = gemm, (pool_of or {})
-        # only the Triton decode attention sizes its grid by the pool (``pool_sms``)
-        self._pool_sized = any(getattr(w, "attention", "sdpa") == "triton" for w in self.wls)
-        # real collectives use the communicators of the issuing stream (distributed.py)
-        self._lanes = any(getattr(w, "dist", None) is not None for w in self.wls)
+        self._pool_sized, self._lanes = launch_settings(self.wls)
         self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
@@ -129,7 +139,7 @@ class _TorchBackend:
             self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
         if self._lanes:
             for w in self.wls:
-                w.comm_lane = stream
+                w.lane = stream
         if self._pool_sized:                     # the decode attention sizes its grid by it
             for w in self.wls:
                 w.pool_sms = pool

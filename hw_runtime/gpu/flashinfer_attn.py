@@ -12,7 +12,7 @@ Nothing is copied and the cache layout of the other policies is unchanged.
 The tensor-core decode (FlashInfer's FA2 prefill kernels with one query row per request, the
 path serving engines take for grouped heads) is used because only it accepts a fixed KV split:
 the split is set from the pool's SMs with the same rule as the Triton kernel
-(``decode_attn.num_kv_splits`` over ``R x kvh`` programs), so a kernel on a 32-SM green
+(``kv_split.num_kv_splits`` over ``R x kvh`` programs), so a kernel on a 32-SM green
 context does not size its grid for all 132 SMs of the H200. ``plan`` runs once per (batch, pool
 size) on the first eager call (the executor's warm-up pass, outside graph capture) and never
 again, so its index buffers keep their addresses and later calls replay in CUDA graphs.
@@ -33,10 +33,11 @@ import math
 
 from subgpu_jax.model.checks import choice, pos_int
 
-from hw_runtime.gpu.decode_attn import num_kv_splits
+from hw_runtime.gpu.kv_split import num_kv_splits
 
 __all__ = ["available", "page_size", "paged_view", "page_indices", "split_pages",
-           "FlashInferDecode", "WORKSPACE_BYTES", "MAX_PAGE", "MISSING", "BACKENDS"]
+           "FlashInferDecode", "WORKSPACE_BYTES", "MAX_PAGE", "MISSING", "BACKENDS", "HEAD_DIMS",
+           "check_importable", "page_index_tensor"]
 
 #: FlashInfer's float workspace per wrapper, bytes: the split partials (``R x qh x S x hd``
 #: float32) and the merge's log-sum-exps; 64 MiB holds 2,048 requests x 8 heads x 8 splits x
@@ -48,14 +49,34 @@ BACKENDS = ("fa2", "fa3")
 #: The one line a run without the package gets.
 MISSING = ("--attention flashinfer needs the flashinfer-python package (pip install "
            "flashinfer-python); use sdpa, triton or auto")
+#: Head dims the runtime hands FlashInfer (the ones its decode kernels are generated for in
+#: serving engines; 64 and 128 run in this repository's GPU tests).
+HEAD_DIMS = (64, 128, 256)
 #: The largest page: FlashInfer's FA2 tiles read 64-128 positions per step, so pages of 128
 #: keep one index lookup per tile.
 MAX_PAGE = 128
 
 
 def available() -> bool:
-    """``flashinfer`` is importable (its package is installed; nothing is imported here)."""
+    """``flashinfer`` is installed (found on the path; nothing is imported here, so a package
+    whose own dependencies are missing still counts: ``check_importable`` imports it)."""
     return importlib.util.find_spec("flashinfer") is not None
+
+
+def check_importable() -> None:
+    """Import ``flashinfer`` once (1-2 s on first use).
+
+    Raises:
+        ValueError: ``MISSING``, with the import's own error where it is installed but fails
+            (a missing dependency, say).
+    """
+    if not available():
+        raise ValueError(MISSING)
+    try:
+        import flashinfer  # noqa: F401
+    except Exception as e:  # noqa: BLE001  (any import failure is the same refusal)
+        raise ValueError(f"{MISSING} (it is installed but does not import: "
+                         f"{type(e).__name__}: {e})") from None
 
 
 def page_size(kv_len: int) -> int:
@@ -73,7 +94,7 @@ def page_size(kv_len: int) -> int:
 
 def split_pages(requests: int, kv_heads: int, kv_len: int, sms: int) -> int:
     """FlashInfer's ``fixed_split_size`` (pages per split) for a pool of ``sms`` SMs: the KV
-    splits of ``decode_attn.num_kv_splits(requests * kv_heads, kv_len, sms)`` rounded to whole
+    splits of ``kv_split.num_kv_splits(requests * kv_heads, kv_len, sms)`` rounded to whole
     pages.
 
     Raises:
@@ -82,7 +103,8 @@ def split_pages(requests: int, kv_heads: int, kv_len: int, sms: int) -> int:
     Example: 32 requests x 8 KV heads, 16,384 positions, 132 SMs: 256 programs need 2 splits
     (``ceil(264 / 256)``), so 64 of the 128 pages of 128 positions each.
     """
-    for name, v in (("requests", requests), ("kv_heads", kv_heads), ("sms", sms)):
+    for name, v in (("requests", requests), ("kv_heads", kv_heads), ("kv_len", kv_len),
+                    ("sms", sms)):
         pos_int(v, f"flashinfer split_pages: {name}")
     page = page_size(kv_len)
     pages = kv_len // page
@@ -97,8 +119,9 @@ def paged_view(torch, cache, page: int):
     docstring). Only the page numbers ``page_indices`` returns are valid pages.
 
     Raises:
-        ValueError: a layout this view cannot express.
+        ValueError: a page that is not a positive int, or a layout this view cannot express.
     """
+    pos_int(page, "flashinfer paged_view: page")
     R, kvh, L, hd = cache.shape
     sb, sh, sl, sd = cache.stride()
     if sd != 1 or sl != hd or sh != L * hd or L % page:
@@ -113,11 +136,37 @@ def paged_view(torch, cache, page: int):
     return torch.as_strided(cache, (n_pages, kvh, page, hd), (page * hd, L * hd, hd, 1))
 
 
+def _check_pages(name: str, requests, kv_heads, kv_len, page) -> int:
+    for nm, v in (("requests", requests), ("kv_heads", kv_heads), ("kv_len", kv_len),
+                  ("page", page)):
+        pos_int(v, f"flashinfer {name}: {nm}")
+    if kv_len % page:
+        raise ValueError(f"flashinfer {name}: kv_len {kv_len} must be a multiple of page {page}")
+    return kv_len // page
+
+
 def page_indices(requests: int, kv_heads: int, kv_len: int, page: int) -> list[int]:
     """The page numbers of ``paged_view`` request by request: ``b * kv_heads * P + j`` for
-    ``j < P = kv_len // page`` (length ``requests * P``)."""
-    per = kv_len // page
+    ``j < P = kv_len // page`` (length ``requests * P``; pure Python, the oracle of
+    ``page_index_tensor``).
+
+    Raises:
+        ValueError: a non-positive argument, or ``kv_len`` not a multiple of ``page``.
+    """
+    per = _check_pages("page_indices", requests, kv_heads, kv_len, page)
     return [b * kv_heads * per + j for b in range(requests) for j in range(per)]
+
+
+def page_index_tensor(torch, requests: int, kv_heads: int, kv_len: int, page: int):
+    """``page_indices`` as an int32 CPU tensor, built without a Python loop (2,048 requests of
+    32,769 one-position pages are 67 M indices).
+
+    Raises:
+        ValueError: as ``page_indices``.
+    """
+    per = _check_pages("page_index_tensor", requests, kv_heads, kv_len, page)
+    b = torch.arange(requests, dtype=torch.int64).unsqueeze(1) * (kv_heads * per)
+    return (b + torch.arange(per, dtype=torch.int64).unsqueeze(0)).reshape(-1).to(torch.int32)
 
 
 class FlashInferDecode:
@@ -140,23 +189,23 @@ class FlashInferDecode:
     def __init__(self, torch, requests: int, qo_heads: int, kv_heads: int, head_dim: int,
                  kv_len: int, dtype, device, pool_split: bool = True,
                  backend: str = "fa2") -> None:
-        if not available():
-            raise ValueError(MISSING)
+        check_importable()
         for name, v in (("requests", requests), ("qo_heads", qo_heads),
                         ("kv_heads", kv_heads), ("head_dim", head_dim), ("kv_len", kv_len)):
             pos_int(v, f"FlashInferDecode: {name}")
         if qo_heads % kv_heads:
             raise ValueError(f"FlashInferDecode: qo_heads {qo_heads} must be a multiple of "
                              f"kv_heads {kv_heads}")
+        choice(head_dim, "FlashInferDecode: head_dim", HEAD_DIMS)
         self.torch, self.R, self.qh, self.kvh = torch, requests, qo_heads, kv_heads
         self.hd, self.L, self.dtype, self.device = head_dim, kv_len, dtype, device
         self.page = page_size(kv_len)
         self.pool_split = bool(pool_split)
         self.backend = choice(backend, "FlashInferDecode: backend", BACKENDS)
-        self._wrappers: dict[int, object] = {}
+        self._wrappers: dict[tuple[int, int], object] = {}
 
-    def _wrapper(self, sms: int):
-        w = self._wrappers.get(sms)
+    def _wrapper(self, sms: int, lane: int):
+        w = self._wrappers.get((sms, lane))
         if w is not None:
             return w
         import flashinfer
@@ -173,19 +222,37 @@ class FlashInferDecode:
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             ws, "HND", use_cuda_graph=False, use_tensor_cores=True, backend=self.backend)
         w.plan(t.arange(0, n + 1, per, dtype=t.int32),
-               t.tensor(page_indices(self.R, self.kvh, self.L, self.page), dtype=t.int32),
+               page_index_tensor(t, self.R, self.kvh, self.L, self.page),
                t.full((self.R,), self.page, dtype=t.int32),
                self.qh, self.kvh, self.hd, self.page, q_data_type=self.dtype,
                kv_data_type=self.dtype, sm_scale=1.0 / math.sqrt(self.hd),
                fixed_split_size=(split_pages(self.R, self.kvh, self.L, sms) if self.pool_split
                                  else None))
-        self._wrappers[sms] = w
+        self._wrappers[(sms, lane)] = w
         return w
 
-    def __call__(self, q, k, v, out, sms: int) -> None:
+    def __call__(self, q, k, v, out, sms: int, lane: int = 0) -> None:
         """``out`` ``(R, qh, hd)`` <- attention of ``q`` ``(R, qh, hd)`` over ``k``, ``v``
-        ``(R, kvh, L, hd)`` (scale ``1/sqrt(hd)``) on a pool of ``sms`` SMs."""
+        ``(R, kvh, L, hd)`` (scale ``1/sqrt(hd)``) on a pool of ``sms`` SMs, issued from stream
+        ``lane`` (each (pool size, lane) has its own wrapper and workspace: calls that may run
+        at the same time never share the split partials).
+
+        Raises:
+            ValueError: tensors whose shape, dtype or device differ from the plan, or a bad
+                ``sms``/``lane``.
+        """
         pos_int(sms, "FlashInferDecode: sms")
-        w = self._wrapper(int(sms))
+        if isinstance(lane, bool) or not isinstance(lane, int) or lane < 0:
+            raise ValueError(f"FlashInferDecode: lane must be an int >= 0, got {lane!r}")
+        want = {"q": (self.R, self.qh, self.hd), "k": (self.R, self.kvh, self.L, self.hd),
+                "v": (self.R, self.kvh, self.L, self.hd), "out": (self.R, self.qh, self.hd)}
+        d = self.torch.device(self.device)
+        for nm, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+            same_dev = x.device.type == d.type and (d.index is None or x.device.index == d.index)
+            if tuple(x.shape) != want[nm] or x.dtype != self.dtype or not same_dev:
+                raise ValueError(f"FlashInferDecode: {nm} must be {want[nm]} {self.dtype} on "
+                                 f"{self.device} as planned, got {tuple(x.shape)} {x.dtype} on "
+                                 f"{x.device}")
+        w = self._wrapper(int(sms), lane)
         w.run(q, (paged_view(self.torch, k, self.page), paged_view(self.torch, v, self.page)),
               out=out)

@@ -65,6 +65,19 @@ def collective_kwargs(collectives: str) -> dict:
     return collective_mode(collectives).workload_kwargs()
 
 
+def _rotate_into(t, dst, x, cos, sin) -> None:
+    """dst <- x rotated in the half-split layout over its last axis (width ``2 * len(cos)``):
+    ``(x1 cos - x2 sin, x2 cos + x1 sin)``, four PyTorch kernels (the ``torch`` elementwise
+    path; ``fused`` has the one-kernel version)."""
+    h2 = x.shape[-1] // 2
+    x1, x2 = x[..., :h2], x[..., h2:]
+    d1, d2 = dst[..., :h2], dst[..., h2:]
+    t.mul(x1, cos, out=d1)
+    d1.addcmul_(x2, sin, value=-1.0)
+    t.mul(x2, cos, out=d2)
+    d2.addcmul_(x1, sin)
+
+
 class KernelContext:
     """Everything a kernel builder needs about kernel ``i`` of a ``TorchWorkload``.
 
@@ -101,6 +114,10 @@ class KernelContext:
         """SMs of the pool the kernel is being issued on (the whole GPU outside a partition)."""
         return int(getattr(self.wl, "pool_sms", None) or getattr(self.wl, "device_sms", 1))
 
+    def lane(self) -> int:
+        """Index of the stream issuing the kernel (0 outside the executor's plans)."""
+        return int(getattr(self.wl, "lane", 0) or 0)
+
     def norm_into(self, dst, x, w) -> None:
         """dst <- RMSNorm(x) * w over the last axis (one Triton kernel when ``fused``)."""
         if self.fused and x.dim() == 2:
@@ -129,15 +146,7 @@ class KernelContext:
 
     def rope_into(self, dst, x) -> None:
         """dst <- rotary embedding of x (half-split layout) at the decode position."""
-        t, wl = self.t, self.wl
-        h2 = self.hd // 2
-        x1, x2 = x[..., :h2], x[..., h2:]
-        d1, d2 = dst[..., :h2], dst[..., h2:]
-        cs = wl.consts
-        t.mul(x1, cs.rope_cos, out=d1)
-        d1.addcmul_(x2, cs.rope_sin, value=-1.0)
-        t.mul(x2, cs.rope_cos, out=d2)
-        d2.addcmul_(x1, cs.rope_sin)
+        _rotate_into(self.t, dst, x, self.wl.consts.rope_cos, self.wl.consts.rope_sin)
 
 
 def _rmsnorm(c: KernelContext) -> Callable[[int, int], None]:
@@ -217,8 +226,12 @@ def _attn(c: KernelContext) -> Callable[[int, int], None]:
         kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
         dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
         if triton or flashinfer is not None:   # split-KV, splits sized for this pool
-            run = flashinfer if flashinfer is not None else decode_attention
-            run(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd), c.pool_sms())
+            if flashinfer is not None:          # (its workspace is per issuing stream)
+                flashinfer(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd),
+                           c.pool_sms(), lane=c.lane())
+            else:
+                decode_attention(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd),
+                                 c.pool_sms())
             if p + "sink_scale" in w:
                 dst.mul_(w[p + "sink_scale"])
             return
@@ -439,15 +452,7 @@ def _dense_residual(c: KernelContext) -> Callable[[int, int], None]:
 def _rope_r_into(c: KernelContext, dst, x) -> None:
     """dst <- rotary embedding (half-split layout) of the last axis of x, of width
     qk_rope_head_dim (multi-head latent attention), at the decode position."""
-    t, wl = c.t, c.wl
-    h2 = c.s.r // 2
-    x1, x2 = x[..., :h2], x[..., h2:]
-    d1, d2 = dst[..., :h2], dst[..., h2:]
-    cs = wl.consts
-    t.mul(x1, cs.rope_cos_r, out=d1)
-    d1.addcmul_(x2, cs.rope_sin_r, value=-1.0)
-    t.mul(x2, cs.rope_cos_r, out=d2)
-    d2.addcmul_(x1, cs.rope_sin_r)
+    _rotate_into(c.t, dst, x, c.wl.consts.rope_cos_r, c.wl.consts.rope_sin_r)
 
 
 def _mla_down(c: KernelContext) -> Callable[[int, int], None]:

@@ -540,7 +540,9 @@ class TorchWorkload(VirtualCollectives):
         if dist is not None and (spin or proxy):
             raise ValueError("TorchWorkload: dist (--collectives nccl) runs real collectives; "
                              "it excludes spin and proxy")
-        self.dist, self.comm_lane = dist, 0
+        # the index of the stream issuing the next launch (set by the executor where it matters:
+        # real collectives keep one communicator per lane, FlashInfer one workspace per lane)
+        self.dist, self.lane = dist, 0
         self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
         self.attention = resolve_attention(attention, self.is_cuda, self.arch.is_mla)
         self.moe_gemm_policy = moe_gemm       # as asked: other region kinds resolve it too
@@ -699,7 +701,7 @@ class TorchWorkload(VirtualCollectives):
                 "_cycles_per_us")
         for name in keep:
             setattr(W, name, getattr(self, name))
-        W.graph, W.comm_lane, W.pool_sms = graph, 0, None
+        W.graph, W.lane, W.pool_sms = graph, 0, None
         W.shapes = s = workload_shapes(graph)
         W.memory = estimate_bytes(graph, self.instances, self.kv_cache)
         W.generator = self.torch.Generator(device=self.device)

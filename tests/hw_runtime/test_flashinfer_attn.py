@@ -88,9 +88,40 @@ def test_resolve_flashinfer(monkeypatch):
         da.resolve("flashinfer", True)
     with pytest.raises(ValueError, match="needs the flashinfer-python package"):
         fi.FlashInferDecode(None, 2, 8, 1, 128, 256, None, None)
-    monkeypatch.setattr(fi, "available", lambda: True)
+    monkeypatch.setattr(fi, "available", lambda: True)     # installed, but does not import
+    monkeypatch.setitem(__import__("sys").modules, "flashinfer", None)
+    with pytest.raises(ValueError, match="installed but does not import"):
+        da.resolve("flashinfer", True)
+    monkeypatch.setattr(fi, "check_importable", lambda: None)
     assert da.resolve("flashinfer", True) == "flashinfer"
     assert da.resolve("auto", False) == "sdpa"
+    with pytest.raises(ValueError, match="is_cuda must be True or False"):
+        da.resolve("flashinfer", "no")
+
+
+def test_page_indices_refuse_bad_input():
+    """Non-positive sizes and a length that is not whole pages are refused, naming the
+    argument (never an empty or duplicated index list)."""
+    for args, word in (((0, 1, 128, 128), "requests"), ((2, 0, 128, 128), "kv_heads"),
+                       ((2, 1, 1000, 128), "multiple of page"), ((2, 1, 128, 0), "page"),
+                       ((2, 1, 128, True), "page")):
+        with pytest.raises(ValueError, match=word):
+            fi.page_indices(*args)
+    with pytest.raises(ValueError, match="split_pages: kv_len"):
+        fi.split_pages(2, 1, 0, 132)
+
+
+def test_executor_sizes_and_lanes_flashinfer():
+    """The executor sets the pool size before the launches of both pool-sized attentions and
+    the issuing lane for FlashInfer (its workspace is per lane), not for SDPA."""
+    from types import SimpleNamespace as NS
+
+    assert set(da.POOL_SIZED) == {"triton", "flashinfer"} and da.PER_LANE == ("flashinfer",)
+    from hw_runtime.gpu.executor import launch_settings
+    assert launch_settings([NS(attention="flashinfer", dist=None)]) == (True, True)
+    assert launch_settings([NS(attention="triton", dist=None)]) == (True, False)
+    assert launch_settings([NS(attention="sdpa", dist=None)]) == (False, False)
+    assert launch_settings([NS(attention="sdpa", dist=object())]) == (False, True)
 
 
 # --------------------------------------------------------------------------- torch
@@ -112,6 +143,11 @@ def test_paged_view_is_the_cache_in_place():
         fi.paged_view(torch, cache.transpose(1, 2), page)
     with pytest.raises(ValueError, match="requests must be contiguous"):
         fi.paged_view(torch, cache[::2], page)
+    with pytest.raises(ValueError, match="page"):
+        fi.paged_view(torch, cache, 0)
+    for args in ((3, 2, 48, 16), (1, 1, 7, 1), (5, 3, 256, 128)):
+        assert fi.page_index_tensor(torch, *args).tolist() == fi.page_indices(*args)
+        assert fi.page_index_tensor(torch, *args).dtype == torch.int32
 
 
 # --------------------------------------------------------------------------- GPU
@@ -171,3 +207,33 @@ def test_gpu_region_flashinfer_vs_sdpa(region_run):
     ref = outs["sdpa"]
     rel = ((outs["flashinfer"] - ref).norm() / ref.norm()).item()
     assert rel < 2e-2, rel
+
+
+@pytest.mark.gpu
+def test_gpu_flashinfer_lanes_do_not_share_partials(gqa_reference):
+    """Two streams call one decoder at the same time on different inputs, with the KV split
+    (2 requests x 1 KV head, 8,192 positions: 64 splits on 132 SMs) writing partials to the
+    workspace: each lane has its own, so both outputs match the float32 reference."""
+    torch = _cuda_flashinfer()
+    g = torch.Generator(device="cuda").manual_seed(11)
+    R, qh, kvh, L, hd = 2, 8, 1, 8192, 128
+    dec = fi.FlashInferDecode(torch, R, qh, kvh, hd, L, torch.bfloat16, torch.device("cuda"))
+    ins = [[torch.randn(s, generator=g, device="cuda").to(torch.bfloat16)
+            for s in ((R, qh, hd), (R, kvh, L, hd), (R, kvh, L, hd))] for _ in range(2)]
+    outs = [torch.empty((R, qh, hd), device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    for lane in (0, 1):                                   # plan each lane's wrapper eagerly
+        with torch.cuda.stream(streams[lane]):
+            dec(*ins[lane], outs[lane], 132, lane=lane)
+    torch.cuda.synchronize()
+    for _ in range(20):
+        for lane in (0, 1):
+            with torch.cuda.stream(streams[lane]):
+                dec(*ins[lane], outs[lane], 132, lane=lane)
+    torch.cuda.synchronize()
+    for lane in (0, 1):
+        ref = gqa_reference(torch, *ins[lane])
+        err = (outs[lane].float() - ref).abs().max().item()
+        assert err <= 1e-2 * ref.abs().max().item(), (lane, err)
+    with pytest.raises(ValueError, match="as planned"):
+        dec(ins[0][0], ins[0][1][:, :, :128], ins[0][2][:, :, :128], outs[0], 132)

@@ -11,12 +11,20 @@
 need_args 1 "$@"
 C=$1
 shift
+case "$C" in -*) echo "run.sh wins: CONFIGS comes first, got '$C'; $STUDY_USAGE" >&2; exit 2;; esac
 COLL=sleep
 ATTN=auto
+# the allowed values come from the registries behind `subgpu run`'s options
+MODES=$(python3 -c "from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES as c; print(*c)")
+ATTNS=$(python3 -c "from hw_runtime.gpu.decode_attn import ATTENTION as a; print(*a)")
 while [ "${1:-}" = --collectives ] || [ "${1:-}" = --attention ]; do
   [ $# -ge 2 ] || { echo "$STUDY_USAGE" >&2; exit 2; }
-  if [ "$1" = --collectives ]; then COLL=$2; else ATTN=$2; fi
+  if [ "$1" = --collectives ]; then COLL=$2; ok=$MODES; else ATTN=$2; ok=$ATTNS; fi
+  case " $ok " in *" $2 "*) ;; *) echo "run.sh wins: $1 must be one of: $ok; got '$2'" >&2; exit 2;; esac
   shift 2
+done
+for w in "$@"; do
+  case "$w" in -*) echo "run.sh wins: options go before the workloads, got '$w' after them" >&2; exit 2;; esac
 done
 NAME=wins
 [ "$COLL" = sleep ] || NAME=${NAME}_$COLL
@@ -27,4 +35,6 @@ timeout 300 python3 experiments/hw_fidelity_h200.py --phase validate --gemm tune
   --lane-priority-policy auto --collectives "$COLL" --attention "$ATTN" --configs "$C" $W --out "$D" --rounds 2 \
   --replays 10 --time-limit 280 2>&1 \
   | quiet | tee "$D/top.log" | grep -v "^ "
+rc=${PIPESTATUS[0]}
 bundle "$NAME"
+exit "$rc"
