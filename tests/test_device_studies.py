@@ -74,7 +74,7 @@ def test_no_one_off_device_scripts_left():
 @pytest.mark.parametrize("args, first", [
     ([], "usage: run.sh STUDY"), (["nope"], "run.sh: unknown study 'nope'"),
     (["tune"], "usage: run.sh tune WORKLOAD [BUDGET_S]"),
-    (["wins"], "usage: run.sh wins CONFIGS [WORKLOAD ...]")])
+    (["wins"], "usage: run.sh wins CONFIGS [--collectives MODE] [--attention A] [WORKLOAD ...]")])
 def test_run_sh_refuses_without_a_study_or_its_arguments(args, first, tmp_path):
     r = subprocess.run(["bash", str(DEVICE / "run.sh"), *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=60, env={"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "o")})
