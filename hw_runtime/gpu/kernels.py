@@ -309,6 +309,12 @@ def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
+def _first(x, n: int):
+    """The first ``n`` experts of a per-expert tensor (None stays None): the experts the
+    routing hits, matching the weights' ``[:n_hit]``."""
+    return None if x is None else x[:n]
+
+
 def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
     """Expert up-projection (batched GEMM) with SwiGLU (clamped for GPT-OSS)."""
     t, F_, s, arch, W = c.t, c.F_, c.s, c.arch, c.W
@@ -328,7 +334,7 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
             act = a[p + "act_exp"]
             # (GPT-OSS's gate/up halves were de-interleaved at allocation)
             moe_gemm.expert_up_act(a[p + "hn"][:Tr], rt, wu, act.view(-1, act.shape[-1]),
-                                   bias=w.get(p + "experts_up.b"), oss=gptoss,
+                                   bias=_first(w.get(p + "experts_up.b"), nh), oss=gptoss,
                                    alpha=SWIGLU_ALPHA, limit=SWIGLU_LIMIT)
             return
         gu = a[p + "gu_exp"]
@@ -368,7 +374,7 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
         if rt is not None:   # one grouped launch over the routed slots
             act, y = a[p + "act_exp"], a[p + "y_exp"]
             moe_gemm.expert_down(act.view(-1, act.shape[-1]), rt, wd, y.view(-1, y.shape[-1]),
-                                 bias=w.get(p + "experts_down.b"))
+                                 bias=_first(w.get(p + "experts_down.b"), nh))
             return
         if p + "experts_down.b" in w:
             t.baddbmm(w[p + "experts_down.b"][:nh], a[p + "act_exp"], wd,
