@@ -6,10 +6,10 @@ the kernel runs on.
 For GQA the runtime's default stays ``torch.nn.functional.scaled_dot_product_attention``, which
 on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``: it streams the KV cache
 at 1.02-1.07 of the copy bandwidth on the whole GPU and at 0.96-1.09 of a pool's on 32-96 SMs.
-This kernel measured 1-8% slower on the whole GPU and 1.2-1.6x slower on 32-64 SMs, FlashInfer's
-FA2 decode (``flashinfer_attn``) 1-3% and 1.2x slower, and in the pipelined Llama-3.1-70B winner
-both cost most of the gain (docs/results.md, "Kernel choices"). For MLA
-SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 1.9-3.5x
+This kernel measured 1-12% slower on the whole GPU (two leases) and 1.2-1.6x slower on 32-64
+SMs, FlashInfer's FA2 decode (``flashinfer_attn``) 1-3% and 1.1-1.2x slower; the pipelined
+Llama-3.1-70B winner (1.099x with SDPA) measured 0.939x and 1.049x with them (docs/results.md,
+"Kernel choices"). For MLA SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 1.9-3.5x
 faster, so it is the default there. Serving engines run split-KV ("flash-decoding") kernels instead: the KV history
 of each (request, KV head) is cut into ``S`` splits, each split is one program that computes a
 partial softmax-weighted sum for all query heads of its group, and a second kernel merges the

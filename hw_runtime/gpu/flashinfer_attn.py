@@ -17,8 +17,7 @@ context does not size its grid for all 132 SMs of the H200. ``plan`` runs once p
 size) on the first eager call (the executor's warm-up pass, outside graph capture) and never
 again, so its index buffers keep their addresses and later calls replay in CUDA graphs.
 
-Measured on the H200 with FlashInfer 0.7.2 (docs/results.md, "Kernel choices";
-``experiments/results/kernel_choice/gqa_flashinfer_h200.json``): within 1-3% of SDPA's cuDNN
+Measured on the H200 with FlashInfer 0.7.2 (docs/results.md, "Kernel choices"): within 1-3% of SDPA's cuDNN
 kernel on the whole GPU, 1.12-1.23x slower alone on 32-96 SMs, and its ``"fa3"`` kernels 4-11x
 slower at one query row; ``--attention auto`` therefore never picks it.
 

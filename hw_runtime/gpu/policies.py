@@ -56,7 +56,7 @@ KERNEL_POLICIES: tuple[KernelPolicy, ...] = (
                  "for MLA a latent-cache kernel), flashinfer (FlashInfer's FA2 decode over the "
                  "same caches, split sized for the pool, GQA/MHA only; needs the flashinfer "
                  "extra: pip install -e .[flashinfer]) or auto (sdpa for GQA: on the H200 it "
-                 "measured fastest, flashinfer 1-3%% and triton 1-8%% slower on the whole GPU "
+                 "measured fastest, flashinfer 1-3%% and triton 1-12%% slower on the whole GPU "
                  "and 1.2x and 1.6x slower on a 32-SM pool, docs/results.md; triton for MLA)"),
     KernelPolicy("moe_gemm", "--moe-gemm", MOE_GEMM, "auto", "bmm", "MoE expert GEMMs",
                  "bmm (gather into padded expert batches + torch.bmm + activation), triton (one "

@@ -4,7 +4,7 @@
 # test_hw_families.py; the FlashInfer ones skip unless its wheel travels in .whl/), then
 # experiments/kernel_choice_h200.py (expert GEMMs: bmm against grouped Triton on the verdict
 # protocol's MoE shapes, bf16 and fp8; MLA and GQA decode against SDPA) into
-# $OUT/kernel_choice.json. Arguments: the parts (moe mla gqa; default all).
+# $OUT/kernel_choice.json. Arguments: the parts (moe mla gqa gqa_pool; default all).
 need_out
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 timeout 300 python3 -m pytest -q -rs -x tests/hw_runtime/test_moe_gemm.py \
