@@ -134,7 +134,9 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     B_ = torch.randn(n, n, dtype=torch.bfloat16, device="cuda")
     C_ = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")
     L = min(4, g.num_regions)
-    ga = capture_graph(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
+    pa, pb = int(part.granted[0]), int(part.granted[1])
+    with wl.issuing(pa, 0):          # A on pool 0, lane 0; B on pool 1, lane 1
+        ga = capture_graph(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
     cands = [
         (up, lambda r=0: wl.launch(iu, m - 1, r % g.num_regions),
          {"name": g.kernels[iu].name, "key": kernel_key(g.kernels[iu])}, 8),
@@ -147,7 +149,8 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     a_alone = time_alone(torch, ga, s0, reps) / 1e3   # ms
     out = []
     for label, fn, info, nb in cands:
-        gb = capture_graph(torch, s1, fn, nb)
+        with wl.issuing(pb, 1):
+            gb = capture_graph(torch, s1, fn, nb)
         b_alone = time_alone(torch, gb, s1, reps) / 1e3
         rb = max(2, int(math.ceil(a_alone / b_alone)) + 2)
         a_co, b_co = time_corun(torch, ga, s0, gb, s1, rb, reps)   # µs, spin-gated start
@@ -193,7 +196,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
             pool it is timed on; recorded in ``meta.gemm`` (run with the same policy).
         elementwise: the elementwise kernels (``hw_runtime.gpu.fused``: auto, triton, torch);
             the resolved choice is recorded in ``meta.elementwise``.
-        attention: the decode attention (``hw_runtime.gpu.decode_attn``: auto, sdpa, triton);
+        attention: the decode attention (``hw_runtime.gpu.decode_attn.ATTENTION``);
             the resolved choice is recorded in ``meta.attention``.
         moe_gemm: the expert GEMMs (``hw_runtime.gpu.moe_gemm``: auto, triton, bmm); the
             resolved choice is recorded in ``meta.moe_gemm`` (one value, or one per batch

@@ -308,13 +308,15 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
                 pa, pb = int(part.granted[0]), int(part.granted[1])
                 fc, kc = fn_of(c), kinfo[c]["key"]
                 pol.prepare(kc, pa, lambda: fc(0), sa)
-                g1 = capture_graph(torch, sa, fc, 1)
-                t1 = time_alone(torch, g1, sa, 3)
-                del g1
-                n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
-                ga_[c] = capture_graph(torch, sa, fc, n)
+                with wl.issuing(pa, 0):      # pool-sized kernels: pool a, lane 0
+                    g1 = capture_graph(torch, sa, fc, 1)
+                    t1 = time_alone(torch, g1, sa, 3)
+                    del g1
+                    n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
+                    ga_[c] = capture_graph(torch, sa, fc, n)
                 pol.prepare(kc, pb, lambda: fc(0), sb)
-                gb_[c] = capture_graph(torch, sb, fc, n)
+                with wl.issuing(pb, 1):      # pool b, lane 1
+                    gb_[c] = capture_graph(torch, sb, fc, n)
                 pol.reset()
                 ta_[c] = time_alone(torch, ga_[c], sa, reps)
                 tb_[c] = time_alone(torch, gb_[c], sb, reps)
@@ -463,8 +465,10 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
             s0, s1 = s1, s0
         out["sms"] = int(part.granted[0])
         for a, b in pairs:
-            ga = capture_graph(torch, s0, fn_of(a, 0), 1)
-            gb = capture_graph(torch, s1, fn_of(b, 1), 1)
+            with wl.issuing(out["sms"], 0):
+                ga = capture_graph(torch, s0, fn_of(a, 0), 1)
+            with wl.issuing(out["sms"], 1):
+                gb = capture_graph(torch, s1, fn_of(b, 1), 1)
             ta, tb = time_alone(torch, ga, s0, reps), time_alone(torch, gb, s1, reps)
             a_end, b_end = time_corun(torch, ga, s0, gb, s1, 1, reps,
                                        b_delay_cycles=SECOND_DELAY_CYCLES)

@@ -44,12 +44,16 @@ from subgpu_jax.model.checks import bounded_int
 
 from hw_runtime.gpu.kv_split import BLOCK_N, MAX_SPLITS, num_kv_splits
 
-__all__ = ["ATTENTION", "POOL_SIZED", "PER_LANE", "resolve", "auto_choice", "num_kv_splits",
+__all__ = ["ATTENTION", "GQA_KERNELS", "MLA_KERNELS", "POOL_SIZED", "PER_LANE", "resolve", "auto_choice", "num_kv_splits",
            "decode_attention", "paged_decode_attention", "mla_decode_attention", "FP8_KV",
            "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM", "AUTO_TRITON_MLA"]
 
 #: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take.
 ATTENTION = ("auto", "sdpa", "triton", "flashinfer")
+#: Resolved policies the GQA/MHA and the MLA attention builders run (``kernels._attn``,
+#: ``kernels._mla_attn``; anything else is refused there, never run as SDPA).
+GQA_KERNELS = ("sdpa", "triton", "flashinfer")
+MLA_KERNELS = ("sdpa", "triton")
 #: Resolved policies whose kernels size their grid (KV split) by the SMs of the issuing pool:
 #: the executor sets ``pool_sms`` on the workload before each of their launches.
 POOL_SIZED = ("triton", "flashinfer")

@@ -14,11 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from subgpu_jax.model.checks import choice
 from subgpu_jax.model.collective import COLLECTIVES, collective_mode
 
 from hw_runtime.gpu import fused
 from hw_runtime.gpu import moe_gemm
-from hw_runtime.gpu.decode_attn import decode_attention, mla_decode_attention
+from hw_runtime.gpu.decode_attn import (GQA_KERNELS, MLA_KERNELS, decode_attention,
+                                        mla_decode_attention)
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
            "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
@@ -216,6 +218,7 @@ def _attn(c: KernelContext) -> Callable[[int, int], None]:
     ACT, p = c.ACT, c.p
     gqa = qh != kvh
 
+    choice(c.attention, "decode attention (GQA/MHA)", GQA_KERNELS)
     triton = c.attention == "triton"
     flashinfer = (c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
                   if c.attention == "flashinfer" else None)
@@ -522,6 +525,7 @@ def _mla_attn(c: KernelContext) -> Callable[[int, int], None]:
     Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
     scale = 1.0 / math.sqrt(s.nope + s.r)
 
+    choice(c.attention, "decode attention (MLA)", MLA_KERNELS)
     triton = c.attention == "triton"
 
     def f(mu, l):

@@ -4,6 +4,8 @@ probes' protocol) and counting a captured CUDA graph's nodes (``graph_nodes``). 
 
 from __future__ import annotations
 
+import contextlib
+
 import statistics
 from typing import TYPE_CHECKING, Sequence
 
@@ -45,18 +47,20 @@ def time_kernels(wl: "TorchWorkload", kernels: Sequence[int] | None = None, micr
     if not wl.is_cuda:
         raise ValueError("time_kernels needs a CUDA workload")
     s = stream if stream is not None else t.cuda.Stream(device=wl.device)
-    if gemm is None or not gemm.active:
-        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs)
-    from subgpu_jax.model.calibration import kernel_key
+    # pool-sized kernels (the decode attentions) size their split for this pool, lane 0
+    with (wl.issuing(sms, 0) if sms is not None else contextlib.nullcontext()):
+        if gemm is None or not gemm.active:
+            return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs)
+        from subgpu_jax.model.calibration import kernel_key
 
-    def before(i: int) -> None:
-        gemm.prepare(kernel_key(wl.graph.kernels[i]), sms,
-                     lambda: wl.launch(i, microbatch, 0), s)
-    try:
-        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
-                             before)
-    finally:
-        gemm.reset()
+        def before(i: int) -> None:
+            gemm.prepare(kernel_key(wl.graph.kernels[i]), sms,
+                         lambda: wl.launch(i, microbatch, 0), s)
+        try:
+            return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
+                                 before)
+        finally:
+            gemm.reset()
 
 
 def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, before=None

@@ -76,10 +76,12 @@ allocation and a workload that does not fit in the GPU's free memory is refused.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load
@@ -675,6 +677,28 @@ class TorchWorkload(VirtualCollectives):
                              "model, deployment, microbatch count and device")
         for a, b in zip(self.acts, src.acts):
             a["resid.0"] = a[f"resid.{self.shapes.P}"] = b["resid.0"]
+
+    @contextlib.contextmanager
+    def issuing(self, sms: int | None = None, lane: int = 0):
+        """Within the block, launches are issued on a pool of ``sms`` SMs (None: the whole GPU)
+        from stream ``lane``: what the pool-sized decode attentions size their KV split by and
+        FlashInfer keys its workspace by (``pool_sms``, ``lane``; the executor sets them per
+        launch itself). Restores the previous values on exit. For launchers outside the
+        executor that capture kernels on a pool (calibration co-runs, ``time_kernels``).
+
+        Raises:
+            ValueError: ``sms`` not a positive int or None, ``lane`` not an int >= 0.
+        """
+        if sms is not None:
+            pos_int(sms, "TorchWorkload.issuing: sms")
+        if isinstance(lane, bool) or not isinstance(lane, int) or lane < 0:
+            raise ValueError(f"TorchWorkload.issuing: lane must be an int >= 0, got {lane!r}")
+        old = (self.pool_sms, self.lane)
+        self.pool_sms, self.lane = (None if sms is None else int(sms)), lane
+        try:
+            yield self
+        finally:
+            self.pool_sms, self.lane = old
 
     def derive(self, graph: OpGraph) -> "TorchWorkload":
         """A workload for ``graph`` that SHARES this one's weights and KV caches and owns new

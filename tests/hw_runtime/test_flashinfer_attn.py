@@ -150,6 +150,39 @@ def test_paged_view_is_the_cache_in_place():
         assert fi.page_index_tensor(torch, *args).dtype == torch.int32
 
 
+def test_issuing_sets_and_restores_the_pool_and_lane():
+    """``TorchWorkload.issuing(sms, lane)`` sets what pool-sized kernels read and restores the
+    previous values (also after an error); bad values are refused in one line. And a workload
+    whose attention is not one the builders run is refused when its kernels are built."""
+    pytest.importorskip("torch")
+    from subgpu_jax.model.graph import Deployment, build_graph
+    from subgpu_jax.model.models import ModelArch
+    from hw_runtime.gpu.kernels import KernelContext, kernel_builder
+    from hw_runtime.gpu.workload import TorchWorkload
+
+    arch = ModelArch(name="tiny", family="llama", num_layers=2, hidden=128, num_heads=4,
+                     num_kv_heads=2, head_dim=32, vocab=100, intermediate=256)
+    dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=4,
+                     input_len=16, kv_history=16)
+    wl = TorchWorkload(build_graph(arch, dep, 1), device="cpu")
+    assert (wl.pool_sms, wl.lane) == (None, 0)
+    with wl.issuing(32, 1):
+        assert (wl.pool_sms, wl.lane) == (32, 1)
+        with pytest.raises(RuntimeError):
+            with wl.issuing(64, 0):
+                raise RuntimeError("boom")
+        assert (wl.pool_sms, wl.lane) == (32, 1)
+    assert (wl.pool_sms, wl.lane) == (None, 0)
+    for kw, word in (({"sms": 0}, "sms"), ({"lane": -1}, "lane"), ({"lane": True}, "lane")):
+        with pytest.raises(ValueError, match=word):
+            with wl.issuing(**kw):
+                pass
+    i = next(i for i, k in enumerate(wl.graph.kernels) if k.op == "attn")
+    wl.attention = "mykernel"
+    with pytest.raises(ValueError, match="decode attention"):
+        kernel_builder(wl.graph.kernels[i], wl.arch)(KernelContext(wl, i, wl.graph.kernels[i]))
+
+
 # --------------------------------------------------------------------------- GPU
 
 def _cuda_flashinfer():

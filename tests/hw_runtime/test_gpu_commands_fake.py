@@ -9,6 +9,8 @@ looked for an ``expert_up`` kernel; ``subgpu run --json --trace`` wrote ``NaN`` 
 
 from __future__ import annotations
 
+import contextlib
+
 import json
 import math
 from pathlib import Path
@@ -126,7 +128,10 @@ class FakeTorch:
 
 
 class FakeTorchWorkload:
-    """``TorchWorkload`` stand-in: the graph, its shapes and a launch that does nothing."""
+    """``TorchWorkload`` stand-in: the graph, its shapes and a launch that does nothing; every
+    launch's (pool SMs, lane) set through ``issuing`` is collected in ``issued``."""
+
+    issued: set = set()
 
     def __init__(self, graph, device="cuda", elementwise="auto", **kw):
         self.graph, self.elementwise = graph, "torch"
@@ -134,9 +139,20 @@ class FakeTorchWorkload:
         self.memory, self.kv_cache = {"total": 1e9}, "bf16"
         self.shapes = SimpleNamespace(m=graph.microbatches)
         self.launches = []
+        self.pool_sms, self.lane = None, 0
+
+    @contextlib.contextmanager
+    def issuing(self, sms=None, lane=0):
+        old = (self.pool_sms, self.lane)
+        self.pool_sms, self.lane = sms, lane
+        try:
+            yield self
+        finally:
+            self.pool_sms, self.lane = old
 
     def launch(self, i, mb, region):
         self.launches.append((i, mb, region))
+        FakeTorchWorkload.issued.add((self.pool_sms, self.lane))
 
 
 class FakePartition:
@@ -211,6 +227,8 @@ def test_calibrate_every_family_on_fakes(kind, fake_gpu, mla_config, tmp_path, c
     assert [c["pair"] for c in data["coruns"]] == [f"attn_full|{up}", "attn_full|gemm8192",
                                                    "attn_full|attn_full"]
     assert all(c["a_slowdown"] == pytest.approx(0.3) for c in data["coruns"])
+    # the co-runs issue A on pool 0 / lane 0 and B on pool 1 / lane 1 (64 / 64 SMs)
+    assert {(64, 0), (64, 1)} <= FakeTorchWorkload.issued
     arch = hwwl.hopper_arch(resolve_model(model))  # what Hopper runs: bf16 experts
     d = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8 if arch.is_moe else 1,
                    global_batch=64, input_len=1024, kv_history=1024)
