@@ -21,6 +21,11 @@ Measured on the H200 with FlashInfer 0.7.2 (docs/results.md, "Kernel choices"): 
 kernel on the whole GPU, 1.12-1.23x slower alone on 32-96 SMs, and its ``"fa3"`` kernels 4-11x
 slower at one query row; ``--attention auto`` therefore never picks it.
 
+Memory: each wrapper holds a ``WORKSPACE_BYTES`` float workspace (and FlashInfer's own index
+buffers), one per (KV length, pool size, lane) of each workload; ``estimate_bytes`` does not
+count them (a pipelined run makes a few; a calibration over many pools and microbatch counts
+tens, under 3 GiB).
+
 Needs the ``flashinfer-python`` package (and its JIT: the CUDA toolkit's ``nvcc``) only when a
 kernel runs; ``available`` and the page arithmetic are pure Python (tested on the CPU).
 """

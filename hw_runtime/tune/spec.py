@@ -178,10 +178,14 @@ class TuneSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
              if f.name not in ("arch", "budget_s", "tolerance", "max_rounds", "refine",
                                "refine_passes")}
-        # the default attention: tune folders made before the option keep resuming (auto is
-        # still SDPA except for MLA); moe_gemm always counts: folders made before it measured
-        # bmm experts, and auto now depends on the batch (moe_gemm.resolve)
-        if d.get("attention") == "auto" and not self.arch.is_mla:
+        # the default attention: tune folders made before the option keep resuming while auto
+        # still picks what they ran (LEGACY, SDPA; Triton for MLA counts); moe_gemm always
+        # counts: folders made before it measured bmm experts, and auto now depends on the
+        # batch (moe_gemm.resolve)
+        from hw_runtime.gpu.decode_attn import auto_choice
+        from hw_runtime.gpu.policies import LEGACY
+
+        if d.get("attention") == "auto" and auto_choice(self.arch.is_mla) == LEGACY["attention"]:
             del d["attention"]
         if not self.arch.is_moe:
             d.pop("moe_gemm", None)
