@@ -25,8 +25,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # digest_cli
 
-from digest_cli import check_out, run_digest  # noqa: E402  (the shared --out/error frame)
-from subgpu_jax.app.store import atomic_write  # noqa: E402  (fsync-ed write and rename)
+from digest_cli import run_digest, write_digest  # noqa: E402  (the shared --out/error frame)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 KINDS = ("sdpa", "triton")
@@ -86,9 +85,7 @@ def main() -> int:
     a = ap.parse_args()
     def work() -> dict:
         res = compare(a.src)
-        check_out(a.out)
-        atomic_write(a.out, json.dumps({"source": "experiments/device/run.sh attention",
-                                        "workloads": res}, indent=1))
+        write_digest(a.out, {"source": "experiments/device/run.sh attention", "workloads": res})
         return res
     rc, res = run_digest(work, a.out)
     if rc:

@@ -1,4 +1,4 @@
-"""The command-line frame the digest scripts share (``attention_compare.py``,
+"""The command-line frame the digest scripts share (``attention_compare.py``, ``profile_digest.py``,
 ``device_tests_digest.py``, ``kernel_efficiency.py``, ``tune_collect.py``): each reads device
 results and writes one JSON digest to ``--out``. Bad input is one line naming the flag or file
 and exit code 2 (the project's rule for every command), never a traceback. Not a script."""
@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, TypeVar
 
-__all__ = ["check_out", "run_digest"]
+__all__ = ["check_out", "run_digest", "write_digest"]
 
 T = TypeVar("T")
 
@@ -23,6 +23,21 @@ def check_out(path: str) -> None:
     if not path or os.path.isdir(path) or \
             not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise ValueError(f"--out: {path!r} must be a file in an existing folder")
+
+
+def write_digest(path: str, doc: dict) -> None:
+    """``check_out(path)``, then ``doc`` as indented JSON, written atomically (fsync-ed and
+    renamed: ``subgpu_jax.app.store.atomic_write``).
+
+    Raises:
+        ValueError: a bad ``--out`` (``check_out``). OSError: it cannot be written.
+    """
+    import json
+
+    from subgpu_jax.app.store import atomic_write
+
+    check_out(path)
+    atomic_write(path, json.dumps(doc, indent=1))
 
 
 def run_digest(work: Callable[[], T], out: str) -> tuple[int, T | None]:

@@ -28,6 +28,7 @@ Needs a CUDA GPU with Triton: without one, one line and exit 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -343,6 +344,14 @@ POOL_SHAPES = (("llama70b_tp8_g2048_mb512_kv1k", 512, 8, 1, 1024, 32),
                ("llama8b_1gpu_g256_mb64_kv2k", 64, 32, 8, 2048, 32))
 
 
+def _flashinfer_launch(fi, torch, q, k, v, out, sms: int, backend: str):
+    """``f(r)``: one FlashInfer decode of ``q`` over ``k``, ``v`` into ``out`` on ``sms`` SMs."""
+    R, qh, hd = q.shape
+    dec = fi.FlashInferDecode(torch, R, qh, k.shape[1], hd, k.shape[2], q.dtype, q.device,
+                              backend=backend)
+    return lambda r: dec(q, k, v, out, sms)
+
+
 def gqa_pool_rows(torch, timer, deadline, emit, sweep: bool) -> None:
     """Decode attention alone on one green-context pool (``POOL_SHAPES``): SDPA, the Triton
     kernel and FlashInfer (FA2 and FA3), the last two with their KV split sized for the pool;
@@ -373,18 +382,17 @@ def gqa_pool_rows(torch, timer, deadline, emit, sweep: bool) -> None:
         try:
             stream = part.stream(0, 0)
             q4 = q.view(R, qh, 1, hd)
-            cands = {"sdpa": lambda r: torch.nn.functional.scaled_dot_product_attention(
+            # each candidate: a maker of its launch ``f(r)`` (built in the try below, so a
+            # FlashInfer backend that fails to plan costs one row)
+            cands = {"sdpa": lambda: lambda r: torch.nn.functional.scaled_dot_product_attention(
                          q4, k, v, enable_gqa=True),
-                     "triton": lambda r: da.decode_attention(q, k, v, out, sms)}
-            if fi.available():
-                for be in fi.BACKENDS:     # (built in the try below: one failure, one row)
-                    cands[f"flashinfer_{be}"] = (lambda b: lambda: fi.FlashInferDecode(
-                        torch, R, qh, kvh, hd, L, torch.bfloat16, q.device, backend=b))(be)
-            for name, fn in cands.items():
+                     "triton": lambda: lambda r: da.decode_attention(q, k, v, out, sms)}
+            for be in fi.BACKENDS if fi.available() else ():
+                cands[f"flashinfer_{be}"] = functools.partial(_flashinfer_launch, fi, torch, q,
+                                                              k, v, out, sms, be)
+            for name, make in cands.items():
                 try:
-                    if name.startswith("flashinfer"):
-                        dec = fn()
-                        fn = (lambda d: lambda r: d(q, k, v, out, sms))(dec)
+                    fn = make()
                     with torch.cuda.stream(stream):
                         fn(0)                          # plan / compile outside capture
                     torch.cuda.synchronize()

@@ -25,8 +25,7 @@ import sys
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from digest_cli import check_out, run_digest  # noqa: E402  (the shared --out/error frame)
-from subgpu_jax.app.store import atomic_write  # noqa: E402
+from digest_cli import run_digest, write_digest  # noqa: E402  (the shared --out/error frame)
 
 #: Kernel names kept per configuration (by summed time).
 TOP = 12
@@ -122,9 +121,7 @@ def main() -> int:
             if os.path.abspath(path) == os.path.abspath(a.out):
                 raise ValueError(f"--out: {a.out!r} is also an input (--run {item!r})")
             runs[label] = digest_file(path)
-        check_out(a.out)
-        atomic_write(a.out, json.dumps({"source": "experiments/profile_digest.py",
-                                        "runs": runs}, indent=1))
+        write_digest(a.out, {"source": "experiments/profile_digest.py", "runs": runs})
         return runs
 
     rc, runs = run_digest(work, a.out)

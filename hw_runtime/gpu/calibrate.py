@@ -279,7 +279,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
                 for wl, ids, m in todo:
                     if not ids:
                         continue
-                    wl.pool_sms = int(p)   # the decode attention sizes its grid for the pool
+                    # (time_kernels issues on the pool: the decode attention sizes for it)
                     res = time_kernels(wl, kernels=ids, reps=reps, warmup=warmup, stream=stream,
                                        gemm=policy, sms=int(p))
                     for r in res:

@@ -88,8 +88,8 @@ class KernelContext:
         arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
         eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
-        (``hw_runtime.gpu.fused``); attention: its decode attention (``"sdpa"``,
-        ``"triton"`` or ``"flashinfer"``, ``hw_runtime.gpu.decode_attn``); spin: spin cycles after a virtual
+        (``hw_runtime.gpu.fused``); attention: its resolved decode attention (one of
+        ``decode_attn.GQA_KERNELS``, or ``MLA_KERNELS``); spin: spin cycles after a virtual
         collective; stage: the name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
         KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
         counts; resid_in, resid_out: residual-stream tensor names of the layer.
@@ -219,22 +219,24 @@ def _attn(c: KernelContext) -> Callable[[int, int], None]:
     gqa = qh != kvh
 
     choice(c.attention, "decode attention (GQA/MHA)", GQA_KERNELS)
-    triton = c.attention == "triton"
-    flashinfer = (c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
-                  if c.attention == "flashinfer" else None)
+    # the split-KV kernels, sized for the issuing pool: (q, k, v, out) -> None; None: SDPA
+    split_kv = None
+    if c.attention == "triton":
+        def split_kv(q, k, v, out):
+            decode_attention(q, k, v, out, c.pool_sms())
+    elif c.attention == "flashinfer":      # (its workspace is per issuing stream)
+        dec = c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
+
+        def split_kv(q, k, v, out):
+            dec(q, k, v, out, c.pool_sms(), lane=c.lane())
 
     def f(mu, l):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         sl = slice(mu * Rm, (mu + 1) * Rm)
         kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
         dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
-        if triton or flashinfer is not None:   # split-KV, splits sized for this pool
-            if flashinfer is not None:          # (its workspace is per issuing stream)
-                flashinfer(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd),
-                           c.pool_sms(), lane=c.lane())
-            else:
-                decode_attention(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd),
-                                 c.pool_sms())
+        if split_kv is not None:   # GQA without expanding the cache, sized for this pool
+            split_kv(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd))
             if p + "sink_scale" in w:
                 dst.mul_(w[p + "sink_scale"])
             return

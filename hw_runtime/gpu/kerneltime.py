@@ -5,7 +5,6 @@ probes' protocol) and counting a captured CUDA graph's nodes (``graph_nodes``). 
 from __future__ import annotations
 
 import contextlib
-
 import statistics
 from typing import TYPE_CHECKING, Sequence
 
