@@ -86,6 +86,39 @@ WORKLOADS: dict[str, tuple[str, list[str], str]] = {
                                "held_out_family"),
 }
 
+#: The H100 workloads (issue 39): the protocol's families on an 80 GB card. Most H200 workloads
+#: need 85-104 GB per GPU, so batches and KV histories are scaled until weights + KV fit the
+#: H100's budget (the search's fit check); the fit status is the H200's, since no H100
+#: measurement was ever fitted. Two are the H200's own workloads (they fit unchanged).
+H100_WORKLOADS: dict[str, tuple[str, list[str], str]] = {
+    "llama8b_1gpu_g128_kv2k": ("llama-3.1-8b", workload_flags(1, 1, 1, None, 128, 2048), "held_out"),
+    "llama8b_1gpu_g256_kv1k": ("llama-3.1-8b", workload_flags(1, 1, 1, None, 256, 1024), "held_out"),
+    "qwen25_7b_1gpu_g256_kv2k": ("qwen2.5-7b", workload_flags(1, 1, 1, None, 256, 2048),
+                                 "held_out_family"),
+    "qwen3_8b_1gpu_g32_kv8k": ("qwen3-8b", workload_flags(1, 1, 1, None, 32, 8192),
+                               "held_out_family"),
+    "qwen3_8b_1gpu_g64_kv4k": ("qwen3-8b", workload_flags(1, 1, 1, None, 64, 4096),
+                               "held_out_family"),
+    "llama70b_tp8_g1024_kv1k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 1024, 1024),
+                                "held_out"),
+    "llama70b_tp8_g512_kv2k": ("llama-3.1-70b", workload_flags(8, 8, 1, None, 512, 2048),
+                               "held_out"),
+    "mixtral_tp8_g1024_kv2k": ("mixtral-8x7b", workload_flags(8, 8, 1, 8, 1024, 2048),
+                               "held_out_family"),
+    "mixtral_tp8_g2048_kv1k": WORKLOADS["mixtral_tp8_g2048_kv1k"],
+    "qwen3moe_tp8_g1024_kv2k": WORKLOADS["qwen3moe_tp8_g1024_kv2k"],
+    "gptoss20b_tp8_g1024_kv8k": WORKLOADS["gptoss20b_tp8_g1024_kv8k"],
+}
+
+#: Every workload by name (a name means the same flags on every GPU).
+ALL_WORKLOADS = {**WORKLOADS, **H100_WORKLOADS}
+
+
+def workloads_of(gpu: str) -> list[str]:
+    """The protocol's workload names on ``gpu`` (a preset name, ``H200`` or ``H100``)."""
+    return list(H100_WORKLOADS if gpu == "H100" else WORKLOADS)
+
+
 #: The workloads first measured after the decision rule (``app.verdict.decide``, its "measure"
 #: branch) was chosen on the others' measurements: the rule's test.
 FRESH = frozenset({"llama8b_1gpu_g512_kv1k", "qwen3_8b_1gpu_g128_kv4k",
@@ -96,6 +129,10 @@ FRESH = frozenset({"llama8b_1gpu_g512_kv1k", "qwen3_8b_1gpu_g128_kv4k",
 SEARCH_GRID = ["--stages", "2", "--microbatches", "2,4", "--streams-per-stage", "1,2"]
 TOP = 3
 
+#: The GPUs the protocol runs on (``--hardware`` preset names): the device lends single H200s and
+#: H100s; both are GH100 parts with 132 SMs, so the fixed configurations are the same.
+PROTOCOL_GPUS = ("H200", "H100")
+
 
 def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Namespace:
     """The parsed ``subgpu run`` options of a workload plus ``extra`` (needs the ``run``
@@ -103,7 +140,7 @@ def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Na
     ``hardware``: the ``--hardware`` spec (``H200`` or ``H200:analytic-v3``)."""
     from subgpu_jax.app.cli import build_parser
 
-    model, flags, _ = WORKLOADS[name]
+    model, flags, _ = ALL_WORKLOADS[name]
     return build_parser().parse_args(["run", "--hardware", hardware, "--model", model, *flags,
                                       *extra])
 
@@ -174,7 +211,7 @@ def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
     from hw_runtime.commands.records import record_options, search_records, top_records
     from hw_runtime.commands.run import prepare_run
 
-    model, flags, status = WORKLOADS[name]
+    model, flags, status = ALL_WORKLOADS[name]
     folder = os.path.join(searches, name)
     sflags = ["--batches" if f == "--batch" else f for f in flags]  # the search's grid flag
     cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", "--hardware", hardware,
@@ -233,7 +270,7 @@ def repredict_phase(args) -> int:
         if not isinstance(plan, dict) or not plan or not all(
                 isinstance(p, dict) and isinstance(p.get("configs"), list) for p in plan.values()):
             raise ValueError("not a plan of --phase plan (workload -> {configs: [...]})")
-        if set(args.workloads) != set(WORKLOADS) and set(args.workloads) != set(plan):
+        if set(args.workloads) != set(workloads_of(args.gpu)) and set(args.workloads) != set(plan):
             raise ValueError("--workloads: repredict the whole plan (one model version per "
                              "plan)")
     except (OSError, ValueError) as e:
@@ -258,16 +295,30 @@ def repredict_phase(args) -> int:
 
 
 def plan_phase(args) -> int:
+    """Plans every ``--workloads`` not yet in ``--configs`` (resumes); a workload whose search
+    fails (nothing fits the GPU's HBM, say) is listed with the reason in ``not_planned.json``
+    beside the plan instead."""
     os.makedirs(args.searches, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(args.configs)), exist_ok=True)
     plan = {}
     if os.path.exists(args.configs):
         with open(args.configs) as fh:
             plan = json.load(fh)
+    skipped_path = os.path.join(os.path.dirname(os.path.abspath(args.configs)),
+                                "not_planned.json")
+    skipped: dict[str, str] = {}
     for name in args.workloads:
         if name in plan:
             print(f"{name}: planned already (delete it from {args.configs} to redo)")
             continue
-        plan[name] = plan_workload(name, args.searches, args.hardware)
+        try:
+            plan[name] = plan_workload(name, args.searches, args.hardware)
+        except RuntimeError as e:  # the search found nothing (e.g. weights + KV exceed HBM)
+            skipped[name] = str(e)
+            print(f"{name}: not planned ({e})", flush=True)
+            with open(skipped_path, "w") as fh:
+                json.dump(skipped, fh, indent=1)
+            continue
         with open(args.configs, "w") as fh:
             json.dump(plan, fh, indent=1)
         p = plan[name]
@@ -369,7 +420,7 @@ def device_phase(args, machine=None) -> int:
                 res["errors"]["time"] = f"time limit reached before collectives={coll}"
                 break
             try:
-                ex = machine.open(prepare_run(run_args(name, []))[0], coll)
+                ex = machine.open(prepare_run(run_args(name, [], p.get("hardware", "H200")))[0], coll)
             except Exception as e:  # noqa: BLE001
                 res["errors"][coll] = f"{e.__class__.__name__}: {e}"
                 break
@@ -387,7 +438,8 @@ def device_phase(args, machine=None) -> int:
                         meas = ex.measure(ex.temporal_config(), "temporal", args.rounds,
                                           args.replays, args.warmup)
                     else:
-                        cfg = prepare_run(run_args(name, config_args(d)))[1]
+                        cfg = prepare_run(run_args(name, config_args(d),
+                                                      p.get("hardware", "H200")))[1]
                         meas = ex.measure(cfg, d["mode"], args.rounds, args.replays,
                                           args.warmup)
                     rec.update(measured_us=meas.makespan_us, spread=meas.spread)
@@ -415,7 +467,8 @@ def main(argv=None) -> int:
                          "per workload under 'kernels'")
     ap.add_argument("--configs-out", default=None,
                     help="repredict: where the plan predicted again goes")
-    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", default=None, choices=list(ALL_WORKLOADS),
+                    help="default: the protocol's workloads on the --hardware GPU")
     ap.add_argument("--hardware", default="H200",
                     help="the --hardware spec the plan predicts with: H200 (the default "
                          "model, analytic-v3) or H200:analytic-v2; names the data folder "
@@ -446,12 +499,19 @@ def main(argv=None) -> int:
         version = analytic_model_of(hw)
     except ValueError as e:
         ap.error(f"--hardware: {e}")
-    if hw.name != "H200":
-        ap.error(f"--hardware: the protocol runs on the H200 (H200 or H200:VERSION), got "
-                 f"{args.hardware!r}")
-    args.data = args.data or os.path.join(DATA, version)
+    if hw.name not in PROTOCOL_GPUS:
+        ap.error(f"--hardware: the protocol runs on {' or '.join(PROTOCOL_GPUS)} (NAME or "
+                 f"NAME:VERSION), got {args.hardware!r}")
+    gpu = hw.name.lower()
+    args.workloads = args.workloads or workloads_of(hw.name)
+    args.gpu = hw.name
+    # the H200's plan and measurements sit in hw_verdicts/<version>/ (as since issue 22); any
+    # other GPU's in hw_verdicts/<version>/<gpu>/, its digest beside the H200's
+    default_data = os.path.join(DATA, version) if hw.name == "H200" \
+        else os.path.join(DATA, version, gpu)
+    args.data = args.data or default_data
     args.configs = args.configs or os.path.join(args.data, "configs.json")
-    args.digest = args.digest or os.path.join(args.data, "hw_verdicts_h200.json")
+    args.digest = args.digest or os.path.join(DATA, version, f"hw_verdicts_{gpu}.json")
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
     for s in args.supersedes:
@@ -473,7 +533,7 @@ def main(argv=None) -> int:
             return 2
         return device_phase(args)
     from verdicts_report import analyze
-    return analyze(args, {w: WORKLOADS[w] for w in args.workloads})
+    return analyze(args, {w: ALL_WORKLOADS[w] for w in args.workloads})
 
 
 if __name__ == "__main__":
