@@ -305,6 +305,7 @@ def write_trace(path: str, processes: Sequence[tuple[str, Sequence[dict], object
             ``segment``); one track per stage, slices named by the op's kernel name.
 
     Raises:
+        ValueError: ``path`` exists and is not a regular file (``store.atomic_write``).
         OSError: the file cannot be written.
     """
     ev = []
@@ -324,5 +325,6 @@ def write_trace(path: str, processes: Sequence[tuple[str, Sequence[dict], object
                        "args": {"kernel": k.name, "category": k.category, "layer": k.layer,
                                 "region": r.get("region"), "microbatch": r.get("microbatch"),
                                 "segment": r.get("segment"), "stage": r["stage"]}})
-    with open(path, "w") as fh:
-        json.dump({"traceEvents": ev, "displayTimeUnit": "ns"}, fh)
+    from subgpu_jax.app.options import atomic_write
+
+    atomic_write(path, json.dumps({"traceEvents": ev, "displayTimeUnit": "ns"}), "--trace")

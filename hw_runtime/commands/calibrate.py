@@ -4,9 +4,10 @@ options."""
 from __future__ import annotations
 
 import json
-import os
 
 from hw_runtime.commands.common import ep_of, gpu_check
+from subgpu_jax.app.options import atomic_write
+from subgpu_jax.model.checks import out_file
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 
 __all__ = ["cmd_calibrate"]
@@ -19,6 +20,9 @@ def cmd_calibrate(a) -> int:
     from subgpu_jax.app.options import checked_workload, given_tp_ep
     from hw_runtime.gpu.workload import hopper_arch
 
+    # the output first: a folder, a FIFO, a device node, a link or a missing folder is refused
+    # before any GPU work (it was found only when the finished calibration was written)
+    out_file(a.out, "--out")
     batches = _int_list(a.batches, "batches") if a.batches else [a.batch]
     mbs = _int_list(a.microbatches, "microbatches")
     pools = _int_list(a.pools, "pools")
@@ -40,9 +44,6 @@ def cmd_calibrate(a) -> int:
         if p % hw.sm_quantum or p < hw.min_pool_sms or p > hw.sm_budget:
             raise ValueError(f"--pools: {p} SMs is not a valid {hw.name} pool (multiples of "
                              f"{hw.sm_quantum}, {hw.min_pool_sms}..{hw.sm_budget})")
-    d = os.path.dirname(os.path.abspath(a.out))
-    if not os.path.isdir(d):
-        raise ValueError(f"--out: folder {d} does not exist")
     gpu_check()
     from hw_runtime.gpu.calibrate import calibrate
     from hw_runtime.gpu.partition import GreenContextError
@@ -56,7 +57,6 @@ def cmd_calibrate(a) -> int:
                         collectives=getattr(a, "collectives", DEFAULT_COLLECTIVES))
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
-    with open(a.out, "w") as fh:
-        json.dump(res, fh, indent=1)
+    atomic_write(a.out, json.dumps(res, indent=1), "--out")  # a kill leaves the old file or none
     print(f"wrote {a.out}: {len(res['kernels'])} kernel tables, {len(res['coruns'])} co-runs")
     return 0

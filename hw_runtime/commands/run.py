@@ -80,7 +80,7 @@ def check_search_matches(a, best: dict) -> None:
             f"run `subgpu run --from-search DIR`, or run this one on a {rec_hw} GPU with "
             f"--hardware {rec_hw}")
     rec_model = best.get("model")
-    name = resolve_model(a.model).name
+    name = resolve_model(a.model, getattr(a, "name", None)).name
     if rec_model and rec_model != name:
         raise ValueError(f"--from-search: {folder} holds a search of {rec_model} and this run "
                          f"is for {name} (--model); pass --model {rec_model} (or its "
@@ -291,8 +291,10 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
         meas_iv = map_activities(plan, prof["activities"], counts, k)
     except MappingError as e:   # the measurement stands; the raw activities are kept
         path = a.trace + ".activities.json"
-        with open(path, "w") as fh:
-            json.dump({"activities": prof["activities"], "op_activities": counts}, fh)
+        from subgpu_jax.app.options import atomic_write
+
+        atomic_write(path, json.dumps({"activities": prof["activities"],
+                                       "op_activities": counts}), "--trace")
         acts = prof["activities"]
         span = (max(x["start_us"] + x["dur_us"] for x in acts) - min(x["start_us"] for x in acts)
                 if acts else float("nan"))
@@ -366,6 +368,9 @@ def run_one(a) -> int:
     Raises:
         ValueError: bad options, or no GPU with green contexts (one line)."""
     wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    if a.trace:  # a folder, FIFO, device node or link is refused before any GPU work
+        from subgpu_jax.model.checks import out_file
+        out_file(a.trace, "--trace")
     rank = dist_ctx = None
     if collective_mode(a.collectives).distributed:   # one process per GPU (torchrun)
         from hw_runtime.gpu.distributed import visible_device, world_from_env

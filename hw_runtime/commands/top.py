@@ -68,9 +68,11 @@ def run_top(a) -> int:
         del ex, hwl
     out_dir = a.out_dir or a.from_search
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "measured_frontier.json"), "w") as fh:
-        json.dump(json_safe({"search": a.from_search, "top": a.top, "rows": rows}), fh,
-                  indent=1, allow_nan=False)
+    from subgpu_jax.app.options import atomic_write
+
+    atomic_write(os.path.join(out_dir, "measured_frontier.json"),
+                 json.dumps(json_safe({"search": a.from_search, "top": a.top, "rows": rows}),
+                            indent=1, allow_nan=False), "--out-dir")
     plot_measured_frontier(rows, os.path.join(out_dir, "measured_frontier.png"))
     print(f"wrote {os.path.join(out_dir, 'measured_frontier.json')} and measured_frontier.png")
     return 0

@@ -263,8 +263,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         init_cluster(a.address, a.num_processes, a.process_id, a.timeout)
     recs = distribute_grid(tiny_grid(), score_tiny, a.num_processes if a.address else 1,
                            a.process_id if a.address else 0)
-    with open(a.out, "w") as fh:
-        json.dump(recs, fh)
+    from subgpu_jax.app.store import atomic_write
+
+    atomic_write(a.out, json.dumps(recs), "--out")
 
 
 if __name__ == "__main__":

@@ -38,6 +38,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from subgpu_jax.model.checks import replaceable_file
+
 __all__ = ["SweepStore", "LoadReport", "FolderLock", "checksum", "atomic_write",
            "grid_fingerprint", "set_fault_hook", "FORMAT", "LOCK_NAME"]
 
@@ -98,21 +100,39 @@ def _fsync_dir(folder: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path: str, data: str | bytes) -> None:
+def atomic_write(path: str, data: str | bytes, name: str = "output") -> None:
     """Replace ``path`` by ``data`` atomically: write ``path.tmp``, fsync, rename, fsync the folder.
 
-    A failure (disk full, read-only folder) removes the ``.tmp`` file and raises ``OSError``
-    naming ``path``; the old file is left unchanged.
+    Only a regular file is ever replaced: a device node, FIFO, socket, folder or symbolic link
+    at ``path`` (or at ``path.tmp``) is refused before anything is written, and checked again
+    right before the rename (``checks.replaceable_file``). ``path.tmp`` is created anew
+    (``O_EXCL | O_NOFOLLOW``: a leftover regular file is removed first), so no link is followed.
+    Every output of the package (``--trace``, figures, the search folder's files, the tune
+    state, calibration files) is written here.
+
+    Args:
+        path: the file to write. data: its content (str is UTF-8 encoded).
+        name: what error messages call ``path`` (the option that named it, e.g. ``--trace``).
+
+    Raises:
+        ValueError: ``path`` or ``path.tmp`` exists and is not a regular file (names ``name``).
+        OSError: a failure (disk full, read-only folder) names ``path``; the ``.tmp`` file is
+            removed and the old file is left unchanged.
     """
     raw = data.encode() if isinstance(data, str) else data
     tmp = path + ".tmp"
-    fd = _sys("open", tmp, os.open, tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    replaceable_file(path, name)
+    if os.path.lexists(tmp):
+        _sys("unlink", tmp, os.unlink, tmp)  # a regular leftover of an interrupted write
+    fd = _sys("open", tmp, os.open, tmp,
+              os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
     try:
         try:
             _write_all(fd, raw, path)
             _sys("fsync", path, os.fsync, fd)
         finally:
             os.close(fd)
+        replaceable_file(path, name)  # nothing special appeared at path meanwhile
         _sys("replace", path, os.replace, tmp, path)
     except BaseException:
         try:
@@ -335,7 +355,8 @@ class SweepStore:
             many finished grid points belong to this sweep, and the repair that keeps them:
             ``--overwrite`` is offered only when none does); records no fingerprint vouches for;
             ``resume`` with nothing to resume; ``resume`` with ``overwrite``; ``folder`` is a
-            file.
+            file; one of the folder's own files (``.lock``, ``manifest.json``, ``records.jsonl``,
+            ``records.csv``, ``summary.json`` or their ``.tmp``) is not a regular file.
         OSError: the folder cannot be created or written (names the file).
     """
 
@@ -365,6 +386,8 @@ class SweepStore:
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise ValueError(f"out: {folder} is a file, not a results folder")
         os.makedirs(folder, exist_ok=True)
+        for name in (LOCK_NAME,) + TMP_NAMES:  # a FIFO here would hang a read, a link be replaced
+            replaceable_file(os.path.join(folder, name), "--out")
         self.read_only = False
         self.read_only_why = ""
         try:

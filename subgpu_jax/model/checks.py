@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
 import numpy as np
 
 __all__ = ["pos_int", "finite", "flag", "choice", "out_file", "out_dir", "LIMITS", "bounded_int",
-           "divisors"]
+           "divisors", "replaceable_file"]
 
 #: Upper limits of the counts a user gives (docs/reliability.md, "Inputs"): far above any real
 #: deployment, low enough that no step of the program is slow because of them. Every option
@@ -127,7 +128,8 @@ def out_file(path: Any, name: str) -> Path:
 
     Raises:
         ValueError: not a str/PathLike (None, a number), an empty path, a missing folder, or a
-        path that is a folder (names ``name``).
+        path that exists and is not a regular file: a folder, a device node, a FIFO, a symbolic
+        link (:func:`replaceable_file`; names ``name``).
     """
     if not isinstance(path, (str, os.PathLike)) or not str(path):
         got = "an empty string" if isinstance(path, str) else repr(path)
@@ -135,9 +137,41 @@ def out_file(path: Any, name: str) -> Path:
     p = Path(path)
     if not p.parent.is_dir():
         raise ValueError(f"{name}: directory {str(p.parent)!r} does not exist")
-    if p.is_dir():
-        raise ValueError(f"{name}: {str(p)!r} is a directory, give a file path")
+    replaceable_file(str(p), name)
     return p
+
+
+def replaceable_file(path: str, name: str) -> None:
+    """Check that writing ``path`` (a new file renamed over it) replaces at most a regular file.
+
+    Outputs are written to ``path.tmp`` and renamed over ``path``; a rename replaces whatever
+    directory entry stands there, so a device node (``/dev/null``), a FIFO, a socket or a
+    symbolic link at ``path`` would be replaced by a regular file. Such a path is refused; a
+    symbolic link too (give the file it points to, resolved on purpose). ``path + ".tmp"`` must
+    be absent or a regular file as well (it is removed and created anew).
+
+    Raises:
+        ValueError: ``path`` or ``path.tmp`` exists and is not a regular file (names ``name``
+            and what stands there).
+    """
+    for q in (path, path + ".tmp"):
+        try:
+            st = os.lstat(q)
+        except FileNotFoundError:
+            continue
+        except OSError as e:  # e.g. a path through a file: not ours to replace
+            raise ValueError(f"{name}: {q!r} cannot be examined ({e.strerror})") from None
+        if stat.S_ISLNK(st.st_mode):
+            raise ValueError(f"{name}: {q!r} is a symbolic link (to {os.readlink(q)!r}); outputs "
+                             "replace only regular files, give the target's path")
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else
+                    "a FIFO" if stat.S_ISFIFO(st.st_mode) else
+                    "a socket" if stat.S_ISSOCK(st.st_mode) else
+                    "a device node" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                    else "not a regular file")
+            raise ValueError(f"{name}: {q!r} is {kind}; outputs are written only as regular "
+                             "files, give a file path")
 
 
 def out_dir(path: Any, name: str) -> Path:
