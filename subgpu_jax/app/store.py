@@ -103,16 +103,10 @@ def _fsync_dir(folder: str) -> None:
 def atomic_write(path: str, data: str | bytes, name: str = "output") -> None:
     """Replace ``path`` by ``data`` atomically: write ``path.tmp``, fsync, rename, fsync the folder.
 
-    Only a regular file is ever replaced: a device node, FIFO, socket, folder or symbolic link
-    at ``path`` (or at ``path.tmp``) is refused before anything is written, and checked again
-    right before the rename (``checks.replaceable_file``). ``path.tmp`` is created anew
-    (``O_EXCL | O_NOFOLLOW``: a leftover regular file is removed first), so no link is followed.
-    Every output of the package (``--trace``, figures, the search folder's files, the tune
-    state, calibration files) is written here.
-
-    Args:
-        path: the file to write. data: its content (str is UTF-8 encoded).
-        name: what error messages call ``path`` (the option that named it, e.g. ``--trace``).
+    Only a regular file is replaced: anything else at ``path`` or ``path.tmp`` (device node,
+    FIFO, folder, symbolic link) is refused before writing and again before the rename
+    (``checks.replaceable_file``); ``path.tmp`` is created ``O_EXCL | O_NOFOLLOW``. Every output
+    of the package is written here. ``name``: what messages call ``path`` (e.g. ``--trace``).
 
     Raises:
         ValueError: ``path`` or ``path.tmp`` exists and is not a regular file (names ``name``).
