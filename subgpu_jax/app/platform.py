@@ -20,7 +20,12 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["JAX_PLATFORM_ENV", "SCORER_PLATFORM", "pin_jax_to_cpu"]
+__all__ = ["JAX_PLATFORM_ENV", "SCORER_PLATFORM", "pin_jax_to_cpu", "COMPILE_CACHE_ENV",
+           "compile_cache_dir", "enable_compile_cache"]
+
+#: The environment variable naming the folder of the scorers' persistent compile cache (empty:
+#: no persistent cache). Default: ``$XDG_CACHE_HOME/subgpu/jax`` (``~/.cache/subgpu/jax``).
+COMPILE_CACHE_ENV = "SUBGPU_JAX_CACHE"
 
 #: The environment variable JAX reads for its platforms (JAX's ``jax_platforms`` option).
 JAX_PLATFORM_ENV = "JAX_PLATFORMS"
@@ -65,3 +70,42 @@ def _check_backend(chosen: str) -> None:
         raise ValueError(f"JAX_PLATFORMS={chosen!r}: JAX cannot start that platform here "
                          f"({type(e).__name__}: {first}); unset JAX_PLATFORMS to run the "
                          f"scorers on the CPU") from None
+
+
+def compile_cache_dir() -> str | None:
+    """The persistent compile cache's folder: ``$SUBGPU_JAX_CACHE`` when set (empty: None, no
+    persistent cache), else ``$XDG_CACHE_HOME/subgpu/jax`` or ``~/.cache/subgpu/jax``."""
+    if COMPILE_CACHE_ENV in os.environ:
+        return os.environ[COMPILE_CACHE_ENV].strip() or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "subgpu", "jax")
+
+
+def enable_compile_cache(folder: str | None = None) -> str | None:
+    """Keep the scorers' compiled JAX programs on disk between runs (JAX's persistent
+    compilation cache): a second ``subgpu search`` of the same structures loads its vectorised
+    scorers instead of compiling them (compilation was 13.7 s of a 111 s profile of the main
+    job; ``experiments/bench_sweeps.py`` measures cold and warm runs). Every program is kept
+    (no minimum compile time); JAX keys entries by the program, the JAX version and the
+    backend, so a stale entry is never used for another program.
+
+    Args:
+        folder: the cache folder (default ``compile_cache_dir()``).
+
+    Returns:
+        the folder in use, or None when disabled (``SUBGPU_JAX_CACHE=""``) or when the folder
+        cannot be created (then nothing is kept and nothing else changes).
+    """
+    folder = compile_cache_dir() if folder is None else folder
+    if not folder:
+        return None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    import jax
+
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return folder

@@ -9,29 +9,69 @@ Units: µs, SMs, bytes.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.kernel import Kernel
+from subgpu_jax.model.lru import CountingLRU
 
-__all__ = ["calibrated_pools", "lone_static_pools"]
+__all__ = ["calibrated_pools", "lone_static_pools", "work_signature", "LONE_POOLS",
+           "LONE_POOLS_SIZE"]
+
+#: Kernel signatures whose per-pool lone-static scales are kept (least recently used first out;
+#: two (N+1,) float arrays each, ~2 KiB: at most ~8 MiB).
+LONE_POOLS_SIZE = 4096
+
+#: The memo of ``lone_static_pools``: (hardware id, model parameters, kernel signature) ->
+#: ((scale, fixed_us), hw). The kernels of one region repeat in every layer and every cut of a
+#: grid point builds its tables from them: before this memo, the main job re-derived the same
+#: 18 pool solves 153,000 times (28 s of a 111 s profile).
+LONE_POOLS = CountingLRU(LONE_POOLS_SIZE)
+_LONE_POOLS_LOCK = threading.Lock()
+
+
+def work_signature(k: Kernel) -> tuple:
+    """What of kernel ``k`` its rate-model work depends on: every field but its name, layer and
+    the names of its objects (the L2 model's identities, which a lone kernel with the cache off
+    does not use). Kernels of different layers with equal shapes share one signature."""
+    return (k.op, k.category, float(k.flops), k.dtype, bool(k.tensor),
+            tuple(float(b) for _, b in k.weight_objects),
+            tuple(float(b) for _, b in k.act_reads), tuple(float(b) for _, b in k.act_writes),
+            float(k.kv_bytes), float(k.comm_bytes), int(k.ctas), float(k.scaleout_bytes),
+            float(k.scaleout_Bps))
 
 
 def lone_static_pools(bm, k, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:
     """The work scale and fixed phase (µs) of uncalibrated GEMM ``k`` on every pool 0..N
     (``ContentionModel.lone_static``: alone, cache off, it takes its static time), as the event
     simulator uses them (``BoundModel.lone_static_scale``): solved on the pools an allocation
-    can hold (multiples of ``hw.sm_quantum``, and 1 and N), linear in between.
+    can hold (multiples of ``hw.sm_quantum``, and 1 and N), linear in between. Memoised in
+    ``LONE_POOLS`` by ``work_signature`` (the solves themselves are memoised per pool in
+    ``sim.solvecache.LONE_SOLVES``; this saves re-deriving the pools' ``KernelWork``).
 
     Returns:
         ``(scale, fixed_us)``, each float (N+1, 1, 1).
     """
-    N, q = hw.num_sms, hw.sm_quantum
-    pools = sorted({1, N, *range(q, N + 1, q)})
-    ws = [bm.work(k, p) for p in pools]
-    P = np.arange(N + 1, dtype=float)
-    P[0] = 1.0
-    return (np.interp(P, pools, [w.scale for w in ws])[:, None, None],
-            np.interp(P, pools, [w.fixed_us for w in ws])[:, None, None])
+    key = (id(hw), bm.model_key, work_signature(k))
+    with _LONE_POOLS_LOCK:
+        hit = LONE_POOLS.get(key)
+    if hit is None:
+        N, q = hw.num_sms, hw.sm_quantum
+        pools = sorted({1, N, *range(q, N + 1, q)})
+        ws = [bm.work(k, p) for p in pools]
+        P = np.arange(N + 1, dtype=float)
+        P[0] = 1.0
+        val = (np.interp(P, pools, [w.scale for w in ws]),
+               np.interp(P, pools, [w.fixed_us for w in ws]))
+        for a in val:
+            a.setflags(write=False)
+        hit = (val, hw)   # keeps hw alive while its id is a key
+        with _LONE_POOLS_LOCK:
+            LONE_POOLS[key] = hit
+    scale, fixed = hit[0]
+    return scale[:, None, None], fixed[:, None, None]
 
 
 def calibrated_pools(bm, k, cal, hw: Hardware) -> tuple[np.ndarray, ...]:
