@@ -631,6 +631,15 @@ def _cmd_search(a) -> int:
         meta["cheap"] = a.cheap
     if a.alloc_strategy != "pairwise":
         meta["alloc_strategy"] = a.alloc_strategy
+    if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)
+        meta["input_len"] = a.input_len
+    from subgpu_jax.app.fingerprint import file_digest
+    from subgpu_jax.model.models import MODELS
+
+    if str(a.model).lower() not in MODELS:  # a config.json: its content defines the sweep
+        cfg = os.path.join(a.model, "config.json") if os.path.isdir(a.model) else a.model
+        meta["model_config"] = file_digest(cfg)
+        meta["about"] = {"model": a.model}
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
     setup = GpuSetup.uncalibrated(hw)
@@ -642,7 +651,8 @@ def _cmd_search(a) -> int:
                                             moe_ep=e0, global_batch=d0,
                                             input_len=a.input_len, kv_history=a.kv_history), hw)
         setup = cal.bind(hw)
-        meta["calibration"] = a.calibration
+        meta["calibration"] = file_digest(a.calibration)  # content (store.grid_fingerprint)
+        meta["about"] = {**meta.get("about", {}), "calibration": a.calibration}
     cluster = None
     if a.cluster is not None or a.num_processes != 1 or a.process_id != 0:
         from subgpu_jax.app.distributed import Cluster, init_cluster

@@ -550,8 +550,9 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         kind = "calibrated" if (meta or {}).get("calibration") else "uncalibrated"
         title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name}: predicted "
                  f"({kind} model, {exact} scorer)") if points else arch.name
-        note = prediction_note(hw.name, (meta or {}).get("calibration"), arch.name, exact,
-                               model_id=uncalibrated_model_id(hw))
+        cal_file = ((meta or {}).get("about") or {}).get("calibration")  # its path (cli.py)
+        note = prediction_note(hw.name, cal_file or (meta or {}).get("calibration"), arch.name,
+                               exact, model_id=uncalibrated_model_id(hw))
         summary = write_outputs(store.records, folder, title, scorer,
                                 min_tokens_per_user=o.min_tokens_per_user,
                                 write=not store.read_only, prediction=note)

@@ -38,10 +38,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from subgpu_jax.app.fingerprint import file_digest, grid_fingerprint, normalise, without_about
 from subgpu_jax.model.checks import replaceable_file
 
 __all__ = ["SweepStore", "LoadReport", "FolderLock", "checksum", "atomic_write",
-           "grid_fingerprint", "set_fault_hook", "FORMAT", "LOCK_NAME"]
+           "grid_fingerprint", "file_digest", "set_fault_hook", "FORMAT", "LOCK_NAME"]
 
 #: Version of the records.jsonl layout written by :class:`SweepStore` (1: no checksums).
 FORMAT = 2
@@ -150,16 +151,6 @@ def checksum(obj: dict) -> str:
 
 def _digest(sums: Iterable[str]) -> str:
     return hashlib.sha256(",".join(sums).encode()).hexdigest()[:16]
-
-
-def grid_fingerprint(meta: dict) -> str:
-    """SHA-256 (16 hex) of the sweep's defining parameters (model, hardware, grid, scorer ...)."""
-    return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _normalise(meta: dict) -> dict:
-    """``meta`` as it reads back from JSON (tuples become lists), so a re-run compares equal."""
-    return json.loads(json.dumps(meta, sort_keys=True))
 
 
 class FolderLock:
@@ -366,7 +357,7 @@ class SweepStore:
                              "record (another sweep's set aside), --overwrite deletes them")
         self.repair = repair
         self.folder = folder
-        self.meta = _normalise(meta)
+        self.meta = normalise(meta)
         self.fp = grid_fingerprint(self.meta)
         self.path = os.path.join(folder, RECORDS)
         self.man_path = os.path.join(folder, MANIFEST)
@@ -514,8 +505,9 @@ class SweepStore:
         n_other = sum(len(v) for v in others.values())
         parts = []
         if man is not None and man["fingerprint"] != self.fp:
-            om = _normalise(man["meta"])
-            diff = sorted(k for k in set(om) | set(self.meta) if om.get(k) != self.meta.get(k))
+            om = normalise(man["meta"])
+            diff = sorted(k for k in set(om) | set(self.meta)
+                          if om.get(k) != self.meta.get(k) and k != "about")
             model = f"model {om['model']!r}; " if "model" in om else ""
             parts.append(f"{MANIFEST} of another sweep ({model}differs in {', '.join(diff)})"
                          if diff else f"{MANIFEST} of another sweep ({model}same options, "
@@ -566,7 +558,7 @@ class SweepStore:
 
     def _write_manifest(self, old: dict | None) -> None:
         new = {"format": FORMAT, "fingerprint": self.fp, "meta": self.meta}
-        if old == new:
+        if old == new or without_about(old) == without_about(new):  # same sweep, other paths
             return
         self._need_write(f"write {MANIFEST}")
         atomic_write(self.man_path, json.dumps(new, indent=2, sort_keys=True) + "\n")
