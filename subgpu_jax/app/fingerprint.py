@@ -1,4 +1,5 @@
-"""A sweep's identity: the fingerprint of its defining parameters (``store.SweepStore``).
+"""A sweep's identity: the fingerprint of its defining parameters, and the checksums of its
+records (``store.SweepStore``; the layout of a block is in ``store``'s docstring).
 
 Input files enter by content (:func:`file_digest`), never by the path they were given by: the
 paths are kept in ``meta["about"]``, which describes the sweep but is not part of its
@@ -10,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from typing import Any, Iterable
 
-__all__ = ["grid_fingerprint", "file_digest", "normalise", "without_about"]
+__all__ = ["grid_fingerprint", "file_digest", "normalise", "without_about", "canonical",
+           "checksum", "records_digest", "block_and_sums", "block_text"]
 
 
 def grid_fingerprint(meta: dict) -> str:
@@ -41,3 +44,39 @@ def file_digest(path: str) -> str:
 def normalise(meta: dict) -> dict:
     """``meta`` as it reads back from JSON (tuples become lists), so a re-run compares equal."""
     return json.loads(json.dumps(meta, sort_keys=True))
+
+
+def canonical(obj: Any) -> str:
+    """JSON with sorted keys and no spaces: the text a checksum is taken of."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def checksum(obj: dict) -> str:
+    """SHA-256 (16 hex) of a record's or marker's fields other than ``_sum`` (canonical JSON:
+    sorted keys, no spaces; floats as Python writes them, which round-trip exactly)."""
+    return hashlib.sha256(canonical({k: v for k, v in obj.items() if k != "_sum"}).encode()
+                          ).hexdigest()[:16]
+
+
+def records_digest(sums: Iterable[str]) -> str:
+    """SHA-256 (16 hex) of a block's record checksums in order (the marker's ``_recs``)."""
+    return hashlib.sha256(",".join(sums).encode()).hexdigest()[:16]
+
+
+def block_and_sums(key: str, recs: list[dict], fp: str) -> tuple[bytes, list[str]]:
+    """One grid point's block of ``records.jsonl`` (its records with their ``_sum``, then its
+    ``_done`` marker for sweep ``fp``) as bytes, and the records' checksums."""
+    lines, sums = [], []
+    for r in recs:
+        s = checksum(r)
+        sums.append(s)
+        lines.append(json.dumps(dict(r, _sum=s), sort_keys=True))
+    marker = {"_done": key, "_fp": fp, "_n": len(recs), "_recs": records_digest(sums)}
+    marker["_sum"] = checksum(marker)
+    lines.append(json.dumps(marker, sort_keys=True))
+    return ("\n".join(lines) + "\n").encode(), sums
+
+
+def block_text(key: str, recs: list[dict], marker: dict) -> str:
+    """A verified block re-serialised exactly as :meth:`SweepStore.add` wrote it."""
+    return block_and_sums(key, recs, marker["_fp"])[0].decode()

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import math
 import os
@@ -38,7 +37,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from subgpu_jax.app.fingerprint import file_digest, grid_fingerprint, normalise, without_about
+from subgpu_jax.app.fingerprint import (block_and_sums, block_text, checksum, file_digest,
+                                         grid_fingerprint, normalise, records_digest,
+                                         without_about)
 from subgpu_jax.model.checks import replaceable_file
 
 __all__ = ["SweepStore", "LoadReport", "FolderLock", "checksum", "atomic_write",
@@ -136,21 +137,6 @@ def atomic_write(path: str, data: str | bytes, name: str = "output") -> None:
             pass
         raise
     _fsync_dir(os.path.dirname(path))
-
-
-def _canon(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
-
-
-def checksum(obj: dict) -> str:
-    """SHA-256 (16 hex) of a record's or marker's fields other than ``_sum`` (canonical JSON:
-    sorted keys, no spaces; floats as Python writes them, which round-trip exactly)."""
-    return hashlib.sha256(_canon({k: v for k, v in obj.items() if k != "_sum"}).encode()
-                          ).hexdigest()[:16]
-
-
-def _digest(sums: Iterable[str]) -> str:
-    return hashlib.sha256(",".join(sums).encode()).hexdigest()[:16]
 
 
 class FolderLock:
@@ -469,6 +455,9 @@ class SweepStore:
             self._need_write("set another sweep's records aside")
             self.notes.append(self._set_aside(man if man_foreign else None, scan))
             state, man = "repaired", None
+        side = os.path.join(self.folder, f"records.{self.fp}.jsonl")
+        if os.path.isfile(side):  # this sweep's points, set aside while another sweep ran here
+            self._bring_back(side, scan)
         if state in ("missing", "broken") and has_lines and not scan.blocks:
             nl = len([x for x in data.split(b"\n") if x.strip()])
             raise ValueError(
@@ -491,7 +480,7 @@ class SweepStore:
         self.report.again = sorted(k for k in scan.dropped_keys
                                    if k not in self.done and (self.keys is None or k in self.keys))
         if scan.report and not self.read_only:
-            atomic_write(self.path, "".join(_block(k, r, m) for k, r, m in scan.blocks))
+            atomic_write(self.path, "".join(block_text(k, r, m) for k, r, m in scan.blocks))
         if not self.read_only:
             self._write_manifest(man)
 
@@ -536,7 +525,7 @@ class SweepStore:
         repair again finishes it). Returns the note."""
         by_fp: dict[str, list[str]] = {}
         for key, recs, m in scan.foreign:
-            by_fp.setdefault(m["_fp"], []).append(_block(key, recs, m))
+            by_fp.setdefault(m["_fp"], []).append(block_text(key, recs, m))
         moved = []
         for fp, blocks in sorted(by_fp.items()):
             side = os.path.join(self.folder, f"records.{fp}.jsonl")
@@ -552,9 +541,29 @@ class SweepStore:
             side = os.path.join(self.folder, f"manifest.{man['fingerprint']}.json")
             atomic_write(side, json.dumps(man, indent=2, sort_keys=True) + "\n")
             moved.append(f"its {MANIFEST} to {os.path.basename(side)}")
-        atomic_write(self.path, "".join(_block(k, r, m) for k, r, m in scan.blocks))
+        atomic_write(self.path, "".join(block_text(k, r, m) for k, r, m in scan.blocks))
         return (f"--repair: kept the {len(scan.blocks)} finished grid point(s) of this sweep, "
                 f"set aside {'; '.join(moved)}; {MANIFEST} rebuilt (nothing deleted)")
+
+    def _bring_back(self, side: str, scan: "_Scan") -> None:
+        """Add to ``scan`` this sweep's finished grid points that an earlier ``repair`` (another
+        sweep opened the folder) set aside in ``side``; a writable folder gets them back in
+        ``records.jsonl`` and ``side`` (with its manifest) is removed once they are there."""
+        with open(side, "rb") as fh:
+            back = _Scan(self, fh.read())
+        have = {b[0] for b in scan.blocks}
+        new = [b for b in back.blocks if b[0] not in have]
+        scan.blocks.extend(new)
+        self.notes.append(f"brought back {len(new)} finished grid point(s) of this sweep from "
+                          f"{os.path.basename(side)} (set aside by an earlier --repair)")
+        if self.read_only:
+            return
+        atomic_write(self.path, "".join(block_text(k, r, m) for k, r, m in scan.blocks))
+        if not back.foreign and not back.report:  # nothing else in it: all is in RECORDS now
+            for q in (side, os.path.join(self.folder, f"manifest.{self.fp}.json")):
+                if os.path.exists(q):
+                    _sys("unlink", q, os.unlink, q)
+            _fsync_dir(self.folder)
 
     def _write_manifest(self, old: dict | None) -> None:
         new = {"format": FORMAT, "fingerprint": self.fp, "meta": self.meta}
@@ -585,7 +594,7 @@ class SweepStore:
             rec = {k: v for k, v in r.items() if k != "_sum"}
             rec["grid_key"] = key
             recs.append(rec)
-        blob, sums = _block_and_sums(key, recs, self.fp)
+        blob, sums = block_and_sums(key, recs, self.fp)
         new = not os.path.exists(self.path)
         fd = _sys("open", self.path, os.open, self.path,
                   os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -644,23 +653,6 @@ def _unwritable(folder: str, records: str) -> str:
     if os.path.exists(records) and not os.access(records, os.W_OK):
         return f"results folder {folder} is read-only ({records} is not writable)"
     return ""
-
-
-def _block_and_sums(key: str, recs: list[dict], fp: str) -> tuple[bytes, list[str]]:
-    lines, sums = [], []
-    for r in recs:
-        s = checksum(r)
-        sums.append(s)
-        lines.append(json.dumps(dict(r, _sum=s), sort_keys=True))
-    marker = {"_done": key, "_fp": fp, "_n": len(recs), "_recs": _digest(sums)}
-    marker["_sum"] = checksum(marker)
-    lines.append(json.dumps(marker, sort_keys=True))
-    return ("\n".join(lines) + "\n").encode(), sums
-
-
-def _block(key: str, recs: list[dict], marker: dict) -> str:
-    """A verified block re-serialised exactly as :meth:`SweepStore.add` wrote it."""
-    return _block_and_sums(key, recs, marker["_fp"])[0].decode()
 
 
 class _Scan:
@@ -778,11 +770,11 @@ class _Scan:
         for j, r in enumerate(mine):
             if r.get("_sum") != checksum(r):
                 return f"{key}: record {j + 1} of {len(mine)} fails its checksum", 0
-        if len(mine) == m["_n"] and _digest(r["_sum"] for r in mine) == m.get("_recs"):
+        if len(mine) == m["_n"] and records_digest(r["_sum"] for r in mine) == m.get("_recs"):
             return None, 0
         seen: set = set()
         uniq = [r for r in mine if not (r["_sum"] in seen or seen.add(r["_sum"]))]
-        if len(uniq) == m["_n"] and _digest(r["_sum"] for r in uniq) == m.get("_recs"):
+        if len(uniq) == m["_n"] and records_digest(r["_sum"] for r in uniq) == m.get("_recs"):
             return None, len(mine) - len(uniq)
         if len(mine) != m["_n"]:
             return f"{key}: {len(mine)} records where its _done marker lists {m['_n']}", 0

@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 from subgpu_jax.app import store as S
+from subgpu_jax.app.fingerprint import block_and_sums, grid_fingerprint, normalise
 from subgpu_jax.app.store import SweepStore, checksum
 
 META = {"model": "m", "batches": (256, 512), "parallelisms": [(8, 1, 8)]}
@@ -213,7 +214,7 @@ def test_rekeyed_and_resealed_block_fails_key_check(full):
     recs = [json.loads(x) for x in lines[4:7]]
     for r in recs:
         r["grid_key"] = "G512-D9"
-    blob, _ = S._block_and_sums("G512-D9", [{k: v for k, v in r.items() if k != "_sum"}
+    blob, _ = block_and_sums("G512-D9", [{k: v for k, v in r.items() if k != "_sum"}
                                             for r in recs], json.loads(lines[7])["_fp"])
     write_lines(folder, lines + blob.decode().splitlines())
     keys = KEYS + ["G512-D9"]
@@ -679,3 +680,29 @@ def test_chmod_read_only_directory_detected_at_open(full):
         assert s.read_only and sorted(s.done) == sorted(KEYS)
     finally:
         os.chmod(folder, 0o755)
+
+
+def test_repair_brings_back_this_sweeps_points_set_aside_earlier(full):
+    """Issue 41 item 5: sweep A (6 points), then sweep B with --repair (A's 6 set aside in
+    records.<fpA>.jsonl, B's 6 computed), then A again with --repair: all 6 of A come back and
+    none is computed again (before, A recomputed every point); B's are set aside in turn and
+    come back the same way. Nothing is lost or duplicated: each reopening equals the reference."""
+    folder, _ = full
+    b_meta = {"model": "b", "batches": [256, 512]}
+    s = open_store(folder, b_meta, repair=True)
+    assert s.done == set()
+    for k in KEYS:
+        s.add(k, score(k))
+    s.close()
+    side_a = [f for f in os.listdir(folder) if f.startswith("records.") and f != "records.jsonl"]
+    assert side_a == [f"records.{grid_fingerprint(normalise(META))}.jsonl"]
+    s = open_store(folder, repair=True)  # sweep A again
+    s.close()
+    assert sorted(s.done) == sorted(KEYS) and len(s.records) == 3 * len(KEYS)
+    assert any(n.startswith("brought back 6 finished grid point(s) of this sweep from "
+                            f"{side_a[0]}") for n in s.notes)
+    assert not (folder / side_a[0]).exists()  # all of it is in records.jsonl again
+    assert_same_as_reference(folder)
+    s = open_store(folder, b_meta, repair=True)  # and B's come back too
+    s.close()
+    assert sorted(s.done) == sorted(KEYS) and len(s.records) == 3 * len(KEYS)
