@@ -174,9 +174,11 @@ def replaceable_file(path: str, name: str) -> None:
                              "files, give a file path")
 
 
-def out_dir(path: Any, name: str) -> Path:
+def out_dir(path: Any, name: str, read_only_ok: bool = False) -> Path:
     """``path`` as a ``Path`` after checking that it is a folder or can be created as one (its
-    nearest existing ancestor is a writable folder); nothing is created.
+    nearest existing ancestor is a writable folder); nothing is created. ``read_only_ok``: an
+    existing folder may be read-only (the caller reads it, e.g. ``search`` summarises a finished
+    sweep there, and finds out itself whether it must write).
 
     Raises:
         ValueError: not a str/PathLike (None, a number), an empty path, an existing file, or an
@@ -196,7 +198,7 @@ def out_dir(path: Any, name: str) -> Path:
         anc = anc.parent
     if not anc.is_dir():
         raise ValueError(f"{name}: {str(p)!r} cannot be created: {str(anc)!r} is a file")
-    if not os.access(anc, os.W_OK | os.X_OK):
+    if not os.access(anc, os.W_OK | os.X_OK) and not (read_only_ok and p.is_dir()):
         raise ValueError(f"{name}: {str(p)!r} cannot be written: no write access to "
                          f"{str(anc)!r}")
     return p
