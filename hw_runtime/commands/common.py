@@ -14,11 +14,18 @@ def gpu_check() -> None:
     from hw_runtime.gpu.partition import green_contexts_available
 
     ok, why = green_contexts_available(0)
-    if not ok:
+    if ok:
+        return
+    why = why.removeprefix("GreenPartition: ")
+    if "not importable" in why:  # the GPU extra is missing: installing it is the way out
         raise ValueError(f"this machine cannot run configurations on a GPU ({why}): `subgpu "
                          "run`, `calibrate` and `tune` need pip install -e \".[gpu]\" (torch, "
                          "cuda-bindings) and an NVIDIA GPU with green contexts (CUDA 12.4+ "
                          "driver)")
+    # the extra is there; the GPU (or its driver) is not: lead with that, no install advice
+    raise ValueError(f"{why}: this machine cannot run configurations on a GPU (`subgpu run`, "
+                     "`calibrate` and `tune` need an NVIDIA GPU with green contexts, CUDA 12.4+ "
+                     "driver; `simulate` and `search` run on a CPU)")
 
 
 def json_safe(obj):

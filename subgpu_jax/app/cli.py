@@ -51,6 +51,10 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
                         f"config.json (model_type {', '.join(MODEL_TYPES)}); --config FILE is "
                         "the same. Default: gpt-oss-120b")
+    g.add_argument("--name", default=None,
+                   help="name of a model read from a config.json (what the output and the "
+                        "results call it). Default: the file's _name_or_path or name_or_path "
+                        "field, else the name of its folder")
     g.add_argument("--hardware", default=hardware,
                    help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}. A suffix "
                         "picks the uncalibrated model version: H200:analytic-v3 times kernels as "
@@ -717,7 +721,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
 
     from subgpu_jax.app.interrupt import (EXIT_CODE, Interrupted, configure_command, requested,
                                           stop_message)
-    from subgpu_jax.app.flagterms import in_flag_terms
+    from subgpu_jax.app.flagterms import derived_terms, in_flag_terms
     from subgpu_jax.app.platform import pin_jax_to_cpu
 
     configure_command(a.cmd, getattr(a, "out", ""))
@@ -743,7 +747,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit
         return rc
     except ValueError as e:  # the model layer's field names told as the flags that set them
-        print(f"error: {in_flag_terms(str(e), a.cmd)}", file=sys.stderr)
+        print(f"error: {in_flag_terms(str(e), a.cmd, derived_terms(a))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return _broken_pipe()

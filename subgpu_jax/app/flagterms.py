@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["DEPLOYMENT_FLAGS", "in_flag_terms"]
+__all__ = ["DEPLOYMENT_FLAGS", "in_flag_terms", "derived_terms", "unrecognized_hint"]
 
 #: ``Deployment`` field -> the flag that sets it (``subgpu simulate/search/run --help``);
 #: ``global_batch`` is ``--batch``, or ``--batches`` for ``search``.
@@ -24,12 +24,28 @@ _FIELD = "|".join(sorted(DEPLOYMENT_FLAGS, key=len, reverse=True))
 _PATTERN = re.compile(rf"(?:\bdeployment\.)?\b({_FIELD})\b(=)?")
 
 
-def in_flag_terms(message: str, command: str = "") -> str:
+def derived_terms(a) -> dict[str, str]:
+    """The attention TP and DP the user did not type, as what they typed: ``{"attn_dp": "the DP
+    {} that --gpus 3 gives"}`` for ``--gpus 3`` (``options.resolve_parallelism`` derived
+    ``--dp``; ``{}`` takes the value); ``{}`` when both were given or nothing was derived."""
+    given = getattr(a, "parallelism_given", None)
+    gpus, tp, dp = (getattr(a, f, None) for f in ("gpus", "tp", "dp"))
+    if given is None or gpus is None or tp is None or dp is None:
+        return {}
+    typed = " ".join([f"--gpus {gpus}", *(f"--{f} {getattr(a, f)}" for f in given)])
+    return {field: f"the {label} {{}} that {typed} gives"
+            for f, field, label in (("tp", "attn_tp", "TP"), ("dp", "attn_dp", "DP"))
+            if f not in given}
+
+
+def in_flag_terms(message: str, command: str = "", derived: dict[str, str] | None = None
+                  ) -> str:
     """``message`` with each ``Deployment`` field written as its flag (``field=v`` becomes
     ``--flag v``); ``deployment: `` at the start is dropped. Only a message of ``Deployment``
     itself (starting with ``deployment``) is rewritten: any other may hold what the user typed
     (a file named ``global_batch.json``), which must come back unchanged. ``command``: the
-    sub-command (``search`` names the batch ``--batches``).
+    sub-command (``search`` names the batch ``--batches``). ``derived``: ``derived_terms``,
+    the fields the user never typed (``attn_dp=3`` after ``--gpus 3``) told as what they typed.
 
     >>> in_flag_terms("deployment.global_batch=64 must be divisible by attn_dp=3 (x)")
     '--batch 64 must be divisible by --dp 3 (x)'
@@ -38,6 +54,9 @@ def in_flag_terms(message: str, command: str = "") -> str:
     """
     if not message.startswith(("deployment.", "deployment:")):
         return message
+    for field, words in (derived or {}).items():  # never "--dp 3" to a user who typed --gpus 3
+        message = re.sub(rf"(?:\bdeployment\.)?\b{field}=(\d+)",
+                         lambda m, w=words: w.format(m.group(1)), message)
     flags = dict(DEPLOYMENT_FLAGS)
     if command == "search":
         flags["global_batch"] = "--batches"
@@ -48,3 +67,58 @@ def in_flag_terms(message: str, command: str = "") -> str:
 
     out = _PATTERN.sub(sub, message)
     return out[len("deployment: "):] if out.startswith("deployment: ") else out
+
+
+def unrecognized_hint(parser, argv: list[str], message: str) -> str:
+    """What to type instead, for argparse's ``unrecognized arguments: ...`` (``""`` for any
+    other message): the singular or plural twin of an option this command has (``simulate
+    --batches`` -> ``--batch``), the commands that have an option this one lacks, and, for a
+    value left over after a list with a space after its comma (``--batches 64, 256``), that
+    lists take no spaces.
+
+    Args:
+        parser: the top-level ``subgpu`` parser (its sub-commands' options are read).
+        argv: the arguments as given. message: argparse's error message.
+    """
+    import argparse
+
+    if not message.startswith("unrecognized arguments:"):
+        return ""
+    extra = message.split(":", 1)[1].split()
+    subs = [x for x in parser._actions if isinstance(x, argparse._SubParsersAction)]
+    choices = subs[0].choices if subs else {}
+    cmd = next((x for x in argv if x in choices), None)
+
+    def options(p) -> set[str]:
+        return {o for act in p._actions for o in act.option_strings}
+
+    own = options(choices[cmd]) if cmd else set()
+    hints = []
+    for tok in extra:
+        opt = tok.split("=", 1)[0]
+        if cmd and opt.startswith("--") and opt not in own:
+            twins = [t for t in (opt[:-2], opt[:-1], opt + "s", opt + "es")
+                     if t in own and len(t) > 2 and t != opt]
+            if twins:
+                many = len(twins[0]) > len(opt)
+                hints.append(f"{cmd} takes {twins[0]} ({'a comma-separated list' if many else 'one value'}), "
+                             f"not {opt}")
+                continue
+            others = [c for c, p in choices.items() if c != cmd and opt in options(p)]
+            if others:
+                hints.append(f"{opt} is an option of {', '.join(others)}, not of {cmd}")
+        elif not tok.startswith("-") and tok in argv:
+            i = argv.index(tok)
+            if i >= 2 and (argv[i - 1].endswith(",") or tok.startswith(",")):
+                j, e = i, i  # the list the spaces cut: argv[j..e], after its option
+                while j > 0 and not argv[j - 1].startswith("-") and (
+                        argv[j - 1].endswith(",") or argv[j].startswith(",")):
+                    j -= 1
+                while e + 1 < len(argv) and not argv[e + 1].startswith("-") and (
+                        argv[e].endswith(",") or argv[e + 1].startswith(",")):
+                    e += 1
+                flag = argv[j - 1] if j >= 1 and argv[j - 1].startswith("-") else "a list option"
+                hints.append(f"lists take no spaces after their commas: {flag} "
+                             f"{''.join(argv[j:e + 1])} (or quote the list: {flag} "
+                             f"\"{' '.join(argv[j:e + 1])}\")")
+    return "; ".join(dict.fromkeys(hints))

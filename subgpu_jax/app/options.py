@@ -246,6 +246,9 @@ class OneLineParser(argparse.ArgumentParser):
             given = next((x for x in getattr(self, "argv", []) if x.startswith("-")), None)
             message = (f"no command given{f' (unrecognized option {given})' if given else ''}; "
                        f"the commands are {', '.join(subs[0].choices)}")
+        from subgpu_jax.app.flagterms import unrecognized_hint  # what to type instead
+        hint = unrecognized_hint(self, getattr(self, "argv", []), message)
+        message = f"{message}; {hint}" if hint else message
         sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
         sys.exit(2)
 
@@ -341,7 +344,7 @@ def resolve_arch_ep(a):
 
     from subgpu_jax.model.models import resolve_model
 
-    arch = resolve_model(a.model)
+    arch = resolve_model(a.model, getattr(a, "name", None))
     cal = getattr(a, "calibration", None)
     if cal and not getattr(a, "expert_dtype", None):
         from subgpu_jax.model.calibration import measured_weights_dtype

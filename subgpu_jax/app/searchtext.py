@@ -139,6 +139,11 @@ def print_verdicts(verdicts, hardware: str) -> None:
         print(f"  {v.get('label', 'G=' + str(v['global_batch']))}: {v['reason']}")
 
 
+def name_args(a) -> list[str]:
+    """``["--name", NAME]`` when the user named the model (``--name``), else ``[]``."""
+    return ["--name", a.name] if getattr(a, "name", None) else []
+
+
 def search_reproduce_command(a, best: dict) -> list[str]:
     """The ``subgpu simulate`` arguments that reproduce a search record (its deployment, cut,
     SM split, microbatch and policy, with the search's scorer, cache and calibration).
@@ -149,7 +154,8 @@ def search_reproduce_command(a, best: dict) -> list[str]:
     Returns:
         The command as a list of arguments, ``["subgpu", "simulate", ...]``.
     """
-    cmd = ["subgpu", "simulate", "--model", path_arg(a.model), "--hardware", a.hardware,
+    cmd = ["subgpu", "simulate", "--model", path_arg(a.model), *name_args(a), "--hardware",
+           a.hardware,
            "--gpus", str(best["num_gpus"]), "--tp", str(best["attn_tp"]),
            "--dp", str(best["attn_dp"]), "--ep", str(best["moe_ep"]),
            "--batch", str(best["global_batch"])]
@@ -195,7 +201,7 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
           f"requests per microbatch, m = {b['microbatches']}; add --gantt/--trace/--utilization "
           f"FILE to see it):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
-    model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
+    model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model), *name_args(a)]
     # every command keeps the model version of the search's --hardware (NAME:VERSION)
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
@@ -221,7 +227,7 @@ def search_grid_args(a) -> list[str]:
     """The workload and grid options of a parsed ``subgpu search`` (except ``--hardware``,
     ``--expert-dtype``, ``--calibration`` and ``--out``), for a command that repeats the
     search on another GPU; options at their defaults are left out."""
-    args = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model)]
+    args = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model), *name_args(a)]
     args += ["--gpus", str(a.gpus)]
     args += ["--all-parallelisms"] if a.all_parallelisms else ["--tp", str(a.tp), "--dp",
                                                                  str(a.dp)]

@@ -35,7 +35,8 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
     print(f"          per-GPU attention batch R = {wl.batch}, tokens/step/GPU = {tok:g}, "
           f"{runs} + head (final norm, LM head, sampling, embedding)")
     exp = f", experts {wl.arch.expert_dtype}" if wl.arch.is_moe else ""
-    print(f"          {wl.arch.family}: {params_line(wl.arch)}{exp}; {d.topology_label()}")
+    kind = wl.arch.model_type or wl.arch.family  # the config's model_type (mistral, not llama)
+    print(f"          {kind}: {params_line(wl.arch)}{exp}; {d.topology_label()}")
     if wl.arch.is_moe and (d.routing != "uniform" or d.routing_imbalance != 1):
         print(f"          routing {d.routing}: busiest EP rank at "
               f"{d.expert_load_factor(wl.arch.top_k, m):.3f}x the mean expert load (m={m})")

@@ -137,6 +137,10 @@ class ModelArch:
     shared_dtype: str = ""
     shared_act_dtype: str = ""
     unquantised_layers: tuple[str, ...] = ()
+    #: the config's ``model_type`` (``"mistral"`` for a Mistral config modelled as family
+    #: ``llama``); ``""`` for a preset (then ``family``). What the CLI prints; not part of
+    #: equality or ``repr`` (search fingerprints stay as they were).
+    model_type: str = dataclasses.field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden", "num_heads", "num_kv_heads", "head_dim", "vocab"):
@@ -459,23 +463,30 @@ def get_model(name: str) -> ModelArch:
     return MODELS[key]
 
 
-def resolve_model(name_or_path: str) -> ModelArch:
+def resolve_model(name_or_path: str, name: str | None = None) -> ModelArch:
     """A preset name, a path to a Hugging Face ``config.json`` (see ``load_hf_config``), or a
-    model folder (a Hugging Face snapshot) holding one.
+    model folder (a Hugging Face snapshot) holding one. ``name`` names a model read from a
+    file (default: the file's own name fields, else its folder: ``load_hf_config``).
 
     Raises:
-        ValueError: unknown name, missing file, or a bad config (see ``load_hf_config``).
+        ValueError: unknown name, missing file, a bad config (see ``load_hf_config``), or
+            ``name`` given for a preset.
     """
     s = str(name_or_path)
+    if name is not None and not str(name).strip():
+        raise ValueError("name: must be a non-empty name for the model")
     if s.lower() in MODELS:
+        if name is not None:
+            raise ValueError(f"name: names a model read from a config.json; {s} is a preset "
+                             "and keeps its name")
         return get_model(s)
     if os.path.isdir(s):
         cfg = os.path.join(s, "config.json")
         if not os.path.isfile(cfg):
             raise ValueError(f"model: folder {s!r} holds no config.json")
-        return load_hf_config(cfg)
-    if os.path.sep in s or s.endswith(".json"):
-        return load_hf_config(s)
+        return load_hf_config(cfg, name)
+    if os.path.sep in s or s.endswith(".json") or os.path.isfile(s):
+        return load_hf_config(s, name)
     return get_model(s)
 
 
@@ -576,6 +587,19 @@ def _quant(cfg: Mapping[str, Any]) -> dict:
     return q
 
 
+def _config_name(cfg: Mapping[str, Any], path: str) -> str:
+    """A config's model name: its own ``_name_or_path`` or ``name_or_path`` field (a hub id
+    such as ``"Qwen/Qwen2.5-7B"``), else the folder holding ``config.json``, else the file's
+    name without ``.json``."""
+    for key in ("_name_or_path", "name_or_path"):
+        v = cfg.get(key)
+        if isinstance(v, str) and v.strip():
+            return v.strip()
+    if os.path.basename(path) == "config.json":
+        return os.path.basename(os.path.dirname(os.path.abspath(path)))
+    return os.path.splitext(os.path.basename(path))[0]
+
+
 def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArch:
     """Build a ``ModelArch`` from a Hugging Face ``config.json`` on disk (no network).
 
@@ -600,7 +624,8 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
 
     Args:
         path: file path of the config.
-        name: name to give the model (default: the file's ``_name_or_path`` or its folder name).
+        name: name to give the model (default: the file's ``_name_or_path`` or
+            ``name_or_path``, else its folder's name; ``subgpu --name``).
 
     Returns:
         The architecture.
@@ -612,12 +637,21 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     p = str(path)
     try:
         with open(p, encoding="utf-8") as fh:
-            cfg = json.load(fh)
+            text = fh.read()
+        cfg = json.loads(text)
     except FileNotFoundError:
         raise ValueError(f"config.json {p}: file does not exist") from None
     except OSError as e:
         raise ValueError(f"config.json {p}: cannot read it ({e.__class__.__name__})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except UnicodeDecodeError:
+        raise ValueError(f"config.json {p}: the file is not JSON (not UTF-8 text); a model is "
+                         "a preset name or a Hugging Face config.json") from None
+    except json.JSONDecodeError as e:
+        head = text.lstrip()[:1]
+        if head not in ("{", "["):  # not a JSON document at all (a README, a script ...)
+            first = text.strip().splitlines()[0][:40] if text.strip() else ""
+            raise ValueError(f"config.json {p}: the file is not JSON (it begins {first!r}); a "
+                             "model is a preset name or a Hugging Face config.json") from None
         raise ValueError(f"config.json {p}: malformed JSON ({e.__class__.__name__}: {e})") from None
     if not isinstance(cfg, dict):
         raise ValueError(f"config.json {p}: top level must be a JSON object")
@@ -625,9 +659,7 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
     if mt not in MODEL_TYPES:
         raise ValueError(f"config.json {p}: model_type must be one of {', '.join(MODEL_TYPES)}, "
                          f"got {mt!r}")
-    nm = name or cfg.get("_name_or_path") or (
-        os.path.basename(os.path.dirname(os.path.abspath(p))) if os.path.basename(p) == "config.json"
-        else os.path.splitext(os.path.basename(p))[0])
+    nm = name or _config_name(cfg, p)
     layers = _int(cfg, "num_hidden_layers", p)
     hidden = _int(cfg, "hidden_size", p)
     heads = _int(cfg, "num_attention_heads", p)
@@ -717,7 +749,7 @@ def load_hf_config(path: str | os.PathLike, name: str | None = None) -> ModelArc
                              **common)
         if arch is None:  # pragma: no cover - MODEL_TYPES checked above
             raise AssertionError(mt)
-        return dataclasses.replace(arch, **quant_dtypes(
+        return dataclasses.replace(arch, model_type=mt, **quant_dtypes(
             quant, arch.family, arch.mlp_types, mla=arch.is_mla, q_lora=bool(arch.q_lora_rank),
             shared=bool(arch.num_shared_experts)))
     except ValueError as e:

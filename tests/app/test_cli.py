@@ -64,7 +64,7 @@ def test_simulate_event_outputs(tmp_path, capsys):
     (["simulate", "--microbatch", "300"], "microbatch"),
     (["simulate", "--tp", "128", "--dp", "1", "--gpus", "128"], "--tp 128 must divide"),
     (["simulate", "--ep", "3"], "--ep 3 must divide"),
-    (["simulate", "--batch", "2047"], "--batch 2047 must be divisible by --dp"),
+    (["simulate", "--batch", "2047"], "--batch 2047 must be divisible by the DP 4"),
     (["simulate", "--cuts", "L1.attn,L1.attn"], "cuts"),
     (["simulate", "--cuts", "0,5"], "cuts"),
     (["simulate", "--sms", "74,x"], "sms"),

@@ -44,10 +44,11 @@ def test_every_field_names_a_flag_of_the_cli(capsys):
 
 
 def test_gpus_that_leave_requests_over_cli(capsys):
-    """`--gpus 3` with a batch of 64: DP 3 does not divide it; the line names the flags."""
+    """`--gpus 3` with a batch of 64: DP 3 does not divide it; the line names the flags the
+    user typed (issue 40: not a `--dp 3` they never gave)."""
     rc, _, err = _cli(["simulate", "--gpus", "3", "--batch", "64", "--sms", "even"], capsys)
     assert rc == 2
-    assert err.strip() == ("error: --batch 64 must be divisible by --dp 3 "
+    assert err.strip() == ("error: --batch 64 must be divisible by the DP 3 that --gpus 3 gives "
                            "(no request may be dropped)")
 
 
