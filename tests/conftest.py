@@ -63,3 +63,19 @@ def child_pythonpath() -> str:
 def calibration_dir() -> Path:
     """``tests/data``: the measured H200 calibration CSVs (in the repository)."""
     return DATA
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One line per reason tests were skipped, most frequent first (issue 40): the README's
+    test command says why its skips happened (no GPU, no torch, ...), not only how many."""
+    from collections import Counter
+
+    reasons: Counter = Counter()
+    for rep in terminalreporter.stats.get("skipped", []):
+        lr = rep.longrepr
+        reason = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+        reasons[str(reason).removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("why tests were skipped", sep="-")
+        for reason, n in reasons.most_common():
+            terminalreporter.write_line(f"{n:5d} skipped: {reason}")
