@@ -102,8 +102,8 @@ def _add_topology_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--nvlink-domain", type=int, default=None,
                    help="GPUs per NVLink domain (overrides --topology; 0 = one domain)")
     g.add_argument("--scaleout-gbps", type=float, default=50.0,
-                   help="scale-out bandwidth per GPU and direction between domains, GB/s. "
-                        "Default: 50 (one 400 Gb/s NIC per GPU)")
+                   help="scale-out bandwidth per GPU and direction between domains, GB/s, "
+                        "0.01..100000. Default: 50 (one 400 Gb/s NIC per GPU)")
     r = p.add_argument_group("traffic (default: uniform routing, every request at --kv-history)")
     r.add_argument("--routing", default="uniform", choices=("uniform", "multinomial"),
                    help="expert load of the busiest EP rank: uniform (the mean G*k/n, default) "
@@ -112,8 +112,9 @@ def _add_topology_args(p: argparse.ArgumentParser) -> None:
                    help="extra factor >= 1 on the busiest EP rank's load (busiest / mean)")
     r.add_argument("--kv-lengths", default=None, metavar="FILE|DIST",
                    help="per-request KV lengths (tokens): a file of integers (whitespace, comma "
-                        "or JSON list), or uniform:LO:HI or lognormal:MEDIAN:SIGMA sampled for "
-                        "the G requests (seed 0); attention is charged for the busiest DP rank")
+                        "or JSON list), or uniform:LO:HI or lognormal:MEDIAN:SIGMA (SIGMA <= 4) "
+                        "sampled for the G requests (seed 0), all in 1..16777216 tokens; "
+                        "attention is charged for the busiest DP rank")
 
 
 def _workload(a):

@@ -177,7 +177,7 @@ INT_OPTIONS = {
 LIST_OPTIONS = {"batches": (1, "batch"), "microbatches": (1, "microbatches"),
                 "streams_per_stage": (1, "streams"), "stages": (1, "microbatches")}
 #: Real-valued options (attribute -> (lowest, highest, lowest excluded)).
-FLOAT_OPTIONS = {"scaleout_gbps": (0.0, 1e9, True), "routing_imbalance": (1.0, 1e6, False),
+FLOAT_OPTIONS = {"scaleout_gbps": (0.01, 1e5, False), "routing_imbalance": (1.0, 1e6, False),
                  "cluster_timeout": (0.0, 86400.0 * 7, True),
                  "min_tokens_per_user": (0.0, 1e12, True)}
 
@@ -226,6 +226,17 @@ def check_grid_size(shapes: int, batches: int, per_deployment: int) -> None:
                          f"{LIMITS['grid_points']:,} in one search: split it into several --out")
 
 
+def _typed(parse):
+    """An argparse type from a checks parser: its ValueError message becomes argparse's."""
+    def typed(text: str):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    typed.__name__ = parse.__name__
+    return typed
+
+
 class OneLineParser(argparse.ArgumentParser):
     """ArgumentParser whose usage errors are one line (``error: ...``) and exit code 2 (the
     ``subgpu`` command's); without a command it names the option given and the commands.
@@ -235,6 +246,11 @@ class OneLineParser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
+        from subgpu_jax.model.checks import ascii_float, ascii_int
+
+        # type=int / type=float read ASCII only ('２' is no 2): checks.ascii_int, ascii_float
+        self.register("type", int, _typed(ascii_int))
+        self.register("type", float, _typed(ascii_float))
 
     def parse_args(self, args=None, namespace=None):  # noqa: D102 - argparse API
         self.argv = list(sys.argv[1:] if args is None else args)
@@ -305,12 +321,16 @@ def int_list(s: str, field: str, unique: bool = True) -> list[int]:
     Raises:
         ValueError: not integers, empty, or duplicated values (names ``field``).
     """
-    try:
-        v = [int(x) for x in s.split(",") if x.strip()]
-    except ValueError:
-        raise ValueError(f"{field} must be a comma-separated list of integers, got {s!r}") from None
-    if not v:
+    from subgpu_jax.model.checks import ascii_int
+
+    items = [x.strip() for x in s.split(",")]
+    if not any(items):
         raise ValueError(f"{field} must not be empty")
+    try:  # an empty item ('2,,3') is a typo, not a shorter list
+        v = [ascii_int(x) for x in items]
+    except ValueError:
+        raise ValueError(f"{field} must be a comma-separated list of integers (digits 0-9), "
+                         f"got {s!r}") from None
     if unique and len(set(v)) != len(v):
         raise ValueError(f"{field} has duplicated values: {v}")
     return v
@@ -450,32 +470,45 @@ def split_effect(speedup: float, choice: dict) -> str:
     return "the split matters"
 
 
+#: Largest SIGMA of ``--kv-lengths lognormal:MEDIAN:SIGMA`` (a spread of e^4 ~ 55x per
+#: standard deviation; serving traces have SIGMA ~ 1).
+SIGMA_MAX = 4.0
+
+
 def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
-    """Per-request KV lengths (tokens) from ``--kv-lengths``: a file of positive integers, or
-    ``uniform:LO:HI`` / ``lognormal:MEDIAN:SIGMA`` sampled for ``count`` requests with seed 0.
+    """Per-request KV lengths (tokens) from ``--kv-lengths``: a file of integers in
+    1..``LIMITS["tokens"]``, or ``uniform:LO:HI`` (integers, 1 <= LO <= HI <= 16,777,216) /
+    ``lognormal:MEDIAN:SIGMA`` (1 <= MEDIAN <= 16,777,216, 0 <= SIGMA <= ``SIGMA_MAX``; samples
+    rounded and truncated to 1..16,777,216) sampled for ``count`` requests with seed 0.
 
     Raises:
         ValueError: an unreadable file, non-integers, or a bad distribution (names the option).
     """
     import numpy as np
 
+    from subgpu_jax.model.checks import LIMITS, ascii_float, ascii_int
+
+    top = LIMITS["tokens"]
     kind, _, rest = spec.partition(":")
     if kind in ("uniform", "lognormal") and rest:
+        form = "uniform:LO:HI" if kind == "uniform" else "lognormal:MEDIAN:SIGMA"
         try:
-            a_, b_ = (float(x) for x in rest.split(":"))
+            a_, b_ = (ascii_float(x) for x in rest.split(":"))
         except ValueError:
-            raise ValueError(f"kv-lengths: {kind} needs two numbers, {kind}:A:B, got "
+            raise ValueError(f"--kv-lengths: {kind} needs two numbers, {form}, got "
                              f"{spec!r}") from None
         rng = np.random.default_rng(0)
         if kind == "uniform":
-            if not 1 <= a_ <= b_:
-                raise ValueError(f"kv-lengths: uniform:LO:HI needs 1 <= LO <= HI, got {spec!r}")
+            if not (a_.is_integer() and b_.is_integer() and 1 <= a_ <= b_ <= top):
+                raise ValueError(f"--kv-lengths: uniform:LO:HI needs integers 1 <= LO <= HI <= "
+                                 f"{top:,} (tokens), got {spec!r}")
             x = rng.integers(int(a_), int(b_) + 1, size=count)
         else:
-            if a_ < 1 or b_ < 0:
-                raise ValueError(f"kv-lengths: lognormal:MEDIAN:SIGMA needs MEDIAN >= 1 and "
-                                 f"SIGMA >= 0, got {spec!r}")
-            x = np.maximum(1, np.rint(a_ * np.exp(b_ * rng.standard_normal(count))))
+            if not (1 <= a_ <= top and 0 <= b_ <= SIGMA_MAX):  # NaN fails both
+                raise ValueError(f"--kv-lengths: lognormal:MEDIAN:SIGMA needs 1 <= MEDIAN <= "
+                                 f"{top:,} tokens and 0 <= SIGMA <= {SIGMA_MAX:g}, got {spec!r}")
+            # the samples are the lognormal truncated to 1..LIMITS["tokens"] (documented)
+            x = np.clip(np.rint(a_ * np.exp(b_ * rng.standard_normal(count))), 1, top)
         return tuple(int(v) for v in x)
     try:
         with open(spec, encoding="utf-8") as fh:
@@ -487,9 +520,9 @@ def kv_lengths_from(spec: str, count: int) -> tuple[int, ...]:
         raise ValueError(f"kv-lengths: {spec!r} is not a text file of integers") from None
     toks = text.replace("[", " ").replace("]", " ").replace(",", " ").split()
     try:
-        vals = tuple(int(t) for t in toks)
+        vals = tuple(ascii_int(t) for t in toks)
     except ValueError:
         raise ValueError(f"kv-lengths: {spec!r} must hold integers (tokens)") from None
-    if not vals or min(vals) < 1:
-        raise ValueError(f"kv-lengths: {spec!r} must hold positive integers")
+    if not vals or min(vals) < 1 or max(vals) > top:
+        raise ValueError(f"--kv-lengths: {spec!r} must hold integers in 1..{top:,} (tokens)")
     return vals

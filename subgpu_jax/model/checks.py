@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, Iterable
@@ -12,7 +13,7 @@ from typing import Any, Iterable
 import numpy as np
 
 __all__ = ["pos_int", "finite", "flag", "choice", "out_file", "out_dir", "LIMITS", "bounded_int",
-           "divisors", "replaceable_file"]
+           "divisors", "replaceable_file", "ascii_int", "ascii_float"]
 
 #: Upper limits of the counts a user gives (docs/reliability.md, "Inputs"): far above any real
 #: deployment, low enough that no step of the program is slow because of them. Every option
@@ -43,6 +44,38 @@ def bounded_int(v: Any, name: str, lo: int, hi: int) -> int:
             got = f"a {len(got.lstrip('-'))}-digit number"
         raise ValueError(f"{name} must be an integer in {lo}..{hi:,}, got {got}")
     return int(v)
+
+
+def ascii_int(text: str) -> int:
+    """An integer option as typed: optional sign and the digits 0-9 only. ``int()`` also takes
+    other scripts' digits (full-width '２', Arabic-Indic '٢'), underscores and spaces, which a
+    command line must not read as a number silently.
+
+    Raises:
+        ValueError: anything else (names what was given and what is allowed).
+    """
+    t = str(text)
+    if not re.fullmatch(r"[+-]?[0-9]+", t):
+        raise ValueError(f"must be an integer written with the digits 0-9, got {t!r}")
+    return int(t)
+
+
+def ascii_float(text: str) -> float:
+    """A real-valued option as typed: ASCII only (``1.5``, ``2e3``, ``inf``; the range is
+    checked by :func:`finite` where the option is used). ``float()`` also takes full-width
+    digits and underscores.
+
+    Raises:
+        ValueError: non-ASCII text, underscores or spaces, or not a number.
+    """
+    t = str(text)
+    if not re.fullmatch(r"[0-9A-Za-z.+-]+", t):
+        raise ValueError(f"must be a number written with the digits 0-9, '.', 'e', got {t!r}")
+    try:
+        return float(t)
+    except ValueError:
+        raise ValueError(f"must be a number written with the digits 0-9, '.', 'e', got "
+                         f"{t!r}") from None
 
 
 def divisors(n: int) -> list[int]:
