@@ -68,7 +68,7 @@ def serving_lines(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
              f"{me['activations_GB']:.2f} GB = "
              f"{me['total_GB']:.1f} GB of a {me['budget_GB']:.1f} GB budget "
              f"(--gpu-memory-utilization {me['gpu_memory_utilization']:g} x "
-             f"{me['hbm_GB']:.0f} GB)"]
+             f"{me['hbm_GB']:.1f} GB)"]
     q = [f"{g} {w}" + (f"/{x}" if x != w else "") for g, (w, x) in j["dtypes"].items()
          if (g != "experts" or arch.is_moe) and (w, x) != ("bf16", "bf16")]
     if q:

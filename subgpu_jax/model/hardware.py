@@ -71,8 +71,11 @@ class Hardware:
         min_pool_sms: smallest pool a green context can own (SMs).
         sm_budget: SMs that can be split into aligned pools (the partitionable budget of docs/method.md
             §2/§6); a SubGPU allocation sums to this. Temporal execution uses ``num_sms``.
-        hbm_bytes: HBM capacity (bytes).
-        hbm_peak_Bps: datasheet HBM bandwidth (bytes/s).
+        hbm_bytes: HBM capacity (bytes) as the device reports it (CUDA ``totalGlobalMem``, what
+            ``torch.cuda.get_device_properties().total_memory`` and a serving engine's
+            ``gpu_memory_utilization`` budget start from), not the datasheet's round figure.
+        hbm_peak_Bps: theoretical HBM bandwidth (bytes/s): the datasheet's, or bus width x
+            memory clock x 2 where the device reports less than the datasheet (B200).
         hbm_copy_Bps: achievable whole-GPU copy bandwidth (read+write bytes/s), measured or derated.
         hbm_read_Bps: achievable whole-GPU read-dominated streaming bandwidth (bytes/s).
         l2_bytes: L2 capacity (bytes).
@@ -283,12 +286,12 @@ B200 = Hardware(
     sm_quantum=2,
     min_pool_sms=2,
     sm_budget=148,
-    hbm_bytes=180e9,
-    hbm_peak_Bps=8.0e12,
-    hbm_copy_Bps=8.0e12 * 4245.0 / 4800.0,
-    hbm_read_Bps=8.0e12 * 4614.0 / 4800.0,
+    hbm_bytes=191.5e9,
+    hbm_peak_Bps=7.672e12,
+    hbm_copy_Bps=7.672e12 * 4245.0 / 4800.0,
+    hbm_read_Bps=7.672e12 * 4614.0 / 4800.0,
     l2_bytes=126.5e6,
-    l2_Bps=8.0e12 * 2.5,
+    l2_Bps=7.672e12 * 2.5,
     tensor_flops={"bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "fp4": 9.0e15},
     gemm_efficiency=801.7 / 989.0,
     nvlink_Bps=900e9,
@@ -299,12 +302,16 @@ B200 = Hardware(
     source=("Datasheet (NVIDIA DGX B200 datasheet, system specifications table, per GPU = 1/8): "
             "180 GB HBM3e at 8 TB/s; dense BF16 2.25 PFLOP/s, FP8 4.5, FP4 9 (the table's "
             "sparse figures halved); NVLink 5 1.8 TB/s bidirectional = 900 GB/s per direction. "
+            "What a B200 reports (device query in github.com/pytorch/ao pull 4002, 2026-03): "
+            "178.35 GiB of global memory = 191.5e9 B (the capacity used here), a 7,680-bit "
+            "memory bus at 3,996 MHz, so 7,680 / 8 x 3.996e9 x 2 = 7.672 TB/s theoretical (the "
+            "peak used here: the datasheet's 8 TB/s assumed an 8,192-bit bus). "
             "148 SMs and L2 126.5 MB: docs/method.md §5 (NVIDIA Blackwell architecture technical "
             "brief). SM quantum 2: the search policy of docs/method.md §5. Carried over from the "
             "H200 measurements (assumptions, no B200 measurement exists in this repository): "
             "achievable copy and read bandwidth as the H200's fractions of its datasheet peak "
-            "(4245/4800, 4614/4800), large-GEMM efficiency 801.7/989, the per-launch cost in a CUDA "
-            "graph (1.199 µs), the minimum kernel time, decode GEMM efficiency, vector "
+            "(4245/4800, 4614/4800) of the 7.672 TB/s, large-GEMM efficiency 801.7/989, the "
+            "per-launch cost in a CUDA graph (1.199 µs), the minimum kernel time, decode GEMM efficiency, vector "
             "bytes-in-flight ratio and GEMM wave latency fitted on the H200 (docs/fidelity.md §6), "
             "and the GEMM grid as the same 128/132 share of the SMs (144). L2 bandwidth 2.5x HBM "
             "(assumption, no public figure). " + _NOTE_CURVE),
@@ -316,7 +323,7 @@ H200 = Hardware(
     sm_quantum=8,
     min_pool_sms=8,
     sm_budget=128,
-    hbm_bytes=141e9,
+    hbm_bytes=150.1e9,
     hbm_peak_Bps=4.8e12,
     hbm_copy_Bps=4245e9,
     hbm_read_Bps=4614e9,
@@ -330,7 +337,8 @@ H200 = Hardware(
     **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
     source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
-            "TFLOP/s, FP8 1979; NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
+            "TFLOP/s, FP8 1979; the device reports 139.8 GiB = 150.1e9 B of global memory (the "
+            "capacity used here; issue 41's hand check of a serving engine's budget); NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
             "(tests/data): 60 MiB L2; green-context quantum and minimum 8 SMs, 128 = 16x8 "
             "splittable SMs; copy 4245 GB/s; decode attention reads K/V at 4614 GB/s; 8192^3 bf16 "
             "mm 1.0995e12 FLOP in 1.3715 ms = 801.7 TFLOP/s. L2 bandwidth 2.5x HBM (assumption). "
@@ -348,7 +356,7 @@ H100 = Hardware(
     sm_quantum=8,
     min_pool_sms=8,
     sm_budget=128,
-    hbm_bytes=80e9,
+    hbm_bytes=85.0e9,
     hbm_peak_Bps=3.35e12,
     hbm_copy_Bps=3.35e12 * 4245.0 / 4800.0,
     hbm_read_Bps=3.35e12 * 4614.0 / 4800.0,
@@ -362,7 +370,8 @@ H100 = Hardware(
     **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
-            "column): 80 GB HBM3 at 3.35 TB/s, dense BF16 989 TFLOP/s, FP8 1979 (the table's "
+            "column): 80 GB HBM3 at 3.35 TB/s (the device reports 79.2 GiB = 85.0e9 B of "
+            "global memory, the capacity used here; issue 41's hand check), dense BF16 989 TFLOP/s, FP8 1979 (the table's "
             "sparse figures halved); NVLink 900 GB/s bidirectional = 450 GB/s per direction. "
             "132 SMs and 50 MB L2: NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5 "
             "configuration). Same die as the H200 (GH100), so quantum/minimum 8 and a 128-SM "

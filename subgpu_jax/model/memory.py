@@ -171,7 +171,7 @@ def check_memory(arch: ModelArch, deploy: Deployment, hw: Hardware) -> MemoryUse
             f"{mu.weights / 1e9:.1f} GB + KV cache {mu.kv / 1e9:.1f} GB in {arch.kv_dtype} for "
             f"{mu.requests} requests x {mu.kv_tokens} tokens + activations "
             f"{mu.activations / 1e9:.1f} GB) but its budget is {mu.budget / 1e9:.1f} GB "
-            f"(--gpu-memory-utilization {u:g} of a {hw.name}'s {hw.hbm_bytes / 1e9:.0f} GB); "
+            f"(--gpu-memory-utilization {u:g} of a {hw.name}'s {hw.hbm_bytes / 1e9:.1f} GB); "
             "lower --batch or the KV length (--kv-history, --input-len, --output-len), raise "
             "--dp or --gpus, or use --kv-dtype fp8")
     return mu

@@ -40,12 +40,12 @@ def _sim(args, capsys):
 def test_deepseek_quantisation_memory_and_dispatch(capsys):
     """Items 1, 4, 5: DeepSeek-V3 DP8 at G = 512 (R = 64), KV 4,096: weights 100,815,011,840 B
     (every linear layer FP8), KV 18,421,383,168 B, activations 34,013,696 B: 119.27 GB of a
-    0.9 x 141 = 126.9 GB budget. Per-expert dispatch sends k(e-1)/e = 8*7/8 = 7 copies per token;
+    0.9 x 150.1 = 135.1 GB budget (150.1e9 B: what an H200 reports). Per-expert dispatch sends k(e-1)/e = 8*7/8 = 7 copies per token;
     per-rank 7*(1 - prod_{i<8} (224-i)/(256-i)) = 4.6328."""
     r = _sim(DS, capsys)
     m = r["memory"]
     assert m["weights_GB"] == pytest.approx(100.81501184)
-    assert m["kv_GB"] == pytest.approx(18.421383168) and m["budget_GB"] == pytest.approx(126.9)
+    assert m["kv_GB"] == pytest.approx(18.421383168) and m["budget_GB"] == pytest.approx(135.09)
     assert m["total_GB"] == pytest.approx(119.270408704)
     assert r["dtypes"]["attn"] == ["fp8", "fp8"] and r["dtypes"]["other"] == ["bf16", "bf16"]
     assert r["moe"]["dispatch"] == "per-expert" and r["moe"]["remote_copies_per_token"] == 7.0
@@ -59,25 +59,25 @@ def test_text_output_names_the_budget_and_the_dispatch(capsys):
     rc, out, _ = run_cli(["simulate", *DS, "--simulator", "static", "--sms", "even",
                           "--dispatch", "per-rank"], capsys)
     assert rc == 0
-    assert "of a 126.9 GB budget (--gpu-memory-utilization 0.9 x 141 GB)" in out
+    assert "of a 135.1 GB budget (--gpu-memory-utilization 0.9 x 150.1 GB)" in out
     assert "MoE dispatch per-rank (one copy per destination rank, deduplicated" in out
     assert "quantised (weights/GEMM): attn fp8" in out
 
 
 def test_budget_refuses_and_names_the_flag(capsys):
-    """Item 5: the same deployment needs 119.3 GB; at --gpu-memory-utilization 0.8 the budget
-    is 112.8 GB: refused in one line naming the option and the sizes."""
-    rc, _, err = run_cli(["simulate", *DS, "--gpu-memory-utilization", "0.8", *FAST], capsys)
+    """Item 5: the same deployment needs 119.3 GB; at --gpu-memory-utilization 0.79 the budget
+    is 0.79 x 150.1 = 118.6 GB: refused in one line naming the option and the sizes."""
+    rc, _, err = run_cli(["simulate", *DS, "--gpu-memory-utilization", "0.79", *FAST], capsys)
     # one error line; then the model's parameters and the flags that make it fit (issue 27)
     assert rc == 2 and all(x.startswith("  ") for x in err.strip().splitlines()[1:])
     err = err.splitlines()[0]
-    assert "119.3 GB" in err and "budget is 112.8 GB" in err
-    assert "--gpu-memory-utilization 0.8 of a H200's 141 GB" in err
+    assert "119.3 GB" in err and "budget is 118.6 GB" in err
+    assert "--gpu-memory-utilization 0.79 of a H200's 150.1 GB" in err
 
 
 def test_fp8_kv_from_the_command_line(capsys):
     """Item 7: at KV 8,192 the bf16 cache (36.8 GB) does not fit beside 100.8 GB of weights in
-    the 126.9 GB budget; --kv-dtype fp8 halves it to 18.4 GB and the batch fits."""
+    the 135.1 GB budget; --kv-dtype fp8 halves it to 18.4 GB and the batch fits."""
     args = [a if a != "4096" else "8192" for a in DS]
     rc, _, err = run_cli(["simulate", *args, *FAST], capsys)
     assert rc == 2 and "does not fit" in err and "--kv-dtype fp8" in err

@@ -259,15 +259,33 @@ def test_memory_budget_by_hand():
     cache 64 requests x 4096 tokens x 61 layers x (512 + 64) x 2 B = 18,421,383,168 B;
     activations = the largest kernel's (sampling: bf16 logits 64*129280*2 + Gumbel noise as
     much read, 64*8 B of tokens written) + the residual 64*7168*2 = 34,013,696 B. Total
-    119,270,408,704 B = 119.3 GB: over 0.8 x 141 = 112.8 GB, within 0.9 x 141 = 126.9 GB."""
+    119,270,408,704 B = 119.3 GB: over 0.79 x 150.1 = 118.6 GB, within 0.9 x 150.1 = 135.1 GB
+    (150.1e9 B: what an H200 reports, model/hardware.py)."""
     a = _ds()
     assert kv_bytes(a, DS_DP8) == 18_421_383_168
     assert activation_bytes(a, DS_DP8) == 2 * 64 * 129280 * 2 + 64 * 8 + 64 * 7168 * 2
     mu = memory_use(a, DS_DP8, H200)
-    assert mu.total == 119_270_408_704 and mu.budget == pytest.approx(0.9 * 141e9) and mu.fits
-    with pytest.raises(ValueError, match=r"119\.3 GB.*budget is 112\.8 GB.*"
-                                         r"--gpu-memory-utilization 0\.8 of a H200"):
-        check_memory(a, dataclasses.replace(DS_DP8, gpu_memory_utilization=0.8), H200)
+    assert mu.total == 119_270_408_704 and mu.budget == pytest.approx(0.9 * 150.1e9) and mu.fits
+    with pytest.raises(ValueError, match=r"119\.3 GB.*budget is 118\.6 GB.*"
+                                         r"--gpu-memory-utilization 0\.79 of a H200"):
+        check_memory(a, dataclasses.replace(DS_DP8, gpu_memory_utilization=0.79), H200)
+
+
+def test_largest_batch_uses_the_capacity_the_device_reports():
+    """Issue 41: DeepSeek-V3 on 8 H200, DP8, KV 4,096. Per request: KV 4096 x 61 x 576 x 2 =
+    287,834,112 B and activations 2 x 129280 x 2 + 8 + 7168 x 2 = 531,464 B, so 288,365,576 B.
+    Budget 0.9 x 150.1e9 = 135.09e9 B minus the weights 100,815,011,840 B leaves
+    34,274,988,160 B: R = floor(34,274,988,160 / 288,365,576) = 118 requests per rank, G = 944
+    (with the datasheet's 141 GB: floor(26,084,988,160 / 288,365,576) = 90, G = 720, 24% less,
+    what a serving engine would not stop at)."""
+    a = _ds()
+
+    def fits(R):
+        return memory_use(a, dataclasses.replace(DS_DP8, global_batch=8 * R), H200).fits
+
+    assert fits(118) and not fits(119)
+    assert H200.hbm_bytes == 150.1e9
+    assert (get_hardware("H100").hbm_bytes, get_hardware("B200").hbm_bytes) == (85.0e9, 191.5e9)
 
 
 @pytest.mark.parametrize("G", [512, 1024, 2048])
@@ -275,10 +293,10 @@ def test_reference_workload_fits_the_default_budget(G):
     """The built-in main job (GPT-OSS 120B, 32 B200, TP8 x DP4, KV 32,768): at G = 2,048 (R =
     512) the KV cache is 18 full layers x 512 x 32768 x (1 KV head x 64 x 2 x 2 B) + 18 sliding
     x 512 x 128 x 256 B = 77,611,401,216 B, the weights 2.46 GB: about 80 GB, well within
-    0.9 x 180 GB = 162 GB; G = 512 and 1,024 need less. The default budget keeps the grid."""
+    0.9 x 191.5 GB = 172.4 GB; G = 512 and 1,024 need less. The default budget keeps the grid."""
     mu = check_memory(get_model("gpt-oss-120b"), Deployment(global_batch=G), get_hardware("B200"))
     assert mu.kv == pytest.approx(77_611_401_216 * G / 2048)
-    assert mu.total < 0.9 * 180e9
+    assert mu.total < 0.9 * 191.5e9
 
 
 # ================================================= item 6: a whole generation

@@ -58,10 +58,25 @@ def test_h200_preset_values():
 def test_b200_and_h100_presets_follow_design_table():
     b, h = get_hardware("B200"), get_hardware("H100")
     assert (b.num_sms, b.sm_quantum, b.min_pool_sms, b.sm_budget) == (148, 2, 2, 148)
-    assert b.hbm_peak_Bps == 8e12 and b.l2_bytes == 126.5e6 and b.nvlink_Bps == 900e9
+    assert b.l2_bytes == 126.5e6 and b.nvlink_Bps == 900e9
     assert (b.tensor_flops["bf16"], b.tensor_flops["fp8"], b.tensor_flops["fp4"]) == (
         2.25e15, 4.5e15, 9e15)
     assert (h.num_sms, h.sm_quantum, h.hbm_peak_Bps, h.l2_bytes) == (132, 8, 3.35e12, 50e6)
+
+
+def test_b200_bandwidth_ceilings_below_its_theoretical_peak():
+    """Issue 41: a B200 reports a 7,680-bit bus at 3,996 MHz (pytorch/ao pull 4002), so its
+    theoretical peak is 7680 / 8 x 3.996e9 x 2 = 7.672e12 B/s, not the datasheet's 8 TB/s; the
+    read ceiling, the H200's 4614/4800 of it, is 7.3747e12 (it was 7.69e12 of the 8 TB/s,
+    above what the bus can carry), the copy 4245/4800 of it 6.7849e12."""
+    b = get_hardware("B200")
+    assert b.hbm_peak_Bps == pytest.approx(7680 / 8 * 3.996e9 * 2, rel=1e-4)
+    assert b.hbm_read_Bps == pytest.approx(7.3747e12, rel=1e-4)
+    assert b.hbm_read_Bps < b.hbm_peak_Bps
+    assert b.hbm_copy_Bps == pytest.approx(6.7849e12, rel=1e-4)
+    for name in ("H100", "H200", "B200"):
+        h = get_hardware(name)
+        assert h.hbm_copy_Bps < h.hbm_read_Bps < h.hbm_peak_Bps
 
 
 @pytest.mark.parametrize("sms, expected", [(16, 1200 / 4245), (64, 3610 / 4245),
