@@ -111,3 +111,20 @@ def test_name_flag_overrides_and_is_refused_for_a_preset(tmp_path, capsys):
     line = _one_line_error(*_cli(["simulate", "--model", "qwen3-8b", "--name", "x"],
                                  capsys)[::2])
     assert "--name" in line or "name:" in line, line
+
+
+def test_name_is_carried_into_the_printed_commands(tmp_path):
+    """A search of a named model prints `simulate` and `run` commands that name it the same."""
+    from subgpu_jax.app.cli import build_parser
+    from subgpu_jax.app.searchtext import search_grid_args, search_reproduce_command
+
+    p = _config(tmp_path / "m")
+    a = build_parser().parse_args(["search", "--config", str(p), "--name", "mine", "--gpus", "1",
+                                   "--tp", "1", "--dp", "1", "--ep", "1"])
+    best = {"num_gpus": 1, "attn_tp": 1, "attn_dp": 1, "moe_ep": 1, "global_batch": 64,
+            "kv_history": 4096, "cuts": "L0.attn", "sms": "64|64", "microbatch": 32,
+            "microbatches": 2, "reuse": 0, "w": 0, "D": 2, "policy": "wavefront"}
+    cmd = search_reproduce_command(a, best)
+    assert cmd[cmd.index("--name") + 1] == "mine"
+    grid = search_grid_args(a)
+    assert grid[grid.index("--name") + 1] == "mine"

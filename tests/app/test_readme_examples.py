@@ -60,3 +60,14 @@ def test_own_model_example_runs_as_written(tmp_path, monkeypatch, capsys):
             assert first.startswith("workload  qwen2.5-7b on 8x H200"), first  # its folder's name
         elif not line.startswith("subgpu "):  # mkdir, cp: the shell lines before it
             subprocess.run(line, shell=True, check=True, cwd=tmp_path)
+
+
+def test_usage_is_the_reference_without_history():
+    """docs/usage.md is the reference (issue 40): no commit hashes, no timing history (that is
+    docs/results.md's "How long the main job takes"), no crash-test tables (reliability.md)."""
+    text = (ROOT / "docs" / "usage.md").read_text()
+    hashes = [h for h in re.findall(r"\b[0-9a-f]{7,40}\b", text)
+              if re.search(r"[a-f]", h) and re.search(r"[0-9]", h)]
+    assert not hashes, hashes
+    for history in ("at commit", "readme_main_command_time", "records lost", "load average"):
+        assert history not in text, history
