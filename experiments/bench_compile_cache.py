@@ -38,7 +38,7 @@ def child() -> None:
     from subgpu_jax.app.sweep import GridPoint
     from subgpu_jax.model.graph import Deployment
 
-    sc = PointScorer(get_model("gpt-oss-20b"), get_hardware("H200"), "event")
+    sc = PointScorer(get_model("gpt-oss-20b"), get_hardware("H200"))
     out = []
     for t, d, e, G, D, m in POINTS:
         dep = Deployment(num_gpus=8, attn_tp=t, attn_dp=d, moe_ep=e, global_batch=G,

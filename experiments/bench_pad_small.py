@@ -52,7 +52,7 @@ pts = build_grid(arch, st["gpus"], st["batches"], st["stages"], st["microbatches
 cand = [p for p in fs.order_points(pts) if p.microbatches == {m} and p.D == {D}
         and p.deploy.moe_ep == {ep}]
 p = cand[len(cand) // 2]
-sc = PointScorer(arch, hw, "event")
+sc = PointScorer(arch, hw)
 c0, t0 = time.process_time(), time.perf_counter()
 recs = sc(p)
 print(json.dumps({{"key": p.key, "cpu_s": time.process_time() - c0,

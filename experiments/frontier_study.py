@@ -317,7 +317,9 @@ def main(argv=None) -> int:
                     help="CPU-seconds of this call: no new chunk of grid points starts after it")
     ap.add_argument("--chunk", type=int, default=25,
                     help="grid points between writes of the outputs and the digest (>= 1)")
-    ap.add_argument("--exact", default="event", choices=("event", "static"))
+    ap.add_argument("--exact", default="event", choices=("event", "static", "vcontention"),
+                    help="the exact scorer (score.timer.TIMERS); vcontention is the batched "
+                         "one (its best records are re-checked by the event simulator)")
     ap.add_argument("--kv-history", type=int, default=32768)
     ap.add_argument("--tp", type=int, default=None,
                     help="restrict to this attention TP, one of the study's (default: every "
@@ -492,7 +494,7 @@ def _run_single(ctx: dict, deadline: float | None) -> int:
         n = min(a.chunk, len(todo)) if left is None else min(a.chunk, left, len(todo))
         c0 = time.process_time()
         stats, summ = run_search(ctx["arch"], ctx["hw"], pts, out, meta, SearchOptions(
-            exact=a.exact, resume=True, budget=max(n, 1), progress=sys.stderr.isatty()))
+            timer=study_timer(a.exact, ctx["hw"]), resume=True, budget=max(n, 1), progress=sys.stderr.isatty()))
         overwrite = False
         if stats["evaluated"]:
             kinds = {_kind(p) for p in todo[:n]}
@@ -532,7 +534,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
     arch, hw = ctx["arch"], ctx["hw"]
     order = {p.key: i for i, p in enumerate(pts)}
-    scorer = PointScorer(arch, hw, a.exact)  # this process: the best record's Gantt chart
+    scorer = PointScorer(arch, hw, study_timer(a.exact, hw))  # this process: the Gantt chart
     title = f"{arch.name} on {pts[0].deploy.num_gpus}x {hw.name} ({a.exact} scorer)"
     t_wall, t_cpu = time.time(), time.process_time()
     per_kind: dict = {}  # m or "temporal" -> [worker CPU seconds, points]
@@ -601,6 +603,14 @@ def order_points(pts):
     return sorted(pts, key=lambda p: (tier(p), p.microbatches, p.D))
 
 
+def study_timer(name: str, hw):
+    """The exact scorer ``name`` (``score.timer.TIMERS``) of the uncalibrated ``hw``."""
+    from subgpu_jax.model.setup import GpuSetup
+    from subgpu_jax.score.timer import timer_for
+
+    return timer_for(GpuSetup.uncalibrated(hw), name)
+
+
 def search_settings(exact: str, kv_history: int) -> dict:
     """The search settings a study runs with: the exact scorer, the cheap estimator
     (contention-aware with the event simulator), and the defaults of ``run_search`` (L2 policy,
@@ -610,7 +620,11 @@ def search_settings(exact: str, kv_history: int) -> dict:
     from subgpu_jax.search.algorithm1 import Algorithm1Options
 
     rs, a1 = SearchOptions(), Algorithm1Options()
-    return {"exact": exact, "cheap": "vcontention" if exact == "event" else "static",
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.search.strategies import CHEAP_ESTIMATORS
+
+    cheap = CHEAP_ESTIMATORS[rs.cheap].resolve(study_timer(exact, get_hardware("H200"))).name
+    return {"exact": exact, "cheap": cheap,
             **{k: getattr(rs, k) for k in ("cache", "L_sim", "cut_strategy", "alloc_strategy")},
             **{k: getattr(a1, k) for k in ("exact_top", "rotation_refine", "L_est")},
             "kv_history": kv_history}

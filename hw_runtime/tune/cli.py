@@ -15,6 +15,7 @@ import os
 from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
@@ -52,7 +53,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="starting calibration (subgpu calibrate); default: the uncalibrated "
                         "model")
-    x.add_argument("--exact", default="event", choices=("event", "static"),
+    x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
                    help="the search's exact scorer and the predictions' (default event)")
     x.add_argument("--cheap", default="auto", choices=("auto", "vcontention", "static"),
                    help="the search's cheap estimator (as `subgpu search`)")

@@ -205,7 +205,10 @@ class Tuner:
                 "calibration": cal_path, "cheap": s.cheap, "cut_strategy": s.cut_strategy,
                 "alloc_strategy": s.alloc_strategy}
         t0 = time.perf_counter()
-        opts = SearchOptions(exact=s.exact, cache=cache, L_sim=s.l_sim, progress=False,
+        from subgpu_jax.score.timer import timer_for
+
+        opts = SearchOptions(timer=timer_for(setup, s.exact, cache), cache=cache, L_sim=s.l_sim,
+                             progress=False,
                              cut_strategy=s.cut_strategy, cheap=s.cheap,
                              alloc_strategy=s.alloc_strategy)
         run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)

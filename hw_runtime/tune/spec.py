@@ -313,6 +313,15 @@ class Predictor:
         return self.setup.hw
 
     @property
+    def contention(self) -> bool:
+        """Whether the tune's exact scorer (``spec.exact``, a name of ``score.timer.TIMERS``)
+        models contention: then candidates are predicted by the event simulator (the
+        reference), else by the static max-plus evaluator."""
+        from subgpu_jax.score.timer import TIMERS
+
+        return bool(TIMERS[self.spec.exact].contention)
+
+    @property
     def cache(self) -> str:
         """The event simulator's L2 policy."""
         return self.spec.cache_policy(self.calibration is not None)
@@ -364,7 +373,7 @@ class Predictor:
         cfg, m = self.config(c)
         fp = build_forward(self.spec.arch, self.spec.deployment(c.G), m)
         mode = "multistream" if c.mode == "multistream" else "green"
-        if self.spec.exact == "event":
+        if self.contention:
             out = float(time_step(fp, cfg, EventTimer(self.hw, self.model(), self.cache, mode),
                                   record=False).makespan_us)
         elif mode == "multistream":
@@ -393,7 +402,7 @@ class Predictor:
         g = self.workload(c.G).graph(m)
         pools = [self.spec.hw.num_sms] if cfg.D == 1 else list(cfg.alloc)
         acc: dict[tuple[str, int], list[float]] = {}
-        if self.spec.exact == "event":
+        if self.contention:
             from subgpu_jax.sim.eventsim import simulate
 
             r = simulate(g, cfg, self.hw, self.model(), cache=self.cache, record=False,
@@ -418,7 +427,7 @@ class Predictor:
         cal = self.calibration
         if cal is not None and cal.has(kern):
             return float(cal.kernel_time_us(kern, sms))
-        if self.spec.exact == "event":
+        if self.contention:
             from subgpu_jax.sim.eventsim import simulate_streams
 
             return float(simulate_streams([(int(sms), [kern])], self.hw,

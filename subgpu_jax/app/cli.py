@@ -22,6 +22,7 @@ from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODEL_TYPES, MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.space.config import config_from_options, temporal_of
@@ -198,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="streams per stage: a stage runs up to K tasks at once, sharing its SMs "
                         "(docs/method.md, 'Streams per stage'). Default: 1")
     sm = s.add_argument_group("simulator")
-    sm.add_argument("--simulator", default="event", choices=("event", "static"),
+    sm.add_argument("--simulator", default=DEFAULT_TIMER, choices=tuple(TIMERS),
                     help="event: the exact event-driven simulator with the contention model and "
                          "L2 residency (default); static: the max-plus evaluator with isolated "
                          "per-kernel durations (no contention, no cache)")
@@ -253,9 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="enumerate every attention TP x DP split of --gpus (TP <= 8) instead of "
                         "only --tp/--dp")
     x = se.add_argument_group("scoring")
-    x.add_argument("--exact", default="event", choices=("event", "static"),
-                   help="exact scorer: event simulator with contention and L2 (default) or the "
-                        "static max-plus evaluator")
+    x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
+                   help="exact scorer: event (the event simulator with contention and L2, the "
+                        "reference; default), vcontention (the vectorised contention scorer, "
+                        "batched: every move of a polish pass in one JAX call, checked against "
+                        "the event simulator on the best records) or static (the max-plus "
+                        "evaluator, no contention)")
     x.add_argument("--cache", default=None, help="L2 policy (default none if calibrated, else lru)")
     x.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
                    help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
@@ -369,6 +373,7 @@ def _cmd_simulate(a) -> int:
     tok = wl.deploy.tokens_per_gpu
     extra_t: dict = {}
     extra_c: dict = {}
+    trace_shows = None  # what --trace draws: the main run and the head
     from subgpu_jax.sim.l2cache import check_policy as _check_cache
 
     a.cache = _check_cache(setup.cache_policy(a.cache))
@@ -381,18 +386,18 @@ def _cmd_simulate(a) -> int:
     fp1, fpm = build_forward(wl.arch, wl.deploy, 1), build_forward(wl.arch, wl.deploy, m)
     timer = timer_for(setup, a.simulator, a.cache, contention=not a.no_contention)
     dm = setup.duration_model
-    if a.simulator == "static":
+    if not timer.reference:
         for f in ("trace", "gantt", "utilization"):
             if getattr(a, f):
                 raise ValueError(f"--{f} needs --simulator event")
 
-        def score(c):  # the whole step's makespan (µs) under the static evaluator
+        def score(c):  # the whole step's makespan (µs) under this timer
             return time_step(fpm, c, timer).makespan_us
 
         cfg, split = choose_split(wl, hw, cfg, m, sms_mode, score, dm, score)
         s_temp = time_step(fp1, temporal_of(wl), timer)
         s_cfg = time_step(fpm, cfg, timer)
-        label = "static (max-plus evaluator, isolated kernel durations)"
+        label = timer.describe()
     else:
         from subgpu_jax.app import viz
 
@@ -416,8 +421,13 @@ def _cmd_simulate(a) -> int:
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
         sc_t, sc_c = main_run_scope(s_temp), main_run_scope(s_cfg)  # what figures show
-        if a.trace:
-            viz.write_trace(r_cfg, a.trace, sc_c["layer_offset"], sc_c["text"])
+        if a.trace:  # the main run, then the head (the step's last kernels) on the whole GPU
+            from subgpu_jax.sim.eventsim import simulate_streams
+
+            head = (simulate_streams([(hw.num_sms, list(fpm.head))], hw, timer.model,
+                                     cache=timer.cache) if fpm.head else None)
+            trace_shows = main_run_scope(s_cfg, with_head=head is not None)["text"]
+            viz.write_trace(r_cfg, a.trace, sc_c["layer_offset"], trace_shows, head)
         if a.gantt:
             viz.plot_gantt(r_cfg, a.gantt, title=f"{wl.arch.name} on {hw.name}: D={cfg.D} "
                            f"w={cfg.w} SMs={list(cfg.alloc)} m={m}", scope=sc_c["text"])
@@ -468,14 +478,16 @@ def _cmd_simulate(a) -> int:
     res["ceiling"] = overlap_ceiling(g1, hw, t_temp, wl.graph(m))
     if cfg.D > 1:  # the three modes and the verdict (app.modes)
         from subgpu_jax.app.modes import config_verdict
-        res["modes"] = config_verdict(wl.arch, full, cfg, hw, None if a.simulator == "static"
-                                      else timer.model, a.cache, cal is not None, t_temp, t_cfg)
+        res["modes"] = config_verdict(wl.arch, full, cfg, hw, timer.model if timer.contention
+                                      else None, a.cache, cal is not None, t_temp, t_cfg)
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
-    if a.simulator == "event":  # what --gantt/--utilization/--trace draw of the step
+    if timer.reference:  # what --gantt/--utilization/--trace draw of the step
         res["figures_show"] = sc_c["text"]
-    res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, a.simulator,
+    if trace_shows is not None:
+        res["trace_shows"] = trace_shows
+    res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, timer,
                                         model_id=uncalibrated_model_id(
                                             hw, getattr(timer, "model", None)))
     if a.json:
@@ -668,7 +680,10 @@ def _cmd_search(a) -> int:
             init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
                          min(cluster.timeout_s, 60.0))
     hw = setup.hw
-    opts = SearchOptions(exact=a.exact, cache=meta["cache"], L_sim=a.l_sim,
+    from subgpu_jax.score.timer import timer_for
+
+    timer = timer_for(setup, a.exact, meta["cache"])  # the exact scorer, made once here
+    opts = SearchOptions(timer=timer, cache=meta["cache"], L_sim=a.l_sim,
                          cut_strategy=a.cut_strategy, cheap=a.cheap,
                          alloc_strategy=a.alloc_strategy, resume=a.resume, budget=a.budget,
                          progress=not a.no_progress, min_tokens_per_user=a.min_tokens_per_user,
@@ -683,7 +698,7 @@ def _cmd_search(a) -> int:
           f"done, {stats['remaining']} remaining ({stats['seconds']:.1f} s)")
     from subgpu_jax.app.searchtext import print_next_steps, print_search_summary
 
-    print_search_summary(summ, hw.name, exact=a.exact)
+    print_search_summary(summ, hw.name, timer)
     print_next_steps(a, summ, hw.name)
     return 0
 
@@ -723,7 +738,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     from subgpu_jax.app.interrupt import (EXIT_CODE, Interrupted, configure_command, requested,
                                           stop_message)
     from subgpu_jax.app.flagterms import derived_terms, in_flag_terms
-    from subgpu_jax.app.platform import pin_jax_to_cpu
+    from subgpu_jax.app.platform import enable_compile_cache, pin_jax_to_cpu
 
     configure_command(a.cmd, getattr(a, "out", ""))
     commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
@@ -738,6 +753,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
         pin_jax_to_cpu()  # the scorers on the CPU, never beside the measured workload on a GPU
+        enable_compile_cache()  # compiled scorers kept between runs ($SUBGPU_JAX_CACHE)
         check_bounds(a)  # every count bounded before any work (checks.LIMITS)
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)

@@ -64,11 +64,17 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
     text)`` on ``results``."""
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import get_model
+    from subgpu_jax.model.setup import GpuSetup
     from subgpu_jax.app.searchjob import PointScorer
+    from subgpu_jax.score.timer import DEFAULT_TIMER, timer_for
 
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
-    scorer = PointScorer(get_model(model), get_hardware(hardware), **scorer_kwargs)
+    kw = dict(scorer_kwargs)
+    hw = get_hardware(hardware)
+    # the timer travels by its registry name (a Timer holds a Hardware, which does not pickle)
+    timer = timer_for(GpuSetup.uncalibrated(hw), kw.pop("exact", DEFAULT_TIMER), kw.get("cache"))
+    scorer = PointScorer(get_model(model), hw, timer, **kw)
     prev = None
     while True:
         item = tasks.get()
@@ -113,7 +119,8 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
         points: ``sweep.GridPoint`` list, in the order the points should start.
         model, hardware: preset names (``get_model``, ``get_hardware``; each worker builds
             them: a ``Hardware`` holds read-only mappings, which do not pickle).
-        scorer_kwargs: further ``PointScorer`` arguments (exact, cache, L_sim, ...).
+        scorer_kwargs: ``exact`` (the timer's name in ``score.timer.TIMERS``; each worker makes
+            it) and further ``PointScorer`` arguments (cache, L_sim, ...).
         store: the open ``SweepStore`` (this process appends to it).
         workers: processes (>= 1; more than the points to score are not started).
         budget: at most this many grid points in this call (>= 1) or None.

@@ -154,7 +154,7 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = 
 
 
 def prediction_note(hardware: str, calibration: str | None = None, model: str | None = None,
-                    exact: str = "event", folder: str | os.PathLike | None = None,
+                    timer=None, folder: str | os.PathLike | None = None,
                     model_id: str | None = None) -> dict:
     """The provenance of a prediction and the measured error figures that apply to it.
 
@@ -163,7 +163,10 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
             ``NAME:VERSION`` spec (its version names the uncalibrated model).
         calibration: the calibration file the prediction used, or None (uncalibrated).
         model: the model preset or config name predicted (said whether it was ever measured).
-        exact: the scorer, ``event`` (event simulator) or ``static`` (max-plus evaluator).
+        timer: the exact scorer, a ``score.timer.Timer`` (None: the event simulator). The
+            measured errors of the studies apply to the event simulator (``timer.reference``)
+            only; a batched timer's predictions also carry its measured disagreement with the
+            event simulator (``summary.json``'s ``reference_check``).
         folder: where the study files are (default ``report.results_dir()``).
         model_id: the uncalibrated model that predicted (``sim.contention.uncalibrated_model_id
             (hw)``; default the default version); ignored with a calibration.
@@ -176,13 +179,12 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         under the prediction.
 
     Raises:
-        ValueError: an unknown preset or version in ``hardware``, or ``exact`` not event/static.
+        ValueError: an unknown preset or version in ``hardware``.
     """
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.sim.contention import uncalibrated_model_id
 
-    if exact not in ("event", "static"):
-        raise ValueError(f"exact must be 'event' or 'static', got {exact!r}")
+    reference = timer is None or timer.reference
     hw = get_hardware(hardware)   # a preset or NAME:VERSION spec (ValueError names both lists)
     hardware = hw.name
     d = Path(folder) if folder is not None else results_dir()
@@ -191,7 +193,7 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
     me = uncalibrated_model_id(hw) if model_id is None else model_id
     made_by = (f"the duration model calibrated with {calibration}" if cal else
                f"the uncalibrated duration model {me}")
-    scorer = "event simulator" if exact == "event" else "static max-plus evaluator"
+    scorer = "event simulator" if timer is None else timer.describe()
     out = {"made_by": made_by, "scorer": scorer, "calibrated": cal,
            "calibration": calibration or None, "hardware": hardware, "model": model,
            "model_measured": None, "errors": []}
@@ -207,10 +209,10 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         return out
     models: set[str] = set()
     parts: list[str] = []
-    if exact != "event":
-        parts.append("none for the static evaluator (the studies measured the event "
-                     "simulator)")
-    if fid.is_file() and exact == "event" and cal:
+    if not reference:
+        parts.append(f"none for the {scorer} (the studies measured the event simulator's "
+                     "predictions)")
+    if fid.is_file() and reference and cal:
         try:
             ws = {k: v for k, v in json.loads(fid.read_text())["workloads"].items() if v}
             med = [float(v["median_abs_error"]) for v in ws.values()]
@@ -224,9 +226,9 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
                          f"calibrated on its own kernel tables and the co-run matrix ({rel})")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             parts.append(f"{fid.name} unreadable ({e})")
-    if exact == "event" and not cal:
+    if reference and not cal:
         parts.append(uncalibrated_errors(d, gpu, out["errors"], me))
-    if wins.is_file() and exact == "event" and cal:
+    if wins.is_file() and reference and cal:
         try:
             w = json.loads(wins.read_text())["workloads"]
             pred = [float(v["predicted_speedup"]) for v in w.values()]

@@ -29,26 +29,23 @@ from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
-from subgpu_jax.search.problem import ContentionProblem, EvaluatorExact, Problem, TimerExact
+from subgpu_jax.search.problem import TimerExact
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
-from subgpu_jax.score.timer import TIMER_KINDS, EventTimer, Timing, timer_for
+from subgpu_jax.score.timer import EventTimer, Timer, Timing
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "RecordingTimer", "SearchOptions", "run_search", "write_outputs",
-           "EXACT_KINDS", "CHEAP_KINDS", "OUTPUT_FILES"]
+           "CHEAP_KINDS", "OUTPUT_FILES", "reference_check"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
 DEPLOY_OPTIONS = RECORD_OPTIONS
 
-#: Exact scorers: ``event`` = event simulator with contention and L2 (default); ``static`` = the
-#: max-plus evaluator with isolated kernel durations (fast, no contention).
-EXACT_KINDS = TIMER_KINDS
 #: Cheap estimators (the keys of ``search.strategies.CHEAP_ESTIMATORS``): ``auto`` =
 #: ``vcontention`` when the exact scorer is the event simulator, else ``static``;
 #: ``vcontention`` = ``score.vcontention.ContentionEstimator`` (contention-aware,
@@ -62,8 +59,10 @@ class SearchOptions:
     sweep's (as ``app.sweep.run_sweep`` and ``app.store.SweepStore``).
 
     Attributes:
-        exact: one of ``EXACT_KINDS``. cache: L2 policy of the event simulator (None: the
-            setup's). L_sim: pass limit of the exact polish.
+        timer: the exact scorer, a ``score.timer.Timer`` made once at the command line's edge
+            (``score.timer.timer_for``; None: the event simulator of the setup, the default).
+        cache: L2 policy of the event simulator (None: the setup's). L_sim: pass limit of the
+            exact polish.
         cut_strategy: a name of ``search.strategies.CUT_STRATEGY_REGISTRY`` or a cut strategy.
         cheap: a name of ``search.strategies.CHEAP_ESTIMATORS`` or a cheap estimator.
         alloc_strategy: a name of ``search.strategies.ALLOC_STRATEGIES`` or an allocation
@@ -76,7 +75,7 @@ class SearchOptions:
             sweep's manifest or records, setting those aside (``SweepStore(repair=True)``).
     """
 
-    exact: str = "event"
+    timer: Timer | None = None
     cache: str | None = None
     L_sim: int = 2
     cut_strategy: object = "proposal"
@@ -115,26 +114,39 @@ def _trim_heap() -> None:
 
 
 class RecordingTimer:
-    """The search job's event timer (a ``score.timer.Timer``): ``PointScorer.event``'s timing of
-    a configuration of one deployment, whose per-category times and L2 hit rate the scorer keeps
-    for the record (a record never re-runs the simulation that scored it); Ctrl-C is honoured
-    around each simulation.
+    """An observer of the search job's event timer (a ``score.timer.Timer``): it times a
+    configuration of one deployment with ``PointScorer.simulate``, which keeps the run's
+    per-category times and L2 hit rate for the record (a record never re-runs the simulation
+    that scored it) and honours Ctrl-C around each simulation. Its capabilities are the
+    observed timer's.
 
     Args:
-        scorer: the ``PointScorer``. dep: the deployment whose graphs are timed.
+        scorer: the ``PointScorer`` (its ``timer`` is the observed event timer). dep: the
+            deployment whose graphs are timed.
     """
 
-    name = "event"
-
     def __init__(self, scorer: "PointScorer", dep: Deployment) -> None:
-        self.scorer, self.dep, self.hw = scorer, dep, scorer.hw
+        self.scorer, self.dep, self.observed = scorer, dep, scorer.timer
+        self.name, self.hw = self.observed.name, scorer.hw
+        self.contention, self.reference = self.observed.contention, self.observed.reference
+        self.batched = self.observed.batched
+
+    def describe(self) -> str:
+        return self.observed.describe()
 
     def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
         r = self.scorer.simulate(self.dep, cfg)
         return Timing(float(r.makespan), dict(r.category_time), r)
 
+    def time_allocs(self, graph, cfg: Config, allocs) -> "np.ndarray":
+        import numpy as np
+        import dataclasses
+
+        return np.array([self.time(graph, dataclasses.replace(
+            cfg, alloc=tuple(int(x) for x in a))).makespan_us for a in np.atleast_2d(allocs)])
+
     def head_us(self, kernels) -> float:
-        return self.scorer.event.head_us(kernels)
+        return self.observed.head_us(kernels)
 
 
 class PointScorer:
@@ -142,14 +154,15 @@ class PointScorer:
 
     Args:
         arch: model. setup: the GPU, a ``model.setup.GpuSetup`` (``Calibration.bind(hw)`` for a
-        calibrated search) or a ``Hardware`` (uncalibrated). exact: one of ``EXACT_KINDS`` (the
-        timer of ``score.timer.timer_for``). cache: L2 policy of the event simulator (None: the
-        setup's). L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
+        calibrated search) or a ``Hardware`` (uncalibrated). timer: the exact scorer, a
+        ``score.timer.Timer`` of the same GPU (``score.timer.timer_for``; None: the event
+        simulator of ``setup``). cache: L2 policy of the event simulator (None: the setup's).
+        L_sim: pass limit of the exact polish (Algorithm 2 with the exact scorer).
         cut_strategy: a name of ``search.strategies.CUT_STRATEGY_REGISTRY`` or a cut strategy
             (``search.strategies.CutStrategy``).
         cheap: a name of ``search.strategies.CHEAP_ESTIMATORS`` or a cheap estimator (``auto``:
-            the contention-aware ``vcontention`` estimator when ``exact="event"``, else
-            ``static``).
+            the contention-aware ``vcontention`` estimator when the timer models contention,
+            else ``static``).
         alloc_strategy: a name of ``search.strategies.ALLOC_STRATEGIES`` or an allocation
             strategy (``search.strategies.AllocationStrategy``).
 
@@ -163,27 +176,31 @@ class PointScorer:
         scorers: ``{"cheap": ..., "exact": ...}``, the names of the scorers in use.
 
     Raises:
-        ValueError: unknown ``exact``, ``cheap``, strategy or cache policy.
+        ValueError: a timer of another GPU or not a ``Timer``, an unknown ``cheap`` or strategy
+            name, an unknown cache policy.
     """
 
-    def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, exact: str = "event",
+    def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, timer: Timer | None = None,
                  cache: str | None = None, L_sim: int = 2, cut_strategy="proposal",
                  cheap: str = "auto", alloc_strategy="pairwise") -> None:
         self.cut = by_name(CUT_STRATEGY_REGISTRY, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
         self.alloc = by_name(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
-        if exact not in EXACT_KINDS:
-            raise ValueError(f"exact must be one of {', '.join(EXACT_KINDS)}, got {exact!r}")
-        self.cheap = by_name(CHEAP_ESTIMATORS, cheap, "cheap").resolve(exact)
-        self.cheap_kind = self.cheap.name
         if not isinstance(setup, GpuSetup):
             setup = GpuSetup.uncalibrated(setup)
         self.setup, self.hw, self.calibration = setup, setup.hw, setup.calibration
         # the event simulator (records, verdicts, the contention-aware cheap estimator's model)
-        # and the exact scorer's timer, made once from the setup
+        # and the exact scorer's timer (made once at the command line's edge)
         self.event = EventTimer.of(setup, cache)
-        self.timer = timer_for(setup, exact, cache)
-        self.arch, self.exact_kind, self.L_sim = arch, exact, L_sim
+        self.timer = self.event if timer is None else timer
+        if not isinstance(self.timer, Timer):
+            raise ValueError(f"timer must be a score.timer.Timer (timer_for), got {timer!r}")
+        if self.timer.hw != self.hw:
+            raise ValueError(f"timer: made for {self.timer.hw.name}, the search runs on "
+                             f"{self.hw.name} (make it from the same setup)")
+        self.cheap = by_name(CHEAP_ESTIMATORS, cheap, "cheap").resolve(self.timer)
+        self.cheap_kind = self.cheap.name
+        self.arch, self.L_sim = arch, L_sim
         self.cache, self.model = self.event.cache, self.event.model
         self._problems: dict = {}
         self._temporal: dict = {}
@@ -193,7 +210,7 @@ class PointScorer:
     @property
     def scorers(self) -> dict:
         """``{"cheap": name, "exact": name}`` of the scorers in use."""
-        return {"cheap": self.cheap_kind, "exact": self.exact_kind}
+        return {"cheap": self.cheap_kind, "exact": self.timer.name}
 
     def problem(self, dep: Deployment, streams_per_stage: int = 1):
         """The ``search.Problem`` of a deployment with k streams per stage (cached), made by the
@@ -207,7 +224,7 @@ class PointScorer:
                 self.calibration.check_workload(self.arch, dep, self.hw)
             wl = Workload.from_model(self.arch, dep)
             self._problems[key] = self.cheap.problem(wl, self.hw, dm, self.model, self.cache,
-                                                     streams_per_stage)
+                                                     streams_per_stage, self.timer)
         return self._problems[key]
 
     def release(self, dep: Deployment) -> None:
@@ -269,14 +286,12 @@ class PointScorer:
 
     def exact(self, dep: Deployment, streams_per_stage: int = 1) -> TimerExact:
         """Exact scorer Config -> makespan µs for this deployment (k streams per stage): a
-        ``search.problem.TimerExact`` over ``RecordingTimer`` (the event simulator, each
-        simulation kept for the records) or over the static estimator (``EvaluatorExact``)."""
+        ``search.problem.TimerExact`` over the timer, observed by ``RecordingTimer`` when it is
+        the event simulator (each simulation kept for the records); a batched timer scores a
+        pass's moves in one call (``TimerExact.many``)."""
         p = self.problem(dep, streams_per_stage)
-        if self.exact_kind == "static":
-            if isinstance(p, ContentionProblem):  # the exact static scorer stays static
-                p = Problem(p.workload, p.hw, p.model, streams_per_stage=p.streams_per_stage)
-            return EvaluatorExact(p)
-        return TimerExact(p, RecordingTimer(self, dep))
+        return TimerExact(p, RecordingTimer(self, dep) if self.timer is self.event
+                          else self.timer)
 
     def temporal_makespan(self, dep: Deployment) -> float:
         """Temporal baseline (µs) of a deployment under the exact scorer (cached)."""
@@ -342,11 +357,11 @@ class PointScorer:
                **throughput_record(makespan, d.tokens_per_gpu),
                "temporal_makespan_us": t_temp, "speedup_vs_temporal": t_temp / makespan,
                "region_makespan_us": region_us, "rest_of_step_us": makespan - region_us,
-               "exact": self.exact_kind, **gen}
+               "exact": self.timer.name, **gen}
         if self.arch.kv_dtype != "bf16":
             rec["kv_dtype"] = self.arch.kv_dtype
         rec.update(extra)
-        if self.exact_kind == "event":
+        if self.timer is self.event:
             if (ds, cfg) not in self._sim_summary:
                 self.simulate(ds, cfg)
             cats, hit = self._sim_summary[(ds, cfg)]
@@ -427,7 +442,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     if min_tokens_per_user is not None:
         summary["min_tokens_per_user"] = float(min_tokens_per_user)
         summary["records_meeting_it"] = len(recs)
-    if scorer is not None and scorer.exact_kind == "event" and sub and write:
+    if scorer is not None and scorer.timer.contention and sub and write:
         from subgpu_jax.app.modes import batch_verdicts
         top: dict = {}
         for r in sub:   # the best SubGPU record of each (batch, attention TP, DP), as best_by_batch
@@ -441,6 +456,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                                                        scorer.problem(dep).workload.graph(1))))
         summary["verdicts"] = batch_verdicts(entries, scorer.arch, scorer.hw, scorer.model,
                                              scorer.cache, scorer.calibration is not None)
+    if scorer is not None and not scorer.timer.reference and write:
+        summary["reference_check"] = reference_check(scorer, recs)
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
         summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name}
@@ -448,7 +465,7 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         return summary
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
-    if best is not None and scorer is not None and scorer.exact_kind == "event":
+    if best is not None and scorer is not None and scorer.timer.contention:
         dep = search_step(Deployment.from_record(best))  # the step the search scored
         p = scorer.problem(dep)
         g1 = p.workload.graph(1)
@@ -465,6 +482,41 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                                   if len(p.workload.arch.region_runs()) > 1 else ""))
     write_search_figures(folder, recs, title, best_run)
     return summary
+
+
+def reference_check(scorer: PointScorer, records: Sequence[dict]) -> dict:
+    """The event simulator's check of a search made with another timer (``scorer.timer`` not
+    the reference): the best record of each (global batch, attention TP, DP), SubGPU and
+    temporal, re-scored by the event simulator (its region makespan, at the step the search
+    scored), beside the timer's.
+
+    Returns:
+        ``{"timer", "reference", "rows": [{"global_batch", "attn_tp", "attn_dp", "mode",
+        "region_us", "reference_region_us", "error"}], "median_abs_error",
+        "max_abs_error"}`` with error = timer / event simulator - 1 (None when no row).
+    """
+    import statistics
+
+    best: dict = {}
+    for r in records:
+        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]), r["mode"])
+        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
+            best[k] = r
+    rows = []
+    for k in sorted(best):
+        r = best[k]
+        dep = search_step(Deployment.from_record(r))
+        p = scorer.problem(dep)
+        cfg = Config.from_record(r, p.workload.graph(1))
+        ref = scorer.event.time(p.workload.graph(int(r["microbatches"])), cfg).makespan_us
+        rows.append({"global_batch": k[0], "attn_tp": k[1], "attn_dp": k[2], "mode": k[3],
+                     "region_us": float(r["region_makespan_us"]),
+                     "reference_region_us": float(ref),
+                     "error": float(r["region_makespan_us"]) / float(ref) - 1.0})
+    errs = [abs(x["error"]) for x in rows]
+    return {"timer": scorer.timer.describe(), "reference": scorer.event.describe(),
+            "rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None}
 
 
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
@@ -500,16 +552,17 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """
     o = SearchOptions() if options is None else options
-    exact, budget = o.exact, o.budget
+    budget = o.budget
     say = log or (lambda line: None)
-    scorer = PointScorer(arch, hw, exact, o.cache, o.L_sim, cut_strategy=o.cut_strategy,
+    scorer = PointScorer(arch, hw, o.timer, o.cache, o.L_sim, cut_strategy=o.cut_strategy,
                          cheap=o.cheap, alloc_strategy=o.alloc_strategy)
+    timer = scorer.timer
     hw = scorer.hw
     distributed = cluster is not None and cluster.num_processes > 1
     # the uncalibrated model version (it times every kernel a calibration lacks) defines the
     # sweep: a folder made with another version is refused, never reused under this one's name
     meta = {"duration_model": uncalibrated_model_id(hw), **meta}
-    if exact == "event":  # the contention model's co-run fit is part of what defines the sweep
+    if timer.contention:  # the contention model's co-run fit is part of what defines the sweep
         meta = {"latency_load_gain": scorer.model.latency_gain, **meta}
     store = None
     if not distributed or cluster.is_main:
@@ -549,10 +602,10 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         stats["read_only"] = store.read_only
         kind = "calibrated" if (meta or {}).get("calibration") else "uncalibrated"
         title = (f"{arch.name} on {points[0].deploy.num_gpus}x {hw.name}: predicted "
-                 f"({kind} model, {exact} scorer)") if points else arch.name
+                 f"({kind} model, {timer.name} scorer)") if points else arch.name
         cal_file = ((meta or {}).get("about") or {}).get("calibration")  # its path (cli.py)
         note = prediction_note(hw.name, cal_file or (meta or {}).get("calibration"), arch.name,
-                               exact, model_id=uncalibrated_model_id(hw))
+                               timer, model_id=uncalibrated_model_id(hw))
         summary = write_outputs(store.records, folder, title, scorer,
                                 min_tokens_per_user=o.min_tokens_per_user,
                                 write=not store.read_only, prediction=note)

@@ -12,6 +12,7 @@ import shlex
 from subgpu_jax.app.options import record_config_options, resolve_cache, serving_args
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
+from subgpu_jax.score.timer import DEFAULT_TIMER
 
 __all__ = ["print_search_summary", "print_next_steps", "search_reproduce_command",
            "search_grid_args", "path_arg"]
@@ -31,7 +32,7 @@ def _fmt_gain(r: dict, key: str, unit: str, fmt: str) -> str:
             f"({ns['rel_distance']:.1%} away)")
 
 
-def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> None:
+def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
     """A search summary as text, configuration-level speedups first: the best SubGPU
     configuration per (parallelism, batch) against the temporal baseline at the same batch, the
     frontiers, the matched gains where both frontiers have points nearby
@@ -94,13 +95,19 @@ def print_search_summary(summ: dict, hardware: str, exact: str = "event") -> Non
                   f"is {gap:.0%} or more away; add batches (--batches) to fill the gaps)")
         if not rs:
             print("  (the frontiers do not overlap: no matched comparison)")
-    if exact != "event":
+    chk = summ.get("reference_check")
+    if chk and chk.get("rows"):
+        print(f"\nchecked by the event simulator (the reference): the {chk['timer']}'s region "
+              f"makespans of the {len(chk['rows'])} best records per batch differ by a median "
+              f"{chk['median_abs_error']:.2%}, at most {chk['max_abs_error']:.2%} "
+              "(summary.json: reference_check)")
+    if timer is not None and not timer.contention:
         print("\nno verdict per batch: the three modes (multistream, SubGPU without link time) "
-              "need the event simulator (--exact event)")
+              "need a contention model (--exact event or vcontention)")
     elif not summ.get("verdicts"):
         print("\nno verdict per batch: no SubGPU record to judge (none met the filters)")
     print_verdicts(summ.get("verdicts"), hardware)
-    note = summ.get("prediction") or prediction_note(hardware, None, None, exact)
+    note = summ.get("prediction") or prediction_note(hardware, None, None, timer)
     print(f"\nEvery number above is a model prediction. {note['text']}")
 
 
@@ -173,8 +180,8 @@ def search_reproduce_command(a, best: dict) -> list[str]:
         cmd += ["--policy", o["policy"]]
     if o["streams_per_stage"] != 1:
         cmd += ["--streams-per-stage", str(o["streams_per_stage"])]
-    if a.exact == "static":
-        cmd += ["--simulator", "static"]
+    if a.exact != DEFAULT_TIMER:   # simulate with the search's own timer
+        cmd += ["--simulator", a.exact]
     elif a.cache is not None and a.cache != resolve_cache(None, a.calibration):
         cmd += ["--cache", a.cache]  # only when it differs from simulate's own default
     if a.calibration:
@@ -242,7 +249,7 @@ def search_grid_args(a) -> list[str]:
     if _csv(getattr(a, "streams_per_stage", "1")) != "1":
         args += ["--streams-per-stage", _csv(a.streams_per_stage)]
     for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
-                         ("exact", "event"), ("cache", None), ("l_sim", 2)):
+                         ("exact", DEFAULT_TIMER), ("cache", None), ("l_sim", 2)):
         if getattr(a, opt) != default:
             args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
     return args

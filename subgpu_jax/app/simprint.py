@@ -70,7 +70,7 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
     ch = res["sms_choice"]
     even = "|".join(str(x) for x in ch["even_split"])
     if ch["how"] == "search":
-        scorer = "event simulator" if a.simulator == "event" else "static evaluator"
+        scorer = res.get("prediction", {}).get("scorer", "event simulator")
         print(f"SM split  {'|'.join(str(x) for x in cfg.alloc)} from a quick search "
               f"(Algorithm 2 with the {scorer}, {ch['exact_calls']} evaluations, "
               f"{ch['seconds']:.1f} s); the even split {even} gives {ch['even_speedup']:.3f}x: "
@@ -82,8 +82,10 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
     for f in ("trace", "gantt", "utilization"):
         if getattr(a, f, None):
             print(f"wrote     {getattr(a, f)}")
-    for f in ("gantt", "utilization", "trace"):
+    for f in ("gantt", "utilization"):
         if getattr(a, f, None):
             print(f"          ({f}: {res['figures_show']})")
             break
+    if getattr(a, "trace", None) and res.get("trace_shows"):
+        print(f"          (trace: {res['trace_shows']})")
     print(res["prediction"]["text"])

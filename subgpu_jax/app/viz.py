@@ -83,9 +83,11 @@ def _segments(res) -> np.ndarray:
     return np.asarray(res.kernel_task)
 
 
-def trace_events(res, layer_offset: int = 0) -> list[dict]:
+def trace_events(res, layer_offset: int = 0, head=None) -> list[dict]:
     """Trace-event dicts (Chrome JSON format) of a ``SimResult``: one ``"X"`` event per kernel
-    instance on the track (tid) of its stage, plus thread-name metadata.
+    instance on the track (tid) of its stage, plus thread-name metadata. ``head``: the head
+    kernels' ``SimResult`` (``sim.eventsim.simulate_streams`` of ``ForwardPass.head`` on the
+    whole GPU), drawn after ``res`` on a track of its own (category ``head``).
 
     Event args: ``layer`` (the model's layer: ``layer_offset`` + region * layers_per_region +
     kernel.layer; ``layer_offset`` is the model's number of the run's first layer, e.g. 3 for
@@ -110,11 +112,21 @@ def trace_events(res, layer_offset: int = 0) -> list[dict]:
                    "args": {"layer": int(layer_offset) + l * P + int(k.layer), "region": l,
                             "microbatch": int(res.kernel_mb[i]), "segment": int(segs[i]),
                             "stage": int(res.kernel_stage[i]), "category": k.category}})
+    if head is not None:  # final norm, LM head, sampling, embedding: after the layers
+        tid, t0 = len(res.stage_sms), float(res.makespan)
+        ev.append({"ph": "M", "pid": 0, "tid": tid, "name": "thread_name",
+                   "args": {"name": f"head (whole GPU, {head.stage_sms[0]} SMs)"}})
+        for i in range(head.kernel_start.size):
+            k = head.kernels[int(head.kernel_index[i])]
+            ev.append({"ph": "X", "pid": 0, "tid": tid, "name": k.name, "cat": "head",
+                       "ts": t0 + float(head.kernel_start[i]),
+                       "dur": float(head.kernel_end[i] - head.kernel_start[i]),
+                       "args": {"category": "head", "kernel_category": k.category}})
     return ev
 
 
 def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
-                scope: str | None = None) -> Path:
+                scope: str | None = None, head=None) -> Path:
     """Write a Chrome/Perfetto trace-event JSON file (open it in ui.perfetto.dev).
 
     Args:
@@ -123,6 +135,8 @@ def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
         layer_offset: the model's number of the result's first layer (``trace_events``).
         scope: what the result covers of the step (``step.main_run_scope``'s text), stored
             as ``otherData.shows``.
+        head: the head kernels' ``SimResult``, drawn after ``res`` (``trace_events``);
+            ``otherData.makespan_us`` then covers both.
 
     Returns:
         The path written.
@@ -134,8 +148,9 @@ def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
 
     p = out_file(path, "trace path")
     atomic_write(str(p), json.dumps({
-        "traceEvents": trace_events(res, layer_offset), "displayTimeUnit": "ms",
-        "otherData": {"makespan_us": float(res.makespan), "hw": res.hw_name,
+        "traceEvents": trace_events(res, layer_offset, head), "displayTimeUnit": "ms",
+        "otherData": {"makespan_us": float(res.makespan)
+                      + (float(head.makespan) if head is not None else 0.0), "hw": res.hw_name,
                       "shows": scope or "the simulated schedule"}}))
     return p
 

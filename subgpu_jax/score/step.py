@@ -97,7 +97,7 @@ def time_step(fp: ForwardPass, cfg: Config, timer: Timer, record: bool = True) -
         for kname, v in cat.items():
             cats[kname] = cats.get(kname, 0.0) + float(v)
     res.head_us = timer.head_us(fp.head)
-    if cats or timer.name == "event":
+    if cats or timer.reference:
         cats["head"] = cats.get("head", 0.0) + res.head_us
     res.makespan_us += res.head_us
     res.category_time_us = cats
@@ -143,8 +143,9 @@ def time_generation(arch, deploy: Deployment, cfg: Config, microbatches: int,
     return out
 
 
-def main_run_scope(res: StepResult) -> dict:
-    """What a figure or trace of ``res.main`` (one run of the main region) shows of the step.
+def main_run_scope(res: StepResult, with_head: bool = False) -> dict:
+    """What a figure or trace of ``res.main`` (one run of the main region) shows of the step;
+    ``with_head``: the head kernels are drawn after the run (``--trace``).
 
     Returns:
         ``{"layer_offset": the model's number of the run's first layer, "first_layer",
@@ -163,11 +164,13 @@ def main_run_scope(res: StepResult) -> dict:
     lo, hi, t = spans[res.main_index]
     missing = [f"layers {a}-{b} ({u:,.0f} µs)" if a != b else f"layer {a} ({u:,.0f} µs)"
                for j, (a, b, u) in enumerate(spans) if j != res.main_index]
-    if res.head_us > 0:
+    if res.head_us > 0 and not with_head:
         missing.append(f"the head ({res.head_us:,.0f} µs: final norm, LM head, sampling, "
                        "embedding)")
     text = (f"layers {lo}-{hi} ({hi - lo + 1} layers, {t:,.0f} µs) of the "
             f"{res.makespan_us:,.0f} µs step")
+    if with_head and res.head_us > 0:
+        text += f", then the head ({res.head_us:,.0f} µs: final norm, LM head, sampling, embedding)"
     if missing:
         text += "; not drawn: " + ", ".join(missing)
     return {"layer_offset": lo, "first_layer": lo, "last_layer": hi, "run_us": t,

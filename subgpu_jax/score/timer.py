@@ -1,21 +1,32 @@
 """Timers: the one way to time a configuration of one region graph (docs/method.md §3).
 
-A ``Timer`` maps ``(graph, cfg)`` to a ``Timing`` (µs). Two exist:
+A ``Timer`` maps ``(graph, cfg)`` to a ``Timing`` (µs), and a batch of allocations of one
+configuration's structure to their makespans (``time_allocs``). Three exist, registered in
+``TIMERS`` (the command line's ``--exact`` and ``--simulator`` choices):
 
-* ``EventTimer``: the event simulator (``sim.eventsim.simulate``) with a contention model, an L2
-  policy and an SM mode (green contexts or multistream);
-* ``StaticTimer``: the max-plus evaluator on isolated kernel durations (the analytical model or
-  a calibrated one), no contention.
+* ``EventTimer`` (``event``): the event simulator (``sim.eventsim.simulate``) with a contention
+  model, an L2 policy and an SM mode (green contexts or multistream); the reference.
+* ``StaticTimer`` (``static``): the max-plus evaluator on isolated kernel durations (the
+  analytical model or a calibrated one), no contention.
+* ``ContentionTimer`` (``vcontention``): the vectorised contention scorer
+  (``score.vcontention``), batched: one JAX call times every allocation of a batch. It
+  reproduces the event simulator within ``ContentionTimer.TOLERANCE`` on the configurations the
+  search visits (tests/score/test_contention_timer.py); a search with it re-scores its winners
+  with the event simulator and reports the disagreement.
 
-Both also time the head kernels (``head_us``: final norm, LM head, sampling, embedding, on the
-whole GPU). ``score.step.time_step`` times a whole decode step with any timer; the search's
-exact scorer (``search.problem.TimerExact``) wraps one. ``timer_for(setup, kind, ...)`` is the
-only place where the command line's ``--simulator``/``--exact`` choice (``TIMER_KINDS``) becomes
-a timer.
+Each carries its capabilities as attributes, so callers never test its name: ``contention``
+(co-running kernels slow each other), ``reference`` (the event simulator itself: traces,
+per-category times, the verdict's model), ``batched`` (``time_allocs`` is one vectorised call,
+not a loop) and ``describe()`` (what it is, in words a user reads). All also time the head
+kernels (``head_us``: final norm, LM head, sampling, embedding, on the whole GPU).
+``score.step.time_step`` times a whole decode step with any timer; the search's exact scorer
+(``search.problem.TimerExact``) wraps one. ``timer_for(setup, name, ...)`` makes one from its
+registry name, once, at the command line's edge.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
@@ -23,17 +34,17 @@ import numpy as np
 
 from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.setup import DurationModel, GpuSetup
 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
+from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.sim.eventsim import check_sm_mode, simulate, simulate_streams
+from subgpu_jax.sim.eventsim import check_config, check_sm_mode, simulate, simulate_streams
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.config import Config
 
-__all__ = ["Timing", "Timer", "EventTimer", "StaticTimer", "TIMER_KINDS", "timer_for"]
-
-#: Names of the timers on the command line (``--simulator``, ``--exact``), in ``timer_for``.
-TIMER_KINDS: tuple[str, ...] = ("event", "static")
+__all__ = ["Timing", "Timer", "EventTimer", "StaticTimer", "ContentionTimer", "TIMERS",
+           "TIMER_KINDS", "DEFAULT_TIMER", "timer_for"]
 
 
 @dataclass(frozen=True)
@@ -56,12 +67,22 @@ class Timer(Protocol):
     """Times configurations of region graphs on one GPU.
 
     Attributes:
-        name: ``"event"`` or ``"static"`` (one of ``TIMER_KINDS``; written into records).
+        name: its key in ``TIMERS`` (written into records as ``exact``).
         hw: the GPU.
+        contention: True when co-running kernels slow each other in its model.
+        reference: True for the event simulator itself (traces, per-category times, verdicts).
+        batched: True when ``time_allocs`` is one vectorised call (else a loop of ``time``).
     """
 
     name: str
     hw: Hardware
+    contention: bool
+    reference: bool
+    batched: bool
+
+    def describe(self) -> str:
+        """What the timer is, in a user's words (printed beside its predictions)."""
+        ...
 
     def time(self, graph: OpGraph, cfg: Config, record: bool = False,
              validate: bool = True) -> Timing:
@@ -70,9 +91,20 @@ class Timer(Protocol):
         configuration check a caller already made. Raises ValueError for an infeasible ``cfg``."""
         ...
 
+    def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        """Makespans (µs) float64 (B,) of ``cfg``'s structure under each row of ``allocs``
+        (int (B, D) SMs per stage; the caller checked them); ``cfg.alloc`` is ignored."""
+        ...
+
     def head_us(self, kernels: Sequence[Kernel]) -> float:
         """Time (µs) of ``kernels`` run one after the other on the whole GPU."""
         ...
+
+
+def _rows(cfg: Config, allocs: np.ndarray) -> list[Config]:
+    """``cfg`` with each row of ``allocs`` as its allocation."""
+    return [dataclasses.replace(cfg, alloc=tuple(int(x) for x in a))
+            for a in np.atleast_2d(np.asarray(allocs))]
 
 
 class EventTimer:
@@ -88,6 +120,8 @@ class EventTimer:
     """
 
     name = "event"
+    reference, batched = True, False
+    contention = True   # per instance: False with ContentionModel.off()
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  mode: str = "green") -> None:
@@ -95,6 +129,14 @@ class EventTimer:
             raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
         self.hw, self.cache, self.mode = hw, check_policy(cache), check_sm_mode(mode)
         self.model = model if model is not None else ContentionModel()
+        self.contention = not self.model.isolated
+
+    def describe(self) -> str:
+        return "event simulator" + ("" if self.contention else " without contention")
+
+    def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        return np.array([self.time(graph, c, validate=False).makespan_us
+                         for c in _rows(cfg, allocs)])
 
     @classmethod
     def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
@@ -130,14 +172,32 @@ class StaticTimer:
     """
 
     name = "static"
+    contention = reference = False
+    batched = True
 
     def __init__(self, hw: Hardware, duration_model: DurationModel | None = None) -> None:
         self.hw, self.duration_model = hw, duration_model
 
     @classmethod
-    def of(cls, setup: GpuSetup) -> "StaticTimer":
-        """The static timer of ``setup`` (its GPU and duration model)."""
+    def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
+           mode: str = "green") -> "StaticTimer":
+        """The static timer of ``setup`` (its GPU and duration model; ``cache`` and
+        ``contention`` do not apply to it).
+
+        Raises:
+            ValueError: a mode other than green (it has no shared-pool model)."""
+        if check_sm_mode(mode) != "green":
+            raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
         return cls(setup.hw, setup.duration_model)
+
+    def describe(self) -> str:
+        return "static max-plus evaluator"
+
+    def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        if cfg.D == 1:
+            return np.array([self.time(graph, c).makespan_us for c in _rows(cfg, allocs)])
+        ev = Evaluator.for_config(graph, cfg, self.hw, duration_model=self.duration_model)
+        return np.asarray(ev.makespan(np.atleast_2d(allocs)), dtype=float)
 
     def time(self, graph: OpGraph, cfg: Config, record: bool = False,
              validate: bool = True) -> Timing:
@@ -152,19 +212,117 @@ class StaticTimer:
                          for k in kernels))
 
 
-def timer_for(setup: GpuSetup, kind: str, cache: str | None = None, contention: bool = True,
-              mode: str = "green") -> Timer:
-    """The timer named ``kind`` (``TIMER_KINDS``) of ``setup``: ``EventTimer.of(setup, cache,
-    contention, mode)`` or ``StaticTimer.of(setup)``.
+class ContentionTimer:
+    """The vectorised contention scorer as a batched timer (``vcontention``): the event
+    simulator's rate model as a fixed-point iteration in JAX (``score.vcontention``), one call
+    per batch of allocations of one structure (graph, cut, stages, reuse, policy, streams).
+
+    Each structure's tables (``ContentionEstimator``) are built once and kept in a bounded
+    least-recently-used cache (``cache_mib``); a search shares them with its cheap estimator
+    (``estimator``). Temporal configurations (D = 1) and the head kernels are timed by the event
+    simulator (one kernel at a time on the whole GPU: nothing co-runs, and one call each).
+
+    Args:
+        hw: the GPU. model: the ``ContentionModel`` (default ``ContentionModel()``; a
+            calibration travels in it). cache: L2 policy of the hit replay
+            (``sim.l2cache.POLICIES``). duration_model: static durations of the estimators'
+            seeds (default ``StaticDurationModel(hw)``). cache_mib: bound of the tables kept.
 
     Raises:
-        ValueError: an unknown kind, or a mode other than green with the static timer (it has
-            no shared-pool model).
+        ValueError: an unknown cache policy, a model that is not a ``ContentionModel``, a mode
+            other than green (``of``).
     """
-    if kind not in TIMER_KINDS:
-        raise ValueError(f"simulator must be 'event' or 'static', got {kind!r}")
-    if kind == "event":
-        return EventTimer.of(setup, cache, contention, mode)
-    if check_sm_mode(mode) != "green":
-        raise ValueError(f"mode {mode!r} needs the event simulator")
-    return StaticTimer.of(setup)
+
+    name = "vcontention"
+    contention, reference, batched = True, False, True
+    #: Relative disagreement with the event simulator that the tests hold it to on the
+    #: configurations a search visits (tests/score/test_contention_timer.py: presets, modes,
+    #: link settings; measured median and maximum in docs/method.md §3).
+    TOLERANCE = 0.02
+
+    def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
+                 duration_model: DurationModel | None = None, cache_mib: int = 256) -> None:
+        self.event = EventTimer(hw, model, cache)
+        self.hw, self.model, self.cache = hw, self.event.model, self.event.cache
+        self.duration_model = duration_model
+        self.estimators = ByteLRU(int(cache_mib) * 2**20)
+
+    @classmethod
+    def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
+           mode: str = "green") -> "ContentionTimer":
+        """The batched timer of ``setup`` (its GPU, calibration, L2 policy unless ``cache``).
+
+        Raises:
+            ValueError: ``contention`` False or a mode other than green (use the event
+                simulator for those)."""
+        if check_sm_mode(mode) != "green":
+            raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
+        if not contention:
+            raise ValueError("the vcontention timer is the contention model; without "
+                             "contention use the event or static timer")
+        ev = EventTimer.of(setup, cache)
+        return cls(setup.hw, ev.model, ev.cache, setup.duration_model)
+
+    def describe(self) -> str:
+        return "vectorised contention scorer (batched JAX)"
+
+    def estimator(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, policy: str,
+                  streams_per_stage: int = 1, table: np.ndarray | None = None
+                  ) -> ContentionEstimator:
+        """The ``ContentionEstimator`` of one structure of ``graph`` (cached while ``graph``
+        lives; ``table``: its static durations (n, N+1) µs, default the duration model's)."""
+        key = (id(graph), tuple(int(s) for s in seg_of), int(D), int(w), policy,
+               int(streams_per_stage))
+        hit = self.estimators.get_or_make(key, lambda: (graph, self._make(
+            graph, key[1], int(D), int(w), policy, int(streams_per_stage), table)))
+        if hit[0] is not graph:  # an id reused by a new graph after the old one was freed
+            self.estimators.clear()
+            return self.estimator(graph, seg_of, D, w, policy, streams_per_stage, table)
+        return hit[1]
+
+    def _make(self, graph, seg_of, D, w, policy, k, table) -> ContentionEstimator:
+        if table is None:
+            dm = self.duration_model or StaticDurationModel(self.hw)
+            table = np.asarray(dm.table(graph))
+        return ContentionEstimator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
+                                   model=self.model, cache=self.cache, streams_per_stage=k)
+
+    def time(self, graph: OpGraph, cfg: Config, record: bool = False,
+             validate: bool = True) -> Timing:
+        if cfg.D == 1 or record:
+            return self.event.time(graph, cfg, record, validate)
+        if validate:
+            check_config(graph, cfg, self.hw)
+        return Timing(float(self.time_allocs(graph, cfg, np.asarray([cfg.alloc]))[0]))
+
+    def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        if cfg.D == 1:
+            return self.event.time_allocs(graph, cfg, allocs)
+        est = self.estimator(graph, cfg.seg_of, cfg.D, cfg.w, cfg.policy, cfg.streams_per_stage)
+        return np.asarray(est.makespan(np.atleast_2d(allocs), feasible_only=False), dtype=float)
+
+    def head_us(self, kernels: Sequence[Kernel]) -> float:
+        return self.event.head_us(kernels)
+
+
+#: The timers by name: ``subgpu search --exact`` and ``subgpu simulate --simulator`` take their
+#: choices from here; ``timer_for`` makes them.
+TIMERS: dict[str, type] = {t.name: t for t in (EventTimer, StaticTimer, ContentionTimer)}
+#: The registry's names (kept for callers that list them).
+TIMER_KINDS: tuple[str, ...] = tuple(TIMERS)
+#: The default of ``--exact`` and ``--simulator``: the event simulator, the reference.
+DEFAULT_TIMER: str = EventTimer.name
+
+
+def timer_for(setup: GpuSetup, name: str, cache: str | None = None, contention: bool = True,
+              mode: str = "green") -> Timer:
+    """The timer registered as ``name`` in ``TIMERS``, made for ``setup``
+    (``TIMERS[name].of(setup, cache, contention, mode)``).
+
+    Raises:
+        ValueError: an unknown name (one line listing the timers), or a mode/contention setting
+            the timer cannot model (multistream and no-contention need the event simulator).
+    """
+    if name not in TIMERS:
+        raise ValueError(f"simulator must be one of {', '.join(TIMERS)}, got {name!r}")
+    return TIMERS[name].of(setup, cache, contention, mode)

@@ -9,6 +9,7 @@ required argument and never fall back to the estimator."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Callable, Sequence
 
@@ -109,11 +110,17 @@ class Problem:
 
     def exact_batch(self, exact: Callable[[Config], float], seg_of: Sequence[int], D: int, w: int,
                     m: int, policy: str = "wavefront") -> Callable[[np.ndarray], np.ndarray]:
-        """Wrap ``exact`` into an objective over allocation batches (B, D) -> (B,) µs, one
+        """Wrap ``exact`` into an objective over allocation batches (B, D) -> (B,) µs: one call
+        of ``exact.many`` for the whole batch where the scorer has it (``MemoScorer`` over a
+        batched ``TimerExact``: one vectorised call for the rows not yet scored), else one
         scorer call per row (memoise ``exact`` with ``MemoScorer``)."""
+        many = getattr(exact, "many", None)
+
         def f(allocs: np.ndarray) -> np.ndarray:
-            return np.array([float(exact(self.config(seg_of, D, w, a, m, policy)))
-                             for a in np.atleast_2d(allocs)])
+            cfgs = [self.config(seg_of, D, w, a, m, policy) for a in np.atleast_2d(allocs)]
+            if many is not None:
+                return np.asarray(many(cfgs), dtype=float)
+            return np.array([float(exact(c)) for c in cfgs])
         return f
 
     def temporal(self) -> float:
@@ -142,17 +149,30 @@ class MemoScorer:
         self.seconds = 0.0
 
     def __call__(self, cfg: Config) -> float:
-        self.requests += 1
-        if cfg not in self.cache:
+        return self.many([cfg])[0]
+
+    def many(self, cfgs: Sequence[Config]) -> list[float]:
+        """Makespans (µs) of ``cfgs``; the ones not yet scored go to ``fn.many`` in one call
+        where ``fn`` has it (a batched ``TimerExact``), else to ``fn`` one by one. Each
+        distinct configuration counts as one call.
+
+        Raises:
+            ValueError: a makespan that is not finite and > 0."""
+        self.requests += len(cfgs)
+        todo = list(dict.fromkeys(c for c in cfgs if c not in self.cache))
+        if todo:
             t0 = time.perf_counter()
-            v = float(self.fn(cfg))
+            fm = getattr(self.fn, "many", None)
+            vals = fm(todo) if fm is not None and len(todo) > 1 else [self.fn(c) for c in todo]
             self.seconds += time.perf_counter() - t0
-            if not np.isfinite(v) or v <= 0:
-                raise ValueError(f"exact scorer returned {v!r} for {cfg}; makespans must be "
-                                 "finite and > 0 µs")
-            self.cache[cfg] = v
-            self.calls += 1
-        return self.cache[cfg]
+            for c, v in zip(todo, vals):
+                v = float(v)
+                if not np.isfinite(v) or v <= 0:
+                    raise ValueError(f"exact scorer returned {v!r} for {c}; makespans must be "
+                                     "finite and > 0 µs")
+                self.cache[c] = v
+            self.calls += len(todo)
+        return [self.cache[c] for c in cfgs]
 
 
 class TimerExact:
@@ -177,6 +197,28 @@ class TimerExact:
         cfg.check(g.n, g.edges, pb.hw, pb.workload.batch)
         return self.timer.time(g, cfg, record=False, validate=False).makespan_us
 
+    def many(self, cfgs: Sequence[Config]) -> list[float]:
+        """Makespans (µs) of ``cfgs``: configurations of one structure (cut, stages, reuse,
+        microbatch, policy, streams) go to the timer's ``time_allocs`` together (one
+        vectorised call for a batched timer), each checked first.
+
+        Raises:
+            ValueError: an infeasible configuration (as ``Config.check``)."""
+        pb = self.problem
+        groups: dict = {}
+        for i, c in enumerate(cfgs):
+            groups.setdefault(dataclasses.replace(c, alloc=()), []).append(i)
+        out = [0.0] * len(cfgs)
+        for idx in groups.values():
+            c0 = cfgs[idx[0]]
+            g = pb.workload.graph(pb.workload.m_of(c0))
+            for i in idx:
+                cfgs[i].check(g.n, g.edges, pb.hw, pb.workload.batch)
+            vals = self.timer.time_allocs(g, c0, np.array([cfgs[i].alloc for i in idx]))
+            for i, v in zip(idx, np.asarray(vals, dtype=float).tolist()):
+                out[i] = v
+        return out
+
 
 class EstimatorTimer:
     """The problem's cheap estimator as a ``score.timer.Timer``: the vectorised evaluator's hard
@@ -189,9 +231,21 @@ class EstimatorTimer:
     """
 
     name = "static"
+    reference, batched = False, True
 
     def __init__(self, problem: Problem) -> None:
         self.problem, self.hw = problem, problem.hw
+        # a ContentionProblem's estimators model contention (its cheap estimator's own model)
+        self.contention = isinstance(problem, ContentionProblem)
+
+    def describe(self) -> str:
+        return ("the search's contention-aware cheap estimator" if self.contention
+                else "the search's static cheap estimator")
+
+    def time_allocs(self, graph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        pb = self.problem
+        ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, pb.workload.m_of(cfg), cfg.policy)
+        return np.asarray(ev.makespan(np.atleast_2d(allocs)), dtype=float)
 
     def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
         pb = self.problem
@@ -263,19 +317,28 @@ class ContentionProblem(Problem):
     Args:
         workload, hw, duration_model, streams_per_stage, evaluator_cache_mib: as ``Problem``.
         model: the event simulator's ``ContentionModel``; cache: its L2 policy.
+        source: a ``score.timer.ContentionTimer`` with the same model and policy whose
+            estimators this problem uses (None: its own).
     """
 
     def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
                  cache: str = "lru", streams_per_stage: int = 1,
-                 evaluator_cache_mib: int | None = None) -> None:
+                 evaluator_cache_mib: int | None = None, source=None) -> None:
         super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage,
                          evaluator_cache_mib=evaluator_cache_mib)
         self.contention_model, self.cache = model, cache
+        self.source = source
 
     def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
                        table: np.ndarray) -> ContentionEstimator:
         """The contention-aware cheap estimator of one structure (``Problem.evaluator`` caches
-        it), with this problem's ``ContentionModel`` and L2 policy."""
+        it), with this problem's ``ContentionModel`` and L2 policy; taken from ``source`` (a
+        ``score.timer.ContentionTimer`` of the same model and policy, the search's batched
+        exact scorer) when given, so the cheap ranking and the exact polish share its
+        tables."""
+        if self.source is not None:
+            return self.source.estimator(graph, seg_of, D, w, policy, self.streams_per_stage,
+                                         table)
         return ContentionEstimator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
                                    model=self.contention_model, cache=self.cache,
                                    streams_per_stage=self.streams_per_stage)

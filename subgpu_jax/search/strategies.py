@@ -210,13 +210,14 @@ class CheapEstimator(Protocol):
 
     name: str
 
-    def resolve(self, exact: str) -> "CheapEstimator":
-        """The concrete estimator for exact scorer ``exact`` (``score.timer.TIMER_KINDS``)."""
+    def resolve(self, timer) -> "CheapEstimator":
+        """The concrete estimator beside the exact scorer ``timer`` (a ``score.timer.Timer``)."""
         ...
 
     def problem(self, workload, hw, duration_model, model, cache: str,
-                streams_per_stage: int) -> Problem:
-        """The ``Problem`` of one workload whose evaluators are this estimator."""
+                streams_per_stage: int, timer=None) -> Problem:
+        """The ``Problem`` of one workload whose evaluators are this estimator (``timer``: the
+        search's exact scorer, whose tables it may share)."""
         ...
 
 
@@ -226,12 +227,13 @@ class StaticCheap:
 
     name: str = "static"
 
-    def resolve(self, exact: str) -> "StaticCheap":
-        """Itself (``exact`` is unused)."""
+    def resolve(self, timer) -> "StaticCheap":
+        """Itself (``timer`` is unused)."""
         return self
 
-    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage):
-        """A static ``Problem`` (``model`` and ``cache`` are unused)."""
+    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
+                timer=None):
+        """A static ``Problem`` (``model``, ``cache`` and ``timer`` are unused)."""
         from subgpu_jax.search.problem import Problem
 
         return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage)
@@ -244,15 +246,22 @@ class ContentionCheap:
 
     name: str = "vcontention"
 
-    def resolve(self, exact: str) -> "ContentionCheap":
-        """Itself (``exact`` is unused)."""
+    def resolve(self, timer) -> "ContentionCheap":
+        """Itself (``timer`` is unused)."""
         return self
 
-    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage):
-        """A ``ContentionProblem`` (arguments as ``CheapEstimator.problem``)."""
+    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
+                timer=None):
+        """A ``ContentionProblem`` (arguments as ``CheapEstimator.problem``); it shares the
+        tables of ``timer`` when that is the batched contention timer of the same model and
+        L2 policy (the exact polish then rebuilds nothing)."""
+        from subgpu_jax.score.timer import ContentionTimer
         from subgpu_jax.search.problem import ContentionProblem
 
-        return ContentionProblem(workload, hw, duration_model, model, cache, streams_per_stage)
+        share = (isinstance(timer, ContentionTimer) and timer.model == model
+                 and timer.cache == cache)
+        return ContentionProblem(workload, hw, duration_model, model, cache, streams_per_stage,
+                                 source=timer if share else None)
 
 
 @dataclass(frozen=True)
@@ -262,11 +271,12 @@ class AutoCheap:
 
     name: str = "auto"
 
-    def resolve(self, exact: str) -> CheapEstimator:
-        """``ContentionCheap`` for ``exact == "event"``, else ``StaticCheap``."""
-        return ContentionCheap() if exact == "event" else StaticCheap()
+    def resolve(self, timer) -> CheapEstimator:
+        """``ContentionCheap`` beside a timer that models contention, else ``StaticCheap``."""
+        return ContentionCheap() if timer.contention else StaticCheap()
 
-    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage):
+    def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
+                timer=None):
         """Refused: resolve the estimator first (``resolve``)."""
         raise ValueError("cheap: 'auto' chooses by the exact scorer; resolve it first")
 

@@ -105,8 +105,13 @@ def test_calibrated_note_quotes_the_wins_and_fidelity_files(tmp_path):
     assert n["model_measured"] is True
     assert [e["file"] for e in n["errors"]] == ["experiments/results/hw_fidelity_h200.json",
                                                 "experiments/results/hw_wins_h200.json"]
-    static = provenance.prediction_note("H200", "cal.json", "x", exact="static")
-    assert static["errors"] == [] and "none for the static evaluator" in static["text"]
+    from subgpu_jax.score.timer import ContentionTimer, StaticTimer
+
+    h200 = get_hardware("H200")
+    static = provenance.prediction_note("H200", "cal.json", "x", StaticTimer(h200))
+    assert static["errors"] == [] and "none for the static max-plus evaluator" in static["text"]
+    vc = provenance.prediction_note("H200", None, "x", ContentionTimer(h200))
+    assert vc["errors"] == [] and "vectorised contention scorer" in vc["text"]
 
 
 def test_unmeasured_gpu_says_no_error_figure_exists(tmp_path):
@@ -280,8 +285,20 @@ def test_figures_of_a_two_kind_model_say_what_they_draw(tmp_path, capsys):
     assert sum(r["makespan_us"] for r in runs) + res["config"]["step"]["head_us"] == \
         pytest.approx(step)
     trace = json.loads(tr.read_text())
-    layers = {e["args"]["layer"] for e in trace["traceEvents"] if e["ph"] == "X"}
-    assert layers == set(range(2, 10)) and trace["otherData"]["shows"] == shows
+    ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    layers = {e["args"]["layer"] for e in ev if e["cat"] != "head"}
+    assert layers == set(range(2, 10)) and trace["otherData"]["shows"] == res["trace_shows"]
+    # issue 41: the head ends the trace (final norm, LM head, sampling, embedding), its time
+    # the step's head_us, after the main run: run + head = the trace's end
+    head = [e for e in ev if e["cat"] == "head"]
+    assert [e["name"] for e in head] == ["final_norm", "lm_head", "sample", "embed"]
+    main_us = max(e["ts"] + e["dur"] for e in ev if e["cat"] != "head")
+    assert any(r["makespan_us"] == pytest.approx(main_us, rel=1e-9) for r in runs)
+    assert min(e["ts"] for e in head) == pytest.approx(main_us, rel=1e-9)
+    end = max(e["ts"] + e["dur"] for e in ev)
+    assert end == pytest.approx(main_us + res["config"]["step"]["head_us"], rel=1e-9)
+    assert (f"then the head ({res['config']['step']['head_us']:,.0f} µs: final norm, LM head, "
+            "sampling, embedding); not drawn: layers 0-1") in res["trace_shows"]
 
 
 def test_gantt_best_never_called_best_for_a_loss(tmp_path, capsys, monkeypatch):
@@ -415,5 +432,3 @@ def test_prediction_note_takes_a_hardware_spec_and_refuses_nonsense():
     for bad in ("", "H200:analytic-v9", "X1"):
         with pytest.raises(ValueError, match="hardware must be one of"):
             provenance.prediction_note(bad)
-    with pytest.raises(ValueError, match="exact must be"):
-        provenance.prediction_note("H200", exact="bogus")

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.app import searchjob as sj
 from subgpu_jax.app.sweep import GridPoint
 from subgpu_jax.model.graph import Deployment
@@ -45,7 +46,7 @@ def test_two_process_search_equals_single_process(tmp_path, child_pythonpath):
     assert "evaluated 2 grid points" in outs[0][0]
     # oracle: the same two grid points scored here, one after the other
     dep = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8, global_batch=256)
-    sc = sj.PointScorer(get_model("gpt-oss-20b"), get_hardware("H200"), exact="static")
+    sc = sj.PointScorer(get_model("gpt-oss-20b"), get_hardware("H200"), timer=StaticTimer(get_hardware("H200")))
     recs = [dict(r, grid_key=pt.key)  # the store tags every record with its grid point
             for pt in (GridPoint(dep, 1, 1, "wavefront"), GridPoint(dep, 2, 2, "wavefront"))
             for r in sc(pt)]

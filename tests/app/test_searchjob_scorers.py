@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 
+from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.app import searchjob as sj
 from subgpu_jax.app.sweep import GridPoint
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
@@ -32,8 +33,8 @@ def _cut(n: int, D: int) -> tuple[int, ...]:
 
 def test_cheap_estimator_follows_the_exact_scorer():
     """auto: vcontention under the event simulator, static under the static exact scorer."""
-    ev = sj.PointScorer(ARCH, H200, exact="event")
-    st = sj.PointScorer(ARCH, H200, exact="static")
+    ev = sj.PointScorer(ARCH, H200)
+    st = sj.PointScorer(ARCH, H200, timer=StaticTimer(H200))
     assert ev.scorers == {"cheap": "vcontention", "exact": "event"}
     assert st.scorers == {"cheap": "static", "exact": "static"}
     g = ev.problem(DEP).workload.graph(2)
@@ -58,7 +59,7 @@ def test_cheap_estimator_follows_the_exact_scorer():
 def test_contention_estimator_off_is_the_evaluator_and_validates():
     """With contention off the contention-aware estimator equals the max-plus evaluator
     exactly (docs/method.md §3); infeasible rows are rejected on the host."""
-    pb = sj.PointScorer(ARCH, H200, exact="static").problem(DEP)
+    pb = sj.PointScorer(ARCH, H200, timer=StaticTimer(H200)).problem(DEP)
     g = pb.workload.graph(2)
     seg = _cut(g.n, 3)
     e = ContentionEstimator(g, seg, 3, 0, H200, model=ContentionModel.off())
@@ -72,7 +73,7 @@ def test_contention_estimator_off_is_the_evaluator_and_validates():
 
 
 def test_strategy_objects_and_errors():
-    sc = sj.PointScorer(ARCH, H200, exact="static", alloc_strategy="relax",
+    sc = sj.PointScorer(ARCH, H200, timer=StaticTimer(H200), alloc_strategy="relax",
                         cut_strategy="screen")
     assert sc.alloc is ALLOC_STRATEGIES["relax"]
     assert sc.cut is CUT_STRATEGY_REGISTRY["screen"] and sc.cut_strategy == "screen"
@@ -92,7 +93,7 @@ def test_grid_point_through_search_job_records_scorers(tmp_path):
     contention-aware cheap estimator: the SubGPU record used the cheap estimator, its speedup
     is the temporal makespan over its own, and summary.json names the scorers and
     strategies."""
-    sc = sj.PointScorer(ARCH, H200, exact="static", cheap="vcontention",
+    sc = sj.PointScorer(ARCH, H200, timer=StaticTimer(H200), cheap="vcontention",
                         alloc_strategy=RelaxAllocation(restarts=2, steps=20))
     pts = [GridPoint(DEP, 1, 1, "wavefront"), GridPoint(DEP, 2, 2, "wavefront")]
     recs = [r for p in pts for r in sc(p)]
@@ -113,7 +114,7 @@ def test_records_carry_the_input_length(tmp_path):
     a calibration measured at input_len 2,048 was refused on the rebuilt 32,768 before."""
     import dataclasses
     dep = dataclasses.replace(DEP, input_len=2048, kv_history=2048)
-    sc = sj.PointScorer(ARCH, H200, exact="static", cheap="vcontention",
+    sc = sj.PointScorer(ARCH, H200, timer=StaticTimer(H200), cheap="vcontention",
                         alloc_strategy=RelaxAllocation(restarts=2, steps=20))
     recs = [r for p in (GridPoint(dep, 1, 1, "wavefront"), GridPoint(dep, 2, 2, "wavefront"))
             for r in sc(p)]

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.score.step import time_step
 from subgpu_jax.score.timer import EventTimer, StaticTimer
 from subgpu_jax.space.mapcut import map_cut
@@ -102,7 +103,7 @@ def test_search_records_time_the_whole_step():
     arch = get_model("llama-3.1-8b")
     dep = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=1, global_batch=64,
                      kv_history=1024)
-    sc = PointScorer(arch, H200, exact="static")
+    sc = PointScorer(arch, H200, timer=StaticTimer(H200))
     rec = sc(GridPoint(dep, 1, 1))[0]
     fp = build_forward(arch, dep, 1)
     assert rec["rest_of_step_us"] == pytest.approx(_head_static(fp, H200), rel=1e-12)
@@ -116,6 +117,6 @@ def test_search_records_time_the_whole_step():
     fd = build_forward(ds, dd, 1)
     cfg = temporal_config(fd.main.n, H200, 64)
     dense = fd.runs[0][0]
-    assert PointScorer(ds, H200, exact="static").rest_of_step(dd, cfg) == pytest.approx(
+    assert PointScorer(ds, H200, timer=StaticTimer(H200)).rest_of_step(dd, cfg) == pytest.approx(
         temporal_makespan(dataclasses.replace(dense, num_regions=3), H200)
         + _head_static(fd, H200), rel=1e-9)

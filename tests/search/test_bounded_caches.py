@@ -20,6 +20,7 @@ import pytest
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.lru import ByteLRU, nbytes_of
+from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.programs import ProgramCache, release_compiled, to_device
 from subgpu_jax.search.problem import ContentionProblem, Problem
@@ -151,7 +152,7 @@ def test_search_releases_compiled_programs_every_n_points(tmp_path, monkeypatch)
         monkeypatch.setattr(searchjob, "release_compiled",
                             lambda: calls.append(folder.name) or release_compiled())
         searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
-            exact="static", cheap="vcontention", progress=False))
+            timer=StaticTimer(hw), cheap="vcontention", progress=False))
         return [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
 
     forgotten = []
@@ -208,7 +209,7 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
             searchjob.PointScorer.forget_point = lambda self, pt: None
         try:
             searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
-                exact="static", cheap="vcontention", progress=False))
+                timer=StaticTimer(hw), cheap="vcontention", progress=False))
         finally:
             searchjob.PointScorer.__call__ = orig
             searchjob.PointScorer.forget_point = forget

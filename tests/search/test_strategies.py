@@ -55,14 +55,19 @@ def test_default_options_are_the_faithful_algorithm():
     assert Algorithm1Options(cut="screen").cut == ScreenCut()
     assert ScreenCut().fallback == LocalSearchCut(starts=3, top=8)
     s = SearchOptions()
-    assert (s.exact, s.cache, s.L_sim, s.cut_strategy, s.cheap, s.alloc_strategy) == (
-        "event", None, 2, "proposal", "auto", "pairwise")
+    assert (s.timer, s.cache, s.L_sim, s.cut_strategy, s.cheap, s.alloc_strategy) == (
+        None, None, 2, "proposal", "auto", "pairwise")   # timer None: the event simulator
 
 
 def test_cheap_estimators_resolve_by_the_exact_scorer():
-    assert CHEAP_ESTIMATORS["auto"].resolve("event") == ContentionCheap()
-    assert CHEAP_ESTIMATORS["auto"].resolve("static") == StaticCheap()
-    assert CHEAP_ESTIMATORS["static"].resolve("event") == StaticCheap()
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.score.timer import ContentionTimer, EventTimer, StaticTimer
+
+    hw = get_hardware("H200")
+    assert CHEAP_ESTIMATORS["auto"].resolve(EventTimer(hw)) == ContentionCheap()
+    assert CHEAP_ESTIMATORS["auto"].resolve(ContentionTimer(hw)) == ContentionCheap()
+    assert CHEAP_ESTIMATORS["auto"].resolve(StaticTimer(hw)) == StaticCheap()
+    assert CHEAP_ESTIMATORS["static"].resolve(EventTimer(hw)) == StaticCheap()
     with pytest.raises(ValueError, match="resolve"):
         CHEAP_ESTIMATORS["auto"].problem(None, None, None, None, "lru", 1)
 
