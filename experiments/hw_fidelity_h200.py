@@ -462,7 +462,7 @@ def classes_phase(args) -> int:
     measured one (median over the workloads' kernels), added to hw_fidelity_h200.json."""
     import numpy as np
 
-    from subgpu_jax.model.calibration import kernel_key
+    from subgpu_jax.model.calibration import kernel_key, stored_key
     from subgpu_jax.model.graph import StaticDurationModel
     from subgpu_jax.model.hardware import get_hardware
 
@@ -472,7 +472,7 @@ def classes_phase(args) -> int:
     ratios: dict = {}
     for w, f in fits.items():
         wl = sim_workload(w)
-        tab = {e["key"]: e["times_us"] for e in f["kernels"]}
+        tab = {stored_key(e["key"]): e["times_us"] for e in f["kernels"]}
         for m in (1, 2, 4):
             if wl.batch % m:
                 continue
@@ -609,12 +609,12 @@ def analytic_samples(folder: str, names) -> list:
     """``(kernel, pool_sms, measured_us)`` of every distinct op (by ``kernel_key``) of the fit
     data's isolated tables, over the workloads ``names`` and m = 1, 2, 4: the data
     ``kernelcost.fit_analytic`` fits on (never the validation runs)."""
-    from subgpu_jax.model.calibration import kernel_key
+    from subgpu_jax.model.calibration import kernel_key, stored_key
 
     out, seen = [], set()
     for w, f in load_fitdata(folder, names).items():
         wl = sim_workload(w)
-        tab = {e["key"]: e["times_us"] for e in f["kernels"]}
+        tab = {stored_key(e["key"]): e["times_us"] for e in f["kernels"]}
         for m in sorted(int(x) for x in (f.get("activity_counts") or {"1": 0})):
             if wl.batch % m:
                 continue

@@ -335,11 +335,11 @@ def analyze_phase(args) -> int:
             hw = cal.bind(wl.hw).hw
             g = wl.graph(int(c["microbatches"]))
             byk = {}
-            from subgpu_jax.model.calibration import kernel_key
+            from subgpu_jax.model.calibration import kernel_key, stored_key
             from subgpu_jax.sim.probe import probe_kernels
             for k in list(g.kernels) + [probe_kernels()[0]]:
                 byk.setdefault(kernel_key(k), k)
-            ka, kb = byk[c["a"]["key"]], byk[c["b"]["key"]]
+            ka, kb = byk[stored_key(c["a"]["key"])], byk[stored_key(c["b"]["key"])]
             pa, pb = c["pools"]
             na, nb = c["a"]["launches"], c["b"]["launches"] * c["b_replays"]
             ra = simulate_streams([(pa, [ka] * na)], hw, model, record=False)

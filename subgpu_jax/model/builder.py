@@ -11,6 +11,7 @@ import math
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.hardware import DTYPE_BYTES
 from subgpu_jax.model.kernel import Kernel, gemm_ctas, stream_ctas
+from subgpu_jax.model.kvsplit import SPLIT_SMS, num_kv_splits
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load, dispatch_bytes
 
@@ -112,7 +113,9 @@ class RegionBuilder:
         if arch.qk_norm:
             self.params += 2 * hd
         kv_read = Rm * L_kv * kvh * hd * 2 * kvb
-        splits = max(1, math.ceil(L_kv / 1024))  # flash-decoding KV splits (assumption)
+        # split-KV as the runtime's kernels split it (model.kvsplit): (request, KV head)
+        # programs, each history cut in up to 64 splits of >= 128 positions to fill the SMs
+        splits = num_kv_splits(max(1, Rm * kvh), max(1, math.ceil(L_kv)), SPLIT_SMS)
         sinks = ((pre + "sinks", qh * 4.0),) if arch.attention_sinks else ()
         self.params += qh if arch.attention_sinks else 0  # this GPU's 1/t share of the sinks
         i_attn = self.add(name=pre + "attn", op="attn",
@@ -186,7 +189,7 @@ class RegionBuilder:
                           act_writes=((pre + "q", Rm * qh * (c + r) * ab),),
                           kv_bytes=kv_new, ctas=stream_ctas(Rm * qh * (c + r) * ab * 2))
         kv_read = Rm * L_kv * (c + r) * kvb
-        splits = max(1, math.ceil(L_kv / 1024))
+        splits = num_kv_splits(max(1, Rm * max(1, qh // 64)), max(1, math.ceil(L_kv)), SPLIT_SMS)
         i_attn = self.add(name=pre + "attn", op="attn",
                           category="attn_sliding" if sliding else "attn_full", layer=j,
                           flops=2.0 * Rm * qh * L_kv * (2 * c + r), dtype=a.kv_dtype, tensor=True,

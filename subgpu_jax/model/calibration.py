@@ -55,7 +55,7 @@ from subgpu_jax.model.graph import Deployment, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.setup import GpuSetup
 
-__all__ = ["measured_weights_dtype", "FORMAT", "Calibration", "CalibratedDurationModel", "kernel_key", "load_calibration",
+__all__ = ["measured_weights_dtype", "FORMAT", "Calibration", "CalibratedDurationModel", "kernel_key", "stored_key", "load_calibration",
            "DEPLOY_FIELDS", "CalibrationExtrapolationWarning", "BW_NOISE"]
 
 
@@ -77,10 +77,19 @@ def kernel_key(k: Kernel) -> str:
     """Analytical signature of a kernel: ``op|category|FLOPs|hbm bytes|comm bytes|ctas``.
 
     Two kernels with the same key run the same PyTorch op on the same shapes (L0.rmsnorm and
-    L1.rmsnorm of GPT-OSS share one), so one measurement serves both.
+    L1.rmsnorm of GPT-OSS share one), so one measurement serves both. Decode attention's CTA
+    field is ``split``: the runtime's split-KV kernels choose their grid from the pool at
+    launch (``model.kvsplit``), so the shapes alone name the kernel (and files written before
+    the model took the runtime's split rule keep matching, ``stored_key``).
     """
-    return (f"{k.op}|{k.category}|{k.flops:.9g}|{k.hbm_bytes:.9g}|{k.comm_bytes:.9g}|"
-            f"{int(k.ctas)}")
+    ctas = "split" if k.op == "attn" else str(int(k.ctas))
+    return f"{k.op}|{k.category}|{k.flops:.9g}|{k.hbm_bytes:.9g}|{k.comm_bytes:.9g}|{ctas}"
+
+
+def stored_key(key: str) -> str:
+    """A calibration file's kernel key as :func:`kernel_key` writes it now (attention's CTA
+    count, written by older files, becomes ``split``)."""
+    return key.rsplit("|", 1)[0] + "|split" if key.startswith("attn|") else key
 
 
 def _num(v: Any, what: str, positive: bool = True) -> float:
@@ -174,6 +183,7 @@ class Calibration:
             key = _need(e, "key", f"kernels[{i}]")
             if not isinstance(key, str) or key.count("|") != 5:
                 raise ValueError(f"calibration: kernels[{i}].key {key!r} is not a kernel key")
+            key = stored_key(key)
             if key in tables:
                 raise ValueError(f"calibration: kernels[{i}].key {key!r} is duplicated")
             times = _need(e, "times_us", f"kernels[{i}]")
