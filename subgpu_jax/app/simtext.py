@@ -41,7 +41,8 @@ def serving_json(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
                                  deploy.expert_load_factor(arch.top_k, m))
         e = deploy.moe_ep
         copies = (arch.top_k * (e - 1) / e if deploy.dispatch == "per-expert"
-                  else remote_ranks_per_token(arch.num_experts, arch.top_k, e))
+                  else remote_ranks_per_token(arch.num_experts, arch.top_k, e, arch.n_group,
+                                              arch.topk_group))
         out["moe"] = {"dispatch": deploy.dispatch, "remote_copies_per_token": copies,
                       "busiest_rank_assignments": load.assignments,
                       "busiest_rank_experts_hit": load.experts_hit,

@@ -289,7 +289,8 @@ class RegionBuilder:
                         act_writes=((pre + "topk", Tr * k * 8.0),),
                         ctas=max(1, math.ceil(Tr / 32)))
         send = Tr * k * H * ab
-        a2a = dispatch_bytes(Tr, H * ab, E, k, e, dep.dispatch)  # to other EP ranks, per GPU
+        a2a = dispatch_bytes(Tr, H * ab, E, k, e, dep.dispatch,  # to other EP ranks, per GPU
+                             arch.n_group, arch.topk_group)
         i_d = self.add(name=pre + "dispatch", op="dispatch", category="router_dispatch", layer=j,
                        flops=0.0, dtype=arch.weight_dtype, tensor=False,
                        act_reads=((pre + "hn", send), (pre + "topk", Tr * k * 8.0)),

@@ -41,7 +41,8 @@ def test_deepseek_quantisation_memory_and_dispatch(capsys):
     """Items 1, 4, 5: DeepSeek-V3 DP8 at G = 512 (R = 64), KV 4,096: weights 100,815,011,840 B
     (every linear layer FP8), KV 18,421,383,168 B, activations 34,013,696 B: 119.27 GB of a
     0.9 x 150.1 = 135.1 GB budget (150.1e9 B: what an H200 reports). Per-expert dispatch sends k(e-1)/e = 8*7/8 = 7 copies per token;
-    per-rank 7*(1 - prod_{i<8} (224-i)/(256-i)) = 4.6328."""
+    per-rank, with its group-limited routing (4 of 8 groups, one group per EP rank):
+    7*(1 - (1/2 + 1/2 prod_{i<8} (96-i)/(128-i))) = 3.1754 (routing.remote_ranks_per_token)."""
     r = _sim(DS, capsys)
     m = r["memory"]
     assert m["weights_GB"] == pytest.approx(100.81501184)
@@ -51,7 +52,7 @@ def test_deepseek_quantisation_memory_and_dispatch(capsys):
     assert r["moe"]["dispatch"] == "per-expert" and r["moe"]["remote_copies_per_token"] == 7.0
     assert r["workload"]["dispatch"] == "per-expert"
     r2 = _sim(DS + ["--dispatch", "per-rank"], capsys)
-    assert r2["moe"]["remote_copies_per_token"] == pytest.approx(4.6328, abs=1e-4)
+    assert r2["moe"]["remote_copies_per_token"] == pytest.approx(3.1754, abs=1e-4)
     assert r2["config"]["makespan_us"] < r["config"]["makespan_us"]  # fewer bytes to send
 
 

@@ -238,6 +238,27 @@ def test_per_rank_dispatch_by_hand():
         Deployment(dispatch="per-token")
 
 
+def test_group_limited_routing_by_hand():
+    """Issue 41: DeepSeek-V3 routes each token to k = 8 experts within its 4 best of 8 groups
+    (n_group 8, topk_group 4, 32 experts a group). On EP8 a rank holds one group: it is picked
+    with 4/8 and then misses all 8 experts (drawn from the 4 x 32 = 128 of the picked groups)
+    with prod_{i<8} (96-i)/(128-i) = 0.092747, so P(none) = 1/2 + 1/2 x 0.092747 = 0.546374 and
+    a token goes to 7 x 0.453626 = 3.1754 other ranks, not the 4.6328 of plain top-8 (46% more).
+    EP4 (two groups a rank): s of its 2 groups picked with C(2,s)C(6,4-s)/C(8,4) = 15/70, 40/70,
+    15/70 for s = 0, 1, 2; none with 1, prod (96-i)/(128-i) = 0.092747, prod (64-i)/(128-i) =
+    0.0030959: P(none) = (15 + 40 x 0.092747 + 15 x 0.0030959)/70 = 0.26795, 3 x 0.73205 = 2.1962.
+    The DP8 deployment's dispatch (Tr = 64 tokens of 7,168 bf16 B) sends 64 x 3.1754 x 14,336."""
+    assert remote_ranks_per_token(256, 8, 8, 8, 4) == pytest.approx(3.1754, abs=1e-4)
+    assert remote_ranks_per_token(256, 8, 4, 8, 4) == pytest.approx(2.1962, abs=1e-4)
+    assert remote_ranks_per_token(256, 8, 8, 8, 8) == pytest.approx(4.6328, abs=1e-4)  # = plain
+    a = _ds()
+    assert (a.n_group, a.topk_group) == (8, 4)
+    k = _kernels(a, dataclasses.replace(DS_DP8, dispatch="per-rank"))
+    assert k["L0.dispatch"].comm_bytes == pytest.approx(64 * 3.175385 * 7168 * 2, rel=1e-6)
+    with pytest.raises(ValueError, match="n_group"):
+        remote_ranks_per_token(256, 8, 8, 7, 4)
+
+
 @settings(max_examples=60, deadline=None)
 @given(E_log=st.integers(1, 8), k=st.integers(1, 8), e_log=st.integers(0, 8))
 def test_per_rank_never_sends_more_than_per_expert(E_log, k, e_log):
