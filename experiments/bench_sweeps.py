@@ -1,0 +1,153 @@
+"""The main job's search time, the path before this benchmark's changes beside today's, in one run
+(issue 42: massive sweeps at accelerator speed).
+
+Every variant runs the README's main job (``subgpu search`` on the built-in default workload,
+GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU pinning
+(``taskset`` to ``--cores`` cores when given), and reports the search's own seconds (the line
+``evaluated ... (S s)``), the process's wall and CPU seconds and the records:
+
+* ``before``: the lone-pool memo off (``score.poolwork.LONE_POOLS`` replaced by a store that
+  keeps nothing, as before it existed) and no persistent compile cache (``SUBGPU_JAX_CACHE=""``):
+  the path as it was;
+* ``memo_cold``: today's path, with an empty persistent compile cache folder (it fills it);
+* ``memo_warm``: today's path again, reading that folder (a user's second run);
+* ``vcontention_warm``: ``--exact vcontention`` (the batched contention timer) with the warm
+  cache, and its disagreement with the event simulator on the best records
+  (``summary.json``'s ``reference_check``).
+
+The records of ``before``, ``memo_cold`` and ``memo_warm`` must be identical (every field but
+timings): the memo and the compile cache change no number. Ratios are against ``before``.
+
+Usage: python experiments/bench_sweeps.py [--out JSON] [--cores N] [--variants V ...]
+Writes experiments/results/bench_sweeps_cpu.json by default (a table on stdout).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+#: The child's code: optionally disable the lone-pool memo, then run the CLI.
+CHILD = """
+import sys
+if sys.argv[1] == "nomemo":
+    import subgpu_jax.score.poolwork as pw
+    class _Keep(dict):  # a store that keeps nothing: every lookup misses, as before the memo
+        def __setitem__(self, k, v):
+            pass
+    pw.LONE_POOLS = _Keep()
+from subgpu_jax.app.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+VARIANTS = ("before", "memo_cold", "memo_warm", "vcontention_warm")
+#: Record fields that hold timings (they differ run to run).
+TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
+
+
+def run_variant(name: str, out: str, cache: str, cores: int | None) -> dict:
+    """One main job in a fresh process; returns its timings and where its records are."""
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               JAX_PLATFORMS="cpu")
+    env["SUBGPU_JAX_CACHE"] = "" if name == "before" else cache
+    args = ["search", "--out", out, "--no-progress"]
+    if name.startswith("vcontention"):
+        args += ["--exact", "vcontention"]
+    cmd = [sys.executable, "-c", CHILD, "nomemo" if name == "before" else "memo", *args]
+    if cores:
+        cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
+    t0, c0 = time.time(), os.times()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    c1 = os.times()
+    if p.returncode != 0:
+        raise RuntimeError(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
+    m = re.search(r"evaluated \d+ grid points.*\(([\d.]+) s\)", p.stdout)
+    row = {"variant": name, "search_s": float(m.group(1)) if m else None,
+           "wall_s": round(time.time() - t0, 2),
+           "cpu_s": round((c1.children_user - c0.children_user)
+                          + (c1.children_system - c0.children_system), 2)}
+    summ = json.load(open(os.path.join(out, "summary.json")))
+    if "reference_check" in summ:
+        rc = summ["reference_check"]
+        row["reference_check"] = {"median_abs_error": rc["median_abs_error"],
+                                  "max_abs_error": rc["max_abs_error"],
+                                  "rows": len(rc["rows"])}
+    best = summ.get("best_speedup_record") or {}
+    row["best_speedup"] = best.get("speedup_vs_temporal")
+    return row
+
+
+def records(folder: str) -> list[str]:
+    """The folder's records as sorted JSON strings, timing fields left out."""
+    out = []
+    with open(os.path.join(folder, "records.jsonl")) as fh:
+        for line in fh:
+            r = json.loads(line)
+            out.append(json.dumps({k: v for k, v in r.items() if k not in TIMING_FIELDS},
+                                  sort_keys=True))
+    return sorted(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_sweeps_cpu.json"))
+    ap.add_argument("--cores", type=int, default=None,
+                    help="pin every run to the first N cores (taskset); default: all")
+    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    a = ap.parse_args(argv)
+    if a.cores is not None and a.cores < 1:
+        ap.error(f"--cores must be >= 1, got {a.cores}")
+    tmp = tempfile.mkdtemp(prefix="bench_sweeps_")
+    cache = os.path.join(tmp, "jax_cache")
+    rows, folders = [], {}
+    try:
+        for v in a.variants:
+            folders[v] = os.path.join(tmp, v)
+            rows.append(run_variant(v, folders[v], cache, a.cores))
+            print(f"{v:18s} search {rows[-1]['search_s']} s, wall {rows[-1]['wall_s']} s",
+                  flush=True)
+        same = None
+        exact_runs = [v for v in ("before", "memo_cold", "memo_warm") if v in folders]
+        if len(exact_runs) > 1:
+            ref = records(folders[exact_runs[0]])
+            same = all(records(folders[v]) == ref for v in exact_runs[1:])
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    base = next((r for r in rows if r["variant"] == "before"), None)
+    for r in rows:
+        if base and r["search_s"] and base["search_s"]:
+            r["speedup_vs_before"] = round(base["search_s"] / r["search_s"], 2)
+    res = {"job": "subgpu search (the README's main job: gpt-oss-120b, 32x B200, 15 grid "
+                  "points)", "rows": rows, "records_identical_event_runs": same,
+           "env": {"cpu_count": os.cpu_count(), "cores_used": a.cores,
+                   "machine": platform.machine(), "python": platform.python_version()},
+           "date": time.strftime("%Y-%m-%d")}
+    print(f"\n{'variant':18s} {'search s':>9s} {'wall s':>7s} {'cpu s':>7s} {'x before':>9s}")
+    for r in rows:
+        print(f"{r['variant']:18s} {r['search_s']!s:>9s} {r['wall_s']:7.1f} {r['cpu_s']:7.1f} "
+              f"{r.get('speedup_vs_before', '-')!s:>9s}"
+              + (f"   vs event simulator: median {r['reference_check']['median_abs_error']:.1%}"
+                 f", max {r['reference_check']['max_abs_error']:.1%}"
+                 if "reference_check" in r else ""))
+    print(f"records identical across the event-simulator runs: {same}")
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    with open(a.out + ".tmp", "w") as fh:
+        json.dump(res, fh, indent=1)
+    os.replace(a.out + ".tmp", a.out)
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
