@@ -84,7 +84,7 @@ from typing import Any, Sequence
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.model.routing import busiest_rank_load
+from subgpu_jax.model.routing import busiest_rank_load, rank_count_variance
 
 from hw_runtime.gpu.collectives import VirtualCollectives
 from hw_runtime.gpu.decode_attn import resolve as resolve_attention
@@ -277,7 +277,8 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         # G*k/n assignments per GPU whatever e; its EP group routes G*e/(n*m) tokens
         # the busiest EP rank's assignments and distinct experts, as the graph charges them
         load = busiest_rank_load(E, k, e, dep.global_batch, dep.num_gpus, m,
-                                 dep.expert_load_factor(k, m))
+                                 dep.expert_load_factor(k, m, rank_count_variance(
+                                     E, k, e, arch.n_group, arch.topk_group)))
         A = max(1, int(round(load.assignments)))
         hit = load.experts_hit
         n_hit = int(min(El, max(1, round(hit))))

@@ -38,8 +38,13 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
     kind = wl.arch.model_type or wl.arch.family  # the config's model_type (mistral, not llama)
     print(f"          {kind}: {params_line(wl.arch)}{exp}; {d.topology_label()}")
     if wl.arch.is_moe and (d.routing != "uniform" or d.routing_imbalance != 1):
+        from subgpu_jax.model.routing import rank_count_variance
+
+        token_var = rank_count_variance(wl.arch.num_experts, wl.arch.top_k, d.moe_ep,
+                                        wl.arch.n_group, wl.arch.topk_group)
         print(f"          routing {d.routing}: busiest EP rank at "
-              f"{d.expert_load_factor(wl.arch.top_k, m):.3f}x the mean expert load (m={m})")
+              f"{d.expert_load_factor(wl.arch.top_k, m, token_var):.3f}x the mean expert load "
+              f"(m={m})")
     if d.kv_lengths:
         print(f"          per-request KV lengths: mean {res['workload']['kv_lengths']['mean']:.0f}"
               f", max {max(d.kv_lengths)}; busiest DP rank {d.kv_tokens():.0f} tokens/request")

@@ -7,7 +7,8 @@ from __future__ import annotations
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.memory import MemoryUse
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.model.routing import busiest_rank_load, remote_ranks_per_token
+from subgpu_jax.model.routing import (busiest_rank_load, rank_count_variance,
+                                      remote_ranks_per_token)
 
 __all__ = ["serving_lines", "serving_json"]
 
@@ -38,7 +39,9 @@ def serving_json(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
     if arch.is_moe:
         load = busiest_rank_load(arch.num_experts, arch.top_k, deploy.moe_ep,
                                  deploy.global_batch, deploy.num_gpus, m,
-                                 deploy.expert_load_factor(arch.top_k, m))
+                                 deploy.expert_load_factor(arch.top_k, m, rank_count_variance(
+                                     arch.num_experts, arch.top_k, deploy.moe_ep, arch.n_group,
+                                     arch.topk_group)))
         e = deploy.moe_ep
         copies = (arch.top_k * (e - 1) / e if deploy.dispatch == "per-expert"
                   else remote_ranks_per_token(arch.num_experts, arch.top_k, e, arch.n_group,

@@ -13,7 +13,7 @@ from subgpu_jax.model.hardware import DTYPE_BYTES
 from subgpu_jax.model.kernel import Kernel, gemm_ctas, stream_ctas
 from subgpu_jax.model.kvsplit import SPLIT_SMS, num_kv_splits
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.model.routing import busiest_rank_load, dispatch_bytes
+from subgpu_jax.model.routing import busiest_rank_load, dispatch_bytes, rank_count_variance
 
 __all__ = ["RegionBuilder"]
 
@@ -273,7 +273,8 @@ class RegionBuilder:
         F = arch.moe_intermediate
         Tr = Rm / t  # tokens this GPU routes per microbatch
         load = busiest_rank_load(E, k, e, dep.global_batch, dep.num_gpus, m,
-                                 dep.expert_load_factor(k, m))
+                                 dep.expert_load_factor(k, m, rank_count_variance(
+                                     E, k, e, arch.n_group, arch.topk_group)))
         A, hit = load.assignments, load.experts_hit  # the busiest EP rank's
         wr = H * E * wb + (E * wb if arch.mlp_bias else 0)
         self.params += H * E + (E if arch.mlp_bias else 0) + (E if arch.n_group else 0)

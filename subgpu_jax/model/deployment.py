@@ -257,18 +257,22 @@ class Deployment:
             L = np.minimum(L, w)
         return float(L.reshape(G // d, d).mean(axis=0).max())
 
-    def expert_load_factor(self, top_k: int, microbatches: int = 1) -> float:
+    def expert_load_factor(self, top_k: int, microbatches: int = 1,
+                           token_var: float | None = None) -> float:
         """Load of the busiest EP rank / the mean G*k/n (>= 1): ``routing_imbalance`` times, for
         ``routing="multinomial"``, (mu + sigma * c_e) / mu with N = G*k*e/(n*m) assignments of
-        a microbatch in an EP group, mu = N/e, sigma = sqrt(N (1/e)(1 - 1/e)) and c_e the
-        expected maximum of e standard normals (numerical integral); capped at e."""
+        a microbatch in an EP group (T = N/k tokens), mu = N/e, sigma = sqrt(T v) and c_e the
+        expected maximum of e standard normals (numerical integral); capped at e. v, the
+        variance of one token's experts on a rank, is k (1/e)(1 - 1/e) (multinomial), or
+        ``token_var`` (group-limited routing: ``routing.rank_count_variance``)."""
         f = float(self.routing_imbalance)
         e = int(self.moe_ep)
         if self.routing == "multinomial" and e > 1:
             from scipy.special import ndtr
 
             N = self.global_batch * top_k * e / (self.num_gpus * microbatches)
-            mu, sig = N / e, math.sqrt(N * (1 / e) * (1 - 1 / e))
+            v = top_k * (1 / e) * (1 - 1 / e) if token_var is None else float(token_var)
+            mu, sig = N / e, math.sqrt(N / top_k * v)
             x = np.linspace(-12.0, 12.0, 24001)
             pdf = np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
             c = float(np.trapezoid(x * e * pdf * ndtr(x) ** (e - 1), x))

@@ -259,6 +259,31 @@ def test_group_limited_routing_by_hand():
         remote_ranks_per_token(256, 8, 8, 7, 4)
 
 
+def test_group_limited_busiest_rank_by_hand():
+    """Issue 41: the busiest EP rank under group-limited routing. On EP8 (a group per rank) a
+    token puts X of its 8 experts on a rank: 0 unless the rank's group is picked (1/2), then X
+    hypergeometric, 8 draws from 128 with 32 the rank's: mean 2, variance 8 x 1/4 x 3/4 x
+    120/127 = 1.41732; E[X^2] = 1/2 (1.41732 + 4) = 2.70866, Var X = 2.70866 - 1 = 1.70866, about
+    twice the multinomial 8 x 1/8 x 7/8 = 0.875. DP8 at G = 64, m = 1: N = 64 x 8 x 8 / 8 = 512
+    assignments per EP group, mu = 64 per rank; sigma = sqrt(64 x 1.70866) = 10.4571 (was
+    sqrt(512 x 1/8 x 7/8) = 7.4833); with c_8 = 1.42360, the expected maximum of 8 standard
+    normals, the busiest rank carries (64 + 10.4571 x 1.42360) / 64 = 1.23261 x the mean (was
+    1.16646)."""
+    from subgpu_jax.model.routing import rank_count_variance
+
+    v = rank_count_variance(256, 8, 8, 8, 4)
+    assert v == pytest.approx(1.70866, abs=1e-5)
+    assert rank_count_variance(256, 8, 8) is None
+    d = dataclasses.replace(DS_DP8, global_batch=64, routing="multinomial")
+    assert d.expert_load_factor(8, 1, v) == pytest.approx(1.23261, rel=1e-4)
+    assert d.expert_load_factor(8, 1) == pytest.approx(1.16646, rel=1e-4)
+    a = _ds()
+    k = _kernels(a, d)
+    A = 64 * 8 / 8 * 1.23261  # G k / n assignments x the factor, on the busiest rank
+    assert k["L0.expert_up"].flops == pytest.approx(
+        2 * A * 2 * a.moe_intermediate * a.hidden, rel=1e-4)
+
+
 @settings(max_examples=60, deadline=None)
 @given(E_log=st.integers(1, 8), k=st.integers(1, 8), e_log=st.integers(0, 8))
 def test_per_rank_never_sends_more_than_per_expert(E_log, k, e_log):
