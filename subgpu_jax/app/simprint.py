@@ -87,10 +87,10 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
     for f in ("trace", "gantt", "utilization"):
         if getattr(a, f, None):
             print(f"wrote     {getattr(a, f)}")
-    for f in ("gantt", "utilization"):
-        if getattr(a, f, None):
-            print(f"          ({f}: {res['figures_show']})")
+    for f in ("gantt", "trace"):  # the main run and the head
+        if getattr(a, f, None) and res.get("trace_shows"):
+            print(f"          ({f}: {res['trace_shows']})")
             break
-    if getattr(a, "trace", None) and res.get("trace_shows"):
-        print(f"          (trace: {res['trace_shows']})")
+    if getattr(a, "utilization", None):
+        print(f"          (utilization: {res['figures_show']})")
     print(res["prediction"]["text"])

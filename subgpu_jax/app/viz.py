@@ -25,6 +25,9 @@ CATEGORY_COLORS: dict[str, str] = {
 }
 
 
+#: Colour of the head kernels (final norm, LM head, sampling, embedding) in the Gantt chart.
+HEAD_COLOR = "#bcbd22"
+
 #: Image formats the figure functions write, chosen by the file name's extension (the raster
 #: and vector formats of matplotlib's Agg canvas; jpg/jpeg through Pillow, a matplotlib
 #: dependency).
@@ -156,7 +159,7 @@ def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
 
 
 def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
-               t_max_us: float | None = None, scope: str | None = None) -> Path:
+               t_max_us: float | None = None, scope: str | None = None, head=None) -> Path:
     """Gantt chart of the stage timeline: one row per stage, one bar per kernel, coloured by
     category (``CATEGORY_COLORS``), the category legend above the chart.
 
@@ -167,6 +170,8 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
             this cuts it short, the x-axis label says which part is shown.
         scope: what the result covers of the decode step (``step.main_run_scope``'s text),
             written under the x-axis; default "the simulated schedule".
+        head: the head kernels' ``SimResult`` (as in ``trace_events``), drawn after ``res`` on
+            a row of its own.
 
     Returns:
         The path written.
@@ -178,15 +183,16 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
     p, fmt = check_image_path(path, "gantt path")
     import matplotlib.pyplot as plt
 
-    fig = gantt_figure(res, title, t_max_us, scope)
+    fig = gantt_figure(res, title, t_max_us, scope, head)
     save_figure(fig, p, dpi=120, fmt=fmt)
     plt.close(fig)
     return p
 
 
 def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
-                 scope: str | None = None):
-    """The matplotlib ``Figure`` of ``plot_gantt`` (not saved; the caller closes it).
+                 scope: str | None = None, head=None):
+    """The matplotlib ``Figure`` of ``plot_gantt`` (not saved; the caller closes it); ``head``
+    adds a last row, "head", its kernels after ``res``'s makespan (grey).
 
     Raises:
         ValueError: a ``t_max_us`` that is not > 0.
@@ -199,9 +205,10 @@ def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
     from matplotlib.patches import Patch
 
     D = len(res.stage_sms)
-    makespan = float(res.makespan)
+    rows = D + (head is not None)
+    makespan = float(res.makespan) + (float(head.makespan) if head is not None else 0.0)
     shown = makespan if t_max_us is None else min(float(t_max_us), makespan)
-    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.6 * D))
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.6 * rows))
     cats = [res.kernels[int(k)].category for k in res.kernel_index]
     for c in CATEGORIES:
         idx = [i for i, x in enumerate(cats) if x == c]
@@ -211,8 +218,14 @@ def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
             if bars:
                 ax.broken_barh(bars, (s - 0.4, 0.8), facecolors=CATEGORY_COLORS[c],
                                edgecolor="none")
-    ax.set_yticks(range(D))
-    ax.set_yticklabels([f"stage {s}\n{p} SMs" for s, p in enumerate(res.stage_sms)])
+    labels = [f"stage {s}\n{p} SMs" for s, p in enumerate(res.stage_sms)]
+    if head is not None:  # final norm, LM head, sampling, embedding: after the layers
+        t0 = float(res.makespan)
+        ax.broken_barh([(t0 + a, b - a) for a, b in zip(head.kernel_start, head.kernel_end)],
+                       (D - 0.4, 0.8), facecolors=HEAD_COLOR, edgecolor="none")
+        labels.append(f"head\n{head.stage_sms[0]} SMs")
+    ax.set_yticks(range(rows))
+    ax.set_yticklabels(labels)
     ax.invert_yaxis()
     what = scope or "the simulated schedule"
     if shown < makespan:
@@ -223,9 +236,12 @@ def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
     ax.set_xlim(0, max(shown, 1e-9))
     ax.set_title(title or f"{res.hw_name}: makespan {makespan:.1f} µs", pad=24)
     used = [c for c in CATEGORIES if c in set(cats)]
+    handles = [Patch(color=CATEGORY_COLORS[c], label=c) for c in used]
+    if head is not None:
+        handles.append(Patch(color=HEAD_COLOR, label="head"))
     # the legend sits between the title and the axes, so it can never cover the x-axis label
-    ax.legend(handles=[Patch(color=CATEGORY_COLORS[c], label=c) for c in used],
-              loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(used), fontsize=8,
+    ax.legend(handles=handles,
+              loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=len(handles), fontsize=8,
               frameon=False, borderaxespad=0.2)
     fig.tight_layout()
     return fig

@@ -1,0 +1,51 @@
+"""Issue 41 item 8: the whole step in the trace and the Gantt chart: the head kernels (final
+norm, LM head, sampling, embedding), which run once per step on the whole GPU after the layers,
+are drawn after the main run (before, the DeepSeek-V3 trace ended at 46,221 µs of a 47,818 µs
+step). A one-kind model's drawing is then the whole step: its end is the step's makespan.
+
+Oracles: the step's own numbers (``--json``: config makespan, head_us) against the trace's
+last event and the chart's x-axis and rows.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from subgpu_jax.app.cli import main
+
+SIM = ["simulate", "--model", "llama-3.1-8b", "--gpus", "1", "--batch", "64", "--kv-history",
+       "1024", "--json"]
+
+
+def test_trace_and_gantt_end_with_the_head(tmp_path, capsys, monkeypatch):
+    from subgpu_jax.app import viz
+
+    seen = {}
+    real = viz.gantt_figure
+
+    def spy(res, title=None, t_max_us=None, scope=None, head=None):
+        fig = real(res, title, t_max_us, scope, head)
+        ax = fig.axes[0]
+        seen["xmax"] = ax.get_xlim()[1]
+        seen["rows"] = [t.get_text() for t in ax.get_yticklabels()]
+        return fig
+
+    monkeypatch.setattr(viz, "gantt_figure", spy)
+    tr = tmp_path / "t.json"
+    rc = main(SIM + ["--trace", str(tr), "--gantt", str(tmp_path / "g.png")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    res = json.loads(out)
+    step, head_us = res["config"]["makespan_us"], res["config"]["step"]["head_us"]
+    assert head_us > 0
+    ev = [e for e in json.loads(tr.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert max(e["ts"] + e["dur"] for e in ev) == pytest.approx(step, rel=1e-9)
+    assert [e["name"] for e in ev if e["cat"] == "head"] == ["final_norm", "lm_head", "sample",
+                                                             "embed"]
+    assert seen["xmax"] == pytest.approx(step, rel=1e-9)
+    assert seen["rows"][-1] == "head\n148 SMs"
+    assert res["trace_shows"].endswith(f"of the {step:,.0f} µs step, then the head "
+                                       f"({head_us:,.0f} µs: final norm, LM head, sampling, "
+                                       "embedding)")
