@@ -171,7 +171,7 @@ INT_OPTIONS = {
     "num_processes": (1, "processes"), "process_id": (0, "processes"),
     "sms": (1, "sms"), "quantum": (1, "sms"), "min_pool": (1, "sms"), "top": (1, "grid_points"),
     "rounds": (1, "passes"), "replays": (1, "passes"), "warmup": (0, "passes"),
-    "reps": (1, "passes"),
+    "reps": (1, "passes"), "max_rounds": (1, "passes"), "refine_passes": (1, "passes"),
 }
 #: Comma-separated integer lists (attribute -> (lowest, key of ``checks.LIMITS``)).
 LIST_OPTIONS = {"batches": (1, "batch"), "microbatches": (1, "microbatches"),
@@ -179,7 +179,8 @@ LIST_OPTIONS = {"batches": (1, "batch"), "microbatches": (1, "microbatches"),
 #: Real-valued options (attribute -> (lowest, highest, lowest excluded)).
 FLOAT_OPTIONS = {"scaleout_gbps": (0.01, 1e5, False), "routing_imbalance": (1.0, 1e6, False),
                  "cluster_timeout": (0.0, 86400.0 * 7, True),
-                 "min_tokens_per_user": (0.0, 1e12, True)}
+                 "min_tokens_per_user": (0.0, 1e12, True),
+                 "budget_s": (0.0, 86400.0 * 30, True)}
 
 
 def check_bounds(a) -> None:

@@ -102,3 +102,16 @@ def test_ascii_parsers():
     for bad in ("５", "1_0", "x"):
         with pytest.raises(ValueError, match="digits 0-9"):
             ascii_float(bad)
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--max-rounds", "99999999999"],
+     "error: --max-rounds must be an integer in 1..10,000, got 99999999999"),
+    (["--refine-passes", "0"], "error: --refine-passes must be an integer in 1..10,000, got 0"),
+    (["--budget-s", "1e308"], "error: --budget-s must be <= 2592000.0, got 1e+308"),
+])
+def test_tune_bounds_before_the_gpu_check(args, line, capsys, tmp_path):
+    """``subgpu tune``'s own counts are bounded at the edge too (they reached the GPU check
+    before: on this GPU-less machine the answer was "cannot run configurations on a GPU")."""
+    rc, out, err = _run(["tune", "--out", str(tmp_path / "t")] + args, capsys)
+    assert rc == 2 and err.splitlines() == [line]
