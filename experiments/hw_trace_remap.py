@@ -40,7 +40,7 @@ def main() -> int:
     a = ap.parse_args()
     from hw_runtime.plan import build_launch_plan
     from hw_runtime.timeline import (category_residence, map_activities, sim_intervals,
-                                     stage_busy, write_trace)
+                                     stage_busy, trace_document)
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.eventsim import simulate
@@ -70,8 +70,9 @@ def main() -> int:
                    cache=setup.cache)
     simv = sim_intervals(sim)
     path = a.out + ".json"
-    write_trace(path, [("measured (GPU, one graph replay)", meas, g),
-                       ("simulated (event simulator)", simv, g)])
+    with open(path, "w") as fh:
+        json.dump(trace_document([("measured (GPU, one graph replay)", meas, g),
+                                  ("simulated (event simulator)", simv, g)]), fh)
     with open(path, "rb") as src, gzip.open(path + ".gz", "wb") as dst:
         dst.write(src.read())
     os.remove(path)

@@ -14,12 +14,11 @@ Units: µs.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from typing import Sequence
 
 __all__ = ["MappingError", "lanes_of_plan", "map_activities", "sim_intervals", "stage_busy",
-           "category_residence", "error_breakdown", "write_trace"]
+           "category_residence", "error_breakdown", "trace_document"]
 
 
 class MappingError(ValueError):
@@ -295,18 +294,17 @@ def error_breakdown(measured: dict, simulated: dict, isolated_measured_us: Seque
     return out
 
 
-def write_trace(path: str, processes: Sequence[tuple[str, Sequence[dict], object]]) -> None:
-    """Write a Chrome/Perfetto trace with one process per timeline.
+def trace_document(processes: Sequence[tuple[str, Sequence[dict], object]]) -> dict:
+    """A Chrome/Perfetto trace with one process per timeline (the workflow writes it: the core
+    writes no file).
 
     Args:
-        path: output JSON file.
         processes: ``(label, intervals, graph)``: intervals as ``map_activities`` returns them
             (``stage``, ``op``, ``start_us``, ``end_us``, ``region``, ``microbatch``,
             ``segment``); one track per stage, slices named by the op's kernel name.
 
-    Raises:
-        ValueError: ``path`` exists and is not a regular file (``store.atomic_write``).
-        OSError: the file cannot be written.
+    Returns:
+        ``{"traceEvents": [...], "displayTimeUnit": "ns"}`` (times in µs).
     """
     ev = []
     for pid, (label, intervals, graph) in enumerate(processes, start=1):
@@ -325,6 +323,4 @@ def write_trace(path: str, processes: Sequence[tuple[str, Sequence[dict], object
                        "args": {"kernel": k.name, "category": k.category, "layer": k.layer,
                                 "region": r.get("region"), "microbatch": r.get("microbatch"),
                                 "segment": r.get("segment"), "stage": r["stage"]}})
-    from subgpu_jax.app.options import atomic_write
-
-    atomic_write(path, json.dumps({"traceEvents": ev, "displayTimeUnit": "ns"}), "--trace")
+    return {"traceEvents": ev, "displayTimeUnit": "ns"}

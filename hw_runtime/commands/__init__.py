@@ -49,7 +49,7 @@ def cmd_run(a) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register ``run`` and ``calibrate`` on the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.app.options import add_workload_args
+    from subgpu_jax.app.args import add_workload_args
 
     r = sub.add_parser("run", help="execute a configuration on the local GPU (green contexts) "
                        "and compare with the simulator",

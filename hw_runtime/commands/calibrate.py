@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from hw_runtime.commands.common import ep_of, gpu_check
-from subgpu_jax.app.options import atomic_write
+from subgpu_jax.app.store import atomic_write
 from subgpu_jax.model.checks import out_file
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 
@@ -17,7 +17,7 @@ def cmd_calibrate(a) -> int:
     from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.options import checked_workload, given_tp_ep
+    from subgpu_jax.app.fit import checked_workload, given_tp_ep
     from hw_runtime.gpu.workload import hopper_arch
 
     # the output first: a folder, a FIFO, a device node, a link or a missing folder is refused

@@ -137,7 +137,7 @@ def prepare_run(a):
     """
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.model.graph import Deployment
-    from subgpu_jax.app.options import checked_workload, given_tp_ep
+    from subgpu_jax.app.fit import checked_workload, given_tp_ep
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.options import resolve_arch_ep
     from hw_runtime.gpu.workload import hopper_arch
@@ -280,7 +280,8 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
     return the timeline fields of ``run_report``: the main region's run only (its
     ``LaunchPlan`` and its simulated run), without the other region kinds and the head."""
     from hw_runtime.timeline import (MappingError, category_residence, error_breakdown,
-                                     map_activities, sim_intervals, stage_busy, write_trace)
+                                     map_activities, sim_intervals, stage_busy, trace_document)
+    from subgpu_jax.app.store import atomic_write
 
     k = int(getattr(a, "streams_per_stage", 1))
     prof = ex.profile(cfg, a.mode, streams_per_stage=k)
@@ -291,7 +292,7 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
         meas_iv = map_activities(plan, prof["activities"], counts, k)
     except MappingError as e:   # the measurement stands; the raw activities are kept
         path = a.trace + ".activities.json"
-        from subgpu_jax.app.options import atomic_write
+        from subgpu_jax.app.store import atomic_write
 
         atomic_write(path, json.dumps({"activities": prof["activities"],
                                        "op_activities": counts}), "--trace")
@@ -330,8 +331,9 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
         iso_model[d] += tmod if tm is None else tm
     if unknown:
         iso_meas = None  # JSON null: never NaN
-    write_trace(a.trace, [("measured (GPU, one graph replay)", meas_iv, g),
-                          ("simulated (event simulator)", sim_iv, g)])
+    atomic_write(a.trace, json.dumps(trace_document([
+        ("measured (GPU, one graph replay)", meas_iv, g),
+        ("simulated (event simulator)", sim_iv, g)])), "--trace")
     brk = error_breakdown({"makespan_us": M, "busy_us": [b["busy_us"] for b in bm]},
                           {"makespan_us": P, "busy_us": [b["busy_us"] for b in bs]},
                           iso_meas, iso_model) if iso_meas is not None else None
@@ -431,7 +433,7 @@ def label_run(a, res: dict, wl) -> None:
     """Add to a ``run_report`` result how it was obtained: ``collectives`` (how the measured
     runs executed them, ``provenance.collectives_label``) and ``prediction`` (which model
     predicted it and the measured errors that apply, ``provenance.prediction_note``)."""
-    from subgpu_jax.app.options import collectives_label, prediction_note
+    from subgpu_jax.app.provenance import collectives_label, prediction_note
 
     res["collectives"] = collectives_label(getattr(a, "collectives", DEFAULT_COLLECTIVES))
     res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name,

@@ -68,7 +68,7 @@ def run_top(a) -> int:
         del ex, hwl
     out_dir = a.out_dir or a.from_search
     os.makedirs(out_dir, exist_ok=True)
-    from subgpu_jax.app.options import atomic_write
+    from subgpu_jax.app.store import atomic_write
 
     atomic_write(os.path.join(out_dir, "measured_frontier.json"),
                  json.dumps(json_safe({"search": a.from_search, "top": a.top, "rows": rows}),
@@ -101,7 +101,7 @@ def plot_measured_frontier(rows: list[dict], path: str) -> None:
     ax.set_ylabel("per-user throughput (tokens/s/user)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from subgpu_jax.app.options import save_figure
+    from subgpu_jax.app.viz import save_figure
 
     save_figure(fig, path, dpi=110)
     plt.close(fig)

@@ -22,7 +22,7 @@ __all__ = ["add_tune_command", "spec_from_args"]
 
 def add_tune_command(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.app.options import add_workload_args
+    from subgpu_jax.app.args import add_workload_args
 
     t = sub.add_parser(
         "tune", help="search, measure the candidates on the local GPU, refit the model from "

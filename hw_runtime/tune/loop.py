@@ -182,8 +182,8 @@ class Tuner:
         """Round ``rnd``'s search with calibration ``cal``; the top K green candidates of every
         batch, best predicted first."""
         from hw_runtime.commands.records import search_records, top_records
-        from subgpu_jax.app.options import run_search, SearchOptions
-        from subgpu_jax.app.options import build_grid
+        from subgpu_jax.app.searchjob import run_search, SearchOptions
+        from subgpu_jax.app.sweep import build_grid
 
         s = self.spec
         from subgpu_jax.model.setup import GpuSetup
@@ -243,7 +243,7 @@ class Tuner:
         d, info = refit_calibration(self.base, traced, self.spec.batches, sorted(ms),
                                     self.elementwise)
         path = os.path.join(self.folder, f"{name}.json")
-        from subgpu_jax.app.options import atomic_write
+        from subgpu_jax.app.store import atomic_write
         atomic_write(path, json.dumps(d, indent=1))
         return Predictor(self.spec, Calibration.from_dict(d)), path, info
 

@@ -22,7 +22,9 @@ import json
 import os
 import statistics
 
-from subgpu_jax.app.options import atomic_write, record_config_options
+from subgpu_jax.app.options import record_config_options
+
+from subgpu_jax.app.store import atomic_write
 
 from hw_runtime.tune.spec import Candidate, TuneSpec
 

@@ -13,7 +13,7 @@ import json
 import os
 from typing import Any
 
-from subgpu_jax.app.options import atomic_write
+from subgpu_jax.app.store import atomic_write
 
 __all__ = ["TuneState", "STATE_FILE", "STATE_FORMAT"]
 

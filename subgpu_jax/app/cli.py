@@ -18,75 +18,22 @@ from typing import Sequence
 
 from subgpu_jax.model.checks import out_dir, out_file, pos_int
 from subgpu_jax.model.graph import Deployment
-from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.setup import GpuSetup
-from subgpu_jax.model.models import MODEL_TYPES, MODELS
+from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
+from subgpu_jax.app.args import add_workload_args
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.space.config import config_from_options, temporal_of
-from subgpu_jax.app.options import (OneLineParser, add_serving_args, check_bounds,
+from subgpu_jax.app.options import (OneLineParser, check_bounds,
                                     check_grid_size, choose_split,
                                     int_list as _int_list, kv_lengths_from, resolve_arch_ep,
                                     resolve_cache, resolve_context, resolve_parallelism,
                                     serving_options,
                                     str_list as _str_list)
 
-__all__ = ["main", "build_parser", "add_workload_args"]
-
-
-def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
-                      serving: bool = False, batch: bool = True) -> None:
-    """Add the workload options (model, GPU, deployment, batch, KV history) to ``p``.
-
-    Args:
-        p: a sub-command's parser. hardware: the ``--hardware`` default of this command (its
-            help text says it). serving: add the serving options too (``--output-len``,
-            ``--kv-dtype``, ``--gpu-memory-utilization``, ``--dispatch``: options.py).
-            batch: list ``--batch`` in the help (False for ``search``, which takes
-            ``--batches`` and refuses ``--batch`` naming it).
-    """
-    g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
-    g.add_argument("--model", "--config", dest="model", default="gpt-oss-120b",
-                   help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
-                        f"config.json (model_type {', '.join(MODEL_TYPES)}); --config FILE is "
-                        "the same. Default: gpt-oss-120b")
-    g.add_argument("--name", default=None,
-                   help="name of a model read from a config.json (what the output and the "
-                        "results call it). Default: the file's _name_or_path or name_or_path "
-                        "field, else the name of its folder")
-    g.add_argument("--hardware", default=hardware,
-                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}. A suffix "
-                        "picks the uncalibrated model version: H200:analytic-v3 times kernels as "
-                        "the runtime's fused kernels and pool-tuned GEMMs run them (the default), "
-                        "H200:analytic-v2 the previous version (docs/fidelity.md §6)")
-    g.add_argument("--gpus", type=int, default=32, help="GPUs serving the model, n = TP x DP. "
-                   "Default: 32")
-    g.add_argument("--tp", type=int, default=None,
-                   help="attention tensor parallelism t. Default: --gpus / --dp, or without "
-                        "--dp the largest t <= 8 dividing --gpus and the query heads (8 for the "
-                        "reference workload)")
-    g.add_argument("--dp", type=int, default=None,
-                   help="attention data parallelism d. Default: --gpus / --tp (4 for the "
-                        "reference workload)")
-    g.add_argument("--ep", type=int, default=None,
-                   help="MoE expert parallelism e. Default: --gpus for MoE models (the largest "
-                        "divisor of both --gpus and the expert count), 1 for dense models")
-    g.add_argument("--expert-dtype", default=None, choices=("bf16", "fp8", "mxfp4"),
-                   help="datatype of the expert weights. Default: the model's (MXFP4 for "
-                        "GPT-OSS); use bf16 to match what Hopper runs (`subgpu run`)")
-    g.add_argument("--batch", type=int, default=2048,
-                   help="global decode batch G (requests = tokens per step). Default: 2048"
-                   if batch else argparse.SUPPRESS)
-    g.add_argument("--input-len", type=int, default=None,
-                   help="prompt length (tokens). Default: --kv-history, or 32768")
-    g.add_argument("--kv-history", type=int, default=None,
-                   help="tokens in each request's KV cache at the decode step timed (>= "
-                        "--input-len). Default: --input-len (the first step after the prompt), "
-                        "or 32768")
-    if serving:
-        add_serving_args(g)
+__all__ = ["main", "build_parser"]
 
 
 #: NVLink domain presets (GPUs per domain; 0 = all GPUs in one domain): DGX/HGX 8-GPU nodes,

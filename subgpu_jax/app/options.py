@@ -4,17 +4,10 @@ GPU count, the serving options (prompt, KV history and output lengths, KV dataty
 dispatch, memory budget: ``add_serving_args``, ``resolve_context``, ``serving_options``), and
 the SM split of ``subgpu simulate`` (given, even, or a quick search).
 
-It is also the **host API of the GPU runtime**: ``hw_runtime`` imports the app layer only from
-this module, and only names of ``__all__`` or ``HOST_API`` (``tests/test_layering.py``). The
-names of ``HOST_API`` are the app's functions the runtime uses: the workload options
-(``add_workload_args``), the fit check (``checked_workload``, ``given_tp_ep``), the provenance
-note and collectives wording, the search (``run_search``, ``build_grid``), figures and atomic
-writes; they load on first use (PEP 562 module ``__getattr__``), so that importing this module
-stays as light as the command line's start-up needs. Of the option helpers, the runtime uses
-the lists, the model and EP degree, the cache default and ``record_config_options`` (a search
-record as run options). What lies below the app (``GpuSetup`` and ``Calibration.bind``, the
-timers of ``score.timer``, ``score.step.time_step``, ``space.mapcut.map_cut``, the record codec
-``Config.from_record``/``Deployment.from_record``) the runtime imports from its own layer.
+The GPU runtime's workflows (``hw_runtime/commands/``, ``hw_runtime/tune/``) use its option
+helpers and import the app's other functions from the modules that define them, with plain
+imports; the runtime core (``hw_runtime/gpu/``, ``plan.py``, ``timeline.py``) imports nothing of
+the app (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -27,35 +20,7 @@ __all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "ch
            "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
            "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS",
-           "LIST_OPTIONS", "FLOAT_OPTIONS", "record_config_options", "HOST_API"]
-
-#: The runtime's view of the app layer: name -> the app module that defines it (loaded on
-#: first use by ``__getattr__`` below).
-HOST_API: dict[str, str] = {
-    "add_workload_args": "subgpu_jax.app.cli",
-    "checked_workload": "subgpu_jax.app.fit", "given_tp_ep": "subgpu_jax.app.fit",
-    "save_figure": "subgpu_jax.app.viz",
-    "prediction_note": "subgpu_jax.app.provenance",
-    "EMULATED_COLLECTIVES": "subgpu_jax.app.provenance",
-    "COPY_ONLY_COLLECTIVES": "subgpu_jax.app.provenance",
-    "collectives_label": "subgpu_jax.app.provenance",
-    "atomic_write": "subgpu_jax.app.store",
-    "run_search": "subgpu_jax.app.searchjob",
-    "SearchOptions": "subgpu_jax.app.searchjob",
-    "build_grid": "subgpu_jax.app.sweep",
-}
-
-
-def __getattr__(name: str):
-    """A ``HOST_API`` name, imported from its module on first use (then cached here)."""
-    mod = HOST_API.get(name)
-    if mod is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+           "LIST_OPTIONS", "FLOAT_OPTIONS", "record_config_options"]
 
 #: ``--kv-dtype`` choices: the KV cache's datatype (bf16, or FP8 E4M3 as vLLM's
 #: ``--kv-cache-dtype fp8`` stores it: half the bytes).
