@@ -197,9 +197,10 @@ def replaceable_file(path: str, name: str) -> None:
         if stat.S_ISLNK(st.st_mode):
             raise ValueError(f"{name}: {q!r} is a symbolic link (to {os.readlink(q)!r}); outputs "
                              "replace only regular files, give the target's path")
+        if stat.S_ISDIR(st.st_mode):
+            raise ValueError(f"{name}: {q!r} is a directory, give a file path")
         if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else
-                    "a FIFO" if stat.S_ISFIFO(st.st_mode) else
+            kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else
                     "a socket" if stat.S_ISSOCK(st.st_mode) else
                     "a device node" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
                     else "not a regular file")

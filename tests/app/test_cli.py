@@ -52,7 +52,8 @@ def test_simulate_event_outputs(tmp_path, capsys):
         assert set(r[name]["category_time_us"]) >= {"attn_full", "mlp"}
     ev = [e for e in json.loads(tr.read_text())["traceEvents"] if e["ph"] == "X"]
     assert ev and {"layer", "microbatch", "segment", "stage", "category"} <= set(ev[0]["args"])
-    assert {e["tid"] for e in ev} == {0, 1}
+    assert {e["tid"] for e in ev if e["cat"] != "head"} == {0, 1}  # the stages; then the head
+    assert {e["tid"] for e in ev if e["cat"] == "head"} == {2}
     assert gn.stat().st_size > 1000 and ut.stat().st_size > 1000
 
 

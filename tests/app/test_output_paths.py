@@ -140,7 +140,6 @@ def test_calibrate_out_checked_before_any_gpu_work(make, tmp_path):
                         "--gpus", "1", "--out", str(p)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr
-    what = "is a directory" if make == "dir" else "is a FIFO"
-    assert r.stderr.strip().splitlines() == [
-        f"error: --out: {str(p)!r} {what}; outputs are written only as regular files, "
-        "give a file path"]
+    what = ("is a directory, give a file path" if make == "dir" else
+            "is a FIFO; outputs are written only as regular files, give a file path")
+    assert r.stderr.strip().splitlines() == [f"error: --out: {str(p)!r} {what}"]
