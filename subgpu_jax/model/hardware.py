@@ -356,7 +356,7 @@ H100 = Hardware(
     sm_quantum=8,
     min_pool_sms=8,
     sm_budget=128,
-    hbm_bytes=85.0e9,
+    hbm_bytes=85_017_493_504.0,
     hbm_peak_Bps=3.35e12,
     hbm_copy_Bps=3.35e12 * 4245.0 / 4800.0,
     hbm_read_Bps=3.35e12 * 4614.0 / 4800.0,
@@ -370,8 +370,9 @@ H100 = Hardware(
     **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
-            "column): 80 GB HBM3 at 3.35 TB/s (the device reports 79.2 GiB = 85.0e9 B of "
-            "global memory, the capacity used here; issue 41's hand check), dense BF16 989 TFLOP/s, FP8 1979 (the table's "
+            "column): 80 GB HBM3 at 3.35 TB/s (the device reports 85,017,493,504 B of global "
+            "memory, the capacity used here: cuDeviceTotalMem on an H100 80GB HBM3, 2026-12-06, "
+            "nvidia-smi 81,559 MiB), dense BF16 989 TFLOP/s, FP8 1979 (the table's "
             "sparse figures halved); NVLink 900 GB/s bidirectional = 450 GB/s per direction. "
             "132 SMs and 50 MB L2: NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5 "
             "configuration). Same die as the H200 (GH100), so quantum/minimum 8 and a 128-SM "

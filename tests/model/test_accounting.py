@@ -331,7 +331,9 @@ def test_largest_batch_uses_the_capacity_the_device_reports():
 
     assert fits(118) and not fits(119)
     assert H200.hbm_bytes == 150.1e9
-    assert (get_hardware("H100").hbm_bytes, get_hardware("B200").hbm_bytes) == (85.0e9, 191.5e9)
+    # H100: cuDeviceTotalMem measured on an H100 80GB HBM3 (model/hardware.py)
+    assert (get_hardware("H100").hbm_bytes, get_hardware("B200").hbm_bytes) == (
+        85_017_493_504, 191.5e9)
 
 
 @pytest.mark.parametrize("G", [512, 1024, 2048])
