@@ -83,6 +83,9 @@ CONC_GRID: np.ndarray = np.linspace(0.0, 1.0, 33)
 POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
 
 _BIG = 1e30  # sentinel time (µs) of padded stage slots
+#: Whether the tables charge the others' L2 traffic on the shared L2 port
+#: (``kernel_profiles(shared_l2=...)``).
+SHARED_L2 = True
 #: Kernels (``VContentionEvaluator(scan=...)``): the vmapped ``vc_makespan`` with its completion
 #: times by the dispatch-order window scan, by DAG levels or as a straight-line program; or the
 #: batch-last kernel of ``score.vcbatch`` (``"batched"``: same model, allocations as the trailing
@@ -93,7 +96,8 @@ SCANS = ("window", "levels", "straight", "batched")
 # ============================================================================ host tables
 def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None = None,
                     hits: np.ndarray | None = None, conc_grid: np.ndarray = CONC_GRID,
-                    power_grid: np.ndarray = POWER_GRID) -> dict[str, np.ndarray]:
+                    power_grid: np.ndarray = POWER_GRID,
+                    shared_l2: bool = SHARED_L2) -> dict[str, np.ndarray]:
     """Per-kernel time and resource integrals under a constant external load (host, numpy).
 
     For kernel u on a pool of p SMs (p = 0..N; 0 is treated as 1), beside other kernels holding
@@ -157,6 +161,19 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     xs, ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
     co = (cg * W)[None, :, None]                          # (1, NC, 1) bytes
     po = pg[None, None, :]                                # (1, 1, NP)
+    # The others' demand on the shared L2 port (``BoundModel.rates_of`` scales every running
+    # kernel's data and re-read rates by l2 / total demand): their HBM bytes at the grid's
+    # concurrency, each costing ``miss_l2_cost`` L2 bytes (as misses: their hit shares are not in
+    # the table), and their operand re-reads at compute power ``po``, as tensor-core GEMMs at the
+    # bf16 rate with the tile re-read ``dtype bytes / tile_edge`` per FLOP (large GEMMs' value).
+    beta_o = (2.0 / model.tile_edge) if model.tile_edge > 0 else 0.0
+    rc_full_o = hw.flops_rate("bf16") if shared_l2 else 0.0
+    # The loaded memory latency (``ContentionModel.latency_gain``; the event simulator dilates a
+    # kernel's fixed phase at its start by 1 + gain x min(1, others' HBM bytes/s / copy peak)):
+    # the others' HBM rate at the grid's concurrency alone, on the response curve at the copy
+    # peak.
+    gain = float(model.latency_gain) if shared_l2 else 0.0
+    dil = 1.0 + gain * np.minimum(1.0, np.interp(cg, xs, ys))[None, :, None]  # (1, NC, 1)
     for u, k in enumerate(graph.kernels):
         w = bm0.work(k, 1)
         oc = op_cost(k, hw, P)                            # SMs reached, fixed phase per pool
@@ -204,14 +221,24 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
                 rd = issue + 0.0 * co
             ld = rd * (1.0 + (bm.kappa - 1.0) * phi)
             lc = w.reread_per_flop * rc
-            sc = np.where(ld + lc > bm.l2, bm.l2 / np.maximum(ld + lc, 1e-30), 1.0)
+            lo = 0.0
+            if shared_l2:   # the others' L2 traffic on the same port (see above)
+                if phi > 0:
+                    ho = frac * w.peak_Bps * co / np.maximum(ct, 1e-30)
+                else:
+                    ho = np.interp(co / W, xs, ys) * w.peak_Bps + 0.0 * pu
+                ptot_o = pi + po
+                rco = rc_full_o * po * np.where(ptot_o > 1.0, 1.0 / np.maximum(ptot_o, 1e-30),
+                                                1.0)
+                lo = ho * bm.kappa + beta_o * rco
+            sc = np.where(ld + lc + lo > bm.l2, bm.l2 / np.maximum(ld + lc + lo, 1e-30), 1.0)
             td = data / (rd * sc) * 1e6
             if w.reread_per_flop > 0 and w.flops > 0:
                 # both counters slowed by the L2 port until the first finishes; then the other
                 # runs alone on the port (the event simulator recomputes rates at that event)
                 tc = flops / (rc * sc) * 1e6
-                sd = np.minimum(1.0, bm.l2 / np.maximum(ld, 1e-30))
-                scc = np.minimum(1.0, bm.l2 / np.maximum(lc, 1e-30))
+                sd = np.minimum(1.0, bm.l2 / np.maximum(ld + lo, 1e-30))
+                scc = np.minimum(1.0, bm.l2 / np.maximum(lc + lo, 1e-30))
                 td_after = tc + (data - rd * sc * tc * 1e-6) / (rd * sd) * 1e6
                 tc_after = td + (flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
                 first_c = tc <= td
@@ -222,7 +249,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
             td = np.zeros_like(pu + co + po)
         tc = (flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
         tn = np.where(np.asarray(comm_f) > 0, bm.setup_us + comm_b / bm.nvlink * 1e6, 0.0)
-        t = bm.launch_us + fx + np.maximum(np.maximum(tc, td), tn)
+        t = bm.launch_us + fx * dil + np.maximum(np.maximum(tc, td), tn)
         bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
         out["tau"][u] = np.broadcast_to(t, bshape)
         out["busy"][u] = np.broadcast_to(td, bshape)
