@@ -82,6 +82,55 @@ def check_plan(plan: dict) -> None:
                                      f"be a positive finite makespan (µs), got {v!r}")
 
 
+def _gpu_of(p: dict) -> str:
+    """The GPU preset a plan entry was predicted for (``hardware``: NAME or NAME:VERSION;
+    plans before the H100's carry none and are the H200's)."""
+    return str(p.get("hardware") or GPU).split(":")[0]
+
+
+def transferred(rows: list[dict], bands: dict, src_gpu: str) -> dict:
+    """The cross-GPU test of the verdict: ``rows`` of one GPU judged with ``bands`` fitted on
+    another (``src_gpu``'s committed digest), as subgpu would judge them had it trusted that
+    GPU's bands unchanged. Also the widening this needs: the largest factor by which a held-out
+    ratio (measured / predicted speedup) falls outside the source band of its regime (1 when
+    every ratio is inside): the source of ``app.verdict.CROSS_GPU_WIDENING``.
+
+    Returns:
+        ``{"bands_from", "judged", "wrong", "win", "loss", "uncertain", "unbanded",
+        "wrong_rows", "widening", "widening_row"}``."""
+    from subgpu_jax.app.verdict import classify
+
+    out = {"bands_from": src_gpu, "judged": 0, "wrong": 0, "win": 0, "loss": 0,
+           "uncertain": 0, "unbanded": 0, "wrong_rows": [], "widening": 1.0,
+           "widening_row": None}
+    for r in rows:
+        if not r["held_out"]:
+            continue
+        b = band_for(bands, src_gpu, False, r["moe"], r["mode"], r["collectives"])
+        if b is None:
+            out["unbanded"] += 1
+            continue
+        c = classify(r["predicted_speedup"], b)
+        m = r["measured_speedup"]
+        out[c] = out.get(c, 0) + 1
+        ratio = m / r["predicted_speedup"]
+        f = max(ratio / b.hi, b.lo / ratio, 1.0)
+        if f > out["widening"]:
+            out["widening"] = f
+            out["widening_row"] = {"workload": r["workload"], "config": r["config"],
+                                   "collectives": r["collectives"], "ratio": ratio,
+                                   "band_regime": b.regime, "band": [b.lo, b.hi]}
+        if NEUTRAL[0] <= m <= NEUTRAL[1]:
+            continue
+        out["judged"] += 1
+        if (c == "win" and m < NEUTRAL[0]) or (c == "loss" and m > NEUTRAL[1]):
+            out["wrong"] += 1
+            out["wrong_rows"].append({k: r[k] for k in ("workload", "config", "mode",
+                                                        "collectives", "predicted_speedup",
+                                                        "measured_speedup")})
+    return out
+
+
 def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
     """One row per (workload, collectives, pipelined configuration) with both speedups, and
     per workload the temporal errors."""
@@ -105,7 +154,7 @@ def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
                 if nm == "temporal" or m is None or coll not in d["predicted_us"]:
                     continue
                 rows.append({"workload": name, "config": nm, "kind": d["kind"],
-                             "gpu": GPU, "calibrated": False, "moe": bool(p["moe"]),
+                             "gpu": _gpu_of(p), "calibrated": False, "moe": bool(p["moe"]),
                              "mode": d["mode"], "collectives": coll,
                              "held_out": p["fit_status"] != "fit",
                              "fit_status": p["fit_status"], "fresh": bool(p.get("fresh")),
@@ -121,7 +170,7 @@ def _judge(rows: list[dict]) -> None:
     for w in sorted({r["workload"] for r in rows}):
         bands = fit_bands(rows, exclude=w)
         for r in (x for x in rows if x["workload"] == w):
-            b = band_for(bands, GPU, False, r["moe"], r["mode"], r["collectives"])
+            b = band_for(bands, r["gpu"], False, r["moe"], r["mode"], r["collectives"])
             r["band"] = list(b.apply(r["predicted_speedup"])) if b else None
             r["band_regime"] = b.regime if b else None
             c = classify(r["predicted_speedup"], b)
@@ -145,10 +194,11 @@ def recommendations(rows: list[dict]) -> list[dict]:
             continue
         bands = fit_bands(rows, exclude=w)
         pred = {"subgpu": top["predicted_speedup"]}
-        bd = {"subgpu": band_for(bands, GPU, False, top["moe"], "green", coll)}
+        bd = {"subgpu": band_for(bands, top["gpu"], False, top["moe"], "green", coll)}
         if ms is not None:
             pred["multistream"] = ms["predicted_speedup"]
-            bd["multistream"] = band_for(bands, GPU, False, top["moe"], "multistream", coll)
+            bd["multistream"] = band_for(bands, top["gpu"], False, top["moe"], "multistream",
+                                         coll)
         v = decide(pred, bd)
         meas = {"temporal": 1.0, "subgpu": top["measured_speedup"]}
         if ms is not None:
@@ -352,7 +402,7 @@ def analyze(args, workloads) -> int:
     recs = recommendations(rows)
     summ = summarize(rows, temporal, recs, {w: p for w, p in plan.items()
                                             if w in {r["workload"] for r in rows}})
-    res = {"gpu": GPU, "model": "uncalibrated event simulator (contention, L2 lru)",
+    res = {"gpu": rows[0]["gpu"], "model": "uncalibrated event simulator (contention, L2 lru)",
            "duration_model": next(iter(ids)),
            # True when this model's own searches chose the configurations (the user path);
            # False for a plan predicted again after a model change (--phase repredict)
@@ -368,6 +418,13 @@ def analyze(args, workloads) -> int:
            "summary": summ, "temporal": temporal, "recommendations": recs,
            "decomposition": decomposition(rows), "rows": rows,
            "bands": bands_to_json(fit_bands(rows))}
+    if res["gpu"] != GPU:   # the cross-GPU test: the H200's committed bands on these rows
+        from subgpu_jax.app.verdict import load_bands
+
+        res["cross_gpu"] = transferred(rows, load_bands(GPU, model_id=want), GPU)
+        c = res["cross_gpu"]
+        print(f"cross-GPU test ({GPU} bands on {res['gpu']} rows): {c['wrong']} wrong of "
+              f"{c['judged']} judged; widening needed {c['widening']:.3f}")
     out = args.digest
     atomic_write(out, json.dumps(res, indent=1))
     figure(rows, out.replace(".json", ".png"))
