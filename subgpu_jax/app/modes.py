@@ -132,25 +132,35 @@ def predict_modes(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
 
 
 def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
-                bands: Mapping | None = None) -> dict:
+                bands: Mapping | None = None, model_id: str | None = None) -> dict:
     """The verdict of one prediction in the three modes (``app.verdict.decide`` with the bands
     of the ``--collectives sleep`` regime, what ``subgpu run`` measures by default).
 
     Args:
         mp: the predictions. gpu: the GPU preset. calibrated: the model carries a calibration.
         moe: the model has MoE layers. bands: ``verdict.load_bands(gpu)`` (read when None).
+        model_id: the uncalibrated model that predicted (selects the digests' bands). A GPU
+        without bands of its own (never validated) is judged with the validated GPUs' bands
+        widened by ``verdict.CROSS_GPU_WIDENING`` (``verdict.transfer_band``): "temporal" when
+        SubGPU is predicted to lose even at their high end, else "measure".
 
     Returns:
         the six makespans (µs), the four speedups, ``partition``, ``communication``,
         ``recommend``, ``reason``, ``bands`` (``(low, high)`` or None per mode),
         ``band_regimes`` and ``band_text`` (``verdict.format_band`` of the SubGPU speedup).
     """
-    from subgpu_jax.app.verdict import band_for, decide, format_band, load_bands
+    from subgpu_jax.app.verdict import (band_for, decide, format_band, load_bands,
+                                        transfer_band, validated_bands)
 
     bands = load_bands(gpu) if bands is None else bands
     sp = mp.speedups
+    modes = (("subgpu", "green"), ("multistream", "multistream"))
     bd = {md: band_for(bands, gpu, calibrated, moe, mode, DEFAULT_COLLECTIVES)
-          for md, mode in (("subgpu", "green"), ("multistream", "multistream"))}
+          for md, mode in modes}
+    if not bands:   # a GPU the protocol never validated: the other GPUs' bands, widened
+        other = validated_bands(exclude=gpu, model_id=model_id)
+        bd = {md: transfer_band(other, calibrated, moe, mode, DEFAULT_COLLECTIVES)
+              for md, mode in modes}
     # no link time to remove (one GPU, no collectives): nothing to decompose
     has_link = not math.isclose(mp.temporal_us, mp.temporal_nolink_us, rel_tol=1e-12)
     v = decide({"subgpu": sp["subgpu"], "multistream": sp["multistream"]}, bd,
@@ -185,7 +195,8 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
                            known={"temporal_us": r["temporal_makespan_us"],
                                   "subgpu_us": r["makespan_us"]})
-        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe), bands)
+        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe), bands,
+                        uncalibrated_model_id(hw))
         tag = f"G={int(r['global_batch'])} TP{int(r['attn_tp'])}xDP{int(r['attn_dp'])}"
         out.append({"global_batch": int(r["global_batch"]), "attn_tp": int(r["attn_tp"]),
                     "attn_dp": int(r["attn_dp"]), "label": tag, **v})
@@ -210,8 +221,9 @@ def config_verdict(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
     mp = predict_modes(arch, dep, cfg, hw, model, cache,
                        known={"temporal_us": temporal_us, "subgpu_us": subgpu_us})
     from subgpu_jax.app.verdict import load_bands
+    me = uncalibrated_model_id(hw)
     return verdict_for(mp, hw.name, calibrated, bool(arch.is_moe),
-                       load_bands(hw.name, model_id=uncalibrated_model_id(hw)))
+                       load_bands(hw.name, model_id=me), me)
 
 
 def verdict_lines(v: Mapping) -> list[str]:

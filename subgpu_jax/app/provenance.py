@@ -200,10 +200,13 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
     head = f"Predicted by {made_by}, {scorer}, for the {hardware}."
     fid, wins = d / f"hw_fidelity_{gpu.lower()}.json", d / f"hw_wins_{gpu.lower()}.json"
     if not fid.is_file() and not wins.is_file():
-        measured = sorted(m.group(1).upper() for f in (d.glob("hw_fidelity_*.json")
-                                                        if d.is_dir() else [])
-                          if (m := re.fullmatch(r"hw_fidelity_([a-z0-9]+)\.json", f.name)))
-        where = f" (only the {', '.join(measured)} was measured)" if measured else ""
+        files = ([*d.glob("hw_fidelity_*.json"), *d.glob("hw_verdicts/*/hw_verdicts_*.json")]
+                 if d.is_dir() else [])
+        measured = sorted({m.group(2).upper() for f in files
+                           if (m := re.fullmatch(r"hw_(fidelity|verdicts)_([a-z0-9]+)\.json",
+                                                 f.name))})
+        where = (f" (only the {' and the '.join(measured)} "
+                 f"{'was' if len(measured) == 1 else 'were'} measured)" if measured else "")
         out["text"] = (f"{head} Measured error: none exists, no {hardware} was ever "
                        f"measured{where}; see the README's \"Known limitations\".")
         return out

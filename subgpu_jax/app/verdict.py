@@ -44,7 +44,8 @@ from typing import Iterable, Mapping
 
 __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "describe_regime",
            "fit_bands", "classify", "decide", "load_bands", "band_for", "format_band",
-           "bands_to_json", "verdict_digest", "COLLECTIVES", "MODES"]
+           "bands_to_json", "verdict_digest", "COLLECTIVES", "MODES", "CROSS_GPU_WIDENING",
+           "transfer_band", "validated_bands"]
 
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
@@ -70,6 +71,14 @@ MIN_WORKLOADS = 2
 #: Measured speedups inside this interval are "no change" (timing spread and run-to-run drift
 #: of whole-step replays on the H200 reach 1-2%: docs/results.md "Wins on the H200").
 NEUTRAL = (0.98, 1.02)
+#: How much wider a band must be on a GPU the protocol never validated: the largest factor by
+#: which a held-out ratio (measured / predicted speedup) of one validated GPU fell outside the
+#: other validated GPU's band of its regime. Measured once, H200 bands on the H100's 160
+#: held-out configurations (2026-12-06; ``hw_verdicts/analytic-v3/hw_verdicts_h100.json``,
+#: ``cross_gpu.widening``: Llama-3.1-70B TP8 G 1,024, a green-context configuration under
+#: ``--collectives proxy``, ratio 1.360 against the H200 band's 1.208); the reverse (H100 bands
+#: on the H200's rows) needed none. One pair of GPUs: a lower bound for a third GPU.
+CROSS_GPU_WIDENING = 1.126
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,8 @@ class Band:
         median: median ratio. n: configurations behind it. workloads: their workload names.
         regime: the regime key (``regime_key``), or the pooled key it fell back to.
         source: the file the band was read from (or "fit" when made in memory).
+        transferred: made for a GPU without its own validation from other GPUs' bands
+            (``transfer_band``): it can say "loses" or "cannot decide", never "wins".
     """
 
     lo: float
@@ -90,6 +101,7 @@ class Band:
     workloads: tuple[str, ...]
     regime: str
     source: str = "fit"
+    transferred: bool = False
 
     def __post_init__(self) -> None:
         lo = _pos(self.lo, "band.lo")
@@ -198,16 +210,72 @@ def band_for(bands: Mapping[str, Band], gpu: str, calibrated: bool, moe: bool, m
     return None
 
 
+def transfer_band(validated: Mapping[str, Mapping[str, Band]], calibrated: bool,
+                  moe: bool, mode: str, collectives: str,
+                  widening: float = CROSS_GPU_WIDENING) -> Band | None:
+    """The band of a regime on a GPU without its own validation, from the GPUs with one:
+    the lowest low and the highest high of their bands of the regime (``band_for``: own or
+    pooled), divided and multiplied by ``widening`` (``CROSS_GPU_WIDENING``, measured).
+
+    Args:
+        validated: ``{gpu: its bands}`` (``validated_bands``). calibrated, moe, mode,
+            collectives: the regime. widening: >= 1.
+
+    Returns:
+        a ``Band`` with ``transferred`` set (regime ``"transferred from H200+H100: ..."``),
+        or None when no validated GPU has the regime.
+
+    Raises:
+        ValueError: ``widening`` < 1.
+    """
+    if not _pos(widening, "widening") >= 1.0:
+        raise ValueError(f"widening must be >= 1, got {widening!r}")
+    got = [(g, band_for(b, g, calibrated, moe, mode, collectives))
+           for g, b in sorted(validated.items())]
+    got = [(g, b) for g, b in got if b is not None]
+    if not got:
+        return None
+    lo = min(b.lo for _, b in got) / widening
+    hi = max(b.hi for _, b in got) * widening
+    med = min(max(statistics.median(b.median for _, b in got), lo), hi)
+    ws = tuple(sorted({f"{g}:{w}" for g, b in got for w in b.workloads}))
+    src = "+".join(g for g, _ in got)
+    return Band(lo=lo, hi=hi, median=med, n=sum(b.n for _, b in got), workloads=ws,
+                regime=f"transferred from {src}: "
+                       + regime_key("any", calibrated, moe, mode, collectives).split("/", 1)[1],
+                source=", ".join(sorted({b.source for _, b in got})), transferred=True)
+
+
+def validated_bands(exclude: str | None = None, model_id: str | None = None,
+                    folder: str | os.PathLike | None = None) -> dict[str, dict[str, Band]]:
+    """``{gpu: load_bands(gpu)}`` of every GPU preset with committed bands (the GPUs the
+    held-out protocol validated), ``exclude`` left out.
+
+    Raises:
+        ValueError: a digest that exists but is unreadable (as ``load_bands``)."""
+    from subgpu_jax.model.hardware import HARDWARE
+
+    out = {}
+    for g in HARDWARE:
+        if g == exclude:
+            continue
+        b = load_bands(g, folder, model_id)
+        if b:
+            out[g] = b
+    return out
+
+
 def classify(speedup: float, band: Band | None) -> str:
     """``"win"`` (the band's low end > 1), ``"loss"`` (its high end < 1), ``"uncertain"``
-    (the band straddles 1) or ``"unvalidated"`` (no band)."""
+    (the band straddles 1, or a transferred band above 1: a win is never decided on a GPU
+    without its own validation) or ``"unvalidated"`` (no band)."""
     speedup = _pos(speedup, "speedup")
     if band is None:
         return "unvalidated"
     if not isinstance(band, Band):
         raise ValueError(f"band must be a Band or None, got {type(band).__name__}")
     lo, hi = band.apply(speedup)
-    if lo > 1.0:
+    if lo > 1.0 and not band.transferred:
         return "win"
     if hi < 1.0:
         return "loss"
@@ -300,6 +368,8 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
                        "GPU and kind of prediction (docs/verdicts.md), so the prediction alone "
                        f"cannot say whether SubGPU pays; measure it (subgpu run or tune){tail}",
                        dec, src)
+    if any(b is not None and b.transferred for b in bands.values()):
+        return _transferred_verdict(pr, bd, cls, bands, dec, src, tail)
     lows = {k: b[0] for k, b in bd.items() if b is not None}
     best = max(lows, key=lows.get)
     if lows[best] > 1.0:
@@ -327,16 +397,50 @@ def decide(predicted: Mapping[str, float], bands: Mapping[str, Band | None],
                    dec, src)
 
 
+def _transferred_verdict(pr, bd, cls, bands, dec, src, tail) -> Verdict:
+    """``decide`` on a GPU without its own validation (transferred bands): "temporal" when
+    every mode's high end stays below 1, else "measure" (a win is never decided there: the one
+    transferred win of the H200 -> H100 test was a loss)."""
+    highs = {k: b[1] for k, b in bd.items() if b is not None}
+    best = max(highs, key=highs.get)
+    lo, hi = bd[best]
+    b = bands[best]
+    frm = b.regime.split(":")[0]
+    said = (f"predicted {pr[best]:.3f}x; such predictions measured "
+            f"{pr[best] * b.lo * CROSS_GPU_WIDENING:.2f}-"
+            f"{pr[best] * b.hi / CROSS_GPU_WIDENING:.2f}x on the held-out workloads of the "
+            f"validated GPUs ({frm.replace('transferred from ', '')}), {lo:.2f}-{hi:.2f}x with "
+            f"the {CROSS_GPU_WIDENING:.3f}x margin for a GPU never validated")
+    if hi < 1.0:
+        what = "SubGPU is" if len(highs) == 1 else "SubGPU and multistream are"
+        return Verdict("temporal", pr, bd, cls,
+                       f"temporal: {what} predicted to lose here ({best}: {said}){tail}",
+                       dec, src)
+    return Verdict("measure", pr, bd, cls,
+                   f"uncertain on this GPU, which the protocol never validated ({best}: {said}: "
+                   f"the range reaches 1); measure it against temporal (subgpu tune, or subgpu "
+                   f"run --from-search DIR --top 3) and keep temporal until then{tail}", dec, src)
+
+
 def format_band(speedup: float, band: Band | None, gpu: str) -> str:
-    """``"predicted 1.150x, validated band 0.98-1.22x on the H200 (regime ...)"`` or the
-    unvalidated form."""
+    """The prediction and what such predictions measured, in words a user reads once:
+    ``"predicted 0.653x; on held-out workloads such predictions measured 0.48-0.62x on the H200
+    (...)"`` (the range is the prediction times the regime's measured / predicted ratios, so it
+    need not contain the prediction itself), the transferred form for a GPU without its own
+    validation, or the unvalidated form."""
     if band is None:
         return (f"predicted {speedup:.3f}x; no error band: the held-out verdict protocol has not "
-                f"run for this kind of prediction on the {gpu} (docs/verdicts.md)")
+                f"run for this kind of prediction on the {gpu} or any other GPU "
+                "(docs/verdicts.md)")
     lo, hi = band.apply(speedup)
-    return (f"predicted {speedup:.3f}x, validated band {lo:.2f}-{hi:.2f}x on the {gpu} "
-            f"(from the {band.n} held-out configurations on {len(band.workloads)} workloads "
-            f"of its regime: {describe_regime(band.regime)})")
+    if band.transferred:
+        return (f"predicted {speedup:.3f}x; the {gpu} was never validated: on the held-out "
+                f"workloads of the validated GPUs such predictions measured {lo:.2f}-{hi:.2f}x "
+                f"with the {CROSS_GPU_WIDENING:.3f}x margin for another GPU "
+                f"({band.regime}; docs/verdicts.md)")
+    return (f"predicted {speedup:.3f}x; on held-out workloads such predictions measured "
+            f"{lo:.2f}-{hi:.2f}x on the {gpu} ({band.n} configurations, "
+            f"{len(band.workloads)} workloads of its regime: {describe_regime(band.regime)})")
 
 
 def _results_dir() -> Path:

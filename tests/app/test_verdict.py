@@ -222,13 +222,74 @@ def test_bands_round_trip_and_bad_file(tmp_path):
 
 
 def test_format_band_text():
+    """The prediction first, then what such predictions measured (the prediction times the
+    regime's ratios: 1.15 x 0.80 = 0.92, 1.15 x 0.95 = 1.0925), in one sentence."""
     b = Band(0.80, 0.95, 0.9, 3, ("a", "b"), "H200/uncalibrated/dense/green/sleep")
     assert format_band(1.15, b, "H200").startswith(
-        "predicted 1.150x, validated band 0.92-1.09x on the H200")
+        "predicted 1.150x; on held-out workloads such predictions measured 0.92-1.09x on the "
+        "H200")
     assert "no error band" in format_band(1.15, None, "B200")
-    assert ("(from the 3 held-out configurations on 2 workloads of its regime: uncalibrated "
+    assert ("(3 configurations, 2 workloads of its regime: uncalibrated "
             "model, dense models, green contexts, collectives emulated as a wait "
             "(--collectives sleep))") in format_band(1.15, b, "H200")
+
+
+def _band(lo, hi, gpu, ws=("a", "b")):
+    return Band(lo, hi, (lo + hi) / 2, 4, ws, f"{gpu}/uncalibrated/any/green/sleep")
+
+
+def test_transfer_band_is_the_union_widened():
+    """Hand derivation: H200 ratios 0.80-1.10, H100 0.90-1.20 -> union 0.80-1.20, widened by
+    W = 1.126: 0.80 / 1.126 = 0.7105, 1.20 x 1.126 = 1.3512. Never a win; a loss only when the
+    widened high end stays below 1."""
+    from subgpu_jax.app.verdict import CROSS_GPU_WIDENING, transfer_band
+
+    val = {"H200": {"H200/uncalibrated/any/green/sleep": _band(0.80, 1.10, "H200")},
+           "H100": {"H100/uncalibrated/any/green/sleep": _band(0.90, 1.20, "H100", ("c", "d"))}}
+    b = transfer_band(val, False, True, "green", "sleep")
+    assert CROSS_GPU_WIDENING == 1.126
+    assert b.transferred and b.lo == pytest.approx(0.80 / 1.126) and b.hi == pytest.approx(
+        1.20 * 1.126)
+    assert b.workloads == ("H100:c", "H100:d", "H200:a", "H200:b") and b.n == 8
+    assert transfer_band(val, False, True, "multistream", "sleep") is None
+    assert classify(2.0, b) == "uncertain"           # low end 1.42 > 1: still not a win
+    assert classify(0.70, b) == "loss"               # high end 0.70 x 1.3512 = 0.946 < 1
+    assert classify(0.75, b) == "uncertain"          # 0.75 x 1.3512 = 1.013
+    v = decide({"subgpu": 0.70}, {"subgpu": b})
+    assert v.recommend == "temporal" and "predicted to lose here" in v.reason
+    v = decide({"subgpu": 1.5}, {"subgpu": b})
+    assert v.recommend == "measure" and "never validated" in v.reason
+    with pytest.raises(ValueError, match="widening must be >= 1"):
+        transfer_band(val, False, True, "green", "sleep", widening=0.9)
+
+
+def test_cross_gpu_widening_is_the_committed_measurement():
+    """``CROSS_GPU_WIDENING`` is the H100 digest's measured cross-GPU widening (rounded up to
+    three decimals), and the H100 digest's verdicts were judged on H100 regimes."""
+    import math
+    from pathlib import Path
+
+    from subgpu_jax.app.verdict import CROSS_GPU_WIDENING
+
+    f = (Path(__file__).resolve().parents[2] / "experiments" / "results" / "hw_verdicts"
+         / "analytic-v3" / "hw_verdicts_h100.json")
+    d = json.loads(f.read_text())
+    assert d["gpu"] == "H100" and d["cross_gpu"]["bands_from"] == "H200"
+    assert CROSS_GPU_WIDENING == math.ceil(d["cross_gpu"]["widening"] * 1000) / 1000
+    assert {r["band_regime"].split("/")[0] for r in d["rows"] if r["band_regime"]} == {"H100"}
+
+
+def test_unvalidated_gpu_gets_a_transferred_verdict():
+    """A GPU without a digest (the B200) is judged with the validated GPUs' bands widened: a
+    deep predicted loss says "temporal", never "measure"."""
+    from subgpu_jax.app.modes import ModePrediction, verdict_for
+
+    mp = ModePrediction(temporal_us=100.0, subgpu_us=200.0, multistream_us=210.0,
+                        temporal_nolink_us=100.0, subgpu_nolink_us=200.0,
+                        multistream_nolink_us=210.0)
+    v = verdict_for(mp, "B200", False, True)
+    assert v["recommend"] == "temporal" and "predicted to lose here" in v["reason"]
+    assert "never validated" in v["band_text"]
 
 
 @given(st.floats(0.5, 2.0), st.floats(0.5, 2.0), st.floats(0.5, 1.0), st.floats(0.0, 0.6),
