@@ -421,7 +421,8 @@ def analyze(args, workloads) -> int:
     if res["gpu"] != GPU:   # the cross-GPU test: the H200's committed bands on these rows
         from subgpu_jax.app.verdict import load_bands
 
-        res["cross_gpu"] = transferred(rows, load_bands(GPU, model_id=want), GPU)
+        res["cross_gpu"] = transferred(rows, load_bands(
+            GPU, model_id=uncalibrated_model_id(get_hardware(GPU))), GPU)
         c = res["cross_gpu"]
         print(f"cross-GPU test ({GPU} bands on {res['gpu']} rows): {c['wrong']} wrong of "
               f"{c['judged']} judged; widening needed {c['widening']:.3f}")

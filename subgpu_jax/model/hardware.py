@@ -25,7 +25,7 @@ __all__ = [
     "Hardware",
     "HARDWARE",
     "get_hardware",
-    "H200_COPY_BW_GBPS",
+    "H200_COPY_BW_GBPS", "H100_COPY_BW_GBPS",
     "DTYPE_BYTES",
 ]
 
@@ -45,6 +45,25 @@ H200_COPY_BW_GBPS: Mapping[int, float] = MappingProxyType(
         120: 4182.0, 128: 4230.0, 132: 4245.0,
     }
 )
+
+
+#: The H100's copy bandwidth (GB/s) by pool size (SMs): measured by ``subgpu calibrate`` on one
+#: NVIDIA H100 80GB HBM3 (2026-12-06; ``experiments/results/calibration_h100_qwen25_7b.json``,
+#: ``bw_curve``: a copy kernel alone on a green-context pool of that size, median of replays).
+#: The whole GPU measured 2,987 GB/s, within the spread of the 2,991 at 128 SMs: the table keeps
+#: the running maximum (the response never falls with more SMs).
+H100_COPY_BW_GBPS: Mapping[int, float] = MappingProxyType(
+    {8: 622.7, 16: 1153.2, 32: 2056.3, 64: 2750.0, 96: 2967.5, 128: 2991.0, 132: 2991.0})
+
+
+def _fraction_curve(table: Mapping[int, float]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(SM fraction, bandwidth fraction) knots of a copy-bandwidth table: x = pool SMs / 132,
+    y = GB/s / the whole GPU's (132 SMs), the origin prepended."""
+    sms = np.array(sorted(table), dtype=float)
+    bw = np.array([table[int(s)] for s in sms])
+    x = np.concatenate([[0.0], sms / 132.0])
+    y = np.concatenate([[0.0], bw / table[132]])
+    return tuple(float(v) for v in x), tuple(float(v) for v in y)
 
 
 def _h200_bw_fraction_curve() -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -116,6 +135,10 @@ class Hardware:
             L2 and HBM); below 1/2, so a GEMM never slows with more SMs; fitted. Default 0.
         bw_curve_x, bw_curve_y: knots of the HBM bandwidth response: fraction of the whole GPU's
             bandwidth (y) reached by a pool holding a fraction x of the SMs (measured on H200).
+        own_constants: what of this GPU was measured on it where other presets carry the
+            H200's (empty: nothing, or the H200 itself); part of the uncalibrated model's name
+            (``sim.contention.uncalibrated_model_id``), so that error figures and verdict bands
+            measured with other constants never apply to it.
         source: free-text provenance of every number above.
 
     Raises:
@@ -149,6 +172,7 @@ class Hardware:
     gemm_scale_loss: float = 0.0
     bw_curve_x: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[0])
     bw_curve_y: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[1])
+    own_constants: str = ""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -358,8 +382,8 @@ H100 = Hardware(
     sm_budget=128,
     hbm_bytes=85_017_493_504.0,
     hbm_peak_Bps=3.35e12,
-    hbm_copy_Bps=3.35e12 * 4245.0 / 4800.0,
-    hbm_read_Bps=3.35e12 * 4614.0 / 4800.0,
+    hbm_copy_Bps=H100_COPY_BW_GBPS[132] * 1e9,
+    hbm_read_Bps=H100_COPY_BW_GBPS[132] * 1e9 * 4614.0 / 4245.0,
     l2_bytes=50e6,
     l2_Bps=3.35e12 * 2.5,
     tensor_flops={"bf16": 989e12, "fp16": 989e12, "fp8": 1979e12},
@@ -369,6 +393,9 @@ H100 = Hardware(
     launch_us=H200_LAUNCH_US,
     **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
+    bw_curve_x=_fraction_curve(H100_COPY_BW_GBPS)[0],
+    bw_curve_y=_fraction_curve(H100_COPY_BW_GBPS)[1],
+    own_constants="copy-bandwidth curve measured on an H100",
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
             "column): 80 GB HBM3 at 3.35 TB/s (the device reports 85,017,493,504 B of global "
             "memory, the capacity used here: cuDeviceTotalMem on an H100 80GB HBM3, 2026-12-06, "
@@ -376,9 +403,12 @@ H100 = Hardware(
             "sparse figures halved); NVLink 900 GB/s bidirectional = 450 GB/s per direction. "
             "132 SMs and 50 MB L2: NVIDIA H100 Tensor Core GPU architecture whitepaper (H100 SXM5 "
             "configuration). Same die as the H200 (GH100), so quantum/minimum 8 and a 128-SM "
-            "budget as measured there. Carried over from the H200 measurements (assumptions, no "
-            "H100 measurement exists in this repository): achievable copy and read bandwidth as "
-            "the H200's fractions of its datasheet peak (4245/4800, 4614/4800), large-GEMM "
+            "budget as measured there. Measured on one H100 80GB HBM3 (2026-12-06, "
+            "H100_COPY_BW_GBPS, calibration_h100_qwen25_7b.json): the copy bandwidth on every "
+            "pool (2,991 GB/s on the whole GPU, 89% of the datasheet; a 32-SM pool 2,056 GB/s, "
+            "69% of it, where the H200's curve gives 52%) and the response curve from it; the "
+            "read bandwidth at the H200's measured read/copy ratio (4614/4245). Carried over "
+            "from the H200 measurements (assumptions): large-GEMM "
             "efficiency 801.7/989, the per-launch cost in a CUDA graph (1.199 µs), the minimum "
             "kernel time, decode GEMM efficiency, vector bytes-in-flight ratio, GEMM wave latency "
             "and grid (128 CTAs) fitted on the H200 (docs/fidelity.md §6). L2 bandwidth 2.5x HBM "
