@@ -127,9 +127,12 @@ def print_verdicts(verdicts, hardware: str) -> None:
     validated band of each where the GPU has held-out validation, and what to run."""
     if not verdicts:
         return
+    transferred = any(v.get("bands_transferred") for v in verdicts)
+    where = (f"of the validated GPUs, widened for the {hardware}, which was never validated"
+             if transferred else f"of the {hardware}")
     print(f"\nverdict per batch: the best configuration in three modes (predicted speedup over "
           f"temporal; band: that speedup times the range of measured/predicted speedups on "
-          f"held-out workloads of the {hardware})")
+          f"held-out workloads {where})")
     print(f"{'G':>6s}{'TPxDP':>7s}{'SubGPU':>9s}{'band':>12s}{'multistream':>13s}{'band':>12s}"
           f"{'no link':>9s}{'partition':>11s}  recommend")
 
