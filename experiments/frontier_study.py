@@ -399,7 +399,7 @@ def main(argv=None) -> int:
     from subgpu_jax.sim.contention import uncalibrated_model_id
     meta = {"study": a.study, **st, "exact": a.exact, "kv_history": a.kv_history, "tp": a.tp,
             "duration_model": uncalibrated_model_id(hw)}   # as run_search records it
-    if a.exact == "event":  # as run_search records it (the uncalibrated co-run fit)
+    if study_timer(a.exact, hw).contention:  # as run_search records it (the co-run fit)
         from subgpu_jax.sim.contention import ContentionModel
         meta["latency_load_gain"] = ContentionModel().latency_gain
     print(f"{a.study}: {len(pts)} grid points -> {out}")
