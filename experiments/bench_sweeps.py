@@ -56,10 +56,11 @@ VARIANTS = ("before", "memo_cold", "memo_warm", "vcontention_warm")
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
 
-def run_variant(name: str, out: str, cache: str, cores: int | None) -> dict:
+def run_variant(name: str, out: str, cache: str, cores: int | None,
+                platform: str = "cpu") -> dict:
     """One main job in a fresh process; returns its timings and where its records are."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               JAX_PLATFORMS="cpu")
+               JAX_PLATFORMS=platform)
     env["SUBGPU_JAX_CACHE"] = "" if name == "before" else cache
     args = ["search", "--out", out, "--no-progress"]
     if name.startswith("vcontention"):
@@ -105,6 +106,9 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=None,
                     help="pin every run to the first N cores (taskset); default: all")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--platform", default="cpu", choices=("cpu", "cuda"),
+                    help="JAX_PLATFORMS of the runs (the scorers' device; default cpu, as "
+                         "subgpu runs them)")
     a = ap.parse_args(argv)
     if a.cores is not None and a.cores < 1:
         ap.error(f"--cores must be >= 1, got {a.cores}")
@@ -114,7 +118,7 @@ def main(argv=None) -> int:
     try:
         for v in a.variants:
             folders[v] = os.path.join(tmp, v)
-            rows.append(run_variant(v, folders[v], cache, a.cores))
+            rows.append(run_variant(v, folders[v], cache, a.cores, a.platform))
             print(f"{v:18s} search {rows[-1]['search_s']} s, wall {rows[-1]['wall_s']} s",
                   flush=True)
         same = None
@@ -130,7 +134,7 @@ def main(argv=None) -> int:
             r["speedup_vs_before"] = round(base["search_s"] / r["search_s"], 2)
     res = {"job": "subgpu search (the README's main job: gpt-oss-120b, 32x B200, 15 grid "
                   "points)", "rows": rows, "records_identical_event_runs": same,
-           "env": {"cpu_count": os.cpu_count(), "cores_used": a.cores,
+           "env": {"cpu_count": os.cpu_count(), "cores_used": a.cores, "jax_platform": a.platform,
                    "machine": platform.machine(), "python": platform.python_version()},
            "date": time.strftime("%Y-%m-%d")}
     print(f"\n{'variant':18s} {'search s':>9s} {'wall s':>7s} {'cpu s':>7s} {'x before':>9s}")
