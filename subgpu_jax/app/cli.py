@@ -338,12 +338,13 @@ def _cmd_simulate(a) -> int:
             if getattr(a, f):
                 raise ValueError(f"--{f} needs --simulator event")
 
-        def score(c):  # the whole step's makespan (µs) under this timer
-            return time_step(fpm, c, timer).makespan_us
+        def score(c):  # the whole step's makespan (µs) under this timer (record=True would
+            # hand the main run to the event simulator: ContentionTimer.time)
+            return time_step(fpm, c, timer, record=False).makespan_us
 
         cfg, split = choose_split(wl, hw, cfg, m, sms_mode, score, dm, score)
-        s_temp = time_step(fp1, temporal_of(wl), timer)
-        s_cfg = time_step(fpm, cfg, timer)
+        s_temp = time_step(fp1, temporal_of(wl), timer, record=False)
+        s_cfg = time_step(fpm, cfg, timer, record=False)
         label = timer.describe()
     else:
         from subgpu_jax.app import viz
@@ -428,7 +429,8 @@ def _cmd_simulate(a) -> int:
     if cfg.D > 1:  # the three modes and the verdict (app.modes)
         from subgpu_jax.app.modes import config_verdict
         res["modes"] = config_verdict(wl.arch, full, cfg, hw, timer.model if timer.contention
-                                      else None, a.cache, cal is not None, t_temp, t_cfg)
+                                      else None, a.cache, cal is not None, t_temp,
+                                      t_cfg if timer.reference else None)
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]

@@ -147,7 +147,8 @@ def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
     Returns:
         the six makespans (µs), the four speedups, ``partition``, ``communication``,
         ``recommend``, ``reason``, ``bands`` (``(low, high)`` or None per mode),
-        ``band_regimes`` and ``band_text`` (``verdict.format_band`` of the SubGPU speedup).
+        ``band_regimes``, ``bands_transferred`` (the GPU was never validated: the bands are
+        other GPUs', widened) and ``band_text`` (``verdict.format_band`` of the SubGPU speedup).
     """
     from subgpu_jax.app.verdict import (band_for, decide, format_band, load_bands,
                                         transfer_band, validated_bands)
@@ -168,20 +169,24 @@ def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
     return {**mp.__dict__, **sp, "partition": v.decomposition.get("partition"),
             "communication": v.decomposition.get("communication"),
             "recommend": v.recommend, "reason": v.reason, "bands": v.bands,
-            "band_regimes": v.band_sources, "band_text": format_band(sp["subgpu"],
+            "band_regimes": v.band_sources,
+            "bands_transferred": any(b is not None and b.transferred for b in bd.values()),
+            "band_text": format_band(sp["subgpu"],
                                                                       bd["subgpu"], gpu)}
 
 
 def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: ModelArch,
                    hw: Hardware, model: ContentionModel | None, cache: str,
-                   calibrated: bool) -> list[dict]:
+                   calibrated: bool, reuse_subgpu: bool = True) -> list[dict]:
     """The three modes and the verdict of the best SubGPU record of each batch.
 
     Args:
         entries: ``(record, deployment, config)`` of each batch's best record (full search
             records: ``temporal_makespan_us`` and ``makespan_us`` are reused).
         arch, hw, model, cache: as the search scored them; calibrated: whether ``model``
-            carries a calibration (selects the bands' regime).
+            carries a calibration (selects the bands' regime). reuse_subgpu: reuse the record's
+            ``makespan_us`` as the SubGPU makespan; False when another timer than the event
+            simulator scored it (the bands, and the other modes, are the event simulator's).
 
     Returns:
         One dict per entry: ``global_batch``, ``attn_tp``, ``attn_dp`` and ``verdict_for``'s
@@ -194,7 +199,7 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
     for r, dep, cfg in entries:
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
                            known={"temporal_us": r["temporal_makespan_us"],
-                                  "subgpu_us": r["makespan_us"]})
+                                  **({"subgpu_us": r["makespan_us"]} if reuse_subgpu else {})})
         v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe), bands,
                         uncalibrated_model_id(hw))
         tag = f"G={int(r['global_batch'])} TP{int(r['attn_tp'])}xDP{int(r['attn_dp'])}"
@@ -205,10 +210,11 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
 
 def config_verdict(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
                    model: ContentionModel | None, cache: str, calibrated: bool,
-                   temporal_us: float, subgpu_us: float) -> dict:
+                   temporal_us: float, subgpu_us: float | None) -> dict:
     """``verdict_for`` of one configuration (``subgpu simulate``), reusing its simulated
     temporal and SubGPU makespans (µs; for a generation, ``dep.output_len`` > 0, all six are
-    recomputed as generation means).
+    recomputed as generation means; ``subgpu_us`` None: simulated here by the event
+    simulator, as when another timer made the caller's).
 
     ``model`` None (the static evaluator) or with contention off gives ``{"skipped": reason}``:
     the multistream mode needs the event simulator's shared-SM contention model.
@@ -219,18 +225,22 @@ def config_verdict(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
         return {"skipped": "the three modes need contention on (not --no-contention): with "
                            "it off every multistream lane would run on all SMs at once"}
     mp = predict_modes(arch, dep, cfg, hw, model, cache,
-                       known={"temporal_us": temporal_us, "subgpu_us": subgpu_us})
+                       known={"temporal_us": temporal_us,
+                              **({"subgpu_us": subgpu_us} if subgpu_us is not None else {})})
     from subgpu_jax.app.verdict import load_bands
     me = uncalibrated_model_id(hw)
-    return verdict_for(mp, hw.name, calibrated, bool(arch.is_moe),
-                       load_bands(hw.name, model_id=me), me)
+    v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe),
+                    load_bands(hw.name, model_id=me), me)
+    return v if subgpu_us is not None else {**v, "rescored_by": "event simulator"}
 
 
 def verdict_lines(v: Mapping) -> list[str]:
     """The ``modes`` and ``verdict`` lines ``subgpu simulate`` prints for ``config_verdict``."""
     if "skipped" in v:
         return [f"modes     not predicted: {v['skipped']}"]
-    return [f"modes     the same schedule on plain streams (multistream, no partition) "
+    by = (f"by the {v['rescored_by']} (whose predictions the bands were measured on): "
+          f"SubGPU {v['subgpu']:.3f}x, " if v.get("rescored_by") else "")
+    return [f"modes     {by}the same schedule on plain streams (multistream, no partition) "
             f"{v['multistream']:.3f}x; without the collectives' link time SubGPU "
             f"{v['subgpu_nolink']:.3f}x, multistream {v['multistream_nolink']:.3f}x",
             f"verdict   {v['band_text']}", f"          {v['reason']}"]

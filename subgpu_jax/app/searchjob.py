@@ -455,7 +455,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
             entries.append((top[k], dep, Config.from_record(top[k],
                                                        scorer.problem(dep).workload.graph(1))))
         summary["verdicts"] = batch_verdicts(entries, scorer.arch, scorer.hw, scorer.model,
-                                             scorer.cache, scorer.calibration is not None)
+                                             scorer.cache, scorer.calibration is not None,
+                                             reuse_subgpu=scorer.timer.reference)
     if scorer is not None and not scorer.timer.reference and write:
         summary["reference_check"] = reference_check(scorer, recs)
     if scorer is not None:

@@ -1,0 +1,81 @@
+"""Breaker review of the batched timer (``--simulator vcontention`` / ``--exact vcontention``).
+
+Oracles: ``score.step.time_step`` with ``ContentionTimer`` and ``record=False`` (what the
+batched timer itself says a step takes), and the event simulator for the verdict's three modes.
+"""
+
+from __future__ import annotations
+
+import json
+
+from subgpu_jax.app.cli import main
+from subgpu_jax.model.graph import build_forward
+from subgpu_jax.model.setup import GpuSetup
+from subgpu_jax.score.step import time_step
+from subgpu_jax.score.timer import ContentionTimer, EventTimer
+
+ARGS = ["--model", "gpt-oss-20b", "--hardware", "H200", "--expert-dtype", "bf16", "--gpus",
+        "8", "--tp", "8", "--dp", "1", "--ep", "8", "--batch", "64", "--kv-history", "8192",
+        "--cuts", "L1.attn", "--no-reuse", "--sms", "56,72", "--microbatch", "32"]
+
+
+def test_simulate_vcontention_times_the_config_with_the_batched_timer(capsys):
+    """``simulate --simulator vcontention`` prints the batched timer's makespan, not the event
+    simulator's under its label (``time_step`` records by default, and ``ContentionTimer.time``
+    hands every recording call to the event simulator)."""
+    rc = main(["simulate", *ARGS, "--simulator", "vcontention", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    from subgpu_jax.app.cli import _workload, build_parser
+    from subgpu_jax.space.config import config_from_options
+
+    wl = _workload(build_parser().parse_args(["simulate", *ARGS]))
+    cfg = config_from_options(wl, ["L1.attn"], [56, 72], 32, False, "wavefront")
+    fp, hw = build_forward(wl.arch, wl.deploy, 2), wl.hw
+    vc = time_step(fp, cfg, ContentionTimer.of(GpuSetup.uncalibrated(hw)), record=False)
+    ev = time_step(fp, cfg, EventTimer.of(GpuSetup.uncalibrated(hw)), record=False)
+    assert abs(vc.makespan_us / ev.makespan_us - 1) > 1e-6   # the two timers differ here
+    assert out["config"]["makespan_us"] == vc.makespan_us, (out["config"]["makespan_us"], ev.makespan_us)
+
+
+def test_search_vcontention_verdict_uses_the_event_simulator_for_every_mode(tmp_path, capsys):
+    """The verdict's bands were measured on the event simulator's predictions, and its other
+    five makespans (multistream, temporal, the link-free three) are the event simulator's: the
+    SubGPU makespan beside them must be the event simulator's too, not the batched timer's
+    record (else "without the collectives' link time" can come out slower than with it)."""
+    from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.models import get_model
+    from subgpu_jax.space.config import Config
+
+    out = tmp_path / "s"
+    rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+               "--exact", "vcontention", "--batches", "64", "--stages", "2",
+               "--microbatches", "2", "--no-progress", "--out", str(out)])
+    capsys.readouterr()
+    assert rc == 0
+    summ = json.loads((out / "summary.json").read_text())
+    recs = [r for r in (json.loads(x) for x in (out / "records.jsonl").read_text().splitlines())
+            if "grid_key" in r and "mode" in r]
+    sub = max((r for r in recs if r["mode"] == "subgpu"), key=lambda r: r["speedup_vs_temporal"])
+    dep = Deployment.from_record(sub)
+    arch = get_model("gpt-oss-20b")
+    cfg = Config.from_record(sub, build_forward(arch, dep, 1).main)
+    want = time_step(build_forward(arch, dep, int(sub["microbatches"])), cfg,
+                     EventTimer(get_hardware("B200")), record=False).makespan_us
+    (v,) = summ["verdicts"]
+    assert v["subgpu_us"] == want, (v["subgpu_us"], sub["makespan_us"], want)
+    assert v["subgpu"] == v["temporal_us"] / want
+
+
+def test_simulate_vcontention_says_the_verdict_is_the_event_simulators(capsys):
+    """The printed speedup is the batched timer's, the verdict's the event simulator's: the
+    modes line says so and quotes the event simulator's SubGPU speedup."""
+    rc = main(["simulate", *ARGS, "--simulator", "vcontention"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rc = main(["simulate", *ARGS, "--json"])
+    ev = json.loads(capsys.readouterr().out)
+    want = ev["temporal"]["makespan_us"] / ev["config"]["makespan_us"]
+    assert (f"modes     by the event simulator (whose predictions the bands were measured "
+            f"on): SubGPU {want:.3f}x") in out
