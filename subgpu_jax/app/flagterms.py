@@ -89,16 +89,21 @@ def unrecognized_hint(parser, argv: list[str], message: str) -> str:
     choices = subs[0].choices if subs else {}
     cmd = next((x for x in argv if x in choices), None)
 
-    def options(p) -> set[str]:
-        return {o for act in p._actions for o in act.option_strings}
+    def options(p, visible: bool = False) -> set[str]:
+        return {o for act in p._actions for o in act.option_strings
+                if not (visible and act.help == argparse.SUPPRESS)}
 
     own = options(choices[cmd]) if cmd else set()
+    shown = options(choices[cmd], visible=True) if cmd else set()   # not the hidden refusals
     hints = []
     for tok in extra:
         opt = tok.split("=", 1)[0]
         if cmd and opt.startswith("--") and opt not in own:
+            import difflib
+
             twins = [t for t in (opt[:-2], opt[:-1], opt + "s", opt + "es")
-                     if t in own and len(t) > 2 and t != opt]
+                     if t in shown and len(t) > 2 and t != opt]
+            twins = twins or difflib.get_close_matches(opt, sorted(shown), n=1, cutoff=0.85)
             if twins:
                 many = len(twins[0]) > len(opt)
                 hints.append(f"{cmd} takes {twins[0]} ({'a comma-separated list' if many else 'one value'}), "

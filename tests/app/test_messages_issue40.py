@@ -48,6 +48,16 @@ def test_simulate_batches_points_to_batch(capsys):
     assert "simulate takes --batch" in line, line
 
 
+def test_misspelt_list_flag_points_to_the_list_not_a_hidden_refusal(capsys):
+    """``search --batchs``: search refuses ``--batch`` by a hidden option, so the hint must name
+    the list it takes (``--batches``), not the hidden one; a far typo gets the closest visible
+    option or no hint."""
+    line = _one_line_error(*_cli(["search", "--batchs", "512"], capsys)[::2])
+    assert "search takes --batches (a comma-separated list), not --batchs" in line, line
+    line = _one_line_error(*_cli(["search", "--microbatchs", "2"], capsys)[::2])
+    assert "--microbatches" in line, line
+
+
 def test_gpus_alone_is_told_in_the_flags_typed(capsys):
     """`--gpus 3` (DP 3 derived) never complains about a `--dp 3` the user did not type."""
     line = _one_line_error(*_cli(["simulate", "--gpus", "3"], capsys)[::2])
