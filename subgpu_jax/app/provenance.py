@@ -199,12 +199,12 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
            "model_measured": None, "errors": []}
     head = f"Predicted by {made_by}, {scorer}, for the {hardware}."
     fid, wins = d / f"hw_fidelity_{gpu.lower()}.json", d / f"hw_wins_{gpu.lower()}.json"
-    if not fid.is_file() and not wins.is_file():
-        files = ([*d.glob("hw_fidelity_*.json"), *d.glob("hw_verdicts/*/hw_verdicts_*.json")]
-                 if d.is_dir() else [])
-        measured = sorted({m.group(2).upper() for f in files
-                           if (m := re.fullmatch(r"hw_(fidelity|verdicts)_([a-z0-9]+)\.json",
-                                                 f.name))})
+    files = ([*d.glob("hw_fidelity_*.json"), *d.glob("hw_verdicts/*/hw_verdicts_*.json"),
+              *d.glob("hw_verdicts_*.json")] if d.is_dir() else [])
+    measured = sorted({m.group(2).upper() for f in files
+                       if (m := re.fullmatch(r"hw_(fidelity|verdicts)_([a-z0-9]+)\.json",
+                                             f.name))})
+    if not fid.is_file() and not wins.is_file() and gpu not in measured:
         where = (f" (only the {' and the '.join(measured)} "
                  f"{'was' if len(measured) == 1 else 'were'} measured)" if measured else "")
         out["text"] = (f"{head} Measured error: none exists, no {hardware} was ever "
@@ -229,6 +229,9 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
                          f"calibrated on its own kernel tables and the co-run matrix ({rel})")
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             parts.append(f"{fid.name} unreadable ({e})")
+    if reference and cal and not fid.is_file() and not wins.is_file():
+        parts.append(f"none for the calibrated model (the {hardware} was measured by the "
+                     "verdict protocol, on the uncalibrated model's predictions only)")
     if reference and not cal:
         parts.append(uncalibrated_errors(d, gpu, out["errors"], me))
     if wins.is_file() and reference and cal:
