@@ -42,6 +42,7 @@ from typing import Callable
 
 from hw_runtime.tune.executor import TuneExecutor
 from hw_runtime.tune.refit import refit_calibration, summarize_trace
+from subgpu_jax.app.fingerprint import file_digest
 from hw_runtime.tune.refine import refine_on_gpu
 from hw_runtime.tune.spec import Candidate, Predictor, TuneSpec
 from hw_runtime.tune.state import TuneState
@@ -202,7 +203,11 @@ class Tuner:
                 "microbatches": list(s.microbatches), "policies": list(s.policies),
                 "streams_per_stage": list(s.streams), "kv_history": s.kv_history,
                 "exact": s.exact, "cache": cache, "l_sim": s.l_sim,
-                "calibration": cal_path, "cheap": s.cheap, "cut_strategy": s.cut_strategy,
+                # the calibration by content (a re-calibrated file is another sweep; the
+                # same file reached by another path is the same), its path kept beside it
+                "calibration": file_digest(cal_path) if cal_path else None,
+                "about": {"calibration": cal_path},
+                "cheap": s.cheap, "cut_strategy": s.cut_strategy,
                 "alloc_strategy": s.alloc_strategy}
         t0 = time.perf_counter()
         from subgpu_jax.score.timer import timer_for

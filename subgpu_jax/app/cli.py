@@ -369,7 +369,7 @@ def _cmd_simulate(a) -> int:
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
         sc_t, sc_c = main_run_scope(s_temp), main_run_scope(s_cfg)  # what figures show
-        if a.trace or a.gantt:  # the main run, then the head (the step's last kernels)
+        if a.trace or a.gantt or a.utilization:  # the main run, then the head (last kernels)
             from subgpu_jax.sim.eventsim import simulate_streams
 
             head = (simulate_streams([(hw.num_sms, list(fpm.head))], hw, timer.model,
@@ -382,8 +382,10 @@ def _cmd_simulate(a) -> int:
                            f"w={cfg.w} SMs={list(cfg.alloc)} m={m}", scope=trace_shows,
                            head=head)
         if a.utilization:
-            viz.plot_utilisation(r_temp, r_cfg, a.utilization,
-                                 scopes=(sc_t["text"], sc_c["text"]))
+            # the head is the same kernels on the whole GPU in both steps
+            viz.plot_utilisation(r_temp, r_cfg, a.utilization, heads=(head, head),
+                                 scopes=(main_run_scope(s_temp, head is not None)["text"],
+                                         trace_shows))
     t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
     gen = None
     if full.output_len:  # the mean step over the generation (docs/accounting.md item 6)

@@ -254,7 +254,7 @@ def _step_series(res) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def plot_utilisation(temporal, config, path: str | os.PathLike,
                      labels: tuple[str, str] = ("temporal", "SubGPU"),
-                     scopes: tuple[str, str] | None = None) -> Path:
+                     scopes: tuple[str, str] | None = None, heads=None) -> Path:
     """Utilisation figure: HBM bandwidth (fraction of ``hbm_peak_Bps``, a red line drawn on top)
     and fraction of SMs busy (a shaded blue area) over time, for the temporal run (top) and a
     given configuration (bottom); time-weighted means in the legends.
@@ -265,6 +265,9 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
         labels: titles of the two panels.
         scopes: what each result covers of the decode step (``step.main_run_scope``'s text),
             in the panel titles instead of the bare makespan.
+        heads: ``(temporal head, config head)``: the head kernels' ``SimResult`` of each step
+            (``simulate_streams(..., record=True)`` on the whole GPU), drawn after each run
+            (grey band): the whole step in the figure. None: the runs only.
 
     Returns:
         The path written.
@@ -276,15 +279,16 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
     p, fmt = check_image_path(path, "utilisation path")
     import matplotlib.pyplot as plt
 
-    fig = utilisation_figure(temporal, config, labels, scopes)
+    fig = utilisation_figure(temporal, config, labels, scopes, heads)
     save_figure(fig, p, dpi=120, fmt=fmt)
     plt.close(fig)
     return p
 
 
 def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", "SubGPU"),
-                       scopes: tuple[str, str] | None = None):
-    """The matplotlib ``Figure`` of ``plot_utilisation`` (not saved; the caller closes it).
+                       scopes: tuple[str, str] | None = None, heads=None):
+    """The matplotlib ``Figure`` of ``plot_utilisation`` (not saved; the caller closes it);
+    ``heads`` as there.
 
     Raises:
         ValueError: a result without a utilisation series.
@@ -297,8 +301,16 @@ def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", 
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
-    for ax, r, lab, sc in zip(axes, (temporal, config), labels, scopes or (None, None)):
+    for ax, r, lab, sc, hd in zip(axes, (temporal, config), labels, scopes or (None, None),
+                                  heads or (None, None)):
         t, h, s = _step_series(r)
+        if hd is not None and hd.util_t.size:   # the head after the run: the whole step
+            th, hh, sh = _step_series(hd)
+            t0 = float(r.makespan)
+            t, h, s = (np.concatenate([t, th + t0]), np.concatenate([h, hh]),
+                       np.concatenate([s, sh]))
+            ax.axvspan(t0, t0 + float(hd.makespan), color=HEAD_COLOR, alpha=0.25, zorder=0,
+                       label=f"head ({float(hd.makespan):,.0f} µs)")
         # SMs busy as a light area underneath, HBM as a thick line above it: the SM series
         # switches between 0 and 1 every kernel and would hide a line drawn below it
         ax.fill_between(t, s, step="post", color="#1f77b4", alpha=0.25, linewidth=0, zorder=1,

@@ -49,3 +49,30 @@ def test_trace_and_gantt_end_with_the_head(tmp_path, capsys, monkeypatch):
     assert res["trace_shows"].endswith(f"of the {step:,.0f} µs step, then the head "
                                        f"({head_us:,.0f} µs: final norm, LM head, sampling, "
                                        "embedding)")
+
+
+def test_utilisation_figure_ends_with_the_head(tmp_path, capsys, monkeypatch):
+    """``--utilization``: each panel's series runs to the run's makespan plus the head's (a
+    one-kind model: the step's makespan from ``--json``), with the head's span marked."""
+    from subgpu_jax.app import viz
+
+    seen = {}
+    real = viz.utilisation_figure
+
+    def spy(temporal, config, labels=("temporal", "SubGPU"), scopes=None, heads=None):
+        fig = real(temporal, config, labels, scopes, heads)
+        seen["ends"] = [max(max(line.get_xdata()) for line in ax.get_lines())
+                        for ax in fig.axes]
+        seen["legend"] = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+        seen["titles"] = [ax.get_title() for ax in fig.axes]
+        return fig
+
+    monkeypatch.setattr(viz, "utilisation_figure", spy)
+    rc = main(SIM + ["--utilization", str(tmp_path / "u.png")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    res = json.loads(out)
+    assert seen["ends"][1] == pytest.approx(res["config"]["makespan_us"], rel=1e-6)
+    assert seen["ends"][0] == pytest.approx(res["temporal"]["makespan_us"], rel=1e-6)
+    assert any(t.startswith("head (") for t in seen["legend"]), seen["legend"]
+    assert all("then the head" in t for t in seen["titles"]), seen["titles"]
