@@ -204,7 +204,8 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
                         uncalibrated_model_id(hw))
         tag = f"G={int(r['global_batch'])} TP{int(r['attn_tp'])}xDP{int(r['attn_dp'])}"
         out.append({"global_batch": int(r["global_batch"]), "attn_tp": int(r["attn_tp"]),
-                    "attn_dp": int(r["attn_dp"]), "label": tag, **v})
+                    "attn_dp": int(r["attn_dp"]), "label": tag, **v,
+                    **({} if reuse_subgpu else {"rescored_by": "event simulator"})})
     return out
 
 

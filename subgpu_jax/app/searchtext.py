@@ -97,9 +97,16 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
             print("  (the frontiers do not overlap: no matched comparison)")
     chk = summ.get("reference_check")
     if chk and chk.get("rows"):
+        n = chk.get("checked", len(chk["rows"]))
+        tol = chk.get("tolerance")
+        over = (f"; above the {tol:.0%} it is held to, so the speedups above are the "
+                f"{chk['timer']}'s and may not be the event simulator's (the verdicts below "
+                "are; --exact event searches with it)"
+                if tol is not None and chk["max_abs_error"] > tol else "")
         print(f"\nchecked by the event simulator (the reference): the {chk['timer']}'s region "
-              f"makespans of the {len(chk['rows'])} best records per batch differ by a median "
-              f"{chk['median_abs_error']:.2%}, at most {chk['max_abs_error']:.2%} "
+              f"makespans of the best SubGPU record at {n} (batch, TPxDP) point"
+              f"{'' if n == 1 else 's'} differ from it by a median "
+              f"{chk['median_abs_error']:.2%}, at most {chk['max_abs_error']:.2%}{over} "
               "(summary.json: reference_check)")
     if timer is not None and not timer.contention:
         print("\nno verdict per batch: the three modes (multistream, SubGPU without link time) "
@@ -133,6 +140,9 @@ def print_verdicts(verdicts, hardware: str) -> None:
     print(f"\nverdict per batch: the best configuration in three modes (predicted speedup over "
           f"temporal; band: that speedup times the range of measured/predicted speedups on "
           f"held-out workloads {where})")
+    if any(v.get("rescored_by") for v in verdicts):
+        print(f"  every mode re-simulated by the {verdicts[0]['rescored_by']}, whose predictions "
+              "the bands were measured on (the SubGPU speedup may differ from the table above)")
     print(f"{'G':>6s}{'TPxDP':>7s}{'SubGPU':>9s}{'band':>12s}{'multistream':>13s}{'band':>12s}"
           f"{'no link':>9s}{'partition':>11s}  recommend")
 

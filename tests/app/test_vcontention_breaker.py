@@ -52,9 +52,20 @@ def test_search_vcontention_verdict_uses_the_event_simulator_for_every_mode(tmp_
     rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
                "--exact", "vcontention", "--batches", "64", "--stages", "2",
                "--microbatches", "2", "--no-progress", "--out", str(out)])
-    capsys.readouterr()
+    text = capsys.readouterr().out
     assert rc == 0
     summ = json.loads((out / "summary.json").read_text())
+    # the check's statistics are the SubGPU rows' (a temporal record is the event simulator's
+    # own number: its zero error halved the median), and an error above the timer's tolerance
+    # says the table's speedups are the batched timer's
+    chk = summ["reference_check"]
+    (row,) = [x for x in chk["rows"] if x["mode"] == "subgpu"]
+    assert chk["checked"] == 1 and chk["median_abs_error"] == abs(row["error"])
+    assert chk["max_abs_error"] > chk["tolerance"] == ContentionTimer.TOLERANCE
+    assert "the best SubGPU record at 1 (batch, TPxDP) point differ from it by a median" in text
+    assert "above the 2% it is held to" in text
+    assert "every mode re-simulated by the event simulator" in text
+    assert summ["verdicts"][0]["rescored_by"] == "event simulator"
     recs = [r for r in (json.loads(x) for x in (out / "records.jsonl").read_text().splitlines())
             if "grid_key" in r and "mode" in r]
     sub = max((r for r in recs if r["mode"] == "subgpu"), key=lambda r: r["speedup_vs_temporal"])
