@@ -478,8 +478,12 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                        f"m={best['microbatches']} G={best['global_batch']} "
                        f"(predicted {sp:.3f}x temporal)",
                     f"{g1.num_regions} x {len(g1.region_kinds)}-layer main region, "
-                    f"{r.makespan:,.0f} µs of the {best['makespan_us']:,.0f} µs step; not drawn: "
-                    "the head" + (" and the other region kinds"
+                    + (f"{r.makespan:,.0f} µs of the {best['makespan_us']:,.0f} µs step"
+                       if scorer.timer.reference else
+                       f"{r.makespan:,.0f} µs in the event simulator\n({scorer.timer.name}: "
+                       f"{best['region_makespan_us']:,.0f} of a {best['makespan_us']:,.0f} µs "
+                       "step)")
+                    + "; not drawn: the head" + (" and the other region kinds"
                                   if len(p.workload.arch.region_runs()) > 1 else ""))
     write_search_figures(folder, recs, title, best_run)
     return summary

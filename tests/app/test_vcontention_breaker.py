@@ -90,3 +90,26 @@ def test_simulate_vcontention_says_the_verdict_is_the_event_simulators(capsys):
     want = ev["temporal"]["makespan_us"] / ev["config"]["makespan_us"]
     assert (f"modes     by the event simulator (whose predictions the bands were measured "
             f"on): SubGPU {want:.3f}x") in out
+
+
+def test_gantt_best_of_a_vcontention_search_never_shows_a_region_longer_than_the_step(
+        tmp_path, capsys, monkeypatch):
+    """gantt_best.png draws the event simulator's run of the best record; under the batched
+    timer its caption said "<event region> µs of the <batched timer's step> µs step", a main
+    region longer than its whole step (4,705 of 4,517 µs here). It names both timers instead."""
+    from subgpu_jax.app import searchjob
+
+    seen = {}
+    monkeypatch.setattr(searchjob, "write_search_figures",
+                        lambda folder, recs, title, best_run: seen.update(run=best_run))
+    rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+               "--exact", "vcontention", "--batches", "64", "--stages", "2",
+               "--microbatches", "2", "--no-progress", "--out", str(tmp_path / "s")])
+    capsys.readouterr()
+    assert rc == 0
+    r, head, caption = seen["run"]
+    summ = json.loads((tmp_path / "s" / "summary.json").read_text())
+    (row,) = [x for x in summ["reference_check"]["rows"] if x["mode"] == "subgpu"]
+    assert r.makespan == row["reference_region_us"]
+    assert f"of the {summ['best_speedup_record']['makespan_us']:,.0f} µs step" not in caption
+    assert "event simulator\n(vcontention: " in caption and f"{row['region_us']:,.0f} of" in caption
