@@ -217,9 +217,11 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
         return
     out = path_arg(a.out)
     print("next steps (paths absolute: run them from any folder):")
+    see = ("add --gantt/--trace/--utilization FILE to see it" if a.exact == DEFAULT_TIMER else
+           f"to see it, drop --simulator {a.exact} and add --gantt/--trace/--utilization FILE: "
+           "the event simulator draws")
     print(f"  reproduce the best configuration (--microbatch is a size: {b['microbatch']} "
-          f"requests per microbatch, m = {b['microbatches']}; add --gantt/--trace/--utilization "
-          f"FILE to see it):")
+          f"requests per microbatch, m = {b['microbatches']}; {see}):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
     model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model), *name_args(a)]
     # every command keeps the model version of the search's --hardware (NAME:VERSION)

@@ -66,6 +66,9 @@ def test_search_vcontention_verdict_uses_the_event_simulator_for_every_mode(tmp_
     assert "above the 2% it is held to" in text
     assert "every mode re-simulated by the event simulator" in text
     assert summ["verdicts"][0]["rescored_by"] == "event simulator"
+    # simulate --simulator vcontention refuses --gantt/--trace/--utilization: the hint says so
+    assert "add --gantt/--trace/--utilization FILE to see it" not in text
+    assert "drop --simulator vcontention and add --gantt/--trace/--utilization FILE" in text
     recs = [r for r in (json.loads(x) for x in (out / "records.jsonl").read_text().splitlines())
             if "grid_key" in r and "mode" in r]
     sub = max((r for r in recs if r["mode"] == "subgpu"), key=lambda r: r["speedup_vs_temporal"])
