@@ -434,9 +434,11 @@ def format_band(speedup: float, band: Band | None, gpu: str) -> str:
                 "(docs/verdicts.md)")
     lo, hi = band.apply(speedup)
     if band.transferred:
+        # the measured range: the band's ends undone by the widening transfer_band applied
         return (f"predicted {speedup:.3f}x; the {gpu} was never validated: on the held-out "
-                f"workloads of the validated GPUs such predictions measured {lo:.2f}-{hi:.2f}x "
-                f"with the {CROSS_GPU_WIDENING:.3f}x margin for another GPU "
+                f"workloads of the validated GPUs such predictions measured "
+                f"{lo * CROSS_GPU_WIDENING:.2f}-{hi / CROSS_GPU_WIDENING:.2f}x, "
+                f"{lo:.2f}-{hi:.2f}x with the {CROSS_GPU_WIDENING:.3f}x margin for another GPU "
                 f"({band.regime}; docs/verdicts.md)")
     return (f"predicted {speedup:.3f}x; on held-out workloads such predictions measured "
             f"{lo:.2f}-{hi:.2f}x on the {gpu} ({band.n} configurations, "
