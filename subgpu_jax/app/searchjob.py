@@ -500,7 +500,7 @@ def reference_check(scorer: PointScorer, records: Sequence[dict]) -> dict:
         "region_us", "reference_region_us", "error"}], "median_abs_error",
         "max_abs_error", "checked", "tolerance"}`` with error = timer / event simulator - 1;
         the median and maximum over the SubGPU rows (``checked`` of them; temporal rows are
-        the event simulator's own under a contention timer), None when no row; ``tolerance``
+        the event simulator's own under a contention timer), None when no SubGPU row; ``tolerance``
         the timer's ``TOLERANCE`` (None without one).
     """
     import statistics
@@ -523,8 +523,7 @@ def reference_check(scorer: PointScorer, records: Sequence[dict]) -> dict:
                      "error": float(r["region_makespan_us"]) / float(ref) - 1.0})
     # the statistics over the SubGPU rows: a temporal record (D = 1) is the event simulator's
     # own number under every contention timer, so its zero error would halve the median
-    errs = [abs(x["error"]) for x in rows if x["mode"] == "subgpu"] or \
-        [abs(x["error"]) for x in rows]
+    errs = [abs(x["error"]) for x in rows if x["mode"] == "subgpu"]
     return {"timer": scorer.timer.describe(), "reference": scorer.event.describe(),
             "rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
             "max_abs_error": max(errs) if errs else None,

@@ -96,7 +96,7 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
         if not rs:
             print("  (the frontiers do not overlap: no matched comparison)")
     chk = summ.get("reference_check")
-    if chk and chk.get("rows"):
+    if chk and chk.get("rows") and chk.get("max_abs_error") is not None:
         n = chk.get("checked", len(chk["rows"]))
         tol = chk.get("tolerance")
         over = (f"; above the {tol:.0%} it is held to, so the speedups above are the "

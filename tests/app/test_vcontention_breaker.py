@@ -116,3 +116,20 @@ def test_gantt_best_of_a_vcontention_search_never_shows_a_region_longer_than_the
     assert r.makespan == row["reference_region_us"]
     assert f"of the {summ['best_speedup_record']['makespan_us']:,.0f} µs step" not in caption
     assert "event simulator\n(vcontention: " in caption and f"{row['region_us']:,.0f} of" in caption
+
+
+def test_reference_check_without_a_subgpu_record_prints_no_zero_error(tmp_path, capsys):
+    """--min-tokens-per-user keeping only temporal records: nothing was checked, so no
+    "best SubGPU record at 0 points differ by a median 0.00%" line (temporal records are the
+    event simulator's own numbers)."""
+    out = tmp_path / "s"
+    rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+               "--exact", "vcontention", "--batches", "64", "--stages", "2",
+               "--microbatches", "2", "--min-tokens-per-user", "224", "--no-progress",
+               "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    chk = json.loads((out / "summary.json").read_text())["reference_check"]
+    assert {x["mode"] for x in chk["rows"]} == {"temporal"}      # the filter kept only it
+    assert chk["checked"] == 0 and chk["median_abs_error"] is None
+    assert "checked by the event simulator" not in text
