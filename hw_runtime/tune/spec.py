@@ -112,6 +112,8 @@ class TuneSpec:
         check_policies({"gemm": self.gemm, "elementwise": self.elementwise,
                         "attention": self.attention, "moe_gemm": self.moe_gemm})
         choice(self.lane_priority, "--lane-priority", LANE_PRIORITY)
+        from subgpu_jax.score.timer import TIMERS
+        choice(self.exact, "--exact", TIMERS)   # Predictor.contention reads TIMERS[exact]
         if self.moe_gemm != "auto" and not self.arch.is_moe:
             raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
                              f"GEMMs (leave it at auto)")

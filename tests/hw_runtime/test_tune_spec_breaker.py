@@ -1,0 +1,27 @@
+"""Breaker review: a ``TuneSpec`` refuses an exact scorer outside the timer registry at once
+(one line naming --exact), as it does every other option, instead of a KeyError from
+``Predictor.contention`` rounds later; every registered timer is accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from hw_runtime.tune.spec import TuneSpec
+from subgpu_jax.model.models import get_model
+from subgpu_jax.score.timer import TIMERS
+
+
+def _spec(**kw) -> TuneSpec:
+    base = dict(arch=get_model("llama-3.1-8b"), hardware="H200", num_gpus=1, attn_tp=1,
+                attn_dp=1, moe_ep=1, kv_history=1024, input_len=1024, batches=(64,),
+                stages=(2,), microbatches=(2,), top=2, budget_s=1e6, max_rounds=3,
+                refine=False)
+    base.update(kw)
+    return TuneSpec(**base)
+
+
+def test_unknown_exact_scorer_is_one_line():
+    with pytest.raises(ValueError, match="--exact must be one of event, static, vcontention"):
+        _spec(exact="fast")
+    for name in TIMERS:
+        assert _spec(exact=name).exact == name
