@@ -149,7 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     sm.add_argument("--simulator", default=DEFAULT_TIMER, choices=tuple(TIMERS),
                     help="event: the exact event-driven simulator with the contention model and "
                          "L2 residency (default); static: the max-plus evaluator with isolated "
-                         "per-kernel durations (no contention, no cache)")
+                         "per-kernel durations (no contention, no cache); vcontention: the "
+                         "vectorised contention scorer (batched JAX; no --trace/--gantt/"
+                         "--utilization; the verdict re-simulated by the event simulator)")
     sm.add_argument("--no-contention", action="store_true",
                     help="event simulator with every kernel at its isolated static rate")
     sm.add_argument("--cache", default=None, help="L2 residency policy of the event simulator: "

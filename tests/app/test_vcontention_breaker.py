@@ -35,7 +35,8 @@ def test_simulate_vcontention_times_the_config_with_the_batched_timer(capsys):
     vc = time_step(fp, cfg, ContentionTimer.of(GpuSetup.uncalibrated(hw)), record=False)
     ev = time_step(fp, cfg, EventTimer.of(GpuSetup.uncalibrated(hw)), record=False)
     assert abs(vc.makespan_us / ev.makespan_us - 1) > 1e-6   # the two timers differ here
-    assert out["config"]["makespan_us"] == vc.makespan_us, (out["config"]["makespan_us"], ev.makespan_us)
+    assert out["config"]["makespan_us"] == vc.makespan_us, (out["config"]["makespan_us"],
+                                                            ev.makespan_us)
 
 
 def test_search_vcontention_verdict_uses_the_event_simulator_for_every_mode(tmp_path, capsys):
@@ -115,7 +116,8 @@ def test_gantt_best_of_a_vcontention_search_never_shows_a_region_longer_than_the
     (row,) = [x for x in summ["reference_check"]["rows"] if x["mode"] == "subgpu"]
     assert r.makespan == row["reference_region_us"]
     assert f"of the {summ['best_speedup_record']['makespan_us']:,.0f} µs step" not in caption
-    assert "event simulator\n(vcontention: " in caption and f"{row['region_us']:,.0f} of" in caption
+    assert "event simulator\n(vcontention: " in caption
+    assert f"{row['region_us']:,.0f} of" in caption
 
 
 def test_reference_check_without_a_subgpu_record_prints_no_zero_error(tmp_path, capsys):
@@ -133,3 +135,14 @@ def test_reference_check_without_a_subgpu_record_prints_no_zero_error(tmp_path, 
     assert {x["mode"] for x in chk["rows"]} == {"temporal"}      # the filter kept only it
     assert chk["checked"] == 0 and chk["median_abs_error"] is None
     assert "checked by the event simulator" not in text
+
+
+def test_simulate_help_describes_every_simulator(capsys):
+    """--simulator offers vcontention: its help says what it is and what it cannot draw."""
+    from subgpu_jax.app.cli import build_parser
+
+    import pytest
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "vcontention: the vectorised contention scorer" in text
