@@ -10,9 +10,11 @@ configuration's structure to their makespans (``time_allocs``). Three exist, reg
   analytical model or a calibrated one), no contention.
 * ``ContentionTimer`` (``vcontention``): the vectorised contention scorer
   (``score.vcontention``), batched: one JAX call times every allocation of a batch. It
-  reproduces the event simulator within ``ContentionTimer.TOLERANCE`` on the configurations the
-  search visits (tests/score/test_contention_timer.py); a search with it re-scores its winners
-  with the event simulator and reports the disagreement.
+  does NOT reproduce the event simulator everywhere: on the configurations a search visits its
+  error is 2.3% median and 14% max over every preset (``experiments/vc_agreement_presets.py``),
+  so a search with it re-scores its best records with the event simulator, reports the
+  disagreement and warns above ``ContentionTimer.TOLERANCE``. The event simulator stays the
+  default and the reference.
 
 Each carries its capabilities as attributes, so callers never test its name: ``contention``
 (co-running kernels slow each other), ``reference`` (the event simulator itself: traces,
@@ -235,9 +237,10 @@ class ContentionTimer:
 
     name = "vcontention"
     contention, reference, batched = True, False, True
-    #: Relative disagreement with the event simulator that the tests hold it to on the
-    #: configurations a search visits (tests/score/test_contention_timer.py: presets, modes,
-    #: link settings; measured median and maximum in docs/method.md §3).
+    #: Relative disagreement with the event simulator above which a search's reference check
+    #: warns: about the median measured on search-visited configurations (2.3%,
+    #: results/vc_agreement_presets.json); single configurations reach 14%, so it is a warning
+    #: level, not a bound. The tests hold it only where measured (GPT-OSS 20B, three cuts).
     TOLERANCE = 0.02
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
