@@ -92,6 +92,7 @@ class Band:
         source: the file the band was read from (or "fit" when made in memory).
         transferred: made for a GPU without its own validation from other GPUs' bands
             (``transfer_band``): it can say "loses" or "cannot decide", never "wins".
+        widening: the factor ``transfer_band`` widened it by (1 for a GPU's own band).
     """
 
     lo: float
@@ -102,6 +103,7 @@ class Band:
     regime: str
     source: str = "fit"
     transferred: bool = False
+    widening: float = 1.0
 
     def __post_init__(self) -> None:
         lo = _pos(self.lo, "band.lo")
@@ -243,7 +245,8 @@ def transfer_band(validated: Mapping[str, Mapping[str, Band]], calibrated: bool,
     return Band(lo=lo, hi=hi, median=med, n=sum(b.n for _, b in got), workloads=ws,
                 regime=f"transferred from {src}: "
                        + regime_key("any", calibrated, moe, mode, collectives).split("/", 1)[1],
-                source=", ".join(sorted({b.source for _, b in got})), transferred=True)
+                source=", ".join(sorted({b.source for _, b in got})), transferred=True,
+                widening=float(widening))
 
 
 def validated_bands(exclude: str | None = None, model_id: str | None = None,
@@ -407,10 +410,10 @@ def _transferred_verdict(pr, bd, cls, bands, dec, src, tail) -> Verdict:
     b = bands[best]
     frm = b.regime.split(":")[0]
     said = (f"predicted {pr[best]:.3f}x; such predictions measured "
-            f"{pr[best] * b.lo * CROSS_GPU_WIDENING:.2f}-"
-            f"{pr[best] * b.hi / CROSS_GPU_WIDENING:.2f}x on the held-out workloads of the "
+            f"{pr[best] * b.lo * b.widening:.2f}-"
+            f"{pr[best] * b.hi / b.widening:.2f}x on the held-out workloads of the "
             f"validated GPUs ({frm.replace('transferred from ', '')}), {lo:.2f}-{hi:.2f}x with "
-            f"the {CROSS_GPU_WIDENING:.3f}x margin for a GPU never validated")
+            f"the {b.widening:.3f}x margin for a GPU never validated")
     if hi < 1.0:
         what = "SubGPU is" if len(highs) == 1 else "SubGPU and multistream are"
         return Verdict("temporal", pr, bd, cls,
@@ -437,8 +440,8 @@ def format_band(speedup: float, band: Band | None, gpu: str) -> str:
         # the measured range: the band's ends undone by the widening transfer_band applied
         return (f"predicted {speedup:.3f}x; the {gpu} was never validated: on the held-out "
                 f"workloads of the validated GPUs such predictions measured "
-                f"{lo * CROSS_GPU_WIDENING:.2f}-{hi / CROSS_GPU_WIDENING:.2f}x, "
-                f"{lo:.2f}-{hi:.2f}x with the {CROSS_GPU_WIDENING:.3f}x margin for another GPU "
+                f"{lo * band.widening:.2f}-{hi / band.widening:.2f}x, "
+                f"{lo:.2f}-{hi:.2f}x with the {band.widening:.3f}x margin for another GPU "
                 f"({band.regime}; docs/verdicts.md)")
     return (f"predicted {speedup:.3f}x; on held-out workloads such predictions measured "
             f"{lo:.2f}-{hi:.2f}x on the {gpu} ({band.n} configurations, "

@@ -261,6 +261,10 @@ def test_transfer_band_is_the_union_widened():
     assert v.recommend == "measure" and "never validated" in v.reason
     with pytest.raises(ValueError, match="widening must be >= 1"):
         transfer_band(val, False, True, "green", "sleep", widening=0.9)
+    # the text undoes the band's own widening: 1.5 -> measured 0.80-1.20 x 1.0, 0.53-1.80 widened
+    b15 = transfer_band(val, False, True, "green", "sleep", widening=1.5)
+    assert b15.widening == 1.5
+    assert "measured 0.80-1.20x, 0.53-1.80x with the 1.500x margin" in format_band(1.0, b15, "B200")
 
 
 def test_cross_gpu_widening_is_the_committed_measurement():
