@@ -48,8 +48,8 @@ H200_COPY_BW_GBPS: Mapping[int, float] = MappingProxyType(
 
 
 #: The H100's copy bandwidth (GB/s) by pool size (SMs): measured by ``subgpu calibrate`` on one
-#: NVIDIA H100 80GB HBM3 (2026-12-06; ``experiments/results/calibration_h100_qwen25_7b.json``,
-#: ``bw_curve``: a copy kernel alone on a green-context pool of that size, median of replays).
+#: NVIDIA H100 80GB HBM3 (2026-12-06; docs/verdicts.md, "The H100's own constants": the
+#: calibration's ``bw_curve``, a copy kernel alone on a green-context pool, median of replays).
 #: The whole GPU measured 2,987 GB/s, within the spread of the 2,991 at 128 SMs: the table keeps
 #: the running maximum (the response never falls with more SMs).
 H100_COPY_BW_GBPS: Mapping[int, float] = MappingProxyType(
