@@ -58,7 +58,8 @@ from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch,
 from subgpu_jax.model.checks import finite, flag, pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
-from subgpu_jax.score.poolwork import calibrated_pools, lone_static_pools
+from subgpu_jax.model.lru import ByteLRU
+from subgpu_jax.score.poolwork import calibrated_pools, lone_static_pools, work_signature
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator, check_config, lone_makespan
@@ -83,6 +84,11 @@ CONC_GRID: np.ndarray = np.linspace(0.0, 1.0, 33)
 POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
 
 _BIG = 1e30  # sentinel time (µs) of padded stage slots
+#: The memo of ``kernel_profiles``' per-kernel tables (hardware and calibration ids, model
+#: parameters, grids, work signature, hit fraction; the hardware and calibration objects kept
+#: alive in the value), bounded by bytes: about 0.94 MB a kernel, so ~70 kernels (the distinct
+#: kernels of a grid point's cuts).
+KERNEL_PROFILES = ByteLRU(64 * 2**20)
 #: Whether the tables charge the others' L2 traffic on the shared L2 port
 #: (``kernel_profiles(shared_l2=...)``).
 SHARED_L2 = True
@@ -174,7 +180,9 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     # peak.
     gain = float(model.latency_gain) if shared_l2 else 0.0
     dil = 1.0 + gain * np.minimum(1.0, np.interp(cg, xs, ys))[None, :, None]  # (1, NC, 1)
-    for u, k in enumerate(graph.kernels):
+    def profile(u: int, k) -> tuple:
+        """Kernel ``k``'s four tables (N+1, NC, NP) at its hit fraction h[u]."""
+        out = {}
         w = bm0.work(k, 1)
         oc = op_cost(k, hw, P)                            # SMs reached, fixed phase per pool
         pu = oc.sms[:, None, None]                        # (N+1, 1, 1)
@@ -251,10 +259,24 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         tn = np.where(np.asarray(comm_f) > 0, bm.setup_us + comm_b / bm.nvlink * 1e6, 0.0)
         t = bm.launch_us + fx * dil + np.maximum(np.maximum(tc, td), tn)
         bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
-        out["tau"][u] = np.broadcast_to(t, bshape)
-        out["busy"][u] = np.broadcast_to(td, bshape)
-        out["conc"][u] = np.broadcast_to(c / W * td, bshape)
-        out["power"][u] = np.broadcast_to(pi * tc, bshape)
+        out["tau"] = np.broadcast_to(t, bshape)
+        out["busy"] = np.broadcast_to(td, bshape)
+        out["conc"] = np.broadcast_to(c / W * td, bshape)
+        out["power"] = np.broadcast_to(pi * tc, bshape)
+
+        return tuple(np.array(out[x]) for x in ("tau", "busy", "conc", "power"))
+
+    # kernels of every layer and every cut of one graph repeat: memoised by their work
+    # signature and hit fraction (4,896 rows, 382 distinct, in a profile of the main job)
+    base = (id(hw), bm.model_key, id(cal), cg.tobytes(), pg.tobytes(), bool(shared_l2))
+    for u, k in enumerate(graph.kernels):
+        key = (*base, work_signature(k), float(h[u]))
+        # (hw and cal stay alive while their ids are in a key; held by a closure, which the
+        # cache's byte count does not walk into)
+        tabs, _keep = KERNEL_PROFILES.get_or_make(key, lambda: (profile(u, k),
+                                                                lambda: (hw, cal)))
+        for x, t in zip(("tau", "busy", "conc", "power"), tabs):
+            out[x][u] = t
     return out
 
 
