@@ -37,6 +37,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+from digest_cli import check_out, write_digest  # noqa: E402  (check --out, atomic JSON)
 
 #: The child's code: optionally disable the lone-pool memo, then run the CLI.
 CHILD = """
@@ -115,6 +119,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.cores is not None and a.cores < 1:
         ap.error(f"--cores must be >= 1, got {a.cores}")
+    try:
+        check_out(a.out)   # before minutes of work
+    except ValueError as e:
+        ap.error(str(e))
     tmp = tempfile.mkdtemp(prefix="bench_sweeps_")
     cache = os.path.join(tmp, "jax_cache")
     rows, folders = [], {}
@@ -148,10 +156,7 @@ def main(argv=None) -> int:
                  f", max {r['reference_check']['max_abs_error']:.1%}"
                  if "reference_check" in r else ""))
     print(f"records identical across the event-simulator runs: {same}")
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out + ".tmp", "w") as fh:
-        json.dump(res, fh, indent=1)
-    os.replace(a.out + ".tmp", a.out)
+    write_digest(a.out, res)
     print(f"wrote {a.out}")
     return 0
 

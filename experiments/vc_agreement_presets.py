@@ -25,7 +25,6 @@ Writes experiments/results/vc_agreement_presets.json and prints a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -47,6 +46,9 @@ from subgpu_jax.sim.eventsim import simulate  # noqa: E402
 from subgpu_jax.space.config import Config, chain_cut  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from digest_cli import check_out, write_digest  # noqa: E402  (check --out, atomic JSON)
 HW = get_hardware("H200")
 
 #: One deployment per preset that fits one H200's budget (weights + KV).
@@ -121,6 +123,10 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=list(DEPLOYMENTS), choices=list(MODELS))
     ap.add_argument("--out", default=os.path.join(HERE, "results", "vc_agreement_presets.json"))
     a = ap.parse_args(argv)
+    try:
+        check_out(a.out)   # before minutes of work
+    except ValueError as e:
+        ap.error(str(e))
     rng = np.random.default_rng(a.seed)
     rows, t0 = [], time.time()
     for name in a.models:
@@ -163,10 +169,7 @@ def main(argv=None) -> int:
                 print(f"{name:15s} {kind:7s} {str(link):5s} {s_new['n']:4d} "
                       f"{s_new['median_abs_error']:10.2%} {s_new['max_abs_error']:8.2%} "
                       f"{s_old['median_abs_error']:14.2%} {s_old['max_abs_error']:11.2%}")
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out + ".tmp", "w") as fh:
-        json.dump(out, fh, indent=1)
-    os.replace(a.out + ".tmp", a.out)
+    write_digest(a.out, out)
     print(f"wrote {a.out}")
     return 0
 
