@@ -19,21 +19,15 @@ from subgpu_jax.score.timer import (DEFAULT_TIMER, TIMERS, ContentionTimer, Even
                                     StaticTimer, timer_for)
 from subgpu_jax.score.vcontention import kernel_profiles
 from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.space.config import Config, chain_cut
+from subgpu_jax.space.config import Config
 
 H200 = get_hardware("H200")
 DEP = Deployment(num_gpus=8, attn_tp=8, attn_dp=1, moe_ep=8, global_batch=256)
 
 
 @pytest.fixture(scope="module")
-def g2():
-    return build_graph(get_model("gpt-oss-20b"), DEP, 2)
-
-
-def _cfg(g, starts, w, alloc):
-    D = len(starts) + 1 - w
-    return Config(D=D, w=w, seg_of=chain_cut(g.n, starts), alloc=tuple(alloc),
-                  microbatch=DEP.requests_per_gpu // g.microbatches)
+def g2(gptoss20b_m2):
+    return gptoss20b_m2
 
 
 def test_registry_and_capabilities():
@@ -55,9 +49,9 @@ def test_registry_and_capabilities():
         timer_for(s, "fast")
 
 
-def test_batched_rows_equal_single_calls(g2):
+def test_batched_rows_equal_single_calls(g2, chain_config):
     """``time_allocs`` of a batch equals ``time`` of each row, for every timer."""
-    cfg = _cfg(g2, [6, 15], 0, (40, 56, 32))
+    cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
     allocs = np.array([[40, 56, 32], [8, 8, 112], [64, 32, 32]])
     for t in (EventTimer(H200), StaticTimer(H200), ContentionTimer(H200)):
         batch = t.time_allocs(g2, cfg, allocs)
@@ -66,11 +60,11 @@ def test_batched_rows_equal_single_calls(g2):
         np.testing.assert_allclose(batch, one, rtol=1e-6)
 
 
-def test_contention_off_is_the_static_evaluator(g2):
+def test_contention_off_is_the_static_evaluator(g2, chain_config):
     """With ``ContentionModel.off()`` the contention timer's tables hold the static durations
     and skip the iteration: its makespans equal the static timer's (``vcontention`` module
     docstring), to float32."""
-    cfg = _cfg(g2, [3, 10, 21], 1, (16, 72, 40))
+    cfg = chain_config(g2, [3, 10, 21], 1, (16, 72, 40))
     allocs = np.array([[16, 72, 40], [40, 40, 48]])
     vc = ContentionTimer(H200, ContentionModel.off()).time_allocs(g2, cfg, allocs)
     st = StaticTimer(H200).time_allocs(g2, cfg, allocs)
@@ -92,20 +86,20 @@ def test_temporal_and_head_go_to_the_event_simulator(g2):
 
 @pytest.mark.parametrize("starts,w,alloc", [([6, 15], 0, (40, 56, 32)),
                                            ([4, 9, 15], 0, (24, 24, 32, 48))])
-def test_agrees_with_event_simulator_on_gpt_oss(g2, starts, w, alloc):
+def test_agrees_with_event_simulator_on_gpt_oss(g2, starts, w, alloc, chain_config):
     """On GPT-OSS 20B (the family of the committed agreement study) the contention timer is
     within ``ContentionTimer.TOLERANCE`` of the event simulator; elsewhere it is not (the
     search reports the difference: bench_sweeps, docs/method.md §3)."""
-    cfg = _cfg(g2, starts, w, alloc)
+    cfg = chain_config(g2, starts, w, alloc)
     ev = EventTimer(H200).time(g2, cfg).makespan_us
     assert ContentionTimer(H200).time(g2, cfg).makespan_us == pytest.approx(
         ev, rel=ContentionTimer.TOLERANCE)
 
 
-def test_estimators_are_shared_by_structure(g2):
+def test_estimators_are_shared_by_structure(g2, chain_config):
     """One structure's tables are built once: the second call returns the same object."""
     t = ContentionTimer(H200)
-    cfg = _cfg(g2, [6, 15], 0, (40, 56, 32))
+    cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
     e1 = t.estimator(g2, cfg.seg_of, cfg.D, cfg.w, cfg.policy)
     assert t.estimator(g2, cfg.seg_of, cfg.D, cfg.w, cfg.policy) is e1
     assert t.estimator(g2, cfg.seg_of, cfg.D, cfg.w, "layer_major") is not e1
