@@ -7,7 +7,7 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
 ``evaluated ... (S s)``), the process's wall and CPU seconds and the records:
 
 * ``before``: the lone-pool and kernel-profile memos off (``score.poolwork.LONE_POOLS`` and
-  ``score.vcontention.KERNEL_PROFILES`` replaced by stores that keep nothing, as before they
+  ``score.vctables.PROFILE_MEMO`` replaced by stores that keep nothing, as before they
   existed) and no persistent compile cache (``SUBGPU_JAX_CACHE=""``): the path as it was;
 * ``memo_cold``: today's path, with an empty persistent compile cache folder (it fills it);
 * ``memo_warm``: today's path again, reading that folder (a user's second run);
@@ -51,9 +51,9 @@ if sys.argv[1] == "nomemo":
         def __setitem__(self, k, v):
             pass
     pw.LONE_POOLS = _Keep()
-    import subgpu_jax.score.vcontention as vc
+    import subgpu_jax.score.vctables as vc
     from subgpu_jax.model.lru import ByteLRU
-    vc.KERNEL_PROFILES = ByteLRU(0)   # stores nothing: the per-kernel tables built every time
+    vc.PROFILE_MEMO = ByteLRU(0)   # stores nothing: the per-kernel tables built every time
 from subgpu_jax.app.cli import main
 sys.exit(main(sys.argv[2:]))
 """

@@ -14,10 +14,13 @@ into the results folder:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+import numpy as np
 
 from subgpu_jax.model.deployment import RECORD_OPTIONS
 from subgpu_jax.model.generation import generation_steps, search_step
@@ -41,7 +44,7 @@ from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
 __all__ = ["PointScorer", "RecordingTimer", "SearchOptions", "run_search", "write_outputs",
-           "CHEAP_KINDS", "OUTPUT_FILES", "reference_check"]
+           "CHEAP_KINDS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
 DEPLOY_OPTIONS = RECORD_OPTIONS
@@ -138,10 +141,7 @@ class RecordingTimer:
         r = self.scorer.simulate(self.dep, cfg)
         return Timing(float(r.makespan), dict(r.category_time), r)
 
-    def time_allocs(self, graph, cfg: Config, allocs) -> "np.ndarray":
-        import numpy as np
-        import dataclasses
-
+    def time_allocs(self, graph, cfg: Config, allocs) -> np.ndarray:
         return np.array([self.time(graph, dataclasses.replace(
             cfg, alloc=tuple(int(x) for x in a))).makespan_us for a in np.atleast_2d(allocs)])
 
@@ -458,6 +458,8 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                                              scorer.cache, scorer.calibration is not None,
                                              reuse_subgpu=scorer.timer.reference)
     if scorer is not None and not scorer.timer.reference and write:
+        from subgpu_jax.app.refcheck import reference_check
+
         summary["reference_check"] = reference_check(scorer, recs)
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
@@ -487,48 +489,6 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
                                   if len(p.workload.arch.region_runs()) > 1 else ""))
     write_search_figures(folder, recs, title, best_run)
     return summary
-
-
-def reference_check(scorer: PointScorer, records: Sequence[dict]) -> dict:
-    """The event simulator's check of a search made with another timer (``scorer.timer`` not
-    the reference): the best record of each (global batch, attention TP, DP), SubGPU and
-    temporal, re-scored by the event simulator (its region makespan, at the step the search
-    scored), beside the timer's.
-
-    Returns:
-        ``{"timer", "reference", "rows": [{"global_batch", "attn_tp", "attn_dp", "mode",
-        "region_us", "reference_region_us", "error"}], "median_abs_error",
-        "max_abs_error", "checked", "tolerance"}`` with error = timer / event simulator - 1;
-        the median and maximum over the SubGPU rows (``checked`` of them; temporal rows are
-        the event simulator's own under a contention timer), None when no SubGPU row; ``tolerance``
-        the timer's ``TOLERANCE`` (None without one).
-    """
-    import statistics
-
-    best: dict = {}
-    for r in records:
-        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]), r["mode"])
-        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
-            best[k] = r
-    rows = []
-    for k in sorted(best):
-        r = best[k]
-        dep = search_step(Deployment.from_record(r))
-        p = scorer.problem(dep)
-        cfg = Config.from_record(r, p.workload.graph(1))
-        ref = scorer.event.time(p.workload.graph(int(r["microbatches"])), cfg).makespan_us
-        rows.append({"global_batch": k[0], "attn_tp": k[1], "attn_dp": k[2], "mode": k[3],
-                     "region_us": float(r["region_makespan_us"]),
-                     "reference_region_us": float(ref),
-                     "error": float(r["region_makespan_us"]) / float(ref) - 1.0})
-    # the statistics over the SubGPU rows: a temporal record (D = 1) is the event simulator's
-    # own number under every contention timer, so its zero error would halve the median
-    errs = [abs(x["error"]) for x in rows if x["mode"] == "subgpu"]
-    return {"timer": scorer.timer.describe(), "reference": scorer.event.describe(),
-            "rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
-            "max_abs_error": max(errs) if errs else None,
-            "checked": sum(x["mode"] == "subgpu" for x in rows),
-            "tolerance": getattr(scorer.timer, "TOLERANCE", None)}
 
 
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,

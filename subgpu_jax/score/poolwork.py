@@ -1,5 +1,5 @@
 """The work of one kernel on every pool 0..N as the event simulator uses it, for the vectorised
-tables of ``score.vcontention.kernel_profiles``: the calibrated work (work scale, fixed phase,
+tables of ``score.vctables.kernel_profiles``: the calibrated work (work scale, fixed phase,
 window) of a measured kernel, and the lone-static scale of an uncalibrated GEMM
 (``sim.contention.ContentionModel.lone_static``). Both are solved by ``BoundModel.work`` on the
 pools an allocation can hold and carried to the others.

@@ -75,7 +75,7 @@ def grid_spec(grid) -> tuple[float, float, int]:
 def interp_weights(grid, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Lower index and fraction of ``x`` on the increasing, uniformly spaced ``grid`` (an array,
     or its static ``grid_spec``), clipped to its range; arithmetic instead of a search (the grids
-    are ``CONC_GRID``/``POWER_GRID``, checked uniform by ``vcontention.segment_tables``). Any
+    are ``CONC_GRID``/``POWER_GRID``, checked uniform by ``vctables.segment_tables``). Any
     shape of ``x``; returns (int32, float) arrays of that shape."""
     if isinstance(grid, tuple):
         g0, dg, G = grid
@@ -89,7 +89,7 @@ def interp_weights(grid, x: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def cell_table(rows: np.ndarray, shape: tuple[int, int, int, int], dtype=jnp.float32) -> jax.Array:
-    """The row table of ``vcontention.SegTables`` as one entry per grid *cell* (host, numpy).
+    """The row table of ``vctables.SegTables`` as one entry per grid *cell* (host, numpy).
 
     Args:
         rows: (K_pad * (N+1) * NC * NP, 4) the segment tables as rows (tau, busy, conc, power).
@@ -275,7 +275,7 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
     durations), over (H, B) arrays.
 
     Args:
-        tabs: ``vcontention.SegTables`` (its ``seg_stage``, grids and table shape are used).
+        tabs: ``vctables.SegTables`` (its ``seg_stage``, grids and table shape are used).
         cells: ``cell_table(tabs.rows, tabs.tau.shape)`` (16, cells).
         plan: the DAG's ``lanes.LanePlan``.
         allocs: (B, D) int32 SMs per stage (validated on the host).

@@ -182,15 +182,15 @@ def test_kernel_profile_memo_changes_no_number(g2, monkeypatch):
     """``kernel_profiles`` with its per-kernel memo equals a memo-free recomputation bit for bit,
     at zero and at non-zero hit fractions, and a second call is served from the memo."""
     from subgpu_jax.model.lru import ByteLRU
-    from subgpu_jax.score import vcontention as vc
+    from subgpu_jax.score import vctables as vc
 
     rng = np.random.default_rng(0)
     hits = rng.uniform(0, 1, g2.n)
-    monkeypatch.setattr(vc, "KERNEL_PROFILES", ByteLRU(256 * 2**20))
+    monkeypatch.setattr(vc, "PROFILE_MEMO", ByteLRU(256 * 2**20))
     first = kernel_profiles(g2, H200, hits=hits)
     again = kernel_profiles(g2, H200, hits=hits)
-    assert vc.KERNEL_PROFILES.hits >= g2.n
-    monkeypatch.setattr(vc, "KERNEL_PROFILES", ByteLRU(0))   # stores nothing: no memo
+    assert vc.PROFILE_MEMO.hits >= g2.n
+    monkeypatch.setattr(vc, "PROFILE_MEMO", ByteLRU(0))   # stores nothing: no memo
     fresh = kernel_profiles(g2, H200, hits=hits)
     for k in first:
         np.testing.assert_array_equal(first[k], fresh[k])

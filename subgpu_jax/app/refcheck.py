@@ -1,0 +1,59 @@
+"""The event simulator's check of a search made with a timer other than itself (issue 42): the
+batched contention timer (``--exact vcontention``) or the static evaluator decide the search; the
+event simulator, the reference, re-scores the best records and the disagreement is written to
+``summary.json`` (``reference_check``) and printed (``app.searchtext``).
+
+Units: µs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from subgpu_jax.model.generation import search_step
+from subgpu_jax.model.graph import Deployment
+from subgpu_jax.space.config import Config
+
+__all__ = ["reference_check"]
+
+
+def reference_check(scorer, records: Sequence[dict]) -> dict:
+    """The event simulator's check of a search made with another timer (``scorer``: the
+    search's ``app.searchjob.PointScorer``, whose ``timer`` is not the reference): the best record of each (global batch, attention TP, DP), SubGPU and
+    temporal, re-scored by the event simulator (its region makespan, at the step the search
+    scored), beside the timer's.
+
+    Returns:
+        ``{"timer", "reference", "rows": [{"global_batch", "attn_tp", "attn_dp", "mode",
+        "region_us", "reference_region_us", "error"}], "median_abs_error",
+        "max_abs_error", "checked", "tolerance"}`` with error = timer / event simulator - 1;
+        the median and maximum over the SubGPU rows (``checked`` of them; temporal rows are
+        the event simulator's own under a contention timer), None when no SubGPU row; ``tolerance``
+        the timer's ``TOLERANCE`` (None without one).
+    """
+    import statistics
+
+    best: dict = {}
+    for r in records:
+        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]), r["mode"])
+        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
+            best[k] = r
+    rows = []
+    for k in sorted(best):
+        r = best[k]
+        dep = search_step(Deployment.from_record(r))
+        p = scorer.problem(dep)
+        cfg = Config.from_record(r, p.workload.graph(1))
+        ref = scorer.event.time(p.workload.graph(int(r["microbatches"])), cfg).makespan_us
+        rows.append({"global_batch": k[0], "attn_tp": k[1], "attn_dp": k[2], "mode": k[3],
+                     "region_us": float(r["region_makespan_us"]),
+                     "reference_region_us": float(ref),
+                     "error": float(r["region_makespan_us"]) / float(ref) - 1.0})
+    # the statistics over the SubGPU rows: a temporal record (D = 1) is the event simulator's
+    # own number under every contention timer, so its zero error would halve the median
+    errs = [abs(x["error"]) for x in rows if x["mode"] == "subgpu"]
+    return {"timer": scorer.timer.describe(), "reference": scorer.event.describe(),
+            "rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None,
+            "checked": sum(x["mode"] == "subgpu" for x in rows),
+            "tolerance": getattr(scorer.timer, "TOLERANCE", None)}

@@ -1,0 +1,300 @@
+"""The host tables of the vectorised contention scorer (``score.vcontention``, docs/method.md
+§3): per kernel, and summed per segment of a cut, the time and resource integrals of a kernel on
+a pool of p SMs (0..N) beside a constant external load, on a grid of the other stages' bytes in
+flight (``CONC_GRID``) and compute power (``POWER_GRID``), from the event simulator's rate rules
+(``sim.contention.BoundModel``). Host numpy; the JAX core reads them.
+
+Units: µs, bytes, SMs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from subgpu_jax.model.graph import OpGraph, StaticDurationModel
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.kernelcost import is_gemm, op_cost
+from subgpu_jax.model.lru import ByteLRU
+from subgpu_jax.score.evaluator import validate_durations
+from subgpu_jax.score.poolwork import calibrated_pools, lone_static_pools, work_signature
+from subgpu_jax.score.programs import to_device
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.sim.eventsim import lone_makespan
+from subgpu_jax.space.config import binding, check_cut
+from subgpu_jax.space.taskdag import bucket
+
+__all__ = ["CONC_GRID", "POWER_GRID", "PROFILE_MEMO", "SHARED_L2", "kernel_profiles",
+           "SegTables", "segment_tables"]
+
+#: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
+#: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
+CONC_GRID: np.ndarray = np.linspace(0.0, 1.0, 33)
+#: Grid of the other stages' compute power (sum of pi = min(1, g p / N) of computing kernels);
+#: the sum over a full partition is at most ``compute_gain`` * budget / N ~ 1.08 on H200.
+POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
+
+#: The memo of ``kernel_profiles``' per-kernel tables (hardware and calibration ids, model
+#: parameters, grids, work signature, hit fraction; the hardware and calibration objects kept
+#: alive in the value), bounded by bytes: about 0.94 MB a kernel, so ~70 kernels (the distinct
+#: kernels of a grid point's cuts).
+PROFILE_MEMO = ByteLRU(64 * 2**20)
+#: Whether the tables charge the others' L2 traffic on the shared L2 port
+#: (``kernel_profiles(shared_l2=...)``).
+SHARED_L2 = True
+def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None = None,
+                    hits: np.ndarray | None = None, conc_grid: np.ndarray = CONC_GRID,
+                    power_grid: np.ndarray = POWER_GRID,
+                    shared_l2: bool = SHARED_L2) -> dict[str, np.ndarray]:
+    """Per-kernel time and resource integrals under a constant external load (host, numpy).
+
+    For kernel u on a pool of p SMs (p = 0..N; 0 is treated as 1), beside other kernels holding
+    ``conc_grid[a] * window * N`` bytes in flight with total compute power ``power_grid[b]``, the
+    rates follow ``BoundModel.rates_of`` for u (its HBM share is proportional to its bytes in
+    flight; the others' ceiling is taken equal to u's; the others' L2 and NVLink use is ignored):
+    compute rate R_u pi_u / max(1, pi_u + pi_o); bytes in flight c_u = min(p_u w_u, cmax, miss
+    bytes) with w_u the kernel's own window per SM; HBM share = curve((c_u + c_o) / (w N)) * peak_u * c_u / (c_u + c_o), capped by
+    phi_u p_u issue; data rate = min(p_u issue, share / phi_u); L2 bandwidth scaling; network
+    after the setup latency at ``nvlink_Bps``. Duration = launch + fixed phase + max(compute,
+    data, network). With a calibration in ``model`` (``model.calibration``), every measured
+    kernel uses on each pool the calibrated work the event simulator uses there (work scale on
+    FLOPs, bytes and payload; fixed phase; window: ``calibrated_pools``), so its entry at no
+    external load is its measured time alone; ``isolated`` entries are the measured times.
+
+    Args:
+        graph: the region graph (n kernels). hw: the GPU. model: rate-model parameters (default
+            ``ContentionModel()``); with ``model.isolated`` (``ContentionModel.off()``)
+            every entry is the static duration (the measured time for a calibrated kernel).
+        hits: (n,) fraction (0..1) of each kernel's object-read bytes (weights + activation
+            reads) served by L2; None = 0.
+        conc_grid: (NC,) others' bytes in flight / (w N), increasing, from 0.
+        power_grid: (NP,) others' compute power, increasing, from 0.
+
+    Returns:
+        dict of float64 arrays (n, N+1, NC, NP): ``tau`` µs, ``busy`` µs with the data counter
+        active, ``conc`` (bytes in flight / (w N)) x µs, ``power`` pi x µs of compute activity.
+
+    Raises:
+        ValueError: hits of the wrong shape or outside 0..1; grids not increasing from 0.
+    """
+    model = ContentionModel() if model is None else model
+    bm = model.bind(hw, lone_makespan)
+    cal = model.calibration
+    # the kernels' uncalibrated work; a calibration enters per pool below (calibrated_pools)
+    bm0 = bm if cal is None else model.replace(calibration=None).bind(hw, lone_makespan)
+    n, N = graph.n, hw.num_sms
+    cg = np.asarray(conc_grid, dtype=float)
+    pg = np.asarray(power_grid, dtype=float)
+    for nm, g in (("conc_grid", cg), ("power_grid", pg)):
+        if g.ndim != 1 or g.size < 2 or g[0] != 0.0 or np.any(np.diff(g) <= 0):
+            raise ValueError(f"{nm} must be 1-D, increasing, starting at 0")
+    h = np.zeros(n) if hits is None else np.asarray(hits, dtype=float)
+    if h.shape != (n,) or np.any(~np.isfinite(h)) or np.any(h < 0) or np.any(h > 1):
+        raise ValueError(f"hits must be ({n},) fractions in 0..1")
+    NC, NP = cg.size, pg.size
+    shape = (n, N + 1, NC, NP)
+    out = {k: np.zeros(shape) for k in ("tau", "busy", "conc", "power")}
+    P = np.arange(N + 1, dtype=float)
+    P[0] = 1.0
+    static = StaticDurationModel(hw)
+    if model.isolated:
+        for u, k in enumerate(graph.kernels):
+            t_iso = (cal.times(k, P, warn=False) if cal is not None and cal.has(k)
+                     else static.kernel_time_us(k, P))
+            out["tau"][u] = np.asarray(t_iso, dtype=float)[:, None, None]
+            # isolated kernels still report their resource use (for inspection only)
+            out["busy"][u] = out["tau"][u]
+        return out
+    W = bm.full_window
+    xs, ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
+    co = (cg * W)[None, :, None]                          # (1, NC, 1) bytes
+    po = pg[None, None, :]                                # (1, 1, NP)
+    # The others' demand on the shared L2 port (``BoundModel.rates_of`` scales every running
+    # kernel's data and re-read rates by l2 / total demand): their HBM bytes at the grid's
+    # concurrency, each costing ``miss_l2_cost`` L2 bytes (as misses: their hit shares are not in
+    # the table), and their operand re-reads at compute power ``po``, as tensor-core GEMMs at the
+    # bf16 rate with the tile re-read ``dtype bytes / tile_edge`` per FLOP (large GEMMs' value).
+    beta_o = (2.0 / model.tile_edge) if model.tile_edge > 0 else 0.0
+    rc_full_o = hw.flops_rate("bf16") if shared_l2 else 0.0
+    # The loaded memory latency (``ContentionModel.latency_gain``; the event simulator dilates a
+    # kernel's fixed phase at its start by 1 + gain x min(1, others' HBM bytes/s / copy peak)):
+    # the others' HBM rate at the grid's concurrency alone, on the response curve at the copy
+    # peak.
+    gain = float(model.latency_gain) if shared_l2 else 0.0
+    dil = 1.0 + gain * np.minimum(1.0, np.interp(cg, xs, ys))[None, :, None]  # (1, NC, 1)
+    def profile(u: int, k) -> tuple:
+        """Kernel ``k``'s four tables (N+1, NC, NP) at its hit fraction h[u]."""
+        out = {}
+        w = bm0.work(k, 1)
+        oc = op_cost(k, hw, P)                            # SMs reached, fixed phase per pool
+        pu = oc.sms[:, None, None]                        # (N+1, 1, 1)
+        # per pool (N+1, 1, 1): work scale, fixed phase µs, window B/SM, network payload bytes
+        # (scaled) and whether the network phase runs: the uncalibrated kernel's, or the
+        # calibrated KernelWork the event simulator uses on that pool (calibrated_pools)
+        if cal is not None and cal.has(k):
+            ws, fx, win, comm_b, comm_f = calibrated_pools(bm, k, cal, hw)
+        else:
+            ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
+            comm_b, comm_f = float(w.comm_bytes), float(w.comm)
+            if model.lone_static and is_gemm(k) and k.flops > 0:
+                ws, fx = lone_static_pools(bm0, k, hw)
+        pi = np.minimum(1.0, bm.gain * pu / bm.N)
+        read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
+        data0 = w.obj_bytes + w.extra_hbm_bytes   # + the collective proxy's payload traffic
+        phi = (data0 - h[u] * read_b) / data0 if data0 > 0 else 0.0   # miss share (any scale)
+        data = data0 * ws                         # the work scale multiplies bytes and FLOPs
+        miss = data * phi
+        flops = w.flops * ws
+        # compute
+        if w.flops > 0:
+            ptot = pi + po
+            cs = np.where(ptot > 1.0, 1.0 / np.maximum(ptot, 1e-30), 1.0)
+            rc = w.rate_full * pi * cs
+        else:
+            rc = np.zeros_like(pi + po)
+        # HBM share and data rate
+        if data0 > 0:
+            issue = pu * bm.issue
+            if phi > 0:
+                # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm:
+                # kernel-aware contention, per pool when calibrated)
+                c = np.minimum(pu * win, bm.cmax)
+                if bm.demand_cap:
+                    c = np.minimum(c, miss)
+                ct = c + co
+                frac = np.interp(ct / W, xs, ys)
+                share = frac * w.peak_Bps * c / ct
+                rh = np.minimum(phi * issue, share)
+                rd = np.where(rh < issue * phi, rh / phi, issue)
+            else:
+                c = np.zeros_like(pu)
+                rd = issue + 0.0 * co
+            ld = rd * (1.0 + (bm.kappa - 1.0) * phi)
+            lc = w.reread_per_flop * rc
+            lo = 0.0
+            if shared_l2:   # the others' L2 traffic on the same port (see above)
+                if phi > 0:
+                    ho = frac * w.peak_Bps * co / np.maximum(ct, 1e-30)
+                else:
+                    ho = np.interp(co / W, xs, ys) * w.peak_Bps + 0.0 * pu
+                ptot_o = pi + po
+                rco = rc_full_o * po * np.where(ptot_o > 1.0, 1.0 / np.maximum(ptot_o, 1e-30),
+                                                1.0)
+                lo = ho * bm.kappa + beta_o * rco
+            sc = np.where(ld + lc + lo > bm.l2, bm.l2 / np.maximum(ld + lc + lo, 1e-30), 1.0)
+            td = data / (rd * sc) * 1e6
+            if w.reread_per_flop > 0 and w.flops > 0:
+                # both counters slowed by the L2 port until the first finishes; then the other
+                # runs alone on the port (the event simulator recomputes rates at that event)
+                tc = flops / (rc * sc) * 1e6
+                sd = np.minimum(1.0, bm.l2 / np.maximum(ld + lo, 1e-30))
+                scc = np.minimum(1.0, bm.l2 / np.maximum(lc + lo, 1e-30))
+                td_after = tc + (data - rd * sc * tc * 1e-6) / (rd * sd) * 1e6
+                tc_after = td + (flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
+                first_c = tc <= td
+                td, tc = np.where(first_c, td_after, td), np.where(first_c, tc, tc_after)
+                rc = flops / tc * 1e6
+        else:
+            c = np.zeros_like(pu)
+            td = np.zeros_like(pu + co + po)
+        tc = (flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
+        tn = np.where(np.asarray(comm_f) > 0, bm.setup_us + comm_b / bm.nvlink * 1e6, 0.0)
+        t = bm.launch_us + fx * dil + np.maximum(np.maximum(tc, td), tn)
+        bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
+        out["tau"] = np.broadcast_to(t, bshape)
+        out["busy"] = np.broadcast_to(td, bshape)
+        out["conc"] = np.broadcast_to(c / W * td, bshape)
+        out["power"] = np.broadcast_to(pi * tc, bshape)
+
+        return tuple(np.array(out[x]) for x in ("tau", "busy", "conc", "power"))
+
+    # kernels of every layer and every cut of one graph repeat: memoised by their work
+    # signature and hit fraction (4,896 rows, 382 distinct, in a profile of the main job)
+    base = (id(hw), bm.model_key, id(cal), cg.tobytes(), pg.tobytes(), bool(shared_l2))
+    for u, k in enumerate(graph.kernels):
+        key = (*base, work_signature(k), float(h[u]))
+        # (hw and cal stay alive while their ids are in a key; held by a closure, which the
+        # cache's byte count does not walk into)
+        tabs, _keep = PROFILE_MEMO.get_or_make(key, lambda: (profile(u, k),
+                                                                lambda: (hw, cal)))
+        for x, t in zip(("tau", "busy", "conc", "power"), tabs):
+            out[x][u] = t
+    return out
+
+
+@chex.dataclass(frozen=True, mappable_dataclass=False)
+class SegTables:
+    """Per-segment tables of one cut (a ``chex.dataclass`` pytree of arrays), K_pad =
+    bucket(K, 2), N = num_sms.
+
+    Attributes:
+        tau: (K_pad, N+1, NC, NP) µs, segment duration on p SMs beside external load (c_o, pi_o).
+        busy: same shape, µs during which the segment's data counter is active.
+        conc: same shape, (bytes in flight / whole-GPU window) x µs.
+        power: same shape, compute power pi x µs.
+        seg_stage: (K_pad,) int32 stage of each segment (pads 0).
+        conc_grid: (NC,) and power_grid: (NP,) the grid abscissae (uniformly spaced).
+        rows: (K_pad * (N+1) * NC * NP, 4) the four tables as rows (tau, busy, conc, power),
+            row ((k * (N+1) + p) * NC + c) * NP + q: what the JAX core gathers.
+    """
+
+    tau: jax.Array
+    busy: jax.Array
+    conc: jax.Array
+    power: jax.Array
+    seg_stage: jax.Array
+    conc_grid: jax.Array
+    power_grid: jax.Array
+    rows: jax.Array
+
+
+def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Hardware,
+                   model: ContentionModel | None = None, hits: np.ndarray | None = None,
+                   dtype=jnp.float32, pad_segments: int | None = None) -> SegTables:
+    """Sum ``kernel_profiles`` over the kernels of each segment of the cut ``seg_of``.
+
+    Args:
+        graph, hw, model, hits: as in ``kernel_profiles``.
+        seg_of: (n,) segment of each kernel, K segments; w: boundary reuse (binding).
+        dtype: float dtype of the tables. pad_segments: K_pad (default bucket(K, 2)).
+
+    Returns:
+        ``SegTables`` (padded segments are all-zero, stage 0).
+
+    Raises:
+        ValueError: an illegal cut, or a table entry negative/NaN.
+    """
+    check_cut(seg_of, graph.n, graph.edges, K)
+    for nm, gr in (("CONC_GRID", CONC_GRID), ("POWER_GRID", POWER_GRID)):
+        if not np.allclose(np.diff(gr), gr[1] - gr[0]):
+            raise ValueError(f"{nm} must be uniformly spaced (the JAX core interpolates by "
+                             "arithmetic)")
+    prof = kernel_profiles(graph, hw, model, hits)
+    Kp = pad_segments or bucket(K, 2)
+    if Kp < K:
+        raise ValueError(f"pad_segments={Kp} smaller than K={K}")
+    seg = np.asarray(seg_of)
+    members = [np.flatnonzero(seg == k) for k in range(K)]
+    tabs = {}
+    for key, arr in prof.items():
+        # each segment's rows added in kernel order from 0 (bit for bit what np.add.at did,
+        # which was 6.6 s of a 111 s main-job profile)
+        t = np.zeros((Kp,) + arr.shape[1:])
+        for k, idx in enumerate(members):
+            if idx.size:
+                np.sum(arr[idx], axis=0, out=t[k])
+        tabs[key] = t
+    validate_durations(tabs["tau"], "segment duration table")
+    stage = np.zeros(Kp, dtype=np.int32)
+    stage[:K] = [binding(k, K, w) for k in range(K)]
+    names = ("tau", "busy", "conc", "power")
+    rows = np.stack([tabs[k] for k in names], -1).reshape(-1, 4)
+    return SegTables(*(to_device(tabs[k], dtype) for k in names),
+                     to_device(stage), to_device(CONC_GRID, dtype),
+                     to_device(POWER_GRID, dtype), to_device(rows, dtype))
+
+
