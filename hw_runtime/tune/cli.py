@@ -15,7 +15,7 @@ import os
 from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
-from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
@@ -54,7 +54,8 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                    help="starting calibration (subgpu calibrate); default: the uncalibrated "
                         "model")
     x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
-                   help="the search's exact scorer and the predictions' (default event)")
+                   help="the search's exact scorer (the predictions are the event simulator's "
+                        "under a contention timer): " + timer_help())
     x.add_argument("--cheap", default="auto", choices=("auto", "vcontention", "static"),
                    help="the search's cheap estimator (as `subgpu search`)")
     x.add_argument("--cut-strategy", default="proposal",

@@ -21,7 +21,7 @@ from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
-from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
 from subgpu_jax.app.args import add_workload_args
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
@@ -147,11 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(docs/method.md, 'Streams per stage'). Default: 1")
     sm = s.add_argument_group("simulator")
     sm.add_argument("--simulator", default=DEFAULT_TIMER, choices=tuple(TIMERS),
-                    help="event: the exact event-driven simulator with the contention model and "
-                         "L2 residency (default); static: the max-plus evaluator with isolated "
-                         "per-kernel durations (no contention, no cache); vcontention: the "
-                         "vectorised contention scorer (batched JAX; no --trace/--gantt/"
-                         "--utilization; the verdict re-simulated by the event simulator)")
+                    help="the timer of the step: " + timer_help())
     sm.add_argument("--no-contention", action="store_true",
                     help="event simulator with every kernel at its isolated static rate")
     sm.add_argument("--cache", default=None, help="L2 residency policy of the event simulator: "
@@ -204,11 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "only --tp/--dp")
     x = se.add_argument_group("scoring")
     x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
-                   help="exact scorer: event (the event simulator with contention and L2, the "
-                        "reference; default), vcontention (the vectorised contention scorer, "
-                        "batched: every move of a polish pass in one JAX call; approximate, "
-                        "2.3%% median error; its best records are re-simulated by the event "
-                        "simulator) or static (the max-plus evaluator, no contention)")
+                   help="the exact scorer of the search (vcontention scores every move of a "
+                        "polish pass in one call): " + timer_help())
     x.add_argument("--cache", default=None, help="L2 policy (default none if calibrated, else lru)")
     x.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
                    help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
@@ -370,7 +363,7 @@ def _cmd_simulate(a) -> int:
         extra_c["category_time_us"] = s_cfg.category_time_us
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
-        sc_t, sc_c = main_run_scope(s_temp), main_run_scope(s_cfg)  # what figures show
+        sc_c = main_run_scope(s_cfg)  # what the figures show
         if a.trace or a.gantt or a.utilization:  # the main run, then the head (last kernels)
             from subgpu_jax.sim.eventsim import simulate_streams
 
@@ -606,7 +599,6 @@ def _cmd_search(a) -> int:
     if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)
         meta["input_len"] = a.input_len
     from subgpu_jax.app.fingerprint import file_digest
-    from subgpu_jax.model.models import MODELS
 
     if str(a.model).lower() not in MODELS:  # a config.json: its content defines the sweep
         cfg = os.path.join(a.model, "config.json") if os.path.isdir(a.model) else a.model
@@ -708,11 +700,11 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
     warnings.showwarning = _one_line  # e.g. calibration extrapolation: one line, no source
     try:
         pin_jax_to_cpu()  # the scorers on the CPU, never beside the measured workload on a GPU
-        enable_compile_cache()  # compiled scorers kept between runs ($SUBGPU_JAX_CACHE)
         check_bounds(a)  # every count bounded before any work (checks.LIMITS)
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)
         resolve_context(a)
+        enable_compile_cache()  # compiled scorers kept between runs ($SUBGPU_JAX_CACHE)
         rc = run(a)
         if requested():  # Ctrl-C after the last safe point: still 130
             raise Interrupted

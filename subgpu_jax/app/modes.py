@@ -132,7 +132,8 @@ def predict_modes(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
 
 
 def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
-                bands: Mapping | None = None, model_id: str | None = None) -> dict:
+                bands: Mapping | None = None, model_id: str | None = None,
+                validated: Mapping | None = None) -> dict:
     """The verdict of one prediction in the three modes (``app.verdict.decide`` with the bands
     of the ``--collectives sleep`` regime, what ``subgpu run`` measures by default).
 
@@ -142,7 +143,8 @@ def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
         model_id: the uncalibrated model that predicted (selects the digests' bands). A GPU
         without bands of its own (never validated) is judged with the validated GPUs' bands
         widened by ``verdict.CROSS_GPU_WIDENING`` (``verdict.transfer_band``): "temporal" when
-        SubGPU is predicted to lose even at their high end, else "measure".
+        SubGPU is predicted to lose even at their high end, else "measure"; ``validated``: those
+        GPUs' bands (``verdict.validated_bands``; read when None and needed).
 
     Returns:
         the six makespans (µs), the four speedups, ``partition``, ``communication``,
@@ -159,7 +161,8 @@ def verdict_for(mp: ModePrediction, gpu: str, calibrated: bool, moe: bool,
     bd = {md: band_for(bands, gpu, calibrated, moe, mode, DEFAULT_COLLECTIVES)
           for md, mode in modes}
     if not bands:   # a GPU the protocol never validated: the other GPUs' bands, widened
-        other = validated_bands(exclude=gpu, model_id=model_id)
+        other = (validated_bands(exclude=gpu, model_id=model_id) if validated is None
+                 else validated)
         bd = {md: transfer_band(other, calibrated, moe, mode, DEFAULT_COLLECTIVES)
               for md, mode in modes}
     # no link time to remove (one GPU, no collectives): nothing to decompose
@@ -194,14 +197,17 @@ def batch_verdicts(entries: Sequence[tuple[Mapping, Deployment, Config]], arch: 
     """
     from subgpu_jax.app.verdict import load_bands
 
-    bands = load_bands(hw.name, model_id=uncalibrated_model_id(hw))   # once for every batch
+    from subgpu_jax.app.verdict import validated_bands
+
+    me = uncalibrated_model_id(hw)
+    bands = load_bands(hw.name, model_id=me)   # once for every batch, as the other GPUs'
+    validated = None if bands else validated_bands(exclude=hw.name, model_id=me)
     out = []
     for r, dep, cfg in entries:
         mp = predict_modes(arch, dep, cfg, hw, model, cache,
                            known={"temporal_us": r["temporal_makespan_us"],
                                   **({"subgpu_us": r["makespan_us"]} if reuse_subgpu else {})})
-        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe), bands,
-                        uncalibrated_model_id(hw))
+        v = verdict_for(mp, hw.name, calibrated, bool(arch.is_moe), bands, me, validated)
         tag = f"G={int(r['global_batch'])} TP{int(r['attn_tp'])}xDP{int(r['attn_dp'])}"
         out.append({"global_batch": int(r["global_batch"]), "attn_tp": int(r["attn_tp"]),
                     "attn_dp": int(r["attn_dp"]), "label": tag, **v,

@@ -136,7 +136,8 @@ class Hardware:
         bw_curve_x, bw_curve_y: knots of the HBM bandwidth response: fraction of the whole GPU's
             bandwidth (y) reached by a pool holding a fraction x of the SMs (measured on H200).
         own_constants: what of this GPU was measured on it where other presets carry the
-            H200's (empty: nothing, or the H200 itself); part of the uncalibrated model's name
+            H200's, in words ("copy-bandwidth curve"; empty: nothing, or the H200 itself); part
+            of the uncalibrated model's name
             (``sim.contention.uncalibrated_model_id``), so that error figures and verdict bands
             measured with other constants never apply to it.
         source: free-text provenance of every number above.
@@ -395,7 +396,7 @@ H100 = Hardware(
     gemm_grid_ctas=128,
     bw_curve_x=_fraction_curve(H100_COPY_BW_GBPS)[0],
     bw_curve_y=_fraction_curve(H100_COPY_BW_GBPS)[1],
-    own_constants="copy-bandwidth curve measured on an H100",
+    own_constants="copy-bandwidth curve",   # measured on an H100: H100_COPY_BW_GBPS
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
             "column): 80 GB HBM3 at 3.35 TB/s (the device reports 85,017,493,504 B of global "
             "memory, the capacity used here: cuDeviceTotalMem on an H100 80GB HBM3, 2026-12-06, "

@@ -38,15 +38,14 @@ from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.setup import DurationModel, GpuSetup
-from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
-from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import check_config, check_sm_mode, simulate, simulate_streams
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.config import Config
 
-__all__ = ["Timing", "Timer", "EventTimer", "StaticTimer", "ContentionTimer", "TIMERS",
-           "TIMER_KINDS", "DEFAULT_TIMER", "timer_for"]
+__all__ = ["Timing", "Timer", "EventTimer", "StaticTimer", "ContentionTimer", "StructureCache",
+           "TIMERS",
+           "TIMER_KINDS", "DEFAULT_TIMER", "timer_for", "timer_help"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +102,34 @@ class Timer(Protocol):
         ...
 
 
+class StructureCache:
+    """Estimators of the structures (graph, cut, stages, reuse, policy, streams) a vectorised
+    timer has timed, built once each and kept in a bounded least-recently-used cache while their
+    graph lives; a search's cheap estimator borrows them (``search.problem.Problem``'s
+    ``source``), so the ranking and the exact polish build each structure's tables once.
+
+    Args:
+        make: ``(graph, seg_of, D, w, policy, streams_per_stage, table) -> estimator``.
+        cache_mib: the bound (MiB).
+    """
+
+    def __init__(self, make, cache_mib: int = 256) -> None:
+        self.make, self.lru = make, ByteLRU(int(cache_mib) * 2**20)
+
+    def get(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, policy: str,
+            streams_per_stage: int = 1, table: np.ndarray | None = None):
+        """The estimator of one structure of ``graph`` (``table``: its static durations
+        (n, N+1) µs, default the timer's duration model's)."""
+        key = (id(graph), tuple(int(x) for x in seg_of), int(D), int(w), policy,
+               int(streams_per_stage))
+        hit = self.lru.get_or_make(key, lambda: (graph, self.make(
+            graph, key[1], int(D), int(w), policy, int(streams_per_stage), table)))
+        if hit[0] is not graph:  # an id reused by a new graph after the old one was freed
+            self.lru.clear()
+            return self.get(graph, seg_of, D, w, policy, streams_per_stage, table)
+        return hit[1]
+
+
 def _rows(cfg: Config, allocs: np.ndarray) -> list[Config]:
     """``cfg`` with each row of ``allocs`` as its allocation."""
     return [dataclasses.replace(cfg, alloc=tuple(int(x) for x in a))
@@ -122,6 +149,8 @@ class EventTimer:
     """
 
     name = "event"
+    summary = ("the exact event-driven simulator with the contention model and L2 residency, "
+               "the reference")
     reference, batched = True, False
     contention = True   # per instance: False with ContentionModel.off()
 
@@ -174,11 +203,22 @@ class StaticTimer:
     """
 
     name = "static"
+    summary = "the max-plus evaluator on isolated per-kernel durations (no contention, no cache)"
     contention = reference = False
     batched = True
 
     def __init__(self, hw: Hardware, duration_model: DurationModel | None = None) -> None:
         self.hw, self.duration_model = hw, duration_model
+        self.structures = StructureCache(self._make)
+
+    def _make(self, graph, seg_of, D, w, policy, k, table):
+        from subgpu_jax.score.evaluator import Evaluator
+
+        if table is None:
+            dm = self.duration_model or StaticDurationModel(self.hw)
+            table = np.asarray(dm.table(graph))
+        return Evaluator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
+                         streams_per_stage=k)
 
     @classmethod
     def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
@@ -198,15 +238,17 @@ class StaticTimer:
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
         if cfg.D == 1:
             return np.array([self.time(graph, c).makespan_us for c in _rows(cfg, allocs)])
-        ev = Evaluator.for_config(graph, cfg, self.hw, duration_model=self.duration_model)
+        ev = self.structures.get(graph, cfg.seg_of, cfg.D, cfg.w, cfg.policy,
+                                 cfg.streams_per_stage)
         return np.asarray(ev.makespan(np.atleast_2d(allocs)), dtype=float)
 
     def time(self, graph: OpGraph, cfg: Config, record: bool = False,
              validate: bool = True) -> Timing:
         if cfg.D == 1:
+            from subgpu_jax.score.evaluator import temporal_makespan
+
             return Timing(temporal_makespan(graph, self.hw, self.duration_model))
-        ev = Evaluator.for_config(graph, cfg, self.hw, duration_model=self.duration_model)
-        return Timing(float(ev.makespan([cfg.alloc])[0]))
+        return Timing(float(self.time_allocs(graph, cfg, np.asarray([cfg.alloc]))[0]))
 
     def head_us(self, kernels: Sequence[Kernel]) -> float:
         sd = StaticDurationModel(self.hw)
@@ -221,7 +263,7 @@ class ContentionTimer:
 
     Each structure's tables (``ContentionEstimator``) are built once and kept in a bounded
     least-recently-used cache (``cache_mib``); a search shares them with its cheap estimator
-    (``estimator``). Temporal configurations (D = 1) and the head kernels are timed by the event
+    (``structures``, a ``StructureCache``). Temporal configurations (D = 1) and the head kernels are timed by the event
     simulator (one kernel at a time on the whole GPU: nothing co-runs, and one call each).
 
     Args:
@@ -236,6 +278,9 @@ class ContentionTimer:
     """
 
     name = "vcontention"
+    summary = ("the vectorised contention scorer, batched in JAX; approximate (2.3%% median "
+               "error), its best records and verdicts re-simulated by the event simulator; no "
+               "--trace/--gantt/--utilization")
     contention, reference, batched = True, False, True
     #: Relative disagreement with the event simulator above which a search's reference check
     #: warns: about the median measured on search-visited configurations (2.3%,
@@ -248,7 +293,7 @@ class ContentionTimer:
         self.event = EventTimer(hw, model, cache)
         self.hw, self.model, self.cache = hw, self.event.model, self.event.cache
         self.duration_model = duration_model
-        self.estimators = ByteLRU(int(cache_mib) * 2**20)
+        self.structures = StructureCache(self._make, cache_mib)
 
     @classmethod
     def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
@@ -269,21 +314,9 @@ class ContentionTimer:
     def describe(self) -> str:
         return "vectorised contention scorer (batched JAX)"
 
-    def estimator(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, policy: str,
-                  streams_per_stage: int = 1, table: np.ndarray | None = None
-                  ) -> ContentionEstimator:
-        """The ``ContentionEstimator`` of one structure of ``graph`` (cached while ``graph``
-        lives; ``table``: its static durations (n, N+1) µs, default the duration model's)."""
-        key = (id(graph), tuple(int(s) for s in seg_of), int(D), int(w), policy,
-               int(streams_per_stage))
-        hit = self.estimators.get_or_make(key, lambda: (graph, self._make(
-            graph, key[1], int(D), int(w), policy, int(streams_per_stage), table)))
-        if hit[0] is not graph:  # an id reused by a new graph after the old one was freed
-            self.estimators.clear()
-            return self.estimator(graph, seg_of, D, w, policy, streams_per_stage, table)
-        return hit[1]
+    def _make(self, graph, seg_of, D, w, policy, k, table):
+        from subgpu_jax.score.vcontention import ContentionEstimator
 
-    def _make(self, graph, seg_of, D, w, policy, k, table) -> ContentionEstimator:
         if table is None:
             dm = self.duration_model or StaticDurationModel(self.hw)
             table = np.asarray(dm.table(graph))
@@ -301,7 +334,8 @@ class ContentionTimer:
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
         if cfg.D == 1:
             return self.event.time_allocs(graph, cfg, allocs)
-        est = self.estimator(graph, cfg.seg_of, cfg.D, cfg.w, cfg.policy, cfg.streams_per_stage)
+        est = self.structures.get(graph, cfg.seg_of, cfg.D, cfg.w, cfg.policy,
+                                  cfg.streams_per_stage)
         return np.asarray(est.makespan(np.atleast_2d(allocs), feasible_only=False), dtype=float)
 
     def head_us(self, kernels: Sequence[Kernel]) -> float:
@@ -315,6 +349,13 @@ TIMERS: dict[str, type] = {t.name: t for t in (EventTimer, StaticTimer, Contenti
 TIMER_KINDS: tuple[str, ...] = tuple(TIMERS)
 #: The default of ``--exact`` and ``--simulator``: the event simulator, the reference.
 DEFAULT_TIMER: str = EventTimer.name
+
+
+def timer_help() -> str:
+    """The help text of a flag that names a timer (``--exact``, ``--simulator``), from the
+    registry: each name and its ``summary`` (argparse-escaped), the default marked."""
+    return "; ".join(f"{n}: {t.summary}" + (" (default)" if n == DEFAULT_TIMER else "")
+                     for n, t in TIMERS.items())
 
 
 def timer_for(setup: GpuSetup, name: str, cache: str | None = None, contention: bool = True,

@@ -42,6 +42,8 @@ class Problem:
         evaluator_cache_mib: bound (MiB) of the cache of cheap estimators (``evaluator``): the
             least recently used are dropped beyond it (default ``EVALUATOR_CACHE_MIB``; 0
             caches nothing). A contention-aware estimator holds ~10 MiB of tables.
+        source: a ``score.timer.StructureCache`` of estimators of this problem's kind and
+            model (the search's exact timer's ``structures``) to take them from (None: its own).
 
     Attributes:
         evaluators: the ``model.lru.ByteLRU`` of cheap estimators (hits, misses,
@@ -52,8 +54,9 @@ class Problem:
     EVALUATOR_CACHE_MIB = 256
 
     def __init__(self, workload: Workload, hw: Hardware, duration_model=None,
-                 streams_per_stage: int = 1, evaluator_cache_mib: int | None = None) -> None:
-        self.workload, self.hw = workload, hw
+                 streams_per_stage: int = 1, evaluator_cache_mib: int | None = None,
+                 source=None) -> None:
+        self.workload, self.hw, self.source = workload, hw, source
         self.streams_per_stage = pos_int(streams_per_stage, "streams_per_stage")
         self.model = duration_model or StaticDurationModel(hw)
         self._tables: dict[int, np.ndarray] = {}
@@ -95,8 +98,12 @@ class Problem:
 
     def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
                        table: np.ndarray) -> Evaluator:
-        """A new cheap estimator of one structure (``evaluator`` caches it): the static
-        ``Evaluator`` on ``table`` (n, N_SM+1) µs; subclasses return another estimator."""
+        """A new cheap estimator of one structure (``evaluator`` caches it): from ``source``
+        when given (the search's exact timer of the same model, ``score.timer.StructureCache``:
+        the cheap ranking and the exact polish then build each structure once), else the
+        static ``Evaluator`` on ``table`` (n, N_SM+1) µs; subclasses return another estimator."""
+        if self.source is not None:
+            return self.source.get(graph, seg_of, D, w, policy, self.streams_per_stage, table)
         return Evaluator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
                          streams_per_stage=self.streams_per_stage)
 
@@ -317,28 +324,24 @@ class ContentionProblem(Problem):
     Args:
         workload, hw, duration_model, streams_per_stage, evaluator_cache_mib: as ``Problem``.
         model: the event simulator's ``ContentionModel``; cache: its L2 policy.
-        source: a ``score.timer.ContentionTimer`` with the same model and policy whose
-            estimators this problem uses (None: its own).
+        source: as ``Problem``: the ``structures`` of a ``score.timer.ContentionTimer`` with
+            the same model and policy.
     """
 
     def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
                  cache: str = "lru", streams_per_stage: int = 1,
                  evaluator_cache_mib: int | None = None, source=None) -> None:
         super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage,
-                         evaluator_cache_mib=evaluator_cache_mib)
+                         evaluator_cache_mib=evaluator_cache_mib, source=source)
         self.contention_model, self.cache = model, cache
-        self.source = source
 
     def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
                        table: np.ndarray) -> ContentionEstimator:
         """The contention-aware cheap estimator of one structure (``Problem.evaluator`` caches
-        it), with this problem's ``ContentionModel`` and L2 policy; taken from ``source`` (a
-        ``score.timer.ContentionTimer`` of the same model and policy, the search's batched
-        exact scorer) when given, so the cheap ranking and the exact polish share its
-        tables."""
+        it), with this problem's ``ContentionModel`` and L2 policy; taken from ``source`` when
+        given (``Problem``)."""
         if self.source is not None:
-            return self.source.estimator(graph, seg_of, D, w, policy, self.streams_per_stage,
-                                         table)
+            return self.source.get(graph, seg_of, D, w, policy, self.streams_per_stage, table)
         return ContentionEstimator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
                                    model=self.contention_model, cache=self.cache,
                                    streams_per_stage=self.streams_per_stage)

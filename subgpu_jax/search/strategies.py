@@ -233,10 +233,14 @@ class StaticCheap:
 
     def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
                 timer=None):
-        """A static ``Problem`` (``model``, ``cache`` and ``timer`` are unused)."""
+        """A static ``Problem`` (``model`` and ``cache`` are unused); it shares the tables of
+        ``timer`` when that is the static timer of the same duration model."""
+        from subgpu_jax.score.timer import StaticTimer
         from subgpu_jax.search.problem import Problem
 
-        return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage)
+        share = isinstance(timer, StaticTimer) and timer.duration_model is duration_model
+        return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage,
+                       source=timer.structures if share else None)
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,7 @@ class ContentionCheap:
         share = (isinstance(timer, ContentionTimer) and timer.model == model
                  and timer.cache == cache)
         return ContentionProblem(workload, hw, duration_model, model, cache, streams_per_stage,
-                                 source=timer if share else None)
+                                 source=timer.structures if share else None)
 
 
 @dataclass(frozen=True)

@@ -87,7 +87,7 @@ def uncalibrated_model_id(hw=None, model: "ContentionModel | None" = None) -> st
 
     v = ANALYTIC_MODEL if hw is None else analytic_model_of(hw)
     if hw is not None and getattr(hw, "own_constants", ""):
-        v = f"{v} with the {hw.name}'s {hw.own_constants.split(' measured')[0]}"
+        v = f"{v} with the {hw.name}'s {hw.own_constants}"
     m = ContentionModel() if model is None else model.replace(calibration=None)
     if m.isolated:
         return f"{v} without contention"

@@ -100,9 +100,9 @@ def test_estimators_are_shared_by_structure(g2, chain_config):
     """One structure's tables are built once: the second call returns the same object."""
     t = ContentionTimer(H200)
     cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
-    e1 = t.estimator(g2, cfg.seg_of, cfg.D, cfg.w, cfg.policy)
-    assert t.estimator(g2, cfg.seg_of, cfg.D, cfg.w, cfg.policy) is e1
-    assert t.estimator(g2, cfg.seg_of, cfg.D, cfg.w, "layer_major") is not e1
+    e1 = t.structures.get(g2, cfg.seg_of, cfg.D, cfg.w, cfg.policy)
+    assert t.structures.get(g2, cfg.seg_of, cfg.D, cfg.w, cfg.policy) is e1
+    assert t.structures.get(g2, cfg.seg_of, cfg.D, cfg.w, "layer_major") is not e1
 
 
 def test_lone_pool_memo_changes_no_number(g2, monkeypatch):
