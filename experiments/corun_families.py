@@ -122,29 +122,45 @@ def device_phase(args) -> int:
 
 
 def lanes_phase(args) -> int:
-    """The ``lanes`` phase (module docstring)."""
+    """The ``lanes`` phase (module docstring): every workload x ``--lane-sms`` pool x
+    ``--microbatches`` count; one file per (workload, microbatches) with a ``pools`` list."""
     import torch
     from hw_runtime.gpu.corun import family_class_kernels, lane_sharing
     from hw_runtime.gpu.workload import TorchWorkload
 
     os.makedirs(args.out, exist_ok=True)
+    gpu = torch.cuda.get_device_name()
+    t0 = time.time()
     for name in args.workloads:
-        try:
-            wl = sim_workload(name)
-            tw = TorchWorkload(wl.graph(2), device="cuda", instances=INSTANCES,
-                               kv_cache="shared", elementwise="auto")
-            g = "expert_gemm" if "expert_gemm" in family_class_kernels(tw.graph) \
-                else "dense_gemm"
-            pairs = ((g, g), (g, "attn"), ("attn", g), (g, "elementwise"), ("elementwise", g))
-            res = lane_sharing(tw, args.lane_sms, pairs, log=print, family=True)
-            res.update(workload=name, family=WORKLOADS[name][2], microbatches=2)
-            with open(os.path.join(args.out, f"lanes_{name}.json"), "w") as fh:
-                json.dump(res, fh, indent=1)
-            del tw
-            torch.cuda.empty_cache()
-        except Exception as e:  # noqa: BLE001 - recorded, the next workload still runs
-            traceback.print_exc()
-            print(f"{name}: {e.__class__.__name__}: {e}", flush=True)
+        for mb in args.microbatches:
+            if time.time() - t0 > args.time_limit:
+                print(f"{name} m={mb}: time limit reached before it started", flush=True)
+                continue
+            try:
+                wl = sim_workload(name)
+                tw = TorchWorkload(wl.graph(mb), device="cuda", instances=INSTANCES,
+                                   kv_cache="shared", elementwise="auto")
+                idx = family_class_kernels(tw.graph)
+                g = "expert_gemm" if "expert_gemm" in idx else "dense_gemm"
+                pairs = [(g, g), (g, "attn"), ("attn", g), (g, "elementwise"),
+                         ("elementwise", g), ("attn", "attn")]
+                if g == "expert_gemm" and "dense_gemm" in idx:     # DeepSeek's shared experts
+                    pairs += [("expert_gemm", "dense_gemm"), ("dense_gemm", "expert_gemm")]
+                pools = []
+                for sms in args.lane_sms:
+                    res = lane_sharing(tw, sms, pairs, log=print, family=True, microbatch=0)
+                    pools.append(res)
+                tag = "" if (mb == 2 and args.lane_sms == [128]) else f"_m{mb}"
+                out = {"workload": name, "family": WORKLOADS[name][2], "microbatches": mb,
+                       "gpu": gpu, "pools": pools, **pools[0]}
+                with open(os.path.join(args.out, f"lanes_{name}{tag}.json"), "w") as fh:
+                    json.dump(out, fh, indent=1)
+                print(f"{name} m={mb}: {len(pools)} pools ({time.time() - t0:.0f} s)", flush=True)
+                del tw
+                torch.cuda.empty_cache()
+            except Exception as e:  # noqa: BLE001 - recorded, the next workload still runs
+                traceback.print_exc()
+                print(f"{name} m={mb}: {e.__class__.__name__}: {e}", flush=True)
     return 0
 
 
@@ -261,8 +277,11 @@ def _analyze(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=("device", "lanes", "analyze"), required=True)
-    ap.add_argument("--lane-sms", type=int, default=128,
-                    help="lanes: the one pool's SMs (a green-context pool size). Default: 128")
+    ap.add_argument("--lane-sms", type=int, nargs="+", default=[128],
+                    help="lanes: the one pool's SMs (green-context pool sizes). Default: 128")
+    ap.add_argument("--microbatches", type=int, nargs="+", default=[2],
+                    help="lanes: microbatch counts of the region graph (the searches use 2-8). "
+                         "Default: 2")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     ap.add_argument("--out", default=os.environ.get("OUT"),
                     help="device: the folder for corun_<workload>.json (default $OUT)")
