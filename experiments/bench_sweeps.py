@@ -11,11 +11,16 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   existed) and no persistent compile cache (``SUBGPU_JAX_CACHE=""``): the path as it was;
 * ``memo_cold``: today's path, with an empty persistent compile cache folder (it fills it);
 * ``memo_warm``: today's path again, reading that folder (a user's second run);
+* ``workers_cold``, ``workers_warm``: today's path with ``--workers auto`` (the default: one
+  process per usable core, ``app.pool.search_workers``; grid points longest first), first
+  filling the cache with the workers' programs (JAX on one thread: other compile options, so
+  other entries), then reading it;
 * ``vcontention_warm``: ``--exact vcontention`` (the batched contention timer) with the warm
   cache, and its disagreement with the event simulator on the best records
   (``summary.json``'s ``reference_check``).
 
-The records of ``before``, ``memo_cold`` and ``memo_warm`` must be identical (every field but
+Every variant but ``workers_warm`` runs with ``--workers 1`` (one process, as before). The
+records of ``before``, ``memo_cold``, ``memo_warm`` and the two worker runs must be identical (every field but
 timings): the memo and the compile cache change no number. Ratios are against ``before``.
 
 Usage: python experiments/bench_sweeps.py [--out JSON] [--cores N] [--variants V ...]
@@ -58,7 +63,7 @@ from subgpu_jax.app.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
-VARIANTS = ("before", "memo_cold", "memo_warm", "vcontention_warm")
+VARIANTS = ("before", "memo_cold", "memo_warm", "workers_cold", "workers_warm", "vcontention_warm")
 #: Record fields that hold timings (they differ run to run).
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
@@ -69,7 +74,8 @@ def run_variant(name: str, out: str, cache: str, cores: int | None,
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS=platform)
     env["SUBGPU_JAX_CACHE"] = "" if name == "before" else cache
-    args = ["search", "--out", out, "--no-progress"]
+    args = ["search", "--out", out, "--no-progress",
+            "--workers", "auto" if name.startswith("workers") else "1"]
     if name.startswith("vcontention"):
         args += ["--exact", "vcontention"]
     cmd = [sys.executable, "-c", CHILD, "nomemo" if name == "before" else "memo", *args]
@@ -133,7 +139,8 @@ def main(argv=None) -> int:
             print(f"{v:18s} search {rows[-1]['search_s']} s, wall {rows[-1]['wall_s']} s",
                   flush=True)
         same = None
-        exact_runs = [v for v in ("before", "memo_cold", "memo_warm") if v in folders]
+        exact_runs = [v for v in ("before", "memo_cold", "memo_warm", "workers_cold", "workers_warm")
+                      if v in folders]
         if len(exact_runs) > 1:
             ref = records(folders[exact_runs[0]])
             same = all(records(folders[v]) == ref for v in exact_runs[1:])

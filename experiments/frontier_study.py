@@ -528,7 +528,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     ``--chunk`` points and at the end; ``cpu_per_point`` is the workers' mean CPU time per
     point of each kind. Returns the exit code."""
     from subgpu_jax.app.pool import run_sweep_pool
-    from subgpu_jax.app.searchjob import PointScorer, write_outputs
+    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, write_outputs
     from subgpu_jax.app.sweep import record_matches_key
 
     a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
@@ -562,8 +562,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
                       f"{len(pts) - len(store.done)} left, {run['cpu_seconds']:.0f} CPU-s, "
                       f"{run['wall_seconds']:.0f} s", flush=True)
 
-        stats = run_sweep_pool(pts, ctx["st"]["model"], ctx["st"]["hw"], {"exact": a.exact},
-                               store, a.workers,
+        stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact), store, a.workers,
                                budget=a.budget, deadline=deadline, on_point=on_point,
                                compile_cache=a.compile_cache)
         flush()

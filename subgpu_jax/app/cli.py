@@ -237,6 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--budget", type=int, default=None,
                    help="evaluate at most this many grid points in this call (>= 1)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--workers", default="auto", metavar="N|auto",
+                   help="local CPU processes scoring grid points at once (JAX on the CPU, one "
+                        "thread each; the records do not depend on it). Default: auto, the "
+                        "cores this process may use, at most 8 and one per 4 SubGPU grid "
+                        "points; 1 when JAX_PLATFORMS names an accelerator or with --cluster")
     c = se.add_argument_group("cluster (jax.distributed: grid points spread over processes and "
                               "their local devices; process 0 writes --out)")
     c.add_argument("--cluster", metavar="HOST:PORT", default=None,
@@ -604,8 +609,15 @@ def _cmd_search(a) -> int:
         cfg = os.path.join(a.model, "config.json") if os.path.isdir(a.model) else a.model
         meta["model_config"] = file_digest(cfg)
         meta["about"] = {"model": a.model}
+    from subgpu_jax.app.pool import search_workers
+
+    try:
+        workers = search_workers(a.workers, a.cluster is not None, sum(p.D > 1 for p in pts))
+    except ValueError as e:  # the library names its argument, the CLI user typed the flag
+        raise ValueError(f"--{e}") from None
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
-          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
+          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}"
+          + (f"; {workers} worker processes" if workers > 1 else ""))
     setup = GpuSetup.uncalibrated(hw)
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
@@ -634,7 +646,7 @@ def _cmd_search(a) -> int:
                          cut_strategy=a.cut_strategy, cheap=a.cheap,
                          alloc_strategy=a.alloc_strategy, resume=a.resume, budget=a.budget,
                          progress=not a.no_progress, min_tokens_per_user=a.min_tokens_per_user,
-                         overwrite=a.overwrite, repair=a.repair)
+                         overwrite=a.overwrite, repair=a.repair, workers=workers)
     stats, summ = run_search(arch, setup, pts, a.out, meta, opts, cluster=cluster, log=print)
     if summ is None:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "

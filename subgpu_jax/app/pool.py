@@ -1,12 +1,13 @@
 """Grid points of one sweep scored by N local CPU worker processes, stored as they finish.
 
 ``run_sweep_pool`` is the multi-process counterpart of ``sweep.run_sweep`` for one machine with
-many CPU cores (the frontier studies, ``experiments/frontier_study.py --workers N``): the parent
+many CPU cores (``subgpu search --workers``, the frontier studies'
+``experiments/frontier_study.py --workers N``): the parent
 holds the results folder's ``SweepStore`` and appends every grid point the moment a worker
 returns it (the store's write is fsync-ed), so a kill of the whole process group at any moment
 loses at most the points in flight. Workers are ``spawn``-ed processes (a fresh interpreter:
-no JAX state is forked) that each build one ``searchjob.PointScorer`` and take grid points from
-one shared queue in grid order; JAX is forced onto the CPU with one thread per process
+no JAX state is forked) that each build one scorer (``make_scorer()``, a ``searchjob.ScorerSpec``
+making a ``searchjob.PointScorer``) and take grid points from one shared queue in the given order; JAX is forced onto the CPU with one thread per process
 (``WORKER_ENV``), so N workers use N cores. A point's records do not depend on which worker
 scored it or on what that worker scored before (the scorer's caches are keyed by deployment and
 configuration; tested against the single-process sweep in tests/search/test_frontier_pool.py).
@@ -32,7 +33,8 @@ import time
 import traceback
 from typing import Callable, Sequence
 
-__all__ = ["WORKER_ENV", "compile_cache_env", "run_sweep_pool"]
+__all__ = ["WORKER_ENV", "MAX_AUTO_WORKERS", "POINTS_PER_WORKER", "compile_cache_env",
+           "run_sweep_pool", "search_workers"]
 
 #: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
 #: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names
@@ -57,24 +59,15 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, results) -> None:
-    """Worker loop: build a ``PointScorer`` of the presets ``model`` and ``hardware``, then
-    score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid,
-    i)``, then ``("done", wid, i, records, cpu_s, wall_s)`` or ``("error", wid, i, traceback
-    text)`` on ``results``."""
-    from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.model.models import get_model
-    from subgpu_jax.model.setup import GpuSetup
-    from subgpu_jax.app.searchjob import PointScorer
-    from subgpu_jax.score.timer import DEFAULT_TIMER, timer_for
-
+def _worker(wid: int, make_scorer: Callable[[], Callable], tasks, results) -> None:
+    """Worker loop: build the scorer (``make_scorer()``, e.g. a ``searchjob.ScorerSpec``), then
+    score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid, i)``,
+    then ``("done", wid, i, records, cpu_s, wall_s)`` or ``("error", wid, i, traceback text)``
+    on ``results``."""
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
-    kw = dict(scorer_kwargs)
-    hw = get_hardware(hardware)
-    # the timer travels by its registry name (a Timer holds a Hardware, which does not pickle)
-    timer = timer_for(GpuSetup.uncalibrated(hw), kw.pop("exact", DEFAULT_TIMER), kw.get("cache"))
-    scorer = PointScorer(get_model(model), hw, timer, **kw)
+    scorer = make_scorer()
+    release = getattr(scorer, "release", None)
     prev = None
     while True:
         item = tasks.get()
@@ -83,8 +76,8 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
         i, p = item
         results.put(("start", wid, i))
         try:
-            if prev is not None and p.deploy != prev:
-                scorer.release(prev)
+            if prev is not None and p.deploy != prev and release is not None:
+                release(prev)
             prev = p.deploy
             c0, t0 = time.process_time(), time.monotonic()
             recs = scorer(p)
@@ -92,6 +85,60 @@ def _worker(wid: int, model: str, hardware: str, scorer_kwargs: dict, tasks, res
         except BaseException:  # reported to the parent, which stops the sweep
             results.put(("error", wid, i, traceback.format_exc()))
             return
+
+
+#: Most processes ``search_workers("auto")`` starts (beyond that the per-process start-up,
+#: about 3 s of imports, and the memory of one scorer each outweigh a 15-point main job).
+MAX_AUTO_WORKERS = 8
+#: SubGPU grid points per worker below which ``"auto"`` starts fewer workers: a point of the
+#: main job takes 2-6 CPU-s (experiments/bench_sweeps.py), a worker about 3 s to start.
+POINTS_PER_WORKER = 4
+
+
+def search_workers(value, cluster: bool = False, points: int | None = None) -> int:
+    """The worker count of ``subgpu search --workers``.
+
+    Args:
+        value: ``"auto"``, or an integer >= 1 (an int or its decimal text).
+        cluster: the search runs under ``--cluster`` (one scoring process per member).
+        points: SubGPU grid points to score (D > 1), for ``"auto"``; None: no limit.
+
+    Returns:
+        ``"auto"``: the cores this process may use (``os.sched_getaffinity``, else
+        ``os.cpu_count()``), at most ``MAX_AUTO_WORKERS`` and at most one per
+        ``POINTS_PER_WORKER`` SubGPU points; 1 with ``cluster`` or when ``JAX_PLATFORMS``
+        names a platform other than the CPU (the workers run JAX on the CPU, so a user who
+        chose an accelerator keeps it). Otherwise the integer.
+
+    Raises:
+        ValueError: anything else, or an integer > 1 with ``cluster`` (one line naming
+            ``workers``).
+    """
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        if cluster:
+            return 1
+        plat = os.environ.get("JAX_PLATFORMS", "").strip().lower()
+        if plat and plat != "cpu":
+            return 1
+        try:
+            cores = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cores = os.cpu_count() or 1
+        n = min(MAX_AUTO_WORKERS, cores)
+        if points is not None:
+            n = min(n, int(points) // POINTS_PER_WORKER)
+        return max(1, n)
+    n = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        n = int(value.strip())
+    if n is None or n < 1:
+        raise ValueError(f"workers must be 'auto' or an integer >= 1 (processes), got {value!r}")
+    if cluster and n > 1:
+        raise ValueError("workers: with --cluster every member scores its share in one process; "
+                         "leave out --workers or give 1")
+    return n
 
 
 def compile_cache_env(folder: str) -> dict:
@@ -108,19 +155,20 @@ def compile_cache_env(folder: str) -> dict:
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
-def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: dict, store,
+def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                    workers: int,
                    budget: int | None = None, deadline: float | None = None,
                    on_point: Callable[[object, list, float], None] | None = None,
-                   poll_s: float = 0.5, compile_cache: str | None = None) -> dict:
+                   poll_s: float = 0.5, compile_cache: str | None = None,
+                   own_sigint: bool = True) -> dict:
     """Score the grid points not yet in ``store`` with ``workers`` processes.
 
     Args:
         points: ``sweep.GridPoint`` list, in the order the points should start.
-        model, hardware: preset names (``get_model``, ``get_hardware``; each worker builds
-            them: a ``Hardware`` holds read-only mappings, which do not pickle).
-        scorer_kwargs: ``exact`` (the timer's name in ``score.timer.TIMERS``; each worker makes
-            it) and further ``PointScorer`` arguments (cache, L_sim, ...).
+        make_scorer: a picklable callable without arguments that returns the scorer (a
+            callable ``GridPoint -> records``, with an optional ``release(deployment)``), sent
+            to every worker and called there once (``searchjob.ScorerSpec``: the workload, the
+            GPU setup, the timer's registry name and the strategies).
         store: the open ``SweepStore`` (this process appends to it).
         workers: processes (>= 1; more than the points to score are not started).
         budget: at most this many grid points in this call (>= 1) or None.
@@ -131,6 +179,9 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
         poll_s: seconds between checks of the deadline and of the workers' health.
         compile_cache: a folder the workers share as JAX's persistent compilation cache
             (``compile_cache_env``), or None (each worker compiles every shape itself).
+        own_sigint: install this call's own Ctrl-C handler (``interrupt.sigint_as_flag``);
+            False inside a caller's cooperative handler (``subgpu search``: its stop message
+            stays, and a Ctrl-C that came before this call stops it at once).
 
     Returns:
         ``{"evaluated": n, "again": n, "skipped": n, "remaining": n, "seconds": wall s,
@@ -138,16 +189,18 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
         "interrupt" (Ctrl-C), "lost_in_flight": points terminated at the stop}``.
 
     Raises:
-        ValueError: ``workers`` or ``budget`` < 1; an unknown preset name.
+        ValueError: ``workers`` or ``budget`` < 1.
+        TypeError: ``make_scorer`` is not callable.
         RuntimeError: a worker raised (names the grid point, carries its traceback) or died
             (names the point and the exit code); the points stored before are kept.
     """
+    import contextlib
+
     from subgpu_jax.app import interrupt
     from subgpu_jax.app.sweep import pending_points
-    from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.model.models import get_model
 
-    get_model(model), get_hardware(hardware)  # unknown names fail here, not in every worker
+    if not callable(make_scorer):
+        raise TypeError(f"make_scorer must be callable, got {type(make_scorer).__name__}")
     if workers < 1:
         raise ValueError(f"workers must be >= 1 processes, got {workers}")
     todo, skipped, again = pending_points(points, store, budget)
@@ -172,7 +225,7 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
     procs = []
     try:
         for w in range(n):
-            pr = ctx.Process(target=_worker, args=(w, model, hardware, scorer_kwargs, tasks,
+            pr = ctx.Process(target=_worker, args=(w, make_scorer, tasks,
                                                          results),
                              daemon=True, name=f"sweep-worker-{w}")
             pr.start()
@@ -204,7 +257,8 @@ def run_sweep_pool(points: Sequence, model: str, hardware: str, scorer_kwargs: d
 
     stop_msg = ("interrupted: the finished grid points are stored; run the same command again "
                 "to continue")
-    with interrupt.sigint_as_flag(stop_msg, cooperative=True):
+    with (interrupt.sigint_as_flag(stop_msg, cooperative=True) if own_sigint
+          else contextlib.nullcontext()):
         try:
             while out["evaluated"] < len(todo):
                 why = ("deadline" if deadline is not None and time.monotonic() >= deadline

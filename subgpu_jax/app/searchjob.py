@@ -37,13 +37,13 @@ from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIM
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
-from subgpu_jax.score.timer import EventTimer, Timer, Timing
+from subgpu_jax.score.timer import DEFAULT_TIMER, EventTimer, Timer, Timing, timer_for
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "RecordingTimer", "SearchOptions", "run_search", "write_outputs",
+__all__ = ["PointScorer", "RecordingTimer", "ScorerSpec", "SearchOptions", "run_search", "write_outputs",
            "CHEAP_KINDS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
@@ -76,6 +76,9 @@ class SearchOptions:
         overwrite: delete the records in the folder (of any sweep) and start afresh.
         repair: keep this sweep's finished grid points in a folder that also holds another
             sweep's manifest or records, setting those aside (``SweepStore(repair=True)``).
+        workers: local CPU processes scoring grid points at once (``app.pool.run_sweep_pool``:
+            JAX on the CPU, one thread each; the records do not depend on it); 1 scores them in
+            this process (JAX on its default backend).
     """
 
     timer: Timer | None = None
@@ -90,6 +93,7 @@ class SearchOptions:
     min_tokens_per_user: float | None = None
     overwrite: bool = False
     repair: bool = False
+    workers: int = 1
 
 
 #: The files a search job writes into its results folder (``SweepStore``: the manifest and the
@@ -491,6 +495,85 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     return summary
 
 
+@dataclass(frozen=True)
+class ScorerSpec:
+    """What a worker process needs to build a ``PointScorer`` (``app.pool.run_sweep_pool``'s
+    ``make_scorer``): picklable, so it travels to ``spawn``-ed processes. The timer travels by
+    its registry name and is made in the worker (it holds that process's caches).
+
+    Attributes:
+        arch: the model. setup: the GPU (a ``GpuSetup``, calibrated or not; a ``Hardware`` is
+            taken uncalibrated). timer: a name of ``score.timer.TIMERS``. cache: the L2 policy
+            (None: the setup's). L_sim, cut_strategy, cheap, alloc_strategy: as ``PointScorer``.
+    """
+
+    arch: ModelArch
+    setup: GpuSetup | Hardware
+    timer: str = DEFAULT_TIMER
+    cache: str | None = None
+    L_sim: int = 2
+    cut_strategy: object = "proposal"
+    cheap: object = "auto"
+    alloc_strategy: object = "pairwise"
+
+    @classmethod
+    def like(cls, scorer: "PointScorer") -> "ScorerSpec":
+        """The spec of a scorer already made (its timer by name, its resolved strategies)."""
+        return cls(scorer.arch, scorer.setup, scorer.timer.name, scorer.cache, scorer.L_sim,
+                   scorer.cut, scorer.cheap, scorer.alloc)
+
+    def __call__(self) -> "PointScorer":
+        """A new ``PointScorer`` (raises as ``timer_for`` and ``PointScorer``)."""
+        setup = self.setup if isinstance(self.setup, GpuSetup) else \
+            GpuSetup.uncalibrated(self.setup)
+        timer = timer_for(setup, self.timer, self.cache)
+        return PointScorer(self.arch, setup, timer, self.cache, self.L_sim,
+                           cut_strategy=self.cut_strategy, cheap=self.cheap,
+                           alloc_strategy=self.alloc_strategy)
+
+
+def _run_pool(points: Sequence[GridPoint], arch: ModelArch, scorer: "PointScorer", store,
+              o: SearchOptions) -> dict:
+    """The sweep on ``o.workers`` local processes (``app.pool.run_sweep_pool``), with the same
+    progress bar as ``run_sweep``; JAX's persistent compilation cache folder (``SUBGPU_JAX_CACHE``
+    or its default, ``app.platform.compile_cache_dir``) is shared by the workers. Ctrl-C stops it (the finished
+    points are stored) and raises ``Interrupted`` as ``run_sweep`` does."""
+    from tqdm import tqdm
+
+    from subgpu_jax.app.interrupt import Interrupted
+    from subgpu_jax.app.platform import compile_cache_dir
+    from subgpu_jax.app.pool import run_sweep_pool
+    from subgpu_jax.app.sweep import pending_points
+
+    todo, skipped, _ = pending_points(points, store, o.budget)
+    # longest first (stages x microbatches: the search's cost grows with both; a stable sort,
+    # so the points of one deployment stay together within a size): the last point to start
+    # is a short one and the workers end together (``run_search`` writes the outputs in grid
+    # order, so they do not depend on the schedule)
+    todo = sorted(todo, key=lambda p: -p.D * p.microbatches)
+    best = max((r.get("speedup_vs_temporal") or 0.0 for r in store.records), default=0.0)
+    bar = tqdm(total=len(todo), disable=not o.progress, unit="pt",
+               desc=f"grid points ({min(o.workers, max(1, len(todo)))} workers)")
+
+    def on_point(p, recs, cpu) -> None:
+        nonlocal best
+        best = max([best] + [r.get("speedup_vs_temporal") or 0.0 for r in recs])
+        bar.update(1)
+        bar.set_postfix_str(f"best speedup {best:.3f}x")
+
+    try:
+        stats = run_sweep_pool(todo, ScorerSpec.like(scorer), store, o.workers, budget=None,
+                               on_point=on_point, compile_cache=compile_cache_dir(),
+                               own_sigint=False)
+    finally:
+        bar.close()
+    if stats["stopped"] == "interrupt":
+        raise Interrupted("interrupted")
+    stats["skipped"] = skipped
+    stats["remaining"] = sum(p.key not in store.done for p in points)
+    return stats
+
+
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, options: SearchOptions | None = None, cluster=None,
                log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
@@ -560,6 +643,8 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
             if store is None:
                 stats["dropped"], stats["again"] = [], 0
                 return stats, None
+        elif o.workers > 1:
+            stats = _run_pool(points, arch, scorer, store, o)
         else:
             stats = run_sweep(points, scorer, store, budget=budget, progress=o.progress,
                               on_new_deployment=scorer.release)
@@ -578,7 +663,9 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         cal_file = ((meta or {}).get("about") or {}).get("calibration")  # its path (cli.py)
         note = prediction_note(hw.name, cal_file or (meta or {}).get("calibration"), arch.name,
                                timer, model_id=uncalibrated_model_id(hw))
-        summary = write_outputs(store.records, folder, title, scorer,
+        order = {p.key: i for i, p in enumerate(points)}  # grid order, whatever the schedule
+        recs = sorted(store.records, key=lambda r: order.get(r.get("grid_key"), len(order)))
+        summary = write_outputs(recs, folder, title, scorer,
                                 min_tokens_per_user=o.min_tokens_per_user,
                                 write=not store.read_only, prediction=note)
     finally:

@@ -220,6 +220,19 @@ class Hardware:
             raise ValueError("hardware.bw_curve_x must increase and bw_curve_y must not decrease")
         object.__setattr__(self, "tensor_flops", MappingProxyType(dict(self.tensor_flops)))
 
+    def __getstate__(self) -> dict:
+        """Pickle state (a ``Hardware`` travels to ``app.pool`` worker processes): the fields,
+        with the read-only ``tensor_flops`` view as a plain dict (a mappingproxy does not
+        pickle)."""
+        state = dict(self.__dict__)
+        state["tensor_flops"] = dict(state["tensor_flops"])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Restore a pickled ``Hardware`` (``tensor_flops`` read-only again)."""
+        for k, v in state.items():
+            object.__setattr__(self, k, MappingProxyType(dict(v)) if k == "tensor_flops" else v)
+
     # ------------------------------------------------------------------ derived quantities
     def compute_dtype(self, dtype: str) -> str:
         """Return the tensor datatype a kernel with operands of ``dtype`` computes in (str).

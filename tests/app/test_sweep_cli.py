@@ -182,7 +182,7 @@ def test_ctrl_c_on_search_exits_130_every_time(tmp_path):
     folder verifies afterwards (no record lost, none duplicated)."""
     out = tmp_path / "s"
     args = TINY + ["--batches", "64,128,256", "--microbatches", "1,2,4", "--stages", "2,3",
-                   "--out", str(out)]
+                   "--workers", "1", "--out", str(out)]  # (worker processes: test_search_workers)
     codes = []
     for delay, twice in ((0.0, False), (0.4, False), (1.2, False), (0.8, True)):
         p = _interrupt(args, delay, "search:", twice=twice)

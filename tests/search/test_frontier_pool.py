@@ -137,20 +137,21 @@ def test_deadline_passed_scores_nothing(fs, tmp_path):
     """A deadline already passed: nothing starts, the call says it stopped on the deadline."""
     from subgpu_jax import get_hardware, get_model
     from subgpu_jax.app.pool import run_sweep_pool
+    from subgpu_jax.app.searchjob import ScorerSpec
     from subgpu_jax.app.sweep import SweepStore, build_grid
 
     arch = get_model("gpt-oss-20b")
     pts = build_grid(arch, 8, [64], [2], [1], hw=get_hardware("H200"))
+    spec = ScorerSpec(arch, get_hardware("H200"), "static")
     with SweepStore(str(tmp_path), {"t": 1}) as store:
-        st = run_sweep_pool(pts, "gpt-oss-20b", "H200", {"exact": "static"}, store, 2,
-                            deadline=time.monotonic() - 1.0)
+        st = run_sweep_pool(pts, spec, store, 2, deadline=time.monotonic() - 1.0)
         assert st["evaluated"] == 0 and st["stopped"] == "deadline"
         assert st["remaining"] == len(pts) and not store.done
         for bad in ({"workers": 0}, {"workers": 2, "budget": 0}):
             with pytest.raises(ValueError, match="workers|budget"):
-                run_sweep_pool(pts, "gpt-oss-20b", "H200", {}, store, **bad)
-        with pytest.raises(ValueError, match="model must be one of"):
-            run_sweep_pool(pts, "no-such-model", "H200", {}, store, 2)
+                run_sweep_pool(pts, spec, store, **bad)
+        with pytest.raises(TypeError, match="make_scorer must be callable"):
+            run_sweep_pool(pts, "gpt-oss-20b", store, 2)
 
 
 def test_kill_then_resume(fs, tmp_path, monkeypatch):

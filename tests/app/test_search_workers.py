@@ -1,0 +1,157 @@
+"""``subgpu search --workers``: grid points scored by local worker processes (issue 42 item 3,
+``app.pool.search_workers``, ``searchjob.run_search``).
+
+Oracles: the records of a sweep scored by two worker processes equal, field for field, those of
+the same sweep in one process (and the outputs list them in grid order); the worker count rule
+by hand; a ``Hardware`` and a ``GpuSetup`` survive pickling (they travel to the workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import pytest
+
+from subgpu_jax.app.cli import main
+from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER, search_workers
+from subgpu_jax.model.hardware import HARDWARE, get_hardware
+from subgpu_jax.model.setup import GpuSetup
+
+SMALL = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+         "--exact", "static", "--batches", "64,128", "--stages", "2,3", "--microbatches", "2",
+         "--no-progress"]
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def test_auto_worker_count(monkeypatch):
+    """auto: the usable cores, at most MAX_AUTO_WORKERS and one per POINTS_PER_WORKER SubGPU
+    points, never below 1; 1 with --cluster or with an accelerator chosen in JAX_PLATFORMS."""
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    cores = _cores()
+    assert search_workers("auto") == max(1, min(MAX_AUTO_WORKERS, cores))
+    assert search_workers("AUTO", points=0) == 1
+    assert search_workers("auto", points=POINTS_PER_WORKER - 1) == 1
+    assert search_workers("auto", points=100 * POINTS_PER_WORKER) == min(MAX_AUTO_WORKERS, cores)
+    assert search_workers("auto", points=2 * POINTS_PER_WORKER) == max(1, min(2, cores))
+    assert search_workers("auto", cluster=True, points=1000) == 1
+    monkeypatch.setenv("JAX_PLATFORMS", "cuda")
+    assert search_workers("auto", points=1000) == 1
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert search_workers("auto") == max(1, min(MAX_AUTO_WORKERS, cores))
+    assert search_workers("3") == 3 and search_workers(5) == 5 and search_workers(" 1 ") == 1
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "1.5", "", 0, True, 2.0, None])
+def test_bad_worker_counts_are_refused(bad):
+    with pytest.raises(ValueError, match="^workers must be 'auto' or an integer >= 1"):
+        search_workers(bad)
+
+
+def test_workers_with_cluster_refused():
+    assert search_workers(1, cluster=True) == 1
+    with pytest.raises(ValueError, match="^workers: with --cluster"):
+        search_workers("2", cluster=True)
+
+
+def test_cli_names_the_flag(tmp_path, capsys):
+    assert main(["search", "--workers", "0", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --workers must be 'auto' or an integer >= 1 (processes), got '0'"]
+
+
+def test_hardware_and_setup_pickle():
+    """Every preset, and its uncalibrated setup, comes back equal with a read-only
+    ``tensor_flops`` (the workers receive them pickled)."""
+    for name in HARDWARE:
+        hw = get_hardware(name)
+        back = pickle.loads(pickle.dumps(hw))
+        assert back == hw and dict(back.tensor_flops) == dict(hw.tensor_flops)
+        with pytest.raises(TypeError):
+            back.tensor_flops["bf16"] = 1.0
+        setup = GpuSetup.uncalibrated(hw)
+        assert pickle.loads(pickle.dumps(setup)) == setup
+
+
+def _alive(pid: int) -> bool:
+    """The process runs (it exists and is not a zombie awaiting its parent)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return "State:\tZ" not in fh.read()
+    except OSError:
+        return False
+
+
+def _records(folder) -> list[dict]:
+    with open(os.path.join(folder, "records.jsonl")) as fh:
+        rows = [json.loads(line) for line in fh]
+    return [r for r in rows if "_done" not in r]  # the store's per-point markers left out
+
+
+def test_two_workers_give_the_records_of_one_process(tmp_path, capsys):
+    """Two worker processes (longest points first) against one process: the same records,
+    field for field, and records.csv in the same (grid) order."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(SMALL + ["--workers", "1", "--out", str(one)]) == 0
+    out1 = capsys.readouterr().out
+    assert main(SMALL + ["--workers", "2", "--out", str(two)]) == 0
+    out2 = capsys.readouterr().out
+    assert "2 worker processes" in out2 and "worker processes" not in out1
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    r1, r2 = _records(one), _records(two)
+    assert len(r1) == 6 and sorted(map(key, r1)) == sorted(map(key, r2))
+    assert (one / "records.csv").read_text() == (two / "records.csv").read_text()
+    # the printed tables (everything after the sweep's timing line) are the same
+    tail = lambda s, d: s[s.index("\n", s.index("evaluated ")):].replace(str(d), "OUT")  # noqa
+    assert tail(out1, one) == tail(out2, two)
+
+
+def test_ctrl_c_with_workers_keeps_finished_points(tmp_path):
+    """Ctrl-C once the first grid point is stored by a 2-worker sweep: exit 130 with the
+    search's stop message, no traceback, no worker left running, the folder verifies (no record
+    lost or duplicated); the same command again finishes the sweep with the records of a
+    one-process run."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from subgpu_jax.app.store import SweepStore
+
+    out, ref = tmp_path / "s", tmp_path / "ref"
+    args = SMALL + ["--batches", "64,128,256", "--microbatches", "2,4", "--workers", "2"]
+    cmd = [sys.executable, "-c", "import sys; from subgpu_jax.app.entry import main; "
+           "sys.exit(main())"]
+    p = subprocess.Popen(cmd + args + ["--out", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    recs, t0 = out / "records.jsonl", time.monotonic()
+    while p.poll() is None and time.monotonic() < t0 + 120:
+        if recs.exists() and "_done" in recs.read_text():
+            break
+        time.sleep(0.05)
+    children = f"/proc/{p.pid}/task/{p.pid}/children"
+    workers = ([int(x) for x in open(children).read().split()]
+               if os.path.exists(children) else [])
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "Traceback" not in err and "run the same command again to continue" in err
+    t1 = time.monotonic()   # the workers the parent had are gone (terminated or died with it)
+    while any(map(_alive, workers)) and time.monotonic() < t1 + 10:
+        time.sleep(0.05)
+    assert not any(map(_alive, workers))
+    man = json.loads((out / "manifest.json").read_text())
+    s = SweepStore(str(out), man["meta"])
+    s.close()
+    assert not s.report, s.report.lines()
+    assert 1 <= len(s.done) < 15
+    assert main(args + ["--out", str(out)]) == 0
+    assert main(args[:-2] + ["--workers", "1", "--out", str(ref)]) == 0
+    key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
+    assert sorted(map(key, _records(out))) == sorted(map(key, _records(ref)))
