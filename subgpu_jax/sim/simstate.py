@@ -4,8 +4,9 @@ the result.
 ``EventQueue`` is the clock-ordered event heap (a SimPy-like core without resources). The
 resources are SM pools (``Pool``, one green context) and their lanes (``Lane``: one stream, with
 the named state of the kernel it runs: counters, rate-model inputs and outputs, predicted
-completions); ``Job`` is one task; ``share_pool`` is the rule by which the lanes of one pool
-share its SMs (docs/method.md, "Streams per stage"); ``SimResult`` is the outcome of a run.
+completions); ``Job`` is one task; ``share_pool``, ``share_pool_fifo`` and ``share_pool_tail`` are
+the rules by which the lanes of one pool share its SMs (docs/method.md, "Streams per stage");
+``SimResult`` is the outcome of a run.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from subgpu_jax.sim.kernelwork import KernelWork
 from subgpu_jax.space.config import Config
 from subgpu_jax.space.taskdag import TaskDAG
 
-__all__ = ["LookupObserver", "EventQueue", "Job", "Lane", "Pool", "share_pool", "share_pool_fifo", "SimResult", "IDLE", "LAUNCHING",
-           "ACTIVE"]
+__all__ = ["LookupObserver", "EventQueue", "Job", "Lane", "Pool", "share_pool", "share_pool_fifo",
+           "share_pool_tail", "SimResult", "IDLE", "LAUNCHING", "ACTIVE"]
 
 #: Lane phases: no kernel, a kernel launching (no work moves), a kernel active.
 IDLE, LAUNCHING, ACTIVE = 0, 1, 2
@@ -84,6 +85,63 @@ def share_pool_fifo(pool: float, wants: Sequence[float], starts: Sequence[float]
     left = float(pool) - n
     for i in sorted(range(n), key=lambda i: (starts[i], i)):
         g = min(wants[i] - 1.0, max(0.0, left))
+        out[i] += g
+        left -= g
+    return out
+
+
+def share_pool_tail(pool: float, wants: Sequence[float], starts: Sequence[float],
+                    remaining_us: Sequence[float], tails: Sequence[bool], tail_weight: float
+                    ) -> list[float] | None:
+    """Share a pool of SMs in launch order, except where the earlier op has trailing kernels.
+
+    Mechanism (docs/verdicts.md "Two large kernels on one pool", fitted by
+    ``experiments/corun_lanes_fit.py``): the block scheduler serves kernels in launch order, so
+    an op of ONE device kernel launched first keeps the pool (``share_pool_fifo``); an op of
+    several device kernels loses its place, because its later kernels are launched after the
+    other stream's kernel and queue behind it, so it ends near the later op's end. In the fluid
+    model the kernels share the pool in proportion to their remaining alone times, the later
+    ones weighted theta = ``tail_weight``: a compute-bound earlier op A then ends about
+    rem(A) + theta x rem(B) after B starts (theta = 1: both end together), B at the sum.
+
+    Rule, in launch order (ties to the earlier lane): every kernel first gets 1 SM; of the
+    ``left`` SMs beyond those, kernel i takes the fraction r_i / (r_i + th_i x sum of the later
+    kernels' r_j) (r = ``remaining_us``; th_i = ``tail_weight`` if ``tails[i]`` else 0, and a
+    fraction of 1 when both are 0), at least what the later kernels cannot use and at most
+    want_i - 1; the rest goes on to the later kernels. With ``tail_weight = 0`` or no tails
+    this is ``share_pool_fifo`` exactly.
+
+    Hand-derived: pool 128, wants (128, 128), A launched first with r = 60 µs and trailing
+    kernels, B with r = 240 µs, theta = 0.5: A takes 60 / (60 + 0.5 x 240) = 1/3 of the 126 SMs
+    beyond the floors, 1 + 42 = 43 SMs, and B 1 + 84 = 85; compute-bound and linear in SMs, A's
+    60 µs of work then take 60 x 128 / 43 = 178.6 µs, about r(A) + theta x r(B) = 180 µs.
+
+    Args:
+        pool: SMs of the pool (>= the number of kernels). wants: SMs each active kernel wants
+            (>= 1). starts: when each kernel started (µs). remaining_us: each kernel's work
+            left, as µs alone on the pool (>= 0; ``Lane.remaining_us``). tails: whether each
+            kernel's op issues more device kernels after it (``kernelcost.device_kernels`` > 1).
+            tail_weight: theta >= 0. All sequences in the same (lane) order.
+
+    Returns:
+        SMs granted to each kernel (same order, summing to ``pool``, each in [1, want]), or None
+        when ``sum(wants) <= pool``.
+    """
+    if sum(wants) <= pool:
+        return None
+    n = len(wants)
+    out = [1.0] * n
+    left = float(pool) - n
+    order = sorted(range(n), key=lambda i: (starts[i], i))
+    for pos, i in enumerate(order):
+        later = order[pos + 1:]
+        cap = min(wants[i] - 1.0, max(0.0, left))
+        must = max(0.0, left - sum(wants[j] - 1.0 for j in later))
+        r = float(remaining_us[i])
+        th = float(tail_weight) if (tails[i] and later) else 0.0
+        tot = r + th * sum(float(remaining_us[j]) for j in later)
+        frac = r / tot if tot > 0 else 1.0
+        g = min(cap, max(must, frac * left))
         out[i] += g
         left -= g
     return out
@@ -192,6 +250,23 @@ class Lane:
         self.oc = self.od = self.on = 0.0
         self.pc = self.pd = self.pn = _INF
         self.epoch = 0
+
+    def remaining_us(self, launch_us: float) -> float:
+        """The running kernel's work left, as µs alone on the pool (0 unless active): the
+        largest fraction left of its FLOP, data and network counters times its active time
+        alone, ``static_us - launch_us - fixed_us`` (>= 0). ``launch_us``: the launch overhead
+        included in ``KernelWork.static_us`` (``Hardware.launch_us``). The ``share_pool_tail``
+        input."""
+        w = self.work
+        if w is None or self.phase != ACTIVE:
+            return 0.0
+        s = w.scale
+        left = 0.0
+        for x, x0 in ((self.F, w.flops), (self.D, w.obj_bytes + w.extra_hbm_bytes),
+                      (self.N, w.comm_bytes)):
+            if x0 > 0 and x > 0:
+                left = max(left, x / (x0 * s))
+        return min(1.0, left) * max(0.0, w.static_us - launch_us - w.fixed_us)
 
 
 class Pool:
