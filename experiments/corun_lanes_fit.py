@@ -36,8 +36,7 @@ simulator as it is; ``tail`` (``simstate.share_pool_tail``): launch order, but a
 kind issues more than one device kernel (``kernelcost.device_kernels`` on the preset's kernel
 profile) and is launched first shares the pool with the later kernels in proportion to their
 remaining alone times (``Lane.remaining_us``), the later ones weighted theta
-(``ContentionModel.tail_weight``; 0 = fifo). ``EventSimulator`` does not dispatch "tail" yet;
-``TailSimulator`` below is the stand-in (its ``_share_pools`` is the dispatch it needs).
+(``ContentionModel.tail_weight``; 0 = fifo), dispatched by ``EventSimulator``.
 
 Fit: theta on ``--grid`` by the score. Leave one family out, GPUs pooled: theta fitted on the
 other four families' pairs of both GPUs, scored on the left-out family's pairs (also per GPU:
@@ -70,8 +69,6 @@ from subgpu_jax.model.models import MODELS  # noqa: E402
 from subgpu_jax.model.workload import Workload  # noqa: E402
 from subgpu_jax.sim.contention import ContentionModel  # noqa: E402
 from subgpu_jax.sim.eventsim import EventSimulator, simulate_streams  # noqa: E402
-from subgpu_jax.sim.simstate import ACTIVE, share_pool_tail  # noqa: E402
-
 from corun_families import WORKLOADS  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -86,38 +83,14 @@ CLASSES = ("attn", "elementwise", "dense_gemm", "expert_gemm")
 RUNTIME_KERNELS = {("H100", "expert_up"): 1, ("H200", "expert_up"): 2}
 
 
-class TailSimulator(EventSimulator):
-    """``EventSimulator`` that also applies ``pool_sharing="tail"`` (``simstate.share_pool_tail``)
-    to the lanes of a shared pool; any other rule is the base class's. ``kernels_of(kernel)`` ->
-    device kernels its op issues (default: ``kernelcost.device_kernels`` on ``hw``'s profile).
-    A stand-in until ``eventsim`` dispatches "tail"; same arguments as ``EventSimulator``."""
-
-    def __init__(self, *args, kernels_of=None, **kw) -> None:
-        super().__init__(*args, **kw)
-        prof = self.hw.kernel_profile
-        f = kernels_of or (lambda k: device_kernels(k, prof))
-        self.tails = [f(k) > 1 for k in self.kernels]
-
-    def _share_pools(self) -> None:
-        if self.model.pool_sharing != "tail":
-            super()._share_pools()
-            return
-        for u in self.active:
-            u.sms, u.power = u.want, u.pow0
-        launch = float(self.hw.launch_us)
-        for pool in self._shared:
-            run = [u for u in pool.lanes if u.phase == ACTIVE]
-            if len(run) < 2:
-                continue
-            got = share_pool_tail(float(pool.sms), [u.want for u in run],
-                                  [self.inst_start[u.job.first + u.pos] for u in run],
-                                  [u.remaining_us(launch) for u in run],
-                                  [self.tails[u.kid] for u in run], self.model.tail_weight)
-            if got is None:
-                continue
-            for u, g in zip(run, got):
-                u.sms = g
-                u.power = u.pow0 * g / u.want if u.want > 0 else 0.0
+def lane_simulator(*args, kernels_of=None, **kw) -> EventSimulator:
+    """An ``EventSimulator`` (same arguments) whose ``tails`` (ops with trailing device kernels,
+    for ``pool_sharing="tail"``) come from ``kernels_of(kernel)`` -> device kernels its op issues
+    (None: the simulator's own, ``kernelcost.device_kernels`` on ``hw``'s profile)."""
+    sim = EventSimulator(*args, **kw)
+    if kernels_of is not None:
+        sim.tails = [kernels_of(k) > 1 for k in sim.kernels]
+    return sim
 
 
 # ------------------------------------------------------------------------------------- data
@@ -240,8 +213,8 @@ class PairSimulator:
                 return RUNTIME_KERNELS.get((gpu, k.op), device_kernels(k, hw.kernel_profile))
         else:
             kernels_of = None
-        r = TailSimulator([a, b, d], [sms, sms, 1], jobs, hw, model, "none", record=False,
-                          pool_of_stage=[0, 0, 1], kernels_of=kernels_of).run()
+        r = lane_simulator([a, b, d], [sms, sms, 1], jobs, hw, model, "none", record=False,
+                           pool_of_stage=[0, 0, 1], kernels_of=kernels_of).run()
         if abs(float(r.task_end[1]) - self.delay_us) > 1e-6 * self.delay_us:
             raise RuntimeError(f"delay job ended at {r.task_end[1]} µs, not {self.delay_us}")
         ta, tb = self.alone(a, sms, gpu), self.alone(b, sms, gpu)

@@ -176,15 +176,21 @@ def config_args(d: dict) -> list[str]:
             "--reuse" if d["reuse"] else "--no-reuse", "--policy", d["policy"]]
 
 
-def _predict(sub, mode: str) -> dict:
+def _predict(sub, mode: str, pool_sharing: str | None = None) -> dict:
     """Predicted whole-step makespans (µs) of a ``run`` namespace under every ``--collectives``
-    mode, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``)."""
+    mode, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``);
+    ``pool_sharing``: the contention model's lane-sharing rule instead of its default
+    (``ContentionModel.pool_sharing``; None: the default)."""
+    from dataclasses import replace
+
     from hw_runtime.commands.run import prepare_run, repredict
 
     out = {}
     for c in COLLECTIVES:
         sub.collectives = c
         wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
+        if pool_sharing is not None:
+            model = replace(model, pool_sharing=pool_sharing)
         out[c] = repredict(wl, cfg, dep, model, hw_sim, m, sub.cache, mode)
     sub.collectives = "sleep"
     return out
@@ -262,7 +268,7 @@ def repredict_phase(args) -> int:
     redone (that is ``--phase plan``): this checks a model change on the configurations already
     measured."""
     from hw_runtime.commands.run import prepare_run
-    from subgpu_jax.sim.contention import uncalibrated_model_id
+    from subgpu_jax.sim.contention import ContentionModel, uncalibrated_model_id
 
     try:
         with open(args.configs) as fh:
@@ -280,10 +286,12 @@ def repredict_phase(args) -> int:
         p = plan[name]
         for d in p["configs"]:
             d["predicted_us"] = _predict(run_args(name, config_args(d), args.hardware),
-                                         d["mode"])
+                                         d["mode"], args.pool_sharing)
         p.setdefault("chosen_by", p.get("duration_model"))   # the model whose search chose them
-        p["duration_model"] = uncalibrated_model_id(prepare_run(run_args(name, [],
-                                                                         args.hardware))[0].hw)
+        model = ContentionModel() if args.pool_sharing is None else \
+            ContentionModel(pool_sharing=args.pool_sharing)   # a variant names itself
+        p["duration_model"] = uncalibrated_model_id(
+            prepare_run(run_args(name, [], args.hardware))[0].hw, model)
         p["hardware"] = args.hardware
         p["repredicted_from"] = os.path.relpath(os.path.abspath(args.configs), RESULTS)
         print(f"{name}: {len(p['configs'])} configurations predicted again", flush=True)
@@ -467,6 +475,10 @@ def main(argv=None) -> int:
                          "per workload under 'kernels'")
     ap.add_argument("--configs-out", default=None,
                     help="repredict: where the plan predicted again goes")
+    ap.add_argument("--pool-sharing", default=None, choices=("fifo", "fair", "tail"),
+                    help="repredict, analyze: the contention model's rule for lanes of one "
+                         "pool (ContentionModel.pool_sharing) instead of its default; the "
+                         "model name in the plan and digest says so")
     ap.add_argument("--workloads", nargs="+", default=None, choices=list(ALL_WORKLOADS),
                     help="default: the protocol's workloads on the --hardware GPU")
     ap.add_argument("--hardware", default="H200",

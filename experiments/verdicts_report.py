@@ -391,8 +391,11 @@ def analyze(args, workloads) -> int:
               file=sys.stderr)
         return 2
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.sim.contention import uncalibrated_model_id
-    want = uncalibrated_model_id(get_hardware(getattr(args, "hardware", "H200")))
+    from subgpu_jax.sim.contention import ContentionModel, uncalibrated_model_id
+    sharing = getattr(args, "pool_sharing", None)   # a model variant (hw_verdicts_h200.py)
+    want = uncalibrated_model_id(get_hardware(getattr(args, "hardware", "H200")),
+                                 None if sharing is None else
+                                 ContentionModel(pool_sharing=sharing))
     if ids != {want}:
         print(f"error: --hardware: {getattr(args, 'hardware', 'H200')} is {want}, but the plan "
               f"was predicted by {next(iter(ids))}: pass the plan's --hardware, or --phase "

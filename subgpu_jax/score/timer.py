@@ -39,7 +39,8 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.setup import DurationModel, GpuSetup
 from subgpu_jax.sim.contention import ContentionModel
-from subgpu_jax.sim.eventsim import check_config, check_sm_mode, simulate, simulate_streams
+from subgpu_jax.sim.eventsim import check_sm_mode, simulate, simulate_streams
+from subgpu_jax.space.config import check_config
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.config import Config
 

@@ -58,7 +58,8 @@ from subgpu_jax.model.checks import finite, flag, pos_int
 from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, check_cut, even_allocation
-from subgpu_jax.sim.eventsim import EventSimulator, check_config
+from subgpu_jax.sim.eventsim import EventSimulator
+from subgpu_jax.space.config import check_config
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times

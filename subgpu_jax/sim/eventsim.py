@@ -39,18 +39,18 @@ from typing import Sequence
 import numpy as np
 
 from subgpu_jax.sim.contention import BoundModel, ContentionModel
-from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
+from subgpu_jax.model.kernelcost import device_kernels
 from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane,
                                      LookupObserver, Pool, SimResult, share_pool,
-                                     share_pool_fifo)
-from subgpu_jax.space.config import Config, check_cut
+                                     share_pool_fifo, share_pool_tail)
+from subgpu_jax.space.config import Config, check_config
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
 __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "share_pool",
-           "simulate", "simulate_streams", "check_config", "lone_makespan", "SM_MODES",
+           "simulate", "simulate_streams", "lone_makespan", "SM_MODES",
            "check_sm_mode", "LookupObserver"]
 
 #: How the stages of a pipelined configuration get their SMs: ``"green"``, each stage its own
@@ -135,6 +135,10 @@ class EventSimulator:
         lanes, pools: the ``Lane`` and ``Pool`` objects. events_q: the ``EventQueue``.
         active: the lanes whose kernel is active (phase 2), in lane order. cache: the L2 table.
         t: the current instant (µs). events, steps: events popped, instants processed.
+        tails: per kernel of the table, whether its op issues further device kernels after it
+            (``pool_sharing="tail"``; None until first needed, then from
+            ``kernelcost.device_kernels`` on the GPU's kernel profile; set it before ``run`` to
+            count another runtime's launches).
 
     Raises:
         ValueError: bad stages, pools, jobs, policy or kernel work (one line naming the field).
@@ -150,7 +154,8 @@ class EventSimulator:
         self.bm = BoundModel(model, hw, lone_makespan)
         self.hw, self.model = hw, model
         self.isolated = bool(model.isolated)
-        self.fifo = model.pool_sharing == "fifo"
+        self.sharing = model.pool_sharing
+        self.tails: list | None = None   # see Attributes
         #: loaded-latency dilation of fixed phases (ContentionModel.latency_load_gain)
         self._gain = model.latency_gain
         self._inv_copy = 1.0 / float(hw.hbm_copy_Bps)
@@ -494,19 +499,29 @@ class EventSimulator:
     def _share_pools(self) -> None:
         """Set the SMs and compute power of every active kernel: its own (want, pow0), or its
         share of a pool whose active kernels want more SMs than it has (power scaled with the
-        SMs granted): ``share_pool_fifo`` (launch order) or ``share_pool`` (equal shares), as
-        the model's ``pool_sharing`` says."""
+        SMs granted), by the model's ``pool_sharing``: ``share_pool_fifo`` (launch order),
+        ``share_pool_tail`` (launch order but for ops with trailing kernels) or ``share_pool``
+        (equal shares)."""
         for u in self.active:
             u.sms, u.power = u.want, u.pow0
         for pool in self._shared:
             run = [u for u in pool.lanes if u.phase == _ACTIVE]
             if len(run) < 2:
                 continue
-            if self.fifo:
-                got = share_pool_fifo(float(pool.sms), [u.want for u in run],
+            wants = [u.want for u in run]
+            if self.sharing == "fifo":
+                got = share_pool_fifo(float(pool.sms), wants,
                                       [self.inst_start[u.job.first + u.pos] for u in run])
+            elif self.sharing == "tail":
+                if self.tails is None:
+                    prof = self.hw.kernel_profile
+                    self.tails = [device_kernels(k, prof) > 1 for k in self.kernels]
+                got = share_pool_tail(float(pool.sms), wants,
+                                      [self.inst_start[u.job.first + u.pos] for u in run],
+                                      [u.remaining_us(self.bm.launch_us) for u in run],
+                                      [self.tails[u.kid] for u in run], self.model.tail_weight)
             else:
-                got = share_pool(float(pool.sms), [u.want for u in run])
+                got = share_pool(float(pool.sms), wants)
             if got is None:
                 continue
             for u, g in zip(run, got):
@@ -674,45 +689,6 @@ class EventSimulator:
                          l2_max_occupancy=self.cache.max_occupancy, util_t=ut, util_hbm=uh,
                          util_sm=us, hbm_cap_Bps=ucap, mean_hbm_util=mh, mean_sm_util=ms,
                          events=self.events, steps=self.steps, hw_name=self.hw.name)
-def check_config(graph: OpGraph, cfg: Config, hw: Hardware) -> None:
-    """Validate ``cfg`` against ``graph`` and ``hw`` for simulation.
-
-    With a deployment on the graph the full feasibility check of ``Config.check`` applies and the
-    graph's microbatch count must equal R / cfg.microbatch; for synthetic graphs the cut must be
-    legal, the allocation must have D positive integer entries summing to at most ``num_sms``.
-
-    Raises:
-        ValueError: one line naming the offending field.
-    """
-    if not isinstance(cfg, Config):
-        raise ValueError(f"config must be a space.Config, got {type(cfg).__name__}")
-    if not isinstance(graph, OpGraph):
-        raise ValueError(f"graph must be an OpGraph, got {type(graph).__name__}")
-    if not isinstance(hw, Hardware):
-        raise ValueError(f"hw must be a Hardware, got {type(hw).__name__}")
-    if isinstance(cfg.D, bool) or not isinstance(cfg.D, (int, np.integer)) or cfg.D < 1:
-        raise ValueError(f"config.D must be an integer >= 1, got {cfg.D!r}")
-    if cfg.w not in (0, 1):
-        raise ValueError(f"config.w must be 0 or 1, got {cfg.w!r}")
-    pos_int(cfg.streams_per_stage, "config.streams_per_stage")
-    if len(cfg.alloc) != cfg.D:
-        raise ValueError(f"config.alloc has {len(cfg.alloc)} entries, D = {cfg.D} needs {cfg.D}")
-    for d, p in enumerate(cfg.alloc):
-        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-            raise ValueError(f"config.alloc[{d}] must be an integer >= 1 SMs, got {p!r}")
-    if sum(cfg.alloc) > hw.num_sms:
-        raise ValueError(f"config.alloc sums to {sum(cfg.alloc)} SMs, {hw.name} has "
-                         f"{hw.num_sms}")
-    if graph.deployment is not None:
-        R = graph.deployment.requests_per_gpu
-        cfg.check(graph.n, graph.edges, hw, R)
-        if R // cfg.microbatch != graph.microbatches:
-            raise ValueError(f"config.microbatch={cfg.microbatch} gives m = {R // cfg.microbatch}"
-                             f" microbatches, the graph was built for {graph.microbatches}")
-    else:
-        check_cut(cfg.seg_of, graph.n, graph.edges, cfg.K)
-
-
 def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel | None = None,
              cache: str = "lru", record: bool = True, validate: bool = True,
              mode: str = "green") -> SimResult:

@@ -15,7 +15,8 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from subgpu_jax.model.checks import choice, divisors
+from subgpu_jax.model.checks import choice, divisors, pos_int
+from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.workload import Workload
 
@@ -24,6 +25,7 @@ __all__ = [
     "enumerate_allocations", "count_allocations", "microbatch_sizes", "temporal_config",
     "check_allocation", "space_size", "DISPATCH_POLICIES", "even_allocation", "AllocSpace",
     "check_dispatch_policy", "temporal_of", "workload_config", "config_from_options",
+    "check_config",
 ]
 
 #: Global dispatch-order policies understood by ``taskdag.build_task_dag``.
@@ -597,3 +599,42 @@ def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
                                                   hw.min_pool_sms).tolist()
     b = microbatch if microbatch is not None else max(1, wl.batch // 2)
     return workload_config(wl, starts, alloc, b, reuse, policy)
+
+
+def check_config(graph: OpGraph, cfg: Config, hw: Hardware) -> None:
+    """Validate ``cfg`` against ``graph`` and ``hw`` for simulation.
+
+    With a deployment on the graph the full feasibility check of ``Config.check`` applies and the
+    graph's microbatch count must equal R / cfg.microbatch; for synthetic graphs the cut must be
+    legal, the allocation must have D positive integer entries summing to at most ``num_sms``.
+
+    Raises:
+        ValueError: one line naming the offending field.
+    """
+    if not isinstance(cfg, Config):
+        raise ValueError(f"config must be a space.Config, got {type(cfg).__name__}")
+    if not isinstance(graph, OpGraph):
+        raise ValueError(f"graph must be an OpGraph, got {type(graph).__name__}")
+    if not isinstance(hw, Hardware):
+        raise ValueError(f"hw must be a Hardware, got {type(hw).__name__}")
+    if isinstance(cfg.D, bool) or not isinstance(cfg.D, (int, np.integer)) or cfg.D < 1:
+        raise ValueError(f"config.D must be an integer >= 1, got {cfg.D!r}")
+    if cfg.w not in (0, 1):
+        raise ValueError(f"config.w must be 0 or 1, got {cfg.w!r}")
+    pos_int(cfg.streams_per_stage, "config.streams_per_stage")
+    if len(cfg.alloc) != cfg.D:
+        raise ValueError(f"config.alloc has {len(cfg.alloc)} entries, D = {cfg.D} needs {cfg.D}")
+    for d, p in enumerate(cfg.alloc):
+        if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
+            raise ValueError(f"config.alloc[{d}] must be an integer >= 1 SMs, got {p!r}")
+    if sum(cfg.alloc) > hw.num_sms:
+        raise ValueError(f"config.alloc sums to {sum(cfg.alloc)} SMs, {hw.name} has "
+                         f"{hw.num_sms}")
+    if graph.deployment is not None:
+        R = graph.deployment.requests_per_gpu
+        cfg.check(graph.n, graph.edges, hw, R)
+        if R // cfg.microbatch != graph.microbatches:
+            raise ValueError(f"config.microbatch={cfg.microbatch} gives m = {R // cfg.microbatch}"
+                             f" microbatches, the graph was built for {graph.microbatches}")
+    else:
+        check_cut(cfg.seg_of, graph.n, graph.edges, cfg.K)

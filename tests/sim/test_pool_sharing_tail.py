@@ -11,7 +11,7 @@ experiments/corun_lanes_fit.py fits theta).
   theta 1: A 1 + 126 x 60 / 300 = 26.2, B 101.8; without trailing kernels A keeps 127 (fifo).
 * ``Lane.remaining_us`` of a compute-only kernel alone: its active time alone when it becomes
   active, falling linearly to 0 (oracle: the simulator's own lone makespan).
-* ``ContentionModel``: "fifo" stays the default; "tail" and ``tail_weight`` >= 0 are accepted,
+* ``ContentionModel``: "tail" is the default; "tail" and ``tail_weight`` >= 0 are accepted,
   a negative, NaN or non-number theta and unknown rules are refused with one line.
 """
 
@@ -114,7 +114,7 @@ def test_remaining_us_of_a_lone_compute_kernel():
 
 
 def test_contention_model_fields():
-    assert ContentionModel().pool_sharing == "fifo"
+    assert ContentionModel().pool_sharing == "tail"   # the default since 2026-12-06
     m = ContentionModel(pool_sharing="tail", tail_weight=0.0)
     assert m.replace(tail_weight=2).tail_weight == 2
     for bad in (-0.1, math.nan, math.inf, None, "0.5", True):
@@ -122,3 +122,39 @@ def test_contention_model_fields():
             ContentionModel(pool_sharing="tail", tail_weight=bad)
     with pytest.raises(ValueError, match=r"pool_sharing must be 'fifo', 'fair' or 'tail'"):
         ContentionModel(pool_sharing="wave")
+
+
+def _lanes_run(model, tails=None):
+    """Two compute-only kernels (512 CTAs, 4e11 FLOP each) on the two lanes of one 64-SM pool,
+    started together (lane 0 first in the tie); returns (A end, B end) in µs."""
+    a, b = (Kernel(name=n, op="x", category="mlp", layer=0, flops=4e11, dtype="bf16",
+                   tensor=True, ctas=512) for n in ("a", "b"))
+    sim = EventSimulator([a, b], [64, 64], [(0, (), 0, 0, (0,)), (1, (), 0, 0, (1,))], H200,
+                         model, "none", pool_of_stage=[0, 0], record=False)
+    if tails is not None:
+        sim.tails = tails
+    r = sim.run()
+    return float(r.task_end[0]), float(r.task_end[1])
+
+
+def test_event_simulator_dispatches_tail():
+    """In the event simulator: "tail" without trailing kernels, or at theta 0, is "fifo" to
+    the last bit; with A's op carrying trailing kernels and theta 1 the two equal kernels share
+    the pool by remaining time and end together (hand-derived: equal work, equal weights), and
+    B ends when it ends under fifo (the pool's work is conserved: compute-only kernels)."""
+    fifo = _lanes_run(ContentionModel(compute_gain=1.0))
+    assert _lanes_run(ContentionModel(compute_gain=1.0, pool_sharing="tail"),
+                      [False, False]) == fifo
+    assert _lanes_run(ContentionModel(compute_gain=1.0, pool_sharing="tail", tail_weight=0.0),
+                      [True, False]) == fifo
+    a, b = _lanes_run(ContentionModel(compute_gain=1.0, pool_sharing="tail", tail_weight=1.0),
+                      [True, False])
+    assert a > fifo[0] * 1.5
+    assert a == pytest.approx(b, rel=0.02) and b == pytest.approx(fifo[1], rel=0.02)
+    # the default table: an op kind of one device kernel ("x" is not listed) has no tail
+    sim = EventSimulator([Kernel(name="k", op="x", category="mlp", layer=0, flops=1e9,
+                                 dtype="bf16", tensor=True, ctas=8)], [8],
+                         [(0, (), 0, 0, (0,))], H200,
+                         ContentionModel(pool_sharing="tail"), "none", record=False)
+    sim.run()
+    assert sim.tails is None   # one lane per pool: never needed, never built
