@@ -92,7 +92,10 @@ def uncalibrated_model_id(hw=None, model: "ContentionModel | None" = None) -> st
     if m.isolated:
         return f"{v} without contention"
     lone = ", GEMMs alone at their static time" if m.lone_static else ""
-    return f"{v} (co-run memory-latency gain {m.latency_gain:g}{lone})"
+    lanes = "" if m.pool_sharing == "fifo" else (   # the model before "tail" keeps its name
+        f", lanes of a pool sharing it {m.pool_sharing!r}"
+        + (f" with theta {m.tail_weight:g}" if m.pool_sharing == "tail" else ""))
+    return f"{v} (co-run memory-latency gain {m.latency_gain:g}{lone}{lanes})"
 
 
 @dataclass(frozen=True)
@@ -158,17 +161,17 @@ class ContentionModel:
             graph: it holds the SMs, moves no bytes and does not slow under contention. Fitted on
             the co-run matrix; 0.0 = not fitted.
         pool_sharing: how the kernels active on the k lanes (streams) of one pool share its SMs:
-            ``"fifo"`` (default: launch order, ``simstate.share_pool_fifo``; measured on the
-            H200, docs/fidelity.md §2), ``"fair"`` (equal shares, ``simstate.share_pool``,
-            the rule before that measurement) or ``"tail"`` (``simstate.share_pool_tail``:
-            launch order, but an op of several device kernels launched first shares the pool
-            with the later kernels by remaining alone time, the later ones weighted
-            ``tail_weight``). Fitted leaving one family out on two-lane microbenchmarks of 5
-            families, H200 and H100 (docs/verdicts.md "Two large kernels on one pool";
-            experiments/corun_lanes_fit.py): mean |log| error of the two end ratios 0.436
-            (fifo) -> 0.382, better on 4 of 5 left-out families; not validated on pipelined
-            runs. ``EventSimulator`` dispatches only "fifo" and "fair" so far (any other value
-            is shared as "fair"); corun_lanes_fit.py applies "tail" through a subclass.
+            ``"tail"`` (default since 2026-12-06: ``simstate.share_pool_tail``, launch order, but
+            an op of several device kernels launched first shares the pool with the later
+            kernels by remaining alone time, the later ones weighted ``tail_weight``),
+            ``"fifo"`` (launch order, ``simstate.share_pool_fifo``; measured on the H200,
+            docs/fidelity.md §2; the default before) or ``"fair"`` (equal shares,
+            ``simstate.share_pool``, the rule before that). "tail" was fitted leaving one family
+            out on two-lane microbenchmarks of 5 families, H200 and H100
+            (experiments/corun_lanes_fit.py): mean |log| error of the two end ratios 0.436
+            (fifo) -> 0.382, better on 4 of 5 left-out families; then checked once on the
+            held-out pipelined rows of both GPUs (docs/verdicts.md "Two large kernels on one
+            pool"), where it lowered the speedup error and the wrong verdicts.
         tail_weight: theta >= 0 of ``pool_sharing="tail"`` (0 = "fifo"); 0.5: the all-family
             fit of corun_lanes_fit.py (its leave-one-family-out fits: 0.4-0.6). Ignored by the
             other rules.
@@ -210,7 +213,7 @@ class ContentionModel:
     gemm_window_gain: float = 1.0
     launch_us_per_activity: float = 0.0
     saturation_ratio: float = 1.25
-    pool_sharing: str = "fifo"
+    pool_sharing: str = "tail"
     tail_weight: float = 0.5
     link_time: bool = True
     proxy_collectives: bool = False

@@ -246,7 +246,8 @@ def test_hardware_spec_selects_the_model_version():
     assert (v2.name, v2.kernel_profile, v2.min_kernel_us) == ("H200", "torch", 1.301)
     assert get_hardware("H200:analytic-v3") == H200
     assert uncalibrated_model_id(v2) == ("analytic-v2 (co-run memory-latency gain 1.5, GEMMs "
-                                         "alone at their static time)")
+                                         "alone at their static time, lanes of a pool sharing "
+                                         "it 'tail' with theta 0.5)")
     assert StaticDurationModel(v2).name == "analytic-v2"
     for bad in ("H200:analytic-v9", "X200:analytic-v3", "H200:", ":analytic-v3"):
         with pytest.raises(ValueError, match="optionally followed by :analytic-v2 or "
