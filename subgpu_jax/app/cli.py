@@ -616,8 +616,7 @@ def _cmd_search(a) -> int:
     except ValueError as e:  # the library names its argument, the CLI user typed the flag
         raise ValueError(f"--{e}") from None
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
-          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}"
-          + (f"; {workers} worker processes" if workers > 1 else ""))
+          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
     setup = GpuSetup.uncalibrated(hw)
     if a.calibration:
         from subgpu_jax.model.calibration import load_calibration
@@ -698,6 +697,7 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
                                           stop_message)
     from subgpu_jax.app.flagterms import derived_terms, in_flag_terms
     from subgpu_jax.app.platform import enable_compile_cache, pin_jax_to_cpu
+    from subgpu_jax.app.pool import WorkerError
 
     configure_command(a.cmd, getattr(a, "out", ""))
     commands = {"simulate": _cmd_simulate, "space": _cmd_space, "search": _cmd_search}
@@ -731,6 +731,9 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
         where = f" {e.filename!r}" if getattr(e, "filename", None) else ""
         print(f"error: cannot access{where}: {e.strerror or e}", file=sys.stderr)
         return 2
+    except WorkerError as e:   # a worker process failed or died: one line, not its traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     except (Interrupted, KeyboardInterrupt):
         print(stop_message(), file=sys.stderr)  # the search's own once its grid is done
         return EXIT_CODE

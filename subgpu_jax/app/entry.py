@@ -8,7 +8,8 @@ command line come after): a Ctrl-C while the program starts exits with code 130 
 (:mod:`subgpu_jax.app.interrupt`) and restores this one when it returns.
 
 Only the interpreter's own start (before it runs this module) is outside the handler: a
-SIGINT then ends the process by the signal, which the shell also reports as 130.
+SIGINT then ends the process by the signal, which the shell also reports as 130. A process
+started with SIGINT ignored (a shell's background job, a search worker) is left ignoring it.
 """
 
 import os
@@ -23,7 +24,10 @@ def _stop(signum, frame):  # noqa: ARG001 - signal API
         os._exit(130)
 
 
-signal.signal(signal.SIGINT, _stop)
+# a process started with SIGINT ignored keeps ignoring it (POSIX: a shell's background job; a
+# ``subgpu search --workers`` worker, which imports this module as its main module)
+if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, _stop)
 
 
 def main() -> int:

@@ -2,15 +2,16 @@
 
 ``run_sweep_pool`` is the multi-process counterpart of ``sweep.run_sweep`` for one machine with
 many CPU cores (``subgpu search --workers``, the frontier studies'
-``experiments/frontier_study.py --workers N``): the parent
-holds the results folder's ``SweepStore`` and appends every grid point the moment a worker
-returns it (the store's write is fsync-ed), so a kill of the whole process group at any moment
-loses at most the points in flight. Workers are ``spawn``-ed processes (a fresh interpreter:
-no JAX state is forked) that each build one scorer (``make_scorer()``, a ``searchjob.ScorerSpec``
-making a ``searchjob.PointScorer``) and take grid points from one shared queue in the given order; JAX is forced onto the CPU with one thread per process
-(``WORKER_ENV``), so N workers use N cores. A point's records do not depend on which worker
-scored it or on what that worker scored before (the scorer's caches are keyed by deployment and
-configuration; tested against the single-process sweep in tests/search/test_frontier_pool.py).
+``experiments/frontier_study.py --workers N``): the parent holds the results folder's
+``SweepStore`` and appends every grid point the moment a worker returns it (the store's write is
+fsync-ed), so a kill of the whole process group at any moment loses at most the points in
+flight. Workers are ``spawn``-ed processes (a fresh interpreter: no JAX state is forked) that
+each build one scorer (``make_scorer()``, a ``searchjob.ScorerSpec`` making a
+``searchjob.PointScorer``) and take grid points from one shared queue in the given order; JAX
+is forced onto the CPU with one thread per process (``WORKER_ENV``), so N workers use N cores.
+A point's records do not depend on which worker scored it or on what that worker scored before
+(the scorer's caches are keyed by deployment and configuration; tested against the
+single-process sweep in tests/search/test_frontier_pool.py and tests/app/test_search_workers.py).
 
 A ``deadline`` (``time.monotonic()`` seconds) stops the sweep cleanly: no point starts after
 it, the workers still running are terminated (their points are lost, not half-written) and
@@ -28,13 +29,15 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import re
 import signal
+import threading
 import time
 import traceback
 from typing import Callable, Sequence
 
-__all__ = ["WORKER_ENV", "MAX_AUTO_WORKERS", "POINTS_PER_WORKER", "compile_cache_env",
-           "run_sweep_pool", "search_workers"]
+__all__ = ["WORKER_ENV", "MAX_AUTO_WORKERS", "MAX_WORKERS", "POINTS_PER_WORKER", "WorkerError",
+           "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
 
 #: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
 #: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names
@@ -59,14 +62,35 @@ def _die_with_parent() -> None:
         pass
 
 
-def _worker(wid: int, make_scorer: Callable[[], Callable], tasks, results) -> None:
-    """Worker loop: build the scorer (``make_scorer()``, e.g. a ``searchjob.ScorerSpec``), then
-    score ``(index, GridPoint)`` items of ``tasks`` until a None; report ``("start", wid, i)``,
-    then ``("done", wid, i, records, cpu_s, wall_s)`` or ``("error", wid, i, traceback text)``
-    on ``results``."""
+class WorkerError(RuntimeError):
+    """A sweep worker failed (not on bad input: that is re-raised as the ``ValueError`` the
+    single-process sweep gives) or died. The message is one line naming the grid point;
+    ``worker_traceback`` holds the worker's traceback text ("" when it died)."""
+
+    def __init__(self, message: str, worker_traceback: str = "") -> None:
+        super().__init__(message)
+        self.worker_traceback = worker_traceback
+
+
+def worker_main(wid: int, parent: int, make_scorer: Callable[[], Callable], tasks,
+                results) -> None:
+    """The worker process's entry (public for tests): build the scorer (``make_scorer()``,
+    e.g. a ``searchjob.ScorerSpec``), then score ``(index, GridPoint)`` items of ``tasks``
+    until a None; report ``("start", wid, i)``, then ``("done", wid, i, records, cpu_s,
+    wall_s)`` or ``("error", wid, i, traceback text,
+    the ValueError or None)`` on ``results`` (i = -1: building the scorer failed). ``parent``:
+    the parent's PID; a worker whose parent died while it started (before the death signal was
+    armed) leaves at once."""
     _die_with_parent()
+    if os.getppid() != parent:   # the parent is gone already: nobody reads the results
+        os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
-    scorer = make_scorer()
+    try:
+        scorer = make_scorer()
+    except BaseException as e:  # reported to the parent, which stops the sweep
+        results.put(("error", wid, -1, traceback.format_exc(),
+                     e if isinstance(e, ValueError) else None))
+        return
     release = getattr(scorer, "release", None)
     prev = None
     while True:
@@ -82,8 +106,9 @@ def _worker(wid: int, make_scorer: Callable[[], Callable], tasks, results) -> No
             c0, t0 = time.process_time(), time.monotonic()
             recs = scorer(p)
             results.put(("done", wid, i, recs, time.process_time() - c0, time.monotonic() - t0))
-        except BaseException:  # reported to the parent, which stops the sweep
-            results.put(("error", wid, i, traceback.format_exc()))
+        except BaseException as e:  # reported to the parent, which stops the sweep
+            results.put(("error", wid, i, traceback.format_exc(),
+                         e if isinstance(e, ValueError) else None))
             return
 
 
@@ -95,11 +120,17 @@ MAX_AUTO_WORKERS = 8
 POINTS_PER_WORKER = 4
 
 
+#: Most processes ``--workers N`` may ask for (a bound, as ``checks.LIMITS`` bounds every count:
+#: at most the grid points to score are started anyway).
+MAX_WORKERS = 1024
+
+
 def search_workers(value, cluster: bool = False, points: int | None = None) -> int:
     """The worker count of ``subgpu search --workers``.
 
     Args:
-        value: ``"auto"``, or an integer >= 1 (an int or its decimal text).
+        value: ``"auto"``, or an integer in 1..``MAX_WORKERS`` (an int, or its text written with
+            the digits 0-9: other scripts' digits are refused, as ``checks.ascii_int`` does).
         cluster: the search runs under ``--cluster`` (one scoring process per member).
         points: SubGPU grid points to score (D > 1), for ``"auto"``; None: no limit.
 
@@ -108,17 +139,16 @@ def search_workers(value, cluster: bool = False, points: int | None = None) -> i
         ``os.cpu_count()``), at most ``MAX_AUTO_WORKERS`` and at most one per
         ``POINTS_PER_WORKER`` SubGPU points; 1 with ``cluster`` or when ``JAX_PLATFORMS``
         names a platform other than the CPU (the workers run JAX on the CPU, so a user who
-        chose an accelerator keeps it). Otherwise the integer.
+        chose another platform keeps it). Otherwise the integer.
 
     Raises:
-        ValueError: anything else, or an integer > 1 with ``cluster`` (one line naming
-            ``workers``).
+        ValueError: anything else; an integer > 1 with ``cluster``, or while ``JAX_PLATFORMS``
+            names another platform than the CPU (one line naming ``workers``).
     """
+    plat = os.environ.get("JAX_PLATFORMS")
+    other = plat is not None and plat.strip().lower() != "cpu"   # "" = JAX's own choice
     if isinstance(value, str) and value.strip().lower() == "auto":
-        if cluster:
-            return 1
-        plat = os.environ.get("JAX_PLATFORMS", "").strip().lower()
-        if plat and plat != "cpu":
+        if cluster or other:
             return 1
         try:
             cores = len(os.sched_getaffinity(0))
@@ -131,13 +161,20 @@ def search_workers(value, cluster: bool = False, points: int | None = None) -> i
     n = None
     if isinstance(value, int) and not isinstance(value, bool):
         n = value
-    elif isinstance(value, str) and value.strip().isdigit():
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
         n = int(value.strip())
-    if n is None or n < 1:
-        raise ValueError(f"workers must be 'auto' or an integer >= 1 (processes), got {value!r}")
+    if n is None or not 1 <= n <= MAX_WORKERS:
+        shown = repr(value) if len(repr(value)) <= 24 else \
+            f"a {len(str(value).strip())}-digit number"
+        raise ValueError(f"workers must be 'auto' or an integer in 1..{MAX_WORKERS:,} "
+                         f"(processes), got {shown}")
     if cluster and n > 1:
         raise ValueError("workers: with --cluster every member scores its share in one process; "
                          "leave out --workers or give 1")
+    if other and n > 1:
+        raise ValueError(f"workers: worker processes run JAX on the CPU, but "
+                         f"JAX_PLATFORMS={plat!r} chooses another platform; give --workers 1, "
+                         "or unset JAX_PLATFORMS")
     return n
 
 
@@ -191,8 +228,10 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
     Raises:
         ValueError: ``workers`` or ``budget`` < 1.
         TypeError: ``make_scorer`` is not callable.
-        RuntimeError: a worker raised (names the grid point, carries its traceback) or died
-            (names the point and the exit code); the points stored before are kept.
+        ValueError: a worker's scorer refused its input (the single-process sweep's message).
+        WorkerError: a worker failed otherwise (one line naming the grid point; the traceback
+            in ``worker_traceback``) or died (names the point and the exit code); the points
+            stored before are kept.
     """
     import contextlib
 
@@ -223,14 +262,20 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # spawn-ed children copy the parent's environment at start
     procs = []
+    # the children start with SIGINT ignored (kept across exec), so a Ctrl-C while they import
+    # reaches only this process; each worker keeps ignoring it
+    sig = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+        if threading.current_thread() is threading.main_thread() else None
     try:
         for w in range(n):
-            pr = ctx.Process(target=_worker, args=(w, make_scorer, tasks,
+            pr = ctx.Process(target=worker_main, args=(w, os.getpid(), make_scorer, tasks,
                                                          results),
                              daemon=True, name=f"sweep-worker-{w}")
             pr.start()
             procs.append(pr)
     finally:
+        if sig is not None:
+            signal.signal(signal.SIGINT, sig)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -243,8 +288,12 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         if kind == "start":
             running[w] = i
         elif kind == "error":
-            raise RuntimeError(f"grid point {todo[i].key} failed in sweep worker {w}:\n"
-                               f"{msg[3]}")
+            exc = msg[4] if len(msg) > 4 else None
+            if isinstance(exc, ValueError):   # bad input: the single-process sweep's error
+                raise ValueError(str(exc))
+            where = f"grid point {todo[i].key}" if i >= 0 else "its scorer"
+            last = (msg[3].strip().splitlines() or ["?"])[-1]
+            raise WorkerError(f"sweep worker {w} failed on {where}: {last}", msg[3])
         else:
             running.pop(w, None)
             p, recs, cpu = todo[i], msg[3], msg[4]
@@ -282,14 +331,16 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                             continue
                         except queue.Empty:
                             pass
+                    if interrupt.requested():
+                        continue   # the loop's head stops on it
                     for w, pr in enumerate(procs):
                         if not pr.is_alive() and w in running:
-                            raise RuntimeError(
+                            raise WorkerError(
                                 f"sweep worker {w} died (exit code {pr.exitcode}) while "
                                 f"scoring grid point {todo[running[w]].key}")
                     if not any(pr.is_alive() for pr in procs):
-                        raise RuntimeError("every sweep worker ended with grid points left "
-                                           f"({len(todo) - out['evaluated']} of {len(todo)})")
+                        raise WorkerError("every sweep worker ended with grid points left "
+                                          f"({len(todo) - out['evaluated']} of {len(todo)})")
                     continue
                 handle(msg)
         finally:

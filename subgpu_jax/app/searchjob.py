@@ -43,7 +43,8 @@ from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "RecordingTimer", "ScorerSpec", "SearchOptions", "run_search", "write_outputs",
+__all__ = ["PointScorer", "RecordingTimer", "ScorerSpec", "SearchOptions", "run_search",
+           "write_outputs",
            "CHEAP_KINDS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
@@ -532,12 +533,13 @@ class ScorerSpec:
                            alloc_strategy=self.alloc_strategy)
 
 
-def _run_pool(points: Sequence[GridPoint], arch: ModelArch, scorer: "PointScorer", store,
-              o: SearchOptions) -> dict:
+def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: SearchOptions,
+              say: Callable[[str], None]) -> dict:
     """The sweep on ``o.workers`` local processes (``app.pool.run_sweep_pool``), with the same
-    progress bar as ``run_sweep``; JAX's persistent compilation cache folder (``SUBGPU_JAX_CACHE``
-    or its default, ``app.platform.compile_cache_dir``) is shared by the workers. Ctrl-C stops it (the finished
-    points are stored) and raises ``Interrupted`` as ``run_sweep`` does."""
+    progress bar as ``run_sweep`` and one ``say`` line (how many processes); JAX's persistent
+    compilation cache folder (``SUBGPU_JAX_CACHE`` or its default,
+    ``app.platform.compile_cache_dir``) is shared by the workers where it exists. Ctrl-C stops
+    it (the finished points are stored) and raises ``Interrupted`` as ``run_sweep`` does."""
     from tqdm import tqdm
 
     from subgpu_jax.app.interrupt import Interrupted
@@ -551,9 +553,14 @@ def _run_pool(points: Sequence[GridPoint], arch: ModelArch, scorer: "PointScorer
     # is a short one and the workers end together (``run_search`` writes the outputs in grid
     # order, so they do not depend on the schedule)
     todo = sorted(todo, key=lambda p: -p.D * p.microbatches)
+    n = min(o.workers, len(todo))
+    if n > 1:
+        say(f"{n} worker processes score {len(todo)} grid points")
+    cache = compile_cache_dir()   # shared only where this process could keep it
+    cache = cache if cache and os.path.isdir(cache) else None
     best = max((r.get("speedup_vs_temporal") or 0.0 for r in store.records), default=0.0)
     bar = tqdm(total=len(todo), disable=not o.progress, unit="pt",
-               desc=f"grid points ({min(o.workers, max(1, len(todo)))} workers)")
+               desc=f"grid points ({max(1, n)} workers)")
 
     def on_point(p, recs, cpu) -> None:
         nonlocal best
@@ -563,7 +570,7 @@ def _run_pool(points: Sequence[GridPoint], arch: ModelArch, scorer: "PointScorer
 
     try:
         stats = run_sweep_pool(todo, ScorerSpec.like(scorer), store, o.workers, budget=None,
-                               on_point=on_point, compile_cache=compile_cache_dir(),
+                               on_point=on_point, compile_cache=cache,
                                own_sigint=False)
     finally:
         bar.close()
@@ -644,7 +651,7 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
                 stats["dropped"], stats["again"] = [], 0
                 return stats, None
         elif o.workers > 1:
-            stats = _run_pool(points, arch, scorer, store, o)
+            stats = _run_pool(points, scorer, store, o, say)
         else:
             stats = run_sweep(points, scorer, store, budget=budget, progress=o.progress,
                               on_new_deployment=scorer.release)

@@ -48,10 +48,21 @@ def test_auto_worker_count(monkeypatch):
     assert search_workers("3") == 3 and search_workers(5) == 5 and search_workers(" 1 ") == 1
 
 
-@pytest.mark.parametrize("bad", ["0", "-1", "x", "1.5", "", 0, True, 2.0, None])
+@pytest.mark.parametrize("bad", ["0", "-1", "x", "1.5", "", 0, True, 2.0, None, "\u00b2",
+                                 "\uff12", "\u0663", "1_0", "1025", 10 ** 20])
 def test_bad_worker_counts_are_refused(bad):
-    with pytest.raises(ValueError, match="^workers must be 'auto' or an integer >= 1"):
+    with pytest.raises(ValueError, match=r"^workers must be 'auto' or an integer in 1\.\.1,024"):
         search_workers(bad)
+
+
+def test_workers_refused_beside_another_jax_platform(monkeypatch):
+    """Worker processes run JAX on the CPU: with JAX_PLATFORMS naming another platform (or
+    present and empty: JAX's own choice) auto is 1 and an explicit count > 1 is refused."""
+    for plat in ("cuda", ""):
+        monkeypatch.setenv("JAX_PLATFORMS", plat)
+        assert search_workers("auto", points=100) == 1 and search_workers("1") == 1
+        with pytest.raises(ValueError, match="^workers: worker processes run JAX on the CPU"):
+            search_workers("2")
 
 
 def test_workers_with_cluster_refused():
@@ -63,7 +74,8 @@ def test_workers_with_cluster_refused():
 def test_cli_names_the_flag(tmp_path, capsys):
     assert main(["search", "--workers", "0", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: --workers must be 'auto' or an integer >= 1 (processes), got '0'"]
+    assert err == ["error: --workers must be 'auto' or an integer in 1..1,024 (processes), "
+                   "got '0'"]
 
 
 def test_hardware_and_setup_pickle():
@@ -155,3 +167,73 @@ def test_ctrl_c_with_workers_keeps_finished_points(tmp_path):
     assert main(args[:-2] + ["--workers", "1", "--out", str(ref)]) == 0
     key = lambda r: json.dumps(r, sort_keys=True)  # noqa: E731
     assert sorted(map(key, _records(out))) == sorted(map(key, _records(ref)))
+
+
+def test_worker_input_errors_read_as_in_one_process(tmp_path, capsys):
+    """A scorer that refuses its input inside a worker (a calibration without the batch asked
+    for) gives the single-process sweep's one line and exit 2, not a worker traceback."""
+    cal = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "results",
+                       "calibration_h100_qwen25_7b.json")
+    args = ["search", "--model", "qwen2.5-7b", "--hardware", "H100", "--gpus", "1", "--tp", "1",
+            "--dp", "1", "--kv-history", "1024", "--input-len", "1024", "--batches", "256,512",
+            "--stages", "2", "--microbatches", "2", "--exact", "static", "--no-progress",
+            "--calibration", cal]
+    assert main(args + ["--workers", "1", "--out", str(tmp_path / "one")]) == 2
+    one = capsys.readouterr().err.strip().splitlines()
+    assert main(args + ["--workers", "2", "--out", str(tmp_path / "two")]) == 2
+    two = capsys.readouterr().err.strip().splitlines()
+    assert len(one) == 1 and one[0].startswith("error: ") and "Traceback" not in "".join(two)
+    assert two[-1] == one[0]
+
+
+def test_a_dead_worker_is_one_line(tmp_path):
+    """SIGKILL of a worker mid-sweep: one line naming the worker and the grid point, exit 1
+    (not a traceback); the finished points stay stored."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s"
+    args = SMALL + ["--batches", "64,128,256", "--microbatches", "2,4", "--workers", "2"]
+    cmd = [sys.executable, "-c", "import sys; from subgpu_jax.app.entry import main; "
+           "sys.exit(main())"]
+    p = subprocess.Popen(cmd + args + ["--out", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    children = f"/proc/{p.pid}/task/{p.pid}/children"
+    t0, recs = time.monotonic(), out / "records.jsonl"
+    while p.poll() is None and time.monotonic() < t0 + 120:
+        if recs.exists() and "_done" in recs.read_text():
+            break
+        time.sleep(0.05)
+    kids = [int(x) for x in open(children).read().split()] if os.path.exists(children) else []
+    workers = [k for k in kids if "multiprocessing.resource_tracker" not in
+               open(f"/proc/{k}/cmdline").read().replace("\0", " ")]
+    if not workers:
+        p.kill()
+        pytest.skip("the sweep ended before a worker could be killed")
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = p.communicate(timeout=120)
+    lines = err.strip().splitlines()
+    assert p.returncode == 1, err
+    assert "Traceback" not in err and lines[-1].startswith("error: sweep worker ")
+    assert "died (exit code -9)" in lines[-1]
+
+
+def test_worker_exits_when_its_parent_is_gone():
+    """A worker whose parent PID is not its own parent's (the parent died while it started)
+    leaves at once, before building a scorer (PR_SET_PDEATHSIG was armed too late for it)."""
+    import multiprocessing as mp
+
+    from subgpu_jax.app.pool import worker_main
+
+    ctx = mp.get_context("spawn")
+    tasks, results = ctx.Queue(), ctx.Queue()
+    pr = ctx.Process(target=worker_main, args=(0, -12345, _never_called, tasks, results))
+    pr.start()
+    pr.join(60)
+    assert pr.exitcode == 0 and results.empty()
+
+
+def _never_called():
+    raise AssertionError("the worker built a scorer for a parent that is gone")

@@ -24,7 +24,7 @@ from subgpu_jax.app.cli import main
 SMALL = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
          "--exact", "static", "--batches", "64,128", "--stages", "2,3", "--microbatches", "2",
          "--no-progress"]
-REFUSED = "error: --workers must be 'auto' or an integer >= 1 (processes), got "
+REFUSED = "error: --workers must be 'auto' or an integer in 1..1,024 (processes), got "
 
 
 @pytest.fixture
