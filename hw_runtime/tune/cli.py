@@ -16,6 +16,8 @@ from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
+                                          CUT_STRATEGY_REGISTRY)
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
@@ -56,11 +58,12 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
                    help="the search's exact scorer (the predictions are the event simulator's "
                         "under a contention timer): " + timer_help())
-    x.add_argument("--cheap", default="auto", choices=("auto", "vcontention", "static"),
+    # the choices are the registries `subgpu search` takes them from (one list each)
+    x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
                    help="the search's cheap estimator (as `subgpu search`)")
-    x.add_argument("--cut-strategy", default="proposal",
-                   choices=("proposal", "local_search", "screen"), help="as `subgpu search`")
-    x.add_argument("--alloc-strategy", default="pairwise", choices=("pairwise", "relax"),
+    x.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
+                   help="as `subgpu search`")
+    x.add_argument("--alloc-strategy", default="pairwise", choices=tuple(ALLOC_STRATEGIES),
                    help="as `subgpu search`")
     x.add_argument("--l-sim", type=int, default=2, help="pass limit of the exact polish")
     x.add_argument("--cache", default=None, help="L2 policy of the event simulator (default "
