@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.score.programs import to_device
-from subgpu_jax.space.taskdag import TaskDAG, bucket
+from subgpu_jax.space.taskdag import TaskDAG
 
 __all__ = ["incomparable_pairs", "LevelProgram", "LanePlan", "level_completion_times",
            "lane_integrals", "UNROLL_MAX_TRIPLES"]
