@@ -31,8 +31,8 @@ alone(B))), never the measured µs: the laws are judged on sharing, not on lone-
 Error of a ratio: ln(predicted / measured); a law's score is the mean |ln| over the A and B
 ratios of its pairs.
 
-Laws: ``fifo`` (the default, ``simstate.share_pool_fifo``) and ``fair`` (``share_pool``), the
-simulator as it is; ``tail`` (``simstate.share_pool_tail``): launch order, but an op whose op
+Laws: ``fifo`` (``simstate.share_pool_fifo``, the default when this was fitted) and ``fair``
+(``share_pool``); ``tail`` (``simstate.share_pool_tail``): launch order, but an op whose op
 kind issues more than one device kernel (``kernelcost.device_kernels`` on the preset's kernel
 profile) and is launched first shares the pool with the later kernels in proportion to their
 remaining alone times (``Lane.remaining_us``), the later ones weighted theta

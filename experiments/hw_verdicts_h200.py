@@ -44,6 +44,7 @@ import traceback
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..")))
 
 from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES as COLLECTIVES  # noqa: E402
+from subgpu_jax.sim.contention import POOL_SHARING  # noqa: E402
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 DATA = os.path.join(RESULTS, "hw_verdicts")
@@ -475,7 +476,7 @@ def main(argv=None) -> int:
                          "per workload under 'kernels'")
     ap.add_argument("--configs-out", default=None,
                     help="repredict: where the plan predicted again goes")
-    ap.add_argument("--pool-sharing", default=None, choices=("fifo", "fair", "tail"),
+    ap.add_argument("--pool-sharing", default=None, choices=POOL_SHARING,
                     help="repredict, analyze: the contention model's rule for lanes of one "
                          "pool (ContentionModel.pool_sharing) instead of its default; the "
                          "model name in the plan and digest says so")

@@ -23,6 +23,7 @@ from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
 from subgpu_jax.app.args import add_workload_args
+from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.space.config import config_from_options, temporal_of
@@ -240,8 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--workers", default="auto", metavar="N|auto",
                    help="local CPU processes scoring grid points at once (JAX on the CPU, one "
                         "thread each; the records do not depend on it). Default: auto, the "
-                        "cores this process may use, at most 8 and one per 4 SubGPU grid "
-                        "points; 1 when JAX_PLATFORMS names an accelerator or with --cluster")
+                        f"cores this process may use, at most {MAX_AUTO_WORKERS} and one per "
+                        f"{POINTS_PER_WORKER} SubGPU grid points; 1 when JAX_PLATFORMS names "
+                        "another platform or with --cluster")
     c = se.add_argument_group("cluster (jax.distributed: grid points spread over processes and "
                               "their local devices; process 0 writes --out)")
     c.add_argument("--cluster", metavar="HOST:PORT", default=None,

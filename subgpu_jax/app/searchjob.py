@@ -519,9 +519,23 @@ class ScorerSpec:
 
     @classmethod
     def like(cls, scorer: "PointScorer") -> "ScorerSpec":
-        """The spec of a scorer already made (its timer by name, its resolved strategies)."""
-        return cls(scorer.arch, scorer.setup, scorer.timer.name, scorer.cache, scorer.L_sim,
+        """The spec of a scorer already made (its timer by name, its resolved strategies).
+
+        Raises:
+            ValueError: the scorer's timer is not the one its name makes for its setup (another
+                contention model, L2 policy, mode or contention setting: a worker would time
+                with other physics than this process, so the records would depend on
+                ``workers``)."""
+        spec = cls(scorer.arch, scorer.setup, scorer.timer.name, scorer.cache, scorer.L_sim,
                    scorer.cut, scorer.cheap, scorer.alloc)
+        t, made = scorer.timer, timer_for(scorer.setup, scorer.timer.name, scorer.cache)
+        same = all(getattr(t, f, None) == getattr(made, f, None)
+                   for f in ("model", "cache", "mode", "contention", "hw"))
+        if not same:
+            raise ValueError(f"workers: the exact scorer {t.name!r} was made with other settings "
+                             "than its registry name gives (contention model, L2 policy, mode); "
+                             "worker processes rebuild it by name: use workers=1")
+        return spec
 
     def __call__(self) -> "PointScorer":
         """A new ``PointScorer`` (raises as ``timer_for`` and ``PointScorer``)."""

@@ -51,7 +51,8 @@ from subgpu_jax.sim.kernelwork import KernelWork
 from subgpu_jax.sim.solvecache import LONE_SOLVES
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
-           "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN", "uncalibrated_model_id"]
+           "LoneMakespan", "UNCALIBRATED_LATENCY_LOAD_GAIN", "uncalibrated_model_id",
+           "POOL_SHARING"]
 
 #: ``(kernel, pool_sms, hw, model, scale, fixed_us) -> makespan µs`` of one kernel alone.
 LoneMakespan = Callable[..., float]  # (kernel, pool_sms, hw, model, scale, fixed_us[, window]) -> µs
@@ -78,10 +79,18 @@ _GAIN = float(np.mean(list(H200_GEMM_PER_SM_TFLOPS.values())) / _H200_FULL_PER_S
 UNCALIBRATED_LATENCY_LOAD_GAIN: float = 1.5
 
 
+#: The rules by which the kernels active on the lanes (streams) of one pool share its SMs
+#: (``ContentionModel.pool_sharing``; ``EventSimulator`` dispatches each to its function):
+#: "tail" (the default, ``simstate.share_pool_tail``), "fifo" (``simstate.share_pool_fifo``),
+#: "fair" (``simstate.share_pool``).
+POOL_SHARING: tuple[str, ...] = ("tail", "fifo", "fair")
+
+
 def uncalibrated_model_id(hw=None, model: "ContentionModel | None" = None) -> str:
     """The name of the uncalibrated model that predicts: ``hw``'s duration model version (default
     ``kernelcost.ANALYTIC_MODEL``) and what ``model`` (default ``ContentionModel()``) adds: its
-    co-run gain and lone-GEMM rule, or "without contention". Error figures and verdict bands
+    co-run gain, lone-GEMM rule and lanes rule (named unless ``"fifo"``, the rule before
+    ``"tail"``, so each rule's digests apply to it alone), or "without contention". Error figures and verdict bands
     apply only where measured for this exact name."""
     from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 
@@ -168,10 +177,9 @@ class ContentionModel:
             docs/fidelity.md §2; the default before) or ``"fair"`` (equal shares,
             ``simstate.share_pool``, the rule before that). "tail" was fitted leaving one family
             out on two-lane microbenchmarks of 5 families, H200 and H100
-            (experiments/corun_lanes_fit.py): mean |log| error of the two end ratios 0.436
-            (fifo) -> 0.382, better on 4 of 5 left-out families; then checked once on the
-            held-out pipelined rows of both GPUs (docs/verdicts.md "Two large kernels on one
-            pool"), where it lowered the speedup error and the wrong verdicts.
+            (experiments/corun_lanes_fit.py): mean |log| error 0.436 (fifo) -> 0.382, 4 of 5
+            left-out families better; checked once on held-out pipelined rows of both GPUs
+            (docs/verdicts.md): lower speedup error, fewer wrong verdicts. ``POOL_SHARING``.
         tail_weight: theta >= 0 of ``pool_sharing="tail"`` (0 = "fifo"); 0.5: the all-family
             fit of corun_lanes_fit.py (its leave-one-family-out fits: 0.4-0.6). Ignored by the
             other rules.
@@ -226,7 +234,7 @@ class ContentionModel:
             if not isinstance(self.calibration, Calibration):
                 raise ValueError(f"contention.calibration must be a calibration.Calibration or "
                                  f"None, got {type(self.calibration).__name__}")
-        if self.pool_sharing not in ("fifo", "fair", "tail"):
+        if self.pool_sharing not in POOL_SHARING:
             raise ValueError(f"contention.pool_sharing must be 'fifo', 'fair' or 'tail', got "
                              f"{self.pool_sharing!r}")
         for f in ("isolated", "demand_cap", "kernel_aware", "link_time", "lone_static",

@@ -237,3 +237,22 @@ def test_worker_exits_when_its_parent_is_gone():
 
 def _never_called():
     raise AssertionError("the worker built a scorer for a parent that is gone")
+
+
+def test_a_custom_timer_is_refused_for_workers():
+    """Workers rebuild the exact scorer by its registry name: a timer made with another
+    contention model (here the earlier lanes rule "fifo") is refused, never silently replaced;
+    the timer the name makes is accepted."""
+    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec
+    from subgpu_jax.model.models import get_model
+    from subgpu_jax.score.timer import EventTimer
+    from subgpu_jax.sim.contention import ContentionModel
+
+    hw = get_hardware("H200")
+    setup = GpuSetup.uncalibrated(hw)
+    arch = get_model("gpt-oss-20b")
+    ok = PointScorer(arch, setup, EventTimer.of(setup))
+    assert ScorerSpec.like(ok).timer == "event"
+    odd = PointScorer(arch, setup, EventTimer(hw, ContentionModel(pool_sharing="fifo")))
+    with pytest.raises(ValueError, match="^workers: the exact scorer 'event' was made with"):
+        ScorerSpec.like(odd)
