@@ -87,7 +87,9 @@ def run_variant(name: str, out: str, cache: str, cores: int | None,
     if p.returncode != 0:
         raise RuntimeError(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
     m = re.search(r"evaluated \d+ grid points.*\(([\d.]+) s\)", p.stdout)
-    row = {"variant": name, "search_s": float(m.group(1)) if m else None,
+    w = re.search(r"^(\d+) worker processes score", p.stdout, re.M)
+    row = {"variant": name, "workers": int(w.group(1)) if w else 1,
+           "search_s": float(m.group(1)) if m else None,
            "wall_s": round(time.time() - t0, 2),
            "cpu_s": round((c1.children_user - c0.children_user)
                           + (c1.children_system - c0.children_system), 2)}
