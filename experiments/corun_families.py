@@ -89,11 +89,20 @@ def sim_workload(name: str):
                                get_hardware("H200"))
 
 
+def family_torch_workload(name: str, microbatches: int):
+    """The CUDA ``TorchWorkload`` both device phases measure: ``name``'s region graph at
+    ``microbatches`` microbatches, ``INSTANCES`` region instances, a shared KV cache, the
+    runtime's fused elementwise kernels (needs a GPU)."""
+    from hw_runtime.gpu.workload import TorchWorkload
+
+    return TorchWorkload(sim_workload(name).graph(microbatches), device="cuda",
+                         instances=INSTANCES, kv_cache="shared", elementwise="auto")
+
+
 def device_phase(args) -> int:
     import torch
     from hw_runtime.gpu.blas import GemmPolicy
     from hw_runtime.gpu.corun import corun_matrix
-    from hw_runtime.gpu.workload import TorchWorkload
 
     os.makedirs(args.out, exist_ok=True)
     errors, t0 = {}, time.time()
@@ -102,9 +111,7 @@ def device_phase(args) -> int:
             errors[name] = "time limit reached before it started"
             continue
         try:
-            wl = sim_workload(name)
-            tw = TorchWorkload(wl.graph(2), device="cuda", instances=INSTANCES,
-                               kv_cache="shared", elementwise="auto")
+            tw = family_torch_workload(name, 2)
             cm = corun_matrix(tw, log=print, gemm=GemmPolicy(torch, "tuned"), family=True)
             cm.update(workload=name, model=WORKLOADS[name][0], family=WORKLOADS[name][2],
                       microbatches=2, instances=INSTANCES)
@@ -126,7 +133,6 @@ def lanes_phase(args) -> int:
     ``--microbatches`` count; one file per (workload, microbatches) with a ``pools`` list."""
     import torch
     from hw_runtime.gpu.corun import family_class_kernels, lane_sharing
-    from hw_runtime.gpu.workload import TorchWorkload
 
     os.makedirs(args.out, exist_ok=True)
     gpu = torch.cuda.get_device_name()
@@ -137,9 +143,7 @@ def lanes_phase(args) -> int:
                 print(f"{name} m={mb}: time limit reached before it started", flush=True)
                 continue
             try:
-                wl = sim_workload(name)
-                tw = TorchWorkload(wl.graph(mb), device="cuda", instances=INSTANCES,
-                                   kv_cache="shared", elementwise="auto")
+                tw = family_torch_workload(name, mb)
                 idx = family_class_kernels(tw.graph)
                 g = "expert_gemm" if "expert_gemm" in idx else "dense_gemm"
                 pairs = [(g, g), (g, "attn"), ("attn", g), (g, "elementwise"),

@@ -91,15 +91,6 @@ def test_hardware_and_setup_pickle():
         assert pickle.loads(pickle.dumps(setup)) == setup
 
 
-def _alive(pid: int) -> bool:
-    """The process runs (it exists and is not a zombie awaiting its parent)."""
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            return "State:\tZ" not in fh.read()
-    except OSError:
-        return False
-
-
 def _records(folder) -> list[dict]:
     with open(os.path.join(folder, "records.jsonl")) as fh:
         rows = [json.loads(line) for line in fh]
@@ -124,40 +115,28 @@ def test_two_workers_give_the_records_of_one_process(tmp_path, capsys):
     assert tail(out1, one) == tail(out2, two)
 
 
-def test_ctrl_c_with_workers_keeps_finished_points(tmp_path):
+def test_ctrl_c_with_workers_keeps_finished_points(tmp_path, sweep_procs):
     """Ctrl-C once the first grid point is stored by a 2-worker sweep: exit 130 with the
     search's stop message, no traceback, no worker left running, the folder verifies (no record
     lost or duplicated); the same command again finishes the sweep with the records of a
     one-process run."""
     import signal
     import subprocess
-    import sys
-    import time
 
     from subgpu_jax.app.store import SweepStore
 
     out, ref = tmp_path / "s", tmp_path / "ref"
     args = SMALL + ["--batches", "64,128,256", "--microbatches", "2,4", "--workers", "2"]
-    cmd = [sys.executable, "-c", "import sys; from subgpu_jax.app.entry import main; "
-           "sys.exit(main())"]
-    p = subprocess.Popen(cmd + args + ["--out", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    recs, t0 = out / "records.jsonl", time.monotonic()
-    while p.poll() is None and time.monotonic() < t0 + 120:
-        if recs.exists() and "_done" in recs.read_text():
-            break
-        time.sleep(0.05)
-    children = f"/proc/{p.pid}/task/{p.pid}/children"
-    workers = ([int(x) for x in open(children).read().split()]
-               if os.path.exists(children) else [])
+    p = sweep_procs.start(args + ["--out", str(out)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    sweep_procs.wait_first_point(p, out)
+    workers = sweep_procs.children(p.pid)
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 130, err
     assert "Traceback" not in err and "run the same command again to continue" in err
-    t1 = time.monotonic()   # the workers the parent had are gone (terminated or died with it)
-    while any(map(_alive, workers)) and time.monotonic() < t1 + 10:
-        time.sleep(0.05)
-    assert not any(map(_alive, workers))
+    # the workers the parent had are gone (terminated or died with it)
+    assert sweep_procs.none_left(workers)
     man = json.loads((out / "manifest.json").read_text())
     s = SweepStore(str(out), man["meta"])
     s.close()
@@ -186,27 +165,18 @@ def test_worker_input_errors_read_as_in_one_process(tmp_path, capsys):
     assert two[-1] == one[0]
 
 
-def test_a_dead_worker_is_one_line(tmp_path):
+def test_a_dead_worker_is_one_line(tmp_path, sweep_procs):
     """SIGKILL of a worker mid-sweep: one line naming the worker and the grid point, exit 1
     (not a traceback); the finished points stay stored."""
     import signal
     import subprocess
-    import sys
-    import time
 
     out = tmp_path / "s"
     args = SMALL + ["--batches", "64,128,256", "--microbatches", "2,4", "--workers", "2"]
-    cmd = [sys.executable, "-c", "import sys; from subgpu_jax.app.entry import main; "
-           "sys.exit(main())"]
-    p = subprocess.Popen(cmd + args + ["--out", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-    children = f"/proc/{p.pid}/task/{p.pid}/children"
-    t0, recs = time.monotonic(), out / "records.jsonl"
-    while p.poll() is None and time.monotonic() < t0 + 120:
-        if recs.exists() and "_done" in recs.read_text():
-            break
-        time.sleep(0.05)
-    kids = [int(x) for x in open(children).read().split()] if os.path.exists(children) else []
+    p = sweep_procs.start(args + ["--out", str(out)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+    sweep_procs.wait_first_point(p, out)
+    kids = sweep_procs.children(p.pid)
     workers = [k for k in kids if "multiprocessing.resource_tracker" not in
                open(f"/proc/{k}/cmdline").read().replace("\0", " ")]
     if not workers:

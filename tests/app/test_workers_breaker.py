@@ -11,11 +11,9 @@ intact."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -99,43 +97,25 @@ def test_many_workers_budget_and_resume(tmp_path, capsys, spawned):
     assert (one / "records.csv").read_text() == csv1
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as fh:
-            return "State:\tZ" not in fh.read()
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_parent_killed_mid_sweep_leaves_no_worker(tmp_path):
+def test_parent_killed_mid_sweep_leaves_no_worker(tmp_path, sweep_procs):
     """SIGKILL of the parent once a grid point is stored (a ``kill -9``, an OOM kill): its
     worker processes end within seconds (PR_SET_PDEATHSIG) and the stored points verify."""
     from subgpu_jax.app.store import SweepStore
 
     out = tmp_path / "s"
-    cmd = [sys.executable, "-c", "import sys; from subgpu_jax.app.entry import main; "
-           "sys.exit(main())"]
     args = [("2,4" if a == "2" and SMALL[i - 1] == "--microbatches" else a)
             for i, a in enumerate(SMALL)]
-    p = subprocess.Popen(cmd + args + ["--workers", "2", "--out", str(out)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    recs, t0 = out / "records.jsonl", time.monotonic()
-    while p.poll() is None and time.monotonic() < t0 + 120:
-        if recs.exists() and "_done" in recs.read_text():
-            break
-        time.sleep(0.05)
-    children = f"/proc/{p.pid}/task/{p.pid}/children"
-    workers = [int(x) for x in open(children).read().split()] if os.path.exists(children) else []
+    p = sweep_procs.start(args + ["--workers", "2", "--out", str(out)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep_procs.wait_first_point(p, out)
+    workers = sweep_procs.children(p.pid)
     if p.poll() is not None:
         pytest.skip("the sweep ended before it could be killed")
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
     assert workers, "no worker process was running"
-    t1 = time.monotonic()
-    while any(map(_alive, workers)) and time.monotonic() < t1 + 10:
-        time.sleep(0.05)
-    assert not any(map(_alive, workers))
+    assert sweep_procs.none_left(workers)
     man = json.loads((out / "manifest.json").read_text())
     s = SweepStore(str(out), man["meta"])
     s.close()
