@@ -36,6 +36,8 @@ import time
 import traceback
 from typing import Callable, Sequence
 
+from subgpu_jax.app.platform import JAX_PLATFORM_ENV, SCORER_PLATFORM
+
 __all__ = ["WORKER_ENV", "MAX_AUTO_WORKERS", "MAX_WORKERS", "POINTS_PER_WORKER", "WorkerError",
            "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
 
@@ -145,8 +147,8 @@ def search_workers(value, cluster: bool = False, points: int | None = None) -> i
         ValueError: anything else; an integer > 1 with ``cluster``, or while ``JAX_PLATFORMS``
             names another platform than the CPU (one line naming ``workers``).
     """
-    plat = os.environ.get("JAX_PLATFORMS")
-    other = plat is not None and plat.strip().lower() != "cpu"   # "" = JAX's own choice
+    plat = os.environ.get(JAX_PLATFORM_ENV)   # pin_jax_to_cpu's variable and platform
+    other = plat is not None and plat.strip().lower() != SCORER_PLATFORM   # "": JAX's choice
     if isinstance(value, str) and value.strip().lower() == "auto":
         if cluster or other:
             return 1
