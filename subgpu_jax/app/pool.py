@@ -7,8 +7,11 @@ many CPU cores (``subgpu search --workers``, the frontier studies'
 fsync-ed), so a kill of the whole process group at any moment loses at most the points in
 flight. Workers are ``spawn``-ed processes (a fresh interpreter: no JAX state is forked) that
 each build one scorer (``make_scorer()``, a ``searchjob.ScorerSpec`` making a
-``searchjob.PointScorer``) and take grid points from one shared queue in the given order; JAX
-is forced onto the CPU with one thread per process (``WORKER_ENV``), so N workers use N cores.
+``searchjob.PointScorer``) and score the grid points the parent hands them one at a time
+(``Scheduler``: in the given order, but a worker takes next a point of a *group* it already
+scored, e.g. the same stages and microbatches, whose compiled programs it holds, so each program
+is compiled by one process, not by all); JAX is forced onto the CPU with one thread per process
+(``WORKER_ENV``), so N workers use N cores.
 A point's records do not depend on which worker scored it or on what that worker scored before
 (the scorer's caches are keyed by deployment and configuration; tested against the
 single-process sweep in tests/search/test_frontier_pool.py and tests/app/test_search_workers.py).
@@ -34,12 +37,12 @@ import signal
 import threading
 import time
 import traceback
-from typing import Callable, Sequence
+from typing import Callable, Hashable, Sequence
 
 from subgpu_jax.app.platform import JAX_PLATFORM_ENV, SCORER_PLATFORM
 
 __all__ = ["WORKER_ENV", "MAX_AUTO_WORKERS", "MAX_WORKERS", "POINTS_PER_WORKER", "WorkerError",
-           "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
+           "Scheduler", "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
 
 #: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
 #: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names
@@ -72,6 +75,52 @@ class WorkerError(RuntimeError):
     def __init__(self, message: str, worker_traceback: str = "") -> None:
         super().__init__(message)
         self.worker_traceback = worker_traceback
+
+
+class Scheduler:
+    """Which grid point a free worker scores next (the parent's side of ``run_sweep_pool``).
+
+    Points start in the given order (the caller's: longest first in ``subgpu search``), except
+    that a worker prefers a point of a group it has already scored: the vectorised scorer's
+    programs are compiled per task-DAG structure (stages, microbatches, policy, streams and the
+    deployment's shape, not its batch), 0.7-1.5 s each on a CPU, so a structure scored by one
+    worker is compiled once instead of once per worker. A worker with no such point left takes
+    the first point of a group no other worker holds; failing that, the first point left.
+    Which worker scores a point never changes its records (the scorer's caches are keyed by
+    deployment and configuration), only the time.
+
+    Args:
+        points: the points to score, in start order.
+        group: ``point -> hashable`` group key, or None (every point its own group: plain
+            first-come order, as one shared queue).
+
+    Example: two workers, groups ``aabb``: worker 0 takes a1, worker 1 takes b1 (a is held),
+    then each takes the second point of its own group.
+    """
+
+    def __init__(self, points: Sequence, group: Callable[[object], Hashable] | None = None
+                 ) -> None:
+        self.left = list(range(len(points)))
+        self.keys = [group(p) if group is not None else ("point", i)
+                     for i, p in enumerate(points)]
+        self.held: dict[int, set] = {}
+
+    def __len__(self) -> int:
+        return len(self.left)
+
+    def next_for(self, worker: int) -> int | None:
+        """Index of the point ``worker`` scores next (removed from the points left), or None
+        when none is left."""
+        if not self.left:
+            return None
+        mine = self.held.setdefault(worker, set())
+        others = set().union(*(h for w, h in self.held.items() if w != worker))
+        pick = next((i for i in self.left if self.keys[i] in mine), None)
+        if pick is None:
+            pick = next((i for i in self.left if self.keys[i] not in others), self.left[0])
+        self.left.remove(pick)
+        mine.add(self.keys[pick])
+        return pick
 
 
 def worker_main(wid: int, parent: int, make_scorer: Callable[[], Callable], tasks,
@@ -199,7 +248,8 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                    budget: int | None = None, deadline: float | None = None,
                    on_point: Callable[[object, list, float], None] | None = None,
                    poll_s: float = 0.5, compile_cache: str | None = None,
-                   own_sigint: bool = True) -> dict:
+                   own_sigint: bool = True,
+                   group: Callable[[object], Hashable] | None = None) -> dict:
     """Score the grid points not yet in ``store`` with ``workers`` processes.
 
     Args:
@@ -221,6 +271,9 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         own_sigint: install this call's own Ctrl-C handler (``interrupt.sigint_as_flag``);
             False inside a caller's cooperative handler (``subgpu search``: its stop message
             stays, and a Ctrl-C that came before this call stops it at once).
+        group: ``point -> hashable``: points of one group go to the worker that scored the
+            group before where it can (``Scheduler``; e.g. ``searchjob.structure_key``, points
+            sharing compiled programs); None: the given order only.
 
     Returns:
         ``{"evaluated": n, "again": n, "skipped": n, "remaining": n, "seconds": wall s,
@@ -254,12 +307,24 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         out["seconds"] = time.monotonic() - t0
         return out
     ctx = mp.get_context("spawn")
-    tasks, results = ctx.Queue(), ctx.Queue()
-    for i, p in enumerate(todo):
-        tasks.put((i, p))
     n = min(workers, len(todo))
-    for _ in range(n):
-        tasks.put(None)
+    # one queue per worker, fed by this process one point at a time (``Scheduler``), so no
+    # point starts after a stop and each worker keeps to the groups it has compiled
+    tasks, results = [ctx.Queue() for _ in range(n)], ctx.Queue()
+    sched = Scheduler(todo, group)
+    assigned: dict[int, int] = {}  # worker -> index of the point handed to it
+
+    def feed(w: int) -> None:
+        i = sched.next_for(w)
+        if i is None:
+            assigned.pop(w, None)
+            tasks[w].put(None)
+        else:
+            assigned[w] = i
+            tasks[w].put((i, todo[i]))
+
+    for w in range(n):
+        feed(w)
     env = {**WORKER_ENV, **(compile_cache_env(compile_cache) if compile_cache else {})}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # spawn-ed children copy the parent's environment at start
@@ -270,7 +335,7 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         if threading.current_thread() is threading.main_thread() else None
     try:
         for w in range(n):
-            pr = ctx.Process(target=worker_main, args=(w, os.getpid(), make_scorer, tasks,
+            pr = ctx.Process(target=worker_main, args=(w, os.getpid(), make_scorer, tasks[w],
                                                          results),
                              daemon=True, name=f"sweep-worker-{w}")
             pr.start()
@@ -300,6 +365,9 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
             running.pop(w, None)
             p, recs, cpu = todo[i], msg[3], msg[4]
             store.add(p.key, recs)
+            if not (interrupt.requested() or (deadline is not None
+                                              and time.monotonic() >= deadline)):
+                feed(w)
             out["evaluated"] += 1
             out["again"] += p.key in again
             out["cpu_seconds"] += cpu
@@ -336,10 +404,10 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                     if interrupt.requested():
                         continue   # the loop's head stops on it
                     for w, pr in enumerate(procs):
-                        if not pr.is_alive() and w in running:
+                        if not pr.is_alive() and w in assigned:
                             raise WorkerError(
                                 f"sweep worker {w} died (exit code {pr.exitcode}) while "
-                                f"scoring grid point {todo[running[w]].key}")
+                                f"scoring grid point {todo[assigned[w]].key}")
                     if not any(pr.is_alive() for pr in procs):
                         raise WorkerError("every sweep worker ended with grid points left "
                                           f"({len(todo) - out['evaluated']} of {len(todo)})")
@@ -351,7 +419,7 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                     pr.terminate()
             for pr in procs:
                 pr.join(timeout=10)
-            for q in (tasks, results):
+            for q in (*tasks, results):
                 q.cancel_join_thread()
                 q.close()
     out["remaining"] = sum(p.key not in store.done for p in points)

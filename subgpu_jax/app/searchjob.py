@@ -43,7 +43,7 @@ from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "RecordingTimer", "ScorerSpec", "SearchOptions", "run_search",
+__all__ = ["PointScorer", "RecordingTimer", "ScorerSpec", "SearchOptions", "run_search", "structure_key",
            "write_outputs",
            "CHEAP_KINDS", "OUTPUT_FILES"]
 
@@ -547,6 +547,17 @@ class ScorerSpec:
                            alloc_strategy=self.alloc_strategy)
 
 
+def structure_key(p: GridPoint) -> tuple:
+    """The group of a grid point for the worker pool's scheduler (``app.pool.Scheduler``): the
+    deployment's shape (GPUs, attention TP and DP, MoE EP), stages, microbatches, policy and
+    streams, without the batch: points that differ only in their batch have task DAGs of one
+    structure, so the vectorised scorer's compiled programs serve all of them (the main job's
+    15 points compile 10 programs in one process, as many as its 5 points of batch 2,048)."""
+    d = p.deploy
+    return (d.num_gpus, d.attn_tp, d.attn_dp, d.moe_ep, p.D, p.microbatches, p.policy,
+            p.streams)
+
+
 def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: SearchOptions,
               say: Callable[[str], None]) -> dict:
     """The sweep on ``o.workers`` local processes (``app.pool.run_sweep_pool``), with the same
@@ -585,7 +596,7 @@ def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: Sear
     try:
         stats = run_sweep_pool(todo, ScorerSpec.like(scorer), store, o.workers, budget=None,
                                on_point=on_point, compile_cache=cache,
-                               own_sigint=False)
+                               own_sigint=False, group=structure_key)
     finally:
         bar.close()
     if stats["stopped"] == "interrupt":
