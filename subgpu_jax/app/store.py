@@ -357,7 +357,8 @@ class SweepStore:
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise ValueError(f"out: {folder} is a file, not a results folder")
         os.makedirs(folder, exist_ok=True)
-        for name in (LOCK_NAME,) + TMP_NAMES:  # a FIFO here would hang a read, a link be replaced
+        # a FIFO here would hang a read or the write probe, a link be replaced or truncated
+        for name in (LOCK_NAME, PROBE_NAME) + TMP_NAMES:
             replaceable_file(os.path.join(folder, name), "--out")
         self.read_only = False
         self.read_only_why = ""
@@ -642,7 +643,11 @@ def _unwritable(folder: str, records: str) -> str:
     must be writable. A full disk is not read-only (creating an empty file needs no block)."""
     probe = os.path.join(folder, PROBE_NAME)
     try:
-        fd = _sys("open", probe, os.open, probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if os.path.lexists(probe):  # a regular leftover of a killed run (checked at open)
+            _sys("unlink", probe, os.unlink, probe)
+        # never through a link (O_TRUNC truncated its target) nor a FIFO (the open blocked)
+        fd = _sys("open", probe, os.open, probe,
+                  os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
         os.close(fd)
         _sys("unlink", probe, os.unlink, probe)
     except OSError as e:

@@ -143,3 +143,30 @@ def test_calibrate_out_checked_before_any_gpu_work(make, tmp_path):
     what = ("is a directory, give a file path" if make == "dir" else
             "is a FIFO; outputs are written only as regular files, give a file path")
     assert r.stderr.strip().splitlines() == [f"error: --out: {str(p)!r} {what}"]
+
+
+def test_write_probe_never_opened_through_a_link_or_a_fifo(tmp_path):
+    """The store learns whether the folder accepts new files by creating and removing
+    ``.write-probe``; it was opened with ``O_CREAT | O_TRUNC``, so a symbolic link there had its
+    target truncated (a sweep then ran on, exit 0) and a FIFO blocked the open for ever. Both
+    are refused at open, naming ``--out``, the target untouched; a regular leftover of a
+    killed run is replaced and removed."""
+    from subgpu_jax.app.store import PROBE_NAME
+
+    d = tmp_path / "sweep"
+    d.mkdir()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep")
+    os.symlink(victim, d / PROBE_NAME)
+    with pytest.raises(ValueError, match=r"^--out: .*\.write-probe' is a symbolic link"):
+        SweepStore(str(d), {"a": 1})
+    assert victim.read_text() == "keep" and os.path.islink(d / PROBE_NAME)
+    os.unlink(d / PROBE_NAME)
+    os.mkfifo(d / PROBE_NAME)
+    with pytest.raises(ValueError, match=r"^--out: .*\.write-probe' is a FIFO"):
+        SweepStore(str(d), {"a": 1})
+    os.unlink(d / PROBE_NAME)
+    (d / PROBE_NAME).write_text("left by a killed run")
+    store = SweepStore(str(d), {"a": 1})
+    assert not store.read_only and not os.path.lexists(d / PROBE_NAME)
+    store.close()
