@@ -15,6 +15,10 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   process per usable core, ``app.pool.search_workers``; grid points longest first), first
   filling the cache with the workers' programs (JAX on one thread: other compile options, so
   other entries), then reading it;
+* ``fifo_cold``, ``fifo_warm``: as the two worker runs, but the pool hands out the points in the
+  given order only (``searchjob.structure_key`` replaced by one group per point, as the one
+  shared task queue did before ``app.pool.Scheduler``), with a cache folder of their own: the
+  baseline of the structure groups;
 * ``vcontention_warm``: ``--exact vcontention`` (the batched contention timer) with the warm
   cache, and its disagreement with the event simulator on the best records
   (``summary.json``'s ``reference_check``).
@@ -59,11 +63,17 @@ if sys.argv[1] == "nomemo":
     import subgpu_jax.score.vctables as vc
     from subgpu_jax.model.lru import ByteLRU
     vc.PROFILE_MEMO = ByteLRU(0)   # stores nothing: the per-kernel tables built every time
+if sys.argv[1] == "fifo":
+    # the worker pool without structure groups: every point its own group, so the workers
+    # take the points in the given order (as the one shared queue did before)
+    import subgpu_jax.app.searchjob as sj
+    sj.structure_key = lambda p: ("point", p.key)
 from subgpu_jax.app.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
-VARIANTS = ("before", "memo_cold", "memo_warm", "workers_cold", "workers_warm", "vcontention_warm")
+VARIANTS = ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm", "workers_cold",
+            "workers_warm", "vcontention_warm")
 #: Record fields that hold timings (they differ run to run).
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
@@ -73,12 +83,14 @@ def run_variant(name: str, out: str, cache: str, cores: int | None,
     """One main job in a fresh process; returns its timings and where its records are."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS=platform)
-    env["SUBGPU_JAX_CACHE"] = "" if name == "before" else cache
-    args = ["search", "--out", out, "--no-progress",
-            "--workers", "auto" if name.startswith("workers") else "1"]
+    env["SUBGPU_JAX_CACHE"] = ("" if name == "before" else
+                               cache + "_fifo" if name.startswith("fifo") else cache)
+    pool = name.startswith(("workers", "fifo"))
+    args = ["search", "--out", out, "--no-progress", "--workers", "auto" if pool else "1"]
     if name.startswith("vcontention"):
         args += ["--exact", "vcontention"]
-    cmd = [sys.executable, "-c", CHILD, "nomemo" if name == "before" else "memo", *args]
+    mode = "nomemo" if name == "before" else "fifo" if name.startswith("fifo") else "memo"
+    cmd = [sys.executable, "-c", CHILD, mode, *args]
     if cores:
         cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
     t0, c0 = time.time(), os.times()
@@ -141,8 +153,8 @@ def main(argv=None) -> int:
             print(f"{v:18s} search {rows[-1]['search_s']} s, wall {rows[-1]['wall_s']} s",
                   flush=True)
         same = None
-        exact_runs = [v for v in ("before", "memo_cold", "memo_warm", "workers_cold", "workers_warm")
-                      if v in folders]
+        exact_runs = [v for v in ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm",
+                                  "workers_cold", "workers_warm") if v in folders]
         if len(exact_runs) > 1:
             ref = records(folders[exact_runs[0]])
             same = all(records(folders[v]) == ref for v in exact_runs[1:])

@@ -528,7 +528,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     ``--chunk`` points and at the end; ``cpu_per_point`` is the workers' mean CPU time per
     point of each kind. Returns the exit code."""
     from subgpu_jax.app.pool import run_sweep_pool
-    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, write_outputs
+    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, structure_key, write_outputs
     from subgpu_jax.app.sweep import record_matches_key
 
     a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
@@ -564,7 +564,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
 
         stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact), store, a.workers,
                                budget=a.budget, deadline=deadline, on_point=on_point,
-                               compile_cache=a.compile_cache)
+                               compile_cache=a.compile_cache, group=structure_key)
         flush()
     stop = {"deadline": "wall budget reached", "interrupt": "interrupted"}.get(stats["stopped"])
     why = (f" ({stop}: {stats['lost_in_flight']} point(s) in flight dropped)" if stop else "")
