@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -86,37 +88,55 @@ def _segments(res) -> np.ndarray:
     return np.asarray(res.kernel_task)
 
 
-def trace_events(res, layer_offset: int = 0, head=None) -> list[dict]:
+def _pieces(res, layer_offset: int = 0, runs=None) -> tuple[list, float]:
+    """What is drawn before the head, one after the other: ``runs`` (the step's region runs in
+    layer order, ``[(SimResult, first layer)]``, all with the same stages: ``map_cut`` keeps
+    the pools) or ``res`` alone. Returns ``([(SimResult, first layer, start µs)], their
+    total µs)``."""
+    out, t0 = [], 0.0
+    for r, off in (list(runs) if runs else [(res, layer_offset)]):
+        out.append((r, int(off), t0))
+        t0 += float(r.makespan)
+    return out, t0
+
+
+def trace_events(res, layer_offset: int = 0, head=None, runs=None) -> list[dict]:
     """Trace-event dicts (Chrome JSON format) of a ``SimResult``: one ``"X"`` event per kernel
     instance on the track (tid) of its stage, plus thread-name metadata. ``head``: the head
     kernels' ``SimResult`` (``sim.eventsim.simulate_streams`` of ``ForwardPass.head`` on the
-    whole GPU), drawn after ``res`` on a track of its own (category ``head``).
+    whole GPU), drawn after ``res`` on a track of its own (category ``head``). ``runs``: the
+    whole step's region runs in layer order, ``[(SimResult, first layer)]`` (``res`` among
+    them), drawn one after the other on the same stage tracks, then the head: the whole step
+    (DeepSeek-V3: layers 0-2, then 3-60, then the head).
 
     Event args: ``layer`` (the model's layer: ``layer_offset`` + region * layers_per_region +
     kernel.layer; ``layer_offset`` is the model's number of the run's first layer, e.g. 3 for
     DeepSeek-V3's MoE layers), ``region``, ``microbatch``, ``segment``, ``stage``,
     ``category``. Times (``ts``, ``dur``) in µs.
     """
-    P = 1
-    if res.dag is not None and res.kernels:
-        P = max(k.layer for k in res.kernels) + 1
-    segs = _segments(res)
+    pieces, end = _pieces(res, layer_offset, runs)
+    res = pieces[0][0]
     ev: list[dict] = [{"ph": "M", "pid": 0, "name": "process_name",
                        "args": {"name": f"SubGPU simulation ({res.hw_name})"}}]
     for s, p in enumerate(res.stage_sms):
         ev.append({"ph": "M", "pid": 0, "tid": s, "name": "thread_name",
                    "args": {"name": f"stage {s} ({p} SMs)"}})
-    for i in range(res.kernel_start.size):
-        k = res.kernels[int(res.kernel_index[i])]
-        l = int(res.kernel_region[i])
-        ev.append({"ph": "X", "pid": 0, "tid": int(res.kernel_stage[i]), "name": k.name,
-                   "cat": k.category, "ts": float(res.kernel_start[i]),
-                   "dur": float(res.kernel_end[i] - res.kernel_start[i]),
-                   "args": {"layer": int(layer_offset) + l * P + int(k.layer), "region": l,
-                            "microbatch": int(res.kernel_mb[i]), "segment": int(segs[i]),
-                            "stage": int(res.kernel_stage[i]), "category": k.category}})
+    for r, off, t_run in pieces:
+        P = 1
+        if r.dag is not None and r.kernels:
+            P = max(k.layer for k in r.kernels) + 1
+        segs = _segments(r)
+        for i in range(r.kernel_start.size):
+            k = r.kernels[int(r.kernel_index[i])]
+            l = int(r.kernel_region[i])
+            ev.append({"ph": "X", "pid": 0, "tid": int(r.kernel_stage[i]), "name": k.name,
+                       "cat": k.category, "ts": t_run + float(r.kernel_start[i]),
+                       "dur": float(r.kernel_end[i] - r.kernel_start[i]),
+                       "args": {"layer": off + l * P + int(k.layer), "region": l,
+                                "microbatch": int(r.kernel_mb[i]), "segment": int(segs[i]),
+                                "stage": int(r.kernel_stage[i]), "category": k.category}})
     if head is not None:  # final norm, LM head, sampling, embedding: after the layers
-        tid, t0 = len(res.stage_sms), float(res.makespan)
+        tid, t0 = len(res.stage_sms), end
         ev.append({"ph": "M", "pid": 0, "tid": tid, "name": "thread_name",
                    "args": {"name": f"head (whole GPU, {head.stage_sms[0]} SMs)"}})
         for i in range(head.kernel_start.size):
@@ -129,7 +149,7 @@ def trace_events(res, layer_offset: int = 0, head=None) -> list[dict]:
 
 
 def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
-                scope: str | None = None, head=None) -> Path:
+                scope: str | None = None, head=None, runs=None) -> Path:
     """Write a Chrome/Perfetto trace-event JSON file (open it in ui.perfetto.dev).
 
     Args:
@@ -140,6 +160,8 @@ def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
             as ``otherData.shows``.
         head: the head kernels' ``SimResult``, drawn after ``res`` (``trace_events``);
             ``otherData.makespan_us`` then covers both.
+        runs: the step's region runs in layer order, ``[(SimResult, first layer)]``, drawn
+            one after the other instead of ``res`` alone (``trace_events``).
 
     Returns:
         The path written.
@@ -151,15 +173,16 @@ def write_trace(res, path: str | os.PathLike, layer_offset: int = 0,
 
     p = out_file(path, "trace path")
     atomic_write(str(p), json.dumps({
-        "traceEvents": trace_events(res, layer_offset, head), "displayTimeUnit": "ms",
-        "otherData": {"makespan_us": float(res.makespan)
+        "traceEvents": trace_events(res, layer_offset, head, runs), "displayTimeUnit": "ms",
+        "otherData": {"makespan_us": _pieces(res, layer_offset, runs)[1]
                       + (float(head.makespan) if head is not None else 0.0), "hw": res.hw_name,
                       "shows": scope or "the simulated schedule"}}))
     return p
 
 
 def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
-               t_max_us: float | None = None, scope: str | None = None, head=None) -> Path:
+               t_max_us: float | None = None, scope: str | None = None, head=None,
+               runs=None) -> Path:
     """Gantt chart of the stage timeline: one row per stage, one bar per kernel, coloured by
     category (``CATEGORY_COLORS``), the category legend above the chart.
 
@@ -172,6 +195,8 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
             written under the x-axis; default "the simulated schedule".
         head: the head kernels' ``SimResult`` (as in ``trace_events``), drawn after ``res`` on
             a row of its own.
+        runs: the step's region runs in layer order, ``[(SimResult, first layer)]``, drawn one
+            after the other on the stage rows instead of ``res`` alone (as in ``trace_events``).
 
     Returns:
         The path written.
@@ -183,16 +208,18 @@ def plot_gantt(res, path: str | os.PathLike, title: str | None = None,
     p, fmt = check_image_path(path, "gantt path")
     import matplotlib.pyplot as plt
 
-    fig = gantt_figure(res, title, t_max_us, scope, head)
+    fig = gantt_figure(res, title, t_max_us, scope, head, runs)
     save_figure(fig, p, dpi=120, fmt=fmt)
     plt.close(fig)
     return p
 
 
 def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
-                 scope: str | None = None, head=None):
+                 scope: str | None = None, head=None, runs=None):
     """The matplotlib ``Figure`` of ``plot_gantt`` (not saved; the caller closes it); ``head``
-    adds a last row, "head", its kernels after ``res``'s makespan (grey).
+    adds a last row, "head", its kernels after ``res``'s makespan (grey); ``runs`` (the
+    step's region runs, as in ``trace_events``) are drawn one after the other instead of
+    ``res`` alone, the head after the last.
 
     Raises:
         ValueError: a ``t_max_us`` that is not > 0.
@@ -204,30 +231,35 @@ def gantt_figure(res, title: str | None = None, t_max_us: float | None = None,
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
 
+    pieces, end = _pieces(res, 0, runs)
+    res = pieces[0][0]
     D = len(res.stage_sms)
     rows = D + (head is not None)
-    makespan = float(res.makespan) + (float(head.makespan) if head is not None else 0.0)
+    makespan = end + (float(head.makespan) if head is not None else 0.0)
     shown = makespan if t_max_us is None else min(float(t_max_us), makespan)
     fig, ax = plt.subplots(figsize=(12, 1.6 + 0.6 * rows))
-    cats = [res.kernels[int(k)].category for k in res.kernel_index]
-    for c in CATEGORIES:
-        idx = [i for i, x in enumerate(cats) if x == c]
-        for s in range(D):
-            bars = [(res.kernel_start[i], res.kernel_end[i] - res.kernel_start[i]) for i in idx
-                    if res.kernel_stage[i] == s]
-            if bars:
-                ax.broken_barh(bars, (s - 0.4, 0.8), facecolors=CATEGORY_COLORS[c],
-                               edgecolor="none")
+    cats: list = []
+    for r, _, t_run in pieces:
+        rcats = [r.kernels[int(k)].category for k in r.kernel_index]
+        cats += rcats
+        for c in CATEGORIES:
+            idx = [i for i, x in enumerate(rcats) if x == c]
+            for s in range(D):
+                bars = [(t_run + r.kernel_start[i], r.kernel_end[i] - r.kernel_start[i])
+                        for i in idx if r.kernel_stage[i] == s]
+                if bars:
+                    ax.broken_barh(bars, (s - 0.4, 0.8), facecolors=CATEGORY_COLORS[c],
+                                   edgecolor="none")
     labels = [f"stage {s}\n{p} SMs" for s, p in enumerate(res.stage_sms)]
     if head is not None:  # final norm, LM head, sampling, embedding: after the layers
-        t0 = float(res.makespan)
+        t0 = end
         ax.broken_barh([(t0 + a, b - a) for a, b in zip(head.kernel_start, head.kernel_end)],
                        (D - 0.4, 0.8), facecolors=HEAD_COLOR, edgecolor="none")
         labels.append(f"head\n{head.stage_sms[0]} SMs")
     ax.set_yticks(range(rows))
     ax.set_yticklabels(labels)
     ax.invert_yaxis()
-    what = scope or "the simulated schedule"
+    what = "\n".join(textwrap.wrap(scope or "the simulated schedule", 150))  # fits the width
     if shown < makespan:
         ax.set_xlabel(f"time (µs): first {shown:,.0f} µs of the {makespan:,.0f} µs simulated "
                       f"makespan shown\n(drawn: {what})")
@@ -254,7 +286,7 @@ def _step_series(res) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def plot_utilisation(temporal, config, path: str | os.PathLike,
                      labels: tuple[str, str] = ("temporal", "SubGPU"),
-                     scopes: tuple[str, str] | None = None, heads=None) -> Path:
+                     scopes: tuple[str, str] | None = None, heads=None, runs=None) -> Path:
     """Utilisation figure: HBM bandwidth (fraction of ``hbm_peak_Bps``, a red line drawn on top)
     and fraction of SMs busy (a shaded blue area) over time, for the temporal run (top) and a
     given configuration (bottom); time-weighted means in the legends.
@@ -268,6 +300,10 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
         heads: ``(temporal head, config head)``: the head kernels' ``SimResult`` of each step
             (``simulate_streams(..., record=True)`` on the whole GPU), drawn after each run
             (grey band): the whole step in the figure. None: the runs only.
+        runs: ``(temporal runs, config runs)``: each step's region runs in layer order,
+            ``[(SimResult, first layer)]`` (recorded), drawn one after the other instead of
+            ``temporal`` / ``config`` alone (as in ``trace_events``); the means in the legends
+            are then over all of them, weighted by time.
 
     Returns:
         The path written.
@@ -279,34 +315,43 @@ def plot_utilisation(temporal, config, path: str | os.PathLike,
     p, fmt = check_image_path(path, "utilisation path")
     import matplotlib.pyplot as plt
 
-    fig = utilisation_figure(temporal, config, labels, scopes, heads)
+    fig = utilisation_figure(temporal, config, labels, scopes, heads, runs)
     save_figure(fig, p, dpi=120, fmt=fmt)
     plt.close(fig)
     return p
 
 
 def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", "SubGPU"),
-                       scopes: tuple[str, str] | None = None, heads=None):
+                       scopes: tuple[str, str] | None = None, heads=None, runs=None):
     """The matplotlib ``Figure`` of ``plot_utilisation`` (not saved; the caller closes it);
-    ``heads`` as there.
+    ``heads`` and ``runs`` as there.
 
     Raises:
         ValueError: a result without a utilisation series.
     """
-    for nm, r in (("temporal", temporal), ("config", config)):
-        if r.util_t.size == 0:
+    panels = [_pieces(r, 0, rr)[0] for r, rr in zip((temporal, config), runs or (None, None))]
+    for nm, pieces in zip(("temporal", "config"), panels):
+        if any(r.util_t.size == 0 for r, _, _ in pieces):
             raise ValueError(f"{nm}: result has no utilisation series (simulate with record=True)")
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
-    for ax, r, lab, sc, hd in zip(axes, (temporal, config), labels, scopes or (None, None),
-                                  heads or (None, None)):
-        t, h, s = _step_series(r)
+    for ax, pieces, lab, sc, hd in zip(axes, panels, labels, scopes or (None, None),
+                                       heads or (None, None)):
+        series = [_step_series(r) for r, _, _ in pieces]   # the runs one after the other
+        t = np.concatenate([st + t_run for (st, _, _), (_, _, t_run) in zip(series, pieces)])
+        h = np.concatenate([sh for _, sh, _ in series])
+        s = np.concatenate([ss for _, _, ss in series])
+        span = sum(float(r.makespan) for r, _, _ in pieces)
+        r = pieces[0][0] if len(pieces) == 1 else SimpleNamespace(   # time-weighted means
+            makespan=span,
+            mean_sm_util=sum(x.mean_sm_util * float(x.makespan) for x, _, _ in pieces) / span,
+            mean_hbm_util=sum(x.mean_hbm_util * float(x.makespan) for x, _, _ in pieces) / span)
         if hd is not None and hd.util_t.size:   # the head after the run: the whole step
             th, hh, sh = _step_series(hd)
-            t0 = float(r.makespan)
+            t0 = span
             t, h, s = (np.concatenate([t, th + t0]), np.concatenate([h, hh]),
                        np.concatenate([s, sh]))
             ax.axvspan(t0, t0 + float(hd.makespan), color=HEAD_COLOR, alpha=0.25, zorder=0,
@@ -320,8 +365,8 @@ def utilisation_figure(temporal, config, labels: tuple[str, str] = ("temporal", 
         ax.set_ylim(0, 1.18)
         ax.set_yticks([0, 0.25, 0.5, 0.75, 1.0])
         ax.set_ylabel("fraction of peak")
-        ax.set_title(f"{lab}: {sc}" if sc else f"{lab}: makespan {r.makespan:.1f} µs",
-                     fontsize=9 if sc else None)
+        ax.set_title("\n".join(textwrap.wrap(f"{lab}: {sc}", 150)) if sc else
+                     f"{lab}: makespan {r.makespan:.1f} µs", fontsize=9 if sc else None)
         ax.legend(loc="upper right", fontsize=8, ncol=2, framealpha=0.9)
     axes[-1].set_xlabel("time (µs)")
     fig.tight_layout()
