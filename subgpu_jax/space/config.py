@@ -573,7 +573,8 @@ def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
 
     Raises:
         ValueError: reuse with fewer than 2 cuts, cuts not in region order (the SMs follow the
-            stages in that order), or any infeasibility of ``workload_config``.
+            stages in that order), or any infeasibility of ``workload_config`` (a given SM
+            split out of range names ``--sms``).
     """
     hw = _need_hw(wl)
     starts = list(cuts) if cuts else wl.macro_starts()
@@ -598,7 +599,13 @@ def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
     alloc = list(sms) if sms else even_allocation(hw.sm_budget, D, hw.sm_quantum,
                                                   hw.min_pool_sms).tolist()
     b = microbatch if microbatch is not None else max(1, wl.batch // 2)
-    return workload_config(wl, starts, alloc, b, reuse, policy)
+    try:
+        return workload_config(wl, starts, alloc, b, reuse, policy)
+    except ValueError as e:  # a split given out of range names its flag (--sms)
+        if not sms or not str(e).startswith("allocation: "):
+            raise
+        raise ValueError(f"--sms {','.join(map(str, sms))}: "
+                         f"{str(e)[len('allocation: '):]}") from None
 
 
 def check_config(graph: OpGraph, cfg: Config, hw: Hardware) -> None:

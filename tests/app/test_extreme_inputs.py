@@ -54,6 +54,10 @@ def _run(args, capsys):
     (["--scaleout-gbps", "５0"], "error: subgpu simulate: argument --scaleout-gbps: must be a "
                                 "number written with the digits 0-9, '.', 'e', got '５0' (see "
                                 "--help)"),
+    # the audit of issue 41: an out-of-range split said "allocation: ...", naming no flag
+    (["--sms", "0,148"], "error: --sms 0,148: stage 0 has 0 SMs, below the minimum 2 of B200"),
+    (["--sms", "200,200"],
+     "error: --sms 200,200: SMs sum to 400, must equal the B200 budget 148"),
 ])
 def test_simulate_extremes_one_line(args, line, capsys):
     rc, out, err = _run(SIM + args, capsys)
