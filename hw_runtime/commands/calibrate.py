@@ -7,6 +7,7 @@ import json
 
 from hw_runtime.commands.common import ep_of, gpu_check
 from subgpu_jax.app.store import atomic_write
+from subgpu_jax.model.calibration import Calibration
 from subgpu_jax.model.checks import out_file
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 
@@ -57,6 +58,12 @@ def cmd_calibrate(a) -> int:
                         collectives=getattr(a, "collectives", DEFAULT_COLLECTIVES))
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
+    try:  # only a file that --calibration loads is written
+        Calibration.from_dict(res)
+    except ValueError as e:
+        why = str(e).removeprefix("calibration: ")
+        raise ValueError(f"--out: {a.out} not written, --calibration would refuse it: {why}; "
+                         "run subgpu calibrate again") from None
     atomic_write(a.out, json.dumps(res, indent=1), "--out")  # a kill leaves the old file or none
     print(f"wrote {a.out}: {len(res['kernels'])} kernel tables, {len(res['coruns'])} co-runs")
     return 0

@@ -247,6 +247,59 @@ def test_calibrate_every_family_on_fakes(kind, fake_gpu, mla_config, tmp_path, c
     assert str(out) in res["prediction"]["made_by"]
 
 
+def _copy_curve_fakes(monkeypatch, measured: dict) -> None:
+    """Each copy on a pool of p SMs (132: the whole GPU) returns the next of ``measured[p]``
+    (GB/s): the pools are told apart through the partition's stream."""
+
+    class PoolPartition(FakePartition):
+        def stream(self, i, j):
+            return ("pool", self.granted[i])
+
+    left = {p: list(v) for p, v in measured.items()}
+    monkeypatch.setattr(partition, "GreenPartition", PoolPartition)
+    monkeypatch.setattr(calmod, "copy_bandwidth", lambda torch, stream: left[
+        stream[1] if isinstance(stream, tuple) else 132].pop(0) * 1e9)
+
+
+def test_calibrate_writes_a_copy_curve_the_loader_takes(fake_gpu, tmp_path, capsys,
+                                                        monkeypatch):
+    """Audit of issue 41 item 4: ``subgpu calibrate`` stored the curve in the order the pools
+    were given (``--pools 64,32``: SMs 64, 32, 132, which the loader refuses: they must
+    increase) and as first measured, whatever its fall (here the whole GPU 3.3% below the
+    64-SM pool; the loader takes at most ``BW_NOISE``, 1%). Now the pools are sorted and a
+    pool that falls beyond the noise is measured again: the file loads."""
+    _copy_curve_fakes(monkeypatch, {32: [2000.0], 64: [3000.0], 132: [2900.0, 3010.0]})
+    out = tmp_path / "cal.json"
+    rc = main(["calibrate", "--model", "llama-3.1-8b", "--hardware", "H200", "--gpus", "1",
+               "--batch", "64", "--kv-history", "1024", "--microbatches", "1", "--pools",
+               "64,32", "--no-coruns", "--out", str(out)])
+    o = capsys.readouterr()
+    assert rc == 0, o.err
+    assert "copy on 132 SMs 2,900.0 GB/s, more than 1% below 3,000.0" in o.out
+    data = json.loads(out.read_text())
+    assert data["bw_curve"] == {"sms": [32, 64, 132], "copy_GBps": [2000.0, 3000.0, 3010.0]}
+    cal = load_calibration(str(out))
+    assert cal.bw_sms == (32.0, 64.0, 132.0)
+
+
+def test_calibrate_writes_nothing_the_loader_refuses(fake_gpu, tmp_path, capsys, monkeypatch):
+    """A fall that stays beyond the noise after the pool was measured again (3 times): one
+    line naming --out and the loader's reason, exit 2, no file (before, the file was written
+    and only ``--calibration`` refused it)."""
+    _copy_curve_fakes(monkeypatch, {64: [3000.0], 132: [2900.0, 2905.0, 2910.0]})
+    out = tmp_path / "cal.json"
+    rc = main(["calibrate", "--model", "llama-3.1-8b", "--hardware", "H200", "--gpus", "1",
+               "--batch", "64", "--kv-history", "1024", "--microbatches", "1", "--pools",
+               "64", "--no-coruns", "--out", str(out)])
+    o = capsys.readouterr()
+    assert rc == 2
+    assert o.err.splitlines() == [
+        f"error: --out: {out} not written, --calibration would refuse it: bw_curve.copy_GBps "
+        "falls from 3,000.0 GB/s at 64 SMs to 2,910.0 GB/s at 132 SMs; a larger pool may lose "
+        "at most 1% (measurement noise), re-measure the curve; run subgpu calibrate again"]
+    assert not out.exists() and not (tmp_path / "cal.json.tmp").exists()
+
+
 # ----------------------------------------------------------- run and run --from-search
 class StepFakeExecutor:
     """``Executor`` stand-in: the whole step (every region kind, the head) issued on
