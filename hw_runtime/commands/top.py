@@ -27,6 +27,11 @@ def run_top(a) -> int:
     if a.top < 1:
         raise ValueError(f"--top must be >= 1, got {a.top}")
     groups = top_records(search_records(a.from_search), a.top, a.hardware)
+    from subgpu_jax.model.checks import out_dir as _out_dir, replaceable_file
+
+    out_dir = str(_out_dir(a.out_dir or a.from_search, "--out-dir"))  # before any GPU work
+    for name in ("measured_frontier.json", "measured_frontier.png"):
+        replaceable_file(os.path.join(out_dir, name), "--out-dir")
     gpu_check()
     rows = []
     for G, recs in groups.items():
@@ -66,7 +71,6 @@ def run_top(a) -> int:
             print(f"G={G:5d} {r['mode']:8s} {r['cuts'] or '-':24s} {str(r['sms']):8s} "
                   f"predicted {pred:9.1f} µs measured {T:9.1f} µs", flush=True)
         del ex, hwl
-    out_dir = a.out_dir or a.from_search
     os.makedirs(out_dir, exist_ok=True)
     from subgpu_jax.app.store import atomic_write
 

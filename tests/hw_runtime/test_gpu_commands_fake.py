@@ -13,6 +13,7 @@ import contextlib
 
 import json
 import math
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -385,6 +386,31 @@ def test_run_and_run_from_search_every_family(kind, fake_executor, mla_config, t
     rows = json.loads((folder / "measured_frontier.json").read_text())["rows"]
     assert [r["mode"] for r in rows] == ["temporal", "subgpu"]
     assert all(math.isfinite(r["measured_us"]) for r in rows)
+
+
+def test_run_top_checks_its_outputs_before_any_gpu_work(tmp_path, capsys, monkeypatch):
+    """Audit of issue 41 (item 3's pattern): ``run --from-search DIR --top K`` wrote
+    ``measured_frontier.json`` only after measuring every record, so a FIFO (or link, folder,
+    device node) there was found after the GPU work. It is refused first: one line naming
+    ``--out-dir``, and the GPU is never reached (its check raises here)."""
+    folder = tmp_path / "search"
+    rc = main(["search", "--model", "llama-3.1-8b", "--hardware", "H200", "--gpus", "1",
+               "--kv-history", "1024", "--batches", "64", "--stages", "2", "--microbatches",
+               "2", "--exact", "static", "--no-progress", "--out", str(folder)])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    os.mkfifo(folder / "measured_frontier.json")
+
+    def no_gpu():
+        raise AssertionError("GPU work started before the outputs were checked")
+
+    monkeypatch.setattr(hwtop, "gpu_check", no_gpu)
+    rc = main(["run", "--from-search", str(folder), "--model", "llama-3.1-8b", "--top", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert err.splitlines() == [f"error: --out-dir: '{folder}/measured_frontier.json' is a "
+                                "FIFO; outputs are written only as regular files, give a file "
+                                "path"]
 
 
 def test_json_safe_writes_null_never_nan():
