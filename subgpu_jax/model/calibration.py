@@ -206,6 +206,10 @@ class Calibration:
             if "activities" in e:
                 acts[key] = int(_num(e["activities"], f"kernels[{i}].activities"))
         bw = _need(d, "bw_curve", "")
+        if bw is None:  # calibrate(copy_curve=False): the experiments' per-workload fit data
+            raise ValueError("calibration: bw_curve is null: this file was measured without "
+                             "the copy-bandwidth curve (an experiment's fit data, not a "
+                             "calibration); give a file written by subgpu calibrate")
         sms = _need(bw, "sms", "bw_curve")
         gbps = _need(bw, "copy_GBps", "bw_curve")
         if not isinstance(sms, list) or not isinstance(gbps, list) or len(sms) != len(gbps) \

@@ -68,3 +68,20 @@ def test_a_fall_beyond_the_noise_is_refused(tmp_path):
     ok["bw_curve"]["copy_GBps"][-1] = 4043.5552487238715 * (1 - BW_NOISE * 0.99)
     p.write_text(json.dumps(ok))
     Calibration.load(str(p))
+
+
+def test_fit_data_without_a_copy_curve_is_refused_with_the_reason():
+    """The experiments' per-workload fit data (``fitdata_*.json``, ``calibrate(copy_curve=
+    False)``) carry the calibration format but no copy curve; ``--calibration`` with one said
+    only "bw_curve must be an object, got NoneType". Now the line says what the file is."""
+    files = sorted(glob.glob(str(ROOT / "experiments" / "**" / "fitdata_*.json"),
+                             recursive=True))
+    nulls = [f for f in files if json.loads(Path(f).read_text()).get("bw_curve") is None]
+    assert nulls
+    for f in nulls:
+        with pytest.raises(ValueError) as e:
+            Calibration.load(f)
+        assert str(e.value) == (
+            f"calibration {f}: bw_curve is null: this file was measured without the "
+            "copy-bandwidth curve (an experiment's fit data, not a calibration); give a file "
+            "written by subgpu calibrate")
