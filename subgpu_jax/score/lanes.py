@@ -36,7 +36,15 @@ from subgpu_jax.score.programs import to_device
 from subgpu_jax.space.taskdag import TaskDAG
 
 __all__ = ["incomparable_pairs", "LevelProgram", "LanePlan", "level_completion_times",
-           "lane_integrals", "UNROLL_MAX_TRIPLES"]
+           "lane_integrals", "UNROLL_MAX_TRIPLES", "PREDS_FLOOR"]
+
+#: Predecessor slots of a level step at least (``LanePlan.from_dag``'s default ``pad_preds``): the
+#: pipelined task DAGs of one stage count have 2 or 3 predecessors per task (3 with boundary
+#: reuse or a wrap segment), and a third slot reading the zero slot changes no maximum (C >= 0),
+#: so one compiled program serves both (the main job compiles 8 programs instead of 10, each
+#: 1-1.5 s on a 2-core CPU; runs about 10% longer per call, which its ~130 small calls per
+#: grid point do not notice).
+PREDS_FLOOR = 3
 
 #: Largest number of (row, partner row, offset) triples written out as straight-line slices;
 #: more go through a ``fori_loop`` (compile time grows with the unrolled program).
@@ -171,11 +179,11 @@ class LanePlan:
         Args:
             dag: the augmented task DAG. T_pad: task slots of task-order arrays (default T).
             pad_lanes, pad_positions, pad_levels, pad_width, pad_preds: L_pad, Q_pad, NL_pad,
-                Lw_pad, P_pad (defaults: L, NL, the level width and the predecessor count
-                themselves (the triples make the compiled kernel specific to one lane
-                structure anyway, and every level step reads Lw_pad x P_pad rows: padding
-                them to powers of two cost the batch-last kernel about 10% on the CPU), a
-                multiple of 8 of Q).
+                Lw_pad, P_pad (defaults: L, NL, the level width themselves and the
+                predecessor count but at least ``PREDS_FLOOR`` (the triples make the compiled
+                kernel specific to one lane structure anyway, and every level step reads
+                Lw_pad x P_pad rows: padding them to powers of two cost the batch-last kernel
+                about 10% on the CPU), a multiple of 8 of Q).
 
         Raises:
             ValueError: a padding smaller than the DAG needs.
@@ -192,7 +200,7 @@ class LanePlan:
         npred = max((len(dag.preds(i)) for i in range(T)), default=1)
         NLp = pad_levels or NL
         Lwp = pad_width or int(width.max())
-        Pp = pad_preds or max(npred, 1)
+        Pp = pad_preds or max(npred, PREDS_FLOOR)
         if Tp < T or Lp < L or Qp < Q or NLp < NL or Lwp < width.max() or Pp < npred:
             raise ValueError(f"LanePlan: paddings (tasks {Tp}, lanes {Lp}, positions {Qp}, "
                              f"levels {NLp}, width {Lwp}, preds {Pp}) must be >= the DAG's "
