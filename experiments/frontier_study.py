@@ -336,6 +336,10 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1,
                     help="CPU worker processes scoring grid points in parallel (>= 1; 1: this "
                          "process; N > 1: subgpu_jax.app.pool, JAX on the CPU, 1 thread each)")
+    ap.add_argument("--schedule", default="groups", choices=("groups", "fifo"),
+                    help="with --workers > 1: groups (default): a worker keeps to the stages "
+                         "and microbatches it has compiled (app.pool.Scheduler); fifo: the "
+                         "points in study order only, the baseline of the groups")
     ap.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
                                                             "subgpu_jax_compile_cache"),
                     help="with --workers > 1: folder of JAX's persistent compilation cache, "
@@ -564,7 +568,8 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
 
         stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact), store, a.workers,
                                budget=a.budget, deadline=deadline, on_point=on_point,
-                               compile_cache=a.compile_cache, group=structure_key)
+                               compile_cache=a.compile_cache,
+                               group=structure_key if a.schedule == "groups" else None)
         flush()
     stop = {"deadline": "wall budget reached", "interrupt": "interrupted"}.get(stats["stopped"])
     why = (f" ({stop}: {stats['lost_in_flight']} point(s) in flight dropped)" if stop else "")
