@@ -58,7 +58,7 @@ def run_top(a) -> int:
             pred = r["makespan_us"]
             if a.collectives != "sleep" or (a.mode != "green" and r["mode"] != "temporal"):
                 # the search predicted green pools with the link time: predict this run as run
-                pred = repredict(wl, cfg, dep, model, hw_sim, m, a.cache,
+                pred = repredict(wl, cfg, dep, model, hw_sim, m, sub.cache,  # resolved
                                  "temporal" if r["mode"] == "temporal" else a.mode)
             rows.append({"global_batch": G, "mode": r["mode"], "cuts": r["cuts"],
                          "sms": r["sms"], "microbatch": r["microbatch"], "D": r["D"],

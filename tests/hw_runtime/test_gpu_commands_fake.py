@@ -388,6 +388,26 @@ def test_run_and_run_from_search_every_family(kind, fake_executor, mla_config, t
     assert all(math.isfinite(r["measured_us"]) for r in rows)
 
 
+def test_run_top_repredicts_with_the_resolved_cache_policy(fake_executor, tmp_path, capsys):
+    """``run --from-search DIR --top K`` with ``--collectives none`` (or ``proxy``, or
+    ``--mode multistream``) predicts each record again; it passed the ``--cache`` option as
+    given (None without ``--cache``) instead of the policy ``prepare_run`` resolved, and ended
+    in "cache policy must be one of lru, fifo, none, got None"."""
+    folder = tmp_path / "search"
+    wl_args = ["--model", "llama-3.1-8b", "--hardware", "H200", "--gpus", "1",
+               "--kv-history", "1024"]
+    rc = main(["search", *wl_args, "--batches", "64", "--stages", "2", "--microbatches", "2",
+               "--exact", "static", "--no-progress", "--out", str(folder)])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    rc = main(["run", "--from-search", str(folder), "--model", "llama-3.1-8b", "--top", "1",
+               "--rounds", "1", "--replays", "2", "--collectives", "none"])
+    assert rc == 0, capsys.readouterr().err
+    rows = json.loads((folder / "measured_frontier.json").read_text())["rows"]
+    assert [r["collectives"] for r in rows] == ["none", "none"]
+    assert all(math.isfinite(r["predicted_us"]) for r in rows)
+
+
 def test_run_top_checks_its_outputs_before_any_gpu_work(tmp_path, capsys, monkeypatch):
     """Audit of issue 41 (item 3's pattern): ``run --from-search DIR --top K`` wrote
     ``measured_frontier.json`` only after measuring every record, so a FIFO (or link, folder,
