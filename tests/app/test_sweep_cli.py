@@ -222,3 +222,23 @@ def test_ctrl_c_on_simulate_exits_130_without_resume_advice(tmp_path):
     os.close(fd)
     assert p.returncode == 130, (out, err)
     assert err.strip().splitlines() == ["interrupted"]
+
+
+def test_calibration_missing_a_grid_points_kernels_refused_before_any_point(tmp_path, capsys):
+    """A calibration that lacks a kernel of some grid point's graph (here the combine of the
+    GPT-OSS 120B H200 calibration, measured before the combine's all-gather was priced) is
+    refused before any point is scored: exit 2, one line naming --calibration and the flags
+    that select what it measured, and no record stored (issue 41 item 4: a point timed partly
+    by the analytical model was stored first)."""
+    cal = Path(__file__).resolve().parents[2] / "experiments" / "results" / \
+        "calibration_h200_gptoss120b.json"
+    out = tmp_path / "s"
+    rc = main(["search", "--hardware", "H200", "--expert-dtype", "bf16", "--model",
+               "gpt-oss-120b", "--calibration", str(cal), "--gpus", "32", "--tp", "8",
+               "--dp", "4", "--ep", "32", "--batches", "2048", "--stages", "2",
+               "--microbatches", "2", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "no measurement of kernel L0.combine" in err[0]
+    assert "--calibration" in err[0] and "--microbatches" in err[0]
+    assert not (out / "records.jsonl").exists() or not (out / "records.jsonl").read_text()
