@@ -20,7 +20,8 @@ CI-sized: ``--quantum 16 --minimum 16 --budget 144`` (or ``--cuts-limit``) shrin
 
 Usage: python experiments/exhaustive_gridpoint.py [--quantum 2] [--minimum 2] [--budget 148]
     [--D 5] [--microbatches 2] [--num-regions 18|auto] [--memory-budget BYTES] [--devices N]
-    [--barrier-every 0] [--time-limit 540] [--no-heuristics] [--out PATH]
+    [--barrier-every 0] [--kernel xla|pallas [--block N] [--num-warps N]] [--time-limit 540]
+    [--no-heuristics] [--out PATH]
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ import numpy as np  # noqa: E402
 from subgpu_jax import REFERENCE_DEPLOYMENT, OpGraph, StaticDurationModel, build_graph  # noqa: E402
 from subgpu_jax import get_hardware, get_model  # noqa: E402
 from subgpu_jax.score.massive import MassiveEvaluator, exhaustive_chain  # noqa: E402
+from subgpu_jax.score.maxplus import (DEFAULT_MAXPLUS_KERNEL, MAXPLUS_KERNELS,  # noqa: E402
+                                      maxplus_kernel)
 from subgpu_jax.space.config import chain_cut  # noqa: E402
 from subgpu_jax.space.taskdag import build_task_dag  # noqa: E402
 
@@ -115,6 +118,13 @@ def main() -> None:
     ap.add_argument("--max-block", type=int, default=None)
     ap.add_argument("--devices", type=int, default=1)
     ap.add_argument("--barrier-every", type=int, default=0)
+    ap.add_argument("--kernel", default=DEFAULT_MAXPLUS_KERNEL, choices=tuple(MAXPLUS_KERNELS),
+                    help="the max-plus kernel (score.maxplus): xla (default) or pallas (one "
+                         "Pallas/Triton kernel per block; compiled on a GPU only)")
+    ap.add_argument("--block", type=int, default=None,
+                    help="with --kernel pallas: candidates per program (a power of two)")
+    ap.add_argument("--num-warps", type=int, default=None,
+                    help="with --kernel pallas on a GPU: warps per program")
     ap.add_argument("--cuts-limit", type=int, default=None,
                     help="only the first N cut blocks' calls per w (CI; not certified)")
     ap.add_argument("--time-limit", type=float, default=540.0, help="s, for --num-regions auto")
@@ -129,8 +139,13 @@ def main() -> None:
     hw = dataclasses.replace(get_hardware(a.hardware), sm_quantum=a.quantum,
                              min_pool_sms=a.minimum, sm_budget=a.budget)
     m, D = a.microbatches, a.D
+    kopts = {k: v for k, v in (("block", a.block), ("num_warps", a.num_warps)) if v is not None}
+    try:
+        kernel = maxplus_kernel(a.kernel, **kopts)
+    except (ValueError, TypeError) as e:
+        ap.error(f"--kernel {a.kernel}: {e}")
     kw = dict(memory_budget=a.memory_budget, max_block=a.max_block, devices=a.devices,
-              barrier_every=a.barrier_every, topk=a.topk)
+              barrier_every=a.barrier_every, topk=a.topk, kernel=kernel)
     print(f"backend={jax.default_backend()} devices={jax.devices()}", flush=True)
 
     def structure(L, w):
@@ -214,6 +229,7 @@ def main() -> None:
                         "allocations": results[0]["allocations"],
                         "candidates": sum(v["cuts"] * v["allocations"] for v in results.values())},
            "probe": probe, "backend": jax.default_backend(), "devices": a.devices,
+           "kernel": {"name": kernel.name, **{k: getattr(kernel, k) for k in kopts}},
            "device_kind": jax.devices()[0].device_kind, "machine": platform.machine(),
            "jax": jax.__version__, "certified": complete, "optimum": best,
            "evaluated": evaluated, "seconds": secs, "evals_per_s": evaluated / max(secs, 1e-9),

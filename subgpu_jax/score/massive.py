@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from subgpu_jax.score.maxplus import DagProgram, MaxPlusKernel, XlaMaxPlus, dag_makespan
 from subgpu_jax.space.config import binding
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
@@ -140,74 +141,6 @@ def unrank_chain_bounds(rank: jax.Array, n: int, K: int) -> jax.Array:
         raise ValueError(f"K (segments) must be in 1..{n}, got {K}")
     st = unrank_combination(rank, n - 1, K - 1) + 1
     return jnp.concatenate([jnp.zeros((1,), jnp.int32), st, jnp.full((1,), n, jnp.int32)])
-
-
-# ============================================================================ static DAG program
-@dataclass(frozen=True)
-class DagProgram:
-    """A task DAG as static Python tuples (compile-time constants of the unrolled recurrence).
-
-    Attributes:
-        preds: per task (dispatch order), its predecessors (data and stage), sorted.
-        seg: per task, its segment 0..K-1.
-        sinks: tasks without successors (the makespan is the max of their C).
-        levels: per task, its depth (longest edge count from a source).
-        K: segments; T: tasks.
-    """
-
-    preds: tuple[tuple[int, ...], ...]
-    seg: tuple[int, ...]
-    sinks: tuple[int, ...]
-    levels: tuple[int, ...]
-    K: int
-
-    @property
-    def T(self) -> int:
-        return len(self.seg)
-
-    @classmethod
-    def from_dag(cls, dag: TaskDAG) -> "DagProgram":
-        preds = tuple(dag.preds(i) for i in range(dag.T))
-        has_succ = np.zeros(dag.T, dtype=bool)
-        for p in preds:
-            has_succ[list(p)] = True
-        lv = dag.levels()
-        return cls(preds=preds, seg=tuple(int(s) for s in dag.seg),
-                   sinks=tuple(int(i) for i in np.flatnonzero(~has_succ)),
-                   levels=tuple(int(x) for x in lv), K=int(dag.K))
-
-
-def dag_makespan(prog: DagProgram, tau_seg: jax.Array, barrier_every: int = 0) -> jax.Array:
-    """Makespan (µs) of ONE candidate: C_i = max_{j in preds(i)} C_j + tau_seg[seg(i)] (0 without
-    predecessors), T = max over sinks. ``tau_seg`` (K,) µs. ``barrier_every`` > 0 wraps the
-    completion times in ``lax.optimization_barrier`` after every that many DAG levels (bounds the
-    size of XLA fusions; 0 = one straight-line program)."""
-    taus = [tau_seg[k] for k in range(prog.K)]
-    C: list = [None] * prog.T
-    order = sorted(range(prog.T), key=lambda i: (prog.levels[i], i)) if barrier_every else \
-        range(prog.T)
-    cur_level = 0
-    pending: list[int] = []
-    for i in order:
-        if barrier_every and prog.levels[i] >= cur_level + barrier_every:
-            vals = jax.lax.optimization_barrier(tuple(C[j] for j in pending))
-            for j, v in zip(pending, vals):
-                C[j] = v
-            pending = []
-            cur_level = prog.levels[i]
-        ps = prog.preds[i]
-        if ps:
-            a = C[ps[0]]
-            for j in ps[1:]:
-                a = jnp.maximum(a, C[j])
-            C[i] = a + taus[prog.seg[i]]
-        else:
-            C[i] = taus[prog.seg[i]]
-        pending.append(i)
-    out = C[prog.sinks[0]]
-    for j in prog.sinks[1:]:
-        out = jnp.maximum(out, C[j])
-    return out
 
 
 # ============================================================================ segment tables
@@ -361,8 +294,10 @@ class StreamingPareto:
 # ============================================================================ the block function
 def _block_impl(seg_tab, bases, *, prog: DagProgram, mode: str, n: int, stage: tuple,
                 D: int, budget: int, quantum: int, minimum: int, n_cuts: int, n_allocs: int,
-                cut_block: int, alloc_block: int, topk: int, barrier_every: int, N1: int):
-    """Score one block (per device): bases (1, 2) int32 = (cut rank base, alloc rank base).
+                cut_block: int, alloc_block: int, topk: int, barrier_every: int, N1: int,
+                kernel: MaxPlusKernel):
+    """Score one block (per device) with ``kernel`` (``score.maxplus``): bases (1, 2) int32 =
+    (cut rank base, alloc rank base).
 
     Returns (vals (1, topk) f32, flat index (1, topk) int32 within the block)."""
     cut0, a0 = bases[0, 0], bases[0, 1]
@@ -381,11 +316,8 @@ def _block_impl(seg_tab, bases, *, prog: DagProgram, mode: str, n: int, stage: t
     stage_a = jnp.asarray(np.asarray(stage, dtype=np.int32))
     flat = seg_tab.reshape(-1)
 
-    def one(sid, alloc):
-        tau = flat[sid * N1 + alloc[stage_a]]                            # (K,)
-        return dag_makespan(prog, tau, barrier_every)
-
-    ms = jax.vmap(lambda sid: jax.vmap(lambda a: one(sid, a))(allocs))(segids)  # (CB, AB)
+    ms = kernel.block_makespans(prog, flat, segids, allocs, stage_a, N1,
+                                barrier_every)                          # (CB, AB)
     ms = jnp.where(c_ok[:, None] & a_ok[None, :], ms, jnp.inf).reshape(-1)
     neg, idx = jax.lax.top_k(-ms, topk)
     return (-neg)[None], idx.astype(jnp.int32)[None]
@@ -410,7 +342,8 @@ class MassiveEvaluator:
         topk: records kept. memory_budget: device bytes for one call (None = backend default
             cap). max_block: cap on candidates per call. devices: number of local devices to
             shard the block over (default 1). barrier_every: see ``dag_makespan``.
-        dtype: float32.
+        dtype: float32. kernel: the ``score.maxplus.MaxPlusKernel`` that scores a block
+            (default ``XlaMaxPlus()``; ``PallasMaxPlus`` on a GPU), made once by the caller.
 
     Raises:
         ValueError: bad table, mode, space, budget too small, more devices than exist.
@@ -421,7 +354,8 @@ class MassiveEvaluator:
                  seg_of: Sequence[int] | None = None, topk: int = 8,
                  memory_budget: int | None = None, max_block: int | None = None,
                  devices: int | None = None, barrier_every: int = 0,
-                 cut_block: int | None = None, alloc_block: int | None = None) -> None:
+                 cut_block: int | None = None, alloc_block: int | None = None,
+                 kernel: MaxPlusKernel | None = None) -> None:
         from subgpu_jax.score.evaluator import validate_durations
         from subgpu_jax.space.config import count_allocations
 
@@ -479,7 +413,8 @@ class MassiveEvaluator:
             raise ValueError(f"topk={topk} exceeds the block of {plan.size} candidates")
         self.plan = plan
         self.barrier_every = int(barrier_every)
-        fn = partial(_block_impl, prog=self.prog, mode=mode, n=n, stage=self.stage, D=D,
+        self.kernel = XlaMaxPlus() if kernel is None else kernel
+        fn = partial(_block_impl, kernel=self.kernel, prog=self.prog, mode=mode, n=n, stage=self.stage, D=D,
                      budget=budget, quantum=quantum, minimum=minimum, n_cuts=self.n_cuts,
                      n_allocs=self.n_allocs, cut_block=plan.cut_block,
                      alloc_block=plan.alloc_block, topk=self.topk,
