@@ -50,12 +50,14 @@ from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, 
                              issue_plan)
 
 __all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "launch_settings", "MODES", "cuda_torch",
-           "LANE_PRIORITY"]
+           "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY"]
 
 #: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
 MODES: tuple[str, ...] = ("green", "multistream", "temporal")
 #: Stream-priority policies of ``Executor.lane_priority`` (``Executor.priority_for``).
 LANE_PRIORITY: tuple[str, ...] = ("auto", "on", "off")
+#: The default of ``Executor.lane_priority`` and ``--lane-priority``: ``auto``.
+DEFAULT_LANE_PRIORITY = LANE_PRIORITY[0]
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -225,7 +227,7 @@ class Executor:
         self.moe_gemm = getattr(workload, "moe_gemm", None)      # (moe_gemm.py; None: dense)
         # Stream priorities of the pipelined runs (``LANE_PRIORITY``): "auto" turns them on
         # when every lane holds at most one microbatch (m <= k).
-        self.lane_priority = "auto"
+        self.lane_priority = DEFAULT_LANE_PRIORITY
         self._pool_of: dict[int, int] = {}
         self._wls = {workload.graph.microbatches: workload}
 

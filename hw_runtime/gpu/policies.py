@@ -21,7 +21,8 @@ from hw_runtime.gpu.decode_attn import ATTENTION
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 
-__all__ = ["KernelPolicy", "KERNEL_POLICIES", "add_kernel_args", "check_policies", "LEGACY"]
+__all__ = ["KernelPolicy", "KERNEL_POLICIES", "add_kernel_args", "check_policies", "LEGACY",
+           "KERNEL_DEFAULTS"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,9 @@ KERNEL_POLICIES: tuple[KernelPolicy, ...] = (
 
 #: ``dest -> legacy``: what a calibration without the field was measured with.
 LEGACY: dict[str, str | None] = {p.dest: p.legacy for p in KERNEL_POLICIES}
+
+#: ``dest -> default``: each option's default (``commands.request.KernelSettings``'s fields).
+KERNEL_DEFAULTS: dict[str, str] = {p.dest: p.default for p in KERNEL_POLICIES}
 
 
 def add_kernel_args(group, command: str) -> None:

@@ -1,0 +1,240 @@
+"""The typed request of ``subgpu run``: ``RunRequest``, built once at the command-line edge from
+the parsed options (``RunRequest.from_args``, in ``commands.cmd_run``) or, for
+``--from-search``, from a search record (``records.record_request``). Everything below the edge
+(``run.prepare_run``, ``run.run_report``, ``run.run_one``, ``top.run_top``) reads the request,
+never the ``argparse.Namespace``; the request is frozen, so what ``prepare_run`` resolves (the
+record's options, the L2 policy) comes back in its result (``run.PreparedRun``).
+
+Each default is written once. The kernel choices take theirs from the registry that owns them
+(``hw_runtime.gpu.policies.KERNEL_DEFAULTS``, ``hw_runtime.gpu.executor.DEFAULT_LANE_PRIORITY``),
+the collectives from ``subgpu_jax.model.collective.DEFAULT_COLLECTIVES``, the dispatch policy
+and the streams per stage from ``subgpu_jax.space.config.Config``; the run's own options
+(``RUN_MODES``, ``Timing``) are owned here and the ``run`` parser (``commands.add_commands``)
+reads its defaults from here. The workload options have no defaults here: the parser
+(``subgpu_jax.app.args.add_workload_args``) and the CLI's resolution of ``--tp/--dp`` and
+``--input-len/--kv-history`` own them.
+
+Pure Python: importable without torch or a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, MODES
+from hw_runtime.gpu.policies import KERNEL_DEFAULTS, KERNEL_POLICIES
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
+from subgpu_jax.space.config import Config
+
+__all__ = ["RUN_MODES", "WorkloadOptions", "ConfigOptions", "KernelSettings", "Timing",
+           "RunRequest"]
+
+#: ``subgpu run --mode``: the executor's pipelined modes (``hw_runtime.gpu.executor.MODES``
+#: without the temporal baseline, which every run measures too): ``green`` (one green-context
+#: SM pool per stage, the default) or ``multistream`` (the same schedule on plain streams
+#: without SM partitioning).
+RUN_MODES: tuple[str, ...] = tuple(m for m in MODES if m != "temporal")
+
+
+@dataclass(frozen=True)
+class WorkloadOptions:
+    """The workload options of a run as parsed (``app.args.add_workload_args``), after the CLI
+    derived the ones left out (``resolve_parallelism``, ``resolve_context``; None where nothing
+    derived them).
+
+    Fields:
+        model: a model preset or a config.json path (``--model``). hardware: the GPU preset
+            spec (``--hardware``, ``NAME[:VERSION]``). gpus: GPUs n serving the model
+            (``--gpus``). tp, dp: attention TP and DP degrees (``--tp``, ``--dp``). batch: the
+            global decode batch G (requests, ``--batch``). input_len, kv_history: prompt length
+            and KV history per request (tokens). ep: MoE EP degree (``--ep``; None: the model's
+            default, ``app.options.resolve_arch_ep``). name: the name of a model read from a
+            config.json (``--name``; None: from the file). expert_dtype: ``--expert-dtype``
+            (None: the model's). tp_typed: whether the user typed ``--tp`` (a memory error then
+            suggests other flags than ``--tp``: ``app.fit.checked_workload``).
+    """
+
+    model: str
+    hardware: str
+    gpus: int
+    tp: int | None
+    dp: int | None
+    batch: int
+    input_len: int | None
+    kv_history: int | None
+    ep: int | None = None
+    name: str | None = None
+    expert_dtype: str | None = None
+    tp_typed: bool = False
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace) -> "WorkloadOptions":
+        """The workload options of parsed arguments ``a`` (every option
+        ``add_workload_args`` adds; ``a.parallelism_given``, where the CLI set it, says which
+        of ``--tp/--dp`` were typed: ``app.fit.given_tp_ep``)."""
+        from subgpu_jax.app.fit import given_tp_ep
+
+        return cls(model=a.model, hardware=a.hardware, gpus=a.gpus, tp=a.tp, dp=a.dp,
+                   batch=a.batch, input_len=a.input_len, kv_history=a.kv_history, ep=a.ep,
+                   name=a.name, expert_dtype=a.expert_dtype,
+                   tp_typed=given_tp_ep(a)[0] is not None)
+
+    @property
+    def given_tp(self) -> int | None:
+        """``--tp`` when the user typed it, else None (``app.fit.checked_workload``'s ``tp``)."""
+        return self.tp if self.tp_typed else None
+
+
+@dataclass(frozen=True)
+class ConfigOptions:
+    """The configuration a run executes: the options of ``subgpu simulate`` or a search
+    record.
+
+    Fields:
+        cuts: ``--cuts``, comma-separated kernel names or indices where segments 2..K start
+            (None: the Macro cut). sms: ``--sms``, comma-separated SMs per stage (None: even
+            split). microbatch: ``--microbatch`` b, requests per microbatch (None: R/2).
+            reuse: ``--reuse`` / ``--no-reuse`` (None: on for the Macro cut). policy: the
+            dispatch-order policy (``space.config.DISPATCH_POLICIES``). streams_per_stage: k
+            streams per stage (>= 1). record: a SubGPU search record (a ``records.csv`` row)
+            whose configuration replaces the options above (``Config.from_record``: the four
+            options are None then), or None.
+    """
+
+    cuts: str | None = None
+    sms: str | None = None
+    microbatch: int | None = None
+    reuse: bool | None = None
+    policy: str = Config.policy
+    streams_per_stage: int = Config.streams_per_stage
+    record: Mapping | None = None
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """The runtime's kernel choices, the same for the temporal and the pipelined runs.
+
+    Fields:
+        gemm, elementwise, attention, moe_gemm: the kernel policies of
+            ``hw_runtime.gpu.policies.KERNEL_POLICIES`` (``--gemm``, ``--elementwise``,
+            ``--attention``, ``--moe-gemm``; their choices and defaults are the registry's).
+        lane_priority: CUDA priorities for the streams of a stage (``--lane-priority``, one of
+            ``hw_runtime.gpu.executor.LANE_PRIORITY``).
+    """
+
+    gemm: str = KERNEL_DEFAULTS["gemm"]
+    elementwise: str = KERNEL_DEFAULTS["elementwise"]
+    attention: str = KERNEL_DEFAULTS["attention"]
+    moe_gemm: str = KERNEL_DEFAULTS["moe_gemm"]
+    lane_priority: str = DEFAULT_LANE_PRIORITY
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace, lanes: bool = True) -> "KernelSettings":
+        """The kernel settings of parsed arguments ``a``: every ``KERNEL_POLICIES`` option and,
+        with ``lanes``, ``--lane-priority`` (``subgpu calibrate`` has none: the default)."""
+        opts = vars(a)
+        kw = {p.dest: opts[p.dest] for p in KERNEL_POLICIES}
+        if lanes:
+            kw["lane_priority"] = opts["lane_priority"]
+        return cls(**kw)
+
+    def policies(self) -> dict[str, str]:
+        """``{dest: value}`` of the ``KERNEL_POLICIES`` options (``gpu.calibrate.calibrate``'s
+        keyword arguments)."""
+        return {p.dest: getattr(self, p.dest) for p in KERNEL_POLICIES}
+
+    def workload_kwargs(self) -> dict[str, str]:
+        """``TorchWorkload``'s kernel arguments: ``elementwise``, ``attention``, ``moe_gemm``
+        (the GEMM policy goes to the ``Executor``)."""
+        return {"elementwise": self.elementwise, "attention": self.attention,
+                "moe_gemm": self.moe_gemm}
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How a run is measured.
+
+    Fields:
+        rounds: timing rounds (>= 1; the median of each is reported). replays: CUDA-graph
+            replays per round (>= 1). warmup: warm-up replays before the rounds (>= 0).
+        check: compare the pipelined output with a sequential run (``--no-check``: False).
+    """
+
+    rounds: int = 3
+    replays: int = 100
+    warmup: int = 3
+    check: bool = True
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One ``subgpu run``: what to run, how to execute and measure it, how to predict it.
+
+    Fields:
+        workload: the model, GPU and deployment (``WorkloadOptions``). config: the
+            configuration (``ConfigOptions``). kernels: the kernel choices
+            (``KernelSettings``). mode: one of ``RUN_MODES``. collectives: how a TP/EP
+            collective runs (``subgpu_jax.model.collective.COLLECTIVES``). timing: rounds,
+            replays, warm-up, output check (``Timing``). calibration: the calibration file of
+            the prediction (None: the analytical model). cache: the predicting simulator's L2
+            policy (``lru``, ``fifo``, ``none``; None: the setup's default, resolved by
+            ``run.prepare_run``). trace: a Perfetto trace file to write (None: no profile).
+            json: print JSON instead of a table. from_search: a ``subgpu search`` folder whose
+            best record (or, with ``top``, K best records per batch) replaces the workload and
+            configuration. top: K (None: the best record only). out_dir: the folder of the
+            measured frontier with ``top`` (None: the search folder).
+    """
+
+    workload: WorkloadOptions
+    config: ConfigOptions = field(default_factory=ConfigOptions)
+    kernels: KernelSettings = field(default_factory=KernelSettings)
+    mode: str = RUN_MODES[0]
+    collectives: str = DEFAULT_COLLECTIVES
+    timing: Timing = field(default_factory=Timing)
+    calibration: str | None = None
+    cache: str | None = None
+    trace: str | None = None
+    json: bool = False
+    from_search: str | None = None
+    top: int | None = None
+    out_dir: str | None = None
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace) -> "RunRequest":
+        """The request of parsed ``subgpu run`` arguments ``a`` (every option of the ``run``
+        parser, ``commands.add_commands``): the one place that reads them."""
+        return cls(workload=WorkloadOptions.from_args(a),
+                   config=ConfigOptions(cuts=a.cuts, sms=a.sms, microbatch=a.microbatch,
+                                        reuse=a.reuse, policy=a.policy,
+                                        streams_per_stage=int(a.streams_per_stage)),
+                   kernels=KernelSettings.from_args(a), mode=a.mode, collectives=a.collectives,
+                   timing=Timing(rounds=a.rounds, replays=a.replays, warmup=a.warmup,
+                                 check=not a.no_check),
+                   calibration=a.calibration, cache=a.cache, trace=a.trace, json=a.json,
+                   from_search=a.from_search, top=a.top, out_dir=a.out_dir)
+
+    def check(self) -> None:
+        """Refuse counts below their minimum: ``--rounds``, ``--replays`` and
+        ``--streams-per-stage`` >= 1, ``--warmup`` >= 0.
+
+        Raises:
+            ValueError: one line naming the flag.
+        """
+        t = self.timing
+        for flag, v, lo in (("rounds", t.rounds, 1), ("replays", t.replays, 1),
+                            ("warmup", t.warmup, 0),
+                            ("streams-per-stage", self.config.streams_per_stage, 1)):
+            if v < lo:
+                raise ValueError(f"--{flag} must be >= {lo}, got {v}")
+
+    def arch_options(self) -> argparse.Namespace:
+        """The options ``subgpu_jax.app.options.resolve_arch_ep`` reads, as the parsed
+        arguments it takes: ``--model``, ``--name``, ``--expert-dtype``, ``--calibration`` (a
+        calibration measured in bf16 builds the model so), ``--moe-gemm`` (refused for a
+        dense model), ``--ep`` and ``--gpus`` (the EP default)."""
+        w = self.workload
+        return argparse.Namespace(model=w.model, name=w.name, expert_dtype=w.expert_dtype,
+                                  calibration=self.calibration,
+                                  moe_gemm=self.kernels.moe_gemm, ep=w.ep, gpus=w.gpus)
