@@ -62,13 +62,16 @@ def gpus_of(name: str) -> int:
     return int(f[f.index("--gpus") + 1])
 
 
-def run_args(name: str, extra: list[str], collectives: str = "sleep") -> argparse.Namespace:
-    """The parsed ``subgpu run`` options of a study workload plus ``extra``."""
+def run_request(name: str, extra: list[str], collectives: str = "sleep"):
+    """The ``subgpu run`` request (``hw_runtime.commands.request.RunRequest``) of a study
+    workload's options plus ``extra``."""
+    from hw_runtime.commands.request import RunRequest
     from subgpu_jax.app.cli import build_parser
 
     model, flags = WORKLOADS[name]
-    return build_parser().parse_args(["run", "--hardware", "H200", "--model", model, *flags,
-                                      "--collectives", collectives, *extra])
+    return RunRequest.from_args(build_parser().parse_args(
+        ["run", "--hardware", "H200", "--model", model, *flags, "--collectives", collectives,
+         *extra]))
 
 
 def plan_configs(name: str) -> list[dict]:
@@ -76,7 +79,7 @@ def plan_configs(name: str) -> list[dict]:
     ``{"name", "kind", "mode", "flags"}`` with the ``subgpu run`` flags of each."""
     from hw_runtime.commands.run import prepare_run
 
-    wl = prepare_run(run_args(name, []))[0]
+    wl = prepare_run(run_request(name, [])).wl
     g = wl.graph(1)
     R = wl.graph(1).deployment.requests_per_gpu
     ks = g.kernels
@@ -106,9 +109,8 @@ def predict(name: str, d: dict) -> dict[str, float]:
 
     out = {}
     for c in COLLECTIVES:
-        sub = run_args(name, d["flags"], c)
-        wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
-        out[c] = repredict(wl, cfg, dep, model, hw_sim, m, sub.cache,
+        p = prepare_run(run_request(name, d["flags"], c))
+        out[c] = repredict(p.wl, p.cfg, p.dep, p.model, p.hw_sim, p.m, p.cache,
                            "temporal" if d["kind"] == "temporal" else d["mode"])
     return out
 

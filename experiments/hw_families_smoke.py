@@ -72,7 +72,7 @@ def write_config(name: str, out_dir: str) -> str:
 
 def dry_run(name: str, path: str) -> dict:
     """The CPU half: ``prepare_run`` and the whole-step plans (temporal and the configuration)."""
-    from hw_runtime.commands import add_commands
+    from hw_runtime.commands import RunRequest, add_commands
     from hw_runtime.commands.run import prepare_run
     from hw_runtime.plan import build_step_plan
     from subgpu_jax.model.graph import build_forward
@@ -81,7 +81,8 @@ def dry_run(name: str, path: str) -> dict:
     p = argparse.ArgumentParser()
     add_commands(p.add_subparsers())
     a = p.parse_args(["run", "--model", path, *CASES[name][2], *TIMING])
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    p = prepare_run(RunRequest.from_args(a))
+    wl, cfg, dep, m = p.wl, p.cfg, p.dep, p.m
     out = {}
     for label, c, mm in (("temporal", temporal_of(wl), 1), ("config", cfg, m)):
         out[label] = build_step_plan(build_forward(wl.arch, dep, mm), c, wl.batch).summary()

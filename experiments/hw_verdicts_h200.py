@@ -135,15 +135,17 @@ TOP = 3
 PROTOCOL_GPUS = ("H200", "H100")
 
 
-def run_args(name: str, extra: list[str], hardware: str = "H200") -> argparse.Namespace:
-    """The parsed ``subgpu run`` options of a workload plus ``extra`` (needs the ``run``
-    sub-command registered: ``pip install -e .`` or ``experiments/device/env.sh``);
-    ``hardware``: the ``--hardware`` spec (``H200`` or ``H200:analytic-v3``)."""
+def run_request(name: str, extra: list[str], hardware: str = "H200"):
+    """The ``subgpu run`` request (``hw_runtime.commands.request.RunRequest``) of a workload's
+    options plus ``extra`` (needs the ``run`` sub-command registered: ``pip install -e .`` or
+    ``experiments/device/env.sh``); ``hardware``: the ``--hardware`` spec (``H200`` or
+    ``H200:analytic-v3``)."""
+    from hw_runtime.commands.request import RunRequest
     from subgpu_jax.app.cli import build_parser
 
     model, flags, _ = ALL_WORKLOADS[name]
-    return build_parser().parse_args(["run", "--hardware", hardware, "--model", model, *flags,
-                                      *extra])
+    return RunRequest.from_args(build_parser().parse_args(
+        ["run", "--hardware", hardware, "--model", model, *flags, *extra]))
 
 
 #: Measured wins of the wins study (docs/results.md, ``results/hw_wins_h200.json``) planned as
@@ -177,8 +179,8 @@ def config_args(d: dict) -> list[str]:
             "--reuse" if d["reuse"] else "--no-reuse", "--policy", d["policy"]]
 
 
-def _predict(sub, mode: str, pool_sharing: str | None = None) -> dict:
-    """Predicted whole-step makespans (µs) of a ``run`` namespace under every ``--collectives``
+def _predict(req, mode: str, pool_sharing: str | None = None) -> dict:
+    """Predicted whole-step makespans (µs) of a ``run`` request under every ``--collectives``
     mode, as ``subgpu run`` predicts them (``hw_runtime.commands.run.repredict``);
     ``pool_sharing``: the contention model's lane-sharing rule instead of its default
     (``ContentionModel.pool_sharing``; None: the default)."""
@@ -188,34 +190,32 @@ def _predict(sub, mode: str, pool_sharing: str | None = None) -> dict:
 
     out = {}
     for c in COLLECTIVES:
-        sub.collectives = c
-        wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
-        if pool_sharing is not None:
-            model = replace(model, pool_sharing=pool_sharing)
-        out[c] = repredict(wl, cfg, dep, model, hw_sim, m, sub.cache, mode)
-    sub.collectives = "sleep"
+        p = prepare_run(replace(req, collectives=c))
+        model = p.model if pool_sharing is None else replace(p.model, pool_sharing=pool_sharing)
+        out[c] = repredict(p.wl, p.cfg, p.dep, model, p.hw_sim, p.m, p.cache, mode)
     return out
 
 
-def _entry(name: str, kind: str, sub, mode: str) -> dict:
+def _entry(name: str, kind: str, req, mode: str) -> dict:
     from subgpu_jax.app.options import record_config_options
 
-    if getattr(sub, "record", None) is not None:  # a search record's configuration
-        o = record_config_options(sub.record)
+    c = req.config
+    if c.record is not None:  # a search record's configuration
+        o = record_config_options(c.record)
         cuts_s, sms_s, mb, reuse = o["cuts"], o["sms"], o["microbatch"], o["reuse"]
     else:
-        cuts_s, sms_s, mb, reuse = sub.cuts, sub.sms, sub.microbatch, sub.reuse
+        cuts_s, sms_s, mb, reuse = c.cuts, c.sms, c.microbatch, c.reuse
     cuts = cuts_s.split(",") if cuts_s else []
     return {"name": name, "kind": kind, "mode": mode, "cuts": cuts,
             "sms": [int(x) for x in sms_s.split(",")] if sms_s else None,
             "microbatch": mb, "reuse": reuse,
-            "streams_per_stage": int(sub.streams_per_stage), "policy": sub.policy,
-            "predicted_us": _predict(sub, mode)}
+            "streams_per_stage": int(c.streams_per_stage), "policy": c.policy,
+            "predicted_us": _predict(req, mode)}
 
 
 def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
     """The user path and the fixed configurations of one workload, predicted."""
-    from hw_runtime.commands.records import record_options, search_records, top_records
+    from hw_runtime.commands.records import record_request, search_records, top_records
     from hw_runtime.commands.run import prepare_run
 
     model, flags, status = ALL_WORKLOADS[name]
@@ -228,28 +228,28 @@ def plan_workload(name: str, searches: str, hardware: str = "H200") -> dict:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     if rc != 0:
         raise RuntimeError(f"{name}: search exited {rc} (see {searches}/{name}.log)")
-    a = run_args(name, [], hardware)
+    a = run_request(name, [], hardware)
     groups = top_records(search_records(folder), TOP, hardware)
     (G, recs), = groups.items()
     rows = []
     for i, r in enumerate(recs):
-        sub = record_options(a, r)
+        sub = record_request(a, r)
         if r["mode"] == "temporal":
             rows.append(_entry("temporal", "temporal", sub, "temporal"))
             continue
         rows.append(_entry(f"search_top{i}", "search", sub, "green"))
         rows[-1]["search_predicted_us"] = float(r["makespan_us"])
         if i == 1:
-            ms = record_options(a, r)
+            ms = record_request(a, r)
             rows.append(_entry("search_top1_multistream", "multistream", ms, "multistream"))
-    wl = prepare_run(run_args(name, [], hardware))[0]
+    wl = prepare_run(run_request(name, [], hardware)).wl
     g = wl.graph(1)
     for nm, cuts, sms, m, reuse, k in _fixed(g) + WINS.get(name, []):
         extra = ["--cuts", ",".join(cuts), "--sms", ",".join(map(str, sms)),
                  "--microbatch", str(wl.batch // m), "--streams-per-stage", str(k),
                  "--reuse" if reuse else "--no-reuse"]
         try:
-            rows.append(_entry(nm, "fixed", run_args(name, extra, hardware), "green"))
+            rows.append(_entry(nm, "fixed", run_request(name, extra, hardware), "green"))
         except ValueError as e:
             print(f"{name}: {nm} skipped ({e})", flush=True)
     has_comm = any(k.is_comm for k in g.kernels)
@@ -286,13 +286,13 @@ def repredict_phase(args) -> int:
     for name in [w for w in args.workloads if w in plan]:
         p = plan[name]
         for d in p["configs"]:
-            d["predicted_us"] = _predict(run_args(name, config_args(d), args.hardware),
+            d["predicted_us"] = _predict(run_request(name, config_args(d), args.hardware),
                                          d["mode"], args.pool_sharing)
         p.setdefault("chosen_by", p.get("duration_model"))   # the model whose search chose them
         model = ContentionModel() if args.pool_sharing is None else \
             ContentionModel(pool_sharing=args.pool_sharing)   # a variant names itself
         p["duration_model"] = uncalibrated_model_id(
-            prepare_run(run_args(name, [], args.hardware))[0].hw, model)
+            prepare_run(run_request(name, [], args.hardware)).wl.hw, model)
         p["hardware"] = args.hardware
         p["repredicted_from"] = os.path.relpath(os.path.abspath(args.configs), RESULTS)
         print(f"{name}: {len(p['configs'])} configurations predicted again", flush=True)
@@ -429,7 +429,8 @@ def device_phase(args, machine=None) -> int:
                 res["errors"]["time"] = f"time limit reached before collectives={coll}"
                 break
             try:
-                ex = machine.open(prepare_run(run_args(name, [], p.get("hardware", "H200")))[0], coll)
+                ex = machine.open(prepare_run(run_request(name, [], p.get("hardware", "H200"))).wl,
+                                  coll)
             except Exception as e:  # noqa: BLE001
                 res["errors"][coll] = f"{e.__class__.__name__}: {e}"
                 break
@@ -447,8 +448,8 @@ def device_phase(args, machine=None) -> int:
                         meas = ex.measure(ex.temporal_config(), "temporal", args.rounds,
                                           args.replays, args.warmup)
                     else:
-                        cfg = prepare_run(run_args(name, config_args(d),
-                                                      p.get("hardware", "H200")))[1]
+                        cfg = prepare_run(run_request(name, config_args(d),
+                                                         p.get("hardware", "H200"))).cfg
                         meas = ex.measure(cfg, d["mode"], args.rounds, args.replays,
                                           args.warmup)
                     rec.update(measured_us=meas.makespan_us, spread=meas.spread)

@@ -77,10 +77,10 @@ def moe_rows(torch, timer, deadline, emit, sweep: bool) -> None:
     from hw_runtime.gpu import fused
     from hw_runtime.gpu import moe_gemm as mg
     from hw_runtime.gpu.workload import workload_shapes
-    from hw_verdicts_h200 import run_args
+    from hw_verdicts_h200 import run_request
 
     for name in MOE_WORKLOADS:
-        wl = prepare_run(run_args(name, []))[0]
+        wl = prepare_run(run_request(name, [])).wl
         for m in (1, 2):
             if time.time() > deadline:
                 return

@@ -158,7 +158,7 @@ def workload_rows(name: str, trace: dict, hardware: str = "H200") -> dict:
     import hw_verdicts_h200 as V
     from hw_runtime.commands.run import prepare_run
 
-    wl = prepare_run(V.run_args(name, [], hardware))[0]
+    wl = prepare_run(V.run_request(name, [], hardware)).wl
     hw = wl.hw
     g = wl.graph(1)
     dep = g.deployment

@@ -55,7 +55,7 @@ def trace_workload(name: str, machine) -> dict:
     from hw_runtime.commands.run import prepare_run
     from hw_runtime.timeline import map_activities
 
-    wl = prepare_run(V.run_args(name, []))[0]
+    wl = prepare_run(V.run_request(name, [])).wl
     ex = machine.open(wl, "sleep")
     cfg = ex.temporal_config()
     meas = ex.measure(cfg, "temporal", 2, 20, 2)
@@ -147,7 +147,7 @@ def analyze_phase(args) -> int:
         if "error" in t:
             out["workloads"][name] = {"error": t["error"]}
             continue
-        wl = prepare_run(V.run_args(name, [], args.hardware))[0]
+        wl = prepare_run(V.run_request(name, [], args.hardware)).wl
         sd = StaticDurationModel(wl.hw)
         g = wl.graph(1)
         model, n_graph = collections.defaultdict(float), collections.Counter()

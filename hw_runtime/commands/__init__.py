@@ -1,7 +1,8 @@
 """The GPU runtime's commands, ``subgpu run`` and ``subgpu calibrate``: sub-commands registered by
 ``subgpu_jax.app.cli`` through the ``subgpu.commands`` entry point (``subgpu tune``, which uses
-these modules, has its own: ``hw_runtime.tune.cli``). One module per concern: ``run`` (one
-configuration), ``records`` and ``top`` (``--from-search``), ``calibrate``, ``common``.
+these modules, has its own: ``hw_runtime.tune.cli``). One module per concern: ``request`` (the
+typed ``RunRequest``, built once here from the parsed options), ``run`` (one configuration),
+``records`` and ``top`` (``--from-search``), ``calibrate``, ``common``.
 
 Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
 error (exit code 2, through ``subgpu_jax.app.cli.main``'s ``ValueError`` handling) on a machine
@@ -21,30 +22,34 @@ import argparse
 
 from hw_runtime.commands.calibrate import cmd_calibrate
 from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.request import RUN_MODES, ConfigOptions, RunRequest, Timing
 from hw_runtime.commands.run import config_from_search, run_one
 from hw_runtime.commands.top import run_top
-from hw_runtime.gpu.executor import LANE_PRIORITY
+from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import COLLECTIVES, DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
+from subgpu_jax.space.config import DISPATCH_POLICIES
 
 __all__ = ["add_commands", "cmd_run", "cmd_calibrate", "gpu_check", "config_from_search",
-           "json_safe"]
+           "json_safe", "RunRequest"]
 
 
-def cmd_run(a) -> int:
-    """``subgpu run``: ``--from-search DIR --top K`` measures the K best records of every batch
+def cmd_run(a: argparse.Namespace) -> int:
+    """``subgpu run``: the parsed options ``a`` become one ``RunRequest`` (the only place that
+    reads them); ``--from-search DIR --top K`` measures the K best records of every batch
     (``top.run_top``), anything else one configuration (``run.run_one``).
 
     Raises:
         ValueError: ``--top`` without ``--from-search``, or as the command it runs."""
-    if a.top is not None:
-        if not a.from_search:
+    req = RunRequest.from_args(a)
+    if req.top is not None:
+        if not req.from_search:
             raise ValueError("--top needs --from-search DIR")
-        if a.collectives == "nccl":
+        if req.collectives == "nccl":
             raise ValueError("--collectives nccl measures one configuration per launch; drop "
                              "--top (run --from-search DIR takes the best record)")
-        return run_top(a)
-    return run_one(a)
+        return run_top(req)
+    return run_one(req)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +74,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--reuse", dest="reuse", action="store_true", default=None,
                    help="boundary reuse w=1 (default for the Macro cut)")
     c.add_argument("--no-reuse", dest="reuse", action="store_false", help="w=0")
-    c.add_argument("--policy", default="wavefront", help="wavefront (default) or layer_major")
+    c.add_argument("--policy", default=ConfigOptions.policy, help=" or ".join(
+        f"{p} (default)" if p == ConfigOptions.policy else p for p in DISPATCH_POLICIES))
     c.add_argument("--from-search", metavar="DIR", default=None,
                    help="run the best record of DIR/summary.json (a `subgpu search` folder); "
                         "its deployment replaces the workload options")
@@ -81,7 +87,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                    help="with --top: folder for measured_frontier.json and .png "
                         "(default: the search folder)")
     x = r.add_argument_group("execution")
-    x.add_argument("--mode", default="green", choices=("green", "multistream"),
+    x.add_argument("--mode", default=RUN_MODES[0], choices=RUN_MODES,
                    help="green: one green-context SM pool per stage (default); multistream: the "
                         "same schedule on plain streams without SM partitioning")
     x.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=COLLECTIVES,
@@ -94,11 +100,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "control with zero link time, so a gain left is overlap of compute and "
                         "memory work), or nccl (real NCCL collectives, one process per GPU: "
                         "launch with torchrun --nproc-per-node N, N = --gpus; the step is the "
-                        "slowest rank's). Default: sleep")
-    x.add_argument("--rounds", type=int, default=3, help="timing rounds (>= 1). Default: 3")
-    x.add_argument("--replays", type=int, default=100,
-                   help="graph replays per round (>= 1). Default: 100")
-    x.add_argument("--warmup", type=int, default=3, help="warm-up replays. Default: 3")
+                        f"slowest rank's). Default: {DEFAULT_COLLECTIVES}")
+    x.add_argument("--rounds", type=int, default=Timing.rounds,
+                   help=f"timing rounds (>= 1). Default: {Timing.rounds}")
+    x.add_argument("--replays", type=int, default=Timing.replays,
+                   help=f"graph replays per round (>= 1). Default: {Timing.replays}")
+    x.add_argument("--warmup", type=int, default=Timing.warmup,
+                   help=f"warm-up replays. Default: {Timing.warmup}")
     x.add_argument("--no-check", action="store_true",
                    help="skip the pipelined-vs-sequential output check")
     x.add_argument("--calibration", metavar="FILE.json", default=None,
@@ -106,19 +114,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     x.add_argument("--cache", default=None, help="L2 policy of the predicting simulator: lru, "
                    "fifo or none. Default: none with --calibration (measured kernel times already "
                    "hold the L2 behaviour of the real run), else lru")
-    x.add_argument("--streams-per-stage", type=int, default=1, metavar="K",
+    x.add_argument("--streams-per-stage", type=int, default=ConfigOptions.streams_per_stage,
+                   metavar="K",
                    help="streams per stage (green context): a stage runs up to K tasks at once "
-                        "(the published prototype used 2). Default: 1")
+                        "(the published prototype used 2). Default: "
+                        f"{ConfigOptions.streams_per_stage}")
     x.add_argument("--trace", metavar="FILE.json", default=None,
                    help="profile one graph replay (torch.profiler) and write a Perfetto trace: "
                         "the measured kernels per stage (process 1) above the simulated "
                         "schedule of the same configuration (process 2)")
     add_kernel_args(x, "run")
-    x.add_argument("--lane-priority", default="auto", choices=LANE_PRIORITY,
+    x.add_argument("--lane-priority", default=DEFAULT_LANE_PRIORITY, choices=LANE_PRIORITY,
                    help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
                         "(on when each lane holds at most one microbatch, m <= K, which keeps "
                         "both microbatches from locking onto one stage), on or off. "
-                        "Default: auto")
+                        f"Default: {DEFAULT_LANE_PRIORITY}")
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=cmd_run)
 
@@ -142,5 +152,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=ONE_GPU_COLLECTIVES,
                    help="how the collectives run while they are timed (use the same with "
                         "`subgpu run`): sleep, proxy or none (see `subgpu run --help`). "
-                        "Default: sleep")
+                        f"Default: {DEFAULT_COLLECTIVES}")
     k.set_defaults(func=cmd_calibrate)

@@ -6,21 +6,30 @@ from __future__ import annotations
 import json
 
 from hw_runtime.commands.common import ep_of, gpu_check
+from hw_runtime.commands.request import KernelSettings
 from subgpu_jax.app.store import atomic_write
 from subgpu_jax.model.calibration import Calibration
 from subgpu_jax.model.checks import out_file
-from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 
 __all__ = ["cmd_calibrate"]
 
 
 def cmd_calibrate(a) -> int:
+    """``subgpu calibrate``: check the options and the output file, measure on the local GPU
+    (``hw_runtime.gpu.calibrate.calibrate`` with the kernel choices of ``a``, read once as a
+    ``request.KernelSettings``), write the calibration to ``--out``; exit code 0.
+
+    Raises:
+        ValueError: bad options, an output that cannot be written, no GPU with green
+            contexts, or a measured calibration that ``--calibration`` would refuse (one line
+            naming the flag)."""
     from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.fit import checked_workload, given_tp_ep
     from hw_runtime.gpu.workload import hopper_arch
 
+    kernels = KernelSettings.from_args(a, lanes=False)
     # the output first: a folder, a FIFO, a device node, a link or a missing folder is refused
     # before any GPU work (it was found only when the finished calibration was written)
     out_file(a.out, "--out")
@@ -52,10 +61,8 @@ def cmd_calibrate(a) -> int:
 
     try:
         res = calibrate(hopper_arch(wl.arch), dep, batches, mbs, pools, reps=a.reps,
-                        coruns=not a.no_coruns, hardware=hw.name, gemm=a.gemm,
-                        elementwise=a.elementwise, attention=getattr(a, "attention", "auto"),
-                        moe_gemm=getattr(a, "moe_gemm", "auto"),
-                        collectives=getattr(a, "collectives", DEFAULT_COLLECTIVES))
+                        coruns=not a.no_coruns, hardware=hw.name, collectives=a.collectives,
+                        **kernels.policies())
     except (WorkloadMemoryError, GreenContextError) as e:
         raise ValueError(str(e)) from None
     try:  # only a file that --calibration loads is written

@@ -1,12 +1,16 @@
 """Reading a search folder for ``subgpu run --from-search``: its records, the best K per batch,
-and one record as the options of a run (the record codec of ``Deployment.from_record`` and
-``app.options.record_config_options``)."""
+and one record as the request of a run (``record_request``: the record codec of
+``Deployment.from_record`` and ``Config.from_record``)."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import replace
 
-__all__ = ["search_records", "top_records", "record_options"]
+from hw_runtime.commands.request import ConfigOptions, RunRequest
+
+__all__ = ["search_records", "top_records", "record_request"]
 
 
 def search_records(folder: str) -> list[dict]:
@@ -72,39 +76,30 @@ def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[di
     return out
 
 
-def record_options(a, r: dict):
-    """The ``subgpu run`` options of one search record ``r`` (a ``records.csv`` row): ``a``'s
-    options with the record's deployment (GPUs, TP/DP/EP, batch, KV history, input length,
-    decoded by ``Deployment.from_record``) in place, and the record itself as ``record``: a
-    SubGPU record's configuration is decoded once, by ``Config.from_record`` in
-    ``run.prepare_run`` (the configuration options ``cuts``, ``sms``, ``microbatch``, ``reuse``
-    are None then; ``streams_per_stage`` is the record's, which the executor reads). A temporal
-    record runs the temporal baseline (``record`` None, its microbatch and policy kept).
-
-    Returns:
-        an ``argparse.Namespace`` for ``prepare_run``.
+def record_request(req: RunRequest, r: Mapping) -> RunRequest:
+    """The request that runs one search record ``r`` (a ``records.csv`` row or a summary's
+    best record): ``req`` with the record's deployment (GPUs, TP/DP/EP, batch, KV history,
+    input length, decoded by ``Deployment.from_record``) and dispatch policy in place, and no
+    ``from_search``/``top``. A SubGPU record becomes the configuration itself
+    (``ConfigOptions.record``, decoded once, by ``Config.from_record`` in ``run.prepare_run``;
+    the configuration options are None, the streams per stage are the record's); a temporal
+    record runs the temporal baseline (its microbatch, one stream per stage).
 
     Raises:
         KeyError: a record without the deployment fields. ValueError: fields that are not
             integers, or an infeasible deployment.
     """
-    import argparse as _ap
-
     from subgpu_jax.model.deployment import Deployment
 
-    sub = _ap.Namespace(**vars(a))
-    sub.from_search, sub.top = None, None
     d = Deployment.from_record(r, options=False)  # the record codec (RECORD_FIELDS)
-    sub.gpus, sub.tp, sub.dp, sub.ep = d.num_gpus, d.attn_tp, d.attn_dp, d.moe_ep
-    sub.batch, sub.kv_history = d.global_batch, d.kv_history
-    if r.get("input_len") not in (None, ""):
-        sub.input_len = int(r["input_len"])
-    sub.policy = r.get("policy") or a.policy
+    given_len = r.get("input_len") not in (None, "")
+    workload = replace(req.workload, gpus=d.num_gpus, tp=d.attn_tp, dp=d.attn_dp, ep=d.moe_ep,
+                       batch=d.global_batch, kv_history=d.kv_history,
+                       input_len=int(r["input_len"]) if given_len else req.workload.input_len)
+    policy = r.get("policy") or req.config.policy
     if r["mode"] == "temporal":
-        sub.record, sub.microbatch = None, int(r["microbatch"])
-        sub.cuts, sub.sms, sub.reuse, sub.streams_per_stage = None, None, None, 1
+        config = ConfigOptions(microbatch=int(r["microbatch"]), policy=policy)
     else:
-        sub.record = dict(r)
-        sub.cuts = sub.sms = sub.microbatch = sub.reuse = None
-        sub.streams_per_stage = int(r.get("streams_per_stage") or 1)
-    return sub
+        config = ConfigOptions(policy=policy, record=dict(r), streams_per_stage=int(
+            r.get("streams_per_stage") or ConfigOptions.streams_per_stage))
+    return replace(req, workload=workload, config=config, from_search=None, top=None)

@@ -1,7 +1,7 @@
 """``subgpu run`` of one configuration: the CPU part (``prepare_run``: the workload, the
-``Config``, the predicting model, from the options or the best record of ``--from-search DIR``),
-the measurement report against the prediction (``run_report``, ``timeline_report``) and the
-printed result (``run_one``).
+``Config``, the predicting model, from a ``request.RunRequest`` or the best record of its
+``--from-search DIR``), the measurement report against the prediction (``run_report``,
+``timeline_report``) and the printed result (``run_one``).
 
 Importable without torch, cuda-bindings or a GPU; ``run_one`` refuses with a one-line error on a
 machine without green contexts (``common.gpu_check``).
@@ -12,16 +12,19 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
+from typing import Any
 
-from subgpu_jax.space.config import config_from_options
+from subgpu_jax.space.config import Config, config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
-from hw_runtime.commands.common import ep_of, gpu_check, json_safe
-from hw_runtime.commands.records import record_options
+from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.records import record_request
+from hw_runtime.commands.request import ConfigOptions, RunRequest
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, collective_mode
 
-__all__ = ["config_from_search", "check_search_matches", "prepare_run", "options_config",
-           "record_config", "run_report",
+__all__ = ["config_from_search", "check_search_matches", "PreparedRun", "prepare_run",
+           "options_config", "record_config", "run_report",
            "calibration_mismatch", "timeline_report", "repredict", "run_one", "label_run",
            "print_run"]
 
@@ -59,9 +62,9 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
     return best, dep
 
 
-def check_search_matches(a, best: dict) -> None:
-    """Refuse ``--from-search`` when the search's best record was made for another GPU or
-    model than this run's (``--hardware``, default H200; ``--model``).
+def check_search_matches(req: RunRequest, best: dict) -> None:
+    """Refuse ``--from-search`` (``req.from_search``) when the search's best record was made
+    for another GPU or model than this run's (``--hardware``, default H200; ``--model``).
 
     Raises:
         ValueError: one line naming both and saying how to make a search for this GPU.
@@ -69,25 +72,25 @@ def check_search_matches(a, best: dict) -> None:
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import resolve_model
 
-    folder = a.from_search
+    folder, hw = req.from_search, req.workload.hardware
     rec_hw = best.get("hardware")
-    if rec_hw and str(rec_hw).upper() != get_hardware(a.hardware).name.upper():
+    if rec_hw and str(rec_hw).upper() != get_hardware(hw).name.upper():
         raise ValueError(
             f"--from-search: {folder} holds a search for the {rec_hw} and this run is for the "
-            f"{a.hardware} (--hardware, default H200); make a search for the {a.hardware} with "
-            f"`subgpu search --hardware {a.hardware}"
-            f"{' --expert-dtype bf16' if a.hardware in ('H200', 'H100') else ''} --out DIR` and "
+            f"{hw} (--hardware, default H200); make a search for the {hw} with "
+            f"`subgpu search --hardware {hw}"
+            f"{' --expert-dtype bf16' if hw in ('H200', 'H100') else ''} --out DIR` and "
             f"run `subgpu run --from-search DIR`, or run this one on a {rec_hw} GPU with "
             f"--hardware {rec_hw}")
     rec_model = best.get("model")
-    name = resolve_model(a.model, getattr(a, "name", None)).name
+    name = resolve_model(req.workload.model, req.workload.name).name
     if rec_model and rec_model != name:
         raise ValueError(f"--from-search: {folder} holds a search of {rec_model} and this run "
                          f"is for {name} (--model); pass --model {rec_model} (or its "
                          "config.json)")
 
 
-def options_config(a, wl):
+def options_config(o: ConfigOptions, wl) -> Config:
     """The ``Config`` of ``subgpu run``'s configuration options (``--cuts``, ``--sms``,
     ``--microbatch``, ``--reuse``, ``--policy``, ``--streams-per-stage``) on ``wl``.
 
@@ -95,17 +98,17 @@ def options_config(a, wl):
         ValueError: bad options (one line naming the option)."""
     from subgpu_jax.app.options import int_list, str_list
 
-    cuts = str_list(a.cuts, "cuts") if a.cuts is not None else None
-    sms = int_list(a.sms, "sms", unique=False) if a.sms else None
-    cfg = config_from_options(wl, cuts, sms, a.microbatch, a.reuse, a.policy)  # ValueError
-    k = int(a.streams_per_stage)
+    cuts = str_list(o.cuts, "cuts") if o.cuts is not None else None
+    sms = int_list(o.sms, "sms", unique=False) if o.sms else None
+    cfg = config_from_options(wl, cuts, sms, o.microbatch, o.reuse, o.policy)  # ValueError
+    k = o.streams_per_stage
     if k != 1:
         import dataclasses
         cfg = dataclasses.replace(cfg, streams_per_stage=k)
     return cfg
 
 
-def record_config(rec, wl):
+def record_config(rec, wl) -> Config:
     """The ``Config`` of a SubGPU search record on ``wl`` (``Config.from_record``), checked.
 
     Raises:
@@ -124,66 +127,88 @@ def record_config(rec, wl):
     return cfg
 
 
-def prepare_run(a):
+@dataclass(frozen=True)
+class PreparedRun:
+    """The CPU part of one ``subgpu run`` (``prepare_run``).
+
+    Fields:
+        request: the request run: the given one, or with ``--from-search`` the one of the
+            search's best record (``records.record_request``). wl: the simulator's
+            ``Workload`` (bf16 experts on Hopper). cfg: the validated ``Config``. dep: the
+            ``Deployment``. model: the ``ContentionModel`` that predicts (calibrated with
+            ``--calibration``, the ``--collectives`` link time). hw_sim: the hardware it
+            predicts with. m: the microbatch count. cache: the L2 policy the prediction
+            simulates (``--cache``, else the setup's default: ``none`` with a calibration,
+            ``lru`` without).
+    """
+
+    request: RunRequest
+    wl: Any
+    cfg: Config
+    dep: Any
+    model: Any
+    hw_sim: Any
+    m: int
+    cache: str
+
+
+def prepare_run(req: RunRequest) -> PreparedRun:
     """The CPU part of ``subgpu run``: the workload, the Config, the predicting model.
 
     Returns:
-        ``(wl, cfg, dep, model, hw_sim, m)``: the simulator's ``Workload`` (bf16 experts), the
-        validated Config, the Deployment, the ``ContentionModel`` (calibrated with
-        ``--calibration``), the hardware it predicts with and the microbatch count.
+        a ``PreparedRun``.
 
     Raises:
         ValueError: bad options (one line naming the option).
     """
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.model.graph import Deployment
-    from subgpu_jax.app.fit import checked_workload, given_tp_ep
+    from subgpu_jax.app.fit import checked_workload
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.options import resolve_arch_ep
     from hw_runtime.gpu.workload import hopper_arch
 
-    for f, lo in (("rounds", 1), ("replays", 1), ("warmup", 0), ("streams_per_stage", 1)):
-        if getattr(a, f) < lo:
-            raise ValueError(f"--{f.replace('_', '-')} must be >= {lo}, got {getattr(a, f)}")
-    if a.from_search:  # the search's best record becomes this run's options (one mapping)
-        best, _ = config_from_search(a.from_search)
-        check_search_matches(a, best)
-        vars(a).update({k: v for k, v in vars(record_options(a, best)).items()
-                        if k not in ("from_search", "top")})
-    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep_of(a),
-                     global_batch=a.batch, input_len=a.input_len, kv_history=a.kv_history)
+    req.check()
+    if req.from_search:  # the search's best record becomes this run's request (one mapping)
+        best, _ = config_from_search(req.from_search)
+        check_search_matches(req, best)
+        req = record_request(req, best)
+    w = req.workload
+    arch, ep = resolve_arch_ep(req.arch_options())
+    dep = Deployment(num_gpus=w.gpus, attn_tp=w.tp, attn_dp=w.dp, moe_ep=ep,
+                     global_batch=w.batch, input_len=w.input_len, kv_history=w.kv_history)
     # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
-    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
-                          *given_tp_ep(a))
+    wl = checked_workload(hopper_arch(arch), dep, get_hardware(w.hardware), w.given_tp, w.ep)
     hw = wl.hw
-    rec = getattr(a, "record", None)
+    rec = req.config.record
     if rec is not None:  # a search record (--from-search): its configuration, one decoding
         cfg = record_config(rec, wl)
     else:
-        cfg = options_config(a, wl)
+        cfg = options_config(req.config, wl)
     m = wl.microbatches_of(cfg.microbatch)
     from subgpu_jax.model.setup import GpuSetup
 
     setup = GpuSetup.uncalibrated(hw)
-    if a.calibration:
+    if req.calibration:
         from subgpu_jax.model.calibration import load_calibration
-        setup = load_calibration(a.calibration, wl.arch, dep, hw).bind(hw)
-    a.cache = setup.cache_policy(getattr(a, "cache", None))
-    model = ContentionModel(calibration=setup.calibration, **collective_mode(
-        getattr(a, "collectives", DEFAULT_COLLECTIVES)).contention_kwargs())
-    return wl, cfg, dep, model, setup.hw, m
+        setup = load_calibration(req.calibration, wl.arch, dep, hw).bind(hw)
+    model = ContentionModel(calibration=setup.calibration,
+                            **collective_mode(req.collectives).contention_kwargs())
+    return PreparedRun(request=req, wl=wl, cfg=cfg, dep=dep, model=model, hw_sim=setup.hw, m=m,
+                       cache=setup.cache_policy(req.cache))
 
 
-def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) -> dict:
+def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> dict:
     """Measure (through ``ex``, an ``Executor`` or a stand-in with the same methods), predict
     and compare: the JSON object ``subgpu run --json`` prints.
 
     Args:
-        a: the parsed options (mode, rounds, replays, warmup, no_check, cache, trace,
-            streams_per_stage). wl, cfg, dep, model, hw_sim, m: from ``prepare_run``.
+        prep: from ``prepare_run`` (its request's mode, timing, streams per stage, kernel
+            choices, collectives and calibration; its resolved L2 policy).
         ex: executor (``measure``, ``temporal_config``, ``check_output``; ``profile`` and
             ``activity_counts`` when tracing).
-        make_trace: profile a replay and add the timeline fields (and write ``a.trace``).
+        make_trace: profile a replay and add the timeline fields (and write the request's
+            ``trace``).
 
     Returns:
         ``{"workload", "config", "temporal", "run", "speedup_measured", "speedup_predicted",
@@ -193,27 +218,29 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
     """
     from subgpu_jax.space.config import temporal_of
 
-    k = int(getattr(a, "streams_per_stage", 1))
+    req, wl, cfg, dep, model, hw_sim, m = (prep.request, prep.wl, prep.cfg, prep.dep, prep.model,
+                                           prep.hw_sim, prep.m)
+    k, t, ks = req.config.streams_per_stage, req.timing, req.kernels
     t_cfg = ex.temporal_config()
-    meas_t = ex.measure(t_cfg, "temporal", a.rounds, a.replays, a.warmup)
-    meas_c = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup, streams_per_stage=k)
-    chk = None if a.no_check else ex.check_output(cfg, a.mode, streams_per_stage=k)
+    meas_t = ex.measure(t_cfg, "temporal", t.rounds, t.replays, t.warmup)
+    meas_c = ex.measure(cfg, req.mode, t.rounds, t.replays, t.warmup, streams_per_stage=k)
+    chk = ex.check_output(cfg, req.mode, streams_per_stage=k) if t.check else None
     g = wl.graph(m)
     # predicted whole steps (every run of region instances + the head), as the executor times
     from subgpu_jax.score.step import time_step
     from subgpu_jax.score.timer import EventTimer
     from subgpu_jax.model.graph import build_forward
     pred_t = time_step(build_forward(wl.arch, dep, 1), temporal_of(wl),
-                       EventTimer(hw_sim, model, a.cache), record=False).makespan_us
+                       EventTimer(hw_sim, model, prep.cache), record=False).makespan_us
     step_c = time_step(build_forward(wl.arch, dep, m), cfg,
-                       EventTimer(hw_sim, model, a.cache, a.mode), record=False)
+                       EventTimer(hw_sim, model, prep.cache, req.mode), record=False)
     sim_c, pred_c = step_c.main, step_c.makespan_us
     res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
            "config": {"D": cfg.D, "w": cfg.w, "cuts": cfg.cut_names(wl.graph(1)),
                       "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
-                      "mode": a.mode, "streams_per_stage": k,
-                      "collectives": getattr(a, "collectives", DEFAULT_COLLECTIVES),
-                      "gemm": getattr(a, "gemm", "stock"),
+                      "mode": req.mode, "streams_per_stage": k,
+                      "collectives": req.collectives,
+                      "gemm": ks.gemm,
                       "elementwise": getattr(ex, "elementwise", "torch"),
                       "attention": getattr(ex, "attention", "sdpa"),
                       "moe_gemm": getattr(ex, "moe_gemm", None),
@@ -225,17 +252,16 @@ def run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace: bool = False) 
                    "spread": meas_c.spread},
            "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
            "speedup_predicted": pred_t / pred_c, "output_check": chk,
-           "calibration": a.calibration,
+           "calibration": req.calibration,
            "calibration_mismatch": calibration_mismatch(
-               model.calibration, getattr(a, "gemm", "stock"), getattr(ex, "elementwise", "torch"),
-               getattr(ex, "attention", "sdpa"),
-               getattr(a, "collectives", DEFAULT_COLLECTIVES),
+               model.calibration, ks.gemm, getattr(ex, "elementwise", "torch"),
+               getattr(ex, "attention", "sdpa"), req.collectives,
                getattr(ex, "moe_gemm", None) if wl.arch.is_moe else None, dep.global_batch),
            "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
     from subgpu_jax.sim.ceiling import overlap_ceiling
     res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
     if make_trace:
-        res["timeline"] = timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim_c)
+        res["timeline"] = timeline_report(prep, ex, sim_c)
     return res
 
 
@@ -275,25 +301,26 @@ def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdp
     return out
 
 
-def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
-    """Profile one replay, map it to the plan, write ``a.trace`` (measured + simulated) and
-    return the timeline fields of ``run_report``: the main region's run only (its
-    ``LaunchPlan`` and its simulated run), without the other region kinds and the head."""
+def timeline_report(prep: PreparedRun, ex, sim) -> dict:
+    """Profile one replay (through ``ex``), map it to the plan, write the request's ``trace``
+    (measured + simulated) and return the timeline fields of ``run_report``: the main region's
+    run only (its ``LaunchPlan`` and ``sim``, its simulated run), without the other region
+    kinds and the head."""
     from hw_runtime.timeline import (MappingError, category_residence, error_breakdown,
                                      map_activities, sim_intervals, stage_busy, trace_document)
     from subgpu_jax.app.store import atomic_write
 
-    k = int(getattr(a, "streams_per_stage", 1))
-    prof = ex.profile(cfg, a.mode, streams_per_stage=k)
+    req, wl, cfg, model, hw_sim, m = (prep.request, prep.wl, prep.cfg, prep.model, prep.hw_sim,
+                                      prep.m)
+    k, trace = req.config.streams_per_stage, req.trace
+    prof = ex.profile(cfg, req.mode, streams_per_stage=k)
     plan = prof["plan_object"]
     g = wl.graph(m)
-    counts = ex.activity_counts(m, cfg, a.mode)
+    counts = ex.activity_counts(m, cfg, req.mode)
     try:
         meas_iv = map_activities(plan, prof["activities"], counts, k)
     except MappingError as e:   # the measurement stands; the raw activities are kept
-        path = a.trace + ".activities.json"
-        from subgpu_jax.app.store import atomic_write
-
+        path = trace + ".activities.json"
         atomic_write(path, json.dumps({"activities": prof["activities"],
                                        "op_activities": counts}), "--trace")
         acts = prof["activities"]
@@ -331,13 +358,13 @@ def timeline_report(a, wl, cfg, model, hw_sim, m, ex, sim) -> dict:
         iso_model[d] += tmod if tm is None else tm
     if unknown:
         iso_meas = None  # JSON null: never NaN
-    atomic_write(a.trace, json.dumps(trace_document([
+    atomic_write(trace, json.dumps(trace_document([
         ("measured (GPU, one graph replay)", meas_iv, g),
         ("simulated (event simulator)", sim_iv, g)])), "--trace")
     brk = error_breakdown({"makespan_us": M, "busy_us": [b["busy_us"] for b in bm]},
                           {"makespan_us": P, "busy_us": [b["busy_us"] for b in bs]},
                           iso_meas, iso_model) if iso_meas is not None else None
-    return {"trace": a.trace, "profiled_makespan_us": M,
+    return {"trace": trace, "profiled_makespan_us": M,
             "stages_measured": bm, "stages_simulated": bs,
             "category_measured_us": category_residence(meas_iv, g),
             "category_simulated_us": {c: float(v) for c, v in sim.category_time.items()},
@@ -363,21 +390,22 @@ def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str) -> flo
                            EventTimer(hw_sim, model, cache, mode), record=False).makespan_us)
 
 
-def run_one(a) -> int:
-    """``subgpu run`` of one configuration (the options', or ``--from-search``'s best): measure
-    it and the temporal baseline, print measured against predicted; exit code 0.
+def run_one(req: RunRequest) -> int:
+    """``subgpu run`` of one configuration (the request's, or its ``--from-search``'s best):
+    measure it and the temporal baseline, print measured against predicted; exit code 0.
 
     Raises:
         ValueError: bad options, or no GPU with green contexts (one line)."""
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-    if a.trace:  # a folder, FIFO, device node or link is refused before any GPU work
+    prep = prepare_run(req)
+    req, wl, cfg, dep = prep.request, prep.wl, prep.cfg, prep.dep
+    if req.trace:  # a folder, FIFO, device node or link is refused before any GPU work
         from subgpu_jax.model.checks import out_file
-        out_file(a.trace, "--trace")
+        out_file(req.trace, "--trace")
     rank = dist_ctx = None
-    if collective_mode(a.collectives).distributed:   # one process per GPU (torchrun)
+    if collective_mode(req.collectives).distributed:   # one process per GPU (torchrun)
         from hw_runtime.gpu.distributed import visible_device, world_from_env
         rank, world, local = world_from_env()        # ValueError: how to launch it
-        if a.trace:
+        if req.trace:
             raise ValueError("--trace: not with --collectives nccl yet (every rank would have "
                              "to profile the same replays and write its own file)")
         # each rank sees its own GPU as device 0 (set before CUDA starts in this process)
@@ -388,21 +416,20 @@ def run_one(a) -> int:
     from hw_runtime.gpu.partition import GreenContextError
     from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
 
+    ks = req.kernels
     if rank is not None:   # a communicator per stream of the run (distributed.py)
         from hw_runtime.gpu.distributed import init
         dist_ctx = init(dep, rank=rank, world=world,
-                        lanes=max(1, cfg.D) * max(1, getattr(a, "streams_per_stage", 1)))
+                        lanes=max(1, cfg.D) * max(1, req.config.streams_per_stage))
     try:
-        hwl = HwWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
-                         attention=getattr(a, "attention", "auto"),
-                         moe_gemm=getattr(a, "moe_gemm", "auto"), dist=dist_ctx,
-                         **collective_kwargs(a.collectives), **link_kwargs(wl.hw))
+        hwl = HwWorkload(wl.graph(1), device="cuda", dist=dist_ctx, **ks.workload_kwargs(),
+                         **collective_kwargs(req.collectives), **link_kwargs(wl.hw))
     except WorkloadMemoryError as e:
         raise ValueError(str(e)) from None
     try:
-        ex = Executor(hwl, gemm=a.gemm)
-        ex.lane_priority = getattr(a, "lane_priority", "auto")
-        res = run_report(a, wl, cfg, dep, model, hw_sim, m, ex, make_trace=bool(a.trace))
+        ex = Executor(hwl, gemm=ks.gemm)
+        ex.lane_priority = ks.lane_priority
+        res = run_report(prep, ex, make_trace=bool(req.trace))
     except GreenContextError as e:
         raise ValueError(str(e)) from None
     if dist_ctx is not None:
@@ -411,8 +438,8 @@ def run_one(a) -> int:
         dist_ctx.dist.destroy_process_group()
         if rank != 0:                # rank 0 reports the step of the slowest rank
             return 0
-    label_run(a, res, wl)
-    print_run(a, res, wl, cfg, dep, m)
+    label_run(prep, res)
+    print_run(prep, res)
     return 0
 
 
@@ -429,27 +456,31 @@ def slowest_rank(ctx, res: dict) -> None:
     res["collectives_run"] = ctx.record()
 
 
-def label_run(a, res: dict, wl) -> None:
-    """Add to a ``run_report`` result how it was obtained: ``collectives`` (how the measured
-    runs executed them, ``provenance.collectives_label``) and ``prediction`` (which model
-    predicted it and the measured errors that apply, ``provenance.prediction_note``)."""
+def label_run(prep: PreparedRun, res: dict) -> None:
+    """Add to a ``run_report`` result ``res`` of ``prep`` how it was obtained: ``collectives``
+    (how the measured runs executed them, ``provenance.collectives_label``) and ``prediction``
+    (which model predicted it and the measured errors that apply,
+    ``provenance.prediction_note``)."""
     from subgpu_jax.app.provenance import collectives_label, prediction_note
 
-    res["collectives"] = collectives_label(getattr(a, "collectives", DEFAULT_COLLECTIVES))
-    res["prediction"] = prediction_note(wl.hw.name, a.calibration, wl.arch.name,
+    wl = prep.wl
+    res["collectives"] = collectives_label(prep.request.collectives)
+    res["prediction"] = prediction_note(wl.hw.name, prep.request.calibration, wl.arch.name,
                                         model_id=uncalibrated_model_id(wl.hw))
 
 
-def print_run(a, res: dict, wl, cfg, dep, m) -> None:
-    """Print ``run_report``'s result as JSON (``--json``) or as a table."""
-    if a.json:
+def print_run(prep: PreparedRun, res: dict) -> None:
+    """Print ``run_report``'s result ``res`` of ``prep`` as JSON (the request's ``json``) or as
+    a table."""
+    req, wl, cfg, dep, m = prep.request, prep.wl, prep.cfg, prep.dep, prep.m
+    if req.json:
         print(json.dumps(json_safe(res), indent=2, allow_nan=False))
         return
     hw = wl.hw
     from hw_runtime.gpu.workload import arch_label
     print(f"workload  {arch_label(wl.arch)} G={dep.global_batch} on {hw.name}; config "
           f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
-          f"mode={a.mode} streams/stage={res['config']['streams_per_stage']} "
+          f"mode={req.mode} streams/stage={res['config']['streams_per_stage']} "
           f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="
           f"{res['config'].get('elementwise', 'torch')} attention="
           f"{res['config'].get('attention', 'sdpa')}"
@@ -462,8 +493,8 @@ def print_run(a, res: dict, wl, cfg, dep, m) -> None:
     print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
           f"{res['speedup_predicted']:.3f}x")
     if res.get("collectives"):
-        hid = (": a gain may be that link time hidden" if collective_mode(getattr(
-            a, "collectives", DEFAULT_COLLECTIVES)).link_time else "")
+        hid = (": a gain may be that link time hidden"
+               if collective_mode(req.collectives).link_time else "")
         print(f"measured  with {res['collectives']}{hid}")
     if res.get("prediction"):
         print(f"predicted by {res['prediction']['made_by']}")

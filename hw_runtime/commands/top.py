@@ -7,62 +7,62 @@ import json
 import os
 
 from hw_runtime.commands.common import gpu_check, json_safe
-from hw_runtime.commands.records import record_options, search_records, top_records
+from hw_runtime.commands.records import record_request, search_records, top_records
+from hw_runtime.commands.request import RunRequest
 from hw_runtime.commands.run import prepare_run, repredict
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
 
 __all__ = ["run_top", "plot_measured_frontier"]
 
 
-def run_top(a) -> int:
-    """``subgpu run --from-search DIR --top K``: measure the K best predicted records of every
-    batch and the temporal baseline, write the measured frontier beside the predicted one;
-    exit code 0.
+def run_top(req: RunRequest) -> int:
+    """``subgpu run --from-search DIR --top K`` (``req.from_search``, ``req.top``): measure the
+    K best predicted records of every batch and the temporal baseline, write the measured
+    frontier beside the predicted one; exit code 0.
 
     Raises:
         ValueError: K < 1, a search for another GPU, or no GPU with green contexts."""
     from hw_runtime.gpu.executor import Executor
     from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
 
-    if a.top < 1:
-        raise ValueError(f"--top must be >= 1, got {a.top}")
-    groups = top_records(search_records(a.from_search), a.top, a.hardware)
+    if req.top < 1:
+        raise ValueError(f"--top must be >= 1, got {req.top}")
+    groups = top_records(search_records(req.from_search), req.top, req.workload.hardware)
     from subgpu_jax.model.checks import out_dir as _out_dir, replaceable_file
 
-    out_dir = str(_out_dir(a.out_dir or a.from_search, "--out-dir"))  # before any GPU work
+    out_dir = str(_out_dir(req.out_dir or req.from_search, "--out-dir"))  # before any GPU work
     for name in ("measured_frontier.json", "measured_frontier.png"):
         replaceable_file(os.path.join(out_dir, name), "--out-dir")
     gpu_check()
+    ks, t, mode, coll = req.kernels, req.timing, req.mode, req.collectives
     rows = []
     for G, recs in groups.items():
         hwl = ex = None
         for r in recs:
-            sub = record_options(a, r)
-            wl, cfg, dep, model, hw_sim, m = prepare_run(sub)
+            prep = prepare_run(record_request(req, r))
+            wl, cfg = prep.wl, prep.cfg
             if hwl is None:
                 try:
-                    hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise=a.elementwise,
-                                        attention=getattr(a, "attention", "auto"),
-                                        moe_gemm=getattr(a, "moe_gemm", "auto"),
-                                        **collective_kwargs(a.collectives),
-                                        **link_kwargs(wl.hw))
+                    hwl = TorchWorkload(wl.graph(1), device="cuda", **ks.workload_kwargs(),
+                                        **collective_kwargs(coll), **link_kwargs(wl.hw))
                 except WorkloadMemoryError as e:
                     raise ValueError(str(e)) from None
-                ex = Executor(hwl, gemm=a.gemm)
-                ex.lane_priority = getattr(a, "lane_priority", "auto")
+                ex = Executor(hwl, gemm=ks.gemm)
+                ex.lane_priority = ks.lane_priority
             if r["mode"] == "temporal":
-                meas = ex.measure(ex.temporal_config(), "temporal", a.rounds, a.replays, a.warmup)
+                meas = ex.measure(ex.temporal_config(), "temporal", t.rounds, t.replays,
+                                  t.warmup)
             else:
-                meas = ex.measure(cfg, a.mode, a.rounds, a.replays, a.warmup)
+                meas = ex.measure(cfg, mode, t.rounds, t.replays, t.warmup)
             T = meas.makespan_us
             pred = r["makespan_us"]
-            if a.collectives != "sleep" or (a.mode != "green" and r["mode"] != "temporal"):
+            if coll != "sleep" or (mode != "green" and r["mode"] != "temporal"):
                 # the search predicted green pools with the link time: predict this run as run
-                pred = repredict(wl, cfg, dep, model, hw_sim, m, sub.cache,  # resolved
-                                 "temporal" if r["mode"] == "temporal" else a.mode)
+                pred = repredict(wl, cfg, prep.dep, prep.model, prep.hw_sim, prep.m, prep.cache,
+                                 "temporal" if r["mode"] == "temporal" else mode)
             rows.append({"global_batch": G, "mode": r["mode"], "cuts": r["cuts"],
                          "sms": r["sms"], "microbatch": r["microbatch"], "D": r["D"],
-                         "run_mode": a.mode, "collectives": a.collectives,
+                         "run_mode": mode, "collectives": coll,
                          "predicted_us": pred, "measured_us": T,
                          "predicted_per_user_tok_s": 1e6 / pred,
                          "predicted_per_gpu_tok_s": r["per_gpu_tok_s"] * r["makespan_us"] / pred,
@@ -75,8 +75,8 @@ def run_top(a) -> int:
     from subgpu_jax.app.store import atomic_write
 
     atomic_write(os.path.join(out_dir, "measured_frontier.json"),
-                 json.dumps(json_safe({"search": a.from_search, "top": a.top, "rows": rows}),
-                            indent=1, allow_nan=False), "--out-dir")
+                 json.dumps(json_safe({"search": req.from_search, "top": req.top,
+                                       "rows": rows}), indent=1, allow_nan=False), "--out-dir")
     plot_measured_frontier(rows, os.path.join(out_dir, "measured_frontier.png"))
     print(f"wrote {os.path.join(out_dir, 'measured_frontier.json')} and measured_frontier.png")
     return 0

@@ -533,6 +533,7 @@ def test_reproduce_command_carries_streams_per_stage():
 def test_from_search_runs_the_records_streams_per_stage(small_search, tmp_path):
     """``subgpu run --from-search`` builds the search's best configuration with the streams per
     stage the search scored it with (it used to run it with one stream per stage)."""
+    from hw_runtime.commands.request import RunRequest
     from hw_runtime.commands.run import prepare_run
 
     folder, _, summ = small_search
@@ -540,9 +541,9 @@ def test_from_search_runs_the_records_streams_per_stage(small_search, tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps(two))
     a = build_parser().parse_args(["run", "--from-search", str(tmp_path), "--model",
                                    "gpt-oss-20b"])
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-    assert cfg.streams_per_stage == 2 and a.streams_per_stage == 2
+    prep = prepare_run(RunRequest.from_args(a))
+    assert prep.cfg.streams_per_stage == 2 and prep.request.config.streams_per_stage == 2
     a1 = build_parser().parse_args(["run", "--from-search", str(folder), "--model",
                                     "gpt-oss-20b"])
-    assert prepare_run(a1)[1].streams_per_stage == int(
+    assert prepare_run(RunRequest.from_args(a1)).cfg.streams_per_stage == int(
         summ["best_speedup_record"].get("streams_per_stage") or 1)

@@ -339,9 +339,9 @@ class StepFakeExecutor:
 def fake_executor(monkeypatch):
     real = hwrun.prepare_run
 
-    def prepare(a):
-        out = real(a)
-        StepFakeExecutor.current.update(wl=out[0], dep=out[2])
+    def prepare(req):
+        out = real(req)
+        StepFakeExecutor.current.update(wl=out.wl, dep=out.dep)
         return out
 
     for mod in (hwrun, hwtop):

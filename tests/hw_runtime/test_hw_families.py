@@ -387,9 +387,9 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
     two runs listed; an executor stand-in that replays the ``StepPlan`` with static durations
     measures exactly ``time_step(..., StaticTimer(hw))`` (the oracle of
     ``test_step_plan_equals_simulated_step``), head included."""
-    import argparse
     import json
 
+    from hw_runtime.commands.request import RunRequest, Timing, WorkloadOptions
     from hw_runtime.commands.run import prepare_run, run_report
     from hw_runtime.gpu.executor import Measurement
     from subgpu_jax.space.config import temporal_of
@@ -401,13 +401,12 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
     cfg_json.update(num_hidden_layers=10, first_k_dense_replace=1)
     path = tmp_path / "ds10.json"
     path.write_text(json.dumps(cfg_json))
-    a = argparse.Namespace(model=str(path), hardware="H200", gpus=8, tp=8, dp=1, ep=8,
-                           expert_dtype=None, batch=64, input_len=4096, kv_history=4096,
-                           cuts=None, sms=None, microbatch=None, reuse=None,
-                           policy="wavefront", from_search=None, mode="green", rounds=1,
-                           replays=2, warmup=0, no_check=True, calibration=None, cache=None,
-                           json=True, streams_per_stage=1, trace=None)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    a = RunRequest(workload=WorkloadOptions(model=str(path), hardware="H200", gpus=8, tp=8,
+                                            dp=1, ep=8, batch=64, input_len=4096,
+                                            kv_history=4096),
+                   timing=Timing(rounds=1, replays=2, warmup=0, check=False), json=True)
+    prep = prepare_run(a)
+    wl, dep, model, hw_sim = prep.wl, prep.dep, prep.model, prep.hw_sim
     sd = StaticDurationModel(H200)
 
     class StepFake:
@@ -430,9 +429,9 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
                                spread=0.0, replays=replays, rounds=rounds, warmup=warmup,
                                capture_s=0.0, graph_nodes=None, plan=plan.summary())
 
-    res = run_report(a, wl, cfg, dep, model, hw_sim, m, StepFake())
+    res = run_report(prep, StepFake())
     fp1 = build_forward(wl.arch, dep, 1)
-    want_t = time_step(fp1, temporal_of(wl), EventTimer(hw_sim, model, a.cache),
+    want_t = time_step(fp1, temporal_of(wl), EventTimer(hw_sim, model, prep.cache),
                        record=False).makespan_us
     assert res["temporal"]["predicted_us"] == pytest.approx(want_t, rel=1e-9)
     assert [r["instances"] for r in res["step"]["runs"]] == [1, 9]

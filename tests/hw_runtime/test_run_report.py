@@ -5,12 +5,12 @@ busy/idle time and the error breakdown, which must add up exactly."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
 import pytest
 
+from hw_runtime.commands.request import ConfigOptions, RunRequest, Timing, WorkloadOptions
 from hw_runtime.commands.run import prepare_run, run_report
 from hw_runtime.gpu.executor import Measurement
 from hw_runtime.plan import FakeStreamBackend, build_launch_plan, issue_plan
@@ -69,36 +69,41 @@ class FakeExecutor:
         return {"activities": acts, "plan_object": plan}
 
 
-def _args(tmp_path, **kw):
-    base = dict(model="gpt-oss-120b", hardware="H200", gpus=32, tp=8, dp=4, ep=None, batch=512,
-                input_len=32768, kv_history=32768, cuts="L1.attn, L1.o_proj", sms="64,64",
-                microbatch=64, reuse=True, policy="wavefront", from_search=None, mode="green",
-                rounds=1, replays=2, warmup=0, no_check=False, calibration=None, cache=None,
-                json=True, streams_per_stage=1, trace=str(tmp_path / "t.json"))
-    base.update(kw)
-    return argparse.Namespace(**base)
+def _args(tmp_path, trace="t.json", check=True, **kw):
+    """The request of a 2-stage gpt-oss-120b run (TP8 x DP4, G=512, 32k tokens): one timing
+    round of 2 replays (``check``: the output check), a trace file in ``tmp_path`` (None:
+    none); ``kw``: ``mode`` and ``collectives``, and ``ConfigOptions`` fields in place of the
+    2-stage split's."""
+    run = {k: kw.pop(k) for k in ("mode", "collectives") if k in kw}
+    opts = dict(cuts="L1.attn, L1.o_proj", sms="64,64", microbatch=64, reuse=True)
+    opts.update(kw)
+    return RunRequest(
+        workload=WorkloadOptions(model="gpt-oss-120b", hardware="H200", gpus=32, tp=8, dp=4,
+                                 batch=512, input_len=32768, kv_history=32768),
+        config=ConfigOptions(**opts), timing=Timing(rounds=1, replays=2, warmup=0, check=check),
+        json=True, trace=None if trace is None else str(tmp_path / trace), **run)
 
 
 def test_json_without_from_search_names_the_cuts(tmp_path):
     """The report of an explicit ``--cuts/--sms`` run (no ``--from-search``) is JSON-serialisable
     and names the cuts by kernel (the fix of the ``starts is None`` crash)."""
-    a = _args(tmp_path, trace=None)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-    res = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl))
+    prep = prepare_run(_args(tmp_path, trace=None))
+    res = run_report(prep, FakeExecutor(prep.wl))
     json.dumps(res)
     assert res["config"]["cuts"] == ["L1.attn", "L1.o_proj"]
     assert res["config"]["sms"] == [64, 64] and res["config"]["microbatches"] == 2
     assert res["speedup_measured"] == pytest.approx(
         res["temporal"]["measured_us"] / res["run"]["measured_us"])
-    assert a.cache == "lru"  # no calibration: the L2 model stays on
+    assert prep.cache == "lru"  # no calibration: the L2 model stays on
 
 
 def test_trace_has_measured_and_simulated_processes(tmp_path):
     """``--trace``: one process per timeline, one track per stage, every launch of the plan
     mapped once; busy + idle = span per stage; the error split adds up exactly."""
     a = _args(tmp_path)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-    res = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl), make_trace=True)
+    prep = prepare_run(a)
+    wl, m = prep.wl, prep.m
+    res = run_report(prep, FakeExecutor(wl), make_trace=True)
     tl = res["timeline"]
     ev = json.load(open(a.trace))["traceEvents"]
     names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
@@ -125,10 +130,10 @@ def test_unmapped_trace_keeps_the_measurement(tmp_path, capsys):
             out = super().profile(cfg, mode, streams_per_stage)
             out["activities"] = out["activities"][:-3]     # the last 3 activities lost
             return out
-    a = _args(tmp_path)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-    ok = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl), make_trace=True)
-    bad = run_report(a, wl, cfg, dep, model, hw_sim, m, Dropping(wl), make_trace=True)
+    prep = prepare_run(_args(tmp_path))
+    wl, cfg = prep.wl, prep.cfg
+    ok = run_report(prep, FakeExecutor(wl), make_trace=True)
+    bad = run_report(prep, Dropping(wl), make_trace=True)
     assert bad["run"] == ok["run"] and bad["temporal"] == ok["temporal"]
     tl = bad["timeline"]
     assert "trace mapping" in tl["error"] and os.path.exists(tl["activities_file"])
@@ -154,8 +159,8 @@ def test_error_breakdown_adds_up():
 
 def test_mapping_refuses_wrong_counts(tmp_path):
     """Activity counts that do not match a stream's activities give a one-line MappingError."""
-    a = _args(tmp_path)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    prep = prepare_run(_args(tmp_path))
+    wl, cfg, m = prep.wl, prep.cfg, prep.m
     ex = FakeExecutor(wl)
     prof = ex.profile(cfg)
     with pytest.raises(MappingError, match="lane"):
@@ -165,8 +170,8 @@ def test_mapping_refuses_wrong_counts(tmp_path):
 def test_streams_per_stage_lanes(tmp_path):
     """With 2 streams per stage the plan has 2*D lanes, tasks alternate between a stage's two
     lanes, and the profiled timeline still maps one interval per launch."""
-    a = _args(tmp_path)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    prep = prepare_run(_args(tmp_path))
+    wl, cfg, m = prep.wl, prep.cfg, prep.m
     plan = build_launch_plan(wl.graph(m), cfg, wl.batch, 2)
     assert plan.num_streams == 4
     per_stage = {}
@@ -250,8 +255,8 @@ def test_task_block_mapping_when_lanes_are_split(tmp_path):
     """The CUDA graph executor may replay one lane on many hardware streams (seen on the H200
     with 2 streams per stage): with activity names, every task is still mapped once, to the
     right op intervals."""
-    a = _args(tmp_path)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    prep = prepare_run(_args(tmp_path))
+    wl, cfg, m = prep.wl, prep.cfg, prep.m
     ex = FakeExecutor(wl)
     prof = ex.profile(cfg, streams_per_stage=2)
     plan = prof["plan_object"]
@@ -273,26 +278,28 @@ def test_task_block_mapping_when_lanes_are_split(tmp_path):
         assert r["activities"] == names[r["op"]]
 
 
-def test_record_options_carry_the_records_streams_and_input_length():
+def test_record_request_carries_the_records_streams_and_input_length():
     """``--from-search --top`` measures each record as searched: its streams per stage and input
     length (it used to run every record with one stream per stage); a SubGPU record's
     configuration travels as the record (decoded once by ``Config.from_record`` in
     ``prepare_run``), not as option strings."""
-    import argparse
-    from hw_runtime.commands.records import record_options
+    from hw_runtime.commands.records import record_request
 
-    a = argparse.Namespace(policy="wavefront", input_len=32768, streams_per_stage=1,
-                           from_search="x", top=2)
+    a = RunRequest(workload=WorkloadOptions(model="gpt-oss-120b", hardware="H200", gpus=32,
+                                            tp=8, dp=4, batch=512, input_len=32768,
+                                            kv_history=32768),
+                   from_search="x", top=2)
     r = {"num_gpus": "8", "attn_tp": "8", "attn_dp": "1", "moe_ep": "1", "global_batch": "2048",
          "kv_history": "1024", "input_len": "1024", "cuts": "L0.mlp_up", "sms": "40|88",
          "microbatch": "512", "w": "0", "policy": "wavefront", "streams_per_stage": "2",
          "mode": "subgpu"}
-    sub = record_options(a, r)
-    assert (sub.streams_per_stage, sub.input_len, sub.record) == (2, 1024, r)
-    assert (sub.cuts, sub.sms, sub.microbatch, sub.reuse) == (None, None, None, None)
-    assert (sub.gpus, sub.tp, sub.dp, sub.ep, sub.batch) == (8, 8, 1, 1, 2048)
-    assert sub.from_search is None and sub.top is None and a.streams_per_stage == 1
-    t = record_options(a, dict(r, mode="temporal", cuts="", sms="132"))
+    sub = record_request(a, r)
+    c, w = sub.config, sub.workload
+    assert (c.streams_per_stage, w.input_len, c.record) == (2, 1024, r)
+    assert (c.cuts, c.sms, c.microbatch, c.reuse) == (None, None, None, None)
+    assert (w.gpus, w.tp, w.dp, w.ep, w.batch) == (8, 8, 1, 1, 2048)
+    assert sub.from_search is None and sub.top is None and a.config.streams_per_stage == 1
+    t = record_request(a, dict(r, mode="temporal", cuts="", sms="132")).config
     assert (t.streams_per_stage, t.cuts, t.sms, t.record, t.microbatch) == (1, None, None,
                                                                             None, 512)
 
@@ -303,8 +310,8 @@ def test_task_blocks_tolerate_a_truncated_stream_tail(tmp_path):
     other launch is mapped exactly as without the loss; more than ``MAX_TRUNCATED`` missing is
     refused."""
     from hw_runtime.timeline import MAX_TRUNCATED
-    a = _args(tmp_path, streams_per_stage=2)
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
+    prep = prepare_run(_args(tmp_path, streams_per_stage=2))
+    wl, cfg, m = prep.wl, prep.cfg, prep.m
     ex = FakeExecutor(wl)
     prof = ex.profile(cfg, streams_per_stage=2)
     plan = prof["plan_object"]
@@ -374,10 +381,9 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
 
     res = {}
     for c in ("sleep", "none"):
-        a = _args(tmp_path, collectives=c, trace=None, no_check=True)
-        wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-        assert model.link_time is (c == "sleep")
-        res[c] = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl))
+        prep = prepare_run(_args(tmp_path, collectives=c, trace=None, check=False))
+        assert prep.model.link_time is (c == "sleep")
+        res[c] = run_report(prep, FakeExecutor(prep.wl))
         assert res[c]["config"]["collectives"] == c
     assert res["none"]["temporal"]["predicted_us"] < res["sleep"]["temporal"]["predicted_us"]
     assert res["none"]["run"]["predicted_us"] < res["sleep"]["run"]["predicted_us"]
@@ -391,32 +397,31 @@ def test_multistream_run_is_predicted_as_multistream(tmp_path):
     green-context split (the two differ on this configuration)."""
     from hw_runtime.commands.run import repredict
 
-    a = _args(tmp_path, trace=None, no_check=True, mode="multistream")
-    wl, cfg, dep, model, hw_sim, m = prepare_run(a)
-    r = run_report(a, wl, cfg, dep, model, hw_sim, m, FakeExecutor(wl))
-    ms = repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "multistream")
-    gr = repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "green")
+    prep = prepare_run(_args(tmp_path, trace=None, check=False, mode="multistream"))
+    r = run_report(prep, FakeExecutor(prep.wl))
+    args = (prep.wl, prep.cfg, prep.dep, prep.model, prep.hw_sim, prep.m, prep.cache)
+    ms = repredict(*args, "multistream")
+    gr = repredict(*args, "green")
     assert r["run"]["predicted_us"] == pytest.approx(ms)
     assert ms != pytest.approx(gr)
-    assert repredict(wl, cfg, dep, model, hw_sim, m, a.cache, "temporal") == pytest.approx(
+    assert repredict(*args, "temporal") == pytest.approx(
         r["temporal"]["predicted_us"])
 
 
 def test_a_record_runs_the_configuration_its_options_name(tmp_path):
-    """A search record given to ``prepare_run`` (``record_options``: decoded by
+    """A search record given to ``prepare_run`` (``record_request``: decoded by
     ``Config.from_record``) yields the Config, deployment and prediction inputs that the same
     configuration given as ``--cuts/--sms/--microbatch/--reuse`` options does; a record naming
     a kernel the model lacks is one ``--from-search`` line. Oracle: the options path."""
-    from hw_runtime.commands.records import record_options
+    from hw_runtime.commands.records import record_request
 
     a = _args(tmp_path, trace=None, streams_per_stage=2, policy="layer_major",
               cuts="L1.attn,L1.o_proj", sms="32,64,32", microbatch=128, reuse=False)
-    wl, cfg, dep, _, hw_sim, m = prepare_run(a)
-    rec = {**dep.to_record(), "mode": "subgpu", "hardware": "H200",
-           **cfg.to_record(wl.graph(1), m)}
-    b = record_options(_args(tmp_path, trace=None), rec)
-    wl2, cfg2, dep2, _, hw2, m2 = prepare_run(b)
-    assert (cfg2, dep2, m2, hw2) == (cfg, dep, m, hw_sim)
-    assert cfg2.streams_per_stage == 2 and cfg2.policy == "layer_major" and cfg2.w == 0
+    p = prepare_run(a)
+    rec = {**p.dep.to_record(), "mode": "subgpu", "hardware": "H200",
+           **p.cfg.to_record(p.wl.graph(1), p.m)}
+    p2 = prepare_run(record_request(_args(tmp_path, trace=None), rec))
+    assert (p2.cfg, p2.dep, p2.m, p2.hw_sim) == (p.cfg, p.dep, p.m, p.hw_sim)
+    assert p2.cfg.streams_per_stage == 2 and p2.cfg.policy == "layer_major" and p2.cfg.w == 0
     with pytest.raises(ValueError, match="--from-search: the record's configuration"):
-        prepare_run(record_options(_args(tmp_path, trace=None), dict(rec, cuts="L1.nope")))
+        prepare_run(record_request(_args(tmp_path, trace=None), dict(rec, cuts="L1.nope")))
