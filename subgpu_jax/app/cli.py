@@ -675,15 +675,12 @@ def _cmd_search(a) -> int:
                                             moe_ep=e0, global_batch=d0,
                                             input_len=a.input_len, kv_history=a.kv_history), hw)
         setup = cal.bind(hw)
-        # every grid point's graph measured, before any point is scored (a point stored and
-        # then a refusal would leave a sweep timed partly by the analytical model)
-        for dep, m in dict.fromkeys((p.deploy, p.microbatches) for p in pts):
-            try:
-                cal.check_graph(_bg(arch, dep, m))
-            except ValueError as e:
-                raise ValueError(f"{e} (--calibration {a.calibration}); or search only the "
-                                 "batches and microbatch counts it measured (--batches, "
-                                 "--microbatches)") from None
+        try:  # every grid point's graph measured, before any point is scored
+            cal.check_grid(arch, ((p.deploy, p.microbatches) for p in pts))
+        except ValueError as e:
+            raise ValueError(f"{e} (--calibration {a.calibration}); or search only the batches "
+                             "and microbatch counts it measured (--batches, --microbatches)"
+                             ) from None
         meta["calibration"] = file_digest(a.calibration)  # content (store.grid_fingerprint)
         meta["about"] = {**meta.get("about", {}), "calibration": a.calibration}
     cluster = None

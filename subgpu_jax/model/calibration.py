@@ -47,11 +47,11 @@ import json
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from subgpu_jax.model.graph import Deployment, Kernel, OpGraph
+from subgpu_jax.model.graph import Deployment, Kernel, OpGraph, build_graph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.setup import GpuSetup
 
@@ -292,6 +292,18 @@ class Calibration:
             if int(getattr(deploy, f)) != int(self.deployment[f]):
                 raise ValueError(f"calibration is for deployment {f}={self.deployment[f]}, the "
                                  f"workload has {f}={getattr(deploy, f)}")
+
+    def check_grid(self, arch, points: Iterable[tuple[Deployment, int]]) -> None:
+        """Every graph of a sweep measured: ``check_graph`` on ``build_graph(arch, deploy, m)``
+        of each distinct (deployment, microbatch count) of ``points``, before any is scored
+        (a sweep that stored a point and then met an unmeasured kernel would be timed partly by
+        the analytical model).
+
+        Raises:
+            ValueError: as ``check_graph``, for the first graph with an unmeasured kernel.
+        """
+        for dep, m in dict.fromkeys(points):
+            self.check_graph(build_graph(arch, dep, m))
 
     def check_graph(self, graph: OpGraph) -> None:
         """Every kernel of ``graph`` must have a measured table.
