@@ -1,7 +1,8 @@
 """Where one block of the exhaustive grid point spends its time (issue 42 item 4), per max-plus
 kernel: the allocations unranked on the device, the segment durations gathered, the recurrence
 (``score.maxplus``: ``xla`` vmapped and fused by XLA, ``pallas`` one Pallas/Triton kernel at
-several block sizes) and the block's top-k, each timed alone on the same block of the
+several block sizes) and the block's top-k (one ``lax.top_k``, or ``massive.block_topk``'s
+two stages), each timed alone on the same block of the
 exhaustive instance of ``exhaustive_gridpoint.py`` (GPT-OSS 120B 20-operator chain on B200,
 L = 18, m = 2, D = 5, w = 0; 2 cuts x 2,097,152 allocations), median of 5 runs after a
 warm-up, with the makespans of the two kernels compared bit for bit.
@@ -28,8 +29,9 @@ import numpy as np  # noqa: E402
 
 from exhaustive_gridpoint import make_instance  # noqa: E402
 from subgpu_jax import get_hardware  # noqa: E402
-from subgpu_jax.score.massive import (DagProgram, chain_segment_table,  # noqa: E402
-                                      unrank_allocation, unrank_chain_bounds)
+from subgpu_jax.score.massive import (DagProgram, block_topk,  # noqa: E402
+                                      chain_segment_table, unrank_allocation,
+                                      unrank_chain_bounds)
 from subgpu_jax.score.maxplus import PallasMaxPlus, XlaMaxPlus  # noqa: E402
 from subgpu_jax.space.config import binding, chain_cut, count_allocations  # noqa: E402
 from subgpu_jax.space.taskdag import build_task_dag  # noqa: E402
@@ -77,6 +79,8 @@ def main(argv=None) -> int:
     rows["xla_gather_and_recurrence_s"], ref = timed(xla, flat, segids, allocs)
     topk = jax.jit(lambda v: jax.lax.top_k(-v.reshape(-1), 8))
     rows["top_k_s"], _ = timed(topk, ref)
+    two = jax.jit(lambda v: block_topk(v.reshape(-1), 8))
+    rows["block_topk_s"], _ = timed(two, ref)
     argmin = jax.jit(lambda v: (jnp.min(v), jnp.argmin(v.reshape(-1))))
     rows["min_argmin_s"], _ = timed(argmin, ref)
     rows["pallas"] = {}

@@ -53,7 +53,7 @@ __all__ = [
     "DagProgram", "dag_makespan", "chain_segment_table", "cut_segment_table", "BlockPlan",
     "plan_blocks", "bytes_per_candidate", "MassiveEvaluator", "TopK", "StreamingPareto",
     "ExhaustiveChainResult", "exhaustive_chain", "numpy_makespans",
-    "MIN_BLOCK",
+    "MIN_BLOCK", "TOPK_ROW", "PRECOMPUTED_ALLOCS_BYTES", "block_topk",
 ]
 
 #: Smallest block (candidates per compiled call) a memory budget must allow.
@@ -292,19 +292,53 @@ class StreamingPareto:
 
 
 # ============================================================================ the block function
-def _block_impl(seg_tab, bases, *, prog: DagProgram, mode: str, n: int, stage: tuple,
+#: Row width of the block's two-stage top-k (``block_topk``): each row's k best, then the k best
+#: of those; exact (the k best of the block are among their rows' k best) and, on the H100, far
+#: cheaper than one top-k over millions of makespans (``experiments/bench_maxplus_parts.py``).
+TOPK_ROW = 1024
+#: Largest device array (bytes) of every allocation of the space precomputed once
+#: (``MassiveEvaluator``): a block then slices it instead of unranking its allocations again
+#: (unranking 1,088,430 allocations took 16x the recurrence of 2 cuts x those allocations on
+#: an H100, ``bench_maxplus_parts.py``). Larger spaces unrank per block.
+PRECOMPUTED_ALLOCS_BYTES = 256 * 2**20
+
+
+def block_topk(ms: jax.Array, k: int, row: int = TOPK_ROW) -> tuple[jax.Array, jax.Array]:
+    """The ``k`` smallest of the flat makespans ``ms`` (B,) and their indices, ascending, ties
+    to the lowest index (as ``lax.top_k`` of the negated values): per row of ``row`` values
+    (the tail padded with +inf), then over the rows' k best. Exact: each of the k smallest is
+    among its row's k smallest. Falls back to one ``lax.top_k`` when B <= row or k > row."""
+    B = ms.shape[0]
+    if B <= row or k > row:
+        neg, idx = jax.lax.top_k(-ms, k)
+        return -neg, idx.astype(jnp.int32)
+    R = -(-B // row)
+    x = jnp.pad(ms, (0, R * row - B), constant_values=jnp.inf).reshape(R, row)
+    neg, idx = jax.lax.top_k(-x, k)                                      # (R, k) each row
+    flat_idx = (jnp.arange(R, dtype=jnp.int32)[:, None] * row + idx).reshape(-1)
+    neg2, j = jax.lax.top_k(neg.reshape(-1), k)
+    return -neg2, flat_idx[j]
+
+
+def _block_impl(seg_tab, bases, allocs_all, *, prog: DagProgram, mode: str, n: int, stage: tuple,
                 D: int, budget: int, quantum: int, minimum: int, n_cuts: int, n_allocs: int,
                 cut_block: int, alloc_block: int, topk: int, barrier_every: int, N1: int,
                 kernel: MaxPlusKernel):
     """Score one block (per device) with ``kernel`` (``score.maxplus``): bases (1, 2) int32 =
-    (cut rank base, alloc rank base).
+    (cut rank base, alloc rank base); ``allocs_all``: every allocation of the space (rows padded
+    to a multiple of ``alloc_block``), or a (1, D) placeholder: unrank the block's own.
 
     Returns (vals (1, topk) f32, flat index (1, topk) int32 within the block)."""
     cut0, a0 = bases[0, 0], bases[0, 1]
     ar = a0 + jnp.arange(alloc_block, dtype=jnp.int32)
     a_ok = ar < n_allocs
-    allocs = jax.vmap(lambda r: unrank_allocation(r, D, budget, quantum, minimum))(
-        jnp.minimum(ar, n_allocs - 1))                                   # (AB, D)
+    if allocs_all.shape[0] >= n_allocs:
+        allocs = jax.lax.dynamic_slice_in_dim(allocs_all, jnp.minimum(a0, allocs_all.shape[0]
+                                                                      - alloc_block),
+                                              alloc_block)              # (AB, D)
+    else:
+        allocs = jax.vmap(lambda r: unrank_allocation(r, D, budget, quantum, minimum))(
+            jnp.minimum(ar, n_allocs - 1))                               # (AB, D)
     cr = cut0 + jnp.arange(cut_block, dtype=jnp.int32)
     c_ok = cr < n_cuts
     K = prog.K
@@ -319,8 +353,8 @@ def _block_impl(seg_tab, bases, *, prog: DagProgram, mode: str, n: int, stage: t
     ms = kernel.block_makespans(prog, flat, segids, allocs, stage_a, N1,
                                 barrier_every)                          # (CB, AB)
     ms = jnp.where(c_ok[:, None] & a_ok[None, :], ms, jnp.inf).reshape(-1)
-    neg, idx = jax.lax.top_k(-ms, topk)
-    return (-neg)[None], idx.astype(jnp.int32)[None]
+    vals, idx = block_topk(ms, topk)
+    return vals[None], idx[None]
 
 
 class MassiveEvaluator:
@@ -403,6 +437,9 @@ class MassiveEvaluator:
         self.topk = int(topk)
         per = bytes_per_candidate(self.prog.T, K, D)
         fixed = int(seg_tab.size * 4 + 65536)
+        pre = self.n_allocs * D * 4 <= PRECOMPUTED_ALLOCS_BYTES
+        if pre:  # every allocation on the device once, sliced by each block
+            fixed += int(self.n_allocs * D * 4 * 2)
         plan = plan_blocks(self.n_cuts, self.n_allocs, per, fixed, memory_budget, max_block,
                            topk)
         if cut_block is not None or alloc_block is not None:
@@ -414,7 +451,10 @@ class MassiveEvaluator:
         self.plan = plan
         self.barrier_every = int(barrier_every)
         self.kernel = XlaMaxPlus() if kernel is None else kernel
-        fn = partial(_block_impl, kernel=self.kernel, prog=self.prog, mode=mode, n=n, stage=self.stage, D=D,
+        self.allocs_dev = (self._all_allocations(plan.alloc_block) if pre
+                           else jnp.zeros((1, D), jnp.int32))
+        fn = partial(_block_impl, kernel=self.kernel, prog=self.prog, mode=mode, n=n,
+                     stage=self.stage, D=D,
                      budget=budget, quantum=quantum, minimum=minimum, n_cuts=self.n_cuts,
                      n_allocs=self.n_allocs, cut_block=plan.cut_block,
                      alloc_block=plan.alloc_block, topk=self.topk,
@@ -424,8 +464,20 @@ class MassiveEvaluator:
         else:
             from jax.sharding import Mesh, PartitionSpec as P
             mesh = Mesh(np.array(jax.local_devices()[: self.devices]), ("cand",))
-            self._fn = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(P(), P("cand")),
+            self._fn = jax.jit(jax.shard_map(fn, mesh=mesh, in_specs=(P(), P("cand"), P()),
                                              out_specs=(P("cand"), P("cand"))))
+
+    def _all_allocations(self, block: int) -> jax.Array:
+        """Every allocation of the space, (ceil(n_allocs / block) * block, D) int32 on the
+        device (rank order; the padding rows repeat the last one, masked by the blocks),
+        unranked once in chunks of ``block``."""
+        D, budget, quantum, minimum = self.space
+        f = jax.jit(jax.vmap(lambda r: unrank_allocation(r, D, budget, quantum, minimum)))
+        rows = -(-self.n_allocs // block) * block
+        chunk = block * max(1, 2**16 // block)       # few calls whatever the block
+        parts = [f(jnp.minimum(jnp.arange(a, min(a + chunk, rows), dtype=jnp.int32),
+                               self.n_allocs - 1)) for a in range(0, rows, chunk)]
+        return jnp.concatenate(parts) if len(parts) > 1 else parts[0]
 
     @property
     def total(self) -> int:
@@ -468,7 +520,7 @@ class MassiveEvaluator:
             if limit is not None and ncall >= limit:
                 break
             bases = jnp.asarray(np.array(grp, dtype=np.int32))
-            out = self._fn(self.seg_tab, bases)
+            out = self._fn(self.seg_tab, bases, self.allocs_dev)
             for c0, a0 in grp:
                 evaluated += max(0, min(cb, self.n_cuts - c0)) * max(0, min(ab, self.n_allocs - a0))
             if pending is not None:

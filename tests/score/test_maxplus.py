@@ -85,3 +85,20 @@ def test_registry_and_bad_options():
             PallasMaxPlus(block=bad)
     with pytest.raises(ValueError, match="num_warps"):
         PallasMaxPlus(num_warps=0)
+
+
+@pytest.mark.parametrize("B,k,row", [(5000, 8, 256), (4096, 8, 1024), (300, 5, 256),
+                                     (1000, 300, 256)])
+def test_block_topk_equals_one_top_k_with_ties(B, k, row):
+    """The two-stage top-k gives ``lax.top_k``'s values and indices (ties to the lowest index)
+    on values with many ties and a ragged last row."""
+    import jax
+
+    from subgpu_jax.score.massive import block_topk
+
+    rng = np.random.default_rng(B + k)
+    ms = jnp.asarray(rng.integers(0, 40, B).astype(np.float32))
+    v, i = block_topk(ms, k, row)
+    neg, j = jax.lax.top_k(-ms, k)
+    np.testing.assert_array_equal(np.asarray(v), -np.asarray(neg))
+    np.testing.assert_array_equal(np.asarray(i), np.asarray(j))
