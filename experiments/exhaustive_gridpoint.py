@@ -125,6 +125,10 @@ def main() -> None:
                     help="with --kernel pallas: candidates per program (a power of two)")
     ap.add_argument("--num-warps", type=int, default=None,
                     help="with --kernel pallas on a GPU: warps per program")
+    ap.add_argument("--baseline", action="store_true",
+                    help="the blocks as before issue 42's change: each unranks its own "
+                         "allocations and takes one top-k over the whole block (the same "
+                         "records; for a same-run comparison)")
     ap.add_argument("--cuts-limit", type=int, default=None,
                     help="only the first N cut blocks' calls per w (CI; not certified)")
     ap.add_argument("--time-limit", type=float, default=540.0, help="s, for --num-regions auto")
@@ -139,6 +143,10 @@ def main() -> None:
     hw = dataclasses.replace(get_hardware(a.hardware), sm_quantum=a.quantum,
                              min_pool_sms=a.minimum, sm_budget=a.budget)
     m, D = a.microbatches, a.D
+    if a.baseline:
+        import subgpu_jax.score.massive as massive
+        massive.PRECOMPUTED_ALLOCS_BYTES = 0      # unrank per block
+        massive.TOPK_ROW = 2**62                  # one top-k per block
     kopts = {k: v for k, v in (("block", a.block), ("num_warps", a.num_warps)) if v is not None}
     try:
         kernel = maxplus_kernel(a.kernel, **kopts)
@@ -230,6 +238,7 @@ def main() -> None:
                         "candidates": sum(v["cuts"] * v["allocations"] for v in results.values())},
            "probe": probe, "backend": jax.default_backend(), "devices": a.devices,
            "kernel": {"name": kernel.name, **{k: getattr(kernel, k) for k in kopts}},
+           "baseline_blocks": bool(a.baseline),
            "device_kind": jax.devices()[0].device_kind, "machine": platform.machine(),
            "jax": jax.__version__, "certified": complete, "optimum": best,
            "evaluated": evaluated, "seconds": secs, "evals_per_s": evaluated / max(secs, 1e-9),
