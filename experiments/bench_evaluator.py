@@ -41,6 +41,8 @@ import numpy as np  # noqa: E402
 from subgpu_jax import REFERENCE_DEPLOYMENT, build_graph, get_hardware, get_model  # noqa: E402
 from subgpu_jax.score.evaluator import Evaluator  # noqa: E402
 from subgpu_jax.score.massive import MassiveEvaluator, numpy_makespans  # noqa: E402
+from subgpu_jax.score.maxplus import (DEFAULT_MAXPLUS_KERNEL, MAXPLUS_KERNELS,  # noqa: E402
+                                      maxplus_kernel)
 from subgpu_jax.space.config import cut_from_starts, enumerate_allocations  # noqa: E402
 
 
@@ -93,8 +95,16 @@ def main() -> None:
     ap.add_argument("--nx-allocs", type=int, default=3)
     ap.add_argument("--scan-allocs", type=int, default=8192)
     ap.add_argument("--vcontention", action="store_true")
+    ap.add_argument("--kernel", default=DEFAULT_MAXPLUS_KERNEL, choices=tuple(MAXPLUS_KERNELS),
+                    help="the max-plus kernel of the massive rows (score.maxplus)")
+    ap.add_argument("--block", type=int, default=None,
+                    help="with --kernel pallas: candidates per program (a power of two)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    try:
+        kernel = maxplus_kernel(a.kernel, **({"block": a.block} if a.block else {}))
+    except (ValueError, TypeError) as e:
+        ap.error(f"--kernel {a.kernel}: {e}")
     cpu = jax.default_backend() == "cpu"
     calls = a.calls or (4 if cpu else 40)
     max_block = a.max_block or (16384 if cpu else 2**21)
@@ -119,7 +129,7 @@ def main() -> None:
             me = MassiveEvaluator(ev.dag, ev.kernel_table, D, 0, hw.sm_budget, hw.sm_quantum,
                                   hw.min_pool_sms, mode="fixed", seg_of=seg, topk=8,
                                   max_block=max_block, memory_budget=a.memory_budget,
-                                  barrier_every=be)
+                                  barrier_every=be, kernel=kernel)
             t0 = time.perf_counter()
             me.run(limit=1)
             t_comp = time.perf_counter() - t0
@@ -150,7 +160,7 @@ def main() -> None:
         diff = float(max(diff_np, np.max(np.abs(np.asarray(ref_nx) - got[: a.nx_allocs]))))
         row = {"workload": name, "model": "gpt-oss-120b", "hardware": hw.name,
                "microbatches": g.microbatches, "num_regions": g.num_regions, "D": D, "w": 0,
-               "tasks": ev.dag.T, "backend": jax.default_backend(),
+               "tasks": ev.dag.T, "backend": jax.default_backend(), "kernel": kernel.name,
                "massive_evals_per_s": r.evals_per_s, "massive_evaluated": r.evaluated,
                "barrier_every": be, "block": me.plan.size, "tried": tried,
                "scan_evals_per_s": scan_rate, "numpy_evals_per_s": np_rate,
