@@ -1,6 +1,8 @@
 """Massive candidate evaluation: billions of (cut, allocation) candidates scored with the
-static max-plus model, generated ON THE DEVICE, streamed through ONE compiled function in chunks
-sized by a memory budget, top-k and Pareto records kept on the fly, sharded over local devices.
+static max-plus model, streamed through ONE compiled function in chunks sized by a memory
+budget, top-k and Pareto records kept on the fly, sharded over local devices. The cuts are
+unranked on the device; the allocations are enumerated once on the host and kept on the device
+when they fit ``PRECOMPUTED_ALLOCS_BYTES`` (each block slices them), else unranked per block.
 
 Pieces (docs/method.md §2 recurrence, §4 exhaustive search):
 
@@ -22,7 +24,9 @@ Pieces (docs/method.md §2 recurrence, §4 exhaustive search):
   kernels, without the cancellation error of subtracting prefix sums).
 * **Blocks**: one compiled call scores a block of ``cut_block`` cuts x ``alloc_block``
   allocations starting at scalar ranks (arguments, so every chunk reuses the compilation; the
-  tail is masked with +inf), and returns its ``topk`` best (value, cut rank, allocation rank).
+  tail is masked with +inf), and returns its ``topk`` best (value, cut rank, allocation rank),
+  per row of ``TOPK_ROW`` then over the rows' bests (``block_topk``); the recurrence itself is
+  a ``score.maxplus`` kernel (XLA or Pallas).
   The host merges the tiny per-chunk results (``TopK``, ``StreamingPareto``): memory is bounded
   by the block, whatever the candidate count.
 * **Sharding**: with ``devices=n`` the block is replicated over a 1-D ``Mesh`` (axis
