@@ -398,9 +398,10 @@ def run_one(req: RunRequest) -> int:
         ValueError: bad options, or no GPU with green contexts (one line)."""
     prep = prepare_run(req)
     req, wl, cfg, dep = prep.request, prep.wl, prep.cfg, prep.dep
-    if req.trace:  # a folder, FIFO, device node or link is refused before any GPU work
-        from subgpu_jax.model.checks import out_file
+    if req.trace:  # a folder, FIFO, device node or link is refused before any GPU work,
+        from subgpu_jax.model.checks import out_file   # at the trace and at its side file
         out_file(req.trace, "--trace")
+        out_file(req.trace + ".activities.json", "--trace")
     rank = dist_ctx = None
     if collective_mode(req.collectives).distributed:   # one process per GPU (torchrun)
         from hw_runtime.gpu.distributed import visible_device, world_from_env
