@@ -23,6 +23,7 @@ from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
 from subgpu_jax.app.args import add_workload_args
+from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY)
@@ -274,49 +275,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _recorded_runs(fp, cfg, step, timer) -> list:
-    """The step's region runs in layer order as ``[(SimResult, first layer)]`` for the trace
-    and the figures: the main run's result is the step's own (``step.main``), every other run
-    is simulated again with its utilisation series (``record=True``), under ``cfg`` carried
-    over to its region (``map_cut``), as ``score.step.time_step`` timed it."""
-    from subgpu_jax.space.mapcut import map_cut
-
-    out, first, memo = [], 0, {}
-    for j, (g, count) in enumerate(fp.runs):
-        if j == step.main_index or (g is fp.main and
-                                    count == step.runs[step.main_index]["instances"]):
-            r = step.main
-        else:
-            if (id(g), count) not in memo:
-                c = cfg if g is fp.main else map_cut(cfg, fp.main, g)
-                memo[(id(g), count)] = timer.time(dataclasses.replace(g, num_regions=count), c,
-                                                  record=True).result
-            r = memo[(id(g), count)]
-        out.append((r, first))
-        first += len(g.region_kinds) * int(count)
-    return out
-
-
-def _whole_step_text(step, with_head: bool) -> str:
-    """What the trace and the figures draw of ``step`` (a ``score.step.StepResult``): every
-    run in layer order, then the head, e.g. ``"layers 0-2 (3 layers, 895 µs), then layers
-    3-60 (58 layers, 45,909 µs) of the 46,883 µs step, then the head (79 µs: final norm, LM
-    head, sampling, embedding)"``."""
-    parts, first = [], 0
-    for r in step.runs:
-        n = len(r["layers"]) * int(r["instances"])
-        parts.append(f"layers {first}-{first + n - 1} ({n} layers, {r['makespan_us']:,.0f} µs)"
-                     if n > 1 else f"layer {first} (1 layer, {r['makespan_us']:,.0f} µs)")
-        first += n
-    text = ", then ".join(parts) + f" of the {step.makespan_us:,.0f} µs step"
-    if step.head_us > 0:
-        text += (f", then the head ({step.head_us:,.0f} µs: final norm, LM head, sampling, "
-                 "embedding)" if with_head else
-                 f"; not drawn: the head ({step.head_us:,.0f} µs: final norm, LM head, "
-                 "sampling, embedding)")
-    return text
-
-
 def _cmd_simulate(a) -> int:
     from subgpu_jax.model.accounting import throughput_record
     from subgpu_jax.model.generation import search_step
@@ -414,14 +372,11 @@ def _cmd_simulate(a) -> int:
         label = ("event simulator, " + ("no contention" if a.no_contention else "contention")
                  + f", L2 cache {a.cache}")
         # what the figures and the trace draw: every run in layer order, then the head
-        sc_c = {"text": _whole_step_text(s_cfg, with_head=True)}
+        sc_c = {"text": whole_step_text(s_cfg, with_head=True)}
         if a.trace or a.gantt or a.utilization:  # the whole step (issue 41 item 8)
-            from subgpu_jax.sim.eventsim import simulate_streams
-
-            head = (simulate_streams([(hw.num_sms, list(fpm.head))], hw, timer.model,
-                                     cache=timer.cache) if fpm.head else None)
-            trace_shows = _whole_step_text(s_cfg, with_head=head is not None)
-            runs_c = _recorded_runs(fpm, cfg, s_cfg, timer)
+            head = head_run(fpm, timer)
+            trace_shows = whole_step_text(s_cfg, with_head=head is not None)
+            runs_c = recorded_runs(fpm, cfg, s_cfg, timer)
         if a.trace:
             viz.write_trace(r_cfg, a.trace, scope=trace_shows, head=head, runs=runs_c)
         if a.gantt:
@@ -431,9 +386,9 @@ def _cmd_simulate(a) -> int:
         if a.utilization:
             # the head is the same kernels on the whole GPU in both steps
             viz.plot_utilisation(r_temp, r_cfg, a.utilization, heads=(head, head),
-                                 scopes=(_whole_step_text(s_temp, head is not None),
+                                 scopes=(whole_step_text(s_temp, head is not None),
                                          trace_shows),
-                                 runs=(_recorded_runs(fp1, temporal_of(wl), s_temp, timer),
+                                 runs=(recorded_runs(fp1, temporal_of(wl), s_temp, timer),
                                        runs_c))
     t_temp, t_cfg = s_temp.makespan_us, s_cfg.makespan_us
     gen = None

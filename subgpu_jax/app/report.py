@@ -379,12 +379,14 @@ def plot_frontier_by_stages(records: Sequence[dict], path: str, title: str = "")
 def write_search_figures(folder: str, records: Sequence[dict], title: str = "",
                          best_run: tuple | None = None) -> list[str]:
     """The figures of a search job: ``frontier.png`` and ``frontier_by_stages.png`` (when there
-    are records) and ``gantt_best.png`` of the best configuration's simulation.
+    are records) and ``gantt_best.png`` of the best configuration's whole step.
 
     Args:
         folder: output folder; records: search-job records (dicts); title: figure title;
-        best_run: ``(SimResult, title, scope)`` of the best configuration (scope: what the
-            result covers of the decode step), or None for no Gantt chart.
+        best_run: ``(SimResult, title, scope, head, runs)`` of the best configuration: its
+            main region's result, the title, what the figure covers of the decode step, the
+            head's ``SimResult`` (or None) and the step's region runs in layer order
+            (``app.wholestep.recorded_runs``), drawn whole; or None for no Gantt chart.
 
     Returns:
         The paths written.
@@ -395,7 +397,7 @@ def write_search_figures(folder: str, records: Sequence[dict], title: str = "",
         out.append(plot_frontier_by_stages(records, os.path.join(folder, "frontier_by_stages.png"),
                                            title))
     if best_run is not None:
-        r, gtitle, scope = best_run
+        r, gtitle, scope, head, runs = best_run
         out.append(str(plot_gantt(r, os.path.join(folder, "gantt_best.png"), title=gtitle,
-                                  t_max_us=min(float(r.makespan), 3000.0), scope=scope)))
+                                  scope=scope, head=head, runs=runs)))
     return out

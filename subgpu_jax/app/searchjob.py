@@ -474,24 +474,26 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))
     best_run = None
     if best is not None and scorer is not None and scorer.timer.contention:
+        from subgpu_jax.model.graph import build_forward
+        from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
+
         dep = search_step(Deployment.from_record(best))  # the step the search scored
         p = scorer.problem(dep)
-        g1 = p.workload.graph(1)
-        cfg = Config.from_record(best, g1)
-        r = scorer.event.time(p.workload.graph(best["microbatches"]), cfg).result
+        cfg = Config.from_record(best, p.workload.graph(1))
+        # the whole step in the event simulator: every run in layer order, then the head
+        fp = build_forward(scorer.arch, dep, best["microbatches"])
+        st = time_step(fp, cfg, scorer.event, record=True)
+        head = head_run(fp, scorer.event)
         sp = best["speedup_vs_temporal"]
         word = "best SubGPU" if sp > 1 else "least slow SubGPU (loses to temporal)"
-        best_run = (r, f"{word}: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
-                       f"m={best['microbatches']} G={best['global_batch']} "
-                       f"(predicted {sp:.3f}x temporal)",
-                    f"{g1.num_regions} x {len(g1.region_kinds)}-layer main region, "
-                    + (f"{r.makespan:,.0f} µs of the {best['makespan_us']:,.0f} µs step"
-                       if scorer.timer.reference else
-                       f"{r.makespan:,.0f} µs in the event simulator\n({scorer.timer.name}: "
-                       f"{best['region_makespan_us']:,.0f} of a {best['makespan_us']:,.0f} µs "
-                       "step)")
-                    + "; not drawn: the head" + (" and the other region kinds"
-                                  if len(p.workload.arch.region_runs()) > 1 else ""))
+        scope = whole_step_text(st, with_head=head is not None)
+        if not scorer.timer.reference:
+            scope += (f"\nin the event simulator ({scorer.timer.name}: a "
+                      f"{best['makespan_us']:,.0f} µs step)")
+        best_run = (st.main, f"{word}: D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} "
+                             f"m={best['microbatches']} G={best['global_batch']} "
+                             f"(predicted {sp:.3f}x temporal)", scope,
+                    head, recorded_runs(fp, cfg, st, scorer.event))
     write_search_figures(folder, recs, title, best_run)
     return summary
 

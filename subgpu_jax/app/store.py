@@ -35,7 +35,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from subgpu_jax.app.fingerprint import (block_and_sums, block_text, checksum, file_digest,
                                          grid_fingerprint, normalise, records_digest,

@@ -305,15 +305,15 @@ def test_figures_of_a_two_kind_model_say_what_they_draw(tmp_path, capsys):
 
 def test_gantt_best_never_called_best_for_a_loss(tmp_path, capsys, monkeypatch):
     """GPT-OSS 20B on 8 H200 at G = 64 loses to temporal (predicted ~0.65x): its Gantt chart
-    is titled "least slow", never "best", and says what it draws of the step."""
+    is titled "least slow", never "best", and draws the whole step, saying so."""
     from subgpu_jax.app import report
 
     seen = {}
     real = report.plot_gantt
 
-    def spy(r, path, title=None, t_max_us=None, scope=None):
-        seen.update(title=title, scope=scope)
-        return real(r, path, title=title, t_max_us=t_max_us, scope=scope)
+    def spy(r, path, title=None, t_max_us=None, scope=None, **kw):
+        seen.update(title=title, scope=scope, t_max_us=t_max_us, **kw)
+        return real(r, path, title=title, t_max_us=t_max_us, scope=scope, **kw)
 
     monkeypatch.setattr(report, "plot_gantt", spy)
     rc, out, err = run_cli(["search", "--model", "gpt-oss-20b", "--hardware", "H200", "--gpus",
@@ -325,7 +325,9 @@ def test_gantt_best_never_called_best_for_a_loss(tmp_path, capsys, monkeypatch):
     assert summ["best_speedup_record"]["speedup_vs_temporal"] < 1
     assert seen["title"].startswith("least slow SubGPU (loses to temporal)")
     assert not seen["title"].startswith("best")
-    assert "not drawn: the head" in seen["scope"]
+    # the whole step (issue 41 item 8): every run in layer order, then the head, no window
+    assert seen["t_max_us"] is None and seen["head"] is not None and seen["runs"]
+    assert seen["scope"].endswith("sampling, embedding)") and "then the head (" in seen["scope"]
     assert "least slow (none beats temporal) SubGPU configuration" in out
 
 

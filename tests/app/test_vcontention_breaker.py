@@ -100,7 +100,8 @@ def test_gantt_best_of_a_vcontention_search_never_shows_a_region_longer_than_the
         tmp_path, capsys, monkeypatch):
     """gantt_best.png draws the event simulator's run of the best record; under the batched
     timer its caption said "<event region> µs of the <batched timer's step> µs step", a main
-    region longer than its whole step (4,705 of 4,517 µs here). It names both timers instead."""
+    region longer than its whole step (4,705 of 4,517 µs here). It draws the event simulator's
+    whole step (every run, then the head) and names the batched timer's step apart."""
     from subgpu_jax.app import searchjob
 
     seen = {}
@@ -111,13 +112,15 @@ def test_gantt_best_of_a_vcontention_search_never_shows_a_region_longer_than_the
                "--microbatches", "2", "--no-progress", "--out", str(tmp_path / "s")])
     capsys.readouterr()
     assert rc == 0
-    r, head, caption = seen["run"]
+    r, title, caption, head, runs = seen["run"]
     summ = json.loads((tmp_path / "s" / "summary.json").read_text())
     (row,) = [x for x in summ["reference_check"]["rows"] if x["mode"] == "subgpu"]
     assert r.makespan == row["reference_region_us"]
-    assert f"of the {summ['best_speedup_record']['makespan_us']:,.0f} µs step" not in caption
-    assert "event simulator\n(vcontention: " in caption
-    assert f"{row['region_us']:,.0f} of" in caption
+    step = summ["best_speedup_record"]["makespan_us"]
+    assert f"of the {step:,.0f} µs step" not in caption
+    # the whole step in the event simulator, then the batched timer's own step
+    assert "then the head (" in caption and head is not None and runs
+    assert caption.endswith(f"\nin the event simulator (vcontention: a {step:,.0f} µs step)")
 
 
 def test_reference_check_without_a_subgpu_record_prints_no_zero_error(tmp_path, capsys):
