@@ -243,6 +243,35 @@ def compile_cache_env(folder: str) -> dict:
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
+def _spawn_workers(ctx, make_scorer, tasks: list, results, compile_cache: str | None) -> list:
+    """Start one ``worker_main`` process per queue of ``tasks`` (``ctx``: the ``spawn``
+    context), with ``WORKER_ENV`` (and the shared compile cache's variables) in their
+    environment and SIGINT ignored while they start (kept across exec, so a Ctrl-C while they
+    import reaches only this process; each worker keeps ignoring it). This process's
+    environment and SIGINT handler are restored. Returns the started processes."""
+    env = {**WORKER_ENV, **(compile_cache_env(compile_cache) if compile_cache else {})}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # spawn-ed children copy the parent's environment at start
+    procs = []
+    sig = signal.signal(signal.SIGINT, signal.SIG_IGN) \
+        if threading.current_thread() is threading.main_thread() else None
+    try:
+        for w, q in enumerate(tasks):
+            pr = ctx.Process(target=worker_main, args=(w, os.getpid(), make_scorer, q, results),
+                             daemon=True, name=f"sweep-worker-{w}")
+            pr.start()
+            procs.append(pr)
+    finally:
+        if sig is not None:
+            signal.signal(signal.SIGINT, sig)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return procs
+
+
 def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                    workers: int,
                    budget: int | None = None, deadline: float | None = None,
@@ -325,29 +354,7 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
 
     for w in range(n):
         feed(w)
-    env = {**WORKER_ENV, **(compile_cache_env(compile_cache) if compile_cache else {})}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # spawn-ed children copy the parent's environment at start
-    procs = []
-    # the children start with SIGINT ignored (kept across exec), so a Ctrl-C while they import
-    # reaches only this process; each worker keeps ignoring it
-    sig = signal.signal(signal.SIGINT, signal.SIG_IGN) \
-        if threading.current_thread() is threading.main_thread() else None
-    try:
-        for w in range(n):
-            pr = ctx.Process(target=worker_main, args=(w, os.getpid(), make_scorer, tasks[w],
-                                                         results),
-                             daemon=True, name=f"sweep-worker-{w}")
-            pr.start()
-            procs.append(pr)
-    finally:
-        if sig is not None:
-            signal.signal(signal.SIGINT, sig)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    procs = _spawn_workers(ctx, make_scorer, tasks, results, compile_cache)
     running: dict[int, int] = {}  # worker -> index of its point
 
     def handle(msg) -> None:
