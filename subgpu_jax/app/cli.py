@@ -26,7 +26,8 @@ from subgpu_jax.app.args import add_workload_args
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
-                                          CUT_STRATEGY_REGISTRY)
+                                          CUT_STRATEGY_REGISTRY, changed_options,
+                                          with_options)
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (OneLineParser, check_bounds,
                                     check_grid_size, choose_split,
@@ -210,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "feature partition + rotations, default), local_search (+ boundary moves), "
                         "screen (every legal cut by the cheap estimator when <= 20,000; within 1%% "
                         "of the simulator's optimum on 40/40 instances of heuristic_gap.json)")
+    x.add_argument("--cut-options", metavar="K=V[,K=V]", default=None,
+                   help="options of the cut strategy (local_search: starts, top; screen: "
+                        "max_cuts, top, polish, keep_proposal), recorded in the sweep")
     x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
                    help="cheap estimator of the allocation search: auto (default: the "
                         "contention-aware vcontention scorer with --exact event, else static), "
@@ -218,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
                         "Algorithm 2's line search, cheap estimator, exact polish; default) or "
                         "relax (optax relaxation of the smooth makespan, rounding, exact polish)")
+    x.add_argument("--alloc-options", metavar="K=V[,K=V]", default=None,
+                   help="options of the allocation strategy (relax: restarts, steps), recorded "
+                        "in the sweep")
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="measured calibration (subgpu calibrate) for both scorers; must match "
                         "the model, deployment and --hardware")
@@ -599,12 +606,15 @@ def _cmd_search(a) -> int:
     changed = {k: v for k, v in serving.items() if getattr(Deployment, k) != v}
     if changed:  # only when set: a default sweep keeps its fingerprint
         meta["serving_options"] = changed
-    if a.cut_strategy != "proposal":
-        meta["cut_strategy"] = a.cut_strategy
+    cut = with_options(CUT_STRATEGY_REGISTRY, a.cut_strategy, a.cut_options, "--cut-options")
+    alloc = with_options(ALLOC_STRATEGIES, a.alloc_strategy, a.alloc_options, "--alloc-options")
+    for key, st, reg, default in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY, "proposal"),
+                                  ("alloc_strategy", alloc, ALLOC_STRATEGIES, "pairwise")):
+        more = changed_options(st, reg)  # name alone when default: fingerprints unchanged
+        if st.name != default or more:
+            meta[key] = {"name": st.name, **more} if more else st.name
     if a.cheap != "auto":
         meta["cheap"] = a.cheap
-    if a.alloc_strategy != "pairwise":
-        meta["alloc_strategy"] = a.alloc_strategy
     if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)
         meta["input_len"] = a.input_len
     from subgpu_jax.app.fingerprint import file_digest
@@ -652,8 +662,8 @@ def _cmd_search(a) -> int:
 
     timer = timer_for(setup, a.exact, meta["cache"])  # the exact scorer, made once here
     opts = SearchOptions(timer=timer, cache=meta["cache"], L_sim=a.l_sim,
-                         cut_strategy=a.cut_strategy, cheap=a.cheap,
-                         alloc_strategy=a.alloc_strategy, resume=a.resume, budget=a.budget,
+                         cut_strategy=cut, cheap=a.cheap,
+                         alloc_strategy=alloc, resume=a.resume, budget=a.budget,
                          progress=not a.no_progress, min_tokens_per_user=a.min_tokens_per_user,
                          overwrite=a.overwrite, repair=a.repair, workers=workers)
     stats, summ = run_search(arch, setup, pts, a.out, meta, opts, cluster=cluster, log=print)

@@ -34,6 +34,7 @@ from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.problem import TimerExact
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
+                                          strategy_options,
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
@@ -468,7 +469,9 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         summary["reference_check"] = reference_check(scorer, recs)
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
-        summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name}
+        summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name,
+                                 "cut_options": strategy_options(scorer.cut),
+                                 "alloc_options": strategy_options(scorer.alloc)}
     if not write:
         return summary
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))

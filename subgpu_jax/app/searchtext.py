@@ -264,7 +264,9 @@ def search_grid_args(a) -> list[str]:
     if _csv(getattr(a, "streams_per_stage", "1")) != "1":
         args += ["--streams-per-stage", _csv(a.streams_per_stage)]
     for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
-                         ("exact", DEFAULT_TIMER), ("cache", None), ("l_sim", 2)):
+                         ("cut_options", None), ("alloc_strategy", "pairwise"),
+                         ("alloc_options", None), ("exact", DEFAULT_TIMER), ("cache", None),
+                         ("l_sim", 2)):
         if getattr(a, opt) != default:
             args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
     return args

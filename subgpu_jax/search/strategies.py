@@ -17,6 +17,7 @@ name (or a strategy object) into the object with one-line errors.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Protocol, Sequence, TYPE_CHECKING
 
@@ -33,7 +34,8 @@ if TYPE_CHECKING:  # the search's modules load JAX: imported where used, so that
 __all__ = ["CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut", "ScreenCut",
            "CUT_STRATEGY_REGISTRY", "CUT_STRATEGIES", "AllocationStrategy", "PairwiseAllocation",
            "RelaxAllocation", "ALLOC_STRATEGIES", "CheapEstimator", "StaticCheap",
-           "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts"]
+           "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts",
+           "strategy_options", "with_options", "changed_options"]
 
 
 def distinct_layouts(cands: Sequence[RankedCut]) -> list[RankedCut]:
@@ -93,6 +95,10 @@ class LocalSearchCut:
     name: str = "local_search"
     starts: int = 3
     top: int = 8
+
+    def __post_init__(self) -> None:
+        pos_int(self.starts, "local_search starts")
+        pos_int(self.top, "local_search top")
 
     def choose(self, problem, D, m, policy, ranked, proposal) -> CutChoice:
         """The distinct local optima, cheap-ranked (arguments as ``CutStrategy.choose``)."""
@@ -191,6 +197,10 @@ class RelaxAllocation:
     name: str = "relax"
     restarts: int = 8
     steps: int = 150
+
+    def __post_init__(self) -> None:
+        pos_int(self.restarts, "relax restarts")
+        pos_int(self.steps, "relax steps")
 
     def __call__(self, problem, seg_of, D, w, m, policy, exact, L_est, L_sim):
         """``AllocResult`` of one structure (``L_est`` is unused: no cheap line search)."""
@@ -309,3 +319,64 @@ def by_name(registry: dict, value, field_name: str):
         raise ValueError(f"{field_name} must be one of {', '.join(registry)} or a strategy "
                          f"object with a name, got {value!r}")
     return value
+
+
+def strategy_options(strategy) -> dict:
+    """The options a strategy takes from the command line (``--cut-options``,
+    ``--alloc-options``): its dataclass fields holding an int or a bool (not ``name``, not
+    nested strategies such as ``ScreenCut.fallback``), with their current values."""
+    if not dataclasses.is_dataclass(strategy):
+        return {}
+    return {f.name: getattr(strategy, f.name) for f in dataclasses.fields(strategy)
+            if f.name != "name" and isinstance(getattr(strategy, f.name), (bool, int))}
+
+
+def changed_options(strategy, registry: dict) -> dict:
+    """The options of ``strategy`` that differ from its registry entry's (what a sweep's
+    fingerprint and summary record beside the name; {} for the defaults)."""
+    base = strategy_options(registry.get(strategy.name))
+    return {k: v for k, v in strategy_options(strategy).items() if base.get(k) != v}
+
+
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
+
+
+def with_options(registry: dict, name: str, text: str | None, flag_name: str):
+    """The strategy ``name`` of ``registry`` with the options of ``text``, ``"K=V[,K=V...]"``
+    (integers as the digits 0-9, booleans as true/false/yes/no/1/0; None or "": the defaults).
+
+    Raises:
+        ValueError: an unknown name (as ``by_name``), a malformed item, an option the strategy
+            does not take, a value of the wrong kind or outside its range (one line naming
+            ``flag_name`` and what is allowed).
+    """
+    from subgpu_jax.model.checks import ascii_int
+
+    base = by_name(registry, name, flag_name.lstrip("-").replace("-options", "-strategy"))
+    if not text or not str(text).strip():
+        return base
+    allowed = strategy_options(base)
+    takes = (f"{base.name} takes {', '.join(f'{k}={v}' for k, v in allowed.items())}"
+             if allowed else f"{base.name} takes no options")
+    opts = {}
+    for item in str(text).split(","):
+        key, eq, val = item.strip().partition("=")
+        key, val = key.strip(), val.strip()
+        if not eq or not key or not val:
+            raise ValueError(f"{flag_name}: items are K=V separated by commas ({takes}), "
+                             f"got {item.strip()!r}")
+        if key not in allowed:
+            raise ValueError(f"{flag_name}: {takes}; got {key!r}")
+        if isinstance(allowed[key], bool):
+            if val.lower() not in _BOOLS:
+                raise ValueError(f"{flag_name}: {key} is true or false, got {val!r}")
+            opts[key] = _BOOLS[val.lower()]
+        else:
+            try:
+                opts[key] = ascii_int(val)
+            except ValueError:
+                raise ValueError(f"{flag_name}: {key} is an integer, got {val!r}") from None
+    try:
+        return dataclasses.replace(base, **opts)
+    except ValueError as e:
+        raise ValueError(f"{flag_name}: {e}") from None
