@@ -16,15 +16,14 @@ from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
-from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
-                                          CUT_STRATEGY_REGISTRY)
+from subgpu_jax.search.strategies import CHEAP_ESTIMATORS
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
 
 def add_tune_command(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.app.args import add_workload_args
+    from subgpu_jax.app.args import add_strategy_args, add_workload_args
 
     t = sub.add_parser(
         "tune", help="search, measure the candidates on the local GPU, refit the model from "
@@ -61,10 +60,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     # the choices are the registries `subgpu search` takes them from (one list each)
     x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
                    help="the search's cheap estimator (as `subgpu search`)")
-    x.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
-                   help="as `subgpu search`")
-    x.add_argument("--alloc-strategy", default="pairwise", choices=tuple(ALLOC_STRATEGIES),
-                   help="as `subgpu search`")
+    add_strategy_args(x, "tune")
     x.add_argument("--l-sim", type=int, default=2, help="pass limit of the exact polish")
     x.add_argument("--cache", default=None, help="L2 policy of the event simulator (default "
                    "none once calibrated, else lru)")
@@ -134,6 +130,7 @@ def spec_from_args(a):
         microbatches=tuple(int_list(a.microbatches, "microbatches")), policies=pols,
         streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")), exact=a.exact,
         cheap=a.cheap, cut_strategy=a.cut_strategy, alloc_strategy=a.alloc_strategy,
+        cut_options=a.cut_options or None, alloc_options=a.alloc_options or None,
         l_sim=a.l_sim, cache=a.cache, calibration=a.calibration, top=a.top,
         budget_s=a.budget_s, tolerance=a.tolerance, max_rounds=a.max_rounds,
         refine=not a.no_refine, refine_passes=a.refine_passes, collectives=a.collectives,

@@ -43,6 +43,7 @@ from typing import Callable
 from hw_runtime.tune.executor import TuneExecutor
 from hw_runtime.tune.refit import refit_calibration, summarize_trace
 from subgpu_jax.app.fingerprint import file_digest
+from subgpu_jax.search.strategies import ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY, changed_options
 from hw_runtime.tune.refine import refine_on_gpu
 from hw_runtime.tune.spec import Candidate, Predictor, TuneSpec
 from hw_runtime.tune.state import TuneState
@@ -209,13 +210,18 @@ class Tuner:
                 "about": {"calibration": cal_path},
                 "cheap": s.cheap, "cut_strategy": s.cut_strategy,
                 "alloc_strategy": s.alloc_strategy}
+        cut, alloc = s.strategies()
+        for key, st, reg in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY),
+                             ("alloc_strategy", alloc, ALLOC_STRATEGIES)):
+            more = changed_options(st, reg)   # name alone at the defaults, as before
+            if more:
+                meta[key] = {"name": st.name, **more}
         t0 = time.perf_counter()
         from subgpu_jax.score.timer import timer_for
 
         opts = SearchOptions(timer=timer_for(setup, s.exact, cache), cache=cache, L_sim=s.l_sim,
                              progress=False,
-                             cut_strategy=s.cut_strategy, cheap=s.cheap,
-                             alloc_strategy=s.alloc_strategy)
+                             cut_strategy=cut, cheap=s.cheap, alloc_strategy=alloc)
         run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)
         self.state.search_s += time.perf_counter() - t0
         groups = top_records(search_records(folder), s.top, hw.name)

@@ -66,6 +66,8 @@ class TuneSpec:
     cheap: str = "auto"
     cut_strategy: str = "proposal"
     alloc_strategy: str = "pairwise"
+    cut_options: str | None = None
+    alloc_options: str | None = None
     l_sim: int = 2
     cache: str | None = None
     calibration: str | None = None
@@ -106,6 +108,7 @@ class TuneSpec:
                                  f"positive integers, got {list(v)}")
         from subgpu_jax.model.collective import one_gpu_mode
         one_gpu_mode(self.collectives)   # ValueError naming --collectives
+        self.strategies()                # ValueError naming --cut-options / --alloc-options
         from hw_runtime.gpu.executor import LANE_PRIORITY
         from hw_runtime.gpu.policies import check_policies
         from subgpu_jax.model.checks import choice
@@ -173,6 +176,20 @@ class TuneSpec:
 
         return resolve_cache(self.cache, "calibrated" if calibrated else None)
 
+    def strategies(self) -> tuple:
+        """The search's (cut, allocation) strategy objects with their options
+        (``search.strategies.with_options``).
+
+        Raises:
+            ValueError: a bad option (one line naming ``--cut-options``/``--alloc-options``)."""
+        from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+                                                  with_options)
+
+        return (with_options(CUT_STRATEGY_REGISTRY, self.cut_strategy, self.cut_options,
+                             "--cut-options"),
+                with_options(ALLOC_STRATEGIES, self.alloc_strategy, self.alloc_options,
+                             "--alloc-options"))
+
     def meta(self) -> dict:
         """The JSON fingerprint of the options that decide what is measured (a tune folder
         holding another fingerprint is refused). The budget, the tolerance and the round and
@@ -191,6 +208,9 @@ class TuneSpec:
             del d["attention"]
         if not self.arch.is_moe:
             d.pop("moe_gemm", None)
+        for k in ("cut_options", "alloc_options"):   # folders made before them keep resuming
+            if d.get(k) is None:
+                d.pop(k, None)
         d["model"] = self.arch.name
         d["expert_dtype"] = self.arch.expert_dtype
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}

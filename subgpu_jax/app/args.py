@@ -12,7 +12,7 @@ from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODEL_TYPES, MODELS
 from subgpu_jax.app.options import add_serving_args
 
-__all__ = ["add_workload_args"]
+__all__ = ["add_workload_args", "add_strategy_args", "strategies_from_args"]
 
 
 def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
@@ -66,3 +66,44 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
                         "or 32768")
     if serving:
         add_serving_args(g)
+
+
+def add_strategy_args(g, command: str = "search") -> None:
+    """Add the search's strategy options to the argument group ``g``: ``--cut-strategy``,
+    ``--cut-options``, ``--alloc-strategy``, ``--alloc-options``, their choices from the
+    registries of ``search.strategies`` (``subgpu search`` and ``subgpu tune`` take the same
+    ones; ``command`` names the command in the help)."""
+    from subgpu_jax.search.strategies import ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY
+
+    as_search = "" if command == "search" else " (as `subgpu search`)"
+    g.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
+                   help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
+                        "feature partition + rotations, default), local_search (+ boundary moves), "
+                        "screen (every legal cut by the cheap estimator when <= 20,000; within 1%% "
+                        "of the simulator's optimum on 40/40 instances of heuristic_gap.json)"
+                        + as_search)
+    g.add_argument("--cut-options", metavar="K=V[,K=V]", default=None,
+                   help="options of the cut strategy (local_search: starts, top; screen: "
+                        "max_cuts, top, polish, keep_proposal), recorded in the sweep" + as_search)
+    g.add_argument("--alloc-strategy", default="pairwise", choices=tuple(ALLOC_STRATEGIES),
+                   help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
+                        "Algorithm 2's line search, cheap estimator, exact polish; default) or "
+                        "relax (optax relaxation of the smooth makespan, rounding, exact polish)"
+                        + as_search)
+    g.add_argument("--alloc-options", metavar="K=V[,K=V]", default=None,
+                   help="options of the allocation strategy (relax: restarts, steps), recorded "
+                        "in the sweep" + as_search)
+
+
+def strategies_from_args(a) -> tuple:
+    """The (cut, allocation) strategy objects of parsed ``add_strategy_args`` options, made once
+    at the command line's edge (``search.strategies.with_options``).
+
+    Raises:
+        ValueError: a bad option (one line naming ``--cut-options`` or ``--alloc-options``)."""
+    from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+                                              with_options)
+
+    return (with_options(CUT_STRATEGY_REGISTRY, a.cut_strategy, a.cut_options, "--cut-options"),
+            with_options(ALLOC_STRATEGIES, a.alloc_strategy, a.alloc_options,
+                         "--alloc-options"))

@@ -22,12 +22,11 @@ from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
-from subgpu_jax.app.args import add_workload_args
+from subgpu_jax.app.args import add_strategy_args, add_workload_args, strategies_from_args
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
-                                          CUT_STRATEGY_REGISTRY, changed_options,
-                                          with_options)
+                                          CUT_STRATEGY_REGISTRY, changed_options)
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (OneLineParser, check_bounds,
                                     check_grid_size, choose_split,
@@ -206,25 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the exact scorer of the search (vcontention scores every move of a "
                         "polish pass in one call): " + timer_help())
     x.add_argument("--cache", default=None, help="L2 policy (default none if calibrated, else lru)")
-    x.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
-                   help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
-                        "feature partition + rotations, default), local_search (+ boundary moves), "
-                        "screen (every legal cut by the cheap estimator when <= 20,000; within 1%% "
-                        "of the simulator's optimum on 40/40 instances of heuristic_gap.json)")
-    x.add_argument("--cut-options", metavar="K=V[,K=V]", default=None,
-                   help="options of the cut strategy (local_search: starts, top; screen: "
-                        "max_cuts, top, polish, keep_proposal), recorded in the sweep")
     x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
                    help="cheap estimator of the allocation search: auto (default: the "
                         "contention-aware vcontention scorer with --exact event, else static), "
                         "vcontention, or static (isolated kernel durations)")
-    x.add_argument("--alloc-strategy", default="pairwise", choices=tuple(ALLOC_STRATEGIES),
-                   help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
-                        "Algorithm 2's line search, cheap estimator, exact polish; default) or "
-                        "relax (optax relaxation of the smooth makespan, rounding, exact polish)")
-    x.add_argument("--alloc-options", metavar="K=V[,K=V]", default=None,
-                   help="options of the allocation strategy (relax: restarts, steps), recorded "
-                        "in the sweep")
+    add_strategy_args(x)
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="measured calibration (subgpu calibrate) for both scorers; must match "
                         "the model, deployment and --hardware")
@@ -606,8 +591,7 @@ def _cmd_search(a) -> int:
     changed = {k: v for k, v in serving.items() if getattr(Deployment, k) != v}
     if changed:  # only when set: a default sweep keeps its fingerprint
         meta["serving_options"] = changed
-    cut = with_options(CUT_STRATEGY_REGISTRY, a.cut_strategy, a.cut_options, "--cut-options")
-    alloc = with_options(ALLOC_STRATEGIES, a.alloc_strategy, a.alloc_options, "--alloc-options")
+    cut, alloc = strategies_from_args(a)
     for key, st, reg, default in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY, "proposal"),
                                   ("alloc_strategy", alloc, ALLOC_STRATEGIES, "pairwise")):
         more = changed_options(st, reg)  # name alone when default: fingerprints unchanged

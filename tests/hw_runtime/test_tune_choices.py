@@ -30,3 +30,15 @@ def test_tune_and_search_share_the_registries():
             "--alloc-strategy": tuple(ALLOC_STRATEGIES)}
     for flag, names in want.items():
         assert search[flag] == names and tune[flag] == names, flag
+
+
+def test_tune_takes_the_strategy_options_of_search():
+    """``subgpu tune`` and ``subgpu search`` add the strategy flags with one helper
+    (``app.args.add_strategy_args``): both take ``--cut-options`` and ``--alloc-options``."""
+    p = build_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    if "tune" not in sub.choices:
+        pytest.skip("`subgpu tune` is not registered here (install the package)")
+    for cmd in ("search", "tune"):
+        flags = {s for a in sub.choices[cmd]._actions for s in a.option_strings}
+        assert {"--cut-options", "--alloc-options"} <= flags, cmd

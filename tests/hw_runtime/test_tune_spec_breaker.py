@@ -25,3 +25,17 @@ def test_unknown_exact_scorer_is_one_line():
         _spec(exact="fast")
     for name in TIMERS:
         assert _spec(exact=name).exact == name
+
+
+def test_strategy_options_checked_and_fingerprinted_only_when_set():
+    """``--cut-options``/``--alloc-options`` of ``subgpu tune``: a bad one is refused at the
+    spec (one line naming the flag); unset, the fingerprint has no such keys (tune folders made
+    before the options keep resuming); set, it holds them."""
+    with pytest.raises(ValueError, match=r"^--cut-options: proposal takes no options; got 'x'$"):
+        _spec(cut_options="x=1")
+    with pytest.raises(ValueError, match=r"^--alloc-options: relax steps must be an integer"):
+        _spec(alloc_strategy="relax", alloc_options="steps=0")
+    assert "cut_options" not in _spec().meta() and "alloc_options" not in _spec().meta()
+    s = _spec(alloc_strategy="relax", alloc_options="steps=40")
+    assert s.meta()["alloc_options"] == "steps=40"
+    assert s.strategies()[1].steps == 40
