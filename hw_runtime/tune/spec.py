@@ -14,6 +14,7 @@ from typing import Mapping, Sequence
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
 
 __all__ = ["TuneSpec", "Candidate", "Predictor", "RUN_MODES"]
 
@@ -64,8 +65,8 @@ class TuneSpec:
     streams: tuple[int, ...] = (1,)
     exact: str = "event"
     cheap: str = "auto"
-    cut_strategy: str = "proposal"
-    alloc_strategy: str = "pairwise"
+    cut_strategy: str = DEFAULT_CUT_STRATEGY
+    alloc_strategy: str = DEFAULT_ALLOC_STRATEGY
     cut_options: str | None = None
     alloc_options: str | None = None
     l_sim: int = 2

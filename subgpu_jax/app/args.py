@@ -73,10 +73,11 @@ def add_strategy_args(g, command: str = "search") -> None:
     ``--cut-options``, ``--alloc-strategy``, ``--alloc-options``, their choices from the
     registries of ``search.strategies`` (``subgpu search`` and ``subgpu tune`` take the same
     ones; ``command`` names the command in the help)."""
-    from subgpu_jax.search.strategies import ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY
+    from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+                                              DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY)
 
     as_search = "" if command == "search" else " (as `subgpu search`)"
-    g.add_argument("--cut-strategy", default="proposal", choices=tuple(CUT_STRATEGY_REGISTRY),
+    g.add_argument("--cut-strategy", default=DEFAULT_CUT_STRATEGY, choices=tuple(CUT_STRATEGY_REGISTRY),
                    help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
                         "feature partition + rotations, default), local_search (+ boundary moves), "
                         "screen (every legal cut by the cheap estimator when <= 20,000; within 1%% "
@@ -85,7 +86,7 @@ def add_strategy_args(g, command: str = "search") -> None:
     g.add_argument("--cut-options", metavar="K=V[,K=V]", default=None,
                    help="options of the cut strategy (local_search: starts, top; screen: "
                         "max_cuts, top, polish, keep_proposal), recorded in the sweep" + as_search)
-    g.add_argument("--alloc-strategy", default="pairwise", choices=tuple(ALLOC_STRATEGIES),
+    g.add_argument("--alloc-strategy", default=DEFAULT_ALLOC_STRATEGY, choices=tuple(ALLOC_STRATEGIES),
                    help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
                         "Algorithm 2's line search, cheap estimator, exact polish; default) or "
                         "relax (optax relaxation of the smooth makespan, rounding, exact polish)"

@@ -26,7 +26,8 @@ from subgpu_jax.app.args import add_strategy_args, add_workload_args, strategies
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
-                                          CUT_STRATEGY_REGISTRY, changed_options)
+                                          CUT_STRATEGY_REGISTRY, DEFAULT_ALLOC_STRATEGY,
+                                          DEFAULT_CUT_STRATEGY, changed_options)
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (OneLineParser, check_bounds,
                                     check_grid_size, choose_split,
@@ -592,8 +593,9 @@ def _cmd_search(a) -> int:
     if changed:  # only when set: a default sweep keeps its fingerprint
         meta["serving_options"] = changed
     cut, alloc = strategies_from_args(a)
-    for key, st, reg, default in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY, "proposal"),
-                                  ("alloc_strategy", alloc, ALLOC_STRATEGIES, "pairwise")):
+    for key, st, reg, default in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
+                                  ("alloc_strategy", alloc, ALLOC_STRATEGIES,
+                                   DEFAULT_ALLOC_STRATEGY)):
         more = changed_options(st, reg)  # name alone when default: fingerprints unchanged
         if st.name != default or more:
             meta[key] = {"name": st.name, **more} if more else st.name

@@ -34,6 +34,7 @@ from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.problem import TimerExact
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
+                                          DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
                                           strategy_options,
                                           CUT_STRATEGY_REGISTRY)
 from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
@@ -86,9 +87,9 @@ class SearchOptions:
     timer: Timer | None = None
     cache: str | None = None
     L_sim: int = 2
-    cut_strategy: object = "proposal"
+    cut_strategy: object = DEFAULT_CUT_STRATEGY
     cheap: object = "auto"
-    alloc_strategy: object = "pairwise"
+    alloc_strategy: object = DEFAULT_ALLOC_STRATEGY
     resume: bool = False
     budget: int | None = None
     progress: bool = True
@@ -187,8 +188,8 @@ class PointScorer:
     """
 
     def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, timer: Timer | None = None,
-                 cache: str | None = None, L_sim: int = 2, cut_strategy="proposal",
-                 cheap: str = "auto", alloc_strategy="pairwise") -> None:
+                 cache: str | None = None, L_sim: int = 2, cut_strategy=DEFAULT_CUT_STRATEGY,
+                 cheap: str = "auto", alloc_strategy=DEFAULT_ALLOC_STRATEGY) -> None:
         self.cut = by_name(CUT_STRATEGY_REGISTRY, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
         self.alloc = by_name(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
@@ -518,9 +519,9 @@ class ScorerSpec:
     timer: str = DEFAULT_TIMER
     cache: str | None = None
     L_sim: int = 2
-    cut_strategy: object = "proposal"
+    cut_strategy: object = DEFAULT_CUT_STRATEGY
     cheap: object = "auto"
-    alloc_strategy: object = "pairwise"
+    alloc_strategy: object = DEFAULT_ALLOC_STRATEGY
 
     @classmethod
     def like(cls, scorer: "PointScorer") -> "ScorerSpec":

@@ -13,6 +13,7 @@ from subgpu_jax.app.options import record_config_options, resolve_cache, serving
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 from subgpu_jax.score.timer import DEFAULT_TIMER
+from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
 
 __all__ = ["print_search_summary", "print_next_steps", "search_reproduce_command",
            "search_grid_args", "path_arg"]
@@ -263,8 +264,8 @@ def search_grid_args(a) -> list[str]:
              "--microbatches", _csv(a.microbatches)]
     if _csv(getattr(a, "streams_per_stage", "1")) != "1":
         args += ["--streams-per-stage", _csv(a.streams_per_stage)]
-    for opt, default in (("policies", "wavefront"), ("cut_strategy", "proposal"),
-                         ("cut_options", None), ("alloc_strategy", "pairwise"),
+    for opt, default in (("policies", "wavefront"), ("cut_strategy", DEFAULT_CUT_STRATEGY),
+                         ("cut_options", None), ("alloc_strategy", DEFAULT_ALLOC_STRATEGY),
                          ("alloc_options", None), ("exact", DEFAULT_TIMER), ("cache", None),
                          ("l_sim", 2)):
         if getattr(a, opt) != default:

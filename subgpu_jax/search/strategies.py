@@ -35,7 +35,8 @@ __all__ = ["CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut", "ScreenC
            "CUT_STRATEGY_REGISTRY", "CUT_STRATEGIES", "AllocationStrategy", "PairwiseAllocation",
            "RelaxAllocation", "ALLOC_STRATEGIES", "CheapEstimator", "StaticCheap",
            "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts",
-           "strategy_options", "with_options", "changed_options"]
+           "strategy_options", "with_options", "changed_options", "DEFAULT_CUT_STRATEGY",
+           "DEFAULT_ALLOC_STRATEGY"]
 
 
 def distinct_layouts(cands: Sequence[RankedCut]) -> list[RankedCut]:
@@ -156,6 +157,8 @@ CUT_STRATEGY_REGISTRY: dict[str, CutStrategy] = {
     s.name: s for s in (ProposalCut(), LocalSearchCut(), ScreenCut())}
 #: The cut strategies' names.
 CUT_STRATEGIES: tuple[str, ...] = tuple(CUT_STRATEGY_REGISTRY)
+#: The default cut strategy (every default of ``--cut-strategy`` and of the search's options).
+DEFAULT_CUT_STRATEGY: str = ProposalCut.name
 
 
 class AllocationStrategy(Protocol):
@@ -213,6 +216,8 @@ class RelaxAllocation:
 #: Allocation strategies by name (``subgpu search --alloc-strategy``).
 ALLOC_STRATEGIES: dict[str, AllocationStrategy] = {
     s.name: s for s in (PairwiseAllocation(), RelaxAllocation())}
+#: The default allocation strategy (Algorithm 2).
+DEFAULT_ALLOC_STRATEGY: str = PairwiseAllocation.name
 
 
 class CheapEstimator(Protocol):
