@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -25,7 +26,7 @@ from subgpu_jax.score.timer import EventTimer, StaticTimer, Timer, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
 
-__all__ = ["Problem", "ContentionProblem", "EvaluatorExact", "EventSimExact", "TimerExact",
+__all__ = ["Problem", "ContentionEstimators", "EvaluatorExact", "EventSimExact", "TimerExact",
            "EstimatorTimer", "MemoScorer", "memoised"]
 
 
@@ -44,6 +45,8 @@ class Problem:
             caches nothing). A contention-aware estimator holds ~10 MiB of tables.
         source: a ``score.timer.StructureCache`` of estimators of this problem's kind and
             model (the search's exact timer's ``structures``) to take them from (None: its own).
+        estimator: the factory of the cheap estimators (``ContentionEstimators``: the
+            contention-aware ``ContentionEstimator``), or None: the static ``Evaluator``.
 
     Attributes:
         evaluators: the ``model.lru.ByteLRU`` of cheap estimators (hits, misses,
@@ -55,8 +58,11 @@ class Problem:
 
     def __init__(self, workload: Workload, hw: Hardware, duration_model=None,
                  streams_per_stage: int = 1, evaluator_cache_mib: int | None = None,
-                 source=None) -> None:
+                 source=None, estimator: "ContentionEstimators | None" = None) -> None:
         self.workload, self.hw, self.source = workload, hw, source
+        self.estimator = estimator
+        #: whether the cheap estimator models contention (``estimator``'s capability)
+        self.contention = bool(getattr(estimator, "contention", False))
         self.streams_per_stage = pos_int(streams_per_stage, "streams_per_stage")
         self.model = duration_model or StaticDurationModel(hw)
         self._tables: dict[int, np.ndarray] = {}
@@ -101,9 +107,12 @@ class Problem:
         """A new cheap estimator of one structure (``evaluator`` caches it): from ``source``
         when given (the search's exact timer of the same model, ``score.timer.StructureCache``:
         the cheap ranking and the exact polish then build each structure once), else the
-        static ``Evaluator`` on ``table`` (n, N_SM+1) µs; subclasses return another estimator."""
+        static ``Evaluator`` on ``table`` (n, N_SM+1) µs, or the ``estimator`` factory's."""
         if self.source is not None:
             return self.source.get(graph, seg_of, D, w, policy, self.streams_per_stage, table)
+        if self.estimator is not None:
+            return self.estimator(graph, seg_of, D, w, self.hw, policy, table,
+                                  self.streams_per_stage)
         return Evaluator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
                          streams_per_stage=self.streams_per_stage)
 
@@ -242,8 +251,8 @@ class EstimatorTimer:
 
     def __init__(self, problem: Problem) -> None:
         self.problem, self.hw = problem, problem.hw
-        # a ContentionProblem's estimators model contention (its cheap estimator's own model)
-        self.contention = isinstance(problem, ContentionProblem)
+        # the problem's estimators model contention or not (its cheap estimator's own model)
+        self.contention = problem.contention
 
     def describe(self) -> str:
         return ("the search's contention-aware cheap estimator" if self.contention
@@ -316,32 +325,24 @@ def memoised(exact: Callable[[Config], float] | None) -> MemoScorer:
     return exact if isinstance(exact, MemoScorer) else MemoScorer(exact)
 
 
-class ContentionProblem(Problem):
-    """A ``search.Problem`` whose cheap estimator is contention-aware: ``evaluator`` returns a
-    ``score.vcontention.ContentionEstimator`` (same seeds and smooth relaxation as the static
+@dataclass(frozen=True)
+class ContentionEstimators:
+    """The factory of a ``Problem``'s contention-aware cheap estimators
+    (``score.vcontention.ContentionEstimator``: same seeds and smooth relaxation as the static
     evaluator, hard makespans from the vectorised contention model of the event simulator).
 
-    Args:
-        workload, hw, duration_model, streams_per_stage, evaluator_cache_mib: as ``Problem``.
-        model: the event simulator's ``ContentionModel``; cache: its L2 policy.
-        source: as ``Problem``: the ``structures`` of a ``score.timer.ContentionTimer`` with
-            the same model and policy.
+    Attributes:
+        model: the event simulator's ``ContentionModel`` (None: the default); cache: its L2
+            policy. contention: True (the capability ``Problem.contention`` reads).
     """
 
-    def __init__(self, workload, hw: Hardware, duration_model=None, model=None,
-                 cache: str = "lru", streams_per_stage: int = 1,
-                 evaluator_cache_mib: int | None = None, source=None) -> None:
-        super().__init__(workload, hw, duration_model, streams_per_stage=streams_per_stage,
-                         evaluator_cache_mib=evaluator_cache_mib, source=source)
-        self.contention_model, self.cache = model, cache
+    model: object = None
+    cache: str = "lru"
+    contention: bool = True
 
-    def _new_evaluator(self, graph, seg_of: tuple, D: int, w: int, policy: str,
-                       table: np.ndarray) -> ContentionEstimator:
-        """The contention-aware cheap estimator of one structure (``Problem.evaluator`` caches
-        it), with this problem's ``ContentionModel`` and L2 policy; taken from ``source`` when
-        given (``Problem``)."""
-        if self.source is not None:
-            return self.source.get(graph, seg_of, D, w, policy, self.streams_per_stage, table)
-        return ContentionEstimator(graph, seg_of, D, w, self.hw, policy=policy, table=table,
-                                   model=self.contention_model, cache=self.cache,
-                                   streams_per_stage=self.streams_per_stage)
+    def __call__(self, graph, seg_of, D: int, w: int, hw: Hardware, policy: str,
+                 table: np.ndarray, streams_per_stage: int) -> ContentionEstimator:
+        """The estimator of one structure (``Problem.evaluator`` caches it)."""
+        return ContentionEstimator(graph, seg_of, D, w, hw, policy=policy, table=table,
+                                   model=self.model, cache=self.cache,
+                                   streams_per_stage=streams_per_stage)

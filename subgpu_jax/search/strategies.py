@@ -271,16 +271,18 @@ class ContentionCheap:
 
     def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
                 timer=None):
-        """A ``ContentionProblem`` (arguments as ``CheapEstimator.problem``); it shares the
-        tables of ``timer`` when that is the batched contention timer of the same model and
-        L2 policy (the exact polish then rebuilds nothing)."""
+        """A ``Problem`` with ``ContentionEstimators`` (arguments as
+        ``CheapEstimator.problem``); it shares the tables of ``timer`` when that is the batched
+        contention timer of the same model and L2 policy (the exact polish then rebuilds
+        nothing)."""
         from subgpu_jax.score.timer import ContentionTimer
-        from subgpu_jax.search.problem import ContentionProblem
+        from subgpu_jax.search.problem import ContentionEstimators, Problem
 
         share = (isinstance(timer, ContentionTimer) and timer.model == model
                  and timer.cache == cache)
-        return ContentionProblem(workload, hw, duration_model, model, cache, streams_per_stage,
-                                 source=timer.structures if share else None)
+        return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage,
+                       source=timer.structures if share else None,
+                       estimator=ContentionEstimators(model, cache))
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from subgpu_jax.model.lru import ByteLRU, nbytes_of
 from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.programs import ProgramCache, release_compiled, to_device
-from subgpu_jax.search.problem import ContentionProblem, Problem
+from subgpu_jax.search.problem import ContentionEstimators, Problem
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +68,15 @@ def test_nbytes_of_counts_reachable_arrays_once():
     assert nbytes_of(obj) == 80 + 16
 
 
-@pytest.mark.parametrize("kind", [Problem, ContentionProblem])
+@pytest.mark.parametrize("kind", ["static", "contention"])
 def test_evaluator_cache_bounded_and_rebuilt_identically(workload, kind):
     """More cuts than fit in a 1-MiB (static) / 16-MiB (contention) cache: it never holds more
     than its bound, evicts the least recently used, and an evicted estimator rebuilt scores the
     same allocations to the same makespans."""
     wl, hw = workload
-    mib = 1 if kind is Problem else 16
-    p = kind(wl, hw, evaluator_cache_mib=mib)
+    mib = 1 if kind == "static" else 16
+    p = Problem(wl, hw, evaluator_cache_mib=mib,
+                estimator=ContentionEstimators() if kind == "contention" else None)
     n = wl.graph(2).n
     cuts = _cuts(n, 2, 5)
     A = np.array([[64, 64], [32, 96], [96, 32]])
@@ -85,13 +86,13 @@ def test_evaluator_cache_bounded_and_rebuilt_identically(workload, kind):
     size = nbytes_of(p.evaluator(cuts[-1], 2, 0, 2))  # every cut of one D: the same size
     kept = min(len(cuts), (mib << 20) // size)
     assert len(p.evaluators) == kept and p.evaluators.evictions == len(cuts) - kept
-    if kind is ContentionProblem:  # several MiB of tables each: some were evicted
+    if kind == "contention":  # several MiB of tables each: some were evicted
         assert kept < len(cuts)
     again = {c: p.evaluator(c, 2, 0, 2).makespan(A) for c in cuts}
     assert all(np.array_equal(first[c], again[c]) for c in cuts)
     p.clear_evaluators()
     assert len(p.evaluators) == 0 and p.evaluators.nbytes == 0
-    unbounded = kind(wl, hw, evaluator_cache_mib=4096)
+    unbounded = Problem(wl, hw, evaluator_cache_mib=4096, estimator=p.estimator)
     assert all(np.array_equal(unbounded.evaluator(c, 2, 0, 2).makespan(A), first[c])
                for c in cuts)
 
