@@ -92,7 +92,7 @@ def test_grid_point_through_search_job_records_scorers(tmp_path):
     """A two-point grid (temporal + one SubGPU point) with the static exact scorer and the
     contention-aware cheap estimator: the SubGPU record used the cheap estimator, its speedup
     is the temporal makespan over its own, and summary.json names the scorers and
-    strategies."""
+    strategies with their options."""
     sc = sj.PointScorer(ARCH, H200, timer=StaticTimer(H200), cheap="vcontention",
                         alloc_strategy=RelaxAllocation(restarts=2, steps=20))
     pts = [GridPoint(DEP, 1, 1, "wavefront"), GridPoint(DEP, 2, 2, "wavefront")]
@@ -105,7 +105,8 @@ def test_grid_point_through_search_job_records_scorers(tmp_path):
     summ = sj.write_outputs(recs, str(tmp_path), "t", sc)
     disk = json.loads((tmp_path / "summary.json").read_text())
     assert disk["scorers"] == summ["scorers"] == {"cheap": "vcontention", "exact": "static"}
-    assert disk["strategies"] == {"cut": "proposal", "alloc": "relax"}
+    assert disk["strategies"] == {"cut": "proposal", "alloc": "relax", "cut_options": {},
+                                  "alloc_options": {"restarts": 2, "steps": 20}}
 
 
 def test_records_carry_the_input_length(tmp_path):
