@@ -41,6 +41,7 @@ from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
 from subgpu_jax.score.timer import DEFAULT_TIMER, EventTimer, Timer, Timing, timer_for
 from subgpu_jax.space.config import Config, temporal_config
+from subgpu_jax.app.interrupt import Interrupted
 from subgpu_jax.app.store import SweepStore, atomic_write
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 from subgpu_jax.model.accounting import throughput_record
@@ -573,7 +574,6 @@ def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: Sear
     it (the finished points are stored) and raises ``Interrupted`` as ``run_sweep`` does."""
     from tqdm import tqdm
 
-    from subgpu_jax.app.interrupt import Interrupted
     from subgpu_jax.app.platform import compile_cache_dir
     from subgpu_jax.app.pool import run_sweep_pool
     from subgpu_jax.app.sweep import pending_points
@@ -681,11 +681,18 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
             if store is None:
                 stats["dropped"], stats["again"] = [], 0
                 return stats, None
-        elif o.workers > 1:
-            stats = _run_pool(points, scorer, store, o, say)
         else:
-            stats = run_sweep(points, scorer, store, budget=budget, progress=o.progress,
-                              on_new_deployment=scorer.release)
+            try:
+                stats = (_run_pool(points, scorer, store, o, say) if o.workers > 1 else
+                         run_sweep(points, scorer, store, budget=budget, progress=o.progress,
+                                   on_new_deployment=scorer.release))
+            except Interrupted:   # say how many are stored, not "the finished ones"
+                from subgpu_jax.app.interrupt import set_message
+
+                set_message(f"interrupted: {sum(p.key in store.done for p in points)} of "
+                            f"{len(points)} grid points are stored in {folder}; run the same "
+                            "command again to continue")
+                raise
         if stats["remaining"] == 0:  # a Ctrl-C from here on leaves nothing to continue
             from subgpu_jax.app.interrupt import set_message
 
