@@ -501,6 +501,90 @@ def _cmd_space(a) -> int:
     return 0
 
 
+def _search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, serving, cut,
+                 alloc) -> dict:
+    """The sweep's fingerprint (``store.grid_fingerprint``) of a parsed ``subgpu search``: the
+    workload, the grid, the scorers and strategies, and every option away from its default
+    (a default sweep keeps the fingerprint it had before an option existed); input files by
+    content."""
+    meta = {"model": arch.name, "arch": repr(arch), "hardware": hw.name, "gpus": a.gpus,
+            "parallelisms": pars or "all", "batches": batches, "stages": stages,
+            "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
+            **({"streams_per_stage": ks} if ks != [1] else {}),
+            "exact": a.exact, "cache": resolve_cache(a.cache, a.calibration), "l_sim": a.l_sim}
+    if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
+                    routing_imbalance=1.0):
+        meta["deployment_options"] = opts
+    changed = {k: v for k, v in serving.items() if getattr(Deployment, k) != v}
+    if changed:  # only when set: a default sweep keeps its fingerprint
+        meta["serving_options"] = changed
+    for key, st, reg, default in (
+            ("cut_strategy", cut, CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
+            ("alloc_strategy", alloc, ALLOC_STRATEGIES, DEFAULT_ALLOC_STRATEGY)):
+        more = changed_options(st, reg)  # name alone when default: fingerprints unchanged
+        if st.name != default or more:
+            meta[key] = {"name": st.name, **more} if more else st.name
+    if a.cheap != "auto":
+        meta["cheap"] = a.cheap
+    if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)
+        meta["input_len"] = a.input_len
+    from subgpu_jax.app.fingerprint import file_digest
+
+    if str(a.model).lower() not in MODELS:  # a config.json: its content defines the sweep
+        cfg = os.path.join(a.model, "config.json") if os.path.isdir(a.model) else a.model
+        meta["model_config"] = file_digest(cfg)
+        meta["about"] = {"model": a.model}
+    return meta
+
+
+def _search_setup(a, arch, hw, shape, pts, meta) -> GpuSetup:
+    """The GPU setup of a search: uncalibrated, or bound to ``--calibration`` after checking it
+    against the workload (``shape``: the first (TP, DP, EP)) and every grid point's graph, its
+    content and path added to ``meta``.
+
+    Raises:
+        ValueError: a calibration for another workload, or missing a grid point's kernel (one
+            line naming --calibration and the flags that select what it measured)."""
+    from subgpu_jax.app.fingerprint import file_digest
+
+    setup = GpuSetup.uncalibrated(hw)
+    if a.calibration:
+        from subgpu_jax.model.calibration import load_calibration
+        cal = load_calibration(a.calibration)
+        t0, d0, e0 = shape
+        cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=t0, attn_dp=d0,
+                                            moe_ep=e0, global_batch=d0,
+                                            input_len=a.input_len, kv_history=a.kv_history), hw)
+        setup = cal.bind(hw)
+        try:  # every grid point's graph measured, before any point is scored
+            cal.check_grid(arch, ((p.deploy, p.microbatches) for p in pts))
+        except ValueError as e:
+            raise ValueError(f"{e} (--calibration {a.calibration}); or search only the batches "
+                             "and microbatch counts it measured (--batches, --microbatches)"
+                             ) from None
+        meta["calibration"] = file_digest(a.calibration)  # content (store.grid_fingerprint)
+        meta["about"] = {**meta.get("about", {}), "calibration": a.calibration}
+    return setup
+
+
+def _search_cluster(a):
+    """The ``app.distributed.Cluster`` of ``--cluster`` (joined when it has several
+    processes), or None.
+
+    Raises:
+        ValueError: --num-processes/--process-id without --cluster."""
+    cluster = None
+    if a.cluster is not None or a.num_processes != 1 or a.process_id != 0:
+        from subgpu_jax.app.distributed import Cluster, init_cluster
+        if a.cluster is None:
+            raise ValueError("cluster: --num-processes/--process-id need --cluster HOST:PORT")
+        cluster = Cluster(a.cluster, a.num_processes, a.process_id, a.cluster_timeout)
+        if cluster.num_processes > 1:
+            init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
+                         min(cluster.timeout_s, 60.0))
+    return cluster
+
+
 def _cmd_search(a) -> int:
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.searchjob import run_search, SearchOptions
@@ -581,34 +665,9 @@ def _cmd_search(a) -> int:
         print(f"skipped: {note}")
     if len(skipped) > 5:
         print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
-    meta = {"model": arch.name, "arch": repr(arch), "hardware": hw.name, "gpus": a.gpus,
-            "parallelisms": pars or "all", "batches": batches, "stages": stages,
-            "microbatches": mbs, "policies": pols, "kv_history": a.kv_history,
-            **({"streams_per_stage": ks} if ks != [1] else {}),
-            "exact": a.exact, "cache": resolve_cache(a.cache, a.calibration), "l_sim": a.l_sim}
-    if opts != dict(nvlink_domain=0, scaleout_GBps=50.0, routing="uniform",
-                    routing_imbalance=1.0):
-        meta["deployment_options"] = opts
-    changed = {k: v for k, v in serving.items() if getattr(Deployment, k) != v}
-    if changed:  # only when set: a default sweep keeps its fingerprint
-        meta["serving_options"] = changed
     cut, alloc = strategies_from_args(a)
-    for key, st, reg, default in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
-                                  ("alloc_strategy", alloc, ALLOC_STRATEGIES,
-                                   DEFAULT_ALLOC_STRATEGY)):
-        more = changed_options(st, reg)  # name alone when default: fingerprints unchanged
-        if st.name != default or more:
-            meta[key] = {"name": st.name, **more} if more else st.name
-    if a.cheap != "auto":
-        meta["cheap"] = a.cheap
-    if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)
-        meta["input_len"] = a.input_len
-    from subgpu_jax.app.fingerprint import file_digest
-
-    if str(a.model).lower() not in MODELS:  # a config.json: its content defines the sweep
-        cfg = os.path.join(a.model, "config.json") if os.path.isdir(a.model) else a.model
-        meta["model_config"] = file_digest(cfg)
-        meta["about"] = {"model": a.model}
+    meta = _search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, serving,
+                        cut, alloc)
     from subgpu_jax.app.pool import search_workers
 
     try:
@@ -617,32 +676,8 @@ def _cmd_search(a) -> int:
         raise ValueError(f"--{e}") from None
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
-    setup = GpuSetup.uncalibrated(hw)
-    if a.calibration:
-        from subgpu_jax.model.calibration import load_calibration
-        cal = load_calibration(a.calibration)
-        t0, d0, e0 = shapes[0]
-        cal.check_workload(arch, Deployment(num_gpus=a.gpus, attn_tp=t0, attn_dp=d0,
-                                            moe_ep=e0, global_batch=d0,
-                                            input_len=a.input_len, kv_history=a.kv_history), hw)
-        setup = cal.bind(hw)
-        try:  # every grid point's graph measured, before any point is scored
-            cal.check_grid(arch, ((p.deploy, p.microbatches) for p in pts))
-        except ValueError as e:
-            raise ValueError(f"{e} (--calibration {a.calibration}); or search only the batches "
-                             "and microbatch counts it measured (--batches, --microbatches)"
-                             ) from None
-        meta["calibration"] = file_digest(a.calibration)  # content (store.grid_fingerprint)
-        meta["about"] = {**meta.get("about", {}), "calibration": a.calibration}
-    cluster = None
-    if a.cluster is not None or a.num_processes != 1 or a.process_id != 0:
-        from subgpu_jax.app.distributed import Cluster, init_cluster
-        if a.cluster is None:
-            raise ValueError("cluster: --num-processes/--process-id need --cluster HOST:PORT")
-        cluster = Cluster(a.cluster, a.num_processes, a.process_id, a.cluster_timeout)
-        if cluster.num_processes > 1:
-            init_cluster(cluster.address, cluster.num_processes, cluster.process_id,
-                         min(cluster.timeout_s, 60.0))
+    setup = _search_setup(a, arch, hw, shapes[0], pts, meta)
+    cluster = _search_cluster(a)
     hw = setup.hw
     from subgpu_jax.score.timer import timer_for
 
