@@ -44,7 +44,8 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
         summ: the summary of ``searchjob.write_outputs`` (``best_by_batch``,
             ``best_speedup_record``, frontiers, ``matched``).
         hardware: the GPU preset searched (used when ``summ`` has no ``prediction``).
-        exact: the exact scorer of the search (``event`` or ``static``), named in the text.
+        timer: the search's exact scorer (``score.timer.Timer``), or None; a scorer that is
+            not the reference is named on the best configuration's line.
     """
     rows = summ.get("best_by_batch") or []
     b = summ["best_speedup_record"]
@@ -60,9 +61,12 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
                   f"  {r['sms']} / {r['cuts']}")
     if b:
         word = "best" if b["speedup_vs_temporal"] > 1 else "least slow (none beats temporal)"
+        whose = ("" if timer is None or timer.reference else
+                 f" (by the {timer.name} scorer; the event simulator's check"
+                 + (" and verdicts follow)" if timer.contention else " follows)"))
         print(f"{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
               f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
-              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline")
+              f"{b['speedup_vs_temporal']:.3f}x the temporal baseline{whose}")
     for name in ("frontier_temporal", "frontier_subgpu"):
         fr = summ[name]
         print(f"\n{name.replace('_', ' ')} ({len(fr)} point{'s' if len(fr) != 1 else ''})")
