@@ -43,7 +43,7 @@ from typing import Callable
 from hw_runtime.tune.executor import TuneExecutor
 from hw_runtime.tune.refit import refit_calibration, summarize_trace
 from subgpu_jax.app.fingerprint import file_digest
-from subgpu_jax.search.strategies import ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY, changed_options
+from subgpu_jax.search.strategies import ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY, strategy_meta
 from hw_runtime.tune.refine import refine_on_gpu
 from hw_runtime.tune.spec import Candidate, Predictor, TuneSpec
 from hw_runtime.tune.state import TuneState
@@ -210,12 +210,9 @@ class Tuner:
                 "about": {"calibration": cal_path},
                 "cheap": s.cheap, "cut_strategy": s.cut_strategy,
                 "alloc_strategy": s.alloc_strategy}
-        cut, alloc = s.strategies()
-        for key, st, reg in (("cut_strategy", cut, CUT_STRATEGY_REGISTRY),
-                             ("alloc_strategy", alloc, ALLOC_STRATEGIES)):
-            more = changed_options(st, reg)   # name alone at the defaults, as before
-            if more:
-                meta[key] = {"name": st.name, **more}
+        cut, alloc = s.strategies()   # names alone at the defaults, as before the options
+        meta["cut_strategy"] = strategy_meta(cut, CUT_STRATEGY_REGISTRY)
+        meta["alloc_strategy"] = strategy_meta(alloc, ALLOC_STRATEGIES)
         t0 = time.perf_counter()
         from subgpu_jax.score.timer import timer_for
 

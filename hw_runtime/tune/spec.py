@@ -179,17 +179,14 @@ class TuneSpec:
 
     def strategies(self) -> tuple:
         """The search's (cut, allocation) strategy objects with their options
-        (``search.strategies.with_options``).
+        (``search.strategies.make_strategies``).
 
         Raises:
             ValueError: a bad option (one line naming ``--cut-options``/``--alloc-options``)."""
-        from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
-                                                  with_options)
+        from subgpu_jax.search.strategies import make_strategies
 
-        return (with_options(CUT_STRATEGY_REGISTRY, self.cut_strategy, self.cut_options,
-                             "--cut-options"),
-                with_options(ALLOC_STRATEGIES, self.alloc_strategy, self.alloc_options,
-                             "--alloc-options"))
+        return make_strategies(self.cut_strategy, self.cut_options, self.alloc_strategy,
+                               self.alloc_options)
 
     def meta(self) -> dict:
         """The JSON fingerprint of the options that decide what is measured (a tune folder

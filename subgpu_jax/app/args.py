@@ -68,43 +68,47 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
         add_serving_args(g)
 
 
+#: The strategy flags of ``add_strategy_args``: (flag prefix, noun, what it chooses, the options
+#: it takes).
+_STRATEGY_FLAGS = (
+    ("cut", "cut", "how Algorithm 1 chooses the cut: proposal (the method as published: DP feature "
+            "partition + rotations, default), local_search (+ boundary moves), screen (every "
+            "legal cut by the cheap estimator when <= 20,000; within 1%% of the simulator's "
+            "optimum on 40/40 instances of heuristic_gap.json)",
+     "local_search: starts, top; screen: max_cuts, top, polish, keep_proposal"),
+    ("alloc", "allocation", "allocation search per cut: pairwise (Algorithm 1 steps 4-5: "
+                            "seeds, Algorithm 2's line search, cheap estimator, exact polish; "
+                            "default) or relax (optax relaxation of the smooth makespan, "
+                            "rounding, exact polish)",
+     "relax: restarts, steps"))
+
+
 def add_strategy_args(g, command: str = "search") -> None:
     """Add the search's strategy options to the argument group ``g``: ``--cut-strategy``,
-    ``--cut-options``, ``--alloc-strategy``, ``--alloc-options``, their choices from the
-    registries of ``search.strategies`` (``subgpu search`` and ``subgpu tune`` take the same
-    ones; ``command`` names the command in the help)."""
+    ``--cut-options``, ``--alloc-strategy``, ``--alloc-options``, their choices and defaults
+    from the registries of ``search.strategies`` (``subgpu search`` and ``subgpu tune`` take
+    the same ones; ``command`` names the command in the help)."""
     from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
                                               DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY)
 
+    regs = {"cut": (CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
+            "alloc": (ALLOC_STRATEGIES, DEFAULT_ALLOC_STRATEGY)}
     as_search = "" if command == "search" else " (as `subgpu search`)"
-    g.add_argument("--cut-strategy", default=DEFAULT_CUT_STRATEGY, choices=tuple(CUT_STRATEGY_REGISTRY),
-                   help="how Algorithm 1 chooses the cut: proposal (the method as published: DP "
-                        "feature partition + rotations, default), local_search (+ boundary moves), "
-                        "screen (every legal cut by the cheap estimator when <= 20,000; within 1%% "
-                        "of the simulator's optimum on 40/40 instances of heuristic_gap.json)"
-                        + as_search)
-    g.add_argument("--cut-options", metavar="K=V[,K=V]", default=None,
-                   help="options of the cut strategy (local_search: starts, top; screen: "
-                        "max_cuts, top, polish, keep_proposal), recorded in the sweep" + as_search)
-    g.add_argument("--alloc-strategy", default=DEFAULT_ALLOC_STRATEGY, choices=tuple(ALLOC_STRATEGIES),
-                   help="allocation search per cut: pairwise (Algorithm 1 steps 4-5: seeds, "
-                        "Algorithm 2's line search, cheap estimator, exact polish; default) or "
-                        "relax (optax relaxation of the smooth makespan, rounding, exact polish)"
-                        + as_search)
-    g.add_argument("--alloc-options", metavar="K=V[,K=V]", default=None,
-                   help="options of the allocation strategy (relax: restarts, steps), recorded "
-                        "in the sweep" + as_search)
+    for kind, noun, what, takes in _STRATEGY_FLAGS:
+        reg, default = regs[kind]
+        g.add_argument(f"--{kind}-strategy", default=default, choices=tuple(reg),
+                       help=what + as_search)
+        g.add_argument(f"--{kind}-options", metavar="K=V[,K=V]", default=None,
+                       help=f"options of the {noun} strategy ({takes}), recorded in the sweep"
+                            + as_search)
 
 
 def strategies_from_args(a) -> tuple:
     """The (cut, allocation) strategy objects of parsed ``add_strategy_args`` options, made once
-    at the command line's edge (``search.strategies.with_options``).
+    at the command line's edge (``search.strategies.make_strategies``).
 
     Raises:
         ValueError: a bad option (one line naming ``--cut-options`` or ``--alloc-options``)."""
-    from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
-                                              with_options)
+    from subgpu_jax.search.strategies import make_strategies
 
-    return (with_options(CUT_STRATEGY_REGISTRY, a.cut_strategy, a.cut_options, "--cut-options"),
-            with_options(ALLOC_STRATEGIES, a.alloc_strategy, a.alloc_options,
-                         "--alloc-options"))
+    return make_strategies(a.cut_strategy, a.cut_options, a.alloc_strategy, a.alloc_options)

@@ -27,7 +27,7 @@ from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY, DEFAULT_ALLOC_STRATEGY,
-                                          DEFAULT_CUT_STRATEGY, changed_options)
+                                          DEFAULT_CUT_STRATEGY, strategy_meta)
 from subgpu_jax.space.config import config_from_options, temporal_of
 from subgpu_jax.app.options import (OneLineParser, check_bounds,
                                     check_grid_size, choose_split,
@@ -521,9 +521,8 @@ def _search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, servin
     for key, st, reg, default in (
             ("cut_strategy", cut, CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
             ("alloc_strategy", alloc, ALLOC_STRATEGIES, DEFAULT_ALLOC_STRATEGY)):
-        more = changed_options(st, reg)  # name alone when default: fingerprints unchanged
-        if st.name != default or more:
-            meta[key] = {"name": st.name, **more} if more else st.name
+        if strategy_meta(st, reg) != default:  # defaults: fingerprints unchanged
+            meta[key] = strategy_meta(st, reg)
     if a.cheap != "auto":
         meta["cheap"] = a.cheap
     if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)

@@ -35,7 +35,8 @@ __all__ = ["CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut", "ScreenC
            "CUT_STRATEGY_REGISTRY", "CUT_STRATEGIES", "AllocationStrategy", "PairwiseAllocation",
            "RelaxAllocation", "ALLOC_STRATEGIES", "CheapEstimator", "StaticCheap",
            "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts",
-           "strategy_options", "with_options", "changed_options", "DEFAULT_CUT_STRATEGY",
+           "strategy_options", "with_options", "changed_options", "strategy_meta",
+           "make_strategies", "DEFAULT_CUT_STRATEGY",
            "DEFAULT_ALLOC_STRATEGY"]
 
 
@@ -387,3 +388,23 @@ def with_options(registry: dict, name: str, text: str | None, flag_name: str):
         return dataclasses.replace(base, **opts)
     except ValueError as e:
         raise ValueError(f"{flag_name}: {e}") from None
+
+
+def strategy_meta(strategy, registry: dict):
+    """How a sweep's fingerprint records ``strategy``: its name, or ``{"name", **options}``
+    with the options that differ from its registry entry's (``changed_options``), so a
+    strategy at its defaults keeps the fingerprint it had before options existed."""
+    more = changed_options(strategy, registry)
+    return {"name": strategy.name, **more} if more else strategy.name
+
+
+def make_strategies(cut: str, cut_options: str | None, alloc: str,
+                    alloc_options: str | None) -> tuple:
+    """The (cut, allocation) strategy objects of their names and ``K=V`` option texts, as
+    ``--cut-strategy``/``--cut-options``/``--alloc-strategy``/``--alloc-options`` give them
+    (``with_options``; ``subgpu search`` and ``subgpu tune``).
+
+    Raises:
+        ValueError: as ``with_options``, naming ``--cut-options`` or ``--alloc-options``."""
+    return (with_options(CUT_STRATEGY_REGISTRY, cut, cut_options, "--cut-options"),
+            with_options(ALLOC_STRATEGIES, alloc, alloc_options, "--alloc-options"))
