@@ -143,17 +143,14 @@ def main() -> None:
     hw = dataclasses.replace(get_hardware(a.hardware), sm_quantum=a.quantum,
                              min_pool_sms=a.minimum, sm_budget=a.budget)
     m, D = a.microbatches, a.D
-    if a.baseline:
-        import subgpu_jax.score.massive as massive
-        massive.PRECOMPUTED_ALLOCS_BYTES = 0      # unrank per block
-        massive.TOPK_ROW = 2**62                  # one top-k per block
     kopts = {k: v for k, v in (("block", a.block), ("num_warps", a.num_warps)) if v is not None}
     try:
         kernel = maxplus_kernel(a.kernel, **kopts)
     except (ValueError, TypeError) as e:
         ap.error(f"--kernel {a.kernel}: {e}")
     kw = dict(memory_budget=a.memory_budget, max_block=a.max_block, devices=a.devices,
-              barrier_every=a.barrier_every, topk=a.topk, kernel=kernel)
+              barrier_every=a.barrier_every, topk=a.topk, kernel=kernel,
+              precompute_allocations=not a.baseline, two_stage_topk=not a.baseline)
     print(f"backend={jax.default_backend()} devices={jax.devices()}", flush=True)
 
     def structure(L, w):

@@ -307,13 +307,11 @@ TOPK_ROW = 1024
 PRECOMPUTED_ALLOCS_BYTES = 256 * 2**20
 
 
-def block_topk(ms: jax.Array, k: int, row: int | None = None) -> tuple[jax.Array, jax.Array]:
+def block_topk(ms: jax.Array, k: int, row: int = TOPK_ROW) -> tuple[jax.Array, jax.Array]:
     """The ``k`` smallest of the flat makespans ``ms`` (B,) and their indices, ascending, ties
     to the lowest index (as ``lax.top_k`` of the negated values): per row of ``row`` values
     (the tail padded with +inf), then over the rows' k best. Exact: each of the k smallest is
-    among its row's k smallest. Falls back to one ``lax.top_k`` when B <= row or k > row.
-    ``row`` None: ``TOPK_ROW`` (read at the call)."""
-    row = TOPK_ROW if row is None else int(row)
+    among its row's k smallest. Falls back to one ``lax.top_k`` when B <= row or k > row."""
     B = ms.shape[0]
     if B <= row or k > row:
         neg, idx = jax.lax.top_k(-ms, k)
@@ -329,7 +327,7 @@ def block_topk(ms: jax.Array, k: int, row: int | None = None) -> tuple[jax.Array
 def _block_impl(seg_tab, bases, allocs_all, *, prog: DagProgram, mode: str, n: int, stage: tuple,
                 D: int, budget: int, quantum: int, minimum: int, n_cuts: int, n_allocs: int,
                 cut_block: int, alloc_block: int, topk: int, barrier_every: int, N1: int,
-                kernel: MaxPlusKernel):
+                kernel: MaxPlusKernel, topk_row: int):
     """Score one block (per device) with ``kernel`` (``score.maxplus``): bases (1, 2) int32 =
     (cut rank base, alloc rank base); ``allocs_all``: every allocation of the space (rows padded
     to a multiple of ``alloc_block``), or a (1, D) placeholder: unrank the block's own.
@@ -359,7 +357,7 @@ def _block_impl(seg_tab, bases, allocs_all, *, prog: DagProgram, mode: str, n: i
     ms = kernel.block_makespans(prog, flat, segids, allocs, stage_a, N1,
                                 barrier_every)                          # (CB, AB)
     ms = jnp.where(c_ok[:, None] & a_ok[None, :], ms, jnp.inf).reshape(-1)
-    vals, idx = block_topk(ms, topk)
+    vals, idx = block_topk(ms, topk, topk_row)
     return vals[None], idx[None]
 
 
@@ -384,6 +382,10 @@ class MassiveEvaluator:
             shard the block over (default 1). barrier_every: see ``dag_makespan``.
         dtype: float32. kernel: the ``score.maxplus.MaxPlusKernel`` that scores a block
             (default ``XlaMaxPlus()``; ``PallasMaxPlus`` on a GPU), made once by the caller.
+        precompute_allocations: keep every allocation on the device (when it fits
+            ``PRECOMPUTED_ALLOCS_BYTES``) and slice it per block; False: each block unranks its
+            own (the path before; same records). two_stage_topk: a block's top-k per row of
+            ``TOPK_ROW`` (``block_topk``); False: one ``lax.top_k`` (same records).
 
     Raises:
         ValueError: bad table, mode, space, budget too small, more devices than exist.
@@ -395,7 +397,8 @@ class MassiveEvaluator:
                  memory_budget: int | None = None, max_block: int | None = None,
                  devices: int | None = None, barrier_every: int = 0,
                  cut_block: int | None = None, alloc_block: int | None = None,
-                 kernel: MaxPlusKernel | None = None) -> None:
+                 kernel: MaxPlusKernel | None = None, precompute_allocations: bool = True,
+                 two_stage_topk: bool = True) -> None:
         from subgpu_jax.score.evaluator import validate_durations
         from subgpu_jax.space.config import count_allocations
 
@@ -443,7 +446,7 @@ class MassiveEvaluator:
         self.topk = int(topk)
         per = bytes_per_candidate(self.prog.T, K, D)
         fixed = int(seg_tab.size * 4 + 65536)
-        pre = self.n_allocs * D * 4 <= PRECOMPUTED_ALLOCS_BYTES
+        pre = precompute_allocations and self.n_allocs * D * 4 <= PRECOMPUTED_ALLOCS_BYTES
         if pre:  # every allocation on the device once, sliced by each block
             fixed += int(self.n_allocs * D * 4 * 2)
         plan = plan_blocks(self.n_cuts, self.n_allocs, per, fixed, memory_budget, max_block,
@@ -459,9 +462,9 @@ class MassiveEvaluator:
         self.kernel = XlaMaxPlus() if kernel is None else kernel
         self.allocs_dev = (self._all_allocations(plan.alloc_block) if pre
                            else jnp.zeros((1, D), jnp.int32))
-        fn = partial(_block_impl, kernel=self.kernel, prog=self.prog, mode=mode, n=n,
-                     stage=self.stage, D=D,
-                     budget=budget, quantum=quantum, minimum=minimum, n_cuts=self.n_cuts,
+        row = TOPK_ROW if two_stage_topk else plan.cut_block * plan.alloc_block
+        fn = partial(_block_impl, kernel=self.kernel, topk_row=row, prog=self.prog, mode=mode,
+                     n=n, stage=self.stage, D=D, budget=budget, quantum=quantum, minimum=minimum, n_cuts=self.n_cuts,
                      n_allocs=self.n_allocs, cut_block=plan.cut_block,
                      alloc_block=plan.alloc_block, topk=self.topk,
                      barrier_every=self.barrier_every, N1=self.N1)

@@ -102,3 +102,22 @@ def test_block_topk_equals_one_top_k_with_ties(B, k, row):
     neg, j = jax.lax.top_k(-ms, k)
     np.testing.assert_array_equal(np.asarray(v), -np.asarray(neg))
     np.testing.assert_array_equal(np.asarray(i), np.asarray(j))
+
+
+def test_blocks_as_before_give_the_same_records():
+    """``precompute_allocations=False, two_stage_topk=False`` (each block unranks its own
+    allocations and takes one top-k: the blocks before issue 42's change, ``--baseline`` of
+    ``exhaustive_gridpoint.py``) keep the same top records as the default blocks."""
+    g, table = _instance(n=8)
+    D, w = 3, 1
+    dag = build_task_dag(g.n, g.edges, g.cross_edges, chain_cut(g.n, range(1, D + w)), D, w,
+                         g.num_regions, g.microbatches)
+
+    def run(**kw):
+        return MassiveEvaluator(dag, table, D, w, HW.sm_budget, HW.sm_quantum, HW.min_pool_sms,
+                                mode="chain", topk=6, cut_block=4, alloc_block=16, **kw).run()
+
+    new, old = run(), run(precompute_allocations=False, two_stage_topk=False)
+    np.testing.assert_array_equal(new.values, old.values)
+    np.testing.assert_array_equal(new.cut_ranks, old.cut_ranks)
+    np.testing.assert_array_equal(new.alloc_ranks, old.alloc_ranks)
