@@ -154,8 +154,10 @@ class EventSimulator:
         self.bm = BoundModel(model, hw, lone_makespan)
         self.hw, self.model = hw, model
         self.isolated = bool(model.isolated)
-        self.sharing = model.pool_sharing
         self.tails: list | None = None   # see Attributes
+        # the pool-sharing law of the model, chosen once (``ContentionModel.pool_sharing``)
+        self._law = {"fifo": self._share_fifo, "tail": self._share_tail,
+                     "fair": self._share_fair}[model.pool_sharing]
         #: loaded-latency dilation of fixed phases (ContentionModel.latency_load_gain)
         self._gain = model.latency_gain
         self._inv_copy = 1.0 / float(hw.hbm_copy_Bps)
@@ -508,25 +510,29 @@ class EventSimulator:
             run = [u for u in pool.lanes if u.phase == _ACTIVE]
             if len(run) < 2:
                 continue
-            wants = [u.want for u in run]
-            if self.sharing == "fifo":
-                got = share_pool_fifo(float(pool.sms), wants,
-                                      [self.inst_start[u.job.first + u.pos] for u in run])
-            elif self.sharing == "tail":
-                if self.tails is None:
-                    prof = self.hw.kernel_profile
-                    self.tails = [device_kernels(k, prof) > 1 for k in self.kernels]
-                got = share_pool_tail(float(pool.sms), wants,
-                                      [self.inst_start[u.job.first + u.pos] for u in run],
-                                      [u.remaining_us(self.bm.launch_us) for u in run],
-                                      [self.tails[u.kid] for u in run], self.model.tail_weight)
-            else:
-                got = share_pool(float(pool.sms), wants)
+            got = self._law(float(pool.sms), run, [u.want for u in run])
             if got is None:
                 continue
             for u, g in zip(run, got):
                 u.sms = g
                 u.power = u.pow0 * g / u.want if u.want > 0 else 0.0
+
+    def _share_fifo(self, sms: float, run: list, wants: list):
+        """``share_pool_fifo``: launch order."""
+        return share_pool_fifo(sms, wants, [self.inst_start[u.job.first + u.pos] for u in run])
+
+    def _share_tail(self, sms: float, run: list, wants: list):
+        """``share_pool_tail``: launch order but for ops with trailing kernels (``tails``)."""
+        if self.tails is None:
+            prof = self.hw.kernel_profile
+            self.tails = [device_kernels(k, prof) > 1 for k in self.kernels]
+        return share_pool_tail(sms, wants, [self.inst_start[u.job.first + u.pos] for u in run],
+                               [u.remaining_us(self.bm.launch_us) for u in run],
+                               [self.tails[u.kid] for u in run], self.model.tail_weight)
+
+    def _share_fair(self, sms: float, run: list, wants: list):
+        """``share_pool``: equal shares."""
+        return share_pool(sms, wants)
 
     def _rec(self, t: float, hbm: float, busy: float, cap: float) -> None:
         """Record the utilisation from instant ``t`` on (replacing a sample at the same t)."""
