@@ -9,6 +9,7 @@ machine without green contexts (``common.gpu_check``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -17,8 +18,9 @@ from typing import Any
 
 from subgpu_jax.space.config import Config, config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
-from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.common import gpu_check
 from hw_runtime.commands.records import record_request
+from hw_runtime.commands.report import RunConfig, RunReport, Timed
 from hw_runtime.commands.request import ConfigOptions, RunRequest
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, collective_mode
@@ -103,7 +105,6 @@ def options_config(o: ConfigOptions, wl) -> Config:
     cfg = config_from_options(wl, cuts, sms, o.microbatch, o.reuse, o.policy)  # ValueError
     k = o.streams_per_stage
     if k != 1:
-        import dataclasses
         cfg = dataclasses.replace(cfg, streams_per_stage=k)
     return cfg
 
@@ -198,9 +199,9 @@ def prepare_run(req: RunRequest) -> PreparedRun:
                        cache=setup.cache_policy(req.cache))
 
 
-def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> dict:
+def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> RunReport:
     """Measure (through ``ex``, an ``Executor`` or a stand-in with the same methods), predict
-    and compare: the JSON object ``subgpu run --json`` prints.
+    and compare: the report ``subgpu run --json`` prints (``RunReport.to_json``).
 
     Args:
         prep: from ``prepare_run`` (its request's mode, timing, streams per stage, kernel
@@ -211,10 +212,9 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> dict:
             ``trace``).
 
     Returns:
-        ``{"workload", "config", "temporal", "run", "speedup_measured", "speedup_predicted",
-        "output_check", "calibration"}`` and, with a trace, ``"timeline"``: per-stage busy and
-        idle µs (measured, simulated), per-category residence µs (measured, simulated) and the
-        error breakdown (``hw_runtime.timeline.error_breakdown``).
+        a ``RunReport`` (times in µs); with a trace its ``timeline``: per-stage busy and idle
+        µs (measured, simulated), per-category residence µs (measured, simulated) and the error
+        breakdown (``hw_runtime.timeline.error_breakdown``).
     """
     from subgpu_jax.space.config import temporal_of
 
@@ -235,34 +235,30 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> dict:
     step_c = time_step(build_forward(wl.arch, dep, m), cfg,
                        EventTimer(hw_sim, model, prep.cache, req.mode), record=False)
     sim_c, pred_c = step_c.main, step_c.makespan_us
-    res = {"workload": {"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
-           "config": {"D": cfg.D, "w": cfg.w, "cuts": cfg.cut_names(wl.graph(1)),
-                      "sms": list(cfg.alloc), "microbatch": cfg.microbatch, "microbatches": m,
-                      "mode": req.mode, "streams_per_stage": k,
-                      "collectives": req.collectives,
-                      "gemm": ks.gemm,
-                      "elementwise": getattr(ex, "elementwise", "torch"),
-                      "attention": getattr(ex, "attention", "sdpa"),
-                      "moe_gemm": getattr(ex, "moe_gemm", None),
-                      "lane_priority": (ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
-                                        else False)},
-           "temporal": {"measured_us": meas_t.makespan_us, "predicted_us": pred_t,
-                        "spread": meas_t.spread},
-           "run": {"measured_us": meas_c.makespan_us, "predicted_us": pred_c,
-                   "spread": meas_c.spread},
-           "speedup_measured": meas_t.makespan_us / meas_c.makespan_us,
-           "speedup_predicted": pred_t / pred_c, "output_check": chk,
-           "calibration": req.calibration,
-           "calibration_mismatch": calibration_mismatch(
-               model.calibration, ks.gemm, getattr(ex, "elementwise", "torch"),
-               getattr(ex, "attention", "sdpa"), req.collectives,
-               getattr(ex, "moe_gemm", None) if wl.arch.is_moe else None, dep.global_batch),
-           "step": {"runs": step_c.runs, "head_us_predicted": step_c.head_us}}
+    elementwise = getattr(ex, "elementwise", "torch")
+    attention = getattr(ex, "attention", "sdpa")
+    moe_gemm = getattr(ex, "moe_gemm", None)
     from subgpu_jax.sim.ceiling import overlap_ceiling
-    res["ceiling"] = overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g)
-    if make_trace:
-        res["timeline"] = timeline_report(prep, ex, sim_c)
-    return res
+    return RunReport(
+        workload={"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
+        config=RunConfig(D=cfg.D, w=cfg.w, cuts=cfg.cut_names(wl.graph(1)),
+                         sms=list(cfg.alloc), microbatch=cfg.microbatch, microbatches=m,
+                         mode=req.mode, streams_per_stage=k, collectives=req.collectives,
+                         gemm=ks.gemm, elementwise=elementwise, attention=attention,
+                         moe_gemm=moe_gemm,
+                         lane_priority=(ex.priority_for(cfg, k) if hasattr(ex, "priority_for")
+                                        else False)),
+        temporal=Timed(measured_us=meas_t.makespan_us, predicted_us=pred_t,
+                       spread=meas_t.spread),
+        run=Timed(measured_us=meas_c.makespan_us, predicted_us=pred_c, spread=meas_c.spread),
+        speedup_measured=meas_t.makespan_us / meas_c.makespan_us,
+        speedup_predicted=pred_t / pred_c, output_check=chk, calibration=req.calibration,
+        calibration_mismatch=calibration_mismatch(
+            model.calibration, ks.gemm, elementwise, attention, req.collectives,
+            moe_gemm if wl.arch.is_moe else None, dep.global_batch),
+        step={"runs": step_c.runs, "head_us_predicted": step_c.head_us},
+        ceiling=overlap_ceiling(wl.graph(1), wl.hw, meas_t.makespan_us, g),
+        timeline=timeline_report(prep, ex, sim_c) if make_trace else None)
 
 
 def calibration_mismatch(cal, gemm: str, elementwise: str, attention: str = "sdpa",
@@ -434,78 +430,86 @@ def run_one(req: RunRequest) -> int:
     except GreenContextError as e:
         raise ValueError(str(e)) from None
     if dist_ctx is not None:
-        slowest_rank(dist_ctx, res)
+        res = slowest_rank(dist_ctx, res)
         dist_ctx.dist.barrier()
         dist_ctx.dist.destroy_process_group()
         if rank != 0:                # rank 0 reports the step of the slowest rank
             return 0
-    label_run(prep, res)
-    print_run(prep, res)
+    print_run(prep, label_run(prep, res))
     return 0
 
 
-def slowest_rank(ctx, res: dict) -> None:
-    """Make a ``run_report`` result of one rank the deployment's: each measured step becomes
-    the slowest rank's (``distributed.reduce_max``), the measured speedup follows, and
-    ``collectives_run`` records the process group (``DistContext.record``)."""
+def slowest_rank(ctx, res: RunReport) -> RunReport:
+    """The deployment's report of one rank's ``res``: each measured step becomes the slowest
+    rank's (``distributed.reduce_max``: a collective call, temporal first, on every rank), this
+    rank's own kept as ``measured_us_this_rank``, the measured speedup follows, and
+    ``collectives_run`` records the process group (``DistContext.record``).
+
+    Returns:
+        a new ``RunReport`` (``res`` is left as it was).
+    """
     from hw_runtime.gpu.distributed import reduce_max
 
-    for part in ("temporal", "run"):
-        res[part]["measured_us_this_rank"] = res[part]["measured_us"]
-        res[part]["measured_us"] = reduce_max(ctx, res[part]["measured_us"])
-    res["speedup_measured"] = res["temporal"]["measured_us"] / res["run"]["measured_us"]
-    res["collectives_run"] = ctx.record()
+    t, r = (dataclasses.replace(x, measured_us=reduce_max(ctx, x.measured_us),
+                                measured_us_this_rank=x.measured_us)
+            for x in (res.temporal, res.run))
+    return dataclasses.replace(res, temporal=t, run=r,
+                               speedup_measured=t.measured_us / r.measured_us,
+                               collectives_run=ctx.record())
 
 
-def label_run(prep: PreparedRun, res: dict) -> None:
-    """Add to a ``run_report`` result ``res`` of ``prep`` how it was obtained: ``collectives``
-    (how the measured runs executed them, ``provenance.collectives_label``) and ``prediction``
+def label_run(prep: PreparedRun, res: RunReport) -> RunReport:
+    """``res`` (a ``run_report`` of ``prep``) with how it was obtained: ``collectives`` (how
+    the measured runs executed them, ``provenance.collectives_label``) and ``prediction``
     (which model predicted it and the measured errors that apply,
-    ``provenance.prediction_note``)."""
+    ``provenance.prediction_note``).
+
+    Returns:
+        a new ``RunReport``.
+    """
     from subgpu_jax.app.provenance import collectives_label, prediction_note
 
     wl = prep.wl
-    res["collectives"] = collectives_label(prep.request.collectives)
-    res["prediction"] = prediction_note(wl.hw.name, prep.request.calibration, wl.arch.name,
-                                        model_id=uncalibrated_model_id(wl.hw))
+    return dataclasses.replace(
+        res, collectives=collectives_label(prep.request.collectives),
+        prediction=prediction_note(wl.hw.name, prep.request.calibration, wl.arch.name,
+                                   model_id=uncalibrated_model_id(wl.hw)))
 
 
-def print_run(prep: PreparedRun, res: dict) -> None:
-    """Print ``run_report``'s result ``res`` of ``prep`` as JSON (the request's ``json``) or as
-    a table."""
+def print_run(prep: PreparedRun, res: RunReport) -> None:
+    """Print ``res`` (a ``run_report`` of ``prep``) as JSON (the request's ``json``:
+    ``RunReport.to_json``) or as a table."""
     req, wl, cfg, dep, m = prep.request, prep.wl, prep.cfg, prep.dep, prep.m
     if req.json:
-        print(json.dumps(json_safe(res), indent=2, allow_nan=False))
+        print(res.to_json())
         return
-    hw = wl.hw
+    hw, rc = wl.hw, res.config
     from hw_runtime.gpu.workload import arch_label
     print(f"workload  {arch_label(wl.arch)} G={dep.global_batch} on {hw.name}; config "
           f"D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} b={cfg.microbatch} (m={m}) "
-          f"mode={req.mode} streams/stage={res['config']['streams_per_stage']} "
-          f"GEMMs={res['config'].get('gemm', 'stock')} elementwise="
-          f"{res['config'].get('elementwise', 'torch')} attention="
-          f"{res['config'].get('attention', 'sdpa')}"
-          + (f" moe-gemm={res['config'].get('moe_gemm', 'bmm')}" if wl.arch.is_moe else "")
+          f"mode={req.mode} streams/stage={rc.streams_per_stage} GEMMs={rc.gemm} "
+          f"elementwise={rc.elementwise} attention={rc.attention}"
+          + (f" moe-gemm={rc.moe_gemm}" if wl.arch.is_moe else "")
           + " (temporal too)")
     print(f"{'':10s}{'measured (µs)':>15s}{'predicted (µs)':>16s}{'error':>9s}{'spread':>8s}")
-    for name, r in (("temporal", res["temporal"]), ("config", res["run"])):
-        print(f"{name:10s}{r['measured_us']:15.1f}{r['predicted_us']:16.1f}"
-              f"{r['predicted_us'] / r['measured_us'] - 1:9.1%}{r['spread']:8.1%}")
-    print(f"speedup   measured {res['speedup_measured']:.3f}x, predicted "
-          f"{res['speedup_predicted']:.3f}x")
-    if res.get("collectives"):
+    for name, r in (("temporal", res.temporal), ("config", res.run)):
+        print(f"{name:10s}{r.measured_us:15.1f}{r.predicted_us:16.1f}"
+              f"{r.predicted_us / r.measured_us - 1:9.1%}{r.spread:8.1%}")
+    print(f"speedup   measured {res.speedup_measured:.3f}x, predicted "
+          f"{res.speedup_predicted:.3f}x")
+    if res.collectives:
         hid = (": a gain may be that link time hidden"
                if collective_mode(req.collectives).link_time else "")
-        print(f"measured  with {res['collectives']}{hid}")
-    if res.get("prediction"):
-        print(f"predicted by {res['prediction']['made_by']}")
+        print(f"measured  with {res.collectives}{hid}")
+    if res.prediction:
+        print(f"predicted by {res.prediction['made_by']}")
     from subgpu_jax.sim.ceiling import describe
-    print(describe(res["ceiling"]) + " (measured temporal)")
-    chk = res["output_check"]
+    print(describe(res.ceiling) + " (measured temporal)")
+    chk = res.output_check
     if chk is not None:
         print(f"output    pipelined vs sequential: bitwise_equal={chk['bitwise_equal']} "
               f"rel_l2={chk['rel_l2']:.2e}")
-    tl = res.get("timeline")
+    tl = res.timeline
     if tl and "error" in tl:
         print(f"trace     not mapped ({tl['error']}); activities in {tl['activities_file']}")
     elif tl:

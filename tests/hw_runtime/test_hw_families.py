@@ -433,8 +433,8 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
     fp1 = build_forward(wl.arch, dep, 1)
     want_t = time_step(fp1, temporal_of(wl), EventTimer(hw_sim, model, prep.cache),
                        record=False).makespan_us
-    assert res["temporal"]["predicted_us"] == pytest.approx(want_t, rel=1e-9)
-    assert [r["instances"] for r in res["step"]["runs"]] == [1, 9]
-    assert res["step"]["head_us_predicted"] > 0
-    assert res["temporal"]["measured_us"] == pytest.approx(
+    assert res.temporal.predicted_us == pytest.approx(want_t, rel=1e-9)
+    assert [r["instances"] for r in res.step["runs"]] == [1, 9]
+    assert res.step["head_us_predicted"] > 0
+    assert res.temporal.measured_us == pytest.approx(
         time_step(fp1, temporal_of(wl), StaticTimer(H200)).makespan_us, rel=1e-6)

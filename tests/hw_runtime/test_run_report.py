@@ -89,11 +89,10 @@ def test_json_without_from_search_names_the_cuts(tmp_path):
     and names the cuts by kernel (the fix of the ``starts is None`` crash)."""
     prep = prepare_run(_args(tmp_path, trace=None))
     res = run_report(prep, FakeExecutor(prep.wl))
-    json.dumps(res)
-    assert res["config"]["cuts"] == ["L1.attn", "L1.o_proj"]
-    assert res["config"]["sms"] == [64, 64] and res["config"]["microbatches"] == 2
-    assert res["speedup_measured"] == pytest.approx(
-        res["temporal"]["measured_us"] / res["run"]["measured_us"])
+    json.loads(res.to_json())
+    assert res.config.cuts == ["L1.attn", "L1.o_proj"]
+    assert res.config.sms == [64, 64] and res.config.microbatches == 2
+    assert res.speedup_measured == pytest.approx(res.temporal.measured_us / res.run.measured_us)
     assert prep.cache == "lru"  # no calibration: the L2 model stays on
 
 
@@ -104,7 +103,7 @@ def test_trace_has_measured_and_simulated_processes(tmp_path):
     prep = prepare_run(a)
     wl, m = prep.wl, prep.m
     res = run_report(prep, FakeExecutor(wl), make_trace=True)
-    tl = res["timeline"]
+    tl = res.timeline
     ev = json.load(open(a.trace))["traceEvents"]
     names = {e["args"]["name"] for e in ev if e.get("name") == "process_name"}
     assert names == {"measured (GPU, one graph replay)", "simulated (event simulator)"}
@@ -134,13 +133,13 @@ def test_unmapped_trace_keeps_the_measurement(tmp_path, capsys):
     wl, cfg = prep.wl, prep.cfg
     ok = run_report(prep, FakeExecutor(wl), make_trace=True)
     bad = run_report(prep, Dropping(wl), make_trace=True)
-    assert bad["run"] == ok["run"] and bad["temporal"] == ok["temporal"]
-    tl = bad["timeline"]
+    assert bad.run == ok.run and bad.temporal == ok.temporal
+    tl = bad.timeline
     assert "trace mapping" in tl["error"] and os.path.exists(tl["activities_file"])
     assert tl["activities"] == len(FakeExecutor(wl).profile(cfg)["activities"]) - 3
-    assert 0 < tl["profiled_makespan_us"] <= ok["timeline"]["profiled_makespan_us"]
+    assert 0 < tl["profiled_makespan_us"] <= ok.timeline["profiled_makespan_us"]
     assert "the timeline fields are left out" in capsys.readouterr().err
-    json.dumps(bad)
+    json.loads(bad.to_json())
 
 
 def test_error_breakdown_adds_up():
@@ -384,9 +383,9 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
         prep = prepare_run(_args(tmp_path, collectives=c, trace=None, check=False))
         assert prep.model.link_time is (c == "sleep")
         res[c] = run_report(prep, FakeExecutor(prep.wl))
-        assert res[c]["config"]["collectives"] == c
-    assert res["none"]["temporal"]["predicted_us"] < res["sleep"]["temporal"]["predicted_us"]
-    assert res["none"]["run"]["predicted_us"] < res["sleep"]["run"]["predicted_us"]
+        assert res[c].config.collectives == c
+    assert res["none"].temporal.predicted_us < res["sleep"].temporal.predicted_us
+    assert res["none"].run.predicted_us < res["sleep"].run.predicted_us
     assert spin_of("sleep") is True and spin_of("none") is False
     with pytest.raises(ValueError, match="--collectives must be one of sleep, proxy, none"):
         spin_of("mpi")
@@ -402,10 +401,9 @@ def test_multistream_run_is_predicted_as_multistream(tmp_path):
     args = (prep.wl, prep.cfg, prep.dep, prep.model, prep.hw_sim, prep.m, prep.cache)
     ms = repredict(*args, "multistream")
     gr = repredict(*args, "green")
-    assert r["run"]["predicted_us"] == pytest.approx(ms)
+    assert r.run.predicted_us == pytest.approx(ms)
     assert ms != pytest.approx(gr)
-    assert repredict(*args, "temporal") == pytest.approx(
-        r["temporal"]["predicted_us"])
+    assert repredict(*args, "temporal") == pytest.approx(r.temporal.predicted_us)
 
 
 def test_a_record_runs_the_configuration_its_options_name(tmp_path):
