@@ -19,16 +19,17 @@ from typing import Any
 from subgpu_jax.space.config import Config, config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.commands.common import gpu_check
+from hw_runtime.commands.measure import Measurer
 from hw_runtime.commands.records import record_request
 from hw_runtime.commands.report import RunConfig, RunReport, Timed
-from hw_runtime.commands.request import ConfigOptions, RunRequest
+from hw_runtime.commands.request import ConfigOptions, KernelSettings, RunRequest
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, collective_mode
 
 __all__ = ["config_from_search", "check_search_matches", "PreparedRun", "prepare_run",
            "options_config", "record_config", "run_report",
-           "calibration_mismatch", "timeline_report", "repredict", "run_one", "label_run",
-           "print_run"]
+           "calibration_mismatch", "timeline_report", "repredict", "GpuMeasurer", "run_one",
+           "label_run", "slowest_rank", "print_run"]
 
 
 def config_from_search(folder: str) -> tuple[dict, dict]:
@@ -386,14 +387,87 @@ def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str) -> flo
                            EventTimer(hw_sim, model, cache, mode), record=False).makespan_us)
 
 
-def run_one(req: RunRequest) -> int:
+class GpuMeasurer:
+    """``measure.Measurer`` on the local GPU: one ``TorchWorkload`` (weights, KV caches) and
+    one ``Executor`` at a time, built for a workload and its kernel choices and kept while the
+    callers ask for the same key (a global batch: the records of ``run --top`` or the
+    candidates of ``subgpu tune`` of one batch share them).
+
+    Args:
+        dist: the process group of ``--collectives nccl`` (``distributed.init``), or None.
+    """
+
+    def __init__(self, dist=None) -> None:
+        self.dist = dist
+        self._key = None
+        self._ex = None
+
+    def executor(self, key, wl, kernels: KernelSettings, collectives: str):
+        """The ``Executor`` of ``wl`` (the simulator's ``Workload``: its region graph, the link
+        constants of its GPU) with ``kernels`` and ``collectives``: the one of the last call
+        when ``key``, ``kernels`` and ``collectives`` are that call's (``wl`` is not read
+        then), else a new one, the last one released first.
+
+        Raises:
+            ValueError: the workload does not fit in the GPU's memory (one line).
+        """
+        from hw_runtime.gpu.executor import Executor
+        from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
+
+        if self._ex is not None and self._key == (key, kernels, collectives):
+            return self._ex
+        self.release()
+        try:
+            hwl = TorchWorkload(wl.graph(1), device="cuda", dist=self.dist,
+                                **kernels.workload_kwargs(), **collective_kwargs(collectives),
+                                **link_kwargs(wl.hw))
+        except WorkloadMemoryError as e:
+            raise ValueError(str(e)) from None
+        ex = Executor(hwl, gemm=kernels.gemm)
+        ex.lane_priority = kernels.lane_priority
+        self._key, self._ex = (key, kernels, collectives), ex
+        return ex
+
+    def report(self, prep: PreparedRun, make_trace: bool = False) -> RunReport:
+        """See ``measure.Measurer.report`` (``run_report`` on this GPU; the executor is kept
+        per global batch)."""
+        from hw_runtime.gpu.partition import GreenContextError
+
+        req = prep.request
+        try:
+            ex = self.executor(prep.dep.global_batch, prep.wl, req.kernels, req.collectives)
+            return run_report(prep, ex, make_trace=make_trace)
+        except GreenContextError as e:
+            raise ValueError(str(e)) from None
+
+    def release(self) -> None:
+        """See ``measure.Measurer.release``."""
+        if self._ex is None:
+            return
+        self._ex = self._key = None
+        import gc
+
+        gc.collect()
+        try:
+            import torch
+
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - nothing to free without torch
+            pass
+
+
+def run_one(req: RunRequest, measurer: Measurer | None = None) -> int:
     """``subgpu run`` of one configuration (the request's, or its ``--from-search``'s best):
     measure it and the temporal baseline, print measured against predicted; exit code 0.
+
+    Args:
+        req: the request. measurer: what measures it (None: a ``GpuMeasurer`` of this GPU,
+            in the process group of ``--collectives nccl``).
 
     Raises:
         ValueError: bad options, or no GPU with green contexts (one line)."""
     prep = prepare_run(req)
-    req, wl, cfg, dep = prep.request, prep.wl, prep.cfg, prep.dep
+    req, cfg, dep = prep.request, prep.cfg, prep.dep
     if req.trace:  # a folder, FIFO, device node or link is refused before any GPU work,
         from subgpu_jax.model.checks import out_file   # at the trace and at its side file
         out_file(req.trace, "--trace")
@@ -409,26 +483,11 @@ def run_one(req: RunRequest) -> int:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(local)
     gpu_check()
     # ---- GPU from here on
-    from hw_runtime.gpu.executor import Executor
-    from hw_runtime.gpu.partition import GreenContextError
-    from hw_runtime.gpu.workload import TorchWorkload as HwWorkload, WorkloadMemoryError
-
-    ks = req.kernels
     if rank is not None:   # a communicator per stream of the run (distributed.py)
         from hw_runtime.gpu.distributed import init
         dist_ctx = init(dep, rank=rank, world=world,
                         lanes=max(1, cfg.D) * max(1, req.config.streams_per_stage))
-    try:
-        hwl = HwWorkload(wl.graph(1), device="cuda", dist=dist_ctx, **ks.workload_kwargs(),
-                         **collective_kwargs(req.collectives), **link_kwargs(wl.hw))
-    except WorkloadMemoryError as e:
-        raise ValueError(str(e)) from None
-    try:
-        ex = Executor(hwl, gemm=ks.gemm)
-        ex.lane_priority = ks.lane_priority
-        res = run_report(prep, ex, make_trace=bool(req.trace))
-    except GreenContextError as e:
-        raise ValueError(str(e)) from None
+    res = (measurer or GpuMeasurer(dist=dist_ctx)).report(prep, make_trace=bool(req.trace))
     if dist_ctx is not None:
         res = slowest_rank(dist_ctx, res)
         dist_ctx.dist.barrier()

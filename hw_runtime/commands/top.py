@@ -9,8 +9,7 @@ import os
 from hw_runtime.commands.common import gpu_check, json_safe
 from hw_runtime.commands.records import record_request, search_records, top_records
 from hw_runtime.commands.request import RunRequest
-from hw_runtime.commands.run import prepare_run, repredict
-from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
+from hw_runtime.commands.run import GpuMeasurer, prepare_run, repredict
 
 __all__ = ["run_top", "plot_measured_frontier"]
 
@@ -22,9 +21,6 @@ def run_top(req: RunRequest) -> int:
 
     Raises:
         ValueError: K < 1, a search for another GPU, or no GPU with green contexts."""
-    from hw_runtime.gpu.executor import Executor
-    from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
-
     if req.top < 1:
         raise ValueError(f"--top must be >= 1, got {req.top}")
     groups = top_records(search_records(req.from_search), req.top, req.workload.hardware)
@@ -36,19 +32,12 @@ def run_top(req: RunRequest) -> int:
     gpu_check()
     ks, t, mode, coll = req.kernels, req.timing, req.mode, req.collectives
     rows = []
+    gpu = GpuMeasurer()   # one workload and executor per batch, built for its first record
     for G, recs in groups.items():
-        hwl = ex = None
         for r in recs:
             prep = prepare_run(record_request(req, r))
             wl, cfg = prep.wl, prep.cfg
-            if hwl is None:
-                try:
-                    hwl = TorchWorkload(wl.graph(1), device="cuda", **ks.workload_kwargs(),
-                                        **collective_kwargs(coll), **link_kwargs(wl.hw))
-                except WorkloadMemoryError as e:
-                    raise ValueError(str(e)) from None
-                ex = Executor(hwl, gemm=ks.gemm)
-                ex.lane_priority = ks.lane_priority
+            ex = gpu.executor(G, wl, ks, coll)
             if r["mode"] == "temporal":
                 meas = ex.measure(ex.temporal_config(), "temporal", t.rounds, t.replays,
                                   t.warmup)
@@ -70,7 +59,7 @@ def run_top(req: RunRequest) -> int:
                          "measured_per_gpu_tok_s": r["per_gpu_tok_s"] * r["makespan_us"] / T})
             print(f"G={G:5d} {r['mode']:8s} {r['cuts'] or '-':24s} {str(r['sms']):8s} "
                   f"predicted {pred:9.1f} µs measured {T:9.1f} µs", flush=True)
-        del ex, hwl
+    gpu.release()
     os.makedirs(out_dir, exist_ok=True)
     from subgpu_jax.app.store import atomic_write
 

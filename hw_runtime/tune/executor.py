@@ -1,5 +1,6 @@
 """What ``subgpu tune`` needs from a GPU (``TuneExecutor``) and the real one
-(``GpuTuneExecutor``: ``hw_runtime.gpu.executor.Executor`` under the hood).
+(``GpuTuneExecutor``: a ``hw_runtime.commands.run.GpuMeasurer``, so also the ``Measurer`` of
+``subgpu run``, with ``hw_runtime.gpu.executor.Executor`` under the hood).
 
 A tune executor measures a candidate's whole decode step (CUDA-graph replays, several rounds,
 the spread of the round medians) and traces one replay of its main region (the per-kernel
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from hw_runtime.commands.run import GpuMeasurer
 from hw_runtime.tune.spec import Candidate, TuneSpec
 
 __all__ = ["Timing", "TuneExecutor", "GpuTuneExecutor"]
@@ -62,9 +64,12 @@ class TuneExecutor(Protocol):
         """Free the GPU memory held for the current batch."""
 
 
-class GpuTuneExecutor:
+class GpuTuneExecutor(GpuMeasurer):
     """``TuneExecutor`` on the local GPU: one ``TorchWorkload`` (weights and KV caches) and one
-    ``Executor`` per global batch, rebuilt when the batch changes.
+    ``Executor`` per global batch, rebuilt when the batch changes (``GpuMeasurer.executor``,
+    with the tune's kernel choices ``TuneSpec.kernels``). As a ``GpuMeasurer`` it is also a
+    ``hw_runtime.commands.measure.Measurer``: ``report`` measures a prepared ``subgpu run``
+    with it.
 
     Args:
         spec: the tune (deployment, kernel choices, timing protocol).
@@ -75,34 +80,15 @@ class GpuTuneExecutor:
     """
 
     def __init__(self, spec: TuneSpec) -> None:
+        super().__init__()
         self.spec = spec
-        self._G: int | None = None
-        self._ex = None
-        self._hwl = None
 
     def _executor(self, G: int):
-        from hw_runtime.gpu.executor import Executor
-        from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
-        from hw_runtime.gpu.workload import TorchWorkload, WorkloadMemoryError
         from subgpu_jax.model.workload import Workload
 
-        if self._G == G:
-            return self._ex
-        self.release()
-        wl = Workload.checked(self.spec.arch, self.spec.deployment(G), self.spec.hw)
-        try:
-            self._hwl = TorchWorkload(wl.graph(1), device="cuda",
-                                      elementwise=self.spec.elementwise,
-                                      attention=self.spec.attention,
-                                      moe_gemm=self.spec.moe_gemm,
-                                      **collective_kwargs(self.spec.collectives),
-                                      **link_kwargs(self.spec.hw))
-        except WorkloadMemoryError as e:
-            raise ValueError(str(e)) from None
-        self._ex = Executor(self._hwl, gemm=self.spec.gemm)
-        self._ex.lane_priority = self.spec.lane_priority
-        self._G = G
-        return self._ex
+        s = self.spec
+        return self.executor(G, Workload.checked(s.arch, s.deployment(G), s.hw), s.kernels,
+                             s.collectives)
 
     def measure(self, cand: Candidate, cfg, m: int) -> Timing:
         """See ``TuneExecutor.measure``."""
@@ -141,19 +127,3 @@ class GpuTuneExecutor:
         except MappingError as e:
             return None, time.perf_counter() - t0, str(e)
         return ivs, time.perf_counter() - t0, ""
-
-    def release(self) -> None:
-        """See ``TuneExecutor.release``."""
-        if self._ex is None:
-            return
-        self._ex = self._hwl = None
-        self._G = None
-        import gc
-
-        gc.collect()
-        try:
-            import torch
-
-            torch.cuda.empty_cache()
-        except Exception:  # noqa: BLE001 - nothing to free without torch
-            pass

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
+from hw_runtime.commands.request import KernelSettings
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
@@ -163,6 +164,14 @@ class TuneSpec:
     def hw(self) -> Hardware:
         """The GPU preset (uncalibrated)."""
         return get_hardware(self.hardware)
+
+    @property
+    def kernels(self) -> KernelSettings:
+        """The runtime's kernel choices (``gemm``, ``elementwise``, ``attention``,
+        ``moe_gemm``, ``lane_priority``) as ``subgpu run`` takes them."""
+        return KernelSettings(gemm=self.gemm, elementwise=self.elementwise,
+                              attention=self.attention, moe_gemm=self.moe_gemm,
+                              lane_priority=self.lane_priority)
 
     def deployment(self, G: int) -> Deployment:
         """The deployment at global batch ``G``."""

@@ -439,3 +439,47 @@ def test_json_safe_writes_null_never_nan():
     res = {"isolated_measured_us": [float("nan"), 1.0], "x": {"y": float("inf")}, "n": 2}
     text = json.dumps(json_safe(res), allow_nan=False)
     assert json.loads(text) == {"isolated_measured_us": [None, 1.0], "x": {"y": None}, "n": 2}
+
+
+def test_run_and_tune_share_one_measurer(fake_executor, capsys):
+    """``subgpu run`` measures through a ``Measurer`` (``run_one`` takes any; by default
+    ``GpuMeasurer``), and the tune's ``GpuTuneExecutor`` is one: on the fake GPU both report
+    the same prepared run identically, the executor is kept while the batch stays and built
+    again for another, and a measurer given to ``run_one`` is the one that measures."""
+    from hw_runtime.commands.measure import Measurer
+    from hw_runtime.commands.request import RunRequest, Timing, WorkloadOptions
+    from hw_runtime.tune.executor import GpuTuneExecutor
+    from hw_runtime.tune.spec import TuneSpec
+
+    req = RunRequest(workload=WorkloadOptions(model="llama-3.1-8b", hardware="H200", gpus=1,
+                                              tp=1, dp=1, batch=64, input_len=1024,
+                                              kv_history=1024),
+                     timing=Timing(rounds=1, replays=2, warmup=0), json=True)
+    prep = hwrun.prepare_run(req)
+    spec = TuneSpec(arch=prep.wl.arch, hardware="H200", num_gpus=1, attn_tp=1, attn_dp=1,
+                    moe_ep=1, kv_history=1024, input_len=1024, batches=(64,))
+    run_gpu, tune_gpu = hwrun.GpuMeasurer(), GpuTuneExecutor(spec)
+    assert isinstance(run_gpu, Measurer) and isinstance(tune_gpu, Measurer)
+    assert run_gpu.report(prep).as_dict() == tune_gpu.report(prep).as_dict()
+    ks = req.kernels
+    ex = run_gpu.executor(64, prep.wl, ks, "sleep")
+    assert run_gpu.executor(64, None, ks, "sleep") is ex          # same batch: kept
+    assert run_gpu.executor(128, prep.wl, ks, "sleep") is not ex  # another: built again
+
+    class Recording:
+        """A ``Measurer`` that records what it measured (the fake GPU's report)."""
+
+        def __init__(self):
+            self.preps = []
+
+        def report(self, prep, make_trace=False):
+            self.preps.append(prep)
+            return hwrun.GpuMeasurer().report(prep, make_trace)
+
+        def release(self):
+            pass
+
+    rec = Recording()
+    assert hwrun.run_one(req, rec) == 0
+    assert [p.cfg for p in rec.preps] == [prep.cfg]
+    assert json.loads(capsys.readouterr().out)["run"] == run_gpu.report(prep).run.as_dict()
