@@ -1,345 +1,333 @@
-"""Split-KV decode attention in Triton (issue 23, item 2): one query token per request, GQA
-without expanding the KV cache (bf16 or fp8, contiguous or paged), and multi-head latent
-attention (DeepSeek-V3), the number of KV splits chosen from the batch and the SMs of the pool
-the kernel runs on.
+"""The runtime's decode-attention backends (issue 38, item 5): one class per ``--attention``
+kernel in one registry, as vLLM's attention-backend registry.
 
-For GQA the runtime's default stays ``torch.nn.functional.scaled_dot_product_attention``, which
-on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``: it streams the KV cache
-at 1.02-1.07 of the copy bandwidth on the whole GPU and at 0.96-1.09 of a pool's on 32-96 SMs.
-This kernel measured 1-12% slower on the whole GPU (two leases) and 1.2-1.6x slower on 32-64
-SMs, FlashInfer's FA2 decode (``flashinfer_attn``) 1-3% and 1.1-1.2x slower; the pipelined
-Llama-3.1-70B winner (1.099x with SDPA) measured 0.939x and 1.049x with them (docs/results.md,
-"Kernel choices"). For MLA SDPA has no fused kernel (576-wide keys, 512-wide values) and ``mla_decode_attention`` is 1.9-3.5x
-faster, so it is the default there. Serving engines run split-KV ("flash-decoding") kernels instead: the KV history
-of each (request, KV head) is cut into ``S`` splits, each split is one program that computes a
-partial softmax-weighted sum for all query heads of its group, and a second kernel merges the
-``S`` partials with their log-sum-exps. ``S`` is chosen so that the grid fills the SMs the
-kernel can use (``num_kv_splits``): on a small pool fewer splits are needed, on a small batch
-more.
+``ATTENTION_BACKENDS`` maps a name to an ``AttentionBackend`` subclass, registered where it is
+defined (``@register_attention_backend``). Its capabilities are class attributes
+(``supports_gqa``, ``supports_mla``, ``pool_sized``: sizes its grid by the issuing pool,
+``per_lane``: keeps state per issuing stream), its refusals ``check``, its per-workload state
+``workload_consts`` and its launches ``gqa``/``mla`` (``kernels._attn``, ``kernels._mla_attn``);
+the runtime asks these, never a kernel's name. The backends:
 
-``decode_attention(q, k, v, out, sms)``:
+* ``"sdpa"`` (``SdpaAttention``): ``torch.nn.functional.scaled_dot_product_attention``, which
+  on the H200 picks a cuDNN kernel named ``sdpa_sm80_flash_fprop_wmma``: it streams the KV cache
+  at 1.02-1.07 of the copy bandwidth on the whole GPU and at 0.96-1.09 of a pool's on 32-96 SMs.
+* ``"triton"`` (``TritonAttention``): the split-KV kernels of ``splitkv_attn`` (GQA without
+  expanding the cache, and multi-head latent attention), splits sized for the issuing pool;
+  refused where Triton or CUDA is missing. It measured 1-12% slower than SDPA on the whole GPU
+  (two leases) and 1.2-1.6x slower on 32-64 SMs; for MLA, where SDPA has no fused kernel
+  (576-wide keys, 512-wide values), ``mla_decode_attention`` is 1.9-3.5x faster.
+* ``"flashinfer"`` (``FlashInferAttention``): FlashInfer's tensor-core batch decode over the same
+  caches (``flashinfer_attn``, GQA/MHA only; refused without the package or CUDA), 1-3% and
+  1.1-1.2x slower than SDPA. The pipelined Llama-3.1-70B winner (1.099x with SDPA) measured
+  0.939x and 1.049x with Triton and FlashInfer (docs/results.md, "Kernel choices").
 
-* ``q``: ``(R, qh, hd)`` bfloat16 (one query token per request), ``k``/``v``: ``(R, kvh, L,
-  hd)`` bfloat16 caches (``qh`` a multiple of ``kvh``; ``hd`` a power of two, 16-256), ``out``:
-  ``(R, qh, hd)``; softmax scale ``1/sqrt(hd)`` (SDPA's default). Every one of the ``L``
-  positions is attended to (the runtime's caches hold exactly the history).
-* fp8 KV caches (``FP8_KV``, per-tensor ``k_scale``/``v_scale`` as vLLM's fp8 cache): widened
-  to the query's dtype in the kernel, the scales folded into the softmax scale and the output.
-  ``paged_decode_attention``: the same over a paged cache (block table, per-request lengths).
-* Arithmetic: scores, softmax and the accumulator in float32, probabilities rounded to the
-  cache's dtype for the second product (as FlashAttention does), one rounding of the result.
-
-``ATTENTION`` policies (``resolve``): ``"sdpa"`` PyTorch's SDPA, ``"flashinfer"`` FlashInfer's
-tensor-core batch decode over the same caches (``flashinfer_attn``, GQA/MHA only; refused
-without the package or CUDA), ``"triton"`` these kernels (refused where Triton or CUDA is
-missing); ``"auto"`` SDPA for GQA, Triton for MLA. Needs torch and triton only when a kernel
-runs; the split choice is pure Python (tested on the CPU).
+``ATTENTION`` (the ``--attention`` choices, ``hw_runtime.gpu.policies``) is ``"auto"`` and the
+registry's names; ``resolve`` turns a choice into a backend's name (``"auto"``: SDPA for GQA,
+Triton for MLA). The Triton launchers are re-exported here (``decode_attention`` ...). Pure
+Python until a kernel runs (tested on the CPU).
 """
 
 from __future__ import annotations
 
-import math
+from typing import Any, Callable, ClassVar
 
-from subgpu_jax.model.checks import bounded_int
+from subgpu_jax.model.checks import choice
 
-from hw_runtime.gpu.kv_split import BLOCK_N, MAX_SPLITS, num_kv_splits
+from hw_runtime.gpu import flashinfer_attn
+from hw_runtime.gpu.splitkv_attn import (BLOCK_N, FP8_KV, MAX_SPLITS, MLA_HEADS_PER_PROGRAM,
+                                         MLA_MAX_SPLITS, decode_attention, mla_decode_attention,
+                                         num_kv_splits, paged_decode_attention)
 
-__all__ = ["ATTENTION", "GQA_KERNELS", "MLA_KERNELS", "POOL_SIZED", "PER_LANE", "resolve", "auto_choice", "num_kv_splits",
-           "decode_attention", "paged_decode_attention", "mla_decode_attention", "FP8_KV",
-           "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM", "AUTO_TRITON_MLA"]
+__all__ = ["AttentionBackend", "ATTENTION_BACKENDS", "register_attention_backend",
+           "attention_backend", "SdpaAttention", "TritonAttention", "FlashInferAttention",
+           "ATTENTION", "resolve", "auto_choice", "attention_help", "AUTO_HELP", "AUTO_TRITON_MLA",
+           "num_kv_splits", "decode_attention", "paged_decode_attention", "mla_decode_attention",
+           "FP8_KV", "BLOCK_N", "MAX_SPLITS", "MLA_MAX_SPLITS", "MLA_HEADS_PER_PROGRAM"]
 
-#: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take.
-ATTENTION = ("auto", "sdpa", "triton", "flashinfer")
-#: Resolved policies the GQA/MHA and the MLA attention builders run (``kernels._attn``,
-#: ``kernels._mla_attn``; anything else is refused there, never run as SDPA).
-GQA_KERNELS = ("sdpa", "triton", "flashinfer")
-MLA_KERNELS = ("sdpa", "triton")
-#: Resolved policies whose kernels size their grid (KV split) by the SMs of the issuing pool:
-#: the executor sets ``pool_sms`` on the workload before each of their launches.
-POOL_SIZED = ("triton", "flashinfer")
-#: Resolved policies that keep state per issuing stream (FlashInfer's workspace holds the split
-#: partials): the executor sets the workload's ``lane`` before each launch.
-PER_LANE = ("flashinfer",)
-#: MLA: splits per request at most 16 (the merge holds ``S x 512`` float32 per program).
-MLA_MAX_SPLITS = 16
-#: MLA: query heads per program (the accumulator is ``16 x 512`` float32; 16 is the smallest
-#: MMA tile, and DeepSeek-V3 at TP8 has 128 / 8 = 16 local heads).
-MLA_HEADS_PER_PROGRAM = 16
 #: ``"auto"`` picks the Triton kernel for MLA: on DeepSeek-V3 TP8 shapes it measured 1.9-3.5x
 #: faster than SDPA (0.53-0.97 of the copy bandwidth against 0.18-0.43;
 #: docs/results.md, "Kernel choices", the ``mla`` rows).
 AUTO_TRITON_MLA = True
 
+#: Name -> backend class, in registration order (``register_attention_backend``).
+ATTENTION_BACKENDS: dict[str, type["AttentionBackend"]] = {}
+
+
+def register_attention_backend(cls: type["AttentionBackend"]) -> type["AttentionBackend"]:
+    """Class decorator: add ``cls`` to ``ATTENTION_BACKENDS`` under ``cls.name``.
+
+    Raises:
+        ValueError: an empty name, ``"auto"``, a name already registered, or a backend that
+            runs neither GQA/MHA nor MLA.
+    """
+    if not cls.name or cls.name == "auto" or cls.name in ATTENTION_BACKENDS:
+        raise ValueError(f"register_attention_backend: {cls.__name__} needs a new name other "
+                         f"than 'auto', got {cls.name!r}")
+    if not (cls.supports_gqa or cls.supports_mla):
+        raise ValueError(f"register_attention_backend: {cls.__name__} supports neither GQA nor "
+                         "MLA")
+    ATTENTION_BACKENDS[cls.name] = cls
+    return cls
+
+
+class AttentionBackend:
+    """One decode-attention kernel of the runtime (``--attention NAME``). Subclasses set the
+    class attributes and override what they support; they are never instantiated.
+
+    Attributes:
+        name: the ``--attention`` value. help: its part of ``subgpu run --help``.
+        supports_gqa, supports_mla: the GQA/MHA (``kernels._attn``) and the multi-head latent
+            (``kernels._mla_attn``) builders run it; anything else is refused there.
+        pool_sized: sizes its grid (KV split) by the SMs of the issuing pool: the executor sets
+            the workload's ``pool_sms`` before each of its launches.
+        per_lane: keeps state per issuing stream (FlashInfer's workspace holds the split
+            partials): the executor sets the workload's ``lane`` before each launch.
+    """
+
+    name: ClassVar[str] = ""
+    help: ClassVar[str] = ""
+    supports_gqa: ClassVar[bool] = False
+    supports_mla: ClassVar[bool] = False
+    pool_sized: ClassVar[bool] = False
+    per_lane: ClassVar[bool] = False
+
+    @classmethod
+    def runs(cls, is_cuda: bool) -> bool:
+        """True where the kernel can run on the workload's device (what ``"auto"`` asks)."""
+        return True
+
+    @classmethod
+    def check(cls, is_cuda: bool, mla: bool) -> None:
+        """Refuse ``--attention NAME`` where it cannot run.
+
+        Raises:
+            ValueError: one line naming the flag: MLA without ``supports_mla``, GQA/MHA
+                without ``supports_gqa``, a device or package the kernel needs is missing.
+        """
+        if mla and not cls.supports_mla:
+            takes = [n for n, b in ATTENTION_BACKENDS.items() if b.supports_mla]
+            raise ValueError(f"--attention {cls.name} serves GQA/MHA decode here; multi-head "
+                             f"latent attention takes {', '.join(takes)} or auto")
+        if not mla and not cls.supports_gqa:
+            takes = [n for n, b in ATTENTION_BACKENDS.items() if b.supports_gqa]
+            raise ValueError(f"--attention {cls.name} serves multi-head latent attention here; "
+                             f"GQA/MHA takes {', '.join(takes)} or auto")
+
+    @classmethod
+    def workload_consts(cls, torch: Any, shapes: Any, device: Any) -> dict:
+        """Per-workload state of the kernel (``WorkloadConsts`` fields; built per workload, so
+        ``TorchWorkload.derive`` rebuilds it for other microbatch counts). ``shapes``: the
+        workload's ``WorkloadShapes``. Default: none."""
+        return {}
+
+    @classmethod
+    def gqa(cls, c: Any) -> Callable[[Any, Any, Any, Any, Any], None]:
+        """The GQA/MHA launch of kernel context ``c`` (``kernels.KernelContext``):
+        ``attend(q, k, v, out, sink)`` with ``q``, ``out`` ``(Rm, qh, 1, hd)`` bf16 views, ``k``,
+        ``v`` the ``(Rm, kvh, L, hd)`` caches, ``sink`` the per-head scale ``(1, qh, 1, 1)`` of
+        GPT-OSS's sinks or None; writes ``out`` only (capturable in a CUDA graph).
+
+        Raises:
+            NotImplementedError: a backend without ``supports_gqa``.
+        """
+        raise NotImplementedError(f"{cls.__name__} does not run GQA/MHA")
+
+    @classmethod
+    def mla(cls, c: Any, scale: float) -> Callable[[Any, Any, Any], None]:
+        """The absorbed MLA launch of ``c``: ``attend(q, cache, out)`` with ``q`` the
+        ``(Rm, qh, c + r)`` query buffer, ``cache`` ``(Rm, 1, L, c + r)``, ``out`` the
+        ``(Rm, qh, c)`` latent output buffer; ``scale`` the softmax scale.
+
+        Raises:
+            NotImplementedError: a backend without ``supports_mla``.
+        """
+        raise NotImplementedError(f"{cls.__name__} does not run MLA")
+
+
+def _split_kv(c: Any, run: Callable[[Any, Any, Any, Any], None]
+              ) -> Callable[[Any, Any, Any, Any, Any], None]:
+    """``AttentionBackend.gqa``'s ``attend`` of a kernel that writes ``(Rm, qh, hd)``: ``run(q,
+    k, v, out)``, then the sink scale in place."""
+    Rm, qh, hd = c.Rm, c.qh, c.hd
+
+    def attend(q, k, v, out, sink):
+        run(q.view(Rm, qh, hd), k, v, out.view(Rm, qh, hd))
+        if sink is not None:
+            out.mul_(sink)
+    return attend
+
+
+@register_attention_backend
+class SdpaAttention(AttentionBackend):
+    """PyTorch's ``scaled_dot_product_attention`` (cuDNN's kernel on the H200); for MLA the
+    latent cache as one head (SDPA has no fused kernel for 576-wide keys)."""
+
+    name = "sdpa"
+    help = "PyTorch's scaled_dot_product_attention"
+    supports_gqa = supports_mla = True
+
+    @classmethod
+    def gqa(cls, c):
+        t, F_ = c.t, c.F_
+        gqa = c.qh != c.kvh
+
+        def attend(q, k, v, out, sink):
+            o = F_.scaled_dot_product_attention(q, k, v, enable_gqa=gqa) if gqa else \
+                F_.scaled_dot_product_attention(q, k, v)
+            if sink is not None:
+                t.mul(o, sink, out=out)
+            else:
+                out.copy_(o)
+        return attend
+
+    @classmethod
+    def mla(cls, c, scale):
+        F_, s = c.F_, c.s
+        Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
+
+        def attend(q, cache, out):
+            o = F_.scaled_dot_product_attention(q.view(Rm, 1, qh, cl + r), cache,
+                                                cache[..., :cl], scale=scale)
+            out.view(Rm, 1, qh, cl).copy_(o)
+        return attend
+
+
+@register_attention_backend
+class TritonAttention(AttentionBackend):
+    """This module's split-KV kernels (``decode_attention``, ``mla_decode_attention``), the
+    splits sized for the issuing pool."""
+
+    name = "triton"
+    help = ("split-KV, GQA without expanding the cache, splits sized for the pool: "
+            "hw_runtime/gpu/decode_attn.py; for MLA a latent-cache kernel")
+    supports_gqa = supports_mla = True
+    pool_sized = True
+
+    @classmethod
+    def runs(cls, is_cuda):
+        from hw_runtime.gpu.fused import triton_available
+
+        return is_cuda and triton_available()
+
+    @classmethod
+    def check(cls, is_cuda, mla):
+        super().check(is_cuda, mla)
+        if not cls.runs(is_cuda):
+            why = "the device is not a CUDA GPU" if not is_cuda else "triton does not import"
+            raise ValueError(f"--attention triton needs Triton on a CUDA GPU, but {why}; "
+                             "use sdpa or auto")
+
+    @classmethod
+    def gqa(cls, c):
+        return _split_kv(c, lambda q, k, v, out: decode_attention(q, k, v, out, c.pool_sms()))
+
+    @classmethod
+    def mla(cls, c, scale):
+        s = c.s
+        Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
+
+        def attend(q, cache, out):   # split-KV latent attention, all heads of a request per program
+            mla_decode_attention(q.view(Rm, qh, cl + r), cache[:, 0], out.view(Rm, qh, cl),
+                                 c.pool_sms(), scale, cl)
+        return attend
+
+
+@register_attention_backend
+class FlashInferAttention(AttentionBackend):
+    """FlashInfer's FA2 batch decode over the runtime's caches (``flashinfer_attn``), split
+    sized for the pool, one workspace per issuing stream."""
+
+    name = "flashinfer"
+    help = ("FlashInfer's FA2 decode over the same caches, split sized for the pool, GQA/MHA "
+            "only; needs the flashinfer extra: pip install -e .[flashinfer]")
+    supports_gqa = True
+    pool_sized = per_lane = True
+
+    @classmethod
+    def runs(cls, is_cuda):
+        return is_cuda and flashinfer_attn.available()
+
+    @classmethod
+    def check(cls, is_cuda, mla):
+        super().check(is_cuda, mla)
+        if not is_cuda:
+            raise ValueError("--attention flashinfer needs a CUDA GPU; use sdpa or auto")
+        flashinfer_attn.check_importable()
+
+    @classmethod
+    def workload_consts(cls, torch, shapes, device):
+        """``attn_decoders``: one ``flashinfer_attn.FlashInferDecode`` per distinct KV length
+        of the layers, planned on first use."""
+        s = shapes
+        return {"attn_decoders": {L: flashinfer_attn.FlashInferDecode(
+            torch, s.Rm, s.qh, s.kvh, s.hd, L, torch.bfloat16, device)
+            for L in sorted(set(s.kv_len))}}
+
+    @classmethod
+    def gqa(cls, c):
+        dec = c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
+        return _split_kv(c, lambda q, k, v, out: dec(q, k, v, out, c.pool_sms(), lane=c.lane()))
+
+
+#: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take:
+#: ``"auto"`` and the registry's names.
+ATTENTION: tuple[str, ...] = ("auto", *ATTENTION_BACKENDS)
+
+#: ``--attention auto``'s part of the help (``attention_help``).
+AUTO_HELP = ("sdpa for GQA: on the H200 it measured fastest, flashinfer 1-3%% and triton 1-12%% "
+             "slower on the whole GPU and 1.2x and 1.6x slower on a 32-SM pool, "
+             "docs/results.md; triton for MLA")
+
+
+def attention_help() -> str:
+    """``--attention``'s help (argparse text, ``%%`` for a percent sign): each backend's
+    ``help`` in registry order, then ``"auto"``'s."""
+    parts = [f"{n} ({b.help})" for n, b in ATTENTION_BACKENDS.items()]
+    return f"{', '.join(parts)} or auto ({AUTO_HELP})"
+
+
+def attention_backend(name: str, mla: bool = False) -> type[AttentionBackend]:
+    """The backend a builder runs for a resolved name (``kernels._attn``/``_mla_attn``).
+
+    Raises:
+        ValueError: ``"decode attention (GQA/MHA) must be one of ..."`` (or ``(MLA)``): a name
+            the registry lacks or whose backend does not support that attention.
+    """
+    ok = [n for n, b in ATTENTION_BACKENDS.items() if (b.supports_mla if mla else b.supports_gqa)]
+    choice(name, f"decode attention ({'MLA' if mla else 'GQA/MHA'})", ok)
+    return ATTENTION_BACKENDS[name]
+
 
 def resolve(policy: str, is_cuda: bool, mla: bool = False) -> str:
-    """The decode attention a workload uses: ``"sdpa"``, ``"triton"`` or ``"flashinfer"``.
+    """The decode attention a workload uses: a name of ``ATTENTION_BACKENDS``.
 
     Args:
         policy: one of ``ATTENTION``. is_cuda: the workload's device is a CUDA GPU.
         mla: the model's attention is multi-head latent attention (``"auto"`` is Triton there
-            when ``AUTO_TRITON_MLA``, SDPA for GQA/MHA).
+            when ``AUTO_TRITON_MLA`` and Triton runs, SDPA otherwise and for GQA/MHA).
 
     Raises:
-        ValueError: an unknown policy, ``"triton"`` without a CUDA device or without Triton,
-            ``"flashinfer"`` without a CUDA device or the package, or for MLA.
+        ValueError: an unknown policy, or the backend's refusal (``AttentionBackend.check``:
+            ``"triton"`` without a CUDA device or without Triton, ``"flashinfer"`` without a
+            CUDA device or the package, or for MLA).
     """
-    from hw_runtime.gpu import flashinfer_attn
-    from hw_runtime.gpu.fused import resolve_triton_policy
-
     if not isinstance(mla, bool):
         raise ValueError(f"decode_attn.resolve: mla must be True or False, got {mla!r}")
     if not isinstance(is_cuda, bool):
         raise ValueError(f"decode_attn.resolve: is_cuda must be True or False, got {is_cuda!r}")
-    if policy == "flashinfer":
-        if mla:
-            raise ValueError("--attention flashinfer serves GQA/MHA decode here; multi-head "
-                             "latent attention takes triton, sdpa or auto")
-        if not is_cuda:
-            raise ValueError("--attention flashinfer needs a CUDA GPU; use sdpa or auto")
-        flashinfer_attn.check_importable()
-        return "flashinfer"
-
-    # auto is SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth, also on
-    # small pools, where the Triton and FlashInfer kernels measured slower; Triton for MLA
-    # (docs/results.md, "Kernel choices")
-    return resolve_triton_policy("attention", policy, ATTENTION, is_cuda, "sdpa",
-                                 auto_choice(mla) == "triton")
+    choice(policy, "--attention", ATTENTION)
+    if policy == "auto":
+        # SDPA for GQA: on the H200 it streams the KV cache at the copy bandwidth, also on
+        # small pools, where the Triton and FlashInfer kernels measured slower; Triton for MLA
+        # (docs/results.md, "Kernel choices")
+        pick = ATTENTION_BACKENDS[auto_choice(mla)]
+        return pick.name if pick.runs(is_cuda) else SdpaAttention.name
+    backend = ATTENTION_BACKENDS[policy]
+    backend.check(is_cuda, mla)
+    return backend.name
 
 
 def auto_choice(mla: bool) -> str:
     """What ``"auto"`` picks where Triton runs: ``"triton"`` for multi-head latent attention
     (``AUTO_TRITON_MLA``), ``"sdpa"`` for GQA/MHA."""
-    return "triton" if mla and AUTO_TRITON_MLA else "sdpa"
-
-
-def _kernels():
-    """``(partial_k, merge_k)`` (``decode_attn_kernels``, imported on first use)."""
-    from hw_runtime.gpu import decode_attn_kernels as k
-
-    return k.partial_k, k.merge_k
-
-
-#: KV-cache dtypes the GQA kernels read besides the query's (widened to it in the kernel).
-FP8_KV = ("float8_e4m3fn", "float8_e5m2")
-
-
-def _check_common(name, q, k, v, out, splits, block_n, hd, kv_scales):
-    """Shared input checks of the GQA entry points (ValueError naming the problem)."""
-    import torch
-
-    if hd < 16 or hd > 256 or hd & (hd - 1):
-        raise ValueError(f"{name}: head dim must be a power of two in 16-256, got {hd}")
-    if any(t.stride(-1) != 1 for t in (q, k, v, out)):
-        raise ValueError(f"{name}: the last dimension of q, k, v and out must be contiguous")
-    fp8 = str(k.dtype).replace("torch.", "") in FP8_KV
-    if k.dtype != v.dtype or not (k.dtype == q.dtype or fp8) or q.dtype not in (
-            torch.bfloat16, torch.float16):
-        raise ValueError(f"{name}: q must be bf16/fp16 and k, v share q's dtype or one fp8 dtype "
-                         f"({', '.join(FP8_KV)}); got {q.dtype}, {k.dtype}, {v.dtype}")
-    for nm, x in zip(("k_scale", "v_scale"), kv_scales):
-        if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-                and x > 0):
-            raise ValueError(f"{name}: {nm} must be a finite number > 0, got {x!r}")
-    if len({t.device for t in (q, k, v, out)}) != 1 or q.device.type != "cuda":
-        raise ValueError(f"{name}: q, k, v and out must be on one CUDA device")
-    if splits is not None:
-        bounded_int(splits, f"{name}: splits", 1, MAX_SPLITS)
-    if block_n is None:
-        block_n = BLOCK_N if hd <= 128 else 64
-    if block_n not in (16, 32, 64, 128, 256):
-        raise ValueError(f"{name}: block_n must be a power of two in 16-256, got {block_n!r}")
-    return block_n
-
-
-def _launch(q, k, v, out, kvh, L, sms, splits, block_n, waves, warps, stages, k_scale, v_scale,
-            paged=None) -> int:
-    """Both kernels of a GQA call (``paged``: ``(block_table, seq_lens, page)`` or None)."""
-    import torch
-    import triton
-
-    R, qh, hd = q.shape
-    S = splits if splits is not None else num_kv_splits(R * kvh, L, sms, waves, block_n)
-    split_len = triton.cdiv(triton.cdiv(L, S), block_n) * block_n
-    S = triton.cdiv(L, split_len)        # no split left without positions
-    part = torch.empty((R, qh, S, hd), device=q.device, dtype=torch.float32)
-    lse = torch.empty((R, qh, S), device=q.device, dtype=torch.float32)
-    partial_k, merge_k = _kernels()
-    bt, lens, page = paged if paged is not None else (q, q, 1)
-    group = qh // kvh
-    partial_k[(R, kvh, S)](
-        q, k, v, part, lse, bt, lens,
-        q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-        bt.stride(0) if paged is not None else 0,
-        L, split_len, float(k_scale) / math.sqrt(hd), float(v_scale),
-        GROUP=group, GROUP_PAD=max(16, triton.next_power_of_2(group)), HD=hd, BN=block_n,
-        PAGED=paged is not None, PAGE=page, HAS_LENS=paged is not None,
-        num_warps=warps, num_stages=stages)
-    merge_k[(R, qh)](part, lse, out, part.stride(0), part.stride(1), part.stride(2),
-                     lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), S,
-                     HD=hd, SP=max(2, triton.next_power_of_2(S)))
-    return S
-
-
-def decode_attention(q, k, v, out, sms: int, splits: int | None = None,
-                     block_n: int | None = None, waves: float = 2.0, warps: int = 4,
-                     stages: int = 3, k_scale: float = 1.0, v_scale: float = 1.0) -> int:
-    """Decode attention of one query token per request into ``out`` (module docstring).
-
-    Args:
-        q: ``(R, qh, hd)`` bf16/fp16; k, v: ``(R, kvh, L, hd)`` (the last dimension
-            contiguous), q's dtype or fp8 (``FP8_KV``: dequantised as ``k * k_scale``, ``v *
-            v_scale``, per-tensor scales as vLLM's fp8 KV cache); out: ``(R, qh, hd)``,
-            written. All on one CUDA device.
-        sms: SMs of the pool the call runs on (``num_kv_splits``).
-        splits: force the number of KV splits (tests; 1..``MAX_SPLITS``); default
-            ``num_kv_splits``. Splits are whole ``block_n``-position blocks, so fewer may be used.
-        block_n, waves, warps, stages: positions per inner step (16-256, a power of two), the
-            target waves of ``num_kv_splits``, Triton warps and pipeline stages. Default
-            ``block_n``: ``BLOCK_N`` up to head dim 128, 64 above (three stages of 128 x 256
-            keys and values need 268 KB of shared memory; the H200 has 227 KB per SM).
-        k_scale, v_scale: fp8 dequantisation scales (> 0; 1 for bf16 caches).
-
-    Returns:
-        The number of KV splits used.
-
-    Raises:
-        ValueError: shapes that do not match, ``qh`` not a multiple of ``kvh``, ``hd`` not a
-            power of two in 16-256, a non-contiguous last dimension, dtypes other than the
-            above, tensors on different devices, ``splits`` outside 1..``MAX_SPLITS``.
-    """
-    if q.dim() != 3 or k.dim() != 4 or v.shape != k.shape or out.shape != q.shape:
-        raise ValueError(f"decode_attention: q (R, qh, hd), k/v (R, kvh, L, hd), out like q; got "
-                         f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}, "
-                         f"out {tuple(out.shape)}")
-    R, qh, hd = q.shape
-    _, kvh, L, _ = k.shape
-    if k.shape[0] != R or k.shape[3] != hd or qh % kvh:
-        raise ValueError(f"decode_attention: q {tuple(q.shape)} and k {tuple(k.shape)} disagree "
-                         f"(requests, head dim, or qh not a multiple of kvh)")
-    block_n = _check_common("decode_attention", q, k, v, out, splits, block_n, hd,
-                            (k_scale, v_scale))
-    return _launch(q, k, v, out, kvh, L, sms, splits, block_n, waves, warps, stages, k_scale,
-                   v_scale)
-
-
-def paged_decode_attention(q, k_pages, v_pages, block_table, seq_lens, out, sms: int,
-                           max_len: int | None = None, splits: int | None = None,
-                           block_n: int | None = None, waves: float = 2.0, warps: int = 4,
-                           stages: int = 3, k_scale: float = 1.0, v_scale: float = 1.0) -> int:
-    """``decode_attention`` over a paged KV cache (vLLM's layout, one layer).
-
-    Args:
-        q, out: as ``decode_attention``. k_pages, v_pages: ``(pages, kvh, page, hd)``, q's
-            dtype or fp8. block_table: int32 ``(R, max_pages)``: request ``r``'s position ``i``
-            is slot ``i % page`` of page ``block_table[r, i // page]``. seq_lens: int32 ``(R,)``
-            positions per request (1.. ``max_pages x page``).
-        max_len: the longest ``seq_lens`` (sizes the splits; default ``max_pages x page``: a
-            host value, so the call stays capturable in a CUDA graph).
-        sms, splits, block_n, waves, warps, stages, k_scale, v_scale: as ``decode_attention``.
-
-    Returns:
-        The number of KV splits used.
-
-    Raises:
-        ValueError: as ``decode_attention``, and a block table or lengths of the wrong shape or
-            dtype, ``max_len`` beyond the table.
-    """
-    import torch
-
-    if q.dim() != 3 or k_pages.dim() != 4 or v_pages.shape != k_pages.shape \
-            or out.shape != q.shape:
-        raise ValueError(f"paged_decode_attention: q (R, qh, hd), k/v pages (P, kvh, page, hd), "
-                         f"out like q; got {tuple(q.shape)}, {tuple(k_pages.shape)}, "
-                         f"{tuple(v_pages.shape)}, {tuple(out.shape)}")
-    R, qh, hd = q.shape
-    _, kvh, page, _ = k_pages.shape
-    if k_pages.shape[3] != hd or qh % kvh:
-        raise ValueError(f"paged_decode_attention: q {tuple(q.shape)} and pages "
-                         f"{tuple(k_pages.shape)} disagree (head dim, or qh not a multiple of "
-                         f"kvh)")
-    if block_table.dim() != 2 or block_table.shape[0] != R or block_table.dtype != torch.int32 \
-            or tuple(seq_lens.shape) != (R,) or seq_lens.dtype != torch.int32:
-        raise ValueError(f"paged_decode_attention: block_table must be int32 (R={R}, max_pages) "
-                         f"and seq_lens int32 ({R},); got {tuple(block_table.shape)} "
-                         f"{block_table.dtype}, {tuple(seq_lens.shape)} {seq_lens.dtype}")
-    cap = block_table.shape[1] * page
-    max_len = cap if max_len is None else max_len
-    if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= cap:
-        raise ValueError(f"paged_decode_attention: max_len must be an integer in 1..{cap}, got "
-                         f"{max_len!r}")
-    block_n = _check_common("paged_decode_attention", q, k_pages, v_pages, out, splits,
-                            block_n, hd, (k_scale, v_scale))
-    return _launch(q, k_pages, v_pages, out, kvh, max_len, sms, splits, block_n, waves, warps,
-                   stages, k_scale, v_scale, paged=(block_table, seq_lens, page))
-
-
-def mla_decode_attention(q, cache, out, sms: int, scale: float, latent: int,
-                         splits: int | None = None, block_n: int = 64, warps: int = 4,
-                         stages: int = 2) -> int:
-    """Absorbed multi-head latent attention decode (DeepSeek-V3): every query head of a request
-    attends over the request's one compressed cache; split-KV like ``decode_attention``.
-
-    Args:
-        q: ``(R, qh, latent + rope)`` (the query already absorbed into latent space, then its
-            rope part). cache: ``(R, L, latent + rope)`` (latent, then rope key). out: ``(R, qh,
-            latent)``, written (values are the cache's latent part). All bf16 on one CUDA
-            device, last dimension contiguous. latent: a power of two (512 for DeepSeek-V3);
-            rope: a power of two >= 16 (64).
-        sms: SMs of the pool (``num_kv_splits``, at most ``MLA_MAX_SPLITS``). scale: softmax
-            scale (DeepSeek-V3: ``1 / sqrt(qk_nope_head_dim + qk_rope_head_dim)``).
-        splits: force the splits (1..``MLA_MAX_SPLITS``). block_n, warps, stages: tiles (64, 4,
-            2: the fastest of 12 on all four DeepSeek-V3 TP8 shapes of
-            docs/results.md, "Kernel choices").
-
-    Returns:
-        The number of KV splits used.
-
-    Raises:
-        ValueError: shapes that do not match, a latent or rope width not a power of two, a
-            non-contiguous last dimension, mixed dtypes or devices, ``splits`` out of range.
-    """
-    import torch
-    import triton
-
-    if q.dim() != 3 or cache.dim() != 3 or out.dim() != 3:
-        raise ValueError(f"mla_decode_attention: q (R, qh, c + r), cache (R, L, c + r), out "
-                         f"(R, qh, c); got {tuple(q.shape)}, {tuple(cache.shape)}, "
-                         f"{tuple(out.shape)}")
-    R, qh, W = q.shape
-    L = cache.shape[1]
-    rope = W - latent
-    if (cache.shape[0] != R or cache.shape[2] != W or tuple(out.shape) != (R, qh, latent)
-            or rope < 16 or rope & (rope - 1) or latent < 16 or latent & (latent - 1)):
-        raise ValueError(f"mla_decode_attention: q {tuple(q.shape)}, cache {tuple(cache.shape)}, "
-                         f"out {tuple(out.shape)} with latent {latent}: widths must match and "
-                         f"latent and rope be powers of two >= 16")
-    if any(t.stride(-1) != 1 for t in (q, cache, out)):
-        raise ValueError("mla_decode_attention: the last dimension of q, cache and out must be "
-                         "contiguous")
-    if q.dtype != cache.dtype or len({t.device for t in (q, cache, out)}) != 1 \
-            or q.device.type != "cuda":
-        raise ValueError("mla_decode_attention: q and cache must share a dtype, all on one CUDA "
-                         "device")
-    if splits is not None:
-        bounded_int(splits, "mla_decode_attention: splits", 1, MLA_MAX_SPLITS)
-    HB = MLA_HEADS_PER_PROGRAM
-    hbs = triton.cdiv(qh, HB)
-    S = splits if splits is not None else num_kv_splits(R * hbs, L, sms, block_n=block_n,
-                                                        max_splits=MLA_MAX_SPLITS)
-    split_len = triton.cdiv(triton.cdiv(L, S), block_n) * block_n
-    S = triton.cdiv(L, split_len)
-    part = torch.empty((R, qh, S, latent), device=q.device, dtype=torch.float32)
-    lse = torch.empty((R, qh, S), device=q.device, dtype=torch.float32)
-    from hw_runtime.gpu import decode_attn_kernels as k
-
-    k.mla_partial_k[(R, hbs, S)](
-        q, cache, part, lse, q.stride(0), q.stride(1), cache.stride(0), cache.stride(1),
-        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-        qh, L, split_len, float(scale), HB=HB, C=latent, RD=rope, BN=block_n,
-        num_warps=warps, num_stages=stages)
-    k.merge_k[(R, qh)](part, lse, out, part.stride(0), part.stride(1), part.stride(2),
-                       lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), S,
-                       HD=latent, SP=max(2, triton.next_power_of_2(S)))
-    return S
+    return TritonAttention.name if mla and AUTO_TRITON_MLA else SdpaAttention.name

@@ -1,4 +1,4 @@
-"""The Triton kernels of ``hw_runtime.gpu.decode_attn`` (imported only when a kernel runs: CPU
+"""The Triton kernels of ``hw_runtime.gpu.splitkv_attn`` (imported only when a kernel runs: CPU
 machines never need Triton). They live in their own module with ``triton.language`` imported at
 module level, where every Triton version's JIT resolves the names a kernel uses.
 

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.space.config import Config, temporal_config
 
-from hw_runtime.gpu.decode_attn import PER_LANE, POOL_SIZED
+from hw_runtime.gpu.decode_attn import ATTENTION_BACKENDS
 from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, build_step_plan,
                              issue_plan)
 
@@ -92,13 +92,14 @@ def derive_workload(base, graph: OpGraph):
 def launch_settings(workloads: Sequence) -> tuple[bool, bool]:
     """``(pool_sized, lanes)``: whether the executor sets ``pool_sms`` (the issuing pool's SMs)
     and ``lane`` (the issuing stream's index) on the workloads before each launch. Pool-sized:
-    a decode attention that sizes its KV split by the pool (``decode_attn.POOL_SIZED``). Lanes:
-    real collectives (one communicator per lane, ``distributed.py``) or an attention with
-    per-stream state (``decode_attn.PER_LANE``: FlashInfer's workspace)."""
-    att = [getattr(w, "attention", "sdpa") for w in workloads]
-    return (any(a in POOL_SIZED for a in att),
+    a decode attention that sizes its KV split by the pool (a ``decode_attn`` backend's
+    ``pool_sized``). Lanes: real collectives (one communicator per lane, ``distributed.py``) or
+    an attention with per-stream state (``per_lane``: FlashInfer's workspace). A workload whose
+    attention the registry lacks asks for neither."""
+    att = [ATTENTION_BACKENDS.get(getattr(w, "attention", "sdpa")) for w in workloads]
+    return (any(b is not None and b.pool_sized for b in att),
             any(getattr(w, "dist", None) is not None for w in workloads)
-            or any(a in PER_LANE for a in att))
+            or any(b is not None and b.per_lane for b in att))
 
 
 class _TorchBackend:

@@ -14,13 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from subgpu_jax.model.checks import choice
 from subgpu_jax.model.collective import COLLECTIVES, collective_mode
 
 from hw_runtime.gpu import fused
 from hw_runtime.gpu import moe_gemm
-from hw_runtime.gpu.decode_attn import (GQA_KERNELS, MLA_KERNELS, decode_attention,
-                                        mla_decode_attention)
+from hw_runtime.gpu.decode_attn import attention_backend
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
            "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
@@ -88,8 +86,8 @@ class KernelContext:
         arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
         eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
-        (``hw_runtime.gpu.fused``); attention: its resolved decode attention (one of
-        ``decode_attn.GQA_KERNELS``, or ``MLA_KERNELS``); spin: spin cycles after a virtual
+        (``hw_runtime.gpu.fused``); attention: its resolved decode attention (a name of
+        ``decode_attn.ATTENTION_BACKENDS``); spin: spin cycles after a virtual
         collective; stage: the name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
         KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
         counts; resid_in, resid_out: residual-stream tensor names of the layer.
@@ -212,41 +210,21 @@ def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
 
 
 def _attn(c: KernelContext) -> Callable[[int, int], None]:
-    """Decode attention (FMHA; GQA when fewer KV heads), optional sink scale."""
-    t, F_, Rm, hd, qh = c.t, c.F_, c.Rm, c.hd, c.qh
-    kvh, W, nW, KV, nKV = c.kvh, c.W, c.nW, c.KV, c.nKV
+    """Decode attention (FMHA; GQA when fewer KV heads), optional sink scale: the workload's
+    ``decode_attn`` backend (``AttentionBackend.gqa``)."""
+    Rm, hd, qh = c.Rm, c.hd, c.qh
+    W, nW, KV, nKV = c.W, c.nW, c.KV, c.nKV
     ACT, p = c.ACT, c.p
-    gqa = qh != kvh
 
-    choice(c.attention, "decode attention (GQA/MHA)", GQA_KERNELS)
-    # the split-KV kernels, sized for the issuing pool: (q, k, v, out) -> None; None: SDPA
-    split_kv = None
-    if c.attention == "triton":
-        def split_kv(q, k, v, out):
-            decode_attention(q, k, v, out, c.pool_sms())
-    elif c.attention == "flashinfer":      # (its workspace is per issuing stream)
-        dec = c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
-
-        def split_kv(q, k, v, out):
-            dec(q, k, v, out, c.pool_sms(), lane=c.lane())
+    attend = attention_backend(c.attention).gqa(c)
 
     def f(mu, l):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         sl = slice(mu * Rm, (mu + 1) * Rm)
         kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
-        dst = a[p + "attn_out"].view(Rm, qh, 1, hd)
-        if split_kv is not None:   # GQA without expanding the cache, sized for this pool
-            split_kv(a[p + "q"].view(Rm, qh, hd), kk, vv, dst.view(Rm, qh, hd))
-            if p + "sink_scale" in w:
-                dst.mul_(w[p + "sink_scale"])
-            return
-        q = a[p + "q"].view(Rm, qh, 1, hd)
-        o = F_.scaled_dot_product_attention(q, kk, vv, enable_gqa=gqa) if gqa else \
-            F_.scaled_dot_product_attention(q, kk, vv)
-        if p + "sink_scale" in w:
-            t.mul(o, w[p + "sink_scale"], out=dst)
-        else:
-            dst.copy_(o)
+        sink = w[p + "sink_scale"] if p + "sink_scale" in w else None
+        attend(a[p + "q"].view(Rm, qh, 1, hd), kk, vv, a[p + "attn_out"].view(Rm, qh, 1, hd),
+               sink)
     return f
 
 
@@ -521,25 +499,19 @@ def _mla_attn(c: KernelContext) -> Callable[[int, int], None]:
     """Absorbed MLA decode attention: the qh query heads of one request attend as qh queries of
     ONE head over its compressed cache [L, c + r] (keys: latent + rope key; values: the
     latent, the first c elements), softmax scale 1/sqrt(nope + r) (the head's q.k width);
-    output ``attn_lat`` [Rm, qh, c] (still in latent space). SDPA, or with ``attention ==
-    "triton"`` ``decode_attn.mla_decode_attention`` (sized for the pool)."""
-    F_, s, KV, nKV, ACT, p = c.F_, c.s, c.KV, c.nKV, c.ACT, c.p
-    Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
+    output ``attn_lat`` [Rm, qh, c] (still in latent space). The workload's ``decode_attn``
+    backend (``AttentionBackend.mla``: SDPA, or Triton's ``mla_decode_attention`` sized for
+    the pool)."""
+    s, KV, nKV, ACT, p = c.s, c.KV, c.nKV, c.ACT, c.p
+    Rm = s.Rm
     scale = 1.0 / math.sqrt(s.nope + s.r)
 
-    choice(c.attention, "decode attention (MLA)", MLA_KERNELS)
-    triton = c.attention == "triton"
+    attend = attention_backend(c.attention, mla=True).mla(c, scale)
 
     def f(mu, l):
         a, kv = ACT[mu], KV[l % nKV]
         cache = kv[p + "ckv_cache"][mu * Rm:(mu + 1) * Rm]  # [Rm, 1, L, c + r]
-        if triton:   # split-KV latent attention, all heads of a request per program
-            mla_decode_attention(a[p + "q"].view(Rm, qh, cl + r), cache[:, 0],
-                                 a[p + "attn_lat"].view(Rm, qh, cl), c.pool_sms(), scale, cl)
-            return
-        q = a[p + "q"].view(Rm, 1, qh, cl + r)
-        o = F_.scaled_dot_product_attention(q, cache, cache[..., :cl], scale=scale)
-        a[p + "attn_lat"].view(Rm, 1, qh, cl).copy_(o)
+        attend(a[p + "q"], cache, a[p + "attn_lat"])
     return f
 
 

@@ -1,7 +1,8 @@
 """The runtime's kernel policies in one registry: the ``--gemm``, ``--elementwise``,
 ``--attention`` and ``--moe-gemm`` options of ``subgpu run``, ``calibrate`` and ``tune``.
 
-Each ``KernelPolicy`` names its flag, its choices (the owning kernel module's tuple), its
+Each ``KernelPolicy`` names its flag, its choices (the owning kernel module's tuple;
+``--attention``'s and its help come from ``decode_attn.ATTENTION_BACKENDS``), its
 default, the value a calibration made before the option existed was measured with (``legacy``,
 what ``run.calibration_mismatch`` assumes when ``meta`` lacks the field), and its help. The
 parsers take their options from ``add_kernel_args``; ``check_policies`` refuses a bad value
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from subgpu_jax.model.checks import choice
 
 from hw_runtime.gpu.blas import GEMM_POLICIES
-from hw_runtime.gpu.decode_attn import ATTENTION
+from hw_runtime.gpu.decode_attn import ATTENTION, attention_help
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 
@@ -52,13 +53,7 @@ KERNEL_POLICIES: tuple[KernelPolicy, ...] = (
                  "(one fused kernel per op, hw_runtime/gpu/fused.py) or auto (triton where it "
                  "imports)"),
     KernelPolicy("attention", "--attention", ATTENTION, "auto", "sdpa", "decode attention",
-                 "sdpa (PyTorch's scaled_dot_product_attention), triton (split-KV, GQA without "
-                 "expanding the cache, splits sized for the pool: hw_runtime/gpu/decode_attn.py; "
-                 "for MLA a latent-cache kernel), flashinfer (FlashInfer's FA2 decode over the "
-                 "same caches, split sized for the pool, GQA/MHA only; needs the flashinfer "
-                 "extra: pip install -e .[flashinfer]) or auto (sdpa for GQA: on the H200 it "
-                 "measured fastest, flashinfer 1-3%% and triton 1-12%% slower on the whole GPU "
-                 "and 1.2x and 1.6x slower on a 32-SM pool, docs/results.md; triton for MLA)"),
+                 attention_help()),
     KernelPolicy("moe_gemm", "--moe-gemm", MOE_GEMM, "auto", "bmm", "MoE expert GEMMs",
                  "bmm (gather into padded expert batches + torch.bmm + activation), triton (one "
                  "grouped launch over the routed tokens with the gather and activation fused: "

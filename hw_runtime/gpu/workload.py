@@ -87,8 +87,7 @@ from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load, rank_count_variance
 
 from hw_runtime.gpu.collectives import VirtualCollectives
-from hw_runtime.gpu.decode_attn import resolve as resolve_attention
-from hw_runtime.gpu.flashinfer_attn import FlashInferDecode
+from hw_runtime.gpu.decode_attn import ATTENTION_BACKENDS, resolve as resolve_attention
 from hw_runtime.gpu.moe_gemm import (deinterleave_gate_up, resolve as resolve_moe_gemm,
                                      routed_tokens, static_routing)
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
@@ -195,7 +194,8 @@ class WorkloadConsts:
             disp_idx: int64 ``(n_hit x cap,)`` token of each padded expert row (the ``bmm``
             path). routing: the grouped kernels' ``moe_gemm.RoutedTokens`` (``triton``).
         attn_decoders: ``--attention flashinfer``: one ``flashinfer_attn.FlashInferDecode`` per
-            distinct KV length of the layers (``WorkloadShapes.kv_len``), keyed by it.
+            distinct KV length of the layers (``WorkloadShapes.kv_len``), keyed by it
+            (``decode_attn.FlashInferAttention.workload_consts``).
     """
 
     rope_cos: Any = None
@@ -649,11 +649,8 @@ class TorchWorkload(VirtualCollectives):
             else:
                 moe["disp_idx"] = (t.arange(rows) % s.Tr).to(self.device)
                 moe["comb_idx"] = (t.arange(s.Rm * s.k) % rows).to(self.device)
-        attn = {}
-        if self.attention == "flashinfer":   # one wrapper per KV length, planned on first use
-            attn["attn_decoders"] = {L: FlashInferDecode(t, s.Rm, s.qh, s.kvh, s.hd, L,
-                                                         t.bfloat16, self.device)
-                                     for L in sorted(set(s.kv_len))}
+        # the decode attention's own state (FlashInfer: one wrapper per KV length)
+        attn = ATTENTION_BACKENDS[self.attention].workload_consts(t, s, self.device)
         self.consts = WorkloadConsts(**rope, **moe, **attn)
 
     # ---------------------------------------------------------------- kernels

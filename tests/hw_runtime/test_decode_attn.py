@@ -61,6 +61,48 @@ def test_resolve_policies():
         assert da.resolve("triton", True) == "triton"
 
 
+def test_backend_registry_capabilities():
+    """One class per ``--attention`` kernel, by name: the choices are ``"auto"`` and the
+    registry's names in registration order; the capabilities by hand (SDPA and Triton run GQA
+    and MLA, FlashInfer GQA only; Triton and FlashInfer size their grids by the pool, FlashInfer
+    alone keeps per-stream state); ``auto_choice`` names registered backends."""
+    B = da.ATTENTION_BACKENDS
+    assert da.ATTENTION == ("auto", "sdpa", "triton", "flashinfer") == ("auto", *B)
+    caps = {n: (b.supports_gqa, b.supports_mla, b.pool_sized, b.per_lane) for n, b in B.items()}
+    assert caps == {"sdpa": (True, True, False, False), "triton": (True, True, True, False),
+                    "flashinfer": (True, False, True, True)}
+    assert all(b.name == n and issubclass(b, da.AttentionBackend) for n, b in B.items())
+    assert {da.auto_choice(False), da.auto_choice(True)} <= set(B)
+    assert da.attention_backend("flashinfer") is da.FlashInferAttention
+    assert da.attention_backend("triton", mla=True) is da.TritonAttention
+    with pytest.raises(ValueError, match=r"decode attention \(MLA\) must be one of sdpa, triton"):
+        da.attention_backend("flashinfer", mla=True)
+    with pytest.raises(ValueError, match=r"decode attention \(GQA/MHA\) must be one of"):
+        da.attention_backend("mykernel")
+
+
+def test_register_attention_backend_refusals():
+    """A backend needs a new name other than ``auto`` and at least one kind of attention; the
+    registry is unchanged by a refusal."""
+    before = dict(da.ATTENTION_BACKENDS)
+    for name, gqa in (("", True), ("auto", True), ("sdpa", True), ("mine", False)):
+        cls = type("Mine", (da.AttentionBackend,), {"name": name, "supports_gqa": gqa})
+        with pytest.raises(ValueError, match="register_attention_backend"):
+            da.register_attention_backend(cls)
+    assert da.ATTENTION_BACKENDS == before
+    with pytest.raises(NotImplementedError):
+        da.AttentionBackend.gqa(None)
+    assert da.AttentionBackend.workload_consts(None, None, None) == {}
+
+
+def test_attention_help_lists_every_backend():
+    """``--attention``'s help names each backend with its own text, then ``auto``."""
+    text = da.attention_help()
+    assert text.startswith("sdpa (PyTorch's scaled_dot_product_attention), triton (split-KV")
+    assert all(f"{n} ({b.help})" in text for n, b in da.ATTENTION_BACKENDS.items())
+    assert text.endswith(f"or auto ({da.AUTO_HELP})")
+
+
 def test_run_and_calibrate_offer_the_choice(runtime_options):
     """`subgpu run`, `calibrate` and `tune` take --attention with the policies, default auto."""
     for acts in runtime_options.values():

@@ -116,7 +116,9 @@ def test_executor_sizes_and_lanes_flashinfer():
     the issuing lane for FlashInfer (its workspace is per lane), not for SDPA."""
     from types import SimpleNamespace as NS
 
-    assert set(da.POOL_SIZED) == {"triton", "flashinfer"} and da.PER_LANE == ("flashinfer",)
+    B = da.ATTENTION_BACKENDS
+    assert {n for n, b in B.items() if b.pool_sized} == {"triton", "flashinfer"}
+    assert tuple(n for n, b in B.items() if b.per_lane) == ("flashinfer",)
     from hw_runtime.gpu.executor import launch_settings
     assert launch_settings([NS(attention="flashinfer", dist=None)]) == (True, True)
     assert launch_settings([NS(attention="triton", dist=None)]) == (True, False)
