@@ -35,31 +35,33 @@ WORKLOADS = {
 }
 
 
-def sweep_candidates(records: list[dict], G: int, R: int, hw, max_d: int, top: int = 10):
-    """The sweep's candidates of batch ``G``: the distinct (D, w, cuts, policy, k) layouts of the
+def sweep_candidates(records: list[dict], G: int, R: int, hw, max_d: int, region,
+                     top: int = 10):
+    """The sweep's candidates of batch ``G``: the distinct (D, w, cut, policy, k) layouts of the
     ``top`` best predicted SubGPU records, each with every split of ``AllocSpace.from_hw`` (steps
-    of the quantum) and microbatch counts 2 and 4 (those dividing ``R``); temporal first."""
+    of the quantum) and microbatch counts 2 and 4 (those dividing ``R``); temporal first.
+    ``region``: the region graph of batch ``G`` at one microbatch (the records' cuts name its
+    kernels)."""
     from hw_runtime.tune.spec import Candidate
     from subgpu_jax.space.config import AllocSpace, enumerate_allocations
 
     sub = sorted((r for r in records if r["mode"] != "temporal" and int(r["global_batch"]) == G),
                  key=lambda r: r["makespan_us"])[:top]
-    layouts = []
+    layouts = {}
     for r in sub:
-        c = Candidate.from_record(r)
-        lay = (c.D, c.w, c.cuts, c.policy, c.k)
-        if lay not in layouts and c.D <= max_d:
-            layouts.append(lay)
+        c = Candidate.from_record(r, region)
+        cfg = c.config
+        lay = (cfg.D, cfg.w, cfg.seg_of, cfg.policy, cfg.streams_per_stage)
+        if lay not in layouts and cfg.D <= max_d:
+            layouts[lay] = c
     out = [Candidate.temporal(G)]
-    for D, w, cuts, policy, k in layouts:
-        sp = AllocSpace.from_hw(hw, D)
+    for c in layouts.values():
+        sp = AllocSpace.from_hw(hw, c.config.D)
         for m in (2, 4):
             if R % m:
                 continue
-            for a in enumerate_allocations(sp.budget, D, sp.quantum, sp.minimum):
-                out.append(Candidate(G=G, mode="green", D=D, w=w, cuts=cuts,
-                                     sms="|".join(str(int(x)) for x in a), microbatch=R // m,
-                                     policy=policy, k=k))
+            for a in enumerate_allocations(sp.budget, c.config.D, sp.quantum, sp.minimum):
+                out.append(c.replace(alloc=a, microbatch=R // m))
     return out
 
 
@@ -86,7 +88,8 @@ def main() -> int:
                     model_arg=w["model"])
     pred = Predictor(spec)
     R = spec.deployment(w["G"]).requests_per_gpu
-    cands = sweep_candidates(search_records(a.search), w["G"], R, spec.hw, a.max_d)
+    cands = sweep_candidates(search_records(a.search), w["G"], R, spec.hw, a.max_d,
+                             pred.workload(w["G"]).graph(1))
     gpu_check()
     os.makedirs(a.out, exist_ok=True)
     st = TuneState(a.out, {**spec.meta(), "sweep": a.workload})

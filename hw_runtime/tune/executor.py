@@ -102,7 +102,7 @@ class GpuTuneExecutor(GpuMeasurer):
                 r = ex.measure(ex.temporal_config(), "temporal", s.rounds, s.replays, s.warmup)
             else:
                 r = ex.measure(cfg, cand.mode, s.rounds, s.replays, s.warmup,
-                               streams_per_stage=cand.k)
+                               streams_per_stage=cand.config.streams_per_stage)
         except GreenContextError as e:
             raise ValueError(str(e)) from None
         return Timing(makespan_us=float(r.makespan_us), spread=float(r.spread),
@@ -119,7 +119,7 @@ class GpuTuneExecutor(GpuMeasurer):
         if cand.mode == "temporal":
             cfg, mode, k = ex.temporal_config(), "temporal", 1
         else:
-            mode, k = cand.mode, cand.k
+            mode, k = cand.mode, cand.config.streams_per_stage
         prof = ex.profile(cfg, mode, streams_per_stage=k)
         counts = ex.activity_counts(m, cfg, mode)
         try:

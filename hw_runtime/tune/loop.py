@@ -107,7 +107,7 @@ class Tuner:
         self.state = TuneState(folder, spec.meta())
         self.cands: dict[str, Candidate] = {}
         for k, v in self.state.measurements.items():
-            self.cands[k] = Candidate.from_dict(v["candidate"])
+            self.cands[k] = self.base.candidate(v["candidate"])
         self.spent_out: set[int] = set()
         self.measured_now = 0
 
@@ -222,7 +222,8 @@ class Tuner:
         run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)
         self.state.search_s += time.perf_counter() - t0
         groups = top_records(search_records(folder), s.top, hw.name)
-        return {G: [Candidate.from_record(r) for r in recs if r["mode"] != "temporal"]
+        return {G: [Candidate.from_record(r, self.base.workload(G).graph(1)) for r in recs
+                    if r["mode"] != "temporal"]
                 for G, recs in groups.items()}
 
     def predictions(self, pred: Predictor) -> dict[str, float | None]:
@@ -240,7 +241,7 @@ class Tuner:
         """Refit from every trace so far; write ``DIR/<name>.json``; the refitted model."""
         from subgpu_jax.model.calibration import Calibration
 
-        traced = [(Candidate.from_dict(v["candidate"]), v["rows"])
+        traced = [(self.base.candidate(v["candidate"]), v["rows"])
                   for v in self.state.traces.values() if v["rows"]]
         ms = set(self.spec.microbatches)
         ms |= {2 * m for m in ms} | {m // 2 for m in ms if m >= 2}

@@ -26,7 +26,7 @@ __all__ = ["refine_on_gpu", "microbatch_neighbours"]
 
 def microbatch_neighbours(c: Candidate, R: int) -> list[Candidate]:
     """``c`` at m/2 and 2m microbatches (m = R / b), those with m >= 2 that divide ``R``."""
-    m = R // c.microbatch
+    m = R // c.config.microbatch
     out = []
     for m2 in (m // 2, 2 * m):
         if m2 >= 2 and m2 != m and R % m2 == 0:
@@ -54,9 +54,9 @@ def refine_on_gpu(start: Candidate, measure: Callable[[Candidate], float], hw: H
     Raises:
         ValueError: ``start`` is temporal or its split is not in the allocation space.
     """
-    if start.mode == "temporal" or start.D < 2:
+    if start.mode == "temporal" or start.config.D < 2:
         raise ValueError("refine_on_gpu: the start must be a pipelined candidate (D >= 2)")
-    space = AllocSpace.from_hw(hw, start.D)
+    space = AllocSpace.from_hw(hw, start.config.D)
     asked: dict[str, float] = {}    # key -> measured µs: each candidate measured once
 
     def value(c: Candidate) -> float:
@@ -69,10 +69,11 @@ def refine_on_gpu(start: Candidate, measure: Callable[[Candidate], float], hw: H
             return c, value(c), []
 
         def f(allocs: np.ndarray) -> np.ndarray:
-            return np.array([value(c.with_alloc(a)) for a in np.atleast_2d(allocs)])
+            return np.array([value(c.replace(alloc=a)) for a in np.atleast_2d(allocs)])
 
-        r = pairwise_line(f, c.alloc, space, max_passes=passes)
-        return c.with_alloc(r.alloc), float(r.value), [list(map(float, h)) for h in r.history]
+        r = pairwise_line(f, c.config.alloc, space, max_passes=passes)
+        return (c.replace(alloc=r.alloc), float(r.value),
+                [list(map(float, h)) for h in r.history])
 
     v0 = value(start)
     best, best_v, moves = line(start)

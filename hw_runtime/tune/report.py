@@ -44,9 +44,9 @@ def run_command(spec: TuneSpec, c: Candidate, calibration: str | None) -> str | 
              f"--kv-history {spec.kv_history}", f"--input-len {spec.input_len}"]
     if o["cuts"]:
         parts.append(f"--cuts {o['cuts']}")
-    parts += [f"--sms {o['sms']}", f"--microbatch {c.microbatch}",
-              "--reuse" if c.w else "--no-reuse", f"--policy {c.policy}",
-              f"--streams-per-stage {c.k}", f"--mode {c.mode}",
+    parts += [f"--sms {o['sms']}", f"--microbatch {o['microbatch']}",
+              "--reuse" if o["reuse"] else "--no-reuse", f"--policy {o['policy']}",
+              f"--streams-per-stage {o['streams_per_stage']}", f"--mode {c.mode}",
               f"--collectives {spec.collectives}", f"--gemm {spec.gemm}",
               f"--elementwise {spec.elementwise}", f"--attention {spec.attention}",
               f"--moe-gemm {spec.moe_gemm}",
@@ -69,9 +69,10 @@ def _rows(tuner, final) -> list[dict]:
         p = final.predict(c)
         pt = final.predict(Candidate.temporal(c.G))
         T = v["measured_us"]
-        row = {"global_batch": c.G, "mode": c.mode, "D": c.D, "w": c.w, "cuts": c.cuts,
-               "sms": c.sms, "microbatch": c.microbatch, "streams_per_stage": c.k,
-               "policy": c.policy, "phase": v["phase"], "round": v["round"],
+        d = c.as_dict()
+        row = {"global_batch": c.G, "mode": c.mode, "D": d["D"], "w": d["w"], "cuts": d["cuts"],
+               "sms": d["sms"], "microbatch": d["microbatch"], "streams_per_stage": d["k"],
+               "policy": d["policy"], "phase": v["phase"], "round": v["round"],
                "measured_us": T, "spread": v["spread"], "gpu_s": v["gpu_s"],
                "measured_speedup": (meas[tk] / T) if tk in meas else None,
                "predicted_us": p, "predicted_speedup": (pt / p) if p and pt else None,
@@ -193,9 +194,7 @@ def write_report(tuner, rep: dict) -> None:
         if b.get("winner") is None:
             say(f"{G:>6s}  {b['note']}")
             continue
-        c = Candidate.from_dict({k: b["winner"][k] for k in
-                                 ("G", "mode", "D", "w", "cuts", "sms", "microbatch",
-                                  "policy", "k")})
+        c = tuner.base.candidate(b["winner"])
         say(f"{G:>6s} {b['temporal_us']:12.1f} {b['winner']['measured_us']:10.1f} "
             f"{b['measured_speedup']:7.3f}x  {c.describe()}")
     a = rep["accounting"]

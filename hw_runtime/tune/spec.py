@@ -9,13 +9,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from hw_runtime.commands.request import KernelSettings
-from subgpu_jax.model.graph import Deployment
+from subgpu_jax.model.graph import Deployment, OpGraph
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
+from subgpu_jax.space.config import Config
 
 __all__ = ["TuneSpec", "Candidate", "Predictor", "RUN_MODES"]
 
@@ -227,27 +228,38 @@ class TuneSpec:
 class Candidate:
     """One configuration of one batch as it runs on the GPU.
 
+    Its configuration is a ``subgpu_jax.space.config.Config``, written to and read from the
+    tune's files by the search records' codec (``Config.to_record`` / ``Config.from_record``:
+    cut kernel names and SMs per stage ``"|"``-joined), so a tune state written before the
+    ``Config`` field resumes as it was.
+
     Attributes:
-        G: global batch. mode: ``temporal``, ``green`` or ``multistream`` (``RUN_MODES``).
-        D, w: stages and boundary reuse; cuts: kernel names where segments 2..K start,
-            ``"|"``-separated (``""`` for temporal); sms: SMs per stage ``"64|64"``;
-            microbatch: size b; policy: dispatch policy; k: streams per stage.
+        G: global batch (requests). mode: ``temporal``, ``green`` or ``multistream``
+            (``RUN_MODES``).
+        config: the configuration (stages D, reuse w, cut, SMs per stage, microbatch size b in
+            requests, dispatch policy, streams per stage k); None for ``temporal`` (its
+            configuration is the workload's, ``space.config.temporal_of``).
+        region: the region graph at one microbatch (``Workload.graph(1)`` of batch ``G``) whose
+            kernels the cut names; None for ``temporal``. Not compared.
+
+    Raises:
+        ValueError: an unknown mode, or a configuration given to ``temporal`` or missing from
+            another mode.
     """
 
     G: int
     mode: str
-    D: int = 1
-    w: int = 0
-    cuts: str = ""
-    sms: str = ""
-    microbatch: int = 0
-    policy: str = "wavefront"
-    k: int = 1
+    config: Config | None = None
+    region: OpGraph | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.mode not in RUN_MODES:
             raise ValueError(f"candidate mode must be one of {', '.join(RUN_MODES)}, got "
                              f"{self.mode!r}")
+        if (self.mode == "temporal") != (self.config is None) or (
+                self.config is not None and self.region is None):
+            raise ValueError("a temporal candidate has no configuration, any other one a "
+                             "Config and its region graph")
 
     @classmethod
     def temporal(cls, G: int) -> "Candidate":
@@ -255,56 +267,73 @@ class Candidate:
         return cls(G=int(G), mode="temporal")
 
     @classmethod
-    def from_record(cls, rec: Mapping, mode: str = "green") -> "Candidate":
-        """A SubGPU record of ``subgpu search`` (``records.csv`` row or store record) run in
-        ``mode``."""
-        return cls(G=int(rec["global_batch"]), mode=mode, D=int(rec["D"]), w=int(rec["w"]),
-                   cuts=str(rec["cuts"] or ""), sms=str(rec["sms"]),
-                   microbatch=int(rec["microbatch"]), policy=str(rec.get("policy") or "wavefront"),
-                   k=int(rec.get("streams_per_stage") or 1))
+    def from_record(cls, rec: Mapping, region: OpGraph, mode: str = "green") -> "Candidate":
+        """A SubGPU record of ``subgpu search`` (``records.csv`` row or store record) on
+        ``region`` (the region graph of its batch at one microbatch) run in ``mode``.
+
+        Raises:
+            ValueError: a record that lacks a field or names no kernel of ``region`` (one
+                line).
+        """
+        try:
+            cfg = Config.from_record(rec, region)
+        except KeyError as e:
+            raise ValueError(f"candidate: the record lacks {e} or names no kernel of the "
+                             "region") from None
+        return cls(G=int(rec["global_batch"]), mode=mode, config=cfg, region=region)
 
     @classmethod
-    def from_dict(cls, d: Mapping) -> "Candidate":
-        """Inverse of ``as_dict``."""
-        return cls(**{f.name: d[f.name] for f in dataclasses.fields(cls)})
+    def from_dict(cls, d: Mapping, region: OpGraph | None) -> "Candidate":
+        """Inverse of ``as_dict`` (``region``: as for ``from_record``; None for a temporal
+        candidate)."""
+        if d["mode"] == "temporal":
+            return cls.temporal(d["G"])
+        return cls.from_record({**d, "global_batch": d["G"], "streams_per_stage": d["k"]},
+                               region, d["mode"])
+
+    def record(self) -> dict:
+        """The search-record fields of the configuration (``Config.to_record``: ``D``, ``w``,
+        ``K``, ``microbatches``, ``microbatch``, ``policy``, ``streams_per_stage``, ``cuts``,
+        ``sms``); for ``temporal`` the fields a tune has always stored for it (D = 1, no cut,
+        no SMs, microbatch 0, one stream)."""
+        if self.config is None:
+            return {"D": 1, "w": 0, "cuts": "", "sms": "", "microbatch": 0,
+                    "policy": Config.policy, "streams_per_stage": 1}
+        R = self.region.deployment.requests_per_gpu
+        return self.config.to_record(self.region, self.config.microbatches(R))
 
     def as_dict(self) -> dict:
-        """JSON-ready fields."""
-        return dataclasses.asdict(self)
+        """JSON-ready fields, as tune state files store a candidate: ``G``, ``mode``, ``D``,
+        ``w``, ``cuts``, ``sms``, ``microbatch``, ``policy``, ``k`` (streams per stage)."""
+        r = self.record()
+        return {"G": self.G, "mode": self.mode, "D": r["D"], "w": r["w"], "cuts": r["cuts"],
+                "sms": r["sms"], "microbatch": r["microbatch"], "policy": r["policy"],
+                "k": r["streams_per_stage"]}
 
     @property
     def key(self) -> str:
         """A stable identifier (what a measurement is stored under)."""
         if self.mode == "temporal":
             return f"G{self.G}|temporal"
-        return (f"G{self.G}|{self.mode}|D{self.D}|w{self.w}|{self.cuts}|{self.sms}|"
-                f"b{self.microbatch}|k{self.k}|{self.policy}")
+        d = self.as_dict()
+        return (f"G{self.G}|{self.mode}|D{d['D']}|w{d['w']}|{d['cuts']}|{d['sms']}|"
+                f"b{d['microbatch']}|k{d['k']}|{d['policy']}")
 
-    @property
-    def alloc(self) -> tuple[int, ...]:
-        """SMs per stage."""
-        return tuple(int(x) for x in self.sms.split("|")) if self.sms else ()
-
-    def replace(self, **kw) -> "Candidate":
-        """A copy with fields changed."""
-        return dataclasses.replace(self, **kw)
-
-    def with_alloc(self, alloc: Sequence[int]) -> "Candidate":
-        """The same layout with another SM split."""
-        return self.replace(sms="|".join(str(int(x)) for x in alloc))
-
-    def record(self) -> dict:
-        """The search-record fields ``Config.from_record`` reads."""
-        return {"cuts": self.cuts, "D": self.D, "w": self.w, "sms": self.sms,
-                "microbatch": self.microbatch, "policy": self.policy,
-                "streams_per_stage": self.k}
+    def replace(self, mode: str | None = None, **config) -> "Candidate":
+        """A copy in another ``mode`` and/or with ``Config`` fields changed (``alloc``: SMs per
+        stage, made a tuple of ints; ``microbatch``; ...)."""
+        if "alloc" in config:
+            config["alloc"] = tuple(int(x) for x in config["alloc"])
+        cfg = dataclasses.replace(self.config, **config) if config else self.config
+        return dataclasses.replace(self, mode=mode or self.mode, config=cfg)
 
     def describe(self) -> str:
-        """One short line: ``green D=2 w=1 m? 64|64 / L0.qkv|L0.mlp_up k=1``."""
+        """One short line: ``green D=2 w=1 b=32 k=1 SMs=64|64 cuts=L0.qkv|L0.mlp_up``."""
         if self.mode == "temporal":
             return "temporal"
-        return (f"{self.mode} D={self.D} w={self.w} b={self.microbatch} k={self.k} "
-                f"SMs={self.sms} cuts={self.cuts}")
+        d = self.as_dict()
+        return (f"{self.mode} D={d['D']} w={d['w']} b={d['microbatch']} k={d['k']} "
+                f"SMs={d['sms']} cuts={d['cuts']}")
 
 
 @dataclass
@@ -378,18 +407,25 @@ class Predictor:
         Raises:
             ValueError: a layout that is not legal for the workload (one line).
         """
-        from subgpu_jax.space.config import Config, temporal_of
+        from subgpu_jax.space.config import temporal_of
 
         wl = self.workload(c.G)
         if c.mode == "temporal":
             return temporal_of(wl), 1
-        try:
-            cfg = Config.from_record(c.record(), wl.graph(1))
-        except KeyError as e:
-            raise ValueError(f"candidate {c.describe()}: unknown kernel {e}") from None
-        g1 = wl.graph(1)
+        cfg, g1 = c.config, wl.graph(1)
         cfg.check(g1.n, g1.edges, self.spec.hw, wl.batch)
         return cfg, wl.microbatches_of(cfg.microbatch)
+
+    def candidate(self, d: Mapping) -> Candidate:
+        """The ``Candidate`` of a stored one (``Candidate.as_dict``: a tune state's
+        ``"candidate"``) on this tune's region graph of its batch.
+
+        Raises:
+            ValueError: a stored cut that names no kernel of the model (one line).
+        """
+        G = int(d["G"])
+        return Candidate.from_dict(d, None if d["mode"] == "temporal"
+                                   else self.workload(G).graph(1))
 
     def predict(self, c: Candidate) -> float | None:
         """Predicted whole-step makespan (µs), or None (static scorer, multistream)."""

@@ -109,7 +109,7 @@ class FakeMachine:
     def trace(self, c: Candidate, cfg, m: int):
         dep = self.spec.deployment(c.G)
         g = Workload.from_model(self.spec.arch, dep).graph(m)
-        plan = build_launch_plan(g, cfg, dep.requests_per_gpu, c.k)
+        plan = build_launch_plan(g, cfg, dep.requests_per_gpu, cfg.streams_per_stage)
         d = self._dur(c)
         fb = FakeStreamBackend(plan.num_streams, lambda t, k: d(g.kernels[k], cfg, t.stage))
         issue_plan(plan, fb)
@@ -237,9 +237,18 @@ def test_refit_moves_predictions_toward_measurements(tmp_path):
 def _pipeline(c: Candidate) -> float:
     """A machine with a known optimum: two stages with work 3 and 1 (ms x SMs), m = 2 -> 1.0,
     m = 4 -> 0.9, m = 8 -> 0.95 of the bottleneck stage's time."""
-    p0, p1 = c.alloc
-    m = 64 // c.microbatch
+    p0, p1 = c.config.alloc
+    m = 64 // c.config.microbatch
     return max(3e3 / p0, 1e3 / p1) * 128 * {2: 1.0, 4: 0.9, 8: 0.95}[m]
+
+
+def _start(mode: str) -> Candidate:
+    """A 2-stage candidate of G = 64 (one GPU: R = 64), cut at L0.mlp_up, 64|64 SMs, m = 2,
+    read as the tune reads a search record."""
+    region = Workload.from_model(ARCH, _spec().deployment(64)).graph(1)
+    return Candidate.from_record({"global_batch": 64, "D": 2, "w": 0, "cuts": "L0.mlp_up",
+                                  "sms": "64|64", "microbatch": 32, "policy": "wavefront"},
+                                 region, mode)
 
 
 def test_refine_finds_the_known_optimum():
@@ -247,20 +256,21 @@ def test_refine_finds_the_known_optimum():
     balanced split of work 3:1 over 128 SMs is 96|32 (both stages 31.25 ms/SM units), and
     m = 4 is the faster neighbour: the refinement ends at 96|32, m = 4, measuring each
     candidate once."""
-    start = Candidate(G=64, mode="green", D=2, w=0, cuts="L0.mlp_up", sms="64|64",
-                      microbatch=32)
+    start = _start("green")
     seen = []
 
     def measure(c):
         seen.append(c.key)
-        assert all(p % 8 == 0 and p >= 8 for p in c.alloc) and sum(c.alloc) == 128
+        a = c.config.alloc
+        assert all(p % 8 == 0 and p >= 8 for p in a) and sum(a) == 128
         return _pipeline(c)
     r = refine_on_gpu(start, measure, H200, R=64, passes=4)
-    assert r["best"].sms == "96|32" and r["best"].microbatch == 16
+    assert r["best"].config.alloc == (96, 32) and r["best"].config.microbatch == 16
+    assert r["best"].as_dict()["sms"] == "96|32"
     assert r["best_us"] == pytest.approx(4000 * 0.9)
     assert r["start_us"] == pytest.approx(6000)
     assert r["measured"] == len(set(seen)) < 20
-    assert [c.microbatch for c in microbatch_neighbours(start, 64)] == [16]   # m = 1 skipped
+    assert [c.config.microbatch for c in microbatch_neighbours(start, 64)] == [16]  # m=1 skipped
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -326,15 +336,14 @@ def test_refine_a_multistream_start_tries_only_its_microbatch_counts():
     """A multistream start has no SM split to move: the refinement measures it and its
     neighbouring microbatch counts (m = 2 -> 4 only: m = 1 is not pipelined), keeps the faster
     (m = 4 at 0.9 x), and never changes its SMs."""
-    start = Candidate(G=64, mode="multistream", D=2, w=0, cuts="L0.mlp_up", sms="64|64",
-                      microbatch=32)
+    start = _start("multistream")
     seen = []
 
     def measure(c):
         seen.append(c)
-        assert c.mode == "multistream" and c.sms == "64|64"
-        return 1000.0 * {32: 1.0, 16: 0.9}[c.microbatch]
+        assert c.mode == "multistream" and c.config.alloc == (64, 64)
+        return 1000.0 * {32: 1.0, 16: 0.9}[c.config.microbatch]
     r = refine_on_gpu(start, measure, H200, R=64, passes=4)
-    assert [c.microbatch for c in seen] == [32, 16]
-    assert r["best"].microbatch == 16 and r["best_us"] == pytest.approx(900.0)
+    assert [c.config.microbatch for c in seen] == [32, 16]
+    assert r["best"].config.microbatch == 16 and r["best_us"] == pytest.approx(900.0)
     assert r["moves"] == [] and r["measured"] == 2
