@@ -9,7 +9,8 @@ Units: µs, bytes, SMs.
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import chex
 import jax
@@ -46,6 +47,122 @@ PROFILE_MEMO = ByteLRU(64 * 2**20)
 #: Whether the tables charge the others' L2 traffic on the shared L2 port
 #: (``kernel_profiles(shared_l2=...)``).
 SHARED_L2 = True
+@dataclass(frozen=True)
+class _Load:
+    """The constants of one ``kernel_profiles`` call that every kernel's tables read: the bound
+    models (``bm`` with the calibration, ``bm0`` without), the GPU, the pools ``P`` (N+1,), the
+    others' bytes in flight ``co`` (1, NC, 1) and compute power ``po`` (1, 1, NP), the response
+    curve (``xs``, ``ys``, window ``W`` bytes), the shared-L2 terms and the fixed-phase dilation
+    ``dil`` (1, NC, 1)."""
+
+    bm: Any
+    bm0: Any
+    cal: Any
+    model: ContentionModel
+    hw: Hardware
+    P: np.ndarray
+    co: np.ndarray
+    po: np.ndarray
+    W: float
+    xs: np.ndarray
+    ys: np.ndarray
+    shared_l2: bool
+    beta_o: float
+    rc_full_o: float
+    dil: np.ndarray
+    N: int
+    NC: int
+    NP: int
+
+
+def _kernel_tables(env: "_Load", k, hit: float) -> tuple:
+    """Kernel ``k``'s four tables (N+1, NC, NP) at its L2 hit fraction ``hit`` under the load
+    grid ``env`` (``kernel_profiles``)."""
+    out = {}
+    w = env.bm0.work(k, 1)
+    oc = op_cost(k, env.hw, env.P)                            # SMs reached, fixed phase per pool
+    pu = oc.sms[:, None, None]                        # (env.N+1, 1, 1)
+    # per pool (env.N+1, 1, 1): work scale, fixed phase µs, window B/SM, network payload bytes
+    # (scaled) and whether the network phase runs: the uncalibrated kernel's, or the
+    # calibrated KernelWork the event simulator uses on that pool (calibrated_pools)
+    if env.cal is not None and env.cal.has(k):
+        ws, fx, win, comm_b, comm_f = calibrated_pools(env.bm, k, env.cal, env.hw)
+    else:
+        ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
+        comm_b, comm_f = float(w.comm_bytes), float(w.comm)
+        if env.model.lone_static and is_gemm(k) and k.flops > 0:
+            ws, fx = lone_static_pools(env.bm0, k, env.hw)
+    pi = np.minimum(1.0, env.bm.gain * pu / env.bm.N)
+    read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
+    data0 = w.obj_bytes + w.extra_hbm_bytes   # + the collective proxy's payload traffic
+    phi = (data0 - hit * read_b) / data0 if data0 > 0 else 0.0   # miss share (any scale)
+    data = data0 * ws                         # the work scale multiplies bytes and FLOPs
+    miss = data * phi
+    flops = w.flops * ws
+    # compute
+    if w.flops > 0:
+        ptot = pi + env.po
+        cs = np.where(ptot > 1.0, 1.0 / np.maximum(ptot, 1e-30), 1.0)
+        rc = w.rate_full * pi * cs
+    else:
+        rc = np.zeros_like(pi + env.po)
+    # HBM share and data rate
+    if data0 > 0:
+        issue = pu * env.bm.issue
+        if phi > 0:
+            # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm:
+            # kernel-aware contention, per pool when calibrated)
+            c = np.minimum(pu * win, env.bm.cmax)
+            if env.bm.demand_cap:
+                c = np.minimum(c, miss)
+            ct = c + env.co
+            frac = np.interp(ct / env.W, env.xs, env.ys)
+            share = frac * w.peak_Bps * c / ct
+            rh = np.minimum(phi * issue, share)
+            rd = np.where(rh < issue * phi, rh / phi, issue)
+        else:
+            c = np.zeros_like(pu)
+            rd = issue + 0.0 * env.co
+        ld = rd * (1.0 + (env.bm.kappa - 1.0) * phi)
+        lc = w.reread_per_flop * rc
+        lo = 0.0
+        if env.shared_l2:   # the others' L2 traffic on the same port (see above)
+            if phi > 0:
+                ho = frac * w.peak_Bps * env.co / np.maximum(ct, 1e-30)
+            else:
+                ho = np.interp(env.co / env.W, env.xs, env.ys) * w.peak_Bps + 0.0 * pu
+            ptot_o = pi + env.po
+            rco = env.rc_full_o * env.po * np.where(ptot_o > 1.0, 1.0 / np.maximum(ptot_o, 1e-30),
+                                            1.0)
+            lo = ho * env.bm.kappa + env.beta_o * rco
+        sc = np.where(ld + lc + lo > env.bm.l2, env.bm.l2 / np.maximum(ld + lc + lo, 1e-30), 1.0)
+        td = data / (rd * sc) * 1e6
+        if w.reread_per_flop > 0 and w.flops > 0:
+            # both counters slowed by the L2 port until the first finishes; then the other
+            # runs alone on the port (the event simulator recomputes rates at that event)
+            tc = flops / (rc * sc) * 1e6
+            sd = np.minimum(1.0, env.bm.l2 / np.maximum(ld + lo, 1e-30))
+            scc = np.minimum(1.0, env.bm.l2 / np.maximum(lc + lo, 1e-30))
+            td_after = tc + (data - rd * sc * tc * 1e-6) / (rd * sd) * 1e6
+            tc_after = td + (flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
+            first_c = tc <= td
+            td, tc = np.where(first_c, td_after, td), np.where(first_c, tc, tc_after)
+            rc = flops / tc * 1e6
+    else:
+        c = np.zeros_like(pu)
+        td = np.zeros_like(pu + env.co + env.po)
+    tc = (flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
+    tn = np.where(np.asarray(comm_f) > 0, env.bm.setup_us + comm_b / env.bm.nvlink * 1e6, 0.0)
+    t = env.bm.launch_us + fx * env.dil + np.maximum(np.maximum(tc, td), tn)
+    bshape = np.broadcast_shapes(t.shape, (env.N + 1, env.NC, env.NP))
+    out["tau"] = np.broadcast_to(t, bshape)
+    out["busy"] = np.broadcast_to(td, bshape)
+    out["conc"] = np.broadcast_to(c / env.W * td, bshape)
+    out["power"] = np.broadcast_to(pi * tc, bshape)
+
+    return tuple(np.array(out[x]) for x in ("tau", "busy", "conc", "power"))
+
+
 def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None = None,
                     hits: np.ndarray | None = None, conc_grid: np.ndarray = CONC_GRID,
                     power_grid: np.ndarray = POWER_GRID,
@@ -126,91 +243,8 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     # peak.
     gain = float(model.latency_gain) if shared_l2 else 0.0
     dil = 1.0 + gain * np.minimum(1.0, np.interp(cg, xs, ys))[None, :, None]  # (1, NC, 1)
-    def profile(u: int, k) -> tuple:
-        """Kernel ``k``'s four tables (N+1, NC, NP) at its hit fraction h[u]."""
-        out = {}
-        w = bm0.work(k, 1)
-        oc = op_cost(k, hw, P)                            # SMs reached, fixed phase per pool
-        pu = oc.sms[:, None, None]                        # (N+1, 1, 1)
-        # per pool (N+1, 1, 1): work scale, fixed phase µs, window B/SM, network payload bytes
-        # (scaled) and whether the network phase runs: the uncalibrated kernel's, or the
-        # calibrated KernelWork the event simulator uses on that pool (calibrated_pools)
-        if cal is not None and cal.has(k):
-            ws, fx, win, comm_b, comm_f = calibrated_pools(bm, k, cal, hw)
-        else:
-            ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
-            comm_b, comm_f = float(w.comm_bytes), float(w.comm)
-            if model.lone_static and is_gemm(k) and k.flops > 0:
-                ws, fx = lone_static_pools(bm0, k, hw)
-        pi = np.minimum(1.0, bm.gain * pu / bm.N)
-        read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
-        data0 = w.obj_bytes + w.extra_hbm_bytes   # + the collective proxy's payload traffic
-        phi = (data0 - h[u] * read_b) / data0 if data0 > 0 else 0.0   # miss share (any scale)
-        data = data0 * ws                         # the work scale multiplies bytes and FLOPs
-        miss = data * phi
-        flops = w.flops * ws
-        # compute
-        if w.flops > 0:
-            ptot = pi + po
-            cs = np.where(ptot > 1.0, 1.0 / np.maximum(ptot, 1e-30), 1.0)
-            rc = w.rate_full * pi * cs
-        else:
-            rc = np.zeros_like(pi + po)
-        # HBM share and data rate
-        if data0 > 0:
-            issue = pu * bm.issue
-            if phi > 0:
-                # bytes in flight this kernel sustains per SM (KernelWork.window_B_per_sm:
-                # kernel-aware contention, per pool when calibrated)
-                c = np.minimum(pu * win, bm.cmax)
-                if bm.demand_cap:
-                    c = np.minimum(c, miss)
-                ct = c + co
-                frac = np.interp(ct / W, xs, ys)
-                share = frac * w.peak_Bps * c / ct
-                rh = np.minimum(phi * issue, share)
-                rd = np.where(rh < issue * phi, rh / phi, issue)
-            else:
-                c = np.zeros_like(pu)
-                rd = issue + 0.0 * co
-            ld = rd * (1.0 + (bm.kappa - 1.0) * phi)
-            lc = w.reread_per_flop * rc
-            lo = 0.0
-            if shared_l2:   # the others' L2 traffic on the same port (see above)
-                if phi > 0:
-                    ho = frac * w.peak_Bps * co / np.maximum(ct, 1e-30)
-                else:
-                    ho = np.interp(co / W, xs, ys) * w.peak_Bps + 0.0 * pu
-                ptot_o = pi + po
-                rco = rc_full_o * po * np.where(ptot_o > 1.0, 1.0 / np.maximum(ptot_o, 1e-30),
-                                                1.0)
-                lo = ho * bm.kappa + beta_o * rco
-            sc = np.where(ld + lc + lo > bm.l2, bm.l2 / np.maximum(ld + lc + lo, 1e-30), 1.0)
-            td = data / (rd * sc) * 1e6
-            if w.reread_per_flop > 0 and w.flops > 0:
-                # both counters slowed by the L2 port until the first finishes; then the other
-                # runs alone on the port (the event simulator recomputes rates at that event)
-                tc = flops / (rc * sc) * 1e6
-                sd = np.minimum(1.0, bm.l2 / np.maximum(ld + lo, 1e-30))
-                scc = np.minimum(1.0, bm.l2 / np.maximum(lc + lo, 1e-30))
-                td_after = tc + (data - rd * sc * tc * 1e-6) / (rd * sd) * 1e6
-                tc_after = td + (flops - rc * sc * td * 1e-6) / (rc * scc) * 1e6
-                first_c = tc <= td
-                td, tc = np.where(first_c, td_after, td), np.where(first_c, tc, tc_after)
-                rc = flops / tc * 1e6
-        else:
-            c = np.zeros_like(pu)
-            td = np.zeros_like(pu + co + po)
-        tc = (flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
-        tn = np.where(np.asarray(comm_f) > 0, bm.setup_us + comm_b / bm.nvlink * 1e6, 0.0)
-        t = bm.launch_us + fx * dil + np.maximum(np.maximum(tc, td), tn)
-        bshape = np.broadcast_shapes(t.shape, (N + 1, NC, NP))
-        out["tau"] = np.broadcast_to(t, bshape)
-        out["busy"] = np.broadcast_to(td, bshape)
-        out["conc"] = np.broadcast_to(c / W * td, bshape)
-        out["power"] = np.broadcast_to(pi * tc, bshape)
-
-        return tuple(np.array(out[x]) for x in ("tau", "busy", "conc", "power"))
+    env = _Load(bm, bm0, cal, model, hw, P, co, po, W, xs, ys, bool(shared_l2), beta_o,
+                rc_full_o, dil, N, NC, NP)
 
     # kernels of every layer and every cut of one graph repeat: memoised by their work
     # signature and hit fraction (4,896 rows, 382 distinct, in a profile of the main job)
@@ -219,7 +253,7 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         key = (*base, work_signature(k), float(h[u]))
         # (hw and cal stay alive while their ids are in a key; held by a closure, which the
         # cache's byte count does not walk into)
-        tabs, _keep = PROFILE_MEMO.get_or_make(key, lambda: (profile(u, k),
+        tabs, _keep = PROFILE_MEMO.get_or_make(key, lambda: (_kernel_tables(env, k, float(h[u])),
                                                                 lambda: (hw, cal)))
         for x, t in zip(("tau", "busy", "conc", "power"), tabs):
             out[x][u] = t
