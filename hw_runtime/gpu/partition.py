@@ -58,233 +58,18 @@ Importing this module needs neither torch nor cuda-bindings (CI has no GPU).
 from __future__ import annotations
 
 import math
-import numbers
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from hw_runtime.gpu.greenctx import (GreenContextError, GreenContextUnavailable, SmInfo,
+                                     check_call, device_sm_info, green_contexts_available,
+                                     import_driver, import_torch, plan_pools)
 
 __all__ = [
     "GreenContextError", "GreenContextUnavailable", "SmInfo", "Pool", "GreenPartition",
     "plan_pools", "device_sm_info", "green_contexts_available",
 ]
-
-
-class GreenContextError(RuntimeError):
-    """A driver call failed, or a created partition failed its verification."""
-
-
-class GreenContextUnavailable(GreenContextError):
-    """torch / cuda-bindings / a CUDA GPU / green-context support is missing."""
-
-
-# --------------------------------------------------------------------------- pure planning
-
-@dataclass(frozen=True)
-class SmInfo:
-    """The device's SM resource as the driver reports it.
-
-    Attributes:
-        sm_count: SMs of the device.
-        quantum: ``smCoscheduledAlignment``: pool sizes are multiples of this.
-        min_partition: ``minSmPartitionSize``: the smallest pool.
-        device: CUDA ordinal.
-        name: device name.
-        compute_capability: (major, minor).
-        driver_version: ``cuDriverGetVersion`` (e.g. 13000).
-    """
-
-    sm_count: int
-    quantum: int
-    min_partition: int
-    device: int = 0
-    name: str = ""
-    compute_capability: tuple[int, int] = (0, 0)
-    driver_version: int = 0
-
-    @property
-    def unit(self) -> int:
-        """Granularity of a pool: the quantum (>= 1)."""
-        return max(1, int(self.quantum))
-
-    @property
-    def min_pool(self) -> int:
-        """Smallest grantable pool: the minimum partition rounded up to the quantum."""
-        u = self.unit
-        return max(u, int(math.ceil(max(1, self.min_partition) / u) * u))
-
-    @property
-    def aligned_budget(self) -> int:
-        """SMs that can be split into aligned pools: sm_count rounded down to the quantum."""
-        return (self.sm_count // self.unit) * self.unit
-
-    @property
-    def max_pools(self) -> int:
-        """Most pools one split can make."""
-        return self.aligned_budget // self.min_pool
-
-
-def plan_pools(requested: Sequence[int], info: SmInfo, round_up: bool = False
-               ) -> tuple[tuple[int, ...], tuple[str, ...]]:
-    """Check a pool request against the device and return the SM counts to ask the driver for.
-
-    Args:
-        requested: SMs wanted for each pool.
-        info: the device's SM resource (``device_sm_info``).
-        round_up: round a pool that is below the minimum or not a multiple of the quantum up to
-            the next grantable size (reported in the returned notes) instead of refusing it.
-
-    Returns:
-        ``(planned, notes)``: the SM count of each pool, and one line per rounded pool.
-
-    Raises:
-        ValueError: one line naming the offending pool and the rule: not an integer or not
-            positive, below the minimum, not a multiple of the quantum (without ``round_up``), more
-            pools than the device allows, or pools summing to more than the aligned budget.
-    """
-    try:
-        req = list(requested)
-    except TypeError:
-        raise ValueError(f"GreenPartition: pools must be a sequence of SM counts, "
-                         f"got {requested!r}") from None
-    if not req:
-        raise ValueError("GreenPartition: at least one pool is needed, got an empty list")
-    u, mn = info.unit, info.min_pool
-    if len(req) > info.max_pools:
-        raise ValueError(f"GreenPartition: {len(req)} pools requested, the device allows at most "
-                         f"{info.max_pools} ({info.aligned_budget} splittable SMs, minimum pool "
-                         f"{mn})")
-    planned, notes = [], []
-    for i, p in enumerate(req):
-        if isinstance(p, bool) or not isinstance(p, numbers.Integral):
-            raise ValueError(f"GreenPartition: pool {i} must be an integer SM count, got {p!r}")
-        p = int(p)
-        if p <= 0:
-            raise ValueError(f"GreenPartition: pool {i} must have a positive SM count, got {p}")
-        q = p
-        if q < mn:
-            if not round_up:
-                raise ValueError(f"GreenPartition: pool {i} asks for {p} SMs, below the device's "
-                                 f"minimum pool of {mn} SMs (or pass round_up=True)")
-            q = mn
-        if q % u:
-            if not round_up:
-                lo, hi = (q // u) * u, (q // u + 1) * u
-                alt = f"{lo} or {hi}" if lo >= mn else f"{hi}"
-                raise ValueError(f"GreenPartition: pool {i} asks for {p} SMs, not a multiple of "
-                                 f"the device's SM quantum {u} (use {alt}, or round_up=True)")
-            q = int(math.ceil(q / u) * u)
-        if q != p:
-            notes.append(f"pool {i}: {p} SMs requested, rounded up to {q}")
-        planned.append(q)
-    tot = sum(planned)
-    if tot > info.aligned_budget:
-        raise ValueError(f"GreenPartition: pools sum to {tot} SMs, more than the "
-                         f"{info.aligned_budget} SMs the device can split into aligned pools "
-                         f"({info.sm_count} SMs, quantum {u})")
-    return tuple(planned), tuple(notes)
-
-
-# --------------------------------------------------------------------------- driver helpers
-
-def _import_driver():
-    try:
-        from cuda.bindings import driver  # type: ignore
-    except Exception as e:  # ImportError, or a broken install
-        raise GreenContextUnavailable(f"GreenPartition: cuda-bindings is not importable "
-                                      f"({e.__class__.__name__}: {e}); install the 'gpu' extra"
-                                      ) from None
-    return driver
-
-
-def _import_torch():
-    try:
-        import torch  # type: ignore
-    except Exception as e:
-        raise GreenContextUnavailable(f"GreenPartition: torch is not importable "
-                                      f"({e.__class__.__name__}: {e})") from None
-    if not torch.cuda.is_available():
-        raise GreenContextUnavailable("GreenPartition: no CUDA GPU is visible to torch")
-    return torch
-
-
-def _err_name(drv, err) -> str:
-    try:
-        e2, name = drv.cuGetErrorName(err)
-        if e2 == drv.CUresult.CUDA_SUCCESS:
-            return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:  # pragma: no cover - best effort
-        pass
-    return str(err)
-
-
-def _check(drv, ret, what: str):
-    """Unpack a cuda.bindings return tuple ``(err, *values)``; raise on error."""
-    if isinstance(ret, tuple):
-        err, vals = ret[0], ret[1:]
-    else:
-        err, vals = ret, ()
-    if err != drv.CUresult.CUDA_SUCCESS:
-        name = _err_name(drv, err)
-        cls = (GreenContextUnavailable if name in ("CUDA_ERROR_NOT_SUPPORTED",
-                                                   "CUDA_ERROR_NO_DEVICE",
-                                                   "CUDA_ERROR_NOT_FOUND") else GreenContextError)
-        raise cls(f"GreenPartition: {what} failed with {name}")
-    if not vals:
-        return None
-    return vals[0] if len(vals) == 1 else vals
-
-
-def device_sm_info(device: int = 0) -> SmInfo:
-    """Read the device's SM resource (count, quantum, minimum) through the driver.
-
-    Raises:
-        GreenContextUnavailable: no cuda-bindings, no GPU, or a driver without green contexts.
-    """
-    drv = _import_driver()
-    try:
-        _check(drv, drv.cuInit(0), "cuInit")
-    except GreenContextError as e:
-        raise GreenContextUnavailable(str(e)) from None
-    except RuntimeError as e:  # no libcuda.so: no driver at all
-        raise GreenContextUnavailable(f"GreenPartition: no CUDA driver ({e})") from None
-    ver = _check(drv, drv.cuDriverGetVersion(), "cuDriverGetVersion")
-    n = _check(drv, drv.cuDeviceGetCount(), "cuDeviceGetCount")
-    if not 0 <= device < n:
-        raise GreenContextUnavailable(f"GreenPartition: device {device} does not exist "
-                                      f"({n} CUDA devices)")
-    dev = _check(drv, drv.cuDeviceGet(device), "cuDeviceGet")
-    if not hasattr(drv, "cuDeviceGetDevResource") or ver < 12040:
-        raise GreenContextUnavailable(f"GreenPartition: driver {ver} has no green contexts "
-                                      "(CUDA 12.4+ needed)")
-    res = _check(drv, drv.cuDeviceGetDevResource(
-        dev, drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource(SM)")
-    A = drv.CUdevice_attribute
-    major = _check(drv, drv.cuDeviceGetAttribute(
-        A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev), "cuDeviceGetAttribute")
-    minor = _check(drv, drv.cuDeviceGetAttribute(
-        A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev), "cuDeviceGetAttribute")
-    name = _check(drv, drv.cuDeviceGetName(256, dev), "cuDeviceGetName")
-    name = name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(name, bytes) else str(name)
-    sm = res.sm
-    # Older bindings lack the alignment fields: fall back to the documented values (8 on 9.0+).
-    quantum = int(getattr(sm, "smCoscheduledAlignment", 0) or (8 if major >= 9 else 2))
-    minimum = int(getattr(sm, "minSmPartitionSize", 0) or quantum)
-    return SmInfo(sm_count=int(sm.smCount), quantum=quantum, min_partition=minimum,
-                  device=device, name=name, compute_capability=(int(major), int(minor)),
-                  driver_version=int(ver))
-
-
-def green_contexts_available(device: int = 0) -> tuple[bool, str]:
-    """``(True, "")`` when torch, cuda-bindings, a GPU and green contexts are all there, else
-    ``(False, reason)``. Never raises (used by tests to skip)."""
-    try:
-        _import_torch()
-        device_sm_info(device)
-    except GreenContextError as e:
-        return False, str(e)
-    except Exception as e:  # pragma: no cover - anything unexpected means "not available"
-        return False, f"{e.__class__.__name__}: {e}"
-    return True, ""
 
 
 # --------------------------------------------------------------------------- the partition
@@ -376,8 +161,8 @@ class GreenPartition:
         """
         if self._open:
             return self
-        torch = _import_torch()
-        drv = _import_driver()
+        torch = import_torch()
+        drv = import_driver()
         info = device_sm_info(self.device)
         planned, notes = plan_pools(self.requested, info, self.round_up)
         self._torch, self._drv, self.info, self.notes = torch, drv, info, notes
@@ -387,17 +172,17 @@ class GreenPartition:
         torch.cuda.synchronize(self.device)
         self.pools = [Pool(index=i, requested=int(r)) for i, r in enumerate(self.requested)]
         try:
-            dev = _check(drv, drv.cuDeviceGet(self.device), "cuDeviceGet")
-            whole = _check(drv, drv.cuDeviceGetDevResource(
+            dev = check_call(drv, drv.cuDeviceGet(self.device), "cuDeviceGet")
+            whole = check_call(drv, drv.cuDeviceGetDevResource(
                 dev, drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM), "cuDeviceGetDevResource")
             groups_per_pool = self._split(drv, whole, planned, info, dev)
             for pool, res, want in zip(self.pools, groups_per_pool, planned):
-                desc = _check(drv, drv.cuDevResourceGenerateDesc(list(res), len(res)),
+                desc = check_call(drv, drv.cuDevResourceGenerateDesc(list(res), len(res)),
                               f"cuDevResourceGenerateDesc(pool {pool.index})")
-                pool.green_ctx = _check(drv, drv.cuGreenCtxCreate(
+                pool.green_ctx = check_call(drv, drv.cuGreenCtxCreate(
                     desc, dev, int(drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM)),
                     f"cuGreenCtxCreate(pool {pool.index})")
-                got = _check(drv, drv.cuGreenCtxGetDevResource(
+                got = check_call(drv, drv.cuGreenCtxGetDevResource(
                     pool.green_ctx, drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
                     f"cuGreenCtxGetDevResource(pool {pool.index})")
                 pool.granted = int(got.sm.smCount)
@@ -407,11 +192,11 @@ class GreenPartition:
                         f"{want} were asked for (method {self.method_used})")
                 prio = [0] * self.streams_per_pool
                 if self.lane_priority:   # lower numbers are higher priorities in CUDA
-                    least, greatest = _check(drv, drv.cuCtxGetStreamPriorityRange(),
+                    least, greatest = check_call(drv, drv.cuCtxGetStreamPriorityRange(),
                                              "cuCtxGetStreamPriorityRange")
                     prio = [min(int(greatest) + j, int(least)) for j in range(len(prio))]
                 for j in range(self.streams_per_pool):
-                    s = _check(drv, drv.cuGreenCtxStreamCreate(
+                    s = check_call(drv, drv.cuGreenCtxStreamCreate(
                         pool.green_ctx, int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), prio[j]),
                         f"cuGreenCtxStreamCreate(pool {pool.index})")
                     pool.cu_streams.append(s)
@@ -464,7 +249,7 @@ class GreenPartition:
             g.preferredCoscheduledSmCount = 0
             g.flags = 0
             params.append(g)
-        out = _check(drv, drv.cuDevSmResourceSplit(len(planned), whole, 0, params),
+        out = check_call(drv, drv.cuDevSmResourceSplit(len(planned), whole, 0, params),
                      f"cuDevSmResourceSplit({list(planned)})")
         result, remainder = out[0], out[1]
         if len(result) != len(planned):
@@ -496,7 +281,7 @@ class GreenPartition:
         if self.method != "chain":
             n = sum(planned) // g
             try:
-                result, count, remainder = _check(
+                result, count, remainder = check_call(
                     drv, drv.cuDevSmResourceSplitByCount(n, whole, 0, g),
                     f"cuDevSmResourceSplitByCount({n} x {g})")
                 sizes = [int(r.sm.smCount) for r in result[:int(count)]]
@@ -519,24 +304,24 @@ class GreenPartition:
                 for step, i in enumerate(order):
                     p = int(planned[i])
                     try:
-                        r = _check(drv, drv.cuDevSmResourceSplitByCount(1, cur, 0, p),
+                        r = check_call(drv, drv.cuDevSmResourceSplitByCount(1, cur, 0, p),
                                    f"cuDevSmResourceSplitByCount(1 x {p})")
                     except GreenContextError:
                         if step == 0 or dev is None:
                             raise
                         # split the remainder through a green context made from it
-                        desc = _check(drv, drv.cuDevResourceGenerateDesc([cur], 1),
+                        desc = check_call(drv, drv.cuDevResourceGenerateDesc([cur], 1),
                                       "cuDevResourceGenerateDesc(remainder)")
-                        gc = _check(drv, drv.cuGreenCtxCreate(desc, dev, int(
+                        gc = check_call(drv, drv.cuGreenCtxCreate(desc, dev, int(
                             drv.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM)),
                             "cuGreenCtxCreate(remainder)")
                         aux.append(gc)
                         self._aux_ctx.append(gc)
-                        cur = _check(drv, drv.cuGreenCtxGetDevResource(
+                        cur = check_call(drv, drv.cuGreenCtxGetDevResource(
                             gc, drv.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
                             "cuGreenCtxGetDevResource(remainder)")
                         via_ctx = True
-                        r = _check(drv, drv.cuDevSmResourceSplitByCount(1, cur, 0, p),
+                        r = check_call(drv, drv.cuDevSmResourceSplitByCount(1, cur, 0, p),
                                    f"cuDevSmResourceSplitByCount(1 x {p}) of a remainder")
                     result, count, remainder = r
                     sz = int(result[0].sm.smCount) if int(count) >= 1 else 0
@@ -575,20 +360,20 @@ class GreenPartition:
         for pool in self.pools:
             for s in pool.cu_streams:
                 try:
-                    _check(drv, drv.cuStreamSynchronize(s), "cuStreamSynchronize")
-                    _check(drv, drv.cuStreamDestroy(s), "cuStreamDestroy")
+                    check_call(drv, drv.cuStreamSynchronize(s), "cuStreamSynchronize")
+                    check_call(drv, drv.cuStreamDestroy(s), "cuStreamDestroy")
                 except Exception as e:
                     errors.append(str(e))
             pool.cu_streams, pool.streams = [], []
             if pool.green_ctx is not None:
                 try:
-                    _check(drv, drv.cuGreenCtxDestroy(pool.green_ctx), "cuGreenCtxDestroy")
+                    check_call(drv, drv.cuGreenCtxDestroy(pool.green_ctx), "cuGreenCtxDestroy")
                 except Exception as e:
                     errors.append(str(e))
                 pool.green_ctx = None
         for gc in self._aux_ctx:  # contexts made only to split a remainder
             try:
-                _check(drv, drv.cuGreenCtxDestroy(gc), "cuGreenCtxDestroy(remainder)")
+                check_call(drv, drv.cuGreenCtxDestroy(gc), "cuGreenCtxDestroy(remainder)")
             except Exception as e:
                 errors.append(str(e))
         self._aux_ctx = []
@@ -662,7 +447,7 @@ class GreenPartition:
         for pool in self.pools:
             row = []
             for j, s in enumerate(pool.cu_streams):
-                g = _check(drv, drv.cuStreamGetGreenCtx(s), "cuStreamGetGreenCtx")
+                g = check_call(drv, drv.cuStreamGetGreenCtx(s), "cuStreamGetGreenCtx")
                 ok = int(g) == int(pool.green_ctx) and int(g) != 0
                 if not ok:
                     raise GreenContextError(
