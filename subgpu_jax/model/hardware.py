@@ -140,6 +140,16 @@ class Hardware:
             of the uncalibrated model's name
             (``sim.contention.uncalibrated_model_id``), so that error figures and verdict bands
             measured with other constants never apply to it.
+        runtime: the GPU runtime (``hw_runtime``: ``subgpu run``, ``calibrate``, ``tune``)
+            measures on a GPU of this kind: its green contexts were probed and calibrated on
+            one (the H200, ``tests/data/h200_green_context_probe.csv``, 2026-11-29; the H100,
+            docs/verdicts.md "The H100's own constants", 2026-12-06) and it runs the experts in
+            bf16 (Hopper). False (the default of a hand-built ``Hardware``): the simulator only.
+        measured: pipelined runs on a GPU of this kind were measured for this repository (the
+            verdict protocol, docs/verdicts.md: the H200's digests and the H100's of
+            2026-12-06), so its predictions can be held against measurements. False (the
+            B200, a hand-built ``Hardware``): every constant is a datasheet figure or carried
+            over from another GPU.
         source: free-text provenance of every number above.
 
     Raises:
@@ -174,6 +184,8 @@ class Hardware:
     bw_curve_x: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[0])
     bw_curve_y: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[1])
     own_constants: str = ""
+    runtime: bool = False
+    measured: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -206,6 +218,10 @@ class Hardware:
         g = self.gemm_grid_ctas
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
             raise ValueError(f"hardware.gemm_grid_ctas must be an integer >= 0, got {g!r}")
+        for f in ("runtime", "measured"):
+            if not isinstance(getattr(self, f), bool):
+                raise ValueError(f"hardware.{f} must be True or False, got "
+                                 f"{getattr(self, f)!r}")
         if not np.isfinite(self.comm_setup_us) or self.comm_setup_us < 0:
             raise ValueError(f"hardware.comm_setup_us must be >= 0, got {self.comm_setup_us!r}")
         if self.sm_budget > self.num_sms:
@@ -374,6 +390,8 @@ H200 = Hardware(
     launch_us=H200_LAUNCH_US,
     **ANALYTIC_CONSTANTS["analytic-v3"],   # the default model version's profile and constants
     gemm_grid_ctas=128,
+    runtime=True,    # green contexts probed: tests/data/h200_green_context_probe.csv
+    measured=True,   # the verdict protocol's digests (docs/verdicts.md)
     source=("NVIDIA H200 product brief: 132 SMs (SXM), 141 GB HBM3e at 4.8 TB/s, dense BF16 989 "
             "TFLOP/s, FP8 1979; the device reports 139.8 GiB = 150.1e9 B of global memory (the "
             "capacity used here; issue 41's hand check of a serving engine's budget); NVLink 4 900 GB/s bidirectional = 450 GB/s per direction. Measured "
@@ -410,6 +428,8 @@ H100 = Hardware(
     bw_curve_x=_fraction_curve(H100_COPY_BW_GBPS)[0],
     bw_curve_y=_fraction_curve(H100_COPY_BW_GBPS)[1],
     own_constants="copy-bandwidth curve",   # measured on an H100: H100_COPY_BW_GBPS
+    runtime=True,    # calibrated on one, 2026-12-06 (docs/verdicts.md, "The H100's own constants")
+    measured=True,   # its own verdict protocol, 2026-12-06 (docs/verdicts.md)
     source=("Datasheet (NVIDIA H100 Tensor Core GPU datasheet, specifications table, H100 SXM "
             "column): 80 GB HBM3 at 3.35 TB/s (the device reports 85,017,493,504 B of global "
             "memory, the capacity used here: cuDeviceTotalMem on an H100 80GB HBM3, 2026-12-06, "

@@ -165,3 +165,24 @@ def test_hardware_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         get_hardware("H200").num_sms = 1  # type: ignore[misc]
     assert isinstance(get_hardware("H200"), Hardware)
+
+
+def test_runtime_and_measured_gpus():
+    """Which presets the GPU runtime measures on and which were measured are fields, not name
+    checks: the two Hopper GPUs (green contexts probed, verdict protocol run on both), not the
+    B200 (no B200 measurement exists); a hand-built ``Hardware`` is neither, and the fields
+    take only booleans."""
+    import dataclasses
+
+    from subgpu_jax.model.hardware import HARDWARE
+
+    assert {n for n, h in HARDWARE.items() if h.runtime} == {"H200", "H100"}
+    assert {n for n, h in HARDWARE.items() if h.measured} == {"H200", "H100"}
+    assert get_hardware("H200:analytic-v2").runtime   # a model version keeps them
+    h = get_hardware("H200")
+    base = {f.name: getattr(h, f.name) for f in dataclasses.fields(h)
+            if f.name not in ("runtime", "measured")}
+    hand = type(h)(**base)
+    assert (hand.runtime, hand.measured) == (False, False)
+    with pytest.raises(ValueError, match="hardware.runtime must be True or False"):
+        dataclasses.replace(h, runtime=1)
