@@ -6,7 +6,7 @@
     module never imports a module of a later layer;
 (c) ``subgpu_jax`` never imports ``hw_runtime`` (the runtime plugs into the CLI through the
     ``subgpu.commands`` entry point);
-(d) no module is longer than 800 lines;
+(d) no module is longer than 800 lines (one warning names those over 600);
 (e) no module uses a private name (``_x``) of another module of the two packages: neither
     ``from pkg.mod import _x`` nor ``mod._x`` through an imported module (capabilities are asked
     for by public name: ``score.protocol``).
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import warnings
 from pathlib import Path
 
 import networkx as nx
@@ -27,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("subgpu_jax", "hw_runtime")
 LAYERS = ("model", "space", "sim", "score", "search", "app")
 MAX_LINES = 800
+#: Modules longer than this are named in a warning, not a failure: the next ones to split by
+#: concern, before they reach ``MAX_LINES``.
+SOFT_MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
@@ -123,6 +127,18 @@ def test_subgpu_jax_never_imports_hw_runtime():
 def test_module_length(mod):
     n = len(MODULES[mod].read_text().splitlines())
     assert n <= MAX_LINES, f"{mod}: {n} lines > {MAX_LINES}"
+
+
+def test_modules_over_the_soft_length_are_listed():
+    """Modules longer than ``SOFT_MAX_LINES`` (600) are listed, longest first, in one warning
+    (pytest's warnings summary shows it); the test never fails on them. Oracle: the line counts
+    of the files themselves."""
+    counts = {m: len(p.read_text().splitlines()) for m, p in MODULES.items()}
+    long = sorted(((n, m) for m, n in counts.items() if n > SOFT_MAX_LINES), reverse=True)
+    if long:
+        warnings.warn(f"{len(long)} modules over {SOFT_MAX_LINES} lines (split by concern "
+                      f"before {MAX_LINES}): " + ", ".join(f"{m} {n}" for n, m in long),
+                      stacklevel=1)
 
 
 def test_the_oracle_sees_function_local_and_relative_imports(tmp_path):
