@@ -9,7 +9,9 @@
 (d) no module is longer than 800 lines (one warning names those over 600);
 (e) no module uses a private name (``_x``) of another module of the two packages: neither
     ``from pkg.mod import _x`` nor ``mod._x`` through an imported module (capabilities are asked
-    for by public name: ``score.protocol``).
+    for by public name: ``score.protocol``);
+(f) the command modules (``subgpu_jax/app/commands/``) import only the app and lower layers, never
+    ``app.cli``, and only ``app.cli`` imports them.
 
 Oracle: the rules themselves, applied to the source text (no import is executed).
 """
@@ -173,6 +175,27 @@ def test_runtime_core_imports_neither_the_app_nor_the_workflows():
                                                           "hw_runtime.tune"))
             and b.startswith("subgpu_jax.app")]
     assert used, "the oracle must see the workflows' imports of the app"
+
+
+#: The bodies of the ``subgpu`` sub-commands (``app/commands/``, issue 38).
+APP_COMMANDS = "subgpu_jax.app.commands"
+
+
+def test_app_commands_import_only_the_app_and_lower_layers():
+    """The command modules (``subgpu_jax/app/commands/``) import modules of the app and the
+    lower layers only, never ``app.cli`` (under ``python -m subgpu_jax.app.cli`` it is
+    ``__main__``: importing it again would load it twice); only ``app.cli`` and the command
+    modules themselves import them. Oracle: the import graph of every module's source
+    (function-local imports included, ``_imports``)."""
+    cmds = {m for m in MODULES if _in(m, (APP_COMMANDS,))}
+    assert {f"{APP_COMMANDS}.{c}" for c in ("simulate", "search", "space")} <= cmds
+    edges = list(_graph().edges)
+    out = [(a, b) for a, b in edges if a in cmds and b not in cmds]
+    assert out, "the oracle must see the command modules' imports"
+    bad = [(a, b) for a, b in out if _layer(b) is None or b == "subgpu_jax.app.cli"]
+    assert not bad, f"command modules importing outside the app and its layers: {bad}"
+    users = {a for a, b in edges if b in cmds and a not in cmds}
+    assert users == {"subgpu_jax.app.cli"}, users
 
 
 def test_no_import_routed_round_the_graph():

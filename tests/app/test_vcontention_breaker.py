@@ -26,10 +26,11 @@ def test_simulate_vcontention_times_the_config_with_the_batched_timer(capsys):
     rc = main(["simulate", *ARGS, "--simulator", "vcontention", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
-    from subgpu_jax.app.cli import _workload, build_parser
+    from subgpu_jax.app.cli import build_parser
+    from subgpu_jax.app.commands.common import workload_of
     from subgpu_jax.space.config import config_from_options
 
-    wl = _workload(build_parser().parse_args(["simulate", *ARGS]))
+    wl = workload_of(build_parser().parse_args(["simulate", *ARGS]))
     cfg = config_from_options(wl, ["L1.attn"], [56, 72], 32, False, "wavefront")
     fp, hw = build_forward(wl.arch, wl.deploy, 2), wl.hw
     vc = time_step(fp, cfg, ContentionTimer.of(GpuSetup.uncalibrated(hw)), record=False)
