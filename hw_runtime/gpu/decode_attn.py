@@ -122,7 +122,7 @@ class AttentionBackend:
 
     @classmethod
     def gqa(cls, c: Any) -> Callable[[Any, Any, Any, Any, Any], None]:
-        """The GQA/MHA launch of kernel context ``c`` (``kernels.KernelContext``):
+        """The GQA/MHA launch of kernel context ``c`` (``kernelctx.KernelContext``):
         ``attend(q, k, v, out, sink)`` with ``q``, ``out`` ``(Rm, qh, 1, hd)`` bf16 views, ``k``,
         ``v`` the ``(Rm, kvh, L, hd)`` caches, ``sink`` the per-head scale ``(1, qh, 1, 1)`` of
         GPT-OSS's sinks or None; writes ``out`` only (capturable in a CUDA graph).

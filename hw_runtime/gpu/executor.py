@@ -93,9 +93,8 @@ def launch_settings(workloads: Sequence) -> tuple[bool, bool]:
     """``(pool_sized, lanes)``: whether the executor sets ``pool_sms`` (the issuing pool's SMs)
     and ``lane`` (the issuing stream's index) on the workloads before each launch. Pool-sized:
     a decode attention that sizes its KV split by the pool (a ``decode_attn`` backend's
-    ``pool_sized``). Lanes: real collectives (one communicator per lane, ``distributed.py``) or
-    an attention with per-stream state (``per_lane``: FlashInfer's workspace). A workload whose
-    attention the registry lacks asks for neither."""
+    ``pool_sized``; an unknown name: neither). Lanes: real collectives (one communicator per
+    lane, ``distributed.py``) or an attention with per-stream state (``per_lane``)."""
     att = [ATTENTION_BACKENDS.get(getattr(w, "attention", "sdpa")) for w in workloads]
     return (any(b is not None and b.pool_sized for b in att),
             any(getattr(w, "dist", None) is not None for w in workloads)

@@ -1,9 +1,9 @@
 """Torch kernels of the GPU workload as a registry: one builder per op (docs/method.md §5-6).
 
 ``kernel_builder(kernel)`` returns the builder of a graph kernel's op; a builder takes the
-``KernelContext`` of one kernel of a ``TorchWorkload`` (its tensors, shapes and helpers) and
-returns ``f(mu, l)``, which launches the kernel for microbatch ``mu`` on region instance ``l``
-(writes only into preallocated tensors, so it can be captured in a CUDA graph). Virtual
+``KernelContext`` (``kernelctx``) of one kernel of a ``TorchWorkload`` (its tensors, shapes and
+helpers) and returns ``f(mu, l)``, which launches the kernel for microbatch ``mu`` on region
+instance ``l`` (writes only into preallocated tensors, so it can be captured in a CUDA graph). Virtual
 collectives stand in for a TP/EP collective as ``--collectives`` says
 (``hw_runtime.gpu.collectives``).
 Needs torch only when a builder runs.
@@ -19,6 +19,7 @@ from subgpu_jax.model.collective import COLLECTIVES, collective_mode
 from hw_runtime.gpu import fused
 from hw_runtime.gpu import moe_gemm
 from hw_runtime.gpu.decode_attn import attention_backend
+from hw_runtime.gpu.kernelctx import KernelContext, rotate_into
 
 __all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
            "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
@@ -63,90 +64,6 @@ def collective_kwargs(collectives: str) -> dict:
         ValueError: an unknown name (one line naming ``--collectives`` and the allowed ones).
     """
     return collective_mode(collectives).workload_kwargs()
-
-
-def _rotate_into(t, dst, x, cos, sin) -> None:
-    """dst <- x rotated in the half-split layout over its last axis (width ``2 * len(cos)``):
-    ``(x1 cos - x2 sin, x2 cos + x1 sin)``, four PyTorch kernels (the ``torch`` elementwise
-    path; ``fused`` has the one-kernel version)."""
-    h2 = x.shape[-1] // 2
-    x1, x2 = x[..., :h2], x[..., h2:]
-    d1, d2 = dst[..., :h2], dst[..., h2:]
-    t.mul(x1, cos, out=d1)
-    d1.addcmul_(x2, sin, value=-1.0)
-    t.mul(x2, cos, out=d2)
-    d2.addcmul_(x1, sin)
-
-
-class KernelContext:
-    """Everything a kernel builder needs about kernel ``i`` of a ``TorchWorkload``.
-
-    Attributes:
-        wl: the workload; t: torch; F_: torch.nn.functional; s: its ``WorkloadShapes``;
-        arch: the model; kern: the graph kernel; p: its layer's tensor prefix ``"L{j}."``;
-        H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
-        eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
-        (``hw_runtime.gpu.fused``); attention: its resolved decode attention (a name of
-        ``decode_attn.ATTENTION_BACKENDS``); spin: spin cycles after a virtual
-        collective; stage: the name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
-        KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
-        counts; resid_in, resid_out: residual-stream tensor names of the layer.
-    """
-
-    def __init__(self, wl: Any, i: int, kern: Any) -> None:
-        t, s = wl.torch, wl.shapes
-        self.wl, self.t, self.s, self.arch, self.kern = wl, t, s, wl.arch, kern
-        self.F_ = t.nn.functional
-        j = kern.layer
-        self.p = f"L{j}."
-        self.H, self.Rm, self.hd, self.qh, self.kvh = s.H, s.Rm, s.hd, s.qh, s.kvh
-        self.eps = 1e-5
-        self.spin = wl.spin_cycles(kern)
-        self.stage = f"stage.{i}"
-        self.kv_pos = s.kv_pos[j]
-        self.W, self.KV, self.ACT = wl.weights, wl.kv, wl.acts
-        self.nW, self.nKV = len(self.W), len(self.KV)
-        self.resid_in, self.resid_out = f"resid.{j}", f"resid.{j + 1}"
-        self.fused = getattr(wl, "elementwise", "torch") == "triton"
-        self.attention = getattr(wl, "attention", "sdpa")
-
-    def pool_sms(self) -> int:
-        """SMs of the pool the kernel is being issued on (the whole GPU outside a partition)."""
-        return int(getattr(self.wl, "pool_sms", None) or getattr(self.wl, "device_sms", 1))
-
-    def lane(self) -> int:
-        """Index of the stream issuing the kernel (0 outside the executor's plans)."""
-        return int(getattr(self.wl, "lane", 0) or 0)
-
-    def norm_into(self, dst, x, w) -> None:
-        """dst <- RMSNorm(x) * w over the last axis (one Triton kernel when ``fused``)."""
-        if self.fused and x.dim() == 2:
-            fused.rmsnorm_(dst, x, w, self.eps)
-            return
-        dst.copy_(self.F_.rms_norm(x, (x.shape[-1],), w, self.eps))
-
-    def add_norm_into(self, h, hn, a, b, w) -> None:
-        """h <- a + b; hn <- RMSNorm(h) * w (one Triton kernel when ``fused``)."""
-        if self.fused and a.dim() == 2:
-            fused.add_rmsnorm_(h, hn, a, b, w, self.eps)
-            return
-        self.t.add(a, b, out=h)
-        self.norm_into(hn, h, w)
-
-    def comm(self, a, src) -> None:
-        """The endpoint work of a virtual collective: copy ``src`` into the stage's buffer."""
-        if self.stage in a:
-            self.wl.endpoint_(self.kern, a[self.stage], src.reshape(-1))
-
-    def spin_end(self) -> None:
-        """The ``sleep`` mode's wait to the modelled link time of a virtual collective (a
-        one-thread ``torch.cuda._sleep``: it holds no SMs); nothing in the other modes."""
-        if self.spin:
-            self.t.cuda._sleep(self.spin)
-
-    def rope_into(self, dst, x) -> None:
-        """dst <- rotary embedding of x (half-split layout) at the decode position."""
-        _rotate_into(self.t, dst, x, self.wl.consts.rope_cos, self.wl.consts.rope_sin)
 
 
 def _rmsnorm(c: KernelContext) -> Callable[[int, int], None]:
@@ -441,7 +358,7 @@ def _dense_residual(c: KernelContext) -> Callable[[int, int], None]:
 def _rope_r_into(c: KernelContext, dst, x) -> None:
     """dst <- rotary embedding (half-split layout) of the last axis of x, of width
     qk_rope_head_dim (multi-head latent attention), at the decode position."""
-    _rotate_into(c.t, dst, x, c.wl.consts.rope_cos_r, c.wl.consts.rope_sin_r)
+    rotate_into(c.t, dst, x, c.wl.consts.rope_cos_r, c.wl.consts.rope_sin_r)
 
 
 def _mla_down(c: KernelContext) -> Callable[[int, int], None]:
