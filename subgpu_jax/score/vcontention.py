@@ -108,7 +108,8 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
     """Per-kernel L2 hit fraction of object-read bytes, averaged over all instances (host).
 
     Replays the event simulator with isolated static durations (``ContentionModel.off()``, the
-    same L2 table and policy) for ``cfg`` and records each kernel instance's hit and read bytes;
+    same L2 table and policy; regions that repeat skipped, ``sim.periodic``) for ``cfg`` and
+    records each kernel instance's hit and read bytes;
     contention changes the interleaving only slightly, so one replay per structure serves every
     allocation (the allocation of ``cfg`` is the reference one).
 
@@ -126,7 +127,7 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
         return np.zeros(n)
     obs = HitCounter(n)
     EventSimulator.from_config(graph, cfg, hw, ContentionModel.off(), cache, record=False,
-                               observer=obs).run()
+                               observer=obs).run(forward=True)
     return obs.hit_rates()
 
 
@@ -147,6 +148,14 @@ class HitCounter:
     def on_lookups(self, kid: int, hit_bytes: float, read_bytes: float) -> None:
         self.hit[kid] += hit_bytes
         self.read[kid] += read_bytes
+
+    def counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(hit, read) copies: what ``sim.periodic`` moves on over skipped regions."""
+        return self.hit.copy(), self.read.copy()
+
+    def set_counts(self, counts: tuple[np.ndarray, np.ndarray]) -> None:
+        """Replace (hit, read) by ``counts`` (``sim.periodic``, after a jump)."""
+        self.hit, self.read = (np.asarray(c, dtype=float).copy() for c in counts)
 
     def hit_rates(self) -> np.ndarray:
         """float64 (n,) hit / read bytes per kernel, 0 where a kernel read nothing."""

@@ -42,6 +42,7 @@ from subgpu_jax.sim.contention import BoundModel, ContentionModel
 from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
+from subgpu_jax.sim.periodic import RegionForward
 from subgpu_jax.model.kernelcost import device_kernels
 from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane,
                                      LookupObserver, Pool, SimResult, share_pool,
@@ -259,6 +260,7 @@ class EventSimulator:
         self.bytes_reread = 0.0
         self.bytes_objects = 0.0
         self._started = False
+        self.forward: RegionForward | None = None   # set by run(forward=True)
 
     @classmethod
     def from_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
@@ -586,6 +588,9 @@ class EventSimulator:
         iso = self.isolated
         pop = heapq.heappop
         active = self.active
+        fwd = self.forward if self.forward is not None and self.forward.active else None
+        lane0 = self.lanes[0]
+        seen = lane0.job
         n = 0
         events = 0
         now = self.t
@@ -629,6 +634,12 @@ class EventSimulator:
                     self._rec_isolated(t)
             else:
                 self._recompute(t)
+            if fwd is not None and lane0.job is not seen:   # sim.periodic: lane 0 moved on
+                seen = lane0.job
+                fwd.at(seen)
+                if not fwd.active:
+                    fwd = None
+                    now = self.t        # a jump moves the clock
             n += 1
             if n >= max_steps:
                 self.events += events
@@ -639,12 +650,17 @@ class EventSimulator:
                                f"{len(self.jobs) - self.jobs_done} tasks left")
         return False
 
-    def run(self) -> SimResult:
+    def run(self, forward: bool = False) -> SimResult:
         """Run to completion and return the ``SimResult``.
 
-        The cyclic garbage collector is paused during the loop (the many small heap tuples
-        otherwise trigger frequent useless scans).
+        With ``forward`` (and no utilisation series), regions that repeat are skipped in one
+        step (``sim.periodic.RegionForward``; the makespan equal to
+        float rounding, ``SimResult.forwarded`` says what was skipped). The cyclic garbage
+        collector is paused during the loop (the many small heap tuples otherwise trigger
+        frequent useless scans).
         """
+        if forward and not self.record and not self._started:
+            self.forward = RegionForward(self)
         was = gc.isenabled()
         gc.disable()
         try:
@@ -694,10 +710,11 @@ class EventSimulator:
                          bytes_reread=self.bytes_reread, bytes_objects=self.bytes_objects,
                          l2_max_occupancy=self.cache.max_occupancy, util_t=ut, util_hbm=uh,
                          util_sm=us, hbm_cap_Bps=ucap, mean_hbm_util=mh, mean_sm_util=ms,
-                         events=self.events, steps=self.steps, hw_name=self.hw.name)
+                         events=self.events, steps=self.steps, hw_name=self.hw.name,
+                         forwarded=self.forward.jumped if self.forward is not None else None)
 def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel | None = None,
              cache: str = "lru", record: bool = True, validate: bool = True,
-             mode: str = "green") -> SimResult:
+             mode: str = "green", forward: bool = False) -> SimResult:
     """Simulate one forward pass of ``graph`` (built for m microbatches) under ``cfg``.
 
     Args:
@@ -710,6 +727,8 @@ def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel |
         mode: ``"green"`` (default: stage d on its own pool of ``cfg.alloc[d]`` SMs) or
             ``"multistream"`` (the same schedule, every lane on all the GPU's SMs, CTAs granted
             in launch order); see ``SM_MODES``. Temporal (D = 1) is the same in both.
+        forward: skip regions that repeat (``sim.periodic``; only without ``record``): the
+            makespan equal to float rounding, ``SimResult.forwarded`` says what was skipped.
 
     Returns:
         ``SimResult`` (tasks in the dispatch order of ``taskdag.build_task_dag``). In
@@ -727,7 +746,7 @@ def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel |
     sim = EventSimulator.from_config(graph, cfg, hw, model, cache, record, mode)
     k = cfg.streams_per_stage
     dag = sim.dag
-    res = sim.run()
+    res = sim.run(forward=forward)
     if k != 1:
         res.kernel_stage = res.kernel_stage // k
     if mode == "multistream" and cfg.D > 1:

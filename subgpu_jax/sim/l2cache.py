@@ -88,6 +88,23 @@ class L2Cache:
         """Resident keys, oldest (next to evict) first."""
         return list(self._t)
 
+    def entries(self) -> list[tuple[Hashable, float]]:
+        """Resident ``(key, bytes)`` pairs, oldest (next to evict) first."""
+        return list(self._t.items())
+
+    def rename(self, rename) -> None:
+        """Replace every resident key by ``rename(key)``, keeping the order, the bytes and the
+        counters (``sim.periodic``: a forward pass moved on by whole regions renames the objects
+        of region l as those of region l + k).
+
+        Raises:
+            ValueError: ``rename`` maps two resident keys to one.
+        """
+        t = OrderedDict((rename(k), b) for k, b in self._t.items())
+        if len(t) != len(self._t):
+            raise ValueError("rename must map resident keys to distinct keys")
+        self._t = t
+
     def _insert(self, key: Hashable, nbytes: float) -> None:
         t = self._t
         if key in t:

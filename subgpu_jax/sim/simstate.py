@@ -310,6 +310,8 @@ class SimResult:
             instant's concurrency (bytes/s). mean_hbm_util, mean_sm_util: time-weighted means.
         events: heap events processed (kernel events); steps: distinct instants processed.
         dag: the task DAG (None for ``simulate_streams``). config: the Config (or None).
+        forwarded: ``(q, k, period µs)`` when the run skipped k regions from the start of
+            region q (``sim.periodic``), else None.
     """
 
     makespan: float
@@ -343,6 +345,7 @@ class SimResult:
     dag: TaskDAG | None = None
     config: Config | None = None
     hw_name: str = ""
+    forwarded: tuple | None = None
 
     def kernel_durations(self) -> np.ndarray:
         """(Kinst,) residence time of each kernel instance (µs)."""

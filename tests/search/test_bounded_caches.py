@@ -228,11 +228,11 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
 def test_lone_solve_cache_is_bounded():
     """The memoised lone-kernel solves (sim.solvecache) are a least-recently-used cache of at
     most LONE_SOLVE_CACHE_SIZE entries: 2x that many insertions leave it at the bound, the most
-    recent key present and the oldest gone; the contention model uses that one cache."""
-    from subgpu_jax.sim import contention
+    recent key present and the oldest gone; the work solves (sim.worksolve) use that one cache."""
+    from subgpu_jax.sim import worksolve
     from subgpu_jax.sim.solvecache import LONE_SOLVE_CACHE_SIZE, SolveCache
 
-    assert contention.LONE_SOLVES.entries.maxsize == LONE_SOLVE_CACHE_SIZE
+    assert worksolve.LONE_SOLVES.entries.maxsize == LONE_SOLVE_CACHE_SIZE
     c = SolveCache(100)
     for i in range(200):
         c.put(("probe", i), i)
