@@ -46,6 +46,7 @@ import numpy as np
 from subgpu_jax.model.graph import Kernel, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.kernelwork import KernelWork
+from subgpu_jax.sim.solvecache import WORKS
 from subgpu_jax.sim.worksolve import kernel_work, lone_static_scale
 
 __all__ = ["ContentionModel", "BoundModel", "KernelWork", "RunningKernel", "H200_GEMM_PER_SM_TFLOPS",
@@ -349,12 +350,20 @@ class BoundModel:
     # ------------------------------------------------------------------ per-kernel work
     def work(self, k: Kernel, pool_sms: int) -> KernelWork:
         """``KernelWork`` of kernel ``k`` on a pool of ``pool_sms`` SMs
-        (``sim.worksolve.kernel_work``).
+        (``sim.worksolve.kernel_work``; memoised in ``sim.solvecache.WORKS`` by the model's
+        parameters, calibration, hardware, kernel object and pool).
 
         Raises:
             ValueError: ``pool_sms`` < 1, or negative/NaN work in the kernel (names the field).
         """
-        return kernel_work(self, k, pool_sms)
+        cal = self.model.calibration
+        key = (self.model_key, id(cal), id(self.hw), id(k), pool_sms)
+        hit = WORKS.get(key)
+        if hit is not None:
+            return hit[0]
+        w = kernel_work(self, k, pool_sms)
+        WORKS.put(key, (w, k, self.hw, cal))   # the objects whose ids are in the key stay alive
+        return w
 
     def lone_static_scale(self, k: Kernel, pool_sms: int, w: KernelWork) -> tuple[float, float]:
         """``(scale, fixed_us)`` of uncalibrated GEMM ``k`` alone on ``pool_sms`` SMs at its static

@@ -15,7 +15,7 @@ from typing import Any, Hashable
 
 from subgpu_jax.model.lru import CountingLRU
 
-__all__ = ["LONE_SOLVE_CACHE_SIZE", "SolveCache", "LONE_SOLVES"]
+__all__ = ["LONE_SOLVE_CACHE_SIZE", "SolveCache", "LONE_SOLVES", "WORK_CACHE_SIZE", "WORKS"]
 
 #: Lone-kernel solves kept, least recently used first out (entries of about 1 KiB: some 20 MiB).
 #: Before, a dict cleared only past 200,000 entries.
@@ -54,3 +54,14 @@ class SolveCache:
 
 #: The one memo of ``sim.contention``.
 LONE_SOLVES = SolveCache(LONE_SOLVE_CACHE_SIZE)
+
+#: ``KernelWork`` objects kept (``sim.contention.BoundModel.work``: a few hundred bytes each, so
+#: some 20 MiB). The event simulator builds one per kernel and pool for every simulation; the
+#: search simulates the same kernels on the same pools hundreds of times.
+WORK_CACHE_SIZE = 50_000
+
+#: The memo of ``BoundModel.work``: key (model parameters, calibration id, hardware id, kernel
+#: id, pool SMs); value (the work, and the kernel, hardware and calibration objects whose ids
+#: are in the key, kept alive with it).
+WORKS = SolveCache(WORK_CACHE_SIZE)
+
