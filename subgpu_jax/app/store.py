@@ -22,35 +22,31 @@ blocks that fail verification are dropped, counted and reported, and their grid 
 evaluated again. When anything was dropped the file is rewritten atomically with the verified
 blocks only. Every message counts exactly what was dropped (:meth:`LoadReport.lines`).
 
-All file-system calls go through :func:`_sys`, which calls a test hook (:func:`set_fault_hook`)
+Verifying ``records.jsonl`` is :mod:`subgpu_jax.app.recordscan`; every file-system call goes
+through :func:`subgpu_jax.app.safeio.fs_call`, which calls a test hook (:func:`set_fault_hook`)
 first: the fault-injection tests kill the process at each write, fsync and rename.
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import json
-import math
 import os
-import time
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from subgpu_jax.app.fingerprint import (block_and_sums, block_text, checksum, file_digest,
-                                         grid_fingerprint, normalise, records_digest,
-                                         without_about)
+                                         grid_fingerprint, normalise, without_about)
+from subgpu_jax.app.recordscan import LoadReport, RecordScan
+from subgpu_jax.app.safeio import (LOCK_NAME, PROBE_NAME, READ_ONLY_ERRNOS, FolderLock,
+                                   atomic_write, fs_call, fsync_dir, pid_alive, set_fault_hook,
+                                   unwritable, write_all)
 from subgpu_jax.model.checks import replaceable_file
 
 __all__ = ["SweepStore", "LoadReport", "FolderLock", "checksum", "atomic_write",
-           "grid_fingerprint", "file_digest", "set_fault_hook", "FORMAT", "LOCK_NAME"]
+           "grid_fingerprint", "file_digest", "set_fault_hook", "FORMAT", "LOCK_NAME",
+           "PROBE_NAME"]
 
 #: Version of the records.jsonl layout written by :class:`SweepStore` (1: no checksums).
 FORMAT = 2
-LOCK_NAME = ".lock"
-#: A file created and removed at open to learn whether the folder accepts new files (an
-#: existing, writable lock file does not tell: ``chmod a-w DIR`` leaves it writable).
-PROBE_NAME = ".write-probe"
 RECORDS = "records.jsonl"
 MANIFEST = "manifest.json"
 #: Files derived from the records (rewritten by the search job; deleted with them by overwrite).
@@ -58,238 +54,6 @@ DERIVED = ("records.csv", "summary.json")
 #: Files written through :func:`atomic_write` whose ``.tmp`` leftovers are removed on open.
 TMP_NAMES = (MANIFEST, RECORDS) + DERIVED
 
-_FAULT_HOOK: Callable[[str, str, tuple], None] | None = None
-
-
-def set_fault_hook(hook: Callable[[str, str, tuple], None] | None) -> None:
-    """Install (or remove, with None) the fault-injection hook of the store's file-system calls.
-
-    The hook is called as ``hook(op, path, args)`` right before each call, ``op`` one of
-    ``open``, ``write`` (``args = (fd, bytes)``), ``fsync``, ``fsync_dir``, ``replace``,
-    ``truncate``, ``unlink``, ``lock``. Tests use it to kill the process at the n-th call or to
-    raise ``OSError(ENOSPC)``.
-    """
-    global _FAULT_HOOK
-    _FAULT_HOOK = hook
-
-
-def _sys(op: str, path: str, fn: Callable, *args):
-    """Run one file-system call ``fn(*args)`` after the fault hook; an ``OSError`` without a
-    file name gets ``path`` so every error message names its file."""
-    if _FAULT_HOOK is not None:
-        _FAULT_HOOK(op, path, args)
-    try:
-        return fn(*args)
-    except OSError as e:
-        if e.filename is None and e.errno is not None:
-            raise OSError(e.errno, e.strerror or os.strerror(e.errno), path) from None
-        raise
-
-
-def _write_all(fd: int, data: bytes, path: str) -> None:
-    view = memoryview(data)
-    while view:
-        n = _sys("write", path, os.write, fd, bytes(view))
-        view = view[n:]
-
-
-def _fsync_dir(folder: str) -> None:
-    """fsync the folder so a rename or a new file survives a power loss."""
-    fd = os.open(folder or ".", os.O_RDONLY)
-    try:
-        _sys("fsync_dir", folder, os.fsync, fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: str | bytes, name: str = "output") -> None:
-    """Replace ``path`` by ``data`` atomically: write ``path.tmp``, fsync, rename, fsync the folder.
-
-    Only a regular file is replaced: anything else at ``path`` or ``path.tmp`` (device node,
-    FIFO, folder, symbolic link) is refused before writing and again before the rename
-    (``checks.replaceable_file``); ``path.tmp`` is created ``O_EXCL | O_NOFOLLOW``. Every output
-    of the package is written here. ``name``: what messages call ``path`` (e.g. ``--trace``).
-
-    Raises:
-        ValueError: ``path`` or ``path.tmp`` exists and is not a regular file (names ``name``).
-        OSError: a failure (disk full, read-only folder) names ``path``; the ``.tmp`` file is
-            removed and the old file is left unchanged.
-    """
-    raw = data.encode() if isinstance(data, str) else data
-    tmp = path + ".tmp"
-    replaceable_file(path, name)
-    if os.path.lexists(tmp):
-        _sys("unlink", tmp, os.unlink, tmp)  # a regular leftover of an interrupted write
-    fd = _sys("open", tmp, os.open, tmp,
-              os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    try:
-        try:
-            _write_all(fd, raw, path)
-            _sys("fsync", path, os.fsync, fd)
-        finally:
-            os.close(fd)
-        replaceable_file(path, name)  # nothing special appeared at path meanwhile
-        _sys("replace", path, os.replace, tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(os.path.dirname(path))
-
-
-class FolderLock:
-    """Exclusive advisory lock (``flock``) on ``folder/.lock``, holding this process's PID.
-
-    Args:
-        folder: the results folder (must exist and be writable).
-
-    Attributes:
-        stale_pid: PID left in the lock file by a run that ended without releasing it (killed),
-            now taken over; None when the file was empty.
-
-    Raises:
-        ValueError: another run holds the lock (names its PID).
-        OSError: the lock file cannot be created (read-only folder).
-    """
-
-    def __init__(self, folder: str) -> None:
-        self.path = os.path.join(folder, LOCK_NAME)
-        self.fd: int | None = _sys("open", self.path, os.open, self.path,
-                                   os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            _sys("lock", self.path, fcntl.flock, self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = self._read_pid()
-            deadline = time.monotonic() + 1.0   # the holder writes its PID right after locking
-            while holder is None and time.monotonic() < deadline:
-                time.sleep(0.01)
-                holder = self._read_pid()
-            os.close(self.fd)
-            self.fd = None
-            who = f"PID {holder}" if holder else "a process that has not written its PID yet"
-            raise ValueError(f"results folder {folder} is in use by another run ({who} holds "
-                             f"{self.path}); wait for it to end or choose another --out") from None
-        except BaseException:
-            os.close(self.fd)
-            self.fd = None
-            raise
-        old = self._read_pid()
-        self.stale_pid = old if old and old != os.getpid() else None
-        pid = f"{os.getpid()}\n".encode()
-        _sys("truncate", self.path, os.ftruncate, self.fd, 0)
-        _sys("write", self.path, os.pwrite, self.fd, pid, 0)
-        _sys("fsync", self.path, os.fsync, self.fd)
-
-    def _read_pid(self) -> int | None:
-        try:
-            txt = os.pread(self.fd, 32, 0).decode("ascii", "replace").strip()
-            return int(txt) if txt else None
-        except (OSError, ValueError):
-            return None
-
-    def release(self) -> None:
-        """Clear the PID and drop the lock (idempotent). The file is kept: deleting it would let
-        a waiting process lock an unlinked file while a third one locks a new one."""
-        if self.fd is None:
-            return
-        try:
-            os.ftruncate(self.fd, 0)
-        except OSError:
-            pass
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-        finally:
-            os.close(self.fd)
-            self.fd = None
-
-
-#: Kinds of findings in :class:`LoadReport`, with the noun phrase its message counts.
-_KINDS = {
-    "torn": "torn last line (a write cut short)",
-    "unreadable": "unreadable line(s) (not a JSON object)",
-    "newline": "missing final newline (restored)",
-    "duplicate_line": "duplicated record line(s) (one copy of each kept)",
-    "duplicate_point": "repeated grid point(s) (the first copy kept)",
-    "orphan": "grid point(s) with records but no _done marker",
-    "bad_marker": "_done marker(s) failing their checksum",
-    "empty_marker": "_done marker(s) without records",
-    "bad_point": "grid point(s) failing verification",
-    "unknown": "grid point(s) not in this sweep's grid",
-    "legacy": "grid point(s) without checksums (written by an older subgpu)",
-    "upgraded": "grid point(s) of the older format without checksums (checksums added)",
-}
-
-
-@dataclass
-class LoadReport:
-    """What loading ``records.jsonl`` dropped or repaired, counted exactly.
-
-    Attributes:
-        events: ``(kind, grid key or "", lines dropped, detail)`` per finding; kinds in
-            ``_KINDS``.
-        again: grid keys that lost records and are not done (they are evaluated again).
-    """
-
-    events: list[tuple[str, str, int, str]] = field(default_factory=list)
-    again: list[str] = field(default_factory=list)
-
-    def add(self, kind: str, key: str = "", lines: int = 1, detail: str = "") -> None:
-        """Record one finding (``kind`` from ``_KINDS``)."""
-        assert kind in _KINDS, kind
-        self.events.append((kind, key, lines, detail))
-
-    def count(self, kind: str) -> int:
-        """Number of findings of ``kind``."""
-        return sum(1 for e in self.events if e[0] == kind)
-
-    def lines_dropped(self, kind: str | None = None) -> int:
-        """Lines dropped (of ``kind``, or in total)."""
-        return sum(e[2] for e in self.events if kind is None or e[0] == kind)
-
-    def __bool__(self) -> bool:
-        return bool(self.events)
-
-    def lines(self) -> list[str]:
-        """One message line per kind of finding (how many, how many lines dropped, the grid
-        keys and reasons), then the grid points evaluated again."""
-        out = []
-        for kind, text in _KINDS.items():
-            evs = [e for e in self.events if e[0] == kind]
-            if not evs:
-                continue
-            msg = f"records.jsonl: {len(evs)} {text}"
-            dropped = sum(e[2] for e in evs)
-            if kind != "newline":
-                msg += f", {dropped} line(s) dropped"
-            keys = sorted({e[1] for e in evs if e[1]})
-            if keys:
-                msg += ": " + _some(keys)
-            details = sorted({e[3] for e in evs if e[3]})
-            if details:
-                msg += " [" + "; ".join(details[:3]) + "]"
-            out.append(msg)
-        if self.again:
-            out.append(f"records.jsonl: {len(self.again)} grid point(s) lost their records and "
-                       f"are evaluated again: {_some(self.again)}")
-        return out
-
-
-def _some(keys: list[str], n: int = 3) -> str:
-    return ", ".join(keys[:n]) + (f" (+{len(keys) - n} more)" if len(keys) > n else "")
-
-
-def valid_values(r: dict) -> str | None:
-    """None when a record's throughput fields (those present) are finite positive numbers,
-    else the reason."""
-    for k in ("makespan_us", "per_user_tok_s", "per_gpu_tok_s"):
-        if k in r:
-            v = r[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-                    or v <= 0:
-                return f"{k} = {v!r} is not a finite positive number"
-    return None
 
 
 class SweepStore:
@@ -365,19 +129,19 @@ class SweepStore:
         try:
             self._lock = FolderLock(folder)
         except OSError as e:
-            if e.errno not in _READ_ONLY:
+            if e.errno not in READ_ONLY_ERRNOS:
                 raise
             self.read_only = True  # a finished sweep can still be read and summarised
             self.read_only_why = f"results folder {folder} is read-only"
         if not self.read_only:
-            self.read_only_why = _unwritable(folder, os.path.join(folder, RECORDS))
+            self.read_only_why = unwritable(folder, os.path.join(folder, RECORDS))
             self.read_only = bool(self.read_only_why)
         if self._lock is not None and self._lock.stale_pid:
             pid = self._lock.stale_pid
             self.notes.append(
                 f"took over the lock of PID {pid}: that process is running but did not hold "
                 "the lock (its PID was reused, or the lock file came from another folder or "
-                "machine)" if _pid_alive(pid) else
+                "machine)" if pid_alive(pid) else
                 f"took over the lock of PID {pid}, which ended without releasing it")
         try:
             self._open(resume, overwrite)
@@ -419,7 +183,7 @@ class SweepStore:
             for name in TMP_NAMES:
                 p = os.path.join(self.folder, name + ".tmp")
                 if os.path.exists(p):
-                    _sys("unlink", p, os.unlink, p)
+                    fs_call("unlink", p, os.unlink, p)
                     gone += 1
             if gone:
                 self.notes.append(f"removed {gone} leftover .tmp file(s) of an interrupted write")
@@ -433,17 +197,17 @@ class SweepStore:
         # a sweep started by an older subgpu (format 1: no checksums) keeps its records: its
         # manifest vouches for them, and they are rewritten with checksums
         legacy_ok = state == "ok" and "format" not in man and man["fingerprint"] == self.fp
-        scan = _Scan(self, data, legacy_ok)
+        scan = RecordScan(self.fp, self.keys, self.check_record, data, legacy_ok)
         has_lines = bool(data.strip())
         if overwrite:
             if has_lines:
                 self._need_write("delete its records")
-                _sys("unlink", self.path, os.unlink, self.path)
+                fs_call("unlink", self.path, os.unlink, self.path)
                 for name in DERIVED:  # they describe the deleted records
                     p = os.path.join(self.folder, name)
                     if os.path.exists(p):
-                        _sys("unlink", p, os.unlink, p)
-                _fsync_dir(self.folder)
+                        fs_call("unlink", p, os.unlink, p)
+                fsync_dir(self.folder)
                 n = len({b[0] for b in scan.blocks + scan.foreign})
                 self.notes.append(f"--overwrite: deleted {RECORDS} ({n} finished grid point(s) "
                                   "of the sweep that was there)")
@@ -485,7 +249,7 @@ class SweepStore:
         if not self.read_only:
             self._write_manifest(man)
 
-    def _refusal(self, man: dict | None, scan: "_Scan") -> str:
+    def _refusal(self, man: dict | None, scan: RecordScan) -> str:
         """The one-line refusal of a folder holding another sweep's manifest or records: what
         differs, which finished grid points are this sweep's (by the fingerprint their markers
         carry) and the repair that keeps them; ``--overwrite`` only when none is."""
@@ -518,7 +282,7 @@ class SweepStore:
                 f"sweep; choose another --out, pass --repair to {aside} and start this sweep "
                 "(nothing is deleted), or --overwrite to delete them")
 
-    def _set_aside(self, man: dict | None, scan: "_Scan") -> str:
+    def _set_aside(self, man: dict | None, scan: RecordScan) -> str:
         """``repair``: write the other sweeps' blocks to ``records.<fp>.jsonl`` (appended to
         what a previous repair put there, each block once) and their manifest to
         ``manifest.<fp>.json``, then ``records.jsonl`` with this sweep's blocks only; every file
@@ -546,12 +310,12 @@ class SweepStore:
         return (f"--repair: kept the {len(scan.blocks)} finished grid point(s) of this sweep, "
                 f"set aside {'; '.join(moved)}; {MANIFEST} rebuilt (nothing deleted)")
 
-    def _bring_back(self, side: str, scan: "_Scan") -> None:
+    def _bring_back(self, side: str, scan: RecordScan) -> None:
         """Add to ``scan`` this sweep's finished grid points that an earlier ``repair`` (another
         sweep opened the folder) set aside in ``side``; a writable folder gets them back in
         ``records.jsonl`` and ``side`` (with its manifest) is removed once they are there."""
         with open(side, "rb") as fh:
-            back = _Scan(self, fh.read())
+            back = RecordScan(self.fp, self.keys, self.check_record, fh.read())
         have = {b[0] for b in scan.blocks}
         new = [b for b in back.blocks if b[0] not in have]
         scan.blocks.extend(new)
@@ -563,8 +327,8 @@ class SweepStore:
         if not back.foreign and not back.report:  # nothing else in it: all is in RECORDS now
             for q in (side, os.path.join(self.folder, f"manifest.{self.fp}.json")):
                 if os.path.exists(q):
-                    _sys("unlink", q, os.unlink, q)
-            _fsync_dir(self.folder)
+                    fs_call("unlink", q, os.unlink, q)
+            fsync_dir(self.folder)
 
     def _write_manifest(self, old: dict | None) -> None:
         new = {"format": FORMAT, "fingerprint": self.fp, "meta": self.meta}
@@ -597,13 +361,13 @@ class SweepStore:
             recs.append(rec)
         blob, sums = block_and_sums(key, recs, self.fp)
         new = not os.path.exists(self.path)
-        fd = _sys("open", self.path, os.open, self.path,
+        fd = fs_call("open", self.path, os.open, self.path,
                   os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size0 = os.fstat(fd).st_size
             try:
-                _write_all(fd, blob, self.path)
-                _sys("fsync", self.path, os.fsync, fd)
+                write_all(fd, blob, self.path)
+                fs_call("fsync", self.path, os.fsync, fd)
             except OSError as e:
                 try:
                     os.ftruncate(fd, size0)
@@ -616,171 +380,6 @@ class SweepStore:
         finally:
             os.close(fd)
         if new:
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
         self.records.extend(recs)
         self.done.add(key)
-
-
-_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists on this machine (signal 0; a process of another user
-    exists too)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError, ValueError):
-        return not isinstance(pid, bool) and 0 < pid < 1 << 22
-    return True
-
-
-def _unwritable(folder: str, records: str) -> str:
-    """Why the store could not write ``folder`` (checked at open, before any grid point is
-    computed), or "": a new file is created and removed there (the lock file may be writable
-    in a folder that accepts no new file: ``chmod a-w DIR``), and an existing ``records``
-    must be writable. A full disk is not read-only (creating an empty file needs no block)."""
-    probe = os.path.join(folder, PROBE_NAME)
-    try:
-        if os.path.lexists(probe):  # a regular leftover of a killed run (checked at open)
-            _sys("unlink", probe, os.unlink, probe)
-        # never through a link (O_TRUNC truncated its target) nor a FIFO (the open blocked)
-        fd = _sys("open", probe, os.open, probe,
-                  os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        os.close(fd)
-        _sys("unlink", probe, os.unlink, probe)
-    except OSError as e:
-        if e.errno in _READ_ONLY:
-            return f"results folder {folder} is read-only (no new file can be created there)"
-        if e.errno != errno.ENOSPC:
-            raise
-    if os.path.exists(records) and not os.access(records, os.W_OK):
-        return f"results folder {folder} is read-only ({records} is not writable)"
-    return ""
-
-
-class _Scan:
-    """One pass over records.jsonl: verified blocks of this sweep (``blocks``), blocks of
-    another fingerprint (``foreign``), the findings (``report``) and the keys that lost records
-    (``dropped_keys``). ``legacy_ok``: blocks without checksums (format 1) are accepted when their
-    values pass the checks (the manifest of a format-1 sweep vouches for them)."""
-
-    def __init__(self, store: SweepStore, data: bytes, legacy_ok: bool = False) -> None:
-        self.store = store
-        self.legacy_ok = legacy_ok
-        self.blocks: list[tuple[str, list[dict], dict]] = []
-        self.foreign: list[tuple[str, list[dict], dict]] = []
-        self.report = LoadReport()
-        self.dropped_keys: set[str] = set()
-        self._sums: dict[str, set[str]] = {}
-        parts = data.split(b"\n")
-        tail_open = not data.endswith(b"\n")
-        pending: list[dict] = []
-        for i, raw in enumerate(parts):
-            if not raw.strip():
-                continue
-            is_tail = tail_open and i == len(parts) - 1
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                obj = None
-            if not isinstance(obj, dict):
-                self.report.add("torn" if is_tail else "unreadable")
-                continue
-            if is_tail:
-                self.report.add("newline", lines=0)
-            if "_done" in obj:
-                self._marker(obj, pending)
-                pending = []
-            else:
-                pending.append(obj)
-        self._orphans(pending)
-
-    def _orphans(self, recs: list[dict]) -> None:
-        by_key: dict[str, int] = {}
-        for r in recs:
-            key = r.get("grid_key") if isinstance(r.get("grid_key"), str) else ""
-            if key in self._sums and r.get("_sum") in self._sums[key] \
-                    and r.get("_sum") == checksum(r):
-                self.report.add("duplicate_line", key)
-                continue
-            by_key[key] = by_key.get(key, 0) + 1
-        for key, n in by_key.items():
-            self.report.add("orphan", key, n)
-            if key:
-                self.dropped_keys.add(key)
-
-    def _marker(self, m: dict, pending: list[dict]) -> None:
-        key = m.get("_done")
-        legacy = isinstance(key, str) and "_sum" not in m and "_fp" not in m
-        if legacy and not self.legacy_ok:
-            self.report.add("legacy", key, len(pending) + 1)
-            if pending:
-                self.dropped_keys.add(key)
-            return
-        if not legacy and (not isinstance(key, str) or m.get("_sum") != checksum(m)
-                           or not isinstance(m.get("_n"), int)
-                           or not isinstance(m.get("_fp"), str)):
-            self.report.add("bad_marker", key if isinstance(key, str) else "")
-            if isinstance(key, str):  # its grid point is not done: computed again, and said
-                self.dropped_keys.add(key)
-            self._orphans(pending)
-            return
-        mine = [r for r in pending if r.get("grid_key") == key]
-        self._orphans([r for r in pending if r.get("grid_key") != key])
-        if not mine:
-            self.report.add("empty_marker", key)
-            self.dropped_keys.add(key)  # its records are gone: computed again, and said
-            return
-        reason, dups = (None, 0) if legacy else self._verify(key, m, mine)
-        if dups:
-            seen: set = set()
-            mine = [r for r in mine if not (r["_sum"] in seen or seen.add(r["_sum"]))]
-        if reason is None:
-            for r in mine:
-                reason = valid_values(r)
-                if reason is None and self.store.check_record is not None:
-                    reason = self.store.check_record(key, r)
-                if reason is not None:
-                    reason = f"{key}: {reason}"
-                    break
-        if reason is not None:
-            self.report.add("bad_point", key, len(mine) + dups + 1, reason)
-            self.dropped_keys.add(key)
-            return
-        for _ in range(dups):
-            self.report.add("duplicate_line", key)
-        fp = self.store.fp if legacy else m["_fp"]
-        recs = [{k: v for k, v in r.items() if k != "_sum"} for r in mine]
-        if fp != self.store.fp:
-            self.foreign.append((key, recs, m))
-            return
-        if key in self._sums:
-            self.report.add("duplicate_point", key, len(mine) + 1)
-            return
-        if self.store.keys is not None and key not in self.store.keys:
-            self.report.add("unknown", key, len(mine) + 1)
-            return
-        if legacy:
-            self.report.add("upgraded", key, 0)
-        self.blocks.append((key, recs, {"_fp": fp}))
-        self._sums[key] = {checksum(r) for r in recs}
-
-    @staticmethod
-    def _verify(key: str, m: dict, mine: list[dict]) -> tuple[str | None, int]:
-        """(reason the block fails, or None; exact duplicate lines to drop) of a checksummed
-        block: every record's checksum, then count and order against its marker (a block that
-        matches once exact duplicate lines are dropped passes)."""
-        for j, r in enumerate(mine):
-            if r.get("_sum") != checksum(r):
-                return f"{key}: record {j + 1} of {len(mine)} fails its checksum", 0
-        if len(mine) == m["_n"] and records_digest(r["_sum"] for r in mine) == m.get("_recs"):
-            return None, 0
-        seen: set = set()
-        uniq = [r for r in mine if not (r["_sum"] in seen or seen.add(r["_sum"]))]
-        if len(uniq) == m["_n"] and records_digest(r["_sum"] for r in uniq) == m.get("_recs"):
-            return None, len(mine) - len(uniq)
-        if len(mine) != m["_n"]:
-            return f"{key}: {len(mine)} records where its _done marker lists {m['_n']}", 0
-        return f"{key}: its records are not the ones its _done marker lists", 0

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from subgpu_jax.app import safeio
 from subgpu_jax.app import store as S
 from subgpu_jax.app.cli import main
 
@@ -183,7 +184,7 @@ def test_read_only_partial_sweep_refused_before_any_point(tmp_path, capsys, monk
     scored = []
     monkeypatch.setattr(searchjob.PointScorer, "__call__",
                         lambda self, pt: scored.append(pt) or [])
-    monkeypatch.setattr(S, "_FAULT_HOOK", _no_new_files)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", _no_new_files)
     rc, o, err = _run(TINY + ["--batches", "64,128", "--out", str(out)], capsys)
     assert rc == 2 and scored == []  # nothing computed
     assert err.strip().splitlines() == [
@@ -196,7 +197,7 @@ def test_read_only_finished_sweep_prints_its_summary(tmp_path, capsys, monkeypat
     assert main(TINY + ["--out", str(out)]) == 0
     first = capsys.readouterr().out
     before = {f: (out / f).read_bytes() for f in os.listdir(out)}
-    monkeypatch.setattr(S, "_FAULT_HOOK", _no_new_files)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", _no_new_files)
     rc, o, err = _run(TINY + ["--out", str(out)], capsys)
     assert rc == 0, err
     assert "is read-only (no new file can be created there): its finished sweep is " \
@@ -226,7 +227,7 @@ def test_figures_are_written_atomically(tmp_path, monkeypatch):
     def full(op, p, args):
         if op == "write":
             raise OSError(errno.ENOSPC, "No space left on device", p)
-    monkeypatch.setattr(S, "_FAULT_HOOK", full)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", full)
     ax.plot([0, 1], [0, 1])
     with pytest.raises(OSError) as e:
         save_figure(fig, path)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from subgpu_jax.app import safeio
 from subgpu_jax.app import store as S
 from subgpu_jax.app.cli import main
 from subgpu_jax.app.store import SweepStore
@@ -125,13 +126,13 @@ def test_disk_full_one_line_then_resume(finished, tmp_path, capsys, monkeypatch)
         if op == "write" and path.endswith("records.jsonl"):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(S, "_FAULT_HOOK", disk_full)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", disk_full)
     assert main(TINY + ["--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert f"'{out / 'records.jsonl'}': No space left on device" in err
     assert f"{N_POINTS - 2} finished grid point(s) are kept" in err
-    monkeypatch.setattr(S, "_FAULT_HOOK", None)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", None)
     assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
     assert main(TINY + ["--out", str(out)]) == 0
     o = capsys.readouterr().out
@@ -146,7 +147,7 @@ def test_read_only_finished_sweep_is_summarised(finished, tmp_path, capsys, monk
     def read_only(op, path, args):
         raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    monkeypatch.setattr(S, "_FAULT_HOOK", read_only)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", read_only)
     assert main(TINY + ["--out", str(out)]) == 0
     o = capsys.readouterr().out
     assert "is read-only: its finished sweep is summarised, no file is rewritten" in o

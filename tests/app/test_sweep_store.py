@@ -19,6 +19,7 @@ import textwrap
 
 import pytest
 
+from subgpu_jax.app import safeio
 from subgpu_jax.app import store as S
 from subgpu_jax.app.fingerprint import block_and_sums, grid_fingerprint, normalise
 from subgpu_jax.app.store import SweepStore, checksum
@@ -431,7 +432,7 @@ def test_disk_full_names_file_keeps_records_and_leaves_no_tmp(full, monkeypatch)
             os.write(args[0], args[1][:10])  # part of the block reaches the disk first
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(S, "_FAULT_HOOK", full_disk)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", full_disk)
     with pytest.raises(OSError) as e:
         s.add(KEYS[-1], score(KEYS[-1]))
     assert e.value.filename == str(folder / "records.jsonl")
@@ -439,7 +440,7 @@ def test_disk_full_names_file_keeps_records_and_leaves_no_tmp(full, monkeypatch)
         in str(e.value)
     with pytest.raises(OSError, match="No space"):
         S.atomic_write(str(folder / "summary.json"), "{}")
-    monkeypatch.setattr(S, "_FAULT_HOOK", None)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", None)
     s.close()
     assert not [f for f in os.listdir(folder) if f.endswith(".tmp")]
     assert (folder / "records.jsonl").read_text() == "\n".join(lines[:-4]) + "\n"
@@ -455,7 +456,7 @@ def test_read_only_folder_reads_finished_sweep(full, monkeypatch):
         if op in ("open", "write", "replace", "unlink", "truncate"):
             raise OSError(errno.EROFS, os.strerror(errno.EROFS))
 
-    monkeypatch.setattr(S, "_FAULT_HOOK", read_only)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", read_only)
     s = open_store(folder)
     assert s.read_only and sorted(s.done) == sorted(KEYS) and not s.report
     with pytest.raises(ValueError, match="read-only"):
@@ -469,7 +470,8 @@ def test_read_only_folder_reads_finished_sweep(full, monkeypatch):
 # repair rewrite, manifest; then one append per grid point) with a hook that counts the store's
 # write / fsync / rename / truncate / unlink calls and SIGKILLs itself at the n-th one; at a write
 # it first writes half of the bytes (a torn write). For every n the next run finishes the sweep,
-# and its records must equal an uninterrupted run's. The child loads store.py alone (no JAX).
+# and its records must equal an uninterrupted run's. The child loads store.py by path (with
+# safeio and recordscan, no JAX).
 CHILD = textwrap.dedent("""
     import importlib.util, json, os, signal, sys
     spec = importlib.util.spec_from_file_location("st", sys.argv[1])
@@ -635,10 +637,10 @@ def test_repair_killed_midway_then_repeated_loses_nothing(full, monkeypatch):
     def stop_at_records(op, path, args):
         if op == "replace" and path.endswith("/records.jsonl"):
             raise KeyboardInterrupt  # as a kill between the two atomic replacements
-    monkeypatch.setattr(S, "_FAULT_HOOK", stop_at_records)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", stop_at_records)
     with pytest.raises(KeyboardInterrupt):
         open_store(folder, repair=True)
-    monkeypatch.setattr(S, "_FAULT_HOOK", None)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", None)
     assert extra in (folder / "records.jsonl").read_text()  # nothing lost yet
     open_store(folder, repair=True).close()
     side = [f for f in os.listdir(folder) if f.startswith("records.") and f != "records.jsonl"]
@@ -660,7 +662,7 @@ def test_directory_without_write_permission_detected_at_open(full, monkeypatch):
     def no_new_files(op, path, args):
         if op == "open" and not os.path.exists(path):
             raise OSError(errno.EACCES, "Permission denied", path)
-    monkeypatch.setattr(S, "_FAULT_HOOK", no_new_files)
+    monkeypatch.setattr(safeio, "_FAULT_HOOK", no_new_files)
     s = open_store(folder)
     assert s.read_only and "no new file can be created" in s.read_only_why
     assert sorted(s.done) == sorted(KEYS)
