@@ -5,7 +5,8 @@ Oracle: the same simulation without the fast-forward (``run(forward=False)``, th
 it was before). Bound: ``FORWARD_TOL`` (1e-9 relative), the tolerance of the state comparison
 that licenses a jump; measured differences are near 1e-13 (the main job: 1.9e-13). Cases: every
 model preset (temporal, 2 and 3 stages; green and multistream; the link time on and off), random
-synthetic chains (hypothesis), and the isolated hit replay of ``score.vcontention``.
+synthetic chains (hypothesis: 1-3 stages, 1-3 streams per stage, three L2 policies), and the
+isolated hit replay of ``score.vcontention``.
 """
 
 from __future__ import annotations
@@ -105,8 +106,8 @@ def _chain(draw_flops, draw_bytes, n, L):
 @given(n=st.integers(3, 7), L=st.integers(6, 12), m=st.sampled_from([1, 2, 4]),
        D=st.integers(1, 3), policy=st.sampled_from(["wavefront", "layer_major"]),
        mode=st.sampled_from(SM_MODES), cache=st.sampled_from(["lru", "fifo", "none"]),
-       seed=st.integers(0, 2**16))
-def test_random_chains(n, L, m, D, policy, mode, cache, seed):
+       k=st.integers(1, 3), seed=st.integers(0, 2**16))
+def test_random_chains(n, L, m, D, policy, mode, cache, k, seed):
     rng = np.random.default_rng(seed)
     g = _chain(rng.uniform(1e8, 5e10, n), rng.uniform(1e5, 6e7, n), n, L)
     g = dataclasses.replace(g, microbatches=m)
@@ -114,7 +115,8 @@ def test_random_chains(n, L, m, D, policy, mode, cache, seed):
     starts = sorted(rng.choice(np.arange(1, n), size=D - 1, replace=False).tolist())
     alloc = even_allocation(H200.sm_budget, D, H200.sm_quantum, H200.min_pool_sms)
     cfg = Config(D=D, w=0, seg_of=cut_from_starts(n, g.edges, starts),
-                 alloc=tuple(int(a) for a in alloc), microbatch=8, policy=policy)
+                 alloc=tuple(int(a) for a in alloc), microbatch=8, policy=policy,
+                 streams_per_stage=k)
     a, b = _pair(g, cfg, ContentionModel(), mode, cache)
     _same(a, b)
 
