@@ -69,6 +69,7 @@ from subgpu_jax import get_hardware, get_model
 from subgpu_jax.app.searchjob import run_search, SearchOptions
 from subgpu_jax.app.sweep import build_grid, grid_fingerprint, outer_parallelisms, SweepStore
 from subgpu_jax.app.options import usage_error
+from subgpu_jax.score.timer import TIMERS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: When this call started (``time.monotonic()``): ``--wall-budget`` counts from here.
@@ -317,7 +318,7 @@ def main(argv=None) -> int:
                     help="CPU-seconds of this call: no new chunk of grid points starts after it")
     ap.add_argument("--chunk", type=int, default=25,
                     help="grid points between writes of the outputs and the digest (>= 1)")
-    ap.add_argument("--exact", default="event", choices=("event", "static", "vcontention"),
+    ap.add_argument("--exact", default="event", choices=tuple(TIMERS),
                     help="the exact scorer (score.timer.TIMERS); vcontention is the batched "
                          "one (its best records are re-checked by the event simulator)")
     ap.add_argument("--kv-history", type=int, default=32768)

@@ -199,10 +199,12 @@ class PointScorer:
         self.setup, self.hw, self.calibration = setup, setup.hw, setup.calibration
         # the event simulator (records, verdicts, the contention-aware cheap estimator's model)
         # and the exact scorer's timer (made once at the command line's edge)
-        self.event = EventTimer.of(setup, cache)
-        self.timer = self.event if timer is None else timer
-        if not isinstance(self.timer, Timer):
+        if timer is not None and not isinstance(timer, Timer):
             raise ValueError(f"timer must be a score.timer.Timer (timer_for), got {timer!r}")
+        # an event timer chosen at the edge (event, event-full) is the search's event simulator
+        self.event = (timer if timer is not None and timer.reference
+                      else EventTimer.of(setup, cache))
+        self.timer = self.event if timer is None else timer
         if self.timer.hw != self.hw:
             raise ValueError(f"timer: made for {self.timer.hw.name}, the search runs on "
                              f"{self.hw.name} (make it from the same setup)")

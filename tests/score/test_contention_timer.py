@@ -33,11 +33,13 @@ def g2(gptoss20b_m2):
 def test_registry_and_capabilities():
     """Every registered timer says what it models; the CLI's default is the reference."""
     s = GpuSetup.uncalibrated(H200)
-    assert set(TIMERS) == {"event", "static", "vcontention"} and DEFAULT_TIMER == "event"
+    assert set(TIMERS) == {"event", "event-full", "static", "vcontention"}
+    assert DEFAULT_TIMER == "event"
     caps = {n: (t.contention, t.reference, t.batched)
             for n, t in ((n, timer_for(s, n)) for n in TIMERS)}
-    assert caps == {"event": (True, True, False), "static": (False, False, True),
-                    "vcontention": (True, False, True)}
+    assert caps == {"event": (True, True, False), "event-full": (True, True, False),
+                    "static": (False, False, True), "vcontention": (True, False, True)}
+    assert timer_for(s, "event").forward and not timer_for(s, "event-full").forward
     assert not timer_for(s, "event", contention=False).contention
     for n in TIMERS:
         assert timer_for(s, n).name == n and timer_for(s, n).describe()
@@ -45,7 +47,7 @@ def test_registry_and_capabilities():
         timer_for(s, "vcontention", mode="multistream")
     with pytest.raises(ValueError, match="without contention"):
         timer_for(s, "vcontention", contention=False)
-    with pytest.raises(ValueError, match="simulator must be one of event, static, vcontention"):
+    with pytest.raises(ValueError, match="simulator must be one of event, event-full, static, vcontention"):
         timer_for(s, "fast")
 
 
