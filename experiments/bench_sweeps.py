@@ -23,7 +23,15 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   cache, and its disagreement with the event simulator on the best records
   (``summary.json``'s ``reference_check``).
 
-Every variant but ``workers_warm`` runs with ``--workers 1`` (one process, as before). The
+* ``full_cold``, ``full_warm``, ``full_workers_warm``: ``--exact event-full`` (the event simulator
+  with every region simulated: the periodic fast-forward off, ``sim.periodic``), an empty cache
+  folder of their own then warm, one process and the worker pool: the baseline of the
+  fast-forward. ``speedup_vs_event_full`` and ``cpu_ratio_vs_event_full`` of ``memo_cold``,
+  ``memo_warm`` and ``workers_warm`` are against them; ``forward_vs_event_full`` says whether
+  the same configurations were chosen and how far the makespans differ (float rounding).
+
+Every variant but the pool ones (``workers_*``, ``fifo_*``, ``full_workers_warm``) runs with
+``--workers 1`` (one process, as before). The
 records of ``before``, ``memo_cold``, ``memo_warm`` and the two worker runs must be identical (every field but
 timings): the memo and the compile cache change no number. Ratios are against ``before``.
 
@@ -73,7 +81,10 @@ sys.exit(main(sys.argv[2:]))
 """
 
 VARIANTS = ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm", "workers_cold",
-            "workers_warm", "vcontention_warm")
+            "workers_warm", "vcontention_warm", "full_cold", "full_warm", "full_workers_warm")
+#: Record fields left out when comparing event with event-full records (besides every float:
+#: makespans and what derives from them differ by float rounding).
+MAKESPAN_FIELDS = {"exact"}
 #: Record fields that hold timings (they differ run to run).
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
@@ -84,11 +95,14 @@ def run_variant(name: str, out: str, cache: str, cores: int | None,
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS=platform)
     env["SUBGPU_JAX_CACHE"] = ("" if name == "before" else
-                               cache + "_fifo" if name.startswith("fifo") else cache)
-    pool = name.startswith(("workers", "fifo"))
+                               cache + "_fifo" if name.startswith("fifo") else
+                               cache + "_full" if name.startswith("full") else cache)
+    pool = name.startswith(("workers", "fifo", "full_workers"))
     args = ["search", "--out", out, "--no-progress", "--workers", "auto" if pool else "1"]
     if name.startswith("vcontention"):
         args += ["--exact", "vcontention"]
+    if name.startswith("full"):   # every region simulated: the fast-forward's baseline
+        args += ["--exact", "event-full"]
     mode = "nomemo" if name == "before" else "fifo" if name.startswith("fifo") else "memo"
     cmd = [sys.executable, "-c", CHILD, mode, *args]
     if cores:
@@ -116,15 +130,35 @@ def run_variant(name: str, out: str, cache: str, cores: int | None,
     return row
 
 
-def records(folder: str) -> list[str]:
-    """The folder's records as sorted JSON strings, timing fields left out."""
+def records(folder: str, leave_out: set = frozenset()) -> list[str]:
+    """The folder's records as sorted JSON strings, timing fields (and ``leave_out``) left
+    out."""
     out = []
     with open(os.path.join(folder, "records.jsonl")) as fh:
         for line in fh:
             r = json.loads(line)
-            out.append(json.dumps({k: v for k, v in r.items() if k not in TIMING_FIELDS},
+            out.append(json.dumps({k: v for k, v in r.items()
+                                   if k not in TIMING_FIELDS and k not in leave_out},
                                   sort_keys=True))
     return sorted(out)
+
+
+def forward_agreement(fast: str, full: str) -> dict:
+    """The records of a search with the fast-forward (``event``) against one without
+    (``event-full``): whether every field but the makespans and what derives from them is
+    equal (the same configurations chosen), and the largest relative makespan difference."""
+    def spans(folder):
+        """{the record's fields but numbers and its checksum: its makespan}."""
+        with open(os.path.join(folder, "records.jsonl")) as fh:
+            rs = [json.loads(x) for x in fh]
+        return {json.dumps({k: v for k, v in r.items() if k not in TIMING_FIELDS
+                            and k not in MAKESPAN_FIELDS and k != "_sum"
+                            and not isinstance(v, float)}, sort_keys=True): r["makespan_us"]
+                for r in rs if "makespan_us" in r}
+    a, b = spans(fast), spans(full)
+    rel = [abs(a[k] / b[k] - 1) for k in a if k in b]
+    return {"same_configurations": set(a) == set(b),
+            "max_rel_makespan_diff": max(rel) if rel else None}
 
 
 def main(argv=None) -> int:
@@ -158,14 +192,27 @@ def main(argv=None) -> int:
         if len(exact_runs) > 1:
             ref = records(folders[exact_runs[0]])
             same = all(records(folders[v]) == ref for v in exact_runs[1:])
+        forward = {f"{fast} vs {full}": forward_agreement(folders[fast], folders[full])
+                   for fast, full in (("memo_warm", "full_warm"),
+                                      ("workers_warm", "full_workers_warm"))
+                   if fast in folders and full in folders}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     base = next((r for r in rows if r["variant"] == "before"), None)
+    by = {r["variant"]: r for r in rows}
     for r in rows:
         if base and r["search_s"] and base["search_s"]:
             r["speedup_vs_before"] = round(base["search_s"] / r["search_s"], 2)
+    for fast, full in (("memo_cold", "full_cold"), ("memo_warm", "full_warm"),
+                       ("workers_warm", "full_workers_warm")):
+        if fast in by and full in by and by[fast]["search_s"]:
+            by[fast]["speedup_vs_event_full"] = round(by[full]["search_s"]
+                                                      / by[fast]["search_s"], 2)
+            by[fast]["cpu_ratio_vs_event_full"] = round(by[full]["cpu_s"] / by[fast]["cpu_s"],
+                                                        2)
     res = {"job": "subgpu search (the README's main job: gpt-oss-120b, 32x B200, 15 grid "
                   "points)", "rows": rows, "records_identical_event_runs": same,
+           "forward_vs_event_full": forward,
            "env": {"cpu_count": os.cpu_count(), "cores_used": a.cores, "jax_platform": a.platform,
                    "machine": platform.machine(), "python": platform.python_version()},
            "date": time.strftime("%Y-%m-%d")}
@@ -177,6 +224,9 @@ def main(argv=None) -> int:
                  f", max {r['reference_check']['max_abs_error']:.1%}"
                  if "reference_check" in r else ""))
     print(f"records identical across the event-simulator runs: {same}")
+    for k, v in forward.items():
+        print(f"fast-forward {k}: same configurations {v['same_configurations']}, makespans "
+              f"within {v['max_rel_makespan_diff']:.1e}")
     write_digest(a.out, res)
     print(f"wrote {a.out}")
     return 0
