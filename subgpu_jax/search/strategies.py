@@ -11,8 +11,9 @@
   cuts and allocations — ``StaticCheap``, ``ContentionCheap`` and ``AutoCheap`` (chooses by the
   exact scorer); registry ``CHEAP_ESTIMATORS``.
 
-The command line's ``choices=`` are the registries' keys (``app.cli``); ``by_name`` turns a
-name (or a strategy object) into the object with one-line errors.
+The command line's ``choices=`` are the registries' keys (``app.args``,
+``app.commands.search``); ``by_name`` turns a name (or a strategy object) into the object with
+one-line errors.
 """
 
 from __future__ import annotations
