@@ -1,7 +1,9 @@
 """The GPU runtime's commands, ``subgpu run`` and ``subgpu calibrate``: sub-commands registered by
 ``subgpu_jax.app.cli`` through the ``subgpu.commands`` entry point (``subgpu tune``, which uses
 these modules, has its own: ``hw_runtime.tune.cli``). One module per concern: ``request`` (the
-typed ``RunRequest``, built once here from the parsed options), ``run`` (one configuration),
+typed ``RunRequest``, built once here from the parsed options), ``device`` (the ``--hardware``
+default: the preset of the GPU the command runs on, resolved once here), ``report`` (the typed
+``RunReport``), ``measure`` (the ``Measurer`` protocol), ``run`` (one configuration),
 ``records`` and ``top`` (``--from-search``), ``calibrate``, ``common``.
 
 Importable without torch, cuda-bindings or a GPU; the commands themselves refuse with a one-line
@@ -19,11 +21,13 @@ measured vs predicted makespans (the event simulator, calibrated with ``--calibr
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from hw_runtime.commands.calibrate import cmd_calibrate
 from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.device import DEFAULT_HELP, resolve_hardware
 from hw_runtime.commands.request import RUN_MODES, ConfigOptions, RunRequest, Timing
-from hw_runtime.commands.run import config_from_search, run_one
+from hw_runtime.commands.run import config_from_search, rank_gpu, run_one
 from hw_runtime.commands.top import run_top
 from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
@@ -36,11 +40,14 @@ __all__ = ["add_commands", "cmd_run", "cmd_calibrate", "gpu_check", "config_from
 
 def cmd_run(a: argparse.Namespace) -> int:
     """``subgpu run``: the parsed options ``a`` become one ``RunRequest`` (the only place that
-    reads them); ``--from-search DIR --top K`` measures the K best records of every batch
+    reads them), on the GPU preset ``device.resolve_hardware`` gives (``--hardware``, by
+    default this GPU's; under ``--collectives nccl`` read once the rank's GPU is device 0,
+    ``run.rank_gpu``); ``--from-search DIR --top K`` measures the K best records of every batch
     (``top.run_top``), anything else one configuration (``run.run_one``).
 
     Raises:
-        ValueError: ``--top`` without ``--from-search``, or as the command it runs."""
+        ValueError: ``--top`` without ``--from-search``, no ``--hardware`` and no GPU of a
+            preset here, or as the command it runs."""
     req = RunRequest.from_args(a)
     if req.top is not None:
         if not req.from_search:
@@ -48,8 +55,11 @@ def cmd_run(a: argparse.Namespace) -> int:
         if req.collectives == "nccl":
             raise ValueError("--collectives nccl measures one configuration per launch; drop "
                              "--top (run --from-search DIR takes the best record)")
+    ranks = rank_gpu(req)
+    req = replace(req, workload=replace(req.workload, hardware=resolve_hardware(a.hardware)))
+    if req.top is not None:
         return run_top(req)
-    return run_one(req)
+    return run_one(req, ranks=ranks)
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -63,7 +73,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "pool), time graph replays, check the pipelined output against a "
                        "sequential run, and print measured vs predicted makespans. Hopper GPUs "
                        "run the experts in bf16 (no MXFP4 tensor cores).")
-    add_workload_args(r, hardware="H200")
+    add_workload_args(r, hardware=None, hardware_help=DEFAULT_HELP)
     c = r.add_argument_group("configuration (as `subgpu simulate`)")
     c.add_argument("--cuts", default=None, help="kernels where segments 2..K start (default: "
                    "the Macro cut around the full-attention FMHA)")
@@ -138,7 +148,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "green-context pools and the whole GPU, the copy bandwidth on each pool, "
                        "and a few co-running pairs; write a calibration file for "
                        "`subgpu simulate/search --calibration`.")
-    add_workload_args(k, hardware="H200")
+    add_workload_args(k, hardware=None, hardware_help=DEFAULT_HELP)
     k.add_argument("--out", required=True, metavar="FILE.json", help="calibration file to write")
     k.add_argument("--batches", default=None,
                    help="comma-separated global batches (default: --batch)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from hw_runtime.commands.common import ep_of, gpu_check
+from hw_runtime.commands.device import resolve_hardware
 from hw_runtime.commands.request import KernelSettings
 from subgpu_jax.app.store import atomic_write
 from subgpu_jax.model.calibration import Calibration
@@ -15,14 +16,15 @@ __all__ = ["cmd_calibrate"]
 
 
 def cmd_calibrate(a) -> int:
-    """``subgpu calibrate``: check the options and the output file, measure on the local GPU
+    """``subgpu calibrate``: check the options and the output file, resolve ``--hardware``
+    (``device.resolve_hardware``: by default this GPU's preset), measure on the local GPU
     (``hw_runtime.gpu.calibrate.calibrate`` with the kernel choices of ``a``, read once as a
     ``request.KernelSettings``), write the calibration to ``--out``; exit code 0.
 
     Raises:
         ValueError: bad options, an output that cannot be written, no GPU with green
-            contexts, or a measured calibration that ``--calibration`` would refuse (one line
-            naming the flag)."""
+            contexts, no ``--hardware`` on a GPU that is none of the presets, or a measured
+            calibration that ``--calibration`` would refuse (one line naming the flag)."""
     from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
@@ -43,8 +45,9 @@ def cmd_calibrate(a) -> int:
             raise ValueError(f"--{f} must be positive integers, got {v}")
     dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep_of(a),
                      global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
+    hardware = resolve_hardware(a.hardware)   # default: this GPU's preset
     # memory checked with the experts the calibration runs (bf16 on Hopper)
-    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(a.hardware),
+    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(hardware),
                           *given_tp_ep(a))
     for G in batches:
         import dataclasses

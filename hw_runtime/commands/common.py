@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["gpu_check", "json_safe", "ep_of"]
+__all__ = ["gpu_check", "json_safe", "ep_of", "a_or_an"]
 
 
 def gpu_check() -> None:
@@ -38,6 +38,12 @@ def json_safe(obj):
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
     return obj
+
+
+def a_or_an(name: str) -> str:
+    """``name`` with its indefinite article, for a GPU's or a preset's name read letter by
+    letter where it starts with a capital: ``"an H100"``, ``"an NVIDIA H20"``, ``"a B200"``."""
+    return f"{'an' if name[:1] in 'AEFHILMNORSX' else 'a'} {name}"
 
 
 def ep_of(a) -> int:

@@ -8,9 +8,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 
+from hw_runtime.commands.common import a_or_an
 from hw_runtime.commands.request import ConfigOptions, RunRequest
 
-__all__ = ["search_records", "top_records", "record_request"]
+__all__ = ["search_records", "other_gpu_search", "top_records", "record_request"]
 
 
 def search_records(folder: str) -> list[dict]:
@@ -46,13 +47,38 @@ def search_records(folder: str) -> list[dict]:
     return out
 
 
-def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[dict]]:
+def other_gpu_search(folder: str, searched: list[str], hardware: str) -> str:
+    """The one line that refuses ``--from-search DIR`` when the search was made for other GPUs
+    than the run's (``run.check_search_matches`` for the best record, ``top_records`` for
+    ``--top``): it names both, ``--hardware`` and its default, and how to make a search for this
+    GPU.
+
+    Args:
+        folder: the search folder. searched: the GPU presets its records were made for.
+        hardware: the run's ``--hardware`` spec (``NAME[:VERSION]``; the preset's name is said).
+    """
+    from subgpu_jax.model.hardware import get_hardware
+
+    hw = get_hardware(hardware).name
+    bf16 = " --expert-dtype bf16" if hw in ("H200", "H100") else ""   # no MXFP4 on Hopper
+    there = " or ".join(f"{a_or_an(g)} GPU (--hardware {g})" for g in searched)
+    return (f"--from-search: {folder} holds a search for the {' and '.join(searched)} and this "
+            f"run is for the {hw} (--hardware, default: the GPU this runs on); make a search "
+            f"for the {hw} with `subgpu search --hardware {hw}{bf16} --out DIR` and run "
+            f"`subgpu run --from-search DIR`, or run this one on {there}")
+
+
+def top_records(records: list[dict], k: int, hardware: str, folder: str
+                ) -> dict[int, list[dict]]:
     """Per global batch: the temporal record, then the ``k`` SubGPU records with the shortest
     predicted makespan.
 
+    Args:
+        records: the search's records (``search_records``). k: records per batch (>= 1).
+        hardware: the run's ``--hardware`` spec. folder: the search folder (named in errors).
+
     Raises:
-        ValueError: ``k`` < 1, or records made for another GPU (one line saying how to make a
-            search for this one).
+        ValueError: ``k`` < 1, or records made for another GPU (``other_gpu_search``'s line).
     """
     if k < 1:
         raise ValueError(f"--top must be >= 1, got {k}")
@@ -62,9 +88,7 @@ def top_records(records: list[dict], k: int, hardware: str) -> dict[int, list[di
     other = sorted({str(r.get("hardware")) for r in records
                     if str(r.get("hardware")).upper() != name})
     if other:
-        raise ValueError(f"--from-search: the search was made for {', '.join(other)}, this run "
-                         f"is on {hardware}; make one for this GPU with `subgpu search "
-                         f"--hardware {hardware} --expert-dtype bf16 ...`")
+        raise ValueError(other_gpu_search(folder, other, hardware))
     by: dict[int, list[dict]] = {}
     for r in records:
         by.setdefault(int(r["global_batch"]), []).append(r)

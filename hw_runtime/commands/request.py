@@ -46,7 +46,8 @@ class WorkloadOptions:
 
     Fields:
         model: a model preset or a config.json path (``--model``). hardware: the GPU preset
-            spec (``--hardware``, ``NAME[:VERSION]``). gpus: GPUs n serving the model
+            spec (``--hardware``, ``NAME[:VERSION]``; left out, ``commands.cmd_run`` puts the
+            local GPU's preset here, ``device.resolve_hardware``). gpus: GPUs n serving the model
             (``--gpus``). tp, dp: attention TP and DP degrees (``--tp``, ``--dp``). batch: the
             global decode batch G (requests, ``--batch``). input_len, kv_history: prompt length
             and KV history per request (tokens). ep: MoE EP degree (``--ep``; None: the model's

@@ -20,7 +20,7 @@ from subgpu_jax.space.config import Config, config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.commands.common import gpu_check
 from hw_runtime.commands.measure import Measurer
-from hw_runtime.commands.records import record_request
+from hw_runtime.commands.records import other_gpu_search, record_request
 from hw_runtime.commands.report import RunConfig, RunReport, Timed
 from hw_runtime.commands.request import ConfigOptions, KernelSettings, RunRequest
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
@@ -28,7 +28,8 @@ from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, collective_mode
 
 __all__ = ["config_from_search", "check_search_matches", "PreparedRun", "prepare_run",
            "options_config", "record_config", "run_report",
-           "calibration_mismatch", "timeline_report", "repredict", "GpuMeasurer", "run_one",
+           "calibration_mismatch", "timeline_report", "repredict", "GpuMeasurer", "rank_gpu",
+           "run_one",
            "label_run", "slowest_rank", "print_run"]
 
 
@@ -67,10 +68,12 @@ def config_from_search(folder: str) -> tuple[dict, dict]:
 
 def check_search_matches(req: RunRequest, best: dict) -> None:
     """Refuse ``--from-search`` (``req.from_search``) when the search's best record was made
-    for another GPU or model than this run's (``--hardware``, default H200; ``--model``).
+    for another GPU or model than this run's (``--hardware``, default the GPU this runs on;
+    ``--model``).
 
     Raises:
-        ValueError: one line naming both and saying how to make a search for this GPU.
+        ValueError: one line naming both and saying how to make a search for this GPU
+            (``records.other_gpu_search``, as ``--top`` says it) or naming ``--model``.
     """
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import resolve_model
@@ -78,13 +81,7 @@ def check_search_matches(req: RunRequest, best: dict) -> None:
     folder, hw = req.from_search, req.workload.hardware
     rec_hw = best.get("hardware")
     if rec_hw and str(rec_hw).upper() != get_hardware(hw).name.upper():
-        raise ValueError(
-            f"--from-search: {folder} holds a search for the {rec_hw} and this run is for the "
-            f"{hw} (--hardware, default H200); make a search for the {hw} with "
-            f"`subgpu search --hardware {hw}"
-            f"{' --expert-dtype bf16' if hw in ('H200', 'H100') else ''} --out DIR` and "
-            f"run `subgpu run --from-search DIR`, or run this one on a {rec_hw} GPU with "
-            f"--hardware {rec_hw}")
+        raise ValueError(other_gpu_search(folder, [str(rec_hw)], hw))
     rec_model = best.get("model")
     name = resolve_model(req.workload.model, req.workload.name).name
     if rec_model and rec_model != name:
@@ -456,13 +453,36 @@ class GpuMeasurer:
             pass
 
 
-def run_one(req: RunRequest, measurer: Measurer | None = None) -> int:
+def rank_gpu(req: RunRequest) -> tuple[int, int] | None:
+    """Under ``--collectives nccl`` (one process per GPU, launched by torchrun): this process's
+    ``(rank, world size)``, with its own GPU made device 0 (``CUDA_VISIBLE_DEVICES``, which
+    counts only when set before CUDA starts in this process, so before
+    ``device.resolve_hardware`` reads the GPU's name); None for a one-GPU run. Call it once
+    per process.
+
+    Raises:
+        ValueError: not launched by torchrun, or ``--trace`` with nccl (one line).
+    """
+    if not collective_mode(req.collectives).distributed:
+        return None
+    from hw_runtime.gpu.distributed import visible_device, world_from_env
+    rank, world, local = world_from_env()        # ValueError: how to launch it
+    if req.trace:
+        raise ValueError("--trace: not with --collectives nccl yet (every rank would have "
+                         "to profile the same replays and write its own file)")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(local)
+    return rank, world
+
+
+def run_one(req: RunRequest, measurer: Measurer | None = None,
+            ranks: tuple[int, int] | None = None) -> int:
     """``subgpu run`` of one configuration (the request's, or its ``--from-search``'s best):
     measure it and the temporal baseline, print measured against predicted; exit code 0.
 
     Args:
         req: the request. measurer: what measures it (None: a ``GpuMeasurer`` of this GPU,
-            in the process group of ``--collectives nccl``).
+            in the process group of ``--collectives nccl``). ranks: ``rank_gpu(req)`` when the
+            caller already called it (None: called here).
 
     Raises:
         ValueError: bad options, or no GPU with green contexts (one line)."""
@@ -472,15 +492,10 @@ def run_one(req: RunRequest, measurer: Measurer | None = None) -> int:
         from subgpu_jax.model.checks import out_file   # at the trace and at its side file
         out_file(req.trace, "--trace")
         out_file(req.trace + ".activities.json", "--trace")
-    rank = dist_ctx = None
-    if collective_mode(req.collectives).distributed:   # one process per GPU (torchrun)
-        from hw_runtime.gpu.distributed import visible_device, world_from_env
-        rank, world, local = world_from_env()        # ValueError: how to launch it
-        if req.trace:
-            raise ValueError("--trace: not with --collectives nccl yet (every rank would have "
-                             "to profile the same replays and write its own file)")
-        # each rank sees its own GPU as device 0 (set before CUDA starts in this process)
-        os.environ["CUDA_VISIBLE_DEVICES"] = visible_device(local)
+    if ranks is None:
+        ranks = rank_gpu(req)
+    rank, world = ranks or (None, None)
+    dist_ctx = None
     gpu_check()
     # ---- GPU from here on
     if rank is not None:   # a communicator per stream of the run (distributed.py)

@@ -23,7 +23,8 @@ def run_top(req: RunRequest) -> int:
         ValueError: K < 1, a search for another GPU, or no GPU with green contexts."""
     if req.top < 1:
         raise ValueError(f"--top must be >= 1, got {req.top}")
-    groups = top_records(search_records(req.from_search), req.top, req.workload.hardware)
+    groups = top_records(search_records(req.from_search), req.top, req.workload.hardware,
+                         req.from_search)
     from subgpu_jax.model.checks import out_dir as _out_dir, replaceable_file
 
     out_dir = str(_out_dir(req.out_dir or req.from_search, "--out-dir"))  # before any GPU work

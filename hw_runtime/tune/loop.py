@@ -221,7 +221,7 @@ class Tuner:
                              cut_strategy=cut, cheap=s.cheap, alloc_strategy=alloc)
         run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)
         self.state.search_s += time.perf_counter() - t0
-        groups = top_records(search_records(folder), s.top, hw.name)
+        groups = top_records(search_records(folder), s.top, hw.name, folder)
         return {G: [Candidate.from_record(r, self.base.workload(G).graph(1)) for r in recs
                     if r["mode"] != "temporal"]
                 for G, recs in groups.items()}

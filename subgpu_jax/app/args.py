@@ -15,14 +15,17 @@ from subgpu_jax.app.options import add_serving_args
 __all__ = ["add_workload_args", "add_strategy_args", "strategies_from_args"]
 
 
-def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
-                      serving: bool = False, batch: bool = True) -> None:
+def add_workload_args(p: argparse.ArgumentParser, hardware: str | None = "B200",
+                      serving: bool = False, batch: bool = True,
+                      hardware_help: str | None = None) -> None:
     """Add the workload options (model, GPU, deployment, batch, KV history) to ``p``.
 
     Args:
         p: a sub-command's parser. hardware: the ``--hardware`` default of this command (its
-            help text says it). serving: add the serving options too (``--output-len``,
-            ``--kv-dtype``, ``--gpu-memory-utilization``, ``--dispatch``: options.py).
+            help text says it), or None for a command that resolves it itself (the runtime's:
+            the GPU it runs on); hardware_help: what the help says of that default then.
+            serving: add the serving options too (``--output-len``, ``--kv-dtype``,
+            ``--gpu-memory-utilization``, ``--dispatch``: options.py).
             batch: list ``--batch`` in the help (False for ``search``, which takes
             ``--batches`` and refuses ``--batch`` naming it).
     """
@@ -36,7 +39,8 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str = "B200",
                         "results call it). Default: the file's _name_or_path or name_or_path "
                         "field, else the name of its folder")
     g.add_argument("--hardware", default=hardware,
-                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: {hardware}. A suffix "
+                   help=f"GPU preset ({', '.join(HARDWARE)}). Default: "
+                        f"{hardware or hardware_help}. A suffix "
                         "picks the uncalibrated model version: H200:analytic-v3 times kernels as "
                         "the runtime's fused kernels and pool-tuned GEMMs run them (the default), "
                         "H200:analytic-v2 the previous version (docs/fidelity.md §6)")

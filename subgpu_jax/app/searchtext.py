@@ -241,8 +241,8 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
     print("    " + shlex.join(run))
     if hardware != "H200":
         h_out = out.rstrip("/") + "-h200"
-        print("  on an H200 (the GPU `subgpu run` defaults to), make a search for it first "
-              "(Hopper runs the experts in bf16):")
+        print("  on an H200 (`subgpu run` predicts for the GPU it runs on), make a search for "
+              "it first (Hopper runs the experts in bf16):")
         print("    " + shlex.join(["subgpu", "search", "--hardware", "H200" + suffix,
                                    "--expert-dtype", "bf16", *search_grid_args(a), "--out",
                                    h_out]))

@@ -269,14 +269,19 @@ def test_search_lists_files_and_reproduce_command(small_search, capsys):
 
 
 def test_from_search_for_another_gpu_is_refused_with_the_way_out(small_search, tmp_path,
-                                                                 capsys):
+                                                                 capsys, monkeypatch):
+    """On an H200 (the ``--hardware`` default is the GPU it runs on; its name is a fake
+    H200's here), a search made for the B200 is refused with the way out."""
+    import hw_runtime.commands.device as device
+
+    monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H200")
     folder, _, summ = small_search
     b200 = dict(summ, best_speedup_record=dict(summ["best_speedup_record"], hardware="B200"))
     (tmp_path / "summary.json").write_text(json.dumps(b200))
     rc, _, err = run_cli(["run", "--from-search", str(tmp_path), "--model", "gpt-oss-20b"],
                          capsys)
     assert rc == 2 and err.count("\n") == 1
-    assert "search for the B200" in err and "default H200" in err
+    assert "search for the B200" in err and "this run is for the H200 (--hardware" in err
     assert "subgpu search --hardware H200" in err and "--hardware B200" in err
     rc, _, err = run_cli(["run", "--from-search", str(folder)], capsys)  # default model
     assert rc == 2 and "pass --model gpt-oss-20b" in err
@@ -328,12 +333,15 @@ def _sub_help(name):
     return sub.choices[name].format_help()
 
 
-@pytest.mark.parametrize("cmd, default", [("run", "H200"), ("calibrate", "H200"),
+@pytest.mark.parametrize("cmd, default", [("run", None), ("calibrate", None),
                                           ("simulate", "B200"), ("search", "B200")])
 def test_hardware_default_in_help_is_the_real_default(cmd, default):
+    """The simulator's commands default to the B200; the runtime's to the GPU they run on
+    (None: ``hw_runtime.commands.device.resolve_hardware`` reads it)."""
     text = " ".join(_sub_help(cmd).split())
-    assert re.search(r"--hardware HARDWARE GPU preset \([^)]*\)\. Default: (\w+)",
-                     text).group(1) == default
+    said = re.search(r"--hardware HARDWARE GPU preset \([^)]*\)\. Default: ([^.]+)\.",
+                     text).group(1)
+    assert said == (default or "the GPU this runs on (H100, H200 or B200 preset)")
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert sub.choices[cmd].get_default("hardware") == default
 
@@ -540,10 +548,10 @@ def test_from_search_runs_the_records_streams_per_stage(small_search, tmp_path):
     two = dict(summ, best_speedup_record=dict(summ["best_speedup_record"], streams_per_stage=2))
     (tmp_path / "summary.json").write_text(json.dumps(two))
     a = build_parser().parse_args(["run", "--from-search", str(tmp_path), "--model",
-                                   "gpt-oss-20b"])
+                                   "gpt-oss-20b", "--hardware", "H200"])
     prep = prepare_run(RunRequest.from_args(a))
     assert prep.cfg.streams_per_stage == 2 and prep.request.config.streams_per_stage == 2
     a1 = build_parser().parse_args(["run", "--from-search", str(folder), "--model",
-                                    "gpt-oss-20b"])
+                                    "gpt-oss-20b", "--hardware", "H200"])
     assert prepare_run(RunRequest.from_args(a1)).cfg.streams_per_stage == int(
         summ["best_speedup_record"].get("streams_per_stage") or 1)

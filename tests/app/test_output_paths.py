@@ -176,13 +176,14 @@ def test_run_trace_side_file_checked_before_any_gpu_work(tmp_path):
     """``subgpu run --trace PATH`` writes ``PATH.activities.json`` when the profiled replay
     cannot be mapped to the plan; a folder or FIFO there used to fail only after the GPU work.
     Both paths are checked first: on this GPU-less machine the answer names ``--trace``, not
-    the missing GPU, exit 2, one line, in a fresh process."""
+    the missing GPU, exit 2, one line, in a fresh process (``--hardware`` given: without it the
+    default is read from the GPU, and the missing GPU is the answer)."""
     trace = tmp_path / "t.json"
     os.mkfifo(str(trace) + ".activities.json")
     r = subprocess.run([sys.executable, "-c", "import sys; from subgpu_jax.app.entry import "
                         "main; sys.exit(main())", "run", "--model", "llama-3.1-8b", "--gpus",
                         "1", "--tp", "1", "--dp", "1", "--batch", "64", "--kv-history", "1024",
-                        "--trace", str(trace)],
+                        "--hardware", "H200", "--trace", str(trace)],
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()

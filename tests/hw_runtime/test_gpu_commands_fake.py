@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import hw_runtime.commands.calibrate as hwcal
+import hw_runtime.commands.device as device
 import hw_runtime.commands.run as hwrun
 import hw_runtime.commands.top as hwtop
 import hw_runtime.gpu.blas as blas
@@ -180,6 +181,7 @@ def fake_gpu(monkeypatch):
     sd = StaticDurationModel(H200)
     for mod in (hwcal, hwrun, hwtop):
         monkeypatch.setattr(mod, "gpu_check", lambda: None)
+    monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H200")
     monkeypatch.setattr(executor, "cuda_torch", lambda: FakeTorch())
     monkeypatch.setattr(executor, "derive_workload", lambda base, g: FakeTorchWorkload(g))
     monkeypatch.setattr(hwwl, "TorchWorkload", FakeTorchWorkload)
@@ -347,6 +349,7 @@ def fake_executor(monkeypatch):
     for mod in (hwrun, hwtop):
         monkeypatch.setattr(mod, "prepare_run", prepare)
         monkeypatch.setattr(mod, "gpu_check", lambda: None)
+    monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H200")
     monkeypatch.setattr(executor, "Executor", StepFakeExecutor)
     monkeypatch.setattr(hwwl, "TorchWorkload", FakeTorchWorkload)
 
@@ -412,7 +415,8 @@ def test_run_top_checks_its_outputs_before_any_gpu_work(tmp_path, capsys, monkey
     """Audit of issue 41 (item 3's pattern): ``run --from-search DIR --top K`` wrote
     ``measured_frontier.json`` only after measuring every record, so a FIFO (or link, folder,
     device node) there was found after the GPU work. It is refused first: one line naming
-    ``--out-dir``, and the GPU is never reached (its check raises here)."""
+    ``--out-dir``, and the GPU is never reached (its check raises here; the one query before,
+    the GPU's name for the ``--hardware`` default, is a fake H200's)."""
     folder = tmp_path / "search"
     rc = main(["search", "--model", "llama-3.1-8b", "--hardware", "H200", "--gpus", "1",
                "--kv-history", "1024", "--batches", "64", "--stages", "2", "--microbatches",
@@ -425,6 +429,7 @@ def test_run_top_checks_its_outputs_before_any_gpu_work(tmp_path, capsys, monkey
         raise AssertionError("GPU work started before the outputs were checked")
 
     monkeypatch.setattr(hwtop, "gpu_check", no_gpu)
+    monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H200")
     rc = main(["run", "--from-search", str(folder), "--model", "llama-3.1-8b", "--top", "1"])
     err = capsys.readouterr().err
     assert rc == 2
@@ -483,3 +488,36 @@ def test_run_and_tune_share_one_measurer(fake_executor, capsys):
     assert hwrun.run_one(req, rec) == 0
     assert [p.cfg for p in rec.preps] == [prep.cfg]
     assert json.loads(capsys.readouterr().out)["run"] == run_gpu.report(prep).run.as_dict()
+
+
+def test_hardware_default_is_the_gpu_it_runs_on(fake_executor, tmp_path, capsys, monkeypatch):
+    """On an H100 (its name substituted), ``run --from-search DIR`` of an ``--hardware H100``
+    search runs without ``--hardware`` (it was refused: "the search was made for H100, this
+    run is on H200"); ``--hardware H200`` there predicts with the H200 preset after one note
+    line; and a search for another GPU than the detected one is refused naming
+    ``--hardware``."""
+    monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    wl_args = ["--model", "llama-3.1-8b", "--gpus", "1", "--kv-history", "1024"]
+    folder = tmp_path / "search"
+    rc = main(["search", *wl_args, "--hardware", "H100", "--batches", "64", "--stages", "2",
+               "--microbatches", "2", "--exact", "static", "--no-progress", "--out",
+               str(folder)])
+    assert rc == 0, capsys.readouterr().err
+    capsys.readouterr()
+    one = ["--rounds", "1", "--replays", "2", "--no-check"]
+    rc = main(["run", "--from-search", str(folder), "--model", "llama-3.1-8b", "--json", *one])
+    o = capsys.readouterr()
+    assert rc == 0 and o.err == "", o.err
+    assert json.loads(o.out)["workload"]["hardware"] == "H100"
+    rc = main(["run", *wl_args, "--batch", "64", "--hardware", "H200", "--json", *one])
+    o = capsys.readouterr()
+    assert rc == 0 and o.err.splitlines() == [
+        "note: this GPU is an NVIDIA H100 80GB HBM3 (H100 preset); predictions use the H200 "
+        "preset (--hardware)"]
+    assert json.loads(o.out)["workload"]["hardware"] == "H200"
+    monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H200")
+    for top in ([], ["--top", "1"]):
+        rc = main(["run", "--from-search", str(folder), "--model", "llama-3.1-8b", *one, *top])
+        err = capsys.readouterr().err.splitlines()
+        assert rc == 2 and len(err) == 1 and "holds a search for the H100 and this run is " \
+            "for the H200 (--hardware, default: the GPU this runs on)" in err[0]

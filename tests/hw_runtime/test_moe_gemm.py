@@ -310,7 +310,8 @@ def test_moe_gemm_on_a_dense_model_is_refused(capsys):
 
     from subgpu_jax.app.cli import main
 
-    flags = ["--model", "llama-3.1-8b", "--gpus", "1", "--batch", "256", "--kv-history", "2048"]
+    flags = ["--model", "llama-3.1-8b", "--gpus", "1", "--batch", "256", "--kv-history", "2048",
+             "--hardware", "H200"]   # given: no GPU here to read the default from
     assert main(["run", *flags, "--moe-gemm", "triton"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "moe-gemm" in err[0] and "dense model" in err[0]

@@ -222,13 +222,13 @@ def test_top_records_per_batch_and_refusal(tmp_path):
         wr = csv.DictWriter(fh, fieldnames=list(recs[0]))
         wr.writeheader()
         wr.writerows(recs)
-    got = top_records(search_records(str(tmp_path)), 2, "H200")
+    got = top_records(search_records(str(tmp_path)), 2, "H200", str(tmp_path))
     assert [r["makespan_us"] for r in got[512]] == [100.0, 80.0, 90.0]
     assert [r["makespan_us"] for r in got[2048]] == [300.0]
-    with pytest.raises(ValueError, match="made for B200.*--hardware H200"):
-        top_records([dict(recs[0], hardware="B200")], 1, "H200")
+    with pytest.raises(ValueError, match="search for the B200.*--hardware H200"):
+        top_records([dict(recs[0], hardware="B200")], 1, "H200", "DIR")
     with pytest.raises(ValueError, match="--top"):
-        top_records(recs, 0, "H200")
+        top_records(recs, 0, "H200", "DIR")
     with pytest.raises(ValueError, match="no evaluated record"):
         (tmp_path / "records.csv").write_text("mode,global_batch,makespan_us,hardware\n")
         search_records(str(tmp_path))

@@ -225,18 +225,22 @@ def test_cli_run_and_calibrate_refuse_without_gpu(tmp_path, capsys):
         pytest.skip("this machine has a GPU with green contexts")
     rc, out, err = _cli(["run", "--replays", "1"], capsys)
     assert rc == 2 and err.startswith("error: this machine cannot run") and err.count("\n") == 1
-    rc, out, err = _cli(["run", "--sms", "60,68"], capsys)
+    # with the GPU named (--hardware: no GPU to read it from), the CPU checks come first
+    h200 = ["--hardware", "H200"]
+    rc, out, err = _cli(["run", *h200, "--replays", "1"], capsys)
+    assert rc == 2 and err.startswith("error: this machine cannot run") and err.count("\n") == 1
+    rc, out, err = _cli(["run", *h200, "--sms", "60,68"], capsys)
     assert rc == 2 and "multiple" in err and err.count("\n") == 1
-    rc, out, err = _cli(["run", "--sms", "64,72"], capsys)
+    rc, out, err = _cli(["run", *h200, "--sms", "64,72"], capsys)
     assert rc == 2 and "budget" in err
-    rc, out, err = _cli(["run", "--microbatch", "7"], capsys)
+    rc, out, err = _cli(["run", *h200, "--microbatch", "7"], capsys)
     assert rc == 2 and "microbatch" in err
     rc, out, err = _cli(["calibrate", "--out", str(tmp_path / "c.json")], capsys)
     assert rc == 2 and err.startswith("error: this machine cannot run")
-    rc, out, err = _cli(["calibrate", "--out", str(tmp_path / "c.json"), "--pools", "12"],
-                        capsys)
+    rc, out, err = _cli(["calibrate", *h200, "--out", str(tmp_path / "c.json"), "--pools",
+                         "12"], capsys)
     assert rc == 2 and "not a valid H200 pool" in err
-    rc, out, err = _cli(["run", "--from-search", str(tmp_path)], capsys)
+    rc, out, err = _cli(["run", *h200, "--from-search", str(tmp_path)], capsys)
     assert rc == 2 and "summary.json" in err
 
 
