@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from hw_runtime.commands.device import DEFAULT_HELP
 from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
@@ -37,7 +38,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
         "configuration, or temporal where nothing measured faster. Writes tune_report.json, "
         "tune_measurements.csv, tune_frontier.png and calibration_tuned.json into --out; "
         "running it again resumes without re-measuring.")
-    add_workload_args(t, hardware="H200")
+    add_workload_args(t, hardware=None, hardware_help=DEFAULT_HELP)
     t.set_defaults(batch=None)
     g = t.add_argument_group("grid (as `subgpu search`)")
     g.add_argument("--batches", default="512,1024,2048",
@@ -93,11 +94,13 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
     t.set_defaults(func=_cmd_tune)
 
 
-def spec_from_args(a):
-    """The ``TuneSpec`` of parsed ``subgpu tune`` options (CPU only).
+def spec_from_args(a, hardware: str | None = None):
+    """The ``TuneSpec`` of parsed ``subgpu tune`` options (CPU only), on the GPU preset
+    ``hardware`` (default ``a.hardware``; the command passes the local GPU's when
+    ``--hardware`` is left out, ``commands.device.resolve_hardware``).
 
     Raises:
-        ValueError: a bad option, one line naming the flag.
+        ValueError: a bad option, one line naming the flag; no GPU preset given.
     """
     from subgpu_jax.app.options import int_list, resolve_arch_ep
     from subgpu_jax.model.hardware import get_hardware
@@ -112,7 +115,10 @@ def spec_from_args(a):
         raise ValueError(f"--out: {a.out!r} is a file; --out names the results folder")
     if a.calibration and not os.path.isfile(a.calibration):
         raise ValueError(f"--calibration: no file {a.calibration!r}")
-    hw_name = get_hardware(a.hardware).name   # a bad spec: one line naming the presets
+    hardware = hardware if hardware is not None else a.hardware
+    if hardware is None:
+        raise ValueError("--hardware: no GPU preset (the command reads the local GPU's)")
+    hw_name = get_hardware(hardware).name   # a bad spec: one line naming the presets
     arch, ep = resolve_arch_ep(a)
     pols = tuple(p.strip() for p in a.policies.split(",") if p.strip())
     bad = [p for p in pols if p not in DISPATCH_POLICIES]
@@ -121,9 +127,9 @@ def spec_from_args(a):
                          f"{a.policies!r}")
     if hw_name not in ("H200", "H100"):
         raise ValueError(f"--hardware: tune measures on the local GPU, an H200 or H100 "
-                         f"preset; got {a.hardware}")
+                         f"preset; got {hardware}")
     return TuneSpec(
-        arch=hopper_arch(arch), hardware=a.hardware, num_gpus=a.gpus, attn_tp=a.tp,
+        arch=hopper_arch(arch), hardware=hardware, num_gpus=a.gpus, attn_tp=a.tp,
         attn_dp=a.dp, moe_ep=ep, kv_history=a.kv_history, input_len=a.input_len,
         batches=tuple(int_list(a.batches, "batches")),
         stages=tuple(int_list(a.stages, "stages")),
@@ -141,12 +147,19 @@ def spec_from_args(a):
 
 def _cmd_tune(a) -> int:
     from hw_runtime.commands.common import gpu_check
+    from hw_runtime.commands.device import resolve_hardware
     from hw_runtime.tune.executor import GpuTuneExecutor
     from hw_runtime.tune.loop import Tuner
 
-    spec = spec_from_args(a)
-    spec.check_cpu(a.out)           # every check that needs no GPU first
+    # every check that needs no GPU first (on the H200's preset when --hardware is left
+    # out), then the GPU, then its preset (device.resolve_hardware) and the checks again
+    spec = spec_from_args(a, a.hardware or "H200")
+    spec.check_cpu(a.out)
     gpu_check()
+    hardware = resolve_hardware(a.hardware)
+    if hardware != spec.hardware:
+        spec = spec_from_args(a, hardware)
+        spec.check_cpu(a.out)
     ex = GpuTuneExecutor(spec)
     from hw_runtime.gpu.workload import arch_label
     print(f"tune: {arch_label(spec.arch)} on {spec.hardware}, batches "

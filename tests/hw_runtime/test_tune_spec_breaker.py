@@ -21,7 +21,7 @@ def _spec(**kw) -> TuneSpec:
 
 
 def test_unknown_exact_scorer_is_one_line():
-    with pytest.raises(ValueError, match="--exact must be one of event, static, vcontention"):
+    with pytest.raises(ValueError, match="--exact must be one of event, event-full, static, vcontention"):
         _spec(exact="fast")
     for name in TIMERS:
         assert _spec(exact=name).exact == name
