@@ -59,8 +59,9 @@ def other_gpu_search(folder: str, searched: list[str], hardware: str) -> str:
     """
     from subgpu_jax.model.hardware import get_hardware
 
-    hw = get_hardware(hardware).name
-    bf16 = " --expert-dtype bf16" if hw in ("H200", "H100") else ""   # no MXFP4 on Hopper
+    preset = get_hardware(hardware)
+    hw = preset.name
+    bf16 = " --expert-dtype bf16" if preset.runtime else ""   # the runtime's GPUs: Hopper, bf16
     there = " or ".join(f"{a_or_an(g)} GPU (--hardware {g})" for g in searched)
     return (f"--from-search: {folder} holds a search for the {' and '.join(searched)} and this "
             f"run is for the {hw} (--hardware, default: the GPU this runs on); make a search "

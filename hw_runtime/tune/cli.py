@@ -118,14 +118,14 @@ def spec_from_args(a, hardware: str | None = None):
     hardware = hardware if hardware is not None else a.hardware
     if hardware is None:
         raise ValueError("--hardware: no GPU preset (the command reads the local GPU's)")
-    hw_name = get_hardware(hardware).name   # a bad spec: one line naming the presets
+    preset = get_hardware(hardware)   # a bad spec: one line naming the presets
     arch, ep = resolve_arch_ep(a)
     pols = tuple(p.strip() for p in a.policies.split(",") if p.strip())
     bad = [p for p in pols if p not in DISPATCH_POLICIES]
     if not pols or bad:
         raise ValueError(f"--policies must be among {', '.join(DISPATCH_POLICIES)}, got "
                          f"{a.policies!r}")
-    if hw_name not in ("H200", "H100"):
+    if not preset.runtime:
         raise ValueError(f"--hardware: tune measures on the local GPU, an H200 or H100 "
                          f"preset; got {hardware}")
     return TuneSpec(

@@ -239,7 +239,7 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
     print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 to "
           "measure the 3 best of every batch):")
     print("    " + shlex.join(run))
-    if hardware != "H200":
+    if not get_hardware(a.hardware).runtime:    # the runtime measures on H200s and H100s
         h_out = out.rstrip("/") + "-h200"
         print("  on an H200 (`subgpu run` predicts for the GPU it runs on), make a search for "
               "it first (Hopper runs the experts in bf16):")
