@@ -163,6 +163,20 @@ def _kernel_tables(env: "_Load", k, hit: float) -> tuple:
     return tuple(np.array(out[x]) for x in ("tau", "busy", "conc", "power"))
 
 
+def _isolated_profiles(graph: OpGraph, hw: Hardware, cal, P: np.ndarray,
+                       out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``kernel_profiles`` without contention: every entry the kernel's static time on the pool
+    (its measured time where ``cal`` has it), ``busy`` the same, into the zeroed ``out``."""
+    static = StaticDurationModel(hw)
+    for u, k in enumerate(graph.kernels):
+        t_iso = (cal.times(k, P, warn=False) if cal is not None and cal.has(k)
+                 else static.kernel_time_us(k, P))
+        out["tau"][u] = np.asarray(t_iso, dtype=float)[:, None, None]
+        # isolated kernels still report their resource use (for inspection only)
+        out["busy"][u] = out["tau"][u]
+    return out
+
+
 def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None = None,
                     hits: np.ndarray | None = None, conc_grid: np.ndarray = CONC_GRID,
                     power_grid: np.ndarray = POWER_GRID,
@@ -217,15 +231,8 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     out = {k: np.zeros(shape) for k in ("tau", "busy", "conc", "power")}
     P = np.arange(N + 1, dtype=float)
     P[0] = 1.0
-    static = StaticDurationModel(hw)
     if model.isolated:
-        for u, k in enumerate(graph.kernels):
-            t_iso = (cal.times(k, P, warn=False) if cal is not None and cal.has(k)
-                     else static.kernel_time_us(k, P))
-            out["tau"][u] = np.asarray(t_iso, dtype=float)[:, None, None]
-            # isolated kernels still report their resource use (for inspection only)
-            out["busy"][u] = out["tau"][u]
-        return out
+        return _isolated_profiles(graph, hw, cal, P, out)
     W = bm.full_window
     xs, ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
     co = (cg * W)[None, :, None]                          # (1, NC, 1) bytes

@@ -33,19 +33,18 @@ import gc
 import heapq
 from array import array
 from dataclasses import replace as _dc_replace
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
 from subgpu_jax.sim.contention import BoundModel, ContentionModel
-from subgpu_jax.model.graph import CATEGORIES, Kernel, OpGraph
+from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
 from subgpu_jax.sim.periodic import RegionForward
 from subgpu_jax.model.kernelcost import device_kernels
 from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane,
-                                     LookupObserver, Pool, SimResult, share_pool,
+                                     LookupObserver, Pool, SimResult, result_of, share_pool,
                                      share_pool_fifo, share_pool_tail)
 from subgpu_jax.space.config import Config, check_config
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
@@ -109,6 +108,22 @@ def lone_makespan(k: Kernel, pool_sms: int, hw: Hardware, model: ContentionModel
     u = sim.lanes[0]
     u.works[0] = _dc_replace(u.works[0], **over)
     return float(sim.run().makespan)
+
+
+def _object_tables(kernels: Sequence[Kernel], P: int | None) -> tuple[list, list]:
+    """Per kernel: its L2 lookups ``(weight reads, activation reads, write bytes, KV bytes)``
+    and its activation writes ``(name, region shift, bytes)``, names canonical (``_canon``)."""
+    objs, writes = [], []
+    for kern in kernels:
+        w = tuple((nm, float(b)) for nm, b in kern.weight_objects)
+        r = tuple(_canon(nm, P) + (float(b),) for nm, b in kern.act_reads)
+        wr = tuple(_canon(nm, P) + (float(b),) for nm, b in kern.act_writes)
+        wb = 0.0
+        for _, _, x in wr:
+            wb += x
+        objs.append((w, r, wb, float(kern.kv_bytes)))
+        writes.append(wr)
+    return objs, writes
 
 
 class EventSimulator:
@@ -203,7 +218,37 @@ class EventSimulator:
         self.pools = list(by_id.values())
         #: pools whose lanes may share SMs (contention on, more than one lane)
         self._shared = [p for p in self.pools if len(p.lanes) > 1] if not self.isolated else []
-        # jobs
+        self._add_jobs(jobs, D, nk)
+        # per (kernel, lane) work and object names
+        for u in self.lanes:
+            for kid in {x for j in u.queue for x in j.kids}:
+                u.works[kid] = self.bm.work(self.kernels[kid], u.pool.sms)
+        self._objs, self._writes = _object_tables(self.kernels, layers_per_region)
+        self.events_q = EventQueue()
+        self.dag: TaskDAG | None = None
+        self.t = 0.0
+        self.active: list[Lane] = []
+        self.events = 0
+        self.steps = 0
+        self.jobs_done = 0
+        self.record = record
+        self.util = array("d")  # flat (t µs, HBM B/s, busy SMs, curve cap B/s) samples
+        self.bytes_hbm = 0.0
+        self.bytes_hit = 0.0
+        self.bytes_obj_read = 0.0
+        self.bytes_reread = 0.0
+        self.bytes_objects = 0.0
+        self._started = False
+        self.forward: RegionForward | None = None   # set by run(forward=True)
+
+    def _add_jobs(self, jobs: Sequence, D: int, nk: int) -> None:
+        """The ``Job`` objects of the job specs (see the class), queued on their lanes, with
+        their successors and kernel-instance slots.
+
+        Raises:
+            ValueError: a stage out of range, a later or missing data predecessor, a kernel id
+                out of range (one line naming the job).
+        """
         self.jobs: list[Job] = []
         succ: list[list[int]] = []
         first = 0
@@ -229,38 +274,6 @@ class EventSimulator:
         self.ninst = first
         self.inst_start = [0.0] * first
         self.inst_end = [0.0] * first
-        # per (kernel, lane) work and object names
-        for u in self.lanes:
-            for kid in {x for j in u.queue for x in j.kids}:
-                u.works[kid] = self.bm.work(self.kernels[kid], u.pool.sms)
-        P = layers_per_region
-        self._objs = []    # per kernel: weight reads, activation reads, write bytes, KV bytes
-        self._writes = []  # per kernel: activation writes (name, region shift, bytes)
-        for kern in self.kernels:
-            w = tuple((nm, float(b)) for nm, b in kern.weight_objects)
-            r = tuple(_canon(nm, P) + (float(b),) for nm, b in kern.act_reads)
-            wr = tuple(_canon(nm, P) + (float(b),) for nm, b in kern.act_writes)
-            wb = 0.0
-            for _, _, x in wr:
-                wb += x
-            self._objs.append((w, r, wb, float(kern.kv_bytes)))
-            self._writes.append(wr)
-        self.events_q = EventQueue()
-        self.dag: TaskDAG | None = None
-        self.t = 0.0
-        self.active: list[Lane] = []
-        self.events = 0
-        self.steps = 0
-        self.jobs_done = 0
-        self.record = record
-        self.util = array("d")  # flat (t µs, HBM B/s, busy SMs, curve cap B/s) samples
-        self.bytes_hbm = 0.0
-        self.bytes_hit = 0.0
-        self.bytes_obj_read = 0.0
-        self.bytes_reread = 0.0
-        self.bytes_objects = 0.0
-        self._started = False
-        self.forward: RegionForward | None = None   # set by run(forward=True)
 
     @classmethod
     def from_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
@@ -671,47 +684,9 @@ class EventSimulator:
         return self._result()
 
     def _result(self) -> SimResult:
-        jobs = self.jobs
-        nj = len(jobs)
-        ninst = self.ninst
-        info = np.fromiter(chain.from_iterable((j.stage, j.region, j.mb, len(j.kids))
-                                               for j in jobs), np.int64, 4 * nj).reshape(nj, 4)
-        ktask = np.repeat(np.arange(nj, dtype=np.int64), info[:, 3])
-        kidx = np.fromiter(chain.from_iterable(j.kids for j in jobs), np.int64, ninst)
-        kst, kl, km = info[ktask, 0], info[ktask, 1], info[ktask, 2]
-        ks = np.array(self.inst_start)
-        ke = np.array(self.inst_end)
-        A = np.fromiter((j.start for j in jobs), float, nj)
-        C = np.fromiter((j.end for j in jobs), float, nj)
-        T = float(C.max()) if nj else 0.0
-        cat = {c: 0.0 for c in CATEGORIES}
-        dur = ke - ks
-        cats = [self.kernels[k].category for k in range(len(self.kernels))]
-        sums = np.bincount(kidx, weights=dur, minlength=len(self.kernels)) if ninst else []
-        for k, v in enumerate(sums):
-            cat[cats[k]] = cat.get(cats[k], 0.0) + float(v)
-        u = np.frombuffer(self.util, dtype=float).reshape(-1, 4)
-        ut = u[:, 0].copy()
-        uh = u[:, 1] / self.hw.hbm_peak_Bps
-        us = u[:, 2] / self.hw.num_sms
-        ucap = u[:, 3].copy()
-        if ut.size and T > 0:
-            w = np.diff(np.append(ut, max(T, ut[-1])))
-            mh = float((uh * w).sum() / T)
-            ms = float((us * w).sum() / T)
-        else:
-            mh = ms = 0.0
-        hr = self.bytes_hit / self.bytes_obj_read if self.bytes_obj_read > 0 else 0.0
-        return SimResult(makespan=T, task_start=A, task_end=C, tau=C - A, kernel_task=ktask,
-                         kernel_index=kidx, kernel_stage=kst, kernel_region=kl, kernel_mb=km,
-                         kernel_start=ks, kernel_end=ke, kernels=self.kernels,
-                         stage_sms=self.stage_sms, category_time=cat, l2_hit_rate=hr,
-                         bytes_hbm=self.bytes_hbm, bytes_l2_hit=self.bytes_hit,
-                         bytes_reread=self.bytes_reread, bytes_objects=self.bytes_objects,
-                         l2_max_occupancy=self.cache.max_occupancy, util_t=ut, util_hbm=uh,
-                         util_sm=us, hbm_cap_Bps=ucap, mean_hbm_util=mh, mean_sm_util=ms,
-                         events=self.events, steps=self.steps, hw_name=self.hw.name,
-                         forwarded=self.forward.jumped if self.forward is not None else None)
+        return result_of(self)
+
+
 def simulate(graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel | None = None,
              cache: str = "lru", record: bool = True, validate: bool = True,
              mode: str = "green", forward: bool = False) -> SimResult:

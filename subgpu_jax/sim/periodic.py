@@ -166,26 +166,26 @@ class RegionForward:
         return _Snap(q, t, tuple(disc), vals, self._counts())
 
     # ------------------------------------------------------------------ moving on
-    def jump(self, q: int, k: int, per: int, delta: float, before: tuple, now: tuple) -> bool:
-        """Move the simulator on by ``k`` regions (a multiple of the period ``per`` regions)
-        and ``k / per * delta`` µs from the start of region ``q`` (``delta``: µs a period;
-        ``before``, ``now``: the counters a period ago and now). Returns False (and changes
-        nothing) when a job ``k`` regions on, or the job a period before a skipped one, is
-        missing."""
-        s = self.sim
-        by_key = self.by_key
+    def _later(self, j, n: int):
+        """The job ``n`` regions after ``j`` (same lane, microbatch and kernels), or None."""
+        return self.by_key.get((j.stage, j.region + n, j.mb, j.kids))
 
-        def later(j, n):
-            return by_key.get((j.stage, j.region + n, j.mb, j.kids))
-
+    def _plan(self, k: int, per: int):
+        """What a jump by ``k`` regions does, before anything changes: ``(heads, moved,
+        skipped)``, with ``heads`` (lane, its head job, that job k regions on) per lane,
+        ``moved`` {job index: pending count it takes over} and ``skipped`` the jobs passed (in
+        region order, each with its job a period earlier done or passed before it); None when
+        a lane has finished, a job k regions on is missing, or a skipped job has no such job
+        a period earlier."""
+        s, later = self.sim, self._later
         heads, waiting = [], []
         for u in s.lanes:
             if u.head >= len(u.queue):
-                return False
+                return None
             x = u.queue[u.head]
             y = later(x, k)
             if y is None or y.stage != x.stage:
-                return False
+                return None
             heads.append((u, x, y))
             start = u.head + (1 if u.job is not None else 0)
             waiting.extend(u.queue[start:])
@@ -203,8 +203,22 @@ class RegionForward:
         for y in skipped:    # each from the same job a period earlier, done or filled first
             p = later(y, -per)
             if p is None or not (p.index in filled or pos[p.index] < lanes[p.stage].head):
-                return False
+                return None
             filled.add(y.index)
+        return heads, moved, skipped
+
+    def jump(self, q: int, k: int, per: int, delta: float, before: tuple, now: tuple) -> bool:
+        """Move the simulator on by ``k`` regions (a multiple of the period ``per`` regions)
+        and ``k / per * delta`` µs from the start of region ``q`` (``delta``: µs a period;
+        ``before``, ``now``: the counters a period ago and now). Returns False (and changes
+        nothing) when a job ``k`` regions on, or the job a period before a skipped one, is
+        missing."""
+        s = self.sim
+        plan = self._plan(k, per)
+        if plan is None:
+            return False
+        heads, moved, skipped = plan
+        later = self._later
         n_per = k // per
         D = n_per * delta
         ist, ien = s.inst_start, s.inst_end

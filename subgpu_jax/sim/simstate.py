@@ -13,16 +13,18 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from itertools import chain
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from subgpu_jax.model.graph import CATEGORIES
 from subgpu_jax.sim.kernelwork import KernelWork
 from subgpu_jax.space.config import Config
 from subgpu_jax.space.taskdag import TaskDAG
 
 __all__ = ["LookupObserver", "EventQueue", "Job", "Lane", "Pool", "share_pool", "share_pool_fifo",
-           "share_pool_tail", "SimResult", "IDLE", "LAUNCHING", "ACTIVE"]
+           "share_pool_tail", "SimResult", "result_of", "IDLE", "LAUNCHING", "ACTIVE"]
 
 #: Lane phases: no kernel, a kernel launching (no work moves), a kernel active.
 IDLE, LAUNCHING, ACTIVE = 0, 1, 2
@@ -359,3 +361,49 @@ class SimResult:
                 "bytes_hbm": float(self.bytes_hbm), "bytes_l2_hit": float(self.bytes_l2_hit),
                 "category_time_us": {k: float(v) for k, v in self.category_time.items()},
                 "events": int(self.events), "kernel_instances": int(self.kernel_start.size)}
+
+
+def result_of(sim) -> SimResult:
+    """The ``SimResult`` of a finished ``eventsim.EventSimulator`` ``sim`` (its jobs, kernel
+    instance times, utilisation samples, byte counters and L2 table)."""
+    jobs = sim.jobs
+    nj = len(jobs)
+    ninst = sim.ninst
+    info = np.fromiter(chain.from_iterable((j.stage, j.region, j.mb, len(j.kids))
+                                           for j in jobs), np.int64, 4 * nj).reshape(nj, 4)
+    ktask = np.repeat(np.arange(nj, dtype=np.int64), info[:, 3])
+    kidx = np.fromiter(chain.from_iterable(j.kids for j in jobs), np.int64, ninst)
+    kst, kl, km = info[ktask, 0], info[ktask, 1], info[ktask, 2]
+    ks = np.array(sim.inst_start)
+    ke = np.array(sim.inst_end)
+    A = np.fromiter((j.start for j in jobs), float, nj)
+    C = np.fromiter((j.end for j in jobs), float, nj)
+    T = float(C.max()) if nj else 0.0
+    cat = {c: 0.0 for c in CATEGORIES}
+    dur = ke - ks
+    cats = [sim.kernels[k].category for k in range(len(sim.kernels))]
+    sums = np.bincount(kidx, weights=dur, minlength=len(sim.kernels)) if ninst else []
+    for k, v in enumerate(sums):
+        cat[cats[k]] = cat.get(cats[k], 0.0) + float(v)
+    u = np.frombuffer(sim.util, dtype=float).reshape(-1, 4)
+    ut = u[:, 0].copy()
+    uh = u[:, 1] / sim.hw.hbm_peak_Bps
+    us = u[:, 2] / sim.hw.num_sms
+    ucap = u[:, 3].copy()
+    if ut.size and T > 0:
+        w = np.diff(np.append(ut, max(T, ut[-1])))
+        mh = float((uh * w).sum() / T)
+        ms = float((us * w).sum() / T)
+    else:
+        mh = ms = 0.0
+    hr = sim.bytes_hit / sim.bytes_obj_read if sim.bytes_obj_read > 0 else 0.0
+    return SimResult(makespan=T, task_start=A, task_end=C, tau=C - A, kernel_task=ktask,
+                     kernel_index=kidx, kernel_stage=kst, kernel_region=kl, kernel_mb=km,
+                     kernel_start=ks, kernel_end=ke, kernels=sim.kernels,
+                     stage_sms=sim.stage_sms, category_time=cat, l2_hit_rate=hr,
+                     bytes_hbm=sim.bytes_hbm, bytes_l2_hit=sim.bytes_hit,
+                     bytes_reread=sim.bytes_reread, bytes_objects=sim.bytes_objects,
+                     l2_max_occupancy=sim.cache.max_occupancy, util_t=ut, util_hbm=uh,
+                     util_sm=us, hbm_cap_Bps=ucap, mean_hbm_util=mh, mean_sm_util=ms,
+                     events=sim.events, steps=sim.steps, hw_name=sim.hw.name,
+                     forwarded=sim.forward.jumped if sim.forward is not None else None)
