@@ -72,6 +72,7 @@ from subgpu_jax.score.vctables import (CONC_GRID, POWER_GRID, SegTables, kernel_
                                        segment_tables)
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
+           "reference_hits",
            "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
            "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS", "HitCounter",
            "vc_batch", "vc_batch_impl", "bilinear_rows"]
@@ -129,6 +130,24 @@ def estimate_hits(graph: OpGraph, cfg: Config, hw: Hardware, cache: str = "lru")
     EventSimulator.from_config(graph, cfg, hw, ContentionModel.off(), cache, record=False,
                                observer=obs).run(forward=True)
     return obs.hit_rates()
+
+
+def reference_hits(graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
+                   policy: str, streams_per_stage: int, cache: str,
+                   ref_alloc: Sequence[int] | None = None) -> np.ndarray:
+    """``estimate_hits`` of a structure at its reference allocation (``ref_alloc``, default the
+    even split of the SM budget): float64 (n,) hit fractions.
+
+    Raises:
+        ValueError: an invalid structure or cache policy (as ``estimate_hits``).
+    """
+    if ref_alloc is None:
+        ref_alloc = even_allocation(hw.sm_budget, D, hw.sm_quantum, hw.min_pool_sms)
+    R = graph.deployment.requests_per_gpu if graph.deployment is not None else None
+    mb = R // graph.microbatches if R is not None else 1
+    cfg = Config(D=D, w=w, seg_of=tuple(seg_of), alloc=tuple(int(a) for a in ref_alloc),
+                 microbatch=mb, policy=policy, streams_per_stage=streams_per_stage)
+    return estimate_hits(graph, cfg, hw, cache)
 
 
 class HitCounter:
@@ -350,8 +369,7 @@ class VContentionEvaluator:
                           else pad_small)
         self.plan = LanePlan.from_dag(self.dag, self.arrs.T_pad, pad_lanes, pad_positions,
                                       pad_levels, pad_width, pad_preds, dtype=dtype)
-        if scan is None:
-            scan = "batched"
+        scan = "batched" if scan is None else scan
         if scan not in SCANS:
             raise ValueError(f"scan must be one of {SCANS}, got {scan!r}")
         self.scan = scan
@@ -370,17 +388,9 @@ class VContentionEvaluator:
             workers = min(2, os.cpu_count() or 1) if cpu else 1
         self.workers = workers
         if hits is None:
-            if self.model.isolated or cache == "none":
-                hits = np.zeros(graph.n)
-            else:
-                if ref_alloc is None:
-                    ref_alloc = even_allocation(hw.sm_budget, D, hw.sm_quantum,
-                                                hw.min_pool_sms)
-                R = graph.deployment.requests_per_gpu if graph.deployment is not None else None
-                mb = R // graph.microbatches if R is not None else 1
-                cfg = Config(D=D, w=w, seg_of=self.seg_of, alloc=tuple(int(a) for a in ref_alloc),
-                             microbatch=mb, policy=policy, streams_per_stage=streams_per_stage)
-                hits = estimate_hits(graph, cfg, hw, cache)
+            hits = (np.zeros(graph.n) if self.model.isolated or cache == "none" else
+                    reference_hits(graph, self.seg_of, D, w, hw, policy, streams_per_stage,
+                                   cache, ref_alloc))
         self.hits = np.asarray(hits, dtype=float)
         self.tabs = segment_tables(graph, self.seg_of, K, w, hw, self.model, self.hits, dtype,
                                    pad_segments)
