@@ -3,7 +3,8 @@
 A forward pass chains L identical regions (layers, or pairs of layers for GPT-OSS), and the
 task DAG and every lane's queue repeat from region to region. Once the pipeline has filled, the
 simulation often repeats too: the state at the moment lane 0 starts region q + 1 is the state at
-the start of region q moved on by one region and by a period of Delta µs
+the start of region q moved on by one region (or by a few: ``MAX_PERIOD``) and by a period of
+Delta µs
 (``experiments/eventsim_periodicity.py``: 59 of the main job's 72 configurations from the third
 region on; the others oscillate or never settle). ``RegionForward`` watches for that moment and
 then moves the whole state on by k regions and k x Delta µs in one step, leaving the last regions
@@ -37,10 +38,13 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-__all__ = ["RegionForward", "FORWARD_TOL"]
+__all__ = ["RegionForward", "FORWARD_TOL", "MAX_PERIOD"]
 
 #: Relative tolerance of the state comparison (1 unit absolute at least: bytes, FLOPs, µs).
 FORWARD_TOL: float = 1e-9
+#: The longest period looked for, in regions (passes of 3 stages were seen to repeat every 1, 2
+#: or 3 regions: experiments/eventsim_periodicity.py and tests/sim/test_periodic.py).
+MAX_PERIOD: int = 4
 
 #: The simulator's counters that grow with the regions simulated (moved on by k periods).
 #: (``events`` and ``steps`` count the work simulated: they are not moved on.)
@@ -93,7 +97,7 @@ class RegionForward:
         # the regions must be told apart by key and lane 0 must see every region start
         self.active = (len(self.by_key) == len(jobs) and self.L >= 6
                        and len(self.markers) == self.L)
-        self.prev: list[_Snap] = []   # the last two region starts' states, latest first
+        self.prev: list[_Snap] = []   # the last MAX_PERIOD region starts' states, latest first
 
     # ------------------------------------------------------------------ watching
     def at(self, job) -> None:
@@ -106,7 +110,7 @@ class RegionForward:
             self.active = False
             return
         snap = self.snapshot(q)
-        for p in self.prev:                    # a period of one region, then of two
+        for p in self.prev:                    # a period of one region, then two, ...
             per = q - p.q
             if p.disc == snap.disc and self._close(p.vals, snap.vals):
                 delta = snap.t - p.t
@@ -116,7 +120,7 @@ class RegionForward:
                     self.active = False
                     self.jumped = (q, k, delta / per)
                     return
-        self.prev = [snap] + [p for p in self.prev if p.q == q - 1]
+        self.prev = [snap] + [p for p in self.prev if p.q > q - MAX_PERIOD]
 
     def _close(self, a: list, b: list) -> bool:
         tol = self.tol
