@@ -41,7 +41,7 @@ from subgpu_jax.sim.contention import BoundModel, ContentionModel
 from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
-from subgpu_jax.sim.periodic import RegionForward
+from subgpu_jax.sim.periodic import TIE_TOL, RegionForward
 from subgpu_jax.model.kernelcost import device_kernels
 from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane,
                                      LookupObserver, Pool, SimResult, result_of, share_pool,
@@ -604,6 +604,7 @@ class EventSimulator:
         fwd = self.forward if self.forward is not None and self.forward.active else None
         lane0 = self.lanes[0]
         seen = lane0.job
+        last = self.t           # the last instant with a valid event (near ties, sim.periodic)
         n = 0
         events = 0
         now = self.t
@@ -620,27 +621,34 @@ class EventSimulator:
                         if u.N > 0 and not u.setup:
                             u.N -= u.rn * dt
             self.t = now = t
-            valid = False
+            valid = None          # the first lane with a valid event at this instant
+            multi = False         # events of several lanes at this instant
             while heap and heap[0][0] == t:
                 _, prio, _, u, ep = pop(heap)
                 events += 1
+                if prio == _DONE and ep != u.epoch:
+                    continue
+                if valid is None:
+                    valid = u
+                elif u is not valid:
+                    multi = True
                 if prio == _DONE:
-                    if ep != u.epoch:
-                        continue
-                    valid = True
                     u.live = False
                     if iso:
                         u.F = u.D = u.N = 0.0
                 elif prio == _LAUNCH:
-                    valid = True
                     self._activate(u, t)
                 else:
-                    valid = True
                     u.setup = False
                     u.comm_on = u.N > 0
-            if not valid:
+            if valid is None:
                 continue
             self.steps += 1
+            if fwd is not None:   # lanes tied to float noise (or exactly, with static
+                # durations: their sums tie and split by rounding): a fragile order
+                if (multi and iso) or 0.0 < t - last <= TIE_TOL * (t if t > 1.0 else 1.0):
+                    fwd.near_ties += 1
+                last = t
             self._settle(t, not iso)
             if iso:
                 if self.record:

@@ -19,13 +19,19 @@ predecessors still pending of every job not yet started (relative to the region)
 be equal and numbers equal to ``tol`` (relative, at least 1 unit absolute: 1e-9 by default, far
 below any modelling error); otherwise nothing is skipped and the simulation runs as it did.
 
+Ties: two lanes' events closer than ``TIE_TOL`` (a near tie), or, with static durations
+(``ContentionModel.off()``, whose sums tie exactly), at the same instant, are ordered by float
+rounding, and the full simulation may order them differently regions later (their L2 lookups
+then swap). A period in which such a tie happened (counted by the event loop in
+``near_ties``), or a snapshot with two pending events in a near tie, is never a reason to jump.
+
 What a jump writes: the clock, the pending events and every lane's predictions move on by
 k x Delta; each lane runs the job k regions on; every job it passes is done, with its task and
 kernel times those of the same job one region earlier plus Delta (so the ``SimResult`` arrays
 are complete); the pending-predecessor counts and the L2 table are those of the snapshot moved by
 k regions; byte and event counters grow by k times their growth over the period. The makespan
 then differs from the full simulation's by float rounding (``tests/sim/test_periodic.py`` checks
-1e-9 relative on every preset, both SM modes, both link settings).
+1e-9 relative on every preset, both SM modes, both link settings, and the tie cases).
 
 Used by ``EventSimulator.run`` when asked (``forward=True``) and there is no utilisation series
 (it would need the skipped regions' samples). A lookup observer (``simstate.LookupObserver``)
@@ -38,10 +44,15 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
-__all__ = ["RegionForward", "FORWARD_TOL", "MAX_PERIOD"]
+__all__ = ["RegionForward", "FORWARD_TOL", "MAX_PERIOD", "TIE_TOL"]
 
 #: Relative tolerance of the state comparison (1 unit absolute at least: bytes, FLOPs, µs).
 FORWARD_TOL: float = 1e-9
+#: Two instants closer than this (relative to the clock, µs) are a near tie: which comes first
+#: is float rounding, and a period in which one happened is never skipped (its repetition would
+#: fix an order the full simulation may flip later: found with contention off, where the L2
+#: lookups of two lanes' kernels 1e-13 µs apart swapped order regions later).
+TIE_TOL: float = 1e-9
 #: The longest period looked for, in regions (passes of 3 stages were seen to repeat every 1, 2
 #: or 3 regions: experiments/eventsim_periodicity.py and tests/sim/test_periodic.py).
 MAX_PERIOD: int = 4
@@ -61,6 +72,7 @@ class _Snap:
     disc: tuple
     vals: list
     counts: tuple
+    ties: int          # near ties seen so far (instants, and pending events at the snapshot)
 
 
 class RegionForward:
@@ -97,6 +109,7 @@ class RegionForward:
         # the regions must be told apart by key and lane 0 must see every region start
         self.active = (len(self.by_key) == len(jobs) and self.L >= 6
                        and len(self.markers) == self.L)
+        self.near_ties = 0   # instants within TIE_TOL of the previous one (counted by the loop)
         self.prev: list[_Snap] = []   # the last MAX_PERIOD region starts' states, latest first
 
     # ------------------------------------------------------------------ watching
@@ -112,7 +125,7 @@ class RegionForward:
         snap = self.snapshot(q)
         for p in self.prev:                    # a period of one region, then two, ...
             per = q - p.q
-            if p.disc == snap.disc and self._close(p.vals, snap.vals):
+            if p.ties == snap.ties and p.disc == snap.disc and self._close(p.vals, snap.vals):
                 delta = snap.t - p.t
                 k = per * (((self.L - 2) - q) // per)
                 if delta > 0 and k >= 2 * per and self.jump(q, k, per, delta, p.counts,
@@ -155,9 +168,13 @@ class RegionForward:
             if j is not None:
                 vals.extend((j.start - t, ist[j.first + u.pos] - t))
         ev = sorted(e for e in s.events_q.heap if e[1] != _DONE or e[4] == e[3].epoch)
+        ties, prev_te = self.near_ties, None
         for te, prio, _, u, _ in ev:
             disc.append((prio, u.index))
             vals.append(te - t)
+            if prev_te is not None and 0.0 < te - prev_te <= TIE_TOL * max(te, 1.0):
+                ties += 1          # a near tie still pending: never a state to jump from
+            prev_te = te
         init = self.init_pending
         for u in s.lanes:
             start = u.head + (1 if u.job is not None else 0)
@@ -167,7 +184,10 @@ class RegionForward:
         for key, b in s.cache.entries():
             disc.append((_shift_key(key, -q), b))
         vals.append(s.cache.occupancy)
-        return _Snap(q, t, tuple(disc), vals, self._counts())
+        if ties > self.near_ties:  # unequal to every other snapshot's count
+            self.near_ties = ties + 1
+            ties = -1
+        return _Snap(q, t, tuple(disc), vals, self._counts(), ties)
 
     # ------------------------------------------------------------------ moving on
     def _later(self, j, n: int):
