@@ -20,8 +20,9 @@ structure (seeded), in the record's mode and in the other SM mode.
 
 Usage: python experiments/eventsim_periodicity.py --search DIR [--random N] [--max-r R]
            [--tol X] [--seed S] [--out JSON]
-Writes experiments/results/eventsim_periodicity.json by default and prints a table. Bad
-arguments end with one line ``error: ...`` and exit code 2.
+Writes experiments/results/eventsim_periodicity.json by default and prints a table. Bad values
+(counts, --out, a folder without a search's records) end with one line ``error: ...`` and exit
+code 2, before any simulation.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 from subgpu_jax.app.fit import checked_workload  # noqa: E402
 from subgpu_jax.app.options import record_config_options  # noqa: E402
 from subgpu_jax.model.graph import Deployment  # noqa: E402
+from subgpu_jax.model.checks import out_file  # noqa: E402
 from subgpu_jax.model.hardware import get_hardware  # noqa: E402
 from subgpu_jax.model.models import resolve_model  # noqa: E402
 from subgpu_jax.sim.contention import ContentionModel  # noqa: E402
@@ -50,6 +52,9 @@ from subgpu_jax.sim.eventsim import SM_MODES, simulate  # noqa: E402
 from subgpu_jax.space.config import config_from_options  # noqa: E402
 
 OUT = ROOT / "experiments" / "results" / "eventsim_periodicity.json"
+#: The record fields the study reads.
+RECORD_FIELDS = {"hardware", "model", "num_gpus", "attn_tp", "attn_dp", "moe_ep", "global_batch",
+                 "input_len", "kv_history", "cuts", "sms", "microbatch", "w", "grid_key"}
 
 
 def random_allocs(alloc: tuple[int, ...], quantum: int, minimum: int, n: int,
@@ -133,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.random < 0 or a.max_r < 3 or not a.tol > 0:
             raise ValueError("--random must be >= 0, --max-r >= 3, --tol > 0")
+        out_file(a.out, "--out")                      # before minutes of work
         path = Path(a.search) / "records.csv"
         try:
             rows = [r for r in csv.DictReader(path.open()) if r.get("mode") == "subgpu"]
@@ -140,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--search: cannot read {path}: {e.strerror or e}") from None
         if not rows:
             raise ValueError(f"--search: {path} holds no SubGPU record")
+        missing = sorted(RECORD_FIELDS - set(rows[0]))
+        if missing:
+            raise ValueError(f"--search: {path} is not a subgpu search's records.csv (no "
+                             f"{', '.join(missing)})")
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -12,7 +12,7 @@ import shlex
 from subgpu_jax.app.options import record_config_options, resolve_cache, serving_args
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
-from subgpu_jax.score.timer import DEFAULT_TIMER
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
 
 __all__ = ["print_search_summary", "print_next_steps", "search_reproduce_command",
@@ -222,7 +222,7 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
         return
     out = path_arg(a.out)
     print("next steps (paths absolute: run them from any folder):")
-    see = ("add --gantt/--trace/--utilization FILE to see it" if a.exact == DEFAULT_TIMER else
+    see = ("add --gantt/--trace/--utilization FILE to see it" if TIMERS[a.exact].reference else
            f"to see it, drop --simulator {a.exact} and add --gantt/--trace/--utilization FILE: "
            "the event simulator draws")
     print(f"  reproduce the best configuration (--microbatch is a size: {b['microbatch']} "
