@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import textwrap
 
 from subgpu_jax.app.options import record_config_options, resolve_cache, serving_args
 from subgpu_jax.app.provenance import prediction_note
@@ -15,7 +16,8 @@ from subgpu_jax.app.searchjob import OUTPUT_FILES
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
 
-__all__ = ["print_search_summary", "print_next_steps", "search_reproduce_command",
+__all__ = ["print_search_summary", "print_next_steps", "amplified_gain_note",
+           "search_reproduce_command",
            "search_grid_args", "path_arg"]
 
 
@@ -23,6 +25,35 @@ def _csv(s: str) -> str:
     """A comma-separated option value without spaces or empty items (``"512, 1024"`` ->
     ``"512,1024"``)."""
     return ",".join(x.strip() for x in str(s).split(",") if x.strip())
+
+
+#: A matched per-user gain this many times the best configuration's gain (speedup - 1) is told
+#: apart: it comes from a flat temporal frontier (a larger batch buys little per-GPU
+#: throughput), not from a faster step (found by a new user: +96.5% beside 1.09x speedups).
+AMPLIFIED = 3.0
+
+
+def amplified_gain_note(rows: list[dict], best_speedup: float) -> str | None:
+    """The note under the per-user gains at matched per-GPU throughput when one of ``rows``
+    (``report.matched_tables`` rows shown) exceeds ``AMPLIFIED`` times the best configuration's
+    gain (``best_speedup`` - 1) and compares points at different batches: the frontier, not the
+    step, makes it. None otherwise.
+
+    Returns:
+        two or three lines of at most 100 characters, indented by two spaces."""
+    amplified = [r for r in rows if "nearest_temporal" in r
+                 and r["nearest_temporal"]["global_batch"] != r["nearest_subgpu"]["global_batch"]
+                 and r["gain"] > AMPLIFIED * (best_speedup - 1.0)]
+    if not amplified:
+        return None
+    r = max(amplified, key=lambda x: x["gain"])
+    return textwrap.fill(
+        f"(a gain of {r['gain']:+.0%} beside configuration speedups of at most "
+        f"{best_speedup:.3f}x: temporal reaches this per-GPU throughput only at G="
+        f"{r['nearest_temporal']['global_batch']}, SubGPU already at G="
+        f"{r['nearest_subgpu']['global_batch']}, where each request runs faster; the temporal "
+        "frontier is flat there. Compare the same batch in the table above)",
+        100, initial_indent="  ", subsequent_indent="  ")
 
 
 def _fmt_gain(r: dict, key: str, unit: str, fmt: str) -> str:
@@ -78,6 +109,7 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
                   f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
     m = summ["matched"]
     tol = m.get("tolerance", 0.05)
+    best_speedup = max((float(r["speedup_vs_temporal"]) for r in rows), default=1.0)
     print(f"\nmatched gains (frontier against frontier, each interpolated linearly between its "
           f"points, which lie at\ndifferent batches: shown only where both frontiers have a point "
           f"within {tol:.0%} of the matched point in both\nthroughputs)")
@@ -100,6 +132,9 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
                   f"is {gap:.0%} or more away; add batches (--batches) to fill the gaps)")
         if not rs:
             print("  (the frontiers do not overlap: no matched comparison)")
+        note = amplified_gain_note(near, best_speedup) if key == "per_gpu_tok_s" else None
+        if note:
+            print(note)
     chk = summ.get("reference_check")
     if chk and chk.get("rows") and chk.get("max_abs_error") is not None:
         n = chk.get("checked", len(chk["rows"]))

@@ -555,3 +555,23 @@ def test_from_search_runs_the_records_streams_per_stage(small_search, tmp_path):
                                     "gpt-oss-20b", "--hardware", "H200"])
     assert prepare_run(RunRequest.from_args(a1)).cfg.streams_per_stage == int(
         summ["best_speedup_record"].get("streams_per_stage") or 1)
+
+
+def test_a_matched_gain_far_above_the_speedups_is_explained():
+    """A new user's Llama-3-8B search (H100 x 8, KV 8K, G = 256, 512, 1024) printed "+96.5%"
+    per-user gain at matched per-GPU throughput beside configuration speedups of 1.05-1.09x: the
+    temporal frontier is flat (G = 512 buys 11% per-GPU throughput over G = 256), so SubGPU at
+    G = 256 matches temporal at G = 512. The note says so; gains at one batch, or within 3x the
+    best gain, get none."""
+    from subgpu_jax.app.searchtext import amplified_gain_note
+
+    def row(gain, gt, gs):
+        return {"gain": gain, "nearest_temporal": {"global_batch": gt},
+                "nearest_subgpu": {"global_batch": gs}}
+
+    note = amplified_gain_note([row(0.965, 512, 256), row(0.968, 512, 256)], 1.091)
+    assert note.startswith("  (a gain of +97% beside configuration speedups of at most 1.091x")
+    assert "only at G=512, SubGPU already at G=256" in note
+    assert all(len(x) <= 100 for x in note.splitlines())
+    assert amplified_gain_note([row(0.965, 512, 512)], 1.091) is None      # the same batch
+    assert amplified_gain_note([row(0.20, 512, 256)], 1.091) is None       # within 3 x 9.1%
