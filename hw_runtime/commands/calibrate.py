@@ -48,7 +48,7 @@ def cmd_calibrate(a) -> int:
     hardware = resolve_hardware(a.hardware)   # default: this GPU's preset
     # memory checked with the experts the calibration runs (bf16 on Hopper)
     wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(hardware),
-                          *given_tp_ep(a))
+                          *given_tp_ep(a), kv_flag=False)
     for G in batches:
         import dataclasses
         dataclasses.replace(dep, global_batch=G).validate(wl.arch)

@@ -177,7 +177,8 @@ def prepare_run(req: RunRequest) -> PreparedRun:
     dep = Deployment(num_gpus=w.gpus, attn_tp=w.tp, attn_dp=w.dp, moe_ep=ep,
                      global_batch=w.batch, input_len=w.input_len, kv_history=w.kv_history)
     # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's
-    wl = checked_workload(hopper_arch(arch), dep, get_hardware(w.hardware), w.given_tp, w.ep)
+    wl = checked_workload(hopper_arch(arch), dep, get_hardware(w.hardware), w.given_tp, w.ep,
+                          kv_flag=False)
     hw = wl.hw
     rec = req.config.record
     if rec is not None:  # a search record (--from-search): its configuration, one decoding

@@ -141,16 +141,27 @@ def fit_options(arch: ModelArch, dep: Deployment, hw: Hardware, tp: int | None =
 
 def not_fit_message(arch: ModelArch, dep: Deployment, hw: Hardware, error: str,
                     tp: int | None = None, ep: int | None = None,
-                    batch_flag: str = "--batch") -> str:
+                    batch_flag: str = "--batch", kv_flag: bool = True) -> str:
     """The error of a deployment that does not fit: ``error`` (the sizes), the model's
-    parameters, then one line per flag that alone would make it fit (``fit_options``).
+    parameters, then one line per flag that alone would make it fit (``fit_options``, and
+    ``--kv-dtype fp8`` where the command has it and an FP8 KV cache fits).
 
     Args:
         batch_flag: the batch option of the command (``--batch``, or ``--batches`` for search).
+        kv_flag: the command takes ``--kv-dtype`` (``simulate``, ``search``; not the runtime's
+            commands, which keep the KV cache in bf16).
     """
     opt = fit_options(arch, dep, hw, tp, ep)
     error = error.replace("lower --batch ", f"lower {batch_flag} ")  # the command's own flag
+    if not kv_flag:
+        error = error.replace(", or use --kv-dtype fp8", "")
     lines = [error, "  any one of these flags alone makes it fit:"]
+    if kv_flag and arch.kv_dtype != "fp8":
+        fp8 = dataclasses.replace(arch, kv_dtype="fp8")
+        if fits(fp8, dep, hw):
+            lines.append(f"    --kv-dtype fp8   (the KV cache in FP8: "
+                         f"{memory_use(fp8, dep, hw).total / 1e9:.1f} GB per GPU instead of "
+                         f"{memory_use(arch, dep, hw).total / 1e9:.1f} GB)")
     if opt["gpus"]:
         n, t, d = opt["gpus"]
         d2 = _deployment_for_gpus(arch, dep, n, tp, ep)
@@ -165,7 +176,7 @@ def not_fit_message(arch: ModelArch, dep: Deployment, hw: Hardware, error: str,
     if opt["kv_history"]:
         lines.append(f"    --kv-history {opt['kv_history']}   (the largest KV history that fits; "
                      f"now {dep.kv_history} tokens)")
-    if not any(opt.values()):
+    if len(lines) == 2:
         lines.append(f"    none alone: the weights need more than one {hw.name} at up to "
                      f"{MAX_GPUS} GPUs; try a GPU with more memory (--hardware)")
     lines.insert(1, f"  {arch.name}: {params_line(arch)}")  # the model first, then the flags
@@ -180,8 +191,9 @@ def given_tp_ep(a) -> tuple[int | None, int | None]:
 
 
 def checked_workload(arch: ModelArch, dep: Deployment, hw: Hardware, tp: int | None = None,
-                     ep: int | None = None):
-    """``Workload.checked(arch, dep, hw)``, its memory error told as ``not_fit_message``.
+                     ep: int | None = None, kv_flag: bool = True):
+    """``Workload.checked(arch, dep, hw)``, its memory error told as ``not_fit_message``
+    (``kv_flag``: the command takes ``--kv-dtype``).
 
     Raises:
         ValueError: an invalid deployment (one line), or one that does not fit (the sizes, the
@@ -193,7 +205,8 @@ def checked_workload(arch: ModelArch, dep: Deployment, hw: Hardware, tp: int | N
     try:
         check_memory(arch, dep, hw)
     except ValueError as e:
-        raise ValueError(not_fit_message(arch, dep, hw, str(e), tp, ep)) from None
+        raise ValueError(not_fit_message(arch, dep, hw, str(e), tp, ep,
+                                         kv_flag=kv_flag)) from None
     return Workload.from_model(arch, dep, hw)
 
 

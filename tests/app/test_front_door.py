@@ -7,6 +7,8 @@ its links.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import statistics
 import re
@@ -143,9 +145,13 @@ def test_default_deployment_that_does_not_fit_says_which_flags_fit(capsys):
     assert lines[1].strip().startswith("llama-3.1-8b:") and "active per token" in lines[1]
     assert "input embedding" in lines[1]
     assert lines[2].strip() == "any one of these flags alone makes it fit:"
-    flags = {ln.split()[0]: int(ln.split()[1]) for ln in lines[3:]}
-    assert set(flags) == {"--gpus", "--batch", "--kv-history"}
+    flags = {ln.split()[0]: ln.split()[1] for ln in lines[3:]}
+    assert set(flags) == {"--kv-dtype", "--gpus", "--batch", "--kv-history"}
     arch, hw = resolve_model("llama-3.1-8b"), get_hardware("B200")
+    assert flags.pop("--kv-dtype") == "fp8"     # a new user's finding: FP8 KV fits alone
+    assert fits(dataclasses.replace(arch, kv_dtype="fp8"),
+                Deployment(num_gpus=32, attn_tp=8, attn_dp=4, moe_ep=1), hw)
+    flags = {k: int(v) for k, v in flags.items()}
     base = Deployment(num_gpus=32, attn_tp=8, attn_dp=4, moe_ep=1)
     assert not fits(arch, base, hw)
     assert fits(arch, Deployment(num_gpus=32, attn_tp=8, attn_dp=4, moe_ep=1,
@@ -185,7 +191,8 @@ def test_search_grid_that_never_fits_prints_the_advice(tmp_path, capsys):
     lines = err.strip().splitlines()
     assert rc == 2 and lines[0].startswith("error: deployment does not fit")
     assert "671.03 B parameters, 36.63 B active per token" in lines[1]
-    assert [ln.split()[0] for ln in lines[3:]] == ["--gpus", "--batches", "--kv-history"]
+    assert [ln.split()[0] for ln in lines[3:]] == ["--kv-dtype", "--gpus", "--batches",
+                                                  "--kv-history"]
     assert not (tmp_path / "r").exists()
 
 
