@@ -41,7 +41,7 @@ from subgpu_jax.sim.contention import BoundModel, ContentionModel
 from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.sim.l2cache import L2Cache, check_policy
-from subgpu_jax.sim.periodic import TIE_TOL, RegionForward
+from subgpu_jax.sim.periodic import RegionForward
 from subgpu_jax.model.kernelcost import device_kernels
 from subgpu_jax.sim.simstate import (ACTIVE, IDLE, LAUNCHING, EventQueue, Job, Lane,
                                      LookupObserver, Pool, SimResult, result_of, share_pool,
@@ -603,8 +603,6 @@ class EventSimulator:
         active = self.active
         fwd = self.forward if self.forward is not None and self.forward.active else None
         lane0 = self.lanes[0]
-        seen = lane0.job
-        last = self.t           # the last instant with a valid event (near ties, sim.periodic)
         n = 0
         events = 0
         now = self.t
@@ -644,23 +642,16 @@ class EventSimulator:
             if valid is None:
                 continue
             self.steps += 1
-            if fwd is not None:   # lanes tied to float noise (or exactly, with static
-                # durations: their sums tie and split by rounding): a fragile order
-                if (multi and iso) or 0.0 < t - last <= TIE_TOL * (t if t > 1.0 else 1.0):
-                    fwd.near_ties += 1
-                last = t
             self._settle(t, not iso)
             if iso:
                 if self.record:
                     self._rec_isolated(t)
             else:
                 self._recompute(t)
-            if fwd is not None and lane0.job is not seen:   # sim.periodic: lane 0 moved on
-                seen = lane0.job
-                fwd.at(seen)
+            if fwd is not None:   # sim.periodic: ties, and lane 0 starting a region
+                fwd.instant(t, multi and iso, lane0.job)
                 if not fwd.active:
-                    fwd = None
-                    now = self.t        # a jump moves the clock
+                    fwd, now = None, self.t     # a jump moves the clock
             n += 1
             if n >= max_steps:
                 self.events += events

@@ -109,10 +109,24 @@ class RegionForward:
         # the regions must be told apart by key and lane 0 must see every region start
         self.active = (len(self.by_key) == len(jobs) and self.L >= 6
                        and len(self.markers) == self.L)
-        self.near_ties = 0   # instants within TIE_TOL of the previous one (counted by the loop)
+        self.near_ties = 0   # instants in a tie (``instant``)
+        self.last = sim.t    # the last instant with a valid event
+        self.seen = sim.lanes[0].job if sim.lanes else None   # lane 0's job at that instant
         self.prev: list[_Snap] = []   # the last MAX_PERIOD region starts' states, latest first
 
     # ------------------------------------------------------------------ watching
+    def instant(self, t: float, tied: bool, job) -> None:
+        """The event loop processed an instant at ``t`` µs (``tied``: events of several lanes
+        fell on it, with static durations); ``job``: lane 0's job after it. Counts a tie (that
+        one, or an instant within ``TIE_TOL`` of the previous one) and calls ``at`` when lane 0
+        has moved on."""
+        if tied or 0.0 < t - self.last <= TIE_TOL * (t if t > 1.0 else 1.0):
+            self.near_ties += 1
+        self.last = t
+        if job is not self.seen:
+            self.seen = job
+            self.at(job)
+
     def at(self, job) -> None:
         """Lane 0 has just started ``job`` (or gone idle, ``None``); at a region start, compare
         the state with the previous region start's and jump when they agree."""
