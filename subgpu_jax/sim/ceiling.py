@@ -91,8 +91,13 @@ def describe(c: dict) -> str:
          f"µs, {c['bound_m1']}-bound: HBM {f['hbm_us']:.0f}, compute {f['compute_us']:.0f}, "
          f"NVLink {f['comm_us']:.0f} µs)")
     if "floor_m" in c:
-        s += (f"; at m={c['microbatches']} (weights read per microbatch) at most "
-              f"{c['ceiling_shorter_m']:.0%} (floor {c['floor_m']['floor_us']:.0f} µs)")
+        fm = c["floor_m"]["floor_us"]
+        if fm >= c["temporal_us"]:   # no overlap can win: say so rather than "at most 0%"
+            s += (f"; at m={c['microbatches']} (weights read per microbatch) no shorter than "
+                  f"temporal: its floor {fm:.0f} µs is above it")
+        else:
+            s += (f"; at m={c['microbatches']} (weights read per microbatch) at most "
+                  f"{c['ceiling_shorter_m']:.0%} (floor {fm:.0f} µs)")
     return s
 
 

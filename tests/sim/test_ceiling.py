@@ -36,3 +36,18 @@ def test_hbm_floor_and_ceiling():
     assert c["bound_m1"] == "hbm" and "at most 50% shorter" in describe(c)
     with pytest.raises(ValueError, match="temporal_us"):
         overlap_ceiling(g, H200, 0.0)
+
+
+def test_describe_says_no_gain_when_the_microbatched_floor_is_above_temporal():
+    """A new user read "at m=2 ... at most 0% (floor 19297 µs)" beside a 16,793 µs temporal step:
+    the floor above temporal means no configuration at that m can win; the line says so."""
+    c = {"temporal_us": 16793.0, "floor_m1": {"floor_us": 12000.0, "hbm_us": 12000.0,
+                                              "compute_us": 3000.0, "comm_us": 0.0},
+         "ceiling_shorter_m1": 1 - 12000 / 16793, "bound_m1": "hbm",
+         "floor_m": {"floor_us": 19297.0}, "ceiling_shorter_m": 0.0, "microbatches": 2}
+    line = describe(c)
+    assert line.endswith("at m=2 (weights read per microbatch) no shorter than temporal: its "
+                         "floor 19297 µs is above it")
+    assert "at most 29% shorter than temporal (16793 µs)" in line
+    c["floor_m"]["floor_us"], c["ceiling_shorter_m"] = 15000.0, 1 - 15000 / 16793
+    assert describe(c).endswith("at most 11% (floor 15000 µs)")
