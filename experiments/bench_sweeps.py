@@ -82,9 +82,9 @@ sys.exit(main(sys.argv[2:]))
 
 VARIANTS = ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm", "workers_cold",
             "workers_warm", "vcontention_warm", "full_cold", "full_warm", "full_workers_warm")
-#: Record fields left out when comparing event with event-full records (besides every float:
-#: makespans and what derives from them differ by float rounding).
-MAKESPAN_FIELDS = {"exact"}
+#: Record fields that name the scorer, left out when comparing event with event-full records
+#: (besides every float: makespans and what derives from them differ by float rounding).
+SCORER_FIELDS = {"exact"}
 #: Record fields that hold timings (they differ run to run).
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
@@ -152,7 +152,7 @@ def forward_agreement(fast: str, full: str) -> dict:
         with open(os.path.join(folder, "records.jsonl")) as fh:
             rs = [json.loads(x) for x in fh]
         return {json.dumps({k: v for k, v in r.items() if k not in TIMING_FIELDS
-                            and k not in MAKESPAN_FIELDS and k != "_sum"
+                            and k not in SCORER_FIELDS and k != "_sum"
                             and not isinstance(v, float)}, sort_keys=True): r["makespan_us"]
                 for r in rs if "makespan_us" in r}
     a, b = spans(fast), spans(full)

@@ -72,7 +72,8 @@ class _Snap:
     disc: tuple
     vals: list
     counts: tuple
-    ties: int          # near ties seen so far (instants, and pending events at the snapshot)
+    ties: int          # ties the event loop counted before this snapshot
+    fragile: bool      # two pending events in a near tie: never a state to jump from or to
 
 
 class RegionForward:
@@ -139,7 +140,8 @@ class RegionForward:
         snap = self.snapshot(q)
         for p in self.prev:                    # a period of one region, then two, ...
             per = q - p.q
-            if p.ties == snap.ties and p.disc == snap.disc and self._close(p.vals, snap.vals):
+            if (not (p.fragile or snap.fragile) and p.ties == snap.ties and p.disc == snap.disc
+                    and self._close(p.vals, snap.vals)):
                 delta = snap.t - p.t
                 k = per * (((self.L - 2) - q) // per)
                 if delta > 0 and k >= 2 * per and self.jump(q, k, per, delta, p.counts,
@@ -182,12 +184,12 @@ class RegionForward:
             if j is not None:
                 vals.extend((j.start - t, ist[j.first + u.pos] - t))
         ev = sorted(e for e in s.events_q.heap if e[1] != _DONE or e[4] == e[3].epoch)
-        ties, prev_te = self.near_ties, None
+        fragile, prev_te = False, None
         for te, prio, _, u, _ in ev:
             disc.append((prio, u.index))
             vals.append(te - t)
             if prev_te is not None and 0.0 < te - prev_te <= TIE_TOL * max(te, 1.0):
-                ties += 1          # a near tie still pending: never a state to jump from
+                fragile = True     # a near tie still pending
             prev_te = te
         init = self.init_pending
         for u in s.lanes:
@@ -198,10 +200,7 @@ class RegionForward:
         for key, b in s.cache.entries():
             disc.append((_shift_key(key, -q), b))
         vals.append(s.cache.occupancy)
-        if ties > self.near_ties:  # unequal to every other snapshot's count
-            self.near_ties = ties + 1
-            ties = -1
-        return _Snap(q, t, tuple(disc), vals, self._counts(), ties)
+        return _Snap(q, t, tuple(disc), vals, self._counts(), self.near_ties, fragile)
 
     # ------------------------------------------------------------------ moving on
     def _later(self, j, n: int):
