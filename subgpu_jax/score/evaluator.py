@@ -23,7 +23,7 @@ from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.space.config import Config, binding
-from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag
+from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag, per_dag
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.protocol import SmoothTerms
 
@@ -61,11 +61,18 @@ class DagArrays:
     @classmethod
     def from_dag(cls, dag: TaskDAG, pad_tasks: int | None = None,
                  pad_preds: int | None = None, pad_window: int | None = None) -> "DagArrays":
-        """Build from a ``TaskDAG``; sizes default to ``bucket`` of the true sizes.
+        """Build from a ``TaskDAG``; sizes default to ``bucket`` of the true sizes. Memoised
+        per DAG and paddings (``space.taskdag.per_dag``; the arrays are immutable).
 
         Raises:
             ValueError: a requested padding is smaller than the DAG needs.
         """
+        return per_dag(dag, ("DagArrays", pad_tasks, pad_preds, pad_window),
+                       lambda: cls._build(dag, pad_tasks, pad_preds, pad_window))
+
+    @classmethod
+    def _build(cls, dag: TaskDAG, pad_tasks: int | None, pad_preds: int | None,
+               pad_window: int | None) -> "DagArrays":
         a = dag.arrays(pad_tasks=pad_tasks, pad_preds=pad_preds)
         Tp = a["T_pad"]
         idx = np.arange(Tp)[:, None]

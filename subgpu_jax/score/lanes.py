@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.score.programs import to_device
-from subgpu_jax.space.taskdag import TaskDAG
+from subgpu_jax.space.taskdag import TaskDAG, per_dag
 
 __all__ = ["incomparable_pairs", "LevelProgram", "LanePlan", "level_completion_times",
            "lane_integrals", "UNROLL_MAX_TRIPLES", "PREDS_FLOOR"]
@@ -187,7 +187,17 @@ class LanePlan:
 
         Raises:
             ValueError: a padding smaller than the DAG needs.
+
+        Memoised per DAG, paddings and dtype (``space.taskdag.per_dag``; plans are immutable).
         """
+        return per_dag(dag, ("LanePlan", T_pad, pad_lanes, pad_positions, pad_levels, pad_width,
+                             pad_preds, jnp.dtype(dtype).name),
+                       lambda: cls._build(dag, T_pad, pad_lanes, pad_positions, pad_levels,
+                                          pad_width, pad_preds, dtype))
+
+    @classmethod
+    def _build(cls, dag: TaskDAG, T_pad, pad_lanes, pad_positions, pad_levels, pad_width,
+               pad_preds, dtype) -> "LanePlan":
         T = dag.T
         Tp = T if T_pad is None else int(T_pad)
         ln, pos = _lane_positions(dag)

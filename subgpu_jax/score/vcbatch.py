@@ -41,6 +41,7 @@ import numpy as np
 
 from subgpu_jax.score.lanes import UNROLL_MAX_TRIPLES, LanePlan, LevelProgram
 from subgpu_jax.score.programs import ProgramCache, to_device
+from subgpu_jax.score.vctables import fill_cells
 
 __all__ = ["cell_table", "grid_spec", "batched_start_completion", "partner_table",
            "batched_integrals", "vcb_makespans", "INTEGRALS", "check_integrals",
@@ -101,10 +102,10 @@ def cell_table(rows: np.ndarray, shape: tuple[int, int, int, int], dtype=jnp.flo
         (c+1, q+1), the quantity k = 0..3 at row 4 j + k.
     """
     K, N1, NC, NP = shape
-    t = np.asarray(rows).reshape(K, N1, NC, NP, 4)
-    c = np.concatenate([t[:, :, :-1, :-1], t[:, :, 1:, :-1], t[:, :, :-1, 1:], t[:, :, 1:, 1:]],
-                       axis=-1)                                        # (K, N1, NC-1, NP-1, 16)
-    return to_device(c.reshape(-1, 16).T, dtype)
+    t = np.asarray(rows, dtype=np.dtype(dtype)).reshape(K, N1, NC, NP, 4)
+    cells = np.empty((16, K, N1, NC - 1, NP - 1), dtype=t.dtype)
+    fill_cells(cells, t)
+    return to_device(cells.reshape(16, -1))
 
 
 def batched_start_completion(prog: LevelProgram, tau: jax.Array,
@@ -275,8 +276,10 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
     durations), over (H, B) arrays.
 
     Args:
-        tabs: ``vctables.SegTables`` (its ``seg_stage``, grids and table shape are used).
-        cells: ``cell_table(tabs.rows, tabs.tau.shape)`` (16, cells).
+        tabs: ``vctables.SegTables`` or ``vctables.CellIndex`` (its ``seg_stage`` and grids
+            are used).
+        cells: ``cell_table(tabs.rows, tabs.tau.shape)`` or ``vctables.PoolTables.cells()``
+            (16, K_pad * (N+1) * (NC-1) * (NP-1)).
         plan: the DAG's ``lanes.LanePlan``.
         allocs: (B, D) int32 SMs per stage (validated on the host).
         iters: fixed-point iterations (static). damping: weight of the previous durations in
@@ -296,7 +299,8 @@ def vcb_makespans(tabs, cells: jax.Array, plan: LanePlan, allocs: jax.Array, ite
     p_seg = allocs.T[tabs.seg_stage]                                    # (K_pad, B)
     valid = plan.valid[:, None]
     seg = plan.seg
-    _, N1, NC, NP = tabs.tau.shape
+    NC, NP = (cg[2], pg[2]) if grids is not None else (cg.shape[0], pg.shape[0])
+    N1 = cells.shape[1] // (tabs.seg_stage.shape[0] * (NC - 1) * (NP - 1))
     nc, npw = NC - 1, NP - 1
     r0 = (seg[:, None] * N1 + p_seg[seg]) * nc                          # (H, B) first cell row
     i0 = r0 * npw                                                       # cell (c, q) = (0, 0)

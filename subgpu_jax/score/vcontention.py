@@ -64,12 +64,12 @@ from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
 from subgpu_jax.score.vcoptions import VCOptions
-from subgpu_jax.score.vcbatch import (cell_table, check_integrals, grid_spec, interp_weights,
-                                     vcb_batch, vcb_batch_impl)
+from subgpu_jax.score.vcbatch import (check_integrals, grid_spec, interp_weights, vcb_batch,
+                                     vcb_batch_impl)
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 # the host tables (re-exported: ``vcontention.kernel_profiles`` etc. stay valid)
-from subgpu_jax.score.vctables import (CONC_GRID, POWER_GRID, SegTables, kernel_profiles,
-                                       segment_tables)
+from subgpu_jax.score.vctables import (CONC_GRID, POWER_GRID, PoolTables, SegTables,
+                                       kernel_profiles, segment_tables)
 
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
            "reference_hits",
@@ -392,18 +392,34 @@ class VContentionEvaluator:
                     reference_hits(graph, self.seg_of, D, w, hw, policy, streams_per_stage,
                                    cache, ref_alloc))
         self.hits = np.asarray(hits, dtype=float)
-        self.tabs = segment_tables(graph, self.seg_of, K, w, hw, self.model, self.hits, dtype,
-                                   pad_segments)
-        # the batch-last kernel's table of grid cells (16 x the rows: built only when used)
-        self.cells = (cell_table(np.asarray(self.tabs.rows), self.tabs.tau.shape, dtype)
-                      if scan == "batched" else None)
+        # the cut's tables, filled pool by pool as the batch-last kernel's allocations need
+        # them (``vctables.PoolTables``; the other kernels read ``tabs``: every pool)
+        self.pool_tables = PoolTables(graph, self.seg_of, K, w, hw, self.model, self.hits,
+                                      dtype, pad_segments)
+        if scan != "batched":
+            self.pool_tables.full()
         self.packed = (None if self.integrals == "gather"   # the slices form's layout only
                        else True if packed is None else packed)
         self.block = block if block is not None or cpu else 128
-        self.grids = (grid_spec(self.tabs.conc_grid), grid_spec(self.tabs.power_grid))
+        self.grids = (grid_spec(self.pool_tables.index.conc_grid),
+                      grid_spec(self.pool_tables.index.power_grid))
         self.inline_tables, self._inline = inline_tables, None
         self.iters, self.damping = int(iters), float(damping)
         self.dtype = dtype
+
+    @property
+    def tabs(self) -> SegTables:
+        """The segment tables on every pool (``vctables.segment_tables``; made on first use)."""
+        return self.pool_tables.full()
+
+    @property
+    def cells(self) -> jax.Array | None:
+        """The batch-last kernel's grid cells on every pool (``vcbatch.cell_table``'s layout,
+        16 x the rows), or None for the other kernels."""
+        if self.scan != "batched":
+            return None
+        self.pool_tables.fill(np.arange(1, self.hw.num_sms + 1))
+        return self.pool_tables.cells()
 
     @classmethod
     def for_config(cls, graph: OpGraph, cfg: Config, hw: Hardware,
@@ -450,8 +466,11 @@ class VContentionEvaluator:
                                                                      *static))
                 return run_in_chunks(a, self.chunk, lambda c: self._inline(to_device(c)),
                                      self.workers, self.pad_small)
+            pt = self.pool_tables
+            pt.fill(a)
+            index, cells = pt.index, pt.cells()
             return run_in_chunks(a, self.chunk, lambda c: vcb_batch(
-                self.tabs, self.cells, self.plan, to_device(c), *static), self.workers,
+                index, cells, self.plan, to_device(c), *static), self.workers,
                 self.pad_small)
         return run_in_chunks(a, self.chunk, lambda c: vc_batch(
             self.tabs, self.plan, self.arrs, to_device(c), self.iters, self.damping,

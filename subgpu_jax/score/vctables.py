@@ -9,6 +9,7 @@ Units: µs, bytes, SMs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -30,7 +31,7 @@ from subgpu_jax.space.config import binding, check_cut
 from subgpu_jax.space.taskdag import bucket
 
 __all__ = ["CONC_GRID", "POWER_GRID", "PROFILE_MEMO", "SHARED_L2", "kernel_profiles",
-           "SegTables", "segment_tables"]
+           "SegTables", "segment_tables", "CellIndex", "PoolTables", "fill_cells"]
 
 #: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
 #: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
@@ -73,11 +74,25 @@ class _Load:
     N: int
     NC: int
     NP: int
+    pools: np.ndarray | None = None
+    base: tuple = ()
+
+    def at(self, pools: np.ndarray) -> "_Load":
+        """The same load on the pools ``pools`` only (int (q,) pool sizes 0..N; 0 is 1 SM):
+        every entry of a kernel's tables depends on its own pool alone, so the tables of this
+        load are the rows ``pools`` of the whole one, bit for bit."""
+        P = np.arange(self.N + 1, dtype=float)
+        P[0] = 1.0
+        return dataclasses.replace(self, P=P[pools], pools=np.asarray(pools))
+
+    def per_pool(self, a):
+        """``a`` (N+1, ...) per pool, or a scalar, restricted to this load's pools."""
+        return a if self.pools is None or np.ndim(a) == 0 else a[self.pools]
 
 
 def _kernel_tables(env: "_Load", k, hit: float) -> tuple:
-    """Kernel ``k``'s four tables (N+1, NC, NP) at its L2 hit fraction ``hit`` under the load
-    grid ``env`` (``kernel_profiles``)."""
+    """Kernel ``k``'s four tables (P, NC, NP) at its L2 hit fraction ``hit`` under the load
+    grid ``env`` (``kernel_profiles``), on the load's P pools (all N+1 unless ``env.at``)."""
     out = {}
     w = env.bm0.work(k, 1)
     oc = op_cost(k, env.hw, env.P)                            # SMs reached, fixed phase per pool
@@ -86,12 +101,13 @@ def _kernel_tables(env: "_Load", k, hit: float) -> tuple:
     # (scaled) and whether the network phase runs: the uncalibrated kernel's, or the
     # calibrated KernelWork the event simulator uses on that pool (calibrated_pools)
     if env.cal is not None and env.cal.has(k):
-        ws, fx, win, comm_b, comm_f = calibrated_pools(env.bm, k, env.cal, env.hw)
+        ws, fx, win, comm_b, comm_f = (env.per_pool(a) for a in
+                                       calibrated_pools(env.bm, k, env.cal, env.hw))
     else:
         ws, fx, win = 1.0, oc.fixed_us[:, None, None], float(w.window_B_per_sm)
         comm_b, comm_f = float(w.comm_bytes), float(w.comm)
         if env.model.lone_static and is_gemm(k) and k.flops > 0:
-            ws, fx = lone_static_pools(env.bm0, k, env.hw)
+            ws, fx = (env.per_pool(a) for a in lone_static_pools(env.bm0, k, env.hw))
     pi = np.minimum(1.0, env.bm.gain * pu / env.bm.N)
     read_b = k.weight_bytes + sum(b for _, b in k.act_reads)
     data0 = w.obj_bytes + w.extra_hbm_bytes   # + the collective proxy's payload traffic
@@ -154,7 +170,7 @@ def _kernel_tables(env: "_Load", k, hit: float) -> tuple:
     tc = (flops / rc * 1e6) if w.flops > 0 else np.zeros_like(td)
     tn = np.where(np.asarray(comm_f) > 0, env.bm.setup_us + comm_b / env.bm.nvlink * 1e6, 0.0)
     t = env.bm.launch_us + fx * env.dil + np.maximum(np.maximum(tc, td), tn)
-    bshape = np.broadcast_shapes(t.shape, (env.N + 1, env.NC, env.NP))
+    bshape = np.broadcast_shapes(t.shape, (env.P.size, env.NC, env.NP))
     out["tau"] = np.broadcast_to(t, bshape)
     out["busy"] = np.broadcast_to(td, bshape)
     out["conc"] = np.broadcast_to(c / env.W * td, bshape)
@@ -213,26 +229,49 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
         ValueError: hits of the wrong shape or outside 0..1; grids not increasing from 0.
     """
     model = ContentionModel() if model is None else model
+    env = _environment(hw, model, conc_grid, power_grid, shared_l2)
+    n = graph.n
+    h = _check_hits(hits, n)
+    shape = (n, env.N + 1, env.NC, env.NP)
+    out = {k: np.zeros(shape) for k in ("tau", "busy", "conc", "power")}
+    if model.isolated:
+        return _isolated_profiles(graph, hw, model.calibration, env.P, out)
+    for u, k in enumerate(graph.kernels):
+        for x, t in zip(("tau", "busy", "conc", "power"), _memo_tables(env, k, float(h[u]))):
+            out[x][u] = t
+    return out
+
+
+def _check_hits(hits, n: int) -> np.ndarray:
+    """``hits`` as float64 (n,) fractions (None: zeros).
+
+    Raises:
+        ValueError: the wrong shape, or a fraction outside 0..1 or not finite."""
+    h = np.zeros(n) if hits is None else np.asarray(hits, dtype=float)
+    if h.shape != (n,) or np.any(~np.isfinite(h)) or np.any(h < 0) or np.any(h > 1):
+        raise ValueError(f"hits must be ({n},) fractions in 0..1")
+    return h
+
+
+def _environment(hw: Hardware, model: ContentionModel, conc_grid, power_grid,
+                 shared_l2: bool) -> _Load:
+    """The load grid of ``kernel_profiles`` on every pool (its ``base`` memo key included).
+
+    Raises:
+        ValueError: grids not 1-D, increasing, from 0."""
     bm = model.bind(hw, lone_makespan)
     cal = model.calibration
     # the kernels' uncalibrated work; a calibration enters per pool below (calibrated_pools)
     bm0 = bm if cal is None else model.replace(calibration=None).bind(hw, lone_makespan)
-    n, N = graph.n, hw.num_sms
+    N = hw.num_sms
     cg = np.asarray(conc_grid, dtype=float)
     pg = np.asarray(power_grid, dtype=float)
     for nm, g in (("conc_grid", cg), ("power_grid", pg)):
         if g.ndim != 1 or g.size < 2 or g[0] != 0.0 or np.any(np.diff(g) <= 0):
             raise ValueError(f"{nm} must be 1-D, increasing, starting at 0")
-    h = np.zeros(n) if hits is None else np.asarray(hits, dtype=float)
-    if h.shape != (n,) or np.any(~np.isfinite(h)) or np.any(h < 0) or np.any(h > 1):
-        raise ValueError(f"hits must be ({n},) fractions in 0..1")
     NC, NP = cg.size, pg.size
-    shape = (n, N + 1, NC, NP)
-    out = {k: np.zeros(shape) for k in ("tau", "busy", "conc", "power")}
     P = np.arange(N + 1, dtype=float)
     P[0] = 1.0
-    if model.isolated:
-        return _isolated_profiles(graph, hw, cal, P, out)
     W = bm.full_window
     xs, ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
     co = (cg * W)[None, :, None]                          # (1, NC, 1) bytes
@@ -250,21 +289,23 @@ def kernel_profiles(graph: OpGraph, hw: Hardware, model: ContentionModel | None 
     # peak.
     gain = float(model.latency_gain) if shared_l2 else 0.0
     dil = 1.0 + gain * np.minimum(1.0, np.interp(cg, xs, ys))[None, :, None]  # (1, NC, 1)
-    env = _Load(bm, bm0, cal, model, hw, P, co, po, W, xs, ys, bool(shared_l2), beta_o,
-                rc_full_o, dil, N, NC, NP)
-
     # kernels of every layer and every cut of one graph repeat: memoised by their work
     # signature and hit fraction (4,896 rows, 382 distinct, in a profile of the main job)
     base = (id(hw), bm.model_key, id(cal), cg.tobytes(), pg.tobytes(), bool(shared_l2))
-    for u, k in enumerate(graph.kernels):
-        key = (*base, work_signature(k), float(h[u]))
-        # (hw and cal stay alive while their ids are in a key; held by a closure, which the
-        # cache's byte count does not walk into)
-        tabs, _keep = PROFILE_MEMO.get_or_make(key, lambda: (_kernel_tables(env, k, float(h[u])),
-                                                                lambda: (hw, cal)))
-        for x, t in zip(("tau", "busy", "conc", "power"), tabs):
-            out[x][u] = t
-    return out
+    return _Load(bm, bm0, cal, model, hw, P, co, po, W, xs, ys, bool(shared_l2), beta_o,
+                 rc_full_o, dil, N, NC, NP, base=base)
+
+
+def _memo_tables(env: _Load, k, hit: float) -> tuple:
+    """Kernel ``k``'s four tables (N+1, NC, NP) on every pool at hit fraction ``hit``, from
+    ``PROFILE_MEMO`` or computed and stored there."""
+    key = (*env.base, work_signature(k), hit)
+    # (hw and cal stay alive while their ids are in a key; held by a closure, which the
+    # cache's byte count does not walk into)
+    hw, cal = env.hw, env.cal
+    tabs, _keep = PROFILE_MEMO.get_or_make(key, lambda: (_kernel_tables(env, k, hit),
+                                                         lambda: (hw, cal)))
+    return tabs
 
 
 @chex.dataclass(frozen=True, mappable_dataclass=False)
@@ -293,6 +334,185 @@ class SegTables:
     rows: jax.Array
 
 
+@chex.dataclass(frozen=True, mappable_dataclass=False)
+class CellIndex:
+    """What the batch-last kernel (``score.vcbatch.vcb_makespans``) reads of a cut's tables
+    besides its grid cells: the segments' stages and the grids (``SegTables`` has the same
+    fields).
+
+    Attributes:
+        seg_stage: (K_pad,) int32 stage of each segment (pads 0).
+        conc_grid: (NC,) and power_grid: (NP,) the grid abscissae (uniformly spaced).
+    """
+
+    seg_stage: jax.Array
+    conc_grid: jax.Array
+    power_grid: jax.Array
+
+
+def _check_uniform_grids() -> None:
+    for nm, gr in (("CONC_GRID", CONC_GRID), ("POWER_GRID", POWER_GRID)):
+        if not np.allclose(np.diff(gr), gr[1] - gr[0]):
+            raise ValueError(f"{nm} must be uniformly spaced (the JAX core interpolates by "
+                             "arithmetic)")
+
+
+def fill_cells(cells: np.ndarray, rows: np.ndarray, pools=slice(None)) -> None:
+    """Copy the grid points of ``rows`` into the corners of ``cells`` (host, in place).
+
+    Args:
+        cells: (16, K_pad, N+1, NC-1, NP-1): entry (4 j + x, k, p, c, q) is quantity x
+            (tau, busy, conc, power) at corner j = 0..3 = (c, q), (c+1, q), (c, q+1),
+            (c+1, q+1) of cell (c, q) of segment k on p SMs.
+        rows: (K_pad, P, NC, NP, 4) the tables on the pools ``pools`` (P of them; default
+            every pool).
+        pools: the pools (an index of ``cells``' axis 2) that ``rows`` holds.
+    """
+    corners = ((slice(None, -1), slice(None, -1)), (slice(1, None), slice(None, -1)),
+               (slice(None, -1), slice(1, None)), (slice(1, None), slice(1, None)))
+    for j, (c, q) in enumerate(corners):
+        for x in range(4):
+            cells[4 * j + x][:, pools] = rows[:, :, c, q, x]
+
+
+class PoolTables:
+    """A cut's segment tables (``segment_tables``) filled pool by pool as allocations need
+    them, for the batch-last kernel (``score.vcbatch``).
+
+    An allocation reads the tables only at its own pools' sizes, and every entry of a kernel's
+    tables depends on its own pool alone (``_Load.at``). So the first ``fill`` computes the
+    tables on the pools it names only (a cut whose estimator scores its two seeds and nothing
+    else, 13 of the 17 of a main-job grid point, needs at most 2 D of the N+1 pools), taking
+    each kernel's rows from ``PROFILE_MEMO`` where its whole table is there; any later fill
+    that needs another pool computes every pool. Filled entries equal ``segment_tables``' bit
+    for bit (the same float64 operations, the same kernel-order sums, the same rounding to
+    ``dtype``); entries not filled are never read.
+
+    It holds one array of its size for its whole life, the device cells (zeros until filled),
+    so a byte-bounded cache that measures it when it is made (``model.lru.ByteLRU``) counts
+    what it will hold; the host arrays of a fill are dropped once copied. ``full()`` (the
+    ``SegTables`` of the other kernels, tests and studies) adds those tables.
+
+    Args:
+        graph, seg_of, K, w, hw, model, hits, dtype, pad_segments: as ``segment_tables``.
+
+    Attributes:
+        shape: (K_pad, N+1, NC, NP). index: the ``CellIndex`` (device arrays).
+        filled: bool (N+1,) the pools filled so far.
+
+    Raises:
+        ValueError: as ``segment_tables`` (an illegal cut, bad hits, a table entry negative or
+            not finite).
+    """
+
+    NAMES = ("tau", "busy", "conc", "power")
+
+    def __init__(self, graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Hardware,
+                 model: ContentionModel | None = None, hits: np.ndarray | None = None,
+                 dtype=jnp.float32, pad_segments: int | None = None) -> None:
+        check_cut(seg_of, graph.n, graph.edges, K)
+        _check_uniform_grids()
+        self.graph, self.hw, self.dtype = graph, hw, np.dtype(dtype)
+        self.model = ContentionModel() if model is None else model
+        self.env = _environment(hw, self.model, CONC_GRID, POWER_GRID, SHARED_L2)
+        self.hits = _check_hits(hits, graph.n)
+        Kp = pad_segments or bucket(K, 2)
+        if Kp < K:
+            raise ValueError(f"pad_segments={Kp} smaller than K={K}")
+        seg = np.asarray(seg_of)
+        self.members = [np.flatnonzero(seg == k) for k in range(K)]
+        stage = np.zeros(Kp, dtype=np.int32)
+        stage[:K] = [binding(k, K, w) for k in range(K)]
+        self.shape = (Kp, hw.num_sms + 1, self.env.NC, self.env.NP)
+        self.filled = np.zeros(hw.num_sms + 1, dtype=bool)
+        self.index = CellIndex(seg_stage=to_device(stage), conc_grid=to_device(CONC_GRID, dtype),
+                               power_grid=to_device(POWER_GRID, dtype))
+        self._device = to_device(np.zeros((16, self._cell_count()), dtype=self.dtype))
+        self._full: SegTables | None = None
+
+    def _cell_count(self) -> int:
+        Kp, N1, NC, NP = self.shape
+        return Kp * N1 * (NC - 1) * (NP - 1)
+
+    def _kernel(self, u: int, pools: np.ndarray | None) -> tuple:
+        """Kernel ``u``'s four tables on ``pools`` (None: every pool)."""
+        k, hit = self.graph.kernels[u], float(self.hits[u])
+        if pools is None or (*self.env.base, work_signature(k), hit) in PROFILE_MEMO:
+            tabs = _memo_tables(self.env, k, hit)
+            return tabs if pools is None else tuple(t[pools] for t in tabs)
+        return _kernel_tables(self.env.at(pools), k, hit)
+
+    def _sums(self, pools: np.ndarray | None) -> dict[str, np.ndarray]:
+        """The segments' tables on ``pools`` (None: every pool), float64 (K_pad, P, NC, NP):
+        each segment's kernels added in kernel order from 0."""
+        Kp, N1, NC, NP = self.shape
+        P = N1 if pools is None else len(pools)
+        if self.model.isolated:
+            iso = _isolated_profiles(self.graph, self.hw, self.model.calibration, self.env.P,
+                                     {x: np.zeros((self.graph.n, N1, NC, NP))
+                                      for x in self.NAMES})
+            per = {x: (a if pools is None else a[:, pools]) for x, a in iso.items()}
+            kernel = lambda u: tuple(per[x][u] for x in self.NAMES)   # noqa: E731
+        else:
+            kernel = lambda u: self._kernel(u, pools)                 # noqa: E731
+        out = {x: np.zeros((Kp, P, NC, NP)) for x in self.NAMES}
+        for k, idx in enumerate(self.members):
+            for i, u in enumerate(idx):
+                for x, t in zip(self.NAMES, kernel(int(u))):
+                    if i == 0:
+                        out[x][k] = t
+                    else:
+                        out[x][k] += t
+        validate_durations(out["tau"], "segment duration table")
+        return out
+
+    def _upload(self, rows: np.ndarray, pools=None) -> None:
+        """Cells from ``rows`` (K_pad, P, NC, NP, 4) in ``dtype`` on ``pools`` (None: every
+        pool; the other pools' cells zero) onto the device."""
+        Kp, N1, NC, NP = self.shape
+        cells = np.zeros((16, Kp, N1, NC - 1, NP - 1), dtype=self.dtype)
+        fill_cells(cells, rows, slice(None) if pools is None else pools)
+        self._device = to_device(cells.reshape(16, -1))
+
+    def fill(self, pools) -> None:
+        """Make the cells hold the pools ``pools`` (int array-like, sizes 1..N).
+
+        Raises:
+            ValueError: a pool outside 0..N; a table entry negative or not finite."""
+        p = np.unique(np.asarray(pools, dtype=np.int64).ravel())
+        if p.size and (p[0] < 0 or p[-1] > self.hw.num_sms):
+            raise ValueError(f"pools must be in 0..{self.hw.num_sms}, got {p.tolist()}")
+        need = p[~self.filled[p]]
+        if need.size == 0:
+            return
+        first = not self.filled.any() and not self.model.isolated
+        sums = self._sums(need if first else None)
+        rows = np.stack([sums[x] for x in self.NAMES], -1).astype(self.dtype)
+        self._upload(rows, need if first else None)
+        self.filled[need if first else slice(None)] = True
+
+    def cells(self) -> jax.Array:
+        """The grid cells (16, K_pad * (N+1) * (NC-1) * (NP-1)) on the device
+        (``vcbatch.cell_table``'s layout), as filled so far (zeros elsewhere)."""
+        return self._device
+
+    def full(self) -> SegTables:
+        """Every pool: the ``SegTables`` of ``segment_tables`` (made once; the cells filled
+        too)."""
+        if self._full is None:
+            sums = self._sums(None)
+            Kp, N1, NC, NP = self.shape
+            rows = np.ascontiguousarray(np.stack([sums[x] for x in self.NAMES], -1),
+                                        dtype=self.dtype)
+            self._full = SegTables(*(to_device(sums[x], self.dtype) for x in self.NAMES),
+                                   self.index.seg_stage, self.index.conc_grid,
+                                   self.index.power_grid, to_device(rows.reshape(-1, 4)))
+            if not self.filled.all():
+                self._upload(rows)
+                self.filled[:] = True
+        return self._full
+
+
 def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Hardware,
                    model: ContentionModel | None = None, hits: np.ndarray | None = None,
                    dtype=jnp.float32, pad_segments: int | None = None) -> SegTables:
@@ -309,33 +529,4 @@ def segment_tables(graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Ha
     Raises:
         ValueError: an illegal cut, or a table entry negative/NaN.
     """
-    check_cut(seg_of, graph.n, graph.edges, K)
-    for nm, gr in (("CONC_GRID", CONC_GRID), ("POWER_GRID", POWER_GRID)):
-        if not np.allclose(np.diff(gr), gr[1] - gr[0]):
-            raise ValueError(f"{nm} must be uniformly spaced (the JAX core interpolates by "
-                             "arithmetic)")
-    prof = kernel_profiles(graph, hw, model, hits)
-    Kp = pad_segments or bucket(K, 2)
-    if Kp < K:
-        raise ValueError(f"pad_segments={Kp} smaller than K={K}")
-    seg = np.asarray(seg_of)
-    members = [np.flatnonzero(seg == k) for k in range(K)]
-    tabs = {}
-    for key, arr in prof.items():
-        # each segment's rows added in kernel order from 0 (bit for bit what np.add.at did,
-        # which was 6.6 s of a 111 s main-job profile)
-        t = np.zeros((Kp,) + arr.shape[1:])
-        for k, idx in enumerate(members):
-            if idx.size:
-                np.sum(arr[idx], axis=0, out=t[k])
-        tabs[key] = t
-    validate_durations(tabs["tau"], "segment duration table")
-    stage = np.zeros(Kp, dtype=np.int32)
-    stage[:K] = [binding(k, K, w) for k in range(K)]
-    names = ("tau", "busy", "conc", "power")
-    rows = np.stack([tabs[k] for k in names], -1).reshape(-1, 4)
-    return SegTables(*(to_device(tabs[k], dtype) for k in names),
-                     to_device(stage), to_device(CONC_GRID, dtype),
-                     to_device(POWER_GRID, dtype), to_device(rows, dtype))
-
-
+    return PoolTables(graph, seg_of, K, w, hw, model, hits, dtype, pad_segments).full()

@@ -8,15 +8,19 @@ Exports padded integer index arrays for JAX (``TaskDAG.arrays``) and a networkx 
 
 from __future__ import annotations
 
+import functools
+import threading
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Callable, Hashable, Sequence
+
+import cachetools
 
 import networkx as nx
 import numpy as np
 
 from subgpu_jax.space.config import DISPATCH_POLICIES, binding
 
-__all__ = ["TaskDAG", "build_task_dag", "bucket"]
+__all__ = ["TaskDAG", "build_task_dag", "bucket", "per_dag"]
 
 
 def bucket(x: int, minimum: int = 4) -> int:
@@ -173,9 +177,41 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
     if isinstance(streams_per_stage, bool) or not isinstance(streams_per_stage, (int, np.integer)) \
             or streams_per_stage < 1:
         raise ValueError(f"streams_per_stage must be an integer >= 1, got {streams_per_stage!r}")
-    seg_edges = sorted({(seg_of[u], seg_of[v]) for u, v in edges if seg_of[u] != seg_of[v]})
-    cross_seg = sorted({(seg_of[u], seg_of[v]) for u, v in cross_edges})
-    L, m = num_regions, microbatches
+    seg = [int(s) for s in seg_of]
+    seg_edges = tuple(sorted({(seg[u], seg[v]) for u, v in edges if seg[u] != seg[v]}))
+    cross_seg = tuple(sorted({(seg[u], seg[v]) for u, v in cross_edges}))
+    return _unroll(seg_edges, cross_seg, K, int(D), int(w), int(num_regions), int(microbatches),
+                   policy, int(streams_per_stage))
+
+
+#: What ``per_dag`` keeps: the arrays and plans derived from the task DAGs in use, by the DAG's
+#: identity (the DAGs themselves are shared by ``build_task_dag``'s memo).
+_PER_DAG = cachetools.LRUCache(maxsize=256)
+_PER_DAG_LOCK = threading.Lock()
+
+
+def per_dag(dag: TaskDAG, key: Hashable, make: Callable[[], Any]) -> Any:
+    """``make()``, memoised per task DAG and ``key`` (the DAG's arrays in a layout, its lane
+    plan: ``score.evaluator.DagArrays.from_dag``, ``score.lanes.LanePlan.from_dag``). Values
+    are shared: they must be immutable (device arrays, read-only numpy). Bounded: the 256 most
+    recently used."""
+    k = (id(dag), key)
+    with _PER_DAG_LOCK:
+        hit = _PER_DAG.get(k)
+    if hit is not None and hit[0] is dag:
+        return hit[1]
+    value = make()
+    with _PER_DAG_LOCK:
+        _PER_DAG[k] = (dag, value)   # the DAG held: its id is not reused while cached
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def _unroll(seg_edges: tuple, cross_seg: tuple, K: int, D: int, w: int, L: int, m: int,
+            policy: str, streams_per_stage: int) -> TaskDAG:
+    """The task DAG of ``build_task_dag`` from the segment-level edges, all it depends on of a
+    cut: memoised (cuts with the same segment-level edges share one read-only ``TaskDAG``;
+    the rotations of a main-job grid point's proposal share a handful)."""
     keys = []
     for l in range(L):
         for mu in range(m):
@@ -206,6 +242,8 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
         h.append(i)
     for i in range(T):  # the order must be topological for data edges
         assert all(j < i for j in data_preds[i]), "dispatch order is not topological"
+    for a in (region, mb, seg, stage, stage_pred):
+        a.setflags(write=False)
     return TaskDAG(region=region, mb=mb, seg=seg, stage=stage, data_preds=tuple(data_preds),
                    stage_pred=stage_pred, K=K, D=D, w=w, num_regions=L, microbatches=m,
                    policy=policy, streams_per_stage=int(streams_per_stage))

@@ -70,11 +70,11 @@ def test_nbytes_of_counts_reachable_arrays_once():
 
 @pytest.mark.parametrize("kind", ["static", "contention"])
 def test_evaluator_cache_bounded_and_rebuilt_identically(workload, kind):
-    """More cuts than fit in a 1-MiB (static) / 16-MiB (contention) cache: it never holds more
+    """More cuts than fit in a 1-MiB (static) / 8-MiB (contention) cache: it never holds more
     than its bound, evicts the least recently used, and an evicted estimator rebuilt scores the
     same allocations to the same makespans."""
     wl, hw = workload
-    mib = 1 if kind == "static" else 16
+    mib = 1 if kind == "static" else 8
     p = Problem(wl, hw, evaluator_cache_mib=mib,
                 estimator=ContentionEstimators() if kind == "contention" else None)
     n = wl.graph(2).n
