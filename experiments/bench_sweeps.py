@@ -23,6 +23,15 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   cache, and its disagreement with the event simulator on the best records
   (``summary.json``'s ``reference_check``).
 
+* ``whole_warm``, ``whole_workers_warm``: today's path with the contention estimators' tables
+  whole from their first use (every pool, as before ``score.vctables.PoolTables`` filled them
+  per pool on demand) and no task DAG shared between cuts (``space.taskdag``'s memos off),
+  warm cache, one process and the pool: the baseline of those two (``speedup_vs_whole_tables``
+  and ``cpu_ratio_vs_whole_tables`` of ``memo_warm`` and ``workers_warm``).
+* ``tree_warm``, ``tree_workers_warm``: the main job run from another checkout
+  (``--baseline-tree DIR``, e.g. ``git worktree add DIR REV`` of the previous commit) with a
+  compile cache of its own, warm, one process and the pool: the commit before a change as the
+  baseline of the same run (``speedup_vs_baseline_tree``, ``cpu_ratio_vs_baseline_tree``).
 * ``full_cold``, ``full_warm``, ``full_workers_warm``: ``--exact event-full`` (the event simulator
   with every region simulated: the periodic fast-forward off, ``sim.periodic``), an empty cache
   folder of their own then warm, one process and the worker pool: the baseline of the
@@ -30,12 +39,19 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   ``memo_warm`` and ``workers_warm`` are against them; ``forward_vs_event_full`` says whether
   the same configurations were chosen and how far the makespans differ (float rounding).
 
-Every variant but the pool ones (``workers_*``, ``fifo_*``, ``full_workers_warm``) runs with
+Every variant but the pool ones (``workers_*``, ``fifo_*``, ``*_workers_warm``) runs with
 ``--workers 1`` (one process, as before). The
-records of ``before``, ``memo_cold``, ``memo_warm`` and the two worker runs must be identical (every field but
-timings): the memo and the compile cache change no number. Ratios are against ``before``.
+records of ``before``, ``memo_cold``, ``memo_warm``, the two worker runs and the ``whole_*`` runs
+must be identical (every field but timings): the memos, the compile cache and the per-pool
+fills change no number. Ratios are against ``before``.
+
+A ``*_warm`` variant is preceded by one untimed run that fills its cache folder when no run
+of the same folder and process mode came before it. With ``--repeat N`` the variants run N
+times in turn (on a shared machine the runs of one variant spread by 20% or more); each row
+holds the median and the samples.
 
 Usage: python experiments/bench_sweeps.py [--out JSON] [--cores N] [--variants V ...]
+       [--repeat N] [--baseline-tree DIR]
 Writes experiments/results/bench_sweeps_cpu.json by default (a table on stdout).
 """
 
@@ -51,6 +67,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -71,6 +89,18 @@ if sys.argv[1] == "nomemo":
     import subgpu_jax.score.vctables as vc
     from subgpu_jax.model.lru import ByteLRU
     vc.PROFILE_MEMO = ByteLRU(0)   # stores nothing: the per-kernel tables built every time
+if sys.argv[1] == "whole":
+    # the contention estimators' tables whole from their first use (every pool, as before
+    # vctables.PoolTables filled them per pool) and no task DAG shared between cuts
+    import numpy as np
+    import subgpu_jax.score.vctables as vt
+    import subgpu_jax.space.taskdag as td
+    import subgpu_jax.score.evaluator as ev
+    import subgpu_jax.score.lanes as ln
+    _fill = vt.PoolTables.fill
+    vt.PoolTables.fill = lambda self, pools: _fill(self, np.arange(self.shape[1]))
+    td._unroll = td._unroll.__wrapped__
+    ev.per_dag = ln.per_dag = lambda dag, key, make: make()
 if sys.argv[1] == "fifo":
     # the worker pool without structure groups: every point its own group, so the workers
     # take the points in the given order (as the one shared queue did before)
@@ -81,7 +111,8 @@ sys.exit(main(sys.argv[2:]))
 """
 
 VARIANTS = ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm", "workers_cold",
-            "workers_warm", "vcontention_warm", "full_cold", "full_warm", "full_workers_warm")
+            "workers_warm", "vcontention_warm", "full_cold", "full_warm", "full_workers_warm",
+            "whole_warm", "whole_workers_warm", "tree_warm", "tree_workers_warm")
 #: Record fields that name the scorer, left out when comparing event with event-full records
 #: (besides every float: makespans and what derives from them differ by float rounding).
 SCORER_FIELDS = {"exact"}
@@ -89,26 +120,39 @@ SCORER_FIELDS = {"exact"}
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
 
+def cache_folder(name: str, cache: str) -> str:
+    """The persistent compile-cache folder of a variant ("" for ``before``: none)."""
+    return ("" if name == "before" else cache + "_fifo" if name.startswith("fifo") else
+            cache + "_full" if name.startswith("full") else
+            cache + "_tree" if name.startswith("tree") else cache)
+
+
+def pooled(name: str) -> bool:
+    """Whether a variant runs the worker pool (``--workers auto``) rather than one process."""
+    return name.startswith(("workers", "fifo", "full_workers", "whole_workers", "tree_workers"))
+
+
 def run_variant(name: str, out: str, cache: str, cores: int | None,
-                platform: str = "cpu") -> dict:
-    """One main job in a fresh process; returns its timings and where its records are."""
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+                platform: str = "cpu", tree: str | None = None) -> dict:
+    """One main job in a fresh process (from ``tree``, a checkout of another commit, for the
+    ``tree_*`` variants); returns its timings and where its records are."""
+    root = tree if name.startswith("tree") else ROOT
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS=platform)
-    env["SUBGPU_JAX_CACHE"] = ("" if name == "before" else
-                               cache + "_fifo" if name.startswith("fifo") else
-                               cache + "_full" if name.startswith("full") else cache)
-    pool = name.startswith(("workers", "fifo", "full_workers"))
+    env["SUBGPU_JAX_CACHE"] = cache_folder(name, cache)
+    pool = pooled(name)
     args = ["search", "--out", out, "--no-progress", "--workers", "auto" if pool else "1"]
     if name.startswith("vcontention"):
         args += ["--exact", "vcontention"]
     if name.startswith("full"):   # every region simulated: the fast-forward's baseline
         args += ["--exact", "event-full"]
-    mode = "nomemo" if name == "before" else "fifo" if name.startswith("fifo") else "memo"
+    mode = ("nomemo" if name == "before" else "fifo" if name.startswith("fifo") else
+            "whole" if name.startswith("whole") else "memo")
     cmd = [sys.executable, "-c", CHILD, mode, *args]
     if cores:
         cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
     t0, c0 = time.time(), os.times()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
     c1 = os.times()
     if p.returncode != 0:
         raise RuntimeError(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
@@ -167,12 +211,28 @@ def main(argv=None) -> int:
     ap.add_argument("--cores", type=int, default=None,
                     help="pin every run to the first N cores (taskset); default: all")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run the variants this many times, in turn (each row then holds the "
+                         "median and every sample); default 1")
+    ap.add_argument("--baseline-tree", default=None, metavar="DIR",
+                    help="a checkout of an earlier commit (git worktree add DIR REV): the "
+                         "tree_warm and tree_workers_warm variants run the main job from it, "
+                         "with a compile cache of their own, as the baseline of memo_warm and "
+                         "workers_warm")
     ap.add_argument("--platform", default="cpu", choices=("cpu", "cuda"),
                     help="JAX_PLATFORMS of the runs (the scorers' device; default cpu, as "
                          "subgpu runs them)")
     a = ap.parse_args(argv)
     if a.cores is not None and a.cores < 1:
         ap.error(f"--cores must be >= 1, got {a.cores}")
+    if a.cores is not None and a.cores > (os.cpu_count() or 1):
+        ap.error(f"--cores must be at most the {os.cpu_count()} cores here, got {a.cores}")
+    if a.repeat < 1:
+        ap.error(f"--repeat must be >= 1, got {a.repeat}")
+    if any(v.startswith("tree") for v in a.variants) and not (
+            a.baseline_tree and os.path.isdir(os.path.join(a.baseline_tree, "subgpu_jax"))):
+        ap.error("--variants tree_warm/tree_workers_warm need --baseline-tree DIR, a checkout "
+                 f"holding subgpu_jax/, got {a.baseline_tree!r}")
     try:
         check_out(a.out)   # before minutes of work
     except ValueError as e:
@@ -181,14 +241,33 @@ def main(argv=None) -> int:
     cache = os.path.join(tmp, "jax_cache")
     rows, folders = [], {}
     try:
-        for v in a.variants:
-            folders[v] = os.path.join(tmp, v)
-            rows.append(run_variant(v, folders[v], cache, a.cores, a.platform))
-            print(f"{v:18s} search {rows[-1]['search_s']} s, wall {rows[-1]['wall_s']} s",
-                  flush=True)
+        warmed = set()
+        samples: dict[str, list[dict]] = {}
+        for i in range(a.repeat):
+            for v in a.variants:
+                folders[v] = os.path.join(tmp, f"{v}_{i}")
+                key = (cache_folder(v, cache), pooled(v))
+                if v.endswith("_warm") and key not in warmed:   # fill the cache untimed
+                    run_variant(v, os.path.join(tmp, f"{v}_warmup"), cache, a.cores,
+                                a.platform, a.baseline_tree)
+                warmed.add(key)
+                samples.setdefault(v, []).append(run_variant(
+                    v, folders[v], cache, a.cores, a.platform, a.baseline_tree))
+                print(f"{v:18s} search {samples[v][-1]['search_s']} s, wall "
+                      f"{samples[v][-1]['wall_s']} s", flush=True)
+        for v, runs in samples.items():
+            row = dict(runs[len(runs) // 2])
+            for f in ("search_s", "wall_s", "cpu_s"):
+                vals = sorted(r[f] for r in runs if r[f] is not None)
+                row[f] = round(float(np.median(vals)), 2) if vals else None
+                if len(runs) > 1:
+                    row[f + "_samples"] = [r[f] for r in runs]
+            rows.append(row)
         same = None
         exact_runs = [v for v in ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm",
-                                  "workers_cold", "workers_warm") if v in folders]
+                                  "workers_cold", "workers_warm", "whole_warm",
+                                  "whole_workers_warm", "tree_warm", "tree_workers_warm")
+                      if v in folders]
         if len(exact_runs) > 1:
             ref = records(folders[exact_runs[0]])
             same = all(records(folders[v]) == ref for v in exact_runs[1:])
@@ -203,6 +282,13 @@ def main(argv=None) -> int:
     for r in rows:
         if base and r["search_s"] and base["search_s"]:
             r["speedup_vs_before"] = round(base["search_s"] / r["search_s"], 2)
+    for fast, base, tag in (("memo_warm", "whole_warm", "whole_tables"),
+                            ("workers_warm", "whole_workers_warm", "whole_tables"),
+                            ("memo_warm", "tree_warm", "baseline_tree"),
+                            ("workers_warm", "tree_workers_warm", "baseline_tree")):
+        if fast in by and base in by and by[fast]["search_s"]:
+            by[fast][f"speedup_vs_{tag}"] = round(by[base]["search_s"] / by[fast]["search_s"], 2)
+            by[fast][f"cpu_ratio_vs_{tag}"] = round(by[base]["cpu_s"] / by[fast]["cpu_s"], 2)
     for fast, full in (("memo_cold", "full_cold"), ("memo_warm", "full_warm"),
                        ("workers_warm", "full_workers_warm")):
         if fast in by and full in by and by[fast]["search_s"]:
@@ -213,6 +299,10 @@ def main(argv=None) -> int:
     res = {"job": "subgpu search (the README's main job: gpt-oss-120b, 32x B200, 15 grid "
                   "points)", "rows": rows, "records_identical_event_runs": same,
            "forward_vs_event_full": forward,
+           "repeat": a.repeat, "baseline_tree": (subprocess.run(
+               ["git", "-C", a.baseline_tree, "rev-parse", "--short", "HEAD"],
+               capture_output=True, text=True).stdout.strip() or a.baseline_tree)
+           if a.baseline_tree else None,
            "env": {"cpu_count": os.cpu_count(), "cores_used": a.cores, "jax_platform": a.platform,
                    "machine": platform.machine(), "python": platform.python_version()},
            "date": time.strftime("%Y-%m-%d")}
@@ -223,6 +313,12 @@ def main(argv=None) -> int:
               + (f"   vs event simulator: median {r['reference_check']['median_abs_error']:.1%}"
                  f", max {r['reference_check']['max_abs_error']:.1%}"
                  if "reference_check" in r else ""))
+    for r in rows:
+        for tag, what in (("baseline_tree", f"the baseline tree ({res['baseline_tree']})"),
+                          ("whole_tables", "whole tables")):
+            if f"speedup_vs_{tag}" in r:
+                print(f"{r['variant']}: {r[f'speedup_vs_{tag}']}x the search time of {what}, "
+                      f"CPU ratio {r[f'cpu_ratio_vs_{tag}']}")
     print(f"records identical across the event-simulator runs: {same}")
     for k, v in forward.items():
         print(f"fast-forward {k}: same configurations {v['same_configurations']}, makespans "

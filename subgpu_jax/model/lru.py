@@ -88,6 +88,22 @@ class ByteLRU:
         with self._lock:
             return list(self._cache.keys()) if self.max_bytes else []
 
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """The value of ``key`` (marked most recently used; a hit), or ``default`` (a miss)."""
+        with self._lock:
+            if self.max_bytes and key in self._cache:
+                self.hits += 1
+                return self._cache[key]
+            self.misses += 1
+        return default
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Store ``value`` under ``key`` when its size fits the bound (evicting the least
+        recently used values first)."""
+        with self._lock:
+            if self.max_bytes and self._sizeof(value) <= self.max_bytes:
+                self._cache[key] = value
+
     def get_or_make(self, key: Hashable, make: Callable[[], Any]) -> Any:
         """The value of ``key``: cached (marked most recently used), or ``make()`` (stored when
         its size fits the bound)."""

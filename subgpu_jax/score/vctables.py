@@ -31,7 +31,7 @@ from subgpu_jax.space.config import binding, check_cut
 from subgpu_jax.space.taskdag import bucket
 
 __all__ = ["CONC_GRID", "POWER_GRID", "PROFILE_MEMO", "SHARED_L2", "kernel_profiles",
-           "SegTables", "segment_tables", "CellIndex", "PoolTables", "fill_cells"]
+           "SegTables", "segment_tables", "CellIndex", "PoolTables", "fill_cells", "POOL_ROWS"]
 
 #: Grid of the other stages' bytes in flight, as a fraction of the whole-GPU window
 #: (``inflight_per_sm_B * num_sms``); the response curve saturates at 1 (measured H200 curve).
@@ -45,6 +45,11 @@ POWER_GRID: np.ndarray = np.linspace(0.0, 1.25, 6)
 #: alive in the value), bounded by bytes: about 0.94 MB a kernel, so ~70 kernels (the distinct
 #: kernels of a grid point's cuts).
 PROFILE_MEMO = ByteLRU(64 * 2**20)
+#: One pool's rows of a kernel's four tables (each (NC, NP)), by the ``PROFILE_MEMO`` key and
+#: the pool: what ``PoolTables``' first fills compute for kernels whose whole table is not in
+#: ``PROFILE_MEMO`` (6.3 KB a row; in a profile of the main job 11,094 rows asked, 4,250
+#: distinct).
+POOL_ROWS = ByteLRU(32 * 2**20)
 #: Whether the tables charge the others' L2 traffic on the shared L2 port
 #: (``kernel_profiles(shared_l2=...)``).
 SHARED_L2 = True
@@ -381,10 +386,11 @@ class PoolTables:
 
     An allocation reads the tables only at its own pools' sizes, and every entry of a kernel's
     tables depends on its own pool alone (``_Load.at``). So the first ``fill`` computes the
-    tables on the pools it names only (a cut whose estimator scores its two seeds and nothing
-    else, 13 of the 17 of a main-job grid point, needs at most 2 D of the N+1 pools), taking
-    each kernel's rows from ``PROFILE_MEMO`` where its whole table is there; any later fill
-    that needs another pool computes every pool. Filled entries equal ``segment_tables``' bit
+    tables on the pools it names only when they are at most a quarter of them (a cut whose
+    estimator scores its two seeds and nothing else, 13 of the 17 of a main-job grid point,
+    needs at most 2 D of the N+1 pools), taking each kernel's rows from ``PROFILE_MEMO`` where
+    its whole table is there, else from ``POOL_ROWS`` or computed; any other fill that needs
+    another pool computes every pool. Filled entries equal ``segment_tables``' bit
     for bit (the same float64 operations, the same kernel-order sums, the same rounding to
     ``dtype``); entries not filled are never read.
 
@@ -435,12 +441,22 @@ class PoolTables:
         return Kp * N1 * (NC - 1) * (NP - 1)
 
     def _kernel(self, u: int, pools: np.ndarray | None) -> tuple:
-        """Kernel ``u``'s four tables on ``pools`` (None: every pool)."""
+        """Kernel ``u``'s four tables on ``pools`` (None: every pool): from its whole table
+        in ``PROFILE_MEMO``, else pool by pool from ``POOL_ROWS``, computing the pools it
+        lacks (and storing them there)."""
         k, hit = self.graph.kernels[u], float(self.hits[u])
-        if pools is None or (*self.env.base, work_signature(k), hit) in PROFILE_MEMO:
+        key = (*self.env.base, work_signature(k), hit)
+        if pools is None or key in PROFILE_MEMO:
             tabs = _memo_tables(self.env, k, hit)
             return tabs if pools is None else tuple(t[pools] for t in tabs)
-        return _kernel_tables(self.env.at(pools), k, hit)
+        got = {int(p): POOL_ROWS.get((key, int(p))) for p in pools}
+        todo = np.array([p for p, v in got.items() if v is None], dtype=np.int64)
+        if todo.size:
+            new = _kernel_tables(self.env.at(todo), k, hit)
+            for i, p in enumerate(todo.tolist()):
+                got[p] = tuple(np.array(t[i]) for t in new)
+                POOL_ROWS.put((key, p), got[p])
+        return tuple(np.stack([got[int(p)][x] for p in pools]) for x in range(4))
 
     def _sums(self, pools: np.ndarray | None) -> dict[str, np.ndarray]:
         """The segments' tables on ``pools`` (None: every pool), float64 (K_pad, P, NC, NP):
@@ -485,7 +501,10 @@ class PoolTables:
         need = p[~self.filled[p]]
         if need.size == 0:
             return
-        first = not self.filled.any() and not self.model.isolated
+        # pool by pool on a first fill of a few pools; otherwise the whole table (faster
+        # than many single pools, and kept in PROFILE_MEMO for the next cut)
+        first = (not self.filled.any() and not self.model.isolated
+                 and need.size <= self.shape[1] // 4)
         sums = self._sums(need if first else None)
         rows = np.stack([sums[x] for x in self.NAMES], -1).astype(self.dtype)
         self._upload(rows, need if first else None)

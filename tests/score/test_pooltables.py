@@ -47,8 +47,9 @@ def test_first_fill_equals_the_whole_table_on_its_pools(g2, start, w, pools, col
     seg = chain_cut(g2.n, starts)
     model = ContentionModel() if contention else ContentionModel.off()
     hits = reference_hits(g2, seg, 2, w, H200, "wavefront", 1, "lru")
-    if cold:   # the kernels' rows computed on the pools only, not sliced from the memo
+    if cold:   # the kernels' rows computed on the pools only, not sliced from the memos
         vt.PROFILE_MEMO.clear()
+        vt.POOL_ROWS.clear()
     pt = vt.PoolTables(g2, seg, K, w, H200, model, hits)
     pt.fill(pools)
     p = np.unique(pools)
@@ -57,6 +58,11 @@ def test_first_fill_equals_the_whole_table_on_its_pools(g2, start, w, pools, col
                                                                 pt.shape[3] - 1))
     want = _whole_cells(g2, seg, K, w, model, hits)
     assert np.array_equal(got[:, :, p], want[:, :, p])
+    if cold:   # the same pools again: every row from POOL_ROWS, the same cells
+        vt.PROFILE_MEMO.clear()
+        again = vt.PoolTables(g2, seg, K, w, H200, model, hits)
+        again.fill(pools)
+        assert np.array_equal(np.asarray(again.cells()), np.asarray(pt.cells()))
     pt.fill([int(x) % 132 + 1 for x in p + 7])   # a second fill: every pool
     assert pt.filled.all()
     assert np.array_equal(np.asarray(pt.cells()).reshape(want.shape), want)

@@ -62,6 +62,20 @@ def test_byte_lru_bound_order_and_oversize():
         ByteLRU(-1)
 
 
+def test_byte_lru_get_and_put():
+    """``get`` counts a hit or a miss and marks the key recently used; ``put`` stores what fits
+    and evicts the least recently used first."""
+    c = ByteLRU(160)
+    assert c.get("a") is None and c.get("a", 5) == 5 and c.misses == 2
+    c.put("a", np.zeros(10))
+    c.put("b", np.zeros(10))
+    assert c.get("a").shape == (10,) and c.hits == 1     # "a" now the most recent
+    c.put("c", np.zeros(10))                              # evicts "b"
+    assert c.keys() == ["a", "c"] and c.evictions == 1
+    c.put("big", np.zeros(30))                            # over the bound: not stored
+    assert "big" not in c and c.nbytes == 160
+
+
 def test_nbytes_of_counts_reachable_arrays_once():
     a = np.zeros(10)
     obj = {"x": a, "y": [a, jax.numpy.ones(4)], "z": ("s", 3)}
