@@ -270,14 +270,16 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
 
     version = analytic_model_of(get_hardware(a.hardware))
     suffix = "" if version == ANALYTIC_MODEL else f":{version}"
-    run = ["subgpu", "run", "--from-search", out, "--hardware", hardware + suffix, *model]
-    print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 to "
-          "measure the 3 best of every batch):")
-    print("    " + shlex.join(run))
-    if not get_hardware(a.hardware).runtime:    # the runtime measures on H200s and H100s
+    if get_hardware(a.hardware).runtime:    # the runtime measures on H200s and H100s
+        run = ["subgpu", "run", "--from-search", out, "--hardware", hardware + suffix, *model]
+        print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 "
+              "to measure the 3 best of every batch):")
+        print("    " + shlex.join(run))
+    else:
         h_out = out.rstrip("/") + "-h200"
-        print("  on an H200 (`subgpu run` predicts for the GPU it runs on), make a search for "
-              "it first (Hopper runs the experts in bf16):")
+        print(f"  measure it: `subgpu run` runs on H200 and H100 GPUs only (its green contexts "
+              f"were never probed on a {hardware}); on an H200 (it predicts for the GPU it "
+              "runs on), make a search for it first (Hopper runs the experts in bf16):")
         print("    " + shlex.join(["subgpu", "search", "--hardware", "H200" + suffix,
                                    "--expert-dtype", "bf16", *search_grid_args(a), "--out",
                                    h_out]))
