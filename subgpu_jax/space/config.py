@@ -260,7 +260,8 @@ class Config:
         return batch // self.microbatch
 
     def cut_names(self, g1) -> list[str]:
-        """Names of the kernels of ``g1`` (the region graph) where segments 2..K start."""
+        """Names of the kernels of ``g1`` (the region graph) where segments 1..K-1 start
+        (numbered from 0)."""
         return [g1.kernels[i].name for i in range(1, len(self.seg_of))
                 if self.seg_of[i] != self.seg_of[i - 1]]
 
@@ -268,7 +269,7 @@ class Config:
         """The configuration's fields of a search record (``records.csv``; the one codec with
         ``from_record``): ``D``, ``w``, ``K``, ``microbatches`` (m, given: it needs the batch),
         ``microbatch``, ``policy``, ``streams_per_stage``, ``cuts`` (the kernel names where
-        segments 2..K start in ``g1``, ``"|"``-joined, empty for one segment) and ``sms`` (SMs
+        segments 1..K-1 start in ``g1``, numbered from 0, ``"|"``-joined, empty for one segment) and ``sms`` (SMs
         per stage, ``"|"``-joined, e.g. ``"64|64"``)."""
         return {"D": self.D, "w": self.w, "K": self.K, "microbatches": int(microbatches),
                 "microbatch": self.microbatch, "policy": self.policy,

@@ -62,7 +62,9 @@ def _add_config_args(s: argparse.ArgumentParser) -> None:
     c = s.add_argument_group("configuration")
     c.add_argument("--cuts", default=None,
                    help="comma-separated kernels (names like L1.attn, or indices) where segments "
-                        "2..K start. Default: the Macro cut around the full-attention FMHA")
+                        "1..K-1 start (numbered from 0, as the output prints them: segment 0 "
+                        "starts at the first kernel). Default: the Macro cut around the "
+                        "full-attention FMHA")
     c.add_argument("--sms", default=None,
                    help="comma-separated SMs per stage (multiples of the GPU's quantum, >= its "
                         "minimum, summing to its budget: B200 148, H200/H100 128), 'even' (the "
