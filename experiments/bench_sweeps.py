@@ -6,9 +6,11 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
 (``taskset`` to ``--cores`` cores when given), and reports the search's own seconds (the line
 ``evaluated ... (S s)``), the process's wall and CPU seconds and the records:
 
-* ``before``: the lone-pool and kernel-profile memos off (``score.poolwork.LONE_POOLS`` and
-  ``score.vctables.PROFILE_MEMO`` replaced by stores that keep nothing, as before they
-  existed) and no persistent compile cache (``SUBGPU_JAX_CACHE=""``): the path as it was;
+* ``before``: the lone-pool and kernel-profile memos off (``score.poolwork.LONE_POOLS``,
+  ``score.vctables.PROFILE_MEMO`` and ``POOL_ROWS`` replaced by stores that keep nothing, as
+  before they existed), the tables whole from their first use and no task DAG shared (as
+  ``whole_*`` below), and no persistent compile cache (``SUBGPU_JAX_CACHE=""``): the path as it
+  was before those memos (its other changes stay);
 * ``memo_cold``: today's path, with an empty persistent compile cache folder (it fills it);
 * ``memo_warm``: today's path again, reading that folder (a user's second run);
 * ``workers_cold``, ``workers_warm``: today's path with ``--workers auto`` (the default: one
@@ -89,7 +91,8 @@ if sys.argv[1] == "nomemo":
     import subgpu_jax.score.vctables as vc
     from subgpu_jax.model.lru import ByteLRU
     vc.PROFILE_MEMO = ByteLRU(0)   # stores nothing: the per-kernel tables built every time
-if sys.argv[1] == "whole":
+    vc.POOL_ROWS = ByteLRU(0)
+if sys.argv[1] in ("whole", "nomemo"):
     # the contention estimators' tables whole from their first use (every pool, as before
     # vctables.PoolTables filled them per pool) and no task DAG shared between cuts
     import numpy as np
@@ -210,7 +213,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_sweeps_cpu.json"))
     ap.add_argument("--cores", type=int, default=None,
                     help="pin every run to the first N cores (taskset); default: all")
-    ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS,
+                    default=[v for v in VARIANTS if not v.startswith("tree")],
+                    help="default: all but the tree_* ones (those need --baseline-tree)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run the variants this many times, in turn (each row then holds the "
                          "median and every sample); default 1")
@@ -225,11 +230,14 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.cores is not None and a.cores < 1:
         ap.error(f"--cores must be >= 1, got {a.cores}")
-    if a.cores is not None and a.cores > (os.cpu_count() or 1):
-        ap.error(f"--cores must be at most the {os.cpu_count()} cores here, got {a.cores}")
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    if a.cores is not None and a.cores > usable:
+        ap.error(f"--cores must be at most the {usable} cores this process may use, got "
+                 f"{a.cores}")
     if a.repeat < 1:
         ap.error(f"--repeat must be >= 1, got {a.repeat}")
-    if any(v.startswith("tree") for v in a.variants) and not (
+    if (any(v.startswith("tree") for v in a.variants) or a.baseline_tree is not None) and not (
             a.baseline_tree and os.path.isdir(os.path.join(a.baseline_tree, "subgpu_jax"))):
         ap.error("--variants tree_warm/tree_workers_warm need --baseline-tree DIR, a checkout "
                  f"holding subgpu_jax/, got {a.baseline_tree!r}")

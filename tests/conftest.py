@@ -74,7 +74,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
     for rep in terminalreporter.stats.get("skipped", []):
         lr = rep.longrepr
         reason = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
-        reasons[str(reason).removeprefix("Skipped: ")] += 1
+        reason = str(reason).removeprefix("Skipped: ")
+        if "No module named 'torch'" in reason:   # three skip messages, one cause
+            reason = "torch is not installed (the GPU extra: pip install -e \".[gpu]\")"
+        reasons[reason] += 1
     if reasons:
         terminalreporter.section("why tests were skipped", sep="-")
         for reason, n in reasons.most_common():

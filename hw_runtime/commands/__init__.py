@@ -75,7 +75,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                        "run the experts in bf16 (no MXFP4 tensor cores).")
     add_workload_args(r, hardware=None, hardware_help=DEFAULT_HELP)
     c = r.add_argument_group("configuration (as `subgpu simulate`)")
-    c.add_argument("--cuts", default=None, help="kernels where segments 2..K start (default: "
+    c.add_argument("--cuts", default=None, help="kernels where segments 1..K-1 start, numbered "
+                   "from 0 (default: "
                    "the Macro cut around the full-attention FMHA)")
     c.add_argument("--sms", default=None, help="SMs per stage (multiples of the quantum, "
                    "summing to the budget, 128 on an H200). Default: even split")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from hw_runtime.commands.common import ep_of, gpu_check
-from hw_runtime.commands.device import resolve_hardware
+from hw_runtime.commands.device import note_preset, resolve_hardware
 from hw_runtime.commands.request import KernelSettings
 from subgpu_jax.app.store import atomic_write
 from subgpu_jax.model.calibration import Calibration
@@ -58,6 +58,7 @@ def cmd_calibrate(a) -> int:
             raise ValueError(f"--pools: {p} SMs is not a valid {hw.name} pool (multiples of "
                              f"{hw.sm_quantum}, {hw.min_pool_sms}..{hw.sm_budget})")
     gpu_check()
+    note_preset(hardware)
     from hw_runtime.gpu.calibrate import calibrate
     from hw_runtime.gpu.partition import GreenContextError
     from hw_runtime.gpu.workload import WorkloadMemoryError

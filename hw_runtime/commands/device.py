@@ -16,7 +16,7 @@ import sys
 from hw_runtime.commands.common import a_or_an, gpu_check
 from subgpu_jax.model.hardware import HARDWARE, get_hardware
 
-__all__ = ["DEFAULT_HELP", "device_name", "preset_of_device", "resolve_hardware"]
+__all__ = ["DEFAULT_HELP", "device_name", "note_preset", "preset_of_device", "resolve_hardware"]
 
 #: What ``--hardware``'s help says of its default in the runtime commands.
 DEFAULT_HELP = "the GPU this runs on (H100, H200 or B200 preset)"
@@ -61,9 +61,9 @@ def resolve_hardware(given: str | None) -> str:
         given: ``--hardware`` as typed (``NAME[:VERSION]``), or None when left out.
 
     Returns:
-        ``given`` when set (with one ``note:`` line on stderr when this machine's GPU is not
-        that preset; no GPU here: nothing said, the command's own GPU check refuses later,
-        after its CPU checks); else the preset of this GPU (``preset_of_device``).
+        ``given`` when set (the command says so once its checks pass, ``note_preset``; no GPU
+        here: the command's own GPU check refuses later, after its CPU checks); else the
+        preset of this GPU (``preset_of_device``).
 
     Raises:
         ValueError: ``given`` is None and there is no GPU here (``common.gpu_check``'s line),
@@ -77,13 +77,17 @@ def resolve_hardware(given: str | None) -> str:
                              f"({', '.join(HARDWARE)}); pass --hardware NAME to predict it "
                              "as one of them")
         return preset
-    want = get_hardware(given).name   # a bad spec: one line naming the presets
-    try:
-        name = device_name()
-    except ValueError:
-        return given
+    get_hardware(given)   # a bad spec: one line naming the presets
+    return given
+
+
+def note_preset(spec: str) -> None:
+    """One ``note:`` line on stderr when this machine's GPU is not the preset ``spec``
+    (``--hardware NAME[:VERSION]``) the command predicts with. Call it after the command's
+    checks and its ``common.gpu_check`` (bad input stays one line: the error alone)."""
+    want = get_hardware(spec).name
+    name = device_name()
     preset = preset_of_device(name)
     if preset != want:
         print(f"note: this GPU is {a_or_an(name)}{f' ({preset} preset)' if preset else ''}; "
               f"predictions use the {want} preset (--hardware)", file=sys.stderr)
-    return given

@@ -19,6 +19,7 @@ from typing import Any
 from subgpu_jax.space.config import Config, config_from_options
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from hw_runtime.commands.common import gpu_check
+from hw_runtime.commands.device import note_preset
 from hw_runtime.commands.measure import Measurer
 from hw_runtime.commands.records import other_gpu_search, record_request
 from hw_runtime.commands.report import RunConfig, RunReport, Timed
@@ -498,6 +499,7 @@ def run_one(req: RunRequest, measurer: Measurer | None = None,
     rank, world = ranks or (None, None)
     dist_ctx = None
     gpu_check()
+    note_preset(req.workload.hardware)
     # ---- GPU from here on
     if rank is not None:   # a communicator per stream of the run (distributed.py)
         from hw_runtime.gpu.distributed import init

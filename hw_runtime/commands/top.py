@@ -7,6 +7,7 @@ import json
 import os
 
 from hw_runtime.commands.common import gpu_check, json_safe
+from hw_runtime.commands.device import note_preset
 from hw_runtime.commands.records import record_request, search_records, top_records
 from hw_runtime.commands.request import RunRequest
 from hw_runtime.commands.run import GpuMeasurer, prepare_run, repredict
@@ -31,6 +32,7 @@ def run_top(req: RunRequest) -> int:
     for name in ("measured_frontier.json", "measured_frontier.png"):
         replaceable_file(os.path.join(out_dir, name), "--out-dir")
     gpu_check()
+    note_preset(req.workload.hardware)
     ks, t, mode, coll = req.kernels, req.timing, req.mode, req.collectives
     rows = []
     gpu = GpuMeasurer()   # one workload and executor per batch, built for its first record

@@ -147,7 +147,7 @@ def spec_from_args(a, hardware: str | None = None):
 
 def _cmd_tune(a) -> int:
     from hw_runtime.commands.common import gpu_check
-    from hw_runtime.commands.device import resolve_hardware
+    from hw_runtime.commands.device import note_preset, resolve_hardware
     from hw_runtime.tune.executor import GpuTuneExecutor
     from hw_runtime.tune.loop import Tuner
 
@@ -157,6 +157,7 @@ def _cmd_tune(a) -> int:
     spec.check_cpu(a.out)
     gpu_check()
     hardware = resolve_hardware(a.hardware)
+    note_preset(hardware)
     if hardware != spec.hardware:
         spec = spec_from_args(a, hardware)
         spec.check_cpu(a.out)

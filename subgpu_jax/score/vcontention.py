@@ -395,8 +395,8 @@ class VContentionEvaluator:
         # the cut's tables, filled pool by pool as the batch-last kernel's allocations need
         # them (``vctables.PoolTables``; the other kernels read ``tabs``: every pool)
         self.pool_tables = PoolTables(graph, self.seg_of, K, w, hw, self.model, self.hits,
-                                      dtype, pad_segments)
-        if scan != "batched":
+                                      dtype, pad_segments, cells=scan == "batched")
+        if scan != "batched" or inline_tables:   # whole now: what a cache measures it holds
             self.pool_tables.full()
         self.packed = (None if self.integrals == "gather"   # the slices form's layout only
                        else True if packed is None else packed)

@@ -10,6 +10,7 @@ Units: µs, bytes, SMs.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -401,10 +402,14 @@ class PoolTables:
 
     Args:
         graph, seg_of, K, w, hw, model, hits, dtype, pad_segments: as ``segment_tables``.
+        cells: hold the batch-last kernel's cells (False: ``full()`` only, for the other
+            kernels; ``fill`` and ``cells()`` refuse).
 
     Attributes:
         shape: (K_pad, N+1, NC, NP). index: the ``CellIndex`` (device arrays).
         filled: bool (N+1,) the pools filled so far.
+
+    ``fill`` and ``full`` hold a lock: threads may share one.
 
     Raises:
         ValueError: as ``segment_tables`` (an illegal cut, bad hits, a table entry negative or
@@ -415,10 +420,12 @@ class PoolTables:
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], K: int, w: int, hw: Hardware,
                  model: ContentionModel | None = None, hits: np.ndarray | None = None,
-                 dtype=jnp.float32, pad_segments: int | None = None) -> None:
+                 dtype=jnp.float32, pad_segments: int | None = None,
+                 cells: bool = True) -> None:
         check_cut(seg_of, graph.n, graph.edges, K)
         _check_uniform_grids()
         self.graph, self.hw, self.dtype = graph, hw, np.dtype(dtype)
+        self._lock = threading.RLock()
         self.model = ContentionModel() if model is None else model
         self.env = _environment(hw, self.model, CONC_GRID, POWER_GRID, SHARED_L2)
         self.hits = _check_hits(hits, graph.n)
@@ -433,7 +440,8 @@ class PoolTables:
         self.filled = np.zeros(hw.num_sms + 1, dtype=bool)
         self.index = CellIndex(seg_stage=to_device(stage), conc_grid=to_device(CONC_GRID, dtype),
                                power_grid=to_device(POWER_GRID, dtype))
-        self._device = to_device(np.zeros((16, self._cell_count()), dtype=self.dtype))
+        self._device = (to_device(np.zeros((16, self._cell_count()), dtype=self.dtype))
+                        if cells else None)
         self._full: SegTables | None = None
 
     def _cell_count(self) -> int:
@@ -449,13 +457,15 @@ class PoolTables:
         if pools is None or key in PROFILE_MEMO:
             tabs = _memo_tables(self.env, k, hit)
             return tabs if pools is None else tuple(t[pools] for t in tabs)
-        got = {int(p): POOL_ROWS.get((key, int(p))) for p in pools}
+        got = {int(p): POOL_ROWS.get((key, int(p)), (None,))[0] for p in pools}
         todo = np.array([p for p, v in got.items() if v is None], dtype=np.int64)
         if todo.size:
             new = _kernel_tables(self.env.at(todo), k, hit)
+            hw, cal = self.env.hw, self.env.cal
             for i, p in enumerate(todo.tolist()):
                 got[p] = tuple(np.array(t[i]) for t in new)
-                POOL_ROWS.put((key, p), got[p])
+                # hw and cal kept alive while their ids are in the key (as PROFILE_MEMO)
+                POOL_ROWS.put((key, p), (got[p], lambda: (hw, cal)))
         return tuple(np.stack([got[int(p)][x] for p in pools]) for x in range(4))
 
     def _sums(self, pools: np.ndarray | None) -> dict[str, np.ndarray]:
@@ -491,13 +501,24 @@ class PoolTables:
         self._device = to_device(cells.reshape(16, -1))
 
     def fill(self, pools) -> None:
-        """Make the cells hold the pools ``pools`` (int array-like, sizes 1..N).
+        """Make the cells hold the pools ``pools`` (integer array-like of pool sizes 0..N SMs;
+        0 is read as 1 SM, as in every table).
 
         Raises:
-            ValueError: a pool outside 0..N; a table entry negative or not finite."""
-        p = np.unique(np.asarray(pools, dtype=np.int64).ravel())
+            ValueError: pools that are not integers (floats, bools, strings) or outside 0..N;
+                a table entry negative or not finite; a ``PoolTables`` made without cells."""
+        a = np.asarray(pools)
+        if a.size and a.dtype.kind not in "iu":
+            raise ValueError(f"pools must be integers (SMs), got dtype {a.dtype}")
+        p = np.unique(a.astype(np.int64).ravel())
         if p.size and (p[0] < 0 or p[-1] > self.hw.num_sms):
             raise ValueError(f"pools must be in 0..{self.hw.num_sms}, got {p.tolist()}")
+        if self._device is None:
+            raise ValueError("this PoolTables was made without cells (cells=False)")
+        with self._lock:
+            self._fill(p)
+
+    def _fill(self, p: np.ndarray) -> None:
         need = p[~self.filled[p]]
         if need.size == 0:
             return
@@ -512,12 +533,21 @@ class PoolTables:
 
     def cells(self) -> jax.Array:
         """The grid cells (16, K_pad * (N+1) * (NC-1) * (NP-1)) on the device
-        (``vcbatch.cell_table``'s layout), as filled so far (zeros elsewhere)."""
+        (``vcbatch.cell_table``'s layout), as filled so far (zeros elsewhere).
+
+        Raises:
+            ValueError: a ``PoolTables`` made without cells."""
+        if self._device is None:
+            raise ValueError("this PoolTables was made without cells (cells=False)")
         return self._device
 
     def full(self) -> SegTables:
         """Every pool: the ``SegTables`` of ``segment_tables`` (made once; the cells filled
-        too)."""
+        too when it holds them)."""
+        with self._lock:
+            return self._make_full()
+
+    def _make_full(self) -> SegTables:
         if self._full is None:
             sums = self._sums(None)
             Kp, N1, NC, NP = self.shape
@@ -526,7 +556,7 @@ class PoolTables:
             self._full = SegTables(*(to_device(sums[x], self.dtype) for x in self.NAMES),
                                    self.index.seg_stage, self.index.conc_grid,
                                    self.index.power_grid, to_device(rows.reshape(-1, 4)))
-            if not self.filled.all():
+            if self._device is not None and not self.filled.all():
                 self._upload(rows)
                 self.filled[:] = True
         return self._full

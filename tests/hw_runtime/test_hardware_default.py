@@ -40,14 +40,20 @@ def test_left_out_is_this_gpus_preset(monkeypatch, capsys):
     assert resolve_hardware("H100") == "H100" and capsys.readouterr().err == ""
 
 
-def test_another_preset_given_is_noted_once_and_kept(monkeypatch, capsys):
+def test_another_preset_given_is_kept_and_noted_once_checks_pass(monkeypatch, capsys):
+    """A given preset stands silently (bad input later stays one error line); the command
+    notes the other GPU once its checks pass (``note_preset``), never for its own preset."""
     monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H100 80GB HBM3")
     assert resolve_hardware("H200:analytic-v2") == "H200:analytic-v2"
+    assert capsys.readouterr().err == ""
+    device.note_preset("H200:analytic-v2")
     assert capsys.readouterr().err.splitlines() == [
         "note: this GPU is an NVIDIA H100 80GB HBM3 (H100 preset); predictions use the H200 "
         "preset (--hardware)"]
+    device.note_preset("H100")
+    assert capsys.readouterr().err == ""
     monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H20")
-    assert resolve_hardware("H200") == "H200"
+    device.note_preset("H200")
     assert capsys.readouterr().err.splitlines() == [
         "note: this GPU is an NVIDIA H20; predictions use the H200 preset (--hardware)"]
 

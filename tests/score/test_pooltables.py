@@ -76,6 +76,32 @@ def test_fill_refuses_pools_outside_the_gpu(g2):
     pt = vt.PoolTables(g2, chain_cut(g2.n, [5]), 2, 0, H200)
     with pytest.raises(ValueError, match="pools must be in 0..132"):
         pt.fill([0, 133])
+    for bad in ([1.5], [True], ["40"]):
+        with pytest.raises(ValueError, match="pools must be integers"):
+            pt.fill(bad)
+    assert not pt.filled.any()
+    with pytest.raises(ValueError, match="without cells"):
+        vt.PoolTables(g2, chain_cut(g2.n, [5]), 2, 0, H200, cells=False).fill([40])
+
+
+def test_pool_rows_keep_their_gpu_alive(g2):
+    """A ``POOL_ROWS`` entry is keyed by the GPU's id and holds the GPU, so a new GPU made
+    at a freed one's address can never read its rows."""
+    import gc
+    import weakref
+
+    from subgpu_jax.model.hardware import Hardware
+
+    vt.PROFILE_MEMO.clear()
+    vt.POOL_ROWS.clear()
+    hw = Hardware(**{f.name: getattr(H200, f.name) for f in __import__("dataclasses").fields(H200)})
+    ref = weakref.ref(hw)
+    vt.PoolTables(g2, chain_cut(g2.n, [5]), 2, 0, hw).fill([40])
+    assert len(vt.POOL_ROWS) > 0
+    del hw
+    gc.collect()
+    assert ref() is not None   # held by the rows keyed by its id
+    vt.POOL_ROWS.clear()
 
 
 def test_lazy_estimator_scores_as_the_whole_table(g2):
