@@ -105,9 +105,12 @@ def unrecognized_hint(parser, argv: list[str], message: str) -> str:
                      if t in shown and len(t) > 2 and t != opt]
             twins = twins or difflib.get_close_matches(opt, sorted(shown), n=1, cutoff=0.85)
             if twins:
-                many = len(twins[0]) > len(opt)
-                hints.append(f"{cmd} takes {twins[0]} ({'a comma-separated list' if many else 'one value'}), "
-                             f"not {opt}")
+                # what the option takes, from its own help (``--gpus`` is one value, ``--batches``
+                # a list): never guessed from the spelling
+                act = next(a for a in choices[cmd]._actions if twins[0] in a.option_strings)
+                takes = ("" if act.nargs == 0 else " (a comma-separated list)"
+                         if "comma-separated" in (act.help or "") else " (one value)")
+                hints.append(f"{cmd} takes {twins[0]}{takes}, not {opt}")
                 continue
             others = [c for c, p in choices.items() if c != cmd and opt in options(p)]
             if others:

@@ -16,7 +16,8 @@ import argparse
 import math
 import sys
 
-__all__ = ["int_list", "str_list", "resolve_arch_ep", "resolve_parallelism", "choose_split",
+__all__ = ["int_list", "str_list", "model_of", "resolve_arch_ep", "resolve_parallelism",
+           "choose_split",
            "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
            "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS",
@@ -317,6 +318,22 @@ def str_list(s: str, field: str) -> list[str]:
     return v
 
 
+def model_of(a):
+    """The model of parsed workload arguments (``--model``/``--config``, ``--name``), as
+    ``model.models.resolve_model`` reads it.
+
+    Raises:
+        ValueError: as ``resolve_model``; a config file's problem names ``--model/--config``."""
+    from subgpu_jax.model.models import resolve_model
+
+    try:
+        return resolve_model(a.model, getattr(a, "name", None))
+    except ValueError as e:   # a file's problem: name the option it came from
+        msg = str(e)
+        raise ValueError(msg if msg.startswith(("model", "name")) else
+                         f"--model/--config: {msg}") from None
+
+
 def resolve_arch_ep(a):
     """The model (with ``--expert-dtype`` and ``--kv-dtype`` applied) and the MoE EP degree
     (``--ep`` or its default) of parsed workload arguments. A ``--calibration`` measured with
@@ -328,9 +345,7 @@ def resolve_arch_ep(a):
     """
     import dataclasses
 
-    from subgpu_jax.model.models import resolve_model
-
-    arch = resolve_model(a.model, getattr(a, "name", None))
+    arch = model_of(a)
     cal = getattr(a, "calibration", None)
     if cal and not getattr(a, "expert_dtype", None):
         from subgpu_jax.model.calibration import measured_weights_dtype
@@ -378,9 +393,8 @@ def resolve_parallelism(a) -> None:
         setattr(a, other, a.gpus // given)
         return
     from subgpu_jax.app.sweep import outer_parallelisms
-    from subgpu_jax.model.models import resolve_model
 
-    t, d, _ = outer_parallelisms(resolve_model(a.model), a.gpus)[-1]
+    t, d, _ = outer_parallelisms(model_of(a), a.gpus)[-1]
     a.tp, a.dp = t, d
 
 

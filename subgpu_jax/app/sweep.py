@@ -150,7 +150,7 @@ def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: S
             dep.validate(arch)
             if hw is not None:
                 try:
-                    check_memory(arch, dep, hw)
+                    check_memory(arch, dep, hw, batch_flag="--batches")
                 except ValueError as err:
                     reasons["memory"] += 1
                     notes.append(f"TP{t}xDP{d} G={G}: {err}")

@@ -156,8 +156,10 @@ def memory_use(arch: ModelArch, deploy: Deployment, hw: Hardware) -> MemoryUse:
                      kv_tokens=deploy.peak_kv_history, requests=deploy.requests_per_gpu)
 
 
-def check_memory(arch: ModelArch, deploy: Deployment, hw: Hardware) -> MemoryUse:
-    """``memory_use``, refusing a deployment over its budget.
+def check_memory(arch: ModelArch, deploy: Deployment, hw: Hardware,
+                 batch_flag: str = "--batch") -> MemoryUse:
+    """``memory_use``, refusing a deployment over its budget (``batch_flag``: the command's
+    batch option, named in the advice: ``--batch``, or ``--batches`` for a grid).
 
     Raises:
         ValueError: weights + KV cache + activations over u * HBM (one line with the sizes, the
@@ -172,6 +174,6 @@ def check_memory(arch: ModelArch, deploy: Deployment, hw: Hardware) -> MemoryUse
             f"{mu.requests} requests x {mu.kv_tokens} tokens + activations "
             f"{mu.activations / 1e9:.1f} GB) but its budget is {mu.budget / 1e9:.1f} GB "
             f"(--gpu-memory-utilization {u:g} of a {hw.name}'s {hw.hbm_bytes / 1e9:.1f} GB); "
-            "lower --batch or the KV length (--kv-history, --input-len, --output-len), raise "
-            "--dp or --gpus, or use --kv-dtype fp8")
+            f"lower {batch_flag} or the KV length (--kv-history, --input-len, --output-len), "
+            "raise --dp or --gpus, or use --kv-dtype fp8")
     return mu

@@ -548,7 +548,10 @@ def workload_config(wl: Workload, starts: Sequence[int | str], sms: Sequence[int
         if isinstance(x, (int, np.integer)) or str(x).strip().lstrip("-").isdigit():
             if not 1 <= int(x) <= g.n - 1:
                 raise ValueError(f"{rng}, got {list(starts)}")
-    idx = sorted(g.index(s) for s in starts)
+    try:
+        idx = sorted(g.index(s) for s in starts)
+    except ValueError as e:   # an unknown kernel name: name the option it came from
+        raise ValueError(f"--cuts: {e}") from None
     if len(set(idx)) != len(idx) or any(i == 0 for i in idx):
         raise ValueError(f"{rng}, got {list(starts)}")
     seg = chain_cut(g.n, idx)

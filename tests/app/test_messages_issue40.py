@@ -58,6 +58,37 @@ def test_misspelt_list_flag_points_to_the_list_not_a_hidden_refusal(capsys):
     assert "--microbatches" in line, line
 
 
+def test_misspelt_flag_hint_says_what_the_option_takes(capsys):
+    """The hint reads what an option takes from its help, not from the spelling: ``--hardwre``
+    and ``--gpu`` are one value (a list was refused), a switch takes nothing."""
+    for typo, want in (("--hardwre", "search takes --hardware (one value), not --hardwre"),
+                       ("--gpu", "search takes --gpus (one value), not --gpu"),
+                       ("--batchs", "search takes --batches (a comma-separated list)")):
+        line = _one_line_error(*_cli(["search", typo, "8"], capsys)[::2])
+        assert want in line, line
+    line = _one_line_error(*_cli(["search", "--no-progres"], capsys)[::2])
+    assert "search takes --no-progress, not --no-progres" in line, line
+
+
+def test_bad_cut_name_and_missing_config_name_their_flag(capsys):
+    line = _one_line_error(*_cli(["simulate", "--cuts", "L0.foo"], capsys)[::2])
+    assert line.startswith("error: --cuts: kernel name must be one of") and "L0.foo" in line
+    line = _one_line_error(*_cli(["simulate", "--config", "nope/config.json"], capsys)[::2])
+    assert line == "error: --model/--config: config.json nope/config.json: file does not exist"
+
+
+def test_grid_memory_skip_names_batches(capsys):
+    """A search grid's memory skip advises the option search has (``--batches``)."""
+    from subgpu_jax.app.sweep import build_grid
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.models import get_model
+
+    skipped: list = []
+    build_grid(get_model("llama-3.1-8b"), 1, [64, 128], [2], [2], ["wavefront"], kv_history=4096,
+               input_len=4096, hw=get_hardware("H100"), skipped=skipped)
+    assert skipped and "lower --batches or" in skipped[0] and "--batch " not in skipped[0]
+
+
 def test_gpus_alone_is_told_in_the_flags_typed(capsys):
     """`--gpus 3` (DP 3 derived) never complains about a `--dp 3` the user did not type."""
     line = _one_line_error(*_cli(["simulate", "--gpus", "3"], capsys)[::2])
