@@ -300,10 +300,6 @@ def cmd_search(a) -> int:
     pts = build_grid(arch, a.gpus, batches, stages, mbs, pols, kv_history=a.kv_history,
                      input_len=a.input_len, parallelisms=pars, hw=hw, skipped=skipped,
                      deploy_options={**opts, **serving}, streams=ks)
-    for note in skipped[:5]:
-        print(f"skipped: {note}")
-    if len(skipped) > 5:
-        print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
     cut, alloc = strategies_from_args(a)
     meta = search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, serving,
                        cut, alloc)
@@ -315,6 +311,10 @@ def cmd_search(a) -> int:
         raise ValueError(f"--{e}") from None
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
+    for note in skipped[:5]:   # under the header: what the grid left out
+        print(f"skipped: {note}")
+    if len(skipped) > 5:
+        print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
     setup = search_setup(a, arch, hw, shapes[0], pts, meta)
     cluster = search_cluster(a)
     hw = setup.hw
