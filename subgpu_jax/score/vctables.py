@@ -86,10 +86,8 @@ class _Load:
     def at(self, pools: np.ndarray) -> "_Load":
         """The same load on the pools ``pools`` only (int (q,) pool sizes 0..N; 0 is 1 SM):
         every entry of a kernel's tables depends on its own pool alone, so the tables of this
-        load are the rows ``pools`` of the whole one, bit for bit."""
-        P = np.arange(self.N + 1, dtype=float)
-        P[0] = 1.0
-        return dataclasses.replace(self, P=P[pools], pools=np.asarray(pools))
+        load are the rows ``pools`` of the whole one, bit for bit. Called on the whole load."""
+        return dataclasses.replace(self, P=self.P[pools], pools=np.asarray(pools))
 
     def per_pool(self, a):
         """``a`` (N+1, ...) per pool, or a scalar, restricted to this load's pools."""
@@ -302,10 +300,15 @@ def _environment(hw: Hardware, model: ContentionModel, conc_grid, power_grid,
                  rc_full_o, dil, N, NC, NP, base=base)
 
 
-def _memo_tables(env: _Load, k, hit: float) -> tuple:
+def _memo_key(env: _Load, k, hit: float) -> tuple:
+    """Kernel ``k``'s key in ``PROFILE_MEMO`` (and, with a pool, in ``POOL_ROWS``)."""
+    return (*env.base, work_signature(k), hit)
+
+
+def _memo_tables(env: _Load, k, hit: float, key: tuple | None = None) -> tuple:
     """Kernel ``k``'s four tables (N+1, NC, NP) on every pool at hit fraction ``hit``, from
-    ``PROFILE_MEMO`` or computed and stored there."""
-    key = (*env.base, work_signature(k), hit)
+    ``PROFILE_MEMO`` or computed and stored there (``key``: its ``_memo_key``, when known)."""
+    key = _memo_key(env, k, hit) if key is None else key
     # (hw and cal stay alive while their ids are in a key; held by a closure, which the
     # cache's byte count does not walk into)
     hw, cal = env.hw, env.cal
@@ -453,9 +456,9 @@ class PoolTables:
         in ``PROFILE_MEMO``, else pool by pool from ``POOL_ROWS``, computing the pools it
         lacks (and storing them there)."""
         k, hit = self.graph.kernels[u], float(self.hits[u])
-        key = (*self.env.base, work_signature(k), hit)
+        key = _memo_key(self.env, k, hit)
         if pools is None or key in PROFILE_MEMO:
-            tabs = _memo_tables(self.env, k, hit)
+            tabs = _memo_tables(self.env, k, hit, key)
             return tabs if pools is None else tuple(t[pools] for t in tabs)
         got = {int(p): POOL_ROWS.get((key, int(p)), (None,))[0] for p in pools}
         todo = np.array([p for p, v in got.items() if v is None], dtype=np.int64)

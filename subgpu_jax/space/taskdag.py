@@ -9,15 +9,13 @@ Exports padded integer index arrays for JAX (``TaskDAG.arrays``) and a networkx 
 from __future__ import annotations
 
 import functools
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Sequence
-
-import cachetools
 
 import networkx as nx
 import numpy as np
 
+from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.space.config import DISPATCH_POLICIES, binding
 
 __all__ = ["TaskDAG", "build_task_dag", "bucket", "per_dag"]
@@ -185,9 +183,9 @@ def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequen
 
 
 #: What ``per_dag`` keeps: the arrays and plans derived from the task DAGs in use, by the DAG's
-#: identity (the DAGs themselves are shared by ``build_task_dag``'s memo).
-_PER_DAG = cachetools.LRUCache(maxsize=256)
-_PER_DAG_LOCK = threading.Lock()
+#: identity (the DAGs themselves are shared by ``build_task_dag``'s memo); 256 entries (every
+#: entry counted as 1 by the LRU's size function).
+_PER_DAG = ByteLRU(256, sizeof=lambda value: 1)
 
 
 def per_dag(dag: TaskDAG, key: Hashable, make: Callable[[], Any]) -> Any:
@@ -195,15 +193,8 @@ def per_dag(dag: TaskDAG, key: Hashable, make: Callable[[], Any]) -> Any:
     plan: ``score.evaluator.DagArrays.from_dag``, ``score.lanes.LanePlan.from_dag``). Values
     are shared: they must be immutable (device arrays, read-only numpy). Bounded: the 256 most
     recently used."""
-    k = (id(dag), key)
-    with _PER_DAG_LOCK:
-        hit = _PER_DAG.get(k)
-    if hit is not None and hit[0] is dag:
-        return hit[1]
-    value = make()
-    with _PER_DAG_LOCK:
-        _PER_DAG[k] = (dag, value)   # the DAG held: its id is not reused while cached
-    return value
+    # the DAG is held in the value, so no other object takes its id while it is cached
+    return _PER_DAG.get_or_make((id(dag), key), lambda: (dag, make()))[1]
 
 
 @functools.lru_cache(maxsize=256)

@@ -418,14 +418,18 @@ def test_docs_links_resolve_or_are_the_sibling_docs():
 
 
 def test_skipped_grid_points_name_flags_not_fields(tmp_path, capsys):
-    """A search whose larger batches do not fit says so with the flags a user types."""
+    """A search whose larger batches do not fit says so with the flags a user types (the
+    search's own ``--batches``), right under the ``search:`` header the skips qualify."""
     rc, out, err = run_cli(["search", "--model", "llama-3.1-8b", "--hardware", "H200", "--gpus",
                             "8", "--kv-history", "32768", "--batches", "64,4096", "--stages", "2",
                             "--microbatches", "2", "--exact", "static", "--no-progress", "--out",
                             str(tmp_path / "r")], capsys)
     assert rc == 0, err
-    skipped = [ln for ln in out.splitlines() if ln.startswith("skipped:")]
+    lines = out.splitlines()
+    skipped = [ln for ln in lines if ln.startswith("skipped:")]
     assert skipped and all("--kv-history" in ln and "--gpus" in ln for ln in skipped)
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("search: "))
+    assert lines[head + 1].startswith("skipped: ") and "lower --batches or" in skipped[0]
     assert not any("global_batch" in ln or "attn_dp" in ln for ln in skipped)
 
 

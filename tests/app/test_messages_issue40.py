@@ -89,19 +89,6 @@ def test_grid_memory_skip_names_batches(capsys):
     assert skipped and "lower --batches or" in skipped[0] and "--batch " not in skipped[0]
 
 
-def test_search_prints_its_skips_under_its_header(capsys, tmp_path):
-    """The grid's skip lines follow the ``search:`` header they qualify."""
-    rc, out, err = _cli(["search", "--model", "llama-3.1-8b", "--hardware", "H100", "--gpus",
-                         "1", "--kv-history", "4096", "--batches", "64,128", "--stages", "2",
-                         "--microbatches", "2", "--exact", "static", "--no-progress", "--out",
-                         str(tmp_path / "s")], capsys)
-    assert rc == 0, err
-    lines = out.splitlines()
-    head = next(i for i, l in enumerate(lines) if l.startswith("search: "))
-    skips = [i for i, l in enumerate(lines) if l.startswith("skipped: ")]
-    assert skips and min(skips) == head + 1 and "lower --batches" in lines[skips[0]]
-
-
 def test_gpus_alone_is_told_in_the_flags_typed(capsys):
     """`--gpus 3` (DP 3 derived) never complains about a `--dp 3` the user did not type."""
     line = _one_line_error(*_cli(["simulate", "--gpus", "3"], capsys)[::2])
