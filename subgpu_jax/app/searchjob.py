@@ -140,7 +140,7 @@ class RecordingTimer:
         self.scorer, self.dep, self.observed = scorer, dep, scorer.timer
         self.name, self.hw = self.observed.name, scorer.hw
         self.contention, self.reference = self.observed.contention, self.observed.reference
-        self.batched = self.observed.batched
+        self.batched, self.screen = self.observed.batched, None
 
     def describe(self) -> str:
         return self.observed.describe()
@@ -208,6 +208,9 @@ class PointScorer:
         if self.timer.hw != self.hw:
             raise ValueError(f"timer: made for {self.timer.hw.name}, the search runs on "
                              f"{self.hw.name} (make it from the same setup)")
+        # the timer the search ranks and polishes with: a screened timer's screen, which the
+        # event simulator then confirms (search.algorithm1's confirm), else the timer itself
+        self.ranker = self.timer.screen if self.timer.screen is not None else self.timer
         self.cheap = by_name(CHEAP_ESTIMATORS, cheap, "cheap").resolve(self.timer)
         self.cheap_kind = self.cheap.name
         self.arch, self.L_sim = arch, L_sim
@@ -234,7 +237,7 @@ class PointScorer:
                 self.calibration.check_workload(self.arch, dep, self.hw)
             wl = Workload.from_model(self.arch, dep)
             self._problems[key] = self.cheap.problem(wl, self.hw, dm, self.model, self.cache,
-                                                     streams_per_stage, self.timer)
+                                                     streams_per_stage, self.ranker)
         return self._problems[key]
 
     def release(self, dep: Deployment) -> None:
@@ -302,6 +305,17 @@ class PointScorer:
         p = self.problem(dep, streams_per_stage)
         return TimerExact(p, RecordingTimer(self, dep) if self.timer is self.event
                           else self.timer)
+
+    def search_scorers(self, dep: Deployment, streams_per_stage: int = 1
+                       ) -> tuple[TimerExact, TimerExact | None]:
+        """The scorers of a grid point's search: ``(exact, confirm)``. With a screened timer
+        (``timer.screen``) the search ranks and polishes with the screen and the event
+        simulator confirms (``search.algorithm1``'s ``confirm``); else ``(self.exact(dep),
+        None)``."""
+        if self.timer.screen is None:
+            return self.exact(dep, streams_per_stage), None
+        p = self.problem(dep, streams_per_stage)
+        return TimerExact(p, self.ranker), self.exact(dep, streams_per_stage)
 
     def temporal_makespan(self, dep: Deployment) -> float:
         """Temporal baseline (µs) of a deployment under the exact scorer (cached)."""
@@ -391,13 +405,20 @@ class PointScorer:
             return [self._record(pt, cfg, self.temporal_makespan(d),
                                  {"exact_calls": 1, "cheap_evals": 0, "origin": "temporal"})]
         try:
+            exact, confirm = self.search_scorers(d, pt.streams)
             opts = Algorithm1Options(L_sim=self.L_sim, include_temporal=False, cut=self.cut,
                                      allocate=self.alloc)
+            if confirm is not None:  # a screened timer: its confirmation budget
+                opts = dataclasses.replace(opts, confirm_top=self.timer.confirm_top)
             res = algorithm1(self.problem(d, pt.streams), [pt.D], [pt.microbatches],
-                             [pt.policy], exact=self.exact(d, pt.streams), options=opts)
+                             [pt.policy], exact=exact, confirm=confirm, options=opts)
             return [self._record(pt, r.config(), r.makespan_us,
                                  {"exact_calls": r.exact_calls, "cheap_evals": r.cheap_evals,
-                                  "origin": r.origin, "cheap_rank": r.cheap_rank})
+                                  "origin": r.origin, "cheap_rank": r.cheap_rank,
+                                  **({} if confirm is None else
+                                     {"screen_region_us": r.screen_us,
+                                      "confirm_calls": r.confirm_calls,
+                                      "screen_rank": r.screen_rank})})
                     for r in res.records]
         finally:
             self.forget_point(pt)

@@ -1,7 +1,7 @@
 """Timers: the one way to time a configuration of one region graph (docs/method.md §3).
 
 A ``Timer`` maps ``(graph, cfg)`` to a ``Timing`` (µs), and a batch of allocations of one
-configuration's structure to their makespans (``time_allocs``). Four exist, registered in
+configuration's structure to their makespans (``time_allocs``). Five exist, registered in
 ``TIMERS`` (the command line's ``--exact`` and ``--simulator`` choices):
 
 * ``EventTimer`` (``event``): the event simulator (``sim.eventsim.simulate``) with a contention
@@ -16,13 +16,21 @@ configuration's structure to their makespans (``time_allocs``). Four exist, regi
   does NOT reproduce the event simulator everywhere: on the configurations a search visits its
   error is 2.3% median and 14% max over every preset (``experiments/vc_agreement_presets.py``),
   so a search with it re-scores its best records with the event simulator, reports the
-  disagreement and warns above ``ContentionTimer.TOLERANCE``. The event simulator stays the
-  default and the reference.
+  disagreement and warns above ``ContentionTimer.TOLERANCE``.
+* ``ScreenedTimer`` (``screened``): the event simulator's numbers, found with fewer
+  simulations: a search ranks and polishes with the ``vcontention`` scorer (its ``screen``),
+  then re-simulates each grid point's best few configurations (``confirm_top``) and keeps the
+  best by the event simulator (``search.algorithm1``'s ``confirm``). Its records' makespans are
+  the event simulator's; the choice may differ from an event-simulator search's
+  (``experiments/bench_screened.py`` measures by how much).
+
+The event simulator stays the default and the reference.
 
 Each carries its capabilities as attributes, so callers never test its name: ``contention``
 (co-running kernels slow each other), ``reference`` (the event simulator itself: traces,
 per-category times, the verdict's model), ``batched`` (``time_allocs`` is one vectorised call,
-not a loop) and ``describe()`` (what it is, in words a user reads). All also time the head
+not a loop), ``screen`` (a batched timer a search may rank with before confirming with this
+one, or None) and ``describe()`` (what it is, in words a user reads). All also time the head
 kernels (``head_us``: final norm, LM head, sampling, embedding, on the whole GPU).
 ``score.step.time_step`` times a whole decode step with any timer; the search's exact scorer
 (``search.problem.TimerExact``) wraps one. ``timer_for(setup, name, ...)`` makes one from its
@@ -47,7 +55,8 @@ from subgpu_jax.space.config import check_config
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.config import Config
 
-__all__ = ["Timing", "Timer", "EventTimer", "FullEventTimer", "StaticTimer", "ContentionTimer", "StructureCache",
+__all__ = ["Timing", "Timer", "EventTimer", "FullEventTimer", "StaticTimer", "ContentionTimer",
+           "ScreenedTimer", "StructureCache",
            "TIMERS",
            "TIMER_KINDS", "DEFAULT_TIMER", "timer_for", "timer_help"]
 
@@ -77,6 +86,9 @@ class Timer(Protocol):
         contention: True when co-running kernels slow each other in its model.
         reference: True for the event simulator itself (traces, per-category times, verdicts).
         batched: True when ``time_allocs`` is one vectorised call (else a loop of ``time``).
+        screen: a batched timer a search ranks and polishes with, confirming each grid point's
+            best configurations with this timer (``ScreenedTimer``, which then also has
+            ``confirm_top``: how many), or None.
     """
 
     name: str
@@ -84,6 +96,7 @@ class Timer(Protocol):
     contention: bool
     reference: bool
     batched: bool
+    screen: Any
 
     def describe(self) -> str:
         """What the timer is, in a user's words (printed beside its predictions)."""
@@ -159,7 +172,7 @@ class EventTimer:
     name = "event"
     summary = ("the exact event-driven simulator with the contention model and L2 residency, "
                "the reference")
-    reference, batched = True, False
+    reference, batched, screen = True, False, None
     contention = True   # per instance: False with ContentionModel.off()
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
@@ -236,7 +249,7 @@ class StaticTimer:
     name = "static"
     summary = "the max-plus evaluator on isolated per-kernel durations (no contention, no cache)"
     contention = reference = False
-    batched = True
+    batched, screen = True, None
 
     def __init__(self, hw: Hardware, duration_model: DurationModel | None = None) -> None:
         self.hw, self.duration_model = hw, duration_model
@@ -312,7 +325,7 @@ class ContentionTimer:
     summary = ("the vectorised contention scorer, batched in JAX; approximate (2.3%% median "
                "error), its best records and verdicts re-simulated by the event simulator; no "
                "--trace/--gantt/--utilization")
-    contention, reference, batched = True, False, True
+    contention, reference, batched, screen = True, False, True, None
     #: Relative disagreement with the event simulator above which a search's reference check
     #: warns: about the median measured on search-visited configurations (2.3%,
     #: results/vc_agreement_presets.json); single configurations reach 14%, so it is a warning
@@ -373,10 +386,67 @@ class ContentionTimer:
         return self.event.head_us(kernels)
 
 
+class ScreenedTimer(EventTimer):
+    """The event simulator, with a batched screen for searches (``screened``): as a timer it is
+    ``EventTimer`` (its numbers, traces and per-category times are the event simulator's); a
+    search ranks layouts and polishes allocations with ``screen`` (the vectorised contention
+    scorer, ``ContentionTimer``: one JAX call per batch of allocations), then re-simulates the
+    ``confirm_top`` best distinct configurations of each grid point by the screen and keeps the
+    best by the event simulator (``search.algorithm1``, ``confirm``). So a record's makespan is
+    the event simulator's; only the choice can differ from an ``event`` search's, where the
+    screen ranks two configurations in the other order than the simulator.
+
+    Args:
+        hw, model, cache: as ``EventTimer`` (green contexts only). duration_model: the screen's
+            static durations (``ContentionTimer``). confirm_top: configurations re-simulated per
+            grid point (>= 1; default ``CONFIRM_TOP``).
+
+    Raises:
+        ValueError: ``confirm_top`` < 1, or as ``EventTimer`` and ``ContentionTimer``.
+    """
+
+    name = "screened"
+    summary = ("the event simulator's numbers with fewer simulations: a search ranks and "
+               "polishes with the vectorised contention scorer (batched JAX) and re-simulates "
+               "each grid point's best few configurations with the event simulator")
+    #: Configurations re-simulated per grid point: with 4 the choice matched an event search's
+    #: to ... (``experiments/bench_screened.py``).
+    CONFIRM_TOP = 4
+
+    def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
+                 duration_model: DurationModel | None = None,
+                 confirm_top: int = CONFIRM_TOP) -> None:
+        super().__init__(hw, model, cache, "green")
+        if isinstance(confirm_top, bool) or int(confirm_top) != confirm_top or confirm_top < 1:
+            raise ValueError(f"confirm_top must be an integer >= 1, got {confirm_top!r}")
+        self.confirm_top = int(confirm_top)
+        self.screen = ContentionTimer(hw, self.model, self.cache, duration_model)
+
+    @classmethod
+    def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
+           mode: str = "green") -> "ScreenedTimer":
+        """The screened timer of ``setup`` (its GPU, calibration, L2 policy unless ``cache``).
+
+        Raises:
+            ValueError: ``contention`` False or a mode other than green (the screen models
+                neither; use the event simulator)."""
+        if check_sm_mode(mode) != "green":
+            raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
+        if not contention:
+            raise ValueError("the screened timer screens with the contention model; without "
+                             "contention use the event or static timer")
+        ev = EventTimer.of(setup, cache)
+        return cls(setup.hw, ev.model, ev.cache, setup.duration_model, cls.CONFIRM_TOP)
+
+    def describe(self) -> str:
+        return (f"event simulator (searches screened by the vectorised contention scorer, "
+                f"best {self.confirm_top} per grid point re-simulated)")
+
+
 #: The timers by name: ``subgpu search --exact`` and ``subgpu simulate --simulator`` take their
 #: choices from here; ``timer_for`` makes them.
 TIMERS: dict[str, type] = {t.name: t for t in (EventTimer, FullEventTimer, StaticTimer,
-                                                ContentionTimer)}
+                                                ContentionTimer, ScreenedTimer)}
 #: The registry's names (kept for callers that list them).
 TIMER_KINDS: tuple[str, ...] = tuple(TIMERS)
 #: The default of ``--exact`` and ``--simulator``: the event simulator, the reference.

@@ -9,6 +9,8 @@ loading JAX)."""
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 #: Module of each re-exported name.
 EXPORTS: dict[str, str] = {
@@ -53,3 +55,21 @@ def __getattr__(name: str):
 def __dir__() -> list[str]:
     """The module's names, the re-exported ones included."""
     return sorted(set(globals()) | set(EXPORTS))
+
+
+class _Package(types.ModuleType):
+    """This package, keeping a re-exported function whose name is its module's (``algorithm1``):
+    when Python first loads the submodule ``subgpu_jax.search.algorithm1`` it sets the package's
+    attribute of that name to the module, which would leave ``search.algorithm1`` a module or a
+    function by import order. The function wins: ``importlib.import_module`` and ``from
+    subgpu_jax.search.algorithm1 import ...`` still reach the module, ``import
+    subgpu_jax.search.algorithm1 as m`` binds the function."""
+
+    def __setattr__(self, name: str, value) -> None:
+        if (EXPORTS.get(name) == name and isinstance(value, types.ModuleType)
+                and value.__name__ == f"{__name__}.{name}"):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

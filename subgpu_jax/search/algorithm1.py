@@ -13,6 +13,7 @@ import numpy as np
 from subgpu_jax.model.accounting import throughputs
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.search.cuts import RankedCut, rank_cuts
+from subgpu_jax.search.pairwise import pairwise_line
 from subgpu_jax.search.pareto import pareto_front
 from subgpu_jax.search.problem import memoised, MemoScorer, Problem
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, AllocationStrategy, by_name,
@@ -41,6 +42,12 @@ class Record:
         cheap_rank: rank of the chosen layout in the cheap estimator's ranking of the grid
             point (0 = the estimator's own choice; > 0 when scoring the top layouts with the
             exact scorer changed the choice, see ``algorithm1``'s ``exact_top``).
+        screen_us: with a confirming scorer (``algorithm1``'s ``confirm``), the exact
+            (screening) scorer's makespan of the chosen configuration (µs; ``makespan_us`` is
+            the confirming scorer's); None without one.
+        confirm_calls: distinct confirming-scorer calls at this grid point (0 without one).
+        screen_rank: where the chosen configuration stood in the screening scorer's order of
+            the configurations confirmed (0 = the screen's own best).
     """
 
     m: int
@@ -59,6 +66,9 @@ class Record:
     seconds: float
     streams_per_stage: int = 1
     cheap_rank: int = 0
+    screen_us: float | None = None
+    confirm_calls: int = 0
+    screen_rank: int = 0
 
     def config(self) -> Config:
         """The record's ``Config``."""
@@ -130,6 +140,31 @@ def _exact_order(memo: MemoScorer, problem: Problem, D: int, m: int, policy: str
     return [(i, cands[i]) for i in order + list(range(k, len(cands)))]
 
 
+def _confirm(memo: MemoScorer, cmemo: MemoScorer, scored: Sequence[tuple[Config, float]],
+             confirmed: Sequence[Config], layouts: dict, top: int, rtol: float = 1e-6
+             ) -> tuple[Config, float, float, int]:
+    """The confirmation of one grid point (``algorithm1``'s ``confirm``): of the configurations
+    ``scored`` there by the screen ``memo`` ((Config, makespan µs) in scoring order) whose
+    layout (cut, reuse) is in ``layouts``, the ``top`` best by the screen (ties by scoring
+    order) are re-scored by ``cmemo``, beside those it already ``confirmed`` at that point
+    (the layout ranking's); the best by ``cmemo`` wins (values within ``rtol`` relative are
+    ties, broken by the screen's order, then the confirmed ones' order).
+
+    Returns:
+        ``(config, confirmed makespan µs, screen makespan µs, screen rank)``; the screen rank
+        counts the screen's order of the candidates (those confirmed before come after the
+        ``top``).
+    """
+    cands = [c for _, _, c in sorted(((v, i, c) for i, (c, v) in enumerate(scored)
+                                      if (c.seg_of, c.w) in layouts),
+                                     key=lambda t: (t[0], t[1]))[:top]]
+    cands += [c for c in confirmed if (c.seg_of, c.w) in layouts and c not in cands]
+    vals = cmemo.many(cands)
+    vmin = min(vals)
+    j = next(j for j, v in enumerate(vals) if v <= vmin * (1 + rtol))
+    return cands[j], float(vals[j]), float(memo(cands[j])), j
+
+
 @dataclass(frozen=True)
 class Algorithm1Options:
     """The options of ``algorithm1``.
@@ -140,6 +175,11 @@ class Algorithm1Options:
             ties, broken by the cheap ranking. ``Record.cheap_rank`` says where the chosen
             layout stood in the cheap ranking.
         L_est, L_sim: pass limits of the cheap refinement and of each exact polish.
+        confirm_top: with a confirming scorer (``algorithm1``'s ``confirm``), the number of
+            configurations of a grid point it re-scores (>= 1): the best distinct ones by the
+            exact (screening) scorer among all it scored at that point.
+        confirm_passes: pass limit of the confirming scorer's polish of the confirmed best
+            (Algorithm 2 from it, every move scored by ``confirm``; 0: none).
         rotation_refine: rotations refined by the cheap estimator when ranking cuts.
         include_temporal: add the temporal baseline (D = 1, m = 1) as a record.
         cut: the cut strategy, a ``search.strategies.CutStrategy`` or its name in
@@ -149,10 +189,12 @@ class Algorithm1Options:
             name in ``ALLOC_STRATEGIES`` (default ``PairwiseAllocation()``, Algorithm 2).
 
     Raises:
-        ValueError: ``exact_top`` < 1, an unknown strategy name (one line).
+        ValueError: ``exact_top`` or ``confirm_top`` < 1, an unknown strategy name (one line).
     """
 
     exact_top: int = 3
+    confirm_top: int = 4
+    confirm_passes: int = 2
     L_est: int | None = None
     L_sim: int | None = 2
     rotation_refine: int = 3
@@ -162,6 +204,9 @@ class Algorithm1Options:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exact_top", pos_int(self.exact_top, "exact_top"))
+        object.__setattr__(self, "confirm_top", pos_int(self.confirm_top, "confirm_top"))
+        object.__setattr__(self, "confirm_passes",
+                           pos_int(self.confirm_passes, "confirm_passes", 0))
         object.__setattr__(self, "cut", by_name(CUT_STRATEGY_REGISTRY, self.cut,
                                                 "cut_strategy"))
         object.__setattr__(self, "allocate", by_name(ALLOC_STRATEGIES, self.allocate,
@@ -170,7 +215,9 @@ class Algorithm1Options:
 
 def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Sequence[int],
                policies: Sequence[str] = ("wavefront",), *,
-               exact: Callable[[Config], float], options: Algorithm1Options | None = None,
+               exact: Callable[[Config], float],
+               confirm: Callable[[Config], float] | None = None,
+               options: Algorithm1Options | None = None,
                progress: Callable[[str], None] | None = None) -> SearchResult:
     """Algorithm 1 (simulation-guided search) over the grid x = (m, D, policy) of one workload.
 
@@ -187,6 +234,16 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
     memoised across the whole grid. The Pareto-nondominated records are returned with all
     records.
 
+    With a confirming scorer ``confirm`` (the event simulator behind a batched screening
+    ``exact``, ``score.timer.ScreenedTimer``), each grid point ends with a confirmation: the
+    ``options.confirm_top`` best distinct configurations by ``exact`` among all it scored at
+    that point (layout ranking, polish moves and line points) are re-scored by ``confirm``, and
+    the record is the best of them by ``confirm`` (values within 1e-6 relative are ties, broken
+    by the screen's order), polished by ``confirm`` for ``options.confirm_passes`` passes of
+    Algorithm 2; its ``makespan_us`` is ``confirm``'s, ``screen_us`` the screen's. The layouts
+    (``exact_top``) are then ranked by ``confirm`` too, and its values of them join the
+    confirmation.
+
     Args:
         problem: workload and GPU.
         D_values: stage counts (each >= 2); microbatch_counts: m values.
@@ -194,6 +251,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         exact: the exact scorer f, ``Config -> makespan µs`` (required, keyword-only; e.g.
             ``EventSimExact(problem)``, the event simulator, or ``EvaluatorExact(problem)``,
             the cheap estimator's own model), memoised with ``MemoScorer`` unless it is one.
+        confirm: the confirming scorer, ``Config -> makespan µs`` (None: no confirmation),
+            memoised likewise.
         options: ``Algorithm1Options`` (None: the defaults, the faithful algorithm).
         progress: optional callback receiving one line per grid point.
 
@@ -211,6 +270,7 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
     for D in D_values:
         pos_int(D, "D", 2)
     memo = memoised(exact)
+    cmemo = None if confirm is None else memoised(confirm)
     wl = problem.workload
     records, skipped = [], []
     if o.include_temporal:
@@ -237,15 +297,18 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 except ValueError as e:
                     skipped.append((x, str(e)))
                     continue
-                c0 = memo.calls
+                c0, n0 = memo.calls, len(memo.cache)
                 ranked, prop, cheap = rank_cuts(problem, D, m, pol, o.rotation_refine)
                 cands, n_polish, more, keep_proposal = o.cut.choose(problem, D, m, pol, ranked,
                                                                     prop)
                 cheap += more
-                polish = _exact_order(memo, problem, D, m, pol, cands, exact_top)[:n_polish]
+                # the layouts are ranked by the confirming scorer when there is one
+                lmemo = memo if cmemo is None else cmemo
+                k0, nk0 = (0, 0) if cmemo is None else (cmemo.calls, len(cmemo.cache))
+                polish = _exact_order(lmemo, problem, D, m, pol, cands, exact_top)[:n_polish]
                 if keep_proposal:
                     # the choice of the proposal strategy (never-worse guarantee)
-                    pc = _exact_order(memo, problem, D, m, pol, ranked, exact_top)[0][1]
+                    pc = _exact_order(lmemo, problem, D, m, pol, ranked, exact_top)[0][1]
                     keys = [(rc.cand.seg_of, rc.cand.w) for rc in cands]
                     if all((rc.cand.seg_of, rc.cand.w) != (pc.cand.seg_of, pc.cand.w)
                            for _, rc in polish):
@@ -257,15 +320,33 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                     cheap += r.cheap_evals
                     if res is None or r.makespan_us < res.makespan_us:
                         res, cand, cheap_rank = r, rc.cand, rank
-                pu, pg = throughputs(res.makespan_us, wl.tokens_per_gpu)
+                alloc, makespan, conf = tuple(int(a) for a in res.alloc), res.makespan_us, {}
+                if cmemo is not None:
+                    layouts = {(rc.cand.seg_of, rc.cand.w): (rank, rc.cand)
+                               for rank, rc in polish}
+                    cfg, makespan, screen_us, srank = _confirm(
+                        memo, cmemo, list(memo.cache.items())[n0:],
+                        list(cmemo.cache)[nk0:], layouts, o.confirm_top)
+                    cheap_rank, cand = layouts[(cfg.seg_of, cfg.w)]
+                    alloc = cfg.alloc
+                    if o.confirm_passes:
+                        f_c = problem.exact_batch(cmemo, cfg.seg_of, D, cfg.w, m, pol)
+                        fin = pairwise_line(f_c, alloc, problem.space(D), o.confirm_passes)
+                        if fin.value < makespan:
+                            alloc, makespan = tuple(int(a) for a in fin.alloc), fin.value
+                            screen_us = memo(problem.config(cfg.seg_of, D, cfg.w, alloc, m,
+                                                            pol))
+                    conf = {"screen_us": screen_us, "confirm_calls": cmemo.calls - k0,
+                            "screen_rank": srank}
+                pu, pg = throughputs(makespan, wl.tokens_per_gpu)
                 rec = Record(m=int(m), D=int(D), policy=pol, microbatch=wl.microbatch_size(m),
                              seg_of=cand.seg_of, w=cand.w, origin=cand.origin,
-                             alloc=tuple(int(a) for a in res.alloc),
-                             makespan_us=res.makespan_us, per_user=float(pu), per_gpu=float(pg),
+                             alloc=alloc,
+                             makespan_us=makespan, per_user=float(pu), per_gpu=float(pg),
                              exact_calls=memo.calls - c0, cheap_evals=cheap,
                              seconds=time.perf_counter() - t0,
                              streams_per_stage=problem.streams_per_stage,
-                             cheap_rank=int(cheap_rank))
+                             cheap_rank=int(cheap_rank), **conf)
                 records.append(rec)
                 if progress:
                     progress(f"m={m} D={D} {pol}: w={rec.w} alloc={list(rec.alloc)} "

@@ -247,7 +247,7 @@ class EstimatorTimer:
     """
 
     name = "static"
-    reference, batched = False, True
+    reference, batched, screen = False, True, None
 
     def __init__(self, problem: Problem) -> None:
         self.problem, self.hw = problem, problem.hw

@@ -16,7 +16,7 @@ from subgpu_jax.model.models import get_model
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.score import poolwork
 from subgpu_jax.score.timer import (DEFAULT_TIMER, TIMERS, ContentionTimer, EventTimer,
-                                    StaticTimer, timer_for)
+                                    ScreenedTimer, StaticTimer, timer_for)
 from subgpu_jax.score.vcontention import kernel_profiles
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.space.config import Config
@@ -33,21 +33,32 @@ def g2(gptoss20b_m2):
 def test_registry_and_capabilities():
     """Every registered timer says what it models; the CLI's default is the reference."""
     s = GpuSetup.uncalibrated(H200)
-    assert set(TIMERS) == {"event", "event-full", "static", "vcontention"}
+    assert set(TIMERS) == {"event", "event-full", "static", "vcontention", "screened"}
     assert DEFAULT_TIMER == "event"
-    caps = {n: (t.contention, t.reference, t.batched)
+    caps = {n: (t.contention, t.reference, t.batched, type(t.screen).__name__)
             for n, t in ((n, timer_for(s, n)) for n in TIMERS)}
-    assert caps == {"event": (True, True, False), "event-full": (True, True, False),
-                    "static": (False, False, True), "vcontention": (True, False, True)}
+    assert caps == {"event": (True, True, False, "NoneType"),
+                    "event-full": (True, True, False, "NoneType"),
+                    "static": (False, False, True, "NoneType"),
+                    "vcontention": (True, False, True, "NoneType"),
+                    "screened": (True, True, False, "ContentionTimer")}
+    scr = timer_for(s, "screened")
+    assert scr.confirm_top == ScreenedTimer.CONFIRM_TOP == 4 and scr.forward
+    assert (scr.screen.model, scr.screen.cache) == (scr.model, scr.cache)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="confirm_top must be an integer >= 1"):
+            ScreenedTimer(H200, confirm_top=bad)
     assert timer_for(s, "event").forward and not timer_for(s, "event-full").forward
     assert not timer_for(s, "event", contention=False).contention
     for n in TIMERS:
         assert timer_for(s, n).name == n and timer_for(s, n).describe()
-    with pytest.raises(ValueError, match="needs the event simulator"):
-        timer_for(s, "vcontention", mode="multistream")
-    with pytest.raises(ValueError, match="without contention"):
-        timer_for(s, "vcontention", contention=False)
-    with pytest.raises(ValueError, match="simulator must be one of event, event-full, static, vcontention"):
+    for n in ("vcontention", "screened"):
+        with pytest.raises(ValueError, match="needs the event simulator"):
+            timer_for(s, n, mode="multistream")
+        with pytest.raises(ValueError, match="without contention"):
+            timer_for(s, n, contention=False)
+    with pytest.raises(ValueError, match="simulator must be one of event, event-full, static, "
+                                         "vcontention, screened"):
         timer_for(s, "fast")
 
 
@@ -178,6 +189,38 @@ def test_search_with_the_batched_timer_is_checked_by_the_event_simulator(tmp_pat
     assert row["reference_region_us"] == pytest.approx(want, rel=1e-9)
     assert row["error"] == pytest.approx(sub["region_makespan_us"] / want - 1, rel=1e-9)
     assert chk["max_abs_error"] == max(abs(x["error"]) for x in chk["rows"])
+
+
+def test_screened_search_records_the_event_simulators_numbers(tmp_path):
+    """``subgpu search --exact screened``: every record's region makespan is the event
+    simulator's of the record's configuration (oracle: ``EventTimer`` on its ``Config``, to
+    1e-9: the periodic fast-forward), its ``screen_region_us`` is the batched scorer's
+    (oracle: ``ContentionTimer``), the event simulator's per-category times are recorded, and
+    no reference check is needed (the records are the reference's)."""
+    import json
+
+    from subgpu_jax.app.cli import main
+    from subgpu_jax.model.workload import Workload
+
+    out = tmp_path / "s"
+    rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+               "--exact", "screened", "--batches", "64", "--stages", "2",
+               "--microbatches", "2", "--no-progress", "--out", str(out)])
+    assert rc == 0
+    summ = json.loads((out / "summary.json").read_text())
+    recs = [r for r in (json.loads(x) for x in (out / "records.jsonl").read_text().splitlines())
+            if "grid_key" in r and "mode" in r]
+    assert {r["exact"] for r in recs} == {"screened"} and "reference_check" not in summ
+    sub = next(r for r in recs if r["mode"] == "subgpu")
+    wl = Workload.from_model(get_model("gpt-oss-20b"), Deployment.from_record(sub))
+    cfg = Config.from_record(sub, wl.graph(1))
+    g = wl.graph(sub["microbatches"])
+    b200 = get_hardware("B200")   # the search's default GPU
+    assert sub["region_makespan_us"] == pytest.approx(
+        EventTimer(b200).time(g, cfg).makespan_us, rel=1e-9)
+    assert sub["screen_region_us"] == pytest.approx(
+        ContentionTimer(b200).time(g, cfg).makespan_us, rel=1e-6)
+    assert sub["confirm_calls"] >= 1 and sub["cat_mlp_us"] > 0 and 0 <= sub["l2_hit_rate"] <= 1
 
 
 def test_kernel_profile_memo_changes_no_number(g2, monkeypatch):
