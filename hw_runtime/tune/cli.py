@@ -9,6 +9,8 @@ with one line, after the options are checked and before anything is searched.
 
 from __future__ import annotations
 
+from subgpu_jax.space.config import DEFAULT_POLICY
+
 import argparse
 import os
 
@@ -47,7 +49,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                    "Default: 2,3")
     g.add_argument("--microbatches", default="2,4",
                    help="comma-separated microbatch counts m. Default: 2,4")
-    g.add_argument("--policies", default="wavefront",
+    g.add_argument("--policies", default=DEFAULT_POLICY,
                    help="comma-separated dispatch policies (wavefront, layer_major)")
     g.add_argument("--streams-per-stage", default="1", metavar="K[,K...]",
                    help="comma-separated streams per stage k. Default: 1")

@@ -16,7 +16,7 @@ from subgpu_jax.model.graph import Deployment, OpGraph
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
-from subgpu_jax.space.config import Config
+from subgpu_jax.space.config import DEFAULT_POLICY, Config
 
 __all__ = ["TuneSpec", "Candidate", "Predictor", "RUN_MODES"]
 
@@ -63,7 +63,7 @@ class TuneSpec:
     batches: tuple[int, ...]
     stages: tuple[int, ...] = (2, 3)
     microbatches: tuple[int, ...] = (2, 4)
-    policies: tuple[str, ...] = ("wavefront",)
+    policies: tuple[str, ...] = (DEFAULT_POLICY,)
     streams: tuple[int, ...] = (1,)
     exact: str = "event"
     cheap: str = "auto"

@@ -10,6 +10,8 @@ recomputed (docs/usage.md "Reliability").
 
 from __future__ import annotations
 
+from subgpu_jax.space.config import DEFAULT_POLICY
+
 import math
 import time
 from dataclasses import dataclass
@@ -61,7 +63,7 @@ class GridPoint:
     deploy: Deployment
     D: int
     microbatches: int
-    policy: str = "wavefront"
+    policy: str = DEFAULT_POLICY
     streams: int = 1
 
     @property
@@ -99,7 +101,7 @@ def outer_parallelisms(arch: ModelArch, num_gpus: int, max_tp: int = 8) -> list[
 
 
 def build_grid(arch: ModelArch, num_gpus: int, batches: Sequence[int], stages: Sequence[int],
-               microbatches: Sequence[int], policies: Sequence[str] = ("wavefront",),
+               microbatches: Sequence[int], policies: Sequence[str] = (DEFAULT_POLICY,),
                kv_history: int | None = None, input_len: int | None = None,
                parallelisms: Sequence[tuple[int, int, int]] | None = None,
                hw=None, skipped: list | None = None,

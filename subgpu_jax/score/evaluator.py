@@ -22,7 +22,7 @@ import numpy as np
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.space.config import Config, binding
+from subgpu_jax.space.config import DEFAULT_POLICY, Config, binding
 from subgpu_jax.space.taskdag import TaskDAG, bucket, build_task_dag, per_dag
 from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.protocol import SmoothTerms
@@ -303,7 +303,7 @@ class Evaluator:
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
-                 policy: str = "wavefront", duration_model=None, dtype=jnp.float32,
+                 policy: str = DEFAULT_POLICY, duration_model=None, dtype=jnp.float32,
                  chunk: int | None = None, table: np.ndarray | None = None,
                  streams_per_stage: int = 1) -> None:
         from subgpu_jax.space.config import check_cut

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.score.maxplus import DagProgram, MaxPlusKernel, XlaMaxPlus, dag_makespan
-from subgpu_jax.space.config import binding
+from subgpu_jax.space.config import DEFAULT_POLICY, binding
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
 __all__ = [
@@ -634,7 +634,7 @@ class ExhaustiveChainResult:
 
 def exhaustive_chain(table: np.ndarray, num_regions: int, microbatches: int, D: int,
                      budget: int, quantum: int, minimum: int, ws: Sequence[int] = (0, 1),
-                     policy: str = "wavefront", topk: int = 8, **kw) -> dict:
+                     policy: str = DEFAULT_POLICY, topk: int = 8, **kw) -> dict:
     """Exact optimum over every cut-and-binding choice and every allocation of an n-kernel chain
     (edges i -> i+1, cross edge n-1 -> 0) under the static model.
 

@@ -22,7 +22,7 @@ configuration's structure to their makespans (``time_allocs``). Five exist, regi
   then re-simulates each grid point's best few configurations (``confirm_top``) and keeps the
   best by the event simulator (``search.algorithm1``'s ``confirm``). Its records' makespans are
   the event simulator's; the choice may differ from an event-simulator search's
-  (``experiments/bench_screened.py`` measures by how much).
+  (``experiments/bench_screened.py``: at the median not at all, at most 1.7-3.8% slower).
 
 The event simulator stays the default and the reference.
 
@@ -409,8 +409,13 @@ class ScreenedTimer(EventTimer):
     summary = ("the event simulator's numbers with fewer simulations: a search ranks and "
                "polishes with the vectorised contention scorer (batched JAX) and re-simulates "
                "each grid point's best few configurations with the event simulator")
-    #: Configurations re-simulated per grid point: with 4 the choice matched an event search's
-    #: to ... (``experiments/bench_screened.py``).
+    #: Configurations re-simulated per grid point. With 4 (and the 2 passes of
+    #: ``search.algorithm1.Algorithm1Options.confirm_passes``) the chosen makespans equal an
+    #: event search's at the median and are at most 1.7% (main job) and 3.8% (a 24-point
+    #: GPT-OSS 120B B200 frontier sample) slower, with a quarter of its simulations
+    #: (docs/results.md, "Speed", the screened search). On the main job, confirming 8 or 16
+    #: with the layouts ranked by the screen and no final polish still missed by up to 6.4%
+    #: and 2.2% (single runs, not committed).
     CONFIRM_TOP = 4
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",

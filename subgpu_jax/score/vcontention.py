@@ -57,7 +57,7 @@ from subgpu_jax.score.evaluator import (DagArrays, Evaluator, check_alloc_batch,
 from subgpu_jax.model.checks import finite, flag, pos_int
 from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.space.config import Config, check_cut, even_allocation
+from subgpu_jax.space.config import DEFAULT_POLICY, Config, check_cut, even_allocation
 from subgpu_jax.sim.eventsim import EventSimulator
 from subgpu_jax.space.config import check_config
 from subgpu_jax.sim.l2cache import check_policy
@@ -325,7 +325,7 @@ class VContentionEvaluator:
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
-                 policy: str = "wavefront", model: ContentionModel | None = None,
+                 policy: str = DEFAULT_POLICY, model: ContentionModel | None = None,
                  hits: np.ndarray | None = None, streams_per_stage: int = 1,
                  options: VCOptions | None = None) -> None:
         o = VCOptions() if options is None else options
@@ -502,7 +502,7 @@ class ContentionEstimator:
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
-                 policy: str = "wavefront", table: np.ndarray | None = None,
+                 policy: str = DEFAULT_POLICY, table: np.ndarray | None = None,
                  model: ContentionModel | None = None, cache: str = "lru",
                  streams_per_stage: int = 1, **vc_kw) -> None:
         self.static = Evaluator(graph, seg_of, D, w, hw, policy=policy, table=table,

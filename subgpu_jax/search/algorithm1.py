@@ -19,7 +19,7 @@ from subgpu_jax.search.problem import memoised, MemoScorer, Problem
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, AllocationStrategy, by_name,
                                           CUT_STRATEGY_REGISTRY, CutStrategy, PairwiseAllocation,
                                           ProposalCut)
-from subgpu_jax.space.config import check_dispatch_policy, Config, temporal_config
+from subgpu_jax.space.config import DEFAULT_POLICY, check_dispatch_policy, Config, temporal_config
 
 __all__ = ["Record", "SearchResult", "pareto_records", "Algorithm1Options", "algorithm1"]
 
@@ -213,8 +213,61 @@ class Algorithm1Options:
                                                      "alloc_strategy"))
 
 
+def _grid_point(problem: Problem, D: int, m: int, pol: str, memo: MemoScorer,
+                cmemo: MemoScorer | None, o: "Algorithm1Options", t0: float) -> Record:
+    """One feasible grid point (m, D, policy) of ``algorithm1`` (its docstring): the cut
+    ranking, the exact ordering of the layouts, their allocation searches and, with a
+    confirming scorer ``cmemo``, the confirmation; ``t0`` is the point's start
+    (``time.perf_counter``). Returns its ``Record``."""
+    wl = problem.workload
+    c0, n0 = memo.calls, len(memo.cache)
+    ranked, prop, cheap = rank_cuts(problem, D, m, pol, o.rotation_refine)
+    cands, n_polish, more, keep_proposal = o.cut.choose(problem, D, m, pol, ranked, prop)
+    cheap += more
+    # the layouts are ranked by the confirming scorer when there is one
+    lmemo = memo if cmemo is None else cmemo
+    k0, nk0 = (0, 0) if cmemo is None else (cmemo.calls, len(cmemo.cache))
+    polish = _exact_order(lmemo, problem, D, m, pol, cands, o.exact_top)[:n_polish]
+    if keep_proposal:
+        # the choice of the proposal strategy (never-worse guarantee)
+        pc = _exact_order(lmemo, problem, D, m, pol, ranked, o.exact_top)[0][1]
+        keys = [(rc.cand.seg_of, rc.cand.w) for rc in cands]
+        if all((rc.cand.seg_of, rc.cand.w) != (pc.cand.seg_of, pc.cand.w)
+               for _, rc in polish):
+            polish.append((keys.index((pc.cand.seg_of, pc.cand.w)), pc))
+    res = None
+    for rank, rc in polish:
+        r = o.allocate(problem, rc.cand.seg_of, D, rc.cand.w, m, pol, memo, o.L_est, o.L_sim)
+        cheap += r.cheap_evals
+        if res is None or r.makespan_us < res.makespan_us:
+            res, cand, cheap_rank = r, rc.cand, rank
+    alloc, makespan, conf = tuple(int(a) for a in res.alloc), res.makespan_us, {}
+    if cmemo is not None:
+        layouts = {(rc.cand.seg_of, rc.cand.w): (rank, rc.cand) for rank, rc in polish}
+        cfg, makespan, screen_us, srank = _confirm(
+            memo, cmemo, list(memo.cache.items())[n0:],
+            list(cmemo.cache)[nk0:], layouts, o.confirm_top)
+        cheap_rank, cand = layouts[(cfg.seg_of, cfg.w)]
+        alloc = cfg.alloc
+        if o.confirm_passes:
+            f_c = problem.exact_batch(cmemo, cfg.seg_of, D, cfg.w, m, pol)
+            fin = pairwise_line(f_c, alloc, problem.space(D), o.confirm_passes)
+            if fin.value < makespan:
+                alloc, makespan = tuple(int(a) for a in fin.alloc), fin.value
+                screen_us = memo(problem.config(cfg.seg_of, D, cfg.w, alloc, m, pol))
+        conf = {"screen_us": screen_us, "confirm_calls": cmemo.calls - k0,
+                "screen_rank": srank}
+    pu, pg = throughputs(makespan, wl.tokens_per_gpu)
+    return Record(m=int(m), D=int(D), policy=pol, microbatch=wl.microbatch_size(m),
+                  seg_of=cand.seg_of, w=cand.w, origin=cand.origin, alloc=alloc,
+                  makespan_us=makespan, per_user=float(pu), per_gpu=float(pg),
+                  exact_calls=memo.calls - c0, cheap_evals=cheap,
+                  seconds=time.perf_counter() - t0, streams_per_stage=problem.streams_per_stage,
+                  cheap_rank=int(cheap_rank), **conf)
+
+
 def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Sequence[int],
-               policies: Sequence[str] = ("wavefront",), *,
+               policies: Sequence[str] = (DEFAULT_POLICY,), *,
                exact: Callable[[Config], float],
                confirm: Callable[[Config], float] | None = None,
                options: Algorithm1Options | None = None,
@@ -264,7 +317,6 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
             ``D_values``, or no feasible grid point (the message gives each point's reason).
     """
     o = Algorithm1Options() if options is None else options
-    exact_top, L_est, L_sim = o.exact_top, o.L_est, o.L_sim
     for pol in policies:
         check_dispatch_policy(pol)
     for D in D_values:
@@ -277,11 +329,12 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         try:
             g1 = wl.graph(1)
             cfg = temporal_config(g1.n, problem.hw, wl.batch)
-            c0 = memo.calls
-            t = memo(cfg)
+            tm = memo if cmemo is None else cmemo   # the confirming scorer's, when there is one
+            c0 = tm.calls
+            t = tm(cfg)
             pu, pg = throughputs(t, wl.tokens_per_gpu)
             records.append(Record(1, 1, "wavefront", wl.batch, cfg.seg_of, 0, "temporal",
-                                  cfg.alloc, t, float(pu), float(pg), memo.calls - c0, 0, 0.0))
+                                  cfg.alloc, t, float(pu), float(pg), tm.calls - c0, 0, 0.0))
         except ValueError as e:
             skipped.append(((1, 1, "wavefront"), str(e)))
     for pol in policies:
@@ -297,56 +350,7 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 except ValueError as e:
                     skipped.append((x, str(e)))
                     continue
-                c0, n0 = memo.calls, len(memo.cache)
-                ranked, prop, cheap = rank_cuts(problem, D, m, pol, o.rotation_refine)
-                cands, n_polish, more, keep_proposal = o.cut.choose(problem, D, m, pol, ranked,
-                                                                    prop)
-                cheap += more
-                # the layouts are ranked by the confirming scorer when there is one
-                lmemo = memo if cmemo is None else cmemo
-                k0, nk0 = (0, 0) if cmemo is None else (cmemo.calls, len(cmemo.cache))
-                polish = _exact_order(lmemo, problem, D, m, pol, cands, exact_top)[:n_polish]
-                if keep_proposal:
-                    # the choice of the proposal strategy (never-worse guarantee)
-                    pc = _exact_order(lmemo, problem, D, m, pol, ranked, exact_top)[0][1]
-                    keys = [(rc.cand.seg_of, rc.cand.w) for rc in cands]
-                    if all((rc.cand.seg_of, rc.cand.w) != (pc.cand.seg_of, pc.cand.w)
-                           for _, rc in polish):
-                        polish.append((keys.index((pc.cand.seg_of, pc.cand.w)), pc))
-                res = None
-                for rank, rc in polish:
-                    r = o.allocate(problem, rc.cand.seg_of, D, rc.cand.w, m, pol, memo, L_est,
-                                   L_sim)
-                    cheap += r.cheap_evals
-                    if res is None or r.makespan_us < res.makespan_us:
-                        res, cand, cheap_rank = r, rc.cand, rank
-                alloc, makespan, conf = tuple(int(a) for a in res.alloc), res.makespan_us, {}
-                if cmemo is not None:
-                    layouts = {(rc.cand.seg_of, rc.cand.w): (rank, rc.cand)
-                               for rank, rc in polish}
-                    cfg, makespan, screen_us, srank = _confirm(
-                        memo, cmemo, list(memo.cache.items())[n0:],
-                        list(cmemo.cache)[nk0:], layouts, o.confirm_top)
-                    cheap_rank, cand = layouts[(cfg.seg_of, cfg.w)]
-                    alloc = cfg.alloc
-                    if o.confirm_passes:
-                        f_c = problem.exact_batch(cmemo, cfg.seg_of, D, cfg.w, m, pol)
-                        fin = pairwise_line(f_c, alloc, problem.space(D), o.confirm_passes)
-                        if fin.value < makespan:
-                            alloc, makespan = tuple(int(a) for a in fin.alloc), fin.value
-                            screen_us = memo(problem.config(cfg.seg_of, D, cfg.w, alloc, m,
-                                                            pol))
-                    conf = {"screen_us": screen_us, "confirm_calls": cmemo.calls - k0,
-                            "screen_rank": srank}
-                pu, pg = throughputs(makespan, wl.tokens_per_gpu)
-                rec = Record(m=int(m), D=int(D), policy=pol, microbatch=wl.microbatch_size(m),
-                             seg_of=cand.seg_of, w=cand.w, origin=cand.origin,
-                             alloc=alloc,
-                             makespan_us=makespan, per_user=float(pu), per_gpu=float(pg),
-                             exact_calls=memo.calls - c0, cheap_evals=cheap,
-                             seconds=time.perf_counter() - t0,
-                             streams_per_stage=problem.streams_per_stage,
-                             cheap_rank=int(cheap_rank), **conf)
+                rec = _grid_point(problem, D, m, pol, memo, cmemo, o, t0)
                 records.append(rec)
                 if progress:
                     progress(f"m={m} D={D} {pol}: w={rec.w} alloc={list(rec.alloc)} "
@@ -356,4 +360,4 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         raise ValueError("algorithm1: no feasible grid point: " +
                          "; ".join(f"{x}: {r}" for x, r in skipped))
     return SearchResult(records=tuple(records), front=pareto_records(records),
-                        skipped=tuple(skipped), exact_calls=memo.calls, exact_top=exact_top)
+                        skipped=tuple(skipped), exact_calls=memo.calls, exact_top=o.exact_top)

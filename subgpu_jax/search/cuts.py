@@ -16,7 +16,7 @@ from subgpu_jax.search.exhaustive import dag_key
 from subgpu_jax.search.features import CutCandidate, kernel_features, Proposal, propose_partition
 from subgpu_jax.search.pairwise import pairwise_line, seeds
 from subgpu_jax.search.problem import Problem
-from subgpu_jax.space.config import (AllocSpace, binding, check_cut, check_dispatch_policy,
+from subgpu_jax.space.config import (DEFAULT_POLICY, AllocSpace, binding, check_cut, check_dispatch_policy,
     enumerate_cuts)
 
 __all__ = ["RankedCut", "rank_cuts", "choose_cut", "cut_neighbours", "refine_cut",
@@ -37,7 +37,7 @@ class RankedCut(NamedTuple):
     alloc: np.ndarray
 
 
-def rank_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
+def rank_cuts(problem: Problem, D: int, m: int, policy: str = DEFAULT_POLICY,
               rotation_refine: int = 3, proposal: Proposal | None = None,
               max_rotations: int | None = 16
               ) -> tuple[list[RankedCut], Proposal, int]:
@@ -81,7 +81,7 @@ def rank_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
     return [rc for _, _, rc in ranked], proposal, evals
 
 
-def choose_cut(problem: Problem, D: int, m: int, policy: str = "wavefront",
+def choose_cut(problem: Problem, D: int, m: int, policy: str = DEFAULT_POLICY,
                rotation_refine: int = 3, proposal: Proposal | None = None,
                max_rotations: int | None = 16) -> tuple[CutCandidate, Proposal, int]:
     """The layout Algorithm 1 keeps: the best of ``rank_cuts``; a rotation replaces the anchored
@@ -144,7 +144,7 @@ def cut_neighbours(graph: OpGraph, seg_of: Sequence[int], w: int, D: int
     return legal
 
 
-def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str = "wavefront",
+def refine_cut(problem: Problem, cand: CutCandidate, D: int, m: int, policy: str = DEFAULT_POLICY,
                top: int = 3, max_iters: int = 50) -> tuple[RankedCut, int]:
     """Extension (not in Algorithm 1 of docs/method.md §4): first-improvement local search over cuts around
     ``cand`` with the cheap estimator. Each iteration scores every ``cut_neighbours`` layout at
@@ -303,7 +303,7 @@ def _line_moves(A: np.ndarray, space: AllocSpace, max_quanta: int | None = None)
     return M
 
 
-def screen_cuts(problem: Problem, D: int, m: int, policy: str = "wavefront",
+def screen_cuts(problem: Problem, D: int, m: int, policy: str = DEFAULT_POLICY,
                 max_cuts: int = 20_000, top: int = 8, proposal: Proposal | None = None,
                 chunk: int = 8192, eta: int = 4, max_step: int | None = 1
                 ) -> tuple[list[RankedCut], int] | None:

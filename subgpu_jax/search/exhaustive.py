@@ -15,7 +15,7 @@ from subgpu_jax.model.checks import pos_int
 from subgpu_jax.score.evaluator import DagArrays, maxplus_rows
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.search.problem import Problem
-from subgpu_jax.space.config import (AllocSpace, binding, check_dispatch_policy, Config,
+from subgpu_jax.space.config import (DEFAULT_POLICY, AllocSpace, binding, check_dispatch_policy, Config,
     enumerate_cuts)
 
 __all__ = ["ExhaustiveResult", "exhaustive_allocations", "exhaustive_search",
@@ -100,7 +100,7 @@ def _exhaustive_chain(problem: Problem, D: int, ms: Sequence[int], policy: str,
 
 
 def exhaustive_search(problem: Problem, D: int, microbatch_counts: Sequence[int],
-                      policy: str = "wavefront", ws: Sequence[int] = (0, 1),
+                      policy: str = DEFAULT_POLICY, ws: Sequence[int] = (0, 1),
                       max_configs: int = 50_000_000, chunk: int = 8192) -> ExhaustiveResult:
     """The exact optimum of the cheap estimator's model for one D: every legal cut of C_{D+w}
     for each w in ``ws``, every allocation of P_H^(D), every microbatch count.
@@ -234,7 +234,7 @@ def count_configs(problem: Problem, D: int, microbatch_counts: Sequence[int],
 
 
 def exhaustive_exact(problem: Problem, D: int, microbatch_counts: Sequence[int],
-                     exact: Callable[[Config], float], policy: str = "wavefront",
+                     exact: Callable[[Config], float], policy: str = DEFAULT_POLICY,
                      ws: Sequence[int] = (0, 1), max_configs: int = 20_000
                      ) -> ExhaustiveResult:
     """The optimum of one D under an exact scorer (e.g. ``EventSimExact``, the event

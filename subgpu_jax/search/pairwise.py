@@ -11,7 +11,7 @@ import numpy as np
 
 from subgpu_jax.score.protocol import StageService
 from subgpu_jax.search.problem import memoised, Problem
-from subgpu_jax.space.config import AllocSpace, Config
+from subgpu_jax.space.config import DEFAULT_POLICY, AllocSpace, Config
 
 __all__ = ["LineResult", "line_search", "pairwise_line", "AllocResult", "allocate_pairwise",
            "seeds"]
@@ -207,7 +207,7 @@ def seeds(ev: StageService, space: AllocSpace) -> dict[str, np.ndarray]:
 
 
 def allocate_pairwise(problem: Problem, seg_of: Sequence[int], D: int, w: int, m: int,
-                      policy: str = "wavefront", *, exact: Callable[[Config], float],
+                      policy: str = DEFAULT_POLICY, *, exact: Callable[[Config], float],
                       L_est: int | None = None, L_sim: int | None = 2) -> AllocResult:
     """Algorithm 1 steps 4-5 for one structure: seeds, cheap refinement, exact polish.
 

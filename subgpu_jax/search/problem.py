@@ -24,7 +24,7 @@ from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
 from subgpu_jax.score.timer import EventTimer, StaticTimer, Timer, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
-from subgpu_jax.space.config import AllocSpace, check_dispatch_policy, Config
+from subgpu_jax.space.config import DEFAULT_POLICY, AllocSpace, check_dispatch_policy, Config
 
 __all__ = ["Problem", "ContentionEstimators", "EvaluatorExact", "EventSimExact", "TimerExact",
            "EstimatorTimer", "MemoScorer", "memoised"]
@@ -85,7 +85,7 @@ class Problem:
         return self._tables[m]
 
     def evaluator(self, seg_of: Sequence[int], D: int, w: int, m: int,
-                  policy: str = "wavefront") -> Evaluator:
+                  policy: str = DEFAULT_POLICY) -> Evaluator:
         """The cheap estimator of one (cut, D, w, m, policy), cached (least recently used
         first out beyond ``evaluator_cache_mib``; a rebuilt estimator scores identically).
 
@@ -117,7 +117,7 @@ class Problem:
                          streams_per_stage=self.streams_per_stage)
 
     def config(self, seg_of: Sequence[int], D: int, w: int, alloc: Sequence[int], m: int,
-               policy: str = "wavefront") -> Config:
+               policy: str = DEFAULT_POLICY) -> Config:
         """The ``Config`` of these choices (microbatch size b = R / m)."""
         return Config(D=int(D), w=int(w), seg_of=tuple(int(s) for s in seg_of),
                       alloc=tuple(int(a) for a in alloc),
@@ -125,7 +125,7 @@ class Problem:
                       streams_per_stage=self.streams_per_stage)
 
     def exact_batch(self, exact: Callable[[Config], float], seg_of: Sequence[int], D: int, w: int,
-                    m: int, policy: str = "wavefront") -> Callable[[np.ndarray], np.ndarray]:
+                    m: int, policy: str = DEFAULT_POLICY) -> Callable[[np.ndarray], np.ndarray]:
         """Wrap ``exact`` into an objective over allocation batches (B, D) -> (B,) µs: one call
         of ``exact.many`` for the whole batch where the scorer has it (``MemoScorer`` over a
         batched ``TimerExact``: one vectorised call for the rows not yet scored), else one

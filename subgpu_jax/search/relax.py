@@ -18,7 +18,7 @@ from subgpu_jax.score.programs import ProgramCache, to_device
 from subgpu_jax.score.protocol import Scorer, Smooth, StageService
 from subgpu_jax.search.pairwise import AllocResult, pairwise_line, seeds
 from subgpu_jax.search.problem import memoised, Problem
-from subgpu_jax.space.config import AllocSpace, Config
+from subgpu_jax.space.config import DEFAULT_POLICY, AllocSpace, Config
 
 __all__ = ["RelaxResult", "relax_allocation", "relax_and_polish", "anneal_impl", "ANNEAL",
            "OPTIMIZERS"]
@@ -159,7 +159,7 @@ def relax_allocation(ev: Scorer | Smooth | StageService, space: AllocSpace, rest
 
 
 def relax_and_polish(problem: Problem, seg_of: Sequence[int], D: int, w: int, m: int,
-                     policy: str = "wavefront", *, exact: Callable[[Config], float],
+                     policy: str = DEFAULT_POLICY, *, exact: Callable[[Config], float],
                      L_sim: int | None = None, polish_top: int = 1, **relax_kw) -> AllocResult:
     """Relaxation + rounding + exact polish on one structure (our extension of docs/method.md §4).
 

@@ -23,13 +23,16 @@ from subgpu_jax.model.workload import Workload
 __all__ = [
     "Config", "binding", "enumerate_cuts", "count_cuts", "chain_cut", "cut_from_starts",
     "enumerate_allocations", "count_allocations", "microbatch_sizes", "temporal_config",
-    "check_allocation", "space_size", "DISPATCH_POLICIES", "even_allocation", "AllocSpace",
+    "check_allocation", "space_size", "DISPATCH_POLICIES", "DEFAULT_POLICY", "even_allocation", "AllocSpace",
     "check_dispatch_policy", "temporal_of", "workload_config", "config_from_options",
     "check_config",
 ]
 
 #: Global dispatch-order policies understood by ``taskdag.build_task_dag``.
 DISPATCH_POLICIES: tuple[str, ...] = ("wavefront", "layer_major")
+#: The default dispatch-order policy (docs/method.md §2): every function, record and flag that
+#: takes a policy defaults to it.
+DEFAULT_POLICY: str = DISPATCH_POLICIES[0]
 
 
 def check_dispatch_policy(policy: str) -> str:
@@ -243,7 +246,7 @@ class Config:
     seg_of: tuple[int, ...]
     alloc: tuple[int, ...]
     microbatch: int
-    policy: str = "wavefront"
+    policy: str = DEFAULT_POLICY
     streams_per_stage: int = 1
 
     @property
@@ -534,7 +537,7 @@ def temporal_of(wl: Workload) -> Config:
 
 
 def workload_config(wl: Workload, starts: Sequence[int | str], sms: Sequence[int],
-                    microbatch: int, reuse: bool, policy: str = "wavefront") -> Config:
+                    microbatch: int, reuse: bool, policy: str = DEFAULT_POLICY) -> Config:
     """A validated configuration of a workload from cut points (kernel names or indices where
     segments start), SMs per stage, microbatch size b and boundary reuse.
 
@@ -570,7 +573,7 @@ def workload_config(wl: Workload, starts: Sequence[int | str], sms: Sequence[int
 
 def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
                         sms: Sequence[int] | None, microbatch: int | None, reuse: bool | None,
-                        policy: str = "wavefront") -> Config:
+                        policy: str = DEFAULT_POLICY) -> Config:
     """A configuration from command-line style options, with the CLI's defaults: the Macro
     cut (``Workload.macro_starts``) with boundary reuse when ``cuts`` is None (explicit cuts
     default to no reuse), an even SM split (``even_allocation``), and two microbatches.

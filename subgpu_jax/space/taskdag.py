@@ -16,7 +16,7 @@ import networkx as nx
 import numpy as np
 
 from subgpu_jax.model.lru import ByteLRU
-from subgpu_jax.space.config import DISPATCH_POLICIES, binding
+from subgpu_jax.space.config import DEFAULT_POLICY, DISPATCH_POLICIES, binding
 
 __all__ = ["TaskDAG", "build_task_dag", "bucket", "per_dag"]
 
@@ -144,7 +144,7 @@ class TaskDAG:
 
 def build_task_dag(n: int, edges: Sequence[tuple[int, int]], cross_edges: Sequence[tuple[int, int]],
                    seg_of: Sequence[int], D: int, w: int, num_regions: int, microbatches: int,
-                   policy: str = "wavefront", streams_per_stage: int = 1) -> TaskDAG:
+                   policy: str = DEFAULT_POLICY, streams_per_stage: int = 1) -> TaskDAG:
     """Unroll a cut region into the augmented task DAG.
 
     Args:

@@ -3,6 +3,8 @@ gains and figures in a results folder (the search job itself: ``app.searchjob``)
 
 from __future__ import annotations
 
+from subgpu_jax.space.config import DEFAULT_POLICY
+
 import argparse
 import math
 import os
@@ -61,7 +63,7 @@ def _add_grid_args(se: argparse.ArgumentParser) -> None:
     g.add_argument("--microbatches", default="2,4",
                    help="comma-separated microbatch counts m (each must divide R = G/d). "
                         "Default: 2,4")
-    g.add_argument("--policies", default="wavefront",
+    g.add_argument("--policies", default=DEFAULT_POLICY,
                    help="comma-separated dispatch policies (wavefront, layer_major)")
     g.add_argument("--streams-per-stage", default="1", metavar="K[,K...]",
                    help="comma-separated streams per stage k (docs/method.md, 'Streams per "

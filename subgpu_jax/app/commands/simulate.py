@@ -13,7 +13,7 @@ from subgpu_jax.model.checks import out_file, pos_int
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
-from subgpu_jax.space.config import Config, config_from_options, temporal_of
+from subgpu_jax.space.config import DEFAULT_POLICY, Config, config_from_options, temporal_of
 from subgpu_jax.app.args import add_workload_args
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.options import choose_split, int_list, str_list
@@ -79,7 +79,7 @@ def _add_config_args(s: argparse.ArgumentParser) -> None:
                         "region's first (default for the Macro cut)")
     c.add_argument("--no-reuse", dest="reuse", action="store_false",
                    help="no boundary reuse, w=0: K = D segments")
-    c.add_argument("--policy", default="wavefront",
+    c.add_argument("--policy", default=DEFAULT_POLICY,
                    help="global dispatch order: wavefront (default) or layer_major")
     c.add_argument("--streams-per-stage", type=int, default=1, metavar="K",
                    help="streams per stage: a stage runs up to K tasks at once, sharing its SMs "
