@@ -9,8 +9,6 @@ with one line, after the options are checked and before anything is searched.
 
 from __future__ import annotations
 
-from subgpu_jax.space.config import DEFAULT_POLICY
-
 import argparse
 import os
 
@@ -18,15 +16,13 @@ from hw_runtime.commands.device import DEFAULT_HELP
 from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
-from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
-from subgpu_jax.search.strategies import CHEAP_ESTIMATORS
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
 
 def add_tune_command(sub: argparse._SubParsersAction) -> None:
     """Add ``tune`` to the ``subgpu`` parser's sub-parsers."""
-    from subgpu_jax.app.args import add_strategy_args, add_workload_args
+    from subgpu_jax.app.args import add_grid_args, add_scoring_args, add_workload_args
 
     t = sub.add_parser(
         "tune", help="search, measure the candidates on the local GPU, refit the model from "
@@ -42,31 +38,12 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
         "running it again resumes without re-measuring.")
     add_workload_args(t, hardware=None, hardware_help=DEFAULT_HELP)
     t.set_defaults(batch=None)
-    g = t.add_argument_group("grid (as `subgpu search`)")
-    g.add_argument("--batches", default="512,1024,2048",
-                   help="comma-separated global batches G. Default: 512,1024,2048")
-    g.add_argument("--stages", default="2,3", help="comma-separated stage counts D (>= 2). "
-                   "Default: 2,3")
-    g.add_argument("--microbatches", default="2,4",
-                   help="comma-separated microbatch counts m. Default: 2,4")
-    g.add_argument("--policies", default=DEFAULT_POLICY,
-                   help="comma-separated dispatch policies (wavefront, layer_major)")
-    g.add_argument("--streams-per-stage", default="1", metavar="K[,K...]",
-                   help="comma-separated streams per stage k. Default: 1")
+    add_grid_args(t.add_argument_group("grid (as `subgpu search`)"), "tune")
     x = t.add_argument_group("model")
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="starting calibration (subgpu calibrate); default: the uncalibrated "
                         "model")
-    x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
-                   help="the search's exact scorer (the predictions are the event simulator's "
-                        "under a contention timer): " + timer_help())
-    # the choices are the registries `subgpu search` takes them from (one list each)
-    x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
-                   help="the search's cheap estimator (as `subgpu search`)")
-    add_strategy_args(x, "tune")
-    x.add_argument("--l-sim", type=int, default=2, help="pass limit of the exact polish")
-    x.add_argument("--cache", default=None, help="L2 policy of the event simulator (default "
-                   "none once calibrated, else lru)")
+    add_scoring_args(x, "tune")
     u = t.add_argument_group("tune")
     u.add_argument("--top", type=int, default=3, metavar="K",
                    help="SubGPU candidates measured per batch and round. Default: 3")

@@ -12,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from hw_runtime.commands.request import KernelSettings
+from subgpu_jax.app.args import DEFAULT_L_SIM, GRID_DEFAULTS
 from subgpu_jax.model.graph import Deployment, OpGraph
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
+from subgpu_jax.score.timer import DEFAULT_TIMER
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
 from subgpu_jax.space.config import DEFAULT_POLICY, Config
 
@@ -61,17 +63,17 @@ class TuneSpec:
     kv_history: int
     input_len: int
     batches: tuple[int, ...]
-    stages: tuple[int, ...] = (2, 3)
-    microbatches: tuple[int, ...] = (2, 4)
+    stages: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["stages"].split(",")))
+    microbatches: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["microbatches"].split(",")))
     policies: tuple[str, ...] = (DEFAULT_POLICY,)
-    streams: tuple[int, ...] = (1,)
-    exact: str = "event"
+    streams: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["streams_per_stage"].split(",")))
+    exact: str = DEFAULT_TIMER
     cheap: str = "auto"
     cut_strategy: str = DEFAULT_CUT_STRATEGY
     alloc_strategy: str = DEFAULT_ALLOC_STRATEGY
     cut_options: str | None = None
     alloc_options: str | None = None
-    l_sim: int = 2
+    l_sim: int = DEFAULT_L_SIM
     cache: str | None = None
     calibration: str | None = None
     top: int = 3

@@ -12,7 +12,15 @@ from subgpu_jax.model.hardware import HARDWARE
 from subgpu_jax.model.models import MODEL_TYPES, MODELS
 from subgpu_jax.app.options import add_serving_args
 
-__all__ = ["add_workload_args", "add_strategy_args", "strategies_from_args"]
+__all__ = ["add_workload_args", "add_strategy_args", "strategies_from_args", "GRID_DEFAULTS",
+           "add_grid_args", "add_scoring_args"]
+
+#: The search grid's defaults, written once: ``subgpu search`` and ``subgpu tune`` take them
+#: (``add_grid_args``), ``hw_runtime.tune.spec.TuneSpec`` too. Comma-separated, as typed.
+GRID_DEFAULTS: dict[str, str] = {"batches": "512,1024,2048", "stages": "2,3",
+                                 "microbatches": "2,4", "streams_per_stage": "1"}
+#: The pass limit of the search's exact polish (``--l-sim``; ``SearchOptions.L_sim``).
+DEFAULT_L_SIM = 2
 
 
 def add_workload_args(p: argparse.ArgumentParser, hardware: str | None = "B200",
@@ -116,3 +124,54 @@ def strategies_from_args(a) -> tuple:
     from subgpu_jax.search.strategies import make_strategies
 
     return make_strategies(a.cut_strategy, a.cut_options, a.alloc_strategy, a.alloc_options)
+
+
+def add_grid_args(g, command: str = "search") -> None:
+    """Add the search grid's options to the argument group ``g`` (``subgpu search`` and
+    ``subgpu tune`` take the same ones, defaults ``GRID_DEFAULTS``): ``--batches``,
+    ``--stages``, ``--microbatches``, ``--policies``, ``--streams-per-stage``; ``command``
+    names the command in the help."""
+    from subgpu_jax.space.config import DEFAULT_POLICY, DISPATCH_POLICIES
+
+    d = GRID_DEFAULTS
+    full = " (use 2,3,4,5,6 for the full grid)" if command == "search" else ""
+    g.add_argument("--batches", default=d["batches"],
+                   help=f"comma-separated global batches G (requests). Default: {d['batches']}")
+    g.add_argument("--stages", default=d["stages"],
+                   help=f"comma-separated stage counts D (>= 2). Default: {d['stages']}{full}")
+    g.add_argument("--microbatches", default=d["microbatches"],
+                   help="comma-separated microbatch counts m (each must divide R = G/d). "
+                        f"Default: {d['microbatches']}")
+    g.add_argument("--policies", default=DEFAULT_POLICY,
+                   help=f"comma-separated dispatch policies ({', '.join(DISPATCH_POLICIES)}). "
+                        f"Default: {DEFAULT_POLICY}")
+    g.add_argument("--streams-per-stage", default=d["streams_per_stage"], metavar="K[,K...]",
+                   help="comma-separated streams per stage k (docs/method.md, 'Streams per "
+                        "stage'); every pipelined grid point is searched for each. Default: "
+                        + d["streams_per_stage"])
+
+
+def add_scoring_args(g, command: str = "search") -> None:
+    """Add the search's scorers and strategies to the argument group ``g`` (``subgpu search``
+    and ``subgpu tune`` take the same ones): ``--exact`` (the timers' registry,
+    ``score.timer.TIMERS``), ``--cheap`` (``search.strategies.CHEAP_ESTIMATORS``), the
+    strategy options (``add_strategy_args``), ``--l-sim`` and ``--cache``."""
+    from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
+    from subgpu_jax.search.strategies import CHEAP_ESTIMATORS
+
+    as_search = "" if command == "search" else " (as `subgpu search`)"
+    g.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
+                   help="the exact scorer of the search (records and verdicts are the event "
+                        "simulator's under event, event-full and screened)" + as_search + ": "
+                        + timer_help())
+    g.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
+                   help="cheap estimator of the allocation search: auto (default: the "
+                        "contention-aware vcontention scorer beside a contention timer, else "
+                        "static), vcontention, or static (isolated kernel durations)" + as_search)
+    add_strategy_args(g, command)
+    g.add_argument("--l-sim", type=int, default=DEFAULT_L_SIM,
+                   help="pass limit of the exact polish (Algorithm 2 with the exact scorer). "
+                        f"Default: {DEFAULT_L_SIM}")
+    g.add_argument("--cache", default=None,
+                   help="L2 policy of the event simulator (lru, fifo, none; default none once "
+                        "calibrated, else lru)")

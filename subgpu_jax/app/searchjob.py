@@ -30,6 +30,7 @@ from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
+from subgpu_jax.app.args import DEFAULT_L_SIM
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.problem import TimerExact
@@ -87,7 +88,7 @@ class SearchOptions:
 
     timer: Timer | None = None
     cache: str | None = None
-    L_sim: int = 2
+    L_sim: int = DEFAULT_L_SIM
     cut_strategy: object = DEFAULT_CUT_STRATEGY
     cheap: object = "auto"
     alloc_strategy: object = DEFAULT_ALLOC_STRATEGY
@@ -189,7 +190,8 @@ class PointScorer:
     """
 
     def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, timer: Timer | None = None,
-                 cache: str | None = None, L_sim: int = 2, cut_strategy=DEFAULT_CUT_STRATEGY,
+                 cache: str | None = None, L_sim: int = DEFAULT_L_SIM,
+                 cut_strategy=DEFAULT_CUT_STRATEGY,
                  cheap: str = "auto", alloc_strategy=DEFAULT_ALLOC_STRATEGY) -> None:
         self.cut = by_name(CUT_STRATEGY_REGISTRY, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
@@ -542,7 +544,7 @@ class ScorerSpec:
     setup: GpuSetup | Hardware
     timer: str = DEFAULT_TIMER
     cache: str | None = None
-    L_sim: int = 2
+    L_sim: int = DEFAULT_L_SIM
     cut_strategy: object = DEFAULT_CUT_STRATEGY
     cheap: object = "auto"
     alloc_strategy: object = DEFAULT_ALLOC_STRATEGY

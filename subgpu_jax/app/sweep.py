@@ -10,13 +10,12 @@ recomputed (docs/usage.md "Reliability").
 
 from __future__ import annotations
 
-from subgpu_jax.space.config import DEFAULT_POLICY
-
 import math
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from subgpu_jax.space.config import DEFAULT_POLICY
 from subgpu_jax.app.store import SweepStore, grid_fingerprint
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.memory import check_memory

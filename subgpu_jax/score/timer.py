@@ -406,9 +406,10 @@ class ScreenedTimer(EventTimer):
     """
 
     name = "screened"
-    summary = ("the event simulator's numbers with fewer simulations: a search ranks and "
-               "polishes with the vectorised contention scorer (batched JAX) and re-simulates "
-               "each grid point's best few configurations with the event simulator")
+    summary = ("the event simulator's numbers from about a quarter of its simulations: a "
+               "search polishes the allocations with the vectorised contention scorer (batched "
+               "JAX), then re-simulates each grid point's best few and polishes the best with "
+               "the event simulator; the choice can be a few %% slower than event's")
     #: Configurations re-simulated per grid point. With 4 (and the 2 passes of
     #: ``search.algorithm1.Algorithm1Options.confirm_passes``) the chosen makespans equal an
     #: event search's at the median and are at most 1.7% (main job) and 3.8% (a 24-point

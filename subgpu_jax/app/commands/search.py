@@ -3,8 +3,6 @@ gains and figures in a results folder (the search job itself: ``app.searchjob``)
 
 from __future__ import annotations
 
-from subgpu_jax.space.config import DEFAULT_POLICY
-
 import argparse
 import math
 import os
@@ -13,11 +11,11 @@ from subgpu_jax.model.checks import out_dir
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
-from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
-from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
-                                          CUT_STRATEGY_REGISTRY, DEFAULT_ALLOC_STRATEGY,
-                                          DEFAULT_CUT_STRATEGY, strategy_meta)
-from subgpu_jax.app.args import add_strategy_args, add_workload_args, strategies_from_args
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+                                          DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
+                                          strategy_meta)
+from subgpu_jax.app.args import (add_grid_args, add_scoring_args, add_workload_args,
+                                 strategies_from_args)
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.app.options import (check_grid_size, int_list, resolve_arch_ep, resolve_cache,
                                     serving_options)
@@ -55,19 +53,7 @@ def add_search_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_grid_args(se: argparse.ArgumentParser) -> None:
     g = se.add_argument_group("grid")
-    g.add_argument("--batches", default="512,1024,2048",
-                   help="comma-separated global batches G (requests). Default: 512,1024,2048")
-    g.add_argument("--stages", default="2,3",
-                   help="comma-separated stage counts D (>= 2). Default: 2,3 (use 2,3,4,5,6 "
-                        "for the full grid)")
-    g.add_argument("--microbatches", default="2,4",
-                   help="comma-separated microbatch counts m (each must divide R = G/d). "
-                        "Default: 2,4")
-    g.add_argument("--policies", default=DEFAULT_POLICY,
-                   help="comma-separated dispatch policies (wavefront, layer_major)")
-    g.add_argument("--streams-per-stage", default="1", metavar="K[,K...]",
-                   help="comma-separated streams per stage k (docs/method.md, 'Streams per "
-                        "stage'); every pipelined grid point is searched for each. Default: 1")
+    add_grid_args(g)
     g.add_argument("--all-parallelisms", action="store_true",
                    help="enumerate every attention TP x DP split of --gpus (TP <= 8) instead of "
                         "only --tp/--dp")
@@ -75,20 +61,10 @@ def _add_grid_args(se: argparse.ArgumentParser) -> None:
 
 def _add_scoring_args(se: argparse.ArgumentParser) -> None:
     x = se.add_argument_group("scoring")
-    x.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
-                   help="the exact scorer of the search (vcontention scores every move of a "
-                        "polish pass in one call): " + timer_help())
-    x.add_argument("--cache", default=None, help="L2 policy (default none if calibrated, else lru)")
-    x.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
-                   help="cheap estimator of the allocation search: auto (default: the "
-                        "contention-aware vcontention scorer with --exact event, else static), "
-                        "vcontention, or static (isolated kernel durations)")
-    add_strategy_args(x)
+    add_scoring_args(x)
     x.add_argument("--calibration", metavar="FILE.json", default=None,
                    help="measured calibration (subgpu calibrate) for both scorers; must match "
                         "the model, deployment and --hardware")
-    x.add_argument("--l-sim", type=int, default=2,
-                   help="pass limit of the exact polish (Algorithm 2 with the simulator)")
 
 
 def _add_run_args(se: argparse.ArgumentParser) -> None:
