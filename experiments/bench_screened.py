@@ -133,12 +133,13 @@ def front_keys(recs: dict) -> set:
 def agreement(ev: dict, sc: dict) -> dict:
     """The screened records against the event search's (see the module docstring)."""
     keys = sorted(k for k, r in ev.items() if r["mode"] == "subgpu" and k in sc)
+    missing = sorted(k for k, r in ev.items() if r["mode"] == "subgpu" and k not in sc)
     ratio = [float(sc[k]["region_makespan_us"]) / float(ev[k]["region_makespan_us"]) - 1
              for k in keys]
     screen_err = [abs(float(sc[k]["screen_region_us"]) / float(sc[k]["region_makespan_us"]) - 1)
                   for k in keys]
     fe, fs_ = front_keys(ev), front_keys(sc)
-    return {"points": len(keys),
+    return {"points": len(keys), "missing_in_screened": missing,
             "makespan_vs_event_median": statistics.median(ratio),
             "makespan_vs_event_max": max(ratio), "makespan_vs_event_min": min(ratio),
             "points_over_tol": sum(x > TOL for x in ratio), "tol": TOL,

@@ -21,7 +21,8 @@ __all__ = ["int_list", "str_list", "model_of", "resolve_arch_ep", "resolve_paral
            "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
            "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS",
-           "LIST_OPTIONS", "FLOAT_OPTIONS", "record_config_options"]
+           "LIST_OPTIONS", "FLOAT_OPTIONS", "record_config_options", "TOPOLOGY_DEFAULTS",
+           "topology_args"]
 
 #: ``--kv-dtype`` choices: the KV cache's datatype (bf16, or FP8 E4M3 as vLLM's
 #: ``--kv-cache-dtype fp8`` stores it: half the bytes).
@@ -124,6 +125,29 @@ def serving_args(a) -> list[str]:
         args += ["--gpu-memory-utilization", f"{u:g}"]
     if getattr(a, "dispatch", DISPATCH_MODES[0]) != DISPATCH_MODES[0]:
         args += ["--dispatch", a.dispatch]
+    return args
+
+
+#: The defaults of the topology and traffic options (``app.commands.common.add_topology_args``):
+#: written once, read by the parser and by ``topology_args``.
+TOPOLOGY_DEFAULTS: dict = {"topology": "one-domain", "nvlink_domain": None,
+                           "scaleout_gbps": 50.0, "routing": "uniform", "routing_imbalance": 1.0,
+                           "kv_lengths": None}
+
+
+def topology_args(a, path=str) -> list[str]:
+    """The topology and traffic options of parsed arguments that differ from their defaults
+    (``TOPOLOGY_DEFAULTS``), as command-line arguments, for the commands a search prints:
+    ``--topology``, ``--nvlink-domain``, ``--scaleout-gbps``, ``--routing``,
+    ``--routing-imbalance``, ``--kv-lengths`` (absent options are skipped; ``path`` writes a
+    ``--kv-lengths`` value, e.g. absolute)."""
+    args = []
+    for name, default in TOPOLOGY_DEFAULTS.items():
+        v = getattr(a, name, default)
+        if v != default:
+            args += ["--" + name.replace("_", "-"),
+                     path(v) if name == "kv_lengths" else f"{v:g}" if isinstance(v, float)
+                     else str(v)]
     return args
 
 

@@ -561,12 +561,14 @@ class ScorerSpec:
         spec = cls(scorer.arch, scorer.setup, scorer.timer.name, scorer.cache, scorer.L_sim,
                    scorer.cut, scorer.cheap, scorer.alloc)
         t, made = scorer.timer, timer_for(scorer.setup, scorer.timer.name, scorer.cache)
+        # confirm_top: a screened timer's budget (absent elsewhere: None on both sides)
         same = all(getattr(t, f, None) == getattr(made, f, None)
-                   for f in ("model", "cache", "mode", "contention", "hw"))
+                   for f in ("model", "cache", "mode", "contention", "hw", "confirm_top"))
         if not same:
             raise ValueError(f"workers: the exact scorer {t.name!r} was made with other settings "
-                             "than its registry name gives (contention model, L2 policy, mode); "
-                             "worker processes rebuild it by name: use workers=1")
+                             "than its registry name gives (contention model, L2 policy, mode, "
+                             "confirmation budget); worker processes rebuild it by name: use "
+                             "workers=1")
         return spec
 
     def __call__(self) -> "PointScorer":

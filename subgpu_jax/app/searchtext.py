@@ -10,10 +10,12 @@ import os
 import shlex
 import textwrap
 
-from subgpu_jax.app.options import record_config_options, resolve_cache, serving_args
+from subgpu_jax.app.options import (record_config_options, resolve_cache, serving_args,
+                                    topology_args)
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
+from subgpu_jax.space.config import DEFAULT_POLICY
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
 
 __all__ = ["print_search_summary", "print_next_steps", "amplified_gain_note",
@@ -225,17 +227,17 @@ def search_reproduce_command(a, best: dict) -> list[str]:
         cmd += ["--expert-dtype", a.expert_dtype]
     if a.input_len not in (None, 32768) or best.get("output_len"):
         cmd += ["--input-len", str(best.get("input_len") or a.input_len)]
-    cmd += serving_args(a)
+    cmd += serving_args(a) + topology_args(a, path_arg)
     o = record_config_options(best)
     cmd += ["--cuts", o["cuts"] or "", "--reuse" if o["reuse"] else "--no-reuse",
             "--sms", o["sms"], "--microbatch", str(o["microbatch"])]
-    if o["policy"] != "wavefront":
+    if o["policy"] != DEFAULT_POLICY:
         cmd += ["--policy", o["policy"]]
     if o["streams_per_stage"] != 1:
         cmd += ["--streams-per-stage", str(o["streams_per_stage"])]
     if a.exact != DEFAULT_TIMER:   # simulate with the search's own timer
         cmd += ["--simulator", a.exact]
-    elif a.cache is not None and a.cache != resolve_cache(None, a.calibration):
+    if a.cache is not None and a.cache != resolve_cache(None, a.calibration):
         cmd += ["--cache", a.cache]  # only when it differs from simulate's own default
     if a.calibration:
         cmd += ["--calibration", path_arg(a.calibration)]

@@ -22,7 +22,7 @@ configuration's structure to their makespans (``time_allocs``). Five exist, regi
   then re-simulates each grid point's best few configurations (``confirm_top``) and keeps the
   best by the event simulator (``search.algorithm1``'s ``confirm``). Its records' makespans are
   the event simulator's; the choice may differ from an event-simulator search's
-  (``experiments/bench_screened.py``: at the median not at all, at most 1.7-3.8% slower).
+  (``experiments/bench_screened.py``: at the median not at all, at most 1.7-4.1% slower).
 
 The event simulator stays the default and the reference.
 
@@ -45,6 +45,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from subgpu_jax.model.checks import pos_int
 from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
@@ -406,26 +407,22 @@ class ScreenedTimer(EventTimer):
     """
 
     name = "screened"
-    summary = ("the event simulator's numbers from about a quarter of its simulations: a "
+    summary = ("the event simulator's numbers from a quarter to 40%% of its simulations: a "
                "search polishes the allocations with the vectorised contention scorer (batched "
                "JAX), then re-simulates each grid point's best few and polishes the best with "
                "the event simulator; the choice can be a few %% slower than event's")
     #: Configurations re-simulated per grid point. With 4 (and the 2 passes of
     #: ``search.algorithm1.Algorithm1Options.confirm_passes``) the chosen makespans equal an
-    #: event search's at the median and are at most 1.7% (main job) and 3.8% (a 24-point
-    #: GPT-OSS 120B B200 frontier sample) slower, with a quarter of its simulations
-    #: (docs/results.md, "Speed", the screened search). On the main job, confirming 8 or 16
-    #: with the layouts ranked by the screen and no final polish still missed by up to 6.4%
-    #: and 2.2% (single runs, not committed).
+    #: event search's at the median and are at most 1.7% (main job) and 3.8-4.1% (GPT-OSS
+    #: 120B B200 frontier samples of 24 and 120 points) slower, with 39% (main job) and 24-25%
+    #: (the samples) of its simulations (docs/results.md, "Speed", the screened search).
     CONFIRM_TOP = 4
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  duration_model: DurationModel | None = None,
                  confirm_top: int = CONFIRM_TOP) -> None:
         super().__init__(hw, model, cache, "green")
-        if isinstance(confirm_top, bool) or int(confirm_top) != confirm_top or confirm_top < 1:
-            raise ValueError(f"confirm_top must be an integer >= 1, got {confirm_top!r}")
-        self.confirm_top = int(confirm_top)
+        self.confirm_top = pos_int(confirm_top, "confirm_top")
         self.screen = ContentionTimer(hw, self.model, self.cache, duration_model)
 
     @classmethod

@@ -12,6 +12,7 @@ import numpy as np
 
 from subgpu_jax.model.accounting import throughputs
 from subgpu_jax.model.checks import pos_int
+from subgpu_jax.score.timer import ScreenedTimer
 from subgpu_jax.search.cuts import RankedCut, rank_cuts
 from subgpu_jax.search.pairwise import pairwise_line
 from subgpu_jax.search.pareto import pareto_front
@@ -45,9 +46,12 @@ class Record:
         screen_us: with a confirming scorer (``algorithm1``'s ``confirm``), the exact
             (screening) scorer's makespan of the chosen configuration (µs; ``makespan_us`` is
             the confirming scorer's); None without one.
-        confirm_calls: distinct confirming-scorer calls at this grid point (0 without one).
-        screen_rank: where the chosen configuration stood in the screening scorer's order of
-            the configurations confirmed (0 = the screen's own best).
+        confirm_calls: distinct confirming-scorer calls at this grid point: the layout
+            ranking's, the confirmation's and its polish's (0 without one; where the two
+            scorers are one memo, the screen's calls too).
+        screen_rank: the index, in the confirmation's candidates, of the one it kept before
+            its polish: 0 to ``confirm_top`` - 1 the screen's best first, then the layout
+            ranking's configurations in scoring order (0 without a confirming scorer).
     """
 
     m: int
@@ -159,6 +163,9 @@ def _confirm(memo: MemoScorer, cmemo: MemoScorer, scored: Sequence[tuple[Config,
                                       if (c.seg_of, c.w) in layouts),
                                      key=lambda t: (t[0], t[1]))[:top]]
     cands += [c for c in confirmed if (c.seg_of, c.w) in layouts and c not in cands]
+    if not cands:
+        raise ValueError("confirm: the grid point scored no configuration of its polished "
+                         "layouts (an allocation strategy that calls no exact scorer?)")
     vals = cmemo.many(cands)
     vmin = min(vals)
     j = next(j for j, v in enumerate(vals) if v <= vmin * (1 + rtol))
@@ -193,7 +200,7 @@ class Algorithm1Options:
     """
 
     exact_top: int = 3
-    confirm_top: int = 4
+    confirm_top: int = ScreenedTimer.CONFIRM_TOP
     confirm_passes: int = 2
     L_est: int | None = None
     L_sim: int | None = 2
@@ -220,13 +227,16 @@ def _grid_point(problem: Problem, D: int, m: int, pol: str, memo: MemoScorer,
     confirming scorer ``cmemo``, the confirmation; ``t0`` is the point's start
     (``time.perf_counter``). Returns its ``Record``."""
     wl = problem.workload
-    c0, n0 = memo.calls, len(memo.cache)
+    c0 = memo.calls
+    seen = memo.watch() if cmemo is not None else None   # what the screen scores here
     ranked, prop, cheap = rank_cuts(problem, D, m, pol, o.rotation_refine)
     cands, n_polish, more, keep_proposal = o.cut.choose(problem, D, m, pol, ranked, prop)
     cheap += more
     # the layouts are ranked by the confirming scorer when there is one
     lmemo = memo if cmemo is None else cmemo
-    k0, nk0 = (0, 0) if cmemo is None else (cmemo.calls, len(cmemo.cache))
+    k0 = 0 if cmemo is None else cmemo.calls
+    # ... and what the confirming scorer scores here (one log when both are one memo)
+    confirmed = None if cmemo is None else seen if cmemo is memo else cmemo.watch()
     polish = _exact_order(lmemo, problem, D, m, pol, cands, o.exact_top)[:n_polish]
     if keep_proposal:
         # the choice of the proposal strategy (never-worse guarantee)
@@ -244,9 +254,11 @@ def _grid_point(problem: Problem, D: int, m: int, pol: str, memo: MemoScorer,
     alloc, makespan, conf = tuple(int(a) for a in res.alloc), res.makespan_us, {}
     if cmemo is not None:
         layouts = {(rc.cand.seg_of, rc.cand.w): (rank, rc.cand) for rank, rc in polish}
+        memo.unwatch()
+        cmemo.unwatch()
         cfg, makespan, screen_us, srank = _confirm(
-            memo, cmemo, list(memo.cache.items())[n0:],
-            list(cmemo.cache)[nk0:], layouts, o.confirm_top)
+            memo, cmemo, [(c, memo.cache[c]) for c in seen], list(confirmed), layouts,
+            o.confirm_top)
         cheap_rank, cand = layouts[(cfg.seg_of, cfg.w)]
         alloc = cfg.alloc
         if o.confirm_passes:
@@ -290,7 +302,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
     With a confirming scorer ``confirm`` (the event simulator behind a batched screening
     ``exact``, ``score.timer.ScreenedTimer``), each grid point ends with a confirmation: the
     ``options.confirm_top`` best distinct configurations by ``exact`` among all it scored at
-    that point (layout ranking, polish moves and line points) are re-scored by ``confirm``, and
+    that point in the polished layouts (polish moves and line points) are re-scored by
+    ``confirm``, and
     the record is the best of them by ``confirm`` (values within 1e-6 relative are ties, broken
     by the screen's order), polished by ``confirm`` for ``options.confirm_passes`` passes of
     Algorithm 2; its ``makespan_us`` is ``confirm``'s, ``screen_us`` the screen's. The layouts
@@ -350,7 +363,12 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
                 except ValueError as e:
                     skipped.append((x, str(e)))
                     continue
-                rec = _grid_point(problem, D, m, pol, memo, cmemo, o, t0)
+                try:
+                    rec = _grid_point(problem, D, m, pol, memo, cmemo, o, t0)
+                finally:   # the point's request logs close even when it fails
+                    for mm in (memo, cmemo):
+                        if mm is not None:
+                            mm.unwatch()
                 records.append(rec)
                 if progress:
                     progress(f"m={m} D={D} {pol}: w={rec.w} alloc={list(rec.alloc)} "

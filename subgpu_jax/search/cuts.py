@@ -16,8 +16,8 @@ from subgpu_jax.search.exhaustive import dag_key
 from subgpu_jax.search.features import CutCandidate, kernel_features, Proposal, propose_partition
 from subgpu_jax.search.pairwise import pairwise_line, seeds
 from subgpu_jax.search.problem import Problem
-from subgpu_jax.space.config import (DEFAULT_POLICY, AllocSpace, binding, check_cut, check_dispatch_policy,
-    enumerate_cuts)
+from subgpu_jax.space.config import (DEFAULT_POLICY, AllocSpace, binding, check_cut,
+                                     check_dispatch_policy, enumerate_cuts)
 
 __all__ = ["RankedCut", "rank_cuts", "choose_cut", "cut_neighbours", "refine_cut",
     "screen_cuts", "legal_layouts"]

@@ -15,8 +15,8 @@ from subgpu_jax.model.checks import pos_int
 from subgpu_jax.score.evaluator import DagArrays, maxplus_rows
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.search.problem import Problem
-from subgpu_jax.space.config import (DEFAULT_POLICY, AllocSpace, binding, check_dispatch_policy, Config,
-    enumerate_cuts)
+from subgpu_jax.space.config import (DEFAULT_POLICY, AllocSpace, binding, check_dispatch_policy,
+                                     Config, enumerate_cuts)
 
 __all__ = ["ExhaustiveResult", "exhaustive_allocations", "exhaustive_search",
            "count_configs", "exhaustive_exact", "dag_key"]

@@ -155,6 +155,8 @@ class MemoScorer:
         requests: all lookups, hits included.
         cache: ``{Config: makespan}``.
         seconds: wall time spent inside ``fn``.
+        seen: while a ``watch()`` is open, the distinct configurations requested since (cache
+            hits included), in request order; else None.
     """
 
     def __init__(self, fn: Callable[[Config], float]) -> None:
@@ -163,6 +165,18 @@ class MemoScorer:
         self.calls = 0
         self.requests = 0
         self.seconds = 0.0
+        self.seen: dict[Config, None] | None = None
+
+    def watch(self) -> dict:
+        """Start recording the configurations requested (``seen``, a fresh insertion-ordered
+        dict, returned); ``unwatch`` stops. ``search.algorithm1`` watches one grid point's
+        requests, memo hits included."""
+        self.seen = {}
+        return self.seen
+
+    def unwatch(self) -> None:
+        """Stop recording requests (``seen`` becomes None)."""
+        self.seen = None
 
     def __call__(self, cfg: Config) -> float:
         return self.many([cfg])[0]
@@ -175,6 +189,8 @@ class MemoScorer:
         Raises:
             ValueError: a makespan that is not finite and > 0."""
         self.requests += len(cfgs)
+        if self.seen is not None:
+            self.seen.update(dict.fromkeys(cfgs))
         todo = list(dict.fromkeys(c for c in cfgs if c not in self.cache))
         if todo:
             t0 = time.perf_counter()

@@ -250,6 +250,31 @@ def test_printed_commands_use_absolute_paths(tmp_path, capsys, monkeypatch):
         best["best_speedup_record"]["makespan_us"], rel=1e-9)
 
 
+def test_reproduce_command_carries_cache_topology_and_traffic(tmp_path, capsys):
+    """A screened search with a non-default L2 policy, NVLink domain, scale-out bandwidth and
+    routing imbalance prints a ``subgpu simulate`` line that carries every one of them (they
+    were dropped: the line gave 6,211 µs for a 16,014 µs record), and that line reproduces the
+    best record's makespan (screened records are the event simulator's)."""
+    out = tmp_path / "s"
+    rc, text, err = run_cli(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--hardware",
+                             "H100", "--kv-history", "4096", "--batches", "256", "--stages", "2",
+                             "--microbatches", "2", "--routing-imbalance", "1.5",
+                             "--nvlink-domain", "4", "--scaleout-gbps", "10", "--cache", "none",
+                             "--exact", "screened", "--no-progress", "--out", str(out)], capsys)
+    assert rc == 0, err
+    sim = shlex.split(next(ln for ln in text.splitlines()
+                           if ln.strip().startswith("subgpu simulate")))
+    for flag, value in (("--cache", "none"), ("--nvlink-domain", "4"),
+                        ("--scaleout-gbps", "10"), ("--routing-imbalance", "1.5"),
+                        ("--simulator", "screened")):
+        assert sim[sim.index(flag) + 1] == value, sim
+    rc, js, err = run_cli([*sim[1:], "--json"], capsys)
+    assert rc == 0, err
+    best = json.loads((out / "summary.json").read_text())["best_speedup_record"]
+    assert json.loads(js)["config"]["makespan_us"] == pytest.approx(best["makespan_us"],
+                                                                    rel=1e-9)
+
+
 # ------------------------------------------------------------- item 5: active parameters
 @pytest.mark.parametrize("name, active, with_emb", [("qwen3-30b-a3b", "3.04", "3.35"),
                                                     ("llama-3.1-8b", "7.50", "8.03")])

@@ -226,3 +226,11 @@ def test_a_custom_timer_is_refused_for_workers():
     odd = PointScorer(arch, setup, EventTimer(hw, ContentionModel(pool_sharing="fifo")))
     with pytest.raises(ValueError, match="^workers: the exact scorer 'event' was made with"):
         ScorerSpec.like(odd)
+    # a screened timer's confirmation budget is part of what the name makes (4)
+    from subgpu_jax.score.timer import ScreenedTimer
+
+    ev = EventTimer.of(setup)
+    assert ScorerSpec.like(PointScorer(arch, setup, ScreenedTimer.of(setup))).timer == "screened"
+    wide = PointScorer(arch, setup, ScreenedTimer(hw, ev.model, ev.cache, confirm_top=8))
+    with pytest.raises(ValueError, match="^workers: the exact scorer 'screened' was made with"):
+        ScorerSpec.like(wide)

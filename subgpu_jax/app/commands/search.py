@@ -18,7 +18,7 @@ from subgpu_jax.app.args import (add_grid_args, add_scoring_args, add_workload_a
                                  strategies_from_args)
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.app.options import (check_grid_size, int_list, resolve_arch_ep, resolve_cache,
-                                    serving_options)
+                                    serving_options, str_list)
 from subgpu_jax.app.commands.common import add_topology_args, topology_options
 
 __all__ = ["add_search_parser", "cmd_search", "search_meta", "search_setup", "search_cluster"]
@@ -178,23 +178,29 @@ def search_cluster(a):
 def _grid_lists(a) -> tuple[list[int], list[int], list[int], list[str]]:
     """The grid's batches, stage counts, microbatch counts and policies, after the checks of
     the options that need no model (``--l-sim``, ``--min-tokens-per-user``, ``--budget``)."""
-    batches = int_list(a.batches, "batches")
-    stages = int_list(a.stages, "stages")
-    mbs = int_list(a.microbatches, "microbatches")
-    pols = [p.strip() for p in a.policies.split(",") if p.strip()]
-    if not pols:
-        raise ValueError("policies must not be empty (wavefront, layer_major)")
+    from subgpu_jax.model.checks import choice
+    from subgpu_jax.sim.l2cache import L2_POLICIES
+    from subgpu_jax.space.config import DISPATCH_POLICIES
+
+    batches = int_list(a.batches, "--batches")
+    stages = int_list(a.stages, "--stages")
+    mbs = int_list(a.microbatches, "--microbatches")
+    pols = str_list(a.policies, "--policies")
+    for p in pols:
+        choice(p, "--policies", DISPATCH_POLICIES)
     if len(set(pols)) != len(pols):
-        raise ValueError(f"policies has duplicated values: {pols}")
+        raise ValueError(f"--policies has duplicated values: {pols}")
+    if a.cache is not None:   # as typed: a results folder records it verbatim
+        choice(a.cache, "--cache", L2_POLICIES)
     if a.l_sim < 1:
-        raise ValueError(f"l-sim must be >= 1 passes, got {a.l_sim}")
+        raise ValueError(f"--l-sim must be >= 1 passes, got {a.l_sim}")
     if a.min_tokens_per_user is not None and not (a.min_tokens_per_user > 0 and
                                                   math.isfinite(a.min_tokens_per_user)):
-        raise ValueError(f"min-tokens-per-user must be a positive number of tokens/s, got "
+        raise ValueError(f"--min-tokens-per-user must be a positive number of tokens/s, got "
                          f"{a.min_tokens_per_user}")
     if a.budget is not None and a.budget < 1:
-        raise ValueError(f"budget must be >= 1 grid points, got {a.budget}")
-    for f, v in (("batches", batches), ("microbatches", mbs)):
+        raise ValueError(f"--budget must be >= 1 grid points, got {a.budget}")
+    for f, v in (("--batches", batches), ("--stages", stages), ("--microbatches", mbs)):
         if any(x < 1 for x in v):
             raise ValueError(f"{f} must be positive integers, got {v}")
     return batches, stages, mbs, pols
@@ -225,8 +231,8 @@ def _parallelisms(a, arch, stages: list[int]) -> tuple[list | None, list]:
                    for t, d, e in shapes)
     bad = [D for D in stages if not 2 <= D <= n_region]
     if bad:
-        raise ValueError(f"stages must be in 2..{n_region} (the region has {n_region} kernels), "
-                         f"got {bad}")
+        raise ValueError(f"--stages must be in 2..{n_region} (the region has {n_region} "
+                         f"kernels), got {bad}")
     return pars, shapes
 
 
