@@ -14,7 +14,7 @@ from subgpu_jax.model.generation import search_step
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.space.config import Config
 
-__all__ = ["reference_check"]
+__all__ = ["reference_check", "screen_check"]
 
 
 def reference_check(scorer, records: Sequence[dict]) -> dict:
@@ -57,3 +57,29 @@ def reference_check(scorer, records: Sequence[dict]) -> dict:
             "max_abs_error": max(errs) if errs else None,
             "checked": sum(x["mode"] == "subgpu" for x in rows),
             "tolerance": getattr(scorer.timer, "TOLERANCE", None)}
+
+
+def screen_check(records: Sequence[dict]) -> dict | None:
+    """What the screen of a screened search (``--exact screened``) did: over its SubGPU records,
+    the screen's region makespan of each chosen configuration (``screen_region_us``) against the
+    event simulator's (``region_makespan_us``, the record's own), and the simulations it cost.
+
+    Returns:
+        ``{"points", "median_abs_error", "max_abs_error", "screen_calls", "confirm_calls",
+        "screen_best_kept"}`` (error = screen / event simulator - 1; ``screen_calls`` the
+        screen's distinct configurations, ``confirm_calls`` the event simulator's;
+        ``screen_best_kept`` the points whose record is the screen's own best before the
+        final polish, ``screen_rank`` 0), or None without such records.
+    """
+    import statistics
+
+    rows = [r for r in records if r.get("mode") == "subgpu"
+            and r.get("screen_region_us") not in (None, "")]
+    if not rows:
+        return None
+    errs = [abs(float(r["screen_region_us"]) / float(r["region_makespan_us"]) - 1) for r in rows]
+    return {"points": len(rows), "median_abs_error": statistics.median(errs),
+            "max_abs_error": max(errs),
+            "screen_calls": sum(int(r["exact_calls"]) for r in rows),
+            "confirm_calls": sum(int(r["confirm_calls"]) for r in rows),
+            "screen_best_kept": sum(int(r["screen_rank"]) == 0 for r in rows)}

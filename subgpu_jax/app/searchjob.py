@@ -494,6 +494,10 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         from subgpu_jax.app.refcheck import reference_check
 
         summary["reference_check"] = reference_check(scorer, recs)
+    if scorer is not None and scorer.timer.screen is not None and write:
+        from subgpu_jax.app.refcheck import screen_check
+
+        summary["screen_check"] = screen_check(recs)
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
         summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name,

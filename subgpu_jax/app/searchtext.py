@@ -150,6 +150,14 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
               f"{'' if n == 1 else 's'} differ from it by a median "
               f"{chk['median_abs_error']:.2%}, at most {chk['max_abs_error']:.2%}{over} "
               "(summary.json: reference_check)")
+    scr = summ.get("screen_check")
+    if scr:
+        print(f"\nscreened: the batched screen's region makespans of the {scr['points']} chosen "
+              f"SubGPU configurations differ from the event simulator's (the records') by a "
+              f"median {scr['median_abs_error']:.2%}, at most {scr['max_abs_error']:.2%}; "
+              f"{scr['confirm_calls']:,} event simulations beside {scr['screen_calls']:,} "
+              f"screened configurations; the screen's own best kept at "
+              f"{scr['screen_best_kept']} of {scr['points']} points (summary.json: screen_check)")
     if timer is not None and not timer.contention:
         print("\nno verdict per batch: the three modes (multistream, SubGPU without link time) "
               "need a contention model (--exact event or vcontention)")

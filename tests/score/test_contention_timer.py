@@ -191,7 +191,7 @@ def test_search_with_the_batched_timer_is_checked_by_the_event_simulator(tmp_pat
     assert chk["max_abs_error"] == max(abs(x["error"]) for x in chk["rows"])
 
 
-def test_screened_search_records_the_event_simulators_numbers(tmp_path):
+def test_screened_search_records_the_event_simulators_numbers(tmp_path, capsys):
     """``subgpu search --exact screened``: every record's region makespan is the event
     simulator's of the record's configuration (oracle: ``EventTimer`` on its ``Config``, to
     1e-9: the periodic fast-forward), its ``screen_region_us`` is the batched scorer's
@@ -221,6 +221,14 @@ def test_screened_search_records_the_event_simulators_numbers(tmp_path):
     assert sub["screen_region_us"] == pytest.approx(
         ContentionTimer(b200).time(g, cfg).makespan_us, rel=1e-6)
     assert sub["confirm_calls"] >= 1 and sub["cat_mlp_us"] > 0 and 0 <= sub["l2_hit_rate"] <= 1
+    # the screen's disagreement on the chosen configurations, summarised and printed
+    chk = summ["screen_check"]
+    subs = [r for r in recs if r["mode"] == "subgpu"]
+    errs = sorted(abs(r["screen_region_us"] / r["region_makespan_us"] - 1) for r in subs)
+    assert chk["points"] == len(subs) and chk["max_abs_error"] == pytest.approx(errs[-1])
+    assert chk["confirm_calls"] == sum(r["confirm_calls"] for r in subs)
+    assert "differ from the event simulator's (the records') by a median" in \
+        capsys.readouterr().out
 
 
 def test_kernel_profile_memo_changes_no_number(g2, monkeypatch):
