@@ -2,7 +2,8 @@
 # CPU cores (a CPU job; it runs beside GPU work and never touches the GPU: JAX_PLATFORMS=cpu;
 # niced, so a GPU measurement's host threads come first):
 #   bash experiments/device/run.sh frontier LIMIT_S WORKERS [STUDY ...]
-# (COMPILE_CACHE=DIR: JAX's compilation cache, default .jax_cache/frontier, an ignored folder)
+# (COMPILE_CACHE=DIR: JAX's compilation cache, default .jax_cache/frontier, an ignored folder;
+# EXACT=NAME: the search's exact scorer, a name of score.timer.TIMERS, default event)
 # runs the studies one after another (default order: gptoss20b_h200 gptoss120b_b200
 # llama70b_h200) with `experiments/frontier_study.py --workers WORKERS --overwrite-stale`,
 # resuming from the stores in the checkout (a study made with another duration model or grid
@@ -35,6 +36,8 @@ for s in "$@"; do
 done
 STUDIES=${*:-$ALL_STUDIES}
 RESERVE_S=${RESERVE_S:-45}          # final writes of the last study (~10 s) and the archive
+EXACT=${EXACT:-event}
+[[ $EXACT =~ ^[a-z][a-z-]{0,30}$ ]] || die "EXACT must be a timer name (score.timer.TIMERS), got '$EXACT'"
 [[ $RESERVE_S =~ ^(0|[1-9][0-9]{0,5})$ ]] || \
   die "RESERVE_S must be a non-negative integer of seconds, got '$RESERVE_S'"
 need_out
@@ -47,14 +50,14 @@ START=$(date +%s)
 END=$((START + LIMIT - RESERVE_S))
 LOG="$OUT/frontier_log.txt"
 RC=0                               # the first non-zero exit of a study, the script's exit status
-echo "frontier: limit ${LIMIT}s, ${WORKERS} workers, studies: $STUDIES, $(nproc) CPUs" | tee "$LOG"
+echo "frontier: limit ${LIMIT}s, ${WORKERS} workers, studies: $STUDIES, exact $EXACT, $(nproc) CPUs" | tee "$LOG"
 for s in $STUDIES; do
   left=$((END - $(date +%s)))
   if [ "$left" -lt 20 ]; then echo "$s: not started (${left}s left)" | tee -a "$LOG"; break; fi
   # --wall-budget stops the grid points; timeout (the budget + 40 s for the final writes) is the
   # hard guard; a kill loses only the points in flight (every finished one is stored)
   timeout -k 5 $((left + 40)) nice -n 10 python3 experiments/frontier_study.py --study "$s" \
-      --workers "$WORKERS" --wall-budget "$left" --overwrite-stale --chunk 100 \
+      --workers "$WORKERS" --wall-budget "$left" --overwrite-stale --chunk 100 --exact "$EXACT" \
       --compile-cache "$CACHE" 2>&1 \
       | grep --line-buffered -v -i warn >> "$LOG"
   rc=${PIPESTATUS[0]}
