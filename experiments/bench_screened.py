@@ -24,8 +24,13 @@ points); ``frontier``, a deterministic sample of a frontier study's grid
 (``experiments/frontier_study.py``, ``--study``; every ``len // --points``-th SubGPU point of the
 study order, with the temporal points of their deployments).
 
+``--compare EVENT_DIR SCREENED_DIR`` compares two finished results folders instead (e.g. a whole
+frontier study run by ``frontier_study.py --exact event`` and ``--exact screened``): the
+agreement above, no timing.
+
 Usage: python experiments/bench_screened.py [--jobs main frontier] [--study S] [--points N]
        [--workers W] [--repeat N] [--out JSON]
+       python experiments/bench_screened.py --compare EVENT_DIR SCREENED_DIR --out JSON
 Writes experiments/results/bench_screened_cpu.json by default (a table on stdout).
 """
 
@@ -168,6 +173,8 @@ def main(argv=None) -> int:
                     help="timed runs of each variant, in turn, after one untimed run of each "
                          "that fills the compile cache (medians reported; default 1)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_screened_cpu.json"))
+    ap.add_argument("--compare", nargs=2, metavar=("EVENT_DIR", "SCREENED_DIR"), default=None,
+                    help="compare two finished results folders (records.csv) instead")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--job", default="main", help=argparse.SUPPRESS)
     ap.add_argument("--timer", default="event", help=argparse.SUPPRESS)
@@ -184,6 +191,23 @@ def main(argv=None) -> int:
         out_file(a.out, "--out")
     except ValueError as e:
         ap.error(str(e))
+    if a.compare:
+        for d in a.compare:
+            if not os.path.isfile(os.path.join(d, "records.csv")):
+                ap.error(f"--compare: {d} holds no records.csv")
+        g = agreement(load(a.compare[0]), load(a.compare[1]))
+        with open(a.out, "w") as fh:
+            json.dump({"what": "bench_screened --compare: the records of a screened search "
+                               "against an event search's (issue 42)",
+                       "event": a.compare[0], "screened": a.compare[1],
+                       "date": time.strftime("%Y-%m-%d"), "agreement": g}, fh, indent=1)
+        print(f"makespan screened/event - 1: median {g['makespan_vs_event_median']:+.3%}, max "
+              f"{g['makespan_vs_event_max']:+.3%}, min {g['makespan_vs_event_min']:+.3%} "
+              f"({g['points_over_tol']} of {g['points']} over {TOL:.1%}); frontier same points: "
+              f"{g['frontier_same_points']} ({g['frontier_common']} of {g['frontier_event']}); "
+              f"event calls {g['event_calls_event_search']} -> {g['event_calls_screened']}; "
+              f"wrote {a.out}")
+        return 0
     import jax
 
     res = {"what": "bench_screened: --exact event beside --exact screened, each in a fresh "
