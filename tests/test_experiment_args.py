@@ -226,3 +226,51 @@ def test_profile_gpu_without_torch(pg, tmp_path, capsys):
     assert pg.main(["--out", str(tmp_path / "o")]) == 2
     assert _one_error(capsys).startswith("error: needs torch")
     assert not (tmp_path / "o").exists()
+
+
+def _records_csv(folder: Path, rows: list[dict]) -> None:
+    """A results folder's records.csv of hand-made records."""
+    import csv
+
+    folder.mkdir()
+    with open(folder / "records.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=sorted(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def test_bench_screened_compare_hand_made(tmp_path, capsys):
+    """``bench_screened.py --compare`` on hand-made records: three SubGPU points whose screened
+    makespans are 0%, +1% and -2% off the event search's (median 0, max +1%, one over 0.5%),
+    the screen's own error 3% on one, and a frontier (higher per-user and per-GPU throughput
+    wins) that loses its slowest point: hand-derived figures."""
+    import json
+
+    bs = _script("bench_screened")
+
+    def rec(key, us, pu, pg, **kw):
+        return {"grid_key": key, "mode": "subgpu", "region_makespan_us": us, "cuts": "L1.attn",
+                "sms": "64|84", "per_user_tok_s": pu, "per_gpu_tok_s": pg, "exact_calls": 10,
+                "confirm_calls": 3, "screen_region_us": kw.get("screen", us)}
+
+    ev = [rec("a", 100.0, 10.0, 1.0), rec("b", 200.0, 5.0, 2.0), rec("c", 300.0, 1.0, 1.5)]
+    sc = [rec("a", 100.0, 10.0, 1.0, screen=103.0), rec("b", 202.0, 5.0, 2.0),
+          rec("c", 294.0, 1.0, 1.5)]
+    sc[2]["sms"] = "32|116"
+    _records_csv(tmp_path / "ev", ev)
+    _records_csv(tmp_path / "sc", sc)
+    out = tmp_path / "cmp.json"
+    assert bs.main(["--compare", str(tmp_path / "ev"), str(tmp_path / "sc"),
+                    "--out", str(out)]) == 0
+    g = json.loads(out.read_text())["agreement"]
+    assert g["points"] == 3 and g["makespan_vs_event_median"] == pytest.approx(0.0)
+    assert g["makespan_vs_event_max"] == pytest.approx(0.01)
+    assert g["makespan_vs_event_min"] == pytest.approx(-0.02)
+    assert g["points_over_tol"] == 1 and g["same_choice"] == 2
+    assert g["screen_abs_error_max"] == pytest.approx(0.03)
+    assert g["event_calls_event_search"] == 30 and g["event_calls_screened"] == 9
+    # frontier: a (10, 1) and b (5, 2) are nondominated; c (1, 1.5) is dominated by b
+    assert g["frontier_event"] == g["frontier_common"] == 2 and g["frontier_same_points"]
+    with pytest.raises(SystemExit):
+        bs.main(["--compare", str(tmp_path / "nope"), str(tmp_path / "sc"), "--out", str(out)])
+    assert "holds no records.csv" in capsys.readouterr().err
