@@ -301,6 +301,24 @@ class StaticTimer:
                          for k in kernels))
 
 
+def _green_contention_event(setup: GpuSetup, cache: str | None, contention: bool, mode: str,
+                            what: str) -> EventTimer:
+    """The event timer of ``setup`` whose model and L2 policy a timer built on the vectorised
+    contention scorer takes (``ContentionTimer.of``, ``ScreenedTimer.of``), after refusing what
+    that scorer cannot model.
+
+    Raises:
+        ValueError: a mode other than green (``"mode ... needs the event simulator"``), or
+            ``contention`` False (``"{what}; without contention use the event or static
+            timer"``).
+    """
+    if check_sm_mode(mode) != "green":
+        raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
+    if not contention:
+        raise ValueError(f"{what}; without contention use the event or static timer")
+    return EventTimer.of(setup, cache)
+
+
 class ContentionTimer:
     """The vectorised contention scorer as a batched timer (``vcontention``): the event
     simulator's rate model as a fixed-point iteration in JAX (``score.vcontention``), one call
@@ -348,12 +366,8 @@ class ContentionTimer:
         Raises:
             ValueError: ``contention`` False or a mode other than green (use the event
                 simulator for those)."""
-        if check_sm_mode(mode) != "green":
-            raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
-        if not contention:
-            raise ValueError("the vcontention timer is the contention model; without "
-                             "contention use the event or static timer")
-        ev = EventTimer.of(setup, cache)
+        ev = _green_contention_event(setup, cache, contention, mode,
+                                     "the vcontention timer is the contention model")
         return cls(setup.hw, ev.model, ev.cache, setup.duration_model)
 
     def describe(self) -> str:
@@ -433,12 +447,8 @@ class ScreenedTimer(EventTimer):
         Raises:
             ValueError: ``contention`` False or a mode other than green (the screen models
                 neither; use the event simulator)."""
-        if check_sm_mode(mode) != "green":
-            raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
-        if not contention:
-            raise ValueError("the screened timer screens with the contention model; without "
-                             "contention use the event or static timer")
-        ev = EventTimer.of(setup, cache)
+        ev = _green_contention_event(setup, cache, contention, mode,
+                                     "the screened timer screens with the contention model")
         return cls(setup.hw, ev.model, ev.cache, setup.duration_model, cls.CONFIRM_TOP)
 
     def describe(self) -> str:

@@ -254,8 +254,7 @@ def _grid_point(problem: Problem, D: int, m: int, pol: str, memo: MemoScorer,
     alloc, makespan, conf = tuple(int(a) for a in res.alloc), res.makespan_us, {}
     if cmemo is not None:
         layouts = {(rc.cand.seg_of, rc.cand.w): (rank, rc.cand) for rank, rc in polish}
-        memo.unwatch()
-        cmemo.unwatch()
+        # (the logs are read here; algorithm1 closes them when the point ends)
         cfg, makespan, screen_us, srank = _confirm(
             memo, cmemo, [(c, memo.cache[c]) for c in seen], list(confirmed), layouts,
             o.confirm_top)
