@@ -36,7 +36,7 @@ the step. Kernels are listed in the order an optimised engine launches them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import ClassVar, Iterable
 
 import networkx as nx
 import numpy as np
@@ -79,6 +79,9 @@ class OpGraph:
             for a layer that keeps some quantised group unquantised (``ModelArch.layer_kinds``;
             ``build_graph``; empty for synthetic graphs).
     """
+
+    #: not counted in the size of a cached value that references it (``model.lru.nbytes_of``)
+    SHARED_BY_CACHED_VALUES: ClassVar[bool] = True
 
     kernels: tuple[Kernel, ...]
     edges: tuple[tuple[int, int], ...]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import numpy as np
 
@@ -155,6 +155,9 @@ class Hardware:
     Raises:
         ValueError: from ``__post_init__`` when a field is out of range (names the field).
     """
+
+    #: not counted in the size of a cached value that references it (``model.lru.nbytes_of``)
+    SHARED_BY_CACHED_VALUES: ClassVar[bool] = True
 
     name: str
     num_sms: int

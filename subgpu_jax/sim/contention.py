@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, fields
-from typing import Any, Callable
+from typing import ClassVar, Any, Callable
 
 import numpy as np
 
@@ -205,6 +205,9 @@ class ContentionModel:
         ValueError: a parameter negative, NaN, zero where a rate is needed, or of the wrong type
             (one line naming the field).
     """
+
+    #: not counted in the size of a cached value that references it (``model.lru.nbytes_of``)
+    SHARED_BY_CACHED_VALUES: ClassVar[bool] = True
 
     isolated: bool = False
     inflight_per_sm_B: float = 32768.0

@@ -20,6 +20,7 @@ import pytest
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.lru import ByteLRU, nbytes_of
+from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.programs import ProgramCache, release_compiled, to_device
@@ -80,6 +81,25 @@ def test_nbytes_of_counts_reachable_arrays_once():
     a = np.zeros(10)
     obj = {"x": a, "y": [a, jax.numpy.ones(4)], "z": ("s", 3)}
     assert nbytes_of(obj) == 80 + 16
+
+
+def test_nbytes_of_leaves_out_shared_descriptions(workload):
+    """The region graph, the GPU and the contention model are referenced by every cached
+    estimator and owned by none: a value's size leaves them out (arrays they hold included),
+    while the value's own arrays, however nested, count once."""
+
+    class Shared:
+        SHARED_BY_CACHED_VALUES = True
+
+        def __init__(self):
+            self.big = np.zeros(1000)
+
+    own = np.zeros(7)
+    value = {"graph": Shared(), "mine": [own, (own, 3, "x", 2.5)], "n": 4}
+    assert nbytes_of(Shared()) == 0 and nbytes_of(value) == 56
+    wl, hw = workload
+    g = wl.graph(2)
+    assert nbytes_of({"g": g, "hw": hw, "m": ContentionModel(), "a": own}) == 56
 
 
 @pytest.mark.parametrize("kind", ["static", "contention"])
