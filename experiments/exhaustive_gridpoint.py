@@ -269,7 +269,8 @@ def heuristics(hw, m, L, D, best, chain, model) -> dict:
                          else make_instance(hw, mm, L)[0], batch=chain.deployment.requests_per_gpu,
                          tokens_per_gpu=chain.deployment.tokens_per_gpu, name="gptoss-chain20")
     prob = search.Problem(wl, hw, duration_model=model)
-    exact = search.MemoScorer(search.EvaluatorExact(prob))  # the optimum is the static model's
+    # the optimum is the static model's
+    exact = search.MemoScorer(search.TimerExact(prob, search.EstimatorTimer(prob)))
     out = {}
     t0 = time.perf_counter()
     res = search.algorithm1(prob, [D], [m], exact=exact,

@@ -3,14 +3,16 @@
 The exact scorer (``--exact``) is what the gaps are measured under:
 
 * ``event`` (default): the event simulator with contention and L2 residency
-  (``search.EventSimExact``), the scorer the main job uses. Every variant searches with it and the
+  (``search.TimerExact`` over ``EventTimer``), the scorer the main job uses. Every variant
+  searches with it and the
   optimum is found by scoring EVERY configuration of the instance with it
   (``search.exhaustive_exact``: all legal cuts of C_{D+w}, w in {0, 1}, all allocations, all m).
   So that this stays within ~10 minutes on a 2-core machine, the instances are smaller than in
   the static study: 5-7 kernels, 2-3 region instances, D in {2, 3} (D = 2 when D = 3 has more
   than ``--max-configs`` configurations; instances still above it are skipped and listed).
   All scorers share one memoised simulator, so each configuration is simulated once.
-* ``static``: the cheap estimator's own model (``search.EvaluatorExact``), optimum by
+* ``static``: the cheap estimator's own model (``TimerExact`` over
+  ``search.EstimatorTimer``), optimum by
   ``search.exhaustive_search`` (the study as first published: 5-10 kernels, 2-6 regions, D in
   2..4); the gaps then measure the search under the estimator's model, not the simulator's.
 
@@ -53,6 +55,7 @@ import time
 
 import numpy as np
 
+from subgpu_jax.score.timer import EventTimer
 from subgpu_jax import search as S
 from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
 
@@ -106,8 +109,8 @@ def write(out: str, exact_kind: str, rows: list, skipped: list, seconds: float) 
 
     changed = [r for r in rows if abs(r["alg1_us"] - r["alg1_top1_us"]) > 1e-6 * r["optimum_us"]]
     summary = dict(
-        exact=("event simulator (EventSimExact: contention + LRU L2)" if exact_kind == "event"
-               else "cheap estimator's model (EvaluatorExact)"),
+        exact=("event simulator (EventTimer: contention + LRU L2)" if exact_kind == "event"
+               else "cheap estimator's model (EstimatorTimer)"),
         instances=len(rows), skipped=len(skipped), chains=int(sum(r["chain"] for r in rows)),
         exact_top=EXACT_TOP, line_search="published (docs/method.md §4)",
         target="gap <= 1% in >= 95% of instances",
@@ -158,12 +161,12 @@ def main() -> None:
             continue
         g1 = wl.graph(1)
         if args.exact == "event":
-            base = S.MemoScorer(S.EventSimExact(pb))
+            base = S.MemoScorer(S.TimerExact(pb, EventTimer(pb.hw)))
             ex = S.exhaustive_exact(pb, D, MS, base, max_configs=args.max_configs)
             est = S.exhaustive_search(pb, D, MS)
             est_opt_us = base(est.best)
         else:
-            base = S.MemoScorer(S.EvaluatorExact(pb))
+            base = S.MemoScorer(S.TimerExact(pb, S.EstimatorTimer(pb)))
             ex = S.exhaustive_search(pb, D, MS)
             est_opt_us = ex.makespan_us
         t_ex = time.perf_counter() - t0

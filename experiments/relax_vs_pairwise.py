@@ -15,9 +15,9 @@ structure:
   B200; 5,000 with the static model).
 
 The exact scorer (``--exact``) is the event simulator with contention and L2 residency
-(``search.EventSimExact``, default: the scorer the main job uses) or the cheap estimator's own
-model (``search.EvaluatorExact``, ``--exact static``). Each method gets a fresh ``MemoScorer``
-over one shared cache, so "exact calls" are the distinct configurations each method scored and
+(``search.TimerExact`` over ``EventTimer``, default: the scorer the main job uses) or the cheap
+estimator's own model (over ``search.EstimatorTimer``, ``--exact static``). Each method gets a
+fresh ``MemoScorer`` over one shared cache, so "exact calls" are the distinct configurations each method scored and
 each configuration is simulated once.
 
 Default grid: 3 models x {B200, H200} x D in {2, 3, 5} x m in {2, 4} = 36 points (about 3 min on
@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from subgpu_jax.score.timer import EventTimer
 from subgpu_jax import get_hardware, get_model
 from subgpu_jax import search as S
 from subgpu_jax.model.workload import Workload
@@ -79,7 +80,7 @@ def main() -> None:
         grid = grid[::4]
     problems = {(mo, h): S.Problem(Workload.from_model(get_model(mo), DEPLOYMENTS[mo]),
                                    get_hardware(h)) for mo in models for h in hws}
-    bases = {k: S.MemoScorer(S.EventSimExact(p) if event else S.EvaluatorExact(p))
+    bases = {k: S.MemoScorer(S.TimerExact(p, EventTimer(p.hw) if event else S.EstimatorTimer(p)))
              for k, p in problems.items()}
     rows = []
     t_all = time.perf_counter()
@@ -141,8 +142,8 @@ def main() -> None:
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, "w") as fh:
             json.dump(dict(summary=summary, rows=rows,
-                           scorer=("EventSimExact (event simulator, contention + LRU L2)"
-                                   if event else "EvaluatorExact (static model)"),
+                           scorer=("EventTimer (event simulator, contention + LRU L2)"
+                                   if event else "EstimatorTimer (static model)"),
                            opt_limit=opt_limit,
                            settings=dict(L_est=None, L_sim_pairwise=2, L_sim_relax=None,
                                          relax=dict(restarts=8, steps=150, lr=0.15,

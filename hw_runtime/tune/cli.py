@@ -10,12 +10,14 @@ with one line, after the options are checked and before anything is searched.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 
 from hw_runtime.commands.device import DEFAULT_HELP
 from hw_runtime.gpu.executor import LANE_PRIORITY
 from hw_runtime.gpu.policies import add_kernel_args
-from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
+from hw_runtime.tune.spec import TuneSpec
+from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES
 
 __all__ = ["add_tune_command", "spec_from_args"]
 
@@ -44,32 +46,38 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                    help="starting calibration (subgpu calibrate); default: the uncalibrated "
                         "model")
     add_scoring_args(x, "tune")
+    d = {f.name: f.default for f in dataclasses.fields(TuneSpec)}   # each default written once
     u = t.add_argument_group("tune")
-    u.add_argument("--top", type=int, default=3, metavar="K",
-                   help="SubGPU candidates measured per batch and round. Default: 3")
-    u.add_argument("--budget-s", type=float, default=300.0, metavar="S",
+    u.add_argument("--top", type=int, default=d["top"], metavar="K",
+                   help=f"SubGPU candidates measured per batch and round. Default: {d['top']}")
+    u.add_argument("--budget-s", type=float, default=d["budget_s"], metavar="S",
                    help="GPU seconds per batch (measurements and traces; the searches run on "
-                        "the CPU). Default: 300")
-    u.add_argument("--tolerance", type=float, default=0.03,
+                        f"the CPU). Default: {d['budget_s']:g}")
+    u.add_argument("--tolerance", type=float, default=d["tolerance"],
                    help="stop when every measured candidate's predicted speedup is within this "
-                        "fraction of its measured one. Default: 0.03")
-    u.add_argument("--max-rounds", type=int, default=4, help="search rounds at most. Default: 4")
-    u.add_argument("--refine-passes", type=int, default=2,
-                   help="pass limit of the on-GPU pairwise line search. Default: 2")
+                        f"fraction of its measured one. Default: {d['tolerance']:g}")
+    u.add_argument("--max-rounds", type=int, default=d["max_rounds"],
+                   help=f"search rounds at most. Default: {d['max_rounds']}")
+    u.add_argument("--refine-passes", type=int, default=d["refine_passes"],
+                   help=f"pass limit of the on-GPU pairwise line search. Default: "
+                        f"{d['refine_passes']}")
     u.add_argument("--no-refine", action="store_true", help="skip the on-GPU refinement")
     u.add_argument("--out", default="runs/tune", help="results folder (resumed when it holds "
                    "this tune). Default: runs/tune")
     e = t.add_argument_group("execution (as `subgpu run`)")
-    e.add_argument("--collectives", default=DEFAULT_COLLECTIVES, choices=ONE_GPU_COLLECTIVES,
+    e.add_argument("--collectives", default=d["collectives"], choices=ONE_GPU_COLLECTIVES,
                    help="sleep (copy + modelled link wait), proxy (the engine collective's "
-                        "CTAs and HBM traffic paced to the link time) or none. Default: sleep")
+                        "CTAs and HBM traffic paced to the link time) or none. Default: "
+                        f"{d['collectives']}")
     add_kernel_args(e, "tune")
-    e.add_argument("--lane-priority", default="auto", choices=LANE_PRIORITY,
-                   help="Default: auto")
-    e.add_argument("--rounds", type=int, default=3, help="timing rounds. Default: 3")
-    e.add_argument("--replays", type=int, default=20,
-                   help="graph replays per round. Default: 20")
-    e.add_argument("--warmup", type=int, default=3, help="warm-up replays. Default: 3")
+    e.add_argument("--lane-priority", default=d["lane_priority"], choices=LANE_PRIORITY,
+                   help=f"Default: {d['lane_priority']}")
+    e.add_argument("--rounds", type=int, default=d["rounds"],
+                   help=f"timing rounds. Default: {d['rounds']}")
+    e.add_argument("--replays", type=int, default=d["replays"],
+                   help=f"graph replays per round. Default: {d['replays']}")
+    e.add_argument("--warmup", type=int, default=d["warmup"],
+                   help=f"warm-up replays. Default: {d['warmup']}")
     t.set_defaults(func=_cmd_tune)
 
 
@@ -83,10 +91,10 @@ def spec_from_args(a, hardware: str | None = None):
     """
     from subgpu_jax.app.options import int_list, resolve_arch_ep
     from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.score.timer import TIMERS
     from subgpu_jax.space.config import DISPATCH_POLICIES
 
     from hw_runtime.gpu.workload import hopper_arch
-    from hw_runtime.tune.spec import TuneSpec
 
     if a.batch is not None:
         raise ValueError("--batch: tune takes a list of global batches, --batches")
@@ -113,7 +121,7 @@ def spec_from_args(a, hardware: str | None = None):
         batches=tuple(int_list(a.batches, "batches")),
         stages=tuple(int_list(a.stages, "stages")),
         microbatches=tuple(int_list(a.microbatches, "microbatches")), policies=pols,
-        streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")), exact=a.exact,
+        streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")), exact=TIMERS[a.exact],
         cheap=a.cheap, cut_strategy=a.cut_strategy, alloc_strategy=a.alloc_strategy,
         cut_options=a.cut_options or None, alloc_options=a.alloc_options or None,
         l_sim=a.l_sim, cache=a.cache, calibration=a.calibration, top=a.top,

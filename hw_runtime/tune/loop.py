@@ -203,7 +203,7 @@ class Tuner:
                 "batches": list(s.batches), "stages": list(s.stages),
                 "microbatches": list(s.microbatches), "policies": list(s.policies),
                 "streams_per_stage": list(s.streams), "kv_history": s.kv_history,
-                "exact": s.exact, "cache": cache, "l_sim": s.l_sim,
+                "exact": s.exact.name, "cache": cache, "l_sim": s.l_sim,
                 # the calibration by content (a re-calibrated file is another sweep; the
                 # same file reached by another path is the same), its path kept beside it
                 "calibration": file_digest(cal_path) if cal_path else None,
@@ -214,9 +214,7 @@ class Tuner:
         meta["cut_strategy"] = strategy_meta(cut, CUT_STRATEGY_REGISTRY)
         meta["alloc_strategy"] = strategy_meta(alloc, ALLOC_STRATEGIES)
         t0 = time.perf_counter()
-        from subgpu_jax.score.timer import timer_for
-
-        opts = SearchOptions(timer=timer_for(setup, s.exact, cache), cache=cache, L_sim=s.l_sim,
+        opts = SearchOptions(timer=s.exact.of(setup, cache), cache=cache, L_sim=s.l_sim,
                              progress=False,
                              cut_strategy=cut, cheap=s.cheap, alloc_strategy=alloc)
         run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)

@@ -12,12 +12,16 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from hw_runtime.commands.request import KernelSettings
+from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY
+from hw_runtime.gpu.policies import KERNEL_DEFAULTS
 from subgpu_jax.app.args import DEFAULT_L_SIM, GRID_DEFAULTS
+from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.model.graph import Deployment, OpGraph
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.score.timer import DEFAULT_TIMER
-from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
+from subgpu_jax.search.strategies import (DEFAULT_ALLOC_STRATEGY, DEFAULT_CHEAP,
+                                          DEFAULT_CUT_STRATEGY)
 from subgpu_jax.space.config import DEFAULT_POLICY, Config
 
 __all__ = ["TuneSpec", "Candidate", "Predictor", "RUN_MODES"]
@@ -36,8 +40,10 @@ class TuneSpec:
             kv_history, input_len: the deployment (tokens for the lengths).
         batches: global batches G; stages: stage counts D (>= 2); microbatches: counts m;
             policies: dispatch policies; streams: streams per stage k: the search grid.
-        exact, cheap, cut_strategy, alloc_strategy, l_sim: the search's scorers and strategies
-            (``subgpu_jax.app.searchjob.PointScorer``).
+        exact: the search's exact scorer, a timer class of ``score.timer.TIMERS`` (its
+            ``of(setup, cache)`` makes the timer of each round's calibration; ``meta`` writes
+            its name). cheap, cut_strategy, alloc_strategy, l_sim: the search's cheap estimator
+            and strategies (``subgpu_jax.app.searchjob.PointScorer``).
         cache: the L2 policy asked for (None: ``none`` once a calibration is in use, else lru).
         calibration: path of the starting calibration (None: the uncalibrated model).
         top: candidates K measured per batch and round. budget_s: GPU seconds for the whole
@@ -67,8 +73,8 @@ class TuneSpec:
     microbatches: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["microbatches"].split(",")))
     policies: tuple[str, ...] = (DEFAULT_POLICY,)
     streams: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["streams_per_stage"].split(",")))
-    exact: str = DEFAULT_TIMER
-    cheap: str = "auto"
+    exact: type = TIMERS[DEFAULT_TIMER]
+    cheap: str = DEFAULT_CHEAP
     cut_strategy: str = DEFAULT_CUT_STRATEGY
     alloc_strategy: str = DEFAULT_ALLOC_STRATEGY
     cut_options: str | None = None
@@ -82,12 +88,12 @@ class TuneSpec:
     max_rounds: int = 4
     refine: bool = True
     refine_passes: int = 2
-    collectives: str = "sleep"
-    gemm: str = "tuned"
-    elementwise: str = "auto"
-    attention: str = "auto"
-    moe_gemm: str = "auto"
-    lane_priority: str = "auto"
+    collectives: str = DEFAULT_COLLECTIVES
+    gemm: str = KERNEL_DEFAULTS["gemm"]
+    elementwise: str = KERNEL_DEFAULTS["elementwise"]
+    attention: str = KERNEL_DEFAULTS["attention"]
+    moe_gemm: str = KERNEL_DEFAULTS["moe_gemm"]
+    lane_priority: str = DEFAULT_LANE_PRIORITY
     rounds: int = 3
     replays: int = 20
     warmup: int = 3
@@ -120,8 +126,9 @@ class TuneSpec:
         check_policies({"gemm": self.gemm, "elementwise": self.elementwise,
                         "attention": self.attention, "moe_gemm": self.moe_gemm})
         choice(self.lane_priority, "--lane-priority", LANE_PRIORITY)
-        from subgpu_jax.score.timer import TIMERS
-        choice(self.exact, "--exact", TIMERS)   # Predictor.contention reads TIMERS[exact]
+        if not any(self.exact is t for t in TIMERS.values()):
+            raise ValueError(f"--exact must be one of {', '.join(TIMERS)} (a timer class of "
+                             f"score.timer.TIMERS), got {self.exact!r}")
         if self.moe_gemm != "auto" and not self.arch.is_moe:
             raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
                              f"GEMMs (leave it at auto)")
@@ -221,6 +228,7 @@ class TuneSpec:
         for k in ("cut_options", "alloc_options"):   # folders made before them keep resuming
             if d.get(k) is None:
                 d.pop(k, None)
+        d["exact"] = self.exact.name   # the name: tune folders made before keep resuming
         d["model"] = self.arch.name
         d["expert_dtype"] = self.arch.expert_dtype
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
@@ -374,12 +382,10 @@ class Predictor:
 
     @property
     def contention(self) -> bool:
-        """Whether the tune's exact scorer (``spec.exact``, a name of ``score.timer.TIMERS``)
+        """Whether the tune's exact scorer (``spec.exact``, a timer class of ``TIMERS``)
         models contention: then candidates are predicted by the event simulator (the
         reference), else by the static max-plus evaluator."""
-        from subgpu_jax.score.timer import TIMERS
-
-        return bool(TIMERS[self.spec.exact].contention)
+        return bool(self.spec.exact.contention)
 
     @property
     def cache(self) -> str:

@@ -157,14 +157,14 @@ def add_scoring_args(g, command: str = "search") -> None:
     ``score.timer.TIMERS``), ``--cheap`` (``search.strategies.CHEAP_ESTIMATORS``), the
     strategy options (``add_strategy_args``), ``--l-sim`` and ``--cache``."""
     from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
-    from subgpu_jax.search.strategies import CHEAP_ESTIMATORS
+    from subgpu_jax.search.strategies import CHEAP_ESTIMATORS, DEFAULT_CHEAP
 
     as_search = "" if command == "search" else " (as `subgpu search`)"
     g.add_argument("--exact", default=DEFAULT_TIMER, choices=tuple(TIMERS),
                    help="the exact scorer of the search (records and verdicts are the event "
                         "simulator's under event, event-full and screened)" + as_search + ": "
                         + timer_help())
-    g.add_argument("--cheap", default="auto", choices=tuple(CHEAP_ESTIMATORS),
+    g.add_argument("--cheap", default=DEFAULT_CHEAP, choices=tuple(CHEAP_ESTIMATORS),
                    help="cheap estimator of the allocation search: auto (default: the "
                         "contention-aware vcontention scorer beside a contention timer, else "
                         "static), vcontention, or static (isolated kernel durations)" + as_search)

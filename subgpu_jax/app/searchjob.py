@@ -35,9 +35,8 @@ from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.problem import TimerExact
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
-                                          DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
-                                          strategy_options,
-                                          CUT_STRATEGY_REGISTRY)
+                                          CUT_STRATEGY_REGISTRY, DEFAULT_ALLOC_STRATEGY,
+                                          DEFAULT_CHEAP, DEFAULT_CUT_STRATEGY, strategy_options)
 from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
 from subgpu_jax.score.timer import DEFAULT_TIMER, EventTimer, Timer, Timing, timer_for
@@ -90,7 +89,7 @@ class SearchOptions:
     cache: str | None = None
     L_sim: int = DEFAULT_L_SIM
     cut_strategy: object = DEFAULT_CUT_STRATEGY
-    cheap: object = "auto"
+    cheap: object = DEFAULT_CHEAP
     alloc_strategy: object = DEFAULT_ALLOC_STRATEGY
     resume: bool = False
     budget: int | None = None
@@ -192,7 +191,7 @@ class PointScorer:
     def __init__(self, arch: ModelArch, setup: GpuSetup | Hardware, timer: Timer | None = None,
                  cache: str | None = None, L_sim: int = DEFAULT_L_SIM,
                  cut_strategy=DEFAULT_CUT_STRATEGY,
-                 cheap: str = "auto", alloc_strategy=DEFAULT_ALLOC_STRATEGY) -> None:
+                 cheap: str = DEFAULT_CHEAP, alloc_strategy=DEFAULT_ALLOC_STRATEGY) -> None:
         self.cut = by_name(CUT_STRATEGY_REGISTRY, cut_strategy, "cut_strategy")
         self.cut_strategy = self.cut.name
         self.alloc = by_name(ALLOC_STRATEGIES, alloc_strategy, "alloc_strategy")
@@ -550,7 +549,7 @@ class ScorerSpec:
     cache: str | None = None
     L_sim: int = DEFAULT_L_SIM
     cut_strategy: object = DEFAULT_CUT_STRATEGY
-    cheap: object = "auto"
+    cheap: object = DEFAULT_CHEAP
     alloc_strategy: object = DEFAULT_ALLOC_STRATEGY
 
     @classmethod

@@ -59,7 +59,7 @@ from subgpu_jax.space.config import Config
 __all__ = ["Timing", "Timer", "EventTimer", "FullEventTimer", "StaticTimer", "ContentionTimer",
            "ScreenedTimer", "StructureCache",
            "TIMERS",
-           "TIMER_KINDS", "DEFAULT_TIMER", "timer_for", "timer_help"]
+           "DEFAULT_TIMER", "timer_for", "timer_help"]
 
 
 @dataclass(frozen=True)
@@ -461,7 +461,6 @@ class ScreenedTimer(EventTimer):
 TIMERS: dict[str, type] = {t.name: t for t in (EventTimer, FullEventTimer, StaticTimer,
                                                 ContentionTimer, ScreenedTimer)}
 #: The registry's names (kept for callers that list them).
-TIMER_KINDS: tuple[str, ...] = tuple(TIMERS)
 #: The default of ``--exact`` and ``--simulator``: the event simulator, the reference.
 DEFAULT_TIMER: str = EventTimer.name
 

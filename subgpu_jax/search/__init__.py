@@ -18,9 +18,8 @@ EXPORTS: dict[str, str] = {
     "CutCandidate": "features", "Proposal": "features", "propose_partition": "features",
     "LineResult": "pairwise", "line_search": "pairwise", "pairwise_line": "pairwise",
     "AllocResult": "pairwise", "allocate_pairwise": "pairwise", "seeds": "pairwise",
-    "Problem": "problem", "ContentionEstimators": "problem", "EvaluatorExact": "problem",
-    "EventSimExact": "problem", "TimerExact": "problem", "EstimatorTimer": "problem", "MemoScorer":
-    "problem", "memoised": "problem",
+    "Problem": "problem", "ContentionEstimators": "problem", "TimerExact": "problem",
+    "EstimatorTimer": "problem", "MemoScorer": "problem", "memoised": "problem",
     "RankedCut": "cuts", "rank_cuts": "cuts", "choose_cut": "cuts", "cut_neighbours": "cuts",
     "refine_cut": "cuts", "screen_cuts": "cuts",
     "CutChoice": "strategies", "CutStrategy": "strategies", "ProposalCut": "strategies",

@@ -314,8 +314,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         D_values: stage counts (each >= 2); microbatch_counts: m values.
         policies: dispatch-order policies (``space.DISPATCH_POLICIES``).
         exact: the exact scorer f, ``Config -> makespan µs`` (required, keyword-only; e.g.
-            ``EventSimExact(problem)``, the event simulator, or ``EvaluatorExact(problem)``,
-            the cheap estimator's own model), memoised with ``MemoScorer`` unless it is one.
+            ``TimerExact(problem, EventTimer(problem.hw))``, the event simulator, or
+            ``TimerExact(problem, EstimatorTimer(problem))``, the cheap estimator's own model), memoised with ``MemoScorer`` unless it is one.
         confirm: the confirming scorer, ``Config -> makespan µs`` (None: no confirmation),
             memoised likewise.
         options: ``Algorithm1Options`` (None: the defaults, the faithful algorithm).

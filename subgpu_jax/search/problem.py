@@ -1,8 +1,9 @@
 """A search problem (workload on one GPU, cached duration tables and evaluators) and its exact
-scorers f (docs/method.md §4), each a ``TimerExact`` over a ``score.timer.Timer``:
-``EventSimExact`` (the event simulator's timer, the scorer the method means),
-``EvaluatorExact`` (``EstimatorTimer``: the cheap estimator's own hard makespan, for studies of
-the search under that model); and ``MemoScorer`` (memoisation and call counting).
+scorers f (docs/method.md §4): ``TimerExact``, the one adapter from a ``score.timer.Timer``
+(``TimerExact(problem, EventTimer(problem.hw))``: the event simulator, the scorer the method
+means; ``TimerExact(problem, EstimatorTimer(problem))``: the cheap estimator's own hard
+makespan, for studies of the search under that model); and ``MemoScorer`` (memoisation and
+call counting).
 
 An exact scorer is any callable ``exact(cfg: Config) -> makespan (µs)``; the searches take it as a
 required argument and never fall back to the estimator."""
@@ -26,7 +27,7 @@ from subgpu_jax.score.timer import EventTimer, StaticTimer, Timer, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import DEFAULT_POLICY, AllocSpace, check_dispatch_policy, Config
 
-__all__ = ["Problem", "ContentionEstimators", "EvaluatorExact", "EventSimExact", "TimerExact",
+__all__ = ["Problem", "ContentionEstimators", "TimerExact",
            "EstimatorTimer", "MemoScorer", "memoised"]
 
 
@@ -290,44 +291,6 @@ class EstimatorTimer:
         return StaticTimer(self.hw).head_us(kernels)
 
 
-class EvaluatorExact(TimerExact):
-    """Exact scorer under the cheap estimator's model: ``TimerExact`` with ``EstimatorTimer``
-    (the vectorised evaluator's hard makespan of a ``Config``, µs, isolated static kernel
-    durations, no contention). With it, Algorithm 1 optimises the estimator's model, not the
-    simulator's; pass it explicitly for such studies.
-
-    Args:
-        problem: supplies graphs and cached evaluators.
-
-    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
-    ``Config.check``).
-    """
-
-    def __init__(self, problem: Problem) -> None:
-        super().__init__(problem, EstimatorTimer(problem))
-
-
-class EventSimExact(TimerExact):
-    """Exact scorer: the event simulator's makespan of a ``Config`` (µs), with the contention
-    model and L2 residency (``TimerExact`` with ``score.timer.EventTimer``, docs/method.md §3).
-
-    Args:
-        problem: supplies the graph of each microbatch count and the GPU.
-        model: the ``ContentionModel`` (default ``ContentionModel()``, the calibrated defaults).
-        cache: L2 policy, ``"lru"``, ``"fifo"`` or ``"none"``.
-
-    Call: ``exact(cfg) -> float`` µs.
-
-    Raises:
-        ValueError: an unknown cache policy or a non-``ContentionModel`` model (at construction);
-            an infeasible ``cfg`` (at call, as ``Config.check``).
-    """
-
-    def __init__(self, problem: Problem, model=None, cache: str = "lru") -> None:
-        super().__init__(problem, EventTimer(problem.hw, model, cache))
-        self.model, self.cache = self.timer.model, self.timer.cache
-
-
 def memoised(exact: Callable[[Config], float] | None) -> MemoScorer:
     """``exact`` memoised (itself when it is a ``MemoScorer``).
 
@@ -337,7 +300,7 @@ def memoised(exact: Callable[[Config], float] | None) -> MemoScorer:
     """
     if exact is None or not callable(exact):
         raise ValueError(f"exact must be an exact scorer Config -> makespan µs (e.g. "
-                         f"EventSimExact(problem) or EvaluatorExact(problem)), got {exact!r}")
+                         f"TimerExact(problem, EventTimer(problem.hw))), got {exact!r}")
     return exact if isinstance(exact, MemoScorer) else MemoScorer(exact)
 
 

@@ -38,7 +38,7 @@ __all__ = ["CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut", "ScreenC
            "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts",
            "strategy_options", "with_options", "changed_options", "strategy_meta",
            "make_strategies", "DEFAULT_CUT_STRATEGY",
-           "DEFAULT_ALLOC_STRATEGY"]
+           "DEFAULT_ALLOC_STRATEGY", "DEFAULT_CHEAP"]
 
 
 def distinct_layouts(cands: Sequence[RankedCut]) -> list[RankedCut]:
@@ -307,6 +307,8 @@ class AutoCheap:
 #: Cheap estimators by name (``subgpu search --cheap``).
 CHEAP_ESTIMATORS: dict[str, CheapEstimator] = {
     s.name: s for s in (AutoCheap(), ContentionCheap(), StaticCheap())}
+#: The default cheap estimator (``--cheap``): chosen by the exact scorer.
+DEFAULT_CHEAP: str = AutoCheap.name
 
 
 def by_name(registry: dict, value, field_name: str):

@@ -30,6 +30,11 @@ HS = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck
 K = np.array([0.37, 0.91, 0.53, 0.29])
 
 
+def static_exact(pb):
+    """The exact scorer under the cheap estimator's own model."""
+    return S.TimerExact(pb, S.EstimatorTimer(pb))
+
+
 def _problem(seed: int, chain: bool = True) -> S.Problem:
     hw = coarse_hardware(quantum=8, minimum=8, budget=64)
     return S.Problem(synthetic_workload(seed, n=6, chain=chain, num_regions=2, batch=4), hw)
@@ -41,7 +46,7 @@ class Distorted:
     configurations in the other order than the confirming scorer."""
 
     def __init__(self, pb: S.Problem, amp: float) -> None:
-        self.base, self.amp = S.EvaluatorExact(pb), amp
+        self.base, self.amp = static_exact(pb), amp
 
     def __call__(self, cfg) -> float:
         a = np.asarray(cfg.alloc, dtype=float)
@@ -52,7 +57,7 @@ def _one_point(pb, D, m, amp, top, passes):
     """One grid point searched with a distorted screen and a confirmation: (record, screen
     memo, confirming memo)."""
     screen = S.MemoScorer(Distorted(pb, amp))
-    conf = S.MemoScorer(S.EvaluatorExact(pb))
+    conf = S.MemoScorer(static_exact(pb))
     res = algorithm1(pb, [D], [m], exact=screen, confirm=conf,
                      options=Algorithm1Options(include_temporal=False, confirm_top=top,
                                                confirm_passes=passes))
@@ -108,8 +113,8 @@ def test_a_perfect_screen_never_loses(seed, chain):
     search's without confirmation (the screen's best is that search's choice, and confirming
     only re-scores and polishes it); without ``confirm`` the records carry no confirmation."""
     pb = _problem(seed, chain)
-    plain = algorithm1(pb, [2, 3], [1, 2], exact=S.MemoScorer(S.EvaluatorExact(pb)))
-    ex = S.MemoScorer(S.EvaluatorExact(pb))
+    plain = algorithm1(pb, [2, 3], [1, 2], exact=S.MemoScorer(static_exact(pb)))
+    ex = S.MemoScorer(static_exact(pb))
     conf = algorithm1(pb, [2, 3], [1, 2], exact=ex, confirm=ex)
     assert len(plain.records) == len(conf.records) == 5
     for a, b in zip(plain.records, conf.records):

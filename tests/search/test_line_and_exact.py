@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from subgpu_jax.score.timer import EventTimer
 from subgpu_jax import search as S
 from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
 from subgpu_jax.sim.contention import ContentionModel
@@ -118,22 +119,24 @@ def test_event_sim_exact_is_the_simulator(small):
     cfg = small.config((0, 0, 1, 1, 2), 3, 0, (16, 32, 16), 2)
     g = small.workload.graph(2)
     ref = simulate(g, cfg, small.hw, ContentionModel(), cache="lru", record=False).makespan
-    assert S.EventSimExact(small)(cfg) == pytest.approx(ref, rel=1e-12)
+    assert S.TimerExact(small, EventTimer(small.hw))(cfg) == pytest.approx(ref, rel=1e-12)
     off = simulate(g, cfg, small.hw, ContentionModel.off(), cache="none", record=False).makespan
-    assert S.EventSimExact(small, ContentionModel.off(), "none")(cfg) == pytest.approx(off)
+    off_timer = EventTimer(small.hw, ContentionModel.off(), "none")
+    assert S.TimerExact(small, off_timer)(cfg) == pytest.approx(off)
     # one spelling: both exact scorers are TimerExact over a score.timer.Timer, and the
     # estimator's timer agrees with the static timer (a fresh max-plus evaluator) on a D > 1
     from subgpu_jax.score.timer import StaticTimer, Timer
 
-    ev_ex, st_ex = S.EventSimExact(small), S.EvaluatorExact(small)
+    ev_ex = S.TimerExact(small, EventTimer(small.hw))
+    st_ex = S.TimerExact(small, S.EstimatorTimer(small))
     for x in (ev_ex, st_ex):
         assert isinstance(x, S.TimerExact) and isinstance(x.timer, Timer)
     assert st_ex(cfg) == StaticTimer(small.hw, small.model).time(g, cfg).makespan_us
     assert S.TimerExact(small, StaticTimer(small.hw))(cfg) == st_ex(cfg)
     with pytest.raises(ValueError, match="cache"):
-        S.EventSimExact(small, cache="mru")
+        S.TimerExact(small, EventTimer(small.hw, cache="mru"))
     with pytest.raises(ValueError, match="model"):
-        S.EventSimExact(small, model="contention")
+        S.TimerExact(small, EventTimer(small.hw, model="contention"))
 
 
 def test_searches_need_an_explicit_exact_scorer(small):
@@ -155,15 +158,16 @@ def test_exhaustive_exact_matches_the_vectorised_exhaustive_search(small):
     configuration one by one must find the optimum of ``exhaustive_search``."""
     for D, ms in ((2, (1, 2)), (3, (2,))):
         ex = S.exhaustive_search(small, D, ms)
-        ee = S.exhaustive_exact(small, D, ms, S.EvaluatorExact(small))
+        ee = S.exhaustive_exact(small, D, ms, S.TimerExact(small, S.EstimatorTimer(small)))
         assert ee.makespan_us == pytest.approx(ex.makespan_us, rel=1e-6)
         assert ee.evaluated == ex.evaluated == S.count_configs(small, D, ms)
     with pytest.raises(ValueError, match="max_configs"):
-        S.exhaustive_exact(small, 3, (1, 2), S.EvaluatorExact(small), max_configs=10)
+        S.exhaustive_exact(small, 3, (1, 2), S.TimerExact(small, S.EstimatorTimer(small)),
+                           max_configs=10)
 
 
 def test_algorithm1_with_the_simulator_never_beats_the_simulator_optimum(small):
-    memo = S.MemoScorer(S.EventSimExact(small))
+    memo = S.MemoScorer(S.TimerExact(small, EventTimer(small.hw)))
     ee = S.exhaustive_exact(small, 2, (1, 2), memo)
     calls = memo.calls
     assert calls == ee.evaluated
@@ -180,9 +184,9 @@ def test_exact_ranking_is_a_no_op_under_the_estimators_model(small):
     """With the estimator's own model as the exact scorer, the exact makespan at a layout's
     cheap-refined allocation IS its cheap ranking value, so scoring the top 3 must keep the
     estimator's choice at every grid point."""
-    a = S.algorithm1(small, [2, 3], [1, 2], exact=S.EvaluatorExact(small),
+    a = S.algorithm1(small, [2, 3], [1, 2], exact=S.TimerExact(small, S.EstimatorTimer(small)),
                      options=S.Algorithm1Options(exact_top=1))
-    b = S.algorithm1(small, [2, 3], [1, 2], exact=S.EvaluatorExact(small),
+    b = S.algorithm1(small, [2, 3], [1, 2], exact=S.TimerExact(small, S.EstimatorTimer(small)),
                      options=S.Algorithm1Options(exact_top=3))
     assert b.exact_top == 3 and a.exact_top == 1
     for ra, rb in zip(a.records, b.records):
@@ -200,7 +204,7 @@ def test_exact_ranking_overrides_the_estimator_when_the_exact_scorer_disagrees(s
     ranked, _, _ = S.rank_cuts(small, D, m)
     assert len(ranked) >= 2
     fav = (ranked[0].cand.seg_of, ranked[0].cand.w)
-    static = S.EvaluatorExact(small)
+    static = S.TimerExact(small, S.EstimatorTimer(small))
 
     def exact(cfg):
         return static(cfg) * (2.0 if (cfg.seg_of, cfg.w) == fav else 1.0)

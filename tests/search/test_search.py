@@ -24,6 +24,11 @@ from subgpu_jax.space.taskdag import build_task_dag
 HS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def static_exact(pb):
+    """The exact scorer under the cheap estimator's own model."""
+    return S.TimerExact(pb, S.EstimatorTimer(pb))
+
+
 @st.composite
 def spaces(draw):
     q = draw(st.sampled_from([1, 2, 4, 8, 16]))
@@ -131,7 +136,7 @@ def test_relaxation_temperature_is_traced_and_result_feasible(tiny, monkeypatch)
         assert np.all(sp.contains(r.rounded))
         assert r.smooth_history.shape == (20, 4)
         assert np.all(np.diff(r.temps) < 0)
-    best = S.relax_and_polish(tiny, (0, 0, 1, 1, 2), 3, 0, 2, exact=S.EvaluatorExact(tiny),
+    best = S.relax_and_polish(tiny, (0, 0, 1, 1, 2), 3, 0, 2, exact=static_exact(tiny),
                               restarts=4, steps=20)
     assert sp.contains(best.alloc)
     _, opt, _ = S.exhaustive_allocations(ev, sp)
@@ -216,12 +221,12 @@ def test_exhaustive_equals_brute_force(which, D, request):
     ex = S.exhaustive_search(pb, D, (1, 2))
     bf = _brute_force(pb, D, (1, 2))
     assert ex.makespan_us == pytest.approx(bf, rel=1e-5)
-    assert S.EvaluatorExact(pb)(ex.best) == pytest.approx(ex.makespan_us, rel=1e-6)
+    assert static_exact(pb)(ex.best) == pytest.approx(ex.makespan_us, rel=1e-6)
 
 
 # ------------------------------------------------------------------ Algorithm 1 and proposal
 def test_algorithm1_records_front_and_memo(tiny):
-    memo = S.MemoScorer(S.EvaluatorExact(tiny))
+    memo = S.MemoScorer(static_exact(tiny))
     res = S.algorithm1(tiny, [2, 3], [1, 2], exact=memo)
     assert len(res.records) == 1 + 4  # temporal + grid
     for r in res.records[1:]:
@@ -275,7 +280,7 @@ def test_screen_never_worse_than_proposal(tiny, tiny_dag):
     """The screening extension polishes the proposal's choice too, so per grid point it is never
     worse than the faithful Algorithm 1."""
     for pb in (tiny, tiny_dag):
-        ex = S.EvaluatorExact(pb)
+        ex = static_exact(pb)
         a = S.algorithm1(pb, [2, 3], [2], exact=ex,
                          options=S.Algorithm1Options(include_temporal=False))
         b = S.algorithm1(pb, [2, 3], [2], exact=ex,
@@ -284,13 +289,13 @@ def test_screen_never_worse_than_proposal(tiny, tiny_dag):
         for ra, rb in zip(a.records, b.records):
             assert rb.makespan_us <= ra.makespan_us * (1 + 1e-6)
             assert pb.space(rb.D).contains(np.array(rb.alloc))
-            assert S.EvaluatorExact(pb)(rb.config()) == pytest.approx(rb.makespan_us, rel=1e-6)
+            assert static_exact(pb)(rb.config()) == pytest.approx(rb.makespan_us, rel=1e-6)
 
 
 def test_screen_finds_exhaustive_optimum_on_tiny_chains(tiny):
     for D in (2, 3):
         ex = S.exhaustive_search(tiny, D, (1, 2))
-        b = S.algorithm1(tiny, [D], [1, 2], exact=S.EvaluatorExact(tiny),
+        b = S.algorithm1(tiny, [D], [1, 2], exact=static_exact(tiny),
                          options=S.Algorithm1Options(include_temporal=False, cut="screen"))
         assert b.best().makespan_us == pytest.approx(ex.makespan_us, rel=1e-5)
 
@@ -307,7 +312,7 @@ def test_screen_cuts_budget_and_strategy_validation(tiny):
         ev = tiny.evaluator(c.seg_of, 2, c.w, 1)
         assert v >= S.exhaustive_allocations(ev, tiny.space(2))[1] * (1 - 1e-6)
     # over budget, "screen" falls back to the local search and stays feasible
-    ex = S.EvaluatorExact(tiny)
+    ex = static_exact(tiny)
     r = S.algorithm1(tiny, [2], [1], exact=ex, options=S.Algorithm1Options(
         include_temporal=False, cut=S.ScreenCut(max_cuts=1)))
     assert tiny.space(2).contains(np.array(r.records[0].alloc))
@@ -326,7 +331,7 @@ def test_bad_inputs(tiny):
     with pytest.raises(ValueError, match="policy"):
         tiny.evaluator((0, 0, 1, 1, 1), 2, 0, 1, policy="bogus")
     with pytest.raises(ValueError, match="policy"):
-        S.algorithm1(tiny, [2], [1], policies=["bogus"], exact=S.EvaluatorExact(tiny))
+        S.algorithm1(tiny, [2], [1], policies=["bogus"], exact=static_exact(tiny))
     with pytest.raises(ValueError, match="budget"):
         AllocSpace(D=2, budget=0, quantum=8, minimum=8)
     with pytest.raises(ValueError, match="sm_budget"):

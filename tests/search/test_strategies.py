@@ -15,7 +15,7 @@ import pytest
 
 from subgpu_jax.app.cli import build_parser
 from subgpu_jax.app.searchjob import PointScorer, run_search, SearchOptions
-from subgpu_jax.score.timer import TIMER_KINDS
+from subgpu_jax.score.timer import TIMERS
 from subgpu_jax.score.vcontention import VContentionEvaluator
 from subgpu_jax.search import algorithm1, Algorithm1Options
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
@@ -36,7 +36,7 @@ def test_cli_choices_are_the_registries():
     assert ch["--cut-strategy"] == tuple(CUT_STRATEGY_REGISTRY) == CUT_STRATEGIES
     assert ch["--alloc-strategy"] == tuple(ALLOC_STRATEGIES)
     assert ch["--cheap"] == tuple(CHEAP_ESTIMATORS)
-    assert ch["--exact"] == TIMER_KINDS
+    assert ch["--exact"] == tuple(TIMERS)
     for reg in (CUT_STRATEGY_REGISTRY, ALLOC_STRATEGIES, CHEAP_ESTIMATORS):
         assert all(obj.name == name for name, obj in reg.items())
 
