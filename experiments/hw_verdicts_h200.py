@@ -497,7 +497,8 @@ def main(argv=None) -> int:
                     "(default: hw_verdicts/<version>/)")
     ap.add_argument("--digest", default=None,
                     help="the analyze phase's digest (its bands are what subgpu reads); the "
-                         "figure goes beside it. Default: <data>/hw_verdicts_h200.json")
+                         "figure goes beside it. Default: <data>/hw_verdicts_h200.json on the "
+                         "H200, else hw_verdicts_<gpu>.json in the folder above <data>")
     ap.add_argument("--supersedes", nargs="*", default=[], metavar="FOLDER",
                     help="analyze: hw_verdicts/<FOLDER> digests this one replaces (recorded; "
                          "subgpu then never quotes them)")
@@ -525,7 +526,9 @@ def main(argv=None) -> int:
         else os.path.join(DATA, version, gpu)
     args.data = args.data or default_data
     args.configs = args.configs or os.path.join(args.data, "configs.json")
-    args.digest = args.digest or os.path.join(DATA, version, f"hw_verdicts_{gpu}.json")
+    if args.digest is None:   # beside the data (another GPU's: beside the H200's, one up)
+        base = args.data if hw.name == "H200" else os.path.dirname(os.path.normpath(args.data))
+        args.digest = os.path.join(base, f"hw_verdicts_{gpu}.json")
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")
     for s in args.supersedes:
