@@ -339,96 +339,136 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
     n = min(workers, len(todo))
     # one queue per worker, fed by this process one point at a time (``Scheduler``), so no
     # point starts after a stop and each worker keeps to the groups it has compiled
-    tasks, results = [ctx.Queue() for _ in range(n)], ctx.Queue()
-    sched = Scheduler(todo, group)
-    assigned: dict[int, int] = {}  # worker -> index of the point handed to it
-
-    def feed(w: int) -> None:
-        i = sched.next_for(w)
-        if i is None:
-            assigned.pop(w, None)
-            tasks[w].put(None)
-        else:
-            assigned[w] = i
-            tasks[w].put((i, todo[i]))
-
+    run = _PoolRun(todo, again, store, out, Scheduler(todo, group),
+                   [ctx.Queue() for _ in range(n)], ctx.Queue(), deadline, on_point)
     for w in range(n):
-        feed(w)
-    procs = _spawn_workers(ctx, make_scorer, tasks, results, compile_cache)
-    running: dict[int, int] = {}  # worker -> index of its point
-
-    def handle(msg) -> None:
-        kind, w, i = msg[0], msg[1], msg[2]
-        if kind == "start":
-            running[w] = i
-        elif kind == "error":
-            exc = msg[4] if len(msg) > 4 else None
-            if isinstance(exc, ValueError):   # bad input: the single-process sweep's error
-                raise ValueError(str(exc))
-            where = f"grid point {todo[i].key}" if i >= 0 else "its scorer"
-            last = (msg[3].strip().splitlines() or ["?"])[-1]
-            raise WorkerError(f"sweep worker {w} failed on {where}: {last}", msg[3])
-        else:
-            running.pop(w, None)
-            p, recs, cpu = todo[i], msg[3], msg[4]
-            store.add(p.key, recs)
-            if not (interrupt.requested() or (deadline is not None
-                                              and time.monotonic() >= deadline)):
-                feed(w)
-            out["evaluated"] += 1
-            out["again"] += p.key in again
-            out["cpu_seconds"] += cpu
-            if on_point is not None:
-                on_point(p, recs, cpu)
-
+        run.feed(w)
+    run.procs = _spawn_workers(ctx, make_scorer, run.tasks, run.results, compile_cache)
     stop_msg = ("interrupted: the finished grid points are stored; run the same command again "
                 "to continue")
     with (interrupt.sigint_as_flag(stop_msg, cooperative=True) if own_sigint
           else contextlib.nullcontext()):
         try:
-            while out["evaluated"] < len(todo):
-                why = ("deadline" if deadline is not None and time.monotonic() >= deadline
-                       else "interrupt" if interrupt.requested() else None)
-                if why:
-                    while True:  # points finished before the stop are kept
-                        try:
-                            handle(results.get_nowait())
-                        except queue.Empty:
-                            break
-                    out["stopped"] = why
-                    out["lost_in_flight"] = len(running)
-                    break
-                try:
-                    msg = results.get(timeout=poll_s)
-                except queue.Empty:
-                    dead = [w for w, pr in enumerate(procs) if not pr.is_alive()]
-                    if dead:  # a worker that just ended flushed its last messages first
-                        try:
-                            handle(results.get(timeout=1.0))
-                            continue
-                        except queue.Empty:
-                            pass
-                    if interrupt.requested():
-                        continue   # the loop's head stops on it
-                    for w, pr in enumerate(procs):
-                        if not pr.is_alive() and w in assigned:
-                            raise WorkerError(
-                                f"sweep worker {w} died (exit code {pr.exitcode}) while "
-                                f"scoring grid point {todo[assigned[w]].key}")
-                    if not any(pr.is_alive() for pr in procs):
-                        raise WorkerError("every sweep worker ended with grid points left "
-                                          f"({len(todo) - out['evaluated']} of {len(todo)})")
-                    continue
-                handle(msg)
+            run.loop(poll_s)
         finally:
-            for pr in procs:
-                if pr.is_alive():
-                    pr.terminate()
-            for pr in procs:
-                pr.join(timeout=10)
-            for q in (*tasks, results):
-                q.cancel_join_thread()
-                q.close()
+            run.close()
     out["remaining"] = sum(p.key not in store.done for p in points)
     out["seconds"] = time.monotonic() - t0
     return out
+
+
+class _PoolRun:
+    """The parent's side of one ``run_sweep_pool`` call: it feeds each worker its next point
+    (``Scheduler``), stores the records the workers send back, watches the deadline, Ctrl-C
+    and the workers' health, and ends the workers. ``out`` is the call's result dict (updated
+    in place); ``procs`` are set once the workers are spawned."""
+
+    def __init__(self, todo: list, again: set, store, out: dict, sched: Scheduler,
+                 tasks: list, results, deadline: float | None,
+                 on_point: Callable[[object, list, float], None] | None) -> None:
+        self.todo, self.again, self.store, self.out, self.sched = todo, again, store, out, sched
+        self.tasks, self.results, self.deadline, self.on_point = tasks, results, deadline, on_point
+        self.procs: list = []
+        self.assigned: dict[int, int] = {}   # worker -> index of the point handed to it
+        self.running: dict[int, int] = {}    # worker -> index of the point it has started
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def feed(self, w: int) -> None:
+        """Hand worker ``w`` its next point, or None (it ends) when none is left."""
+        i = self.sched.next_for(w)
+        if i is None:
+            self.assigned.pop(w, None)
+            self.tasks[w].put(None)
+        else:
+            self.assigned[w] = i
+            self.tasks[w].put((i, self.todo[i]))
+
+    def handle(self, msg) -> None:
+        """One worker message: ``start``, ``done`` (store, feed the worker again unless the
+        sweep is stopping) or ``error`` (raised: a ValueError as the single-process sweep's,
+        anything else as a ``WorkerError`` naming the point)."""
+        from subgpu_jax.app import interrupt
+
+        kind, w, i = msg[0], msg[1], msg[2]
+        if kind == "start":
+            self.running[w] = i
+        elif kind == "error":
+            exc = msg[4] if len(msg) > 4 else None
+            if isinstance(exc, ValueError):   # bad input: the single-process sweep's error
+                raise ValueError(str(exc))
+            where = f"grid point {self.todo[i].key}" if i >= 0 else "its scorer"
+            last = (msg[3].strip().splitlines() or ["?"])[-1]
+            raise WorkerError(f"sweep worker {w} failed on {where}: {last}", msg[3])
+        else:
+            self.running.pop(w, None)
+            p, recs, cpu = self.todo[i], msg[3], msg[4]
+            self.store.add(p.key, recs)
+            if not (interrupt.requested() or self._past_deadline()):
+                self.feed(w)
+            out = self.out
+            out["evaluated"] += 1
+            out["again"] += p.key in self.again
+            out["cpu_seconds"] += cpu
+            if self.on_point is not None:
+                self.on_point(p, recs, cpu)
+
+    def loop(self, poll_s: float) -> None:
+        """Handle messages until every point is stored, or stop at the deadline or a Ctrl-C
+        (keeping the points finished before it)."""
+        from subgpu_jax.app import interrupt
+
+        out, todo = self.out, self.todo
+        while out["evaluated"] < len(todo):
+            why = ("deadline" if self._past_deadline()
+                   else "interrupt" if interrupt.requested() else None)
+            if why:
+                while True:  # points finished before the stop are kept
+                    try:
+                        self.handle(self.results.get_nowait())
+                    except queue.Empty:
+                        break
+                out["stopped"] = why
+                out["lost_in_flight"] = len(self.running)
+                return
+            try:
+                msg = self.results.get(timeout=poll_s)
+            except queue.Empty:
+                self._check_workers()
+                continue
+            self.handle(msg)
+
+    def _check_workers(self) -> None:
+        """No message came within a poll: handle the last one of a worker that just ended;
+        raise a ``WorkerError`` for a worker that died holding a point, or when every worker
+        ended with points left."""
+        from subgpu_jax.app import interrupt
+
+        procs = self.procs
+        if any(not pr.is_alive() for pr in procs):
+            try:   # a worker that just ended flushed its last messages first
+                self.handle(self.results.get(timeout=1.0))
+                return
+            except queue.Empty:
+                pass
+        if interrupt.requested():
+            return   # the loop's head stops on it
+        for w, pr in enumerate(procs):
+            if not pr.is_alive() and w in self.assigned:
+                raise WorkerError(f"sweep worker {w} died (exit code {pr.exitcode}) while "
+                                  f"scoring grid point {self.todo[self.assigned[w]].key}")
+        if not any(pr.is_alive() for pr in procs):
+            raise WorkerError("every sweep worker ended with grid points left "
+                              f"({len(self.todo) - self.out['evaluated']} of {len(self.todo)})")
+
+    def close(self) -> None:
+        """End the workers still running and close the queues."""
+        for pr in self.procs:
+            if pr.is_alive():
+                pr.terminate()
+        for pr in self.procs:
+            pr.join(timeout=10)
+        for q in (*self.tasks, self.results):
+            q.cancel_join_thread()
+            q.close()

@@ -210,57 +210,82 @@ def prediction_note(hardware: str, calibration: str | None = None, model: str | 
         out["text"] = (f"{head} Measured error: none exists, no {hardware} was ever "
                        f"measured{where}; see the README's \"Known limitations\".")
         return out
-    models: set[str] = set()
     parts: list[str] = []
     if not reference:
         parts.append(f"none for the {scorer} (the studies measured the event simulator's "
                      "predictions)")
     if fid.is_file() and reference and cal:
-        try:
-            ws = {k: v for k, v in json.loads(fid.read_text())["workloads"].items() if v}
-            med = [float(v["median_abs_error"]) for v in ws.values()]
-            mx = [float(v["max_abs_error"]) for v in ws.values()]
-            names = sorted({_model_of(k) or k for k in ws})
-            rel = f"experiments/results/{fid.name}"
-            out["errors"].append({"what": "step time", "file": rel, "workloads": len(ws),
-                                  "median_abs_error": med, "max_abs_error": mx})
-            parts.append(f"step times within a median {_rng(med, '.0%')} (max "
-                         f"{max(mx):.0%}) on {len(ws)} workloads of {', '.join(names)}, each "
-                         f"calibrated on its own kernel tables and the co-run matrix ({rel})")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            parts.append(f"{fid.name} unreadable ({e})")
+        parts.append(_step_time_errors(fid, out["errors"]))
     if reference and cal and not fid.is_file() and not wins.is_file():
         parts.append(f"none for the calibrated model (the {hardware} was measured by the "
                      "verdict protocol, on the uncalibrated model's predictions only)")
     if reference and not cal:
         parts.append(uncalibrated_errors(d, gpu, out["errors"], me))
     if wins.is_file() and reference and cal:
-        try:
-            w = json.loads(wins.read_text())["workloads"]
-            pred = [float(v["predicted_speedup"]) for v in w.values()]
-            meas = [float(v["measured_speedup"]) for v in w.values()]
-            rel = f"experiments/results/{wins.name}"
-            out["errors"].append({"what": "speedup of the first choice", "file": rel,
-                                  "workloads": len(w), "predicted": pred, "measured": meas})
-            parts.append(f"the calibrated first choices of {len(w)} workloads were predicted "
-                         f"{_rng(pred, '.2f')}x and measured {_rng(meas, '.2f')}x ({rel})")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            parts.append(f"{wins.name} unreadable ({e})")
-    for f in (fid, wins):  # the models the studies measured, whatever this prediction's kind
-        try:
-            models.update(_model_of(k) or k for k in json.loads(f.read_text())["workloads"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass
-    from subgpu_jax.app.verdict import verdict_digest
-    try:   # the verdict protocol's workloads (measured whatever model version predicted them)
-        models.update(json.loads(verdict_digest(gpu, me, d).read_text())["models"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
+        parts.append(_first_choice_errors(wins, out["errors"]))
     if model is not None:
-        out["model_measured"] = model in models
+        out["model_measured"] = model in _measured_models(d, gpu, me, fid, wins)
         parts.append(f"{model} was measured, at the deployments and batches of these studies "
                      "only" if out["model_measured"] else f"{model} itself was never measured")
     out["text"] = (f"{head} Measured error of this kind on the {hardware}: " + "; ".join(parts)
                    + f". The measured runs quoted had {EMULATED_COLLECTIVES}; see the README's "
                    "\"Known limitations\".")
     return out
+
+
+#: What reading a study file may raise (a file that is not the study's JSON).
+_UNREADABLE = (OSError, ValueError, KeyError, TypeError, AttributeError)
+
+
+def _step_time_errors(fid: Path, errors: list) -> str:
+    """The calibrated step-time errors of ``hw_fidelity_<gpu>.json`` (``fid``): appended to
+    ``errors`` (``prediction_note``'s ``errors``); returns their sentence."""
+    try:
+        ws = {k: v for k, v in json.loads(fid.read_text())["workloads"].items() if v}
+        med = [float(v["median_abs_error"]) for v in ws.values()]
+        mx = [float(v["max_abs_error"]) for v in ws.values()]
+        names = sorted({_model_of(k) or k for k in ws})
+        rel = f"experiments/results/{fid.name}"
+        errors.append({"what": "step time", "file": rel, "workloads": len(ws),
+                       "median_abs_error": med, "max_abs_error": mx})
+        return (f"step times within a median {_rng(med, '.0%')} (max {max(mx):.0%}) on "
+                f"{len(ws)} workloads of {', '.join(names)}, each calibrated on its own kernel "
+                f"tables and the co-run matrix ({rel})")
+    except _UNREADABLE as e:
+        return f"{fid.name} unreadable ({e})"
+
+
+def _first_choice_errors(wins: Path, errors: list) -> str:
+    """The calibrated first choices' predicted and measured speedups of ``hw_wins_<gpu>.json``
+    (``wins``): appended to ``errors``; returns their sentence."""
+    try:
+        w = json.loads(wins.read_text())["workloads"]
+        pred = [float(v["predicted_speedup"]) for v in w.values()]
+        meas = [float(v["measured_speedup"]) for v in w.values()]
+        rel = f"experiments/results/{wins.name}"
+        errors.append({"what": "speedup of the first choice", "file": rel,
+                       "workloads": len(w), "predicted": pred, "measured": meas})
+        return (f"the calibrated first choices of {len(w)} workloads were predicted "
+                f"{_rng(pred, '.2f')}x and measured {_rng(meas, '.2f')}x ({rel})")
+    except _UNREADABLE as e:
+        return f"{wins.name} unreadable ({e})"
+
+
+def _measured_models(d: Path, gpu: str, model_id: str, fid: Path, wins: Path) -> set[str]:
+    """The model names the studies of ``gpu`` measured, whatever the prediction's kind: the
+    fidelity and wins studies' workloads and the verdict protocol's (measured whatever model
+    version predicted them); unreadable files add nothing."""
+    from subgpu_jax.app.verdict import verdict_digest
+
+    models: set[str] = set()
+    for f in (fid, wins):
+        try:
+            models.update(_model_of(k) or k for k in json.loads(f.read_text())["workloads"])
+        except _UNREADABLE:
+            pass
+    try:
+        models.update(json.loads(verdict_digest(gpu, model_id, d).read_text())["models"]
+                      .values())
+    except _UNREADABLE:
+        pass
+    return models
