@@ -527,7 +527,7 @@ def main(argv=None) -> int:
     args.data = args.data or default_data
     args.configs = args.configs or os.path.join(args.data, "configs.json")
     if args.digest is None:   # beside the data (another GPU's: beside the H200's, one up)
-        base = args.data if hw.name == "H200" else os.path.dirname(os.path.normpath(args.data))
+        base = args.data if hw.name == "H200" else os.path.dirname(os.path.abspath(args.data))
         args.digest = os.path.join(base, f"hw_verdicts_{gpu}.json")
     if args.phase == "analyze" and not str(args.digest).endswith(".json"):
         ap.error(f"--digest must name a .json file, got {args.digest!r}")

@@ -29,7 +29,7 @@ from hw_runtime.commands.device import DEFAULT_HELP, resolve_hardware
 from hw_runtime.commands.request import RUN_MODES, ConfigOptions, RunRequest, Timing
 from hw_runtime.commands.run import config_from_search, rank_gpu, run_one
 from hw_runtime.commands.top import run_top
-from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, LANE_PRIORITY
+from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, LANE_PRIORITY, LANE_PRIORITY_HELP
 from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import COLLECTIVES, DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 from subgpu_jax.space.config import DISPATCH_POLICIES
@@ -136,10 +136,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
                         "schedule of the same configuration (process 2)")
     add_kernel_args(x, "run")
     x.add_argument("--lane-priority", default=DEFAULT_LANE_PRIORITY, choices=LANE_PRIORITY,
-                   help="CUDA priorities for the streams of a stage (lane 0 highest): auto "
-                        "(on when each lane holds at most one microbatch, m <= K, which keeps "
-                        "both microbatches from locking onto one stage), on or off. "
-                        f"Default: {DEFAULT_LANE_PRIORITY}")
+                   help=LANE_PRIORITY_HELP)
     x.add_argument("--json", action="store_true", help="print machine-readable JSON")
     r.set_defaults(func=cmd_run)
 

@@ -230,12 +230,14 @@ class RunRequest:
             if v < lo:
                 raise ValueError(f"--{flag} must be >= {lo}, got {v}")
 
-    def arch_options(self) -> argparse.Namespace:
-        """The options ``subgpu_jax.app.options.resolve_arch_ep`` reads, as the parsed
-        arguments it takes: ``--model``, ``--name``, ``--expert-dtype``, ``--calibration`` (a
-        calibration measured in bf16 builds the model so), ``--moe-gemm`` (refused for a
-        dense model), ``--ep`` and ``--gpus`` (the EP default)."""
+    def arch_options(self):
+        """The typed options of ``subgpu_jax.app.options.resolve_arch`` (``ArchOptions``):
+        ``--model``, ``--name``, ``--expert-dtype``, ``--calibration`` (a calibration
+        measured in bf16 builds the model so), ``--moe-gemm`` (refused for a dense model),
+        ``--ep`` and ``--gpus`` (the EP default)."""
+        from subgpu_jax.app.options import ArchOptions
+
         w = self.workload
-        return argparse.Namespace(model=w.model, name=w.name, expert_dtype=w.expert_dtype,
-                                  calibration=self.calibration,
-                                  moe_gemm=self.kernels.moe_gemm, ep=w.ep, gpus=w.gpus)
+        return ArchOptions(model=w.model, name=w.name, expert_dtype=w.expert_dtype,
+                           calibration=self.calibration, moe_gemm=self.kernels.moe_gemm,
+                           ep=w.ep, gpus=w.gpus)

@@ -165,7 +165,7 @@ def prepare_run(req: RunRequest) -> PreparedRun:
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.app.fit import checked_workload
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.options import resolve_arch_ep
+    from subgpu_jax.app.options import resolve_arch
     from hw_runtime.gpu.workload import hopper_arch
 
     req.check()
@@ -174,7 +174,7 @@ def prepare_run(req: RunRequest) -> PreparedRun:
         check_search_matches(req, best)
         req = record_request(req, best)
     w = req.workload
-    arch, ep = resolve_arch_ep(req.arch_options())
+    arch, ep = resolve_arch(req.arch_options())
     dep = Deployment(num_gpus=w.gpus, attn_tp=w.tp, attn_dp=w.dp, moe_ep=ep,
                      global_batch=w.batch, input_len=w.input_len, kv_history=w.kv_history)
     # the memory check sees the experts this run executes (bf16 on Hopper), not the preset's

@@ -50,7 +50,7 @@ from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, 
                              issue_plan)
 
 __all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "launch_settings", "MODES", "cuda_torch",
-           "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY"]
+           "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY", "LANE_PRIORITY_HELP"]
 
 #: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
 MODES: tuple[str, ...] = ("green", "multistream", "temporal")
@@ -58,6 +58,11 @@ MODES: tuple[str, ...] = ("green", "multistream", "temporal")
 LANE_PRIORITY: tuple[str, ...] = ("auto", "on", "off")
 #: The default of ``Executor.lane_priority`` and ``--lane-priority``: ``auto``.
 DEFAULT_LANE_PRIORITY = LANE_PRIORITY[0]
+#: ``--lane-priority``'s help (``subgpu run``, ``calibrate`` and ``tune``).
+LANE_PRIORITY_HELP = ("CUDA priorities for the streams of a stage (lane 0 highest): auto (on "
+                      "when each lane holds at most one microbatch, m <= K, which keeps both "
+                      "microbatches from locking onto one stage), on or off. Default: "
+                      f"{DEFAULT_LANE_PRIORITY}")
 
 
 class ExecutorUnavailable(RuntimeError):

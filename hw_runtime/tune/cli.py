@@ -14,7 +14,7 @@ import dataclasses
 import os
 
 from hw_runtime.commands.device import DEFAULT_HELP
-from hw_runtime.gpu.executor import LANE_PRIORITY
+from hw_runtime.gpu.executor import LANE_PRIORITY, LANE_PRIORITY_HELP
 from hw_runtime.gpu.policies import add_kernel_args
 from hw_runtime.tune.spec import TuneSpec
 from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES
@@ -71,7 +71,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
                         f"{d['collectives']}")
     add_kernel_args(e, "tune")
     e.add_argument("--lane-priority", default=d["lane_priority"], choices=LANE_PRIORITY,
-                   help=f"Default: {d['lane_priority']}")
+                   help=LANE_PRIORITY_HELP)
     e.add_argument("--rounds", type=int, default=d["rounds"],
                    help=f"timing rounds. Default: {d['rounds']}")
     e.add_argument("--replays", type=int, default=d["replays"],
@@ -121,7 +121,8 @@ def spec_from_args(a, hardware: str | None = None):
         batches=tuple(int_list(a.batches, "batches")),
         stages=tuple(int_list(a.stages, "stages")),
         microbatches=tuple(int_list(a.microbatches, "microbatches")), policies=pols,
-        streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")), exact=TIMERS[a.exact],
+        streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")),
+        exact=TIMERS.get(a.exact, a.exact),   # a name not registered: TuneSpec's one line
         cheap=a.cheap, cut_strategy=a.cut_strategy, alloc_strategy=a.alloc_strategy,
         cut_options=a.cut_options or None, alloc_options=a.alloc_options or None,
         l_sim=a.l_sim, cache=a.cache, calibration=a.calibration, top=a.top,

@@ -12,11 +12,14 @@ the app (``tests/test_layering.py``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import argparse
 import math
 import sys
 
-__all__ = ["int_list", "str_list", "model_of", "resolve_arch_ep", "resolve_parallelism",
+__all__ = ["int_list", "str_list", "model_of", "ArchOptions", "resolve_arch", "resolve_arch_ep",
+           "resolve_parallelism",
            "choose_split",
            "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
@@ -351,44 +354,84 @@ def model_of(a):
     from subgpu_jax.model.models import resolve_model
 
     try:
-        return resolve_model(a.model, getattr(a, "name", None))
+        return resolve_model(a.model, getattr(a, "name", None))   # a Namespace or ArchOptions
     except ValueError as e:   # a file's problem: name the option it came from
         msg = str(e)
         raise ValueError(msg if msg.startswith(("model", "name")) else
                          f"--model/--config: {msg}") from None
 
 
+@dataclass(frozen=True)
+class ArchOptions:
+    """The options that decide the model as it is simulated or run and its MoE EP degree
+    (``resolve_arch``): typed, from parsed arguments (``from_args``) or a run request.
+
+    Attributes:
+        model: ``--model``/``--config`` (a preset name or a ``config.json`` path). name:
+            ``--name`` (None: the file's). expert_dtype, kv_dtype: ``--expert-dtype``,
+            ``--kv-dtype`` (None: the model's). calibration: ``--calibration`` path (None).
+        moe_gemm: ``--moe-gemm`` (``auto`` or None: no choice made). dispatch: ``--dispatch``.
+        ep: ``--ep`` (None: its default from ``gpus``). gpus: ``--gpus``.
+    """
+
+    model: str
+    gpus: int
+    ep: int | None = None
+    name: str | None = None
+    expert_dtype: str | None = None
+    kv_dtype: str | None = None
+    calibration: str | None = None
+    moe_gemm: str | None = "auto"
+    dispatch: str = "per-expert"
+
+    @classmethod
+    def from_args(cls, a) -> "ArchOptions":
+        """From parsed arguments of any command (the options it lacks at their defaults)."""
+        ns = vars(a)
+        return cls(model=a.model, gpus=a.gpus, ep=a.ep,
+                   **{f: ns[f] for f in ("name", "expert_dtype", "kv_dtype", "calibration",
+                                         "moe_gemm", "dispatch") if f in ns})
+
+
 def resolve_arch_ep(a):
+    """``resolve_arch`` of parsed workload arguments (``ArchOptions.from_args``)."""
+    return resolve_arch(ArchOptions.from_args(a))
+
+
+def resolve_arch(o: ArchOptions):
     """The model (with ``--expert-dtype`` and ``--kv-dtype`` applied) and the MoE EP degree
-    (``--ep`` or its default) of parsed workload arguments. A ``--calibration`` measured with
-    every module group in bf16 (``subgpu calibrate`` on Hopper) builds the model so too, unless
-    ``--expert-dtype`` says otherwise (then the calibration's check names the mismatch).
+    (``--ep`` or its default). A ``--calibration`` measured with every module group in bf16
+    (``subgpu calibrate`` on Hopper) builds the model so too, unless ``--expert-dtype`` says
+    otherwise (then the calibration's check names the mismatch).
+
+    Returns:
+        ``(ModelArch, ep)``.
 
     Raises:
-        ValueError: ``--expert-dtype`` or ``--dispatch per-rank`` for a dense model.
+        ValueError: as ``model_of``; ``--expert-dtype``, ``--moe-gemm`` or ``--dispatch
+            per-rank`` for a dense model.
     """
     import dataclasses
 
-    arch = model_of(a)
-    cal = getattr(a, "calibration", None)
-    if cal and not getattr(a, "expert_dtype", None):
+    arch = model_of(o)
+    if o.calibration and not o.expert_dtype:
         from subgpu_jax.model.calibration import measured_weights_dtype
-        if measured_weights_dtype(cal) == "bf16":  # measured as the GPU runtime builds it
+        if measured_weights_dtype(o.calibration) == "bf16":  # as the GPU runtime builds it
             arch = arch.all_bf16()
-    if getattr(a, "expert_dtype", None):
+    if o.expert_dtype:
         if not arch.is_moe:
             raise ValueError(f"expert-dtype: {arch.name} is a dense model without experts")
-        arch = dataclasses.replace(arch, expert_dtype=a.expert_dtype)
-    if getattr(a, "kv_dtype", None):
-        arch = dataclasses.replace(arch, kv_dtype=a.kv_dtype)
-    if getattr(a, "moe_gemm", "auto") not in ("auto", None) and not arch.is_moe:
+        arch = dataclasses.replace(arch, expert_dtype=o.expert_dtype)
+    if o.kv_dtype:
+        arch = dataclasses.replace(arch, kv_dtype=o.kv_dtype)
+    if o.moe_gemm not in ("auto", None) and not arch.is_moe:
         raise ValueError(f"moe-gemm: {arch.name} is a dense model without expert GEMMs (leave "
                          f"--moe-gemm at auto)")
-    if getattr(a, "dispatch", "per-expert") != "per-expert" and not arch.is_moe:
+    if o.dispatch != "per-expert" and not arch.is_moe:
         raise ValueError(f"dispatch: {arch.name} is a dense model without an MoE dispatch")
-    ep = a.ep
+    ep = o.ep
     if ep is None:  # the largest divisor of both --gpus and the expert count: their gcd
-        ep = math.gcd(a.gpus, arch.num_experts) if arch.is_moe and a.gpus >= 1 else 1
+        ep = math.gcd(o.gpus, arch.num_experts) if arch.is_moe and o.gpus >= 1 else 1
     return arch, ep
 
 

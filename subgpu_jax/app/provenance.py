@@ -143,8 +143,9 @@ def uncalibrated_errors(d: Path, gpu: str, errors: list, model_id: str | None = 
                        "temporal_error": [min(tm), max(tm)]})
         return (f"on {len(sp)} pipelined configurations of {works} workloads never used in "
                 f"any fit, measured with --collectives {DEFAULT_COLLECTIVES}, its speedups were "
-                f"within a median {err['median']:.1%} (max {err['max']:.0%}; predicted / "
-                f"measured {min(ratio):.2f}-{max(ratio):.2f}), its verdicts wrong on {wrong} of "
+                f"within a median {err['median']:.1%} (max {err['max']:.0%}; measured / "
+                f"predicted {1 / max(ratio):.2f}-{1 / min(ratio):.2f}, as the bands read it), "
+                f"its verdicts wrong on {wrong} of "
                 f"{len(judged)} judged, and its temporal steps {min(tm):+.0%} to "
                 f"{max(tm):+.0%} ({rel})")
     except OSError:

@@ -460,7 +460,6 @@ class ScreenedTimer(EventTimer):
 #: choices from here; ``timer_for`` makes them.
 TIMERS: dict[str, type] = {t.name: t for t in (EventTimer, FullEventTimer, StaticTimer,
                                                 ContentionTimer, ScreenedTimer)}
-#: The registry's names (kept for callers that list them).
 #: The default of ``--exact`` and ``--simulator``: the event simulator, the reference.
 DEFAULT_TIMER: str = EventTimer.name
 

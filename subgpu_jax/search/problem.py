@@ -23,7 +23,7 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
-from subgpu_jax.score.timer import EventTimer, StaticTimer, Timer, Timing
+from subgpu_jax.score.timer import StaticTimer, Timer, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import DEFAULT_POLICY, AllocSpace, check_dispatch_policy, Config
 
