@@ -29,6 +29,7 @@ terminating running workers at the deadline (``Process.terminate``) is public AP
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -317,8 +318,6 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
             in ``worker_traceback``) or died (names the point and the exit code); the points
             stored before are kept.
     """
-    import contextlib
-
     from subgpu_jax.app import interrupt
     from subgpu_jax.app.sweep import pending_points
 
@@ -344,9 +343,7 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
     for w in range(n):
         run.feed(w)
     run.procs = _spawn_workers(ctx, make_scorer, run.tasks, run.results, compile_cache)
-    stop_msg = ("interrupted: the finished grid points are stored; run the same command again "
-                "to continue")
-    with (interrupt.sigint_as_flag(stop_msg, cooperative=True) if own_sigint
+    with (interrupt.sigint_as_flag(_STOP_MESSAGE, cooperative=True) if own_sigint
           else contextlib.nullcontext()):
         try:
             run.loop(poll_s)
@@ -355,6 +352,11 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
     out["remaining"] = sum(p.key not in store.done for p in points)
     out["seconds"] = time.monotonic() - t0
     return out
+
+
+#: What a Ctrl-C during ``run_sweep_pool`` prints (its own handler, ``own_sigint``).
+_STOP_MESSAGE = ("interrupted: the finished grid points are stored; run the same command again "
+                 "to continue")
 
 
 class _PoolRun:
