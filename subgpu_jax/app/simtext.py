@@ -73,8 +73,11 @@ def serving_lines(arch: ModelArch, deploy: Deployment, m: int, mu: MemoryUse,
              f"{me['total_GB']:.1f} GB of a {me['budget_GB']:.1f} GB budget "
              f"(--gpu-memory-utilization {me['gpu_memory_utilization']:g} x "
              f"{me['hbm_GB']:.1f} GB)"]
+    # the groups this model has (the JSON lists every group's dtypes)
+    has = {"dense_mlp": "dense" in arch.mlp_types or not arch.is_moe,
+           "shared_experts": arch.num_shared_experts > 0, "experts": arch.is_moe}
     q = [f"{g} {w}" + (f"/{x}" if x != w else "") for g, (w, x) in j["dtypes"].items()
-         if (g != "experts" or arch.is_moe) and (w, x) != ("bf16", "bf16")]
+         if has.get(g, True) and (w, x) != ("bf16", "bf16")]
     if q:
         lines.append("          quantised (weights/GEMM): " + ", ".join(q))
     if "unquantised_layers" in j:

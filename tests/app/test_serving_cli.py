@@ -62,7 +62,19 @@ def test_text_output_names_the_budget_and_the_dispatch(capsys):
     assert rc == 0
     assert "of a 135.1 GB budget (--gpu-memory-utilization 0.9 x 150.1 GB)" in out
     assert "MoE dispatch per-rank (one copy per destination rank, deduplicated" in out
-    assert "quantised (weights/GEMM): attn fp8" in out
+    # DeepSeek-V3 has every group (dense first layers, shared and routed experts)
+    assert "quantised (weights/GEMM): attn fp8, dense_mlp fp8, shared_experts fp8, experts fp8" \
+        in out
+
+
+def test_quantised_line_names_only_the_groups_the_model_has(capsys):
+    """GPT-OSS 120B has routed experts only (no dense MLP, no shared experts; its public
+    config.json): the line names its MXFP4 experts and nothing it lacks, while ``--json`` keeps
+    every group's dtypes."""
+    rc, out, _ = run_cli(["simulate", "--simulator", "static", "--sms", "even"], capsys)
+    assert rc == 0
+    line = next(x for x in out.splitlines() if "quantised (weights/GEMM)" in x)
+    assert line.strip() == "quantised (weights/GEMM): experts mxfp4/bf16"
 
 
 def test_budget_refuses_and_names_the_flag(capsys):
