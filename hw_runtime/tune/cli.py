@@ -38,7 +38,7 @@ def add_tune_command(sub: argparse._SubParsersAction) -> None:
         "configuration, or temporal where nothing measured faster. Writes tune_report.json, "
         "tune_measurements.csv, tune_frontier.png and calibration_tuned.json into --out; "
         "running it again resumes without re-measuring.")
-    add_workload_args(t, hardware=None, hardware_help=DEFAULT_HELP)
+    add_workload_args(t, hardware=None, hardware_help=DEFAULT_HELP, batch=False)
     t.set_defaults(batch=None)
     add_grid_args(t.add_argument_group("grid (as `subgpu search`)"), "tune")
     x = t.add_argument_group("model")
