@@ -17,8 +17,8 @@ structure:
 The exact scorer (``--exact``) is the event simulator with contention and L2 residency
 (``search.TimerExact`` over ``EventTimer``, default: the scorer the main job uses) or the cheap
 estimator's own model (over ``search.EstimatorTimer``, ``--exact static``). Each method gets a
-fresh ``MemoScorer`` over one shared cache, so "exact calls" are the distinct configurations each method scored and
-each configuration is simulated once.
+fresh ``MemoScorer`` over one shared cache, so "exact calls" are the distinct configurations
+each method scored and each configuration is simulated once.
 
 Default grid: 3 models x {B200, H200} x D in {2, 3, 5} x m in {2, 4} = 36 points (about 3 min on
 2 CPU cores with the static model, most of it XLA compilation; longer with the simulator);

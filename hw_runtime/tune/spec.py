@@ -14,7 +14,7 @@ from typing import Mapping
 from hw_runtime.commands.request import KernelSettings
 from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY
 from hw_runtime.gpu.policies import KERNEL_DEFAULTS
-from subgpu_jax.app.args import DEFAULT_L_SIM, GRID_DEFAULTS
+from subgpu_jax.app.args import DEFAULT_L_SIM, grid_default
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.model.graph import Deployment, OpGraph
 from subgpu_jax.model.hardware import Hardware, get_hardware
@@ -69,10 +69,10 @@ class TuneSpec:
     kv_history: int
     input_len: int
     batches: tuple[int, ...]
-    stages: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["stages"].split(",")))
-    microbatches: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["microbatches"].split(",")))
+    stages: tuple[int, ...] = grid_default("stages")
+    microbatches: tuple[int, ...] = grid_default("microbatches")
     policies: tuple[str, ...] = (DEFAULT_POLICY,)
-    streams: tuple[int, ...] = tuple(map(int, GRID_DEFAULTS["streams_per_stage"].split(",")))
+    streams: tuple[int, ...] = grid_default("streams_per_stage")
     exact: type = TIMERS[DEFAULT_TIMER]
     cheap: str = DEFAULT_CHEAP
     cut_strategy: str = DEFAULT_CUT_STRATEGY

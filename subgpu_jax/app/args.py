@@ -13,12 +13,20 @@ from subgpu_jax.model.models import MODEL_TYPES, MODELS
 from subgpu_jax.app.options import add_serving_args
 
 __all__ = ["add_workload_args", "add_strategy_args", "strategies_from_args", "GRID_DEFAULTS",
-           "add_grid_args", "add_scoring_args"]
+           "grid_default", "add_grid_args", "add_scoring_args"]
 
 #: The search grid's defaults, written once: ``subgpu search`` and ``subgpu tune`` take them
 #: (``add_grid_args``), ``hw_runtime.tune.spec.TuneSpec`` too. Comma-separated, as typed.
 GRID_DEFAULTS: dict[str, str] = {"batches": "512,1024,2048", "stages": "2,3",
                                  "microbatches": "2,4", "streams_per_stage": "1"}
+
+
+def grid_default(name: str) -> tuple[int, ...]:
+    """``GRID_DEFAULTS[name]`` as integers (``stages``, ``microbatches``, ``streams_per_stage``,
+    ``batches``), for the dataclasses whose fields take the grid's defaults."""
+    return tuple(int(x) for x in GRID_DEFAULTS[name].split(","))
+
+
 #: The pass limit of the search's exact polish (``--l-sim``; ``SearchOptions.L_sim``).
 DEFAULT_L_SIM = 2
 

@@ -12,11 +12,10 @@ the app (``tests/test_layering.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import argparse
 import math
 import sys
+from dataclasses import dataclass
 
 __all__ = ["int_list", "str_list", "model_of", "ArchOptions", "resolve_arch", "resolve_arch_ep",
            "resolve_parallelism",

@@ -17,6 +17,10 @@ import cachetools
 __all__ = ["nbytes_of", "ByteLRU", "CountingLRU"]
 
 
+#: Values that hold no array (``nbytes_of`` counts them 0).
+_SCALARS = (str, bytes, int, float, bool, complex)
+
+
 def nbytes_of(obj: Any, _seen: set | None = None) -> int:
     """Bytes of the arrays reachable from ``obj`` (numpy or JAX arrays: anything with
     ``nbytes``, ``shape`` and ``dtype``), through dicts, lists, tuples, sets, dataclass fields
@@ -50,10 +54,6 @@ def nbytes_of(obj: Any, _seen: set | None = None) -> int:
     # scalars skipped here, not in a call each (index tuples of a task DAG hold 10^5 ints)
     return sum(nbytes_of(v, seen) for v in items
                if v is not None and not isinstance(v, _SCALARS))
-
-
-#: Values that hold no array (``nbytes_of`` counts them 0).
-_SCALARS = (str, bytes, int, float, bool, complex)
 
 
 class ByteLRU:

@@ -302,9 +302,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
     ``exact``, ``score.timer.ScreenedTimer``), each grid point ends with a confirmation: the
     ``options.confirm_top`` best distinct configurations by ``exact`` among all it scored at
     that point in the polished layouts (polish moves and line points) are re-scored by
-    ``confirm``, and
-    the record is the best of them by ``confirm`` (values within 1e-6 relative are ties, broken
-    by the screen's order), polished by ``confirm`` for ``options.confirm_passes`` passes of
+    ``confirm``, and the record is the best of them by ``confirm`` (values within 1e-6
+    relative are ties, broken by the screen's order), polished by ``confirm`` for ``options.confirm_passes`` passes of
     Algorithm 2; its ``makespan_us`` is ``confirm``'s, ``screen_us`` the screen's. The layouts
     (``exact_top``) are then ranked by ``confirm`` too, and its values of them join the
     confirmation.
@@ -315,7 +314,8 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
         policies: dispatch-order policies (``space.DISPATCH_POLICIES``).
         exact: the exact scorer f, ``Config -> makespan µs`` (required, keyword-only; e.g.
             ``TimerExact(problem, EventTimer(problem.hw))``, the event simulator, or
-            ``TimerExact(problem, EstimatorTimer(problem))``, the cheap estimator's own model), memoised with ``MemoScorer`` unless it is one.
+            ``TimerExact(problem, EstimatorTimer(problem))``, the cheap estimator's own
+            model), memoised with ``MemoScorer`` unless it is one.
         confirm: the confirming scorer, ``Config -> makespan µs`` (None: no confirmation),
             memoised likewise.
         options: ``Algorithm1Options`` (None: the defaults, the faithful algorithm).
@@ -345,10 +345,10 @@ def algorithm1(problem: Problem, D_values: Sequence[int], microbatch_counts: Seq
             c0 = tm.calls
             t = tm(cfg)
             pu, pg = throughputs(t, wl.tokens_per_gpu)
-            records.append(Record(1, 1, "wavefront", wl.batch, cfg.seg_of, 0, "temporal",
+            records.append(Record(1, 1, DEFAULT_POLICY, wl.batch, cfg.seg_of, 0, "temporal",
                                   cfg.alloc, t, float(pu), float(pg), tm.calls - c0, 0, 0.0))
         except ValueError as e:
-            skipped.append(((1, 1, "wavefront"), str(e)))
+            skipped.append(((1, 1, DEFAULT_POLICY), str(e)))
     for pol in policies:
         for m in microbatch_counts:
             for D in D_values:

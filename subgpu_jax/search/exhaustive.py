@@ -238,8 +238,8 @@ def exhaustive_exact(problem: Problem, D: int, microbatch_counts: Sequence[int],
                      ws: Sequence[int] = (0, 1), max_configs: int = 20_000
                      ) -> ExhaustiveResult:
     """The optimum of one D under an exact scorer (e.g. ``TimerExact`` over the event
-    simulator's ``EventTimer``): every legal cut of C_{D+w} for each w in ``ws``, every allocation of P_H^(D),
-    every microbatch count, each scored by one ``exact`` call (memoise ``exact`` with
+    simulator's ``EventTimer``): every legal cut of C_{D+w} for each w in ``ws``, every
+    allocation of P_H^(D), every microbatch count, each scored by one ``exact`` call (memoise ``exact`` with
     ``MemoScorer`` to share the calls with later searches). The same enumeration as
     ``exhaustive_search``, one configuration at a time, so it suits small instances only.
 

@@ -220,7 +220,8 @@ def allocate_pairwise(problem: Problem, seg_of: Sequence[int], D: int, w: int, m
         problem: workload and GPU; seg_of, D, w, m, policy: the structure.
         exact: the exact scorer f, ``Config -> makespan µs`` (required, keyword-only; e.g.
             ``TimerExact(problem, EventTimer(problem.hw))``, the event simulator, or
-            ``TimerExact(problem, EstimatorTimer(problem))``, the cheap estimator's own model), memoised with ``MemoScorer`` unless it is one.
+            ``TimerExact(problem, EstimatorTimer(problem))``, the cheap estimator's own
+            model), memoised with ``MemoScorer`` unless it is one.
         L_est: pass limit of the cheap refinement (None = unlimited).
         L_sim: pass limit of each exact polish (None = unlimited).
 

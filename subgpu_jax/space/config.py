@@ -23,7 +23,8 @@ from subgpu_jax.model.workload import Workload
 __all__ = [
     "Config", "binding", "enumerate_cuts", "count_cuts", "chain_cut", "cut_from_starts",
     "enumerate_allocations", "count_allocations", "microbatch_sizes", "temporal_config",
-    "check_allocation", "space_size", "DISPATCH_POLICIES", "DEFAULT_POLICY", "even_allocation", "AllocSpace",
+    "check_allocation", "space_size", "DISPATCH_POLICIES", "DEFAULT_POLICY", "even_allocation",
+    "AllocSpace",
     "check_dispatch_policy", "temporal_of", "workload_config", "config_from_options",
     "check_config",
 ]
