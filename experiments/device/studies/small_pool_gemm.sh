@@ -1,0 +1,5 @@
+# Study `small_pool_gemm` (issue 39: the 8-SM row): whether and how fast Llama-3.1-8B's GEMMs
+# launch on green-context pools of 8-32 SMs under stock cuBLAS, cuBLASLt and cuBLASLt with SM
+# targets (experiments/hw_small_pool_gemm.py); small_pool_gemm.json under $OUT.
+need_out
+timeout 420 python3 experiments/hw_small_pool_gemm.py --phase device --out "$OUT" --time-limit 340 2>&1 | quiet | tail -30
