@@ -110,7 +110,9 @@ def device(out: str, time_limit: float) -> None:
             else:
                 last = r
         if p.returncode != 0:
-            err = [x for x in p.stderr.splitlines() if "Error" in x or "CUBLAS" in x][-2:]
+            root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..")) + os.sep
+            err = [x.replace(root, "") for x in p.stderr.splitlines()
+                   if "Error" in x or "CUBLAS" in x][-2:]
             res["failures"].append({"pool": pool, "launch": launch, "rc": p.returncode,
                                     "died_in": last, "error": err})
         print(f"pool {pool:3d} {launch:8s} rc={p.returncode} rows={len(res['rows'])}",

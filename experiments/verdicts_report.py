@@ -9,6 +9,7 @@ product prints (the digest's ``bands``) come from all held-out rows.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -155,7 +156,7 @@ def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
                     continue
                 rows.append({"workload": name, "config": nm, "kind": d["kind"],
                              "gpu": _gpu_of(p), "calibrated": False, "moe": bool(p["moe"]),
-                             "mode": d["mode"], "collectives": coll,
+                             "mode": d["mode"], "collectives": coll, "alloc": d.get("sms"),
                              "held_out": p["fit_status"] != "fit",
                              "fit_status": p["fit_status"], "fresh": bool(p.get("fresh")),
                              "predicted_us": d["predicted_us"][coll],
@@ -163,6 +164,21 @@ def speedup_rows(plan: dict, folder: str) -> tuple[list[dict], dict]:
                              "predicted_speedup": pt / d["predicted_us"][coll],
                              "measured_speedup": t["measured_us"] / m["measured_us"]})
     return rows, temporal
+
+
+def split_outside_space(rows: list[dict], stage_min_sms: int) -> tuple[list[dict], list[dict]]:
+    """``(inside, outside)``: green-context rows with a stage of fewer than ``stage_min_sms``
+    SMs (``Hardware.stage_min_sms``: the search no longer proposes them and ``subgpu run``
+    refuses them, since no GEMM launched on an 8-SM green context of an H100) are outside the
+    product's space. The digest still judges them and fits them into its bands (they measured
+    the model on configurations it chose); ``outside_space.if_excluded`` reports the held-out
+    summary without them. Multistream rows run on the whole GPU and are always inside."""
+    inside, outside = [], []
+    for r in rows:
+        a = r.get("alloc")
+        small = r["mode"] == "green" and a and min(a) < stage_min_sms
+        (outside if small else inside).append(r)
+    return inside, outside
 
 
 def _judge(rows: list[dict]) -> None:
@@ -401,6 +417,22 @@ def analyze(args, workloads) -> int:
               f"was predicted by {next(iter(ids))}: pass the plan's --hardware, or --phase "
               "repredict it", file=sys.stderr)
         return 2
+    hw_rows = get_hardware(getattr(args, "hardware", "H200"))
+    inside, outside = split_outside_space(copy.deepcopy(rows), hw_rows.stage_min_sms)
+    if_excluded = None
+    if outside:   # a sensitivity figure only: the digest judges and fits every measured row
+        _judge(inside)
+        plan_in = {w: p for w, p in plan.items() if w in {r["workload"] for r in inside}}
+        s_in = summarize(inside, temporal, recommendations(inside), plan_in)
+        judged = [r for r in inside if r["held_out"] and r["verdict"] != "unvalidated"
+                  and not NEUTRAL[0] <= r["measured_speedup"] <= NEUTRAL[1]]
+        if_excluded = {"speedup_ratio_error_held_out": s_in["speedup_ratio_error_held_out"],
+                       "verdict_wrong_held_out": s_in["verdict_wrong_held_out"],
+                       "verdict_judged_held_out": s_in["verdict_judged_held_out"],
+                       "uncertain_held_out": sum(r["verdict"] == "uncertain" for r in judged),
+                       "recommendations_lost_held_out": s_in["recommendations_lost_held_out"]}
+        print(f"{len(outside)} rows have a green stage below {hw_rows.stage_min_sms} SMs "
+              f"(outside today's space); without them: {json.dumps(if_excluded)}")
     _judge(rows)
     recs = recommendations(rows)
     summ = summarize(rows, temporal, recs, {w: p for w, p in plan.items()
@@ -420,6 +452,17 @@ def analyze(args, workloads) -> int:
            "protocol": "experiments/hw_verdicts_h200.py", "neutral": list(NEUTRAL),
            "summary": summ, "temporal": temporal, "recommendations": recs,
            "decomposition": decomposition(rows), "rows": rows,
+           "outside_space": {
+               "stage_min_sms": hw_rows.stage_min_sms,
+               "rows": [{k: r[k] for k in ("workload", "config", "collectives", "alloc",
+                                           "predicted_speedup", "measured_speedup")}
+                        for r in outside],
+               "why": "green-context rows with a stage below the runtime's minimum "
+                      "(Hardware.min_stage_sms): the search no longer proposes them and subgpu "
+                      "run refuses them. They stay judged and in the bands above; "
+                      "if_excluded is the held-out summary without them (a sensitivity "
+                      "figure, not what the product prints)",
+               "if_excluded": if_excluded},
            "bands": bands_to_json(fit_bands(rows))}
     if res["gpu"] != GPU:   # the cross-GPU test: the H200's committed bands on these rows
         from subgpu_jax.app.verdict import load_bands

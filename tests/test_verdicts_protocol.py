@@ -213,3 +213,31 @@ def test_markdown_table_renders_what_the_main_job_says():
                     "sleep: measure (best measured: multistream 1.05x); "
                     "none: temporal (multistream 1.04x) **lost** |")
     assert "the main job says temporal 1, measure 1 on 2" in md and "lost 1" in md
+
+
+def test_the_committed_h200_digest_reports_its_rows_outside_todays_space():
+    """The H200 plan of the default model holds 3 green configurations with an 8-SM stage (5
+    rows over the collective settings; ``Hardware.min_stage_sms`` = 16 now keeps them out of
+    the search and `subgpu run`). The digest still judges them (its bands and summary are
+    those of every measured row) and lists them, with the held-out summary without them."""
+    vr = _script("verdicts_report")
+    d = json.loads((ROOT / "experiments" / "results" / "hw_verdicts" / "analytic-v3-tail-plan"
+                    / "hw_verdicts_h200.json").read_text())
+    out = d["outside_space"]
+    assert out["stage_min_sms"] == 16 and len(out["rows"]) == 5
+    assert all(min(r["alloc"]) == 8 for r in out["rows"])
+    inside, outside = vr.split_outside_space(d["rows"], 16)
+    assert len(outside) == 5 and len(inside) + 5 == len(d["rows"])
+    assert {(r["workload"], r["config"], r["collectives"]) for r in outside} == \
+        {(r["workload"], r["config"], r["collectives"]) for r in out["rows"]}
+    assert all(r["mode"] == "green" for r in outside)
+    # the worst held-out row (predicted 0.912x, measured 0.448x) is one of them
+    worst = max((r for r in d["rows"] if r["held_out"]),
+                key=lambda r: abs(r["predicted_speedup"] / r["measured_speedup"] - 1))
+    assert (worst["workload"], worst["config"]) == ("llama8b_1gpu_g512_kv1k", "search_top2")
+    assert worst in outside
+    ex = out["if_excluded"]
+    assert ex["speedup_ratio_error_held_out"]["n"] + 5 == d["summary"][
+        "speedup_ratio_error_held_out"]["n"]
+    assert ex["speedup_ratio_error_held_out"]["max"] < 0.5
+    assert vr.split_outside_space(d["rows"], 8)[1] == []

@@ -108,6 +108,25 @@ def options_config(o: ConfigOptions, wl) -> Config:
     return cfg
 
 
+def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
+    """Refuse a stage the runtime cannot run: a pool of fewer than ``hw.stage_min_sms`` SMs
+    (16 on the H100 and H200: no cuBLAS or cuBLASLt GEMM launched on an 8-SM green context of
+    an H100, ``Hardware.min_stage_sms``), which would stop the run with
+    ``CUBLAS_STATUS_EXECUTION_FAILED`` after minutes of setup.
+
+    Args:
+        alloc: SMs per stage. hw: the ``Hardware`` of ``--hardware``. flag: what the message names.
+
+    Raises:
+        ValueError: one line naming ``flag``, the stage and the minimum.
+    """
+    for d, p in enumerate(alloc):
+        if p < hw.stage_min_sms:
+            raise ValueError(f"{flag}: stage {d} has {p} SMs; on the {hw.name} the runtime needs "
+                             f"at least {hw.stage_min_sms} per stage (no GEMM launched on "
+                             f"{hw.min_pool_sms}-SM green contexts, measured: docs/verdicts.md)")
+
+
 def record_config(rec, wl) -> Config:
     """The ``Config`` of a SubGPU search record on ``wl`` (``Config.from_record``), checked.
 
@@ -186,6 +205,7 @@ def prepare_run(req: RunRequest) -> PreparedRun:
         cfg = record_config(rec, wl)
     else:
         cfg = options_config(req.config, wl)
+    check_stage_pools(cfg.alloc, hw, "the record's SMs" if rec is not None else "--sms")
     m = wl.microbatches_of(cfg.microbatch)
     from subgpu_jax.model.setup import GpuSetup
 

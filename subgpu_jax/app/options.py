@@ -486,7 +486,7 @@ def choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):
 
     from subgpu_jax.space.config import even_allocation
 
-    even = even_allocation(hw.sm_budget, cfg.D, hw.sm_quantum, hw.min_pool_sms).tolist()
+    even = even_allocation(hw.sm_budget, cfg.D, hw.sm_quantum, hw.stage_min_sms).tolist()
     info: dict = {"how": how if how in ("search", "even") else "given",
                   "even_split": [int(x) for x in even]}
     if info["how"] != "search":

@@ -133,6 +133,16 @@ class Hardware:
         gemm_scale_loss: fraction of a tensor-core GEMM's per-SM throughput lost on the whole GPU
             relative to a very small pool (linear in the pool's share of the SMs: tails, shared
             L2 and HBM); below 1/2, so a GEMM never slows with more SMs; fitted. Default 0.
+        min_stage_sms: smallest pool the search gives a stage (SMs) where the runtime cannot run
+            a GEMM on the green-context minimum ``min_pool_sms``: 16 on the H100 and the H200.
+            Measured: on one H100 no cuBLAS or cuBLASLt launch of any Llama-3.1-8B GEMM (QKV, O,
+            gate+up, down at M = 64-128) succeeded on an 8-SM green context, every one on
+            16-32 SMs did (``experiments/hw_small_pool_gemm.py``,
+            ``results/hw_verdicts/analytic-v3-tail-plan/diagnosis/small_pool_gemm_h100.json``);
+            on the H200 an 8-SM stage holding the QKV GEMM measured 0.448x where 0.912x was
+            predicted (docs/verdicts.md) and `subgpu tune` saw 8-SM pools fail at m = 4
+            (docs/tune.md). 0 (the default, the B200's: never measured) = ``min_pool_sms``.
+            ``stage_min_sms`` is the larger of the two.
         bw_curve_x, bw_curve_y: knots of the HBM bandwidth response: fraction of the whole GPU's
             bandwidth (y) reached by a pool holding a fraction x of the SMs (measured on H200).
         own_constants: what of this GPU was measured on it where other presets carry the
@@ -184,6 +194,7 @@ class Hardware:
     pool_gemm_efficiency: float = 1.0
     fused_inflight_ratio: float = 1.0
     gemm_scale_loss: float = 0.0
+    min_stage_sms: int = 0
     bw_curve_x: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[0])
     bw_curve_y: tuple[float, ...] = field(default_factory=lambda: _h200_bw_fraction_curve()[1])
     own_constants: str = ""
@@ -231,6 +242,11 @@ class Hardware:
             raise ValueError(f"hardware.sm_budget must be <= num_sms={self.num_sms}")
         if self.min_pool_sms % self.sm_quantum or self.sm_budget % self.sm_quantum:
             raise ValueError("hardware.min_pool_sms and sm_budget must be multiples of sm_quantum")
+        v = self.min_stage_sms
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0 \
+                or v % self.sm_quantum or v > self.sm_budget:
+            raise ValueError(f"hardware.min_stage_sms must be 0 or a multiple of sm_quantum="
+                             f"{self.sm_quantum} up to sm_budget={self.sm_budget}, got {v!r}")
         if not self.tensor_flops or any(not np.isfinite(v) or v <= 0
                                         for v in self.tensor_flops.values()):
             raise ValueError("hardware.tensor_flops must map datatypes to positive FLOP/s")
@@ -253,6 +269,12 @@ class Hardware:
             object.__setattr__(self, k, MappingProxyType(dict(v)) if k == "tensor_flops" else v)
 
     # ------------------------------------------------------------------ derived quantities
+    @property
+    def stage_min_sms(self) -> int:
+        """Smallest pool a stage of the search gets (SMs): the larger of ``min_pool_sms`` (the
+        green context's minimum) and ``min_stage_sms`` (the runtime's, where measured)."""
+        return max(int(self.min_pool_sms), int(self.min_stage_sms))
+
     def compute_dtype(self, dtype: str) -> str:
         """Return the tensor datatype a kernel with operands of ``dtype`` computes in (str).
 
@@ -379,6 +401,7 @@ H200 = Hardware(
     num_sms=132,
     sm_quantum=8,
     min_pool_sms=8,
+    min_stage_sms=16,   # no GEMM launched on an 8-SM green context (the field's docstring)
     sm_budget=128,
     hbm_bytes=150.1e9,
     hbm_peak_Bps=4.8e12,
@@ -414,6 +437,7 @@ H100 = Hardware(
     num_sms=132,
     sm_quantum=8,
     min_pool_sms=8,
+    min_stage_sms=16,   # no GEMM launched on an 8-SM green context (the field's docstring)
     sm_budget=128,
     hbm_bytes=85_017_493_504.0,
     hbm_peak_Bps=3.35e12,

@@ -395,12 +395,13 @@ class AllocSpace:
     @classmethod
     def from_hw(cls, hw: Hardware, D: int) -> "AllocSpace":
         """P_H^(D) of ``hw``: budget ``hw.sm_budget``, quantum ``hw.sm_quantum``, minimum
-        ``hw.min_pool_sms``.
+        ``hw.stage_min_sms`` (the green context's minimum, or the runtime's where a GEMM does not
+        launch on it: 16 SMs on the H100 and H200, ``Hardware.min_stage_sms``).
 
         Raises:
             ValueError: as the constructor.
         """
-        return cls(D=D, budget=hw.sm_budget, quantum=hw.sm_quantum, minimum=hw.min_pool_sms)
+        return cls(D=D, budget=hw.sm_budget, quantum=hw.sm_quantum, minimum=hw.stage_min_sms)
 
     @property
     def free_quanta(self) -> int:
@@ -605,7 +606,7 @@ def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
                          "sharing stage 0 with the first); give another cut or --no-reuse")
     D = K - (1 if reuse else 0)
     alloc = list(sms) if sms else even_allocation(hw.sm_budget, D, hw.sm_quantum,
-                                                  hw.min_pool_sms).tolist()
+                                                  hw.stage_min_sms).tolist()
     b = microbatch if microbatch is not None else max(1, wl.batch // 2)
     try:
         return workload_config(wl, starts, alloc, b, reuse, policy)

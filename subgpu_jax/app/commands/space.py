@@ -61,7 +61,7 @@ def cmd_space(a) -> int:
         label = f"{arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
     budget = a.sms if a.sms is not None else hw.sm_budget
     q = a.quantum if a.quantum is not None else hw.sm_quantum
-    mn = a.min_pool if a.min_pool is not None else max(q, hw.min_pool_sms if a.quantum is None else q)
+    mn = a.min_pool if a.min_pool is not None else max(q, hw.stage_min_sms if a.quantum is None else q)
     for f, v in (("sms", budget), ("quantum", q), ("min-pool", mn)):
         if v <= 0:
             raise ValueError(f"{f} must be a positive integer, got {v}")

@@ -1,0 +1,87 @@
+"""The smallest stage the search gives a pool: ``Hardware.min_stage_sms`` (issue 39).
+
+On one H100 no cuBLAS or cuBLASLt launch of Llama-3.1-8B's GEMMs succeeded on an 8-SM green
+context and every one on 16-32 SMs did (``experiments/results/hw_verdicts/analytic-v3-tail-plan/
+diagnosis/small_pool_gemm_h100.json``), so the H100 and H200 presets carry 16; the oracle of
+the space is a brute-force enumeration of every D-tuple of multiples of 8.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.space.config import AllocSpace, check_allocation, enumerate_allocations
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBE = os.path.join(ROOT, "experiments", "results", "hw_verdicts", "analytic-v3-tail-plan",
+                     "diagnosis", "small_pool_gemm_h100.json")
+
+
+def test_the_presets_minimum_is_the_smallest_pool_every_gemm_launched_on():
+    """The committed probe: every launch on 8 SMs failed, every launch on 16-32 SMs ran all
+    12 GEMM shapes; the Hopper presets' stage minimum is the smallest pool that ran them all."""
+    d = json.load(open(PROBE))
+    failed = {(f["pool"], f["launch"]) for f in d["failures"]}
+    ran: dict = {}
+    for r in d["rows"]:
+        ran.setdefault((r["pool"], r["launch"]), set()).add((r["gemm"], r["m"]))
+    shapes = len(d["shapes"]) * len(d["tokens"])
+    assert {p for p, _ in failed} == {8} and len(failed) == 6
+    ok_pools = sorted({p for (p, _), s in ran.items() if p and len(s) == shapes})
+    assert ok_pools == [16, 24, 32]
+    for name in ("H100", "H200"):
+        hw = get_hardware(name)
+        assert hw.min_pool_sms == 8 and hw.min_stage_sms == 16 == ok_pools[0]
+        assert hw.stage_min_sms == 16
+    b200 = get_hardware("B200")   # never measured: the green context's minimum
+    assert b200.min_stage_sms == 0 and b200.stage_min_sms == b200.min_pool_sms
+
+
+@settings(max_examples=20, deadline=None)
+@given(D=st.integers(1, 4), name=st.sampled_from(["H100", "H200"]))
+def test_the_search_space_is_the_brute_force_set_with_pools_of_at_least_16(D, name):
+    hw = get_hardware(name)
+    sp = AllocSpace.from_hw(hw, D)
+    want = sorted(t for t in itertools.product(range(8, 129, 8), repeat=D)
+                  if sum(t) == hw.sm_budget and min(t) >= 16)
+    got = sorted(tuple(int(x) for x in row) for row in enumerate_allocations(
+        sp.budget, sp.D, sp.quantum, sp.minimum))
+    assert got == want and sp.size == len(want)
+    every = np.array(list(itertools.product(range(8, 129, 8), repeat=D)))
+    every = every[every.sum(1) == hw.sm_budget]
+    assert np.array_equal(sp.contains(every), every.min(1) >= 16)
+
+
+def test_a_simulated_configuration_may_still_hold_an_8_sm_pool():
+    """The green context's own minimum still decides what the simulator accepts (a committed
+    plan with an 8-SM stage is re-predicted as it was); only the search and `subgpu run`
+    apply the runtime's minimum."""
+    check_allocation([8, 120], get_hardware("H200"), 2)
+    with pytest.raises(ValueError, match="below the minimum 8"):
+        check_allocation([0, 128], get_hardware("H200"), 2)
+
+
+def test_run_refuses_a_stage_below_the_runtime_minimum_in_one_line():
+    from hw_runtime.commands.run import check_stage_pools
+    hw = get_hardware("H100")
+    check_stage_pools([16, 112], hw)
+    with pytest.raises(ValueError) as e:
+        check_stage_pools([8, 120], hw)
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("--sms: stage 0 has 8 SMs")
+    assert "at least 16" in msg
+    check_stage_pools([8, 120], get_hardware("B200"))
+
+
+@pytest.mark.parametrize("bad", [-8, 4, 136, True, 8.0])
+def test_hardware_rejects_a_bad_stage_minimum(bad):
+    with pytest.raises(ValueError, match="min_stage_sms"):
+        dataclasses.replace(get_hardware("H200"), min_stage_sms=bad)
