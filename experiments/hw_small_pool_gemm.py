@@ -46,8 +46,10 @@ def _launches(pool: int, num_sms: int) -> list[str]:
     return ["stock", "lt"] + [f"lt@{t}" for t in targets if t < num_sms]
 
 
-def child(pool: int, launch: str) -> None:
-    """One (pool, launch): prints one JSON line per GEMM as it finishes (pool 0: whole GPU)."""
+def child(pool: int, launch: str, partition: list[int] | None = None) -> None:
+    """One (pool, launch): prints one JSON line per GEMM as it finishes (pool 0: whole GPU).
+    ``partition``: the green-context split to make (default ``[pool, 128 - pool]``); the GEMMs
+    run on its first pool of ``pool`` SMs."""
     import torch
     from hw_runtime.gpu.partition import GreenPartition
     num_sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -57,8 +59,11 @@ def child(pool: int, launch: str) -> None:
         torch._C._set_sm_carveout_experimental(num_sms - int(launch[3:]))
     part = None
     if pool:
-        part = GreenPartition([pool, 128 - pool], streams_per_pool=1)
-        stream = part.stream(0)
+        sizes = partition or [pool, 128 - pool]
+        part = GreenPartition(sizes, streams_per_pool=1)
+        stream = part.stream(sizes.index(pool))
+        print(json.dumps({"status": "partition", "sizes": sizes, "granted": list(part.granted),
+                          "method": part.method_used}), flush=True)
     else:
         stream = torch.cuda.Stream()
     for name, n, k in SHAPES:
@@ -83,6 +88,51 @@ def child(pool: int, launch: str) -> None:
                               "min_us": min(ts)}), flush=True)
     if part is not None:
         part.close()
+
+
+#: (name, partition): an 8-SM pool in other splits than [8, 120], where every launch failed on
+#: the H100 while ``subgpu calibrate`` (a partition of one pool, [8]) timed GEMMs on 8 SMs.
+PARTITIONS = (("8", [8]), ("8+120", [8, 120]), ("120+8", [120, 8]), ("8+8+112", [8, 8, 112]),
+              ("8+56+64", [8, 56, 64]), ("16", [16]))
+
+
+def partitions(out: str, time_limit: float) -> None:
+    """Phase ``partitions``: stock and cuBLASLt launches on the first smallest pool of each
+    split of ``PARTITIONS`` -> ``small_pool_gemm_partitions.json``."""
+    import torch
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "shapes": SHAPES, "tokens": TOKENS, "reps": REPS, "runs": []}
+    t0 = time.time()
+    for name, sizes in PARTITIONS:
+        for launch in ("stock", "lt", f"lt@{min(sizes)}"):
+            if time.time() - t0 > time_limit:
+                res["runs"].append({"partition": name, "launch": launch, "error": "time limit"})
+                continue
+            p = subprocess.run([sys.executable, __file__, "--phase", "child", "--pool",
+                                str(min(sizes)), "--launch", launch, "--partition",
+                                ",".join(map(str, sizes))], capture_output=True, text=True,
+                               timeout=300)
+            rows, info, last = [], None, None
+            for line in p.stdout.splitlines():
+                if line.startswith("{"):
+                    r = json.loads(line)
+                    if r["status"] == "ok":
+                        rows.append(r)
+                    elif r["status"] == "partition":
+                        info = r
+                    else:
+                        last = r
+            root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..")) + os.sep
+            err = [x.replace(root, "") for x in p.stderr.splitlines()
+                   if "Error" in x or "CUBLAS" in x][-1:] if p.returncode else []
+            res["runs"].append({"partition": name, "sizes": sizes, "launch": launch,
+                                "rc": p.returncode, "split": info, "ok": len(rows),
+                                "died_in": last if p.returncode else None, "error": err,
+                                "rows": rows})
+            print(f"partition {name:8s} {launch:6s} rc={p.returncode} ok={len(rows)} "
+                  f"{(info or {}).get('method')}", flush=True)
+            with open(os.path.join(out, "small_pool_gemm_partitions.json"), "w") as f:
+                json.dump(res, f, indent=1)
 
 
 def device(out: str, time_limit: float) -> None:
@@ -123,14 +173,19 @@ def device(out: str, time_limit: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--phase", choices=("device", "child"), required=True)
+    ap.add_argument("--phase", choices=("device", "partitions", "child"), required=True)
+    ap.add_argument("--partition", default=None, help="child: the split, e.g. 8,120")
     ap.add_argument("--out", default=".")
     ap.add_argument("--pool", type=int, default=0)
     ap.add_argument("--launch", default="stock")
     ap.add_argument("--time-limit", type=float, default=300.0)
     a = ap.parse_args()
     if a.phase == "child":
-        child(a.pool, a.launch)
+        child(a.pool, a.launch, [int(x) for x in a.partition.split(",")] if a.partition
+              else None)
+    elif a.phase == "partitions":
+        os.makedirs(a.out, exist_ok=True)
+        partitions(a.out, a.time_limit)
     else:
         os.makedirs(a.out, exist_ok=True)
         device(a.out, a.time_limit)

@@ -110,8 +110,8 @@ def options_config(o: ConfigOptions, wl) -> Config:
 
 def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
     """Refuse a stage the runtime cannot run: a pool of fewer than ``hw.stage_min_sms`` SMs
-    (16 on the H100 and H200: no cuBLAS or cuBLASLt GEMM launched on an 8-SM green context of
-    an H100, ``Hardware.min_stage_sms``), which would stop the run with
+    (16 on the H100 and H200: no cuBLAS or cuBLASLt GEMM launched on the 8-SM pool of an
+    [8, 120] split of an H100, ``Hardware.min_stage_sms``), which would stop the run with
     ``CUBLAS_STATUS_EXECUTION_FAILED`` after minutes of setup.
 
     Args:
@@ -123,8 +123,8 @@ def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
     for d, p in enumerate(alloc):
         if p < hw.stage_min_sms:
             raise ValueError(f"{flag}: stage {d} has {p} SMs; on the {hw.name} the runtime needs "
-                             f"at least {hw.stage_min_sms} per stage (no GEMM launched on "
-                             f"{hw.min_pool_sms}-SM green contexts, measured: docs/verdicts.md)")
+                             f"at least {hw.stage_min_sms} per stage (no GEMM launched on a "
+                             f"{hw.min_pool_sms}-SM stage's pool, measured: docs/verdicts.md)")
 
 
 def record_config(rec, wl) -> Config:

@@ -136,9 +136,11 @@ class Hardware:
         min_stage_sms: smallest pool the search gives a stage (SMs) where the runtime cannot run
             a GEMM on the green-context minimum ``min_pool_sms``: 16 on the H100 and the H200.
             Measured: on one H100 no cuBLAS or cuBLASLt launch of any Llama-3.1-8B GEMM (QKV, O,
-            gate+up, down at M = 64-128) succeeded on an 8-SM green context, every one on
-            16-32 SMs did (``experiments/hw_small_pool_gemm.py``,
-            ``results/hw_verdicts/analytic-v3-tail-plan/diagnosis/small_pool_gemm_h100.json``);
+            gate+up, down at M = 64-128) succeeded on the 8-SM pool of an [8, 120] split (the
+            split a 2-stage pipeline makes), every one on the first pool of [16, 112], [24, 104]
+            and [32, 96] did (``experiments/hw_small_pool_gemm.py``,
+            ``results/hw_verdicts/analytic-v3-tail-plan/diagnosis/small_pool_gemm_h100.json``;
+            `subgpu calibrate`, which makes a single pool, [8], did time GEMMs on 8 SMs);
             on the H200 an 8-SM stage holding the QKV GEMM measured 0.448x where 0.912x was
             predicted (docs/verdicts.md) and `subgpu tune` saw 8-SM pools fail at m = 4
             (docs/tune.md). 0 (the default, the B200's: never measured) = ``min_pool_sms``.
@@ -401,7 +403,7 @@ H200 = Hardware(
     num_sms=132,
     sm_quantum=8,
     min_pool_sms=8,
-    min_stage_sms=16,   # no GEMM launched on an 8-SM green context (the field's docstring)
+    min_stage_sms=16,   # no GEMM launched on the 8-SM pool of [8, 120] (the field's docstring)
     sm_budget=128,
     hbm_bytes=150.1e9,
     hbm_peak_Bps=4.8e12,
@@ -437,7 +439,7 @@ H100 = Hardware(
     num_sms=132,
     sm_quantum=8,
     min_pool_sms=8,
-    min_stage_sms=16,   # no GEMM launched on an 8-SM green context (the field's docstring)
+    min_stage_sms=16,   # no GEMM launched on the 8-SM pool of [8, 120] (the field's docstring)
     sm_budget=128,
     hbm_bytes=85_017_493_504.0,
     hbm_peak_Bps=3.35e12,
