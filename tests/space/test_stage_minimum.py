@@ -85,3 +85,15 @@ def test_run_refuses_a_stage_below_the_runtime_minimum_in_one_line():
 def test_hardware_rejects_a_bad_stage_minimum(bad):
     with pytest.raises(ValueError, match="min_stage_sms"):
         dataclasses.replace(get_hardware("H200"), min_stage_sms=bad)
+
+
+def test_simulate_takes_an_8_sm_stage_and_says_run_refuses_it(capsys):
+    from subgpu_jax.app.cli import main
+    args = ["simulate", "--model", "llama-3.1-8b", "--hardware", "H200", "--gpus", "1",
+            "--batch", "64", "--kv-history", "1024", "--input-len", "1024", "--cuts",
+            "L0.attn", "--no-reuse", "--microbatch", "32", "--sms"]
+    assert main([*args, "8,120"]) == 0
+    out = capsys.readouterr().out
+    assert "note: stage 0 has 8 SMs; `subgpu run` refuses stages below 16 SMs on the H200" in out
+    assert main([*args, "16,112"]) == 0
+    assert "note: stage" not in capsys.readouterr().out
