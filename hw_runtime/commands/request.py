@@ -29,7 +29,7 @@ from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.space.config import Config
 
 __all__ = ["RUN_MODES", "WorkloadOptions", "ConfigOptions", "KernelSettings", "Timing",
-           "RunRequest"]
+           "RunRequest", "check_stage_pools"]
 
 #: ``subgpu run --mode``: the executor's pipelined modes (``hw_runtime.gpu.executor.MODES``
 #: without the temporal baseline, which every run measures too): ``green`` (one green-context
@@ -241,3 +241,22 @@ class RunRequest:
         return ArchOptions(model=w.model, name=w.name, expert_dtype=w.expert_dtype,
                            calibration=self.calibration, moe_gemm=self.kernels.moe_gemm,
                            ep=w.ep, gpus=w.gpus)
+
+
+def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
+    """Refuse a stage the runtime cannot run: a pool of fewer than ``hw.stage_min_sms`` SMs
+    (16 on the H100 and H200: no cuBLAS or cuBLASLt GEMM launched on the 8-SM pool of an
+    [8, 120] split of an H100, ``Hardware.min_stage_sms``), which would stop the run with
+    ``CUBLAS_STATUS_EXECUTION_FAILED`` after minutes of setup.
+
+    Args:
+        alloc: SMs per stage. hw: the ``Hardware`` of ``--hardware``. flag: what the message names.
+
+    Raises:
+        ValueError: one line naming ``flag``, the stage and the minimum.
+    """
+    for d, p in enumerate(alloc):
+        if p < hw.stage_min_sms:
+            raise ValueError(f"{flag}: stage {d} has {p} SMs; on the {hw.name} the runtime needs "
+                             f"at least {hw.stage_min_sms} per stage (no GEMM launched on a "
+                             f"{hw.min_pool_sms}-SM stage's pool, measured: docs/verdicts.md)")

@@ -23,7 +23,8 @@ from hw_runtime.commands.device import note_preset
 from hw_runtime.commands.measure import Measurer
 from hw_runtime.commands.records import other_gpu_search, record_request
 from hw_runtime.commands.report import RunConfig, RunReport, Timed
-from hw_runtime.commands.request import ConfigOptions, KernelSettings, RunRequest
+from hw_runtime.commands.request import (ConfigOptions, KernelSettings, RunRequest,
+                                         check_stage_pools)
 from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES, collective_mode
 
@@ -106,25 +107,6 @@ def options_config(o: ConfigOptions, wl) -> Config:
     if k != 1:
         cfg = dataclasses.replace(cfg, streams_per_stage=k)
     return cfg
-
-
-def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
-    """Refuse a stage the runtime cannot run: a pool of fewer than ``hw.stage_min_sms`` SMs
-    (16 on the H100 and H200: no cuBLAS or cuBLASLt GEMM launched on the 8-SM pool of an
-    [8, 120] split of an H100, ``Hardware.min_stage_sms``), which would stop the run with
-    ``CUBLAS_STATUS_EXECUTION_FAILED`` after minutes of setup.
-
-    Args:
-        alloc: SMs per stage. hw: the ``Hardware`` of ``--hardware``. flag: what the message names.
-
-    Raises:
-        ValueError: one line naming ``flag``, the stage and the minimum.
-    """
-    for d, p in enumerate(alloc):
-        if p < hw.stage_min_sms:
-            raise ValueError(f"{flag}: stage {d} has {p} SMs; on the {hw.name} the runtime needs "
-                             f"at least {hw.stage_min_sms} per stage (no GEMM launched on a "
-                             f"{hw.min_pool_sms}-SM stage's pool, measured: docs/verdicts.md)")
 
 
 def record_config(rec, wl) -> Config:

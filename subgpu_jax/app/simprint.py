@@ -14,6 +14,16 @@ from subgpu_jax.sim.ceiling import describe
 __all__ = ["print_simulation"]
 
 
+def print_stage_minimum(cfg, hw) -> None:
+    """One note line when a stage of ``cfg`` has fewer SMs than ``hw.stage_min_sms``: the
+    simulator takes any green-context pool, the runtime does not (``Hardware.min_stage_sms``)."""
+    small = [d for d, p in enumerate(cfg.alloc) if p < hw.stage_min_sms]
+    if small:
+        print(f"  note: stage {small[0]} has {cfg.alloc[small[0]]} SMs; `subgpu run` refuses "
+              f"stages below {hw.stage_min_sms} SMs on the {hw.name} (no GEMM launched "
+              "on such a pool: docs/verdicts.md), and `subgpu search` never proposes them")
+
+
 def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
                      serving: list[str] = ()) -> None:
     """Print a ``subgpu simulate`` result as text.
@@ -57,11 +67,7 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
               f"{r['per_gpu_tok_s']:13.1f}")
     print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
           f"(m={m}) policy={cfg.policy} streams/stage={cfg.streams_per_stage}")
-    small = [d for d, p in enumerate(cfg.alloc) if p < hw.stage_min_sms]
-    if small:   # the simulator takes any green-context pool; the runtime does not
-        print(f"  note: stage {small[0]} has {cfg.alloc[small[0]]} SMs; `subgpu run` refuses "
-              f"stages below {hw.stage_min_sms} SMs on the {hw.name} (no GEMM launched "
-              "on such a pool: docs/verdicts.md), and `subgpu search` never proposes them")
+    print_stage_minimum(cfg, hw)
     for j, segk in enumerate(res["config"]["segments"]):
         print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
               f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")

@@ -70,7 +70,7 @@ def test_a_simulated_configuration_may_still_hold_an_8_sm_pool():
 
 
 def test_run_refuses_a_stage_below_the_runtime_minimum_in_one_line():
-    from hw_runtime.commands.run import check_stage_pools
+    from hw_runtime.commands.request import check_stage_pools
     hw = get_hardware("H100")
     check_stage_pools([16, 112], hw)
     with pytest.raises(ValueError) as e:
