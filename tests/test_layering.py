@@ -225,15 +225,17 @@ def _names_imported_from(module: str, pkg: str) -> list[tuple[str, str]]:
 
 
 def test_runtime_imports_of_the_option_helpers_are_public():
-    """Every name ``hw_runtime`` imports from ``subgpu_jax.app.options`` is in its ``__all__``;
-    the runtime's command modules live in ``hw_runtime/commands/`` (no ``hw_runtime/cli.py``).
-    Oracle: the list, and the source text of every runtime module."""
-    from subgpu_jax.app import options
+    """Every name ``hw_runtime`` imports from ``subgpu_jax.app.options`` or ``subgpu_jax.app.args``
+    is in that module's ``__all__``; the runtime's command modules live in
+    ``hw_runtime/commands/`` (no ``hw_runtime/cli.py``). Oracle: the lists, and the source text
+    of every runtime module."""
+    from subgpu_jax.app import args, options
 
-    used = _names_imported_from("subgpu_jax.app.options", "hw_runtime")
-    assert used, "the oracle found no import of the option helpers (it must see the runtime's)"
-    bad = [(m, n) for m, n in used if n.split(" as ")[0] not in options.__all__]
-    assert not bad, f"names outside the option helpers' __all__: {bad}"
+    for mod in (options, args):
+        used = _names_imported_from(mod.__name__, "hw_runtime")
+        assert used, f"the oracle found no runtime import of {mod.__name__}"
+        bad = [(m, n) for m, n in used if n.split(" as ")[0] not in mod.__all__]
+        assert not bad, f"names outside {mod.__name__}.__all__: {bad}"
     assert "hw_runtime.cli" not in MODULES and "hw_runtime.commands" in MODULES
 
 

@@ -25,7 +25,8 @@ def cmd_calibrate(a) -> int:
         ValueError: bad options, an output that cannot be written, no GPU with green
             contexts, no ``--hardware`` on a GPU that is none of the presets, or a measured
             calibration that ``--calibration`` would refuse (one line naming the flag)."""
-    from subgpu_jax.app.options import int_list as _int_list, resolve_arch_ep
+    from subgpu_jax.app.options import int_list as _int_list
+    from subgpu_jax.app.args import resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.fit import checked_workload, given_tp_ep

@@ -48,6 +48,6 @@ def a_or_an(name: str) -> str:
 
 def ep_of(a) -> int:
     """``--ep`` or its default for the model (see ``subgpu_jax.app.cli.resolve_arch_ep``)."""
-    from subgpu_jax.app.options import resolve_arch_ep
+    from subgpu_jax.app.args import resolve_arch_ep
 
     return resolve_arch_ep(a)[1]

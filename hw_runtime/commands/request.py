@@ -51,7 +51,7 @@ class WorkloadOptions:
             (``--gpus``). tp, dp: attention TP and DP degrees (``--tp``, ``--dp``). batch: the
             global decode batch G (requests, ``--batch``). input_len, kv_history: prompt length
             and KV history per request (tokens). ep: MoE EP degree (``--ep``; None: the model's
-            default, ``app.options.resolve_arch_ep``). name: the name of a model read from a
+            default, ``app.args.resolve_arch_ep``). name: the name of a model read from a
             config.json (``--name``; None: from the file). expert_dtype: ``--expert-dtype``
             (None: the model's). tp_typed: whether the user typed ``--tp`` (a memory error then
             suggests other flags than ``--tp``: ``app.fit.checked_workload``).

@@ -89,7 +89,8 @@ def spec_from_args(a, hardware: str | None = None):
     Raises:
         ValueError: a bad option, one line naming the flag; no GPU preset given.
     """
-    from subgpu_jax.app.options import int_list, resolve_arch_ep
+    from subgpu_jax.app.options import int_list
+    from subgpu_jax.app.args import resolve_arch_ep
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.score.timer import TIMERS
     from subgpu_jax.space.config import DISPATCH_POLICIES

@@ -18,8 +18,8 @@ from typing import Sequence
 from subgpu_jax.app.commands.search import add_search_parser, cmd_search
 from subgpu_jax.app.commands.simulate import add_simulate_parser, cmd_simulate
 from subgpu_jax.app.commands.space import add_space_parser, cmd_space
-from subgpu_jax.app.options import (OneLineParser, check_bounds, resolve_context,
-                                    resolve_parallelism)
+from subgpu_jax.app.options import OneLineParser
+from subgpu_jax.app.args import check_bounds, resolve_context, resolve_parallelism
 
 __all__ = ["main", "build_parser"]
 

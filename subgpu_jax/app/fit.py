@@ -64,7 +64,7 @@ def fits(arch: ModelArch, dep: Deployment, hw: Hardware) -> bool:
 
 
 def _default_ep(arch: ModelArch, n: int) -> int:
-    """``--ep``'s default for ``n`` GPUs (``options.resolve_arch_ep``)."""
+    """``--ep``'s default for ``n`` GPUs (``args.resolve_arch_ep``)."""
     if not arch.is_moe:
         return 1
     return max(x for x in range(1, n + 1) if n % x == 0 and arch.num_experts % x == 0)

@@ -26,7 +26,7 @@ _PATTERN = re.compile(rf"(?:\bdeployment\.)?\b({_FIELD})\b(=)?")
 
 def derived_terms(a) -> dict[str, str]:
     """The attention TP and DP the user did not type, as what they typed: ``{"attn_dp": "the DP
-    {} that --gpus 3 gives"}`` for ``--gpus 3`` (``options.resolve_parallelism`` derived
+    {} that --gpus 3 gives"}`` for ``--gpus 3`` (``args.resolve_parallelism`` derived
     ``--dp``; ``{}`` takes the value); ``{}`` when both were given or nothing was derived."""
     given = getattr(a, "parallelism_given", None)
     gpus, tp, dp = (getattr(a, f, None) for f in ("gpus", "tp", "dp"))

@@ -1,13 +1,13 @@
-"""Option helpers of the ``subgpu`` command line (``app/cli.py``; ``hw_runtime/commands/`` uses
-them too): comma-separated lists, the model and EP degree, the attention TP x DP defaults for a
-GPU count, the serving options (prompt, KV history and output lengths, KV datatype, MoE
-dispatch, memory budget: ``add_serving_args``, ``resolve_context``, ``serving_options``), and
-the SM split of ``subgpu simulate`` (given, even, or a quick search).
+"""Typed option values of the ``subgpu`` command line (``app/cli.py``; ``hw_runtime/commands/``
+uses them too): comma-separated lists, the model and its options (``ArchOptions``,
+``resolve_arch``), the KV lengths of ``--kv-lengths``, the L2 policy, the one-line parser and
+usage error, and the SM split of ``subgpu simulate`` (given, even, or a quick search). The
+helpers that declare or read a parsed ``Namespace`` are in ``app/args.py``.
 
-The GPU runtime's workflows (``hw_runtime/commands/``, ``hw_runtime/tune/``) use its option
-helpers and import the app's other functions from the modules that define them, with plain
-imports; the runtime core (``hw_runtime/gpu/``, ``plan.py``, ``timeline.py``) imports nothing of
-the app (``tests/test_layering.py``).
+The GPU runtime's workflows (``hw_runtime/commands/``, ``hw_runtime/tune/``) use these helpers
+and import the app's other functions from the modules that define them, with plain imports; the
+runtime core (``hw_runtime/gpu/``, ``plan.py``, ``timeline.py``) imports nothing of the app
+(``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -17,190 +17,9 @@ import math
 import sys
 from dataclasses import dataclass
 
-__all__ = ["int_list", "str_list", "model_of", "ArchOptions", "resolve_arch", "resolve_arch_ep",
-           "resolve_parallelism",
-           "choose_split",
-           "resolve_cache", "usage_error", "add_serving_args", "resolve_context",
-           "serving_options", "serving_args", "KV_DTYPES", "DEFAULT_GPU_MEMORY_UTILIZATION",
-           "kv_lengths_from", "check_bounds", "check_grid_size", "OneLineParser", "INT_OPTIONS",
-           "LIST_OPTIONS", "FLOAT_OPTIONS", "record_config_options", "TOPOLOGY_DEFAULTS",
-           "topology_args"]
-
-#: ``--kv-dtype`` choices: the KV cache's datatype (bf16, or FP8 E4M3 as vLLM's
-#: ``--kv-cache-dtype fp8`` stores it: half the bytes).
-KV_DTYPES = ("bf16", "fp8")
-#: ``--gpu-memory-utilization`` default: vLLM's (``EngineArgs.gpu_memory_utilization`` = 0.9).
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-
-
-def add_serving_args(g, moe: bool = True) -> None:
-    """Declare the serving options on the argument group ``g`` (a workload group that already
-    has ``--input-len`` and ``--kv-history``): ``--output-len``, ``--kv-dtype``,
-    ``--gpu-memory-utilization`` and, with ``moe``, ``--dispatch`` (docs/accounting.md)."""
-    from subgpu_jax.model.routing import DISPATCH_MODES
-
-    g.add_argument("--output-len", type=int, default=None, metavar="N",
-                   help="tokens generated per request: time a whole generation, the KV history "
-                        "growing from --input-len to --input-len + N, and report the time per "
-                        "output token averaged over it (3 steps simulated: start, middle, end). "
-                        "Default: one decode step at --kv-history")
-    g.add_argument("--kv-dtype", default=None, choices=KV_DTYPES,
-                   help="datatype of the KV cache (fp8 halves its bytes, in the step and in the "
-                        "memory check). Default: the model's (bf16)")
-    g.add_argument("--gpu-memory-utilization", type=float,
-                   default=DEFAULT_GPU_MEMORY_UTILIZATION, metavar="U",
-                   help="fraction of each GPU's HBM for weights + KV cache + activations, as "
-                        "vLLM's option of the same name (the rest for CUDA graphs, NCCL, the "
-                        "context); a batch that needs more is refused. Default: 0.9")
-    if moe:
-        g.add_argument("--dispatch", default=DISPATCH_MODES[0], choices=DISPATCH_MODES,
-                       help="MoE dispatch payload: per-expert (one copy of a token per selected "
-                            "expert on another rank, default) or per-rank (one copy per "
-                            "destination rank, deduplicated as DeepEP does)")
-
-
-def resolve_context(a) -> None:
-    """Fill in ``a.input_len`` and ``a.kv_history`` (None when not given) consistently: the one
-    given sets the other (the first decode step after the prompt), 32,768 each when neither is;
-    check ``--output-len`` and ``--gpu-memory-utilization``.
-
-    Raises:
-        ValueError: a KV history shorter than the prompt, ``--kv-history`` with
-            ``--output-len`` (the generation starts at the prompt), ``--output-len`` < 1, or a
-            utilization outside (0, 1] (one line naming the flag).
-    """
-    from subgpu_jax.model.deployment import DEFAULT_CONTEXT
-
-    if not hasattr(a, "input_len"):
-        return
-    out = getattr(a, "output_len", None)
-    if out is not None and out < 1:
-        raise ValueError(f"output-len must be a positive number of tokens, got {out}")
-    if out is not None and a.kv_history is not None:
-        raise ValueError("kv-history: with --output-len the KV history grows from --input-len "
-                         "to --input-len + --output-len; leave out --kv-history")
-    for f in ("input_len", "kv_history"):
-        v = getattr(a, f)
-        if v is not None and v < 1:
-            raise ValueError(f"{f.replace('_', '-')} must be a positive number of tokens, got {v}")
-    if a.input_len is None and a.kv_history is None:
-        a.input_len = a.kv_history = DEFAULT_CONTEXT
-    elif a.kv_history is None:
-        a.kv_history = a.input_len
-    elif a.input_len is None:
-        a.input_len = a.kv_history
-    elif a.kv_history < a.input_len:
-        raise ValueError(f"kv-history: {a.kv_history} tokens is shorter than --input-len "
-                         f"{a.input_len}; the prompt is in the KV cache at every decode step")
-    u = getattr(a, "gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
-    if not 0 < u <= 1:
-        raise ValueError(f"gpu-memory-utilization must be a fraction in (0, 1] of each GPU's "
-                         f"HBM, got {u}")
-
-
-def serving_options(a) -> dict:
-    """``Deployment`` keyword arguments of the serving options (after ``resolve_context``):
-    ``input_len``, ``kv_history``, ``output_len`` (0 = one step), ``gpu_memory_utilization`` and
-    ``dispatch`` (when the command has it)."""
-    out = dict(input_len=a.input_len, kv_history=a.kv_history,
-               output_len=getattr(a, "output_len", None) or 0,
-               gpu_memory_utilization=getattr(a, "gpu_memory_utilization",
-                                              DEFAULT_GPU_MEMORY_UTILIZATION))
-    if getattr(a, "dispatch", None):
-        out["dispatch"] = a.dispatch
-    return out
-
-
-def serving_args(a) -> list[str]:
-    """The serving options of parsed arguments that differ from their defaults, as command-line
-    arguments (``--output-len``, ``--kv-dtype``, ``--gpu-memory-utilization``, ``--dispatch``),
-    for the commands a search prints."""
-    from subgpu_jax.model.routing import DISPATCH_MODES
-
-    args = []
-    if getattr(a, "output_len", None):
-        args += ["--output-len", str(a.output_len)]
-    if getattr(a, "kv_dtype", None):
-        args += ["--kv-dtype", a.kv_dtype]
-    u = getattr(a, "gpu_memory_utilization", DEFAULT_GPU_MEMORY_UTILIZATION)
-    if u != DEFAULT_GPU_MEMORY_UTILIZATION:
-        args += ["--gpu-memory-utilization", f"{u:g}"]
-    if getattr(a, "dispatch", DISPATCH_MODES[0]) != DISPATCH_MODES[0]:
-        args += ["--dispatch", a.dispatch]
-    return args
-
-
-#: The defaults of the topology and traffic options (``app.commands.common.add_topology_args``):
-#: written once, read by the parser and by ``topology_args``.
-TOPOLOGY_DEFAULTS: dict = {"topology": "one-domain", "nvlink_domain": None,
-                           "scaleout_gbps": 50.0, "routing": "uniform", "routing_imbalance": 1.0,
-                           "kv_lengths": None}
-
-
-def topology_args(a, path=str) -> list[str]:
-    """The topology and traffic options of parsed arguments that differ from their defaults
-    (``TOPOLOGY_DEFAULTS``), as command-line arguments, for the commands a search prints:
-    ``--topology``, ``--nvlink-domain``, ``--scaleout-gbps``, ``--routing``,
-    ``--routing-imbalance``, ``--kv-lengths`` (absent options are skipped; ``path`` writes a
-    ``--kv-lengths`` value, e.g. absolute)."""
-    args = []
-    for name, default in TOPOLOGY_DEFAULTS.items():
-        v = getattr(a, name, default)
-        if v != default:
-            args += ["--" + name.replace("_", "-"),
-                     path(v) if name == "kv_lengths" else f"{v:g}" if isinstance(v, float)
-                     else str(v)]
-    return args
-
-
-#: Integer options of every command (attribute -> (lowest, key of ``checks.LIMITS``)), checked
-#: by ``check_bounds`` before any work (absent attributes and None are skipped).
-INT_OPTIONS = {
-    "gpus": (1, "gpus"), "tp": (1, "gpus"), "dp": (1, "gpus"), "ep": (1, "gpus"),
-    "nvlink_domain": (0, "gpus"), "batch": (1, "batch"), "microbatch": (1, "batch"),
-    "input_len": (1, "tokens"), "kv_history": (1, "tokens"), "output_len": (0, "tokens"),
-    "streams_per_stage": (1, "streams"), "l_sim": (1, "passes"), "budget": (1, "grid_points"),
-    "num_processes": (1, "processes"), "process_id": (0, "processes"),
-    "sms": (1, "sms"), "quantum": (1, "sms"), "min_pool": (1, "sms"), "top": (1, "grid_points"),
-    "rounds": (1, "passes"), "replays": (1, "passes"), "warmup": (0, "passes"),
-    "reps": (1, "passes"), "max_rounds": (1, "passes"), "refine_passes": (1, "passes"),
-}
-#: Comma-separated integer lists (attribute -> (lowest, key of ``checks.LIMITS``)).
-LIST_OPTIONS = {"batches": (1, "batch"), "microbatches": (1, "microbatches"),
-                "streams_per_stage": (1, "streams"), "stages": (1, "microbatches")}
-#: Real-valued options (attribute -> (lowest, highest, lowest excluded)).
-FLOAT_OPTIONS = {"scaleout_gbps": (0.01, 1e5, False), "routing_imbalance": (1.0, 1e6, False),
-                 "cluster_timeout": (0.0, 86400.0 * 7, True),
-                 "min_tokens_per_user": (0.0, 1e12, True),
-                 "budget_s": (0.0, 86400.0 * 30, True)}
-
-
-def check_bounds(a) -> None:
-    """Check every count and number of parsed options ``a`` against ``checks.LIMITS`` before
-    any work: one line naming the option and what is allowed (no loop or allocation of the
-    program grows with a number the user gives beyond these limits).
-
-    Raises:
-        ValueError: an integer outside its range, a list item outside it (names the option).
-    """
-    from subgpu_jax.model.checks import LIMITS, bounded_int, finite
-
-    def flag(attr: str) -> str:
-        return "--" + attr.replace("_", "-")
-
-    for attr, (lo, key) in INT_OPTIONS.items():
-        v = getattr(a, attr, None)
-        if v is not None and not isinstance(v, str):
-            bounded_int(v, flag(attr), lo, LIMITS[key])
-    for attr, (lo, key) in LIST_OPTIONS.items():
-        v = getattr(a, attr, None)
-        if isinstance(v, str):
-            for x in int_list(v, flag(attr), unique=False):
-                bounded_int(x, f"{flag(attr)} (each value)", lo, LIMITS[key])
-    for attr, (lo, hi, open_lo) in FLOAT_OPTIONS.items():
-        v = getattr(a, attr, None)
-        if v is not None:
-            finite(v, flag(attr), lo=lo, lo_open=open_lo, hi=hi)
+__all__ = ["int_list", "str_list", "model_of", "ArchOptions", "resolve_arch", "choose_split",
+           "resolve_cache", "usage_error", "kv_lengths_from", "check_grid_size", "OneLineParser",
+           "record_config_options"]
 
 
 def check_grid_size(shapes: int, batches: int, per_deployment: int) -> None:
@@ -392,11 +211,6 @@ class ArchOptions:
                                          "moe_gemm", "dispatch") if f in ns})
 
 
-def resolve_arch_ep(a):
-    """``resolve_arch`` of parsed workload arguments (``ArchOptions.from_args``)."""
-    return resolve_arch(ArchOptions.from_args(a))
-
-
 def resolve_arch(o: ArchOptions):
     """The model (with ``--expert-dtype`` and ``--kv-dtype`` applied) and the MoE EP degree
     (``--ep`` or its default). A ``--calibration`` measured with every module group in bf16
@@ -432,36 +246,6 @@ def resolve_arch(o: ArchOptions):
     if ep is None:  # the largest divisor of both --gpus and the expert count: their gcd
         ep = math.gcd(o.gpus, arch.num_experts) if arch.is_moe and o.gpus >= 1 else 1
     return arch, ep
-
-
-def resolve_parallelism(a) -> None:
-    """Fill in ``a.tp`` / ``a.dp`` left at their defaults (None) for ``a.gpus`` GPUs: the one
-    given determines the other (n = t x d); with neither, t is the largest of 1..8 dividing
-    ``--gpus`` and the model's query heads (``sweep.outer_parallelisms``) and d = n / t. Sets
-    ``a.parallelism_given`` to the options the user gave (``["tp"]``, ``["tp", "dp"]``, ...).
-
-    Raises:
-        ValueError: ``--gpus`` not divisible by the given ``--tp`` or ``--dp`` (one line naming
-            them), or no split fits the model.
-    """
-    if getattr(a, "gpus", None) is None:
-        return
-    a.parallelism_given = [f for f in ("tp", "dp") if getattr(a, f) is not None]
-    if a.tp is not None and a.dp is not None:
-        return
-    if a.gpus < 1:
-        raise ValueError(f"gpus must be a positive integer, got {a.gpus}")
-    if a.tp is not None or a.dp is not None:
-        name, given, other = ("tp", a.tp, "dp") if a.tp is not None else ("dp", a.dp, "tp")
-        if given < 1 or a.gpus % given:
-            raise ValueError(f"{name}: --gpus {a.gpus} is not a multiple of --{name} {given}; "
-                             f"give --{other} too, or a --{name} that divides --gpus")
-        setattr(a, other, a.gpus // given)
-        return
-    from subgpu_jax.app.sweep import outer_parallelisms
-
-    t, d, _ = outer_parallelisms(model_of(a), a.gpus)[-1]
-    a.tp, a.dp = t, d
 
 
 def choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):

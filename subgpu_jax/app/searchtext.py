@@ -10,8 +10,8 @@ import os
 import shlex
 import textwrap
 
-from subgpu_jax.app.options import (record_config_options, resolve_cache, serving_args,
-                                    topology_args)
+from subgpu_jax.app.options import record_config_options, resolve_cache
+from subgpu_jax.app.args import serving_args, topology_args
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import OUTPUT_FILES
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS

@@ -17,7 +17,8 @@ from subgpu_jax.space.config import DEFAULT_POLICY, Config, config_from_options,
 from subgpu_jax.app.args import add_workload_args
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.options import choose_split, int_list, str_list
-from subgpu_jax.app.commands.common import add_topology_args, workload_of
+from subgpu_jax.app.commands.common import workload_of
+from subgpu_jax.app.args import add_topology_args
 
 __all__ = ["add_simulate_parser", "cmd_simulate"]
 

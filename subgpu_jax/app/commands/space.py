@@ -8,7 +8,8 @@ import json
 
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.app.args import add_workload_args
-from subgpu_jax.app.options import int_list, resolve_arch_ep
+from subgpu_jax.app.options import int_list
+from subgpu_jax.app.args import resolve_arch_ep
 
 __all__ = ["add_space_parser", "cmd_space"]
 
