@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hw_runtime.commands.common import ep_of, gpu_check
+from hw_runtime.commands.common import gpu_check
 from hw_runtime.commands.device import note_preset, resolve_hardware
 from hw_runtime.commands.request import KernelSettings
 from subgpu_jax.app.store import atomic_write
@@ -29,7 +29,8 @@ def cmd_calibrate(a) -> int:
     from subgpu_jax.app.args import resolve_arch_ep
     from subgpu_jax.model.graph import Deployment
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.fit import checked_workload, given_tp_ep
+    from subgpu_jax.app.args import given_tp_ep
+    from subgpu_jax.app.fit import checked_workload
     from hw_runtime.gpu.workload import hopper_arch
 
     kernels = KernelSettings.from_args(a, lanes=False)
@@ -44,11 +45,12 @@ def cmd_calibrate(a) -> int:
     for f, v in (("batches", batches), ("microbatches", mbs), ("pools", pools)):
         if not v or any(x < 1 for x in v):
             raise ValueError(f"--{f} must be positive integers, got {v}")
-    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep_of(a),
+    arch, ep = resolve_arch_ep(a)
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
                      global_batch=batches[0], input_len=a.input_len, kv_history=a.kv_history)
     hardware = resolve_hardware(a.hardware)   # default: this GPU's preset
     # memory checked with the experts the calibration runs (bf16 on Hopper)
-    wl = checked_workload(hopper_arch(resolve_arch_ep(a)[0]), dep, get_hardware(hardware),
+    wl = checked_workload(hopper_arch(arch), dep, get_hardware(hardware),
                           *given_tp_ep(a), kv_flag=False)
     for G in batches:
         import dataclasses

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["gpu_check", "json_safe", "ep_of", "a_or_an"]
+__all__ = ["gpu_check", "json_safe", "a_or_an"]
 
 
 def gpu_check() -> None:
@@ -44,10 +44,3 @@ def a_or_an(name: str) -> str:
     """``name`` with its indefinite article, for a GPU's or a preset's name read letter by
     letter where it starts with a capital: ``"an H100"``, ``"an NVIDIA H20"``, ``"a B200"``."""
     return f"{'an' if name[:1] in 'AEFHILMNORSX' else 'a'} {name}"
-
-
-def ep_of(a) -> int:
-    """``--ep`` or its default for the model (see ``subgpu_jax.app.cli.resolve_arch_ep``)."""
-    from subgpu_jax.app.args import resolve_arch_ep
-
-    return resolve_arch_ep(a)[1]

@@ -74,8 +74,8 @@ class WorkloadOptions:
     def from_args(cls, a: argparse.Namespace) -> "WorkloadOptions":
         """The workload options of parsed arguments ``a`` (every option
         ``add_workload_args`` adds; ``a.parallelism_given``, where the CLI set it, says which
-        of ``--tp/--dp`` were typed: ``app.fit.given_tp_ep``)."""
-        from subgpu_jax.app.fit import given_tp_ep
+        of ``--tp/--dp`` were typed: ``app.args.given_tp_ep``)."""
+        from subgpu_jax.app.args import given_tp_ep
 
         return cls(model=a.model, hardware=a.hardware, gpus=a.gpus, tp=a.tp, dp=a.dp,
                    batch=a.batch, input_len=a.input_len, kv_history=a.kv_history, ep=a.ep,

@@ -22,7 +22,8 @@ __all__ = ["DEFAULT_L_SIM", "add_workload_args", "add_strategy_args", "strategie
            "DEFAULT_GPU_MEMORY_UTILIZATION", "add_serving_args", "resolve_context",
            "serving_options", "serving_args", "TOPOLOGY_DEFAULTS", "topology_args", "INT_OPTIONS",
            "LIST_OPTIONS", "FLOAT_OPTIONS", "check_bounds", "resolve_arch_ep",
-           "resolve_parallelism", "TOPOLOGIES", "add_topology_args", "topology_options"]
+           "resolve_parallelism", "TOPOLOGIES", "add_topology_args", "topology_options",
+           "given_tp_ep"]
 
 #: The search grid's defaults, written once: ``subgpu search`` and ``subgpu tune`` take them
 #: (``add_grid_args``), ``hw_runtime.tune.spec.TuneSpec`` too. Comma-separated, as typed.
@@ -50,7 +51,7 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str | None = "B200",
             help text says it), or None for a command that resolves it itself (the runtime's:
             the GPU it runs on); hardware_help: what the help says of that default then.
             serving: add the serving options too (``--output-len``, ``--kv-dtype``,
-            ``--gpu-memory-utilization``, ``--dispatch``: options.py).
+            ``--gpu-memory-utilization``, ``--dispatch``: ``add_serving_args``).
             batch: list ``--batch`` in the help (False for ``search``, which takes
             ``--batches`` and refuses ``--batch`` naming it).
     """
@@ -454,3 +455,11 @@ def topology_options(a) -> dict:
     dom = a.nvlink_domain if a.nvlink_domain is not None else TOPOLOGIES[a.topology]
     return dict(nvlink_domain=dom, scaleout_GBps=a.scaleout_gbps, routing=a.routing,
                 routing_imbalance=a.routing_imbalance)
+
+
+def given_tp_ep(a) -> tuple[int | None, int | None]:
+    """The ``--tp`` and ``--ep`` a user typed (None where left out: ``--tp`` counts as typed
+    only when ``resolve_parallelism`` recorded it in ``a.parallelism_given``), for
+    ``app.fit.checked_workload``'s advice on what makes a deployment fit."""
+    tp = a.tp if "tp" in (getattr(a, "parallelism_given", None) or []) else None
+    return tp, getattr(a, "ep", None)

@@ -20,7 +20,7 @@ from subgpu_jax.model.memory import check_memory, memory_use
 from subgpu_jax.model.models import ModelArch
 
 __all__ = ["params_line", "fits", "fit_options", "not_fit_message", "checked_workload",
-           "check_grid_fits", "given_tp_ep", "MAX_GPUS", "BATCH_STEP"]
+           "check_grid_fits", "MAX_GPUS", "BATCH_STEP"]
 
 #: The largest GPU count ``fit_options`` tries for ``--gpus``.
 MAX_GPUS = 4096
@@ -181,13 +181,6 @@ def not_fit_message(arch: ModelArch, dep: Deployment, hw: Hardware, error: str,
                      f"{MAX_GPUS} GPUs; try a GPU with more memory (--hardware)")
     lines.insert(1, f"  {arch.name}: {params_line(arch)}")  # the model first, then the flags
     return "\n".join(lines)
-
-
-def given_tp_ep(a) -> tuple[int | None, int | None]:
-    """The ``--tp`` and ``--ep`` a user gave on the command line (None where left out), for
-    ``fit_options``."""
-    tp = a.tp if "tp" in (getattr(a, "parallelism_given", None) or []) else None
-    return tp, getattr(a, "ep", None)
 
 
 def checked_workload(arch: ModelArch, dep: Deployment, hw: Hardware, tp: int | None = None,

@@ -1,8 +1,12 @@
 """Typed option values of the ``subgpu`` command line (``app/cli.py``; ``hw_runtime/commands/``
-uses them too): comma-separated lists, the model and its options (``ArchOptions``,
-``resolve_arch``), the KV lengths of ``--kv-lengths``, the L2 policy, the one-line parser and
-usage error, and the SM split of ``subgpu simulate`` (given, even, or a quick search). The
-helpers that declare or read a parsed ``Namespace`` are in ``app/args.py``.
+uses them too): comma-separated lists (``int_list``, ``str_list``), the model and its options
+(``ArchOptions`` with its ``from_args`` constructor, ``model_of``, ``resolve_arch``: they take
+an ``ArchOptions`` or a parsed ``Namespace`` alike), the KV lengths of ``--kv-lengths``, the L2
+policy (``resolve_cache``), the grid-size limit (``check_grid_size``), a search record's
+configuration options (``record_config_options``), the one-line parser and usage error, and the
+SM split of ``subgpu simulate`` (given, even, or a quick search: ``choose_split``,
+``split_effect``). The helpers that declare options or read and complete a parsed
+``Namespace`` are in ``app/args.py``.
 
 The GPU runtime's workflows (``hw_runtime/commands/``, ``hw_runtime/tune/``) use these helpers
 and import the app's other functions from the modules that define them, with plain imports; the
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 
 __all__ = ["int_list", "str_list", "model_of", "ArchOptions", "resolve_arch", "choose_split",
            "resolve_cache", "usage_error", "kv_lengths_from", "check_grid_size", "OneLineParser",
-           "record_config_options"]
+           "record_config_options", "split_effect"]
 
 
 def check_grid_size(shapes: int, batches: int, per_deployment: int) -> None:

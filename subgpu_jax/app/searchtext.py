@@ -1,7 +1,7 @@
 """The text a search job prints: configuration-level speedups first, the frontiers, the
 matched gains where both frontiers have points nearby, the validation status of the predictions,
 then the files written and the next commands (``subgpu simulate`` reproducing the best
-configuration, ``subgpu run --from-search``). Used by ``subgpu search`` (``app/cli.py``).
+configuration, ``subgpu run --from-search``). Used by ``subgpu search`` (``app/commands/search.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The text ``subgpu simulate`` prints: the workload (with the model's parameter counts), the
 temporal baseline and the configuration, utilisation and kernel residence, the speedup, the
 overlap ceiling, how the SM split was chosen, and which model made these predictions with the
-error figures that apply to them (``provenance.prediction_note``). Used by ``app/cli.py``.
+error figures that apply to them (``provenance.prediction_note``). Used by
+``app/commands/simulate.py``.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def test_all_parallelisms_for_16_gpus(tmp_path, capsys):
     ([], 8, 4),                          # the reference deployment, unchanged
 ])
 def test_tp_dp_defaults_follow_gpus(args, tp, dp):
-    from subgpu_jax.app.cli import resolve_parallelism
+    from subgpu_jax.app.args import resolve_parallelism
 
     a = build_parser().parse_args(["simulate", *args])
     resolve_parallelism(a)
@@ -290,7 +290,7 @@ def test_from_search_for_another_gpu_is_refused_with_the_way_out(small_search, t
 def test_b200_search_prints_how_to_get_an_h200_search(capsys):
     """After a B200 search the next steps include an H200 search with the same grid: the
     printed command parses and keeps the grid and deployment."""
-    from subgpu_jax.app.cli import resolve_parallelism
+    from subgpu_jax.app.args import resolve_parallelism
     from subgpu_jax.app.searchtext import print_next_steps
 
     a = build_parser().parse_args(["search", "--batches", "512,1024", "--out", "runs/x"])

@@ -1,7 +1,7 @@
 """The bodies of the ``subgpu`` sub-commands of this package, one module per command:
 ``simulate``, ``search`` and ``space``, each with the ``add_*_parser`` that adds its
-sub-parser and the ``cmd_*`` that runs it; ``common`` holds what two of them share (the topology
-and traffic options, the checked workload). ``app.cli`` builds the parser from them and
+sub-parser and the ``cmd_*`` that runs it; ``common`` holds the checked workload of parsed options
+(``workload_of``); the options themselves are in ``app/args.py``. ``app.cli`` builds the parser from them and
 dispatches. They import ``app`` and lower layers, never ``app.cli`` (under ``python -m
 subgpu_jax.app.cli`` that module is ``__main__``: importing it again would load it twice).
 

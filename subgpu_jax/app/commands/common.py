@@ -1,11 +1,12 @@
-"""What the ``simulate`` and ``search`` command bodies share: the checked workload of parsed
-workload options (the options themselves are declared and read in ``app/args.py``)."""
+"""The checked workload of parsed workload options (``workload_of``), for the command bodies
+(``simulate``; the options themselves are declared and read in ``app/args.py``)."""
 
 from __future__ import annotations
 
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.app.options import kv_lengths_from
-from subgpu_jax.app.args import resolve_arch_ep, serving_options, topology_options
+from subgpu_jax.app.args import (given_tp_ep, resolve_arch_ep, serving_options,
+                                 topology_options)
 
 __all__ = ["workload_of"]
 
@@ -14,7 +15,7 @@ def workload_of(a):
     """The checked ``Workload`` of parsed workload options (``app.fit.checked_workload``: a
     deployment that does not fit the GPU's memory is refused naming the flags that make it fit),
     with the topology and traffic options where the command has them."""
-    from subgpu_jax.app.fit import checked_workload, given_tp_ep
+    from subgpu_jax.app.fit import checked_workload
     from subgpu_jax.model.hardware import get_hardware
 
     arch, ep = resolve_arch_ep(a)
