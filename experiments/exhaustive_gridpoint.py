@@ -141,7 +141,7 @@ def main() -> None:
     a = ap.parse_args()
     t_start = time.perf_counter()
     hw = dataclasses.replace(get_hardware(a.hardware), sm_quantum=a.quantum,
-                             min_pool_sms=a.minimum, sm_budget=a.budget)
+                             min_pool_sms=a.minimum, sm_budget=a.budget, min_stage_sms=0)
     m, D = a.microbatches, a.D
     kopts = {k: v for k, v in (("block", a.block), ("num_warps", a.num_warps)) if v is not None}
     try:
@@ -159,7 +159,7 @@ def main() -> None:
         n = chain.n
         dag = build_task_dag(n, chain.edges, chain.cross_edges, chain_cut(n, range(1, D + w)),
                              D, w, L, m)
-        return MassiveEvaluator(dag, table, D, w, hw.sm_budget, hw.sm_quantum, hw.min_pool_sms,
+        return MassiveEvaluator(dag, table, D, w, hw.sm_budget, hw.sm_quantum, hw.stage_min_sms,
                                 mode="chain", **kw), table, chain, model
 
     if a.optimum_from:

@@ -69,7 +69,7 @@ def other_gpu_search(folder: str, searched: list[str], hardware: str) -> str:
             f"`subgpu run --from-search DIR`, or run this one on {there}")
 
 
-def top_records(records: list[dict], k: int, hardware: str, folder: str
+def top_records(records: list[dict], k: int, hardware: str, folder: str, green: bool = True
                 ) -> dict[int, list[dict]]:
     """Per global batch: the temporal record, then the ``k`` SubGPU records with the shortest
     predicted makespan.
@@ -77,9 +77,14 @@ def top_records(records: list[dict], k: int, hardware: str, folder: str
     Args:
         records: the search's records (``search_records``). k: records per batch (>= 1).
         hardware: the run's ``--hardware`` spec. folder: the search folder (named in errors).
+        green: the records will run on green contexts (``--mode green``): a record with a
+            stage below the runtime's minimum (``request.check_stage_pools``; a search made
+            before that minimum) is refused here, before any GPU work.
 
     Raises:
-        ValueError: ``k`` < 1, or records made for another GPU (``other_gpu_search``'s line).
+        ValueError: ``k`` < 1, records made for another GPU (``other_gpu_search``'s line), or
+            a selected record with a stage the runtime refuses (one line naming
+            ``--from-search``).
     """
     if k < 1:
         raise ValueError(f"--top must be >= 1, got {k}")
@@ -94,10 +99,16 @@ def top_records(records: list[dict], k: int, hardware: str, folder: str
     for r in records:
         by.setdefault(int(r["global_batch"]), []).append(r)
     out = {}
+    hw = get_hardware(hardware)
     for G, rs in sorted(by.items()):
         tmp = [r for r in rs if r["mode"] == "temporal"]
         sub = sorted((r for r in rs if r["mode"] != "temporal"), key=lambda r: r["makespan_us"])
         out[G] = tmp[:1] + sub[:k]
+        for r in out[G]:   # before any GPU work: a record the runtime refuses (older searches)
+            if green and r["mode"] == "subgpu" and r.get("sms"):
+                from hw_runtime.commands.request import check_stage_pools
+                check_stage_pools([int(x) for x in str(r["sms"]).split("|")], hw,
+                                  f"--from-search {folder}: the G={G} record with SMs {r['sms']}")
     return out
 
 

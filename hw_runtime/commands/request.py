@@ -258,5 +258,6 @@ def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
     for d, p in enumerate(alloc):
         if p < hw.stage_min_sms:
             raise ValueError(f"{flag}: stage {d} has {p} SMs; on the {hw.name} the runtime needs "
-                             f"at least {hw.stage_min_sms} per stage (no GEMM launched on a "
-                             f"{hw.min_pool_sms}-SM stage's pool, measured: docs/verdicts.md)")
+                             f"at least {hw.stage_min_sms} per stage (cuBLAS failed on the "
+                             f"smallest pools of an H100: docs/verdicts.md); a search made "
+                             f"today never proposes fewer")

@@ -183,11 +183,17 @@ def prepare_run(req: RunRequest) -> PreparedRun:
                           kv_flag=False)
     hw = wl.hw
     rec = req.config.record
+    green = req.mode == "green"   # plain streams (multistream) use no SM pool
+    if rec is None and green and req.config.sms:   # the runtime's minimum named first
+        from subgpu_jax.app.options import int_list
+        check_stage_pools(int_list(req.config.sms, "sms", unique=False), hw)
     if rec is not None:  # a search record (--from-search): its configuration, one decoding
         cfg = record_config(rec, wl)
     else:
         cfg = options_config(req.config, wl)
-    check_stage_pools(cfg.alloc, hw, "the record's SMs" if rec is not None else "--sms")
+    if green:
+        check_stage_pools(cfg.alloc, hw, "--from-search: the record" if rec is not None
+                          else "--sms")
     m = wl.microbatches_of(cfg.microbatch)
     from subgpu_jax.model.setup import GpuSetup
 

@@ -25,7 +25,7 @@ def run_top(req: RunRequest) -> int:
     if req.top < 1:
         raise ValueError(f"--top must be >= 1, got {req.top}")
     groups = top_records(search_records(req.from_search), req.top, req.workload.hardware,
-                         req.from_search)
+                         req.from_search, green=req.mode == "green")
     from subgpu_jax.model.checks import out_dir as _out_dir, replaceable_file
 
     out_dir = str(_out_dir(req.out_dir or req.from_search, "--out-dir"))  # before any GPU work

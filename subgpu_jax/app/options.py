@@ -274,11 +274,17 @@ def choose_split(wl, hw, cfg, m: int, how: str, exact, duration_model, score):
 
     from subgpu_jax.space.config import even_allocation
 
-    even = even_allocation(hw.sm_budget, cfg.D, hw.sm_quantum, hw.stage_min_sms).tolist()
+    even = even_allocation(hw.sm_budget, cfg.D, hw.sm_quantum,
+                           hw.even_split_min_sms(cfg.D)).tolist()
     info: dict = {"how": how if how in ("search", "even") else "given",
                   "even_split": [int(x) for x in even]}
     if info["how"] != "search":
         return cfg, info
+    if cfg.D * hw.stage_min_sms > hw.sm_budget:   # the search's space is empty
+        raise ValueError(f"cuts: {cfg.D} stages of at least {hw.stage_min_sms} SMs (the "
+                         f"runtime's minimum on the {hw.name}) need {cfg.D * hw.stage_min_sms} "
+                         f"> {hw.sm_budget} SMs; give fewer --cuts, or --sms (or --sms even) to "
+                         f"simulate smaller stages")
     from subgpu_jax.search import Problem, allocate_pairwise
 
     prob = Problem(wl, hw, duration_model,

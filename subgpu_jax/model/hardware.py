@@ -277,6 +277,14 @@ class Hardware:
         green context's minimum) and ``min_stage_sms`` (the runtime's, where measured)."""
         return max(int(self.min_pool_sms), int(self.min_stage_sms))
 
+    def even_split_min_sms(self, D: int) -> int:
+        """The pool minimum of an even split of the budget into ``D`` stages (the default
+        ``--sms`` of ``simulate``/``run``): ``stage_min_sms`` where ``D`` such stages fit the
+        budget, else the green context's ``min_pool_sms`` (a configuration the simulator takes
+        and ``subgpu run`` refuses)."""
+        return self.stage_min_sms if D * self.stage_min_sms <= self.sm_budget \
+            else int(self.min_pool_sms)
+
     def compute_dtype(self, dtype: str) -> str:
         """Return the tensor datatype a kernel with operands of ``dtype`` computes in (str).
 

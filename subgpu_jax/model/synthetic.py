@@ -16,13 +16,16 @@ from subgpu_jax.model.workload import Workload
 
 def coarse_hardware(base: str = "H200", quantum: int = 16, minimum: int = 16,
                     budget: int = 128) -> Hardware:
-    """A preset with a coarse SM quantum, for small exhaustively solvable instances.
+    """A preset with a coarse SM quantum, for small exhaustively solvable instances: its pools
+    are multiples of ``quantum`` of at least ``minimum`` SMs summing to ``budget``, with no
+    runtime stage minimum (``min_stage_sms`` 0: ``minimum`` is every stage's), so searches and
+    exhaustive enumerations of it see one space.
 
     Raises:
         ValueError: from ``Hardware`` (names the field), e.g. a budget of 0.
     """
     return dataclasses.replace(get_hardware(base), sm_quantum=quantum, min_pool_sms=minimum,
-                               sm_budget=budget)
+                               sm_budget=budget, min_stage_sms=0)
 
 
 def synthetic_workload(seed: int, n: int | None = None, chain: bool | None = None,

@@ -606,7 +606,7 @@ def config_from_options(wl: Workload, cuts: Sequence[int | str] | None,
                          "sharing stage 0 with the first); give another cut or --no-reuse")
     D = K - (1 if reuse else 0)
     alloc = list(sms) if sms else even_allocation(hw.sm_budget, D, hw.sm_quantum,
-                                                  hw.stage_min_sms).tolist()
+                                                  hw.even_split_min_sms(D)).tolist()
     b = microbatch if microbatch is not None else max(1, wl.batch // 2)
     try:
         return workload_config(wl, starts, alloc, b, reuse, policy)

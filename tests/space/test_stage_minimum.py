@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 import json
 import os
 
@@ -97,3 +98,92 @@ def test_simulate_takes_an_8_sm_stage_and_says_run_refuses_it(capsys):
     assert "note: stage 0 has 8 SMs; `subgpu run` refuses stages below 16 SMs on the H200" in out
     assert main([*args, "16,112"]) == 0
     assert "note: stage" not in capsys.readouterr().out
+
+
+W8 = ["--model", "llama-3.1-8b", "--gpus", "1", "--kv-history", "1024", "--input-len", "1024"]
+
+
+def test_search_refuses_more_stages_than_the_minimum_allows_before_writing(tmp_path, capsys):
+    """9 stages of >= 16 SMs need 144 > 128 SMs: one line naming --stages and the limit (8),
+    exit 2, nothing written (a half-made store would block the corrected run)."""
+    from subgpu_jax.app.cli import main
+    out = tmp_path / "s"
+    rc = main(["search", "--hardware", "H200", *W8, "--batches", "64", "--stages", "2,9",
+               "--microbatches", "2", "--no-progress", "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err == ["error: --stages: at most 8 on the H200 (16 SMs per stage of its "
+                               "128), got 9"]
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_simulate_nine_stages_takes_8_sm_pools_with_the_note(capsys):
+    """D = 9 cannot give every stage 16 SMs: the even split falls back to the green context's
+    8 (``Hardware.even_split_min_sms``), as does a given split, each with the note."""
+    from subgpu_jax.app.cli import main
+    hw = get_hardware("H200")
+    assert hw.even_split_min_sms(8) == 16 and hw.even_split_min_sms(9) == 8
+    base = ["simulate", "--hardware", "H200", *W8, "--batch", "64", "--microbatch", "32",
+            "--cuts", "1,2,3,4,5,6,7,8", "--no-reuse", "--simulator", "static"]
+    for extra in (["--sms", "even"], ["--sms", "8,8,8,8,8,8,8,8,64"]):
+        assert main([*base, *extra]) == 0, capsys.readouterr().err
+        assert re.search(r"note: stage \d has 8 SMs; `subgpu run` refuses", capsys.readouterr().out)
+    assert main(base) == 2   # the quick search of the split has no space: one line
+    assert capsys.readouterr().err.strip() == (
+        "error: cuts: 9 stages of at least 16 SMs (the runtime's minimum on the H200) need "
+        "144 > 128 SMs; give fewer --cuts, or --sms (or --sms even) to simulate smaller stages")
+
+
+def test_coarse_hardware_has_one_space_for_any_quantum():
+    """A hypothetical quantum (the exhaustive experiments) sets the stage minimum too."""
+    from subgpu_jax.model.synthetic import coarse_hardware
+    for q in (8, 12, 24, 32):
+        hw = coarse_hardware("H200", quantum=q, minimum=q, budget=120 if q in (12, 24) else 128)
+        assert hw.stage_min_sms == hw.min_pool_sms == q
+
+
+def test_run_top_refuses_an_old_record_below_the_minimum_before_any_gpu_work():
+    from hw_runtime.commands.records import top_records
+    recs = [{"global_batch": 64, "mode": "temporal", "makespan_us": 10.0, "hardware": "H200"},
+            {"global_batch": 64, "mode": "subgpu", "makespan_us": 9.0, "sms": "8|120",
+             "hardware": "H200"},
+            {"global_batch": 64, "mode": "subgpu", "makespan_us": 9.5, "sms": "16|112",
+             "hardware": "H200"}]
+    assert len(top_records(recs, 1, "H200", "DIR", green=False)[64]) == 2
+    assert len(top_records(recs[::2], 1, "H200", "DIR")[64]) == 2
+    with pytest.raises(ValueError) as e:
+        top_records(recs, 2, "H200", "DIR")
+    assert str(e.value).startswith("--from-search DIR: the G=64 record with SMs 8|120: stage 0 "
+                                   "has 8 SMs; on the H200 the runtime needs at least 16")
+
+
+def test_run_names_the_runtime_minimum_first_and_multistream_needs_no_pool(capsys):
+    """``subgpu run --sms 0,128`` names the runtime's 16, not the green context's 8; under
+    ``--mode multistream`` (plain streams, no pool) an 8-SM split passes the check and the run
+    stops later, at the GPU check of this CPU machine."""
+    from subgpu_jax.app.cli import main
+    run = ["run", "--hardware", "H200", *W8, "--batch", "64", "--cuts", "L0.attn",
+           "--no-reuse", "--microbatch", "32"]
+    assert main([*run, "--sms", "0,128"]) == 2
+    assert "--sms: stage 0 has 0 SMs; on the H200 the runtime needs at least 16" in \
+        capsys.readouterr().err
+    main([*run, "--sms", "8,120", "--mode", "multistream"])
+    assert "needs at least 16" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra,line", [
+    ([], ">= 16 per stage"), (["--quantum", "8"], "quanta of 8, >= 16 per stage"),
+    (["--quantum", "4"], "quanta of 4, >= 16 per stage"),
+    (["--quantum", "32"], "quanta of 32, >= 32 per stage"),
+    (["--min-pool", "8"], "quanta of 8, >= 8 per stage")])
+def test_space_keeps_the_stage_minimum_unless_min_pool_is_given(extra, line, capsys):
+    from subgpu_jax.app.cli import main
+    assert main(["space", "--chain", "40", "--hardware", "H200", *extra]) == 0
+    assert line in capsys.readouterr().out.splitlines()[0]
+
+
+def test_space_names_a_quantum_that_does_not_divide_the_budget(capsys):
+    from subgpu_jax.app.cli import main
+    assert main(["space", "--chain", "40", "--hardware", "H200", "--quantum", "3"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: quantum: 3 SMs does not divide the SM "
+                                               "budget 128 (--sms); give a --quantum that "
+                                               "divides it")

@@ -277,6 +277,10 @@ def cmd_search(a) -> int:
     hw = get_hardware(a.hardware)
     batches, stages, mbs, pols = _grid_lists(a)
     pars, shapes = _parallelisms(a, arch, stages)
+    most = hw.sm_budget // hw.stage_min_sms
+    if max(stages) > most:
+        raise ValueError(f"--stages: at most {most} on the {hw.name} ({hw.stage_min_sms} SMs per "
+                         f"stage of its {hw.sm_budget}), got {max(stages)}")
     opts, serving = _deployment_options(a, arch, hw, pars, batches)
     skipped: list = []
     ks = int_list(a.streams_per_stage, "streams-per-stage")

@@ -28,7 +28,7 @@ def add_space_parser(sub: argparse._SubParsersAction) -> None:
     sp.add_argument("--sms", type=int, default=None,
                     help="SM budget to split (SMs). Default: the hardware's budget")
     sp.add_argument("--quantum", type=int, default=None,
-                    help="SM quantum g (SMs). Default: the hardware's")
+                    help="SM quantum g (SMs). Default: the hardware's (8 on the H100/H200)")
     sp.add_argument("--min-pool", type=int, default=None,
                     help="minimum SMs per stage. Default: the hardware's")
     sp.add_argument("--json", action="store_true", help="print machine-readable JSON")
@@ -62,12 +62,17 @@ def cmd_space(a) -> int:
         label = f"{arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
     budget = a.sms if a.sms is not None else hw.sm_budget
     q = a.quantum if a.quantum is not None else hw.sm_quantum
-    mn = a.min_pool if a.min_pool is not None else max(q, hw.stage_min_sms if a.quantum is None else q)
+    # default minimum: the GPU's stage minimum, rounded up to the quantum (0 < q: checked below)
+    mn = a.min_pool if a.min_pool is not None else \
+        max(q, -(-hw.stage_min_sms // q) * q) if q > 0 else q
     for f, v in (("sms", budget), ("quantum", q), ("min-pool", mn)):
         if v <= 0:
             raise ValueError(f"{f} must be a positive integer, got {v}")
-    if budget % q or mn % q:
-        raise ValueError(f"sms ({budget}) and min-pool ({mn}) must be multiples of quantum ({q})")
+    if budget % q:
+        raise ValueError(f"quantum: {q} SMs does not divide the SM budget {budget} (--sms); give "
+                         f"a --quantum that divides it")
+    if mn % q:
+        raise ValueError(f"min-pool: {mn} SMs is not a multiple of the quantum {q}")
     if mn > budget:
         raise ValueError(f"min-pool ({mn}) must not exceed the SM budget ({budget})")
     rows = []
