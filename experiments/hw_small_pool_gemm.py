@@ -96,17 +96,18 @@ PARTITIONS = (("8", [8]), ("8+120", [8, 120]), ("120+8", [120, 8]), ("8+8+112", 
               ("8+56+64", [8, 56, 64]), ("16", [16]))
 
 
-def partitions(out: str, time_limit: float) -> None:
+def partitions(out: str, time_limit: float, splits=PARTITIONS,
+               name: str = "small_pool_gemm_partitions.json") -> None:
     """Phase ``partitions``: stock and cuBLASLt launches on the first smallest pool of each
-    split of ``PARTITIONS`` -> ``small_pool_gemm_partitions.json``."""
+    split of ``splits`` (default ``PARTITIONS``) -> ``name`` under ``out``."""
     import torch
     res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "shapes": SHAPES, "tokens": TOKENS, "reps": REPS, "runs": []}
     t0 = time.time()
-    for name, sizes in PARTITIONS:
+    for label, sizes in splits:
         for launch in ("stock", "lt", f"lt@{min(sizes)}"):
             if time.time() - t0 > time_limit:
-                res["runs"].append({"partition": name, "launch": launch, "error": "time limit"})
+                res["runs"].append({"partition": label, "launch": launch, "error": "time limit"})
                 continue
             p = subprocess.run([sys.executable, __file__, "--phase", "child", "--pool",
                                 str(min(sizes)), "--launch", launch, "--partition",
@@ -125,14 +126,21 @@ def partitions(out: str, time_limit: float) -> None:
             root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..")) + os.sep
             err = [x.replace(root, "") for x in p.stderr.splitlines()
                    if "Error" in x or "CUBLAS" in x][-1:] if p.returncode else []
-            res["runs"].append({"partition": name, "sizes": sizes, "launch": launch,
+            res["runs"].append({"partition": label, "sizes": sizes, "launch": launch,
                                 "rc": p.returncode, "split": info, "ok": len(rows),
                                 "died_in": last if p.returncode else None, "error": err,
                                 "rows": rows})
-            print(f"partition {name:8s} {launch:6s} rc={p.returncode} ok={len(rows)} "
+            print(f"partition {label:8s} {launch:6s} rc={p.returncode} ok={len(rows)} "
                   f"{(info or {}).get('method')}", flush=True)
-            with open(os.path.join(out, "small_pool_gemm_partitions.json"), "w") as f:
+            with open(os.path.join(out, name), "w") as f:
                 json.dump(res, f, indent=1)
+
+
+#: 16-SM pools (the stage minimum, ``Hardware.min_stage_sms``) in chained splits like those
+#: whose 8-SM pool failed: is the minimum safe?
+PARTITIONS_16 = (("16+112", [16, 112]), ("112+16", [112, 16]), ("16+56+56", [16, 56, 56]),
+                 ("16+16+96", [16, 16, 96]), ("56+16+56", [56, 16, 56]),
+                 ("16+40+72", [16, 40, 72]))
 
 
 def device(out: str, time_limit: float) -> None:
@@ -173,7 +181,8 @@ def device(out: str, time_limit: float) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--phase", choices=("device", "partitions", "child"), required=True)
+    ap.add_argument("--phase", choices=("device", "partitions", "partitions16", "child"),
+                    required=True)
     ap.add_argument("--partition", default=None, help="child: the split, e.g. 8,120")
     ap.add_argument("--out", default=".")
     ap.add_argument("--pool", type=int, default=0)
@@ -186,6 +195,9 @@ def main() -> None:
     elif a.phase == "partitions":
         os.makedirs(a.out, exist_ok=True)
         partitions(a.out, a.time_limit)
+    elif a.phase == "partitions16":
+        os.makedirs(a.out, exist_ok=True)
+        partitions(a.out, a.time_limit, PARTITIONS_16, "small_pool_gemm_partitions16.json")
     else:
         os.makedirs(a.out, exist_ok=True)
         device(a.out, a.time_limit)
