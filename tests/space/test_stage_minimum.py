@@ -187,3 +187,16 @@ def test_space_names_a_quantum_that_does_not_divide_the_budget(capsys):
     assert capsys.readouterr().err.strip() == ("error: quantum: 3 SMs does not divide the SM "
                                                "budget 128 (--sms); give a --quantum that "
                                                "divides it")
+
+
+def test_the_16_sm_pool_of_every_probed_split_ran_every_gemm():
+    """The minimum's safety check (``partitions16`` phase on one H100): the 16-SM pool of six
+    splits, three made by the driver's chained split like the failing 8-SM ones, ran all 12
+    GEMM shapes under stock cuBLAS, cuBLASLt and cuBLASLt planned for 16 SMs."""
+    d = json.load(open(PROBE.replace("small_pool_gemm_h100", "small_pool_gemm_partitions16_h100")))
+    assert len(d["runs"]) == 18
+    assert all(r["rc"] == 0 and r["ok"] == 12 and min(r["sizes"]) == 16 for r in d["runs"])
+    assert sum(r["split"]["method"].startswith("bycount-chain") for r in d["runs"]) == 9
+    p8 = json.load(open(PROBE.replace("small_pool_gemm_h100", "small_pool_gemm_partitions_h100")))
+    failed = {r["partition"] for r in p8["runs"] if r["rc"] != 0}
+    assert failed == {"8+120", "120+8", "8+56+64"}
