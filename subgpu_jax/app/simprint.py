@@ -15,14 +15,21 @@ from subgpu_jax.sim.ceiling import describe
 __all__ = ["print_simulation"]
 
 
-def print_stage_minimum(cfg, hw) -> None:
-    """One note line when a stage of ``cfg`` has fewer SMs than ``hw.stage_min_sms``: the
-    simulator takes any green-context pool, the runtime does not (``Hardware.min_stage_sms``)."""
+def print_config(cfg, m: int, rc: dict, hw) -> None:
+    """The configuration's lines: D, w, SMs, microbatch, policy, streams; a note when a stage
+    has fewer SMs than ``hw.stage_min_sms`` (the simulator takes any green-context pool, the
+    runtime does not: ``Hardware.min_stage_sms``); then each segment's stage and kernels
+    (``rc``: the result's ``config`` entry)."""
+    print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
+          f"(m={m}) policy={cfg.policy} streams/stage={cfg.streams_per_stage}")
     small = [d for d, p in enumerate(cfg.alloc) if p < hw.stage_min_sms]
     if small:
         print(f"  note: stage {small[0]} has {cfg.alloc[small[0]]} SMs; `subgpu run` refuses "
               f"stages below {hw.stage_min_sms} SMs on the {hw.name} (no GEMM launched "
               "on such a pool: docs/verdicts.md), and `subgpu search` never proposes them")
+    for j, segk in enumerate(rc["segments"]):
+        print(f"  segment {j} -> stage {rc['stage_of_segment'][j]}: "
+              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")
 
 
 def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
@@ -66,12 +73,7 @@ def print_simulation(a, res: dict, wl, cfg, m: int, fp1, hw, deploy=None,
     for name, r in (("temporal", res["temporal"]), ("config", res["config"])):
         print(f"{name:10s}{r['makespan_us']:15.1f}{r['per_user_tok_s']:13.2f}"
               f"{r['per_gpu_tok_s']:13.1f}")
-    print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
-          f"(m={m}) policy={cfg.policy} streams/stage={cfg.streams_per_stage}")
-    print_stage_minimum(cfg, hw)
-    for j, segk in enumerate(res["config"]["segments"]):
-        print(f"  segment {j} -> stage {res['config']['stage_of_segment'][j]}: "
-              f"{segk[0]} .. {segk[-1]} ({len(segk)} kernel{'s' if len(segk) != 1 else ''})")
+    print_config(cfg, m, res["config"], hw)
     if extra_c:
         print(f"{'':10s}{'L2 hit':>9s}{'HBM util':>10s}{'SM util':>9s}   kernel residence per "
               "category (µs)")
