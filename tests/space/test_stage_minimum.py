@@ -200,3 +200,14 @@ def test_the_16_sm_pool_of_every_probed_split_ran_every_gemm():
     p8 = json.load(open(PROBE.replace("small_pool_gemm_h100", "small_pool_gemm_partitions_h100")))
     failed = {r["partition"] for r in p8["runs"] if r["rc"] != 0}
     assert failed == {"8+120", "120+8", "8+56+64"}
+
+
+def test_simulate_json_lists_the_stages_run_refuses(capsys):
+    from subgpu_jax.app.cli import main
+    args = ["simulate", "--model", "llama-3.1-8b", "--hardware", "H200", *W8, "--batch", "64",
+            "--cuts", "L0.attn", "--no-reuse", "--microbatch", "32", "--json",
+            "--simulator", "static", "--sms"]
+    for sms, refused in (("8,120", [0]), ("120,8", [1]), ("16,112", [])):
+        assert main([*args, sms]) == 0
+        ch = json.loads(capsys.readouterr().out)["sms_choice"]
+        assert ch["runtime_min_stage_sms"] == 16 and ch["stages_run_refuses"] == refused

@@ -338,6 +338,10 @@ def _result(a, wl, full, mem, fp1, setup, timer, t: _Timed, m, gen) -> dict:
     res["sms_choice"] = {k: v for k, v in split.items() if k != "even_makespan_us"}
     if "even_makespan_us" in split:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
+    # the runtime's smallest stage (Hardware.min_stage_sms; the text's note says the same)
+    res["sms_choice"]["runtime_min_stage_sms"] = hw.stage_min_sms
+    res["sms_choice"]["stages_run_refuses"] = [d for d, p in enumerate(cfg.alloc)
+                                               if p < hw.stage_min_sms]
     if timer.reference:  # what --gantt/--utilization/--trace draw of the step
         res["figures_show"] = t.figures_show
     if t.trace_shows is not None:
