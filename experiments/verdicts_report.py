@@ -170,8 +170,7 @@ def split_outside_space(rows: list[dict], stage_min_sms: int) -> tuple[list[dict
     """``(inside, outside)``: green-context rows with a stage of fewer than ``stage_min_sms``
     SMs (``Hardware.stage_min_sms``: the search no longer proposes them and ``subgpu run``
     refuses them, since no GEMM launched on the 8-SM pool of an [8, 120] split of an H100) are
-    outside the
-    product's space. The digest still judges them and fits them into its bands (they measured
+    outside the product's space. The digest still judges them and fits them into its bands (they measured
     the model on configurations it chose); ``outside_space.if_excluded`` reports the held-out
     summary without them. Multistream rows run on the whole GPU and are always inside."""
     inside, outside = [], []

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from hw_runtime.commands.common import a_or_an
-from hw_runtime.commands.request import ConfigOptions, RunRequest
+from hw_runtime.commands.request import ConfigOptions, RunRequest, check_stage_pools
+from subgpu_jax.space.config import Config
 
 __all__ = ["search_records", "other_gpu_search", "top_records", "record_request"]
 
@@ -106,8 +107,7 @@ def top_records(records: list[dict], k: int, hardware: str, folder: str, green: 
         out[G] = tmp[:1] + sub[:k]
         for r in out[G]:   # before any GPU work: a record the runtime refuses (older searches)
             if green and r["mode"] == "subgpu" and r.get("sms"):
-                from hw_runtime.commands.request import check_stage_pools
-                check_stage_pools([int(x) for x in str(r["sms"]).split("|")], hw,
+                check_stage_pools(Config.record_alloc(r), hw,
                                   f"--from-search {folder}: the G={G} record with SMs {r['sms']}")
     return out
 

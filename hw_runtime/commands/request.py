@@ -255,9 +255,10 @@ def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
     Raises:
         ValueError: one line naming ``flag``, the stage and the minimum.
     """
-    for d, p in enumerate(alloc):
-        if p < hw.stage_min_sms:
-            raise ValueError(f"{flag}: stage {d} has {p} SMs; on the {hw.name} the runtime needs "
-                             f"at least {hw.stage_min_sms} per stage (cuBLAS failed on the "
-                             f"smallest pools of an H100: docs/verdicts.md); a search made "
-                             f"today never proposes fewer")
+    small = hw.stages_below_minimum(alloc)
+    if small:
+        d = small[0]
+        raise ValueError(f"{flag}: stage {d} has {alloc[d]} SMs; on the {hw.name} the runtime "
+                         f"needs at least {hw.stage_min_sms} per stage (cuBLAS failed on the "
+                         f"smallest pools of an H100: docs/verdicts.md); a search made today "
+                         f"never proposes fewer")

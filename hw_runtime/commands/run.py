@@ -92,9 +92,12 @@ def check_search_matches(req: RunRequest, best: dict) -> None:
                          "config.json)")
 
 
-def options_config(o: ConfigOptions, wl) -> Config:
+def options_config(o: ConfigOptions, wl, pools_hw=None) -> Config:
     """The ``Config`` of ``subgpu run``'s configuration options (``--cuts``, ``--sms``,
-    ``--microbatch``, ``--reuse``, ``--policy``, ``--streams-per-stage``) on ``wl``.
+    ``--microbatch``, ``--reuse``, ``--policy``, ``--streams-per-stage``) on ``wl``; with
+    ``pools_hw`` (the ``Hardware`` of a green-context run) its SMs per stage checked against
+    the runtime's minimum (``check_stage_pools``): a given ``--sms`` before the simulator's own
+    checks, so the runtime's minimum is the one named.
 
     Raises:
         ValueError: bad options (one line naming the option)."""
@@ -102,7 +105,11 @@ def options_config(o: ConfigOptions, wl) -> Config:
 
     cuts = str_list(o.cuts, "cuts") if o.cuts is not None else None
     sms = int_list(o.sms, "sms", unique=False) if o.sms else None
+    if pools_hw is not None and sms:
+        check_stage_pools(sms, pools_hw)
     cfg = config_from_options(wl, cuts, sms, o.microbatch, o.reuse, o.policy)  # ValueError
+    if pools_hw is not None and not sms:   # the even split of many stages
+        check_stage_pools(cfg.alloc, pools_hw)
     k = o.streams_per_stage
     if k != 1:
         cfg = dataclasses.replace(cfg, streams_per_stage=k)
@@ -183,17 +190,12 @@ def prepare_run(req: RunRequest) -> PreparedRun:
                           kv_flag=False)
     hw = wl.hw
     rec = req.config.record
-    green = req.mode == "green"   # plain streams (multistream) use no SM pool
-    if rec is None and green and req.config.sms:   # the runtime's minimum named first
-        from subgpu_jax.app.options import int_list
-        check_stage_pools(int_list(req.config.sms, "sms", unique=False), hw)
     if rec is not None:  # a search record (--from-search): its configuration, one decoding
         cfg = record_config(rec, wl)
     else:
-        cfg = options_config(req.config, wl)
-    if green:
-        check_stage_pools(cfg.alloc, hw, "--from-search: the record" if rec is not None
-                          else "--sms")
+        cfg = options_config(req.config, wl, hw if req.mode == "green" else None)
+    if req.mode == "green" and rec is not None:   # plain streams (multistream) use no pool
+        check_stage_pools(cfg.alloc, hw, "--from-search: the record")
     m = wl.microbatches_of(cfg.microbatch)
     from subgpu_jax.model.setup import GpuSetup
 

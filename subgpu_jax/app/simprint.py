@@ -22,7 +22,7 @@ def print_config(cfg, m: int, rc: dict, hw) -> None:
     (``rc``: the result's ``config`` entry)."""
     print(f"config    D={cfg.D} w={cfg.w} SMs={list(cfg.alloc)} microbatch={cfg.microbatch} "
           f"(m={m}) policy={cfg.policy} streams/stage={cfg.streams_per_stage}")
-    small = [d for d, p in enumerate(cfg.alloc) if p < hw.stage_min_sms]
+    small = hw.stages_below_minimum(cfg.alloc)
     if small:
         print(f"  note: stage {small[0]} has {cfg.alloc[small[0]]} SMs; `subgpu run` refuses "
               f"stages below {hw.stage_min_sms} SMs on the {hw.name} (no GEMM launched "

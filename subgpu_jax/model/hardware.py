@@ -277,6 +277,11 @@ class Hardware:
         green context's minimum) and ``min_stage_sms`` (the runtime's, where measured)."""
         return max(int(self.min_pool_sms), int(self.min_stage_sms))
 
+    def stages_below_minimum(self, alloc) -> list[int]:
+        """The stages of an allocation (SMs per stage) with fewer SMs than ``stage_min_sms``:
+        those the search never proposes and ``subgpu run`` refuses on green contexts."""
+        return [d for d, p in enumerate(alloc) if p < self.stage_min_sms]
+
     def even_split_min_sms(self, D: int) -> int:
         """The pool minimum of an even split of the budget into ``D`` stages (the default
         ``--sms`` of ``simulate``/``run``): ``stage_min_sms`` where ``D`` such stages fit the

@@ -292,10 +292,18 @@ class Config:
         """
         names = rec["cuts"].split("|") if rec["cuts"] else []
         seg = chain_cut(g1.n, sorted(g1.index(n) for n in names))
-        return cls(D=int(rec["D"]), w=int(rec["w"]), seg_of=seg,
-                   alloc=tuple(int(x) for x in str(rec["sms"]).split("|")),
+        return cls(D=int(rec["D"]), w=int(rec["w"]), seg_of=seg, alloc=cls.record_alloc(rec),
                    microbatch=int(rec["microbatch"]), policy=rec["policy"],
                    streams_per_stage=int(rec.get("streams_per_stage", 1) or 1))
+
+    @staticmethod
+    def record_alloc(rec) -> tuple[int, ...]:
+        """SMs per stage of a search record (its ``sms`` field, ``"64|84"``; ``to_record``).
+
+        Raises:
+            KeyError: no ``sms``. ValueError: a value that is not an integer.
+        """
+        return tuple(int(x) for x in str(rec["sms"]).split("|"))
 
     def check(self, n: int, edges: Sequence[tuple[int, int]], hw: Hardware, batch: int) -> None:
         """Feasibility theta in F (docs/method.md §2). ``batch`` is the per-GPU attention batch R.

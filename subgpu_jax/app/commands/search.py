@@ -14,12 +14,11 @@ from subgpu_jax.model.models import MODELS
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
                                           DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
                                           strategy_meta)
-from subgpu_jax.app.args import (add_grid_args, add_scoring_args, add_workload_args,
-                                 strategies_from_args)
+from subgpu_jax.app.args import (add_grid_args, add_scoring_args, add_topology_args,
+                                 add_workload_args, resolve_arch_ep, serving_options,
+                                 strategies_from_args, topology_options)
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.app.options import check_grid_size, int_list, resolve_cache, str_list
-from subgpu_jax.app.args import resolve_arch_ep, serving_options
-from subgpu_jax.app.args import add_topology_args, topology_options
 
 __all__ = ["add_search_parser", "cmd_search", "search_meta", "search_setup", "search_cluster"]
 

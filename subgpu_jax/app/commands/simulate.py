@@ -14,11 +14,10 @@ from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
 from subgpu_jax.space.config import DEFAULT_POLICY, Config, config_from_options, temporal_of
-from subgpu_jax.app.args import add_workload_args
+from subgpu_jax.app.args import add_topology_args, add_workload_args
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.options import choose_split, int_list, str_list
 from subgpu_jax.app.commands.common import workload_of
-from subgpu_jax.app.args import add_topology_args
 
 __all__ = ["add_simulate_parser", "cmd_simulate"]
 
@@ -340,8 +339,7 @@ def _result(a, wl, full, mem, fp1, setup, timer, t: _Timed, m, gen) -> dict:
         res["sms_choice"]["even_speedup"] = t_temp / split["even_makespan_us"]
     # the runtime's smallest stage (Hardware.min_stage_sms; the text's note says the same)
     res["sms_choice"]["runtime_min_stage_sms"] = hw.stage_min_sms
-    res["sms_choice"]["stages_run_refuses"] = [d for d, p in enumerate(cfg.alloc)
-                                               if p < hw.stage_min_sms]
+    res["sms_choice"]["stages_run_refuses"] = hw.stages_below_minimum(cfg.alloc)
     if timer.reference:  # what --gantt/--utilization/--trace draw of the step
         res["figures_show"] = t.figures_show
     if t.trace_shows is not None:

@@ -7,9 +7,8 @@ import argparse
 import json
 
 from subgpu_jax.model.graph import Deployment
-from subgpu_jax.app.args import add_workload_args
+from subgpu_jax.app.args import add_workload_args, resolve_arch_ep
 from subgpu_jax.app.options import int_list
-from subgpu_jax.app.args import resolve_arch_ep
 
 __all__ = ["add_space_parser", "cmd_space"]
 
@@ -62,9 +61,8 @@ def cmd_space(a) -> int:
         label = f"{arch.name} region ({g.n} kernels, {g.layers_per_region} layer(s))"
     budget = a.sms if a.sms is not None else hw.sm_budget
     q = a.quantum if a.quantum is not None else hw.sm_quantum
-    # default minimum: the GPU's stage minimum, rounded up to the quantum (0 < q: checked below)
-    mn = a.min_pool if a.min_pool is not None else \
-        max(q, -(-hw.stage_min_sms // q) * q) if q > 0 else q
+    # default minimum: the GPU's stage minimum, rounded up to the quantum
+    mn = a.min_pool if a.min_pool is not None else max(q, -(-hw.stage_min_sms // max(q, 1)) * q)
     for f, v in (("sms", budget), ("quantum", q), ("min-pool", mn)):
         if v <= 0:
             raise ValueError(f"{f} must be a positive integer, got {v}")
