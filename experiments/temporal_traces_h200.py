@@ -55,7 +55,7 @@ def trace_workload(name: str, machine) -> dict:
     from hw_runtime.commands.run import prepare_run
     from hw_runtime.timeline import map_activities
 
-    wl = prepare_run(V.run_request(name, [])).wl
+    wl = prepare_run(V.run_request(name, [], gpu_preset(machine.name()))).wl
     ex = machine.open(wl, "sleep")
     cfg = ex.temporal_config()
     meas = ex.measure(cfg, "temporal", 2, 20, 2)
@@ -93,6 +93,12 @@ def trace_workload(name: str, machine) -> dict:
     return out
 
 
+def gpu_preset(device_name: str) -> str:
+    """The ``--hardware`` preset of the protocol GPU named ``device_name`` (``torch``'s device
+    name): ``H100`` for an H100, else ``H200`` (``V.PROTOCOL_GPUS``)."""
+    return "H100" if "H100" in device_name else "H200"
+
+
 def trace_file(name: str, attention: str = "auto", moe_gemm: str = "auto") -> str:
     """``trace_<workload>.json``, suffixed ``_<attention>`` for an explicit ``--attention`` and
     ``_moe-<moe_gemm>`` for an explicit ``--moe-gemm`` (so one folder can hold the same
@@ -105,7 +111,7 @@ def device_phase(args) -> int:
     machine = V.GpuMachine(attention=args.attention, moe_gemm=args.moe_gemm)
     os.makedirs(args.out, exist_ok=True)
     t0 = time.time()
-    for name in args.workloads:
+    for name in args.workloads or V.workloads_of(gpu_preset(machine.name())):
         if time.time() - t0 > args.time_limit:
             print(f"{name}: time limit reached, not traced", flush=True)
             continue
@@ -138,8 +144,10 @@ def analyze_phase(args) -> int:
         return 2
     rows, out = [], {"model": version, "protocol": __doc__.split("\n\n")[0],
                      "workloads": {}}
-    for name in args.workloads:
-        path = os.path.join(args.data, f"trace_{name}.json")
+    gpu = gpu_preset(args.hardware.split(":")[0])
+    data = args.data or os.path.join(RESULTS, "temporal_traces", *(["h100"] if gpu == "H100" else []))
+    for name in args.workloads or V.workloads_of(gpu):
+        path = os.path.join(data, f"trace_{name}.json")
         if not os.path.exists(path):
             continue
         with open(path) as fh:
@@ -164,11 +172,11 @@ def analyze_phase(args) -> int:
         meas_ops = sum(d["us"] for d in t["ops"].values())
         mod_ops = sum(model.values())
         out["workloads"][name] = {
-            "fit_status": V.WORKLOADS[name][2], "span_us": t["span_us"],
+            "fit_status": V.ALL_WORKLOADS[name][2], "span_us": t["span_us"],
             "kernel_sum_us": t["kernel_sum_us"], "ops_measured_us": meas_ops,
             "ops_model_us": mod_ops, "model_over_measured": mod_ops / meas_ops,
             "gap_share": 1 - t["kernel_sum_us"] / t["span_us"], "ops": ops}
-        print(f"\n{name} ({V.WORKLOADS[name][2]}): region span {t['span_us']:.0f} µs, ops "
+        print(f"\n{name} ({V.ALL_WORKLOADS[name][2]}): region span {t['span_us']:.0f} µs, ops "
               f"measured {meas_ops:.0f}, model {mod_ops:.0f} ({mod_ops / meas_ops - 1:+.1%}); "
               f"gaps {1 - t['kernel_sum_us'] / t['span_us']:.1%} of the span")
         for o, d in sorted(ops.items(), key=lambda x: -x[1]["measured_us"]):
@@ -177,10 +185,10 @@ def analyze_phase(args) -> int:
                   f"{(d['ratio'] or 0) - 1:+7.1%}  {d['kernels_per_launch']:.1f} kernels/launch  "
                   f"{d['top'][0][0][:50] if d['top'] else ''}")
     if not out["workloads"]:
-        print(f"error: --data: no trace_<workload>.json under {args.data} (the device phase "
+        print(f"error: --data: no trace_<workload>.json under {data} (the device phase "
               "writes them)", file=sys.stderr)
         return 2
-    path = args.digest or os.path.join(RESULTS, f"temporal_traces_h200_{version}.json")
+    path = args.digest or os.path.join(RESULTS, f"temporal_traces_{gpu.lower()}_{version}.json")
     with open(path, "w") as fh:
         json.dump(out, fh, indent=1)
     print(f"wrote {path}")
@@ -190,10 +198,13 @@ def analyze_phase(args) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--phase", choices=("device", "analyze"), required=True)
-    ap.add_argument("--workloads", nargs="+", default=list(V.WORKLOADS), choices=list(V.WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", default=None, choices=list(V.ALL_WORKLOADS),
+                    help="default: the protocol's workloads of the GPU (device phase: the "
+                         "machine's; analyze: --hardware's)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/temporal_traces"))
-    ap.add_argument("--data", default=os.path.join(RESULTS, "temporal_traces"),
-                    help="folder of the device phase's trace_<workload>.json files")
+    ap.add_argument("--data", default=None,
+                    help="folder of the device phase's trace_<workload>.json files (default "
+                         "experiments/results/temporal_traces/, and its h100/ for --hardware H100)")
     ap.add_argument("--time-limit", type=float, default=420.0)
     ap.add_argument("--attention", default="auto", choices=ATTENTION,
                     help="device phase: the runtime's decode attention (subgpu run "
@@ -206,7 +217,8 @@ def main(argv=None) -> int:
                          "experiments/results/temporal_traces_h200_<version>.json)")
     ap.add_argument("--hardware", default="H200",
                     help="the model to compare with (analyze): H200 (the default model, "
-                         "analytic-v3) or H200:analytic-v2")
+                         "analytic-v3), H200:analytic-v2 or H100 (the H100's traces, "
+                         "temporal_traces_h100_<version>.json)")
     args = ap.parse_args(argv)
     if not (args.time_limit > 0 and args.time_limit < float("inf")):
         ap.error(f"--time-limit must be a finite number of seconds > 0, got {args.time_limit}")
