@@ -274,3 +274,28 @@ def test_bench_screened_compare_hand_made(tmp_path, capsys):
     with pytest.raises(SystemExit):
         bs.main(["--compare", str(tmp_path / "nope"), str(tmp_path / "sc"), "--out", str(out)])
     assert "holds no records.csv" in capsys.readouterr().err
+
+
+def test_h100_gemm_fit_reproduces_its_digest():
+    """experiments/h100_gemm_fit.py: the GEMM samples of the committed H100 calibration (4 GEMMs
+    x 7 pools x m = 1, 2 = 56) and the committed fit of ``gemm_scale_loss`` on them (refitted
+    here: the same least squares, so the same value to 1e-6), larger than the H200's 0.2424
+    (``hardware.ANALYTIC_CONSTANTS["analytic-v3"]``): the H100's GEMMs lose more per SM as the
+    pool grows."""
+    import json
+
+    from subgpu_jax.model.graph import StaticDurationModel
+    from subgpu_jax.model.hardware import get_hardware
+    from subgpu_jax.model.kernelcost import fit_analytic
+
+    hf = _script("h100_gemm_fit")
+    S = hf.gemm_samples()
+    assert len(S) == 56
+    hw = get_hardware("H100")
+    got = fit_analytic(S, hw, StaticDurationModel, grids=(hw.gemm_grid_ctas,),
+                       params=hf.FITS["scale_loss"])["params"]["gemm_scale_loss"]
+    with open(ROOT / "experiments" / "results" / "h100_gemm_fit.json") as fh:
+        d = json.load(fh)
+    assert got == pytest.approx(d["fits"]["scale_loss"]["params"]["gemm_scale_loss"], abs=1e-6)
+    assert got > hw.gemm_scale_loss == 0.2424
+    assert d["temporal_check"]["reproduced_max_rel"] < 1e-9
