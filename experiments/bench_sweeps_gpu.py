@@ -24,7 +24,10 @@ with one row per target:
   timed by the study) against 20 s, and its scan rate against the blocks as before
   (``exhaustive_baseline.json``, ``--baseline --cuts-limit``: the rate of the first cut blocks).
 
-A missing or unreadable part gives its row ``"status": "missing"`` (never a made-up figure).
+A missing part gives its row ``"status": "missing"``; a part that is not the JSON its script
+writes (a wrong type, a missing key, a figure that is not a finite number > 0, a sample larger
+than the study) gives ``"status": "unreadable"`` with the reason (printed on stderr). Neither is
+ever met or given a figure.
 
 Usage: python experiments/bench_sweeps_gpu.py --from DIR [--out JSON]
 Units: seconds, allocations (candidates) per second.
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
@@ -50,44 +54,121 @@ TARGETS = {"frontier_s": 600.0, "frontier_tol": 0.005, "main_job_s": 15.0,
 REFERENCE_ROWS = ("gptoss-m2", "gptoss-m4", "gptoss-m8")
 
 
+class PartError(ValueError):
+    """A part file that is not what its script writes (the message says what and where)."""
+
+
 def _load(folder: str, name: str):
-    """The JSON ``name`` under ``folder``, or None when missing or unreadable."""
-    try:
-        with open(os.path.join(folder, name)) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
+    """The JSON ``name`` under ``folder`` (an object), or None when the file is absent.
+
+    Raises:
+        PartError: unreadable, not JSON, or not a JSON object."""
+    path = os.path.join(folder, name)
+    if not os.path.exists(path):
         return None
+    try:
+        with open(path) as fh:
+            d = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise PartError(f"{name}: not readable JSON ({e.__class__.__name__})") from None
+    if not isinstance(d, dict):
+        raise PartError(f"{name}: must hold a JSON object, got {type(d).__name__}")
+    return d
+
+
+def _get(d, *keys, where: str):
+    """``d[k0][k1]...``, each level a JSON object.
+
+    Raises:
+        PartError: a level that is not an object or a missing key (names ``where``)."""
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            raise PartError(f"{where}: missing {'.'.join(map(str, keys))}")
+        d = d[k]
+    return d
+
+
+def _pos(d, *keys, where: str) -> float:
+    """A finite number > 0 at ``keys`` (not a bool, not a string).
+
+    Raises:
+        PartError: absent, of another type, NaN, infinite or <= 0."""
+    v = _get(d, *keys, where=where)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+        raise PartError(f"{where}: {'.'.join(map(str, keys))} must be a finite number > 0, "
+                        f"got {v!r}")
+    return float(v)
+
+
+def _flag(d, *keys, where: str) -> bool:
+    """A JSON boolean at ``keys``.
+
+    Raises:
+        PartError: absent or not true/false."""
+    v = _get(d, *keys, where=where)
+    if not isinstance(v, bool):
+        raise PartError(f"{where}: {'.'.join(map(str, keys))} must be true or false, got {v!r}")
+    return v
+
+
+def _count(d, *keys, where: str, top: int | None = None) -> int:
+    """An integer >= 0 (<= ``top``) at ``keys``.
+
+    Raises:
+        PartError: absent, not an integer, negative or above ``top``."""
+    v = _get(d, *keys, where=where)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (top is not None and v > top):
+        raise PartError(f"{where}: {'.'.join(map(str, keys))} must be an integer in 0.."
+                        f"{top if top is not None else 'n'}, got {v!r}")
+    return v
 
 
 def frontier_row(d: dict | None) -> dict:
     """The frontier row from ``bench_screened.py``'s JSON (module docstring)."""
-    job = (d or {}).get("jobs", {}).get("frontier")
-    if not job:
+    if d is None:
         return {"target": "frontier", "status": "missing"}
-    g = job["agreement"]
-    scale = STUDY_SUBGPU_POINTS / g["points"]
-    proj, base = job["screened"]["search_s"] * scale, job["event"]["search_s"] * scale
+    w = "frontier_sample.json"
+    job = _get(d, "jobs", "frontier", where=w)
+    g = _get(job, "agreement", where=w)
+    n = _count(g, "points", where=w, top=STUDY_SUBGPU_POINTS)
+    if n < 1:
+        raise PartError(f"{w}: agreement.points must be >= 1, got 0")
+    over = _count(g, "points_over_tol", where=w, top=n)
+    same = _flag(g, "frontier_same_points", where=w)
+    worst = _get(g, "makespan_vs_event_max", where=w)
+    if isinstance(worst, bool) or not isinstance(worst, (int, float)) or not math.isfinite(worst):
+        raise PartError(f"{w}: agreement.makespan_vs_event_max must be a finite number, got "
+                        f"{worst!r}")
+    scale = STUDY_SUBGPU_POINTS / n
+    proj = _pos(job, "screened", "search_s", where=w) * scale
+    base = _pos(job, "event", "search_s", where=w) * scale
     return {"target": "frontier", "status": "measured",
-            "what": f"GPT-OSS 120B B200 frontier study, {g['points']}-point SubGPU sample "
+            "what": f"GPT-OSS 120B B200 frontier study, {n}-point SubGPU sample "
                     f"projected to {STUDY_SUBGPU_POINTS} points (a projection of the sample's "
                     f"search seconds, not a run of the whole study)",
             "figure": round(proj, 1), "unit": "s (projected)", "baseline": round(base, 1),
             "baseline_is": "--exact event on the same sample, same call",
             "ratio": round(base / proj, 3), "target_value": TARGETS["frontier_s"],
-            "met": proj <= TARGETS["frontier_s"] and g["points_over_tol"] == 0
-            and g["frontier_same_points"],
-            "points_over_tol": g["points_over_tol"], "tol": TARGETS["frontier_tol"],
-            "makespan_vs_event_max": g["makespan_vs_event_max"],
-            "frontier_same_points": g["frontier_same_points"],
+            "met": proj <= TARGETS["frontier_s"] and over == 0 and same,
+            "points_over_tol": over, "tol": TARGETS["frontier_tol"],
+            "makespan_vs_event_max": worst, "frontier_same_points": same,
             "workers": d.get("workers"), "cores": d.get("env", {}).get("cores_usable")}
 
 
 def main_job_row(d: dict | None) -> dict:
     """The main-job row from ``bench_sweeps.py``'s JSON (module docstring)."""
-    rows = {r["variant"]: r for r in (d or {}).get("rows", [])}
-    if "workers_warm" not in rows or "before" not in rows:
+    if d is None:
         return {"target": "main_job", "status": "missing"}
-    new, old = rows["workers_warm"]["search_s"], rows["before"]["search_s"]
+    w = "main_job.json"
+    rs = _get(d, "rows", where=w)
+    if not isinstance(rs, list) or not all(isinstance(r, dict) and "variant" in r for r in rs):
+        raise PartError(f"{w}: rows must be a list of objects with a variant")
+    rows = {r["variant"]: r for r in rs}
+    for v in ("workers_warm", "before"):
+        if v not in rows:
+            raise PartError(f"{w}: no row of variant {v!r}")
+    new = _pos(rows["workers_warm"], "search_s", where=f"{w} workers_warm")
+    old = _pos(rows["before"], "search_s", where=f"{w} before")
     return {"target": "main_job", "status": "measured",
             "what": "the README's main job, search seconds on 2 pinned cores (workers_warm)",
             "figure": new, "unit": "s", "baseline": old,
@@ -101,12 +182,22 @@ def evaluator_row(parts: dict) -> dict:
     """The evaluator row from ``bench_evaluator.py``'s JSONs by kernel (module docstring)."""
     best = None
     for kernel, d in parts.items():
-        rows = [r for r in (d or {}).get("rows", []) if r["workload"] in REFERENCE_ROWS]
-        if len(rows) != len(REFERENCE_ROWS):
-            continue
-        worst = min(rows, key=lambda r: r["massive_evals_per_s"])
-        if best is None or worst["massive_evals_per_s"] > best[1]["massive_evals_per_s"]:
-            best = (kernel, worst, d.get("device_kind"))
+        w = f"evaluator_{kernel}.json"
+        rs = _get(d, "rows", where=w)
+        if not isinstance(rs, list) or not all(isinstance(r, dict) for r in rs):
+            raise PartError(f"{w}: rows must be a list of objects")
+        rows = [r for r in rs if r.get("workload") in REFERENCE_ROWS]
+        names = sorted(r["workload"] for r in rows)
+        if names != sorted(REFERENCE_ROWS):
+            raise PartError(f"{w}: needs one row of each of {', '.join(REFERENCE_ROWS)}, got "
+                            f"{names}")
+        rates = [(_pos(r, "massive_evals_per_s", where=f"{w} {r['workload']}"), r) for r in rows]
+        for _, r in rates:
+            _pos(r, "scan_evals_per_s", where=f"{w} {r['workload']}")
+        rate, worst = min(rates, key=lambda t: t[0])
+        if best is None or rate > best[1]["massive_evals_per_s"]:
+            dev = d.get("device_kind")
+            best = (kernel, worst, dev if isinstance(dev, str) else None)
     if best is None:
         return {"target": "evaluator", "status": "missing"}
     kernel, r, dev = best
@@ -124,39 +215,65 @@ def evaluator_row(parts: dict) -> dict:
 
 def exhaustive_row(new: dict | None, wall: dict | None, old: dict | None) -> dict:
     """The exhaustive row (module docstring)."""
-    if not new or not wall:
+    if new is None or wall is None:
         return {"target": "exhaustive", "status": "missing"}
-    s = float(wall["wall_s"])
+    s = _pos(wall, "wall_s", where="exhaustive_wall.json")
+    certified = _flag(new, "certified", where="exhaustive.json")
+    rate = _pos(new, "evals_per_s", where="exhaustive.json")
     row = {"target": "exhaustive", "status": "measured",
            "what": "the certified exhaustive grid point (experiments/exhaustive_gridpoint.py "
                    "--no-heuristics), process wall seconds",
-           "figure": round(s, 2), "unit": "s", "certified": bool(new.get("certified")),
-           "evals_per_s": new.get("evals_per_s"), "target_value": TARGETS["exhaustive_s"],
-           "met": s <= TARGETS["exhaustive_s"] and bool(new.get("certified"))}
-    if old and old.get("evals_per_s"):
-        row.update(baseline=old["evals_per_s"],
+           "figure": round(s, 2), "unit": "s", "certified": certified,
+           "evals_per_s": rate, "target_value": TARGETS["exhaustive_s"],
+           "met": s <= TARGETS["exhaustive_s"] and certified}
+    if old is not None:
+        base = _pos(old, "evals_per_s", where="exhaustive_baseline.json")
+        row.update(baseline=base,
                    baseline_is="scan rate of the blocks as before (--baseline --cuts-limit), "
                                "same call; the figure's rate beside it",
-                   ratio=round(new["evals_per_s"] / old["evals_per_s"], 2))
+                   ratio=round(rate / base, 2))
     return row
+
+
+def _row(target: str, make) -> dict:
+    """``make()``, or the target's ``unreadable`` row with the reason of its ``PartError``."""
+    try:
+        return make()
+    except PartError as e:
+        return {"target": target, "status": "unreadable", "reason": str(e)}
 
 
 def digest(folder: str) -> dict:
     """``bench_sweeps_<gpu>.json``'s content from a ``sweeps`` call's folder."""
-    ev = {k: _load(folder, f"evaluator_{k}.json") for k in ("xla", "pallas")}
-    dev = next((d.get("device_kind") for d in ev.values() if d), None)
-    rows = [frontier_row(_load(folder, "frontier_sample.json")),
-            main_job_row(_load(folder, "main_job.json")),
-            evaluator_row({k: d for k, d in ev.items() if d}),
-            exhaustive_row(_load(folder, "exhaustive.json"),
-                           _load(folder, "exhaustive_wall.json"),
-                           _load(folder, "exhaustive_baseline.json"))]
+    ev = {}
+    dev = None
+    for k in ("xla", "pallas"):
+        try:
+            ev[k] = _load(folder, f"evaluator_{k}.json")
+        except PartError as e:
+            ev[k] = e
+        if isinstance(ev[k], dict) and isinstance(ev[k].get("device_kind"), str) and dev is None:
+            dev = ev[k]["device_kind"]
+
+    def evaluator():
+        for e in ev.values():
+            if isinstance(e, PartError):
+                raise e
+        return evaluator_row({k: d for k, d in ev.items() if d is not None})
+
+    rows = [_row("frontier", lambda: frontier_row(_load(folder, "frontier_sample.json"))),
+            _row("main_job", lambda: main_job_row(_load(folder, "main_job.json"))),
+            _row("evaluator", evaluator),
+            _row("exhaustive", lambda: exhaustive_row(_load(folder, "exhaustive.json"),
+                                                      _load(folder, "exhaustive_wall.json"),
+                                                      _load(folder, "exhaustive_baseline.json")))]
     return {"what": "issue 42's targets from one `sweeps` device study "
                     "(experiments/bench_sweeps_gpu.py)", "device": dev, "rows": rows,
             "met": [r["target"] for r in rows if r.get("met")],
             "missed": [r["target"] for r in rows if r.get("status") == "measured"
                        and not r.get("met")],
-            "missing": [r["target"] for r in rows if r.get("status") == "missing"]}
+            "missing": [r["target"] for r in rows if r.get("status") == "missing"],
+            "unreadable": [r["target"] for r in rows if r.get("status") == "unreadable"]}
 
 
 def main(argv=None) -> int:
@@ -177,16 +294,23 @@ def main(argv=None) -> int:
         except ValueError as e:
             ap.error(str(e))
     d = digest(a.folder)
-    if all(r.get("status") == "missing" for r in d["rows"]):
-        ap.error(f"--from: {a.folder} holds none of the sweeps study's files")
+    bad = [r["reason"] for r in d["rows"] if r["status"] == "unreadable"]
+    if all(r.get("status") != "measured" for r in d["rows"]):
+        ap.error(f"--from: {a.folder} holds no readable part of the sweeps study"
+                 + (f" ({'; '.join(bad)})" if bad else ""))
+    for reason in bad:
+        print(f"warning: --from: {reason}; its row is unreadable", file=sys.stderr)
     gpu = "h200" if "H200" in (d["device"] or "") else "h100" if "H100" in (d["device"] or "") \
         else "gpu"
     out = a.out or os.path.join(HERE, "results", f"bench_sweeps_{gpu}.json")
-    with open(out, "w") as fh:
-        json.dump(d, fh, indent=1)
+    try:
+        with open(out, "w") as fh:
+            json.dump(d, fh, indent=1, allow_nan=False)
+    except OSError as e:
+        ap.error(f"--out: {out} cannot be written ({e.strerror or e.__class__.__name__})")
     for r in d["rows"]:
         if r["status"] != "measured":
-            print(f"{r['target']:11s} missing")
+            print(f"{r['target']:11s} {r['status']}")
             continue
         base = (f"; baseline {r['baseline']:.4g} ({r['ratio']}x)" if "baseline" in r else "")
         print(f"{r['target']:11s} {r['figure']:.4g} {r['unit']} (target {r['target_value']:.4g}: "

@@ -15,14 +15,18 @@ T = TypeVar("T")
 
 
 def check_out(path: str) -> None:
-    """Refuse an ``--out`` that is empty, a folder, or in a folder that does not exist.
+    """Refuse an ``--out`` that is empty, a folder, in a folder that does not exist, or an entry
+    a new file must not replace (a device node such as ``/dev/null``, a FIFO, a symbolic link:
+    ``subgpu_jax.model.checks.out_file``).
 
     Raises:
         ValueError: naming ``--out`` and what is allowed.
     """
-    if not path or os.path.isdir(path) or \
-            not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise ValueError(f"--out: {path!r} must be a file in an existing folder")
+    from subgpu_jax.model.checks import out_file
+
+    if isinstance(path, str) and path and os.path.isdir(path):
+        raise ValueError(f"--out: {path!r} must be a file in an existing folder, not a folder")
+    out_file(path, "--out")
 
 
 def write_digest(path: str, doc: dict) -> None:

@@ -129,6 +129,40 @@ def device_phase(args) -> int:
     return 0
 
 
+def read_trace(path: str) -> dict:
+    """A device phase's ``trace_<workload>.json``: ``{"error": ...}`` or a trace with a span
+    and kernel sum > 0 µs and, per op kind, ``us`` >= 0 and ``launches`` >= 1.
+
+    Raises:
+        ValueError: unreadable, not JSON, or not of that shape (one line naming the file)."""
+    import math
+
+    def pos(v, zero_ok=False) -> bool:
+        return (not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+                and (v >= 0 if zero_ok else v > 0))
+
+    try:
+        with open(path) as fh:
+            t = json.load(fh)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: not readable JSON ({e.__class__.__name__})") from None
+    if not isinstance(t, dict):
+        raise ValueError(f"{path}: must hold a JSON object, got {type(t).__name__}")
+    if "error" in t:
+        return t
+    ops = t.get("ops")
+    if not (pos(t.get("span_us")) and pos(t.get("kernel_sum_us")) and isinstance(ops, dict)
+            and ops and all(isinstance(d, dict) and pos(d.get("us"), True)
+                            and isinstance(d.get("launches"), int)
+                            and not isinstance(d.get("launches"), bool) and d["launches"] >= 1
+                            and isinstance(d.get("kernels", 0), int)
+                            and isinstance(d.get("top", []), list) for d in ops.values())
+            and sum(d["us"] for d in ops.values()) > 0):
+        raise ValueError(f"{path}: not a trace (span_us and kernel_sum_us > 0 µs, ops: per op "
+                         f"kind us >= 0 and launches >= 1, some us > 0)")
+    return t
+
+
 def analyze_phase(args) -> int:
     """Per workload and op kind: measured span in the temporal replay vs the model's isolated
     time on the whole GPU (the same launches)."""
@@ -150,8 +184,11 @@ def analyze_phase(args) -> int:
         path = os.path.join(data, f"trace_{name}.json")
         if not os.path.exists(path):
             continue
-        with open(path) as fh:
-            t = json.load(fh)
+        try:
+            t = read_trace(path)
+        except ValueError as e:
+            print(f"error: --data: {e}", file=sys.stderr)
+            return 2
         if "error" in t:
             out["workloads"][name] = {"error": t["error"]}
             continue
@@ -226,6 +263,26 @@ def main(argv=None) -> int:
         if args.attention != "auto" or args.moe_gemm != "auto":
             ap.error("--attention and --moe-gemm choose the device phase's kernels; the analyze "
                      "phase reads the default trace_<workload>.json files")
+        name, _, version = args.hardware.partition(":")
+        if name.upper() not in V.PROTOCOL_GPUS:
+            ap.error(f"--hardware must be one of {', '.join(V.PROTOCOL_GPUS)} (NAME or "
+                     f"NAME:VERSION), the GPUs the traces are taken on; got {args.hardware!r}")
+        args.hardware = name.upper() + (":" + version if version else "")
+        gpu = args.hardware.split(":")[0]
+        stray = [w for w in args.workloads or [] if w not in V.workloads_of(gpu)]
+        if stray:
+            ap.error(f"--workloads: {', '.join(stray)} not of the {gpu} protocol "
+                     f"({', '.join(V.workloads_of(gpu))})")
+        if args.data is not None and not os.path.isdir(args.data):
+            ap.error(f"--data must be an existing folder of trace_<workload>.json files, got "
+                     f"{args.data!r}")
+        if args.digest is not None:
+            from subgpu_jax.model.checks import out_file
+
+            try:
+                out_file(args.digest, "--digest")
+            except ValueError as e:
+                ap.error(str(e))
         return analyze_phase(args)
     from hw_runtime.commands.common import gpu_check
     try:

@@ -118,3 +118,52 @@ def test_cli_writes_and_refuses(bs, tmp_path, capsys):
         assert e.value.code == 2
     err = capsys.readouterr().err
     assert "--from" in err and "--out" in err
+
+
+@pytest.mark.parametrize("name, edit, target", [
+    ("main_job.json", lambda d: d["rows"][1].update(search_s=-1), "main_job"),
+    ("main_job.json", lambda d: d["rows"][1].update(search_s="14.4"), "main_job"),
+    ("exhaustive_wall.json", lambda d: d.update(wall_s=0), "exhaustive"),
+    ("exhaustive_wall.json", lambda d: d.update(wall_s=True), "exhaustive"),
+    ("exhaustive.json", lambda d: d.update(certified="false"), "exhaustive"),
+    ("exhaustive_baseline.json", lambda d: d.update(evals_per_s=0.0), "exhaustive"),
+    ("frontier_sample.json", lambda d: d["jobs"]["frontier"]["agreement"].update(points=5000),
+     "frontier"),
+    ("frontier_sample.json", lambda d: d["jobs"]["frontier"]["agreement"].update(points=0),
+     "frontier"),
+    ("frontier_sample.json",
+     lambda d: d["jobs"]["frontier"]["agreement"].update(frontier_same_points="no"), "frontier"),
+    ("frontier_sample.json", lambda d: d["jobs"]["frontier"]["screened"].update(
+        search_s=float("nan")), "frontier"),
+    ("evaluator_pallas.json", lambda d: d["rows"][2].update(massive_evals_per_s=float("inf")),
+     "evaluator"),
+    ("evaluator_xla.json", lambda d: d["rows"][2].update(workload="gptoss-m2"), "evaluator"),
+    ("evaluator_xla.json", lambda d: d["rows"][0].update(scan_evals_per_s=0), "evaluator"),
+])
+def test_bad_part_is_unreadable_never_met(bs, tmp_path, name, edit, target):
+    """A part that is not what its script writes: its row is unreadable (with the reason), has
+    no figure and is never met; the other rows are unchanged."""
+    _parts(tmp_path)
+    p = tmp_path / name
+    d = json.loads(p.read_text())
+    edit(d)
+    p.write_text(json.dumps(d))
+    rows = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}
+    assert rows[target]["status"] == "unreadable" and "figure" not in rows[target]
+    assert name in rows[target]["reason"] and not rows[target].get("met")
+    assert all(r["status"] == "measured" for t, r in rows.items() if t != target)
+
+
+def test_parts_of_the_wrong_type(bs, tmp_path, capsys):
+    """Files holding a list or no JSON: unreadable rows; all parts broken: exit 2 naming them."""
+    _parts(tmp_path)
+    (tmp_path / "main_job.json").write_text("[1, 2]")
+    (tmp_path / "exhaustive.json").write_text("{not json")
+    rows = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}
+    assert rows["main_job"]["status"] == rows["exhaustive"]["status"] == "unreadable"
+    for f in ("frontier_sample.json", "evaluator_xla.json", "evaluator_pallas.json"):
+        (tmp_path / f).write_text("12")
+    with pytest.raises(SystemExit) as e:
+        bs.main(["--from", str(tmp_path), "--out", str(tmp_path / "d.json")])
+    assert e.value.code == 2
+    assert "no readable part" in capsys.readouterr().err

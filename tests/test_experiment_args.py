@@ -299,3 +299,33 @@ def test_h100_gemm_fit_reproduces_its_digest():
     assert got == pytest.approx(d["fits"]["scale_loss"]["params"]["gemm_scale_loss"], abs=1e-6)
     assert got > hw.gemm_scale_loss == 0.2424
     assert d["temporal_check"]["reproduced_max_rel"] < 1e-9
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--seed", "-1"], "--seed"), (["--random", "-1"], "--random"),
+    (["--out", "/dev/null"], "--out"), (["--models", "nope"], "--models")])
+def test_vc_mechanisms_refuses_bad_args(argv, flag, capsys):
+    with pytest.raises(SystemExit) as e:
+        _script("vc_mechanisms").main(argv)
+    assert e.value.code == 2 and flag in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["--hardware", "B200"], "--hardware"), (["--digest", ""], "--digest"),
+    (["--data", ""], "--data"), (["--digest", "/dev/null"], "--digest"),
+    (["--hardware", "h100", "--workloads", "llama8b_1gpu_g256_kv2k"], "--workloads")])
+def test_temporal_traces_analyze_refuses_bad_args(argv, flag, capsys):
+    """The analyze phase refuses before reading anything (the committed digest is never the
+    fallback of an empty --digest)."""
+    with pytest.raises(SystemExit) as e:
+        _script("temporal_traces_h200").main(["--phase", "analyze", *argv])
+    assert e.value.code == 2 and flag in capsys.readouterr().err
+
+
+def test_temporal_traces_broken_trace_is_one_line(tmp_path, capsys):
+    (tmp_path / "trace_llama8b_1gpu_g256_kv2k.json").write_text('{"span_us": 0, "ops": {}}')
+    rc = _script("temporal_traces_h200").main(["--phase", "analyze", "--data", str(tmp_path),
+                                               "--digest", str(tmp_path / "d.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "trace_llama8b_1gpu_g256_kv2k.json" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "d.json").exists()
