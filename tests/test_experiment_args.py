@@ -329,3 +329,16 @@ def test_temporal_traces_broken_trace_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "trace_llama8b_1gpu_g256_kv2k.json" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "d.json").exists()
+
+
+@pytest.mark.parametrize("body, needle", [(None, "not a readable"), ("{bad", "not a readable"),
+                                          ('{"mode": "subgpu", "model": "llama-3.1-8b"}\n',
+                                           "default workload")])
+def test_eventsim_order_sharing_refuses_bad_records(tmp_path, capsys, body, needle):
+    path = tmp_path / "records.jsonl"
+    if body is not None:
+        path.write_text(body)
+    with pytest.raises(SystemExit) as e:
+        _script("eventsim_order_sharing").main(["--records", str(path),
+                                                "--out", str(tmp_path / "o.json")])
+    assert e.value.code == 2 and needle in capsys.readouterr().err
