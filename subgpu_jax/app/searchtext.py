@@ -289,11 +289,12 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
         h_out = out.rstrip("/") + "-h200"
         print(f"  measure it: `subgpu run` runs on H200 and H100 GPUs only (its green contexts "
               f"were never probed on a {hardware}); on an H200 (it predicts for the GPU it "
-              "runs on), make a search for it first (Hopper runs the experts in bf16):")
+              "runs on), make a search for it first (Hopper runs the experts in bf16), then "
+              "run its 3 best of every batch:")
         print("    " + shlex.join(["subgpu", "search", "--hardware", "H200" + suffix,
                                    "--expert-dtype", "bf16", *search_grid_args(a), "--out",
                                    h_out]))
-        print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, *model,
+        print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, "--top", "3", *model,
                                    *(["--hardware", "H200" + suffix] if suffix else [])]))
 
 

@@ -304,7 +304,7 @@ def test_b200_search_prints_how_to_get_an_h200_search(capsys):
     b = build_parser().parse_args(h[1:])
     assert (b.hardware, b.expert_dtype, b.batches, b.tp, b.dp, b.out) == (
         "H200", "bf16", "512,1024", 8, 4, "runs/x-h200")
-    assert "subgpu run --from-search runs/x-h200" in out
+    assert "subgpu run --from-search runs/x-h200 --top 3" in out   # as the verdict lines say
     # the runtime never ran on a B200: no `subgpu run` for it is suggested
     assert "run it on a local B200" not in out and "never probed on a B200" in out
     assert not [l for l in out.splitlines() if l.strip().startswith("subgpu run") and "B200" in l]
