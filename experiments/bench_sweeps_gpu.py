@@ -1,8 +1,10 @@
 """Issue 42's targets in one digest: the four figures of a ``sweeps`` device call, each beside
 the baseline measured in the same call (a ratio), against its target.
 
-The device study ``sweeps`` (``experiments/device/studies/sweeps.sh``) writes five files into
-one folder; this script reads them and writes ``bench_sweeps_<gpu>.json`` (``h200``, ``h100``)
+The device study ``sweeps`` (``experiments/device/studies/sweeps.sh``) writes seven files into
+one folder (``frontier_sample.json``, ``main_job.json``, ``evaluator_xla.json``,
+``evaluator_pallas.json``, ``exhaustive.json``, ``exhaustive_wall.json``,
+``exhaustive_baseline.json``); this script reads them and writes ``bench_sweeps_<gpu>.json`` (``h200``, ``h100``)
 with one row per target:
 
 * ``frontier``: the GPT-OSS 120B B200 frontier study on the GPU machine's cores. From
@@ -42,6 +44,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 #: SubGPU grid points of the GPT-OSS 120B B200 frontier study's grid as
 #: ``experiments/frontier_study.py`` counts them when it starts (docs/results.md, "Speed":
@@ -111,6 +115,12 @@ def _flag(d, *keys, where: str) -> bool:
     return v
 
 
+def _finite_or_none(v):
+    """``v`` when it is a finite number (not a bool), else None: an informative field."""
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    return v if ok else None
+
+
 def _count(d, *keys, where: str, top: int | None = None) -> int:
     """An integer >= 0 (<= ``top``) at ``keys``.
 
@@ -152,7 +162,9 @@ def frontier_row(d: dict | None) -> dict:
             "met": proj <= TARGETS["frontier_s"] and over == 0 and same,
             "points_over_tol": over, "tol": TARGETS["frontier_tol"],
             "makespan_vs_event_max": worst, "frontier_same_points": same,
-            "workers": d.get("workers"), "cores": d.get("env", {}).get("cores_usable")}
+            "workers": _finite_or_none(d.get("workers")),
+            "cores": _finite_or_none((d.get("env") if isinstance(d.get("env"), dict)
+                                      else {}).get("cores_usable"))}
 
 
 def main_job_row(d: dict | None) -> dict:
@@ -210,7 +222,7 @@ def evaluator_row(parts: dict) -> dict:
             "ratio": round(r["massive_evals_per_s"] / r["scan_evals_per_s"], 1),
             "target_value": TARGETS["evaluator_per_s"],
             "met": r["massive_evals_per_s"] >= TARGETS["evaluator_per_s"],
-            "max_abs_diff_us": r["max_abs_diff_us"]}
+            "max_abs_diff_us": _finite_or_none(r.get("max_abs_diff_us"))}
 
 
 def exhaustive_row(new: dict | None, wall: dict | None, old: dict | None) -> dict:
@@ -286,7 +298,6 @@ def main(argv=None) -> int:
     if not os.path.isdir(a.folder):
         ap.error(f"--from must be a folder of a sweeps call, got {a.folder!r}")
     if a.out is not None:
-        sys.path.insert(0, os.path.dirname(HERE))
         from subgpu_jax.model.checks import out_file
 
         try:
@@ -301,13 +312,17 @@ def main(argv=None) -> int:
     for reason in bad:
         print(f"warning: --from: {reason}; its row is unreadable", file=sys.stderr)
     gpu = "h200" if "H200" in (d["device"] or "") else "h100" if "H100" in (d["device"] or "") \
-        else "gpu"
+        else None
+    if a.out is None and gpu is None:
+        ap.error("--out: the parts name no H200 or H100 (no evaluator part with a device): give "
+                 "--out")
     out = a.out or os.path.join(HERE, "results", f"bench_sweeps_{gpu}.json")
+    from digest_cli import write_digest
+
     try:
-        with open(out, "w") as fh:
-            json.dump(d, fh, indent=1, allow_nan=False)
-    except OSError as e:
-        ap.error(f"--out: {out} cannot be written ({e.strerror or e.__class__.__name__})")
+        write_digest(out, d)
+    except (OSError, ValueError) as e:
+        ap.error(f"--out: {out} cannot be written ({e})")
     for r in d["rows"]:
         if r["status"] != "measured":
             print(f"{r['target']:11s} {r['status']}")

@@ -4,7 +4,8 @@ batched exact timer replay one simulation's control flow for a whole batch of al
 For every SubGPU record of a search of the built-in default workload (GPT-OSS 120B on 32 B200,
 ``subgpu search --out DIR``; its ``records.jsonl``), the record's configuration and each of its
 one-quantum moves (what one pass of Algorithm 2's polish scores together) are simulated in full
-(``EventSimulator.run(forward=False)``, the default contention model, L2 ``lru``) with the
+(``eventsim.simulate(..., forward=False)``, the default contention model, L2 ``lru``; the search's
+configurations, so not validated again) with the
 order of every kernel instance's start and end taken from the result (``SimResult.kernel_start``
 and ``kernel_end``, sorted by time). Per
 record: the moves whose whole sequence equals the record's, and the median share of the
@@ -18,6 +19,7 @@ Writes experiments/results/eventsim_order_sharing.json and prints one line per r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -84,10 +86,7 @@ def main(argv=None) -> int:
         base = sequence(g, cfg, hw)
         same, shared = 0, []
         for mv in moves:
-            s = sequence(g, Config(D=cfg.D, w=cfg.w, seg_of=cfg.seg_of,
-                                   alloc=tuple(int(x) for x in mv), microbatch=cfg.microbatch,
-                                   policy=cfg.policy,
-                                   streams_per_stage=cfg.streams_per_stage), hw)
+            s = sequence(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in mv)), hw)
             same += s == base
             k = next((i for i, (x, y) in enumerate(zip(s, base)) if x != y), min(len(s), len(base)))
             shared.append(k / len(base))

@@ -95,22 +95,23 @@ def main(argv=None) -> int:
                       "rms_log_error": f["rms_log_error"],
                       "median_abs_error": f["median_abs_error"], "per_op": f["per_op"]}
     sd0 = StaticDurationModel(hw)
+    err0 = [sd0.kernel_time_us(k, p) / t - 1 for k, p, t in S]
     fits["preset"]["rms_log_error"] = math.sqrt(statistics.fmean(
-        math.log(sd0.kernel_time_us(k, p) / t) ** 2 for k, p, t in S))
+        math.log(1 + e) ** 2 for e in err0))
+    fits["preset"]["median_abs_error"] = statistics.median(abs(e) for e in err0)
     print(f"{len(S)} GEMM samples of {os.path.basename(CALIBRATION)}")
     for name, f in fits.items():
         print(f"  {name:22s} rms log error {f['rms_log_error']:.4f}  {f['params']}")
 
-    from dataclasses import replace
-
     import hw_verdicts_h200 as V
     from hw_runtime.commands.run import prepare_run, repredict
 
-    digest = json.load(open(DIGEST))
+    with open(DIGEST) as fh:
+        digest = json.load(fh)
     rows = []
     for name, t in digest["temporal"].items():
         meas, pred0 = t["sleep"]["measured_us"], t["sleep"]["predicted_us"]
-        p = prepare_run(replace(V.run_request(name, [], "H100"), collectives="sleep"))
+        p = prepare_run(dataclasses.replace(V.run_request(name, [], "H100"), collectives="sleep"))
         row = {"workload": name, "measured_us": meas, "digest_predicted_us": pred0}
         for fname, f in fits.items():
             h = dataclasses.replace(p.hw_sim, **f["params"])
@@ -131,8 +132,9 @@ def main(argv=None) -> int:
                               "reproduced_max_rel": repro,
                               "caution": "these temporal rows were seen before the fit was "
                                          "chosen; a fresh device run is the test"}}
-    with open(a.out, "w") as fh:
-        json.dump(out, fh, indent=1)
+    from digest_cli import write_digest
+
+    write_digest(a.out, out)
     for fn, s in summary.items():
         print(f"{fn:22s} temporal error median |{s['median_abs_error']:.1%}|, "
               f"{s['min_error']:+.1%}..{s['max_error']:+.1%}, within 5%: {s['within_5pct']} of "

@@ -1,7 +1,9 @@
 """Where the uncalibrated model's temporal error sits, kernel class by kernel class (issue 22):
 a profiled temporal step of every workload of the verdict protocol
-(``experiments/hw_verdicts_h200.py``: 10 workloads, 6 held out) on the H200, against the
-model's isolated time of the same ops.
+(``experiments/hw_verdicts_h200.py``: 10 workloads on the H200; its 11 ``H100_WORKLOADS`` on an
+H100) on the GPU the device lends, against the model's isolated time of the same ops. On an
+H100 the traces go with ``--hardware H100`` (``temporal_traces/h100/`` ->
+``temporal_traces_h100_<version>.json``).
 
 Phases:
 
@@ -93,10 +95,11 @@ def trace_workload(name: str, machine) -> dict:
     return out
 
 
-def gpu_preset(device_name: str) -> str:
-    """The ``--hardware`` preset of the protocol GPU named ``device_name`` (``torch``'s device
-    name): ``H100`` for an H100, else ``H200`` (``V.PROTOCOL_GPUS``)."""
-    return "H100" if "H100" in device_name else "H200"
+def gpu_preset(name: str) -> str:
+    """The protocol GPU (``V.PROTOCOL_GPUS``) that ``name`` names: ``H100`` when it contains
+    "H100" (a torch device name such as "NVIDIA H100 80GB HBM3", or a ``--hardware`` preset
+    name), else ``H200``."""
+    return "H100" if "H100" in name else "H200"
 
 
 def trace_file(name: str, attention: str = "auto", moe_gemm: str = "auto") -> str:

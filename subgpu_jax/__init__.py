@@ -4,8 +4,8 @@ disjoint SM pools, stream microbatches through them).
 
 The package is layered, each folder importing only those before it (docs/usage.md "Layout"):
 ``model`` < ``space`` < ``sim`` < ``score`` < ``search`` < ``app``. This module re-exports the
-names a user needs; the model-layer names are imported eagerly, the rest on first use (PEP 562
-``__getattr__``) so that ``import subgpu_jax`` does not pull in JAX.
+names a user needs, each imported on first use (PEP 562 ``__getattr__``), so that
+``import subgpu_jax`` imports no submodule and does not pull in JAX.
 """
 
 from __future__ import annotations
