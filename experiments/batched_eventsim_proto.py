@@ -1,0 +1,429 @@
+"""A prototype of a batched event simulator (issue 42 item 1): many SM allocations of one
+structure simulated together in lockstep, each with its own control flow, in NumPy; checked
+against the event simulator and timed beside it. An experiment, not a library timer.
+
+``vc_mechanisms.py`` found that the vectorised contention scorer cannot reproduce the event
+simulator (its residual is HBM sharing itself) and ``eventsim_order_sharing.py`` that the
+allocations of a batch do not share one order of events. So a batched exact timer has to advance
+every allocation's own events. This prototype does that for B allocations of one configuration
+structure (cut, stages, reuse, microbatches, policy; one stream per stage): per step, each
+allocation takes its own next instant (the earliest of its lanes' launch, setup and completion
+events), moves its counters on, activates, snaps and finishes kernels, releases and starts
+tasks in lane order, and recomputes its rates (``BoundModel.rates_of``'s rules: the response
+curve, water-filling by concurrency, the demand cap, the power cap, the L2 port, the loaded
+memory latency of launches, the link time and its setup), with the per-lane loops over the D
+stages and every operation a vector over the B allocations.
+
+**Not covered** (refused): the L2 cache's hits (the prototype runs with the cache policy
+``none``; the LRU replay is the one mechanism with per-allocation state beyond counters), pools
+shared by several streams, calibrations. The reference is ``eventsim.simulate(..., cache="none",
+forward=False)`` on the same configurations.
+
+Measured (a table and ``results/batched_eventsim_proto.json``): per SubGPU record of a search of
+the default workload (``--records``), its configuration and every one-quantum move (one polish
+pass, 2-6 allocations) plus ``--extra`` random allocations of the same structure, scored (a) by
+the event simulator one at a time and (b) by the prototype in one batch; the largest relative
+makespan difference and the wall seconds of each, at the batch sizes given.
+
+Usage: python experiments/batched_eventsim_proto.py --records DIR/records.jsonl
+       [--extra N ...] [--out JSON]
+Units: µs (makespans), seconds (wall), FLOP, bytes, bytes/s inside.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+from digest_cli import check_out, write_digest  # noqa: E402
+
+INF = float("inf")
+
+
+class Structure:
+    """The task DAG of one configuration structure as flat arrays (lane queues, kernels of each
+    task, successors, data-predecessor counts), from the event simulator's own jobs."""
+
+    def __init__(self, g, cfg, hw, model) -> None:
+        from subgpu_jax.sim.eventsim import EventSimulator
+
+        if cfg.streams_per_stage != 1:
+            raise ValueError("the prototype covers one stream per stage")
+        sim = EventSimulator.from_config(g, cfg, hw, model, "none", record=False)
+        self.kernels = g.kernels
+        self.D = len(sim.lanes)
+        self.queues = [[j.index for j in u.queue] for u in sim.lanes]
+        self.T = len(sim.jobs)
+        self.kids = [j.kids for j in sim.jobs]
+        self.succ = [[s.index for s in j.succ] for j in sim.jobs]
+        self.pending0 = np.array([j.pending for j in sim.jobs], dtype=np.int64)
+        self.lane_kids = [sorted({k for j in self.queues[d] for k in self.kids[j]})
+                          for d in range(self.D)]
+
+
+def simulate_batch(st: Structure, allocs: np.ndarray, hw, model) -> np.ndarray:
+    """Makespans (µs) of the allocations ``allocs`` (B, D) of ``st`` (module docstring)."""
+    from subgpu_jax.sim.contention import BoundModel
+    from subgpu_jax.sim.eventsim import lone_makespan
+
+    bm = BoundModel(model, hw, lone_makespan)
+    B, D = allocs.shape
+    NK = len(st.kernels)
+    names = ("sms", "flops", "rate_full", "power", "obj_bytes", "reread_per_flop", "peak_Bps",
+             "comm_bytes", "fixed_us", "scale", "window_B_per_sm", "extra_hbm_bytes")
+    W = {n: np.zeros((B, D, NK)) for n in names}
+    memo: dict = {}
+    for b in range(B):
+        for d in range(D):
+            p = int(allocs[b, d])
+            for k in st.lane_kids[d]:
+                w = memo.get((k, p))
+                if w is None:
+                    w = memo[(k, p)] = bm.work(st.kernels[k], p)
+                for n in names:
+                    W[n][b, d, k] = getattr(w, n)
+    # the rate model's constants (BoundModel's own)
+    issue, N, nvlink = bm.issue, bm.N, bm.nvlink
+    capped = model.inflight_max_B is not None
+    cmax0 = bm.cmax
+    xs, ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
+    k1, l2cap, dcap = bm.kappa - 1.0, bm.l2, bm.demand_cap
+    launch_us, setup_us = bm.launch_us, bm.setup_us
+    gain, inv_copy = model.latency_gain, 1.0 / float(hw.hbm_copy_Bps)
+
+    bi = np.arange(B)
+    t = np.zeros(B)
+    phase = np.zeros((B, D), dtype=np.int8)      # 0 idle, 1 launching, 2 active
+    head = np.zeros((B, D), dtype=np.int64)
+    pos = np.zeros((B, D), dtype=np.int64)
+    kid = np.zeros((B, D), dtype=np.int64)
+    F, Dd, Nn = (np.zeros((B, D)) for _ in range(3))
+    phi = np.zeros((B, D))
+    setup = np.zeros((B, D), dtype=bool)
+    comm_on = np.zeros((B, D), dtype=bool)
+    rc, rd, rn, rh = (np.zeros((B, D)) for _ in range(4))
+    pc, pd, pn = (np.full((B, D), INF) for _ in range(3))
+    ev_launch, ev_setup, ev_done = (np.full((B, D), INF) for _ in range(3))
+    pending = np.tile(st.pending0, (B, 1))
+    jobs_done = np.zeros(B, dtype=np.int64)
+    qlen = np.array([len(q) for q in st.queues])
+    qjob = np.full((D, int(qlen.max()) + 1), -1, dtype=np.int64)
+    for d, q in enumerate(st.queues):
+        qjob[d, :len(q)] = q
+    nkids = np.array([len(k) for k in st.kids])
+    kidtab = np.full((st.T, int(nkids.max()) if st.T else 1), -1, dtype=np.int64)
+    for j, ks in enumerate(st.kids):
+        kidtab[j, :len(ks)] = ks
+
+    def wk(name, m, d):
+        """Work field ``name`` of lane d's current kernel for the allocations of mask m."""
+        return W[name][m, d, kid[m, d]]
+
+    def start_kernel(m, d, now):
+        """Lane d of the allocations in m starts its current kernel (``_start_kernel``)."""
+        kid[m, d] = kidtab[qjob[d, head[m, d]], pos[m, d]]
+        phase[m, d] = 1
+        fixed = wk("fixed_us", m, d)
+        if gain > 0.0:
+            others = np.where(phase[m] == 2, rh[m], 0.0)
+            others[:, d] = 0.0
+            h = others.sum(axis=1)
+            fixed = np.where(fixed > 0.0, fixed * (1.0 + gain * np.minimum(1.0, h * inv_copy)),
+                             fixed)
+        ev_launch[m, d] = now[m] + launch_us + fixed
+
+    def end_job(m, d):
+        """Lane d of the allocations in m ends its task (``_end_job``)."""
+        j = qjob[d, head[m, d]]
+        head[m, d] += 1
+        jobs_done[m] += 1
+        for b, jj in zip(np.flatnonzero(m), j):
+            for s in st.succ[jj]:
+                pending[b, s] -= 1
+
+    def dispatch(m, now):
+        """Start the head task of every idle lane whose predecessors are done, in lane order;
+        an empty task ends at once and the scan restarts (``_dispatch``)."""
+        again = m.copy()
+        while again.any():
+            nxt = np.zeros(B, dtype=bool)
+            scan = again.copy()
+            for d in range(D):
+                j = qjob[d, np.minimum(head[:, d], qlen[d])]
+                ok = scan & (phase[:, d] == 0) & (head[:, d] < qlen[d])
+                ok &= np.where(j >= 0, pending[bi, np.maximum(j, 0)] == 0, False)
+                if not ok.any():
+                    continue
+                empty = ok & (nkids[np.maximum(j, 0)] == 0)
+                go = ok & ~empty
+                if go.any():
+                    pos[go, d] = 0
+                    start_kernel(go, d, now)
+                if empty.any():
+                    end_job(empty, d)
+                    nxt |= empty
+                    scan &= ~empty      # its scan restarts
+            again = nxt
+
+    def recompute(m, now):
+        """Rates and completion events of the active kernels (``_recompute``, ``rates_of``)."""
+        act = (phase == 2) & m[:, None]
+        f_on, d_on = act & (F > 0), act & (Dd > 0)
+        ptot = np.where(f_on, W["power"][bi[:, None], np.arange(D), kid], 0.0).sum(axis=1)
+        sms = W["sms"][bi[:, None], np.arange(D), kid]
+        win = W["window_B_per_sm"][bi[:, None], np.arange(D), kid]
+        peak = W["peak_Bps"][bi[:, None], np.arange(D), kid]
+        conc_on = d_on & (phi > 0)
+        c = sms * win
+        cm = cmax0 if capped else win * N
+        c = np.minimum(c, cm)
+        if dcap:
+            c = np.minimum(c, Dd * phi)
+        c = np.where(conc_on, c, 0.0)
+        ctot = c.sum(axis=1)
+        pk = (c * peak).sum(axis=1)
+        have = ctot > 0
+        x = np.where(have, ctot / bm.full_window, 0.0)
+        frac = np.where(x >= xs[-1], ys[-1], np.interp(x, xs, ys))
+        bw = np.where(have, frac * pk / np.where(have, ctot, 1.0), 0.0)
+        want = phi * sms * issue
+        key = np.where(conc_on, want / np.where(c > 0, c, 1.0), INF)
+        order = np.argsort(key, axis=1, kind="stable")     # ties: lane order
+        rh[:] = np.where(act, 0.0, rh)
+        left_bw, left_w = bw.copy(), ctot.copy()
+        filling = have & m
+        for j in range(D):
+            dj = order[:, j]
+            on = filling & conc_on[bi, dj]
+            cj, wj = c[bi, dj], want[bi, dj]
+            share = np.where(on, left_bw * cj / np.where(left_w > 0, left_w, 1.0), 0.0)
+            fits = on & (wj <= share)
+            rh[bi[fits], dj[fits]] = wj[fits]
+            left_bw = np.where(fits, left_bw - wj, left_bw)
+            left_w = np.where(fits, left_w - cj, left_w)
+            over = on & ~fits
+            if over.any():      # this one and every later one share what is left
+                for jj in range(j, D):
+                    dd = order[:, jj]
+                    o2 = over & conc_on[bi, dd]
+                    rh[bi[o2], dd[o2]] = (left_bw * c[bi, dd] / np.where(left_w > 0, left_w,
+                                                                         1.0))[o2]
+                filling &= ~over
+        cs = np.where(ptot > 1.0, 1.0 / np.where(ptot > 1.0, ptot, 1.0), 1.0)
+        rate_full = W["rate_full"][bi[:, None], np.arange(D), kid]
+        power = W["power"][bi[:, None], np.arange(D), kid]
+        reread = W["reread_per_flop"][bi[:, None], np.arange(D), kid]
+        rc[:] = np.where(act, np.where(F > 0, rate_full * power * cs[:, None], 0.0), rc)
+        r = sms * issue
+        r = np.where((phi > 0) & (rh < r * phi), rh / np.where(phi > 0, phi, 1.0), r)
+        rd[:] = np.where(act, np.where(Dd > 0, r, 0.0), rd)
+        l2 = np.where(act & (Dd > 0), rd * (1.0 + k1 * phi), 0.0).sum(axis=1)
+        l2 += np.where(act & (reread > 0), reread * rc, 0.0).sum(axis=1)
+        rh[:] = np.where(act, rd * phi, rh)
+        ncomm = (act & comm_on).sum(axis=1)
+        nv = np.where(ncomm > 0, nvlink / np.maximum(ncomm, 1), 0.0)
+        rn[:] = np.where(act, np.where(comm_on, nv[:, None], 0.0), rn)
+        scaled = l2 > l2cap
+        if scaled.any():
+            sc = np.where(scaled, l2cap / np.where(scaled, l2, 1.0), 1.0)[:, None]
+            sel = act & scaled[:, None]
+            rd[:] = np.where(sel, rd * sc, rd)
+            rc[:] = np.where(sel & (reread > 0), rc * sc, rc)
+            rh[:] = np.where(sel, rd * phi, rh)
+        tt = now[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pc[:] = np.where(act, np.where(F > 0, np.where(rc > 0, tt + F / rc * 1e6, INF), tt), pc)
+            pd[:] = np.where(act, np.where(Dd > 0, np.where(rd > 0, tt + Dd / rd * 1e6, INF), tt),
+                             pd)
+            pn[:] = np.where(act, np.where(Nn > 0, np.where(rn > 0, tt + Nn / rn * 1e6, INF), tt),
+                             pn)
+        nxt = np.full((B, D), INF)
+        nxt = np.where(Dd > 0, np.minimum(nxt, pd), nxt)
+        nxt = np.where(Nn > 0, np.minimum(nxt, pn), nxt)
+        pcap = (ptot > 1.0)[:, None]
+        use_c = (F > 0) & (pc < nxt) & ((nxt == INF) | pcap | (scaled[:, None] & (reread > 0)))
+        nxt = np.where(use_c, pc, nxt)
+        ev_done[:] = np.where(act, nxt, ev_done)
+
+    every = np.ones(B, dtype=bool)
+    dispatch(every, t)
+    recompute(every, t)
+    T = st.T
+    while True:
+        run = jobs_done < T
+        if not run.any():
+            break
+        tn = np.minimum(np.minimum(ev_launch, ev_setup), ev_done).min(axis=1)
+        tn = np.where(run, tn, t)
+        if np.any(run & ~np.isfinite(tn)):
+            raise RuntimeError("a batched simulation stalled with tasks left")
+        dt = ((tn - t) * 1e-6)[:, None]
+        act = phase == 2
+        F[:] = np.where(act & (F > 0), F - rc * dt, F)
+        Dd[:] = np.where(act & (Dd > 0), Dd - rd * dt, Dd)
+        Nn[:] = np.where(act & (Nn > 0) & ~setup, Nn - rn * dt, Nn)
+        t = tn
+        at = run[:, None] & np.isfinite(tn)[:, None]
+        la = at & (ev_launch == tn[:, None])
+        se = at & (ev_setup == tn[:, None])
+        do = at & (ev_done == tn[:, None])
+        ev_launch[la] = INF
+        ev_setup[se] = INF
+        ev_done[do] = INF
+        for d in range(D):          # activations (``_activate``), cache off
+            m = la[:, d]
+            if not m.any():
+                continue
+            sc = wk("scale", m, d)
+            data = wk("obj_bytes", m, d) + wk("extra_hbm_bytes", m, d)
+            phase[m, d] = 2
+            F[m, d] = wk("flops", m, d) * sc
+            Dd[m, d] = data * sc
+            phi[m, d] = np.where(data > 0, 1.0, 0.0)
+            comm = wk("comm_bytes", m, d)
+            Nn[m, d] = comm * sc
+            s_on = (comm > 0) & (setup_us > 0)
+            setup[m, d] = s_on
+            comm_on[m, d] = (comm > 0) & ~s_on
+            ev_setup[m, d] = np.where(s_on, t[m] + setup_us, INF)
+        setup[se] = False
+        comm_on[se] = Nn[se] > 0
+        any_ev = (la | se | do).any(axis=1)
+        # settle (snap to the instant up to the rounding tolerance, then finish)
+        tol = (t + (1e-9 + 1e-12 * np.abs(t)))[:, None]
+        act = (phase == 2) & any_ev[:, None]
+        F[:] = np.where(act & ((F <= 0) | (pc <= tol)), 0.0, F)
+        Dd[:] = np.where(act & ((Dd <= 0) | (pd <= tol)), 0.0, Dd)
+        Nn[:] = np.where(act & ((Nn <= 0) | (pn <= tol)), 0.0, Nn)
+        fin = act & (F <= 0) & (Dd <= 0) & (Nn <= 0) & ~setup
+        released = np.zeros(B, dtype=bool)
+        for d in range(D):          # in lane order, as the active list
+            m = fin[:, d]
+            if not m.any():
+                continue
+            phase[m, d] = 0
+            rc[m, d] = rd[m, d] = rn[m, d] = rh[m, d] = 0.0
+            comm_on[m, d] = False
+            pc[m, d] = pd[m, d] = pn[m, d] = INF
+            ev_done[m, d] = INF
+            j = qjob[d, head[m, d]]
+            more = np.zeros(B, dtype=bool)
+            more[m] = pos[m, d] + 1 < nkids[j]
+            if more.any():
+                pos[more, d] += 1
+                start_kernel(more, d, t)
+            ends = m & ~more
+            if ends.any():
+                end_job(ends, d)
+                released |= ends
+        if released.any():
+            dispatch(released, t)
+        recompute(any_ev, t)
+    return t
+
+
+def random_allocs(space, n: int, rng) -> list[np.ndarray]:
+    """``n`` allocations drawn uniformly from ``space`` (``space.config.AllocSpace``: D stages,
+    multiples of the quantum, each at least the minimum, summing to the budget): stars and bars
+    over the quanta left after the minimums."""
+    q, D = space.quantum, space.D
+    U = (space.budget - D * space.minimum) // q
+    out = []
+    for _ in range(n):
+        bars = np.sort(rng.choice(U + D - 1, size=D - 1, replace=False))
+        parts = np.diff(np.concatenate([[-1], bars, [U + D - 1]])) - 1
+        out.append(parts * q + space.minimum)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", required=True,
+                    help="records.jsonl of `subgpu search` on the default workload")
+    ap.add_argument("--extra", type=int, nargs="+", default=[0, 62, 250],
+                    help="random allocations added to each record's polish pass (batch sizes)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "batched_eventsim_proto.json"))
+    a = ap.parse_args(argv)
+    if any(x < 0 for x in a.extra) or a.seed < 0:
+        ap.error("--extra and --seed must be integers >= 0")
+    try:
+        check_out(a.out)
+    except ValueError as e:
+        ap.error(str(e))
+    try:
+        with open(a.records) as fh:
+            recs = [json.loads(ln) for ln in fh if ln.strip()]
+    except (OSError, ValueError) as e:
+        ap.error(f"--records: {a.records} is not a readable records.jsonl "
+                 f"({e.__class__.__name__})")
+    recs = [r for r in recs if isinstance(r, dict) and r.get("mode") == "subgpu"]
+    if not recs or any(r.get("model") != "gpt-oss-120b" or r.get("hardware") != "B200"
+                       for r in recs):
+        ap.error("--records: needs the SubGPU records of a search of the default workload "
+                 "(gpt-oss-120b on B200)")
+    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax.model.deployment import Deployment
+    from subgpu_jax.model.workload import Workload
+    from subgpu_jax.search.problem import Problem
+    from subgpu_jax.sim.contention import ContentionModel
+    from subgpu_jax.sim.eventsim import simulate
+    from subgpu_jax.space.config import Config
+
+    hw, arch, model = get_hardware("B200"), get_model("gpt-oss-120b"), ContentionModel()
+    rng = np.random.default_rng(a.seed)
+    rows = []
+    for rec in recs:
+        wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
+        cfg = Config.from_record(rec, wl.graph(1))
+        g = wl.graph(int(rec["microbatches"]))
+        space = Problem(wl, hw).space(cfg.D)
+        moves, _ = space.moves(np.asarray(cfg.alloc))
+        st = Structure(g, cfg, hw, model)
+        for extra in a.extra:
+            allocs = [np.asarray(cfg.alloc), *moves]
+            if extra:
+                allocs += random_allocs(space, extra, rng)
+            A = np.asarray(allocs, dtype=np.int64)
+            t0 = time.perf_counter()
+            ref = np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in r)),
+                                     hw, model, "none", record=False, validate=False,
+                                     forward=False).makespan for r in A])
+            t_ref = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            got = simulate_batch(st, A, hw, model)
+            t_batch = time.perf_counter() - t0
+            err = float(np.max(np.abs(got / ref - 1)))
+            rows.append({"grid_key": rec["grid_key"], "D": cfg.D, "microbatches": g.microbatches,
+                         "batch": len(A), "max_rel_diff": err, "eventsim_s": round(t_ref, 4),
+                         "batched_s": round(t_batch, 4), "speedup": round(t_ref / t_batch, 2)})
+            print(f"{rec['grid_key']:42s} B={len(A):4d} max |rel diff| {err:.2e}  event "
+                  f"{t_ref:7.3f} s  batched {t_batch:7.3f} s  ({t_ref / t_batch:5.2f}x)",
+                  flush=True)
+    by_b = {}
+    for r in rows:
+        by_b.setdefault(r["batch"] if r["batch"] < 20 else "large", []).append(r)
+    out = {"what": __doc__.split("\n\n")[0], "cache": "none", "rows": rows,
+           "max_rel_diff": max(r["max_rel_diff"] for r in rows),
+           "median_speedup_by_extra": {str(e): statistics.median(
+               r["speedup"] for r, ex in zip(rows, [x for _ in recs for x in a.extra]) if ex == e)
+               for e in a.extra}}
+    write_digest(a.out, out)
+    print(f"max |rel diff| {out['max_rel_diff']:.2e}; median speedup by added random "
+          f"allocations {out['median_speedup_by_extra']}; wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
