@@ -19,11 +19,16 @@ stages and every operation a vector over the B allocations.
 shared by several streams, calibrations. The reference is ``eventsim.simulate(..., cache="none",
 forward=False)`` on the same configurations.
 
+The same loop is written twice: in NumPy (``simulate_batch``: a Python step loop over vector
+operations) and in JAX (``simulate_batch_jax``: one ``lax.while_loop``, float64, compiled once
+per structure and batch size; on an accelerator as on the CPU).
+
 Measured (a table and ``results/batched_eventsim_proto.json``): per SubGPU record of a search of
 the default workload (``--records``), its configuration and every one-quantum move (one polish
 pass, 2-6 allocations) plus ``--extra`` random allocations of the same structure, scored (a) by
-the event simulator one at a time and (b) by the prototype in one batch; the largest relative
-makespan difference and the wall seconds of each, at the batch sizes given.
+the event simulator one at a time (full simulation, the cache off), (b) by the NumPy loop and
+(c) by the JAX loop in one batch each; the largest relative makespan difference and the wall
+seconds of each (JAX: its compilation and one run apart), at the batch sizes given.
 
 Usage: python experiments/batched_eventsim_proto.py --records DIR/records.jsonl
        [--extra N ...] [--out JSON]
@@ -72,17 +77,16 @@ class Structure:
                           for d in range(self.D)]
 
 
-def simulate_batch(st: Structure, allocs: np.ndarray, hw, model) -> np.ndarray:
-    """Makespans (µs) of the allocations ``allocs`` (B, D) of ``st`` (module docstring)."""
-    from subgpu_jax.sim.contention import BoundModel
-    from subgpu_jax.sim.eventsim import lone_makespan
+#: The ``KernelWork`` fields the batched loop reads (sim.kernelwork).
+WORK_FIELDS = ("sms", "flops", "rate_full", "power", "obj_bytes", "reread_per_flop", "peak_Bps",
+               "comm_bytes", "fixed_us", "scale", "window_B_per_sm", "extra_hbm_bytes")
 
-    bm = BoundModel(model, hw, lone_makespan)
+
+def work_tables(st: Structure, allocs: np.ndarray, bm) -> dict:
+    """``{field: (B, D, NK) array}``: the ``KernelWork`` of every kernel of lane d on
+    allocation b's pool of d (``BoundModel.work``, memoised by kernel and pool size)."""
     B, D = allocs.shape
-    NK = len(st.kernels)
-    names = ("sms", "flops", "rate_full", "power", "obj_bytes", "reread_per_flop", "peak_Bps",
-             "comm_bytes", "fixed_us", "scale", "window_B_per_sm", "extra_hbm_bytes")
-    W = {n: np.zeros((B, D, NK)) for n in names}
+    W = {n: np.zeros((B, D, len(st.kernels))) for n in WORK_FIELDS}
     memo: dict = {}
     for b in range(B):
         for d in range(D):
@@ -91,8 +95,19 @@ def simulate_batch(st: Structure, allocs: np.ndarray, hw, model) -> np.ndarray:
                 w = memo.get((k, p))
                 if w is None:
                     w = memo[(k, p)] = bm.work(st.kernels[k], p)
-                for n in names:
+                for n in WORK_FIELDS:
                     W[n][b, d, k] = getattr(w, n)
+    return W
+
+
+def simulate_batch(st: Structure, allocs: np.ndarray, hw, model) -> np.ndarray:
+    """Makespans (µs) of the allocations ``allocs`` (B, D) of ``st`` (module docstring)."""
+    from subgpu_jax.sim.contention import BoundModel
+    from subgpu_jax.sim.eventsim import lone_makespan
+
+    bm = BoundModel(model, hw, lone_makespan)
+    B, D = allocs.shape
+    W = work_tables(st, allocs, bm)
     # the rate model's constants (BoundModel's own)
     issue, N, nvlink = bm.issue, bm.N, bm.nvlink
     capped = model.inflight_max_B is not None
@@ -333,6 +348,302 @@ def simulate_batch(st: Structure, allocs: np.ndarray, hw, model) -> np.ndarray:
     return t
 
 
+def simulate_batch_jax(st: Structure, allocs: np.ndarray, hw, model,
+                       timing: dict | None = None) -> np.ndarray:
+    """``simulate_batch`` as one ``jax.lax.while_loop`` (in float64, under
+    ``jax.enable_x64(True)``, as the simulator), each step the same operations over the B allocations; the D stages unrolled. Tasks
+    with no kernel are refused (the NumPy loop ends them at once; no structure of the studies
+    has one). ``timing``, when given, receives ``compile_s`` and ``run_s`` (wall seconds of the
+    compilation and of one execution, the result fetched)."""
+    import jax
+    import jax.numpy as jnp
+
+    from subgpu_jax.sim.contention import BoundModel
+    from subgpu_jax.sim.eventsim import lone_makespan
+
+    with jax.enable_x64(True):
+        return _simulate_batch_jax(st, allocs, hw, model, timing)
+
+
+def _simulate_batch_jax(st, allocs, hw, model, timing):
+    """The body of ``simulate_batch_jax`` (float64 on)."""
+    import jax
+    import jax.numpy as jnp
+
+    from subgpu_jax.sim.contention import BoundModel
+    from subgpu_jax.sim.eventsim import lone_makespan
+
+    nk_task = np.array([len(k) for k in st.kids])
+    if (nk_task == 0).any():
+        raise ValueError("simulate_batch_jax: a task with no kernel (use simulate_batch)")
+    bm = BoundModel(model, hw, lone_makespan)
+    B, D = allocs.shape
+    Wn = work_tables(st, allocs, bm)
+    W = {n: jnp.asarray(v) for n, v in Wn.items()}
+    issue, N, nvlink = bm.issue, bm.N, bm.nvlink
+    capped = model.inflight_max_B is not None
+    cmax0 = bm.cmax
+    xs, ys = jnp.asarray(bm.curve_x), jnp.asarray(bm.curve_y)
+    k1, l2cap, dcap = bm.kappa - 1.0, bm.l2, bm.demand_cap
+    launch_us, setup_us = bm.launch_us, bm.setup_us
+    gain, inv_copy = model.latency_gain, 1.0 / float(hw.hbm_copy_Bps)
+    T = st.T
+    qlen_np = np.array([len(q) for q in st.queues])
+    qjob_np = np.full((D, int(qlen_np.max()) + 1), 0, dtype=np.int64)
+    for d, q in enumerate(st.queues):
+        qjob_np[d, :len(q)] = q
+    kid_np = np.zeros((T, int(nk_task.max())), dtype=np.int64)
+    for j, ks in enumerate(st.kids):
+        kid_np[j, :len(ks)] = ks
+    smax = max(1, max(len(x) for x in st.succ))
+    succ_np = np.full((T, smax), T, dtype=np.int64)        # T: a dummy column
+    for j, x in enumerate(st.succ):
+        succ_np[j, :len(x)] = x
+    qlen, qjob = jnp.asarray(qlen_np), jnp.asarray(qjob_np)
+    nkids, kidtab, succ = jnp.asarray(nk_task), jnp.asarray(kid_np), jnp.asarray(succ_np)
+    bi = jnp.arange(B)
+    lanes = jnp.arange(D)
+
+    def g(name, kid):
+        """Work field of every lane's current kernel, (B, D)."""
+        return jnp.take_along_axis(W[name], kid[..., None], axis=2)[..., 0]
+
+    def start_kernel(s, m, d):
+        kid = s["kid"].at[:, d].set(jnp.where(m, kidtab[qjob[d, s["head"][:, d]], s["pos"][:, d]],
+                                             s["kid"][:, d]))
+        fixed = W["fixed_us"][bi, d, kid[:, d]]
+        if gain > 0.0:
+            others = jnp.where((s["phase"] == 2) & (lanes[None, :] != d), s["rh"], 0.0)
+            h = others.sum(axis=1)
+            fixed = jnp.where(fixed > 0.0, fixed * (1.0 + gain * jnp.minimum(1.0, h * inv_copy)),
+                              fixed)
+        s = dict(s, kid=kid)
+        s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 1, s["phase"][:, d]))
+        s["ev_launch"] = s["ev_launch"].at[:, d].set(
+            jnp.where(m, s["t"] + launch_us + fixed, s["ev_launch"][:, d]))
+        return s
+
+    def end_job(s, m, d):
+        j = qjob[d, s["head"][:, d]]
+        s = dict(s)
+        s["head"] = s["head"].at[:, d].add(m.astype(s["head"].dtype))
+        s["jobs_done"] = s["jobs_done"] + m
+        dec = jnp.zeros((B, T + 1), dtype=s["pending"].dtype)
+        dec = dec.at[bi[:, None], succ[j]].add(m[:, None].astype(dec.dtype))
+        s["pending"] = s["pending"] - dec
+        return s
+
+    def dispatch(s, m):
+        for d in range(D):
+            h = s["head"][:, d]
+            j = qjob[d, jnp.minimum(h, qlen[d])]
+            ok = m & (s["phase"][:, d] == 0) & (h < qlen[d]) & (s["pending"][bi, j] == 0)
+            s = dict(s, pos=s["pos"].at[:, d].set(jnp.where(ok, 0, s["pos"][:, d])))
+            s = start_kernel(s, ok, d)
+        return s
+
+    def recompute(s, m):
+        kid, F, Dd, Nn, phi = s["kid"], s["F"], s["Dd"], s["Nn"], s["phi"]
+        act = (s["phase"] == 2) & m[:, None]
+        sms, win, peak = g("sms", kid), g("window_B_per_sm", kid), g("peak_Bps", kid)
+        rate_full, power, reread = g("rate_full", kid), g("power", kid), g("reread_per_flop", kid)
+        ptot = jnp.where(act & (F > 0), power, 0.0).sum(axis=1)
+        conc_on = act & (Dd > 0) & (phi > 0)
+        c = jnp.minimum(sms * win, cmax0 if capped else win * N)
+        if dcap:
+            c = jnp.minimum(c, Dd * phi)
+        c = jnp.where(conc_on, c, 0.0)
+        ctot = c.sum(axis=1)
+        pk = (c * peak).sum(axis=1)
+        have = ctot > 0
+        x = jnp.where(have, ctot / bm.full_window, 0.0)
+        frac = jnp.where(x >= xs[-1], ys[-1], jnp.interp(x, xs, ys))
+        bw = jnp.where(have, frac * pk / jnp.where(have, ctot, 1.0), 0.0)
+        want = phi * sms * issue
+        key = jnp.where(conc_on, want / jnp.where(c > 0, c, 1.0), jnp.inf)
+        order = jnp.argsort(key, axis=1, stable=True)
+        rh = jnp.where(act, 0.0, s["rh"])
+        left_bw, left_w = bw, ctot
+        over = jnp.zeros(B, dtype=bool)
+        for jpos in range(D):
+            dj = order[:, jpos]
+            on = have & conc_on[bi, dj]
+            cj, wj = c[bi, dj], want[bi, dj]
+            share = left_bw * cj / jnp.where(left_w > 0, left_w, 1.0)
+            fits = on & ~over & (wj <= share)
+            val = jnp.where(fits, wj, jnp.where(on, share, rh[bi, dj]))
+            rh = rh.at[bi, dj].set(val)
+            left_bw = jnp.where(fits, left_bw - wj, left_bw)
+            left_w = jnp.where(fits, left_w - cj, left_w)
+            over = over | (on & ~fits)
+        cs = jnp.where(ptot > 1.0, 1.0 / jnp.where(ptot > 1.0, ptot, 1.0), 1.0)
+        rc = jnp.where(act, jnp.where(F > 0, rate_full * power * cs[:, None], 0.0), s["rc"])
+        r = sms * issue
+        r = jnp.where((phi > 0) & (rh < r * phi), rh / jnp.where(phi > 0, phi, 1.0), r)
+        rd = jnp.where(act, jnp.where(Dd > 0, r, 0.0), s["rd"])
+        l2 = jnp.where(act & (Dd > 0), rd * (1.0 + k1 * phi), 0.0).sum(axis=1)
+        l2 = l2 + jnp.where(act & (reread > 0), reread * rc, 0.0).sum(axis=1)
+        rh = jnp.where(act, rd * phi, rh)
+        ncomm = (act & s["comm_on"]).sum(axis=1)
+        nv = jnp.where(ncomm > 0, nvlink / jnp.maximum(ncomm, 1), 0.0)
+        rn = jnp.where(act, jnp.where(s["comm_on"], nv[:, None], 0.0), s["rn"])
+        scaled = l2 > l2cap
+        sc = jnp.where(scaled, l2cap / jnp.where(scaled, l2, 1.0), 1.0)[:, None]
+        sel = act & scaled[:, None]
+        rd = jnp.where(sel, rd * sc, rd)
+        rc = jnp.where(sel & (reread > 0), rc * sc, rc)
+        rh = jnp.where(sel, rd * phi, rh)
+        tt = s["t"][:, None]
+        pc = jnp.where(act, jnp.where(F > 0, jnp.where(rc > 0, tt + F / jnp.where(rc > 0, rc, 1.0)
+                                                      * 1e6, jnp.inf), tt), s["pc"])
+        pd = jnp.where(act, jnp.where(Dd > 0, jnp.where(rd > 0, tt + Dd / jnp.where(rd > 0, rd, 1.0)
+                                                       * 1e6, jnp.inf), tt), s["pd"])
+        pn = jnp.where(act, jnp.where(Nn > 0, jnp.where(rn > 0, tt + Nn / jnp.where(rn > 0, rn, 1.0)
+                                                       * 1e6, jnp.inf), tt), s["pn"])
+        nxt = jnp.full((B, D), jnp.inf)
+        nxt = jnp.where(Dd > 0, jnp.minimum(nxt, pd), nxt)
+        nxt = jnp.where(Nn > 0, jnp.minimum(nxt, pn), nxt)
+        pcap = (ptot > 1.0)[:, None]
+        use_c = (F > 0) & (pc < nxt) & ((nxt == jnp.inf) | pcap | (scaled[:, None] & (reread > 0)))
+        nxt = jnp.where(use_c, pc, nxt)
+        return dict(s, rc=rc, rd=rd, rn=rn, rh=rh, pc=pc, pd=pd, pn=pn,
+                    ev_done=jnp.where(act, nxt, s["ev_done"]))
+
+    def step(s):
+        run = s["jobs_done"] < T
+        tn = jnp.minimum(jnp.minimum(s["ev_launch"], s["ev_setup"]), s["ev_done"]).min(axis=1)
+        tn = jnp.where(run, tn, s["t"])
+        dt = ((tn - s["t"]) * 1e-6)[:, None]
+        act = s["phase"] == 2
+        s = dict(s)
+        s["F"] = jnp.where(act & (s["F"] > 0), s["F"] - s["rc"] * dt, s["F"])
+        s["Dd"] = jnp.where(act & (s["Dd"] > 0), s["Dd"] - s["rd"] * dt, s["Dd"])
+        s["Nn"] = jnp.where(act & (s["Nn"] > 0) & ~s["setup"], s["Nn"] - s["rn"] * dt, s["Nn"])
+        s["t"] = tn
+        at = (run & jnp.isfinite(tn))[:, None]
+        la = at & (s["ev_launch"] == tn[:, None])
+        se = at & (s["ev_setup"] == tn[:, None])
+        do = at & (s["ev_done"] == tn[:, None])
+        s["ev_launch"] = jnp.where(la, jnp.inf, s["ev_launch"])
+        s["ev_setup"] = jnp.where(se, jnp.inf, s["ev_setup"])
+        s["ev_done"] = jnp.where(do, jnp.inf, s["ev_done"])
+        kid = s["kid"]
+        sc = g("scale", kid)
+        data = g("obj_bytes", kid) + g("extra_hbm_bytes", kid)
+        comm = g("comm_bytes", kid)
+        s_on = (comm > 0) & (setup_us > 0)
+        s["phase"] = jnp.where(la, 2, s["phase"])
+        s["F"] = jnp.where(la, g("flops", kid) * sc, s["F"])
+        s["Dd"] = jnp.where(la, data * sc, s["Dd"])
+        s["phi"] = jnp.where(la, jnp.where(data > 0, 1.0, 0.0), s["phi"])
+        s["Nn"] = jnp.where(la, comm * sc, s["Nn"])
+        s["setup"] = jnp.where(la, s_on, s["setup"])
+        s["comm_on"] = jnp.where(la, (comm > 0) & ~s_on, s["comm_on"])
+        s["ev_setup"] = jnp.where(la, jnp.where(s_on, tn[:, None] + setup_us, jnp.inf),
+                                  s["ev_setup"])
+        s["setup"] = jnp.where(se, False, s["setup"])
+        s["comm_on"] = jnp.where(se, s["Nn"] > 0, s["comm_on"])
+        any_ev = (la | se | do).any(axis=1)
+        tol = (tn + (1e-9 + 1e-12 * jnp.abs(tn)))[:, None]
+        act = (s["phase"] == 2) & any_ev[:, None]
+        s["F"] = jnp.where(act & ((s["F"] <= 0) | (s["pc"] <= tol)), 0.0, s["F"])
+        s["Dd"] = jnp.where(act & ((s["Dd"] <= 0) | (s["pd"] <= tol)), 0.0, s["Dd"])
+        s["Nn"] = jnp.where(act & ((s["Nn"] <= 0) | (s["pn"] <= tol)), 0.0, s["Nn"])
+        fin = act & (s["F"] <= 0) & (s["Dd"] <= 0) & (s["Nn"] <= 0) & ~s["setup"]
+        released = jnp.zeros(B, dtype=bool)
+        for d in range(D):
+            m = fin[:, d]
+            for nm in ("rc", "rd", "rn", "rh"):
+                s[nm] = s[nm].at[:, d].set(jnp.where(m, 0.0, s[nm][:, d]))
+            for nm in ("pc", "pd", "pn", "ev_done"):
+                s[nm] = s[nm].at[:, d].set(jnp.where(m, jnp.inf, s[nm][:, d]))
+            s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 0, s["phase"][:, d]))
+            s["comm_on"] = s["comm_on"].at[:, d].set(jnp.where(m, False, s["comm_on"][:, d]))
+            j = qjob[d, s["head"][:, d]]
+            more = m & (s["pos"][:, d] + 1 < nkids[j])
+            s["pos"] = s["pos"].at[:, d].add(more.astype(s["pos"].dtype))
+            s = start_kernel(s, more, d)
+            ends = m & ~more
+            s = end_job(s, ends, d)
+            released = released | ends
+        s = dispatch(s, released)
+        return recompute(s, any_ev)
+
+    f64 = jnp.float64
+    s0 = {"t": jnp.zeros(B, f64), "phase": jnp.zeros((B, D), jnp.int32),
+          "head": jnp.zeros((B, D), jnp.int64), "pos": jnp.zeros((B, D), jnp.int64),
+          "kid": jnp.zeros((B, D), jnp.int64), "jobs_done": jnp.zeros(B, jnp.int64),
+          "pending": jnp.concatenate([jnp.tile(jnp.asarray(st.pending0), (B, 1)),
+                                      jnp.zeros((B, 1), jnp.int64)], axis=1),
+          "setup": jnp.zeros((B, D), bool), "comm_on": jnp.zeros((B, D), bool)}
+    for nm in ("F", "Dd", "Nn", "phi", "rc", "rd", "rn", "rh"):
+        s0[nm] = jnp.zeros((B, D), f64)
+    for nm in ("pc", "pd", "pn", "ev_launch", "ev_setup", "ev_done"):
+        s0[nm] = jnp.full((B, D), jnp.inf, f64)
+
+    def run(s):
+        s = dispatch(s, jnp.ones(B, dtype=bool))
+        s = recompute(s, jnp.ones(B, dtype=bool))
+        s = jax.lax.while_loop(lambda s: jnp.any(s["jobs_done"] < T), step, s)
+        return s["t"]
+
+    t0 = time.perf_counter()
+    exe = jax.jit(run).lower(s0).compile()
+    t1 = time.perf_counter()
+    out = np.asarray(exe(s0))
+    t2 = time.perf_counter()
+    if timing is not None:
+        timing.update(compile_s=t1 - t0, run_s=t2 - t1)
+    return out
+
+
+def scale_study(a, recs, hw, arch, model, rng) -> int:
+    """``--scale``: the JAX loop alone at large batches (module docstring)."""
+    import jax
+
+    from subgpu_jax.model.deployment import Deployment
+    from subgpu_jax.model.workload import Workload
+    from subgpu_jax.search.problem import Problem
+    from subgpu_jax.sim.eventsim import simulate
+    from subgpu_jax.space.config import Config
+
+    rows = []
+    for rec in recs:
+        wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
+        cfg = Config.from_record(rec, wl.graph(1))
+        g = wl.graph(int(rec["microbatches"]))
+        space = Problem(wl, hw).space(cfg.D)
+        st = Structure(g, cfg, hw, model)
+        for B in a.scale:
+            A = np.asarray(random_allocs(space, B, rng), dtype=np.int64)
+            tm: dict = {}
+            got = simulate_batch_jax(st, A, hw, model, tm)
+            pick = rng.choice(B, size=16, replace=False)
+            t0 = time.perf_counter()
+            ref = np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in A[i])),
+                                     hw, model, "none", record=False, validate=False,
+                                     forward=False).makespan for i in pick])
+            per_event = (time.perf_counter() - t0) / len(pick)
+            err = float(np.max(np.abs(got[pick] / ref - 1)))
+            rows.append({"grid_key": rec["grid_key"], "D": cfg.D, "microbatches": g.microbatches,
+                         "batch": B, "jax_compile_s": round(tm["compile_s"], 3),
+                         "jax_run_s": round(tm["run_s"], 4),
+                         "allocs_per_s": round(B / tm["run_s"], 1),
+                         "eventsim_s_per_alloc": round(per_event, 5),
+                         "speedup_per_alloc": round(per_event * B / tm["run_s"], 2),
+                         "sample_max_rel_diff": err})
+            print(f"{rec['grid_key']:42s} B={B:6d} jax {tm['run_s']:7.3f} s ({B / tm['run_s']:9.0f}"
+                  f" allocations/s, {per_event * B / tm['run_s']:6.1f}x the event simulator; "
+                  f"compile {tm['compile_s']:.1f} s); sample |rel diff| {err:.1e}", flush=True)
+    out = {"what": __doc__.split("\n\n")[0] + " (--scale: the JAX loop alone)",
+           "cache": "none", "backend": jax.default_backend(),
+           "device": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(), "rows": rows,
+           "sample_max_rel_diff": max(r["sample_max_rel_diff"] for r in rows)}
+    write_digest(a.out, out)
+    print(f"wrote {a.out}")
+    return 0
+
+
 def random_allocs(space, n: int, rng) -> list[np.ndarray]:
     """``n`` allocations drawn uniformly from ``space`` (``space.config.AllocSpace``: D stages,
     multiples of the quantum, each at least the minimum, summing to the budget): stars and bars
@@ -351,13 +662,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", required=True,
                     help="records.jsonl of `subgpu search` on the default workload")
-    ap.add_argument("--extra", type=int, nargs="+", default=[0, 62, 250],
+    ap.add_argument("--extra", type=int, nargs="+", default=[0, 1000],
                     help="random allocations added to each record's polish pass (batch sizes)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", type=int, nargs="+", default=None, metavar="B",
+                    help="instead: the JAX loop alone at these batch sizes (random allocations "
+                         "of each record's structure, on JAX's default device), 16 of each "
+                         "batch checked against the event simulator")
+    ap.add_argument("--records-limit", type=int, default=None,
+                    help="the first N SubGPU records only")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "batched_eventsim_proto.json"))
     a = ap.parse_args(argv)
     if any(x < 0 for x in a.extra) or a.seed < 0:
         ap.error("--extra and --seed must be integers >= 0")
+    if a.scale is not None and any(x < 16 for x in a.scale):
+        ap.error("--scale batch sizes must be integers >= 16")
+    if a.records_limit is not None and a.records_limit < 1:
+        ap.error("--records-limit must be an integer >= 1")
     try:
         check_out(a.out)
     except ValueError as e:
@@ -383,6 +704,9 @@ def main(argv=None) -> int:
 
     hw, arch, model = get_hardware("B200"), get_model("gpt-oss-120b"), ContentionModel()
     rng = np.random.default_rng(a.seed)
+    recs = recs[:a.records_limit]
+    if a.scale is not None:
+        return scale_study(a, recs, hw, arch, model, rng)
     rows = []
     for rec in recs:
         wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
@@ -404,24 +728,31 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             got = simulate_batch(st, A, hw, model)
             t_batch = time.perf_counter() - t0
+            tm: dict = {}
+            got_j = simulate_batch_jax(st, A, hw, model, tm)
             err = float(np.max(np.abs(got / ref - 1)))
+            err_j = float(np.max(np.abs(got_j / ref - 1)))
             rows.append({"grid_key": rec["grid_key"], "D": cfg.D, "microbatches": g.microbatches,
-                         "batch": len(A), "max_rel_diff": err, "eventsim_s": round(t_ref, 4),
-                         "batched_s": round(t_batch, 4), "speedup": round(t_ref / t_batch, 2)})
-            print(f"{rec['grid_key']:42s} B={len(A):4d} max |rel diff| {err:.2e}  event "
-                  f"{t_ref:7.3f} s  batched {t_batch:7.3f} s  ({t_ref / t_batch:5.2f}x)",
-                  flush=True)
-    by_b = {}
-    for r in rows:
-        by_b.setdefault(r["batch"] if r["batch"] < 20 else "large", []).append(r)
-    out = {"what": __doc__.split("\n\n")[0], "cache": "none", "rows": rows,
+                         "batch": len(A), "extra": extra, "max_rel_diff": err,
+                         "jax_max_rel_diff": err_j, "eventsim_s": round(t_ref, 4),
+                         "batched_s": round(t_batch, 4), "speedup": round(t_ref / t_batch, 2),
+                         "jax_compile_s": round(tm["compile_s"], 3),
+                         "jax_run_s": round(tm["run_s"], 4),
+                         "jax_speedup": round(t_ref / tm["run_s"], 2)})
+            print(f"{rec['grid_key']:42s} B={len(A):4d} |rel diff| {err:.1e} / {err_j:.1e}  "
+                  f"event {t_ref:6.2f} s  numpy {t_batch:6.2f} s ({t_ref / t_batch:5.2f}x)  jax "
+                  f"{tm['run_s']:6.3f} s ({t_ref / tm['run_s']:5.2f}x; compile "
+                  f"{tm['compile_s']:.1f} s)", flush=True)
+    med = {str(e): {k: statistics.median(r[k] for r in rows if r["extra"] == e)
+                    for k in ("speedup", "jax_speedup", "jax_compile_s")} for e in a.extra}
+    out = {"what": __doc__.split("\n\n")[0], "cache": "none", "backend": "cpu",
+           "cpu_count": os.cpu_count(), "rows": rows,
            "max_rel_diff": max(r["max_rel_diff"] for r in rows),
-           "median_speedup_by_extra": {str(e): statistics.median(
-               r["speedup"] for r, ex in zip(rows, [x for _ in recs for x in a.extra]) if ex == e)
-               for e in a.extra}}
+           "jax_max_rel_diff": max(r["jax_max_rel_diff"] for r in rows),
+           "median_by_extra": med}
     write_digest(a.out, out)
-    print(f"max |rel diff| {out['max_rel_diff']:.2e}; median speedup by added random "
-          f"allocations {out['median_speedup_by_extra']}; wrote {a.out}")
+    print(f"max |rel diff| numpy {out['max_rel_diff']:.2e}, jax {out['jax_max_rel_diff']:.2e}; "
+          f"medians by added random allocations {med}; wrote {a.out}")
     return 0
 
 
