@@ -26,7 +26,11 @@ def check_out(path: str) -> None:
 
     if isinstance(path, str) and path and os.path.isdir(path):
         raise ValueError(f"--out: {path!r} must be a file in an existing folder, not a folder")
-    out_file(path, "--out")
+    try:
+        out_file(path, "--out")
+    except ValueError as e:
+        raise ValueError(f"--out: {path!r} must be a file in an existing folder, a regular "
+                         f"file or none yet ({e})") from None
 
 
 def write_digest(path: str, doc: dict) -> None:
