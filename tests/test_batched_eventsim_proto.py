@@ -99,3 +99,22 @@ def test_jax_loop_equals_the_numpy_loop(proto, name):
     assert jax.config.jax_enable_x64 == before
     assert np.max(np.abs(got / proto.simulate_batch(st, A, HW, model) - 1)) < 1e-12
     assert tm["compile_s"] > 0 and tm["run_s"] > 0
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_lru_batch_equals_the_event_simulator(proto, name):
+    """With the default model's L2 policy (``lru``: ``BatchedLRU``, per-allocation residency
+    and recency) the NumPy loop still gives the simulator's makespans (1e-9 relative)."""
+    g, cfg = _case(name)
+    model = ContentionModel()
+    sp = AllocSpace.from_hw(HW, cfg.D)
+    A = np.asarray([cfg.alloc] + proto.random_allocs(sp, 4, np.random.default_rng(11)),
+                   dtype=np.int64)
+    st = proto.Structure(g, cfg, HW, model)
+    got = proto.simulate_batch(st, A, HW, model, "lru")
+    ref = np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in a)), HW,
+                             model, "lru", record=False, forward=False).makespan for a in A])
+    assert np.max(np.abs(got / ref - 1)) < 1e-9
+    assert st.objects > 0
+    with pytest.raises(ValueError, match="none or lru"):
+        proto.simulate_batch(st, A, HW, model, "fifo")

@@ -50,7 +50,7 @@ from subgpu_jax.space.config import Config, check_config
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 
 __all__ = ["SimResult", "EventSimulator", "EventQueue", "Job", "Lane", "Pool", "share_pool",
-           "simulate", "simulate_streams", "lone_makespan", "SM_MODES",
+           "simulate", "simulate_streams", "lone_makespan", "object_tables", "SM_MODES",
            "check_sm_mode", "LookupObserver"]
 
 #: How the stages of a pipelined configuration get their SMs: ``"green"``, each stage its own
@@ -110,7 +110,7 @@ def lone_makespan(k: Kernel, pool_sms: int, hw: Hardware, model: ContentionModel
     return float(sim.run().makespan)
 
 
-def _object_tables(kernels: Sequence[Kernel], P: int | None) -> tuple[list, list]:
+def object_tables(kernels: Sequence[Kernel], P: int | None) -> tuple[list, list]:
     """Per kernel: its L2 lookups ``(weight reads, activation reads, write bytes, KV bytes)``
     and its activation writes ``(name, region shift, bytes)``, names canonical (``_canon``)."""
     objs, writes = [], []
@@ -223,7 +223,7 @@ class EventSimulator:
         for u in self.lanes:
             for kid in {x for j in u.queue for x in j.kids}:
                 u.works[kid] = self.bm.work(self.kernels[kid], u.pool.sms)
-        self._objs, self._writes = _object_tables(self.kernels, layers_per_region)
+        self._objs, self._writes = object_tables(self.kernels, layers_per_region)
         self.events_q = EventQueue()
         self.dag: TaskDAG | None = None
         self.t = 0.0
