@@ -17,7 +17,8 @@ stages and every operation a vector over the B allocations.
 The L2 table (``--cache lru``, the default model's policy) is ``BatchedLRU``: per allocation,
 which of the structure's objects (``eventsim.object_tables``) are resident, their bytes and
 recency, each kernel's reads looked up in order at its activation and its writes admitted when
-it ends; the NumPy loop only (the JAX loop runs with the cache off). **Not covered**: pools
+it ends; in both loops (the JAX loop's eviction is a ``lax.while_loop`` of argmins). **Not
+covered**: pools
 shared by several streams (refused), calibrations. The reference is ``eventsim.simulate(...,
 cache, forward=False)`` on the same configurations.
 
@@ -455,7 +456,7 @@ def simulate_batch(st: Structure, allocs: np.ndarray, hw, model,
 
 
 def simulate_batch_jax(st: Structure, allocs: np.ndarray, hw, model,
-                       timing: dict | None = None) -> np.ndarray:
+                       timing: dict | None = None, cache: str = "none") -> np.ndarray:
     """``simulate_batch`` as one ``jax.lax.while_loop`` (in float64, under
     ``jax.enable_x64(True)``, as the simulator), each step the same operations over the B allocations; the D stages unrolled. Tasks
     with no kernel are refused (the NumPy loop ends them at once; no structure of the studies
@@ -467,11 +468,13 @@ def simulate_batch_jax(st: Structure, allocs: np.ndarray, hw, model,
     from subgpu_jax.sim.contention import BoundModel
     from subgpu_jax.sim.eventsim import lone_makespan
 
+    if cache not in ("none", "lru"):
+        raise ValueError(f"cache must be none or lru, got {cache!r}")
     with jax.enable_x64(True):
-        return _simulate_batch_jax(st, allocs, hw, model, timing)
+        return _simulate_batch_jax(st, allocs, hw, model, timing, cache)
 
 
-def _simulate_batch_jax(st, allocs, hw, model, timing):
+def _simulate_batch_jax(st, allocs, hw, model, timing, cache):
     """The body of ``simulate_batch_jax`` (float64 on)."""
     import jax
     import jax.numpy as jnp
@@ -509,6 +512,52 @@ def _simulate_batch_jax(st, allocs, hw, model, timing):
     nkids, kidtab, succ = jnp.asarray(nk_task), jnp.asarray(kid_np), jnp.asarray(succ_np)
     bi = jnp.arange(B)
     lanes = jnp.arange(D)
+    lru = cache == "lru"
+    cap = float(hw.l2_bytes)
+    rkey, rbytes = jnp.asarray(st.read_key), jnp.asarray(st.read_bytes)
+    wkey, wbytes = jnp.asarray(st.write_key), jnp.asarray(st.write_bytes)
+    always = jnp.asarray(st.always_hbm)
+    big = jnp.iinfo(jnp.int64).max
+
+    def l2_insert(s, m, key, n):
+        """``BatchedLRU.insert`` on the state's L2 arrays (``l2p``, ``l2b``, ``l2t``,
+        ``l2c``, ``l2o``): residency, bytes, stamps, clock, occupancy."""
+        valid = m & (key >= 0)
+        k = jnp.maximum(key, 0)
+        pres, nb = s["l2p"], s["l2b"]
+        was = valid & pres[bi, k]
+        occ = s["l2o"] - jnp.where(was, nb[bi, k], 0.0)
+        pres = pres.at[bi, k].set(jnp.where(was, False, pres[bi, k]))
+        ok = valid & (n <= cap) & (n > 0)
+
+        def need(c):
+            pres_, occ_ = c
+            return ok & (occ_ + n > cap) & pres_.any(axis=1)
+
+        def evict(c):
+            pres_, occ_ = c
+            nd = need(c)
+            v = jnp.argmin(jnp.where(pres_, s["l2t"], big), axis=1)
+            occ_ = occ_ - jnp.where(nd, nb[bi, v], 0.0)
+            pres_ = pres_.at[bi, v].set(jnp.where(nd, False, pres_[bi, v]))
+            return pres_, occ_
+
+        pres, occ = jax.lax.while_loop(lambda c: need(c).any(), evict, (pres, occ))
+        clock = s["l2c"] + ok
+        return dict(s, l2p=pres.at[bi, k].set(jnp.where(ok, True, pres[bi, k])),
+                    l2b=nb.at[bi, k].set(jnp.where(ok, n, nb[bi, k])),
+                    l2t=s["l2t"].at[bi, k].set(jnp.where(ok, clock, s["l2t"][bi, k])),
+                    l2c=clock, l2o=occ + jnp.where(ok, n, 0.0))
+
+    def l2_read(s, m, key, n):
+        """``BatchedLRU.read``: (state, hit mask)."""
+        valid = m & (key >= 0)
+        k = jnp.maximum(key, 0)
+        hit = valid & s["l2p"][bi, k]
+        clock = s["l2c"] + hit
+        s = dict(s, l2c=clock, l2t=s["l2t"].at[bi, k].set(jnp.where(hit, clock,
+                                                                       s["l2t"][bi, k])))
+        return l2_insert(s, valid & ~hit, key, n), hit
 
     def g(name, kid):
         """Work field of every lane's current kernel, (B, D)."""
@@ -636,12 +685,30 @@ def _simulate_batch_jax(st, allocs, hw, model, timing):
         kid = s["kid"]
         sc = g("scale", kid)
         data = g("obj_bytes", kid) + g("extra_hbm_bytes", kid)
+        hbm = data
+        if lru:     # lookups lane by lane, slot by slot (``_lookups``)
+            hbm_l, data_l = [], []
+            for d in range(D):
+                m = la[:, d]
+                j, q = qjob[d, s["head"][:, d]], s["pos"][:, d]
+                hit_b = jnp.zeros(B)
+                miss_b = jnp.zeros(B)
+                for slot in range(st.read_key.shape[2]):
+                    key, nb = rkey[j, q, slot], rbytes[j, q, slot]
+                    s, h = l2_read(s, m, key, nb)
+                    hit_b = hit_b + jnp.where(h, nb, 0.0)
+                    miss_b = miss_b + jnp.where(m & (key >= 0) & ~h, nb, 0.0)
+                hb = miss_b + always[j, q] + W["extra_hbm_bytes"][bi, d, kid[:, d]]
+                hbm_l.append(hb)
+                data_l.append(hb + hit_b)
+            hbm, data = jnp.stack(hbm_l, axis=1), jnp.stack(data_l, axis=1)
         comm = g("comm_bytes", kid)
         s_on = (comm > 0) & (setup_us > 0)
         s["phase"] = jnp.where(la, 2, s["phase"])
         s["F"] = jnp.where(la, g("flops", kid) * sc, s["F"])
         s["Dd"] = jnp.where(la, data * sc, s["Dd"])
-        s["phi"] = jnp.where(la, jnp.where(data > 0, 1.0, 0.0), s["phi"])
+        s["phi"] = jnp.where(la, jnp.where(data > 0, hbm / jnp.where(data > 0, data, 1.0), 0.0),
+                             s["phi"])
         s["Nn"] = jnp.where(la, comm * sc, s["Nn"])
         s["setup"] = jnp.where(la, s_on, s["setup"])
         s["comm_on"] = jnp.where(la, (comm > 0) & ~s_on, s["comm_on"])
@@ -666,6 +733,10 @@ def _simulate_batch_jax(st, allocs, hw, model, timing):
             s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 0, s["phase"][:, d]))
             s["comm_on"] = s["comm_on"].at[:, d].set(jnp.where(m, False, s["comm_on"][:, d]))
             j = qjob[d, s["head"][:, d]]
+            if lru:     # the kernel's activation writes (``_finish_kernel``)
+                for slot in range(st.write_key.shape[2]):
+                    s = l2_insert(s, m, wkey[j, s["pos"][:, d], slot],
+                                  wbytes[j, s["pos"][:, d], slot])
             more = m & (s["pos"][:, d] + 1 < nkids[j])
             s["pos"] = s["pos"].at[:, d].add(more.astype(s["pos"].dtype))
             s = start_kernel(s, more, d)
@@ -686,6 +757,10 @@ def _simulate_batch_jax(st, allocs, hw, model, timing):
         s0[nm] = jnp.zeros((B, D), f64)
     for nm in ("pc", "pd", "pn", "ev_launch", "ev_setup", "ev_done"):
         s0[nm] = jnp.full((B, D), jnp.inf, f64)
+    K = max(st.objects, 1) if lru else 1
+    s0.update(l2p=jnp.zeros((B, K), bool), l2b=jnp.zeros((B, K), f64),
+              l2t=jnp.zeros((B, K), jnp.int64), l2c=jnp.zeros(B, jnp.int64),
+              l2o=jnp.zeros(B, f64))
 
     def run(s):
         s = dispatch(s, jnp.ones(B, dtype=bool))
@@ -723,11 +798,11 @@ def scale_study(a, recs, hw, arch, model, rng) -> int:
         for B in a.scale:
             A = np.asarray(random_allocs(space, B, rng), dtype=np.int64)
             tm: dict = {}
-            got = simulate_batch_jax(st, A, hw, model, tm)
+            got = simulate_batch_jax(st, A, hw, model, tm, a.cache)
             pick = rng.choice(B, size=16, replace=False)
             t0 = time.perf_counter()
             ref = np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in A[i])),
-                                     hw, model, "none", record=False, validate=False,
+                                     hw, model, a.cache, record=False, validate=False,
                                      forward=False).makespan for i in pick])
             per_event = (time.perf_counter() - t0) / len(pick)
             err = float(np.max(np.abs(got[pick] / ref - 1)))
@@ -742,7 +817,7 @@ def scale_study(a, recs, hw, arch, model, rng) -> int:
                   f" allocations/s, {per_event * B / tm['run_s']:6.1f}x the event simulator; "
                   f"compile {tm['compile_s']:.1f} s); sample |rel diff| {err:.1e}", flush=True)
     out = {"what": __doc__.split("\n\n")[0] + " (--scale: the JAX loop alone)",
-           "cache": "none", "backend": jax.default_backend(),
+           "cache": a.cache, "backend": jax.default_backend(),
            "device": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(), "rows": rows,
            "sample_max_rel_diff": max(r["sample_max_rel_diff"] for r in rows)}
     write_digest(a.out, out)
@@ -772,8 +847,8 @@ def main(argv=None) -> int:
                     help="random allocations added to each record's polish pass (batch sizes)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", default="none", choices=("none", "lru"),
-                    help="the L2 policy of both simulators (lru: the NumPy loop only; the JAX "
-                         "loop runs with the cache off)")
+                    help="the L2 policy of the simulator and both loops (lru: the default "
+                         "model's)")
     ap.add_argument("--scale", type=int, nargs="+", default=None, metavar="B",
                     help="instead: the JAX loop alone at these batch sizes (random allocations "
                          "of each record's structure, on JAX's default device), 16 of each "
@@ -844,26 +919,24 @@ def main(argv=None) -> int:
                    "speedup": round(t_ref / t_batch, 2)}
             line = (f"{rec['grid_key']:42s} B={len(A):4d} |rel diff| {err:.1e}  event "
                     f"{t_ref:6.2f} s  numpy {t_batch:6.2f} s ({t_ref / t_batch:5.2f}x)")
-            if a.cache == "none":      # the JAX loop has no L2 table yet
-                tm: dict = {}
-                got_j = simulate_batch_jax(st, A, hw, model, tm)
-                row.update(jax_max_rel_diff=float(np.max(np.abs(got_j / ref - 1))),
-                           jax_compile_s=round(tm["compile_s"], 3),
-                           jax_run_s=round(tm["run_s"], 4),
-                           jax_speedup=round(t_ref / tm["run_s"], 2))
-                line += (f"  jax {tm['run_s']:6.3f} s ({t_ref / tm['run_s']:5.2f}x; compile "
-                         f"{tm['compile_s']:.1f} s; |rel diff| {row['jax_max_rel_diff']:.1e})")
+            tm: dict = {}
+            got_j = simulate_batch_jax(st, A, hw, model, tm, a.cache)
+            row.update(jax_max_rel_diff=float(np.max(np.abs(got_j / ref - 1))),
+                       jax_compile_s=round(tm["compile_s"], 3),
+                       jax_run_s=round(tm["run_s"], 4),
+                       jax_speedup=round(t_ref / tm["run_s"], 2))
+            line += (f"  jax {tm['run_s']:6.3f} s ({t_ref / tm['run_s']:5.2f}x; compile "
+                     f"{tm['compile_s']:.1f} s; |rel diff| {row['jax_max_rel_diff']:.1e})")
             rows.append(row)
             print(line, flush=True)
-    keys = ("speedup",) + (("jax_speedup", "jax_compile_s") if a.cache == "none" else ())
+    keys = ("speedup", "jax_speedup", "jax_compile_s")
     med = {str(e): {k: statistics.median(r[k] for r in rows if r["extra"] == e) for k in keys}
            for e in a.extra}
     out = {"what": __doc__.split("\n\n")[0], "cache": a.cache, "backend": "cpu",
            "cpu_count": os.cpu_count(), "rows": rows,
            "max_rel_diff": max(r["max_rel_diff"] for r in rows),
-           "median_by_extra": med}
-    if a.cache == "none":
-        out["jax_max_rel_diff"] = max(r["jax_max_rel_diff"] for r in rows)
+           "median_by_extra": med,
+           "jax_max_rel_diff": max(r["jax_max_rel_diff"] for r in rows)}
     write_digest(a.out, out)
     print(f"max |rel diff| {out['max_rel_diff']:.2e}; medians by added random allocations "
           f"{med}; wrote {a.out}")

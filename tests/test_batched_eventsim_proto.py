@@ -118,3 +118,16 @@ def test_lru_batch_equals_the_event_simulator(proto, name):
     assert st.objects > 0
     with pytest.raises(ValueError, match="none or lru"):
         proto.simulate_batch(st, A, HW, model, "fifo")
+
+
+def test_jax_loop_with_the_l2_table(proto):
+    """The JAX loop with the L2 table (``lru``) gives the NumPy loop's makespans (1e-12) on the
+    TP8 MoE rank."""
+    g, cfg = _case("mixtral_tp8_d3")
+    model = ContentionModel()
+    sp = AllocSpace.from_hw(HW, cfg.D)
+    A = np.asarray([cfg.alloc] + proto.random_allocs(sp, 3, np.random.default_rng(5)),
+                   dtype=np.int64)
+    st = proto.Structure(g, cfg, HW, model)
+    got = proto.simulate_batch_jax(st, A, HW, model, None, "lru")
+    assert np.max(np.abs(got / proto.simulate_batch(st, A, HW, model, "lru") - 1)) < 1e-12

@@ -3,7 +3,7 @@
 # batches. First the README's main job on the host's CPUs (its records name the structures),
 # then for its first RECORDS SubGPU records (default 4) random allocations of each structure
 # in batches of 1,024, 8,192 and 65,536 on the GPU, 16 of each checked against the event
-# simulator (cache off); $OUT/batched_eventsim_<gpu>.json.
+# simulator (the default model, L2 policy lru); $OUT/batched_eventsim_<gpu>.json.
 #   bash experiments/device/run.sh batched_eventsim [RECORDS]
 RECORDS=${1:-4}
 [[ $RECORDS =~ ^[1-9][0-9]?$ ]] || { echo "run.sh batched_eventsim: RECORDS must be an integer 1-99, got '$RECORDS'" >&2; exit 2; }
@@ -15,5 +15,5 @@ JAX_PLATFORMS=cpu timeout 150 python3 -m subgpu_jax.app.cli search --out "$D/sea
     --no-progress --overwrite 2>&1 | quiet | tail -2
 JAX_PLATFORMS=cuda XLA_PYTHON_CLIENT_PREALLOCATE=false timeout 420 \
     python3 experiments/batched_eventsim_proto.py --records "$D/search/records.jsonl" \
-    --records-limit "$RECORDS" --scale 1024 8192 65536 \
+    --records-limit "$RECORDS" --cache lru --scale 1024 8192 65536 \
     --out "$OUT/batched_eventsim_$TAG.json" 2>&1 | quiet | tail -16
