@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -55,6 +54,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from digest_cli import check_out, write_digest  # noqa: E402
+from eventsim_order_sharing import default_records, record_setup  # noqa: E402  (shared)
 
 INF = float("inf")
 
@@ -782,18 +782,11 @@ def scale_study(a, recs, hw, arch, model, rng) -> int:
     """``--scale``: the JAX loop alone at large batches (module docstring)."""
     import jax
 
-    from subgpu_jax.model.deployment import Deployment
-    from subgpu_jax.model.workload import Workload
-    from subgpu_jax.search.problem import Problem
     from subgpu_jax.sim.eventsim import simulate
-    from subgpu_jax.space.config import Config
 
     rows = []
     for rec in recs:
-        wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
-        cfg = Config.from_record(rec, wl.graph(1))
-        g = wl.graph(int(rec["microbatches"]))
-        space = Problem(wl, hw).space(cfg.D)
+        cfg, g, space = record_setup(rec, hw, arch)
         st = Structure(g, cfg, hw, model)
         for B in a.scale:
             A = np.asarray(random_allocs(space, B, rng), dtype=np.int64)
@@ -868,23 +861,12 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     try:
-        with open(a.records) as fh:
-            recs = [json.loads(ln) for ln in fh if ln.strip()]
-    except (OSError, ValueError) as e:
-        ap.error(f"--records: {a.records} is not a readable records.jsonl "
-                 f"({e.__class__.__name__})")
-    recs = [r for r in recs if isinstance(r, dict) and r.get("mode") == "subgpu"]
-    if not recs or any(r.get("model") != "gpt-oss-120b" or r.get("hardware") != "B200"
-                       for r in recs):
-        ap.error("--records: needs the SubGPU records of a search of the default workload "
-                 "(gpt-oss-120b on B200)")
+        recs = default_records(a.records)
+    except ValueError as e:
+        ap.error(str(e))
     from subgpu_jax import get_hardware, get_model
-    from subgpu_jax.model.deployment import Deployment
-    from subgpu_jax.model.workload import Workload
-    from subgpu_jax.search.problem import Problem
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.eventsim import simulate
-    from subgpu_jax.space.config import Config
 
     hw, arch, model = get_hardware("B200"), get_model("gpt-oss-120b"), ContentionModel()
     rng = np.random.default_rng(a.seed)
@@ -893,10 +875,7 @@ def main(argv=None) -> int:
         return scale_study(a, recs, hw, arch, model, rng)
     rows = []
     for rec in recs:
-        wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
-        cfg = Config.from_record(rec, wl.graph(1))
-        g = wl.graph(int(rec["microbatches"]))
-        space = Problem(wl, hw).space(cfg.D)
+        cfg, g, space = record_setup(rec, hw, arch)
         moves, _ = space.moves(np.asarray(cfg.alloc))
         st = Structure(g, cfg, hw, model)
         for extra in a.extra:

@@ -49,6 +49,40 @@ def sequence(g, cfg, hw) -> tuple:
     return tuple(("e" if k == 0 else "s", i) for _, k, i in sorted(ev))
 
 
+def default_records(path: str) -> list[dict]:
+    """The SubGPU records of ``path``, a ``records.jsonl`` of ``subgpu search`` on the default
+    workload (GPT-OSS 120B on B200).
+
+    Raises:
+        ValueError: unreadable, not JSON lines, or not such records (one line naming
+            ``--records``)."""
+    try:
+        with open(path) as fh:
+            recs = [json.loads(ln) for ln in fh if ln.strip()]
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--records: {path} is not a readable records.jsonl "
+                         f"({e.__class__.__name__})") from None
+    recs = [r for r in recs if isinstance(r, dict) and r.get("mode") == "subgpu"]
+    if not recs or any(r.get("model") != "gpt-oss-120b" or r.get("hardware") != "B200"
+                       for r in recs):
+        raise ValueError("--records: needs the SubGPU records of a search of the default "
+                         "workload (gpt-oss-120b on B200)")
+    return recs
+
+
+def record_setup(rec: dict, hw, arch) -> tuple:
+    """``(cfg, graph, space)`` of a default-workload record: its ``Config``, the region graph
+    of its microbatch count and the allocation space of its stage count."""
+    from subgpu_jax.model.deployment import Deployment
+    from subgpu_jax.model.workload import Workload
+    from subgpu_jax.search.problem import Problem
+    from subgpu_jax.space.config import Config
+
+    wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
+    cfg = Config.from_record(rec, wl.graph(1))
+    return cfg, wl.graph(int(rec["microbatches"])), Problem(wl, hw).space(cfg.D)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", required=True,
@@ -60,29 +94,16 @@ def main(argv=None) -> int:
     except ValueError as e:
         ap.error(str(e))
     try:
-        with open(a.records) as fh:
-            recs = [json.loads(ln) for ln in fh if ln.strip()]
-    except (OSError, ValueError) as e:
-        ap.error(f"--records: {a.records} is not a readable records.jsonl "
-                 f"({e.__class__.__name__})")
-    recs = [r for r in recs if isinstance(r, dict) and r.get("mode") == "subgpu"]
-    if not recs or any(r.get("model") != "gpt-oss-120b" or r.get("hardware") != "B200"
-                       for r in recs):
-        ap.error("--records: needs the SubGPU records of a search of the default workload "
-                 "(gpt-oss-120b on B200)")
+        recs = default_records(a.records)
+    except ValueError as e:
+        ap.error(str(e))
     from subgpu_jax import get_hardware, get_model
-    from subgpu_jax.model.deployment import Deployment
-    from subgpu_jax.model.workload import Workload
-    from subgpu_jax.search.problem import Problem
-    from subgpu_jax.space.config import Config
 
     hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")
     rows, t0 = [], time.time()
     for rec in recs:
-        wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
-        cfg = Config.from_record(rec, wl.graph(1))
-        g = wl.graph(int(rec["microbatches"]))
-        moves, _ = Problem(wl, hw).space(cfg.D).moves(np.asarray(cfg.alloc))
+        cfg, g, space = record_setup(rec, hw, arch)
+        moves, _ = space.moves(np.asarray(cfg.alloc))
         base = sequence(g, cfg, hw)
         same, shared = 0, []
         for mv in moves:

@@ -81,18 +81,24 @@ def test_refuses_what_it_does_not_cover(proto):
         proto.Structure(g, dataclasses.replace(cfg, streams_per_stage=2), HW, ContentionModel())
 
 
+def _batch(proto, name, n, seed):
+    """``(graph, cfg, structure, allocations)``: case ``name``'s even split and ``n`` random
+    allocations of its space (``seed``)."""
+    g, cfg = _case(name)
+    sp = AllocSpace.from_hw(HW, cfg.D)
+    A = np.asarray([cfg.alloc] + proto.random_allocs(sp, n, np.random.default_rng(seed)),
+                   dtype=np.int64)
+    return g, cfg, proto.Structure(g, cfg, HW, ContentionModel()), A
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_jax_loop_equals_the_numpy_loop(proto, name):
     """The JAX engine (one while_loop, float64) gives the NumPy engine's makespans to 1e-12 and
     leaves JAX's global float64 switch as it found it."""
     import jax
 
-    g, cfg = _case(name)
+    g, cfg, st, A = _batch(proto, name, 3, 7)
     model = ContentionModel()
-    sp = AllocSpace.from_hw(HW, cfg.D)
-    A = np.asarray([cfg.alloc] + proto.random_allocs(sp, 3, np.random.default_rng(7)),
-                   dtype=np.int64)
-    st = proto.Structure(g, cfg, HW, model)
     before = jax.config.jax_enable_x64
     tm = {}
     got = proto.simulate_batch_jax(st, A, HW, model, tm)
@@ -105,12 +111,8 @@ def test_jax_loop_equals_the_numpy_loop(proto, name):
 def test_lru_batch_equals_the_event_simulator(proto, name):
     """With the default model's L2 policy (``lru``: ``BatchedLRU``, per-allocation residency
     and recency) the NumPy loop still gives the simulator's makespans (1e-9 relative)."""
-    g, cfg = _case(name)
+    g, cfg, st, A = _batch(proto, name, 4, 11)
     model = ContentionModel()
-    sp = AllocSpace.from_hw(HW, cfg.D)
-    A = np.asarray([cfg.alloc] + proto.random_allocs(sp, 4, np.random.default_rng(11)),
-                   dtype=np.int64)
-    st = proto.Structure(g, cfg, HW, model)
     got = proto.simulate_batch(st, A, HW, model, "lru")
     ref = np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in a)), HW,
                              model, "lru", record=False, forward=False).makespan for a in A])
@@ -123,11 +125,7 @@ def test_lru_batch_equals_the_event_simulator(proto, name):
 def test_jax_loop_with_the_l2_table(proto):
     """The JAX loop with the L2 table (``lru``) gives the NumPy loop's makespans (1e-12) on the
     TP8 MoE rank."""
-    g, cfg = _case("mixtral_tp8_d3")
+    _, _, st, A = _batch(proto, "mixtral_tp8_d3", 3, 5)
     model = ContentionModel()
-    sp = AllocSpace.from_hw(HW, cfg.D)
-    A = np.asarray([cfg.alloc] + proto.random_allocs(sp, 3, np.random.default_rng(5)),
-                   dtype=np.int64)
-    st = proto.Structure(g, cfg, HW, model)
     got = proto.simulate_batch_jax(st, A, HW, model, None, "lru")
     assert np.max(np.abs(got / proto.simulate_batch(st, A, HW, model, "lru") - 1)) < 1e-12
