@@ -141,7 +141,7 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
     if chk and chk.get("rows") and chk.get("max_abs_error") is not None:
         n = chk.get("checked", len(chk["rows"]))
         tol = chk.get("tolerance")
-        over = (f"; above the {tol:.0%} it is held to, so the speedups above are the "
+        over = (f"; above the {tol * 100:g}% it is held to, so the speedups above are the "
                 f"{chk['timer']}'s and may not be the event simulator's (the verdicts below "
                 "are; --exact event searches with it)"
                 if tol is not None and chk["max_abs_error"] > tol else "")

@@ -23,7 +23,8 @@ def _spec(**kw) -> TuneSpec:
 def test_unknown_exact_scorer_is_one_line():
     for bad in ("fast", "event", None, object):   # a name is not a timer: the CLI looks it up
         with pytest.raises(ValueError, match="^--exact must be one of event, event-full, static, "
-                                             "vcontention, screened \\(a timer class"):
+                                             "vcontention, screened, event-batched \\(a timer "
+                                             "class"):
             _spec(exact=bad)
     for name, timer in TIMERS.items():
         spec = _spec(exact=timer)

@@ -15,7 +15,8 @@ from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.score import poolwork
-from subgpu_jax.score.timer import (DEFAULT_TIMER, TIMERS, ContentionTimer, EventTimer,
+from subgpu_jax.score.timer import (DEFAULT_TIMER, TIMERS, BatchedEventTimer, ContentionTimer,
+                                    EventTimer,
                                     ScreenedTimer, StaticTimer, timer_for)
 from subgpu_jax.score.vcontention import kernel_profiles
 from subgpu_jax.sim.contention import ContentionModel
@@ -33,7 +34,8 @@ def g2(gptoss20b_m2):
 def test_registry_and_capabilities():
     """Every registered timer says what it models; the CLI's default is the reference."""
     s = GpuSetup.uncalibrated(H200)
-    assert set(TIMERS) == {"event", "event-full", "static", "vcontention", "screened"}
+    assert set(TIMERS) == {"event", "event-full", "static", "vcontention", "screened",
+                           "event-batched"}
     assert DEFAULT_TIMER == "event"
     caps = {n: (t.contention, t.reference, t.batched, type(t.screen).__name__)
             for n, t in ((n, timer_for(s, n)) for n in TIMERS)}
@@ -41,7 +43,8 @@ def test_registry_and_capabilities():
                     "event-full": (True, True, False, "NoneType"),
                     "static": (False, False, True, "NoneType"),
                     "vcontention": (True, False, True, "NoneType"),
-                    "screened": (True, True, False, "ContentionTimer")}
+                    "screened": (True, True, False, "ContentionTimer"),
+                    "event-batched": (True, False, True, "NoneType")}
     scr = timer_for(s, "screened")
     assert scr.confirm_top == ScreenedTimer.CONFIRM_TOP == 4 and scr.forward
     assert (scr.screen.model, scr.screen.cache) == (scr.model, scr.cache)
@@ -52,13 +55,13 @@ def test_registry_and_capabilities():
     assert not timer_for(s, "event", contention=False).contention
     for n in TIMERS:
         assert timer_for(s, n).name == n and timer_for(s, n).describe()
-    for n in ("vcontention", "screened"):
+    for n in ("vcontention", "screened", "event-batched"):
         with pytest.raises(ValueError, match="needs the event simulator"):
             timer_for(s, n, mode="multistream")
         with pytest.raises(ValueError, match="without contention"):
             timer_for(s, n, contention=False)
     with pytest.raises(ValueError, match="simulator must be one of event, event-full, static, "
-                                         "vcontention, screened"):
+                                         "vcontention, screened, event-batched"):
         timer_for(s, "fast")
 
 
@@ -66,7 +69,8 @@ def test_batched_rows_equal_single_calls(g2, chain_config):
     """``time_allocs`` of a batch equals ``time`` of each row, for every timer."""
     cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
     allocs = np.array([[40, 56, 32], [8, 8, 112], [64, 32, 32]])
-    for t in (EventTimer(H200), StaticTimer(H200), ContentionTimer(H200)):
+    for t in (EventTimer(H200), StaticTimer(H200), ContentionTimer(H200),
+              BatchedEventTimer(H200, engine="numpy")):
         batch = t.time_allocs(g2, cfg, allocs)
         one = [t.time(g2, Config(**{**cfg.__dict__, "alloc": tuple(map(int, a))})).makespan_us
                for a in allocs]

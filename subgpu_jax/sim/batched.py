@@ -1,0 +1,555 @@
+"""The batched event simulator (docs/method.md §3, issue 42): B SM allocations of one
+configuration structure simulated together in lockstep, each with its own events.
+
+Two studies showed why a batched exact timer has to advance every allocation's own events:
+the vectorised contention scorer's residual against the event simulator is HBM sharing itself
+(``experiments/vc_mechanisms.py``: 2.0% median, 11.3% max with every other mechanism off), and
+the allocations of a batch do not share one order of events
+(``experiments/eventsim_order_sharing.py``: 4 of 48 one-quantum moves keep their record's
+order). So here each of the B allocations takes its own next instant per step (the earliest of
+its lanes' launch, setup and completion events), moves its counters on, activates, snaps and
+finishes kernels, releases and starts tasks, and recomputes its rates with
+``BoundModel.rates_of``'s rules (the response curve, water-filling by concurrency, the demand
+cap, the power cap, the L2 port, the loaded memory latency of launches, the link time and its
+setup); the per-lane loops run over the D stages and every operation is a vector over B.
+
+``sim.eventsim.EventSimulator`` is the reference, and this module reproduces its semantics:
+the L2 table per allocation (``BatchedL2``, policies lru, fifo and none) with each kernel's
+reads looked up in order at its activation and its writes admitted when it ends; activations of
+one instant in the order their launch events were pushed (the simulator's event queue order,
+which decides the order of the L2 lookups); completions and releases in lane order.
+Covered: green contexts with one stream per stage (each stage its own pool), contention on,
+calibrated or not; refused (``Unbatchable``): pools shared by several lanes (several streams
+per stage, or multistream with D > 1) and the isolated model. Agreement (tests and
+``experiments/batched_eventsim_proto.py``): makespans within 1e-9 relative of
+``simulate(..., forward=False)`` on the main job's configurations; near-tied event instants
+can order differently after float drift (measured: up to 1.4e-3 on 3 of 12,060 random
+allocations with the cache off).
+
+Two engines run the same loop: NumPy here (``simulate_allocs``: a Python step loop over
+vector operations; fast per allocation from about a hundred allocations) and JAX
+(``sim.batchedjax``: one ``lax.while_loop`` in float64, compiled once per structure and batch
+bucket; for accelerators).
+
+Units: µs (instants, makespans), FLOP, bytes, bytes/s, SMs.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from subgpu_jax.model.graph import OpGraph
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.sim.contention import BoundModel, ContentionModel
+from subgpu_jax.sim.eventsim import EventSimulator, check_sm_mode, lone_makespan, object_tables
+from subgpu_jax.sim.l2cache import check_policy
+from subgpu_jax.space.config import Config
+
+__all__ = ["Unbatchable", "BatchStructure", "WORK_FIELDS", "work_tables", "BatchedL2",
+           "check_allocs", "simulate_allocs"]
+
+INF = float("inf")
+
+
+class Unbatchable(ValueError):
+    """A configuration the batched simulator does not cover (shared pools, the isolated model);
+    the event simulator times it."""
+
+
+class BatchStructure:
+    """The task DAG of one configuration structure (graph, cut, stages, reuse, microbatches,
+    policy; one stream per stage) as flat arrays: lane queues, the kernels of each task, the
+    successors and data-predecessor counts, and the L2 objects each kernel instance reads and
+    writes; taken from the event simulator's own jobs (``EventSimulator.from_config``).
+
+    Args:
+        graph: the region graph, built for ``cfg``'s microbatch count. cfg: any allocation of
+            the structure (its ``alloc`` is not kept). hw: the GPU. model: the contention
+            model. mode: the SM mode (``sim.eventsim.SM_MODES``).
+
+    Attributes:
+        hw, model, graph: as given (the engines simulate with them). D: lanes (stages). T: tasks. queues: per lane, its task indices in run order.
+        kids: per task, its kernel ids. succ: per task, its data successors. pending0: (T,)
+        data-predecessor counts. lane_kids: per lane, the kernel ids it runs. objects: the
+        number of distinct L2 objects. read_key, read_bytes: (T, kmax, R) object ids (-1
+        pads) and bytes of each kernel instance's reads in lookup order; write_key,
+        write_bytes: (T, kmax, W) its writes; always_hbm: (T, kmax) bytes always from HBM
+        (activation writes + KV).
+
+    Raises:
+        Unbatchable: a pool shared by several lanes, or the isolated model.
+    """
+
+    def __init__(self, graph: OpGraph, cfg: Config, hw: Hardware, model: ContentionModel,
+                 mode: str = "green") -> None:
+        if model.isolated:
+            raise Unbatchable("the batched simulator models contention; the isolated model is "
+                              "the event simulator's")
+        if cfg.streams_per_stage != 1:
+            raise Unbatchable("the batched simulator covers one stream per stage, got "
+                              f"{cfg.streams_per_stage}")
+        if check_sm_mode(mode) == "multistream" and cfg.D > 1:
+            raise Unbatchable("the batched simulator covers stages on pools of their own; "
+                              "multistream shares one pool")
+        sim = EventSimulator.from_config(graph, cfg, hw, model, "none", record=False)
+        self.hw, self.model, self.graph = hw, model, graph
+        self.D = len(sim.lanes)
+        self.queues = [[j.index for j in u.queue] for u in sim.lanes]
+        self.T = len(sim.jobs)
+        self.kids = [j.kids for j in sim.jobs]
+        self.succ = [[s.index for s in j.succ] for j in sim.jobs]
+        self.pending0 = np.array([j.pending for j in sim.jobs], dtype=np.int64)
+        self.lane_kids = [sorted({k for j in self.queues[d] for k in self.kids[j]})
+                          for d in range(self.D)]
+        self.nkids = np.array([len(k) for k in self.kids], dtype=np.int64)
+        objs, writes = object_tables(graph.kernels, graph.layers_per_region)
+        ids: dict = {}
+        kmax = max(1, int(self.nkids.max()) if self.T else 1)
+        R = max(1, max((len(objs[k][0]) + len(objs[k][1]) for ks in self.kids for k in ks),
+                       default=1))
+        Wm = max(1, max((len(writes[k]) for ks in self.kids for k in ks), default=1))
+        self.read_key = np.full((self.T, kmax, R), -1, dtype=np.int64)
+        self.read_bytes = np.zeros((self.T, kmax, R))
+        self.write_key = np.full((self.T, kmax, Wm), -1, dtype=np.int64)
+        self.write_bytes = np.zeros((self.T, kmax, Wm))
+        self.always_hbm = np.zeros((self.T, kmax))
+        for j, job in enumerate(sim.jobs):
+            l, mu = job.region, job.mb
+            for q, k in enumerate(job.kids):
+                w, r, wb, kv = objs[k]
+                slots = [(("w", l, nm), b) for nm, b in w]
+                slots += [(("a", l + sh, mu, nm), b) for nm, sh, b in r]
+                for i, (key, b) in enumerate(slots):
+                    self.read_key[j, q, i] = ids.setdefault(key, len(ids))
+                    self.read_bytes[j, q, i] = b
+                for i, (nm, sh, b) in enumerate(writes[k]):
+                    self.write_key[j, q, i] = ids.setdefault(("a", l + sh, mu, nm), len(ids))
+                    self.write_bytes[j, q, i] = b
+                self.always_hbm[j, q] = wb + kv
+        self.objects = len(ids)
+        qlen = np.array([len(q) for q in self.queues], dtype=np.int64)
+        self.qlen = qlen
+        # qjob[d, i]: the i-th task of lane d (-1 past the end)
+        self.qjob = np.full((self.D, int(qlen.max()) + 1), -1, dtype=np.int64)
+        for d, q in enumerate(self.queues):
+            self.qjob[d, :len(q)] = q
+        self.kidtab = np.full((self.T, kmax), -1, dtype=np.int64)
+        for j, ks in enumerate(self.kids):
+            self.kidtab[j, :len(ks)] = ks
+
+
+#: The ``KernelWork`` fields the batched loop reads (sim.kernelwork).
+WORK_FIELDS = ("sms", "flops", "rate_full", "power", "obj_bytes", "reread_per_flop", "peak_Bps",
+               "comm_bytes", "fixed_us", "scale", "window_B_per_sm", "extra_hbm_bytes")
+
+
+def work_tables(st: BatchStructure, allocs: np.ndarray, bm: BoundModel) -> dict:
+    """``{field: (B, D, NK) float64}``: the ``KernelWork`` (``WORK_FIELDS``) of every kernel of
+    lane d on allocation b's pool of d (``BoundModel.work``, memoised by kernel and pool size;
+    kernels lane d never runs stay 0). ``allocs``: int (B, D) SMs."""
+    B, D = allocs.shape
+    kernels = st.graph.kernels
+    W = {n: np.zeros((B, D, len(kernels))) for n in WORK_FIELDS}
+    for d in range(D):
+        ks = st.lane_kids[d]
+        for p in np.unique(allocs[:, d]):
+            rows = np.flatnonzero(allocs[:, d] == p)
+            for k in ks:
+                w = bm.work(kernels[k], int(p))
+                for n in WORK_FIELDS:
+                    W[n][rows, d, k] = getattr(w, n)
+    return W
+
+
+class BatchedL2:
+    """The L2 table of ``sim.l2cache.L2Cache`` for B allocations at once: per allocation, which
+    of the structure's objects are resident, their bytes and their order stamps (recency under
+    lru, admission under fifo; the oldest stamp is evicted first).
+
+    Args:
+        B: allocations. objects: distinct objects. capacity: bytes (``Hardware.l2_bytes``).
+        policy: ``lru`` (a hit refreshes the stamp) or ``fifo`` (it does not).
+    """
+
+    def __init__(self, B: int, objects: int, capacity: float, policy: str = "lru") -> None:
+        if policy not in ("lru", "fifo"):
+            raise ValueError(f"policy must be lru or fifo, got {policy!r}")
+        self.cap = float(capacity)
+        self.refresh = policy == "lru"
+        self.present = np.zeros((B, objects), dtype=bool)
+        self.nbytes = np.zeros((B, objects))
+        self.stamp = np.zeros((B, objects), dtype=np.int64)
+        self.clock = np.zeros(B, dtype=np.int64)
+        self.occ = np.zeros(B)
+        self.count = np.zeros(B, dtype=np.int64)     # resident objects
+
+    def _touch(self, rows: np.ndarray, keys: np.ndarray) -> None:
+        self.clock[rows] += 1
+        self.stamp[rows, keys] = self.clock[rows]
+
+    def insert(self, m: np.ndarray, key: np.ndarray, n: np.ndarray) -> None:
+        """``L2Cache._insert`` for the allocations of mask m (bool (B,)): object ``key`` (int
+        (B,), -1 = none) of ``n`` bytes (B,) becomes the newest, the oldest evicted until it
+        fits; an object over the capacity is dropped, not admitted."""
+        rows = np.flatnonzero(m & (key >= 0))
+        if rows.size == 0:
+            return
+        k, b = key[rows], n[rows]
+        was = self.present[rows, k]
+        self.occ[rows[was]] -= self.nbytes[rows[was], k[was]]
+        self.present[rows[was], k[was]] = False
+        self.count[rows[was]] -= 1
+        ok = (b <= self.cap) & (b > 0)
+        rows, k, b = rows[ok], k[ok], b[ok]
+        while True:
+            need = (self.occ[rows] + b > self.cap) & (self.count[rows] > 0)
+            if not need.any():
+                break
+            r = rows[need]
+            victim = np.argmin(np.where(self.present[r], self.stamp[r], np.iinfo(np.int64).max),
+                               axis=1)
+            self.occ[r] -= self.nbytes[r, victim]
+            self.present[r, victim] = False
+            self.count[r] -= 1
+        self.present[rows, k] = True
+        self.nbytes[rows, k] = b
+        self.occ[rows] += b
+        self.count[rows] += 1
+        self._touch(rows, k)
+
+    def read(self, m: np.ndarray, key: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """``L2Cache.read`` for the allocations of mask m: bool (B,), True where a hit (the
+        stamp refreshed under lru); a miss is admitted."""
+        valid = m & (key >= 0)
+        hit = np.zeros_like(valid)
+        hit[valid] = self.present[np.flatnonzero(valid), key[valid]]
+        rows = np.flatnonzero(hit)
+        if rows.size and self.refresh:
+            self._touch(rows, key[rows])
+        self.insert(valid & ~hit, key, n)
+        return hit
+
+
+class _Lockstep:
+    """The NumPy loop's state and its steps (``simulate_allocs``); one per batch."""
+
+    def __init__(self, st: BatchStructure, allocs: np.ndarray, cache: str) -> None:
+        hw, model = st.hw, st.model
+        bm = self.bm = BoundModel(model, hw, lone_makespan)
+        self.st = st
+        B, D = self.B, self.D = allocs.shape
+        self.W = work_tables(st, allocs, bm)
+        self.capped = model.inflight_max_B is not None
+        self.xs, self.ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
+        self.gain, self.inv_copy = model.latency_gain, 1.0 / float(hw.hbm_copy_Bps)
+        self.bi = np.arange(B)
+        self.lanes = np.arange(D)
+        self.t = np.zeros(B)
+        self.phase = np.zeros((B, D), dtype=np.int8)      # 0 idle, 1 launching, 2 active
+        self.head = np.zeros((B, D), dtype=np.int64)      # position in the lane's queue
+        self.pos = np.zeros((B, D), dtype=np.int64)       # kernel within the task
+        self.kid = np.zeros((B, D), dtype=np.int64)
+        z = lambda: np.zeros((B, D))   # noqa: E731
+        self.F, self.Dd, self.Nn, self.phi = z(), z(), z(), z()
+        self.rc, self.rd, self.rn, self.rh = z(), z(), z(), z()
+        self.pc, self.pd, self.pn = (np.full((B, D), INF) for _ in range(3))
+        self.ev_launch, self.ev_setup, self.ev_done = (np.full((B, D), INF) for _ in range(3))
+        self.setup = np.zeros((B, D), dtype=bool)
+        self.comm_on = np.zeros((B, D), dtype=bool)
+        self.seq = np.zeros((B, D), dtype=np.int64)       # when each launch event was pushed
+        self.nseq = np.zeros(B, dtype=np.int64)
+        self.pending = np.tile(st.pending0, (B, 1))
+        self.jobs_done = np.zeros(B, dtype=np.int64)
+        self.l2 = None if cache == "none" else BatchedL2(B, st.objects, hw.l2_bytes, cache)
+
+    def wk(self, name: str, m: np.ndarray, d: int) -> np.ndarray:
+        """Work field ``name`` of lane d's current kernel for the allocations of mask m."""
+        return self.W[name][m, d, self.kid[m, d]]
+
+    def lanes_field(self, name: str) -> np.ndarray:
+        """Work field ``name`` of every lane's current kernel, (B, D)."""
+        return self.W[name][self.bi[:, None], self.lanes, self.kid]
+
+    def start_kernel(self, m: np.ndarray, d: int, now: np.ndarray) -> None:
+        """Lane d of the allocations in m starts its current kernel (``_start_kernel``): the
+        launch event after the launch overhead and the kernel's fixed latency, loaded by the
+        other lanes' HBM traffic."""
+        st = self.st
+        self.kid[m, d] = st.kidtab[st.qjob[d, self.head[m, d]], self.pos[m, d]]
+        self.nseq[m] += 1
+        self.seq[m, d] = self.nseq[m]
+        self.phase[m, d] = 1
+        fixed = self.wk("fixed_us", m, d)
+        if self.gain > 0.0:
+            others = np.where(self.phase[m] == 2, self.rh[m], 0.0)
+            others[:, d] = 0.0
+            h = others.sum(axis=1)
+            fixed = np.where(fixed > 0.0,
+                             fixed * (1.0 + self.gain * np.minimum(1.0, h * self.inv_copy)),
+                             fixed)
+        self.ev_launch[m, d] = now[m] + self.bm.launch_us + fixed
+
+    def end_job(self, m: np.ndarray, d: int) -> None:
+        """Lane d of the allocations in m ends its task (``_end_job``)."""
+        st = self.st
+        j = st.qjob[d, self.head[m, d]]
+        self.head[m, d] += 1
+        self.jobs_done[m] += 1
+        for b, jj in zip(np.flatnonzero(m), j):
+            for s in st.succ[jj]:
+                self.pending[b, s] -= 1
+
+    def dispatch(self, m: np.ndarray) -> None:
+        """Start the head task of every idle lane whose predecessors are done, in lane order;
+        an empty task ends at once and the scan restarts (``_dispatch``)."""
+        st, B = self.st, self.B
+        again = m.copy()
+        while again.any():
+            nxt = np.zeros(B, dtype=bool)
+            scan = again.copy()
+            for d in range(self.D):
+                j = st.qjob[d, np.minimum(self.head[:, d], st.qlen[d])]
+                ok = scan & (self.phase[:, d] == 0) & (self.head[:, d] < st.qlen[d])
+                ok &= np.where(j >= 0, self.pending[self.bi, np.maximum(j, 0)] == 0, False)
+                if not ok.any():
+                    continue
+                empty = ok & (st.nkids[np.maximum(j, 0)] == 0)
+                go = ok & ~empty
+                if go.any():
+                    self.pos[go, d] = 0
+                    self.start_kernel(go, d, self.t)
+                if empty.any():
+                    self.end_job(empty, d)
+                    nxt |= empty
+                    scan &= ~empty      # its scan restarts
+            again = nxt
+
+    def recompute(self, m: np.ndarray) -> None:
+        """Rates and completion events of the active kernels of the allocations in m
+        (``_recompute``, ``BoundModel.rates_of``)."""
+        bm, D, bi = self.bm, self.D, self.bi
+        F, Dd, Nn, phi = self.F, self.Dd, self.Nn, self.phi
+        act = (self.phase == 2) & m[:, None]
+        d_on = act & (Dd > 0)
+        power = self.lanes_field("power")
+        ptot = np.where(act & (F > 0), power, 0.0).sum(axis=1)
+        sms = self.lanes_field("sms")
+        win = self.lanes_field("window_B_per_sm")
+        peak = self.lanes_field("peak_Bps")
+        conc_on = d_on & (phi > 0)
+        c = np.minimum(sms * win, bm.cmax if self.capped else win * bm.N)
+        if bm.demand_cap:
+            c = np.minimum(c, Dd * phi)
+        c = np.where(conc_on, c, 0.0)
+        ctot = c.sum(axis=1)
+        pk = (c * peak).sum(axis=1)
+        have = ctot > 0
+        x = np.where(have, ctot / bm.full_window, 0.0)
+        frac = np.where(x >= self.xs[-1], self.ys[-1], np.interp(x, self.xs, self.ys))
+        bw = np.where(have, frac * pk / np.where(have, ctot, 1.0), 0.0)
+        want = phi * sms * bm.issue
+        key = np.where(conc_on, want / np.where(c > 0, c, 1.0), INF)
+        order = np.argsort(key, axis=1, kind="stable")     # ties: lane order
+        rh = self.rh
+        rh[:] = np.where(act, 0.0, rh)
+        left_bw, left_w = bw.copy(), ctot.copy()
+        filling = have & m
+        for j in range(D):       # water-filling by concurrency
+            dj = order[:, j]
+            on = filling & conc_on[bi, dj]
+            cj, wj = c[bi, dj], want[bi, dj]
+            share = np.where(on, left_bw * cj / np.where(left_w > 0, left_w, 1.0), 0.0)
+            fits = on & (wj <= share)
+            rh[bi[fits], dj[fits]] = wj[fits]
+            left_bw = np.where(fits, left_bw - wj, left_bw)
+            left_w = np.where(fits, left_w - cj, left_w)
+            over = on & ~fits
+            if over.any():      # this one and every later one share what is left
+                for jj in range(j, D):
+                    dd = order[:, jj]
+                    o2 = over & conc_on[bi, dd]
+                    rh[bi[o2], dd[o2]] = (left_bw * c[bi, dd]
+                                          / np.where(left_w > 0, left_w, 1.0))[o2]
+                filling &= ~over
+        cs = np.where(ptot > 1.0, 1.0 / np.where(ptot > 1.0, ptot, 1.0), 1.0)
+        rate_full = self.lanes_field("rate_full")
+        reread = self.lanes_field("reread_per_flop")
+        self.rc[:] = np.where(act, np.where(F > 0, rate_full * power * cs[:, None], 0.0), self.rc)
+        r = sms * bm.issue
+        r = np.where((phi > 0) & (rh < r * phi), rh / np.where(phi > 0, phi, 1.0), r)
+        self.rd[:] = np.where(act, np.where(Dd > 0, r, 0.0), self.rd)
+        rc, rd = self.rc, self.rd
+        l2 = np.where(act & (Dd > 0), rd * (1.0 + (bm.kappa - 1.0) * phi), 0.0).sum(axis=1)
+        l2 += np.where(act & (reread > 0), reread * rc, 0.0).sum(axis=1)
+        rh[:] = np.where(act, rd * phi, rh)
+        ncomm = (act & self.comm_on).sum(axis=1)
+        nv = np.where(ncomm > 0, bm.nvlink / np.maximum(ncomm, 1), 0.0)
+        self.rn[:] = np.where(act, np.where(self.comm_on, nv[:, None], 0.0), self.rn)
+        scaled = l2 > bm.l2
+        if scaled.any():        # the L2 port binds: data and re-read rates scaled down
+            sc = np.where(scaled, bm.l2 / np.where(scaled, l2, 1.0), 1.0)[:, None]
+            sel = act & scaled[:, None]
+            rd[:] = np.where(sel, rd * sc, rd)
+            rc[:] = np.where(sel & (reread > 0), rc * sc, rc)
+            rh[:] = np.where(sel, rd * phi, rh)
+        tt = self.t[:, None]
+        rn = self.rn
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.pc[:] = np.where(act, np.where(F > 0, np.where(rc > 0, tt + F / rc * 1e6, INF),
+                                                tt), self.pc)
+            self.pd[:] = np.where(act, np.where(Dd > 0, np.where(rd > 0, tt + Dd / rd * 1e6, INF),
+                                                tt), self.pd)
+            self.pn[:] = np.where(act, np.where(Nn > 0, np.where(rn > 0, tt + Nn / rn * 1e6, INF),
+                                                tt), self.pn)
+        nxt = np.full((self.B, D), INF)
+        nxt = np.where(Dd > 0, np.minimum(nxt, self.pd), nxt)
+        nxt = np.where(Nn > 0, np.minimum(nxt, self.pn), nxt)
+        pcap = (ptot > 1.0)[:, None]
+        # a compute completion is an event only when it can change a rate or is the last one
+        use_c = ((F > 0) & (self.pc < nxt)
+                 & ((nxt == INF) | pcap | (scaled[:, None] & (reread > 0))))
+        nxt = np.where(use_c, self.pc, nxt)
+        self.ev_done[:] = np.where(act, nxt, self.ev_done)
+
+    def activate(self, m: np.ndarray, d: int) -> None:
+        """Lane d of the allocations in m activates its kernel (``_activate``): the L2 lookups
+        of its reads in order, then its counters."""
+        st, t = self.st, self.t
+        sc = self.wk("scale", m, d)
+        if self.l2 is None:
+            hbm = data = self.wk("obj_bytes", m, d) + self.wk("extra_hbm_bytes", m, d)
+        else:       # ``_lookups``: each read slot in order, hits and misses
+            j, q = st.qjob[d, self.head[:, d]], self.pos[:, d]
+            hit_b = np.zeros(self.B)
+            miss_b = np.zeros(self.B)
+            for slot in range(st.read_key.shape[2]):
+                key, nb = st.read_key[j, q, slot], st.read_bytes[j, q, slot]
+                h = self.l2.read(m, key, nb)
+                hit_b += np.where(h, nb, 0.0)
+                miss_b += np.where(m & (key >= 0) & ~h, nb, 0.0)
+            hbm = (miss_b + st.always_hbm[j, q])[m] + self.wk("extra_hbm_bytes", m, d)
+            data = hbm + hit_b[m]
+        self.phase[m, d] = 2
+        self.F[m, d] = self.wk("flops", m, d) * sc
+        self.Dd[m, d] = data * sc
+        self.phi[m, d] = np.where(data > 0, hbm / np.where(data > 0, data, 1.0), 0.0)
+        comm = self.wk("comm_bytes", m, d)
+        self.Nn[m, d] = comm * sc
+        s_on = (comm > 0) & (self.bm.setup_us > 0)
+        self.setup[m, d] = s_on
+        self.comm_on[m, d] = (comm > 0) & ~s_on
+        self.ev_setup[m, d] = np.where(s_on, t[m] + self.bm.setup_us, INF)
+
+    def finish(self, m: np.ndarray, d: int) -> np.ndarray:
+        """Lane d of the allocations in m ends its kernel (``_finish_kernel``): its writes
+        admitted to L2, then the task's next kernel starts or the task ends; returns the mask
+        of the allocations whose task ended."""
+        st = self.st
+        self.phase[m, d] = 0
+        self.rc[m, d] = self.rd[m, d] = self.rn[m, d] = self.rh[m, d] = 0.0
+        self.comm_on[m, d] = False
+        self.pc[m, d] = self.pd[m, d] = self.pn[m, d] = INF
+        self.ev_done[m, d] = INF
+        j = st.qjob[d, self.head[m, d]]
+        if self.l2 is not None:
+            jj, qq = st.qjob[d, self.head[:, d]], self.pos[:, d]
+            for slot in range(st.write_key.shape[2]):
+                self.l2.insert(m, st.write_key[jj, qq, slot], st.write_bytes[jj, qq, slot])
+        more = np.zeros(self.B, dtype=bool)
+        more[m] = self.pos[m, d] + 1 < st.nkids[j]
+        if more.any():
+            self.pos[more, d] += 1
+            self.start_kernel(more, d, self.t)
+        ends = m & ~more
+        if ends.any():
+            self.end_job(ends, d)
+        return ends
+
+    def step(self, run: np.ndarray) -> None:
+        """Process every event of each running allocation's next instant (``_advance``)."""
+        D = self.D
+        tn = np.minimum(np.minimum(self.ev_launch, self.ev_setup), self.ev_done).min(axis=1)
+        tn = np.where(run, tn, self.t)
+        if np.any(run & ~np.isfinite(tn)):
+            raise RuntimeError("a batched simulation stalled with tasks left")
+        dt = ((tn - self.t) * 1e-6)[:, None]
+        act = self.phase == 2
+        self.F[:] = np.where(act & (self.F > 0), self.F - self.rc * dt, self.F)
+        self.Dd[:] = np.where(act & (self.Dd > 0), self.Dd - self.rd * dt, self.Dd)
+        self.Nn[:] = np.where(act & (self.Nn > 0) & ~self.setup, self.Nn - self.rn * dt, self.Nn)
+        self.t = t = tn
+        at = run[:, None]
+        la = at & (self.ev_launch == tn[:, None])
+        se = at & (self.ev_setup == tn[:, None])
+        do = at & (self.ev_done == tn[:, None])
+        self.ev_launch[la] = INF
+        self.ev_setup[se] = INF
+        self.ev_done[do] = INF
+        if la.any():
+            if self.l2 is None or D == 1:
+                for d in range(D):
+                    if la[:, d].any():
+                        self.activate(la[:, d], d)
+            else:       # in push order: it decides the order of the L2 lookups
+                rank = np.argsort(np.argsort(np.where(la, self.seq, np.iinfo(np.int64).max),
+                                             axis=1, kind="stable"), axis=1, kind="stable")
+                for r in range(D):
+                    for d in range(D):
+                        m = la[:, d] & (rank[:, d] == r)
+                        if m.any():
+                            self.activate(m, d)
+        self.setup[se] = False
+        self.comm_on[se] = self.Nn[se] > 0
+        any_ev = (la | se | do).any(axis=1)
+        # settle: snap the counters predicted to end by the instant (up to the rounding
+        # tolerance), then finish kernels in lane order (the active list's order)
+        tol = (t + (1e-9 + 1e-12 * np.abs(t)))[:, None]
+        act = (self.phase == 2) & any_ev[:, None]
+        self.F[:] = np.where(act & ((self.F <= 0) | (self.pc <= tol)), 0.0, self.F)
+        self.Dd[:] = np.where(act & ((self.Dd <= 0) | (self.pd <= tol)), 0.0, self.Dd)
+        self.Nn[:] = np.where(act & ((self.Nn <= 0) | (self.pn <= tol)), 0.0, self.Nn)
+        fin = act & (self.F <= 0) & (self.Dd <= 0) & (self.Nn <= 0) & ~self.setup
+        released = np.zeros(self.B, dtype=bool)
+        for d in range(D):
+            if fin[:, d].any():
+                released |= self.finish(fin[:, d], d)
+        if released.any():
+            self.dispatch(released)
+        self.recompute(any_ev)
+
+    def run(self) -> np.ndarray:
+        every = np.ones(self.B, dtype=bool)
+        self.dispatch(every)
+        self.recompute(every)
+        T = self.st.T
+        while True:
+            run = self.jobs_done < T
+            if not run.any():
+                return self.t
+            self.step(run)
+
+
+def check_allocs(st: BatchStructure, allocs) -> np.ndarray:
+    """``allocs`` as int64 (B, D) for ``st``.
+
+    Raises:
+        ValueError: not (B, D) with B >= 1."""
+    A = np.asarray(allocs)
+    if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] != st.D:
+        raise ValueError(f"allocs must be (B, {st.D}) with B >= 1, got shape {A.shape}")
+    return A.astype(np.int64)
+
+
+def simulate_allocs(st: BatchStructure, allocs: np.ndarray, cache: str = "lru") -> np.ndarray:
+    """Makespans (µs, float64 (B,)) of ``st`` under each row of ``allocs`` (int (B, D) SMs per
+    stage, each row a feasible allocation), simulated together in lockstep in NumPy (module
+    docstring) on ``st``'s GPU and contention model; ``cache``: the L2 policy
+    (``sim.l2cache.L2_POLICIES``).
+
+    Raises:
+        ValueError: an unknown cache policy, or ``allocs`` not (B, D) with B >= 1.
+        RuntimeError: a simulation stalled (a dependency cycle)."""
+    cache = check_policy(cache)
+    return _Lockstep(st, check_allocs(st, allocs), cache).run()

@@ -1,0 +1,369 @@
+"""The batched event simulator in JAX (``sim.batched``'s loop as one ``lax.while_loop``, in
+float64 as the event simulator): every step the same vector operations over the B allocations,
+the D stages unrolled. For accelerators: one compiled program per structure, batch bucket and
+L2 policy, its per-step cost nearly flat in B, so its rate grows with the batch.
+
+Batches are padded to ``bucket(B)`` rows (a power of two, at least ``MIN_BUCKET``; the padding
+repeats the first allocation), so a sweep whose batches vary in size compiles a few programs per
+structure, kept on the structure (``BatchStructure.programs``). Compilation takes seconds per
+program on a CPU (1.9-5.4 s measured on the main job's structures; docs/method.md §3, "The
+batched event simulator").
+
+Semantics and coverage are ``sim.batched``'s, and one more refusal: a task with no kernel
+(``Unbatchable``; the NumPy loop ends such tasks at once).
+
+Units: µs, FLOP, bytes, bytes/s, SMs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from subgpu_jax.sim.batched import BatchStructure, Unbatchable, check_allocs, work_tables
+from subgpu_jax.sim.contention import BoundModel
+from subgpu_jax.sim.eventsim import lone_makespan
+from subgpu_jax.sim.l2cache import check_policy
+
+__all__ = ["MIN_BUCKET", "bucket", "simulate_allocs_jax"]
+
+#: The smallest padded batch (rows).
+MIN_BUCKET = 8
+
+
+def bucket(B: int) -> int:
+    """The padded batch size of B rows: the next power of two, at least ``MIN_BUCKET``."""
+    return max(MIN_BUCKET, 1 << (int(B) - 1).bit_length())
+
+
+def simulate_allocs_jax(st: BatchStructure, allocs: np.ndarray, cache: str = "lru",
+                        timing: dict | None = None) -> np.ndarray:
+    """``sim.batched.simulate_allocs`` in JAX on its default device: makespans (µs, float64
+    (B,)) of ``st`` under each row of ``allocs`` (int (B, D) SMs per stage, feasible).
+    ``timing``, when given, receives ``compile_s`` (0 when the program was cached) and
+    ``run_s`` (wall seconds; the result fetched).
+
+    Raises:
+        ValueError: an unknown cache policy or a malformed ``allocs``.
+        Unbatchable: a task with no kernel."""
+    import time
+
+    import jax
+
+    cache = check_policy(cache)
+    A = check_allocs(st, allocs)
+    if (st.nkids == 0).any():
+        raise Unbatchable("the JAX loop needs a kernel in every task")
+    B = A.shape[0]
+    Bp = bucket(B)
+    if Bp > B:
+        A = np.concatenate([A, np.repeat(A[:1], Bp - B, axis=0)])
+    bm = BoundModel(st.model, st.hw, lone_makespan)
+    W = work_tables(st, A, bm)
+    progs = st.__dict__.setdefault("programs", {})
+    t0 = time.perf_counter()
+    with jax.enable_x64(True):
+        key = (Bp, cache)
+        exe = progs.get(key)
+        if exe is None:
+            exe = progs[key] = _program(st, bm, Bp, cache).lower(W).compile()
+        t1 = time.perf_counter()
+        out = np.asarray(exe(W))[:B]
+    t2 = time.perf_counter()
+    if timing is not None:
+        timing.update(compile_s=t1 - t0, run_s=t2 - t1)
+    return out
+
+
+def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
+    """The jitted loop of ``st`` for B rows: ``run(W) -> makespans`` (float64 on)."""
+    import jax
+    import jax.numpy as jnp
+
+    model, hw = st.model, st.hw
+    D, T = st.D, st.T
+    issue, N, nvlink = bm.issue, bm.N, bm.nvlink
+    capped = model.inflight_max_B is not None
+    cmax0 = bm.cmax
+    xs, ys = jnp.asarray(bm.curve_x), jnp.asarray(bm.curve_y)
+    k1, l2cap, dcap = bm.kappa - 1.0, bm.l2, bm.demand_cap
+    launch_us, setup_us = bm.launch_us, bm.setup_us
+    gain, inv_copy = model.latency_gain, 1.0 / float(hw.hbm_copy_Bps)
+    qlen = jnp.asarray(st.qlen)
+    qjob = jnp.asarray(np.maximum(st.qjob, 0))
+    kidtab = jnp.asarray(np.maximum(st.kidtab, 0))
+    nkids = jnp.asarray(st.nkids)
+    smax = max(1, max((len(x) for x in st.succ), default=1))
+    succ_np = np.full((T, smax), T, dtype=np.int64)        # T: a dummy column
+    for j, x in enumerate(st.succ):
+        succ_np[j, :len(x)] = x
+    succ = jnp.asarray(succ_np)
+    bi = jnp.arange(B)
+    lanes = jnp.arange(D)
+    l2_on = cache != "none"
+    refresh = cache == "lru"
+    cap = float(hw.l2_bytes)
+    rkey, rbytes = jnp.asarray(st.read_key), jnp.asarray(st.read_bytes)
+    wkey, wbytes = jnp.asarray(st.write_key), jnp.asarray(st.write_bytes)
+    always = jnp.asarray(st.always_hbm)
+    big = jnp.iinfo(jnp.int64).max
+
+    def l2_insert(s, m, key, n):
+        """``BatchedL2.insert`` on the state's L2 arrays (``l2p``, ``l2b``, ``l2t``, ``l2c``,
+        ``l2o``): residency, bytes, stamps, clock, occupancy."""
+        valid = m & (key >= 0)
+        k = jnp.maximum(key, 0)
+        pres, nb = s["l2p"], s["l2b"]
+        was = valid & pres[bi, k]
+        occ = s["l2o"] - jnp.where(was, nb[bi, k], 0.0)
+        cnt = s["l2n"] - was
+        pres = pres.at[bi, k].set(jnp.where(was, False, pres[bi, k]))
+        ok = valid & (n <= cap) & (n > 0)
+
+        def need(c):
+            _, occ_, cnt_ = c
+            return ok & (occ_ + n > cap) & (cnt_ > 0)
+
+        def evict(c):
+            pres_, occ_, cnt_ = c
+            nd = need(c)
+            v = jnp.argmin(jnp.where(pres_, s["l2t"], big), axis=1)
+            occ_ = occ_ - jnp.where(nd, nb[bi, v], 0.0)
+            pres_ = pres_.at[bi, v].set(jnp.where(nd, False, pres_[bi, v]))
+            return pres_, occ_, cnt_ - nd
+
+        pres, occ, cnt = jax.lax.while_loop(lambda c: need(c).any(), evict, (pres, occ, cnt))
+        clock = s["l2c"] + ok
+        return dict(s, l2p=pres.at[bi, k].set(jnp.where(ok, True, pres[bi, k])),
+                    l2b=nb.at[bi, k].set(jnp.where(ok, n, nb[bi, k])),
+                    l2t=s["l2t"].at[bi, k].set(jnp.where(ok, clock, s["l2t"][bi, k])),
+                    l2c=clock, l2o=occ + jnp.where(ok, n, 0.0), l2n=cnt + ok)
+
+    def l2_read(s, m, key, n):
+        """``BatchedL2.read``: (state, hit mask)."""
+        valid = m & (key >= 0)
+        k = jnp.maximum(key, 0)
+        hit = valid & s["l2p"][bi, k]
+        if refresh:
+            clock = s["l2c"] + hit
+            s = dict(s, l2c=clock, l2t=s["l2t"].at[bi, k].set(jnp.where(hit, clock,
+                                                                           s["l2t"][bi, k])))
+        return l2_insert(s, valid & ~hit, key, n), hit
+
+    def body(W):
+        def g(name, kid):
+            """Work field of every lane's current kernel, (B, D)."""
+            return jnp.take_along_axis(W[name], kid[..., None], axis=2)[..., 0]
+
+        def start_kernel(s, m, d):
+            kid = s["kid"].at[:, d].set(jnp.where(m, kidtab[qjob[d, s["head"][:, d]],
+                                                            s["pos"][:, d]], s["kid"][:, d]))
+            fixed = W["fixed_us"][bi, d, kid[:, d]]
+            if gain > 0.0:
+                others = jnp.where((s["phase"] == 2) & (lanes[None, :] != d), s["rh"], 0.0)
+                h = others.sum(axis=1)
+                fixed = jnp.where(fixed > 0.0,
+                                  fixed * (1.0 + gain * jnp.minimum(1.0, h * inv_copy)), fixed)
+            nseq = s["nseq"] + m        # the event queue's push order
+            s = dict(s, kid=kid, nseq=nseq,
+                     seq=s["seq"].at[:, d].set(jnp.where(m, nseq, s["seq"][:, d])))
+            s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 1, s["phase"][:, d]))
+            s["ev_launch"] = s["ev_launch"].at[:, d].set(
+                jnp.where(m, s["t"] + launch_us + fixed, s["ev_launch"][:, d]))
+            return s
+
+        def end_job(s, m, d):
+            j = qjob[d, jnp.minimum(s["head"][:, d], qlen[d] - 1)]
+            s = dict(s)
+            s["head"] = s["head"].at[:, d].add(m.astype(s["head"].dtype))
+            s["jobs_done"] = s["jobs_done"] + m
+            dec = jnp.zeros((B, T + 1), dtype=s["pending"].dtype)
+            dec = dec.at[bi[:, None], succ[j]].add(m[:, None].astype(dec.dtype))
+            s["pending"] = s["pending"] - dec
+            return s
+
+        def dispatch(s, m):
+            for d in range(D):
+                h = s["head"][:, d]
+                j = qjob[d, jnp.minimum(h, qlen[d])]
+                ok = m & (s["phase"][:, d] == 0) & (h < qlen[d]) & (s["pending"][bi, j] == 0)
+                s = dict(s, pos=s["pos"].at[:, d].set(jnp.where(ok, 0, s["pos"][:, d])))
+                s = start_kernel(s, ok, d)
+            return s
+
+        def recompute(s, m):
+            kid, F, Dd, Nn, phi = s["kid"], s["F"], s["Dd"], s["Nn"], s["phi"]
+            act = (s["phase"] == 2) & m[:, None]
+            sms, win, peak = g("sms", kid), g("window_B_per_sm", kid), g("peak_Bps", kid)
+            rate_full, power = g("rate_full", kid), g("power", kid)
+            reread = g("reread_per_flop", kid)
+            ptot = jnp.where(act & (F > 0), power, 0.0).sum(axis=1)
+            conc_on = act & (Dd > 0) & (phi > 0)
+            c = jnp.minimum(sms * win, cmax0 if capped else win * N)
+            if dcap:
+                c = jnp.minimum(c, Dd * phi)
+            c = jnp.where(conc_on, c, 0.0)
+            ctot = c.sum(axis=1)
+            pk = (c * peak).sum(axis=1)
+            have = ctot > 0
+            x = jnp.where(have, ctot / bm.full_window, 0.0)
+            frac = jnp.where(x >= xs[-1], ys[-1], jnp.interp(x, xs, ys))
+            bw = jnp.where(have, frac * pk / jnp.where(have, ctot, 1.0), 0.0)
+            want = phi * sms * issue
+            key = jnp.where(conc_on, want / jnp.where(c > 0, c, 1.0), jnp.inf)
+            order = jnp.argsort(key, axis=1, stable=True)
+            rh = jnp.where(act, 0.0, s["rh"])
+            left_bw, left_w = bw, ctot
+            over = jnp.zeros(B, dtype=bool)
+            for jpos in range(D):       # water-filling by concurrency
+                dj = order[:, jpos]
+                on = have & conc_on[bi, dj]
+                cj, wj = c[bi, dj], want[bi, dj]
+                share = left_bw * cj / jnp.where(left_w > 0, left_w, 1.0)
+                fits = on & ~over & (wj <= share)
+                val = jnp.where(fits, wj, jnp.where(on, share, rh[bi, dj]))
+                rh = rh.at[bi, dj].set(val)
+                left_bw = jnp.where(fits, left_bw - wj, left_bw)
+                left_w = jnp.where(fits, left_w - cj, left_w)
+                over = over | (on & ~fits)
+            cs = jnp.where(ptot > 1.0, 1.0 / jnp.where(ptot > 1.0, ptot, 1.0), 1.0)
+            rc = jnp.where(act, jnp.where(F > 0, rate_full * power * cs[:, None], 0.0), s["rc"])
+            r = sms * issue
+            r = jnp.where((phi > 0) & (rh < r * phi), rh / jnp.where(phi > 0, phi, 1.0), r)
+            rd = jnp.where(act, jnp.where(Dd > 0, r, 0.0), s["rd"])
+            l2 = jnp.where(act & (Dd > 0), rd * (1.0 + k1 * phi), 0.0).sum(axis=1)
+            l2 = l2 + jnp.where(act & (reread > 0), reread * rc, 0.0).sum(axis=1)
+            rh = jnp.where(act, rd * phi, rh)
+            ncomm = (act & s["comm_on"]).sum(axis=1)
+            nv = jnp.where(ncomm > 0, nvlink / jnp.maximum(ncomm, 1), 0.0)
+            rn = jnp.where(act, jnp.where(s["comm_on"], nv[:, None], 0.0), s["rn"])
+            scaled = l2 > l2cap
+            sc = jnp.where(scaled, l2cap / jnp.where(scaled, l2, 1.0), 1.0)[:, None]
+            sel = act & scaled[:, None]
+            rd = jnp.where(sel, rd * sc, rd)
+            rc = jnp.where(sel & (reread > 0), rc * sc, rc)
+            rh = jnp.where(sel, rd * phi, rh)
+            tt = s["t"][:, None]
+
+            def until(work, rate):
+                return jnp.where(work > 0, jnp.where(rate > 0, tt + work / jnp.where(
+                    rate > 0, rate, 1.0) * 1e6, jnp.inf), tt)
+
+            pc = jnp.where(act, until(F, rc), s["pc"])
+            pd = jnp.where(act, until(Dd, rd), s["pd"])
+            pn = jnp.where(act, until(Nn, rn), s["pn"])
+            nxt = jnp.full((B, D), jnp.inf)
+            nxt = jnp.where(Dd > 0, jnp.minimum(nxt, pd), nxt)
+            nxt = jnp.where(Nn > 0, jnp.minimum(nxt, pn), nxt)
+            pcap = (ptot > 1.0)[:, None]
+            use_c = ((F > 0) & (pc < nxt)
+                     & ((nxt == jnp.inf) | pcap | (scaled[:, None] & (reread > 0))))
+            nxt = jnp.where(use_c, pc, nxt)
+            return dict(s, rc=rc, rd=rd, rn=rn, rh=rh, pc=pc, pd=pd, pn=pn,
+                        ev_done=jnp.where(act, nxt, s["ev_done"]))
+
+        def step(s):
+            run = s["jobs_done"] < T
+            tn = jnp.minimum(jnp.minimum(s["ev_launch"], s["ev_setup"]), s["ev_done"]).min(axis=1)
+            tn = jnp.where(run, tn, s["t"])
+            dt = ((tn - s["t"]) * 1e-6)[:, None]
+            act = s["phase"] == 2
+            s = dict(s)
+            s["F"] = jnp.where(act & (s["F"] > 0), s["F"] - s["rc"] * dt, s["F"])
+            s["Dd"] = jnp.where(act & (s["Dd"] > 0), s["Dd"] - s["rd"] * dt, s["Dd"])
+            s["Nn"] = jnp.where(act & (s["Nn"] > 0) & ~s["setup"], s["Nn"] - s["rn"] * dt,
+                                s["Nn"])
+            s["t"] = tn
+            at = (run & jnp.isfinite(tn))[:, None]
+            la = at & (s["ev_launch"] == tn[:, None])
+            se = at & (s["ev_setup"] == tn[:, None])
+            do = at & (s["ev_done"] == tn[:, None])
+            s["ev_launch"] = jnp.where(la, jnp.inf, s["ev_launch"])
+            s["ev_setup"] = jnp.where(se, jnp.inf, s["ev_setup"])
+            s["ev_done"] = jnp.where(do, jnp.inf, s["ev_done"])
+            kid = s["kid"]
+            sc = g("scale", kid)
+            data = g("obj_bytes", kid) + g("extra_hbm_bytes", kid)
+            hbm = data
+            if l2_on:   # lookups slot by slot (``_lookups``), the lanes in push order
+                order = jnp.argsort(jnp.where(la, s["seq"], big), axis=1, stable=True)
+                hbm, data = jnp.zeros((B, D)), jnp.zeros((B, D))
+                for r_ in range(D):
+                    d = order[:, r_]
+                    m = la[bi, d]
+                    j, q = qjob[d, jnp.minimum(s["head"][bi, d], qlen[d] - 1)], s["pos"][bi, d]
+                    hit_b = jnp.zeros(B)
+                    miss_b = jnp.zeros(B)
+                    for slot in range(st.read_key.shape[2]):
+                        key, nb = rkey[j, q, slot], rbytes[j, q, slot]
+                        s, h = l2_read(s, m, key, nb)
+                        hit_b = hit_b + jnp.where(h, nb, 0.0)
+                        miss_b = miss_b + jnp.where(m & (key >= 0) & ~h, nb, 0.0)
+                    hb = miss_b + always[j, q] + W["extra_hbm_bytes"][bi, d, kid[bi, d]]
+                    hbm = hbm.at[bi, d].set(hb)
+                    data = data.at[bi, d].set(hb + hit_b)
+            comm = g("comm_bytes", kid)
+            s_on = (comm > 0) & (setup_us > 0)
+            s["phase"] = jnp.where(la, 2, s["phase"])
+            s["F"] = jnp.where(la, g("flops", kid) * sc, s["F"])
+            s["Dd"] = jnp.where(la, data * sc, s["Dd"])
+            s["phi"] = jnp.where(la, jnp.where(data > 0, hbm / jnp.where(data > 0, data, 1.0),
+                                               0.0), s["phi"])
+            s["Nn"] = jnp.where(la, comm * sc, s["Nn"])
+            s["setup"] = jnp.where(la, s_on, s["setup"])
+            s["comm_on"] = jnp.where(la, (comm > 0) & ~s_on, s["comm_on"])
+            s["ev_setup"] = jnp.where(la, jnp.where(s_on, tn[:, None] + setup_us, jnp.inf),
+                                      s["ev_setup"])
+            s["setup"] = jnp.where(se, False, s["setup"])
+            s["comm_on"] = jnp.where(se, s["Nn"] > 0, s["comm_on"])
+            any_ev = (la | se | do).any(axis=1)
+            tol = (tn + (1e-9 + 1e-12 * jnp.abs(tn)))[:, None]
+            act = (s["phase"] == 2) & any_ev[:, None]
+            s["F"] = jnp.where(act & ((s["F"] <= 0) | (s["pc"] <= tol)), 0.0, s["F"])
+            s["Dd"] = jnp.where(act & ((s["Dd"] <= 0) | (s["pd"] <= tol)), 0.0, s["Dd"])
+            s["Nn"] = jnp.where(act & ((s["Nn"] <= 0) | (s["pn"] <= tol)), 0.0, s["Nn"])
+            fin = act & (s["F"] <= 0) & (s["Dd"] <= 0) & (s["Nn"] <= 0) & ~s["setup"]
+            released = jnp.zeros(B, dtype=bool)
+            for d in range(D):      # finishes in lane order
+                m = fin[:, d]
+                for nm in ("rc", "rd", "rn", "rh"):
+                    s[nm] = s[nm].at[:, d].set(jnp.where(m, 0.0, s[nm][:, d]))
+                for nm in ("pc", "pd", "pn", "ev_done"):
+                    s[nm] = s[nm].at[:, d].set(jnp.where(m, jnp.inf, s[nm][:, d]))
+                s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 0, s["phase"][:, d]))
+                s["comm_on"] = s["comm_on"].at[:, d].set(jnp.where(m, False, s["comm_on"][:, d]))
+                j = qjob[d, jnp.minimum(s["head"][:, d], qlen[d] - 1)]
+                if l2_on:   # the kernel's activation writes (``_finish_kernel``)
+                    for slot in range(st.write_key.shape[2]):
+                        s = l2_insert(s, m, wkey[j, s["pos"][:, d], slot],
+                                      wbytes[j, s["pos"][:, d], slot])
+                more = m & (s["pos"][:, d] + 1 < nkids[j])
+                s["pos"] = s["pos"].at[:, d].add(more.astype(s["pos"].dtype))
+                s = start_kernel(s, more, d)
+                ends = m & ~more
+                s = end_job(s, ends, d)
+                released = released | ends
+            s = dispatch(s, released)
+            return recompute(s, any_ev)
+
+        f64 = jnp.float64
+        s = {"t": jnp.zeros(B, f64), "phase": jnp.zeros((B, D), jnp.int32),
+             "head": jnp.zeros((B, D), jnp.int64), "pos": jnp.zeros((B, D), jnp.int64),
+             "kid": jnp.zeros((B, D), jnp.int64), "jobs_done": jnp.zeros(B, jnp.int64),
+             "pending": jnp.concatenate([jnp.tile(jnp.asarray(st.pending0), (B, 1)),
+                                         jnp.zeros((B, 1), jnp.int64)], axis=1),
+             "setup": jnp.zeros((B, D), bool), "comm_on": jnp.zeros((B, D), bool),
+             "seq": jnp.zeros((B, D), jnp.int64), "nseq": jnp.zeros(B, jnp.int64)}
+        for nm in ("F", "Dd", "Nn", "phi", "rc", "rd", "rn", "rh"):
+            s[nm] = jnp.zeros((B, D), f64)
+        for nm in ("pc", "pd", "pn", "ev_launch", "ev_setup", "ev_done"):
+            s[nm] = jnp.full((B, D), jnp.inf, f64)
+        K = max(st.objects, 1) if l2_on else 1
+        s.update(l2p=jnp.zeros((B, K), bool), l2b=jnp.zeros((B, K), f64),
+                 l2t=jnp.zeros((B, K), jnp.int64), l2c=jnp.zeros(B, jnp.int64),
+                 l2o=jnp.zeros(B, f64), l2n=jnp.zeros(B, jnp.int64))
+        s = dispatch(s, jnp.ones(B, dtype=bool))
+        s = recompute(s, jnp.ones(B, dtype=bool))
+        s = jax.lax.while_loop(lambda s: jnp.any(s["jobs_done"] < T), step, s)
+        return s["t"]
+
+    return jax.jit(body)

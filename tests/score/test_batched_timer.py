@@ -1,0 +1,85 @@
+"""score.timer.BatchedEventTimer (``event-batched``): the event simulator's model with a batch
+of allocations simulated in lockstep (``sim.batched``), the event simulator for what it does
+not batch; and a search with it checked by the event simulator (``summary.json``).
+
+Oracle: the event simulator (``EventTimer``, ``forward=False``), within 1e-9 relative.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from subgpu_jax.app.cli import main
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.setup import GpuSetup
+from subgpu_jax.score.timer import BatchedEventTimer, EventTimer, timer_for
+
+H200 = get_hardware("H200")
+
+
+@pytest.fixture(scope="module")
+def g2(gptoss20b_m2):
+    return gptoss20b_m2
+
+
+def test_batches_in_lockstep_and_agrees(g2, chain_config):
+    cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
+    allocs = np.array([[40, 56, 32], [16, 16, 96], [64, 32, 32], [32, 48, 48]])
+    t = BatchedEventTimer(H200, engine="numpy")
+    got = t.time_allocs(g2, cfg, allocs)
+    ref = EventTimer(H200, forward=False).time_allocs(g2, cfg, allocs)
+    assert np.max(np.abs(got / ref - 1)) < 1e-9
+    assert (t.lockstep_rows, t.event_rows) == (4, 0)
+    # one row is below min_batch (2): the event simulator times it
+    assert t.time_allocs(g2, cfg, allocs[:1])[0] == pytest.approx(ref[0], rel=1e-9)
+    assert (t.lockstep_rows, t.event_rows) == (4, 1)
+    # the structure is built once and kept
+    assert len(t.structures) == 1
+    t.time_allocs(g2, cfg, allocs[1:])
+    assert len(t.structures) == 1 and t.lockstep_rows == 7
+
+
+def test_what_it_does_not_batch_goes_to_the_event_simulator(g2, chain_config):
+    """Two streams per stage (a shared pool) and D = 1: the event simulator's numbers."""
+    cfg = dataclasses.replace(chain_config(g2, [6, 15], 0, (40, 56, 32)), streams_per_stage=2)
+    allocs = np.array([[40, 56, 32], [64, 32, 32]])
+    t = BatchedEventTimer(H200, engine="numpy")
+    got = t.time_allocs(g2, cfg, allocs)
+    ref = EventTimer(H200).time_allocs(g2, cfg, allocs)
+    assert np.array_equal(got, ref) and (t.lockstep_rows, t.event_rows) == (0, 2)
+
+
+def test_engine_and_arguments():
+    t = timer_for(GpuSetup.uncalibrated(H200), "event-batched")
+    assert isinstance(t, BatchedEventTimer) and t.engine == "auto"
+    import jax
+
+    assert t.engine_name() == ("numpy" if jax.default_backend() == "cpu" else "jax")
+    assert BatchedEventTimer(H200, engine="jax").engine_name() == "jax"
+    with pytest.raises(ValueError, match="engine must be one of auto, numpy, jax"):
+        BatchedEventTimer(H200, engine="cuda")
+    with pytest.raises(ValueError, match="min_batch must be an integer >= 1"):
+        BatchedEventTimer(H200, min_batch=0)
+    assert "lockstep" in t.describe()
+
+
+def test_search_with_it_is_checked_by_the_event_simulator(tmp_path, capsys):
+    """``subgpu search --exact event-batched``: the records are the batched loop's, the event
+    simulator re-simulates the best ones and they agree within the timer's tolerance (1e-9
+    measured here), and the summary says which timer searched."""
+    out = tmp_path / "s"
+    rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+               "--exact", "event-batched", "--batches", "64", "--stages", "2",
+               "--microbatches", "2", "--no-progress", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    summ = json.loads((out / "summary.json").read_text())
+    chk = summ["reference_check"]
+    assert chk["checked"] == 1 and chk["tolerance"] == BatchedEventTimer.TOLERANCE
+    assert chk["max_abs_error"] < 1e-9
+    assert "above the" not in text and "checked by the event simulator" in text
+    assert summ["scorers"]["exact"] == "event-batched"

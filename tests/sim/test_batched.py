@@ -1,0 +1,201 @@
+"""sim.batched and sim.batchedjax: the lockstep batched event simulator against the event
+simulator itself (the oracle, ``eventsim.simulate(..., forward=False)``).
+
+Every allocation of a batch follows its own events, so each makespan must equal the scalar
+simulator's up to float rounding (1e-9 relative here). Structures: a one-GPU dense rank (no
+collectives), a TP8 MoE rank (link time, its setup phase, the loaded memory latency), a
+calibrated rank (the H100 calibration committed in experiments/results), two to four stages,
+reuse on and off, both dispatch policies and the three L2 policies; allocations drawn by
+hypothesis from the H200's allocation space. One regression case: the default workload's
+G = 512, D = 3, m = 4 record at [28, 42, 78] SMs, where two lanes launch at one instant and the
+L2 lookups must follow the simulator's event order (push order), not lane order (8.0% off
+before; tests/data/batched_tie_record.json is that record).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as hst
+
+from subgpu_jax import get_hardware, get_model
+from subgpu_jax.model.calibration import load_calibration
+from subgpu_jax.model.deployment import Deployment
+from subgpu_jax.model.workload import Workload
+from subgpu_jax.sim.batched import BatchStructure, Unbatchable, simulate_allocs
+from subgpu_jax.sim.contention import ContentionModel
+from subgpu_jax.sim.eventsim import simulate
+from subgpu_jax.space.config import AllocSpace, Config, chain_cut, even_allocation
+
+ROOT = Path(__file__).resolve().parents[2]
+HW = get_hardware("H200")
+
+#: name: (model, deployment, D, cut fractions, m, w, policy)
+CASES = {
+    "llama8b_d2": ("llama-3.1-8b", Deployment(1, 1, 1, 1, 64, 1024, 1024), 2, (0.5,), 2, 0,
+                   "wavefront"),
+    "mixtral_tp8_d3": ("mixtral-8x7b", Deployment(8, 8, 1, 8, 256, 1024, 1024), 3,
+                       (0.3, 0.7), 2, 0, "wavefront"),
+    "qwen3moe_tp8_d2_w1": ("qwen3-30b-a3b", Deployment(8, 8, 1, 8, 256, 1024, 1024), 2,
+                           (0.3, 0.7), 4, 1, "layer_major"),
+    "llama8b_d4": ("llama-3.1-8b", Deployment(1, 1, 1, 1, 128, 2048, 2048), 4,
+                            (0.2, 0.5, 0.8), 4, 0, "wavefront"),
+}
+
+
+def _case(name, hw=HW):
+    model, dep, D, at, m, w, pol = CASES[name]
+    wl = Workload.from_model(get_model(model), dep, hw)
+    g = wl.graph(m)
+    cut = chain_cut(g.n, [max(1, int(f * g.n)) for f in at])     # K = D + w segments
+    even = even_allocation(hw.sm_budget, D, hw.sm_quantum, hw.stage_min_sms)
+    cfg = Config(D=D, w=w, seg_of=cut, alloc=tuple(int(x) for x in even),
+                 microbatch=wl.microbatch_size(m), policy=pol)
+    cfg.check(g.n, g.edges, hw, wl.batch)
+    return g, cfg
+
+
+def _allocs(cfg, n, seed, hw=HW):
+    """``cfg``'s allocation and ``n`` random ones of its space (stars and bars)."""
+    sp = AllocSpace.from_hw(hw, cfg.D)
+    rng = np.random.default_rng(seed)
+    q, D = sp.quantum, sp.D
+    U = (sp.budget - D * sp.minimum) // q
+    out = [np.asarray(cfg.alloc)]
+    for _ in range(n):
+        bars = np.sort(rng.choice(U + D - 1, size=D - 1, replace=False))
+        parts = np.diff(np.concatenate([[-1], bars, [U + D - 1]])) - 1
+        out.append(parts * q + sp.minimum)
+    A = np.asarray(out, dtype=np.int64)
+    assert all(sp.contains(a) for a in A)
+    return A
+
+
+def _reference(g, cfg, A, model, cache, hw=HW):
+    return np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in a)), hw,
+                              model, cache, record=False, forward=False).makespan for a in A])
+
+
+def test_cases_are_feasible_structures():
+    """Each case builds (the cut with reuse has K = D + 1 segments)."""
+    for name in CASES:
+        g, cfg = _case(name)
+        st = BatchStructure(g, cfg, HW, ContentionModel())
+        assert st.D == cfg.D and st.T > 0 and st.objects > 0
+        assert len(set(cfg.seg_of)) == cfg.D + cfg.w
+
+
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("cache", ["lru", "fifo", "none"])
+@settings(max_examples=2, deadline=None)
+@given(seed=hst.integers(0, 2**31 - 1))
+def test_numpy_loop_equals_the_event_simulator(name, cache, seed):
+    g, cfg = _case(name)
+    model = ContentionModel()
+    A = _allocs(cfg, 3, seed)
+    st = BatchStructure(g, cfg, HW, model)
+    got = simulate_allocs(st, A, cache)
+    assert np.max(np.abs(got / _reference(g, cfg, A, model, cache) - 1)) < 1e-9
+
+
+def test_rows_are_independent_of_their_batch():
+    """A row's makespan does not depend on the other rows of its batch (bit for bit): the
+    batch's allocations share no state."""
+    g, cfg = _case("mixtral_tp8_d3")
+    st = BatchStructure(g, cfg, HW, ContentionModel())
+    A = _allocs(cfg, 4, 3)
+    whole = simulate_allocs(st, A)
+    for i in (0, 3):
+        assert simulate_allocs(st, A[i:i + 1])[0] == whole[i]
+
+
+def test_calibrated_model():
+    """With a calibration (measured per-kernel times, windows and fixed phases; the committed
+    H100 calibration of Qwen2.5-7B, one GPU, G = 512) the loop still gives the simulator's
+    makespans."""
+    hw = get_hardware("H100")
+    arch = get_model("qwen2.5-7b")
+    dep = Deployment(1, 1, 1, 1, 512, 1024, 1024)
+    cal = load_calibration(str(ROOT / "experiments" / "results"
+                               / "calibration_h100_qwen25_7b.json"), arch, dep, hw)
+    model = ContentionModel().replace(calibration=cal)
+    wl = Workload.from_model(arch, dep, hw)
+    g = wl.graph(2)
+    even = even_allocation(hw.sm_budget, 2, hw.sm_quantum, hw.stage_min_sms)
+    cfg = Config(D=2, w=0, seg_of=chain_cut(g.n, [g.n // 2]),
+                 alloc=tuple(int(x) for x in even), microbatch=wl.microbatch_size(2))
+    cfg.check(g.n, g.edges, hw, wl.batch)
+    A = _allocs(cfg, 3, 5, hw)
+    st = BatchStructure(g, cfg, hw, model)
+    got = simulate_allocs(st, A)
+    assert np.max(np.abs(got / _reference(g, cfg, A, model, "lru", hw) - 1)) < 1e-9
+
+
+def test_same_instant_launches_look_up_in_push_order():
+    """The regression record (module docstring): within 1e-9 of the simulator (8.0% before the
+    lookups followed the event queue's order)."""
+    from subgpu_jax.search.problem import Problem
+
+    rec = json.loads((ROOT / "tests" / "data" / "batched_tie_record.json").read_text())
+    hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")
+    wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
+    cfg = Config.from_record(rec, wl.graph(1))
+    g = wl.graph(int(rec["microbatches"]))
+    cfg = dataclasses.replace(cfg, alloc=(28, 42, 78))
+    assert Problem(wl, hw).space(3).contains(np.asarray(cfg.alloc))
+    model = ContentionModel()
+    st = BatchStructure(g, cfg, hw, model)
+    got = simulate_allocs(st, np.asarray([cfg.alloc]))
+    ref = _reference(g, cfg, [cfg.alloc], model, "lru", hw)
+    assert abs(got[0] / ref[0] - 1) < 1e-9
+
+
+def test_refuses_what_it_does_not_cover():
+    g, cfg = _case("llama8b_d2")
+    with pytest.raises(Unbatchable, match="one stream per stage"):
+        BatchStructure(g, dataclasses.replace(cfg, streams_per_stage=2), HW, ContentionModel())
+    with pytest.raises(Unbatchable, match="multistream"):
+        BatchStructure(g, cfg, HW, ContentionModel(), mode="multistream")
+    with pytest.raises(Unbatchable, match="isolated"):
+        BatchStructure(g, cfg, HW, ContentionModel.off())
+    st = BatchStructure(g, cfg, HW, ContentionModel())
+    with pytest.raises(ValueError, match="cache policy must be one of"):
+        simulate_allocs(st, np.asarray([cfg.alloc]), "mru")
+    with pytest.raises(ValueError, match=r"allocs must be \(B, 2\)"):
+        simulate_allocs(st, np.asarray([[64, 32, 32]]))
+
+
+@pytest.mark.parametrize("cache", ["lru", "none"])
+def test_jax_loop_equals_the_numpy_loop(cache):
+    """The JAX engine (one while_loop, float64) gives the NumPy engine's makespans to 1e-12 on
+    the TP8 MoE rank, pads the batch to its bucket without changing a row, reuses its compiled
+    program for a second batch of the same bucket, and leaves JAX's float64 switch as it found
+    it."""
+    import jax
+
+    from subgpu_jax.sim.batchedjax import bucket, simulate_allocs_jax
+
+    g, cfg = _case("mixtral_tp8_d3")
+    st = BatchStructure(g, cfg, HW, ContentionModel())
+    A = _allocs(cfg, 3, 7)
+    before = jax.config.jax_enable_x64
+    tm: dict = {}
+    got = simulate_allocs_jax(st, A, cache, tm)
+    assert jax.config.jax_enable_x64 == before
+    assert got.shape == (4,) and bucket(4) == 8
+    assert np.max(np.abs(got / simulate_allocs(st, A, cache) - 1)) < 1e-12
+    assert tm["compile_s"] > 0 and tm["run_s"] > 0
+    tm2: dict = {}
+    again = simulate_allocs_jax(st, A[::-1], cache, tm2)
+    assert tm2["compile_s"] < tm["compile_s"] / 10      # the cached program
+    assert np.array_equal(again, got[::-1])
+
+
+def test_bucket():
+    from subgpu_jax.sim.batchedjax import MIN_BUCKET, bucket
+
+    assert [bucket(b) for b in (1, 8, 9, 16, 17, 1000)] == [MIN_BUCKET, 8, 16, 16, 32, 1024]
