@@ -83,6 +83,10 @@ class SearchOptions:
         workers: local CPU processes scoring grid points at once (``app.pool.run_sweep_pool``:
             JAX on the CPU, one thread each; the records do not depend on it); 1 scores them in
             this process (JAX on its default backend).
+        in_flight: grid points scored at once in this process, one thread each, their exact
+            steps timed together in one batched call (``score.coalesce.CoalescingTimer``; a
+            timer with ``time_many``, ``event-batched``; the records do not depend on it);
+            1: one point after the other.
     """
 
     timer: Timer | None = None
@@ -98,6 +102,7 @@ class SearchOptions:
     overwrite: bool = False
     repair: bool = False
     workers: int = 1
+    in_flight: int = 1
 
 
 #: The files a search job writes into its results folder (``SweepStore``: the manifest and the
@@ -220,6 +225,9 @@ class PointScorer:
         self._temporal: dict = {}
         self._sim_summary: dict = {}  # (deployment, Config) -> categories and L2 hit rate
         self.points_forgotten = 0  # grid points whose leftovers were freed (forget_point)
+        #: a ``score.coalesce.CoalescingTimer`` over the timer while grid points are scored in
+        #: flight together (``run_search``, ``SearchOptions.in_flight``), else None
+        self.coalescer = None
 
     @property
     def scorers(self) -> dict:
@@ -263,7 +271,11 @@ class PointScorer:
         Every deployment of the point counts: the step the search scores and, for a generation,
         each of its steps. Every ``JAX_CACHE_CLEAR_EVERY`` points the compiled programs and
         JAX's own caches are released (``score.programs.release_compiled``). The freed heap
-        pages are handed back to the OS (``malloc_trim``)."""
+        pages are handed back to the OS (``malloc_trim``). With points in flight together
+        (``coalescer`` set) nothing is freed here: the other points of the deployment still use
+        it, and ``release`` frees it all once they are stored."""
+        if self.coalescer is not None:
+            return
         deps = _steps_of(pt.deploy)
         for key, p in self._problems.items():
             if key[0] in deps:
@@ -304,8 +316,9 @@ class PointScorer:
         the event simulator (each simulation kept for the records); a batched timer scores a
         pass's moves in one call (``TimerExact.many``)."""
         p = self.problem(dep, streams_per_stage)
-        return TimerExact(p, RecordingTimer(self, dep) if self.timer is self.event
-                          else self.timer)
+        if self.timer is self.event:
+            return TimerExact(p, RecordingTimer(self, dep))
+        return TimerExact(p, self.timer if self.coalescer is None else self.coalescer)
 
     def search_scorers(self, dep: Deployment, streams_per_stage: int = 1
                        ) -> tuple[TimerExact, TimerExact | None]:
@@ -676,6 +689,14 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
     """
     o = SearchOptions() if options is None else options
     budget = o.budget
+    if o.in_flight > 1:
+        if getattr(o.timer, "time_many", None) is None:
+            raise ValueError(f"in-flight: grid points in flight batch their exact steps "
+                             f"together, which the {getattr(o.timer, 'name', 'event')!r} timer "
+                             "cannot; use --exact event-batched or --in-flight 1")
+        if o.workers > 1 or (cluster is not None and cluster.num_processes > 1):
+            raise ValueError("in-flight: grid points in flight share this process's timer; "
+                             "give --workers 1 (and no --cluster) with --in-flight > 1")
     say = log or (lambda line: None)
     scorer = PointScorer(arch, hw, o.timer, o.cache, o.L_sim, cut_strategy=o.cut_strategy,
                          cheap=o.cheap, alloc_strategy=o.alloc_strategy)
@@ -713,9 +734,24 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
                 return stats, None
         else:
             try:
-                stats = (_run_pool(points, scorer, store, o, say) if o.workers > 1 else
-                         run_sweep(points, scorer, store, budget=budget, progress=o.progress,
-                                   on_new_deployment=scorer.release))
+                if o.workers > 1:
+                    stats = _run_pool(points, scorer, store, o, say)
+                elif o.in_flight > 1:
+                    from subgpu_jax.score.coalesce import CoalescingTimer
+
+                    scorer.coalescer = CoalescingTimer(scorer.timer)
+                    try:
+                        stats = run_sweep(points, scorer, store, budget=budget,
+                                          progress=o.progress, on_new_deployment=scorer.release,
+                                          in_flight=o.in_flight, coalescer=scorer.coalescer)
+                        stats["batches"] = {"calls": scorer.coalescer.flushes,
+                                            "rows": scorer.coalescer.rows,
+                                            "largest": scorer.coalescer.largest}
+                    finally:
+                        scorer.coalescer = None
+                else:
+                    stats = run_sweep(points, scorer, store, budget=budget,
+                                      progress=o.progress, on_new_deployment=scorer.release)
             except Interrupted:   # say how many are stored, not "the finished ones"
                 from subgpu_jax.app.interrupt import set_message
 

@@ -206,12 +206,20 @@ def pending_points(points: Sequence, store: SweepStore, budget: int | None
 def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dict]],
               store: SweepStore, budget: int | None = None, progress: bool = True,
               on_record: Callable[[dict], None] | None = None,
-              on_new_deployment: Callable[[Deployment], None] | None = None) -> dict:
+              on_new_deployment: Callable[[Deployment], None] | None = None,
+              in_flight: int = 1, coalescer=None) -> dict:
     """Evaluate every grid point not yet in ``store`` (at most ``budget`` of them).
 
     Ctrl-C inside :func:`subgpu_jax.app.interrupt.sigint_as_flag` is honoured between grid
     points (:func:`~subgpu_jax.app.interrupt.check` raises ``Interrupted``); the points finished
     before it are in the store.
+
+    With ``in_flight`` > 1, up to that many points are scored at once, one thread each, every
+    thread a participant of ``coalescer`` (a ``score.coalesce.CoalescingTimer``: their exact
+    steps are timed together in one batched call); each point is stored as it finishes, and a
+    deployment's caches are freed (``on_new_deployment``) once all its points are stored and
+    the sweep has moved past it. Ctrl-C (checked twice a second) and a failing point cancel the
+    coalescer, so the other threads end at once; the finished points are in the store.
 
     Args:
         points: the grid (the points of one deployment contiguous, as ``build_grid`` makes it).
@@ -237,6 +245,14 @@ def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dic
     todo, skipped, again = pending_points(points, store, budget)
     t0 = time.time()
     best = max((r.get("speedup_vs_temporal") or 0.0 for r in store.records), default=0.0)
+    if in_flight > 1:
+        if coalescer is None:
+            raise ValueError("in_flight > 1 needs a coalescer (score.coalesce.CoalescingTimer)")
+        n, n_again = _run_in_flight(todo, score, store, in_flight, coalescer, again, best,
+                                    progress, on_record, on_new_deployment)
+        remaining = len([p for p in points if p.key not in store.done])
+        return {"evaluated": n, "again": n_again, "skipped": skipped, "remaining": remaining,
+                "seconds": time.time() - t0}
     bar = tqdm(todo, disable=not progress, unit="pt", desc="grid points")
     n = n_again = 0
     prev = None
@@ -258,6 +274,74 @@ def run_sweep(points: Sequence[GridPoint], score: Callable[[GridPoint], list[dic
     remaining = len([p for p in points if p.key not in store.done])
     return {"evaluated": n, "again": n_again, "skipped": skipped, "remaining": remaining,
             "seconds": time.time() - t0}
+
+
+def _run_in_flight(todo: Sequence[GridPoint], score, store: SweepStore, in_flight: int,
+                   coalescer, again: set, best: float, progress: bool, on_record,
+                   on_new_deployment) -> tuple[int, int]:
+    """``run_sweep``'s threaded loop (its docstring): ``(evaluated, evaluated again)``."""
+    from collections import Counter
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from tqdm import tqdm
+
+    from subgpu_jax.app.interrupt import check
+
+    def one(p: GridPoint) -> list[dict]:
+        with coalescer.participant(enrolled=True):
+            return score(p)
+
+    left = Counter(p.deploy for p in todo)      # points of each deployment not yet stored
+    queue = iter(todo)
+    running: dict = {}
+    started: list = []          # deployments in the order their first point started
+    bar = tqdm(total=len(todo), disable=not progress, unit="pt",
+               desc=f"grid points ({in_flight} in flight)")
+    n = n_again = 0
+    ex = ThreadPoolExecutor(max_workers=in_flight, thread_name_prefix="grid-point")
+    try:
+        def fill() -> None:
+            new = []
+            while len(running) + len(new) < in_flight:
+                p = next(queue, None)
+                if p is None:
+                    break
+                if p.deploy not in started:
+                    started.append(p.deploy)
+                new.append(p)
+            for _ in new:       # all counted before any of their threads starts
+                coalescer.enroll()
+            for p in new:
+                running[ex.submit(one, p)] = p
+
+        fill()
+        while running:
+            done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
+            check()
+            for f in done:
+                p = running.pop(f)
+                recs = f.result()       # a failed point raises here
+                store.add(p.key, recs)
+                n += 1
+                n_again += p.key in again
+                left[p.deploy] -= 1
+                for r in recs:
+                    best = max(best, r.get("speedup_vs_temporal") or 0.0)
+                    if on_record:
+                        on_record(r)
+                bar.update(1)
+                bar.set_postfix_str(f"best speedup {best:.3f}x")
+            # free the deployments that are finished and that the sweep has moved past
+            while on_new_deployment is not None and len(started) > 1 and not left[started[0]]:
+                on_new_deployment(started.pop(0))
+            fill()
+    except BaseException:
+        coalescer.cancel()      # the threads in flight end at once
+        raise
+    finally:
+        ex.shutdown(wait=True, cancel_futures=True)
+        bar.close()
+    return n, n_again
 
 
 __all__.append("run_sweep")

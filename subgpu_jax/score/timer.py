@@ -538,7 +538,7 @@ class BatchedEventTimer(EventTimer):
         return cls(setup.hw, ev.model, ev.cache)
 
     def describe(self) -> str:
-        return "event simulator, batched allocations in lockstep"
+        return "lockstep batched event simulator"
 
     def engine_name(self) -> str:
         """The engine ``time_allocs`` runs: ``numpy`` or ``jax``."""
@@ -568,24 +568,59 @@ class BatchedEventTimer(EventTimer):
         return hit[1]
 
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
-        from subgpu_jax.sim.batched import Unbatchable, simulate_allocs
+        return self.time_many([(graph, cfg, allocs)])[0]
 
-        A = np.atleast_2d(np.asarray(allocs))
-        st = None if cfg.D == 1 or len(A) < self.min_batch else self._structure(graph, cfg)
-        if st is not None:
+    def time_many(self, items: Sequence[tuple[OpGraph, Config, np.ndarray]]
+                  ) -> list[np.ndarray]:
+        """Makespans (µs) of several structures' allocations in ONE lockstep batch: ``items``
+        are ``(graph, cfg, allocs)`` as ``time_allocs`` takes them (any graphs, cuts, stage
+        and microbatch counts of this timer's GPU); returns one float64 (B_i,) array each.
+        Rows the batched loop does not cover go to the event simulator (class docstring);
+        the batch runs in lockstep when it holds at least ``min_batch`` rows."""
+        from subgpu_jax.sim.batched import StructureStack, Unbatchable, simulate_stack
+
+        mats = [np.atleast_2d(np.asarray(allocs)) for _, _, allocs in items]
+        out: list = [None] * len(items)
+        sts: list = []
+        index: dict = {}
+        batched = []            # (item, structure index)
+        for n, (graph, cfg, _) in enumerate(items):
+            st = None if cfg.D == 1 else self._structure(graph, cfg)
+            if st is not None:
+                batched.append((n, index.setdefault(id(st), len(index))))
+                if len(sts) < len(index):
+                    sts.append(st)
+        nrows = sum(len(mats[n]) for n, _ in batched)
+        if batched and nrows >= self.min_batch:
+            D = max(st.D for st in sts)
+            A = np.zeros((nrows, D), dtype=np.int64)
+            sid = np.zeros(nrows, dtype=np.int64)
+            k = 0
+            for n, s in batched:
+                A[k:k + len(mats[n]), :mats[n].shape[1]] = mats[n]
+                sid[k:k + len(mats[n])] = s
+                k += len(mats[n])
             try:
+                stack = StructureStack(sts)
                 if self.engine_name() == "jax":
-                    from subgpu_jax.sim.batchedjax import simulate_allocs_jax
+                    from subgpu_jax.sim.batchedjax import simulate_stack_jax
 
-                    out = simulate_allocs_jax(st, A, self.cache)
+                    vals = simulate_stack_jax(stack, sid, A, self.cache)
                 else:
-                    out = simulate_allocs(st, A, self.cache)
-                self.lockstep_rows += len(A)
-                return out
-            except Unbatchable:
-                pass
-        self.event_rows += len(A)
-        return super().time_allocs(graph, cfg, A)
+                    vals = simulate_stack(stack, sid, A, self.cache)
+            except Unbatchable:     # (the JAX loop: a task without kernels)
+                vals = None
+            if vals is not None:
+                self.lockstep_rows += nrows
+                k = 0
+                for n, _ in batched:
+                    out[n] = np.asarray(vals[k:k + len(mats[n])], dtype=float)
+                    k += len(mats[n])
+        for n, (graph, cfg, _) in enumerate(items):
+            if out[n] is None:      # the event simulator, one call each
+                self.event_rows += len(mats[n])
+                out[n] = super().time_allocs(graph, cfg, mats[n])
+        return out
 
 
 #: The timers by name: ``subgpu search --exact`` and ``subgpu simulate --simulator`` take their

@@ -233,7 +233,8 @@ class TimerExact:
     def many(self, cfgs: Sequence[Config]) -> list[float]:
         """Makespans (µs) of ``cfgs``: configurations of one structure (cut, stages, reuse,
         microbatch, policy, streams) go to the timer's ``time_allocs`` together (one
-        vectorised call for a batched timer), each checked first.
+        vectorised call for a batched timer), or every structure to its ``time_many`` in one
+        call where the timer has it (``BatchedEventTimer``), each checked first.
 
         Raises:
             ValueError: an infeasible configuration (as ``Config.check``)."""
@@ -242,12 +243,19 @@ class TimerExact:
         for i, c in enumerate(cfgs):
             groups.setdefault(dataclasses.replace(c, alloc=()), []).append(i)
         out = [0.0] * len(cfgs)
+        items = []
         for idx in groups.values():
             c0 = cfgs[idx[0]]
             g = pb.workload.graph(pb.workload.m_of(c0))
             for i in idx:
                 cfgs[i].check(g.n, g.edges, pb.hw, pb.workload.batch)
-            vals = self.timer.time_allocs(g, c0, np.array([cfgs[i].alloc for i in idx]))
+            items.append((g, c0, np.array([cfgs[i].alloc for i in idx])))
+        many = getattr(self.timer, "time_many", None)
+        if many is not None:        # every structure in one batched call
+            vals_of = many(items)
+        else:
+            vals_of = [self.timer.time_allocs(g, c0, A) for g, c0, A in items]
+        for idx, vals in zip(groups.values(), vals_of):
             for i, v in zip(idx, np.asarray(vals, dtype=float).tolist()):
                 out[i] = v
         return out

@@ -47,8 +47,8 @@ from subgpu_jax.sim.eventsim import EventSimulator, check_sm_mode, lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 from subgpu_jax.space.config import Config
 
-__all__ = ["Unbatchable", "BatchStructure", "WORK_FIELDS", "work_tables", "BatchedL2",
-           "check_allocs", "simulate_allocs"]
+__all__ = ["Unbatchable", "BatchStructure", "StructureStack", "WORK_FIELDS", "work_tables",
+           "BatchedL2", "check_rows", "check_allocs", "simulate_stack", "simulate_allocs"]
 
 INF = float("inf")
 
@@ -60,9 +60,10 @@ class Unbatchable(ValueError):
 
 class BatchStructure:
     """The task DAG of one configuration structure (graph, cut, stages, reuse, microbatches,
-    policy; one stream per stage) as flat arrays: lane queues, the kernels of each task, the
-    successors and data-predecessor counts, and the L2 objects each kernel instance reads and
-    writes; taken from the event simulator's own jobs (``EventSimulator.from_config``).
+    policy; one stream per stage) as flat arrays: lane queues, the kernel instances of each
+    task, the successors and data-predecessor counts, and the L2 objects each kernel instance
+    reads and writes; taken from the event simulator's own jobs
+    (``EventSimulator.from_config``).
 
     Args:
         graph: the region graph, built for ``cfg``'s microbatch count. cfg: any allocation of
@@ -70,13 +71,16 @@ class BatchStructure:
             model. mode: the SM mode (``sim.eventsim.SM_MODES``).
 
     Attributes:
-        hw, model, graph: as given (the engines simulate with them). D: lanes (stages). T: tasks. queues: per lane, its task indices in run order.
-        kids: per task, its kernel ids. succ: per task, its data successors. pending0: (T,)
-        data-predecessor counts. lane_kids: per lane, the kernel ids it runs. objects: the
-        number of distinct L2 objects. read_key, read_bytes: (T, kmax, R) object ids (-1
-        pads) and bytes of each kernel instance's reads in lookup order; write_key,
-        write_bytes: (T, kmax, W) its writes; always_hbm: (T, kmax) bytes always from HBM
-        (activation writes + KV).
+        hw, model, graph: as given (the engines simulate with them). D: lanes (stages).
+        T: tasks. I: kernel instances (tasks x their kernels). queues: per lane, its task
+        indices in run order. qlen: (D,) tasks per lane. qjob: (D, max qlen + 1) the i-th task
+        of each lane (-1 past the end). nkids: (T,) kernels per task. first: (T,) the task's
+        first instance. inst_kid: (I,) each instance's kernel id. succ: per task, its data
+        successors. pending0: (T,) data-predecessor counts. lane_kids: per lane, the kernel
+        ids it runs. objects: the number of distinct L2 objects. read_key, read_bytes: (I, R)
+        object ids (-1 pads) and bytes of each instance's reads in lookup order; write_key,
+        write_bytes: (I, W) its writes; always_hbm: (I,) bytes always from HBM (activation
+        writes + KV).
 
     Raises:
         Unbatchable: a pool shared by several lanes, or the isolated model.
@@ -98,46 +102,110 @@ class BatchStructure:
         self.D = len(sim.lanes)
         self.queues = [[j.index for j in u.queue] for u in sim.lanes]
         self.T = len(sim.jobs)
-        self.kids = [j.kids for j in sim.jobs]
-        self.succ = [[s.index for s in j.succ] for j in sim.jobs]
+        kids = [j.kids for j in sim.jobs]
+        self.succ = [[x.index for x in j.succ] for j in sim.jobs]
         self.pending0 = np.array([j.pending for j in sim.jobs], dtype=np.int64)
-        self.lane_kids = [sorted({k for j in self.queues[d] for k in self.kids[j]})
+        self.lane_kids = [sorted({k for j in self.queues[d] for k in kids[j]})
                           for d in range(self.D)]
-        self.nkids = np.array([len(k) for k in self.kids], dtype=np.int64)
+        self.nkids = np.array([len(k) for k in kids], dtype=np.int64)
+        self.first = np.concatenate([[0], np.cumsum(self.nkids)[:-1]]).astype(np.int64)
+        self.I = int(self.nkids.sum())
+        self.inst_kid = np.array([k for ks in kids for k in ks], dtype=np.int64)
         objs, writes = object_tables(graph.kernels, graph.layers_per_region)
         ids: dict = {}
-        kmax = max(1, int(self.nkids.max()) if self.T else 1)
-        R = max(1, max((len(objs[k][0]) + len(objs[k][1]) for ks in self.kids for k in ks),
-                       default=1))
-        Wm = max(1, max((len(writes[k]) for ks in self.kids for k in ks), default=1))
-        self.read_key = np.full((self.T, kmax, R), -1, dtype=np.int64)
-        self.read_bytes = np.zeros((self.T, kmax, R))
-        self.write_key = np.full((self.T, kmax, Wm), -1, dtype=np.int64)
-        self.write_bytes = np.zeros((self.T, kmax, Wm))
-        self.always_hbm = np.zeros((self.T, kmax))
+        R = max(1, max((len(objs[k][0]) + len(objs[k][1]) for k in self.inst_kid), default=1))
+        Wm = max(1, max((len(writes[k]) for k in self.inst_kid), default=1))
+        self.read_key = np.full((self.I, R), -1, dtype=np.int64)
+        self.read_bytes = np.zeros((self.I, R))
+        self.write_key = np.full((self.I, Wm), -1, dtype=np.int64)
+        self.write_bytes = np.zeros((self.I, Wm))
+        self.always_hbm = np.zeros(self.I)
         for j, job in enumerate(sim.jobs):
             l, mu = job.region, job.mb
             for q, k in enumerate(job.kids):
+                i0 = self.first[j] + q
                 w, r, wb, kv = objs[k]
                 slots = [(("w", l, nm), b) for nm, b in w]
                 slots += [(("a", l + sh, mu, nm), b) for nm, sh, b in r]
                 for i, (key, b) in enumerate(slots):
-                    self.read_key[j, q, i] = ids.setdefault(key, len(ids))
-                    self.read_bytes[j, q, i] = b
+                    self.read_key[i0, i] = ids.setdefault(key, len(ids))
+                    self.read_bytes[i0, i] = b
                 for i, (nm, sh, b) in enumerate(writes[k]):
-                    self.write_key[j, q, i] = ids.setdefault(("a", l + sh, mu, nm), len(ids))
-                    self.write_bytes[j, q, i] = b
-                self.always_hbm[j, q] = wb + kv
+                    self.write_key[i0, i] = ids.setdefault(("a", l + sh, mu, nm), len(ids))
+                    self.write_bytes[i0, i] = b
+                self.always_hbm[i0] = wb + kv
         self.objects = len(ids)
-        qlen = np.array([len(q) for q in self.queues], dtype=np.int64)
-        self.qlen = qlen
-        # qjob[d, i]: the i-th task of lane d (-1 past the end)
-        self.qjob = np.full((self.D, int(qlen.max()) + 1), -1, dtype=np.int64)
+        self.qlen = np.array([len(q) for q in self.queues], dtype=np.int64)
+        self.qjob = np.full((self.D, int(self.qlen.max()) + 1), -1, dtype=np.int64)
         for d, q in enumerate(self.queues):
             self.qjob[d, :len(q)] = q
-        self.kidtab = np.full((self.T, kmax), -1, dtype=np.int64)
-        for j, ks in enumerate(self.kids):
-            self.kidtab[j, :len(ks)] = ks
+
+
+def _pad(arrays: Sequence[np.ndarray], fill) -> np.ndarray:
+    """``arrays`` (same rank, any shapes) stacked on a new first axis, each padded with
+    ``fill`` to the largest extent of every axis."""
+    shape = [len(arrays)] + [max(a.shape[i] for a in arrays) for i in range(arrays[0].ndim)]
+    out = np.full(shape, fill, dtype=arrays[0].dtype)
+    for s, a in enumerate(arrays):
+        out[(s,) + tuple(slice(0, n) for n in a.shape)] = a
+    return out
+
+
+class StructureStack:
+    """Several ``BatchStructure`` of one GPU and contention model padded to one shape, so that
+    allocations of different structures (other cuts, stage counts, microbatch counts, graphs)
+    run in one lockstep batch: each row names its structure (``sid``) and gathers its tables.
+    A lane past a structure's D has an empty queue (it never starts a task); a task past its
+    T never becomes ready (its row ends when its own T tasks are done).
+
+    Args:
+        structures: one or more, all built for the same ``hw`` and ``model`` objects.
+
+    Attributes:
+        structures, hw, model; S, D, T, I: the padded counts (structures, lanes, tasks,
+        instances). NK: the largest kernel table. Ts: (S,) each structure's task count.
+        qlen (S, D), qjob (S, D, Q) (-1 past the end), nkids (S, T), first (S, T),
+        inst_kid (S, I), succ (S, T, smax) (T: a dummy column), pending0 (S, T + 1),
+        read_key / read_bytes (S, I, R), write_key / write_bytes (S, I, W),
+        always_hbm (S, I); objects: the largest object count.
+
+    Raises:
+        ValueError: no structure, or structures of other GPUs or models.
+    """
+
+    def __init__(self, structures: Sequence[BatchStructure]) -> None:
+        sts = list(structures)
+        if not sts:
+            raise ValueError("a structure stack needs at least one structure")
+        hw, model = sts[0].hw, sts[0].model
+        if any(st.hw is not hw or st.model is not model for st in sts):
+            raise ValueError("the structures of one stack must share their hw and model objects")
+        self.structures, self.hw, self.model = sts, hw, model
+        self.S = len(sts)
+        self.D = max(st.D for st in sts)
+        self.Ts = np.array([st.T for st in sts], dtype=np.int64)
+        self.T = int(self.Ts.max())
+        self.NK = max(len(st.graph.kernels) for st in sts)
+        self.objects = max(st.objects for st in sts)
+        self.qlen = _pad([st.qlen for st in sts], 0)
+        self.qjob = _pad([st.qjob for st in sts], -1)
+        self.nkids = _pad([st.nkids for st in sts], 0)
+        self.first = _pad([st.first for st in sts], 0)
+        self.inst_kid = _pad([st.inst_kid for st in sts], 0)
+        self.I = self.inst_kid.shape[1]
+        smax = max(1, max((len(x) for st in sts for x in st.succ), default=1))
+        self.succ = np.full((self.S, self.T, smax), self.T, dtype=np.int64)
+        for s, st in enumerate(sts):
+            for j, x in enumerate(st.succ):
+                self.succ[s, j, :len(x)] = x
+        self.pending0 = np.zeros((self.S, self.T + 1), dtype=np.int64)
+        for s, st in enumerate(sts):
+            self.pending0[s, :st.T] = st.pending0
+        self.read_key = _pad([st.read_key for st in sts], -1)
+        self.read_bytes = _pad([st.read_bytes for st in sts], 0.0)
+        self.write_key = _pad([st.write_key for st in sts], -1)
+        self.write_bytes = _pad([st.write_bytes for st in sts], 0.0)
+        self.always_hbm = _pad([st.always_hbm for st in sts], 0.0)
 
 
 #: The ``KernelWork`` fields the batched loop reads (sim.kernelwork).
@@ -145,21 +213,27 @@ WORK_FIELDS = ("sms", "flops", "rate_full", "power", "obj_bytes", "reread_per_fl
                "comm_bytes", "fixed_us", "scale", "window_B_per_sm", "extra_hbm_bytes")
 
 
-def work_tables(st: BatchStructure, allocs: np.ndarray, bm: BoundModel) -> dict:
+def work_tables(stack: StructureStack, sid: np.ndarray, allocs: np.ndarray,
+                bm: BoundModel) -> dict:
     """``{field: (B, D, NK) float64}``: the ``KernelWork`` (``WORK_FIELDS``) of every kernel of
-    lane d on allocation b's pool of d (``BoundModel.work``, memoised by kernel and pool size;
-    kernels lane d never runs stay 0). ``allocs``: int (B, D) SMs."""
+    lane d of row b's structure ``sid[b]`` on the row's pool of d, ``allocs[b, d]`` SMs
+    (``BoundModel.work``, memoised by kernel and pool size; kernels a lane never runs stay 0).
+    ``allocs``: int (B, D) SMs (padded lanes: any value, unread)."""
     B, D = allocs.shape
-    kernels = st.graph.kernels
-    W = {n: np.zeros((B, D, len(kernels))) for n in WORK_FIELDS}
-    for d in range(D):
-        ks = st.lane_kids[d]
-        for p in np.unique(allocs[:, d]):
-            rows = np.flatnonzero(allocs[:, d] == p)
-            for k in ks:
-                w = bm.work(kernels[k], int(p))
-                for n in WORK_FIELDS:
-                    W[n][rows, d, k] = getattr(w, n)
+    W = {n: np.zeros((B, D, stack.NK)) for n in WORK_FIELDS}
+    for s, st in enumerate(stack.structures):
+        mine = sid == s
+        if not mine.any():
+            continue
+        kernels = st.graph.kernels
+        for d in range(st.D):
+            ks = st.lane_kids[d]
+            for p in np.unique(allocs[mine, d]):
+                rows = np.flatnonzero(mine & (allocs[:, d] == p))
+                for k in ks:
+                    w = bm.work(kernels[k], int(p))
+                    for n in WORK_FIELDS:
+                        W[n][rows, d, k] = getattr(w, n)
     return W
 
 
@@ -233,23 +307,27 @@ class BatchedL2:
 
 
 class _Lockstep:
-    """The NumPy loop's state and its steps (``simulate_allocs``); one per batch."""
+    """The NumPy loop's state and its steps (``simulate_stack``); one per batch."""
 
-    def __init__(self, st: BatchStructure, allocs: np.ndarray, cache: str) -> None:
-        hw, model = st.hw, st.model
+    def __init__(self, stack: StructureStack, sid: np.ndarray, allocs: np.ndarray,
+                 cache: str) -> None:
+        hw, model = stack.hw, stack.model
         bm = self.bm = BoundModel(model, hw, lone_makespan)
-        self.st = st
+        self.sk, self.sid = stack, sid
         B, D = self.B, self.D = allocs.shape
-        self.W = work_tables(st, allocs, bm)
+        self.W = work_tables(stack, sid, allocs, bm)
         self.capped = model.inflight_max_B is not None
         self.xs, self.ys = np.asarray(bm.curve_x), np.asarray(bm.curve_y)
         self.gain, self.inv_copy = model.latency_gain, 1.0 / float(hw.hbm_copy_Bps)
         self.bi = np.arange(B)
         self.lanes = np.arange(D)
+        self.qlen = stack.qlen[sid]                       # (B, D) tasks per lane
+        self.Ts = stack.Ts[sid]                           # (B,) tasks per row
         self.t = np.zeros(B)
         self.phase = np.zeros((B, D), dtype=np.int8)      # 0 idle, 1 launching, 2 active
         self.head = np.zeros((B, D), dtype=np.int64)      # position in the lane's queue
         self.pos = np.zeros((B, D), dtype=np.int64)       # kernel within the task
+        self.inst = np.zeros((B, D), dtype=np.int64)      # kernel instance
         self.kid = np.zeros((B, D), dtype=np.int64)
         z = lambda: np.zeros((B, D))   # noqa: E731
         self.F, self.Dd, self.Nn, self.phi = z(), z(), z(), z()
@@ -260,9 +338,13 @@ class _Lockstep:
         self.comm_on = np.zeros((B, D), dtype=bool)
         self.seq = np.zeros((B, D), dtype=np.int64)       # when each launch event was pushed
         self.nseq = np.zeros(B, dtype=np.int64)
-        self.pending = np.tile(st.pending0, (B, 1))
+        self.pending = stack.pending0[sid].copy()         # (B, T + 1); the last a dummy
         self.jobs_done = np.zeros(B, dtype=np.int64)
-        self.l2 = None if cache == "none" else BatchedL2(B, st.objects, hw.l2_bytes, cache)
+        self.l2 = None if cache == "none" else BatchedL2(B, stack.objects, hw.l2_bytes, cache)
+
+    def job(self, m: np.ndarray, d: int) -> np.ndarray:
+        """The task at the head of lane d for the allocations of mask m."""
+        return self.sk.qjob[self.sid[m], d, self.head[m, d]]
 
     def wk(self, name: str, m: np.ndarray, d: int) -> np.ndarray:
         """Work field ``name`` of lane d's current kernel for the allocations of mask m."""
@@ -276,8 +358,9 @@ class _Lockstep:
         """Lane d of the allocations in m starts its current kernel (``_start_kernel``): the
         launch event after the launch overhead and the kernel's fixed latency, loaded by the
         other lanes' HBM traffic."""
-        st = self.st
-        self.kid[m, d] = st.kidtab[st.qjob[d, self.head[m, d]], self.pos[m, d]]
+        sk, sm = self.sk, self.sid[m]
+        self.inst[m, d] = i = sk.first[sm, self.job(m, d)] + self.pos[m, d]
+        self.kid[m, d] = sk.inst_kid[sm, i]
         self.nseq[m] += 1
         self.seq[m, d] = self.nseq[m]
         self.phase[m, d] = 1
@@ -292,30 +375,30 @@ class _Lockstep:
         self.ev_launch[m, d] = now[m] + self.bm.launch_us + fixed
 
     def end_job(self, m: np.ndarray, d: int) -> None:
-        """Lane d of the allocations in m ends its task (``_end_job``)."""
-        st = self.st
-        j = st.qjob[d, self.head[m, d]]
+        """Lane d of the allocations in m ends its task (``_end_job``): its successors lose a
+        pending predecessor (the dummy column takes the padding)."""
+        j = self.job(m, d)
+        rows = np.flatnonzero(m)
+        self.pending[rows[:, None], self.sk.succ[self.sid[rows], j]] -= 1
         self.head[m, d] += 1
         self.jobs_done[m] += 1
-        for b, jj in zip(np.flatnonzero(m), j):
-            for s in st.succ[jj]:
-                self.pending[b, s] -= 1
 
     def dispatch(self, m: np.ndarray) -> None:
         """Start the head task of every idle lane whose predecessors are done, in lane order;
         an empty task ends at once and the scan restarts (``_dispatch``)."""
-        st, B = self.st, self.B
+        sk, B = self.sk, self.B
         again = m.copy()
         while again.any():
             nxt = np.zeros(B, dtype=bool)
             scan = again.copy()
             for d in range(self.D):
-                j = st.qjob[d, np.minimum(self.head[:, d], st.qlen[d])]
-                ok = scan & (self.phase[:, d] == 0) & (self.head[:, d] < st.qlen[d])
+                h = np.minimum(self.head[:, d], self.qlen[:, d])
+                j = sk.qjob[self.sid, d, h]
+                ok = scan & (self.phase[:, d] == 0) & (self.head[:, d] < self.qlen[:, d])
                 ok &= np.where(j >= 0, self.pending[self.bi, np.maximum(j, 0)] == 0, False)
                 if not ok.any():
                     continue
-                empty = ok & (st.nkids[np.maximum(j, 0)] == 0)
+                empty = ok & (sk.nkids[self.sid, np.maximum(j, 0)] == 0)
                 go = ok & ~empty
                 if go.any():
                     self.pos[go, d] = 0
@@ -416,20 +499,20 @@ class _Lockstep:
     def activate(self, m: np.ndarray, d: int) -> None:
         """Lane d of the allocations in m activates its kernel (``_activate``): the L2 lookups
         of its reads in order, then its counters."""
-        st, t = self.st, self.t
+        sk, t = self.sk, self.t
         sc = self.wk("scale", m, d)
         if self.l2 is None:
             hbm = data = self.wk("obj_bytes", m, d) + self.wk("extra_hbm_bytes", m, d)
         else:       # ``_lookups``: each read slot in order, hits and misses
-            j, q = st.qjob[d, self.head[:, d]], self.pos[:, d]
+            i = self.inst[:, d]
             hit_b = np.zeros(self.B)
             miss_b = np.zeros(self.B)
-            for slot in range(st.read_key.shape[2]):
-                key, nb = st.read_key[j, q, slot], st.read_bytes[j, q, slot]
+            for slot in range(sk.read_key.shape[2]):
+                key, nb = sk.read_key[self.sid, i, slot], sk.read_bytes[self.sid, i, slot]
                 h = self.l2.read(m, key, nb)
                 hit_b += np.where(h, nb, 0.0)
                 miss_b += np.where(m & (key >= 0) & ~h, nb, 0.0)
-            hbm = (miss_b + st.always_hbm[j, q])[m] + self.wk("extra_hbm_bytes", m, d)
+            hbm = (miss_b + sk.always_hbm[self.sid, i])[m] + self.wk("extra_hbm_bytes", m, d)
             data = hbm + hit_b[m]
         self.phase[m, d] = 2
         self.F[m, d] = self.wk("flops", m, d) * sc
@@ -446,19 +529,19 @@ class _Lockstep:
         """Lane d of the allocations in m ends its kernel (``_finish_kernel``): its writes
         admitted to L2, then the task's next kernel starts or the task ends; returns the mask
         of the allocations whose task ended."""
-        st = self.st
+        sk = self.sk
         self.phase[m, d] = 0
         self.rc[m, d] = self.rd[m, d] = self.rn[m, d] = self.rh[m, d] = 0.0
         self.comm_on[m, d] = False
         self.pc[m, d] = self.pd[m, d] = self.pn[m, d] = INF
         self.ev_done[m, d] = INF
-        j = st.qjob[d, self.head[m, d]]
         if self.l2 is not None:
-            jj, qq = st.qjob[d, self.head[:, d]], self.pos[:, d]
-            for slot in range(st.write_key.shape[2]):
-                self.l2.insert(m, st.write_key[jj, qq, slot], st.write_bytes[jj, qq, slot])
+            i = self.inst[:, d]
+            for slot in range(sk.write_key.shape[2]):
+                self.l2.insert(m, sk.write_key[self.sid, i, slot],
+                               sk.write_bytes[self.sid, i, slot])
         more = np.zeros(self.B, dtype=bool)
-        more[m] = self.pos[m, d] + 1 < st.nkids[j]
+        more[m] = self.pos[m, d] + 1 < sk.nkids[self.sid[m], self.job(m, d)]
         if more.any():
             self.pos[more, d] += 1
             self.start_kernel(more, d, self.t)
@@ -523,12 +606,32 @@ class _Lockstep:
         every = np.ones(self.B, dtype=bool)
         self.dispatch(every)
         self.recompute(every)
-        T = self.st.T
         while True:
-            run = self.jobs_done < T
+            run = self.jobs_done < self.Ts
             if not run.any():
                 return self.t
             self.step(run)
+
+
+def check_rows(stack: StructureStack, sid, allocs) -> tuple[np.ndarray, np.ndarray]:
+    """``(sid, allocs)`` as int64 (B,) and (B, stack.D), each row's allocation padded with 0
+    past its structure's D.
+
+    Raises:
+        ValueError: shapes that do not match, B < 1, a structure index out of range, or a row
+            whose allocation is longer than its structure's D."""
+    sid = np.asarray(sid)
+    A = np.asarray(allocs)
+    if sid.ndim != 1 or A.ndim != 2 or len(sid) != len(A) or len(sid) < 1:
+        raise ValueError(f"sid (B,) and allocs (B, D) with B >= 1 must match, got shapes "
+                         f"{sid.shape} and {A.shape}")
+    if sid.min() < 0 or sid.max() >= stack.S:
+        raise ValueError(f"sid must index the stack's {stack.S} structures")
+    if A.shape[1] > stack.D:
+        raise ValueError(f"allocs has {A.shape[1]} columns, the stack {stack.D} lanes")
+    out = np.zeros((len(A), stack.D), dtype=np.int64)
+    out[:, :A.shape[1]] = A
+    return sid.astype(np.int64), out
 
 
 def check_allocs(st: BatchStructure, allocs) -> np.ndarray:
@@ -542,14 +645,26 @@ def check_allocs(st: BatchStructure, allocs) -> np.ndarray:
     return A.astype(np.int64)
 
 
+def simulate_stack(stack: StructureStack, sid, allocs, cache: str = "lru") -> np.ndarray:
+    """Makespans (µs, float64 (B,)) of row b's structure ``stack.structures[sid[b]]`` under
+    allocation ``allocs[b]`` (int SMs per stage, its first D columns read; each a feasible
+    allocation), every row simulated together in lockstep in NumPy (module docstring) on the
+    stack's GPU and contention model; ``cache``: the L2 policy (``sim.l2cache.L2_POLICIES``).
+
+    Raises:
+        ValueError: an unknown cache policy or malformed rows (``check_rows``).
+        RuntimeError: a simulation stalled (a dependency cycle)."""
+    cache = check_policy(cache)
+    sid, A = check_rows(stack, sid, allocs)
+    return _Lockstep(stack, sid, A, cache).run()
+
+
 def simulate_allocs(st: BatchStructure, allocs: np.ndarray, cache: str = "lru") -> np.ndarray:
-    """Makespans (µs, float64 (B,)) of ``st`` under each row of ``allocs`` (int (B, D) SMs per
-    stage, each row a feasible allocation), simulated together in lockstep in NumPy (module
-    docstring) on ``st``'s GPU and contention model; ``cache``: the L2 policy
-    (``sim.l2cache.L2_POLICIES``).
+    """``simulate_stack`` of one structure: makespans (µs, float64 (B,)) of ``st`` under each
+    row of ``allocs`` (int (B, D) SMs per stage, each row feasible).
 
     Raises:
         ValueError: an unknown cache policy, or ``allocs`` not (B, D) with B >= 1.
         RuntimeError: a simulation stalled (a dependency cycle)."""
-    cache = check_policy(cache)
-    return _Lockstep(st, check_allocs(st, allocs), cache).run()
+    A = check_allocs(st, allocs)
+    return simulate_stack(StructureStack([st]), np.zeros(len(A), dtype=np.int64), A, cache)

@@ -1,13 +1,15 @@
 """The batched event simulator in JAX (``sim.batched``'s loop as one ``lax.while_loop``, in
 float64 as the event simulator): every step the same vector operations over the B allocations,
-the D stages unrolled. For accelerators: one compiled program per structure, batch bucket and
-L2 policy, its per-step cost nearly flat in B, so its rate grows with the batch.
+the D stages unrolled. For accelerators: its per-step cost is nearly flat in B, so its rate
+grows with the batch. Rows may belong to different structures (a ``StructureStack``: other
+cuts, stage counts, microbatch counts or graphs of one GPU and model), whose tables are the
+program's arguments, not its constants.
 
 Batches are padded to ``bucket(B)`` rows (a power of two, at least ``MIN_BUCKET``; the padding
-repeats the first allocation), so a sweep whose batches vary in size compiles a few programs per
-structure, kept on the structure (``BatchStructure.programs``). Compilation takes seconds per
-program on a CPU (1.9-5.4 s measured on the main job's structures; docs/method.md §3, "The
-batched event simulator").
+repeats the first row) and the stack's tables to power-of-two extents, so a sweep compiles one
+program per padded shape and L2 policy, kept in a bounded cache (``PROGRAMS_KEPT``).
+Compilation takes seconds per program on a CPU (1.9-5.4 s measured on the main job's
+structures; docs/method.md §3, "The batched event simulator").
 
 Semantics and coverage are ``sim.batched``'s, and one more refusal: a task with no kernel
 (``Unbatchable``; the NumPy loop ends such tasks at once).
@@ -17,70 +19,143 @@ Units: µs, FLOP, bytes, bytes/s, SMs.
 
 from __future__ import annotations
 
+import threading
+
+import cachetools
 import numpy as np
 
-from subgpu_jax.sim.batched import BatchStructure, Unbatchable, check_allocs, work_tables
+from subgpu_jax.sim.batched import (BatchStructure, StructureStack, Unbatchable, check_allocs,
+                                    check_rows, work_tables)
 from subgpu_jax.sim.contention import BoundModel
 from subgpu_jax.sim.eventsim import lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 
-__all__ = ["MIN_BUCKET", "bucket", "simulate_allocs_jax"]
+__all__ = ["MIN_BUCKET", "bucket", "simulate_stack_jax", "simulate_allocs_jax"]
 
 #: The smallest padded batch (rows).
 MIN_BUCKET = 8
+#: Compiled programs kept (least recently used dropped first).
+PROGRAMS_KEPT = 32
+_PROGRAMS: cachetools.LRUCache = cachetools.LRUCache(PROGRAMS_KEPT)
+_LOCK = threading.Lock()
 
 
-def bucket(B: int) -> int:
-    """The padded batch size of B rows: the next power of two, at least ``MIN_BUCKET``."""
-    return max(MIN_BUCKET, 1 << (int(B) - 1).bit_length())
+def bucket(B: int, least: int = MIN_BUCKET) -> int:
+    """The padded size of B: the next power of two, at least ``least``."""
+    return max(int(least), 1 << (max(int(B), 1) - 1).bit_length())
 
 
-def simulate_allocs_jax(st: BatchStructure, allocs: np.ndarray, cache: str = "lru",
-                        timing: dict | None = None) -> np.ndarray:
-    """``sim.batched.simulate_allocs`` in JAX on its default device: makespans (µs, float64
-    (B,)) of ``st`` under each row of ``allocs`` (int (B, D) SMs per stage, feasible).
-    ``timing``, when given, receives ``compile_s`` (0 when the program was cached) and
-    ``run_s`` (wall seconds; the result fetched).
+#: The stack's tables the program takes as arguments, and their padding values.
+_TABLES = {"qlen": 0, "qjob": 0, "nkids": 0, "first": 0, "inst_kid": 0, "succ": None,
+           "pending0": 0, "read_key": -1, "read_bytes": 0.0, "write_key": -1,
+           "write_bytes": 0.0, "always_hbm": 0.0, "Ts": 0}
+
+
+def _padded_tables(stack: StructureStack) -> dict:
+    """The stack's tables padded to bucketed extents (structures, tasks and instances to powers
+    of two), so that stacks of similar sizes share a compiled program; padding is never read
+    (a padded structure has no rows, a padded task never becomes ready, a padded instance
+    never starts). ``qjob`` and ``inst_kid`` pads are 0 (valid indices, unread)."""
+    S, T, I = bucket(stack.S, 1), bucket(stack.T, 8), bucket(stack.I, 8)
+    out = {}
+    for name, fill in _TABLES.items():
+        a = np.asarray(getattr(stack, name))
+        if name == "qjob":
+            a = np.maximum(a, 0)
+        if name == "succ":      # the dummy column moves to the padded T
+            a = np.where(a == stack.T, T, a)
+            fill = T
+        shape = list(a.shape)
+        shape[0] = S
+        if name in ("nkids", "first", "succ"):
+            shape[1] = T
+        elif name == "pending0":
+            shape[1] = T + 1
+        elif name in ("inst_kid", "read_key", "read_bytes", "write_key", "write_bytes",
+                      "always_hbm"):
+            shape[1] = I
+        full = np.full(shape, fill, dtype=a.dtype)
+        if name == "pending0":
+            full[:a.shape[0], :stack.T] = a[:, :stack.T]
+        else:
+            full[tuple(slice(0, n) for n in a.shape)] = a
+        out[name] = full
+    return out
+
+
+def simulate_stack_jax(stack: StructureStack, sid, allocs, cache: str = "lru",
+                       timing: dict | None = None) -> np.ndarray:
+    """``sim.batched.simulate_stack`` in JAX on its default device: makespans (µs, float64
+    (B,)) of row b's structure ``stack.structures[sid[b]]`` under ``allocs[b]``. ``timing``,
+    when given, receives ``compile_s`` (0 when the program was cached) and ``run_s`` (wall
+    seconds; the result fetched).
 
     Raises:
-        ValueError: an unknown cache policy or a malformed ``allocs``.
+        ValueError: an unknown cache policy or malformed rows.
         Unbatchable: a task with no kernel."""
     import time
 
     import jax
 
     cache = check_policy(cache)
-    A = check_allocs(st, allocs)
-    if (st.nkids == 0).any():
+    sid, A = check_rows(stack, sid, allocs)
+    if any((st.nkids == 0).any() for st in stack.structures):
         raise Unbatchable("the JAX loop needs a kernel in every task")
-    B = A.shape[0]
+    B = len(A)
     Bp = bucket(B)
     if Bp > B:
         A = np.concatenate([A, np.repeat(A[:1], Bp - B, axis=0)])
-    bm = BoundModel(st.model, st.hw, lone_makespan)
-    W = work_tables(st, A, bm)
-    progs = st.__dict__.setdefault("programs", {})
+        sid = np.concatenate([sid, np.repeat(sid[:1], Bp - B)])
+    bm = BoundModel(stack.model, stack.hw, lone_makespan)
+    W = work_tables(stack, sid, A, bm)
+    NK = bucket(stack.NK, 8)
+    if NK > stack.NK:
+        W = {n: np.concatenate([v, np.zeros(v.shape[:2] + (NK - stack.NK,))], axis=2)
+             for n, v in W.items()}
+    tabs = _padded_tables(stack)
+    K = bucket(max(stack.objects, 1), 8) if cache != "none" else 1
     t0 = time.perf_counter()
     with jax.enable_x64(True):
-        key = (Bp, cache)
-        exe = progs.get(key)
-        if exe is None:
-            exe = progs[key] = _program(st, bm, Bp, cache).lower(W).compile()
+        key = (cache, K, tuple((n, v.shape) for n, v in tabs.items()), W["sms"].shape,
+               id(stack.model), id(stack.hw))
+        with _LOCK:
+            hit = _PROGRAMS.get(key)
+        if hit is None or hit[1] is not stack.model or hit[2] is not stack.hw:
+            exe = _program(bm, stack.hw, stack.model, Bp, cache, K).lower(tabs, W, sid).compile()
+            with _LOCK:
+                _PROGRAMS[key] = (exe, stack.model, stack.hw)
+        else:
+            exe = hit[0]
         t1 = time.perf_counter()
-        out = np.asarray(exe(W))[:B]
+        out = np.asarray(exe(tabs, W, sid))[:B]
     t2 = time.perf_counter()
     if timing is not None:
         timing.update(compile_s=t1 - t0, run_s=t2 - t1)
     return out
 
 
-def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
-    """The jitted loop of ``st`` for B rows: ``run(W) -> makespans`` (float64 on)."""
+def simulate_allocs_jax(st: BatchStructure, allocs: np.ndarray, cache: str = "lru",
+                        timing: dict | None = None) -> np.ndarray:
+    """``simulate_stack_jax`` of one structure: makespans (µs, float64 (B,)) of ``st`` under
+    each row of ``allocs`` (int (B, D) SMs per stage, feasible); ``timing`` as there.
+
+    Raises:
+        ValueError: an unknown cache policy or a malformed ``allocs``.
+        Unbatchable: a task with no kernel."""
+    A = check_allocs(st, allocs)
+    stack = st.__dict__.get("stack")
+    if stack is None:
+        stack = st.__dict__["stack"] = StructureStack([st])
+    return simulate_stack_jax(stack, np.zeros(len(A), dtype=np.int64), A, cache, timing)
+
+
+def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
+    """The jitted loop for B rows, the L2 policy ``cache`` and K object slots:
+    ``run(tabs, W, sid) -> makespans`` (float64 on), the stack's tables (``_padded_tables``),
+    the rows' work tables and structure indices as arguments."""
     import jax
     import jax.numpy as jnp
 
-    model, hw = st.model, st.hw
-    D, T = st.D, st.T
     issue, N, nvlink = bm.issue, bm.N, bm.nvlink
     capped = model.inflight_max_B is not None
     cmax0 = bm.cmax
@@ -88,28 +163,15 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
     k1, l2cap, dcap = bm.kappa - 1.0, bm.l2, bm.demand_cap
     launch_us, setup_us = bm.launch_us, bm.setup_us
     gain, inv_copy = model.latency_gain, 1.0 / float(hw.hbm_copy_Bps)
-    qlen = jnp.asarray(st.qlen)
-    qjob = jnp.asarray(np.maximum(st.qjob, 0))
-    kidtab = jnp.asarray(np.maximum(st.kidtab, 0))
-    nkids = jnp.asarray(st.nkids)
-    smax = max(1, max((len(x) for x in st.succ), default=1))
-    succ_np = np.full((T, smax), T, dtype=np.int64)        # T: a dummy column
-    for j, x in enumerate(st.succ):
-        succ_np[j, :len(x)] = x
-    succ = jnp.asarray(succ_np)
     bi = jnp.arange(B)
-    lanes = jnp.arange(D)
     l2_on = cache != "none"
     refresh = cache == "lru"
     cap = float(hw.l2_bytes)
-    rkey, rbytes = jnp.asarray(st.read_key), jnp.asarray(st.read_bytes)
-    wkey, wbytes = jnp.asarray(st.write_key), jnp.asarray(st.write_bytes)
-    always = jnp.asarray(st.always_hbm)
     big = jnp.iinfo(jnp.int64).max
 
     def l2_insert(s, m, key, n):
         """``BatchedL2.insert`` on the state's L2 arrays (``l2p``, ``l2b``, ``l2t``, ``l2c``,
-        ``l2o``): residency, bytes, stamps, clock, occupancy."""
+        ``l2o``, ``l2n``): residency, bytes, stamps, clock, occupancy, resident count."""
         valid = m & (key >= 0)
         k = jnp.maximum(key, 0)
         pres, nb = s["l2p"], s["l2b"]
@@ -149,14 +211,32 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
                                                                            s["l2t"][bi, k])))
         return l2_insert(s, valid & ~hit, key, n), hit
 
-    def body(W):
+    def body(tabs, W, sid):
+        D = W["sms"].shape[1]
+        T = tabs["nkids"].shape[1]
+        Q = tabs["qjob"].shape[2]
+        lanes = jnp.arange(D)
+        qlen = tabs["qlen"][sid]            # (B, D)
+        Ts = tabs["Ts"][sid]                # (B,)
+        qjob, first, inst_kid = tabs["qjob"], tabs["first"], tabs["inst_kid"]
+        nkids, succ = tabs["nkids"], tabs["succ"]
+        rkey, rbytes = tabs["read_key"], tabs["read_bytes"]
+        wkey, wbytes = tabs["write_key"], tabs["write_bytes"]
+        always = tabs["always_hbm"]
+
         def g(name, kid):
             """Work field of every lane's current kernel, (B, D)."""
             return jnp.take_along_axis(W[name], kid[..., None], axis=2)[..., 0]
 
+        def job(s, d, rows=bi):
+            """The task at the head of lane d (clamped past the end: unread)."""
+            return qjob[sid[rows], d, jnp.minimum(s["head"][rows, d], Q - 1)]
+
         def start_kernel(s, m, d):
-            kid = s["kid"].at[:, d].set(jnp.where(m, kidtab[qjob[d, s["head"][:, d]],
-                                                            s["pos"][:, d]], s["kid"][:, d]))
+            inst = first[sid, job(s, d)] + s["pos"][:, d]
+            s = dict(s)
+            s["inst"] = s["inst"].at[:, d].set(jnp.where(m, inst, s["inst"][:, d]))
+            kid = s["kid"].at[:, d].set(jnp.where(m, inst_kid[sid, inst], s["kid"][:, d]))
             fixed = W["fixed_us"][bi, d, kid[:, d]]
             if gain > 0.0:
                 others = jnp.where((s["phase"] == 2) & (lanes[None, :] != d), s["rh"], 0.0)
@@ -164,7 +244,7 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
                 fixed = jnp.where(fixed > 0.0,
                                   fixed * (1.0 + gain * jnp.minimum(1.0, h * inv_copy)), fixed)
             nseq = s["nseq"] + m        # the event queue's push order
-            s = dict(s, kid=kid, nseq=nseq,
+            s.update(kid=kid, nseq=nseq,
                      seq=s["seq"].at[:, d].set(jnp.where(m, nseq, s["seq"][:, d])))
             s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 1, s["phase"][:, d]))
             s["ev_launch"] = s["ev_launch"].at[:, d].set(
@@ -172,20 +252,20 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
             return s
 
         def end_job(s, m, d):
-            j = qjob[d, jnp.minimum(s["head"][:, d], qlen[d] - 1)]
+            j = job(s, d)
             s = dict(s)
+            dec = jnp.zeros((B, T + 1), dtype=s["pending"].dtype)
+            dec = dec.at[bi[:, None], succ[sid, j]].add(m[:, None].astype(dec.dtype))
+            s["pending"] = s["pending"] - dec
             s["head"] = s["head"].at[:, d].add(m.astype(s["head"].dtype))
             s["jobs_done"] = s["jobs_done"] + m
-            dec = jnp.zeros((B, T + 1), dtype=s["pending"].dtype)
-            dec = dec.at[bi[:, None], succ[j]].add(m[:, None].astype(dec.dtype))
-            s["pending"] = s["pending"] - dec
             return s
 
         def dispatch(s, m):
             for d in range(D):
                 h = s["head"][:, d]
-                j = qjob[d, jnp.minimum(h, qlen[d])]
-                ok = m & (s["phase"][:, d] == 0) & (h < qlen[d]) & (s["pending"][bi, j] == 0)
+                j = qjob[sid, d, jnp.minimum(h, Q - 1)]
+                ok = m & (s["phase"][:, d] == 0) & (h < qlen[:, d]) & (s["pending"][bi, j] == 0)
                 s = dict(s, pos=s["pos"].at[:, d].set(jnp.where(ok, 0, s["pos"][:, d])))
                 s = start_kernel(s, ok, d)
             return s
@@ -262,7 +342,7 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
                         ev_done=jnp.where(act, nxt, s["ev_done"]))
 
         def step(s):
-            run = s["jobs_done"] < T
+            run = s["jobs_done"] < Ts
             tn = jnp.minimum(jnp.minimum(s["ev_launch"], s["ev_setup"]), s["ev_done"]).min(axis=1)
             tn = jnp.where(run, tn, s["t"])
             dt = ((tn - s["t"]) * 1e-6)[:, None]
@@ -290,15 +370,15 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
                 for r_ in range(D):
                     d = order[:, r_]
                     m = la[bi, d]
-                    j, q = qjob[d, jnp.minimum(s["head"][bi, d], qlen[d] - 1)], s["pos"][bi, d]
+                    i = s["inst"][bi, d]
                     hit_b = jnp.zeros(B)
                     miss_b = jnp.zeros(B)
-                    for slot in range(st.read_key.shape[2]):
-                        key, nb = rkey[j, q, slot], rbytes[j, q, slot]
+                    for slot in range(rkey.shape[2]):
+                        key, nb = rkey[sid, i, slot], rbytes[sid, i, slot]
                         s, h = l2_read(s, m, key, nb)
                         hit_b = hit_b + jnp.where(h, nb, 0.0)
                         miss_b = miss_b + jnp.where(m & (key >= 0) & ~h, nb, 0.0)
-                    hb = miss_b + always[j, q] + W["extra_hbm_bytes"][bi, d, kid[bi, d]]
+                    hb = miss_b + always[sid, i] + W["extra_hbm_bytes"][bi, d, kid[bi, d]]
                     hbm = hbm.at[bi, d].set(hb)
                     data = data.at[bi, d].set(hb + hit_b)
             comm = g("comm_bytes", kid)
@@ -331,12 +411,11 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
                     s[nm] = s[nm].at[:, d].set(jnp.where(m, jnp.inf, s[nm][:, d]))
                 s["phase"] = s["phase"].at[:, d].set(jnp.where(m, 0, s["phase"][:, d]))
                 s["comm_on"] = s["comm_on"].at[:, d].set(jnp.where(m, False, s["comm_on"][:, d]))
-                j = qjob[d, jnp.minimum(s["head"][:, d], qlen[d] - 1)]
                 if l2_on:   # the kernel's activation writes (``_finish_kernel``)
-                    for slot in range(st.write_key.shape[2]):
-                        s = l2_insert(s, m, wkey[j, s["pos"][:, d], slot],
-                                      wbytes[j, s["pos"][:, d], slot])
-                more = m & (s["pos"][:, d] + 1 < nkids[j])
+                    i = s["inst"][:, d]
+                    for slot in range(wkey.shape[2]):
+                        s = l2_insert(s, m, wkey[sid, i, slot], wbytes[sid, i, slot])
+                more = m & (s["pos"][:, d] + 1 < nkids[sid, job(s, d)])
                 s["pos"] = s["pos"].at[:, d].add(more.astype(s["pos"].dtype))
                 s = start_kernel(s, more, d)
                 ends = m & ~more
@@ -348,22 +427,21 @@ def _program(st: BatchStructure, bm: BoundModel, B: int, cache: str):
         f64 = jnp.float64
         s = {"t": jnp.zeros(B, f64), "phase": jnp.zeros((B, D), jnp.int32),
              "head": jnp.zeros((B, D), jnp.int64), "pos": jnp.zeros((B, D), jnp.int64),
+             "inst": jnp.zeros((B, D), jnp.int64),
              "kid": jnp.zeros((B, D), jnp.int64), "jobs_done": jnp.zeros(B, jnp.int64),
-             "pending": jnp.concatenate([jnp.tile(jnp.asarray(st.pending0), (B, 1)),
-                                         jnp.zeros((B, 1), jnp.int64)], axis=1),
+             "pending": tabs["pending0"][sid],
              "setup": jnp.zeros((B, D), bool), "comm_on": jnp.zeros((B, D), bool),
              "seq": jnp.zeros((B, D), jnp.int64), "nseq": jnp.zeros(B, jnp.int64)}
         for nm in ("F", "Dd", "Nn", "phi", "rc", "rd", "rn", "rh"):
             s[nm] = jnp.zeros((B, D), f64)
         for nm in ("pc", "pd", "pn", "ev_launch", "ev_setup", "ev_done"):
             s[nm] = jnp.full((B, D), jnp.inf, f64)
-        K = max(st.objects, 1) if l2_on else 1
         s.update(l2p=jnp.zeros((B, K), bool), l2b=jnp.zeros((B, K), f64),
                  l2t=jnp.zeros((B, K), jnp.int64), l2c=jnp.zeros(B, jnp.int64),
                  l2o=jnp.zeros(B, f64), l2n=jnp.zeros(B, jnp.int64))
         s = dispatch(s, jnp.ones(B, dtype=bool))
         s = recompute(s, jnp.ones(B, dtype=bool))
-        s = jax.lax.while_loop(lambda s: jnp.any(s["jobs_done"] < T), step, s)
+        s = jax.lax.while_loop(lambda s: jnp.any(s["jobs_done"] < Ts), step, s)
         return s["t"]
 
     return jax.jit(body)

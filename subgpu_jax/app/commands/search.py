@@ -7,7 +7,7 @@ import argparse
 import math
 import os
 
-from subgpu_jax.model.checks import out_dir
+from subgpu_jax.model.checks import LIMITS, ascii_int, bounded_int, out_dir
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
@@ -88,7 +88,23 @@ def _add_run_args(se: argparse.ArgumentParser) -> None:
                         "thread each; the records do not depend on it). Default: auto, the "
                         f"cores this process may use, at most {MAX_AUTO_WORKERS} and one per "
                         f"{POINTS_PER_WORKER} SubGPU grid points; 1 when JAX_PLATFORMS names "
-                        "another platform or with --cluster")
+                        "another platform or with --cluster, or with --in-flight > 1")
+    r.add_argument("--in-flight", default=1, type=str, metavar="N",
+                   help="grid points scored at once in this process, their exact steps timed "
+                        "together in one batched call (needs --exact event-batched; the records "
+                        "do not depend on it). Default: 1")
+
+
+def _in_flight(text) -> int:
+    """``--in-flight N`` as an int in 1..``LIMITS["grid_points"]``.
+
+    Raises:
+        ValueError: anything else (one line naming the flag)."""
+    try:
+        return bounded_int(ascii_int(text), "--in-flight", 1, LIMITS["grid_points"])
+    except ValueError as e:
+        msg = str(e)
+        raise ValueError(msg if msg.startswith("--in-flight") else f"--in-flight {msg}") from None
 
 
 def search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, serving, cut,
@@ -292,8 +308,10 @@ def cmd_search(a) -> int:
                        cut, alloc)
     from subgpu_jax.app.pool import search_workers
 
+    in_flight = _in_flight(a.in_flight)
     try:
-        workers = search_workers(a.workers, a.cluster is not None, sum(p.D > 1 for p in pts))
+        workers = (1 if in_flight > 1 and str(a.workers).strip().lower() == "auto" else
+                   search_workers(a.workers, a.cluster is not None, sum(p.D > 1 for p in pts)))
     except ValueError as e:  # the library names its argument, the CLI user typed the flag
         raise ValueError(f"--{e}") from None
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
@@ -312,7 +330,8 @@ def cmd_search(a) -> int:
                          cut_strategy=cut, cheap=a.cheap,
                          alloc_strategy=alloc, resume=a.resume, budget=a.budget,
                          progress=not a.no_progress, min_tokens_per_user=a.min_tokens_per_user,
-                         overwrite=a.overwrite, repair=a.repair, workers=workers)
+                         overwrite=a.overwrite, repair=a.repair, workers=workers,
+                         in_flight=in_flight)
     stats, summ = run_search(arch, setup, pts, a.out, meta, opts, cluster=cluster, log=print)
     if summ is None:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
@@ -321,6 +340,11 @@ def cmd_search(a) -> int:
     again = f" ({stats['again']} again after dropped records)" if stats["again"] else ""
     print(f"evaluated {stats['evaluated']} grid points{again}, skipped {stats['skipped']} already "
           f"done, {stats['remaining']} remaining ({stats['seconds']:.1f} s)")
+    b = stats.get("batches")
+    if b and b["calls"]:
+        print(f"in flight: {in_flight} grid points at once, their exact steps in {b['calls']:,} "
+              f"batched calls of {b['rows'] / b['calls']:.1f} allocations on average, at most "
+              f"{b['largest']:,}")
     from subgpu_jax.app.searchtext import print_next_steps, print_search_summary
 
     print_search_summary(summ, hw.name, timer)

@@ -1,0 +1,149 @@
+"""score.coalesce.CoalescingTimer and ``subgpu search --in-flight``: the exact steps of grid
+points in flight are timed together, and the records do not depend on it.
+
+Oracles: the wrapped timer's own answers (row for row), and the same search with one point in
+flight (byte-identical records but the timing fields).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from subgpu_jax.app.cli import main
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.score.coalesce import Cancelled, CoalescingTimer
+from subgpu_jax.score.timer import EventTimer
+
+H200 = get_hardware("H200")
+
+
+class _Counting:
+    """A stand-in batched timer: makespan = the sum of the allocation; counts its calls."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.calls = []
+
+    def time_many(self, items):
+        self.calls.append(sum(len(np.atleast_2d(a)) for _, _, a in items))
+        return [np.atleast_2d(a).sum(axis=1).astype(float) for _, _, a in items]
+
+
+def test_requests_of_all_participants_go_in_one_call():
+    """Four participants each ask twice; every round is one call of the wrapped timer with all
+    four requests, and each gets its own rows."""
+    inner = _Counting()
+    co = CoalescingTimer(inner)
+    got = {}
+
+    def point(i):
+        with co.participant(enrolled=True):
+            for r in range(2):
+                A = np.array([[i, r], [10 * i, 1]])
+                got[(i, r)] = co.time_many([(None, None, A)])[0]
+
+    ts = [threading.Thread(target=point, args=(i,)) for i in range(4)]
+    for t in ts:        # all counted before any starts, as the sweep does
+        co.enroll()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=30)
+    assert inner.calls == [8, 8] and co.flushes == 2 and co.largest == 8 and co.rows == 16
+    for (i, r), v in got.items():
+        assert v.tolist() == [i + r, 10 * i + 1]
+    # outside a participant: straight through
+    assert co.time_many([(None, None, np.array([[1, 2]]))])[0].tolist() == [3.0]
+    assert co.name == "counting"        # the wrapped timer's attributes
+
+
+def test_a_participant_that_leaves_releases_the_others():
+    """One participant finishes without asking: the other's request is timed when it leaves."""
+    inner = _Counting()
+    co = CoalescingTimer(inner)
+    out = []
+    gate = threading.Event()
+
+    def asker():
+        with co.participant():
+            gate.set()
+            out.append(co.time_many([(None, None, np.array([[2, 3]]))])[0].tolist())
+
+    with co.participant():
+        t = threading.Thread(target=asker)
+        t.start()
+        gate.wait(10)
+    t.join(10)
+    assert out == [[5.0]] and inner.calls == [1]
+
+
+def test_cancel_and_errors_reach_every_waiter():
+    class Failing(_Counting):
+        def time_many(self, items):
+            raise ValueError("boom")
+
+    co = CoalescingTimer(Failing())
+    with co.participant(), pytest.raises(ValueError, match="boom"):
+        co.time_many([(None, None, np.array([[1]]))])
+    co2 = CoalescingTimer(_Counting())
+    errs = []
+
+    def waiter():
+        with co2.participant():
+            try:
+                co2.time_many([(None, None, np.array([[1]]))])
+            except Cancelled as e:
+                errs.append(e)
+
+    with co2.participant():     # this one never asks: the waiter waits until cancel
+        t = threading.Thread(target=waiter)
+        t.start()
+        while not co2._waiting:
+            t.join(0.01)
+        co2.cancel()
+    t.join(10)
+    assert len(errs) == 1
+    with co2.participant(), pytest.raises(Cancelled):
+        co2.time_many([(None, None, np.array([[1]]))])
+    with pytest.raises(ValueError, match="cannot batch several structures"):
+        CoalescingTimer(EventTimer(H200))
+
+
+ARGS = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+        "--batches", "64,128", "--stages", "2,3", "--microbatches", "2", "--no-progress",
+        "--exact", "event-batched"]
+
+
+def _records(folder):
+    out = {}
+    for line in (folder / "records.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if "grid_key" in r and "mode" in r:
+            out[r["grid_key"]] = {k: v for k, v in r.items() if k not in ("seconds", "_sum")}
+    return out
+
+
+def test_search_in_flight_gives_the_same_records(tmp_path, capsys):
+    assert main(ARGS + ["--in-flight", "4", "--out", str(tmp_path / "four")]) == 0
+    text = capsys.readouterr().out
+    assert "in flight: 4 grid points at once, their exact steps in" in text
+    assert main(ARGS + ["--in-flight", "1", "--out", str(tmp_path / "one")]) == 0
+    four, one = _records(tmp_path / "four"), _records(tmp_path / "one")
+    assert len(four) == 6 and four == one
+
+
+@pytest.mark.parametrize("extra,msg", [
+    (["--in-flight", "0"], "--in-flight must be an integer in 1..100,000, got 0"),
+    (["--in-flight", "x"], "--in-flight must be an integer written with the digits 0-9"),
+    (["--in-flight", "2", "--exact", "event"], "--in-flight 1"),
+    (["--in-flight", "2", "--workers", "2"], "give --workers 1"),
+])
+def test_in_flight_flag_errors_are_one_line(tmp_path, capsys, extra, msg):
+    rc = main(ARGS + extra + ["--out", str(tmp_path / "x")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and msg in err[0], err
