@@ -15,15 +15,22 @@ and the records:
   every grid point: all their exact steps in shared calls).
 
 ``event-batched`` runs the NumPy engine where JAX's platform is the CPU and the JAX engine
-elsewhere (``--platform cuda`` on a GPU machine). Against ``event``: whether every record
+elsewhere (``--platform cuda`` on a GPU machine); the ``event`` run keeps JAX on the CPU
+(``--event-platform``), as the main job runs fastest there. Against ``event``: whether every record
 chose the same configuration (cuts, reuse, stages, microbatches, SMs) and the largest
 relative difference of the makespans; the search's own check by the event simulator
 (``summary.json``'s ``reference_check``). Ratios are ``event``'s search seconds over each
 variant's (above 1: faster).
 
+``--job frontier``: instead of the main job, the sample of the GPT-OSS 120B B200 frontier
+study's grid that ``bench_screened.py`` times (every k-th of its SubGPU points, ``--points`` of
+them, and their deployments' temporal points), ``--in-flight`` of them at once.
+
 Usage: python experiments/bench_batched_timer.py [--out JSON] [--cores N]
        [--platform cpu|cuda] [--in-flight N] [--variants V ...] [--search-args "..."]
-Writes experiments/results/bench_batched_timer_cpu.json by default (a table on stdout).
+       [--job main|frontier] [--points N]
+Writes experiments/results/bench_batched_timer_<platform>.json by default
+(bench_batched_timer_frontier_<platform>.json for the frontier sample; a table on stdout).
 """
 
 from __future__ import annotations
@@ -60,13 +67,47 @@ def variant_args(name: str, in_flight: int) -> list[str]:
     return ["--exact", "event-batched", "--in-flight", str(in_flight)]
 
 
+def child(job: str, points: int, out: str, flags: list[str]) -> int:
+    """``--child``: the frontier sample's search (``bench_screened.frontier_points``: every
+    k-th SubGPU point of the GPT-OSS 120B B200 study and its temporal points) with the
+    variant's ``flags``, printing the CLI's two lines this script reads."""
+    import time as _t
+
+    from bench_screened import frontier_points
+
+    from subgpu_jax.app.searchjob import SearchOptions, run_search
+    from subgpu_jax.model.setup import GpuSetup
+    from subgpu_jax.score.timer import timer_for
+
+    f = dict(zip(flags[::2], flags[1::2]))
+    arch, hw, pts = frontier_points("gptoss120b_b200", points)
+    timer = timer_for(GpuSetup.uncalibrated(hw), f["--exact"])
+    t0 = _t.perf_counter()
+    stats, _ = run_search(arch, hw, pts, out, {"bench": "batched_timer"},
+                          SearchOptions(timer=timer, progress=False, overwrite=True,
+                                        workers=int(f.get("--workers", 1)),
+                                        in_flight=int(f.get("--in-flight", 1))))
+    print(f"evaluated {stats['evaluated']} grid points ({_t.perf_counter() - t0:.2f} s)")
+    b = stats.get("batches")
+    if b and b["calls"]:
+        print(f"in flight: {f['--in-flight']} grid points at once, their exact steps in "
+              f"{b['calls']:,} batched calls of {b['rows'] / b['calls']:.1f} allocations on "
+              f"average, at most {b['largest']:,}")
+    return 0
+
+
 def run_variant(name: str, out: str, cache: str, cores: int | None, platform: str,
-                search_args: list[str], in_flight: int) -> dict:
+                search_args: list[str], in_flight: int, job: str = "main",
+                points: int = 24) -> dict:
     """One search in a fresh process; its timings, batches and reference check."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS=platform, SUBGPU_JAX_CACHE=cache)
-    cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", *search_args, "--out", out,
-           "--no-progress", "--overwrite", *variant_args(name, in_flight)]
+    if job == "frontier":
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", str(points), out,
+               *variant_args(name, in_flight)]
+    else:
+        cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", *search_args, "--out",
+               out, "--no-progress", "--overwrite", *variant_args(name, in_flight)]
     if cores:
         cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
     t0, c0 = time.time(), os.times()
@@ -87,6 +128,7 @@ def run_variant(name: str, out: str, cache: str, cores: int | None, platform: st
                           "mean_rows": float(b.group(3)),
                           "largest": int(b.group(4).replace(",", ""))}
     summ = json.load(open(os.path.join(out, "summary.json")))
+    row["points"] = summ["records"]
     if "reference_check" in summ:
         rc = summ["reference_check"]
         row["reference_check"] = {"median_abs_error": rc["median_abs_error"],
@@ -121,21 +163,36 @@ def main(argv=None) -> int:
                     help="the digest (default: results/bench_batched_timer_<platform>.json)")
     ap.add_argument("--cores", type=int, default=None, help="pin every run to N cores")
     ap.add_argument("--platform", default="cpu", choices=("cpu", "cuda"),
-                    help="JAX_PLATFORMS of the runs (event-batched: NumPy on cpu, JAX on cuda)")
+                    help="JAX_PLATFORMS of the event-batched runs (NumPy on cpu, JAX on cuda)")
+    ap.add_argument("--event-platform", default="cpu", choices=("cpu", "cuda"),
+                    help="JAX_PLATFORMS of the event run (default cpu: the main job on a GPU "
+                         "machine is 2-3x slower with cuda, issue 42)")
     ap.add_argument("--in-flight", type=int, default=15,
                     help="grid points in flight of batched_in_flight (default 15: the main job)")
     ap.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     ap.add_argument("--search-args", default="",
                     help="subgpu search flags replacing the main job's defaults (one string)")
     ap.add_argument("--cold", action="store_true", help="no untimed warm-up runs")
+    ap.add_argument("--job", default="main", choices=("main", "frontier"),
+                    help="main: the README's main job; frontier: a sample of the GPT-OSS 120B "
+                         "B200 frontier study's grid (bench_screened.py's)")
+    ap.add_argument("--points", type=int, default=24,
+                    help="SubGPU grid points of the frontier sample (default 24)")
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        return child("frontier", int(sys.argv[2]), sys.argv[3], sys.argv[4:])
     a = ap.parse_args(argv)
+    if a.points < 1:
+        ap.error(f"--points must be an integer >= 1, got {a.points}")
+    if a.job == "frontier" and a.search_args:
+        ap.error("--search-args applies to --job main only")
     if a.cores is not None and not 1 <= a.cores <= (os.cpu_count() or 1):
         ap.error(f"--cores must be an integer in 1..{os.cpu_count()}, got {a.cores}")
     if a.in_flight < 2:
         ap.error(f"--in-flight must be an integer >= 2, got {a.in_flight}")
     if "event" not in a.variants:
         ap.error("--variants must include event (the baseline)")
-    a.out = a.out or os.path.join(HERE, "results", f"bench_batched_timer_{a.platform}.json")
+    a.out = a.out or os.path.join(HERE, "results", "bench_batched_timer_"
+                                  + ("" if a.job == "main" else "frontier_") + a.platform + ".json")
     try:
         check_out(a.out)
         search_args = shlex.split(a.search_args)
@@ -146,9 +203,12 @@ def main(argv=None) -> int:
     rows, recs = [], {}
     for name in a.variants:
         out = os.path.join(work, name)
+        plat = a.event_platform if name == "event" else a.platform
+        run = (name, out, cache + "_" + plat, a.cores, plat, search_args, a.in_flight, a.job,
+               a.points)
         if not a.cold:
-            run_variant(name, out, cache, a.cores, a.platform, search_args, a.in_flight)
-        row = run_variant(name, out, cache, a.cores, a.platform, search_args, a.in_flight)
+            run_variant(*run)
+        row = run_variant(*run)
         recs[name] = records(out)
         rows.append(row)
         print(f"{name:18s} search {row['search_s']:7.2f} s  wall {row['wall_s']:7.2f} s  "
@@ -164,8 +224,10 @@ def main(argv=None) -> int:
         device = jax.devices()[0].device_kind if a.platform != "cpu" else pf.processor()
     except Exception:   # noqa: BLE001  (a missing platform: say so, keep the digest)
         device = "unknown"
-    out = {"what": __doc__.split("\n\n")[0], "platform": a.platform, "device": device,
-           "cores": a.cores or os.cpu_count(), "warm": not a.cold,
+    out = {"what": __doc__.split("\n\n")[0], "job": a.job, "platform": a.platform,
+           "event_platform": a.event_platform,
+           "device": device, "cores": a.cores or os.cpu_count(), "warm": not a.cold,
+           **({"sample_points": a.points} if a.job == "frontier" else {}),
            "search_args": search_args or "the main job's defaults", "rows": rows}
     write_digest(a.out, out)
     print("\n".join(f"{r['variant']:18s} {r['speedup_vs_event']:6.3f}x event's search speed"

@@ -85,8 +85,8 @@ class SearchOptions:
             this process (JAX on its default backend).
         in_flight: grid points scored at once in this process, one thread each, their exact
             steps timed together in one batched call (``score.coalesce.CoalescingTimer``; a
-            timer with ``time_many``, ``event-batched``; the records do not depend on it);
-            1: one point after the other.
+            timer with ``time_many``, ``event-batched``; the same configurations whatever
+            the count, makespans equal to float rounding); 1: one point after the other.
     """
 
     timer: Timer | None = None

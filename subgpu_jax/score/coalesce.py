@@ -6,13 +6,14 @@ steps ask it for makespans as they would ask the timer, and it holds every reque
 the points in flight are waiting on it, then times them all in ONE call of the wrapped timer's
 ``time_many`` (``score.timer.BatchedEventTimer``: one lockstep batch over every structure
 asked for) and hands each its rows. The makespans are the wrapped timer's, row for row (its
-rows do not depend on the other rows of a batch), so the records do not depend on how many
-points were in flight; only the batches grow.
+rows do not depend on the other rows of a batch); only the batches grow. (A configuration that
+a point asks for alone is timed by the event simulator when not coalesced and by the loop in a
+shared batch: equal to float rounding.)
 
 Requests from a thread that is not a participant (``participant()``) go straight to the wrapped
 timer. A scheduler ``enroll``s each participant before starting its thread, so the first to ask
-waits for those not yet started. ``cancel()`` (Ctrl-C, or a point that failed) makes every waiting and later request
-raise ``Cancelled``, so the threads in flight end at once.
+waits for those not yet started. ``cancel()`` (Ctrl-C, or a point that failed) makes every
+waiting and later request raise ``Cancelled``, so the threads in flight end at once.
 
 Units: µs.
 """
@@ -50,8 +51,9 @@ class CoalescingTimer:
         timer: a timer with ``time_many`` (``score.timer.BatchedEventTimer``).
 
     Attributes:
-        timer: the wrapped timer. flushes: batched calls made; rows: rows timed through them;
-            largest: the most rows of one call.
+        timer: the wrapped timer. coalesces: True (``search.problem.TimerExact`` sends single
+            configurations through ``time_many`` too). flushes: batched calls made; rows: rows
+            timed through them; largest: the most rows of one call.
 
     Raises:
         ValueError: a timer without ``time_many``.
@@ -68,6 +70,7 @@ class CoalescingTimer:
         self._local = threading.local()
         self._cancelled = False
         self.flushes = self.rows = self.largest = 0
+        self.coalesces = True
 
     def __getattr__(self, name):        # the wrapped timer's capabilities and settings
         return getattr(self.__dict__["timer"], name)

@@ -492,7 +492,8 @@ class BatchedEventTimer(EventTimer):
     Args:
         hw, model, cache: as ``EventTimer`` (green contexts). engine: ``BATCH_ENGINES``
             (``auto``: JAX on an accelerator, NumPy on a CPU). min_batch: the smallest batch
-            run in lockstep (>= 1). cache_mib: bound of the structures kept (MiB).
+            run in lockstep (>= 1; None: ``MIN_BATCH`` of the engine). cache_mib: bound of the
+            structures kept (MiB).
 
     Raises:
         ValueError: an unknown engine, ``min_batch`` < 1, or as ``EventTimer``.
@@ -512,14 +513,25 @@ class BatchedEventTimer(EventTimer):
     #: ``auto`` (JAX when JAX's default backend is not the CPU).
     BATCH_ENGINES = ("auto", "numpy", "jax")
 
+    #: The smallest batch run in lockstep by default, per engine. NumPy: 128, where the loop
+    #: overtakes the event simulator per allocation on a CPU (0.45-0.80x at 103-107
+    #: allocations with the lru table, 2.7-3.7x at 1,000 with the cache off; docs/method.md
+    #: §3, "The batched event simulator"); the searches' batches are smaller (11 rows on
+    #: average, 46 at most, with the main job's 15 grid points in flight), so on a CPU they
+    #: stay with the event simulator. JAX: 2 (an accelerator's per-step cost is nearly flat in
+    #: the batch; its crossover is not measured yet).
+    MIN_BATCH = {"numpy": 128, "jax": 2}
+
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
-                 engine: str = "auto", min_batch: int = 2, cache_mib: int = 256) -> None:
+                 engine: str = "auto", min_batch: int | None = None,
+                 cache_mib: int = 256) -> None:
         super().__init__(hw, model, cache, "green")
         if engine not in self.BATCH_ENGINES:
             raise ValueError(f"engine must be one of {', '.join(self.BATCH_ENGINES)}, got "
                              f"{engine!r}")
         self.engine = engine
-        self.min_batch = pos_int(min_batch, "min_batch")
+        self.min_batch = (self.MIN_BATCH[self.engine_name()] if min_batch is None
+                          else pos_int(min_batch, "min_batch"))
         self.structures = ByteLRU(int(cache_mib) * 2**20)
         #: allocations timed in lockstep, and by the event simulator instead
         self.lockstep_rows = self.event_rows = 0

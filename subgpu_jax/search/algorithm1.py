@@ -133,8 +133,9 @@ def _exact_order(memo: MemoScorer, problem: Problem, D: int, m: int, policy: str
         [(cheap rank, RankedCut)], a permutation of ``enumerate(cands)``.
     """
     k = min(top, len(cands))
-    rest = [(memo(problem.config(rc.cand.seg_of, D, rc.cand.w, rc.alloc, m, policy)), i)
-            for i, rc in enumerate(cands[:k])]
+    vals = memo.many([problem.config(rc.cand.seg_of, D, rc.cand.w, rc.alloc, m, policy)
+                      for rc in cands[:k]])     # one call (a batched timer: one batch)
+    rest = [(v, i) for i, v in enumerate(vals)]
     order = []
     while rest:
         vmin = min(v for v, _ in rest)

@@ -216,14 +216,17 @@ class TimerExact:
         problem: supplies the graph of each microbatch count and the GPU.
         timer: an ``EventTimer`` or ``StaticTimer`` (``score.timer``) of the problem's GPU.
 
-    Call: ``exact(cfg) -> float`` µs. Raises ValueError for an infeasible ``cfg`` (as
-    ``Config.check``).
+    Call: ``exact(cfg) -> float`` µs (through ``many`` when the timer ``coalesces``: a
+    ``score.coalesce.CoalescingTimer`` batches single configurations with the other grid
+    points' requests). Raises ValueError for an infeasible ``cfg`` (as ``Config.check``).
     """
 
     def __init__(self, problem: Problem, timer: Timer) -> None:
         self.problem, self.timer = problem, timer
 
     def __call__(self, cfg: Config) -> float:
+        if getattr(self.timer, "coalesces", False):    # one row of a shared batch
+            return self.many([cfg])[0]
         pb = self.problem
         m = pb.workload.m_of(cfg)
         g = pb.workload.graph(m)

@@ -29,7 +29,7 @@ def g2(gptoss20b_m2):
 def test_batches_in_lockstep_and_agrees(g2, chain_config):
     cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
     allocs = np.array([[40, 56, 32], [16, 16, 96], [64, 32, 32], [32, 48, 48]])
-    t = BatchedEventTimer(H200, engine="numpy")
+    t = BatchedEventTimer(H200, engine="numpy", min_batch=2)
     got = t.time_allocs(g2, cfg, allocs)
     ref = EventTimer(H200, forward=False).time_allocs(g2, cfg, allocs)
     assert np.max(np.abs(got / ref - 1)) < 1e-9
@@ -47,7 +47,7 @@ def test_what_it_does_not_batch_goes_to_the_event_simulator(g2, chain_config):
     """Two streams per stage (a shared pool) and D = 1: the event simulator's numbers."""
     cfg = dataclasses.replace(chain_config(g2, [6, 15], 0, (40, 56, 32)), streams_per_stage=2)
     allocs = np.array([[40, 56, 32], [64, 32, 32]])
-    t = BatchedEventTimer(H200, engine="numpy")
+    t = BatchedEventTimer(H200, engine="numpy", min_batch=2)
     got = t.time_allocs(g2, cfg, allocs)
     ref = EventTimer(H200).time_allocs(g2, cfg, allocs)
     assert np.array_equal(got, ref) and (t.lockstep_rows, t.event_rows) == (0, 2)
@@ -60,6 +60,8 @@ def test_engine_and_arguments():
 
     assert t.engine_name() == ("numpy" if jax.default_backend() == "cpu" else "jax")
     assert BatchedEventTimer(H200, engine="jax").engine_name() == "jax"
+    assert BatchedEventTimer(H200, engine="numpy").min_batch == 128
+    assert BatchedEventTimer(H200, engine="jax").min_batch == 2
     with pytest.raises(ValueError, match="engine must be one of auto, numpy, jax"):
         BatchedEventTimer(H200, engine="cuda")
     with pytest.raises(ValueError, match="min_batch must be an integer >= 1"):
@@ -67,19 +69,24 @@ def test_engine_and_arguments():
     assert "lockstep" in t.describe()
 
 
-def test_search_with_it_is_checked_by_the_event_simulator(tmp_path, capsys):
-    """``subgpu search --exact event-batched``: the records are the batched loop's, the event
-    simulator re-simulates the best ones and they agree within the timer's tolerance (1e-9
-    measured here), and the summary says which timer searched."""
-    out = tmp_path / "s"
+def test_search_with_it_is_checked_by_the_event_simulator(tmp_path, lockstep_search):
+    """A search whose exact steps run in lockstep: the event simulator re-simulates the best
+    records and they agree within 1e-9, and the summary says which timer searched."""
+    stats, summ, timer = lockstep_search(tmp_path / "s")
+    assert timer.lockstep_rows > 0
+    chk = summ["reference_check"]
+    assert chk["checked"] == 2 and chk["tolerance"] == BatchedEventTimer.TOLERANCE
+    assert chk["max_abs_error"] < 1e-9
+    assert summ["scorers"]["exact"] == "event-batched"
+
+
+def test_search_cli_flag(tmp_path, capsys):
+    """``subgpu search --exact event-batched`` runs (NumPy engine on the CPU: its batches stay
+    with the event simulator below 128 rows) and prints the check."""
     rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
                "--exact", "event-batched", "--batches", "64", "--stages", "2",
-               "--microbatches", "2", "--no-progress", "--out", str(out)])
+               "--microbatches", "2", "--no-progress", "--out", str(tmp_path / "s")])
     text = capsys.readouterr().out
-    assert rc == 0
-    summ = json.loads((out / "summary.json").read_text())
-    chk = summ["reference_check"]
-    assert chk["checked"] == 1 and chk["tolerance"] == BatchedEventTimer.TOLERANCE
-    assert chk["max_abs_error"] < 1e-9
-    assert "above the" not in text and "checked by the event simulator" in text
+    assert rc == 0 and "checked by the event simulator" in text and "above the" not in text
+    summ = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert summ["scorers"]["exact"] == "event-batched"

@@ -70,7 +70,7 @@ def test_batched_rows_equal_single_calls(g2, chain_config):
     cfg = chain_config(g2, [6, 15], 0, (40, 56, 32))
     allocs = np.array([[40, 56, 32], [8, 8, 112], [64, 32, 32]])
     for t in (EventTimer(H200), StaticTimer(H200), ContentionTimer(H200),
-              BatchedEventTimer(H200, engine="numpy")):
+              BatchedEventTimer(H200, engine="numpy", min_batch=2)):
         batch = t.time_allocs(g2, cfg, allocs)
         one = [t.time(g2, Config(**{**cfg.__dict__, "alloc": tuple(map(int, a))})).makespan_us
                for a in allocs]

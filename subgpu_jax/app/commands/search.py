@@ -91,8 +91,8 @@ def _add_run_args(se: argparse.ArgumentParser) -> None:
                         "another platform or with --cluster, or with --in-flight > 1")
     r.add_argument("--in-flight", default=1, type=str, metavar="N",
                    help="grid points scored at once in this process, their exact steps timed "
-                        "together in one batched call (needs --exact event-batched; the records "
-                        "do not depend on it). Default: 1")
+                        "together in one batched call (needs --exact event-batched; the same "
+                        "configurations, makespans equal to float rounding). Default: 1")
 
 
 def _in_flight(text) -> int:
