@@ -166,3 +166,40 @@ def test_in_flight_flag_errors_are_one_line(tmp_path, capsys, extra, msg):
     rc = main(ARGS + extra + ["--out", str(tmp_path / "x")])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and msg in err[0], err
+
+
+def test_ctrl_c_in_flight_keeps_the_stored_points_and_resumes(tmp_path):
+    """SIGINT once the first of 6 grid points is stored, 4 in flight: exit 130 with one line
+    within seconds (the coalescer cancels the other threads), the stored points stay, and the
+    same command again stores each grid key exactly once, as a clean run does."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import os, signal, sys; from subgpu_jax.app import store\n"
+            "add = store.SweepStore.add\n"
+            "def first(self, key, recs):\n"
+            "    add(self, key, recs); os.kill(os.getpid(), signal.SIGINT)\n"
+            "store.SweepStore.add = first\n"
+            "from subgpu_jax.app.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = tmp_path / "s"
+    args = ARGS + ["--in-flight", "4", "--out", str(out)]
+    t0 = time.time()
+    p = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                       timeout=300, cwd=root,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 130, p.stderr
+    assert lines[-1].startswith("interrupted: ") and "Traceback" not in p.stderr
+    stored = len(_records(out))
+    assert 1 <= stored < 6
+    assert time.time() - t0 < 240
+    assert main(args) == 0
+    keys = [json.loads(x).get("grid_key") for x in (out / "records.jsonl").read_text()
+            .splitlines()]
+    keys = [k for k in keys if k]
+    assert len(keys) == len(set(keys)) == 6
