@@ -17,6 +17,7 @@ import csv
 import dataclasses
 import json
 import os
+import threading
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -228,6 +229,7 @@ class PointScorer:
         #: a ``score.coalesce.CoalescingTimer`` over the timer while grid points are scored in
         #: flight together (``run_search``, ``SearchOptions.in_flight``), else None
         self.coalescer = None
+        self._lock = threading.RLock()
 
     @property
     def scorers(self) -> dict:
@@ -240,14 +242,16 @@ class PointScorer:
         from subgpu_jax.model.workload import Workload
 
         key = (dep, streams_per_stage)
-        if key not in self._problems:
-            dm = self.setup.duration_model
-            if self.calibration is not None:
-                self.calibration.check_workload(self.arch, dep, self.hw)
-            wl = Workload.from_model(self.arch, dep)
-            self._problems[key] = self.cheap.problem(wl, self.hw, dm, self.model, self.cache,
-                                                     streams_per_stage, self.ranker)
-        return self._problems[key]
+        with self._lock:    # grid points in flight (threads) share one Problem per key
+            if key not in self._problems:
+                dm = self.setup.duration_model
+                if self.calibration is not None:
+                    self.calibration.check_workload(self.arch, dep, self.hw)
+                wl = Workload.from_model(self.arch, dep)
+                self._problems[key] = self.cheap.problem(wl, self.hw, dm, self.model,
+                                                         self.cache, streams_per_stage,
+                                                         self.ranker)
+            return self._problems[key]
 
     def release(self, dep: Deployment) -> None:
         """Free what the sweep no longer needs once it leaves deployment ``dep``: its
@@ -260,8 +264,9 @@ class PointScorer:
             return key in deps or (isinstance(key, tuple) and any(d in key[:2] for d in deps))
 
         for cache in (self._problems, self._temporal, self._sim_summary):
-            for k in [k for k in cache if of_dep(k)]:
-                del cache[k]
+            # list() copies the keys in one step: grid points in flight may add keys meanwhile
+            for k in [k for k in list(cache) if of_dep(k)]:
+                cache.pop(k, None)
 
     def forget_point(self, pt: GridPoint) -> None:
         """Free what grid point ``pt`` left behind once its records are made: the cheap

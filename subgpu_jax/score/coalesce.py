@@ -5,15 +5,20 @@ A sweep that scores several grid points at once in one process (``app.sweep.run_
 steps ask it for makespans as they would ask the timer, and it holds every request until all
 the points in flight are waiting on it, then times them all in ONE call of the wrapped timer's
 ``time_many`` (``score.timer.BatchedEventTimer``: one lockstep batch over every structure
-asked for) and hands each its rows. The makespans are the wrapped timer's, row for row (its
-rows do not depend on the other rows of a batch); only the batches grow. (A configuration that
-a point asks for alone is timed by the event simulator when not coalesced and by the loop in a
-shared batch: equal to float rounding.)
+asked for) and hands each its rows. The makespans are the wrapped timer's for the batch they
+were timed in: which rows a shared batch holds decides whether a row goes to the lockstep loop
+or to the event simulator (``BatchedEventTimer.min_batch``; with the JAX engine a structure the
+loop refuses sends the whole batch to the event simulator), so a makespan can differ with the
+number of points in flight by float rounding (4e-15 seen in the tests), and a choice only where
+two candidates tie that closely.
 
 Requests from a thread that is not a participant (``participant()``) go straight to the wrapped
 timer. A scheduler ``enroll``s each participant before starting its thread, so the first to ask
-waits for those not yet started. ``cancel()`` (Ctrl-C, or a point that failed) makes every
-waiting and later request raise ``Cancelled``, so the threads in flight end at once.
+waits for those not yet started. The batched call runs with the lock released. ``cancel()``
+(Ctrl-C, or a point that failed) makes every waiting and later request raise ``Cancelled``, so
+the threads in flight end at their next request (a running batched call completes). When a
+shared call fails, each request is timed alone, so an error reaches only the point that caused
+it.
 
 Units: µs.
 """
@@ -69,6 +74,7 @@ class CoalescingTimer:
         self._waiting: list[_Request] = []
         self._local = threading.local()
         self._cancelled = False
+        self._running = False       # a batch is being timed (outside the lock)
         self.flushes = self.rows = self.largest = 0
         self.coalesces = True
 
@@ -93,12 +99,11 @@ class CoalescingTimer:
             yield self
         finally:
             self._local.on = False
-            with self._cv:
-                self._active -= 1
-                self._flush_if_all_wait()
+            self._leave()
 
     def cancel(self) -> None:
-        """Every waiting and later request of a participant raises ``Cancelled``."""
+        """Every waiting and later request of a participant raises ``Cancelled`` (a batch
+        already running completes: a batched call cannot be stopped halfway)."""
         with self._cv:
             self._cancelled = True
             for r in self._waiting:
@@ -116,7 +121,9 @@ class CoalescingTimer:
             if self._cancelled:
                 raise Cancelled("cancelled")
             self._waiting.append(req)
-            self._flush_if_all_wait()
+            batch = self._take_if_all_wait()
+        self._run(batch)
+        with self._cv:
             while not req.done:
                 self._cv.wait()
         if req.error is not None:
@@ -126,25 +133,52 @@ class CoalescingTimer:
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
         return self.time_many([(graph, cfg, allocs)])[0]
 
-    def _flush_if_all_wait(self) -> None:
-        """With the lock held: when every participant waits, time every waiting request in one
-        call (the lock stays held: the others wait anyway) and wake them."""
-        if not self._waiting or len(self._waiting) < self._active:
-            return
+    def _leave(self) -> None:
+        with self._cv:
+            self._active -= 1
+            batch = self._take_if_all_wait()
+        self._run(batch)
+
+    def _take_if_all_wait(self) -> list | None:
+        """With the lock held: every waiting request when every participant waits and no
+        batch is running (then one is), else None."""
+        if self._running or not self._waiting or len(self._waiting) < self._active:
+            return None
         batch, self._waiting = self._waiting, []
-        items = [it for r in batch for it in r.items]
-        try:
-            vals = self.timer.time_many(items)
-        except BaseException as e:      # every request of the batch sees the error
-            for r in batch:
-                r.error, r.done = e, True
-        else:
-            k = 0
-            for r in batch:
-                r.result, r.done = vals[k:k + len(r.items)], True
-                k += len(r.items)
+        self._running = True
+        return batch
+
+    def _run(self, batch: list | None) -> None:
+        """Time ``batch`` in one call of the wrapped timer with the lock released (so that
+        ``cancel``, ``enroll`` and a leaving participant do not wait for it), hand each request
+        its rows and wake them; then the next batch, if every participant waits again. When
+        the shared call fails, each request is timed alone, so an error reaches only the
+        request that caused it."""
+        while batch is not None:
+            items = [it for r in batch for it in r.items]
+            try:
+                vals = self.timer.time_many(items)
+            except BaseException:       # noqa: BLE001  (attributed below, request by request)
+                vals = None
+            if vals is None:
+                for r in batch:
+                    try:
+                        r.result = self.timer.time_many(r.items)
+                    except BaseException as e:      # noqa: BLE001  (raised in its own thread)
+                        r.error = e
+            else:
+                k = 0
+                for r in batch:
+                    r.result = vals[k:k + len(r.items)]
+                    k += len(r.items)
             n = sum(len(np.atleast_2d(a)) for _, _, a in items)
-            self.flushes += 1
-            self.rows += n
-            self.largest = max(self.largest, n)
-        self._cv.notify_all()
+            with self._cv:
+                for r in batch:
+                    r.done = True
+                if vals is not None:
+                    self.flushes += 1
+                    self.rows += n
+                    self.largest = max(self.largest, n)
+                self._running = False
+                self._cv.notify_all()
+                batch = self._take_if_all_wait()

@@ -513,13 +513,14 @@ class BatchedEventTimer(EventTimer):
     #: ``auto`` (JAX when JAX's default backend is not the CPU).
     BATCH_ENGINES = ("auto", "numpy", "jax")
 
-    #: The smallest batch run in lockstep by default, per engine. NumPy: 128, where the loop
-    #: overtakes the event simulator per allocation on a CPU (0.45-0.80x at 103-107
-    #: allocations with the lru table, 2.7-3.7x at 1,000 with the cache off; docs/method.md
-    #: §3, "The batched event simulator"); the searches' batches are smaller (11 rows on
-    #: average, 46 at most, with the main job's 15 grid points in flight), so on a CPU they
-    #: stay with the event simulator. JAX: 2 (an accelerator's per-step cost is nearly flat in
-    #: the batch; its crossover is not measured yet).
+    #: The smallest batch run in lockstep by default, per engine. NumPy: 128, a threshold
+    #: chosen between the measurements, not a measured crossover: the loop is 0.45-0.80x the
+    #: event simulator per allocation at 103-107 allocations with the lru table and 2.7-3.7x
+    #: at 1,000 with the cache off (docs/method.md §3, "The batched event simulator"); the
+    #: searches' batches are smaller (11 rows on average, 46 at most, with the main job's 15
+    #: grid points in flight), so on a CPU they stay with the event simulator. JAX: 2 (an
+    #: accelerator's per-step cost is nearly flat in the batch; its crossover is not measured
+    #: yet).
     MIN_BATCH = {"numpy": 128, "jax": 2}
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",

@@ -24,12 +24,14 @@ per stage, or multistream with D > 1) and the isolated model. Agreement (tests a
 ``experiments/batched_eventsim_proto.py``): makespans within 1e-9 relative of
 ``simulate(..., forward=False)`` on the main job's configurations; near-tied event instants
 can order differently after float drift (measured: up to 1.4e-3 on 3 of 12,060 random
-allocations with the cache off).
+allocations with the cache off; a review probe of seven contention-model variants found
+8.5e-6 at most, where the simulator itself moves 3.7e-5 for a 1e-13 change of a parameter).
 
-Two engines run the same loop: NumPy here (``simulate_allocs``: a Python step loop over
-vector operations; fast per allocation from about a hundred allocations) and JAX
-(``sim.batchedjax``: one ``lax.while_loop`` in float64, compiled once per structure and batch
-bucket; for accelerators).
+Two engines run the same loop: NumPy here (``simulate_stack``, ``simulate_allocs``: a Python
+step loop over vector operations; its cost is per instant, so it gains per allocation only on
+large batches: 0.45-0.80x the event simulator at 103-107 allocations with the lru table,
+2.7-3.7x at 1,000 with the cache off; docs/method.md §3) and JAX (``sim.batchedjax``: one
+``lax.while_loop`` in float64, compiled once per padded shape; for accelerators).
 
 Units: µs (instants, makespans), FLOP, bytes, bytes/s, SMs.
 """
@@ -615,11 +617,11 @@ class _Lockstep:
 
 def check_rows(stack: StructureStack, sid, allocs) -> tuple[np.ndarray, np.ndarray]:
     """``(sid, allocs)`` as int64 (B,) and (B, stack.D), each row's allocation padded with 0
-    past its structure's D.
+    to the stack's D (a row's columns past its own structure's D are never read).
 
     Raises:
-        ValueError: shapes that do not match, B < 1, a structure index out of range, or a row
-            whose allocation is longer than its structure's D."""
+        ValueError: shapes that do not match, B < 1, a structure index out of range, or more
+            columns than the stack's D."""
     sid = np.asarray(sid)
     A = np.asarray(allocs)
     if sid.ndim != 1 or A.ndim != 2 or len(sid) != len(A) or len(sid) < 1:

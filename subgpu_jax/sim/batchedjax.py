@@ -92,7 +92,9 @@ def simulate_stack_jax(stack: StructureStack, sid, allocs, cache: str = "lru",
 
     Raises:
         ValueError: an unknown cache policy or malformed rows.
-        Unbatchable: a task with no kernel."""
+        Unbatchable: a task with no kernel.
+        RuntimeError: a simulation stalled (tasks left and no event: a dependency cycle or
+            work at zero rate), as the NumPy loop."""
     import time
 
     import jax
@@ -127,7 +129,10 @@ def simulate_stack_jax(stack: StructureStack, sid, allocs, cache: str = "lru",
         else:
             exe = hit[0]
         t1 = time.perf_counter()
-        out = np.asarray(exe(tabs, W, sid))[:B]
+        t, stalled = exe(tabs, W, sid)
+        if bool(stalled):
+            raise RuntimeError("a batched simulation stalled with tasks left")
+        out = np.asarray(t)[:B]
     t2 = time.perf_counter()
     if timing is not None:
         timing.update(compile_s=t1 - t0, run_s=t2 - t1)
@@ -345,6 +350,7 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
             run = s["jobs_done"] < Ts
             tn = jnp.minimum(jnp.minimum(s["ev_launch"], s["ev_setup"]), s["ev_done"]).min(axis=1)
             tn = jnp.where(run, tn, s["t"])
+            s = dict(s, stalled=s["stalled"] | jnp.any(run & ~jnp.isfinite(tn)))
             dt = ((tn - s["t"]) * 1e-6)[:, None]
             act = s["phase"] == 2
             s = dict(s)
@@ -441,7 +447,10 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
                  l2o=jnp.zeros(B, f64), l2n=jnp.zeros(B, jnp.int64))
         s = dispatch(s, jnp.ones(B, dtype=bool))
         s = recompute(s, jnp.ones(B, dtype=bool))
-        s = jax.lax.while_loop(lambda s: jnp.any(s["jobs_done"] < Ts), step, s)
-        return s["t"]
+        s["stalled"] = jnp.zeros((), bool)
+        # a row with tasks left and no event (a dependency cycle, zero-rate work) stops the
+        # loop instead of spinning; the caller raises
+        s = jax.lax.while_loop(lambda s: jnp.any(s["jobs_done"] < Ts) & ~s["stalled"], step, s)
+        return s["t"], s["stalled"]
 
     return jax.jit(body)

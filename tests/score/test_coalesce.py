@@ -114,6 +114,36 @@ def test_cancel_and_errors_reach_every_waiter():
         CoalescingTimer(EventTimer(H200))
 
 
+def test_an_error_reaches_only_the_request_that_caused_it():
+    """A shared call that fails is retried request by request: the bad request's point sees
+    the error, the other gets its rows."""
+    class Picky(_Counting):
+        def time_many(self, items):
+            if any(np.atleast_2d(a).min() < 0 for _, _, a in items):
+                raise ValueError("negative SMs")
+            return super().time_many(items)
+
+    co = CoalescingTimer(Picky())
+    out = {}
+
+    def point(i, A):
+        with co.participant(enrolled=True):
+            try:
+                out[i] = co.time_many([(None, None, A)])[0].tolist()
+            except ValueError as e:
+                out[i] = str(e)
+
+    ts = [threading.Thread(target=point, args=(0, np.array([[1, 2]]))),
+          threading.Thread(target=point, args=(1, np.array([[-1, 2]])))]
+    for _ in ts:
+        co.enroll()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert out == {0: [3.0], 1: "negative SMs"}
+
+
 ARGS = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
         "--batches", "64,128", "--stages", "2,3", "--microbatches", "2", "--no-progress",
         "--exact", "event-batched"]

@@ -237,3 +237,27 @@ def test_a_stack_of_structures_runs_as_one_batch():
                                                ContentionModel())])
     with pytest.raises(ValueError, match="sid must index"):
         simulate_stack(stack, sid + 4, A)
+
+
+def test_a_stalled_row_raises_in_both_loops(monkeypatch):
+    """A kernel whose FLOP counter never moves (rate 0): both loops raise RuntimeError (the JAX
+    loop spun forever before: its while condition only counted finished tasks)."""
+    import subgpu_jax.sim.batched as nb
+    import subgpu_jax.sim.batchedjax as jb
+
+    orig = nb.work_tables
+
+    def zero_rate(*a):
+        W = orig(*a)
+        W["rate_full"][:] = 0.0
+        return W
+
+    monkeypatch.setattr(nb, "work_tables", zero_rate)
+    monkeypatch.setattr(jb, "work_tables", zero_rate)
+    g, cfg = _case("llama8b_d2")
+    st = BatchStructure(g, cfg, HW, ContentionModel())
+    A = np.asarray([cfg.alloc])
+    with pytest.raises(RuntimeError, match="stalled"):
+        nb.simulate_allocs(st, A, "none")
+    with pytest.raises(RuntimeError, match="stalled"):
+        jb.simulate_allocs_jax(st, A, "none")
