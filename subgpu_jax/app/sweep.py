@@ -317,10 +317,13 @@ def _run_in_flight(todo: Sequence[GridPoint], score, store: SweepStore, in_fligh
         fill()
         while running:
             done, _ = wait(running, timeout=0.5, return_when=FIRST_COMPLETED)
-            check()
-            for f in done:
+            failed = None
+            for f in done:      # every finished point is stored before anything is raised
                 p = running.pop(f)
-                recs = f.result()       # a failed point raises here
+                if f.exception() is not None:
+                    failed = failed or f.exception()
+                    continue
+                recs = f.result()
                 store.add(p.key, recs)
                 n += 1
                 n_again += p.key in again
@@ -331,6 +334,9 @@ def _run_in_flight(todo: Sequence[GridPoint], score, store: SweepStore, in_fligh
                         on_record(r)
                 bar.update(1)
                 bar.set_postfix_str(f"best speedup {best:.3f}x")
+            if failed is not None:
+                raise failed
+            check()
             # free the deployments that are finished and that the sweep has moved past
             while on_new_deployment is not None and len(started) > 1 and not left[started[0]]:
                 on_new_deployment(started.pop(0))

@@ -593,6 +593,10 @@ class BatchedEventTimer(EventTimer):
         from subgpu_jax.sim.batched import StructureStack, Unbatchable, simulate_stack
 
         mats = [np.atleast_2d(np.asarray(allocs)) for _, _, allocs in items]
+        for (_, cfg, _), A in zip(items, mats):
+            if A.ndim != 2 or A.shape[1] != cfg.D:
+                raise ValueError(f"allocs must be (B, {cfg.D}) for a {cfg.D}-stage "
+                                 f"configuration, got shape {A.shape}")
         out: list = [None] * len(items)
         sts: list = []
         index: dict = {}

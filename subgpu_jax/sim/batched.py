@@ -620,19 +620,32 @@ def check_rows(stack: StructureStack, sid, allocs) -> tuple[np.ndarray, np.ndarr
     to the stack's D (a row's columns past its own structure's D are never read).
 
     Raises:
-        ValueError: shapes that do not match, B < 1, a structure index out of range, or more
-            columns than the stack's D."""
+        ValueError: shapes that do not match, B < 1, values that are not integers, a
+            structure index out of range, more columns than the stack's D, or a row whose
+            stages are not SMs >= 1 summing to at most the GPU's (the event simulator's own
+            check; the allocation space's quantum and minimum are ``Config.check``'s)."""
     sid = np.asarray(sid)
     A = np.asarray(allocs)
     if sid.ndim != 1 or A.ndim != 2 or len(sid) != len(A) or len(sid) < 1:
         raise ValueError(f"sid (B,) and allocs (B, D) with B >= 1 must match, got shapes "
                          f"{sid.shape} and {A.shape}")
+    for name, x in (("sid", sid), ("allocs", A)):
+        if x.dtype.kind not in "iu":
+            raise ValueError(f"{name} must hold integers, got dtype {x.dtype}")
     if sid.min() < 0 or sid.max() >= stack.S:
         raise ValueError(f"sid must index the stack's {stack.S} structures")
     if A.shape[1] > stack.D:
         raise ValueError(f"allocs has {A.shape[1]} columns, the stack {stack.D} lanes")
     out = np.zeros((len(A), stack.D), dtype=np.int64)
     out[:, :A.shape[1]] = A
+    D_of = np.array([st.D for st in stack.structures])[sid]
+    used = np.arange(stack.D)[None, :] < D_of[:, None]
+    bad = np.flatnonzero((used & (out < 1)).any(axis=1)
+                         | (np.where(used, out, 0).sum(axis=1) > stack.hw.num_sms))
+    if bad.size:
+        b = int(bad[0])
+        raise ValueError(f"allocs row {b}: {out[b, :D_of[b]].tolist()} must be SMs >= 1 per "
+                         f"stage summing to at most the {stack.hw.num_sms} of {stack.hw.name}")
     return sid.astype(np.int64), out
 
 
@@ -640,10 +653,12 @@ def check_allocs(st: BatchStructure, allocs) -> np.ndarray:
     """``allocs`` as int64 (B, D) for ``st``.
 
     Raises:
-        ValueError: not (B, D) with B >= 1."""
+        ValueError: not (B, D) with B >= 1, or not integers."""
     A = np.asarray(allocs)
     if A.ndim != 2 or A.shape[0] < 1 or A.shape[1] != st.D:
         raise ValueError(f"allocs must be (B, {st.D}) with B >= 1, got shape {A.shape}")
+    if A.dtype.kind not in "iu":
+        raise ValueError(f"allocs must hold integers, got dtype {A.dtype}")
     return A.astype(np.int64)
 
 

@@ -187,7 +187,9 @@ def test_search_in_flight_cli(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,msg", [
-    (["--in-flight", "0"], "--in-flight must be an integer in 1..100,000, got 0"),
+    (["--in-flight", "0"], "--in-flight must be an integer in 1..1,024, got 0"),
+    (["--in-flight", "2", "--cluster", "localhost:1", "--num-processes", "2", "--process-id",
+      "0"], "(and no --cluster)"),
     (["--in-flight", "x"], "--in-flight must be an integer written with the digits 0-9"),
     (["--in-flight", "2", "--exact", "event"], "--in-flight 1"),
     (["--in-flight", "2", "--workers", "2"], "give --workers 1"),
@@ -233,3 +235,37 @@ def test_ctrl_c_in_flight_keeps_the_stored_points_and_resumes(tmp_path):
             .splitlines()]
     keys = [k for k in keys if k]
     assert len(keys) == len(set(keys)) == 6
+
+
+def test_a_point_finished_as_ctrl_c_lands_is_stored(tmp_path):
+    """The sweep stores every finished point before it honours Ctrl-C (a breaker found one
+    thrown away: ``check`` came before the finished futures were stored)."""
+    from subgpu_jax.app import interrupt
+    from subgpu_jax.app.sweep import GridPoint, SweepStore, run_sweep
+    from subgpu_jax.model.graph import Deployment
+
+    pts = [GridPoint(Deployment(8, 8, 1, 8, 64 * (i + 1)), 2, 2) for i in range(4)]
+    gate = threading.Event()
+
+    def score(p):
+        if p is pts[0]:
+            gate.set()
+            return [{"grid_key": p.key, "speedup_vs_temporal": 1.0}]
+        gate.wait(10)
+        raise Cancelled("cancelled")
+
+    st = SweepStore(str(tmp_path / "s"), {"t": 1})
+    orig = interrupt.check
+
+    def check():        # Ctrl-C arrives while the first point finishes
+        raise interrupt.Interrupted("interrupted")
+
+    interrupt.check = check
+    try:
+        with pytest.raises((interrupt.Interrupted, Cancelled)):
+            run_sweep(pts, score, st, in_flight=4, coalescer=CoalescingTimer(_Counting()),
+                      progress=False)
+    finally:
+        interrupt.check = orig
+        st.close()
+    assert pts[0].key in st.done

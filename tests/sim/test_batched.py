@@ -167,6 +167,15 @@ def test_refuses_what_it_does_not_cover():
         simulate_allocs(st, np.asarray([cfg.alloc]), "mru")
     with pytest.raises(ValueError, match=r"allocs must be \(B, 2\)"):
         simulate_allocs(st, np.asarray([[64, 32, 32]]))
+    # the event simulator's own checks (a breaker found numbers for these)
+    for bad, msg in (([[132, 132]], "summing to at most the 132"), ([[0, 64]], "SMs >= 1"),
+                     ([[64.9, 64]], "must hold integers")):
+        with pytest.raises(ValueError, match=msg):
+            simulate_allocs(st, np.asarray(bad))
+    from subgpu_jax.sim.batched import StructureStack, simulate_stack
+
+    with pytest.raises(ValueError, match="sid must hold integers"):
+        simulate_stack(StructureStack([st]), [0.7], [[64, 64]])
 
 
 @pytest.mark.parametrize("cache", ["lru", "none"])
