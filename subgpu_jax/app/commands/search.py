@@ -317,10 +317,13 @@ def cmd_search(a) -> int:
 
     in_flight = _in_flight(a.in_flight)
     if in_flight > 1:
-        if a.exact != "event-batched":
+        from subgpu_jax.score.timer import TIMERS
+
+        if getattr(TIMERS[a.exact], "time_many", None) is None:    # the timer's capability
+            batching = ", ".join(n for n, t in TIMERS.items() if hasattr(t, "time_many"))
             raise ValueError(f"--in-flight {in_flight}: grid points in flight batch their exact "
                              f"steps together, which --exact {a.exact} cannot; use --exact "
-                             "event-batched or --in-flight 1")
+                             f"{batching} or --in-flight 1")
         if a.cluster is not None or str(a.workers).strip().lower() not in ("auto", "1"):
             raise ValueError(f"--in-flight {in_flight}: grid points in flight share this "
                              "process's timer; give --workers 1 (and no --cluster)")
