@@ -513,15 +513,15 @@ class BatchedEventTimer(EventTimer):
     #: ``auto`` (JAX when JAX's default backend is not the CPU).
     BATCH_ENGINES = ("auto", "numpy", "jax")
 
-    #: The smallest batch run in lockstep by default, per engine. NumPy: 128, a threshold
-    #: chosen between the measurements, not a measured crossover: the loop is 0.45-0.80x the
-    #: event simulator per allocation at 103-107 allocations with the lru table and 2.7-3.7x
-    #: at 1,000 with the cache off (docs/method.md §3, "The batched event simulator"); the
-    #: searches' batches are smaller (11 rows on average, 46 at most, with the main job's 15
-    #: grid points in flight), so on a CPU they stay with the event simulator. JAX: 2 (an
+    #: The smallest batch run in lockstep by default, per engine. NumPy: 300, about where the
+    #: loop breaks even with the event simulator per allocation on a CPU with the lru table
+    #: (0.77-1.17x, median 0.92x, at 303-307 allocations of four of the main job's
+    #: structures; 0.45-0.80x at 103-107; docs/method.md §3, "The batched event simulator");
+    #: the searches' batches are smaller (11 rows on average, 46 at most, with the main job's
+    #: 15 grid points in flight), so on a CPU they stay with the event simulator. JAX: 2 (an
     #: accelerator's per-step cost is nearly flat in the batch; its crossover is not measured
     #: yet).
-    MIN_BATCH = {"numpy": 128, "jax": 2}
+    MIN_BATCH = {"numpy": 300, "jax": 2}
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  engine: str = "auto", min_batch: int | None = None,

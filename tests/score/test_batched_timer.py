@@ -60,7 +60,7 @@ def test_engine_and_arguments():
 
     assert t.engine_name() == ("numpy" if jax.default_backend() == "cpu" else "jax")
     assert BatchedEventTimer(H200, engine="jax").engine_name() == "jax"
-    assert BatchedEventTimer(H200, engine="numpy").min_batch == 128
+    assert BatchedEventTimer(H200, engine="numpy").min_batch == 300
     assert BatchedEventTimer(H200, engine="jax").min_batch == 2
     with pytest.raises(ValueError, match="engine must be one of auto, numpy, jax"):
         BatchedEventTimer(H200, engine="cuda")
@@ -82,7 +82,7 @@ def test_search_with_it_is_checked_by_the_event_simulator(tmp_path, lockstep_sea
 
 def test_search_cli_flag(tmp_path, capsys):
     """``subgpu search --exact event-batched`` runs (NumPy engine on the CPU: its batches stay
-    with the event simulator below 128 rows) and prints the check."""
+    with the event simulator below 300 rows) and prints the check."""
     rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
                "--exact", "event-batched", "--batches", "64", "--stages", "2",
                "--microbatches", "2", "--no-progress", "--out", str(tmp_path / "s")])
