@@ -36,8 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from digest_cli import check_out, write_digest  # noqa: E402
-from eventsim_order_sharing import default_records, record_setup  # noqa: E402  (shared)
+from digest_cli import write_digest  # noqa: E402
+from eventsim_order_sharing import checked_records, record_setup  # noqa: E402  (shared)
 
 from subgpu_jax.sim.batched import BatchStructure, simulate_allocs  # noqa: E402
 from subgpu_jax.sim.batchedjax import simulate_allocs_jax  # noqa: E402
@@ -121,14 +121,7 @@ def main(argv=None) -> int:
         ap.error("--scale batch sizes must be integers >= 16")
     if a.records_limit is not None and a.records_limit < 1:
         ap.error("--records-limit must be an integer >= 1")
-    try:
-        check_out(a.out)
-    except ValueError as e:
-        ap.error(str(e))
-    try:
-        recs = default_records(a.records)
-    except ValueError as e:
-        ap.error(str(e))
+    recs = checked_records(ap, a)
     from subgpu_jax import get_hardware, get_model
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.eventsim import simulate

@@ -41,16 +41,15 @@ import os
 import platform as pf
 import re
 import shlex
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+from bench_sweeps import timed_search  # noqa: E402  (one timed search process)
 from digest_cli import check_out, write_digest  # noqa: E402  (check --out, atomic JSON)
 
 VARIANTS = ("event", "batched", "batched_in_flight")
@@ -108,20 +107,9 @@ def run_variant(name: str, out: str, cache: str, cores: int | None, platform: st
     else:
         cmd = [sys.executable, "-m", "subgpu_jax.app.cli", "search", *search_args, "--out",
                out, "--no-progress", "--overwrite", *variant_args(name, in_flight)]
-    if cores:
-        cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
-    t0, c0 = time.time(), os.times()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-    c1 = os.times()
-    if p.returncode != 0:
-        raise RuntimeError(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
-    m = re.search(r"evaluated \d+ grid points.*\(([\d.]+) s\)", p.stdout)
+    stdout, row = timed_search(name, cmd, env, ROOT, cores)
     b = re.search(r"in flight: (\d+) grid points at once, their exact steps in ([\d,]+) batched "
-                  r"calls of ([\d.]+) allocations on average, at most ([\d,]+)", p.stdout)
-    row = {"variant": name, "search_s": float(m.group(1)) if m else None,
-           "wall_s": round(time.time() - t0, 2),
-           "cpu_s": round((c1.children_user - c0.children_user)
-                          + (c1.children_system - c0.children_system), 2)}
+                  r"calls of ([\d.]+) allocations on average, at most ([\d,]+)", stdout)
     if b:
         row["batches"] = {"in_flight": int(b.group(1)),
                           "calls": int(b.group(2).replace(",", "")),

@@ -123,6 +123,28 @@ SCORER_FIELDS = {"exact"}
 TIMING_FIELDS = {"seconds", "point_seconds", "wall_s", "cpu_s"}
 
 
+def timed_search(name: str, cmd: list[str], env: dict, cwd: str,
+                 cores: int | None = None) -> tuple[str, dict]:
+    """Run one search command in a fresh process (pinned to ``cores`` cores with ``taskset``
+    when given): ``(stdout, {"variant", "search_s", "wall_s", "cpu_s"})``, the search's own
+    seconds read from its ``evaluated ... (S s)`` line (None when absent).
+
+    Raises:
+        RuntimeError: a non-zero exit (names the variant, with the end of its stderr)."""
+    if cores:
+        cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
+    t0, c0 = time.time(), os.times()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)
+    c1 = os.times()
+    if p.returncode != 0:
+        raise RuntimeError(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
+    m = re.search(r"evaluated \d+ grid points.*\(([\d.]+) s\)", p.stdout)
+    return p.stdout, {"variant": name, "search_s": float(m.group(1)) if m else None,
+                      "wall_s": round(time.time() - t0, 2),
+                      "cpu_s": round((c1.children_user - c0.children_user)
+                                     + (c1.children_system - c0.children_system), 2)}
+
+
 def cache_folder(name: str, cache: str) -> str:
     """The persistent compile-cache folder of a variant ("" for ``before``: none)."""
     return ("" if name == "before" else cache + "_fifo" if name.startswith("fifo") else
@@ -151,21 +173,11 @@ def run_variant(name: str, out: str, cache: str, cores: int | None,
         args += ["--exact", "event-full"]
     mode = ("nomemo" if name == "before" else "fifo" if name.startswith("fifo") else
             "whole" if name.startswith("whole") else "memo")
-    cmd = [sys.executable, "-c", CHILD, mode, *args]
-    if cores:
-        cmd = ["taskset", "-c", f"0-{cores - 1}", *cmd]
-    t0, c0 = time.time(), os.times()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=root)
-    c1 = os.times()
-    if p.returncode != 0:
-        raise RuntimeError(f"{name}: exit {p.returncode}: {p.stderr[-2000:]}")
-    m = re.search(r"evaluated \d+ grid points.*\(([\d.]+) s\)", p.stdout)
-    w = re.search(r"^(\d+) worker processes score", p.stdout, re.M)
+    stdout, timed = timed_search(name, [sys.executable, "-c", CHILD, mode, *args], env, root,
+                                 cores)
+    w = re.search(r"^(\d+) worker processes score", stdout, re.M)
     row = {"variant": name, "workers": int(w.group(1)) if w else 1,
-           "search_s": float(m.group(1)) if m else None,
-           "wall_s": round(time.time() - t0, 2),
-           "cpu_s": round((c1.children_user - c0.children_user)
-                          + (c1.children_system - c0.children_system), 2)}
+           **{k: v for k, v in timed.items() if k != "variant"}}
     summ = json.load(open(os.path.join(out, "summary.json")))
     if "reference_check" in summ:
         rc = summ["reference_check"]

@@ -70,6 +70,16 @@ def default_records(path: str) -> list[dict]:
     return recs
 
 
+def checked_records(ap, a) -> list[dict]:
+    """``--out`` checked and ``--records`` read for an experiment on the default workload's
+    records (``default_records``); a bad one ends the run with ``ap.error`` (one line)."""
+    try:
+        check_out(a.out)
+        return default_records(a.records)
+    except ValueError as e:
+        ap.error(str(e))
+
+
 def record_setup(rec: dict, hw, arch) -> tuple:
     """``(cfg, graph, space)`` of a default-workload record: its ``Config``, the region graph
     of its microbatch count and the allocation space of its stage count."""
@@ -89,14 +99,7 @@ def main(argv=None) -> int:
                     help="records.jsonl of `subgpu search` on the default workload")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "eventsim_order_sharing.json"))
     a = ap.parse_args(argv)
-    try:
-        check_out(a.out)
-    except ValueError as e:
-        ap.error(str(e))
-    try:
-        recs = default_records(a.records)
-    except ValueError as e:
-        ap.error(str(e))
+    recs = checked_records(ap, a)
     from subgpu_jax import get_hardware, get_model
 
     hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")

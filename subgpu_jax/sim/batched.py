@@ -141,6 +141,13 @@ class BatchStructure:
         self.qjob = np.full((self.D, int(self.qlen.max()) + 1), -1, dtype=np.int64)
         for d, q in enumerate(self.queues):
             self.qjob[d, :len(q)] = q
+        self._alone: StructureStack | None = None
+
+    def alone(self) -> "StructureStack":
+        """The stack of this structure alone (made once)."""
+        if self._alone is None:
+            self._alone = StructureStack([self])
+        return self._alone
 
 
 def _pad(arrays: Sequence[np.ndarray], fill) -> np.ndarray:
@@ -684,4 +691,4 @@ def simulate_allocs(st: BatchStructure, allocs: np.ndarray, cache: str = "lru") 
         ValueError: an unknown cache policy, or ``allocs`` not (B, D) with B >= 1.
         RuntimeError: a simulation stalled (a dependency cycle)."""
     A = check_allocs(st, allocs)
-    return simulate_stack(StructureStack([st]), np.zeros(len(A), dtype=np.int64), A, cache)
+    return simulate_stack(st.alone(), np.zeros(len(A), dtype=np.int64), A, cache)

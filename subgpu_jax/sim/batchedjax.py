@@ -148,10 +148,7 @@ def simulate_allocs_jax(st: BatchStructure, allocs: np.ndarray, cache: str = "lr
         ValueError: an unknown cache policy or a malformed ``allocs``.
         Unbatchable: a task with no kernel."""
     A = check_allocs(st, allocs)
-    stack = st.__dict__.get("stack")
-    if stack is None:
-        stack = st.__dict__["stack"] = StructureStack([st])
-    return simulate_stack_jax(stack, np.zeros(len(A), dtype=np.int64), A, cache, timing)
+    return simulate_stack_jax(st.alone(), np.zeros(len(A), dtype=np.int64), A, cache, timing)
 
 
 def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
