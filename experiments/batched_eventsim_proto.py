@@ -59,23 +59,30 @@ def scale_study(a, recs, hw, arch, model, rng) -> int:
             got = simulate_allocs_jax(st, A, a.cache, tm)
             pick = rng.choice(B, size=16, replace=False)
             t0 = time.perf_counter()
-            ref = np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in A[i])),
-                                     hw, model, a.cache, record=False, validate=False,
-                                     forward=False).makespan for i in pick])
+            res = [simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in A[i])),
+                            hw, model, a.cache, record=False, validate=False, forward=False)
+                   for i in pick]
             per_event = (time.perf_counter() - t0) / len(pick)
+            ref = np.array([r.makespan for r in res])
             err = float(np.max(np.abs(got[pick] / ref - 1)))
+            # the lockstep loop runs until its slowest row is done: about the largest number
+            # of instants one simulation processes (the sample's; ``SimResult.steps``)
+            steps = max(r.steps for r in res)
             rows.append({"grid_key": rec["grid_key"], "D": cfg.D, "microbatches": g.microbatches,
                          "batch": B, "jax_compile_s": round(tm["compile_s"], 3),
-                         "jax_run_s": round(tm["run_s"], 4),
+                         "jax_run_s": round(tm["run_s"], 4), "sample_max_steps": steps,
+                         "us_per_step": round(tm["run_s"] / steps * 1e6, 2),
                          "allocs_per_s": round(B / tm["run_s"], 1),
                          "eventsim_s_per_alloc": round(per_event, 5),
                          "speedup_per_alloc": round(per_event * B / tm["run_s"], 2),
                          "sample_max_rel_diff": err})
             print(f"{rec['grid_key']:42s} B={B:6d} jax {tm['run_s']:7.3f} s ({B / tm['run_s']:9.0f}"
                   f" allocations/s, {per_event * B / tm['run_s']:6.1f}x the event simulator; "
-                  f"compile {tm['compile_s']:.1f} s); sample |rel diff| {err:.1e}", flush=True)
+                  f"compile {tm['compile_s']:.1f} s; {tm['run_s'] / steps * 1e6:.0f} µs a step); "
+                  f"sample |rel diff| {err:.1e}", flush=True)
     out = {"what": __doc__.split("\n\n")[0] + " (--scale: the JAX loop alone)",
            "cache": a.cache, "backend": jax.default_backend(),
+           "xla_flags": os.environ.get("XLA_FLAGS", ""),
            "device": jax.devices()[0].device_kind, "cpu_count": os.cpu_count(), "rows": rows,
            "sample_max_rel_diff": max(r["sample_max_rel_diff"] for r in rows)}
     write_digest(a.out, out)
