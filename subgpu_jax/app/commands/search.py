@@ -11,7 +11,7 @@ from subgpu_jax.model.checks import LIMITS, ascii_int, bounded_int, out_dir
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
-from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY, DEFAULT_CHEAP,
                                           DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
                                           strategy_meta)
 from subgpu_jax.app.args import (add_grid_args, add_scoring_args, add_topology_args,
@@ -136,7 +136,7 @@ def search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, serving
             ("alloc_strategy", alloc, ALLOC_STRATEGIES, DEFAULT_ALLOC_STRATEGY)):
         if strategy_meta(st, reg) != default:  # defaults: fingerprints unchanged
             meta[key] = strategy_meta(st, reg)
-    if a.cheap != "auto":
+    if a.cheap != DEFAULT_CHEAP:
         meta["cheap"] = a.cheap
     if a.input_len != a.kv_history:  # records keep input_len (equal to kv_history by default)
         meta["input_len"] = a.input_len
