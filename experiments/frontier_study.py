@@ -337,10 +337,11 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=1,
                     help="CPU worker processes scoring grid points in parallel (>= 1; 1: this "
                          "process; N > 1: subgpu_jax.app.pool, JAX on the CPU, 1 thread each)")
-    ap.add_argument("--schedule", default="groups", choices=("groups", "fifo"),
+    ap.add_argument("--schedule", default="groups", choices=SCHEDULES,
                     help="with --workers > 1: groups (default): a worker keeps to the stages "
-                         "and microbatches it has compiled (app.pool.Scheduler); fifo: the "
-                         "points in study order only, the baseline of the groups")
+                         "and microbatches it has compiled, within a tier of the study order "
+                         "(app.pool.Scheduler); deployments: the same per deployment (the "
+                         "key before 2026-12-07); fifo: the points in study order only")
     ap.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
                                                             "subgpu_jax_compile_cache"),
                     help="with --workers > 1: folder of JAX's persistent compilation cache, "
@@ -533,7 +534,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     ``--chunk`` points and at the end; ``cpu_per_point`` is the workers' mean CPU time per
     point of each kind. Returns the exit code."""
     from subgpu_jax.app.pool import run_sweep_pool
-    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, structure_key, write_outputs
+    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, write_outputs
     from subgpu_jax.app.sweep import record_matches_key
 
     a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
@@ -570,7 +571,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
         stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact), store, a.workers,
                                budget=a.budget, deadline=deadline, on_point=on_point,
                                compile_cache=a.compile_cache,
-                               group=structure_key if a.schedule == "groups" else None)
+                               group=schedule_groups(a.schedule, pts))
         flush()
     stop = {"deadline": "wall budget reached", "interrupt": "interrupted"}.get(stats["stopped"])
     why = (f" ({stop}: {stats['lost_in_flight']} point(s) in flight dropped)" if stop else "")
@@ -589,23 +590,49 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
 M_FIRST = 8
 
 
+def tier_of(p, e_max: int) -> int:
+    """The tier of point ``p`` in a study's order (``order_points``; ``e_max``: the grid's
+    largest EP degree): 0 temporal, 1 the largest EP with m <= ``M_FIRST``, 2 the other EP
+    degrees with m <= ``M_FIRST``, 3 the larger microbatch counts."""
+    if p.D == 1:
+        return 0
+    if p.microbatches > M_FIRST:
+        return 3
+    return 1 if p.deploy.moe_ep == e_max else 2
+
+
 def order_points(pts):
     """The order in which a study runs its grid points, so that a sweep cut short by its budget
-    covers whole axes: the temporal baselines first; then the SubGPU points in three tiers: the
-    largest EP degree of the grid (the first published grid's) with m <= ``M_FIRST``, every
-    other EP degree with m <= ``M_FIRST``, and the larger microbatch counts; within a tier by
-    microbatch count m and stage count D (the points of one (m, D) share the shapes of the
-    cheap estimator's compiled functions, which are compiled once for all of them)."""
+    covers whole axes: the temporal baselines first; then the SubGPU points in three tiers
+    (``tier_of``); within a tier by microbatch count m and stage count D (the points of one
+    (m, D) share the shapes of the cheap estimator's compiled functions, which are compiled
+    once for all of them)."""
     e_max = max((p.deploy.moe_ep for p in pts), default=1)
+    return sorted(pts, key=lambda p: (tier_of(p, e_max), p.microbatches, p.D))
 
-    def tier(p):
-        if p.D == 1:
-            return 0
-        if p.microbatches > M_FIRST:
-            return 3
-        return 1 if p.deploy.moe_ep == e_max else 2
 
-    return sorted(pts, key=lambda p: (tier(p), p.microbatches, p.D))
+def schedule_groups(name: str, pts):
+    """The worker pool's group key (``app.pool.Scheduler``) of ``--schedule name`` for the
+    study's points ``pts``, or None (``fifo``: the study order alone). ``groups``: the tier and
+    ``searchjob.structure_key`` (stages, microbatches, policy, streams: one family of compiled
+    programs), so a worker keeps to a family within a tier; ``deployments``: the same and the
+    deployment's shape (GPUs, attention TP and DP, MoE EP), the key before 2026-12-07, which
+    split every family into its deployments (the baseline of ``groups``)."""
+    from subgpu_jax.app.searchjob import structure_key
+
+    e_max = max((p.deploy.moe_ep for p in pts), default=1)
+    if name == "groups":
+        return lambda p: (tier_of(p, e_max), *structure_key(p))
+    if name == "deployments":
+        return lambda p: (tier_of(p, e_max), p.deploy.num_gpus, p.deploy.attn_tp,
+                          p.deploy.attn_dp, p.deploy.moe_ep, *structure_key(p))
+    if name == "fifo":
+        return None
+    raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+
+
+#: ``--schedule``'s choices (``schedule_groups``).
+SCHEDULES = ("groups", "deployments", "fifo")
 
 
 def study_timer(name: str, hw):

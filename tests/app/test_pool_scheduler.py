@@ -71,11 +71,14 @@ def test_every_point_once_and_steals_only_when_needed(groups, order):
     assert sorted(seen + rest) == list(range(len(groups)))
 
 
-def test_structure_key_ignores_only_the_batch():
-    def pt(G, D=2, m=2, tp=8):
-        return GridPoint(Deployment(num_gpus=8, attn_tp=tp, attn_dp=8 // tp, moe_ep=8,
-                                    global_batch=G), D, m)
+def test_structure_key_ignores_the_batch_and_the_deployment():
+    """The compiled programs' shapes: stages, microbatches, policy and streams (the batch and
+    the deployment's shape only change the kernel tables, which are arguments)."""
+    def pt(G, D=2, m=2, tp=8, ep=8, policy="wavefront"):
+        return GridPoint(Deployment(num_gpus=8, attn_tp=tp, attn_dp=8 // tp, moe_ep=ep,
+                                    global_batch=G), D, m, policy=policy)
     assert structure_key(pt(512)) == structure_key(pt(2048))
+    assert structure_key(pt(512)) == structure_key(pt(512, tp=4, ep=2))
     assert structure_key(pt(512)) != structure_key(pt(512, D=3))
     assert structure_key(pt(512)) != structure_key(pt(512, m=4))
-    assert structure_key(pt(512)) != structure_key(pt(512, tp=4))
+    assert structure_key(pt(512)) != structure_key(pt(512, policy="layer_major"))

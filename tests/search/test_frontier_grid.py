@@ -111,6 +111,26 @@ def test_order_tiers_moe(fs):
         assert keys == sorted(keys)
 
 
+def test_schedule_groups(fs):
+    """``--schedule``: groups are (tier, D, m, policy, streams), so the deployments of one
+    family in one tier share a group; deployments split them (the previous key); fifo has
+    none; another name is refused naming the flag."""
+    arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
+    st = {**fs.STUDIES["gptoss20b_h200"], **fs.WIDE}
+    pts = fs.order_points(build_grid(arch, 8, st["batches"], st["stages"], st["microbatches"],
+                                     parallelisms=fs.parallelisms(arch, 8, True), hw=hw))
+    fam, dep = fs.schedule_groups("groups", pts), fs.schedule_groups("deployments", pts)
+    e_max = max(p.deploy.moe_ep for p in pts)
+    for p in pts[:200]:
+        assert fam(p) == (fs.tier_of(p, e_max), p.D, p.microbatches, p.policy, p.streams)
+    sub = [p for p in pts if p.D == 3 and p.microbatches == 2 and p.deploy.moe_ep < e_max]
+    assert len({(q.deploy.attn_tp, q.deploy.moe_ep) for q in sub}) > 1
+    assert len({fam(q) for q in sub}) == 1 and len({dep(q) for q in sub}) > 1
+    assert fs.schedule_groups("fifo", pts) is None
+    with pytest.raises(ValueError, match="--schedule must be one of groups, deployments, fifo"):
+        fs.schedule_groups("lifo", pts)
+
+
 def test_frontier_distribution(fs):
     """Three SubGPU records, one dominated (hand check): the frontier holds D = 2 (m = 1) and
     D = 3 (m = 4); against the temporal record (9 tok/s/GPU at 1 tok/s/user) only the D = 2
