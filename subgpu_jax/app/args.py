@@ -98,19 +98,10 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str | None = "B200",
         add_serving_args(g)
 
 
-#: The strategy flags of ``add_strategy_args``: (flag prefix, noun, what it chooses, the options
-#: it takes).
-_STRATEGY_FLAGS = (
-    ("cut", "cut", "how Algorithm 1 chooses the cut: proposal (the method as published: DP feature "
-            "partition + rotations, default), local_search (+ boundary moves), screen (every "
-            "legal cut by the cheap estimator when <= 20,000; within 1%% of the simulator's "
-            "optimum on 40/40 instances of heuristic_gap.json)",
-     "local_search: starts, top; screen: max_cuts, top, polish, keep_proposal"),
-    ("alloc", "allocation", "allocation search per cut: pairwise (Algorithm 1 steps 4-5: "
-                            "seeds, Algorithm 2's line search, cheap estimator, exact polish; "
-                            "default) or relax (optax relaxation of the smooth makespan, "
-                            "rounding, exact polish)",
-     "relax: restarts, steps"))
+#: The strategy flags of ``add_strategy_args``: (flag prefix, noun, what it chooses); the
+#: choices, their one-line summaries and their options come from the registries.
+_STRATEGY_FLAGS = (("cut", "cut", "how Algorithm 1 chooses the cut"),
+                   ("alloc", "allocation", "allocation search per cut"))
 
 
 def add_strategy_args(g, command: str = "search") -> None:
@@ -119,15 +110,19 @@ def add_strategy_args(g, command: str = "search") -> None:
     from the registries of ``search.strategies`` (``subgpu search`` and ``subgpu tune`` take
     the same ones; ``command`` names the command in the help)."""
     from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
-                                              DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY)
+                                              DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
+                                              strategies_help, strategy_options)
 
     regs = {"cut": (CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
             "alloc": (ALLOC_STRATEGIES, DEFAULT_ALLOC_STRATEGY)}
     as_search = "" if command == "search" else " (as `subgpu search`)"
-    for kind, noun, what, takes in _STRATEGY_FLAGS:
+    for kind, noun, what in _STRATEGY_FLAGS:
         reg, default = regs[kind]
+        takes = "; ".join(f"{n}: {', '.join(strategy_options(st))}" for n, st in reg.items()
+                          if strategy_options(st))
         g.add_argument(f"--{kind}-strategy", default=default, choices=tuple(reg),
-                       help=what + as_search)
+                       help=(f"{what}: {strategies_help(reg, default)}"
+                             + as_search).replace("%", "%%"))
         g.add_argument(f"--{kind}-options", metavar="K=V[,K=V]", default=None,
                        help=f"options of the {noun} strategy ({takes}), recorded in the sweep"
                             + as_search)

@@ -82,3 +82,21 @@ def test_bad_names_fail_in_one_line():
             by_name(reg, 3, field)
     with pytest.raises(ValueError, match="^cheap must be one of auto, vcontention, static"):
         PointScorer(None, None, cheap="fast")
+
+
+def test_strategies_help_follows_the_registries():
+    """The --cut-strategy/--alloc-strategy help is built from the registries: every registered
+    strategy with its summary, the default marked once, nothing hand-written to keep in step
+    (a new strategy in a registry reaches the help with no other edit)."""
+    from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+                                              DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY,
+                                              strategies_help)
+
+    for reg, default in ((CUT_STRATEGY_REGISTRY, DEFAULT_CUT_STRATEGY),
+                         (ALLOC_STRATEGIES, DEFAULT_ALLOC_STRATEGY)):
+        text = strategies_help(reg, default)
+        for name, st in reg.items():
+            assert f"{name} ({st.summary}" in text
+        assert text.count(", default)") == 1 and f"{default} (" in text
+    extra = {**ALLOC_STRATEGIES, "probe": type("Probe", (), {"summary": "a probe"})()}
+    assert strategies_help(extra, DEFAULT_ALLOC_STRATEGY).endswith("; probe (a probe)")
