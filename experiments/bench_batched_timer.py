@@ -74,7 +74,8 @@ def child(job: str, points: int, out: str, flags: list[str]) -> int:
 
     from bench_screened import frontier_points
 
-    from subgpu_jax.app.searchjob import SearchOptions, run_search
+    from subgpu_jax.app.searchjob import SearchOptions
+    from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.model.setup import GpuSetup
     from subgpu_jax.score.timer import timer_for
 

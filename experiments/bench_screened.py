@@ -89,7 +89,8 @@ def child(a) -> int:
                    "--no-progress", "--overwrite"])
         print(json.dumps({"search_s": time.perf_counter() - t0, "rc": rc}))
         return rc
-    from subgpu_jax.app.searchjob import run_search, SearchOptions
+    from subgpu_jax.app.searchjob import SearchOptions
+    from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.model.setup import GpuSetup
     from subgpu_jax.score.timer import timer_for
 

@@ -6,7 +6,7 @@ caches, every grid point left ~10 MiB per cheap estimator (tens per point) in
 ``Problem._evs`` and its compiled batch kernels in JAX's caches, so memory grew by 200-300 MiB
 per grid point until the sweep left the deployment.
 
-A fresh subprocess runs ``searchjob.run_search`` on the grid below (one deployment: one model,
+A fresh subprocess runs ``searchrun.run_search`` on the grid below (one deployment: one model,
 GPU count, parallelism and global batch; every stage count x microbatch count x dispatch policy
 x streams per stage) and records, after each grid point is stored (``SweepStore.add``), its
 resident memory (``/proc/self/statm``), its peak so far (``ru_maxrss``) and the seconds so far.
@@ -56,7 +56,7 @@ from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY  # noqa: E402  (the 
 CHILD = r"""
 import json, os, resource, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
-from subgpu_jax.app import searchjob, store, sweep
+from subgpu_jax.app import searchjob, searchrun, store, sweep
 from subgpu_jax import get_hardware, get_model
 a = json.loads(sys.argv[2])
 arch, hw = get_model(a["model"]), get_hardware(a["hardware"])
@@ -81,7 +81,7 @@ def add(self, key, recs):
 store.SweepStore.add = add
 with tempfile.TemporaryDirectory() as d:
     meta = {"bench": "sweep_memory", **a}
-    stats, _ = searchjob.run_search(arch, hw, pts, d, meta, searchjob.SearchOptions(
+    stats, _ = searchrun.run_search(arch, hw, pts, d, meta, searchjob.SearchOptions(
         progress=False, budget=a.get("max_points")))
 print(json.dumps({"mode": a["mode"], "grid_points": len(pts), "deployments": 1,
                   "deployment": pts[0].key.rsplit("-D", 1)[0], "rows": rows,

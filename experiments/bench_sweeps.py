@@ -18,7 +18,7 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   filling the cache with the workers' programs (JAX on one thread: other compile options, so
   other entries), then reading it;
 * ``fifo_cold``, ``fifo_warm``: as the two worker runs, but the pool hands out the points in the
-  given order only (``searchjob.structure_key`` replaced by one group per point, as the one
+  given order only (``searchrun.structure_key`` replaced by one group per point, as the one
   shared task queue did before ``app.pool.Scheduler``), with a cache folder of their own: the
   baseline of the structure groups;
 * ``vcontention_warm``: ``--exact vcontention`` (the batched contention timer) with the warm
@@ -107,8 +107,8 @@ if sys.argv[1] in ("whole", "nomemo"):
 if sys.argv[1] == "fifo":
     # the worker pool without structure groups: every point its own group, so the workers
     # take the points in the given order (as the one shared queue did before)
-    import subgpu_jax.app.searchjob as sj
-    sj.structure_key = lambda p: ("point", p.key)
+    import subgpu_jax.app.searchrun as sr
+    sr.structure_key = lambda p: ("point", p.key)
 from subgpu_jax.app.cli import main
 sys.exit(main(sys.argv[2:]))
 """

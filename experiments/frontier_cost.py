@@ -2,7 +2,7 @@
 study in 10 minutes on one H200 host).
 
 A frontier study's SubGPU grid points fall into families of one stage count D and microbatch
-count m (``searchjob.structure_key``): the points of a family share the vectorised scorer's
+count m (``searchrun.structure_key``): the points of a family share the vectorised scorer's
 compiled programs, so a worker pays the family's tracing and compilation once, at its first
 point, and every later point costs only its search. This script samples ``--per-family``
 points of every family (``--seed``), scores them one after another in this process with the
@@ -65,7 +65,8 @@ def families(study: str):
 def measure(a) -> dict:
     """The sample's rows and the estimate (module docstring)."""
     from subgpu_jax.app.platform import enable_compile_cache
-    from subgpu_jax.app.searchjob import SearchOptions, run_search
+    from subgpu_jax.app.searchjob import SearchOptions
+    from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.model.setup import GpuSetup
     from subgpu_jax.score.timer import timer_for
     from subgpu_jax.sim import eventsim

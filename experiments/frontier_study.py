@@ -66,7 +66,8 @@ import tempfile
 import time
 
 from subgpu_jax import get_hardware, get_model
-from subgpu_jax.app.searchjob import run_search, SearchOptions
+from subgpu_jax.app.searchjob import SearchOptions
+from subgpu_jax.app.searchrun import run_search
 from subgpu_jax.app.sweep import build_grid, grid_fingerprint, outer_parallelisms, SweepStore
 from subgpu_jax.app.options import usage_error
 from subgpu_jax.score.timer import TIMERS
@@ -614,11 +615,11 @@ def order_points(pts):
 def schedule_groups(name: str, pts):
     """The worker pool's group key (``app.pool.Scheduler``) of ``--schedule name`` for the
     study's points ``pts``, or None (``fifo``: the study order alone). ``groups``: the tier and
-    ``searchjob.structure_key`` (stages, microbatches, policy, streams: one family of compiled
+    ``searchrun.structure_key`` (stages, microbatches, policy, streams: one family of compiled
     programs), so a worker keeps to a family within a tier; ``deployments``: the same and the
     deployment's shape (GPUs, attention TP and DP, MoE EP), the key before 2026-12-07, which
     split every family into its deployments (the baseline of ``groups``)."""
-    from subgpu_jax.app.searchjob import structure_key
+    from subgpu_jax.app.searchrun import structure_key
 
     e_max = max((p.deploy.moe_ep for p in pts), default=1)
     if name == "groups":

@@ -108,7 +108,7 @@ def test_the_tune_sweep_studys_search_accepts_every_workload(tmp_path, monkeypat
     """The search command of the tune_sweep study, with the flags of every workload run.sh
     names, passes every check of `subgpu search` up to the search itself (stubbed). An earlier
     version passed --expert-dtype, which dense models refuse, and failed on the device."""
-    from subgpu_jax.app import cli, searchjob
+    from subgpu_jax.app import cli, searchrun
 
     flags = _workload_flags()
     assert len(flags) == 4
@@ -118,7 +118,7 @@ def test_the_tune_sweep_studys_search_accepts_every_workload(tmp_path, monkeypat
     def stub(arch, setup, pts, out, meta, opts, **kw):
         seen.append(arch.name)
         raise SystemExit(0)
-    monkeypatch.setattr(searchjob, "run_search", stub)
+    monkeypatch.setattr(searchrun, "run_search", stub)
     for w, f in flags.items():
         with pytest.raises(SystemExit) as e:
             cli.main(["search", *f, *extra, "--out", str(tmp_path / w)])

@@ -2,7 +2,7 @@
 
 For rounds r = 1, 2, ...:
 
-1. **search** (``subgpu_jax.app.searchjob.run_search``, folder ``DIR/round<r>/search``) with the
+1. **search** (``subgpu_jax.app.searchrun.run_search``, folder ``DIR/round<r>/search``) with the
    round's model: the starting calibration (``--calibration``) or the uncalibrated model in
    round 1, the refit of everything traced so far afterwards;
 2. **measure** on the GPU, per batch: the temporal baseline, the round's first candidate on plain
@@ -184,7 +184,8 @@ class Tuner:
         """Round ``rnd``'s search with calibration ``cal``; the top K green candidates of every
         batch, best predicted first."""
         from hw_runtime.commands.records import search_records, top_records
-        from subgpu_jax.app.searchjob import run_search, SearchOptions
+        from subgpu_jax.app.searchjob import SearchOptions
+        from subgpu_jax.app.searchrun import run_search
         from subgpu_jax.app.sweep import build_grid
 
         s = self.spec

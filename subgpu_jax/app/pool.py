@@ -302,7 +302,7 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
             False inside a caller's cooperative handler (``subgpu search``: its stop message
             stays, and a Ctrl-C that came before this call stops it at once).
         group: ``point -> hashable``: points of one group go to the worker that scored the
-            group before where it can (``Scheduler``; e.g. ``searchjob.structure_key``, points
+            group before where it can (``Scheduler``; e.g. ``searchrun.structure_key``, points
             sharing compiled programs); None: the given order only.
 
     Returns:

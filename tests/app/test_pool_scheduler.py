@@ -4,7 +4,7 @@ next (issue 42 item 2: points of one structure on the worker that compiled it).
 Oracles: hand-traced schedules (the docstring's example and the plain order without groups),
 and invariants over random groupings and random worker orders (hypothesis): every point is
 handed out exactly once; a worker is handed a point of another worker's group only when no
-point of its own groups and no point of a free group is left; ``searchjob.structure_key``
+point of its own groups and no point of a free group is left; ``searchrun.structure_key``
 groups points that differ only in the batch."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from subgpu_jax.app.pool import Scheduler
-from subgpu_jax.app.searchjob import structure_key
+from subgpu_jax.app.searchrun import structure_key
 from subgpu_jax.app.sweep import GridPoint
 from subgpu_jax.model.deployment import Deployment
 

@@ -157,11 +157,11 @@ def test_sigint_from_the_first_instruction_exits_130_with_one_line():
 def test_ctrl_c_after_the_last_grid_point_says_nothing_is_left(tmp_path):
     """A Ctrl-C while the outputs are written (every grid point stored): exit 130, and the
     line says all points are stored, not "run the same command again to continue"."""
-    code = ("import os, signal, sys; from subgpu_jax.app import searchjob; "
-            "w = searchjob.write_outputs\n"
+    code = ("import os, signal, sys; from subgpu_jax.app import searchrun; "
+            "w = searchrun.write_outputs\n"
             "def late(*a, **k):\n"
             "    os.kill(os.getpid(), signal.SIGINT); return w(*a, **k)\n"
-            "searchjob.write_outputs = late\n"
+            "searchrun.write_outputs = late\n"
             "from subgpu_jax.app.cli import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.run([sys.executable, "-c", code, *TINY, "--out", str(tmp_path / "s")],
                        capture_output=True, text=True, timeout=300, cwd=ROOT)

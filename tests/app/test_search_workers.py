@@ -1,5 +1,5 @@
 """``subgpu search --workers``: grid points scored by local worker processes (issue 42 item 3,
-``app.pool.search_workers``, ``searchjob.run_search``).
+``app.pool.search_workers``, ``searchrun.run_search``).
 
 Oracles: the records of a sweep scored by two worker processes equal, field for field, those of
 the same sweep in one process (and the outputs list them in grid order); the worker count rule

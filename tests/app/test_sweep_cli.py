@@ -248,13 +248,13 @@ def test_calibration_missing_a_grid_points_kernels_refused_before_any_point(tmp_
 def test_ctrl_c_message_counts_the_stored_points(tmp_path, capsys, monkeypatch):
     """A search stopped by Ctrl-C says how many of its grid points are stored (it said "the
     finished grid points are kept" when none had finished; a new user's report)."""
-    from subgpu_jax.app import searchjob
+    from subgpu_jax.app import searchrun
     from subgpu_jax.app.interrupt import Interrupted
 
     def stop(*a, **k):
         raise Interrupted("interrupted")
 
-    monkeypatch.setattr(searchjob, "run_sweep", stop)
+    monkeypatch.setattr(searchrun, "run_sweep", stop)
     out = tmp_path / "s"
     rc = main(TINY + ["--batches", "64", "--stages", "2", "--microbatches", "2", "--workers",
                       "1", "--out", str(out)])

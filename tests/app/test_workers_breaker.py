@@ -1,5 +1,5 @@
 """``subgpu search --workers`` from an adversarial user's side (``app.pool.search_workers``,
-``app.pool.run_sweep_pool``, ``searchjob._run_pool``): behaviour that is right today, kept.
+``app.pool.run_sweep_pool``, ``searchrun._run_pool``): behaviour that is right today, kept.
 
 Oracles: the project's rules for the command line, not the code's own output. Bad input is one
 line on stderr naming ``--workers`` and what it takes, exit code 2, before any grid point is

@@ -33,7 +33,7 @@ def chain_config():
 def _lockstep_search(folder, in_flight=1, min_batch=2):
     """A small search (GPT-OSS 20B, TP8, G = 64 and 128, D = 2 and 3, m = 2) with a NumPy
     lockstep timer that batches from ``min_batch`` rows; returns (stats, summary, timer)."""
-    from subgpu_jax.app import searchjob, sweep
+    from subgpu_jax.app import searchjob, searchrun, sweep
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.models import get_model
     from subgpu_jax.score.timer import BatchedEventTimer
@@ -41,7 +41,7 @@ def _lockstep_search(folder, in_flight=1, min_batch=2):
     arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
     pts = sweep.build_grid(arch, 8, [64, 128], [2, 3], [2], hw=hw, parallelisms=[(8, 1, 8)])
     timer = BatchedEventTimer(hw, engine="numpy", min_batch=min_batch)
-    stats, summ = searchjob.run_search(arch, hw, pts, str(folder), {"t": 1},
+    stats, summ = searchrun.run_search(arch, hw, pts, str(folder), {"t": 1},
                                        searchjob.SearchOptions(timer=timer, progress=False,
                                                                in_flight=in_flight))
     return stats, summ, timer

@@ -176,7 +176,7 @@ def test_search_releases_compiled_programs_every_n_points(tmp_path, monkeypatch)
     releases them."""
     import json
 
-    from subgpu_jax.app import searchjob, sweep
+    from subgpu_jax.app import searchjob, searchrun, sweep
 
     arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
     pts = sweep.build_grid(arch, 8, [64], [2, 3], [2], hw=hw, parallelisms=[(8, 1, 8)])
@@ -186,7 +186,7 @@ def test_search_releases_compiled_programs_every_n_points(tmp_path, monkeypatch)
         monkeypatch.setattr(searchjob, "JAX_CACHE_CLEAR_EVERY", every)
         monkeypatch.setattr(searchjob, "release_compiled",
                             lambda: calls.append(folder.name) or release_compiled())
-        searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
+        searchrun.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
             timer=StaticTimer(hw), cheap="vcontention", progress=False))
         return [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
 
@@ -224,7 +224,7 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
     """A sweep with the contention-aware cheap estimator: after every grid point its problem
     holds no estimator and no simulation summary; records equal a run with caches that keep
     everything (no eviction, nothing forgotten)."""
-    from subgpu_jax.app import searchjob, sweep
+    from subgpu_jax.app import searchjob, searchrun, sweep
 
     arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
     pts = sweep.build_grid(arch, 8, [64], [2, 3], [2], hw=hw, parallelisms=[(8, 1, 8)])
@@ -243,7 +243,7 @@ def test_search_forgets_each_grid_point_and_records_stay_identical(tmp_path):
         if keep:
             searchjob.PointScorer.forget_point = lambda self, pt: None
         try:
-            searchjob.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
+            searchrun.run_search(arch, hw, pts, str(folder), {"t": 1}, searchjob.SearchOptions(
                 timer=StaticTimer(hw), cheap="vcontention", progress=False))
         finally:
             searchjob.PointScorer.__call__ = orig

@@ -14,7 +14,8 @@ import inspect
 import pytest
 
 from subgpu_jax.app.cli import build_parser
-from subgpu_jax.app.searchjob import PointScorer, run_search, SearchOptions
+from subgpu_jax.app.searchjob import PointScorer, SearchOptions
+from subgpu_jax.app.searchrun import run_search
 from subgpu_jax.score.timer import TIMERS
 from subgpu_jax.score.vcontention import VContentionEvaluator
 from subgpu_jax.search import algorithm1, Algorithm1Options

@@ -281,10 +281,11 @@ def _deployment_options(a, arch, hw, pars, batches) -> tuple[dict, dict]:
 
 def cmd_search(a) -> int:
     """Run ``subgpu search``: check the options, build the grid, run the search job
-    (``app.searchjob.run_search``) and print its summary and next steps (process 0 of a
+    (``app.searchrun.run_search``) and print its summary and next steps (process 0 of a
     cluster; the others print the share they scored)."""
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.searchjob import run_search, SearchOptions
+    from subgpu_jax.app.searchjob import SearchOptions
+    from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.app.sweep import build_grid
 
     if a.batch is not None:
