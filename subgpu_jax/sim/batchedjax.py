@@ -30,7 +30,8 @@ from subgpu_jax.sim.contention import BoundModel
 from subgpu_jax.sim.eventsim import lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 
-__all__ = ["MIN_BUCKET", "bucket", "simulate_stack_jax", "simulate_allocs_jax"]
+__all__ = ["MIN_BUCKET", "OBJECT_SLOT_STEP", "bucket", "object_slots", "simulate_stack_jax",
+           "simulate_allocs_jax"]
 
 #: The smallest padded batch (rows).
 MIN_BUCKET = 8
@@ -43,6 +44,19 @@ _LOCK = threading.Lock()
 def bucket(B: int, least: int = MIN_BUCKET) -> int:
     """The padded size of B: the next power of two, at least ``least``."""
     return max(int(least), 1 << (max(int(B), 1) - 1).bit_length())
+
+
+#: The L2 tables' object slots are padded to a multiple of this (not to a power of two: every
+#: step's evictions scan every slot of every row, and the main job's 1,226 objects padded to
+#: 2,048 made those scans 1.7 times as long as needed).
+OBJECT_SLOT_STEP = 128
+
+
+def object_slots(objects: int) -> int:
+    """The L2 tables' width for ``objects`` objects: the next multiple of
+    ``OBJECT_SLOT_STEP`` (at least one step)."""
+    n = max(int(objects), 1)
+    return -(-n // OBJECT_SLOT_STEP) * OBJECT_SLOT_STEP
 
 
 #: The stack's tables the program takes as arguments, and their padding values.
@@ -115,7 +129,7 @@ def simulate_stack_jax(stack: StructureStack, sid, allocs, cache: str = "lru",
         W = {n: np.concatenate([v, np.zeros(v.shape[:2] + (NK - stack.NK,))], axis=2)
              for n, v in W.items()}
     tabs = _padded_tables(stack)
-    K = bucket(max(stack.objects, 1), 8) if cache != "none" else 1
+    K = object_slots(stack.objects) if cache != "none" else 1
     t0 = time.perf_counter()
     with jax.enable_x64(True):
         key = (cache, K, tuple((n, v.shape) for n, v in tabs.items()), W["sms"].shape,
@@ -170,6 +184,8 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
     refresh = cache == "lru"
     cap = float(hw.l2_bytes)
     big = jnp.iinfo(jnp.int64).max
+    # L2 stamps: one clock tick per insertion or refresh, far below 2**31 in any simulation
+    stamp_big = jnp.iinfo(jnp.int32).max
 
     def l2_insert(s, m, key, n):
         """``BatchedL2.insert`` on the state's L2 arrays (``l2p``, ``l2b``, ``l2t``, ``l2c``,
@@ -190,7 +206,7 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
         def evict(c):
             pres_, occ_, cnt_ = c
             nd = need(c)
-            v = jnp.argmin(jnp.where(pres_, s["l2t"], big), axis=1)
+            v = jnp.argmin(jnp.where(pres_, s["l2t"], stamp_big), axis=1)
             occ_ = occ_ - jnp.where(nd, nb[bi, v], 0.0)
             pres_ = pres_.at[bi, v].set(jnp.where(nd, False, pres_[bi, v]))
             return pres_, occ_, cnt_ - nd
@@ -440,7 +456,7 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
         for nm in ("pc", "pd", "pn", "ev_launch", "ev_setup", "ev_done"):
             s[nm] = jnp.full((B, D), jnp.inf, f64)
         s.update(l2p=jnp.zeros((B, K), bool), l2b=jnp.zeros((B, K), f64),
-                 l2t=jnp.zeros((B, K), jnp.int64), l2c=jnp.zeros(B, jnp.int64),
+                 l2t=jnp.zeros((B, K), jnp.int32), l2c=jnp.zeros(B, jnp.int32),
                  l2o=jnp.zeros(B, f64), l2n=jnp.zeros(B, jnp.int64))
         s = dispatch(s, jnp.ones(B, dtype=bool))
         s = recompute(s, jnp.ones(B, dtype=bool))

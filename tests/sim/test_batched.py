@@ -270,3 +270,12 @@ def test_a_stalled_row_raises_in_both_loops(monkeypatch):
         nb.simulate_allocs(st, A, "none")
     with pytest.raises(RuntimeError, match="stalled"):
         jb.simulate_allocs_jax(st, A, "none")
+
+
+def testobject_slots_are_the_next_multiple_of_the_step():
+    """The JAX loop's L2 tables are as wide as the objects rounded up to OBJECT_SLOT_STEP (the
+    main job's 1,226 objects: 1,280 slots, not the power of two 2,048)."""
+    from subgpu_jax.sim.batchedjax import OBJECT_SLOT_STEP, object_slots
+
+    assert OBJECT_SLOT_STEP == 128
+    assert [object_slots(n) for n in (0, 1, 128, 129, 1226)] == [128, 128, 128, 256, 1280]
