@@ -118,13 +118,15 @@ def add_strategy_args(g, command: str = "search") -> None:
     as_search = "" if command == "search" else " (as `subgpu search`)"
     for kind, noun, what in _STRATEGY_FLAGS:
         reg, default = regs[kind]
-        takes = "; ".join(f"{n}: {', '.join(strategy_options(st))}" for n, st in reg.items()
-                          if strategy_options(st))
+        takes = "; ".join(f"{n}: " + ", ".join(f"{k}={v}" for k, v in
+                                               strategy_options(st).items())
+                          for n, st in reg.items() if strategy_options(st))
         g.add_argument(f"--{kind}-strategy", default=default, choices=tuple(reg),
                        help=(f"{what}: {strategies_help(reg, default)}"
                              + as_search).replace("%", "%%"))
         g.add_argument(f"--{kind}-options", metavar="K=V[,K=V]", default=None,
-                       help=f"options of the {noun} strategy ({takes}), recorded in the sweep"
+                       help=f"options of the {noun} strategy, with their defaults ({takes}; the "
+                            f"others take none), recorded in the sweep"
                             + as_search)
 
 

@@ -84,7 +84,8 @@ class ProposalCut:
     """Cut strategy ``proposal``: Algorithm 1 of docs/method.md §4 (the best of ``rank_cuts``)."""
 
     #: one line for the command-line help (``app.args.add_strategy_args``)
-    summary: ClassVar[str] = ("the method as published: DP feature partition + rotations")
+    summary: ClassVar[str] = ("the method as published, docs/method.md §4: dynamic-programming "
+                              "feature partition + rotations")
     name: str = "proposal"
 
     def choose(self, problem, D, m, policy, ranked, proposal) -> CutChoice:
@@ -99,7 +100,8 @@ class LocalSearchCut:
     ``starts`` best ranked layouts, refining ``top`` neighbours per iteration."""
 
     #: one line for the command-line help (``app.args.add_strategy_args``)
-    summary: ClassVar[str] = ("+ boundary moves")
+    summary: ClassVar[str] = ("proposal, then a cheap-estimator local search over single-kernel "
+                              "moves and boundary-reuse toggles")
     name: str = "local_search"
     starts: int = 3
     top: int = 8
@@ -136,8 +138,10 @@ class ScreenCut:
     """
 
     #: one line for the command-line help (``app.args.add_strategy_args``)
-    summary: ClassVar[str] = ("every legal cut by the cheap estimator when <= 20,000; within 1% of "
-                              "the simulator's optimum on 40/40 instances of heuristic_gap.json")
+    summary: ClassVar[str] = ("every legal cut scored by the cheap estimator when there are at "
+                              "most max_cuts, else local_search; within 1% of the simulator's "
+                              "optimum on 40/40 instances of "
+                              "experiments/results/heuristic_gap.json")
     name: str = "screen"
     max_cuts: int = 20_000
     top: int = 8
