@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subgpu_jax.model.graph import Kernel, OpGraph
+from subgpu_jax.model.localshapes import LocalShapes
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load, rank_count_variance
 
@@ -154,17 +155,12 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
     m = graph.microbatches
     R = dep.requests_per_gpu
     Rm = R // m
-    t = dep.attn_tp
-    qh = arch.num_heads // t
-    kvh = dep.local_kv_heads(arch)
-    hd = arch.head_dim
+    ls = LocalShapes.of(arch, dep)      # the per-GPU shapes the graph builder uses too
+    t, qh, kvh, hd = ls.t, ls.qh, ls.kvh, ls.hd
     if qh % kvh:
         raise ValueError(f"TorchWorkload: {qh} local q heads are not a multiple of {kvh} KV heads")
-    mla = {}
-    if arch.is_mla:
-        c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
-        mla = dict(mla=True, c=c, r=r, nope=arch.qk_nope_head_dim, v=arch.v_head_dim, ql=ql,
-                   nd=ql + c + r)
+    mla = (dict(mla=True, c=ls.c, r=ls.r, nope=ls.nope, v=ls.v, ql=ls.ql, nd=ls.nd)
+           if ls.mla else {})
     kinds = tuple(lk[0] for lk in kinds2)
     kv_len, kv_pos = [], []
     for kind in kinds:
@@ -175,14 +171,12 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         else:
             kv_len.append(dep.kv_history)
             kv_pos.append(dep.kv_history - 1)
-    common = dict(R=R, m=m, Rm=Rm, H=arch.hidden, qh=qh, kvh=kvh, hd=hd,
-                  nq=0 if mla else (qh + 2 * kvh) * hd,
+    common = dict(R=R, m=m, Rm=Rm, H=ls.H, qh=qh, kvh=kvh, hd=hd, nq=ls.nq,
                   t=t, kv_history=dep.kv_history, layer_kinds=kinds, kv_len=tuple(kv_len),
                   kv_pos=tuple(kv_pos), moe=moe, mlp_kinds=mlp_kinds, dense=dense,
-                  I=arch.intermediate // t if dense else 0, **mla)
+                  I=ls.I if dense else 0, **mla)
     if moe:
-        E, k, e = arch.num_experts, arch.top_k, dep.moe_ep
-        El = E // e
+        E, k, e, El = ls.E, arch.top_k, ls.e, ls.El
         Tr = max(1, int(round(Rm / t)))
         # G*k/n assignments per GPU whatever e; its EP group routes G*e/(n*m) tokens
         # the busiest EP rank's assignments and distinct experts, as the graph charges them
@@ -193,9 +187,8 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         hit = load.experts_hit
         n_hit = int(min(El, max(1, round(hit))))
         cap = int(math.ceil(A / n_hit))
-        return WorkloadShapes(**common, E=E, El=El, k=k, F=arch.moe_intermediate, Tr=Tr, A=A,
-                              n_hit=n_hit, cap=cap,
-                              Fs=arch.num_shared_experts * arch.moe_intermediate // t)
+        return WorkloadShapes(**common, E=E, El=El, k=k, F=ls.F, Tr=Tr, A=A, n_hit=n_hit,
+                              cap=cap, Fs=ls.Fs)
     return WorkloadShapes(**common)
 
 

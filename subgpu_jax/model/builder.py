@@ -12,6 +12,7 @@ from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.hardware import DTYPE_BYTES
 from subgpu_jax.model.kernel import Kernel, gemm_ctas, stream_ctas
 from subgpu_jax.model.kvsplit import SPLIT_SMS, num_kv_splits
+from subgpu_jax.model.localshapes import LocalShapes
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.routing import busiest_rank_load, dispatch_bytes, rank_count_variance
 
@@ -35,10 +36,8 @@ class RegionBuilder:
 
     def __init__(self, arch: ModelArch, deploy: Deployment, m: int) -> None:
         self.arch, self.deploy, self.m = arch, deploy, m
-        self.t, self.e = deploy.attn_tp, deploy.moe_ep
-        self.H = arch.hidden
-        self.qh = arch.num_heads // self.t
-        self.kvh = deploy.local_kv_heads(arch)
+        self.shapes = ls = LocalShapes.of(arch, deploy)
+        self.t, self.e, self.H, self.qh, self.kvh = ls.t, ls.e, ls.H, ls.qh, ls.kvh
         self.ab = self.wb = DTYPE_BYTES[arch.weight_dtype]  # activations in the weight dtype
         self.kvb = DTYPE_BYTES[arch.kv_dtype]
         self.Rm = deploy.requests_per_gpu // m  # attention requests per microbatch
@@ -93,7 +92,7 @@ class RegionBuilder:
         arch, H, Rm, x, ab, wb = self.arch, self.H, self.Rm, self.x, self.ab, self.wb
         qh, kvh, hd, kvb = self.qh, self.kvh, arch.head_dim, self.kvb
         pre = f"L{j}."
-        nq = (qh + 2 * kvh) * hd
+        nq = self.shapes.nq
         bias = arch.attn_bias or arch.qkv_bias
         wq = H * nq * awb + (nq * wb if bias else 0)
         self.params += H * nq + (nq if bias else 0)

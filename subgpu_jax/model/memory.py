@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.graph import build_forward
 from subgpu_jax.model.hardware import DTYPE_BYTES, Hardware
+from subgpu_jax.model.localshapes import LocalShapes
 from subgpu_jax.model.models import ModelArch
 
 __all__ = ["MemoryUse", "weight_bytes", "kv_bytes", "activation_bytes", "memory_use",
@@ -43,20 +44,16 @@ def weight_bytes(arch: ModelArch, deploy: Deployment) -> float:
     Returns:
         bytes.
     """
-    t, e = deploy.attn_tp, deploy.moe_ep
-    H, hd = arch.hidden, arch.head_dim
+    s = LocalShapes.of(arch, deploy)
+    t, H, hd, qh = s.t, s.H, s.hd, s.qh
     wb = DTYPE_BYTES[arch.weight_dtype]
-    qh, kvh = arch.num_heads // t, deploy.local_kv_heads(arch)
-    if arch.is_mla:
-        c, r, ql = arch.kv_lora_rank, arch.qk_rope_head_dim, arch.q_lora_rank
-        attn = (H * (ql + c + r) + (ql or H) * qh * hd
-                + qh * c * (arch.qk_nope_head_dim + arch.v_head_dim)
-                + qh * arch.v_head_dim * H)
+    if s.mla:
+        attn = (H * s.nd + (s.ql or H) * qh * hd + qh * s.c * (s.nope + s.v) + qh * s.v * H)
     else:
-        attn = H * (qh + 2 * kvh) * hd + qh * hd * H
-    experts = (arch.num_experts // e) * 3 * H * arch.moe_intermediate
-    shared = 3 * H * arch.num_shared_experts * arch.moe_intermediate // t
-    dense = 3 * H * (arch.intermediate // t)
+        attn = H * s.nq + qh * hd * H
+    experts = s.El * 3 * H * s.F
+    shared = 3 * H * s.Fs
+    dense = 3 * H * s.I
 
     def layer(kind: tuple[str, ...]) -> float:
         """Weight bytes of one layer of ``ModelArch.layer_kinds`` kind ``kind``."""
@@ -79,10 +76,8 @@ def kv_bytes(arch: ModelArch, deploy: Deployment) -> float:
     window for sliding layers; the busiest DP rank's mean with ``kv_lengths``) x elements per
     token x ``arch.kv_dtype`` bytes, summed over the layers."""
     kvb = DTYPE_BYTES[arch.kv_dtype]
-    if arch.is_mla:
-        kv_tok = (arch.kv_lora_rank + arch.qk_rope_head_dim) * kvb
-    else:
-        kv_tok = deploy.local_kv_heads(arch) * arch.head_dim * 2 * kvb
+    s = LocalShapes.of(arch, deploy)
+    kv_tok = (s.c + s.r) * kvb if s.mla else s.kvh * s.hd * 2 * kvb
     peak = deploy.step(deploy.output_len) if deploy.output_len else deploy
     return float(sum(deploy.requests_per_gpu
                      * peak.kv_tokens(arch.sliding_window if kind == "sliding" else None)

@@ -387,3 +387,20 @@ def test_kernel_features_time_collectives_as_the_static_model_does():
         comp, mem, comm, launch = features._time_components(k, hw, hw.num_sms)
         assert launch + max(comp, mem, comm) == pytest.approx(
             float(sd.kernel_time_us(k, hw.num_sms)), rel=1e-9), k.name
+
+
+def test_local_shapes_are_the_per_gpu_split():
+    """``LocalShapes``: the per-GPU split the builder, the memory accounting and the runtime
+    share, by hand for Llama-3.1-70B on TP8 (64 heads, 8 KV heads, head dim 128, intermediate
+    28,672), GPT-OSS 120B on TP8 x EP32 (128 experts of 2,880) and DeepSeek-V3's MLA (KV rank
+    512, rope dim 64, query rank 1,536)."""
+    from subgpu_jax import get_model
+    from subgpu_jax.model.deployment import Deployment
+    from subgpu_jax.model.localshapes import LocalShapes
+
+    s = LocalShapes.of(get_model("llama-3.1-70b"), Deployment(8, 8, 1, 1, 64, 1024, 1024))
+    assert (s.qh, s.kvh, s.hd, s.nq, s.I, s.El, s.mla) == (8, 1, 128, 1280, 3584, 0, False)
+    g = LocalShapes.of(get_model("gpt-oss-120b"), Deployment(32, 8, 4, 32, 512, 1024, 1024))
+    assert (g.E, g.El, g.F, g.t, g.e) == (128, 4, 2880, 8, 32)
+    d = LocalShapes.of(get_model("deepseek-v3"), Deployment(16, 16, 1, 16, 64, 2048, 2048))
+    assert d.mla and (d.kvh, d.nq, d.c, d.r, d.ql, d.nd) == (1, 0, 512, 64, 1536, 2112)
