@@ -124,8 +124,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if any(x < 0 for x in a.extra) or a.seed < 0:
         ap.error("--extra and --seed must be integers >= 0")
-    if a.scale is not None and any(x < 16 for x in a.scale):
-        ap.error("--scale batch sizes must be integers >= 16")
+    if a.scale is not None and any(not 16 <= x <= 2**20 for x in a.scale):
+        ap.error("--scale batch sizes must be integers from 16 to 1,048,576")
     if a.records_limit is not None and a.records_limit < 1:
         ap.error("--records-limit must be an integer >= 1")
     recs = checked_records(ap, a)

@@ -75,7 +75,18 @@ def checked_records(ap, a) -> list[dict]:
     records (``default_records``); a bad one ends the run with ``ap.error`` (one line)."""
     try:
         check_out(a.out)
-        return default_records(a.records)
+        recs = default_records(a.records)
+        from subgpu_jax import get_hardware, get_model
+
+        hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")
+        for i, rec in enumerate(recs):    # each record's configuration, before any work
+            try:
+                record_setup(rec, hw, arch)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"--records: SubGPU record {i + 1} of {a.records} is not a "
+                                 f"search record of the default workload ({type(e).__name__}: "
+                                 f"{e})") from None
+        return recs
     except ValueError as e:
         ap.error(str(e))
 

@@ -71,8 +71,10 @@ def measure(a) -> dict:
     from subgpu_jax.score.timer import timer_for
     from subgpu_jax.sim import eventsim
 
-    enable_compile_cache(a.compile_cache)
-    cached = len(os.listdir(a.compile_cache)) if os.path.isdir(a.compile_cache) else 0
+    cached = 0
+    if a.compile_cache:
+        enable_compile_cache(a.compile_cache)
+        cached = len(os.listdir(a.compile_cache)) if os.path.isdir(a.compile_cache) else 0
     arch, hw, fam = families(a.study)
     rng = random.Random(a.seed)
     timer = timer_for(GpuSetup.uncalibrated(hw), "event")
@@ -142,13 +144,29 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=15,
                     help="workers of the wall-time estimate (default 15: a 16-core host)")
     ap.add_argument("--compile-cache", default=os.path.join(tempfile.gettempdir(),
-                                                            "subgpu_jax_compile_cache"))
+                                                            "subgpu_jax_compile_cache"),
+                    help="JAX's persistent compilation cache folder (created if missing; "
+                         "'none': off)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "frontier_cost_cpu.json"))
     a = ap.parse_args(argv)
-    for flag, v, lo in (("--per-family", a.per_family, 2), ("--workers", a.workers, 1),
-                        ("--seed", a.seed, 0)):
-        if v < lo:
-            ap.error(f"{flag} must be an integer >= {lo}, got {v}")
+    for flag, v, lo, hi in (("--per-family", a.per_family, 2, 20),
+                            ("--workers", a.workers, 1, 1024), ("--seed", a.seed, 0, 2**32 - 1)):
+        if not lo <= v <= hi:
+            ap.error(f"{flag} must be an integer from {lo} to {hi:,}, got {v}")
+    from digest_cli import check_out
+    from subgpu_jax.model.checks import out_dir
+
+    try:    # before the measurement (15+ minutes), not after it
+        check_out(a.out)
+        if not a.compile_cache.strip():
+            raise ValueError("--compile-cache must be a folder, or 'none' to turn the cache off, "
+                             "got an empty string")
+        if a.compile_cache.strip().lower() == "none":
+            a.compile_cache = ""      # enable_compile_cache(""): no persistent cache
+        else:
+            out_dir(a.compile_cache, "--compile-cache")
+    except ValueError as e:
+        ap.error(str(e))
 
     def work():
         d = measure(a)

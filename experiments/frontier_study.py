@@ -621,15 +621,15 @@ def schedule_groups(name: str, pts):
     split every family into its deployments (the baseline of ``groups``)."""
     from subgpu_jax.app.searchrun import structure_key
 
+    if name not in SCHEDULES:
+        raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
     e_max = max((p.deploy.moe_ep for p in pts), default=1)
     if name == "groups":
         return lambda p: (tier_of(p, e_max), *structure_key(p))
     if name == "deployments":
         return lambda p: (tier_of(p, e_max), p.deploy.num_gpus, p.deploy.attn_tp,
                           p.deploy.attn_dp, p.deploy.moe_ep, *structure_key(p))
-    if name == "fifo":
-        return None
-    raise ValueError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {name!r}")
+    return None     # fifo
 
 
 #: ``--schedule``'s choices (``schedule_groups``).

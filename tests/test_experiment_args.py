@@ -342,3 +342,40 @@ def test_eventsim_order_sharing_refuses_bad_records(tmp_path, capsys, body, need
         _script("eventsim_order_sharing").main(["--records", str(path),
                                                 "--out", str(tmp_path / "o.json")])
     assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_batched_proto_refuses_malformed_records_and_huge_batches(tmp_path, capsys):
+    """A SubGPU record of the default workload missing a field, or with a word for a number,
+    is one line naming --records before any work (it was a KeyError traceback); --scale is
+    bounded (10**11 rows ran until memory ran out)."""
+    import json
+
+    good = {"mode": "subgpu", "model": "gpt-oss-120b", "hardware": "B200", "grid_key": "k"}
+    path = tmp_path / "records.jsonl"
+    path.write_text(json.dumps(good) + "\n")
+    with pytest.raises(SystemExit) as e:
+        _script("batched_eventsim_proto").main(["--records", str(path), "--scale", "16",
+                                                "--out", str(tmp_path / "o.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--records: SubGPU record 1 of" in err
+    with pytest.raises(SystemExit) as e:
+        _script("batched_eventsim_proto").main(["--records", str(path), "--scale", "10**11",
+                                                "--out", str(tmp_path / "o.json")])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        _script("batched_eventsim_proto").main(["--records", str(path), "--scale",
+                                                "100000000000", "--out", str(tmp_path / "o.json")])
+    assert e.value.code == 2 and "from 16 to 1,048,576" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--out", ""], "--out"), (["--per-family", "100"], "from 2 to 20"),
+    (["--workers", "0"], "from 1 to 1,024"), (["--compile-cache", " "], "'none' to turn"),
+])
+def test_frontier_cost_checks_its_flags_before_the_measurement(tmp_path, capsys, args, needle):
+    """frontier_cost.py measures for 15+ minutes: every flag, --out and --compile-cache
+    included, is checked first (a bad --out was found only at the end)."""
+    full = ["--out", str(tmp_path / "o.json"), "--compile-cache", str(tmp_path / "c")] + args
+    with pytest.raises(SystemExit) as e:
+        _script("frontier_cost").main(full)
+    assert e.value.code == 2 and needle in capsys.readouterr().err

@@ -215,11 +215,12 @@ def out_dir(path: Any, name: str, read_only_ok: bool = False) -> Path:
     sweep there, and finds out itself whether it must write).
 
     Raises:
-        ValueError: not a str/PathLike (None, a number), an empty path, an existing file, or an
-        ancestor that is a file or not writable (names ``name``).
+        ValueError: not a str/PathLike (None, a number), an empty or blank path, an existing
+        file, or an ancestor that is a file or not writable (names ``name``).
     """
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        got = "an empty string" if isinstance(path, str) else repr(path)
+    if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
+        got = (("an empty string" if not path else f"only blanks ({path!r})")
+               if isinstance(path, str) else repr(path))
         raise ValueError(f"{name} must be a folder path, got {got}")
     p = Path(path)
     if p.exists() and not p.is_dir():

@@ -374,6 +374,11 @@ def changed_options(strategy, registry: dict) -> dict:
     return {k: v for k, v in strategy_options(strategy).items() if base.get(k) != v}
 
 
+#: The largest integer a strategy option takes from the command line (a bound on the work it
+#: asks for: 10**6 relax steps or screened cuts is already hours; larger values only exhaust
+#: memory, as 10**12 relax steps did).
+OPTION_MAX = 1_000_000
+
 _BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 
 
@@ -403,6 +408,8 @@ def with_options(registry: dict, name: str, text: str | None, flag_name: str):
                              f"got {item.strip()!r}")
         if key not in allowed:
             raise ValueError(f"{flag_name}: {takes}; got {key!r}")
+        if key in opts:
+            raise ValueError(f"{flag_name}: {key} given twice; give each option once")
         if isinstance(allowed[key], bool):
             if val.lower() not in _BOOLS:
                 raise ValueError(f"{flag_name}: {key} is true or false, got {val!r}")
@@ -412,6 +419,9 @@ def with_options(registry: dict, name: str, text: str | None, flag_name: str):
                 opts[key] = ascii_int(val)
             except ValueError:
                 raise ValueError(f"{flag_name}: {key} is an integer, got {val!r}") from None
+            if opts[key] > OPTION_MAX:
+                raise ValueError(f"{flag_name}: {key} is an integer of at most {OPTION_MAX:,}, "
+                                 f"got {val}")
     try:
         return dataclasses.replace(base, **opts)
     except ValueError as e:

@@ -71,6 +71,12 @@ def test_simulate_extremes_one_line(args, line, capsys):
     (["--batches", "６４"], "error: --batches must be a comma-separated list of integers "
                            "(digits 0-9), got '６４'"),
     (["--scaleout-gbps", "1e-300"], "error: --scaleout-gbps must be >= 0.01, got 1e-300"),
+    # a breaker's finds: huge or repeated strategy options ran (10**12 relax steps crashed
+    # allocating 7 TiB after the folder was made) or let the last one win silently
+    (["--alloc-strategy", "relax", "--alloc-options", "steps=1000000000000"],
+     "error: --alloc-options: steps is an integer of at most 1,000,000, got 1000000000000"),
+    (["--cut-strategy", "local_search", "--cut-options", "starts=2,starts=5"],
+     "error: --cut-options: starts given twice; give each option once"),
 ])
 def test_search_extremes_one_line(args, line, capsys, tmp_path):
     rc, out, err = _run(["search", "--out", str(tmp_path / "o")] + args, capsys)
@@ -119,3 +125,13 @@ def test_tune_bounds_before_the_gpu_check(args, line, capsys, tmp_path):
     before: on this GPU-less machine the answer was "cannot run configurations on a GPU")."""
     rc, out, err = _run(["tune", "--out", str(tmp_path / "t")] + args, capsys)
     assert rc == 2 and err.splitlines() == [line]
+
+
+def test_search_refuses_a_blank_out(capsys, tmp_path, monkeypatch):
+    """``--out ' '`` made a results folder named by a blank in the working folder (a breaker's
+    find); a blank path is refused like an empty one."""
+    monkeypatch.chdir(tmp_path)
+    rc, out, err = _run(["search", "--out", " "], capsys)
+    assert rc == 2 and err.splitlines() == ["error: --out must be a folder path, got only "
+                                            "blanks (' ')"]
+    assert list(tmp_path.iterdir()) == []
