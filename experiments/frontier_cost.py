@@ -2,7 +2,8 @@
 study in 10 minutes on one H200 host).
 
 A frontier study's SubGPU grid points fall into families of one stage count D and microbatch
-count m (``searchrun.structure_key``): the points of a family share the vectorised scorer's
+count m (``searchrun.structure_key``, whose policy and streams are one value each in these
+studies): the points of a family share the vectorised scorer's
 compiled programs, so a worker pays the family's tracing and compilation once, at its first
 point, and every later point costs only its search. This script samples ``--per-family``
 points of every family (``--seed``), scores them one after another in this process with the

@@ -38,7 +38,7 @@ _LAZY = {
     "frontier_curve": "subgpu_jax.search.pareto",
     "per_user_gain_at_matched_gpu": "subgpu_jax.search.pareto",
     "per_gpu_gain_at_matched_user": "subgpu_jax.search.pareto",
-    "run_search": "subgpu_jax.app.searchjob",
+    "run_search": "subgpu_jax.app.searchrun",
 }
 
 __all__ = [*_LAZY]

@@ -297,3 +297,13 @@ def test_the_private_use_oracle_sees_both_spellings(tmp_path):
     assert sorted(_private_uses("pkg.a", known["pkg.a"], known)) == ["from pkg.b import _f",
                                                                       "pkg.b._g"]
     assert _private_uses("pkg.b", known["pkg.b"], known) == []
+
+
+def test_every_lazy_package_name_resolves():
+    """``subgpu_jax``'s lazily imported names (its ``__all__``) each resolve: a function moved
+    to another module (``run_search`` to ``app.searchrun``) left the map pointing at the old
+    one, and ``subgpu_jax.run_search`` raised AttributeError."""
+    import subgpu_jax
+
+    for name in subgpu_jax.__all__:
+        assert getattr(subgpu_jax, name) is not None, name

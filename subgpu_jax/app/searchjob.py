@@ -2,7 +2,7 @@
 (``PointScorer``, Algorithm 1 with the exact timer) and the outputs (``write_outputs``);
 ``app.searchrun.run_search`` drives them over the grid.
 
-``run_search`` evaluates every grid point of ``sweep.build_grid`` (temporal baseline at every
+``searchrun.run_search`` evaluates every grid point of ``sweep.build_grid`` (temporal baseline at every
 (q, G); Algorithm 1 at every (q, G, m, D, policy)) with the exact scorer (the event simulator with
 contention and L2 residency by default), appends the records to a crash-safe store, and writes
 into the results folder:
@@ -61,7 +61,7 @@ CHEAP_KINDS = tuple(CHEAP_ESTIMATORS)
 
 @dataclass(frozen=True)
 class SearchOptions:
-    """The options of ``run_search``: the scorers and strategies (as ``PointScorer``) and the
+    """The options of ``searchrun.run_search``: the scorers and strategies (as ``PointScorer``) and the
     sweep's (as ``app.sweep.run_sweep`` and ``app.store.SweepStore``).
 
     Attributes:

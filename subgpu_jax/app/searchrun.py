@@ -148,9 +148,10 @@ def _summarise(arch: ModelArch, points: Sequence[GridPoint], folder: str, meta: 
 
 def _report_store(store: SweepStore, points: Sequence[GridPoint],
                   say: Callable[[str], None]) -> None:
-    """Pass what opening the store found to ``say`` (its notes and dropped records); a
-    read-only folder is summarised when its sweep is finished, and refused (ValueError naming
-    ``--out``) before any grid point is computed when it is not."""
+    """Pass what opening the store found to ``say`` (its notes and dropped records); of a
+    read-only folder, say that its finished sweep will be summarised (``_summarise`` does it,
+    writing nothing), or refuse it (ValueError naming ``--out``) before any grid point is
+    computed when its sweep is not finished."""
     for line in store.notes + store.report.lines():
         say(line)
     left = sum(p.key not in store.done for p in points)
@@ -184,12 +185,14 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
 
     Returns:
         ``(sweep_stats, summary)``; ``sweep_stats`` as ``run_sweep`` plus ``dropped`` (the load
-        report's lines) and ``read_only``.
+        report's lines), ``again`` and ``read_only`` (on a cluster's other processes only
+        ``dropped`` and ``again``, and summary None).
 
     Raises:
         ValueError: bad scorer options, a folder in use by another run (names its PID), holding
             another sweep, or read-only with grid points left; a budget < 1; a calibration for
-            another model/deployment/GPU.
+            another model/deployment/GPU; ``in_flight`` > 1 with a timer without ``time_many``,
+            worker processes or a cluster (``_check_in_flight``).
         OSError: the folder cannot be written (disk full; names the file).
         Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """

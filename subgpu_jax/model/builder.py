@@ -159,9 +159,9 @@ class RegionBuilder:
         a, H, Rm, x, ab, wb, qh, kvb = (self.arch, self.H, self.Rm, self.x, self.ab, self.wb,
                                         self.qh, self.kvb)
         pre = f"L{j}."
-        c, r, nope, v = a.kv_lora_rank, a.qk_rope_head_dim, a.qk_nope_head_dim, a.v_head_dim
-        ql = a.q_lora_rank
-        nd = (ql if ql else 0) + c + r  # down-projection width (query direct when q_lora is 0)
+        ls = self.shapes
+        c, r, nope, v, ql = ls.c, ls.r, ls.nope, ls.v, ls.ql
+        nd = ls.nd  # down-projection width ql + c + r (query direct when q_lora is 0)
         w_down = H * nd * awb
         self.params += H * nd
         i_dn = self.add(name=pre + "mla_down", op="mla_down", category="norm_qkv", layer=j,
@@ -212,7 +212,7 @@ class RegionBuilder:
         ``attention``); returns the last."""
         arch, H, Rm, x, ab, wb, t = self.arch, self.H, self.Rm, self.x, self.ab, self.wb, self.t
         pre = f"L{j}."
-        I = arch.intermediate // t
+        I = self.shapes.I
         bias = arch.mlp_bias
         mw, mdt = arch.dtypes("dense_mlp", unquantised)
         mwb = DTYPE_BYTES[mw]
@@ -267,9 +267,7 @@ class RegionBuilder:
         ew, xdt = arch.dtypes("experts", unquantised)  # GEMMs at the activation dtype's rate
         eb = DTYPE_BYTES[ew]
         pre = f"L{j}."
-        E, k = arch.num_experts, arch.top_k
-        El = E // e
-        F = arch.moe_intermediate
+        E, k, El, F = self.shapes.E, arch.top_k, self.shapes.El, self.shapes.F
         Tr = Rm / t  # tokens this GPU routes per microbatch
         load = busiest_rank_load(E, k, e, dep.global_batch, dep.num_gpus, m,
                                  dep.expert_load_factor(k, m, rank_count_variance(
@@ -304,7 +302,7 @@ class RegionBuilder:
             # group's Rm tokens; its partial sums are reduce-scattered with the combine
             sw, sdt = arch.dtypes("shared_experts", unquantised)
             sb = DTYPE_BYTES[sw]
-            Fs = arch.num_shared_experts * F // t
+            Fs = self.shapes.Fs
             ws_up, ws_dn = H * 2 * Fs * sb, Fs * H * sb
             self.params += 3 * H * Fs
             i_su = self.add(name=pre + "shared_up", op="mlp_up", category="mlp", layer=j,

@@ -1,7 +1,8 @@
 """The per-GPU shapes of one model under one deployment: the one description the graph builder
 (``model.builder``), the memory accounting (``model.memory``) and the runtime's buffers
-(``hw_runtime.gpu.shapes``) read, so that a head count or an intermediate size is split over the
-GPUs in one place.
+(``hw_runtime.gpu.shapes``) read for the heads, the QKV width, the dense, expert and shared-expert
+sizes and the MLA dimensions, so that each is split over the GPUs in one place (what each
+kernel reads or writes, and the datatypes, stay the builder's and the runtime's).
 
 Units: elements (heads, dimensions, experts); no bytes here (the datatypes are the model's).
 """

@@ -1,5 +1,6 @@
 """``subgpu search``: Algorithm 1 over the outer grid, its records, Pareto frontiers, matched
-gains and figures in a results folder (the search job itself: ``app.searchjob``)."""
+gains and figures in a results folder (the job's driver: ``app.searchrun``; its options, grid
+point scorer and outputs: ``app.searchjob``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import argparse
 import math
 import os
 
-from subgpu_jax.model.checks import LIMITS, ascii_int, bounded_int, out_dir
+from subgpu_jax.model.checks import ascii_int, bounded_int, out_dir
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.model.models import MODELS
