@@ -200,6 +200,13 @@ def test_in_flight_flag_errors_are_one_line(tmp_path, capsys, extra, msg):
     assert rc == 2 and len(err) == 1 and msg in err[0], err
 
 
+def test_in_flight_takes_workers_01_as_one(tmp_path, capsys):
+    """``--workers 01`` is 1 as --workers reads it; the in-flight check compared the text with
+    "1" and refused it (a breaker's find)."""
+    assert main(ARGS + ["--in-flight", "2", "--workers", "01", "--out", str(tmp_path / "x")]) == 0
+    assert "in flight: 2 grid points at once" in capsys.readouterr().out
+
+
 def test_ctrl_c_in_flight_keeps_the_stored_points_and_resumes(tmp_path):
     """SIGINT once the first of 6 grid points is stored, 4 in flight: exit 130 with one line
     within seconds (the coalescer cancels the other threads), the stored points stay, and the

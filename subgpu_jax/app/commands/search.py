@@ -326,7 +326,9 @@ def cmd_search(a) -> int:
             raise ValueError(f"--in-flight {in_flight}: grid points in flight batch their exact "
                              f"steps together, which --exact {a.exact} cannot; use --exact "
                              f"{batching} or --in-flight 1")
-        if a.cluster is not None or str(a.workers).strip().lower() not in ("auto", "1"):
+        w = str(a.workers).strip().lower()
+        one = w == "auto" or (w.lstrip("+").isdigit() and w.isascii() and int(w) == 1)
+        if a.cluster is not None or not one:     # "01" is 1, as --workers itself reads it
             raise ValueError(f"--in-flight {in_flight}: grid points in flight share this "
                              "process's timer; give --workers 1 (and no --cluster)")
     try:
