@@ -286,16 +286,20 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
               "to measure the 3 best of every batch):")
         print("    " + shlex.join(run))
     else:
-        h_out = out.rstrip("/") + "-h200"
-        print(f"  measure it: `subgpu run` runs on H200 and H100 GPUs only (its green contexts "
-              f"were never probed on a {hardware}); on an H200 (it predicts for the GPU it "
-              "runs on), make a search for it first (Hopper runs the experts in bf16), then "
-              "run its 3 best of every batch:")
-        print("    " + shlex.join(["subgpu", "search", "--hardware", "H200" + suffix,
+        from subgpu_jax.model.hardware import HARDWARE
+
+        ran = [n for n, h in HARDWARE.items() if h.runtime]     # the GPUs `subgpu run` measures
+        gpu = next((n for n in ran if HARDWARE[n].measured), ran[0])   # the first validated
+        h_out = out.rstrip("/") + "-" + gpu.lower()
+        print(f"  measure it: `subgpu run` runs on {' and '.join(ran)} GPUs only (its green "
+              f"contexts were never probed on a {hardware}); on an {gpu} (it predicts for the "
+              "GPU it runs on), make a search for it first (Hopper runs the experts in bf16), "
+              "then run its 3 best of every batch:")
+        print("    " + shlex.join(["subgpu", "search", "--hardware", gpu + suffix,
                                    "--expert-dtype", "bf16", *search_grid_args(a), "--out",
                                    h_out]))
         print("    " + shlex.join(["subgpu", "run", "--from-search", h_out, "--top", "3", *model,
-                                   *(["--hardware", "H200" + suffix] if suffix else [])]))
+                                   *(["--hardware", gpu + suffix] if suffix else [])]))
 
 
 def search_grid_args(a) -> list[str]:
