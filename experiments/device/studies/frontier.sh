@@ -46,6 +46,18 @@ export JAX_PLATFORMS=cpu           # this process too: the GPU stays the measure
 # ignored folders between calls while the machine stays warm, so a second call reuses it
 CACHE=${COMPILE_CACHE:-.jax_cache/frontier}
 mkdir -p "$CACHE"
+# The stores survive between calls while the machine stays warm in $KEEP, outside the checkout:
+# each call's copy of the checkout brings the committed manifest.json of a study folder, which
+# made the previous call's store look stale (2026-12-07: a second call started afresh).
+KEEP=${FRONTIER_KEEP:-/tmp/frontier_keep}
+R=experiments/results
+for s in $STUDIES; do
+  if [ -f "$KEEP/frontier_$s/manifest.json" ]; then
+    mkdir -p "$R/frontier_$s" && cp -a "$KEEP/frontier_$s/." "$R/frontier_$s/"
+    echo "$s: the previous call's store restored from $KEEP (it resumes)"
+  fi
+done
+[ -f "$KEEP/frontier_studies.json" ] && cp "$KEEP/frontier_studies.json" "$R/frontier_studies.json"
 START=$(date +%s)
 END=$((START + LIMIT - RESERVE_S))
 LOG="$OUT/frontier_log.txt"
@@ -62,9 +74,12 @@ for s in $STUDIES; do
       | grep --line-buffered -v -i warn >> "$LOG"
   rc=${PIPESTATUS[0]}
   echo "$s: exit $rc after $(( $(date +%s) - START ))s" | tee -a "$LOG"
+  if [ -f "$R/frontier_$s/manifest.json" ]; then     # kept for the next call (see KEEP)
+    mkdir -p "$KEEP" && rm -rf "$KEEP/frontier_$s" && cp -a "$R/frontier_$s" "$KEEP/"
+    [ -f "$R/frontier_studies.json" ] && cp "$R/frontier_studies.json" "$KEEP/"
+  fi
   if [ "$RC" -eq 0 ] && [ "$rc" -ne 0 ]; then RC=$rc; fi
 done
-R=experiments/results
 FILES=
 [ -f "$R/frontier_studies.json" ] && FILES=$R/frontier_studies.json
 for s in $STUDIES; do
