@@ -188,15 +188,17 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
     stamp_big = jnp.iinfo(jnp.int32).max
 
     def l2_insert(s, m, key, n):
-        """``BatchedL2.insert`` on the state's L2 arrays (``l2p``, ``l2b``, ``l2t``, ``l2c``,
-        ``l2o``, ``l2n``): residency, bytes, stamps, clock, occupancy, resident count."""
+        """``BatchedL2.insert`` on the state's L2 arrays (``l2b``, ``l2t``, ``l2c``, ``l2o``,
+        ``l2n``): bytes, stamps (``stamp_big``: not resident, so residency is ``l2t <
+        stamp_big`` and the oldest resident object is the stamps' argmin), clock, occupancy,
+        resident count."""
         valid = m & (key >= 0)
         k = jnp.maximum(key, 0)
-        pres, nb = s["l2p"], s["l2b"]
-        was = valid & pres[bi, k]
+        st, nb = s["l2t"], s["l2b"]
+        was = valid & (st[bi, k] < stamp_big)
         occ = s["l2o"] - jnp.where(was, nb[bi, k], 0.0)
         cnt = s["l2n"] - was
-        pres = pres.at[bi, k].set(jnp.where(was, False, pres[bi, k]))
+        st = st.at[bi, k].set(jnp.where(was, stamp_big, st[bi, k]))
         ok = valid & (n <= cap) & (n > 0)
 
         def need(c):
@@ -204,25 +206,24 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
             return ok & (occ_ + n > cap) & (cnt_ > 0)
 
         def evict(c):
-            pres_, occ_, cnt_ = c
+            st_, occ_, cnt_ = c
             nd = need(c)
-            v = jnp.argmin(jnp.where(pres_, s["l2t"], stamp_big), axis=1)
+            v = jnp.argmin(st_, axis=1)
             occ_ = occ_ - jnp.where(nd, nb[bi, v], 0.0)
-            pres_ = pres_.at[bi, v].set(jnp.where(nd, False, pres_[bi, v]))
-            return pres_, occ_, cnt_ - nd
+            st_ = st_.at[bi, v].set(jnp.where(nd, stamp_big, st_[bi, v]))
+            return st_, occ_, cnt_ - nd
 
-        pres, occ, cnt = jax.lax.while_loop(lambda c: need(c).any(), evict, (pres, occ, cnt))
+        st, occ, cnt = jax.lax.while_loop(lambda c: need(c).any(), evict, (st, occ, cnt))
         clock = s["l2c"] + ok
-        return dict(s, l2p=pres.at[bi, k].set(jnp.where(ok, True, pres[bi, k])),
-                    l2b=nb.at[bi, k].set(jnp.where(ok, n, nb[bi, k])),
-                    l2t=s["l2t"].at[bi, k].set(jnp.where(ok, clock, s["l2t"][bi, k])),
+        return dict(s, l2b=nb.at[bi, k].set(jnp.where(ok, n, nb[bi, k])),
+                    l2t=st.at[bi, k].set(jnp.where(ok, clock, st[bi, k])),
                     l2c=clock, l2o=occ + jnp.where(ok, n, 0.0), l2n=cnt + ok)
 
     def l2_read(s, m, key, n):
         """``BatchedL2.read``: (state, hit mask)."""
         valid = m & (key >= 0)
         k = jnp.maximum(key, 0)
-        hit = valid & s["l2p"][bi, k]
+        hit = valid & (s["l2t"][bi, k] < stamp_big)
         if refresh:
             clock = s["l2c"] + hit
             s = dict(s, l2c=clock, l2t=s["l2t"].at[bi, k].set(jnp.where(hit, clock,
@@ -455,8 +456,8 @@ def _program(bm: BoundModel, hw, model, B: int, cache: str, K: int):
             s[nm] = jnp.zeros((B, D), f64)
         for nm in ("pc", "pd", "pn", "ev_launch", "ev_setup", "ev_done"):
             s[nm] = jnp.full((B, D), jnp.inf, f64)
-        s.update(l2p=jnp.zeros((B, K), bool), l2b=jnp.zeros((B, K), f64),
-                 l2t=jnp.zeros((B, K), jnp.int32), l2c=jnp.zeros(B, jnp.int32),
+        s.update(l2b=jnp.zeros((B, K), f64),
+                 l2t=jnp.full((B, K), stamp_big, jnp.int32), l2c=jnp.zeros(B, jnp.int32),
                  l2o=jnp.zeros(B, f64), l2n=jnp.zeros(B, jnp.int64))
         s = dispatch(s, jnp.ones(B, dtype=bool))
         s = recompute(s, jnp.ones(B, dtype=bool))
