@@ -37,21 +37,20 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 from digest_cli import write_digest  # noqa: E402
-from eventsim_order_sharing import checked_records, record_setup  # noqa: E402  (shared)
+from eventsim_order_sharing import checked_records  # noqa: E402  (shared)
 
 from subgpu_jax.sim.batched import BatchStructure, simulate_allocs  # noqa: E402
 from subgpu_jax.sim.batchedjax import simulate_allocs_jax  # noqa: E402
 
 
-def scale_study(a, recs, hw, arch, model, rng) -> int:
+def scale_study(a, recs, hw, model, rng) -> int:
     """``--scale``: the JAX loop alone at large batches (module docstring)."""
     import jax
 
     from subgpu_jax.sim.eventsim import simulate
 
     rows = []
-    for rec in recs:
-        cfg, g, space = record_setup(rec, hw, arch)
+    for rec, (cfg, g, space) in recs:
         st = BatchStructure(g, cfg, hw, model)
         for B in a.scale:
             A = np.asarray(random_allocs(space, B, rng), dtype=np.int64)
@@ -129,18 +128,17 @@ def main(argv=None) -> int:
     if a.records_limit is not None and a.records_limit < 1:
         ap.error("--records-limit must be an integer >= 1")
     recs = checked_records(ap, a)
-    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax import get_hardware
     from subgpu_jax.sim.contention import ContentionModel
     from subgpu_jax.sim.eventsim import simulate
 
-    hw, arch, model = get_hardware("B200"), get_model("gpt-oss-120b"), ContentionModel()
+    hw, model = get_hardware("B200"), ContentionModel()
     rng = np.random.default_rng(a.seed)
     recs = recs[:a.records_limit]
     if a.scale is not None:
-        return scale_study(a, recs, hw, arch, model, rng)
+        return scale_study(a, recs, hw, model, rng)
     rows = []
-    for rec in recs:
-        cfg, g, space = record_setup(rec, hw, arch)
+    for rec, (cfg, g, space) in recs:
         moves, _ = space.moves(np.asarray(cfg.alloc))
         st = BatchStructure(g, cfg, hw, model)
         for extra in a.extra:

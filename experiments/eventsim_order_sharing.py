@@ -70,23 +70,26 @@ def default_records(path: str) -> list[dict]:
     return recs
 
 
-def checked_records(ap, a) -> list[dict]:
+def checked_records(ap, a) -> list[tuple[dict, tuple]]:
     """``--out`` checked and ``--records`` read for an experiment on the default workload's
-    records (``default_records``); a bad one ends the run with ``ap.error`` (one line)."""
+    records (``default_records``): ``[(record, record_setup(record)), ...]``, every record's
+    configuration built once, before any work; a bad one ends the run with ``ap.error`` (one
+    line naming ``--records``)."""
     try:
         check_out(a.out)
         recs = default_records(a.records)
         from subgpu_jax import get_hardware, get_model
 
         hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")
-        for i, rec in enumerate(recs):    # each record's configuration, before any work
+        out = []
+        for i, rec in enumerate(recs):
             try:
-                record_setup(rec, hw, arch)
+                out.append((rec, record_setup(rec, hw, arch)))
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"--records: SubGPU record {i + 1} of {a.records} is not a "
                                  f"search record of the default workload ({type(e).__name__}: "
                                  f"{e})") from None
-        return recs
+        return out
     except ValueError as e:
         ap.error(str(e))
 
@@ -111,12 +114,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "eventsim_order_sharing.json"))
     a = ap.parse_args(argv)
     recs = checked_records(ap, a)
-    from subgpu_jax import get_hardware, get_model
+    from subgpu_jax import get_hardware
 
-    hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")
+    hw = get_hardware("B200")
     rows, t0 = [], time.time()
-    for rec in recs:
-        cfg, g, space = record_setup(rec, hw, arch)
+    for rec, (cfg, g, space) in recs:
         moves, _ = space.moves(np.asarray(cfg.alloc))
         base = sequence(g, cfg, hw)
         same, shared = 0, []

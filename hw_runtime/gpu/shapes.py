@@ -7,6 +7,7 @@ buffers (``weight_specs``, ``kv_specs``, ``act_specs``) and the device memory th
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -26,59 +27,40 @@ GIB = float(2 ** 30)
 _ELEM = {"bf16": 2, "fp32": 4, "int64": 8}
 
 
-@dataclass(frozen=True)
-class WorkloadShapes:
-    """Per-GPU, per-microbatch shapes of a region (derived from the graph; no torch needed).
+@dataclass(frozen=True, kw_only=True)
+class WorkloadShapes(LocalShapes):
+    """Per-GPU, per-microbatch shapes of a region (derived from the graph; no torch needed): the
+    model's per-GPU shapes (``LocalShapes``: H, qh, kvh, hd, nq, t, e, the MLP and expert sizes,
+    the MLA dims) for the region's layers (I is 0 where the region has no dense layer; E, El, F,
+    Fs are 0 where it has no MoE layer), and what the region's batch and KV caches add.
 
-    Attributes:
+    Attributes (besides ``LocalShapes``'s):
         R, m, Rm: attention requests per GPU, microbatches, requests per microbatch.
-        H, qh, kvh, hd, nq: hidden, local q heads, local KV heads, head dim, qkv width.
-        t: attention TP. kv_history: tokens in each request's cache.
+        kv_history: tokens in each request's cache.
         layer_kinds: ``"full"``/``"sliding"`` per layer of the region.
         kv_len: KV slots of each layer (history, or the window); kv_pos: the appended slot.
-        moe: MoE model. E, El, k, F: experts, local experts, top-k, expert intermediate.
-        Tr: tokens routed by this GPU per microbatch; A: expert assignments received;
-        n_hit: local experts hit; cap: tokens per hit expert (padded); I: dense intermediate/TP.
+        moe: some layer of the region is MoE. k: top-k. Tr: tokens routed by this GPU per
+        microbatch; A: expert assignments received; n_hit: local experts hit; cap: tokens per
+        hit expert (padded).
         mlp_kinds: ``"dense"``/``"moe"`` per layer of the region (a region may mix both);
-        dense: some layer of the region is dense. Fs: shared-expert intermediate per GPU
-        (num_shared_experts * moe_intermediate / t; 0 without shared experts).
-        mla: multi-head latent attention; c, r, nope, v, ql: kv_lora_rank, qk_rope_head_dim,
-        qk_nope_head_dim, v_head_dim, q_lora_rank; nd = ql + c + r, the down-projection width.
+        dense: some layer of the region is dense.
     """
 
     R: int
     m: int
     Rm: int
-    H: int
-    qh: int
-    kvh: int
-    hd: int
-    nq: int
-    t: int
     kv_history: int
     layer_kinds: tuple[str, ...]
     kv_len: tuple[int, ...]
     kv_pos: tuple[int, ...]
     moe: bool
-    E: int = 0
-    El: int = 0
     k: int = 0
-    F: int = 0
     Tr: int = 0
     A: int = 0
     n_hit: int = 0
     cap: int = 0
-    I: int = 0
     mlp_kinds: tuple[str, ...] = ()
     dense: bool = False
-    Fs: int = 0
-    mla: bool = False
-    c: int = 0
-    r: int = 0
-    nope: int = 0
-    v: int = 0
-    ql: int = 0
-    nd: int = 0
 
     @property
     def P(self) -> int:
@@ -156,11 +138,9 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
     R = dep.requests_per_gpu
     Rm = R // m
     ls = LocalShapes.of(arch, dep)      # the per-GPU shapes the graph builder uses too
-    t, qh, kvh, hd = ls.t, ls.qh, ls.kvh, ls.hd
-    if qh % kvh:
-        raise ValueError(f"TorchWorkload: {qh} local q heads are not a multiple of {kvh} KV heads")
-    mla = (dict(mla=True, c=ls.c, r=ls.r, nope=ls.nope, v=ls.v, ql=ls.ql, nd=ls.nd)
-           if ls.mla else {})
+    if ls.qh % ls.kvh:
+        raise ValueError(f"TorchWorkload: {ls.qh} local q heads are not a multiple of {ls.kvh} "
+                         "KV heads")
     kinds = tuple(lk[0] for lk in kinds2)
     kv_len, kv_pos = [], []
     for kind in kinds:
@@ -171,13 +151,15 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         else:
             kv_len.append(dep.kv_history)
             kv_pos.append(dep.kv_history - 1)
-    common = dict(R=R, m=m, Rm=Rm, H=ls.H, qh=qh, kvh=kvh, hd=hd, nq=ls.nq,
-                  t=t, kv_history=dep.kv_history, layer_kinds=kinds, kv_len=tuple(kv_len),
-                  kv_pos=tuple(kv_pos), moe=moe, mlp_kinds=mlp_kinds, dense=dense,
-                  I=ls.I if dense else 0, **mla)
+    # the region's own sizes: none of the dense MLP without a dense layer, none of the
+    # experts without an MoE layer
+    local = dict(dataclasses.asdict(ls), I=ls.I if dense else 0, E=0, El=0, F=0, Fs=0)
+    common = dict(local, R=R, m=m, Rm=Rm, kv_history=dep.kv_history, layer_kinds=kinds,
+                  kv_len=tuple(kv_len), kv_pos=tuple(kv_pos), moe=moe, mlp_kinds=mlp_kinds,
+                  dense=dense)
     if moe:
         E, k, e, El = ls.E, arch.top_k, ls.e, ls.El
-        Tr = max(1, int(round(Rm / t)))
+        Tr = max(1, int(round(Rm / ls.t)))
         # G*k/n assignments per GPU whatever e; its EP group routes G*e/(n*m) tokens
         # the busiest EP rank's assignments and distinct experts, as the graph charges them
         load = busiest_rank_load(E, k, e, dep.global_batch, dep.num_gpus, m,
@@ -187,8 +169,8 @@ def workload_shapes(graph: OpGraph) -> WorkloadShapes:
         hit = load.experts_hit
         n_hit = int(min(El, max(1, round(hit))))
         cap = int(math.ceil(A / n_hit))
-        return WorkloadShapes(**common, E=E, El=El, k=k, F=ls.F, Tr=Tr, A=A, n_hit=n_hit,
-                              cap=cap, Fs=ls.Fs)
+        return WorkloadShapes(**dict(common, E=E, El=El, F=ls.F, Fs=ls.Fs), k=k, Tr=Tr, A=A,
+                              n_hit=n_hit, cap=cap)
     return WorkloadShapes(**common)
 
 

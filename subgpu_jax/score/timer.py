@@ -518,9 +518,10 @@ class BatchedEventTimer(EventTimer):
     #: (0.77-1.17x, median 0.92x, at 303-307 allocations of four of the main job's
     #: structures; 0.45-0.80x at 103-107; docs/method.md §3, "The batched event simulator");
     #: the searches' batches are smaller (11 rows on average, 46 at most, with the main job's
-    #: 15 grid points in flight), so on a CPU they stay with the event simulator. JAX: 2 (an
-    #: accelerator's per-step cost is nearly flat in the batch; its crossover is not measured
-    #: yet).
+    #: 15 grid points in flight), so on a CPU they stay with the event simulator. JAX: 2 (on
+    #: one H100 the loop did 6.8-12x one host core's work per allocation at 1,024 rows and
+    #: 34-51x at 8,192-65,536, batched_eventsim_h100.json; its crossover at a search's batch
+    #: sizes is not measured).
     MIN_BATCH = {"numpy": 300, "jax": 2}
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",

@@ -247,23 +247,26 @@ def work_tables(stack: StructureStack, sid: np.ndarray, allocs: np.ndarray,
 
 
 class BatchedL2:
-    """The L2 table of ``sim.l2cache.L2Cache`` for B allocations at once: per allocation, which
-    of the structure's objects are resident, their bytes and their order stamps (recency under
-    lru, admission under fifo; the oldest stamp is evicted first).
+    """The L2 table of ``sim.l2cache.L2Cache`` for B allocations at once: per allocation, the
+    structure's objects' bytes and order stamps (recency under lru, admission under fifo; the
+    oldest stamp is evicted first). An object is resident where its stamp is below ``ABSENT``
+    (the JAX loop keeps its table the same way: ``sim.batchedjax``).
 
     Args:
         B: allocations. objects: distinct objects. capacity: bytes (``Hardware.l2_bytes``).
         policy: ``lru`` (a hit refreshes the stamp) or ``fifo`` (it does not).
     """
 
+    #: The stamp of an object that is not resident (above every clock value).
+    ABSENT = np.iinfo(np.int64).max
+
     def __init__(self, B: int, objects: int, capacity: float, policy: str = "lru") -> None:
         if policy not in ("lru", "fifo"):
             raise ValueError(f"policy must be lru or fifo, got {policy!r}")
         self.cap = float(capacity)
         self.refresh = policy == "lru"
-        self.present = np.zeros((B, objects), dtype=bool)
         self.nbytes = np.zeros((B, objects))
-        self.stamp = np.zeros((B, objects), dtype=np.int64)
+        self.stamp = np.full((B, objects), self.ABSENT, dtype=np.int64)
         self.clock = np.zeros(B, dtype=np.int64)
         self.occ = np.zeros(B)
         self.count = np.zeros(B, dtype=np.int64)     # resident objects
@@ -280,9 +283,9 @@ class BatchedL2:
         if rows.size == 0:
             return
         k, b = key[rows], n[rows]
-        was = self.present[rows, k]
+        was = self.stamp[rows, k] < self.ABSENT
         self.occ[rows[was]] -= self.nbytes[rows[was], k[was]]
-        self.present[rows[was], k[was]] = False
+        self.stamp[rows[was], k[was]] = self.ABSENT
         self.count[rows[was]] -= 1
         ok = (b <= self.cap) & (b > 0)
         rows, k, b = rows[ok], k[ok], b[ok]
@@ -291,12 +294,10 @@ class BatchedL2:
             if not need.any():
                 break
             r = rows[need]
-            victim = np.argmin(np.where(self.present[r], self.stamp[r], np.iinfo(np.int64).max),
-                               axis=1)
+            victim = np.argmin(self.stamp[r], axis=1)
             self.occ[r] -= self.nbytes[r, victim]
-            self.present[r, victim] = False
+            self.stamp[r, victim] = self.ABSENT
             self.count[r] -= 1
-        self.present[rows, k] = True
         self.nbytes[rows, k] = b
         self.occ[rows] += b
         self.count[rows] += 1
@@ -307,7 +308,7 @@ class BatchedL2:
         stamp refreshed under lru); a miss is admitted."""
         valid = m & (key >= 0)
         hit = np.zeros_like(valid)
-        hit[valid] = self.present[np.flatnonzero(valid), key[valid]]
+        hit[valid] = self.stamp[np.flatnonzero(valid), key[valid]] < self.ABSENT
         rows = np.flatnonzero(hit)
         if rows.size and self.refresh:
             self._touch(rows, key[rows])

@@ -326,16 +326,14 @@ def cmd_search(a) -> int:
             raise ValueError(f"--in-flight {in_flight}: grid points in flight batch their exact "
                              f"steps together, which --exact {a.exact} cannot; use --exact "
                              f"{batching} or --in-flight 1")
-        w = str(a.workers).strip().lower()
-        one = w == "auto" or (w.lstrip("+").isdigit() and w.isascii() and int(w) == 1)
-        if a.cluster is not None or not one:     # "01" is 1, as --workers itself reads it
-            raise ValueError(f"--in-flight {in_flight}: grid points in flight share this "
-                             "process's timer; give --workers 1 (and no --cluster)")
     try:
         workers = (1 if in_flight > 1 and str(a.workers).strip().lower() == "auto" else
                    search_workers(a.workers, a.cluster is not None, sum(p.D > 1 for p in pts)))
     except ValueError as e:  # the library names its argument, the CLI user typed the flag
         raise ValueError(f"--{e}") from None
+    if in_flight > 1 and (a.cluster is not None or workers > 1):   # --workers as it reads it
+        raise ValueError(f"--in-flight {in_flight}: grid points in flight share this "
+                         "process's timer; give --workers 1 (and no --cluster)")
     print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
           f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
     for note in skipped[:5]:   # under the header: what the grid left out
