@@ -15,6 +15,15 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
+# Compiled wheels too large to travel as wheels (numba + llvmlite for Python 3.12: the wheels are
+# 64 MB, the tree that travels at most 64 MiB) travel as one xz archive of their installed files,
+# .whl/*.tar.xz, unpacked into /tmp/site once per machine.
+for t in .whl/*.tar.xz; do
+  [ -f "$t" ] || continue
+  [ -f "/tmp/site/.$(basename "$t").done" ] || { mkdir -p /tmp/site && tar xJf "$t" -C /tmp/site \
+    && touch "/tmp/site/.$(basename "$t").done"; }
+  case ":$PYTHONPATH:" in *:/tmp/site:*) ;; *) export PYTHONPATH=$PYTHONPATH:/tmp/site;; esac
+done
 # FlashInfer's JIT (``--attention flashinfer``, shipped as a wheel in .whl/) builds its kernels
 # under this folder; kept while the machine stays warm, so a second call reuses them.
 export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/flashinfer}

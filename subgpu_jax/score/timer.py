@@ -511,7 +511,7 @@ class BatchedEventTimer(EventTimer):
     TOLERANCE = 0.005
     #: Engines of ``time_allocs``: ``numpy`` (``sim.batched``), ``jax`` (``sim.batchedjax``),
     #: ``auto`` (JAX when JAX's default backend is not the CPU).
-    BATCH_ENGINES = ("auto", "numpy", "jax")
+    BATCH_ENGINES = ("auto", "compiled", "numpy", "jax")
 
     #: The smallest batch run in lockstep by default, per engine. NumPy: 300, about where the
     #: loop breaks even with the event simulator per allocation on a CPU with the lru table
@@ -522,7 +522,7 @@ class BatchedEventTimer(EventTimer):
     #: one H100 the loop did 6.8-12x one host core's work per allocation at 1,024 rows and
     #: 34-51x at 8,192-65,536, batched_eventsim_h100.json; its crossover at a search's batch
     #: sizes is not measured).
-    MIN_BATCH = {"numpy": 300, "jax": 2}
+    MIN_BATCH = {"compiled": 1, "numpy": 300, "jax": 2}
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  engine: str = "auto", min_batch: int | None = None,
@@ -555,9 +555,13 @@ class BatchedEventTimer(EventTimer):
         return "lockstep batched event simulator"
 
     def engine_name(self) -> str:
-        """The engine ``time_allocs`` runs: ``numpy`` or ``jax``."""
+        """The engine ``time_allocs`` runs: ``compiled``, ``numpy`` or ``jax``."""
         if self.engine != "auto":
             return self.engine
+        from subgpu_jax.sim.batchednb import available
+
+        if available():
+            return "compiled"
         import jax
 
         return "numpy" if jax.default_backend() == "cpu" else "jax"
@@ -620,7 +624,12 @@ class BatchedEventTimer(EventTimer):
                 k += len(mats[n])
             try:
                 stack = StructureStack(sts)
-                if self.engine_name() == "jax":
+                engine = self.engine_name()
+                if engine == "compiled":
+                    from subgpu_jax.sim.batchednb import simulate_stack_compiled
+
+                    vals = simulate_stack_compiled(stack, sid, A, self.cache)
+                elif engine == "jax":
                     from subgpu_jax.sim.batchedjax import simulate_stack_jax
 
                     vals = simulate_stack_jax(stack, sid, A, self.cache)

@@ -225,7 +225,8 @@ class TimerExact:
         self.problem, self.timer = problem, timer
 
     def __call__(self, cfg: Config) -> float:
-        if getattr(self.timer, "coalesces", False):    # one row of a shared batch
+        if (getattr(self.timer, "coalesces", False)     # one row of a shared batch
+                or getattr(self.timer, "time_many", None) is not None):    # a batched engine
             return self.many([cfg])[0]
         pb = self.problem
         m = pb.workload.m_of(cfg)

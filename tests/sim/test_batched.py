@@ -26,7 +26,8 @@ from subgpu_jax import get_hardware, get_model
 from subgpu_jax.model.calibration import load_calibration
 from subgpu_jax.model.deployment import Deployment
 from subgpu_jax.model.workload import Workload
-from subgpu_jax.sim.batched import BatchStructure, Unbatchable, simulate_allocs
+from subgpu_jax.sim.batched import (BatchStructure, StructureStack, Unbatchable,
+                                    simulate_allocs, simulate_stack)
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import simulate
 from subgpu_jax.space.config import AllocSpace, Config, chain_cut, even_allocation
@@ -47,7 +48,7 @@ CASES = {
 }
 
 
-def _case(name, hw=HW):
+def case_of(name, hw=HW):
     model, dep, D, at, m, w, pol = CASES[name]
     wl = Workload.from_model(get_model(model), dep, hw)
     g = wl.graph(m)
@@ -59,7 +60,7 @@ def _case(name, hw=HW):
     return g, cfg
 
 
-def _allocs(cfg, n, seed, hw=HW):
+def random_allocs(cfg, n, seed, hw=HW):
     """``cfg``'s allocation and ``n`` random ones of its space (stars and bars)."""
     sp = AllocSpace.from_hw(hw, cfg.D)
     rng = np.random.default_rng(seed)
@@ -75,7 +76,7 @@ def _allocs(cfg, n, seed, hw=HW):
     return A
 
 
-def _reference(g, cfg, A, model, cache, hw=HW):
+def reference_makespans(g, cfg, A, model, cache, hw=HW):
     return np.array([simulate(g, dataclasses.replace(cfg, alloc=tuple(int(x) for x in a)), hw,
                               model, cache, record=False, forward=False).makespan for a in A])
 
@@ -83,7 +84,7 @@ def _reference(g, cfg, A, model, cache, hw=HW):
 def test_cases_are_feasible_structures():
     """Each case builds (the cut with reuse has K = D + 1 segments)."""
     for name in CASES:
-        g, cfg = _case(name)
+        g, cfg = case_of(name)
         st = BatchStructure(g, cfg, HW, ContentionModel())
         assert st.D == cfg.D and st.T > 0 and st.objects > 0
         assert len(set(cfg.seg_of)) == cfg.D + cfg.w
@@ -94,20 +95,20 @@ def test_cases_are_feasible_structures():
 @settings(max_examples=2, deadline=None)
 @given(seed=hst.integers(0, 2**31 - 1))
 def test_numpy_loop_equals_the_event_simulator(name, cache, seed):
-    g, cfg = _case(name)
+    g, cfg = case_of(name)
     model = ContentionModel()
-    A = _allocs(cfg, 3, seed)
+    A = random_allocs(cfg, 3, seed)
     st = BatchStructure(g, cfg, HW, model)
     got = simulate_allocs(st, A, cache)
-    assert np.max(np.abs(got / _reference(g, cfg, A, model, cache) - 1)) < 1e-9
+    assert np.max(np.abs(got / reference_makespans(g, cfg, A, model, cache) - 1)) < 1e-9
 
 
 def test_rows_are_independent_of_their_batch():
     """A row's makespan does not depend on the other rows of its batch (bit for bit): the
     batch's allocations share no state."""
-    g, cfg = _case("mixtral_tp8_d3")
+    g, cfg = case_of("mixtral_tp8_d3")
     st = BatchStructure(g, cfg, HW, ContentionModel())
-    A = _allocs(cfg, 4, 3)
+    A = random_allocs(cfg, 4, 3)
     whole = simulate_allocs(st, A)
     for i in (0, 3):
         assert simulate_allocs(st, A[i:i + 1])[0] == whole[i]
@@ -129,10 +130,10 @@ def test_calibrated_model():
     cfg = Config(D=2, w=0, seg_of=chain_cut(g.n, [g.n // 2]),
                  alloc=tuple(int(x) for x in even), microbatch=wl.microbatch_size(2))
     cfg.check(g.n, g.edges, hw, wl.batch)
-    A = _allocs(cfg, 3, 5, hw)
+    A = random_allocs(cfg, 3, 5, hw)
     st = BatchStructure(g, cfg, hw, model)
     got = simulate_allocs(st, A)
-    assert np.max(np.abs(got / _reference(g, cfg, A, model, "lru", hw) - 1)) < 1e-9
+    assert np.max(np.abs(got / reference_makespans(g, cfg, A, model, "lru", hw) - 1)) < 1e-9
 
 
 def test_same_instant_launches_look_up_in_push_order():
@@ -150,12 +151,12 @@ def test_same_instant_launches_look_up_in_push_order():
     model = ContentionModel()
     st = BatchStructure(g, cfg, hw, model)
     got = simulate_allocs(st, np.asarray([cfg.alloc]))
-    ref = _reference(g, cfg, [cfg.alloc], model, "lru", hw)
+    ref = reference_makespans(g, cfg, [cfg.alloc], model, "lru", hw)
     assert abs(got[0] / ref[0] - 1) < 1e-9
 
 
 def test_refuses_what_it_does_not_cover():
-    g, cfg = _case("llama8b_d2")
+    g, cfg = case_of("llama8b_d2")
     with pytest.raises(Unbatchable, match="one stream per stage"):
         BatchStructure(g, dataclasses.replace(cfg, streams_per_stage=2), HW, ContentionModel())
     with pytest.raises(Unbatchable, match="multistream"):
@@ -188,9 +189,9 @@ def test_jax_loop_equals_the_numpy_loop(cache):
 
     from subgpu_jax.sim.batchedjax import bucket, simulate_allocs_jax
 
-    g, cfg = _case("mixtral_tp8_d3")
+    g, cfg = case_of("mixtral_tp8_d3")
     st = BatchStructure(g, cfg, HW, ContentionModel())
-    A = _allocs(cfg, 3, 7)
+    A = random_allocs(cfg, 3, 7)
     before = jax.config.jax_enable_x64
     tm: dict = {}
     got = simulate_allocs_jax(st, A, cache, tm)
@@ -222,9 +223,9 @@ def test_a_stack_of_structures_runs_as_one_batch():
     model = ContentionModel()
     sts, rows, sid, own = [], [], [], []
     for s, name in enumerate(CASES):
-        g, cfg = _case(name)
+        g, cfg = case_of(name)
         st = BatchStructure(g, cfg, HW, model)
-        A = _allocs(cfg, 2, 20 + s)
+        A = random_allocs(cfg, 2, 20 + s)
         sts.append(st)
         own.append(simulate_allocs(st, A))
         rows += [list(a) for a in A]
@@ -242,7 +243,7 @@ def test_a_stack_of_structures_runs_as_one_batch():
     gj = simulate_stack_jax(stack, sid, A)
     assert np.max(np.abs(gj / got - 1)) < 1e-9     # XLA may fuse the arithmetic differently
     with pytest.raises(ValueError, match="share their hw and model"):
-        StructureStack([sts[0], BatchStructure(sts[1].graph, _case(list(CASES)[1])[1], HW,
+        StructureStack([sts[0], BatchStructure(sts[1].graph, case_of(list(CASES)[1])[1], HW,
                                                ContentionModel())])
     with pytest.raises(ValueError, match="sid must index"):
         simulate_stack(stack, sid + 4, A)
@@ -263,7 +264,7 @@ def test_a_stalled_row_raises_in_both_loops(monkeypatch):
 
     monkeypatch.setattr(nb, "work_tables", zero_rate)
     monkeypatch.setattr(jb, "work_tables", zero_rate)
-    g, cfg = _case("llama8b_d2")
+    g, cfg = case_of("llama8b_d2")
     st = BatchStructure(g, cfg, HW, ContentionModel())
     A = np.asarray([cfg.alloc])
     with pytest.raises(RuntimeError, match="stalled"):
@@ -279,3 +280,124 @@ def testobject_slots_are_the_next_multiple_of_the_step():
 
     assert OBJECT_SLOT_STEP == 128
     assert [object_slots(n) for n in (0, 1, 128, 129, 1226)] == [128, 128, 128, 256, 1280]
+
+
+# ---------------------------------------------------------------- the compiled engine
+# sim.batchednb against the event simulator (the reference) and the NumPy loop it follows: the
+# same makespans to float rounding (bound 1e-9 relative; 2.6e-11 the largest seen) on the
+# structures of CASES, all three L2 policies, a calibrated model, the tie record, and stacks.
+nb = pytest.importorskip("subgpu_jax.sim.batchednb")
+needs_numba = pytest.mark.skipif(not nb.available(), reason="numba is not installed")
+
+
+def _compiled(st, A, cache="lru"):
+    return nb.simulate_stack_compiled(st.alone(), np.zeros(len(A), dtype=np.int64), A, cache)
+
+
+@needs_numba
+@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("cache", ["lru", "fifo", "none"])
+@settings(max_examples=3, deadline=None)
+@given(seed=hst.integers(0, 2**31 - 1))
+def test_compiled_loop_equals_the_event_simulator(name, cache, seed):
+    g, cfg = case_of(name)
+    model = ContentionModel()
+    A = random_allocs(cfg, 3, seed)
+    st = BatchStructure(g, cfg, HW, model)
+    got = _compiled(st, A, cache)
+    assert np.max(np.abs(got / reference_makespans(g, cfg, A, model, cache) - 1)) < 1e-9
+    # and the NumPy loop it follows, step for step
+    assert np.max(np.abs(got / simulate_allocs(st, A, cache) - 1)) < 1e-9
+
+
+@needs_numba
+def test_compiled_calibrated_model():
+    """The committed H100 calibration of Qwen2.5-7B (measured windows, fixed phases, scales)."""
+    hw = get_hardware("H100")
+    arch = get_model("qwen2.5-7b")
+    dep = Deployment(1, 1, 1, 1, 512, 1024, 1024)
+    cal = load_calibration(str(ROOT / "experiments" / "results"
+                               / "calibration_h100_qwen25_7b.json"), arch, dep, hw)
+    model = ContentionModel().replace(calibration=cal)
+    wl = Workload.from_model(arch, dep, hw)
+    g = wl.graph(2)
+    even = even_allocation(hw.sm_budget, 2, hw.sm_quantum, hw.stage_min_sms)
+    cfg = Config(D=2, w=0, seg_of=chain_cut(g.n, [g.n // 2]),
+                 alloc=tuple(int(x) for x in even), microbatch=wl.microbatch_size(2))
+    A = random_allocs(cfg, 3, 5, hw)
+    st = BatchStructure(g, cfg, hw, model)
+    assert np.max(np.abs(_compiled(st, A) / reference_makespans(g, cfg, A, model, "lru", hw) - 1)) < 1e-9
+
+
+@needs_numba
+def test_compiled_same_instant_launches_look_up_in_push_order():
+    """The tie record of ``tests/data/batched_tie_record.json``: two lanes launch at one instant
+    and their L2 lookups follow the event queue's push order."""
+    rec = json.loads((ROOT / "tests" / "data" / "batched_tie_record.json").read_text())
+    hw, arch = get_hardware("B200"), get_model("gpt-oss-120b")
+    wl = Workload.from_model(arch, Deployment.from_record(rec), hw)
+    cfg = dataclasses.replace(Config.from_record(rec, wl.graph(1)), alloc=(28, 42, 78))
+    g = wl.graph(int(rec["microbatches"]))
+    model = ContentionModel()
+    st = BatchStructure(g, cfg, hw, model)
+    got = _compiled(st, np.asarray([cfg.alloc]))
+    assert abs(got[0] / reference_makespans(g, cfg, [cfg.alloc], model, "lru", hw)[0] - 1) < 1e-9
+
+
+@needs_numba
+def test_a_stack_runs_each_row_as_its_own_structure():
+    """Rows of the four structures interleaved in one call: each equals the NumPy loop's stack
+    (1e-12), and a row does not depend on the rows beside it (bit for bit)."""
+    model = ContentionModel()
+    sts, rows, sid = [], [], []
+    for s, name in enumerate(CASES):
+        g, cfg = case_of(name)
+        sts.append(BatchStructure(g, cfg, HW, model))
+        A = random_allocs(cfg, 2, 40 + s)
+        rows += [list(a) for a in A]
+        sid += [s] * len(A)
+    stack = StructureStack(sts)
+    A = np.zeros((len(rows), stack.D), dtype=np.int64)
+    for i, r in enumerate(rows):
+        A[i, :len(r)] = r
+    order = np.random.default_rng(1).permutation(len(rows))
+    A, sid = A[order], np.asarray(sid)[order]
+    got = nb.simulate_stack_compiled(stack, sid, A)
+    assert np.max(np.abs(got / simulate_stack(stack, sid, A) - 1)) < 1e-12
+    assert nb.simulate_stack_compiled(stack, sid[2:3], A[2:3])[0] == got[2]
+    with pytest.raises(ValueError, match="sid must index"):
+        nb.simulate_stack_compiled(stack, sid + 4, A)
+    with pytest.raises(ValueError, match="policy"):
+        nb.simulate_stack_compiled(stack, sid, A, "random")
+
+
+@needs_numba
+def test_compiled_stalled_row_raises(monkeypatch):
+    """A kernel whose FLOP counter never moves: RuntimeError, not a hang or a number."""
+    orig = nb.work_tables
+
+    def zero_rate(*a):
+        W = orig(*a)
+        W["rate_full"][:] = 0.0
+        return W
+
+    monkeypatch.setattr(nb, "work_tables", zero_rate)
+    g, cfg = case_of("llama8b_d2")
+    st = BatchStructure(g, cfg, HW, ContentionModel())
+    with pytest.raises(RuntimeError, match="stalled"):
+        _compiled(st, np.asarray([cfg.alloc]), "none")
+
+
+@needs_numba
+def test_the_batched_timer_runs_the_compiled_engine_on_one_row():
+    """``event-batched`` picks the compiled engine (``auto``) and runs even one allocation in
+    it (its ``MIN_BATCH`` is 1), with the event simulator's makespan."""
+    from subgpu_jax.score.timer import BatchedEventTimer
+
+    g, cfg = case_of("mixtral_tp8_d3")
+    t = BatchedEventTimer(HW, ContentionModel())
+    assert t.engine_name() == "compiled" and t.min_batch == 1
+    got = t.time_allocs(g, cfg, np.asarray([cfg.alloc]))
+    assert t.lockstep_rows == 1 and t.event_rows == 0
+    ref = reference_makespans(g, cfg, [cfg.alloc], ContentionModel(), "lru")
+    assert abs(got[0] / ref[0] - 1) < 1e-9
