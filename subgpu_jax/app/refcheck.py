@@ -14,7 +14,7 @@ from subgpu_jax.model.generation import search_step
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.space.config import Config
 
-__all__ = ["reference_check", "screen_check"]
+__all__ = ["reference_check", "engine_check", "screen_check"]
 
 
 def reference_check(scorer, records: Sequence[dict]) -> dict:
@@ -57,6 +57,51 @@ def reference_check(scorer, records: Sequence[dict]) -> dict:
             "max_abs_error": max(errs) if errs else None,
             "checked": sum(x["mode"] == "subgpu" for x in rows),
             "tolerance": getattr(scorer.timer, "TOLERANCE", None)}
+
+
+def engine_check(scorer, records: Sequence[dict]) -> dict | None:
+    """The event simulator's check of its own compiled engine (``score.timer.EventTimer`` with
+    ``engine`` ``compiled``: a search's exact steps ran in ``sim.batchednb``, each record's
+    numbers come from the Python simulator's re-simulation of its configuration): the best
+    SubGPU record of each (global batch, attention TP, DP) timed again by the engine, beside the
+    record's region makespan.
+
+    Returns:
+        ``{"engine", "reference", "rows": [{"global_batch", "attn_tp", "attn_dp",
+        "engine_region_us", "region_us", "error"}], "median_abs_error", "max_abs_error",
+        "checked"}`` with error = engine / simulator - 1, or None when the search's event
+        timer has no compiled engine or no SubGPU record was made.
+    """
+    import statistics
+
+    import numpy as np
+
+    ev = scorer.event
+    if getattr(ev, "engine", None) != "compiled" or scorer.timer is not ev:
+        return None
+    best: dict = {}
+    for r in records:
+        if r.get("mode") != "subgpu":
+            continue
+        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]))
+        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
+            best[k] = r
+    if not best:
+        return None
+    rows = []
+    for k in sorted(best):
+        r = best[k]
+        p = scorer.problem(search_step(Deployment.from_record(r)))
+        cfg = Config.from_record(r, p.workload.graph(1))
+        got = float(ev.time_allocs(p.workload.graph(int(r["microbatches"])), cfg,
+                                   np.asarray([cfg.alloc]))[0])
+        ref = float(r["region_makespan_us"])
+        rows.append({"global_batch": k[0], "attn_tp": k[1], "attn_dp": k[2],
+                     "engine_region_us": got, "region_us": ref, "error": got / ref - 1.0})
+    errs = [abs(x["error"]) for x in rows]
+    return {"engine": "compiled (sim.batchednb)", "reference": ev.describe(), "rows": rows,
+            "median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
+            "checked": len(rows)}
 
 
 def screen_check(records: Sequence[dict]) -> dict | None:

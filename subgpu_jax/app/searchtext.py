@@ -150,6 +150,13 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
               f"{'' if n == 1 else 's'} differ from it by a median "
               f"{chk['median_abs_error']:.2%}, at most {chk['max_abs_error']:.2%}{over} "
               "(summary.json: reference_check)")
+    eng = summ.get("engine_check")
+    if eng and eng.get("rows"):
+        n = eng["checked"]
+        print(f"\nthe event simulator's exact steps ran in its compiled engine; timed again there, "
+              f"the best SubGPU record at {n} (batch, TPxDP) point{'' if n == 1 else 's'} "
+              f"differ{'s' if n == 1 else ''} from the simulator's own numbers (the records') by "
+              f"at most {eng['max_abs_error']:.1e} (summary.json: engine_check)")
     scr = summ.get("screen_check")
     if scr:
         print(f"\nscreened: the batched screen's region makespans of the {scr['points']} chosen "

@@ -56,11 +56,11 @@ from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.setup import DurationModel, GpuSetup
+from subgpu_jax.score.lockstep import LockstepBatches, compiled_available
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import check_sm_mode, simulate, simulate_streams
-from subgpu_jax.space.config import check_config
 from subgpu_jax.sim.l2cache import check_policy
-from subgpu_jax.space.config import Config
+from subgpu_jax.space.config import Config, check_config
 
 __all__ = ["Timing", "Timer", "EventTimer", "FullEventTimer", "StaticTimer", "ContentionTimer",
            "ScreenedTimer", "BatchedEventTimer", "StructureCache",
@@ -182,19 +182,46 @@ class EventTimer:
     reference, batched, screen = True, False, None
     contention = True   # per instance: False with ContentionModel.off()
 
+    #: The engines of ``time_allocs``/``time_many`` (makespans alone): ``compiled`` (the
+    #: batched simulator's compiled engine, ``sim.batchednb``, where it covers the structure;
+    #: the Python simulator elsewhere) or ``python`` (the simulator below, one call each).
+    ENGINES = ("compiled", "python")
+
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
-                 mode: str = "green", forward: bool = True) -> None:
+                 mode: str = "green", forward: bool = True, engine: str = "compiled") -> None:
         if model is not None and not isinstance(model, ContentionModel):
             raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
+        if engine not in self.ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(self.ENGINES)}, got {engine!r}")
         self.hw, self.cache, self.mode = hw, check_policy(cache), check_sm_mode(mode)
         self.forward = bool(forward)
         self.model = model if model is not None else ContentionModel()
         self.contention = not self.model.isolated
+        #: the makespan batches' runner (``score.lockstep``), None with the Python engine (or
+        #: where Numba is missing: ``engine`` then says ``python``)
+        self.batches = (LockstepBatches(hw, self.model, self.cache, self.mode, "compiled")
+                        if engine == "compiled" and compiled_available() else None)
+        self.engine = "compiled" if self.batches is not None else "python"
+        self.batched = self.batches is not None
 
     def describe(self) -> str:
         return "event simulator" + ("" if self.contention else " without contention")
 
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        return self.time_many([(graph, cfg, allocs)])[0]
+
+    def time_many(self, items: Sequence[tuple[OpGraph, Config, np.ndarray]]
+                  ) -> list[np.ndarray]:
+        """Makespans (µs) of several structures' allocations (``(graph, cfg, allocs)`` as
+        ``time_allocs`` takes them): with the compiled engine every covered structure in one
+        call (``score.lockstep.LockstepBatches``), the rest by the Python simulator."""
+        if self.batches is None:
+            return [self.simulate_allocs(g, c, A) for g, c, A in items]
+        return self.batches.run(items, self.simulate_allocs)
+
+    def simulate_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        """Makespans (µs) of ``cfg`` under each row of ``allocs`` by the Python simulator, one
+        call each (``time`` without a series)."""
         return np.array([self.time(graph, c, validate=False).makespan_us
                          for c in _rows(cfg, allocs)])
 
@@ -237,7 +264,7 @@ class FullEventTimer(EventTimer):
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  mode: str = "green") -> None:
-        super().__init__(hw, model, cache, mode, forward=False)
+        super().__init__(hw, model, cache, mode, forward=False, engine="python")
 
     def describe(self) -> str:
         return super().describe() + " (every region simulated)"
@@ -467,8 +494,11 @@ class BatchedEventTimer(EventTimer):
     lockstep (``event-batched``, ``sim.batched``): each allocation advances its own events, so
     it is the event simulator's model, not an approximation of it. ``time`` (one
     configuration, traces, per-category times) is the event simulator itself; ``time_allocs``
-    runs a batch of allocations of one structure as one batched simulation (the NumPy engine
-    on a CPU, the JAX engine, ``sim.batchedjax``, on an accelerator).
+    runs a batch of allocations as one batched simulation (``score.lockstep``: the compiled
+    engine where Numba imports, else NumPy on a CPU and JAX, ``sim.batchedjax``, on an
+    accelerator). Unlike ``event`` (whose batches run in the compiled engine too), it is not
+    the reference: its records carry no per-category times and a search with it ends with the
+    reference check below.
 
     Agreement with the event simulator (``tests/sim/test_batched.py``,
     ``experiments/batched_eventsim_proto.py``): within 1e-9 relative on the main job's polish
@@ -478,11 +508,10 @@ class BatchedEventTimer(EventTimer):
     are re-simulated by the event simulator (``summary.json``'s ``reference_check``), with a
     warning above ``TOLERANCE``.
 
-    Speed: the lockstep loop pays per instant, not per allocation, so it wins only on large
-    batches: on two CPU cores the NumPy engine is 0.05-0.13x the event simulator per allocation
-    on a polish pass (3-7 allocations) and 0.45-0.98x on about 105 (lru);
-    ``experiments/bench_batched_timer.py`` measures it per engine and batch size. It is meant
-    for accelerators and batched sweeps; the event simulator stays the default.
+    Speed: the NumPy and JAX loops pay per instant, not per allocation, so they win only on
+    large batches (on two CPU cores NumPy is 0.05-0.13x the event simulator per allocation on a
+    polish pass of 3-7 allocations and 0.45-0.98x on about 105, lru); the compiled engine wins
+    from one allocation (``experiments/bench_compiled_sim.py``).
 
     Batches below ``min_batch`` rows, temporal configurations (D = 1) and the structures the
     batched loop does not cover (``sim.batched.Unbatchable``: shared pools, the isolated
@@ -491,7 +520,8 @@ class BatchedEventTimer(EventTimer):
 
     Args:
         hw, model, cache: as ``EventTimer`` (green contexts). engine: ``BATCH_ENGINES``
-            (``auto``: JAX on an accelerator, NumPy on a CPU). min_batch: the smallest batch
+            (``auto``: compiled where Numba imports, else JAX on an accelerator, NumPy on a
+            CPU). min_batch: the smallest batch
             run in lockstep (>= 1; None: ``MIN_BATCH`` of the engine). cache_mib: bound of the
             structures kept (MiB).
 
@@ -500,43 +530,38 @@ class BatchedEventTimer(EventTimer):
     """
 
     name = "event-batched"
-    summary = ("the event simulator's model with many allocations simulated together in "
-               "lockstep (NumPy on a CPU, JAX on an accelerator; within 1e-9 of event but for "
-               "rare near-ties), its best records re-simulated by the event simulator; for "
-               "large batches")
+    summary = ("the event simulator's model in a batched engine (compiled where Numba imports, "
+               "else NumPy lockstep on a CPU, JAX on an accelerator; within 1e-9 of event but "
+               "for rare near-ties), its best records re-simulated by the event simulator")
     reference, batched, screen = False, True, None
     #: Relative disagreement with the event simulator above which a search's reference check
     #: warns: the issue's 0.5% bound; measured disagreements are 1e-9 and, at near-ties,
     #: up to 1.4e-3 (class docstring).
     TOLERANCE = 0.005
-    #: Engines of ``time_allocs``: ``numpy`` (``sim.batched``), ``jax`` (``sim.batchedjax``),
-    #: ``auto`` (JAX when JAX's default backend is not the CPU).
-    BATCH_ENGINES = ("auto", "compiled", "numpy", "jax")
-
-    #: The smallest batch run in lockstep by default, per engine. NumPy: 300, about where the
-    #: loop breaks even with the event simulator per allocation on a CPU with the lru table
-    #: (0.77-1.17x, median 0.92x, at 303-307 allocations of four of the main job's
-    #: structures; 0.45-0.80x at 103-107; docs/method.md §3, "The batched event simulator");
-    #: the searches' batches are smaller (11 rows on average, 46 at most, with the main job's
-    #: 15 grid points in flight), so on a CPU they stay with the event simulator. JAX: 2 (on
-    #: one H100 the loop did 6.8-12x one host core's work per allocation at 1,024 rows and
-    #: 34-51x at 8,192-65,536, batched_eventsim_h100.json; its crossover at a search's batch
-    #: sizes is not measured).
-    MIN_BATCH = {"compiled": 1, "numpy": 300, "jax": 2}
+    #: Engines of ``time_allocs`` (``score.lockstep.LockstepBatches.ENGINES``).
+    BATCH_ENGINES = LockstepBatches.ENGINES
+    #: The smallest batch run by each engine by default (``LockstepBatches.MIN_BATCH``).
+    MIN_BATCH = LockstepBatches.MIN_BATCH
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  engine: str = "auto", min_batch: int | None = None,
                  cache_mib: int = 256) -> None:
-        super().__init__(hw, model, cache, "green")
-        if engine not in self.BATCH_ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(self.BATCH_ENGINES)}, got "
-                             f"{engine!r}")
-        self.engine = engine
-        self.min_batch = (self.MIN_BATCH[self.engine_name()] if min_batch is None
-                          else pos_int(min_batch, "min_batch"))
-        self.structures = ByteLRU(int(cache_mib) * 2**20)
-        #: allocations timed in lockstep, and by the event simulator instead
-        self.lockstep_rows = self.event_rows = 0
+        super().__init__(hw, model, cache, "green", engine="python")
+        self.batches = LockstepBatches(hw, self.model, self.cache, "green", engine, min_batch,
+                                       cache_mib)
+        self.engine, self.min_batch = engine, self.batches.min_batch
+        self.structures = self.batches.structures
+        self.batched = True
+
+    @property
+    def lockstep_rows(self) -> int:
+        """Allocations timed by the batched engine."""
+        return self.batches.lockstep_rows
+
+    @property
+    def event_rows(self) -> int:
+        """Allocations timed by the event simulator instead (uncovered, or small batches)."""
+        return self.batches.event_rows
 
     @classmethod
     def of(cls, setup: GpuSetup, cache: str | None = None, contention: bool = True,
@@ -556,98 +581,16 @@ class BatchedEventTimer(EventTimer):
 
     def engine_name(self) -> str:
         """The engine ``time_allocs`` runs: ``compiled``, ``numpy`` or ``jax``."""
-        if self.engine != "auto":
-            return self.engine
-        from subgpu_jax.sim.batchednb import available
-
-        if available():
-            return "compiled"
-        import jax
-
-        return "numpy" if jax.default_backend() == "cpu" else "jax"
-
-    def _structure(self, graph: OpGraph, cfg: Config):
-        """The ``sim.batched.BatchStructure`` of ``cfg``'s structure (kept while its graph
-        lives), or None when the batched loop does not cover it."""
-        from subgpu_jax.sim.batched import BatchStructure, Unbatchable
-
-        key = (id(graph), cfg.seg_of, cfg.D, cfg.w, cfg.policy, cfg.streams_per_stage)
-
-        def make():
-            try:
-                return (graph, BatchStructure(graph, cfg, self.hw, self.model, self.mode))
-            except Unbatchable:
-                return (graph, None)
-
-        hit = self.structures.get_or_make(key, make)
-        if hit[0] is not graph:     # an id reused by a new graph after the old one was freed
-            self.structures.clear()
-            return self._structure(graph, cfg)
-        return hit[1]
-
-    def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
-        return self.time_many([(graph, cfg, allocs)])[0]
+        return self.batches.engine_name()
 
     def time_many(self, items: Sequence[tuple[OpGraph, Config, np.ndarray]]
                   ) -> list[np.ndarray]:
-        """Makespans (µs) of several structures' allocations in ONE lockstep batch: ``items``
+        """Makespans (µs) of several structures' allocations in ONE batched call: ``items``
         are ``(graph, cfg, allocs)`` as ``time_allocs`` takes them (any graphs, cuts, stage
         and microbatch counts of this timer's GPU); returns one float64 (B_i,) array each.
         Rows the batched loop does not cover go to the event simulator (class docstring);
-        the batch runs in lockstep when it holds at least ``min_batch`` rows."""
-        from subgpu_jax.sim.batched import StructureStack, Unbatchable, simulate_stack
-
-        mats = [np.atleast_2d(np.asarray(allocs)) for _, _, allocs in items]
-        for (_, cfg, _), A in zip(items, mats):
-            if A.ndim != 2 or A.shape[1] != cfg.D:
-                raise ValueError(f"allocs must be (B, {cfg.D}) for a {cfg.D}-stage "
-                                 f"configuration, got shape {A.shape}")
-        out: list = [None] * len(items)
-        sts: list = []
-        index: dict = {}
-        batched = []            # (item, structure index)
-        for n, (graph, cfg, _) in enumerate(items):
-            st = None if cfg.D == 1 else self._structure(graph, cfg)
-            if st is not None:
-                batched.append((n, index.setdefault(id(st), len(index))))
-                if len(sts) < len(index):
-                    sts.append(st)
-        nrows = sum(len(mats[n]) for n, _ in batched)
-        if batched and nrows >= self.min_batch:
-            D = max(st.D for st in sts)
-            A = np.zeros((nrows, D), dtype=np.int64)
-            sid = np.zeros(nrows, dtype=np.int64)
-            k = 0
-            for n, s in batched:
-                A[k:k + len(mats[n]), :mats[n].shape[1]] = mats[n]
-                sid[k:k + len(mats[n])] = s
-                k += len(mats[n])
-            try:
-                stack = StructureStack(sts)
-                engine = self.engine_name()
-                if engine == "compiled":
-                    from subgpu_jax.sim.batchednb import simulate_stack_compiled
-
-                    vals = simulate_stack_compiled(stack, sid, A, self.cache)
-                elif engine == "jax":
-                    from subgpu_jax.sim.batchedjax import simulate_stack_jax
-
-                    vals = simulate_stack_jax(stack, sid, A, self.cache)
-                else:
-                    vals = simulate_stack(stack, sid, A, self.cache)
-            except Unbatchable:     # (the JAX loop: a task without kernels)
-                vals = None
-            if vals is not None:
-                self.lockstep_rows += nrows
-                k = 0
-                for n, _ in batched:
-                    out[n] = np.asarray(vals[k:k + len(mats[n])], dtype=float)
-                    k += len(mats[n])
-        for n, (graph, cfg, _) in enumerate(items):
-            if out[n] is None:      # the event simulator, one call each
-                self.event_rows += len(mats[n])
-                out[n] = super().time_allocs(graph, cfg, mats[n])
-        return out
+        the batch runs in the engine when it holds at least ``min_batch`` rows."""
+        return self.batches.run(items, self.simulate_allocs)
 
 
 #: The timers by name: ``subgpu search --exact`` and ``subgpu simulate --simulator`` take their

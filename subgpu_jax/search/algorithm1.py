@@ -14,7 +14,7 @@ from subgpu_jax.model.accounting import throughputs
 from subgpu_jax.model.checks import pos_int
 from subgpu_jax.score.timer import ScreenedTimer
 from subgpu_jax.search.cuts import RankedCut, rank_cuts
-from subgpu_jax.search.pairwise import pairwise_line
+from subgpu_jax.search.pairwise import improves, pairwise_line
 from subgpu_jax.search.pareto import pareto_front
 from subgpu_jax.search.problem import memoised, MemoScorer, Problem
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, AllocationStrategy, by_name,
@@ -250,7 +250,7 @@ def _grid_point(problem: Problem, D: int, m: int, pol: str, memo: MemoScorer,
     for rank, rc in polish:
         r = o.allocate(problem, rc.cand.seg_of, D, rc.cand.w, m, pol, memo, o.L_est, o.L_sim)
         cheap += r.cheap_evals
-        if res is None or r.makespan_us < res.makespan_us:
+        if res is None or improves(r.makespan_us, res.makespan_us):   # ties: first kept
             res, cand, cheap_rank = r, rc.cand, rank
     alloc, makespan, conf = tuple(int(a) for a in res.alloc), res.makespan_us, {}
     if cmemo is not None:

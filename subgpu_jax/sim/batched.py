@@ -82,7 +82,7 @@ class BatchStructure:
         ids it runs. objects: the number of distinct L2 objects. read_key, read_bytes: (I, R)
         object ids (-1 pads) and bytes of each instance's reads in lookup order; write_key,
         write_bytes: (I, W) its writes; always_hbm: (I,) bytes always from HBM (activation
-        writes + KV).
+        writes + KV), and its two terms write_hbm and kv_hbm (I,).
 
     Raises:
         Unbatchable: a pool shared by several lanes, or the isolated model.
@@ -122,6 +122,8 @@ class BatchStructure:
         self.write_key = np.full((self.I, Wm), -1, dtype=np.int64)
         self.write_bytes = np.zeros((self.I, Wm))
         self.always_hbm = np.zeros(self.I)
+        self.write_hbm = np.zeros(self.I)     # the two terms of always_hbm, apart: the event
+        self.kv_hbm = np.zeros(self.I)        # simulator adds them to the misses one by one
         for j, job in enumerate(sim.jobs):
             l, mu = job.region, job.mb
             for q, k in enumerate(job.kids):
@@ -136,6 +138,7 @@ class BatchStructure:
                     self.write_key[i0, i] = ids.setdefault(("a", l + sh, mu, nm), len(ids))
                     self.write_bytes[i0, i] = b
                 self.always_hbm[i0] = wb + kv
+                self.write_hbm[i0], self.kv_hbm[i0] = wb, kv
         self.objects = len(ids)
         self.qlen = np.array([len(q) for q in self.queues], dtype=np.int64)
         self.qjob = np.full((self.D, int(self.qlen.max()) + 1), -1, dtype=np.int64)
@@ -215,6 +218,8 @@ class StructureStack:
         self.write_key = _pad([st.write_key for st in sts], -1)
         self.write_bytes = _pad([st.write_bytes for st in sts], 0.0)
         self.always_hbm = _pad([st.always_hbm for st in sts], 0.0)
+        self.write_hbm = _pad([st.write_hbm for st in sts], 0.0)
+        self.kv_hbm = _pad([st.kv_hbm for st in sts], 0.0)
 
 
 #: The ``KernelWork`` fields the batched loop reads (sim.kernelwork).

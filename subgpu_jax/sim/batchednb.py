@@ -116,56 +116,88 @@ def _l2_insert(key, b, cap, nb, prv, nxt, res, occ_cnt):
     _l2_append(key, prv, nxt, res, head)
 
 
-@_njit
-def _start_kernel(d, now, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, seq, nseq,
-                  phase, rh, ev_launch, Dn):
-    j = qjob[s, d, head[d]]
-    i = first[s, j] + pos[d]
-    inst[d] = i
-    k = inst_kid[s, i]
-    kid[d] = k
-    nseq[0] += 1
-    seq[d] = nseq[0]
-    phase[d] = 1
-    fixed = Wb[W_FIXED, d, k]
-    gain = P[P_GAIN]
-    if gain > 0.0 and fixed > 0.0:
-        h = 0.0
-        for e in range(Dn):
-            if e != d and phase[e] == 2:
-                h += rh[e]
-        x = h * P[P_INVCOPY]
-        if x > 1.0:
-            x = 1.0
-        fixed = fixed * (1.0 + gain * x)
-    ev_launch[d] = now + P[P_LAUNCH] + fixed
+# the event kinds in the order the event simulator's queue breaks ties (eventsim._DONE, ...)
+EV_DONE, EV_SETUP, EV_LAUNCH = 0, 1, 2
 
 
 @_njit
-def _end_job(d, s, qjob, succ, pending, head, T):
-    j = qjob[s, d, head[d]]
-    for q in range(succ.shape[2]):
-        x = succ[s, j, q]
-        if x < T:
-            pending[x] -= 1
-    head[d] += 1
+def _heap_less(ht, hp, hs, i, j):
+    if ht[i] != ht[j]:
+        return ht[i] < ht[j]
+    if hp[i] != hp[j]:
+        return hp[i] < hp[j]
+    return hs[i] < hs[j]
+
+
+@_njit
+def _heap_swap(ht, hp, hs, hl, he, i, j):
+    ht[i], ht[j] = ht[j], ht[i]
+    hp[i], hp[j] = hp[j], hp[i]
+    hs[i], hs[j] = hs[j], hs[i]
+    hl[i], hl[j] = hl[j], hl[i]
+    he[i], he[j] = he[j], he[i]
+
+
+@_njit
+def _heap_push(H, n, t, prio, seq, lane, ep):
+    """Push (t, prio, seq) -> (lane, epoch) on the heap ``H`` = (ht, hp, hs, hl, he) of ``n``
+    entries; returns the heap (grown when full)."""
+    ht, hp, hs, hl, he = H
+    if n == ht.shape[0]:
+        m = 2 * n
+        ht2, hp2, hs2 = np.empty(m), np.empty(m, np.int64), np.empty(m, np.int64)
+        hl2, he2 = np.empty(m, np.int64), np.empty(m, np.int64)
+        ht2[:n], hp2[:n], hs2[:n], hl2[:n], he2[:n] = ht, hp, hs, hl, he
+        ht, hp, hs, hl, he = ht2, hp2, hs2, hl2, he2
+    ht[n], hp[n], hs[n], hl[n], he[n] = t, prio, seq, lane, ep
+    i = n
+    while i > 0:
+        q = (i - 1) // 2
+        if _heap_less(ht, hp, hs, i, q):
+            _heap_swap(ht, hp, hs, hl, he, i, q)
+            i = q
+        else:
+            break
+    return (ht, hp, hs, hl, he)
+
+
+@_njit
+def _heap_pop(H, n):
+    """Remove the least entry of the heap of ``n`` entries (its fields are read before)."""
+    ht, hp, hs, hl, he = H
+    n -= 1
+    if n > 0:
+        ht[0], hp[0], hs[0], hl[0], he[0] = ht[n], hp[n], hs[n], hl[n], he[n]
+        i = 0
+        while True:
+            a = 2 * i + 1
+            if a >= n:
+                break
+            b = a + 1
+            c = b if b < n and _heap_less(ht, hp, hs, b, a) else a
+            if _heap_less(ht, hp, hs, c, i):
+                _heap_swap(ht, hp, hs, hl, he, c, i)
+                i = c
+            else:
+                break
 
 
 @_njit
 def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, inst_kid, succ,
-                  pending0, read_key, read_bytes, write_key, write_bytes, always_hbm,
+                  pending0, read_key, read_bytes, write_key, write_bytes, write_hbm, kv_hbm,
                   nb, prv, nxt, res):
-    """The makespan (µs) of one row: structure ``s`` with work table ``Wb`` (fields, D, NK);
+    """The makespan (µs) of one row: structure ``s`` with work table ``Wb`` (fields, D, NK),
+    simulated as ``eventsim.EventSimulator`` does it (its event queue with stale completions,
+    pending completions kept while a lane's rates do not change, its arithmetic in its order);
     -1.0 when the simulation stalls (tasks left, no event)."""
     T = succ.shape[1]               # the padded task count: succ's pad value
-    t = 0.0
     phase = np.zeros(Dn, np.int64)
     head = np.zeros(Dn, np.int64)
     pos = np.zeros(Dn, np.int64)
     inst = np.zeros(Dn, np.int64)
     kid = np.zeros(Dn, np.int64)
-    seq = np.zeros(Dn, np.int64)
-    nseq = np.zeros(1, np.int64)
+    epoch = np.zeros(Dn, np.int64)
+    live = np.zeros(Dn, np.bool_)
     F = np.zeros(Dn)
     Dd = np.zeros(Dn)
     Nn = np.zeros(Dn)
@@ -174,88 +206,65 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
     rd = np.zeros(Dn)
     rn = np.zeros(Dn)
     rh = np.zeros(Dn)
+    oc = np.zeros(Dn)
+    od = np.zeros(Dn)
+    on = np.zeros(Dn)
     pc = np.full(Dn, INF)
     pd = np.full(Dn, INF)
     pn = np.full(Dn, INF)
-    ev_launch = np.full(Dn, INF)
-    ev_setup = np.full(Dn, INF)
-    ev_done = np.full(Dn, INF)
     setup = np.zeros(Dn, np.bool_)
     comm_on = np.zeros(Dn, np.bool_)
     pending = pending0[s].copy()
     c = np.zeros(Dn)
-    want = np.zeros(Dn)
-    conc_on = np.zeros(Dn, np.bool_)
     keyv = np.zeros(Dn)
     order = np.zeros(Dn, np.int64)
-    la = np.zeros(Dn, np.int64)
-    se = np.zeros(Dn, np.int64)
+    fin = np.zeros(Dn, np.int64)
     occ_cnt = np.zeros(2)
+    H = (np.empty(64), np.empty(64, np.int64), np.empty(64, np.int64),
+         np.empty(64, np.int64), np.empty(64, np.int64))
+    n = 0                           # heap entries
+    seq = 0                         # the queue's push counter
     cap = P[P_L2CAP]
     sent = nb.shape[0] - 1
     if policy != 0:                 # an empty table: the sentinel alone
         res[:] = False
         prv[sent] = sent
         nxt[sent] = sent
+    issue = P[P_ISSUE]
     jobs_done = 0
-    first_pass = True
+    tmax = 0.0
+    now = 0.0
+    t = 0.0
+    started = False
     while True:
-        if first_pass:
-            first_pass = False
-            released = True
-        else:
-            if jobs_done >= Tn:
-                return t
-            # ---- the next instant and its events (step)
-            tn = INF
-            for d in range(Dn):
-                if ev_launch[d] < tn:
-                    tn = ev_launch[d]
-                if ev_setup[d] < tn:
-                    tn = ev_setup[d]
-                if ev_done[d] < tn:
-                    tn = ev_done[d]
-            if tn == INF:
-                return -1.0
-            dt = (tn - t) * 1e-6
-            for d in range(Dn):
-                if phase[d] == 2:
-                    if F[d] > 0:
-                        F[d] = F[d] - rc[d] * dt
-                    if Dd[d] > 0:
-                        Dd[d] = Dd[d] - rd[d] * dt
-                    if Nn[d] > 0 and not setup[d]:
-                        Nn[d] = Nn[d] - rn[d] * dt
-            t = tn
-            nla = 0
-            nse = 0
-            for d in range(Dn):
-                if ev_launch[d] == tn:
-                    ev_launch[d] = INF
-                    la[nla] = d
-                    nla += 1
-                if ev_setup[d] == tn:
-                    ev_setup[d] = INF
-                    se[nse] = d
-                    nse += 1
-                if ev_done[d] == tn:
-                    ev_done[d] = INF
-            if nla > 1 and policy != 0:     # push order decides the order of L2 lookups
-                for a in range(1, nla):     # insertion sort by (seq, lane): stable
-                    x = la[a]
-                    b = a - 1
-                    while b >= 0 and seq[la[b]] > seq[x]:
-                        la[b + 1] = la[b]
-                        b -= 1
-                    la[b + 1] = x
-            for a in range(nla):            # activate (_activate, _lookups)
-                d = la[a]
-                k = kid[d]
-                sc = Wb[W_SCALE, d, k]
-                if policy == 0:
-                    hbm = Wb[W_OBJ, d, k] + Wb[W_EXTRA, d, k]
-                    data = hbm
-                else:
+        if started:
+            if n == 0:
+                break
+            # ---- the next instant: counters moved on, its events popped (_advance)
+            t = H[0][0]
+            dt = (t - now) * 1e-6
+            if dt > 0:
+                for d in range(Dn):
+                    if phase[d] == 2:
+                        if F[d] > 0:
+                            F[d] -= rc[d] * dt
+                        if Dd[d] > 0:
+                            Dd[d] -= rd[d] * dt
+                        if Nn[d] > 0 and not setup[d]:
+                            Nn[d] -= rn[d] * dt
+            now = t
+            valid = False
+            while n > 0 and H[0][0] == t:
+                prio, d, ep = H[1][0], H[3][0], H[4][0]
+                _heap_pop(H, n)
+                n -= 1
+                if prio == EV_DONE and ep != epoch[d]:
+                    continue        # a stale completion
+                valid = True
+                if prio == EV_DONE:
+                    live[d] = False
+                elif prio == EV_LAUNCH:     # _activate: the reads' L2 lookups, the counters
+                    k = kid[d]
                     i = inst[d]
                     hit_b = 0.0
                     miss_b = 0.0
@@ -264,47 +273,72 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         if key < 0:
                             continue
                         nbytes = read_bytes[s, i, slot]
-                        if res[key]:
+                        if policy != 0 and res[key]:
                             hit_b += nbytes
                             if policy == 1:     # lru: a hit becomes the newest
                                 _l2_remove(key, prv, nxt, res)
                                 _l2_append(key, prv, nxt, res, sent)
                         else:
                             miss_b += nbytes
-                            _l2_insert(key, nbytes, cap, nb, prv, nxt, res, occ_cnt)
-                    hbm = miss_b + always_hbm[s, i] + Wb[W_EXTRA, d, k]
+                            if policy != 0:
+                                _l2_insert(key, nbytes, cap, nb, prv, nxt, res, occ_cnt)
+                    hbm = miss_b + write_hbm[s, i] + kv_hbm[s, i]
+                    extra = Wb[W_EXTRA, d, k]
+                    if extra != 0.0:
+                        hbm += extra
                     data = hbm + hit_b
-                phase[d] = 2
-                F[d] = Wb[W_FLOPS, d, k] * sc
-                Dd[d] = data * sc
-                phi[d] = hbm / data if data > 0 else 0.0
-                comm = Wb[W_COMM, d, k]
-                Nn[d] = comm * sc
-                s_on = comm > 0 and P[P_SETUP] > 0
-                setup[d] = s_on
-                comm_on[d] = comm > 0 and not s_on
-                ev_setup[d] = t + P[P_SETUP] if s_on else INF
-            for a in range(nse):            # a setup ends: the payload starts moving
-                d = se[a]
-                setup[d] = False
-                comm_on[d] = Nn[d] > 0
-            # settle: snap the counters predicted to end by the instant, finish in lane order
-            tol = t + (1e-9 + 1e-12 * abs(t))
-            released = False
+                    sc = Wb[W_SCALE, d, k]
+                    phase[d] = 2
+                    F[d] = Wb[W_FLOPS, d, k] * sc
+                    Dd[d] = data * sc
+                    phi[d] = hbm / data if data > 0 else 0.0
+                    comm = Wb[W_COMM, d, k]
+                    Nn[d] = comm * sc
+                    if comm > 0 and P[P_SETUP] > 0:
+                        setup[d] = True
+                        comm_on[d] = False
+                        seq += 1
+                        H = _heap_push(H, n, t + P[P_SETUP], EV_SETUP, seq, d, -1)
+                        n += 1
+                    else:
+                        setup[d] = False
+                        comm_on[d] = comm > 0
+                else:                       # a setup ends: the payload starts moving
+                    setup[d] = False
+                    comm_on[d] = Nn[d] > 0
+            if not valid:
+                continue
+            snap = True
+        else:
+            started = True
+            snap = False
+        # ---- _settle (snap), then _dispatch when a task ended (at the start: dispatch first)
+        released = not snap         # the start dispatches first
+        if snap:
+            tt = t + (1e-9 + 1e-12 * abs(t))
+            nfin = 0
             for d in range(Dn):
                 if phase[d] != 2:
                     continue
-                if F[d] <= 0 or pc[d] <= tol:
+                if F[d] <= 0 or pc[d] <= tt:
                     F[d] = 0.0
-                if Dd[d] <= 0 or pd[d] <= tol:
+                if Dd[d] <= 0 or pd[d] <= tt:
                     Dd[d] = 0.0
-                if Nn[d] <= 0 or pn[d] <= tol:
+                if Nn[d] <= 0 or pn[d] <= tt:
                     Nn[d] = 0.0
-            for d in range(Dn):
-                if phase[d] != 2 or F[d] > 0 or Dd[d] > 0 or Nn[d] > 0 or setup[d]:
-                    continue
-                # finish (_finish_kernel): writes admitted, next kernel or the task ends
+                if F[d] <= 0 and Dd[d] <= 0 and Nn[d] <= 0 and not setup[d]:
+                    fin[nfin] = d
+                    nfin += 1
+            for a in range(nfin):           # _finish_kernel: writes admitted, next kernel
+                d = fin[a]
+                if policy != 0:
+                    i = inst[d]
+                    for slot in range(write_key.shape[2]):
+                        _l2_insert(write_key[s, i, slot], write_bytes[s, i, slot], cap, nb,
+                                   prv, nxt, res, occ_cnt)
                 phase[d] = 0
+                epoch[d] += 1
+                live[d] = False
                 rc[d] = 0.0
                 rd[d] = 0.0
                 rn[d] = 0.0
@@ -313,24 +347,21 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                 pc[d] = INF
                 pd[d] = INF
                 pn[d] = INF
-                ev_done[d] = INF
-                if policy != 0:
-                    i = inst[d]
-                    for slot in range(write_key.shape[2]):
-                        _l2_insert(write_key[s, i, slot], write_bytes[s, i, slot], cap, nb,
-                                   prv, nxt, res, occ_cnt)
                 j = qjob[s, d, head[d]]
                 if pos[d] + 1 < nkids[s, j]:
                     pos[d] += 1
-                    _start_kernel(d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst,
-                                  kid, seq, nseq, phase, rh, ev_launch, Dn)
+                    H, n, seq = _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob, head,
+                                        pos, inst, kid, phase, rh, Dn)
                 else:
-                    _end_job(d, s, qjob, succ, pending, head, T)
+                    for q in range(succ.shape[2]):      # _end_job
+                        x = succ[s, j, q]
+                        if x < T:
+                            pending[x] -= 1
+                    head[d] += 1
                     jobs_done += 1
+                    tmax = t if t > tmax else tmax
                     released = True
-        if released:
-            # dispatch: idle lanes whose head task is ready, in lane order; an empty task ends
-            # at once and the scan restarts
+        if released:    # _dispatch: idle lanes' ready heads in lane order; empty tasks restart
             again = True
             while again:
                 again = False
@@ -340,151 +371,198 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                     j = qjob[s, d, head[d]]
                     if j < 0 or pending[j] != 0:
                         continue
-                    if nkids[s, j] == 0:
-                        _end_job(d, s, qjob, succ, pending, head, T)
+                    pos[d] = 0
+                    if nkids[s, j] > 0:
+                        H, n, seq = _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob,
+                                            head, pos, inst, kid, phase, rh, Dn)
+                    else:
+                        for q in range(succ.shape[2]):
+                            x = succ[s, j, q]
+                            if x < T:
+                                pending[x] -= 1
+                        head[d] += 1
                         jobs_done += 1
+                        tmax = t if t > tmax else tmax
                         again = True
                         break
-                    pos[d] = 0
-                    _start_kernel(d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid,
-                                  seq, nseq, phase, rh, ev_launch, Dn)
-        # ---- recompute (BoundModel.rates_of over the active lanes)
+        # ---- _recompute: BoundModel.rates_of over the active lanes, then completion events
         ptot = 0.0
         ctot = 0.0
         pk = 0.0
-        issue = P[P_ISSUE]
+        ncomm = 0
+        nord = 0
         for d in range(Dn):
-            conc_on[d] = False
-            c[d] = 0.0
             if phase[d] != 2:
                 continue
             k = kid[d]
             if F[d] > 0:
                 ptot += Wb[W_POWER, d, k]
-            sms = Wb[W_SMS, d, k]
-            want[d] = phi[d] * sms * issue
-            if Dd[d] > 0 and phi[d] > 0:
-                win = Wb[W_WIN, d, k]
-                cc = sms * win
-                cm = P[P_CMAX] if P[P_CAPPED] > 0 else win * P[P_N]
-                if cc > cm:
-                    cc = cm
-                if P[P_DCAP] > 0:
-                    dm = Dd[d] * phi[d]
-                    if dm < cc:
-                        cc = dm
-                c[d] = cc
-                conc_on[d] = True
-                ctot += cc
-                pk += cc * Wb[W_PEAK, d, k]
-        bw = 0.0
-        if ctot > 0:
+            if comm_on[d]:
+                ncomm += 1
+            rh[d] = 0.0
+            if Dd[d] > 0:
+                f = phi[d]
+                if f > 0:
+                    sms = Wb[W_SMS, d, k]
+                    win = Wb[W_WIN, d, k]
+                    cc = sms * win
+                    cm = P[P_CMAX] if P[P_CAPPED] > 0 else win * P[P_N]
+                    if cc > cm:
+                        cc = cm
+                    if P[P_DCAP] > 0:
+                        dm = Dd[d] * f
+                        if dm < cc:
+                            cc = dm
+                    c[d] = cc
+                    x = f * sms * issue / cc    # water-filling key; ties in lane order
+                    keyv[d] = x
+                    b = nord - 1
+                    while b >= 0 and keyv[order[b]] > x:
+                        order[b + 1] = order[b]
+                        b -= 1
+                    order[b + 1] = d
+                    nord += 1
+                    ctot += cc
+                    pk += cc * Wb[W_PEAK, d, k]
+        cs = 1.0 / ptot if ptot > 1.0 else 1.0
+        if nord > 0:
             x = ctot / P[P_FULLWIN]
             nx = xs.shape[0]
             if x >= xs[nx - 1]:
                 frac = ys[nx - 1]
-            elif x <= xs[0]:
-                frac = ys[0]
             else:
-                q = 1
-                while xs[q] <= x:
+                q = 0                       # bisect_right
+                while q < nx and xs[q] <= x:
                     q += 1
-                frac = ys[q - 1] + (ys[q] - ys[q - 1]) * (x - xs[q - 1]) / (xs[q] - xs[q - 1])
-            bw = frac * pk / ctot
-        nord = 0
-        for d in range(Dn):
-            if phase[d] == 2:
-                rh[d] = 0.0
-            if conc_on[d]:          # water-filling key; ties in lane order (stable)
-                keyv[d] = want[d] / (c[d] if c[d] > 0 else 1.0)
-                x = keyv[d]
-                b = nord - 1
-                while b >= 0 and keyv[order[b]] > x:
-                    order[b + 1] = order[b]
-                    b -= 1
-                order[b + 1] = d
-                nord += 1
-        if ctot > 0:
-            left_bw = bw
-            left_w = ctot
-            for a in range(nord):
-                d = order[a]
-                share = left_bw * c[d] / (left_w if left_w > 0 else 1.0)
-                if want[d] <= share:
-                    rh[d] = want[d]
-                    left_bw -= want[d]
-                    left_w -= c[d]
-                else:               # this one and every later one share what is left
-                    for a2 in range(a, nord):
-                        d2 = order[a2]
-                        rh[d2] = left_bw * c[d2] / (left_w if left_w > 0 else 1.0)
-                    break
-        cs = 1.0 / ptot if ptot > 1.0 else 1.0
-        l2 = 0.0
-        ncomm = 0
-        for d in range(Dn):
-            if phase[d] == 2 and comm_on[d]:
-                ncomm += 1
-        nv = P[P_NVLINK] / ncomm if ncomm > 0 else 0.0
+                x0 = xs[q - 1]
+                frac = ys[q - 1] + (ys[q] - ys[q - 1]) * (x - x0) / (xs[q] - x0)
+            bw = frac * (pk / ctot)
+            if nord == 1:
+                d = order[0]
+                want = phi[d] * Wb[W_SMS, d, kid[d]] * issue
+                rh[d] = want if want < bw else bw
+            else:
+                left_bw = bw
+                left_w = ctot
+                for a in range(nord):
+                    d = order[a]
+                    want = phi[d] * Wb[W_SMS, d, kid[d]] * issue
+                    share = left_bw * c[d] / left_w
+                    if want <= share:
+                        rh[d] = want
+                        left_bw -= want
+                        left_w -= c[d]
+                    else:           # this one and every later one share what is left
+                        for a2 in range(a, nord):
+                            d2 = order[a2]
+                            rh[d2] = left_bw * c[d2] / left_w
+                        break
         k1 = P[P_KAPPA] - 1.0
+        l2 = 0.0
+        nv = P[P_NVLINK] / ncomm if ncomm > 0 else 0.0
         for d in range(Dn):
             if phase[d] != 2:
                 continue
             k = kid[d]
-            rc[d] = Wb[W_RATE, d, k] * Wb[W_POWER, d, k] * cs if F[d] > 0 else 0.0
-            r = Wb[W_SMS, d, k] * issue
+            r_c = Wb[W_RATE, d, k] * Wb[W_POWER, d, k] * cs if F[d] > 0 else 0.0
+            rc[d] = r_c
             f = phi[d]
-            if f > 0 and rh[d] < r * f:
-                r = rh[d] / f
-            rd[d] = r if Dd[d] > 0 else 0.0
             if Dd[d] > 0:
-                l2 += rd[d] * (1.0 + k1 * f)
+                r = Wb[W_SMS, d, k] * issue
+                if f > 0 and rh[d] < r * f:
+                    r = rh[d] / f
+                rd[d] = r
+                l2 += r * (1.0 + k1 * f)
+            else:
+                r = 0.0
+                rd[d] = 0.0
             rr = Wb[W_REREAD, d, k]
             if rr > 0:
-                l2 += rr * rc[d]
-            rh[d] = rd[d] * f
-            rn[d] = nv if comm_on[d] else 0.0
+                l2 += rr * r_c
+            rh[d] = r * f
+            rn[d] = nv if ncomm > 0 and comm_on[d] else 0.0
         scaled = l2 > P[P_L2BW]
         if scaled:
             scl = P[P_L2BW] / l2
             for d in range(Dn):
                 if phase[d] != 2:
                     continue
-                rd[d] = rd[d] * scl
+                rd[d] *= scl
                 if Wb[W_REREAD, d, kid[d]] > 0:
-                    rc[d] = rc[d] * scl
+                    rc[d] *= scl
                 rh[d] = rd[d] * phi[d]
         pcap = ptot > 1.0
         for d in range(Dn):
             if phase[d] != 2:
                 continue
-            if F[d] > 0:
-                pc[d] = t + F[d] / rc[d] * 1e6 if rc[d] > 0 else INF
+            cr, dr, nr = rc[d], rd[d], rn[d]
+            if live[d] and cr == oc[d] and dr == od[d] and nr == on[d]:
+                continue            # the pending completion stays
+            oc[d], od[d], on[d] = cr, dr, nr
+            f_, dd, nn = F[d], Dd[d], Nn[d]
+            if f_ > 0:
+                pc[d] = t + f_ / cr * 1e6 if cr > 0 else INF
             else:
                 pc[d] = t
-            if Dd[d] > 0:
-                pd[d] = t + Dd[d] / rd[d] * 1e6 if rd[d] > 0 else INF
+            if dd > 0:
+                pd[d] = t + dd / dr * 1e6 if dr > 0 else INF
             else:
                 pd[d] = t
-            if Nn[d] > 0:
-                pn[d] = t + Nn[d] / rn[d] * 1e6 if rn[d] > 0 else INF
+            if nn > 0:
+                pn[d] = t + nn / nr * 1e6 if nr > 0 else INF
             else:
                 pn[d] = t
             nx_ = INF
-            if Dd[d] > 0 and pd[d] < nx_:
+            if dd > 0 and pd[d] < nx_:
                 nx_ = pd[d]
-            if Nn[d] > 0 and pn[d] < nx_:
+            if nn > 0 and pn[d] < nx_:
                 nx_ = pn[d]
-            if F[d] > 0 and pc[d] < nx_ and (nx_ == INF or pcap
-                                              or (scaled and Wb[W_REREAD, d, kid[d]] > 0)):
+            if f_ > 0 and pc[d] < nx_ and (nx_ == INF or pcap
+                                            or (scaled and Wb[W_REREAD, d, kid[d]] > 0)):
                 nx_ = pc[d]
-            ev_done[d] = nx_
+            epoch[d] += 1
+            if nx_ < INF:
+                seq += 1
+                H = _heap_push(H, n, nx_, EV_DONE, seq, d, epoch[d])
+                n += 1
+                live[d] = True
+            else:
+                live[d] = False
+    if jobs_done < Tn:
+        return -1.0
+    return tmax
+
+
+@_njit
+def _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase, rh,
+            Dn):
+    """``_start_kernel``: lane d's current kernel launches (its launch event after the launch
+    overhead and its fixed latency, loaded by the active lanes' HBM traffic); returns the
+    heap, its size and the push counter."""
+    j = qjob[s, d, head[d]]
+    i = first[s, j] + pos[d]
+    inst[d] = i
+    k = inst_kid[s, i]
+    kid[d] = k
+    phase[d] = 1
+    fixed = Wb[W_FIXED, d, k]
+    gain = P[P_GAIN]
+    if gain > 0.0 and fixed > 0.0:
+        h = 0.0
+        for e in range(Dn):
+            if phase[e] == 2:
+                h += rh[e]
+        x = h * P[P_INVCOPY]
+        fixed *= 1.0 + gain * (x if x < 1.0 else 1.0)
+    seq += 1
+    H = _heap_push(H, n, t + P[P_LAUNCH] + fixed, EV_LAUNCH, seq, d, -1)
+    return H, n + 1, seq
 
 
 @_njit
 def _simulate_rows(sid, W, P, xs, ys, policy, Ds, Ts, qlen, qjob, nkids, first, inst_kid,
-                   succ, pending0, read_key, read_bytes, write_key, write_bytes, always_hbm,
-                   objects):
+                   succ, pending0, read_key, read_bytes, write_key, write_bytes, write_hbm,
+                   kv_hbm, objects):
     B = sid.shape[0]
     out = np.empty(B)
     nb = np.zeros(objects + 1)
@@ -495,7 +573,7 @@ def _simulate_rows(sid, W, P, xs, ys, policy, Ds, Ts, qlen, qjob, nkids, first, 
         s = sid[b]
         out[b] = _simulate_row(s, W[b], P, xs, ys, policy, Ds[s], Ts[s], qlen, qjob, nkids,
                                first, inst_kid, succ, pending0, read_key, read_bytes,
-                               write_key, write_bytes, always_hbm, nb, prv, nxt, res)
+                               write_key, write_bytes, write_hbm, kv_hbm, nb, prv, nxt, res)
     return out
 
 
@@ -543,7 +621,7 @@ def simulate_stack_compiled(stack: StructureStack, sid, allocs, cache: str = "lr
                          stack.Ts, stack.qlen, stack.qjob, stack.nkids, stack.first,
                          stack.inst_kid, stack.succ, stack.pending0, stack.read_key,
                          stack.read_bytes, stack.write_key, stack.write_bytes,
-                         stack.always_hbm, int(stack.objects))
+                         stack.write_hbm, stack.kv_hbm, int(stack.objects))
     if np.any(out < 0):
         raise RuntimeError("a compiled batched simulation stalled with tasks left")
     return out

@@ -16,7 +16,7 @@ import pytest
 from subgpu_jax.app.cli import main
 from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.score.coalesce import Cancelled, CoalescingTimer
-from subgpu_jax.score.timer import EventTimer
+from subgpu_jax.score.timer import StaticTimer
 
 H200 = get_hardware("H200")
 
@@ -111,7 +111,7 @@ def test_cancel_and_errors_reach_every_waiter():
     with co2.participant(), pytest.raises(Cancelled):
         co2.time_many([(None, None, np.array([[1]]))])
     with pytest.raises(ValueError, match="cannot batch several structures"):
-        CoalescingTimer(EventTimer(H200))
+        CoalescingTimer(StaticTimer(H200))
 
 
 def test_an_error_reaches_only_the_request_that_caused_it():
@@ -191,7 +191,7 @@ def test_search_in_flight_cli(tmp_path, capsys):
     (["--in-flight", "2", "--cluster", "localhost:1", "--num-processes", "2", "--process-id",
       "0"], "(and no --cluster)"),
     (["--in-flight", "x"], "--in-flight must be an integer written with the digits 0-9"),
-    (["--in-flight", "2", "--exact", "event"], "--in-flight 1"),
+    (["--in-flight", "2", "--exact", "static"], "--in-flight 1"),
     (["--in-flight", "2", "--workers", "2"], "give --workers 1"),
 ])
 def test_in_flight_flag_errors_are_one_line(tmp_path, capsys, extra, msg):
