@@ -57,14 +57,22 @@ W_FIXED, W_SCALE, W_WIN, W_EXTRA = (_F["fixed_us"], _F["scale"], _F["window_B_pe
 
 try:    # Numba is a dependency (pyproject.toml); a broken install leaves the NumPy engine
     import numba
-    _njit = numba.njit(cache=True, nogil=True)
     _HAVE = True
 except ImportError:     # pragma: no cover - exercised only without numba
     numba = None
     _HAVE = False
 
-    def _njit(f):
+
+def _njit(f):
+    """``numba.njit`` with the compiled code cached on disk (beside this file, or under
+    ``NUMBA_CACHE_DIR``); where no cache folder is writable (a read-only install, a user without
+    a home), compiled in each process instead."""
+    if not _HAVE:   # pragma: no cover
         return f
+    try:
+        return numba.njit(cache=True, nogil=True)(f)
+    except RuntimeError:    # "cannot cache function ...: no locator available"
+        return numba.njit(nogil=True)(f)
 
 
 def available() -> bool:
