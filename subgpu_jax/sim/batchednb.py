@@ -128,66 +128,56 @@ def _l2_insert(key, b, cap, nb, prv, nxt, res, occ_cnt):
 EV_DONE, EV_SETUP, EV_LAUNCH = 0, 1, 2
 
 
-@_njit
-def _heap_less(ht, hp, hs, i, j):
-    if ht[i] != ht[j]:
-        return ht[i] < ht[j]
-    if hp[i] != hp[j]:
-        return hp[i] < hp[j]
-    return hs[i] < hs[j]
+#: the event kind's place in the heap key: kind * _KIND + push order (orders like the event
+#: simulator's (t, kind, push order) tuples while the push order stays below 2**40)
+_KIND = 1 << 40
 
 
 @_njit
-def _heap_swap(ht, hp, hs, hl, he, i, j):
-    ht[i], ht[j] = ht[j], ht[i]
-    hp[i], hp[j] = hp[j], hp[i]
-    hs[i], hs[j] = hs[j], hs[i]
-    hl[i], hl[j] = hl[j], hl[i]
-    he[i], he[j] = he[j], he[i]
-
-
-@_njit
-def _heap_push(H, n, t, prio, seq, lane, ep):
-    """Push (t, prio, seq) -> (lane, epoch) on the heap ``H`` = (ht, hp, hs, hl, he) of ``n``
-    entries; returns the heap (grown when full)."""
-    ht, hp, hs, hl, he = H
-    if n == ht.shape[0]:
-        m = 2 * n
-        ht2, hp2, hs2 = np.empty(m), np.empty(m, np.int64), np.empty(m, np.int64)
-        hl2, he2 = np.empty(m, np.int64), np.empty(m, np.int64)
-        ht2[:n], hp2[:n], hs2[:n], hl2[:n], he2[:n] = ht, hp, hs, hl, he
-        ht, hp, hs, hl, he = ht2, hp2, hs2, hl2, he2
-    ht[n], hp[n], hs[n], hl[n], he[n] = t, prio, seq, lane, ep
+def _heap_push(ht, hk, hl, he, n, t, key, lane, ep):
+    """Push (t, key) -> (lane, epoch) on the heap of ``n`` entries (capacity checked by the
+    caller: ``_heap_room``)."""
     i = n
     while i > 0:
-        q = (i - 1) // 2
-        if _heap_less(ht, hp, hs, i, q):
-            _heap_swap(ht, hp, hs, hl, he, i, q)
-            i = q
-        else:
+        q = (i - 1) >> 1
+        if ht[q] < t or (ht[q] == t and hk[q] < key):
             break
-    return (ht, hp, hs, hl, he)
+        ht[i], hk[i], hl[i], he[i] = ht[q], hk[q], hl[q], he[q]
+        i = q
+    ht[i], hk[i], hl[i], he[i] = t, key, lane, ep
 
 
 @_njit
-def _heap_pop(H, n):
-    """Remove the least entry of the heap of ``n`` entries (its fields are read before)."""
-    ht, hp, hs, hl, he = H
+def _heap_pop(ht, hk, hl, he, n):
+    """Remove the least entry of the heap of ``n`` entries (read its fields first)."""
     n -= 1
-    if n > 0:
-        ht[0], hp[0], hs[0], hl[0], he[0] = ht[n], hp[n], hs[n], hl[n], he[n]
-        i = 0
-        while True:
-            a = 2 * i + 1
-            if a >= n:
-                break
-            b = a + 1
-            c = b if b < n and _heap_less(ht, hp, hs, b, a) else a
-            if _heap_less(ht, hp, hs, c, i):
-                _heap_swap(ht, hp, hs, hl, he, c, i)
-                i = c
-            else:
-                break
+    if n <= 0:
+        return
+    t, key, lane, ep = ht[n], hk[n], hl[n], he[n]
+    i = 0
+    while True:
+        a = 2 * i + 1
+        if a >= n:
+            break
+        b = a + 1
+        if b < n and (ht[b] < ht[a] or (ht[b] == ht[a] and hk[b] < hk[a])):
+            a = b
+        if ht[a] < t or (ht[a] == t and hk[a] < key):
+            ht[i], hk[i], hl[i], he[i] = ht[a], hk[a], hl[a], he[a]
+            i = a
+        else:
+            break
+    ht[i], hk[i], hl[i], he[i] = t, key, lane, ep
+
+
+@_njit
+def _heap_grow(ht, hk, hl, he):
+    m = 2 * ht.shape[0]
+    ht2, hk2 = np.empty(m), np.empty(m, np.int64)
+    hl2, he2 = np.empty(m, np.int64), np.empty(m, np.int64)
+    k = ht.shape[0]
+    ht2[:k], hk2[:k], hl2[:k], he2[:k] = ht, hk, hl, he
+    return ht2, hk2, hl2, he2
 
 
 @_njit
@@ -228,8 +218,8 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
     order = np.zeros(Dn, np.int64)
     fin = np.zeros(Dn, np.int64)
     occ_cnt = np.zeros(2)
-    H = (np.empty(64), np.empty(64, np.int64), np.empty(64, np.int64),
-         np.empty(64, np.int64), np.empty(64, np.int64))
+    ht, hk = np.empty(256), np.empty(256, np.int64)     # the event heap: time, kind and
+    hl, he = np.empty(256, np.int64), np.empty(256, np.int64)   # push order, lane, epoch
     n = 0                           # heap entries
     seq = 0                         # the queue's push counter
     cap = P[P_L2CAP]
@@ -248,8 +238,10 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
         if started:
             if n == 0:
                 break
+            if n + 2 * Dn + 2 > ht.shape[0]:    # room for this instant's pushes
+                ht, hk, hl, he = _heap_grow(ht, hk, hl, he)
             # ---- the next instant: counters moved on, its events popped (_advance)
-            t = H[0][0]
+            t = ht[0]
             dt = (t - now) * 1e-6
             if dt > 0:
                 for d in range(Dn):
@@ -262,9 +254,9 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                             Nn[d] -= rn[d] * dt
             now = t
             valid = False
-            while n > 0 and H[0][0] == t:
-                prio, d, ep = H[1][0], H[3][0], H[4][0]
-                _heap_pop(H, n)
+            while n > 0 and ht[0] == t:
+                prio, d, ep = hk[0] // _KIND, hl[0], he[0]
+                _heap_pop(ht, hk, hl, he, n)
                 n -= 1
                 if prio == EV_DONE and ep != epoch[d]:
                     continue        # a stale completion
@@ -306,7 +298,8 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         setup[d] = True
                         comm_on[d] = False
                         seq += 1
-                        H = _heap_push(H, n, t + P[P_SETUP], EV_SETUP, seq, d, -1)
+                        _heap_push(ht, hk, hl, he, n, t + P[P_SETUP], EV_SETUP * _KIND + seq,
+                                   d, -1)
                         n += 1
                     else:
                         setup[d] = False
@@ -358,8 +351,12 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                 j = qjob[s, d, head[d]]
                 if pos[d] + 1 < nkids[s, j]:
                     pos[d] += 1
-                    H, n, seq = _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob, head,
-                                        pos, inst, kid, phase, rh, Dn)
+                    seq += 1
+                    _heap_push(ht, hk, hl, he, n, _launch_time(d, t, s, Wb, P, first, inst_kid,
+                                                               qjob, head, pos, inst, kid, phase,
+                                                               rh, Dn), EV_LAUNCH * _KIND + seq,
+                               d, -1)
+                    n += 1
                 else:
                     for q in range(succ.shape[2]):      # _end_job
                         x = succ[s, j, q]
@@ -381,8 +378,13 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         continue
                     pos[d] = 0
                     if nkids[s, j] > 0:
-                        H, n, seq = _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob,
-                                            head, pos, inst, kid, phase, rh, Dn)
+                        if n + 1 > ht.shape[0]:
+                            ht, hk, hl, he = _heap_grow(ht, hk, hl, he)
+                        seq += 1
+                        _heap_push(ht, hk, hl, he, n, _launch_time(
+                            d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase,
+                            rh, Dn), EV_LAUNCH * _KIND + seq, d, -1)
+                        n += 1
                     else:
                         for q in range(succ.shape[2]):
                             x = succ[s, j, q]
@@ -530,8 +532,10 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                 nx_ = pc[d]
             epoch[d] += 1
             if nx_ < INF:
+                if n + 1 > ht.shape[0]:
+                    ht, hk, hl, he = _heap_grow(ht, hk, hl, he)
                 seq += 1
-                H = _heap_push(H, n, nx_, EV_DONE, seq, d, epoch[d])
+                _heap_push(ht, hk, hl, he, n, nx_, EV_DONE * _KIND + seq, d, epoch[d])
                 n += 1
                 live[d] = True
             else:
@@ -542,11 +546,10 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
 
 
 @_njit
-def _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase, rh,
-            Dn):
-    """``_start_kernel``: lane d's current kernel launches (its launch event after the launch
-    overhead and its fixed latency, loaded by the active lanes' HBM traffic); returns the
-    heap, its size and the push counter."""
+def _launch_time(d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase, rh, Dn):
+    """``_start_kernel``: lane d's current kernel launches; returns its launch event's time
+    (after the launch overhead and its fixed latency, loaded by the active lanes' HBM
+    traffic)."""
     j = qjob[s, d, head[d]]
     i = first[s, j] + pos[d]
     inst[d] = i
@@ -562,9 +565,7 @@ def _launch(H, n, seq, d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, k
                 h += rh[e]
         x = h * P[P_INVCOPY]
         fixed *= 1.0 + gain * (x if x < 1.0 else 1.0)
-    seq += 1
-    H = _heap_push(H, n, t + P[P_LAUNCH] + fixed, EV_LAUNCH, seq, d, -1)
-    return H, n + 1, seq
+    return t + P[P_LAUNCH] + fixed
 
 
 @_njit
