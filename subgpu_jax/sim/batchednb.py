@@ -1,186 +1,49 @@
-"""The batched event simulator compiled (docs/method.md §3, issue 42): the lockstep loop of
-``sim.batched`` written per allocation as scalar loops and compiled by Numba, so one
-allocation costs what the event simulator's own loop costs in machine code, not in Python.
+"""The event simulator compiled (docs/method.md §3, "The compiled engine"; issue 42): its loop
+run per allocation in machine code by Numba, one row after another, for the allocations of a
+``sim.batched.StructureStack`` (each row one allocation of one structure).
 
-``sim.batched._Lockstep`` is the specification this module follows step for step (and through
-it ``sim.eventsim.EventSimulator``, the reference): each row (one allocation of one structure
-of a ``StructureStack``) takes its next instant (the earliest launch, setup or completion
-event of its lanes), moves its counters on, activates the launched kernels in the order their
-launch events were pushed (their L2 lookups in that order), snaps and finishes kernels in lane
-order (their writes admitted to L2), starts successors and idle lanes' heads, and recomputes
-its rates with ``BoundModel.rates_of``'s rules (the response curve, water-filling by
-concurrency, the demand cap, the power cap, the L2 port, the loaded memory latency of
-launches, the link time and its setup). The rows run one after another; nothing is shared
-between them.
+It follows ``sim.eventsim.EventSimulator`` (with ``forward=False``), not the lockstep loop of
+``sim.batched``: an event heap ordered by (instant, kind, push order) that keeps the stale
+completions the simulator's queue keeps (each still moves the counters on to its instant); a
+lane's pending completion kept while its rates do not change; launches activated in pop order
+(their L2 lookups in that order), kernels snapped and finished in lane order (their writes
+admitted to L2), successors and idle lanes' heads started in lane order; the rates by
+``BoundModel.rates_of``'s arithmetic in its order (``sim.compiledparts.rates_into``). The L2
+table is a recency list (its head the eviction, O(1)). So its makespans equal the simulator's
+bit for bit (``tests/sim/test_batched.py``, ``experiments/bench_compiled_sim.py``); coverage is
+``sim.batched``'s (green contexts, one stream per stage, the contention model; ``Unbatchable``
+otherwise: the timers hand those to the Python simulator).
 
-The L2 table of a row is a doubly linked list of its resident objects in stamp order (oldest
-first): the NumPy loop's stamps are unique per row, so its ``argmin`` over stamps is this
-list's head, found in O(1) instead of a scan over every object.
-
-Agreement (``tests/sim/test_batchednb.py``): the same makespans as the NumPy loop and the event
-simulator to float rounding (the tests' bound is 1e-9 relative), on every preset's structures,
-the three L2 policies and calibrated models; coverage is ``sim.batched``'s (green contexts,
-one stream per stage, the contention model; ``Unbatchable`` otherwise).
-
-Cost: the compilation (a few seconds, once per Python environment: the compiled code is kept
-in Numba's cache beside this file, or under ``NUMBA_CACHE_DIR``), then per allocation about
-the event simulator's work in machine code (``experiments/bench_compiled_sim.py`` measures the
-ratio). Units: µs (instants, makespans), FLOP, bytes, bytes/s, SMs.
+Cost: the compilation, 4-5 s once per Python environment (kept in Numba's cache beside
+``sim.compiledparts`` and this file, or under ``NUMBA_CACHE_DIR``; where no folder is writable,
+once per process), then 2-9 ms an allocation of the GPT-OSS 120B frontier structures against
+12-114 ms for the Python simulator (``results/bench_compiled_sim_cpu.json``).
+Units: µs (instants, makespans), FLOP, bytes, bytes/s, SMs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from subgpu_jax.sim.batched import (WORK_FIELDS, StructureStack, check_rows,
-                                    work_tables)
+from subgpu_jax.sim.batched import WORK_FIELDS, StructureStack, check_rows, work_tables
+from subgpu_jax.sim.compiledparts import (
+    EV_DONE, EV_LAUNCH, EV_SETUP, INF, KIND_STEP, P_CAPPED, P_CMAX, P_DCAP, P_FULLWIN, P_GAIN,
+    P_INVCOPY, P_ISSUE, P_KAPPA, P_L2BW, P_L2CAP, P_LAUNCH, P_N, P_NVLINK, P_SETUP, POLICY_CODE,
+    W_COMM, W_EXTRA, W_FIXED, W_FLOPS, W_REREAD, W_SCALE, cached_njit, heap_grow, heap_pop,
+    heap_push, l2_append, l2_insert, l2_remove, numba_available, rates_into)
 from subgpu_jax.sim.contention import BoundModel
 from subgpu_jax.sim.eventsim import lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 
-__all__ = ["available", "simulate_stack_compiled", "compile_now", "POLICY_CODE"]
-
-#: The L2 policies as the compiled loop takes them.
-POLICY_CODE = {"none": 0, "lru": 1, "fifo": 2}
-
-# the WORK_FIELDS rows of the work table (B, len(WORK_FIELDS), D, NK)
-_F = {n: i for i, n in enumerate(WORK_FIELDS)}
-W_SMS, W_FLOPS, W_RATE, W_POWER = _F["sms"], _F["flops"], _F["rate_full"], _F["power"]
-W_OBJ, W_REREAD, W_PEAK, W_COMM = (_F["obj_bytes"], _F["reread_per_flop"], _F["peak_Bps"],
-                                   _F["comm_bytes"])
-W_FIXED, W_SCALE, W_WIN, W_EXTRA = (_F["fixed_us"], _F["scale"], _F["window_B_per_sm"],
-                                    _F["extra_hbm_bytes"])
-
-# the model's scalars, one float64 vector (``_params``)
-(P_CMAX, P_CAPPED, P_N, P_FULLWIN, P_ISSUE, P_DCAP, P_KAPPA, P_NVLINK, P_L2BW, P_LAUNCH,
- P_SETUP, P_GAIN, P_INVCOPY, P_L2CAP) = range(14)
-
-try:    # Numba is a dependency (pyproject.toml); a broken install leaves the NumPy engine
-    import numba
-    _HAVE = True
-except ImportError:     # pragma: no cover - exercised only without numba
-    numba = None
-    _HAVE = False
-
-
-def _njit(f):
-    """``numba.njit`` with the compiled code cached on disk (beside this file, or under
-    ``NUMBA_CACHE_DIR``); where no cache folder is writable (a read-only install, a user without
-    a home), compiled in each process instead."""
-    if not _HAVE:   # pragma: no cover
-        return f
-    try:
-        return numba.njit(cache=True, nogil=True)(f)
-    except RuntimeError:    # "cannot cache function ...: no locator available"
-        return numba.njit(nogil=True)(f)
+__all__ = ["available", "simulate_stack_compiled", "compile_now", "model_params"]
 
 
 def available() -> bool:
     """Whether the compiled engine can run here (Numba importable)."""
-    return _HAVE
+    return numba_available()
 
 
-INF = np.inf
-
-
-@_njit
-def _l2_remove(k, prv, nxt, res):
-    p, n = prv[k], nxt[k]
-    nxt[p] = n
-    prv[n] = p
-    res[k] = False
-
-
-@_njit
-def _l2_append(k, prv, nxt, res, head):
-    last = prv[head]
-    nxt[last] = k
-    prv[k] = last
-    nxt[k] = head
-    prv[head] = k
-    res[k] = True
-
-
-@_njit
-def _l2_insert(key, b, cap, nb, prv, nxt, res, occ_cnt):
-    """``BatchedL2.insert`` of one row: ``occ_cnt`` = [occupancy bytes, resident count]."""
-    head = nb.shape[0] - 1          # the sentinel of the recency list
-    if key < 0:
-        return
-    if res[key]:
-        occ_cnt[0] -= nb[key]
-        occ_cnt[1] -= 1.0
-        _l2_remove(key, prv, nxt, res)
-    if not (b <= cap and b > 0):
-        return
-    while occ_cnt[0] + b > cap and occ_cnt[1] > 0:
-        v = nxt[head]               # the oldest resident
-        occ_cnt[0] -= nb[v]
-        occ_cnt[1] -= 1.0
-        _l2_remove(v, prv, nxt, res)
-    nb[key] = b
-    occ_cnt[0] += b
-    occ_cnt[1] += 1.0
-    _l2_append(key, prv, nxt, res, head)
-
-
-# the event kinds in the order the event simulator's queue breaks ties (eventsim._DONE, ...)
-EV_DONE, EV_SETUP, EV_LAUNCH = 0, 1, 2
-
-
-#: the event kind's place in the heap key: kind * _KIND + push order (orders like the event
-#: simulator's (t, kind, push order) tuples while the push order stays below 2**40)
-_KIND = 1 << 40
-
-
-@_njit
-def _heap_push(ht, hk, hl, he, n, t, key, lane, ep):
-    """Push (t, key) -> (lane, epoch) on the heap of ``n`` entries (capacity checked by the
-    caller: ``_heap_room``)."""
-    i = n
-    while i > 0:
-        q = (i - 1) >> 1
-        if ht[q] < t or (ht[q] == t and hk[q] < key):
-            break
-        ht[i], hk[i], hl[i], he[i] = ht[q], hk[q], hl[q], he[q]
-        i = q
-    ht[i], hk[i], hl[i], he[i] = t, key, lane, ep
-
-
-@_njit
-def _heap_pop(ht, hk, hl, he, n):
-    """Remove the least entry of the heap of ``n`` entries (read its fields first)."""
-    n -= 1
-    if n <= 0:
-        return
-    t, key, lane, ep = ht[n], hk[n], hl[n], he[n]
-    i = 0
-    while True:
-        a = 2 * i + 1
-        if a >= n:
-            break
-        b = a + 1
-        if b < n and (ht[b] < ht[a] or (ht[b] == ht[a] and hk[b] < hk[a])):
-            a = b
-        if ht[a] < t or (ht[a] == t and hk[a] < key):
-            ht[i], hk[i], hl[i], he[i] = ht[a], hk[a], hl[a], he[a]
-            i = a
-        else:
-            break
-    ht[i], hk[i], hl[i], he[i] = t, key, lane, ep
-
-
-@_njit
-def _heap_grow(ht, hk, hl, he):
-    m = 2 * ht.shape[0]
-    ht2, hk2 = np.empty(m), np.empty(m, np.int64)
-    hl2, he2 = np.empty(m, np.int64), np.empty(m, np.int64)
-    k = ht.shape[0]
-    ht2[:k], hk2[:k], hl2[:k], he2[:k] = ht, hk, hl, he
-    return ht2, hk2, hl2, he2
-
-
-@_njit
+@cached_njit
 def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, inst_kid, succ,
                   pending0, read_key, read_bytes, write_key, write_bytes, write_hbm, kv_hbm,
                   nb, prv, nxt, res):
@@ -228,7 +91,6 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
         res[:] = False
         prv[sent] = sent
         nxt[sent] = sent
-    issue = P[P_ISSUE]
     jobs_done = 0
     tmax = 0.0
     now = 0.0
@@ -239,7 +101,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
             if n == 0:
                 break
             if n + 2 * Dn + 2 > ht.shape[0]:    # room for this instant's pushes
-                ht, hk, hl, he = _heap_grow(ht, hk, hl, he)
+                ht, hk, hl, he = heap_grow(ht, hk, hl, he)
             # ---- the next instant: counters moved on, its events popped (_advance)
             t = ht[0]
             dt = (t - now) * 1e-6
@@ -255,8 +117,8 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
             now = t
             valid = False
             while n > 0 and ht[0] == t:
-                prio, d, ep = hk[0] // _KIND, hl[0], he[0]
-                _heap_pop(ht, hk, hl, he, n)
+                prio, d, ep = hk[0] // KIND_STEP, hl[0], he[0]
+                heap_pop(ht, hk, hl, he, n)
                 n -= 1
                 if prio == EV_DONE and ep != epoch[d]:
                     continue        # a stale completion
@@ -276,12 +138,12 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         if policy != 0 and res[key]:
                             hit_b += nbytes
                             if policy == 1:     # lru: a hit becomes the newest
-                                _l2_remove(key, prv, nxt, res)
-                                _l2_append(key, prv, nxt, res, sent)
+                                l2_remove(key, prv, nxt, res)
+                                l2_append(key, prv, nxt, res, sent)
                         else:
                             miss_b += nbytes
                             if policy != 0:
-                                _l2_insert(key, nbytes, cap, nb, prv, nxt, res, occ_cnt)
+                                l2_insert(key, nbytes, cap, nb, prv, nxt, res, occ_cnt)
                     hbm = miss_b + write_hbm[s, i] + kv_hbm[s, i]
                     extra = Wb[W_EXTRA, d, k]
                     if extra != 0.0:
@@ -298,7 +160,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         setup[d] = True
                         comm_on[d] = False
                         seq += 1
-                        _heap_push(ht, hk, hl, he, n, t + P[P_SETUP], EV_SETUP * _KIND + seq,
+                        heap_push(ht, hk, hl, he, n, t + P[P_SETUP], EV_SETUP * KIND_STEP + seq,
                                    d, -1)
                         n += 1
                     else:
@@ -335,7 +197,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                 if policy != 0:
                     i = inst[d]
                     for slot in range(write_key.shape[2]):
-                        _l2_insert(write_key[s, i, slot], write_bytes[s, i, slot], cap, nb,
+                        l2_insert(write_key[s, i, slot], write_bytes[s, i, slot], cap, nb,
                                    prv, nxt, res, occ_cnt)
                 phase[d] = 0
                 epoch[d] += 1
@@ -352,9 +214,9 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                 if pos[d] + 1 < nkids[s, j]:
                     pos[d] += 1
                     seq += 1
-                    _heap_push(ht, hk, hl, he, n, _launch_time(d, t, s, Wb, P, first, inst_kid,
+                    heap_push(ht, hk, hl, he, n, _launch_time(d, t, s, Wb, P, first, inst_kid,
                                                                qjob, head, pos, inst, kid, phase,
-                                                               rh, Dn), EV_LAUNCH * _KIND + seq,
+                                                               rh, Dn), EV_LAUNCH * KIND_STEP + seq,
                                d, -1)
                     n += 1
                 else:
@@ -379,11 +241,11 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                     pos[d] = 0
                     if nkids[s, j] > 0:
                         if n + 1 > ht.shape[0]:
-                            ht, hk, hl, he = _heap_grow(ht, hk, hl, he)
+                            ht, hk, hl, he = heap_grow(ht, hk, hl, he)
                         seq += 1
-                        _heap_push(ht, hk, hl, he, n, _launch_time(
+                        heap_push(ht, hk, hl, he, n, _launch_time(
                             d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase,
-                            rh, Dn), EV_LAUNCH * _KIND + seq, d, -1)
+                            rh, Dn), EV_LAUNCH * KIND_STEP + seq, d, -1)
                         n += 1
                     else:
                         for q in range(succ.shape[2]):
@@ -396,112 +258,8 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         again = True
                         break
         # ---- _recompute: BoundModel.rates_of over the active lanes, then completion events
-        ptot = 0.0
-        ctot = 0.0
-        pk = 0.0
-        ncomm = 0
-        nord = 0
-        for d in range(Dn):
-            if phase[d] != 2:
-                continue
-            k = kid[d]
-            if F[d] > 0:
-                ptot += Wb[W_POWER, d, k]
-            if comm_on[d]:
-                ncomm += 1
-            rh[d] = 0.0
-            if Dd[d] > 0:
-                f = phi[d]
-                if f > 0:
-                    sms = Wb[W_SMS, d, k]
-                    win = Wb[W_WIN, d, k]
-                    cc = sms * win
-                    cm = P[P_CMAX] if P[P_CAPPED] > 0 else win * P[P_N]
-                    if cc > cm:
-                        cc = cm
-                    if P[P_DCAP] > 0:
-                        dm = Dd[d] * f
-                        if dm < cc:
-                            cc = dm
-                    c[d] = cc
-                    x = f * sms * issue / cc    # water-filling key; ties in lane order
-                    keyv[d] = x
-                    b = nord - 1
-                    while b >= 0 and keyv[order[b]] > x:
-                        order[b + 1] = order[b]
-                        b -= 1
-                    order[b + 1] = d
-                    nord += 1
-                    ctot += cc
-                    pk += cc * Wb[W_PEAK, d, k]
-        cs = 1.0 / ptot if ptot > 1.0 else 1.0
-        if nord > 0:
-            x = ctot / P[P_FULLWIN]
-            nx = xs.shape[0]
-            if x >= xs[nx - 1]:
-                frac = ys[nx - 1]
-            else:
-                q = 0                       # bisect_right
-                while q < nx and xs[q] <= x:
-                    q += 1
-                x0 = xs[q - 1]
-                frac = ys[q - 1] + (ys[q] - ys[q - 1]) * (x - x0) / (xs[q] - x0)
-            bw = frac * (pk / ctot)
-            if nord == 1:
-                d = order[0]
-                want = phi[d] * Wb[W_SMS, d, kid[d]] * issue
-                rh[d] = want if want < bw else bw
-            else:
-                left_bw = bw
-                left_w = ctot
-                for a in range(nord):
-                    d = order[a]
-                    want = phi[d] * Wb[W_SMS, d, kid[d]] * issue
-                    share = left_bw * c[d] / left_w
-                    if want <= share:
-                        rh[d] = want
-                        left_bw -= want
-                        left_w -= c[d]
-                    else:           # this one and every later one share what is left
-                        for a2 in range(a, nord):
-                            d2 = order[a2]
-                            rh[d2] = left_bw * c[d2] / left_w
-                        break
-        k1 = P[P_KAPPA] - 1.0
-        l2 = 0.0
-        nv = P[P_NVLINK] / ncomm if ncomm > 0 else 0.0
-        for d in range(Dn):
-            if phase[d] != 2:
-                continue
-            k = kid[d]
-            r_c = Wb[W_RATE, d, k] * Wb[W_POWER, d, k] * cs if F[d] > 0 else 0.0
-            rc[d] = r_c
-            f = phi[d]
-            if Dd[d] > 0:
-                r = Wb[W_SMS, d, k] * issue
-                if f > 0 and rh[d] < r * f:
-                    r = rh[d] / f
-                rd[d] = r
-                l2 += r * (1.0 + k1 * f)
-            else:
-                r = 0.0
-                rd[d] = 0.0
-            rr = Wb[W_REREAD, d, k]
-            if rr > 0:
-                l2 += rr * r_c
-            rh[d] = r * f
-            rn[d] = nv if ncomm > 0 and comm_on[d] else 0.0
-        scaled = l2 > P[P_L2BW]
-        if scaled:
-            scl = P[P_L2BW] / l2
-            for d in range(Dn):
-                if phase[d] != 2:
-                    continue
-                rd[d] *= scl
-                if Wb[W_REREAD, d, kid[d]] > 0:
-                    rc[d] *= scl
-                rh[d] = rd[d] * phi[d]
-        pcap = ptot > 1.0
+        pcap, scaled = rates_into(Dn, phase, kid, Wb, P, xs, ys, F, Dd, phi, comm_on, rc, rd,
+                                  rn, rh, c, keyv, order)
         for d in range(Dn):
             if phase[d] != 2:
                 continue
@@ -533,9 +291,9 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
             epoch[d] += 1
             if nx_ < INF:
                 if n + 1 > ht.shape[0]:
-                    ht, hk, hl, he = _heap_grow(ht, hk, hl, he)
+                    ht, hk, hl, he = heap_grow(ht, hk, hl, he)
                 seq += 1
-                _heap_push(ht, hk, hl, he, n, nx_, EV_DONE * _KIND + seq, d, epoch[d])
+                heap_push(ht, hk, hl, he, n, nx_, EV_DONE * KIND_STEP + seq, d, epoch[d])
                 n += 1
                 live[d] = True
             else:
@@ -545,7 +303,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
     return tmax
 
 
-@_njit
+@cached_njit
 def _launch_time(d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase, rh, Dn):
     """``_start_kernel``: lane d's current kernel launches; returns its launch event's time
     (after the launch overhead and its fixed latency, loaded by the active lanes' HBM
@@ -568,7 +326,7 @@ def _launch_time(d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, ph
     return t + P[P_LAUNCH] + fixed
 
 
-@_njit
+@cached_njit
 def _simulate_rows(sid, W, P, xs, ys, policy, Ds, Ts, qlen, qjob, nkids, first, inst_kid,
                    succ, pending0, read_key, read_bytes, write_key, write_bytes, write_hbm,
                    kv_hbm, objects):
@@ -586,7 +344,7 @@ def _simulate_rows(sid, W, P, xs, ys, policy, Ds, Ts, qlen, qjob, nkids, first, 
     return out
 
 
-def _params(bm: BoundModel) -> np.ndarray:
+def model_params(bm: BoundModel) -> np.ndarray:
     """The model's scalars as the compiled loop reads them (``P_*``)."""
     hw, model = bm.hw, bm.model
     p = np.zeros(14)
@@ -617,7 +375,7 @@ def simulate_stack_compiled(stack: StructureStack, sid, allocs, cache: str = "lr
         ValueError: an unknown cache policy or malformed rows (``sim.batched.check_rows``).
         RuntimeError: a simulation stalled (a dependency cycle), or Numba is not installed.
     """
-    if not _HAVE:
+    if not numba_available():
         raise RuntimeError("the compiled batched simulator needs numba (pip install numba)")
     cache = check_policy(cache)
     sid, A = check_rows(stack, sid, allocs)
@@ -625,7 +383,7 @@ def simulate_stack_compiled(stack: StructureStack, sid, allocs, cache: str = "lr
     Wd = work_tables(stack, sid, A, bm)
     W = np.ascontiguousarray(np.stack([Wd[n] for n in WORK_FIELDS], axis=1))  # (B, F, D, NK)
     Ds = np.array([st.D for st in stack.structures], dtype=np.int64)
-    out = _simulate_rows(sid, W, _params(bm), np.asarray(bm.curve_x, dtype=float),
+    out = _simulate_rows(sid, W, model_params(bm), np.asarray(bm.curve_x, dtype=float),
                          np.asarray(bm.curve_y, dtype=float), POLICY_CODE[cache], Ds,
                          stack.Ts, stack.qlen, stack.qjob, stack.nkids, stack.first,
                          stack.inst_kid, stack.succ, stack.pending0, stack.read_key,
