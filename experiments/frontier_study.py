@@ -153,9 +153,18 @@ def git_state(root: str = HERE) -> dict:
         except (OSError, subprocess.SubprocessError):
             return None
 
+    import hashlib
+    from pathlib import Path
+
     sha = git("rev-parse", "HEAD")
     st = git("status", "--porcelain", "-uno", "--", "subgpu_jax")
-    return {"commit": sha, "dirty_subgpu_jax": None if st is None else bool(st)}
+    # the library's source itself (sha256 over its .py files' paths and bytes): git metadata can
+    # lie where a copy of the tree runs (2026-12-07: a device copy reported an older commit, clean)
+    h = hashlib.sha256()
+    for f in sorted(Path(root, "subgpu_jax").rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+    return {"commit": sha, "dirty_subgpu_jax": None if st is None else bool(st),
+            "subgpu_jax_sha256": h.hexdigest()[:16]}
 
 
 def duration_settings(arch, hw, dep) -> dict:
