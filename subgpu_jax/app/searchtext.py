@@ -155,8 +155,9 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
         n = eng["checked"]
         print(f"\nthe event simulator's exact steps ran in its compiled engine; timed again there, "
               f"the best SubGPU record at {n} (batch, TPxDP) point{'' if n == 1 else 's'} "
-              f"differ{'s' if n == 1 else ''} from the simulator's own numbers (the records') by "
-              f"at most {eng['max_abs_error']:.1e} (summary.json: engine_check)")
+              f"differ{'s' if n == 1 else ''} from the records' (the simulator with its periodic "
+              f"fast-forward; the engine equals its full simulation bit for bit) by at most "
+              f"{eng['max_abs_error']:.1e} (summary.json: engine_check)")
     scr = summ.get("screen_check")
     if scr:
         print(f"\nscreened: the batched screen's region makespans of the {scr['points']} chosen "
