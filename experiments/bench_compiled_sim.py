@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from digest_cli import check_out, run_digest, write_digest  # noqa: E402
+from digest_cli import check_seed_and_out, run_digest, write_digest  # noqa: E402
 
 
 def structures():
@@ -131,12 +131,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if not 2 <= a.allocs <= 1000:
         ap.error(f"--allocs must be an integer from 2 to 1,000, got {a.allocs}")
-    if not 0 <= a.seed <= 2**32 - 1:
-        ap.error(f"--seed must be an integer from 0 to {2**32 - 1:,}, got {a.seed}")
-    try:
-        check_out(a.out)
-    except ValueError as e:
-        ap.error(str(e))
+    check_seed_and_out(ap, a)
 
     def work():
         d = measure(a)

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, TypeVar
 
-__all__ = ["check_out", "run_digest", "write_digest"]
+__all__ = ["check_out", "check_seed_and_out", "run_digest", "write_digest"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,17 @@ def check_out(path: str) -> None:
     except ValueError as e:
         raise ValueError(f"--out: {path!r} must be a file in an existing folder, a regular "
                          f"file or none yet ({e})") from None
+
+
+def check_seed_and_out(ap, a) -> None:
+    """``ap.error`` (one line, exit 2) for a ``--seed`` outside 0..2**32 - 1 (NumPy's and
+    random's seed range) or a bad ``--out`` (``check_out``), before any work."""
+    if not 0 <= a.seed <= 2**32 - 1:
+        ap.error(f"--seed must be an integer from 0 to {2**32 - 1:,}, got {a.seed}")
+    try:
+        check_out(a.out)
+    except ValueError as e:
+        ap.error(str(e))
 
 
 def write_digest(path: str, doc: dict) -> None:

@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from digest_cli import check_out, run_digest, write_digest  # noqa: E402
+from digest_cli import check_seed_and_out, run_digest, write_digest  # noqa: E402
 
 #: the points where the lockstep-rule engine chose otherwise (docs/method.md, "The compiled engine")
 FIRST_VERSION_MISSES = ("n32-tp1-dp32-ep4-G2048-D5-m8-wavefront",
@@ -104,12 +104,7 @@ def main(argv=None) -> int:
                          "two misses)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "engine_agreement_cpu.json"))
     a = ap.parse_args(argv)
-    if not 0 <= a.seed <= 2**32 - 1:
-        ap.error(f"--seed must be an integer from 0 to {2**32 - 1:,}, got {a.seed}")
-    try:
-        check_out(a.out)
-    except ValueError as e:
-        ap.error(str(e))
+    check_seed_and_out(ap, a)
     from frontier_cost import families
 
     known = {p.key for ps in families("gptoss120b_b200")[2].values() for p in ps}

@@ -30,7 +30,7 @@ from subgpu_jax.sim.compiledparts import (
     EV_DONE, EV_LAUNCH, EV_SETUP, INF, KIND_STEP, P_CAPPED, P_CMAX, P_DCAP, P_FULLWIN, P_GAIN,
     P_INVCOPY, P_ISSUE, P_KAPPA, P_L2BW, P_L2CAP, P_LAUNCH, P_N, P_NVLINK, P_SETUP, POLICY_CODE,
     W_COMM, W_EXTRA, W_FIXED, W_FLOPS, W_REREAD, W_SCALE, cached_njit, heap_grow, heap_pop,
-    heap_push, l2_append, l2_insert, l2_remove, numba_available, rates_into)
+    end_task, heap_push, l2_append, l2_insert, l2_remove, numba_available, rates_into)
 from subgpu_jax.sim.contention import BoundModel
 from subgpu_jax.sim.eventsim import lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
@@ -51,7 +51,6 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
     simulated as ``eventsim.EventSimulator`` does it (its event queue with stale completions,
     pending completions kept while a lane's rates do not change, its arithmetic in its order);
     -1.0 when the simulation stalls (tasks left, no event)."""
-    T = succ.shape[1]               # the padded task count: succ's pad value
     phase = np.zeros(Dn, np.int64)
     head = np.zeros(Dn, np.int64)
     pos = np.zeros(Dn, np.int64)
@@ -220,11 +219,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                                d, -1)
                     n += 1
                 else:
-                    for q in range(succ.shape[2]):      # _end_job
-                        x = succ[s, j, q]
-                        if x < T:
-                            pending[x] -= 1
-                    head[d] += 1
+                    end_task(d, s, j, succ, pending, head)
                     jobs_done += 1
                     tmax = t if t > tmax else tmax
                     released = True
@@ -248,11 +243,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                             rh, Dn), EV_LAUNCH * KIND_STEP + seq, d, -1)
                         n += 1
                     else:
-                        for q in range(succ.shape[2]):
-                            x = succ[s, j, q]
-                            if x < T:
-                                pending[x] -= 1
-                        head[d] += 1
+                        end_task(d, s, j, succ, pending, head)
                         jobs_done += 1
                         tmax = t if t > tmax else tmax
                         again = True

@@ -16,7 +16,7 @@ from subgpu_jax.sim.batched import WORK_FIELDS
 
 __all__ = ["numba_available", "cached_njit", "POLICY_CODE", "EV_DONE", "EV_SETUP",
            "EV_LAUNCH", "KIND_STEP", "l2_remove", "l2_append", "l2_insert", "heap_push",
-           "heap_pop", "heap_grow", "rates_into", "INF"] + [
+           "heap_pop", "heap_grow", "rates_into", "end_task", "INF"] + [
            f"W_{n}" for n in ("SMS", "FLOPS", "RATE", "POWER", "OBJ", "REREAD", "PEAK", "COMM",
                               "FIXED", "SCALE", "WIN", "EXTRA")] + [
            f"P_{n}" for n in ("CMAX", "CAPPED", "N", "FULLWIN", "ISSUE", "DCAP", "KAPPA",
@@ -282,3 +282,16 @@ def rates_into(Dn, phase, kid, Wb, P, xs, ys, F, Dd, phi, comm_on, rc, rd, rn, r
                 rc[d] *= scl
             rh[d] = rd[d] * phi[d]
     return ptot > 1.0, scaled
+
+
+@cached_njit(inline=True)
+def end_task(d, s, j, succ, pending, head):
+    """``_end_job`` of lane d's task j (structure s): its data successors lose a pending
+    predecessor (``succ``'s pad value, its task count, is skipped) and the lane moves to its
+    next task."""
+    T = succ.shape[1]
+    for q in range(succ.shape[2]):
+        x = succ[s, j, q]
+        if x < T:
+            pending[x] -= 1
+    head[d] += 1
