@@ -119,7 +119,7 @@ class LockstepBatches:
         by ``fallback(graph, cfg, allocs)`` (the event simulator).
 
         Raises:
-            ValueError: ``allocs`` not (B, cfg.D)."""
+            ValueError: ``allocs`` not (B, cfg.D) integers."""
         from subgpu_jax.sim.batched import StructureStack, Unbatchable
 
         mats = [np.atleast_2d(np.asarray(allocs)) for _, _, allocs in items]
@@ -127,6 +127,8 @@ class LockstepBatches:
             if A.ndim != 2 or A.shape[1] != cfg.D:
                 raise ValueError(f"allocs must be (B, {cfg.D}) for a {cfg.D}-stage "
                                  f"configuration, got shape {A.shape}")
+            if A.dtype.kind not in "iu":    # never truncated silently (64.5 -> 64)
+                raise ValueError(f"allocs must hold integers (SMs), got dtype {A.dtype}")
         out: list = [None] * len(items)
         sts: list = []
         index: dict = {}

@@ -155,9 +155,14 @@ class StructureCache:
 
 
 def _rows(cfg: Config, allocs: np.ndarray) -> list[Config]:
-    """``cfg`` with each row of ``allocs`` as its allocation."""
-    return [dataclasses.replace(cfg, alloc=tuple(int(x) for x in a))
-            for a in np.atleast_2d(np.asarray(allocs))]
+    """``cfg`` with each row of ``allocs`` as its allocation.
+
+    Raises:
+        ValueError: ``allocs`` not integers (SMs: 64.5 is never read as 64)."""
+    A = np.atleast_2d(np.asarray(allocs))
+    if A.dtype.kind not in "iu":
+        raise ValueError(f"allocs must hold integers (SMs), got dtype {A.dtype}")
+    return [dataclasses.replace(cfg, alloc=tuple(int(x) for x in a)) for a in A]
 
 
 class EventTimer:

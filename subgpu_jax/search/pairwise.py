@@ -55,9 +55,14 @@ def improves(v: float, ref: float, rtol: float = TIE_RTOL) -> bool:
 
 def first_least(vals, rtol: float = TIE_RTOL) -> int:
     """The index of the first value within ``rtol`` relative of the least (ties kept in order:
-    ``TIE_RTOL``)."""
+    ``TIE_RTOL``; with a NaN or -inf among them, ``np.argmin``'s).
+
+    Raises:
+        ValueError: no values."""
     v = np.asarray(vals, dtype=float)
-    m = float(v.min())
+    m = float(np.min(v))
+    if not np.isfinite(m):      # NaN or -inf: np.argmin's choice (no tolerance applies)
+        return int(np.argmin(v))
     return int(np.flatnonzero(v <= m + rtol * abs(m))[0])
 
 

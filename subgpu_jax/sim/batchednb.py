@@ -388,8 +388,8 @@ def simulate_stack_compiled(stack: StructureStack, sid, allocs, cache: str = "lr
 def compile_now() -> float:
     """Compile the engine (or load it from Numba's cache) by simulating one small structure (a
     Llama-3.1-8B region graph on the H200, two stages, two microbatches); returns the seconds it
-    took. A pool of worker processes calls it once before starting them, so that they read one
-    cached compilation instead of each compiling its own.
+    took. ``experiments/device/studies/frontier.sh`` calls it once before the study's workers
+    start, so that they read one cached compilation instead of each compiling its own.
 
     Raises:
         RuntimeError: Numba is not installed."""

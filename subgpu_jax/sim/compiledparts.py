@@ -10,11 +10,13 @@ Units: µs, FLOP, bytes, bytes/s, SMs.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from subgpu_jax.sim.batched import WORK_FIELDS
 
-__all__ = ["numba_available", "cached_njit", "POLICY_CODE", "EV_DONE", "EV_SETUP",
+__all__ = ["numba_available", "cached_njit", "engine_cache_dir", "ENGINE_SOURCES", "POLICY_CODE", "EV_DONE", "EV_SETUP",
            "EV_LAUNCH", "KIND_STEP", "l2_remove", "l2_append", "l2_insert", "heap_push",
            "heap_pop", "heap_grow", "rates_into", "end_task", "INF"] + [
            f"W_{n}" for n in ("SMS", "FLOPS", "RATE", "POWER", "OBJ", "REREAD", "PEAK", "COMM",
@@ -35,20 +37,61 @@ def numba_available() -> bool:
     return _HAVE
 
 
+#: The files the compiled code depends on: the engine's two modules and ``sim.batched`` (its
+#: ``WORK_FIELDS`` order is baked into the code as constants). Numba's own cache checks only the
+#: timestamp of the file defining each function, so an edit of another one kept the old code (a
+#: breaker's find, 2026-12-07); the cache folder is named by a hash of all three instead.
+ENGINE_SOURCES = ("compiledparts.py", "batchednb.py", "batched.py")
+_CACHE_DIR: list = []
+
+
+def engine_cache_dir() -> str | None:
+    """The folder of the engine's compiled code: ``<NUMBA_CACHE_DIR, or ~/.cache/subgpu/numba>/
+    <numba version>-<sha256 of ENGINE_SOURCES>``, made on first use; None where it cannot be
+    written (the engine then compiles in each process)."""
+    if not _CACHE_DIR:
+        import hashlib
+        import tempfile
+        from pathlib import Path
+
+        here = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for name in ENGINE_SOURCES:
+            h.update(name.encode() + b"\0" + (here / name).read_bytes())
+        home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"),
+                                                                  ".cache")
+        root = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(home, "subgpu", "numba")
+        d = os.path.join(root, f"{numba.__version__}-{h.hexdigest()[:16]}")
+        try:
+            os.makedirs(d, exist_ok=True)
+            tempfile.TemporaryFile(dir=d).close()
+        except OSError:
+            d = None
+        _CACHE_DIR.append(d)
+    return _CACHE_DIR[0]
+
+
 def cached_njit(f=None, *, inline: bool = False):
-    """``numba.njit`` with the compiled code cached on disk (beside the module, or under
-    ``NUMBA_CACHE_DIR``); where no cache folder is writable (a read-only install, a user without
-    a home), compiled in each process instead. ``inline``: inlined into its callers at Numba's
-    IR level (no call per use: the row loop calls ``rates_into`` once per instant)."""
+    """``numba.njit`` with the compiled code cached on disk in ``engine_cache_dir()`` (a folder
+    per version of the engine's sources); where none is writable (a read-only install, a user
+    without a home), compiled in each process instead. ``inline``: inlined into its callers at
+    Numba's IR level (no call per use)."""
     if f is None:
         return lambda g: cached_njit(g, inline=inline)
     if not _HAVE:   # pragma: no cover
         return f
     opts = {"nogil": True, "inline": "always" if inline else "never"}
+    d = engine_cache_dir()
+    if d is None:
+        return numba.njit(**opts)(f)
+    before = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = d      # read by Numba's locator when the function is decorated
     try:
         return numba.njit(cache=True, **opts)(f)
     except RuntimeError:    # "cannot cache function ...: no locator available"
         return numba.njit(**opts)(f)
+    finally:
+        numba.config.CACHE_DIR = before
 
 
 INF = np.inf

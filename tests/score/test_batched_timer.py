@@ -93,3 +93,19 @@ def test_search_cli_flag(tmp_path, capsys):
     assert rc == 0 and "checked by the event simulator" in text and "above the" not in text
     summ = json.loads((tmp_path / "s" / "summary.json").read_text())
     assert summ["scorers"]["exact"] == "event-batched"
+
+
+def test_event_search_checks_its_engine_only_where_the_engine_ran(tmp_path, capsys):
+    """``--exact event``: the engine check is in summary.json and printed for one stream per
+    stage (the engine's structures; the records are the Python simulator's, within 1e-9), and
+    absent with two streams per stage, which the Python simulator times alone (it compared the
+    simulator with itself before: a breaker's find)."""
+    base = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
+            "--batches", "64", "--stages", "2", "--microbatches", "2", "--no-progress"]
+    assert main(base + ["--out", str(tmp_path / "one")]) == 0
+    assert "ran in its compiled engine" in capsys.readouterr().out
+    chk = json.loads((tmp_path / "one" / "summary.json").read_text())["engine_check"]
+    assert chk["checked"] >= 1 and chk["max_abs_error"] < 1e-9
+    assert main(base + ["--streams-per-stage", "2", "--out", str(tmp_path / "two")]) == 0
+    assert "compiled engine" not in capsys.readouterr().out
+    assert "engine_check" not in json.loads((tmp_path / "two" / "summary.json").read_text())

@@ -63,11 +63,11 @@ END=$((START + LIMIT - RESERVE_S))
 LOG="$OUT/frontier_log.txt"
 RC=0                               # the first non-zero exit of a study, the script's exit status
 echo "frontier: limit ${LIMIT}s, ${WORKERS} workers, studies: $STUDIES, exact $EXACT, $(nproc) CPUs" | tee "$LOG"
-if [ "$EXACT" != event-full ]; then   # one compilation of the engine before the workers start
+case "$EXACT" in event|event-batched|screened)   # one compilation of the engine before the workers start
   python3 -c "from subgpu_jax.sim.batchednb import available, compile_now
-print(f'compiled engine: {compile_now():.1f} s' if available() else 'numba missing: NumPy engine')" \
-    2>&1 | grep -v -i warn | tee -a "$LOG"
-fi
+print(f'compiled engine: {compile_now():.1f} s' if available() else 'numba missing: the Python simulator times every configuration')" \
+    2>&1 | grep -v -i warn | tee -a "$LOG";;
+esac
 for s in $STUDIES; do
   left=$((END - $(date +%s)))
   if [ "$left" -lt 20 ]; then echo "$s: not started (${left}s left)" | tee -a "$LOG"; break; fi
