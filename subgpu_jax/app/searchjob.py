@@ -23,8 +23,6 @@ import threading
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
-
 from subgpu_jax.model.deployment import RECORD_OPTIONS
 from subgpu_jax.model.generation import generation_steps, search_step
 from subgpu_jax.model.graph import CATEGORIES, Deployment
@@ -33,6 +31,7 @@ from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.app.args import DEFAULT_L_SIM
+from subgpu_jax.app.recordingtimer import RecordingTimer
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.search.problem import TimerExact
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIMATORS,
@@ -40,13 +39,13 @@ from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, by_name, CHEAP_ESTIM
                                           DEFAULT_CHEAP, DEFAULT_CUT_STRATEGY, strategy_options)
 from subgpu_jax.score.programs import JAX_CACHE_CLEAR_EVERY, release_compiled
 from subgpu_jax.score.step import time_step
-from subgpu_jax.score.timer import DEFAULT_TIMER, EventTimer, Timer, Timing, timer_for
+from subgpu_jax.score.timer import DEFAULT_TIMER, EventTimer, Timer, timer_for
 from subgpu_jax.space.config import Config, temporal_config
 from subgpu_jax.app.store import atomic_write
 from subgpu_jax.app.sweep import GridPoint
 from subgpu_jax.model.accounting import throughput_record
 
-__all__ = ["PointScorer", "RecordingTimer", "ScorerSpec", "SearchOptions", "write_outputs",
+__all__ = ["PointScorer", "ScorerSpec", "SearchOptions", "write_outputs",
            "CHEAP_KINDS", "OUTPUT_FILES"]
 
 #: Deployment fields beyond the grid's (topology, routing, serving) that records carry.
@@ -126,48 +125,6 @@ def _trim_heap() -> None:
         ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
         pass
-
-
-class RecordingTimer:
-    """An observer of the search job's event timer (a ``score.timer.Timer``): it times a
-    configuration of one deployment with ``PointScorer.simulate``, which keeps the run's
-    per-category times and L2 hit rate for the record (a record never re-runs the simulation
-    that scored it) and honours Ctrl-C around each simulation. Its capabilities are the
-    observed timer's.
-
-    Args:
-        scorer: the ``PointScorer`` (its ``timer`` is the observed event timer). dep: the
-            deployment whose graphs are timed.
-    """
-
-    def __init__(self, scorer: "PointScorer", dep: Deployment) -> None:
-        self.scorer, self.dep, self.observed = scorer, dep, scorer.timer
-        self.name, self.hw = self.observed.name, scorer.hw
-        self.contention, self.reference = self.observed.contention, self.observed.reference
-        self.batched, self.screen = self.observed.batched, None
-
-    def describe(self) -> str:
-        return self.observed.describe()
-
-    def time(self, graph, cfg: Config, record: bool = False, validate: bool = True) -> Timing:
-        r = self.scorer.simulate(self.dep, cfg)
-        return Timing(float(r.makespan), dict(r.category_time), r)
-
-    def time_allocs(self, graph, cfg: Config, allocs) -> np.ndarray:
-        return self.time_many([(graph, cfg, allocs)])[0]
-
-    def time_many(self, items) -> list[np.ndarray]:
-        """Makespans (µs) of ``(graph, cfg, allocs)`` requests: the observed timer's compiled
-        engine where it has one (``EventTimer.batches``: makespans alone; a record re-simulates
-        its configuration for its categories), else this observer's simulations one by one."""
-        if self.batched:
-            return self.observed.time_many(items)
-        return [np.array([self.time(graph, dataclasses.replace(
-            cfg, alloc=tuple(int(x) for x in a))).makespan_us for a in np.atleast_2d(allocs)])
-            for graph, cfg, allocs in items]
-
-    def head_us(self, kernels) -> float:
-        return self.observed.head_us(kernels)
 
 
 class PointScorer:
@@ -304,8 +261,9 @@ class PointScorer:
 
     def simulate(self, dep: Deployment, cfg: Config):
         """Event-simulate ``cfg`` (the graph of ``dep`` for its microbatch count; not validated:
-        the search's configurations are); keeps its per-category times and L2 hit rate for
-        ``_record`` so that a record never re-runs the simulation that scored it. Ctrl-C is
+        the search's configurations are) with the Python simulator; keeps its per-category
+        times, L2 hit rate and makespan for ``_record`` (a record re-runs a configuration only
+        when the compiled engine scored it, which keeps makespans alone). Ctrl-C is
         honoured before and after (:func:`subgpu_jax.app.interrupt.check`), i.e. around the
         compilations of the exact polish.
 
