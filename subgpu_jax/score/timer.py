@@ -6,7 +6,9 @@ configuration's structure to their makespans (``time_allocs``). Six exist, regis
 
 * ``EventTimer`` (``event``): the event simulator (``sim.eventsim.simulate``) with a contention
   model, an L2 policy and an SM mode (green contexts or multistream); the reference. Timings
-  without a utilisation series skip the regions of a pass that repeat (``sim.periodic``).
+  without a utilisation series skip the regions of a pass that repeat (``sim.periodic``); its
+  makespan batches (``time_allocs``, ``time_many``) run in the simulator's compiled engine
+  (``sim.batchednb``: its full simulation bit for bit) where that covers the structure.
 * ``FullEventTimer`` (``event-full``): the same with every region simulated (results equal to
   float rounding, up to twice the CPU time).
 * ``StaticTimer`` (``static``): the max-plus evaluator on isolated kernel durations (the
@@ -175,9 +177,11 @@ class EventTimer:
             to float rounding, at most ``sim.periodic.FORWARD_TOL`` relative by construction,
             1.9e-13 measured on the main job); only in timings without a utilisation series
             (``record=False``). Default True.
+        engine: ``ENGINES``: ``compiled`` (default; ``python`` where Numba does not import)
+            or ``python``.
 
     Raises:
-        ValueError: an unknown cache policy or mode, or a model that is not a
+        ValueError: an unknown cache policy, mode or engine, or a model that is not a
             ``ContentionModel``.
     """
 
