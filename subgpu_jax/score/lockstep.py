@@ -59,7 +59,7 @@ class LockstepBatches:
         lockstep_rows, event_rows: allocations the engine timed, and the fallback instead.
 
     Raises:
-        ValueError: an unknown engine or ``min_batch`` < 1.
+        ValueError: an unknown engine, ``compiled`` without Numba, or ``min_batch`` < 1.
     """
 
     ENGINES = ("auto", "compiled", "numpy", "jax")
@@ -77,6 +77,9 @@ class LockstepBatches:
                  cache_mib: int = 256) -> None:
         if engine not in self.ENGINES:
             raise ValueError(f"engine must be one of {', '.join(self.ENGINES)}, got {engine!r}")
+        if engine == "compiled" and not compiled_available():
+            raise ValueError("engine 'compiled' needs numba, which does not import here "
+                             "(pip install numba; or engine 'numpy')")
         self.hw, self.model, self.cache, self.mode, self.engine = hw, model, cache, mode, engine
         self.min_batch = (self.MIN_BATCH[self.engine_name()] if min_batch is None
                           else pos_int(min_batch, "min_batch"))

@@ -653,8 +653,10 @@ def check_rows(stack: StructureStack, sid, allocs) -> tuple[np.ndarray, np.ndarr
     out[:, :A.shape[1]] = A
     D_of = np.array([st.D for st in stack.structures])[sid]
     used = np.arange(stack.D)[None, :] < D_of[:, None]
-    bad = np.flatnonzero((used & (out < 1)).any(axis=1)
-                         | (np.where(used, out, 0).sum(axis=1) > stack.hw.num_sms))
+    over = (used & (out > stack.hw.num_sms)).any(axis=1)    # before the sum can overflow
+    bad = np.flatnonzero((used & (out < 1)).any(axis=1) | over
+                         | (np.where(used & ~over[:, None], out, 0).sum(axis=1)
+                            > stack.hw.num_sms))
     if bad.size:
         b = int(bad[0])
         raise ValueError(f"allocs row {b}: {out[b, :D_of[b]].tolist()} must be SMs >= 1 per "

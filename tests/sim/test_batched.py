@@ -406,3 +406,14 @@ def test_first_least_keeps_ties_in_order_and_survives_nan():
     assert first_least([float("-inf"), 1.0]) == 0
     with pytest.raises(ValueError):
         first_least([])
+
+
+def test_huge_allocations_are_refused_before_their_sum_overflows():
+    """2**62 SMs per stage: the row is named and refused (its int64 sum wrapped negative and
+    passed the budget check before: a breaker's find)."""
+    from subgpu_jax.sim.batched import check_rows
+
+    g, cfg = case_of("llama8b_d2")
+    st = BatchStructure(g, cfg, HW, ContentionModel())
+    with pytest.raises(ValueError, match="allocs row 0"):
+        check_rows(st.alone(), [0], [[2**62, 2**62]])
