@@ -27,10 +27,10 @@ configuration's structure to their makespans (``time_allocs``). Six exist, regis
   (``experiments/bench_screened.py``: at the median not at all, at most 1.7-4.1% slower).
 
 * ``BatchedEventTimer`` (``event-batched``): the event simulator's model with the allocations
-  of a batch simulated together in lockstep (``sim.batched``; NumPy on a CPU, JAX on an
-  accelerator), each with its own events: within 1e-9 of ``event`` but for rare near-ties
-  (1.4e-3 at most measured), its best records re-simulated by the event simulator. Faster only
-  on large batches.
+  of a batch in a batched engine (``score.lockstep``: the compiled one where Numba imports, bit
+  for bit; else the lockstep loops, NumPy on a CPU, JAX on an accelerator, within 1e-9 of
+  ``event`` but for rare near-ties, 1.4e-3 at most measured), its records without per-category
+  times and its best re-simulated by the event simulator.
 
 The event simulator stays the default and the reference.
 
@@ -510,10 +510,10 @@ class BatchedEventTimer(EventTimer):
     reference check below.
 
     Agreement with the event simulator (``tests/sim/test_batched.py``,
-    ``experiments/batched_eventsim_proto.py``): within 1e-9 relative on the main job's polish
-    passes and on 11 of 12 batches of random allocations; near-tied event instants can order
-    differently after float drift (up to 1.4e-3 on 3 of 12,060 random allocations, cache
-    off). So a search with it is checked like any other non-reference timer: its best records
+    ``experiments/batched_eventsim_proto.py``): the compiled engine bit for bit; the lockstep
+    loops within 1e-9 relative on the main job's polish passes and on 11 of 12 batches of random
+    allocations, near-tied event instants ordering differently after float drift (up to 1.4e-3
+    on 3 of 12,060 random allocations, cache off). So a search with it is checked like any other non-reference timer: its best records
     are re-simulated by the event simulator (``summary.json``'s ``reference_check``), with a
     warning above ``TOLERANCE``.
 
