@@ -33,8 +33,10 @@ except ImportError:     # pragma: no cover - exercised only without numba
 
 
 def numba_available() -> bool:
-    """Whether Numba imports here."""
-    return _HAVE
+    """Whether Numba imports here and compiles: with ``NUMBA_DISABLE_JIT=1`` its functions run
+    as Python, about 5x slower than the Python event simulator itself (a breaker's measurement),
+    so the engine counts as absent and the timers use the Python simulator."""
+    return _HAVE and not numba.config.DISABLE_JIT
 
 
 #: The files the compiled code depends on: the engine's two modules and ``sim.batched`` (its

@@ -417,3 +417,18 @@ def test_huge_allocations_are_refused_before_their_sum_overflows():
     st = BatchStructure(g, cfg, HW, ContentionModel())
     with pytest.raises(ValueError, match="allocs row 0"):
         check_rows(st.alone(), [0], [[2**62, 2**62]])
+
+
+def test_numba_disable_jit_means_the_python_simulator():
+    """``NUMBA_DISABLE_JIT=1`` would run the engine as Python, 5x slower than the simulator: the
+    event timer takes the Python simulator instead (a breaker's find)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from subgpu_jax import get_hardware; from subgpu_jax.score.timer import EventTimer; "
+            "print(EventTimer(get_hardware('H200')).engine)")
+    env = {**os.environ, "NUMBA_DISABLE_JIT": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "python", out.stderr
