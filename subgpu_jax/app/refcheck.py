@@ -14,7 +14,18 @@ from subgpu_jax.model.generation import search_step
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.space.config import Config
 
-__all__ = ["reference_check", "engine_check", "screen_check"]
+__all__ = ["best_per_point", "reference_check", "engine_check", "screen_check"]
+
+
+def best_per_point(records: Sequence[dict]) -> dict:
+    """``{(global batch, attention TP, DP, mode): record}``: the record of highest speedup over
+    temporal at each (batch, TPxDP) point and mode (the checks' sample)."""
+    best: dict = {}
+    for r in records:
+        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]), r["mode"])
+        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
+            best[k] = r
+    return best
 
 
 def reference_check(scorer, records: Sequence[dict]) -> dict:
@@ -33,11 +44,7 @@ def reference_check(scorer, records: Sequence[dict]) -> dict:
     """
     import statistics
 
-    best: dict = {}
-    for r in records:
-        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]), r["mode"])
-        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
-            best[k] = r
+    best = best_per_point(records)
     rows = []
     for k in sorted(best):
         r = best[k]
@@ -80,13 +87,7 @@ def engine_check(scorer, records: Sequence[dict]) -> dict | None:
     ev = scorer.event
     if getattr(ev, "engine", None) != "compiled" or scorer.timer is not ev:
         return None
-    best: dict = {}
-    for r in records:
-        if r.get("mode") != "subgpu":
-            continue
-        k = (int(r["global_batch"]), int(r["attn_tp"]), int(r["attn_dp"]))
-        if k not in best or r["speedup_vs_temporal"] > best[k]["speedup_vs_temporal"]:
-            best[k] = r
+    best = {k[:3]: r for k, r in best_per_point(records).items() if k[3] == "subgpu"}
     if not best:
         return None
     rows = []

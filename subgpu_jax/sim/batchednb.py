@@ -96,11 +96,13 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
     t = 0.0
     started = False
     while True:
+        # room for this instant's pushes, reserved once: per lane at most a setup, a launch
+        # and a completion event
+        while n + 3 * Dn + 1 > ht.shape[0]:
+            ht, hk, hl, he = heap_grow(ht, hk, hl, he)
         if started:
             if n == 0:
                 break
-            if n + 2 * Dn + 2 > ht.shape[0]:    # room for this instant's pushes
-                ht, hk, hl, he = heap_grow(ht, hk, hl, he)
             # ---- the next instant: counters moved on, its events popped (_advance)
             t = ht[0]
             dt = (t - now) * 1e-6
@@ -235,8 +237,6 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         continue
                     pos[d] = 0
                     if nkids[s, j] > 0:
-                        if n + 1 > ht.shape[0]:
-                            ht, hk, hl, he = heap_grow(ht, hk, hl, he)
                         seq += 1
                         heap_push(ht, hk, hl, he, n, _launch_time(
                             d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase,
@@ -281,8 +281,6 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                 nx_ = pc[d]
             epoch[d] += 1
             if nx_ < INF:
-                if n + 1 > ht.shape[0]:
-                    ht, hk, hl, he = heap_grow(ht, hk, hl, he)
                 seq += 1
                 heap_push(ht, hk, hl, he, n, nx_, EV_DONE * KIND_STEP + seq, d, epoch[d])
                 n += 1
