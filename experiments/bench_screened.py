@@ -53,6 +53,10 @@ ROOT = os.path.dirname(HERE)
 #: Issue 42's agreement target: a point's makespan within 0.5% of the event-simulator search's.
 TOL = 0.005
 TIMERS_RUN = ("event", "screened")
+#: The variants ``--variants`` can run: the two timers, and ``python``: ``--exact event`` with
+#: ``NUMBA_DISABLE_JIT=1``, where the event timer times every configuration in the Python
+#: simulator (``EventTimer``'s ``python`` engine): the path before the compiled engine.
+VARIANTS = TIMERS_RUN + ("python",)
 
 
 def frontier_points(study: str, n: int):
@@ -105,12 +109,15 @@ def child(a) -> int:
 
 def run_variant(job: str, timer: str, folder: str, a) -> dict:
     """Run one variant in a fresh process; its wall, CPU and search seconds."""
+    env = dict(os.environ)
+    if timer == "python":   # the event timer on the Python simulator (VARIANTS)
+        timer, env["NUMBA_DISABLE_JIT"] = "event", "1"
     cmd = [sys.executable, os.path.abspath(__file__), "--child", "--job", job, "--timer", timer,
            "--folder", folder, "--workers", str(a.workers), "--study", a.study,
            "--points", str(a.points), "--repeat", "1"]
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
@@ -137,29 +144,33 @@ def front_keys(recs: dict) -> set:
 
 
 def agreement(ev: dict, sc: dict) -> dict:
-    """The screened records against the event search's (see the module docstring)."""
+    """The records of a search (``sc``: the screened one, or the compiled engine's) against a
+    reference search's (``ev``: the event search, or the Python simulator's), see the module
+    docstring; the screen's own fields (``screen_region_us``, ``confirm_calls``) only where
+    ``sc``'s records have them."""
     keys = sorted(k for k, r in ev.items() if r["mode"] == "subgpu" and k in sc)
     missing = sorted(k for k, r in ev.items() if r["mode"] == "subgpu" and k not in sc)
     ratio = [float(sc[k]["region_makespan_us"]) / float(ev[k]["region_makespan_us"]) - 1
              for k in keys]
-    screen_err = [abs(float(sc[k]["screen_region_us"]) / float(sc[k]["region_makespan_us"]) - 1)
-                  for k in keys]
     fe, fs_ = front_keys(ev), front_keys(sc)
-    return {"points": len(keys), "missing_in_screened": missing,
-            "makespan_vs_event_median": statistics.median(ratio),
-            "makespan_vs_event_max": max(ratio), "makespan_vs_event_min": min(ratio),
-            "points_over_tol": sum(x > TOL for x in ratio), "tol": TOL,
-            "same_choice": sum(ev[k]["cuts"] == sc[k]["cuts"] and ev[k]["sms"] == sc[k]["sms"]
-                               for k in keys),
-            "frontier_same_points": fe == fs_, "frontier_event": len(fe),
-            "frontier_screened": len(fs_), "frontier_common": len(fe & fs_),
-            "event_calls_event_search": sum(int(ev[k]["exact_calls"]) for k in keys),
-            "event_calls_screened": sum(int(sc[k]["confirm_calls"]) for k in keys),
-            "screen_abs_error_median": statistics.median(screen_err),
-            "screen_abs_error_max": max(screen_err),
-            "rows": [{"grid_key": k, "ratio": round(x, 6),
-                      "event": [ev[k]["cuts"], ev[k]["sms"]],
-                      "screened": [sc[k]["cuts"], sc[k]["sms"]]} for k, x in zip(keys, ratio)]}
+    out = {"points": len(keys), "missing_in_screened": missing,
+           "makespan_vs_event_median": statistics.median(ratio),
+           "makespan_vs_event_max": max(ratio), "makespan_vs_event_min": min(ratio),
+           "points_over_tol": sum(x > TOL for x in ratio), "tol": TOL,
+           "same_choice": sum(ev[k]["cuts"] == sc[k]["cuts"] and ev[k]["sms"] == sc[k]["sms"]
+                              for k in keys),
+           "frontier_same_points": fe == fs_, "frontier_event": len(fe),
+           "frontier_screened": len(fs_), "frontier_common": len(fe & fs_),
+           "event_calls_event_search": sum(int(ev[k]["exact_calls"]) for k in keys)}
+    if keys and sc[keys[0]].get("screen_region_us") not in (None, ""):
+        screen_err = [abs(float(sc[k]["screen_region_us"])
+                          / float(sc[k]["region_makespan_us"]) - 1) for k in keys]
+        out.update({"event_calls_screened": sum(int(sc[k]["confirm_calls"]) for k in keys),
+                    "screen_abs_error_median": statistics.median(screen_err),
+                    "screen_abs_error_max": max(screen_err)})
+    out["rows"] = [{"grid_key": k, "ratio": round(x, 6), "event": [ev[k]["cuts"], ev[k]["sms"]],
+                    "screened": [sc[k]["cuts"], sc[k]["sms"]]} for k, x in zip(keys, ratio)]
+    return out
 
 
 def main(argv=None) -> int:
@@ -173,6 +184,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="timed runs of each variant, in turn, after one untimed run of each "
                          "that fills the compile cache (medians reported; default 1)")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(TIMERS_RUN),
+                    help="what runs: event (the baseline and the reference, always run), "
+                         "screened, python (event on the Python simulator: the path before "
+                         "the compiled engine); default event screened")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "bench_screened_cpu.json"))
     ap.add_argument("--compare", nargs=2, metavar=("EVENT_DIR", "SCREENED_DIR"), default=None,
                     help="compare two finished results folders (records.csv) instead")
@@ -221,18 +236,38 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for job in a.jobs:
             row = {"study": a.study, "sample_points": a.points} if job == "frontier" else {}
-            samples: dict = {t: [] for t in TIMERS_RUN}
+            runs = ["event"] + [v for v in a.variants if v != "event"]
+            samples: dict = {t: [] for t in runs}
             for rep in range(a.repeat + 1):  # run 0 fills the compile cache, untimed
-                for t in TIMERS_RUN:
+                for t in runs:
                     r = run_variant(job, t, os.path.join(tmp, f"{job}_{t}"), a)
                     print(f"{job:9s} {t:9s} {'warm-up' if rep == 0 else f'run {rep}':8s} "
                           f"search {r['search_s']:8.1f} s  CPU {r['cpu_s']:8.1f} s", flush=True)
                     if rep:
                         samples[t].append(r)
-            for t in TIMERS_RUN:
+            for t in runs:
                 row[t] = {k: statistics.median(x[k] for x in samples[t])
                           for k in ("search_s", "wall_s", "cpu_s")}
                 row[t]["samples"] = samples[t]
+            if "python" in runs:    # the compiled engine against the path before it
+                row["search_ratio_python_over_event"] = round(
+                    row["python"]["search_s"] / row["event"]["search_s"], 3)
+                row["cpu_ratio_python_over_event"] = round(
+                    row["python"]["cpu_s"] / row["event"]["cpu_s"], 3)
+                row["agreement_python"] = agreement(load(os.path.join(tmp, f"{job}_python")),
+                                                    load(os.path.join(tmp, f"{job}_event")))
+                g = row["agreement_python"]
+                print(f"{job:9s} ratio python/event: search "
+                      f"{row['search_ratio_python_over_event']}x, CPU "
+                      f"{row['cpu_ratio_python_over_event']}x; makespan event/python - 1: max "
+                      f"{g['makespan_vs_event_max']:+.2e}, min {g['makespan_vs_event_min']:+.2e}, "
+                      f"same choice at {g['same_choice']} of {g['points']}; frontier same "
+                      f"points: {g['frontier_same_points']}", flush=True)
+            if "screened" not in runs:
+                res["jobs"][job] = row
+                with open(a.out, "w") as fh:  # written as it goes
+                    json.dump(res, fh, indent=1)
+                continue
             row["search_ratio_event_over_screened"] = round(
                 row["event"]["search_s"] / row["screened"]["search_s"], 3)
             row["cpu_ratio_event_over_screened"] = round(

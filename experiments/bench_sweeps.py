@@ -11,7 +11,9 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   before they existed), the tables whole from their first use and no task DAG shared (as
   ``whole_*`` below), and no persistent compile cache (``SUBGPU_JAX_CACHE=""``): the path as it
   was before those memos (its other changes stay);
-* ``memo_cold``: today's path, with an empty persistent compile cache folder (it fills it);
+* ``memo_cold``: today's path, with empty compile caches (JAX's persistent cache and the
+  compiled event-simulator engine's ``NUMBA_CACHE_DIR``), fresh for every repetition: a user's
+  first run (``before`` also compiles the engine afresh every run);
 * ``memo_warm``: today's path again, reading that folder (a user's second run);
 * ``workers_cold``, ``workers_warm``: today's path with ``--workers auto`` (the default: one
   process per usable core, ``app.pool.search_workers``; grid points longest first), first
@@ -30,10 +32,12 @@ GPT-OSS 120B on 32 B200, 15 grid points) in a fresh process, with the same CPU p
   per pool on demand) and no task DAG shared between cuts (``space.taskdag``'s memos off),
   warm cache, one process and the pool: the baseline of those two (``speedup_vs_whole_tables``
   and ``cpu_ratio_vs_whole_tables`` of ``memo_warm`` and ``workers_warm``).
-* ``tree_warm``, ``tree_workers_warm``: the main job run from another checkout
+* ``tree_warm``, ``tree_workers_warm``, ``tree_workers_cold``: the main job run from another
+  checkout
   (``--baseline-tree DIR``, e.g. ``git worktree add DIR REV`` of the previous commit) with a
   compile cache of its own, warm, one process and the pool: the commit before a change as the
-  baseline of the same run (``speedup_vs_baseline_tree``, ``cpu_ratio_vs_baseline_tree``).
+  baseline of the same run (``speedup_vs_baseline_tree``, ``cpu_ratio_vs_baseline_tree``;
+  ``tree_workers_cold`` with empty caches, the baseline of ``workers_cold``).
 * ``full_cold``, ``full_warm``, ``full_workers_warm``: ``--exact event-full`` (the event simulator
   with every region simulated: the periodic fast-forward off, ``sim.periodic``), an empty cache
   folder of their own then warm, one process and the worker pool: the baseline of the
@@ -115,7 +119,8 @@ sys.exit(main(sys.argv[2:]))
 
 VARIANTS = ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm", "workers_cold",
             "workers_warm", "vcontention_warm", "full_cold", "full_warm", "full_workers_warm",
-            "whole_warm", "whole_workers_warm", "tree_warm", "tree_workers_warm")
+            "whole_warm", "whole_workers_warm", "tree_warm", "tree_workers_warm",
+            "tree_workers_cold")
 #: Record fields that name the scorer, left out when comparing event with event-full records
 #: (besides every float: makespans and what derives from them differ by float rounding).
 SCORER_FIELDS = {"exact"}
@@ -158,13 +163,17 @@ def pooled(name: str) -> bool:
 
 
 def run_variant(name: str, out: str, cache: str, cores: int | None,
-                platform: str = "cpu", tree: str | None = None) -> dict:
+                platform: str = "cpu", tree: str | None = None, numba_cache: str = "") -> dict:
     """One main job in a fresh process (from ``tree``, a checkout of another commit, for the
-    ``tree_*`` variants); returns its timings and where its records are."""
+    ``tree_*`` variants), with JAX's compile cache in ``cache`` ("": none) and the compiled
+    engine's in ``numba_cache`` (``NUMBA_CACHE_DIR``; "": the user's default folder); returns
+    its timings and where its records are."""
     root = tree if name.startswith("tree") else ROOT
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS=platform)
-    env["SUBGPU_JAX_CACHE"] = cache_folder(name, cache)
+    env["SUBGPU_JAX_CACHE"] = cache
+    if numba_cache:
+        env["NUMBA_CACHE_DIR"] = numba_cache
     pool = pooled(name)
     args = ["search", "--out", out, "--no-progress", "--workers", "auto" if pool else "1"]
     if name.startswith("vcontention"):
@@ -251,7 +260,7 @@ def main(argv=None) -> int:
         ap.error(f"--repeat must be >= 1, got {a.repeat}")
     if (any(v.startswith("tree") for v in a.variants) or a.baseline_tree is not None) and not (
             a.baseline_tree and os.path.isdir(os.path.join(a.baseline_tree, "subgpu_jax"))):
-        ap.error("--variants tree_warm/tree_workers_warm need --baseline-tree DIR, a checkout "
+        ap.error("--variants tree_* need --baseline-tree DIR, a checkout "
                  f"holding subgpu_jax/, got {a.baseline_tree!r}")
     try:
         check_out(a.out)   # before minutes of work
@@ -267,12 +276,20 @@ def main(argv=None) -> int:
             for v in a.variants:
                 folders[v] = os.path.join(tmp, f"{v}_{i}")
                 key = (cache_folder(v, cache), pooled(v))
-                if v.endswith("_warm") and key not in warmed:   # fill the cache untimed
-                    run_variant(v, os.path.join(tmp, f"{v}_warmup"), cache, a.cores,
-                                a.platform, a.baseline_tree)
-                warmed.add(key)
+                # a cold run (and ``before``) starts from empty compile caches, JAX's and the
+                # engine's, every repetition; the warm ones share their variant's folders
+                fresh = v.endswith("_cold") or v == "before"
+                jc = (os.path.join(tmp, f"{v}_{i}_jax") if v.endswith("_cold") else
+                      cache_folder(v, cache))
+                nc = (os.path.join(tmp, f"{v}_{i}_numba") if fresh else
+                      cache_folder(v, cache) + "_numba")
+                if v.endswith("_warm") and key not in warmed:   # fill the caches untimed
+                    run_variant(v, os.path.join(tmp, f"{v}_warmup"), jc, a.cores,
+                                a.platform, a.baseline_tree, nc)
+                if not fresh:   # a run of the shared folders filled them
+                    warmed.add(key)
                 samples.setdefault(v, []).append(run_variant(
-                    v, folders[v], cache, a.cores, a.platform, a.baseline_tree))
+                    v, folders[v], jc, a.cores, a.platform, a.baseline_tree, nc))
                 print(f"{v:18s} search {samples[v][-1]['search_s']} s, wall "
                       f"{samples[v][-1]['wall_s']} s", flush=True)
         for v, runs in samples.items():
@@ -286,7 +303,8 @@ def main(argv=None) -> int:
         same = None
         exact_runs = [v for v in ("before", "memo_cold", "memo_warm", "fifo_cold", "fifo_warm",
                                   "workers_cold", "workers_warm", "whole_warm",
-                                  "whole_workers_warm", "tree_warm", "tree_workers_warm")
+                                  "whole_workers_warm", "tree_warm", "tree_workers_warm",
+                                  "tree_workers_cold")
                       if v in folders]
         if len(exact_runs) > 1:
             ref = records(folders[exact_runs[0]])
@@ -305,7 +323,8 @@ def main(argv=None) -> int:
     for fast, base, tag in (("memo_warm", "whole_warm", "whole_tables"),
                             ("workers_warm", "whole_workers_warm", "whole_tables"),
                             ("memo_warm", "tree_warm", "baseline_tree"),
-                            ("workers_warm", "tree_workers_warm", "baseline_tree")):
+                            ("workers_warm", "tree_workers_warm", "baseline_tree"),
+                            ("workers_cold", "tree_workers_cold", "baseline_tree")):
         if fast in by and base in by and by[fast]["search_s"]:
             by[fast][f"speedup_vs_{tag}"] = round(by[base]["search_s"] / by[fast]["search_s"], 2)
             by[fast][f"cpu_ratio_vs_{tag}"] = round(by[base]["cpu_s"] / by[fast]["cpu_s"], 2)

@@ -4,10 +4,11 @@ The parts below are written by hand in the shape of the scripts' JSON (``bench_s
 ``bench_sweeps.py``, ``bench_evaluator.py``, ``exhaustive_gridpoint.py``); the expected figures
 are derived here:
 
-* frontier: a 24-point sample searched in 85 s (screened) and 148 s (event) projects to
-  85 * 2720 / 24 = 9,633.3 s and 148 * 2720 / 24 = 16,773.3 s, ratio 148 / 85 = 1.741; missed
-  (over 600 s, and 4 points over 0.5%).
-* main job: 14.4 s (workers_warm) against 50.0 s (before): ratio 3.472, met (<= 15 s).
+* frontier: the whole study in 640 s (2,830 points, complete), engine check 8e-15; the Python
+  path's CPU 5.2 times the engine's on a 24-point sample projects to 640 * 5.2 = 3,328.0 s;
+  missed (over 600 s; the sample's 0 points over 0.5% and its same frontier would pass).
+* main job: 14.4 s (workers_cold) against 50.0 s (before): ratio 3.472, met (<= 15 s); warm
+  6.9 s beside it.
 * evaluator: the slowest reference row of the better kernel: xla's worst m is 6.3e8, pallas's
   7.4e8, so pallas at 7.4e8 against its scan rate 3.7e6 (ratio 200.0); missed (< 1e9).
 * exhaustive: 12.6 s wall, certified: met; rate 2.94e9 against 1.59e8 (ratio 18.49).
@@ -41,12 +42,17 @@ def _ev_rows(rates, scan):
 
 def _parts(folder: Path, skip=()) -> None:
     parts = {
-        "frontier_sample.json": {"workers": 15, "env": {"cores_usable": 16}, "jobs": {"frontier": {
-            "event": {"search_s": 148.0}, "screened": {"search_s": 85.0},
-            "agreement": {"points": 24, "points_over_tol": 4, "makespan_vs_event_max": 0.038,
-                          "frontier_same_points": True}}}},
+        "frontier_studies.json": {"gptoss120b_b200": {
+            "wall_seconds": 640.0, "cpu_seconds": 8100.0, "grid_points": 2830, "finished": 2830,
+            "complete": True, "runs": [{"workers": 15}]}},
+        "frontier_summary.json": {"engine_check": {"checked": 20, "max_abs_error": 8e-15}},
+        "frontier_python.json": {"jobs": {"frontier": {
+            "cpu_ratio_python_over_event": 5.2,
+            "agreement_python": {"points": 24, "points_over_tol": 0, "same_choice": 24,
+                                 "frontier_same_points": True}}}},
         "main_job.json": {"records_identical_event_runs": True, "rows": [
-            {"variant": "before", "search_s": 50.0}, {"variant": "workers_warm", "search_s": 14.4}]},
+            {"variant": "before", "search_s": 50.0}, {"variant": "workers_cold", "search_s": 14.4},
+            {"variant": "workers_warm", "search_s": 6.9}]},
         "evaluator_xla.json": {"device_kind": "NVIDIA H200",
                                "rows": _ev_rows((9.0e8, 8.0e8, 6.3e8), 3.0e6)},
         "evaluator_pallas.json": {"device_kind": "NVIDIA H200",
@@ -65,11 +71,12 @@ def test_digest_figures(bs, tmp_path):
     d = bs.digest(str(tmp_path))
     rows = {r["target"]: r for r in d["rows"]}
     f = rows["frontier"]
-    assert f["figure"] == pytest.approx(9633.3, abs=0.05)
-    assert f["baseline"] == pytest.approx(16773.3, abs=0.05)
-    assert f["ratio"] == pytest.approx(1.741, abs=5e-4) and f["met"] is False
+    assert (f["figure"], f["baseline"], f["ratio"], f["met"]) == (640.0, 3328.0, 5.2, False)
+    assert f["engine_check"] == {"checked": 20, "max_abs_error": 8e-15}
+    assert f["complete"] is True and f["sample_points_over_tol"] == 0
     m = rows["main_job"]
     assert (m["figure"], m["baseline"], m["ratio"], m["met"]) == (14.4, 50.0, 3.472, True)
+    assert m["warm_s"] == 6.9
     e = rows["evaluator"]
     assert e["figure"] == 7.4e8 and e["baseline"] == 3.7e6 and e["ratio"] == 200.0
     assert "pallas" in e["what"] and "gptoss-m8" in e["what"] and e["met"] is False
@@ -81,17 +88,30 @@ def test_digest_figures(bs, tmp_path):
 
 
 def test_frontier_needs_agreement(bs, tmp_path):
-    """Fast enough but one point over 0.5%: not met; 0 points and same frontier: met."""
+    """Fast enough (540 s) but one sample point over 0.5%, an engine check over 0.5% or an
+    incomplete study: not met; all three right: met."""
     _parts(tmp_path)
-    p = tmp_path / "frontier_sample.json"
-    d = json.loads(p.read_text())
-    d["jobs"]["frontier"]["screened"]["search_s"] = 5.0   # 5 * 2720 / 24 = 566.7 s
-    d["jobs"]["frontier"]["agreement"]["points_over_tol"] = 1
-    p.write_text(json.dumps(d))
-    assert bs.digest(str(tmp_path))["rows"][0]["met"] is False
-    d["jobs"]["frontier"]["agreement"]["points_over_tol"] = 0
-    p.write_text(json.dumps(d))
+    st, py, sm = (tmp_path / f for f in ("frontier_studies.json", "frontier_python.json",
+                                         "frontier_summary.json"))
+    d = json.loads(st.read_text())
+    d["gptoss120b_b200"]["wall_seconds"] = 540.0
+    st.write_text(json.dumps(d))
     assert bs.digest(str(tmp_path))["rows"][0]["met"] is True
+    g = json.loads(py.read_text())
+    g["jobs"]["frontier"]["agreement_python"]["points_over_tol"] = 1
+    py.write_text(json.dumps(g))
+    assert bs.digest(str(tmp_path))["rows"][0]["met"] is False
+    g["jobs"]["frontier"]["agreement_python"]["points_over_tol"] = 0
+    py.write_text(json.dumps(g))
+    c = json.loads(sm.read_text())
+    c["engine_check"]["max_abs_error"] = 0.006
+    sm.write_text(json.dumps(c))
+    assert bs.digest(str(tmp_path))["rows"][0]["met"] is False
+    c["engine_check"]["max_abs_error"] = 1e-14
+    sm.write_text(json.dumps(c))
+    d["gptoss120b_b200"].update(finished=2000, complete=False)
+    st.write_text(json.dumps(d))
+    assert bs.digest(str(tmp_path))["rows"][0]["met"] is False
 
 
 def test_missing_parts_are_missing_not_guessed(bs, tmp_path):
@@ -127,14 +147,19 @@ def test_cli_writes_and_refuses(bs, tmp_path, capsys):
     ("exhaustive_wall.json", lambda d: d.update(wall_s=True), "exhaustive"),
     ("exhaustive.json", lambda d: d.update(certified="false"), "exhaustive"),
     ("exhaustive_baseline.json", lambda d: d.update(evals_per_s=0.0), "exhaustive"),
-    ("frontier_sample.json", lambda d: d["jobs"]["frontier"]["agreement"].update(points=5000),
+    ("frontier_python.json",
+     lambda d: d["jobs"]["frontier"]["agreement_python"].update(points=5000), "frontier"),
+    ("frontier_python.json",
+     lambda d: d["jobs"]["frontier"]["agreement_python"].update(points=0), "frontier"),
+    ("frontier_python.json", lambda d: d["jobs"]["frontier"]["agreement_python"].update(
+        frontier_same_points="no"), "frontier"),
+    ("frontier_python.json", lambda d: d["jobs"]["frontier"].update(
+        cpu_ratio_python_over_event=float("nan")), "frontier"),
+    ("frontier_studies.json", lambda d: d["gptoss120b_b200"].update(finished=3000), "frontier"),
+    ("frontier_studies.json", lambda d: d["gptoss120b_b200"].update(runs=[]), "frontier"),
+    ("frontier_summary.json", lambda d: d["engine_check"].update(max_abs_error="0"),
      "frontier"),
-    ("frontier_sample.json", lambda d: d["jobs"]["frontier"]["agreement"].update(points=0),
-     "frontier"),
-    ("frontier_sample.json",
-     lambda d: d["jobs"]["frontier"]["agreement"].update(frontier_same_points="no"), "frontier"),
-    ("frontier_sample.json", lambda d: d["jobs"]["frontier"]["screened"].update(
-        search_s=float("nan")), "frontier"),
+    ("main_job.json", lambda d: d["rows"].pop(1), "main_job"),
     ("evaluator_pallas.json", lambda d: d["rows"][2].update(massive_evals_per_s=float("inf")),
      "evaluator"),
     ("evaluator_xla.json", lambda d: d["rows"][2].update(workload="gptoss-m2"), "evaluator"),
@@ -161,7 +186,7 @@ def test_parts_of_the_wrong_type(bs, tmp_path, capsys):
     (tmp_path / "exhaustive.json").write_text("{not json")
     rows = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}
     assert rows["main_job"]["status"] == rows["exhaustive"]["status"] == "unreadable"
-    for f in ("frontier_sample.json", "evaluator_xla.json", "evaluator_pallas.json"):
+    for f in ("frontier_studies.json", "evaluator_xla.json", "evaluator_pallas.json"):
         (tmp_path / f).write_text("12")
     with pytest.raises(SystemExit) as e:
         bs.main(["--from", str(tmp_path), "--out", str(tmp_path / "d.json")])

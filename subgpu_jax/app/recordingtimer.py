@@ -34,6 +34,7 @@ class RecordingTimer:
         self.name, self.hw = self.observed.name, scorer.hw
         self.contention, self.reference = self.observed.contention, self.observed.reference
         self.batched, self.screen = self.observed.batched, None
+        self.compiled = self.observed.compiled
 
     def describe(self) -> str:
         return self.observed.describe()

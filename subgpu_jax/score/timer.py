@@ -98,6 +98,10 @@ class Timer(Protocol):
         screen: a batched timer a search ranks and polishes with, confirming each grid point's
             best configurations with this timer (``ScreenedTimer``, which then also has
             ``confirm_top``: how many), or None.
+        compiled: True when its batches run in the event simulator's compiled engine
+            (``sim.batchednb``), which a sweep then compiles once, ahead of its processes
+            (``sim.batchednb.compile_ahead``); on the class (``TIMERS``): whether its
+            instances do by default, where Numba imports.
     """
 
     name: str
@@ -106,6 +110,7 @@ class Timer(Protocol):
     reference: bool
     batched: bool
     screen: Any
+    compiled: bool
 
     def describe(self) -> str:
         """What the timer is, in a user's words (printed beside its predictions)."""
@@ -190,6 +195,7 @@ class EventTimer:
                "the reference")
     reference, batched, screen = True, False, None
     contention = True   # per instance: False with ContentionModel.off()
+    compiled = True     # per instance: False with the Python engine (or where Numba is missing)
 
     #: The engines of ``time_allocs``/``time_many`` (makespans alone): ``compiled`` (the
     #: batched simulator's compiled engine, ``sim.batchednb``, where it covers the structure;
@@ -211,7 +217,7 @@ class EventTimer:
         self.batches = (LockstepBatches(hw, self.model, self.cache, self.mode, "compiled")
                         if engine == "compiled" and compiled_available() else None)
         self.engine = "compiled" if self.batches is not None else "python"
-        self.batched = self.batches is not None
+        self.batched = self.compiled = self.batches is not None
 
     def describe(self) -> str:
         return "event simulator" + ("" if self.contention else " without contention")
@@ -291,7 +297,7 @@ class StaticTimer:
 
     name = "static"
     summary = "the max-plus evaluator on isolated per-kernel durations (no contention, no cache)"
-    contention = reference = False
+    contention = reference = compiled = False
     batched, screen = True, None
 
     def __init__(self, hw: Hardware, duration_model: DurationModel | None = None) -> None:
@@ -386,7 +392,7 @@ class ContentionTimer:
     summary = ("the vectorised contention scorer, batched in JAX; approximate (2.3%% median "
                "error), its best records and verdicts re-simulated by the event simulator; no "
                "--trace/--gantt/--utilization")
-    contention, reference, batched, screen = True, False, True, None
+    contention, reference, batched, screen, compiled = True, False, True, None, False
     #: Relative disagreement with the event simulator above which a search's reference check
     #: warns: about the median measured on search-visited configurations (2.3%,
     #: results/vc_agreement_presets.json); single configurations reach 14%, so it is a warning
@@ -561,6 +567,7 @@ class BatchedEventTimer(EventTimer):
         self.engine, self.min_batch = engine, self.batches.min_batch
         self.structures = self.batches.structures
         self.batched = True
+        self.compiled = self.batches.engine_name() == "compiled"
 
     @property
     def lockstep_rows(self) -> int:

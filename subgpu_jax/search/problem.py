@@ -276,7 +276,7 @@ class EstimatorTimer:
     """
 
     name = "static"
-    reference, batched, screen = False, True, None
+    reference, batched, screen, compiled = False, True, None, False
 
     def __init__(self, problem: Problem) -> None:
         self.problem, self.hw = problem, problem.hw

@@ -23,19 +23,22 @@ Units: µs (instants, makespans), FLOP, bytes, bytes/s, SMs.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from subgpu_jax.sim.batched import WORK_FIELDS, StructureStack, check_rows, work_tables
 from subgpu_jax.sim.compiledparts import (
     EV_DONE, EV_LAUNCH, EV_SETUP, INF, KIND_STEP, P_CAPPED, P_CMAX, P_DCAP, P_FULLWIN, P_GAIN,
     P_INVCOPY, P_ISSUE, P_KAPPA, P_L2BW, P_L2CAP, P_LAUNCH, P_N, P_NVLINK, P_SETUP, POLICY_CODE,
-    W_COMM, W_EXTRA, W_FIXED, W_FLOPS, W_REREAD, W_SCALE, cached_njit, heap_grow, heap_pop,
-    end_task, heap_push, l2_append, l2_insert, l2_remove, numba_available, rates_into)
+    W_COMM, W_EXTRA, W_FIXED, W_FLOPS, W_REREAD, W_SCALE, cached_njit, end_task,
+    engine_cache_dir, heap_grow, heap_pop, heap_push, l2_append, l2_insert, l2_remove,
+    numba_available, rates_into)
 from subgpu_jax.sim.contention import BoundModel
 from subgpu_jax.sim.eventsim import lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 
-__all__ = ["available", "simulate_stack_compiled", "compile_now", "model_params"]
+__all__ = ["available", "simulate_stack_compiled", "compile_now", "compile_ahead", "ensure_compiled", "model_params"]
 
 
 def available() -> bool:
@@ -82,12 +85,14 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
     occ_cnt = np.zeros(2)
     ht, hk = np.empty(256), np.empty(256, np.int64)     # the event heap: time, kind and
     hl, he = np.empty(256, np.int64), np.empty(256, np.int64)   # push order, lane, epoch
-    n = 0                           # heap entries
+    n = np.int64(0)                 # heap entries (int64, no literal: one compilation
+    none = np.int64(-1)             # of heap_push and heap_pop); no epoch
     seq = 0                         # the queue's push counter
     cap = P[P_L2CAP]
     sent = nb.shape[0] - 1
     if policy != 0:                 # an empty table: the sentinel alone
-        res[:] = False
+        for i in range(res.shape[0]):
+            res[i] = False
         prv[sent] = sent
         nxt[sent] = sent
     jobs_done = 0
@@ -162,7 +167,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         comm_on[d] = False
                         seq += 1
                         heap_push(ht, hk, hl, he, n, t + P[P_SETUP], EV_SETUP * KIND_STEP + seq,
-                                   d, -1)
+                                   d, none)
                         n += 1
                     else:
                         setup[d] = False
@@ -218,7 +223,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                     heap_push(ht, hk, hl, he, n, _launch_time(d, t, s, Wb, P, first, inst_kid,
                                                                qjob, head, pos, inst, kid, phase,
                                                                rh, Dn), EV_LAUNCH * KIND_STEP + seq,
-                               d, -1)
+                               d, none)
                     n += 1
                 else:
                     end_task(d, s, j, succ, pending, head)
@@ -240,7 +245,7 @@ def _simulate_row(s, Wb, P, xs, ys, policy, Dn, Tn, qlen, qjob, nkids, first, in
                         seq += 1
                         heap_push(ht, hk, hl, he, n, _launch_time(
                             d, t, s, Wb, P, first, inst_kid, qjob, head, pos, inst, kid, phase,
-                            rh, Dn), EV_LAUNCH * KIND_STEP + seq, d, -1)
+                            rh, Dn), EV_LAUNCH * KIND_STEP + seq, d, none)
                         n += 1
                     else:
                         end_task(d, s, j, succ, pending, head)
@@ -366,6 +371,14 @@ def simulate_stack_compiled(stack: StructureStack, sid, allocs, cache: str = "lr
     """
     if not numba_available():
         raise RuntimeError("the compiled batched simulator needs numba (pip install numba)")
+    if not _READY:
+        ensure_compiled()
+    return _run_rows(stack, sid, allocs, cache)
+
+
+def _run_rows(stack: StructureStack, sid, allocs, cache: str) -> np.ndarray:
+    """``simulate_stack_compiled`` without the readiness step (``compile_now`` compiles
+    through it)."""
     cache = check_policy(cache)
     sid, A = check_rows(stack, sid, allocs)
     bm = BoundModel(stack.model, stack.hw, lone_makespan)
@@ -381,6 +394,76 @@ def simulate_stack_compiled(stack: StructureStack, sid, allocs, cache: str = "lr
     if np.any(out < 0):
         raise RuntimeError("a compiled batched simulation stalled with tasks left")
     return out
+
+
+_READY: list = []      # non-empty once this process holds the compiled engine
+
+
+def ensure_compiled() -> float:
+    """Make the engine ready in this process, compiling it at most once per cache folder at a
+    time: the first process to get the folder's lock file (``compile.lock``, ``fcntl.flock``)
+    compiles and writes Numba's cache, the others wait for it and then load that cache (about
+    0.3 s instead of 5-6 s each; a search's workers and the compile that
+    ``compile_in_background`` starts share one compilation). Without a writable cache folder or
+    without ``fcntl`` (Windows), each process compiles its own. Returns the seconds this call
+    took (waiting included); 0.0 when the engine was ready.
+
+    Raises:
+        RuntimeError: Numba is not installed."""
+    if _READY:
+        return 0.0
+    import time
+
+    t0 = time.perf_counter()
+    d = engine_cache_dir()
+    try:
+        import fcntl
+    except ImportError:     # pragma: no cover - not on Linux or macOS
+        fcntl = None
+    if d is None or fcntl is None:
+        compile_now()
+    else:
+        with open(os.path.join(d, "compile.lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)       # released when the file closes
+            compile_now()
+    _READY.append(True)
+    return time.perf_counter() - t0
+
+
+def compile_ahead():
+    """Start compiling the engine in a background process, so that a sweep's worker processes,
+    which each need it, wait for one compilation instead of each running their own (5-6 s of a
+    core each; ``ensure_compiled``'s lock makes them wait and then load Numba's cache). Started
+    only where it pays: Numba installed, a writable cache folder without a compiled engine in it
+    (no ``*.nbi`` index file), ``fcntl`` present and no other process compiling (the lock is
+    free). This process takes the lock and hands it to the child (the child's copy of the
+    descriptor holds it until the child exits), so no worker can start compiling first.
+
+    Returns:
+        the ``subprocess.Popen`` of the compiling process (the caller ``wait()``s for it once
+        its sweep ends), or None when nothing was started."""
+    if _READY or not numba_available():
+        return None
+    d = engine_cache_dir()
+    try:
+        import fcntl
+    except ImportError:     # pragma: no cover - not on Linux or macOS
+        return None
+    import glob
+    import subprocess
+    import sys
+
+    if d is None or glob.glob(os.path.join(d, "**", "*.nbi"), recursive=True):
+        return None
+    with open(os.path.join(d, "compile.lock"), "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:     # another process compiles now
+            return None
+        return subprocess.Popen(
+            [sys.executable, "-c", "from subgpu_jax.sim.batchednb import compile_now; "
+             "compile_now()"], pass_fds=(f.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def compile_now() -> float:
@@ -410,6 +493,6 @@ def compile_now() -> float:
     cfg = Config(D=2, w=0, seg_of=chain_cut(g.n, [g.n // 2]),
                  alloc=tuple(int(x) for x in even), microbatch=wl.microbatch_size(2))
     st = BatchStructure(g, cfg, hw, ContentionModel())
-    simulate_stack_compiled(st.alone(), np.zeros(1, dtype=np.int64),
-                            np.asarray([cfg.alloc], dtype=np.int64))
+    _run_rows(st.alone(), np.zeros(1, dtype=np.int64), np.asarray([cfg.alloc], dtype=np.int64),
+              "lru")
     return time.perf_counter() - t0

@@ -208,8 +208,8 @@ def heap_grow(ht, hk, hl, he):
     m = 2 * ht.shape[0]
     ht2, hk2 = np.empty(m), np.empty(m, np.int64)
     hl2, he2 = np.empty(m, np.int64), np.empty(m, np.int64)
-    k = ht.shape[0]
-    ht2[:k], hk2[:k], hl2[:k], he2[:k] = ht, hk, hl, he
+    for i in range(ht.shape[0]):    # a loop: slice assignment costs seconds of compilation
+        ht2[i], hk2[i], hl2[i], he2[i] = ht[i], hk[i], hl[i], he[i]
     return ht2, hk2, hl2, he2
 
 
@@ -329,7 +329,7 @@ def rates_into(Dn, phase, kid, Wb, P, xs, ys, F, Dd, phi, comm_on, rc, rd, rn, r
     return ptot > 1.0, scaled
 
 
-@cached_njit(inline=True)
+@cached_njit
 def end_task(d, s, j, succ, pending, head):
     """``_end_job`` of lane d's task j (structure s): its data successors lose a pending
     predecessor (``succ``'s pad value, its task count, is skipped) and the lane moves to its
