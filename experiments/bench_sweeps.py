@@ -338,7 +338,10 @@ def main(argv=None) -> int:
     res = {"job": "subgpu search (the README's main job: gpt-oss-120b, 32x B200, 15 grid "
                   "points)", "rows": rows, "records_identical_event_runs": same,
            "forward_vs_event_full": forward,
-           "repeat": a.repeat, "baseline_tree": (subprocess.run(
+           "repeat": a.repeat, "commit": subprocess.run(
+               ["git", "-C", ROOT, "describe", "--always", "--dirty"], capture_output=True,
+               text=True).stdout.strip() or None,
+           "baseline_tree": (subprocess.run(
                ["git", "-C", a.baseline_tree, "rev-parse", "--short", "HEAD"],
                capture_output=True, text=True).stdout.strip() or a.baseline_tree)
            if a.baseline_tree else None,

@@ -184,6 +184,9 @@ class EventTimer:
             (``record=False``). Default True.
         engine: ``ENGINES``: ``compiled`` (default; ``python`` where Numba does not import)
             or ``python``.
+        batches: the makespan batches' runner, a ``score.lockstep.LockstepBatches`` made for
+            this GPU, model and policy (a subclass's own engine choice); None: the one
+            ``engine`` names.
 
     Raises:
         ValueError: an unknown cache policy, mode or engine, or a model that is not a
@@ -203,7 +206,8 @@ class EventTimer:
     ENGINES = ("compiled", "python")
 
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
-                 mode: str = "green", forward: bool = True, engine: str = "compiled") -> None:
+                 mode: str = "green", forward: bool = True, engine: str = "compiled",
+                 batches: LockstepBatches | None = None) -> None:
         if model is not None and not isinstance(model, ContentionModel):
             raise ValueError(f"model must be a ContentionModel, got {type(model).__name__}")
         if engine not in self.ENGINES:
@@ -214,10 +218,12 @@ class EventTimer:
         self.contention = not self.model.isolated
         #: the makespan batches' runner (``score.lockstep``), None with the Python engine (or
         #: where Numba is missing: ``engine`` then says ``python``)
-        self.batches = (LockstepBatches(hw, self.model, self.cache, self.mode, "compiled")
-                        if engine == "compiled" and compiled_available() else None)
+        if batches is None and engine == "compiled" and compiled_available():
+            batches = LockstepBatches(hw, self.model, self.cache, self.mode, "compiled")
+        self.batches = batches
         self.engine = "compiled" if self.batches is not None else "python"
-        self.batched = self.compiled = self.batches is not None
+        self.batched = self.batches is not None
+        self.compiled = self.batched and self.batches.engine_name() == "compiled"
 
     def describe(self) -> str:
         return "event simulator" + ("" if self.contention else " without contention")
@@ -561,13 +567,11 @@ class BatchedEventTimer(EventTimer):
     def __init__(self, hw: Hardware, model: ContentionModel | None = None, cache: str = "lru",
                  engine: str = "auto", min_batch: int | None = None,
                  cache_mib: int = 256) -> None:
-        super().__init__(hw, model, cache, "green", engine="python")
-        self.batches = LockstepBatches(hw, self.model, self.cache, "green", engine, min_batch,
-                                       cache_mib)
+        model = model if model is not None else ContentionModel()
+        super().__init__(hw, model, cache, "green", batches=LockstepBatches(
+            hw, model, check_policy(cache), "green", engine, min_batch, cache_mib))
         self.engine, self.min_batch = engine, self.batches.min_batch
         self.structures = self.batches.structures
-        self.batched = True
-        self.compiled = self.batches.engine_name() == "compiled"
 
     @property
     def lockstep_rows(self) -> int:
