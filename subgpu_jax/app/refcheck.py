@@ -12,6 +12,7 @@ from typing import Sequence
 
 from subgpu_jax.model.generation import search_step
 from subgpu_jax.model.graph import Deployment
+from subgpu_jax.sim.periodic import FORWARD_TOL
 from subgpu_jax.space.config import Config
 
 __all__ = ["best_per_point", "reference_check", "engine_check", "screen_check"]
@@ -71,12 +72,14 @@ def engine_check(scorer, records: Sequence[dict]) -> dict | None:
     ``engine`` ``compiled``: a search's exact steps ran in ``sim.batchednb``, each record's
     numbers come from the Python simulator's re-simulation of its configuration): the best
     SubGPU record of each (global batch, attention TP, DP) timed again by the engine, beside the
-    record's region makespan.
+    record's region makespan. The engine equals the full simulation bit for bit and the record's
+    periodic fast-forward is within ``sim.periodic.FORWARD_TOL`` of it, so an error above that
+    ``tolerance`` is a bug (the search prints a warning).
 
     Returns:
         ``{"engine", "reference", "rows": [{"global_batch", "attn_tp", "attn_dp",
         "engine_region_us", "region_us", "error"}], "median_abs_error", "max_abs_error",
-        "checked"}`` with error = engine / simulator - 1, or None when the search's event
+        "checked", "tolerance"}`` with error = engine / simulator - 1, or None when the search's event
         timer has no compiled engine or no SubGPU record of a structure the engine covers
         (several streams per stage and multistream are the Python simulator's alone).
     """
@@ -107,7 +110,7 @@ def engine_check(scorer, records: Sequence[dict]) -> dict | None:
     errs = [abs(x["error"]) for x in rows]
     return {"engine": "compiled (sim.batchednb)", "reference": ev.describe(), "rows": rows,
             "median_abs_error": statistics.median(errs), "max_abs_error": max(errs),
-            "checked": len(rows)}
+            "checked": len(rows), "tolerance": FORWARD_TOL}
 
 
 def screen_check(records: Sequence[dict]) -> dict | None:

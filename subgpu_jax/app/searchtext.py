@@ -158,6 +158,11 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
               f"differ{'s' if n == 1 else ''} from the records' (the simulator with its periodic "
               f"fast-forward; the engine equals its full simulation bit for bit) by at most "
               f"{eng['max_abs_error']:.1e} (summary.json: engine_check)")
+        tol = eng.get("tolerance")
+        if tol is not None and eng["max_abs_error"] > tol:
+            print(f"warning: the compiled engine and the event simulator differ by more than "
+                  f"{tol:.0e}, which they never should: a bug; --exact event-full searches "
+                  "with the Python simulator alone")
     scr = summ.get("screen_check")
     if scr:
         print(f"\nscreened: the batched screen's region makespans of the {scr['points']} chosen "
@@ -193,7 +198,8 @@ def print_verdicts(verdicts, hardware: str) -> None:
     if not verdicts:
         return
     transferred = any(v.get("bands_transferred") for v in verdicts)
-    where = (f"of the validated GPUs, widened for the {hardware}, which was never validated"
+    where = (f"of the GPUs validated so far, widened for the {hardware}, which was never "
+             "validated"
              if transferred else f"of the {hardware}")
     print(f"\nverdict per batch: the best configuration in three modes (predicted speedup over "
           f"temporal; band: that speedup times the range of measured/predicted speedups on "

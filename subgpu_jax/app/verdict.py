@@ -45,7 +45,7 @@ from typing import Iterable, Mapping
 __all__ = ["Band", "Verdict", "MIN_WORKLOADS", "NEUTRAL", "regime_key", "describe_regime",
            "fit_bands", "classify", "decide", "load_bands", "band_for", "format_band",
            "bands_to_json", "verdict_digest", "COLLECTIVES", "MODES", "CROSS_GPU_WIDENING",
-           "transfer_band", "validated_bands"]
+           "transfer_band", "validated_bands", "validated_gpus"]
 
 #: The run modes and collective settings a regime can name (``sim.eventsim.SM_MODES``,
 #: ``subgpu run --collectives``).
@@ -408,11 +408,10 @@ def _transferred_verdict(pr, bd, cls, bands, dec, src, tail) -> Verdict:
     best = max(highs, key=highs.get)
     lo, hi = bd[best]
     b = bands[best]
-    frm = b.regime.split(":")[0]
     said = (f"predicted {pr[best]:.3f}x; such predictions measured "
             f"{pr[best] * b.lo * b.widening:.2f}-"
-            f"{pr[best] * b.hi / b.widening:.2f}x on the held-out workloads of the "
-            f"validated GPUs ({frm.replace('transferred from ', '')}), {lo:.2f}-{hi:.2f}x with "
+            f"{pr[best] * b.hi / b.widening:.2f}x on the held-out workloads of "
+            f"{validated_gpus(b)}, {lo:.2f}-{hi:.2f}x with "
             f"the {b.widening:.3f}x margin for a GPU never validated")
     if hi < 1.0:
         what = "SubGPU is" if len(highs) == 1 else "SubGPU and multistream are"
@@ -423,6 +422,16 @@ def _transferred_verdict(pr, bd, cls, bands, dec, src, tail) -> Verdict:
                    f"uncertain on this GPU, which the protocol never validated ({best}: {said}: "
                    f"the range reaches 1); measure it against temporal (subgpu tune, or subgpu "
                    f"run --from-search DIR --top 3) and keep temporal until then{tail}", dec, src)
+
+
+def validated_gpus(band: Band) -> str:
+    """The GPUs a transferred band comes from, in words: ``"the validated GPU (H200)"`` or
+    ``"the validated GPUs (H200 and H100)"`` (from its regime, ``"transferred from
+    H200+H100: ..."``)."""
+    names = band.regime.split(":")[0].replace("transferred from ", "").split("+")
+    if len(names) == 1:
+        return f"the validated GPU ({names[0]})"
+    return f"the validated GPUs ({', '.join(names[:-1])} and {names[-1]})"
 
 
 def format_band(speedup: float, band: Band | None, gpu: str) -> str:
@@ -439,7 +448,7 @@ def format_band(speedup: float, band: Band | None, gpu: str) -> str:
     if band.transferred:
         # the measured range: the band's ends undone by the widening transfer_band applied
         return (f"predicted {speedup:.3f}x; the {gpu} was never validated: on the held-out "
-                f"workloads of the validated GPUs such predictions measured "
+                f"workloads of {validated_gpus(band)} such predictions measured "
                 f"{lo * band.widening:.2f}-{hi / band.widening:.2f}x, "
                 f"{lo:.2f}-{hi:.2f}x with the {band.widening:.3f}x margin for another GPU "
                 f"({band.regime}; docs/verdicts.md)")
