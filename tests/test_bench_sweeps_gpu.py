@@ -49,7 +49,8 @@ def _parts(folder: Path, skip=()) -> None:
         "frontier_python.json": {"jobs": {"frontier": {
             "cpu_ratio_python_over_event": 5.2,
             "agreement_python": {"points": 24, "points_over_tol": 0, "same_choice": 24,
-                                 "frontier_same_points": True}}}},
+                                 "makespan_vs_event_max": 0.0, "makespan_vs_event_min": 0.0,
+                                 "missing_in_screened": [], "frontier_same_points": True}}}},
         "main_job.json": {"records_identical_event_runs": True, "rows": [
             {"variant": "before", "search_s": 50.0}, {"variant": "workers_cold", "search_s": 14.4},
             {"variant": "workers_warm", "search_s": 6.9}]},
@@ -73,7 +74,8 @@ def test_digest_figures(bs, tmp_path):
     f = rows["frontier"]
     assert (f["figure"], f["baseline"], f["ratio"], f["met"]) == (640.0, 3328.0, 5.2, False)
     assert f["engine_check"] == {"checked": 20, "max_abs_error": 8e-15}
-    assert f["complete"] is True and f["sample_points_over_tol"] == 0
+    assert f["complete"] is True and f["sample_max_abs_makespan_diff"] == 0.0
+    assert f["sample_same_choice"] == 24 and f["sample_missing"] == 0
     m = rows["main_job"]
     assert (m["figure"], m["baseline"], m["ratio"], m["met"]) == (14.4, 50.0, 3.472, True)
     assert m["warm_s"] == 6.9
@@ -88,8 +90,8 @@ def test_digest_figures(bs, tmp_path):
 
 
 def test_frontier_needs_agreement(bs, tmp_path):
-    """Fast enough (540 s) but one sample point over 0.5%, an engine check over 0.5% or an
-    incomplete study: not met; all three right: met."""
+    """Fast enough (540 s) but one sample point 0.6% above the Python search, an engine check
+    over 0.5% or an incomplete study: not met; all three right: met."""
     _parts(tmp_path)
     st, py, sm = (tmp_path / f for f in ("frontier_studies.json", "frontier_python.json",
                                          "frontier_summary.json"))
@@ -98,10 +100,10 @@ def test_frontier_needs_agreement(bs, tmp_path):
     st.write_text(json.dumps(d))
     assert bs.digest(str(tmp_path))["rows"][0]["met"] is True
     g = json.loads(py.read_text())
-    g["jobs"]["frontier"]["agreement_python"]["points_over_tol"] = 1
+    g["jobs"]["frontier"]["agreement_python"]["makespan_vs_event_max"] = 0.006
     py.write_text(json.dumps(g))
     assert bs.digest(str(tmp_path))["rows"][0]["met"] is False
-    g["jobs"]["frontier"]["agreement_python"]["points_over_tol"] = 0
+    g["jobs"]["frontier"]["agreement_python"]["makespan_vs_event_max"] = 0.0
     py.write_text(json.dumps(g))
     c = json.loads(sm.read_text())
     c["engine_check"]["max_abs_error"] = 0.006
@@ -159,6 +161,17 @@ def test_cli_writes_and_refuses(bs, tmp_path, capsys):
     ("frontier_studies.json", lambda d: d["gptoss120b_b200"].update(runs=[]), "frontier"),
     ("frontier_summary.json", lambda d: d["engine_check"].update(max_abs_error="0"),
      "frontier"),
+    ("frontier_summary.json", lambda d: d["engine_check"].update(max_abs_error=-1.0),
+     "frontier"),
+    ("frontier_summary.json", lambda d: d["engine_check"].update(checked=0), "frontier"),
+    ("frontier_studies.json", lambda d: d["gptoss120b_b200"].update(grid_points=0, finished=0),
+     "frontier"),
+    ("frontier_studies.json", lambda d: d["gptoss120b_b200"].update(
+        settings={"exact": "static"}), "frontier"),
+    ("frontier_python.json", lambda d: d["jobs"]["frontier"]["agreement_python"].update(
+        makespan_vs_event_min=float("nan")), "frontier"),
+    ("main_job.json", lambda d: d["rows"].append({"variant": "workers_cold", "search_s": 9.0}),
+     "main_job"),
     ("main_job.json", lambda d: d["rows"].pop(1), "main_job"),
     ("evaluator_pallas.json", lambda d: d["rows"][2].update(massive_evals_per_s=float("inf")),
      "evaluator"),
@@ -192,3 +205,38 @@ def test_parts_of_the_wrong_type(bs, tmp_path, capsys):
         bs.main(["--from", str(tmp_path), "--out", str(tmp_path / "d.json")])
     assert e.value.code == 2
     assert "no readable part" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("edit", [
+    lambda p: (p / "frontier_summary.json").unlink(),
+    lambda p: (p / "frontier_python.json").unlink(),
+    lambda p: _edit(p / "frontier_python.json", lambda d: d["jobs"]["frontier"][
+        "agreement_python"].update(makespan_vs_event_min=-0.006)),
+    lambda p: _edit(p / "frontier_python.json", lambda d: d["jobs"]["frontier"][
+        "agreement_python"].update(same_choice=23)),
+    lambda p: _edit(p / "frontier_python.json", lambda d: d["jobs"]["frontier"][
+        "agreement_python"].update(missing_in_screened=["k"])),
+])
+def test_frontier_met_only_with_all_its_evidence(bs, tmp_path, edit):
+    """A study fast enough (540 s) is not met without its engine check or its sample, nor with
+    a sample point 0.6% below the Python search, another choice or a point missing."""
+    _parts(tmp_path)
+    _edit(tmp_path / "frontier_studies.json",
+          lambda d: d["gptoss120b_b200"].update(wall_seconds=540.0))
+    assert bs.digest(str(tmp_path))["rows"][0]["met"] is True
+    edit(tmp_path)
+    row = bs.digest(str(tmp_path))["rows"][0]
+    assert row["status"] == "measured" and row["met"] is False
+
+
+def test_main_job_needs_identical_records(bs, tmp_path):
+    _parts(tmp_path)
+    _edit(tmp_path / "main_job.json", lambda d: d.update(records_identical_event_runs=False))
+    rows = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}
+    assert rows["main_job"]["figure"] == 14.4 and rows["main_job"]["met"] is False
+
+
+def _edit(path, change) -> None:
+    d = json.loads(path.read_text())
+    change(d)
+    path.write_text(json.dumps(d))

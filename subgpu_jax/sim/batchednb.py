@@ -399,14 +399,40 @@ def _run_rows(stack: StructureStack, sid, allocs, cache: str) -> np.ndarray:
 _READY: list = []      # non-empty once this process holds the compiled engine
 
 
-def ensure_compiled() -> float:
+#: The longest wait (s) for another process's compilation (the lock's holder) before this
+#: process compiles its own: a compilation takes 5-9 s on the 2-core box; a holder stopped
+#: (Ctrl-Z) or hung would otherwise block every run on its cache folder.
+LOCK_WAIT_S = 60.0
+#: The Numba index file whose presence means the folder holds the whole engine (the outermost
+#: function is compiled, and cached, last).
+COMPILED_MARK = "*_simulate_rows*.nbi"
+
+
+def _lock_file(d: str | None):
+    """The engine cache folder's lock file opened for ``flock``, or None where there is no
+    folder, no ``fcntl`` (Windows) or the file cannot be opened (another user's, read-only)."""
+    if d is None:
+        return None
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:     # pragma: no cover - not on Linux or macOS
+        return None
+    try:
+        return open(os.path.join(d, "compile.lock"), "a")
+    except OSError:
+        return None
+
+
+def ensure_compiled(wait_s: float = LOCK_WAIT_S) -> float:
     """Make the engine ready in this process, compiling it at most once per cache folder at a
     time: the first process to get the folder's lock file (``compile.lock``, ``fcntl.flock``)
     compiles and writes Numba's cache, the others wait for it and then load that cache (about
-    0.3 s instead of 5-6 s each; a search's workers and the compile that
-    ``compile_in_background`` starts share one compilation). Without a writable cache folder or
-    without ``fcntl`` (Windows), each process compiles its own. Returns the seconds this call
-    took (waiting included); 0.0 when the engine was ready.
+    0.3 s instead of 5-6 s each; a search's workers and the compilation ``compile_ahead``
+    starts share one). Each process compiles its own where the lock cannot be had: no writable
+    cache folder, no ``fcntl`` (Windows), a lock file that cannot be opened or locked (another
+    user's; a file system without locks), or a holder that keeps it longer than ``wait_s``
+    seconds (a stopped or hung process; said on stderr). Returns the seconds this call took
+    (waiting included); 0.0 when the engine was ready.
 
     Raises:
         RuntimeError: Numba is not installed."""
@@ -415,17 +441,33 @@ def ensure_compiled() -> float:
     import time
 
     t0 = time.perf_counter()
-    d = engine_cache_dir()
-    try:
-        import fcntl
-    except ImportError:     # pragma: no cover - not on Linux or macOS
-        fcntl = None
-    if d is None or fcntl is None:
+    f = _lock_file(engine_cache_dir())
+    if f is None:
         compile_now()
     else:
-        with open(os.path.join(d, "compile.lock"), "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)       # released when the file closes
-            compile_now()
+        import fcntl
+
+        with f:
+            locked = False
+            while True:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    locked = True
+                    break
+                except BlockingIOError:     # held by another process: wait for it
+                    if time.perf_counter() - t0 > wait_s:
+                        import sys
+
+                        print(f"note: another process has held the compiled engine's lock "
+                              f"({f.name}) for {wait_s:.0f} s; compiling in this process",
+                              file=sys.stderr)
+                        break
+                    time.sleep(0.05)
+                except OSError:             # no locks on this file system: compile here
+                    break
+            compile_now()                   # loads the cache when the holder wrote it
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)
     _READY.append(True)
     return time.perf_counter() - t0
 
@@ -434,31 +476,33 @@ def compile_ahead():
     """Start compiling the engine in a background process, so that a sweep's worker processes,
     which each need it, wait for one compilation instead of each running their own (5-6 s of a
     core each; ``ensure_compiled``'s lock makes them wait and then load Numba's cache). Started
-    only where it pays: Numba installed, a writable cache folder without a compiled engine in it
-    (no ``*.nbi`` index file), ``fcntl`` present and no other process compiling (the lock is
-    free). This process takes the lock and hands it to the child (the child's copy of the
-    descriptor holds it until the child exits), so no worker can start compiling first.
+    only where it pays: Numba installed, a writable cache folder without the whole compiled
+    engine in it (no ``COMPILED_MARK`` index file: an interrupted compilation leaves the inner
+    functions' files only), a lock file that can be locked and no other process compiling (the
+    lock is free). This process takes the lock and hands it to the child (the child's copy of
+    the descriptor holds it until the child exits), so no worker can start compiling first.
 
     Returns:
         the ``subprocess.Popen`` of the compiling process (the caller ``wait()``s for it once
         its sweep ends), or None when nothing was started."""
     if _READY or not numba_available():
         return None
-    d = engine_cache_dir()
-    try:
-        import fcntl
-    except ImportError:     # pragma: no cover - not on Linux or macOS
-        return None
     import glob
+
+    d = engine_cache_dir()
+    if d is None or glob.glob(os.path.join(d, "**", COMPILED_MARK), recursive=True):
+        return None
+    f = _lock_file(d)
+    if f is None:
+        return None
+    import fcntl
     import subprocess
     import sys
 
-    if d is None or glob.glob(os.path.join(d, "**", "*.nbi"), recursive=True):
-        return None
-    with open(os.path.join(d, "compile.lock"), "a") as f:
+    with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:     # another process compiles now
+        except OSError:     # another process compiles now, or no locks here
             return None
         return subprocess.Popen(
             [sys.executable, "-c", "from subgpu_jax.sim.batchednb import compile_now; "

@@ -85,6 +85,12 @@ for s in $STUDIES; do
   fi
   if [ "$RC" -eq 0 ] && [ "$rc" -ne 0 ]; then RC=$rc; fi
 done
+# the GPT-OSS 120B B200 study's parts of issue 42's digest, for a `sweeps` call of the same
+# warm machine (experiments/bench_sweeps_gpu.py reads /tmp/sweeps)
+mkdir -p /tmp/sweeps
+[ -f "$R/frontier_studies.json" ] && cp "$R/frontier_studies.json" /tmp/sweeps/
+[ -f "$R/frontier_gptoss120b_b200/summary.json" ] && \
+  cp "$R/frontier_gptoss120b_b200/summary.json" /tmp/sweeps/frontier_summary.json
 FILES=
 [ -f "$R/frontier_studies.json" ] && FILES=$R/frontier_studies.json
 for s in $STUDIES; do
