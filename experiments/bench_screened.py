@@ -173,6 +173,18 @@ def agreement(ev: dict, sc: dict) -> dict:
     return out
 
 
+def _pair(row: dict, tmp: str, job: str, slow: str, fast: str, key: str) -> dict:
+    """``row``'s ratios ``slow`` / ``fast`` of search and CPU seconds, and under ``key`` the
+    agreement of ``fast``'s records with ``slow``'s (the reference: the event search against
+    the screened one, the Python simulator's against the compiled engine's); returns it."""
+    for what in ("search", "cpu"):
+        row[f"{what}_ratio_{slow}_over_{fast}"] = round(
+            row[slow][f"{what}_s"] / row[fast][f"{what}_s"], 3)
+    row[key] = agreement(load(os.path.join(tmp, f"{job}_{slow}")),
+                         load(os.path.join(tmp, f"{job}_{fast}")))
+    return row[key]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", nargs="+", choices=("main", "frontier"), default=["main"])
@@ -250,38 +262,24 @@ def main(argv=None) -> int:
                           for k in ("search_s", "wall_s", "cpu_s")}
                 row[t]["samples"] = samples[t]
             if "python" in runs:    # the compiled engine against the path before it
-                row["search_ratio_python_over_event"] = round(
-                    row["python"]["search_s"] / row["event"]["search_s"], 3)
-                row["cpu_ratio_python_over_event"] = round(
-                    row["python"]["cpu_s"] / row["event"]["cpu_s"], 3)
-                row["agreement_python"] = agreement(load(os.path.join(tmp, f"{job}_python")),
-                                                    load(os.path.join(tmp, f"{job}_event")))
-                g = row["agreement_python"]
+                g = _pair(row, tmp, job, "python", "event", "agreement_python")
                 print(f"{job:9s} ratio python/event: search "
                       f"{row['search_ratio_python_over_event']}x, CPU "
                       f"{row['cpu_ratio_python_over_event']}x; makespan event/python - 1: max "
                       f"{g['makespan_vs_event_max']:+.2e}, min {g['makespan_vs_event_min']:+.2e}, "
                       f"same choice at {g['same_choice']} of {g['points']}; frontier same "
                       f"points: {g['frontier_same_points']}", flush=True)
-            if "screened" not in runs:
-                res["jobs"][job] = row
-                with open(a.out, "w") as fh:  # written as it goes
-                    json.dump(res, fh, indent=1)
-                continue
-            row["search_ratio_event_over_screened"] = round(
-                row["event"]["search_s"] / row["screened"]["search_s"], 3)
-            row["cpu_ratio_event_over_screened"] = round(
-                row["event"]["cpu_s"] / row["screened"]["cpu_s"], 3)
-            row["agreement"] = agreement(load(os.path.join(tmp, f"{job}_event")),
-                                         load(os.path.join(tmp, f"{job}_screened")))
-            g = row["agreement"]
-            print(f"{job:9s} ratio event/screened: search {row['search_ratio_event_over_screened']}"
-                  f"x, CPU {row['cpu_ratio_event_over_screened']}x; makespan screened/event - 1: "
-                  f"median {g['makespan_vs_event_median']:+.3%}, max "
-                  f"{g['makespan_vs_event_max']:+.3%} ({g['points_over_tol']} of {g['points']} "
-                  f"over {TOL:.1%}); frontier same points: {g['frontier_same_points']}; event "
-                  f"calls {g['event_calls_event_search']} -> {g['event_calls_screened']}",
-                  flush=True)
+            if "screened" in runs:
+                g = _pair(row, tmp, job, "event", "screened", "agreement")
+                print(f"{job:9s} ratio event/screened: search "
+                      f"{row['search_ratio_event_over_screened']}x, CPU "
+                      f"{row['cpu_ratio_event_over_screened']}x; makespan screened/event - 1: "
+                      f"median {g['makespan_vs_event_median']:+.3%}, max "
+                      f"{g['makespan_vs_event_max']:+.3%} ({g['points_over_tol']} of "
+                      f"{g['points']} over {TOL:.1%}); frontier same points: "
+                      f"{g['frontier_same_points']}; event calls "
+                      f"{g['event_calls_event_search']} -> {g['event_calls_screened']}",
+                      flush=True)
             res["jobs"][job] = row
             with open(a.out, "w") as fh:  # written as it goes
                 json.dump(res, fh, indent=1)
