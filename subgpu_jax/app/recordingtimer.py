@@ -7,11 +7,10 @@ Units: µs.
 
 from __future__ import annotations
 
-import dataclasses
 import numpy as np
 
 from subgpu_jax.model.graph import Deployment
-from subgpu_jax.score.timer import Timing
+from subgpu_jax.score.timing import Timing, config_rows
 from subgpu_jax.space.config import Config
 
 __all__ = ["RecordingTimer"]
@@ -52,9 +51,8 @@ class RecordingTimer:
         its configuration for its categories), else this observer's simulations one by one."""
         if self.batched:
             return self.observed.time_many(items)
-        return [np.array([self.time(graph, dataclasses.replace(
-            cfg, alloc=tuple(int(x) for x in a))).makespan_us for a in np.atleast_2d(allocs)])
-            for graph, cfg, allocs in items]
+        return [np.array([self.time(graph, c).makespan_us for c in config_rows(cfg, allocs)])
+                for graph, cfg, allocs in items]
 
     def head_us(self, kernels) -> float:
         return self.observed.head_us(kernels)

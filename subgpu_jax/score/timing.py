@@ -1,0 +1,121 @@
+"""The timer protocol and what every timer shares (``score.timer`` registers the timers):
+``Timing`` (one configuration's time), ``Timer`` (the protocol, its capabilities as
+attributes), ``StructureCache`` (a vectorised timer's estimators, built once per structure) and
+``config_rows`` (a configuration under each row of an allocation batch)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from subgpu_jax.model.graph import Kernel, OpGraph
+from subgpu_jax.model.hardware import Hardware
+from subgpu_jax.model.lru import ByteLRU
+from subgpu_jax.space.config import Config
+
+__all__ = ["Timing", "Timer", "StructureCache", "config_rows"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The time of one region graph under one configuration.
+
+    Attributes:
+        makespan_us: the forward-pass makespan (µs).
+        category_time_us: kernel residence per category (µs; event timer only, else empty).
+        result: the event simulator's ``SimResult`` (traces, plots), or None.
+    """
+
+    makespan_us: float
+    category_time_us: dict = field(default_factory=dict)
+    result: Any = None
+
+
+@runtime_checkable
+class Timer(Protocol):
+    """Times configurations of region graphs on one GPU.
+
+    Attributes:
+        name: its key in ``TIMERS`` (written into records as ``exact``).
+        hw: the GPU.
+        contention: True when co-running kernels slow each other in its model.
+        reference: True for the event simulator itself (traces, per-category times, verdicts).
+        batched: True when ``time_allocs`` is one vectorised call (else a loop of ``time``).
+        screen: a batched timer a search ranks and polishes with, confirming each grid point's
+            best configurations with this timer (``ScreenedTimer``, which then also has
+            ``confirm_top``: how many), or None.
+        compiled: True when its batches run in the event simulator's compiled engine
+            (``sim.batchednb``), which a sweep then compiles once, ahead of its processes
+            (``sim.batchednb.compile_ahead``); on the class (``TIMERS``): whether its
+            instances do by default, where Numba imports.
+    """
+
+    name: str
+    hw: Hardware
+    contention: bool
+    reference: bool
+    batched: bool
+    screen: Any
+    compiled: bool
+
+    def describe(self) -> str:
+        """What the timer is, in a user's words (printed beside its predictions)."""
+        ...
+
+    def time(self, graph: OpGraph, cfg: Config, record: bool = False,
+             validate: bool = True) -> Timing:
+        """Time ``graph`` (built for ``cfg``'s microbatch count) under ``cfg`` (µs); ``record``
+        keeps the event simulator's utilisation series; ``validate=False`` skips the
+        configuration check a caller already made. Raises ValueError for an infeasible ``cfg``."""
+        ...
+
+    def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
+        """Makespans (µs) float64 (B,) of ``cfg``'s structure under each row of ``allocs``
+        (int (B, D) SMs per stage; the caller checked them); ``cfg.alloc`` is ignored."""
+        ...
+
+    def head_us(self, kernels: Sequence[Kernel]) -> float:
+        """Time (µs) of ``kernels`` run one after the other on the whole GPU."""
+        ...
+
+
+class StructureCache:
+    """Estimators of the structures (graph, cut, stages, reuse, policy, streams) a vectorised
+    timer has timed, built once each and kept in a bounded least-recently-used cache while their
+    graph lives; a search's cheap estimator borrows them (``search.problem.Problem``'s
+    ``source``), so the ranking and the exact polish build each structure's tables once.
+
+    Args:
+        make: ``(graph, seg_of, D, w, policy, streams_per_stage, table) -> estimator``.
+        cache_mib: the bound (MiB).
+    """
+
+    def __init__(self, make, cache_mib: int = 256) -> None:
+        self.make, self.lru = make, ByteLRU(int(cache_mib) * 2**20)
+
+    def get(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, policy: str,
+            streams_per_stage: int = 1, table: np.ndarray | None = None):
+        """The estimator of one structure of ``graph`` (``table``: its static durations
+        (n, N+1) µs, default the timer's duration model's)."""
+        key = (id(graph), tuple(int(x) for x in seg_of), int(D), int(w), policy,
+               int(streams_per_stage))
+        hit = self.lru.get_or_make(key, lambda: (graph, self.make(
+            graph, key[1], int(D), int(w), policy, int(streams_per_stage), table)))
+        if hit[0] is not graph:  # an id reused by a new graph after the old one was freed
+            self.lru.clear()
+            return self.get(graph, seg_of, D, w, policy, streams_per_stage, table)
+        return hit[1]
+
+
+def config_rows(cfg: Config, allocs: np.ndarray) -> list[Config]:
+    """``cfg`` with each row of ``allocs`` as its allocation.
+
+    Raises:
+        ValueError: ``allocs`` not integers (SMs: 64.5 is never read as 64)."""
+    A = np.atleast_2d(np.asarray(allocs))
+    if A.dtype.kind not in "iu":
+        raise ValueError(f"allocs must hold integers (SMs), got dtype {A.dtype}")
+    return [dataclasses.replace(cfg, alloc=tuple(int(x) for x in a)) for a in A]
