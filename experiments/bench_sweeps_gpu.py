@@ -94,15 +94,16 @@ def _get(d, *keys, where: str):
     return d
 
 
-def _pos(d, *keys, where: str) -> float:
-    """A finite number > 0 at ``keys`` (not a bool, not a string).
+def _pos(d, *keys, where: str, zero_ok: bool = False) -> float:
+    """A finite number > 0 (>= 0 with ``zero_ok``) at ``keys`` (not a bool, not a string).
 
     Raises:
-        PartError: absent, of another type, NaN, infinite or <= 0."""
+        PartError: absent, of another type, NaN, infinite, or below the bound."""
     v = _get(d, *keys, where=where)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise PartError(f"{where}: {'.'.join(map(str, keys))} must be a finite number > 0, "
-                        f"got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v < 0 or (v == 0 and not zero_ok):
+        raise PartError(f"{where}: {'.'.join(map(str, keys))} must be a finite number "
+                        f"{'>=' if zero_ok else '>'} 0, got {v!r}")
     return float(v)
 
 
@@ -133,18 +134,6 @@ def _count(d, *keys, where: str, top: int | None = None) -> int:
         raise PartError(f"{where}: {'.'.join(map(str, keys))} must be an integer in 0.."
                         f"{top if top is not None else 'n'}, got {v!r}")
     return v
-
-
-def _nonneg(d, *keys, where: str) -> float:
-    """A finite number >= 0 at ``keys`` (not a bool, not a string).
-
-    Raises:
-        PartError: absent, of another type, NaN, infinite or negative."""
-    v = _get(d, *keys, where=where)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise PartError(f"{where}: {'.'.join(map(str, keys))} must be a finite number >= 0, "
-                        f"got {v!r}")
-    return float(v)
 
 
 def frontier_row(studies: dict | None, summary: dict | None, sample: dict | None) -> dict:
@@ -190,7 +179,7 @@ def frontier_row(studies: dict | None, summary: dict | None, sample: dict | None
     else:
         ws = "frontier_summary.json"
         chk = _get(summary, "engine_check", where=ws)
-        worst = _nonneg(chk, "max_abs_error", where=ws)
+        worst = _pos(chk, "max_abs_error", where=ws, zero_ok=True)
         checked = _count(chk, "checked", where=ws)
         if checked < 1:
             raise PartError(f"{ws}: engine_check.checked must be >= 1, got 0")

@@ -42,8 +42,8 @@ from typing import Callable, Hashable, Sequence
 
 from subgpu_jax.app.platform import JAX_PLATFORM_ENV, SCORER_PLATFORM
 
-__all__ = ["WORKER_ENV", "WORKER_NICE", "MAX_AUTO_WORKERS", "MAX_WORKERS", "POINTS_PER_WORKER", "WorkerError",
-           "Scheduler", "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
+__all__ = ["WORKER_ENV", "WORKER_NICE", "MAX_AUTO_WORKERS", "MAX_WORKERS", "POINTS_PER_WORKER",
+           "WorkerError", "Scheduler", "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
 
 #: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
 #: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names

@@ -88,7 +88,7 @@ def engine_check(scorer, records: Sequence[dict]) -> dict | None:
     import numpy as np
 
     ev = scorer.event
-    if getattr(ev, "engine", None) != "compiled" or scorer.timer is not ev:
+    if not ev.compiled or scorer.timer is not ev:
         return None
     best = {k[:3]: r for k, r in best_per_point(records).items() if k[3] == "subgpu"}
     if not best:

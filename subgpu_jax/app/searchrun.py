@@ -205,9 +205,6 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
                          cheap=o.cheap, alloc_strategy=o.alloc_strategy)
     timer = scorer.timer
     hw = scorer.hw
-    # the compiled engine, compiled once in the background while this process and its workers
-    # build their tables (every process needing it waits for that compilation, then loads it)
-    ahead = compile_ahead() if timer.compiled else None
     distributed = cluster is not None and cluster.num_processes > 1
     # the uncalibrated model version (it times every kernel a calibration lacks) defines the
     # sweep: a folder made with another version is refused, never reused under this one's name
@@ -219,6 +216,10 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         store = SweepStore(folder, meta, resume=o.resume, overwrite=o.overwrite,
                            keys=[p.key for p in points], check_record=record_matches_key,
                            repair=o.repair)
+    # the compiled engine, compiled once in the background while this process and its workers
+    # build their tables (every process needing it waits for that compilation, then loads it);
+    # the one place a sweep starts it (subgpu search, the frontier studies, the benchmarks)
+    ahead = compile_ahead() if timer.compiled else None
     try:
         if store is not None:
             _report_store(store, points, say)
@@ -241,6 +242,10 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         stats["dropped"] = store.report.lines()
         stats["read_only"] = store.read_only
         summary = _summarise(arch, points, folder, meta, scorer, store, o)
+    except BaseException:   # a refused folder or Ctrl-C: no waiting for the compilation
+        if ahead is not None:
+            ahead.terminate()
+        raise
     finally:
         if store is not None:
             store.close()

@@ -43,6 +43,6 @@ def test_engine_check_needs_the_compiled_engine():
     """A scorer whose event timer runs the Python simulator has nothing to check."""
     class Scorer:
         class event:
-            engine = "python"
+            compiled = False
         timer = event
     assert engine_check(Scorer, [{"mode": "subgpu"}]) is None

@@ -284,27 +284,6 @@ def cmd_search(a) -> int:
     """Run ``subgpu search``: check the options, build the grid, run the search job
     (``app.searchrun.run_search``) and print its summary and next steps (process 0 of a
     cluster; the others print the share they scored)."""
-    from subgpu_jax.score.timer import TIMERS
-    from subgpu_jax.sim.batchednb import compile_ahead
-
-    # the compiled engine compiles in the background from here on, beside this process's
-    # imports and grid (about 2.5 s on 2 cores) and its workers' first tables; run_search
-    # waits for it at its end (a second call there finds it running and starts nothing)
-    ahead = compile_ahead() if TIMERS[a.exact].compiled else None
-    try:
-        rc = _search(a)
-    except BaseException:   # a refused flag or Ctrl-C: no waiting for the compilation
-        if ahead is not None:
-            ahead.terminate()
-            ahead.wait()
-        raise
-    if ahead is not None:
-        ahead.wait()
-    return rc
-
-
-def _search(a) -> int:
-    """``cmd_search``'s body."""
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.app.searchjob import SearchOptions
     from subgpu_jax.app.searchrun import run_search
