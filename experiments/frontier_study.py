@@ -140,7 +140,7 @@ def candidate_stats(records: list[dict]) -> dict:
             "exact_ranking_points": len(ranks)}
 
 
-def git_state(root: str = HERE) -> dict:
+def git_state(root: str = os.path.dirname(HERE)) -> dict:
     """``{"commit": HEAD sha or None, "dirty": bool or None}`` of the repository holding
     ``root`` (``git rev-parse HEAD``, ``git status --porcelain -uno``; None where git or the
     repository is absent). The results of a sweep are tied to the code that made them."""

@@ -297,3 +297,23 @@ def test_compile_cache_empty_or_a_file(fs, tmp_path, monkeypatch, capsys):
         assert len(err) == 1 and err[0].startswith("error: --compile-cache") and why in err[0]
         assert "'none'" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache_file"]
+
+
+def test_git_state_hashes_the_library_source(fs, tmp_path):
+    """The run record's source hash covers ``subgpu_jax/*.py`` of the repository root: never the
+    hash of nothing (sha256 of b"" starts e3b0c442, what every run recorded while the default
+    root was ``experiments/``), and it changes with a source file's bytes (a copied tree)."""
+    import hashlib
+    import shutil
+
+    st = fs.git_state()
+    assert st["subgpu_jax_sha256"] != hashlib.sha256(b"").hexdigest()[:16]
+    assert st["dirty_subgpu_jax"] in (True, False, None)
+    lib = tmp_path / "subgpu_jax"
+    lib.mkdir()
+    (lib / "a.py").write_text("x = 1\n")
+    one = fs.git_state(str(tmp_path))
+    assert one["commit"] is None or isinstance(one["commit"], str)
+    (lib / "a.py").write_text("x = 2\n")
+    assert fs.git_state(str(tmp_path))["subgpu_jax_sha256"] != one["subgpu_jax_sha256"]
+    shutil.rmtree(lib)
