@@ -165,7 +165,8 @@ def frontier_row(studies: dict | None, summary: dict | None, sample: dict | None
         raise PartError(f"{w}: {STUDY} was searched with --exact {exact!r}; the target is the "
                         "event simulator's search (--exact event)")
     row = {"target": "frontier", "status": "measured",
-           "what": f"GPT-OSS 120B B200 frontier study, all {n:,} grid points, --exact event "
+           "what": f"GPT-OSS 120B B200 frontier study, "
+                   f"{'all ' if done == n else f'{done:,} of '}{n:,} grid points, --exact event "
                    f"(the compiled engine), {len(runs)} run(s) of "
                    f"{', '.join(str(r.get('workers')) for r in runs)} workers",
            "figure": round(wall, 1), "unit": "s", "cpu_s": round(cpu, 1),
@@ -247,7 +248,10 @@ def main_job_row(d: dict | None) -> dict:
             "baseline_is": "bench_sweeps.py 'before' (memos and compile caches off), same call",
             "ratio": round(old / cold, 3), "target_value": TARGETS["main_job_s"],
             "met": cold <= TARGETS["main_job_s"] and same is True,
-            "records_identical": same}
+            "records_identical": same,
+            # where it ran: the part may come from another machine than the device's (the
+            # README's 2-core box), and from another commit
+            "env": d.get("env"), "commit": d.get("commit")}
 
 
 def evaluator_row(parts: dict) -> dict:

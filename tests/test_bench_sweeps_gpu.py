@@ -75,6 +75,7 @@ def test_digest_figures(bs, tmp_path):
     assert (f["figure"], f["baseline"], f["ratio"], f["met"]) == (640.0, 3328.0, 5.2, False)
     assert f["engine_check"] == {"checked": 20, "max_abs_error": 8e-15}
     assert f["complete"] is True and f["sample_max_abs_makespan_diff"] == 0.0
+    assert "all 2,830 grid points" in f["what"], f["what"]
     assert f["sample_same_choice"] == 24 and f["sample_missing"] == 0
     m = rows["main_job"]
     assert (m["figure"], m["baseline"], m["ratio"], m["met"]) == (14.4, 50.0, 3.472, True)
@@ -113,7 +114,9 @@ def test_frontier_needs_agreement(bs, tmp_path):
     sm.write_text(json.dumps(c))
     d["gptoss120b_b200"].update(finished=2000, complete=False)
     st.write_text(json.dumps(d))
-    assert bs.digest(str(tmp_path))["rows"][0]["met"] is False
+    row = bs.digest(str(tmp_path))["rows"][0]
+    assert row["met"] is False and row["complete"] is False
+    assert "2,000 of 2,830 grid points" in row["what"], row["what"]
 
 
 def test_missing_parts_are_missing_not_guessed(bs, tmp_path):
