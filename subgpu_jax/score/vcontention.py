@@ -74,7 +74,8 @@ from subgpu_jax.score.vctables import (CONC_GRID, POWER_GRID, PoolTables, SegTab
 __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables", "estimate_hits",
            "reference_hits",
            "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
-           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS", "HitCounter",
+           "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS", "GATHER_MIN_TRIPLES",
+           "HitCounter",
            "vc_batch", "vc_batch_impl", "bilinear_rows"]
 
 _BIG = 1e30  # sentinel time (µs) of padded stage slots
@@ -292,6 +293,24 @@ def fine_bucket(x: int, minimum: int = 8) -> int:
     return -(-x // step) * step
 
 
+#: Most lane-plan triples (``lanes.LanePlan.triples``) for which a CPU takes the slices form of
+#: the overlap integrals by default (``VContentionEvaluator(integrals=None)``); a plan with more
+#: takes the gather form. The slices form writes one slice of the partner row per triple into
+#: the program, so tracing and compiling it grow with the triples (1-1.6 s a program at 200-560
+#: triples, traced again in every process even where JAX's persistent cache holds it), while
+#: the gather form's program does not; a search calls each program a few dozen times on small
+#: batches, so that cost decides. Measured on the 2-core box (one GPT-OSS 120B B200 grid point
+#: per search, ``experiments/bench_integrals.py``; the threshold was read off a first run with
+#: it at 64, ``results/bench_integrals_cpu_t64.json``, and ``results/bench_integrals_cpu.json``
+#: is the run after): up to 30 triples the two forms are within run-to-run noise (the main job,
+#: whose plans have at most 30: slices 13.3 and 15.1 s of search against 14.1 and 15.3 s for
+#: the gather in the two runs); at 44-126 the gather form is 8-26% faster on a first run; at
+#: 234-560 (D = 4-6, m = 8-16) 1.7-2.4x on a first run and 1.2-1.9x on a second; the records
+#: are the same throughout. The slices form stays the faster kernel per allocation on large
+#: batches (2.3-5.1x at m = 8, D = 5 in chunks of 64-256), for a caller that scores many
+#: allocations of one plan and asks for it.
+GATHER_MIN_TRIPLES = 32
+
 #: Largest task DAG (tasks) whose small batches ``VContentionEvaluator`` pads to its chunk on a
 #: CPU by default (``pad_small``; measured: docs/results.md "Speed").
 PAD_SMALL_MAX_TASKS = 768
@@ -379,7 +398,8 @@ class VContentionEvaluator:
                              f"to scan='batched' only, got scan={scan!r}")
         self.level_unroll = 2 if level_unroll is None else level_unroll
         if integrals is None:  # a layout of the slices (packed) asks for the slices
-            integrals = "slices" if cpu or packed is not None else "gather"
+            small = len(self.plan.triples) <= GATHER_MIN_TRIPLES
+            integrals = "slices" if (cpu and small) or packed is not None else "gather"
         if integrals == "gather" and packed is not None:
             raise ValueError("packed applies to integrals='slices' only (the gathered form sums "
                              f"the three rates in one reduction), got packed={packed!r}")

@@ -54,7 +54,8 @@ class VCOptions:
             scans (``vcbatch.batched_start_completion``; default 2).
         integrals: ``scan="batched"`` only: the form of the overlap integrals,
             ``vcbatch.INTEGRALS`` (``vcbatch.batched_integrals``): ``"slices"`` (default on a
-            CPU, and wherever ``packed`` is given) or ``"gather"`` (default on an accelerator:
+            CPU for plans of at most ``vcontention.GATHER_MIN_TRIPLES`` triples, and wherever
+            ``packed`` is given) or ``"gather"`` (default elsewhere; on an accelerator:
             on the H200 1.49e6 allocations/s against 9.0e5/s for the slices, m = 8, D = 5,
             on the 2-core CPU it runs 2.3x and 5.1x slower than the slices in chunks of 64 and
             256 at m = 8, D = 5, as fast at m = 4, D = 3; docs/results.md "Speed").

@@ -328,3 +328,25 @@ def test_pad_small_one_shape_same_numbers(g2, monkeypatch):
     for bad in ("yes", 1):
         with pytest.raises(ValueError, match="pad_small"):
             vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", pad_small=bad)
+
+
+def test_default_integrals_by_plan_size(g2, monkeypatch):
+    """The default form (``integrals`` not given): on a CPU the slices for a lane plan of at most
+    ``GATHER_MIN_TRIPLES`` triples and the gather above it (their tracing and compilation grow
+    with the triples: ``results/bench_integrals_cpu.json``); on an accelerator always the
+    gather. Both forms give the same makespans (float32 summation order: 1e-5 relative)."""
+    cut = chain_cut(g2.n, [6, 15])
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "cpu")
+    e = vc.VContentionEvaluator(g2, cut, 3, 0, H200)
+    n = len(e.plan.triples)
+    assert n > 0
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES", n)        # at the threshold: slices
+    small = vc.VContentionEvaluator(g2, cut, 3, 0, H200)
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES", n - 1)    # one over it: gather
+    big = vc.VContentionEvaluator(g2, cut, 3, 0, H200)
+    assert (small.integrals, big.integrals) == ("slices", "gather")
+    assert big.packed is None and small.packed is True
+    np.testing.assert_allclose(big.makespan(ALLOCS), small.makespan(ALLOCS), rtol=1e-5)
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES", 10**9)
+    assert vc.VContentionEvaluator(g2, cut, 3, 0, H200).integrals == "gather"
