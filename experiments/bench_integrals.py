@@ -33,6 +33,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from bench_sweeps import timed_search  # noqa: E402  (one timed search process)
+from digest_cli import check_out, write_digest  # noqa: E402  (check --out, atomic JSON)
+
 VARIANTS = {"slices": 10**9, "gather": -1, "auto": None}
 POINT = ["--model", "gpt-oss-120b", "--hardware", "B200", "--gpus", "32", "--tp", "8",
          "--dp", "4", "--ep", "32", "--batches", "2048", "--kv-history", "32768"]
@@ -69,11 +74,18 @@ def default_threshold() -> int:
     return int(p.stdout.split()[-1])
 
 
+#: The frontier study's grid (``experiments/frontier_study.py``): the points a row may take.
+STAGES, MICROBATCHES = range(2, 7), (1, 2, 4, 8, 16)
+
+
 def point_arg(s: str) -> tuple[int, int]:
-    """``D:M`` -> (D, m), both positive integers."""
-    m = re.fullmatch(r"([1-9]\d*):([1-9]\d*)", s)
-    if not m:
-        raise argparse.ArgumentTypeError(f"a point is D:M (stages:microbatches), got {s!r}")
+    """``D:M`` -> (D, m): D stages in 2..6 and m microbatches in 1, 2, 4, 8, 16 (the frontier
+    study's grid on the reference deployment)."""
+    m = re.fullmatch(r"(\d+):(\d+)", s)
+    if not m or int(m.group(1)) not in STAGES or int(m.group(2)) not in MICROBATCHES:
+        raise argparse.ArgumentTypeError(
+            f"a point is D:M with D stages in 2..6 and M microbatches in 1, 2, 4, 8 or 16 "
+            f"(the frontier study's grid), got {s!r}")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -91,19 +103,11 @@ def run(variant: str, args: list[str], cache: str, numba: str, out: str) -> dict
     how many in all)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                JAX_PLATFORMS="cpu", SUBGPU_JAX_CACHE=cache, NUMBA_CACHE_DIR=numba)
-    t = VARIANTS[variant]
-    cmd = [sys.executable, "-c", CHILD, str(t), "search", "--out", out, "--no-progress",
-           "--workers", "1", *args]
-    t0, c0 = time.time(), os.times()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
-    c1 = os.times()
-    if p.returncode != 0:
-        raise RuntimeError(f"{variant} {args}: exit {p.returncode}: {p.stderr[-2000:]}")
-    s = re.search(r"evaluated \d+ grid points.*\(([\d.]+) s\)", p.stdout)
-    plans = re.search(r"^PLANS (\d+) (\d+) (\d+)$", p.stdout, re.M)
-    return {"search_s": float(s.group(1)) if s else None, "wall_s": round(time.time() - t0, 2),
-            "cpu_s": round(c1.children_user - c0.children_user
-                           + c1.children_system - c0.children_system, 2),
+    cmd = [sys.executable, "-c", CHILD, str(VARIANTS[variant]), "search", "--out", out,
+           "--no-progress", "--workers", "1", *args]
+    stdout, timed = timed_search(f"{variant} {' '.join(args)}", cmd, env, ROOT)
+    plans = re.search(r"^PLANS (\d+) (\d+) (\d+)$", stdout, re.M)
+    return {**{k: v for k, v in timed.items() if k != "variant"},
             "max_triples": int(plans.group(1)), "gather_plans": int(plans.group(2)),
             "plans": int(plans.group(3))}
 
@@ -118,6 +122,12 @@ def main(argv=None) -> int:
                          f"(default {' '.join(DEFAULT_POINTS)})")
     ap.add_argument("--no-main", action="store_true", help="leave out the README's main job")
     a = ap.parse_args(argv)
+    try:
+        check_out(a.out)
+    except ValueError as e:
+        ap.error(str(e))
+    if len(set(a.points)) != len(a.points):
+        ap.error("--points: each point at most once")
     jobs = [(f"D={d} m={m}", POINT + ["--stages", str(d), "--microbatches", str(m)])
             for d, m in a.points]
     if not a.no_main:
@@ -159,9 +169,7 @@ def main(argv=None) -> int:
                                     capture_output=True, text=True).stdout.strip() or None,
            "env": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
                    "python": platform.python_version()}}
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    with open(a.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
+    write_digest(a.out, doc)
     print(f"\n{'job':10s} {'triples':>7s} {'slices cold':>11s} {'gather':>7s} {'auto':>7s} "
           f"{'slices warm':>11s} {'gather':>7s} {'auto':>7s} same records")
     for r in rows:
