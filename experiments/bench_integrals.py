@@ -75,17 +75,18 @@ def default_threshold() -> int:
 
 
 #: The frontier study's grid (``experiments/frontier_study.py``): the points a row may take.
-STAGES, MICROBATCHES = range(2, 7), (1, 2, 4, 8, 16)
+#: m = 1 has no overlapping tasks (no lane-plan triples): both forms would run the same program.
+STAGES, MICROBATCHES = range(2, 7), (2, 4, 8, 16)
 
 
 def point_arg(s: str) -> tuple[int, int]:
-    """``D:M`` -> (D, m): D stages in 2..6 and m microbatches in 1, 2, 4, 8, 16 (the frontier
-    study's grid on the reference deployment)."""
+    """``D:M`` -> (D, m): D stages in 2..6 and m microbatches in 2, 4, 8, 16 (the frontier
+    study's pipelined grid on the reference deployment)."""
     m = re.fullmatch(r"(\d+):(\d+)", s)
     if not m or int(m.group(1)) not in STAGES or int(m.group(2)) not in MICROBATCHES:
         raise argparse.ArgumentTypeError(
-            f"a point is D:M with D stages in 2..6 and M microbatches in 1, 2, 4, 8 or 16 "
-            f"(the frontier study's grid), got {s!r}")
+            f"a point is D:M with D stages in 2..6 and M microbatches in 2, 4, 8 or 16 "
+            f"(the frontier study's pipelined grid), got {s!r}")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -112,27 +113,9 @@ def run(variant: str, args: list[str], cache: str, numba: str, out: str) -> dict
             "plans": int(plans.group(3))}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "results",
-                                                  "bench_integrals_cpu.json"))
-    ap.add_argument("--points", nargs="+", type=point_arg,
-                    default=[point_arg(p) for p in DEFAULT_POINTS],
-                    help="grid points D:M of the frontier study's reference deployment "
-                         f"(default {' '.join(DEFAULT_POINTS)})")
-    ap.add_argument("--no-main", action="store_true", help="leave out the README's main job")
-    a = ap.parse_args(argv)
-    try:
-        check_out(a.out)
-    except ValueError as e:
-        ap.error(str(e))
-    if len(set(a.points)) != len(a.points):
-        ap.error("--points: each point at most once")
-    jobs = [(f"D={d} m={m}", POINT + ["--stages", str(d), "--microbatches", str(m)])
-            for d, m in a.points]
-    if not a.no_main:
-        jobs.append(("main job", []))
-    tmp = tempfile.mkdtemp(prefix="bench_integrals_")
+def measure(jobs: list[tuple[str, list[str]]], tmp: str) -> list[dict]:
+    """Every job under every variant, cold then warm, its files under ``tmp``: the rows of the
+    digest (module docstring)."""
     numba = os.path.join(tmp, "numba")
     subprocess.run([sys.executable, "-c", "from subgpu_jax.sim.batchednb import available, "
                     "compile_now\nif available(): compile_now()"], check=True, cwd=ROOT,
@@ -159,6 +142,31 @@ def main(argv=None) -> int:
             row[f"{k}_slices_over_gather"] = round(sl / ga, 2) if sl and ga else None
             row[f"{k}_slices_over_auto"] = round(sl / au, 2) if sl and au else None
         rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, "experiments", "results",
+                                                  "bench_integrals_cpu.json"))
+    ap.add_argument("--points", nargs="+", type=point_arg,
+                    default=[point_arg(p) for p in DEFAULT_POINTS],
+                    help="grid points D:M of the frontier study's reference deployment "
+                         f"(default {' '.join(DEFAULT_POINTS)})")
+    ap.add_argument("--no-main", action="store_true", help="leave out the README's main job")
+    a = ap.parse_args(argv)
+    try:
+        check_out(a.out)
+    except ValueError as e:
+        ap.error(str(e))
+    if len(set(a.points)) != len(a.points):
+        ap.error("--points: each point at most once")
+    jobs = [(f"D={d} m={m}", POINT + ["--stages", str(d), "--microbatches", str(m)])
+            for d, m in a.points]
+    if not a.no_main:
+        jobs.append(("main job", []))
+    with tempfile.TemporaryDirectory(prefix="bench_integrals_") as tmp:  # removed after
+        rows = measure(jobs, tmp)
     import platform
 
     doc = {"what": "search seconds of the vectorised contention scorer's two integral forms "
@@ -169,7 +177,6 @@ def main(argv=None) -> int:
                                     capture_output=True, text=True).stdout.strip() or None,
            "env": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
                    "python": platform.python_version()}}
-    write_digest(a.out, doc)
     print(f"\n{'job':10s} {'triples':>7s} {'slices cold':>11s} {'gather':>7s} {'auto':>7s} "
           f"{'slices warm':>11s} {'gather':>7s} {'auto':>7s} same records")
     for r in rows:
@@ -178,6 +185,12 @@ def main(argv=None) -> int:
               + " ".join(f"{r[f'{v}_{k}']['search_s']!s:>{11 if v == 'slices' else 7}s}"
                          for k in ("cold", "warm") for v in VARIANTS)
               + f" {r['records_identical']}")
+    try:
+        write_digest(a.out, doc)
+    except (OSError, ValueError) as e:     # the folder changed since the check at the start
+        print(f"bench_integrals.py: --out {a.out!r} cannot be written now ({e}); the table "
+              "above is the result", file=sys.stderr)
+        return 2
     print(f"wrote {a.out}")
     return 0
 

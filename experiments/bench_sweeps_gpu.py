@@ -55,7 +55,13 @@ sys.path.insert(0, HERE)
 STUDY = "gptoss120b_b200"
 #: Issue 42's targets (seconds, candidates/s, share of points).
 TARGETS = {"frontier_s": 600.0, "frontier_tol": 0.005, "main_job_s": 15.0,
-           "evaluator_per_s": 1e9, "exhaustive_s": 20.0}
+           "evaluator_per_s": 1e9, "exhaustive_s": 20.0,
+           # the evaluator's float32 makespans against the scan evaluator's float64 on the
+           # reference rows (makespans of 10-15 ms): rounding gives at most a few tenths of a
+           # µs (0.054 µs measured, bench_sweeps_h100.json); a rate is met only within this
+           "evaluator_max_abs_diff_us": 1.0}
+#: Where the main job's target holds: the README's machine, 2 cores, JAX on the CPU.
+MAIN_JOB_ENV = {"cores_used": 2, "jax_platform": "cpu"}
 #: The evaluator rows of the 36-layer reference (``bench_evaluator.py``).
 REFERENCE_ROWS = ("gptoss-m2", "gptoss-m4", "gptoss-m8")
 
@@ -75,7 +81,7 @@ def _load(folder: str, name: str):
     try:
         with open(path) as fh:
             d = json.load(fh)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:   # RecursionError: nested too deep
         raise PartError(f"{name}: not readable JSON ({e.__class__.__name__})") from None
     if not isinstance(d, dict):
         raise PartError(f"{name}: must hold a JSON object, got {type(d).__name__}")
@@ -94,17 +100,29 @@ def _get(d, *keys, where: str):
     return d
 
 
+def _number(v) -> float | None:
+    """``v`` as a finite float, or None: a bool, a non-number, NaN, an infinity or an integer
+    too large for a float (JSON allows 10**400)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
 def _pos(d, *keys, where: str, zero_ok: bool = False) -> float:
     """A finite number > 0 (>= 0 with ``zero_ok``) at ``keys`` (not a bool, not a string).
 
     Raises:
         PartError: absent, of another type, NaN, infinite, or below the bound."""
     v = _get(d, *keys, where=where)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or v < 0 or (v == 0 and not zero_ok):
+    f = _number(v)
+    if f is None or f < 0 or (f == 0 and not zero_ok):
         raise PartError(f"{where}: {'.'.join(map(str, keys))} must be a finite number "
                         f"{'>=' if zero_ok else '>'} 0, got {v!r}")
-    return float(v)
+    return f
 
 
 def _flag(d, *keys, where: str) -> bool:
@@ -120,8 +138,7 @@ def _flag(d, *keys, where: str) -> bool:
 
 def _finite_or_none(v):
     """``v`` when it is a finite number (not a bool), else None: an informative field."""
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    return v if ok else None
+    return _number(v)
 
 
 def _count(d, *keys, where: str, top: int | None = None) -> int:
@@ -160,7 +177,7 @@ def frontier_row(studies: dict | None, summary: dict | None, sample: dict | None
     if not isinstance(runs, list) or not runs or not all(isinstance(r, dict) for r in runs):
         raise PartError(f"{w}: {STUDY}.runs must be a non-empty list of objects")
     settings = st.get("settings") if isinstance(st.get("settings"), dict) else {}
-    exact = settings.get("exact", "event")
+    exact = settings.get("exact")
     if exact != "event":
         raise PartError(f"{w}: {STUDY} was searched with --exact {exact!r}; the target is the "
                         "event simulator's search (--exact event)")
@@ -201,12 +218,15 @@ def frontier_row(studies: dict | None, summary: dict | None, sample: dict | None
         hi = _get(g, "makespan_vs_event_max", where=ws)
         lo = _get(g, "makespan_vs_event_min", where=ws)
         for name, v in (("makespan_vs_event_max", hi), ("makespan_vs_event_min", lo)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if _number(v) is None:
                 raise PartError(f"{ws}: agreement_python.{name} must be a finite number, got "
                                 f"{v!r}")
-        far = max(abs(hi), abs(lo))
+        far = max(abs(_number(hi)), abs(_number(lo)))
         choice = _count(g, "same_choice", where=ws, top=k)
-        lost = g.get("missing_in_screened") or []
+        lost = g.get("missing_in_screened", [])
+        if not isinstance(lost, list):
+            raise PartError(f"{ws}: agreement_python.missing_in_screened must be a list of "
+                            f"grid points, got {lost!r}")
         row.update(baseline=round(wall * ratio, 1),
                    baseline_is=f"the Python simulator's search (NUMBA_DISABLE_JIT=1), the "
                                f"study's seconds times its CPU ratio on a {k}-point sample "
@@ -229,8 +249,10 @@ def main_job_row(d: dict | None) -> dict:
         return {"target": "main_job", "status": "missing"}
     w = "main_job.json"
     rs = _get(d, "rows", where=w)
-    if not isinstance(rs, list) or not all(isinstance(r, dict) and "variant" in r for r in rs):
-        raise PartError(f"{w}: rows must be a list of objects with a variant")
+    if not isinstance(rs, list) or not all(isinstance(r, dict) and isinstance(r.get("variant"),
+                                                                                 str)
+                                           for r in rs):
+        raise PartError(f"{w}: rows must be a list of objects with a variant name")
     rows = {r["variant"]: r for r in rs}
     if len(rows) != len(rs):
         raise PartError(f"{w}: a variant has more than one row")
@@ -241,14 +263,17 @@ def main_job_row(d: dict | None) -> dict:
     cold = _pos(rows["workers_cold"], "search_s", where=f"{w} workers_cold")
     warm = _pos(rows["workers_warm"], "search_s", where=f"{w} workers_warm")
     old = _pos(rows["before"], "search_s", where=f"{w} before")
+    env = d.get("env") if isinstance(d.get("env"), dict) else {}
+    where_ok = all(env.get(k) == v for k, v in MAIN_JOB_ENV.items())
     return {"target": "main_job", "status": "measured",
             "what": "the README's main job, search seconds on 2 pinned cores, a first run "
                     "(workers_cold: empty compile caches); warm_s: a second run",
             "figure": cold, "unit": "s", "warm_s": warm, "baseline": old,
             "baseline_is": "bench_sweeps.py 'before' (memos and compile caches off), same call",
             "ratio": round(old / cold, 3), "target_value": TARGETS["main_job_s"],
-            "met": cold <= TARGETS["main_job_s"] and same is True,
+            "met": cold <= TARGETS["main_job_s"] and same is True and where_ok,
             "records_identical": same,
+            "on_the_target_machine": where_ok,   # env: 2 cores used, JAX on the CPU
             # where it ran: the part may come from another machine than the device's (the
             # README's 2-core box), and from another commit
             "env": d.get("env"), "commit": d.get("commit")}
@@ -273,10 +298,13 @@ def evaluator_row(parts: dict) -> dict:
         rate, worst = min(rates, key=lambda t: t[0])
         if best is None or rate > best[1]["massive_evals_per_s"]:
             dev = d.get("device_kind")
-            best = (kernel, worst, dev if isinstance(dev, str) else None)
+            best = (kernel, worst, dev if isinstance(dev, str) else None, rows)
     if best is None:
         return {"target": "evaluator", "status": "missing"}
-    kernel, r, dev = best
+    kernel, r, dev, rows = best
+    # against the scan evaluator, the worst of the reference rows (None: one lacks it)
+    diffs = [_finite_or_none(x.get("max_abs_diff_us")) for x in rows]
+    diff = None if None in diffs else max(diffs)
     return {"target": "evaluator", "status": "measured",
             "what": f"static max-plus evaluator on the 36-layer reference, the slowest of m = "
                     f"2, 4, 8 ({r['workload']}), kernel {kernel}, {dev}",
@@ -285,8 +313,10 @@ def evaluator_row(parts: dict) -> dict:
             "baseline_is": "the package's scan evaluator (evaluator.Evaluator.makespan), same run",
             "ratio": round(r["massive_evals_per_s"] / r["scan_evals_per_s"], 1),
             "target_value": TARGETS["evaluator_per_s"],
-            "met": r["massive_evals_per_s"] >= TARGETS["evaluator_per_s"],
-            "max_abs_diff_us": _finite_or_none(r.get("max_abs_diff_us"))}
+            "met": r["massive_evals_per_s"] >= TARGETS["evaluator_per_s"] and diff is not None
+                   and diff <= TARGETS["evaluator_max_abs_diff_us"],
+            "max_abs_diff_us": diff,
+            "tol_us": TARGETS["evaluator_max_abs_diff_us"]}
 
 
 def exhaustive_row(new: dict | None, wall: dict | None, old: dict | None) -> dict:

@@ -15,22 +15,33 @@ T = TypeVar("T")
 
 
 def check_out(path: str) -> None:
-    """Refuse an ``--out`` that is empty, a folder, in a folder that does not exist, or an entry
-    a new file must not replace (a device node such as ``/dev/null``, a FIFO, a symbolic link:
+    """Refuse an ``--out`` that is empty, a folder (or ends with a path separator), in a folder
+    that does not exist or where no file can be created (tried: a temporary file made and
+    removed there, so a long run never fails only at its end), or an entry a new file must not
+    replace (a device node such as ``/dev/null``, a FIFO, a symbolic link:
     ``subgpu_jax.model.checks.out_file``).
 
     Raises:
         ValueError: naming ``--out`` and what is allowed.
     """
+    import tempfile
+
     from subgpu_jax.model.checks import out_file
 
-    if isinstance(path, str) and path and os.path.isdir(path):
+    if isinstance(path, str) and path and (os.path.isdir(path)
+                                           or path.endswith(("/", os.sep))):
         raise ValueError(f"--out: {path!r} must be a file in an existing folder, not a folder")
     try:
-        out_file(path, "--out")
+        p = out_file(path, "--out")
     except ValueError as e:
         raise ValueError(f"--out: {path!r} must be a file in an existing folder, a regular "
                          f"file or none yet ({e})") from None
+    try:
+        with tempfile.NamedTemporaryFile(dir=p.parent, prefix=".check_out_"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out: no file can be written in {str(p.parent)!r} "
+                         f"({e.strerror or e})") from None
 
 
 def check_seed_and_out(ap, a) -> None:

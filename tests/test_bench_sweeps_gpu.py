@@ -44,14 +44,15 @@ def _parts(folder: Path, skip=()) -> None:
     parts = {
         "frontier_studies.json": {"gptoss120b_b200": {
             "wall_seconds": 640.0, "cpu_seconds": 8100.0, "grid_points": 2830, "finished": 2830,
-            "complete": True, "runs": [{"workers": 15}]}},
+            "complete": True, "runs": [{"workers": 15}], "settings": {"exact": "event"}}},
         "frontier_summary.json": {"engine_check": {"checked": 20, "max_abs_error": 8e-15}},
         "frontier_python.json": {"jobs": {"frontier": {
             "cpu_ratio_python_over_event": 5.2,
             "agreement_python": {"points": 24, "points_over_tol": 0, "same_choice": 24,
                                  "makespan_vs_event_max": 0.0, "makespan_vs_event_min": 0.0,
                                  "missing_in_screened": [], "frontier_same_points": True}}}},
-        "main_job.json": {"records_identical_event_runs": True, "rows": [
+        "main_job.json": {"records_identical_event_runs": True,
+                          "env": {"cores_used": 2, "jax_platform": "cpu"}, "rows": [
             {"variant": "before", "search_s": 50.0}, {"variant": "workers_cold", "search_s": 14.4},
             {"variant": "workers_warm", "search_s": 6.9}]},
         "evaluator_xla.json": {"device_kind": "NVIDIA H200",
@@ -243,3 +244,62 @@ def _edit(path, change) -> None:
     d = json.loads(path.read_text())
     change(d)
     path.write_text(json.dumps(d))
+
+
+@pytest.mark.parametrize("name,edit,target", [
+    # an integer too large for a float (JSON allows it): unreadable, never an OverflowError
+    ("frontier_studies.json", lambda d: d["gptoss120b_b200"].update(wall_seconds=10**400),
+     "frontier"),
+    ("frontier_python.json", lambda d: d["jobs"]["frontier"]["agreement_python"].update(
+        makespan_vs_event_max=10**400), "frontier"),
+    ("evaluator_xla.json", lambda d: d["rows"][0].update(massive_evals_per_s=10**400),
+     "evaluator"),
+    ("frontier_python.json", lambda d: d["jobs"]["frontier"]["agreement_python"].update(
+        missing_in_screened=True), "frontier"),
+    ("frontier_python.json", lambda d: d["jobs"]["frontier"]["agreement_python"].update(
+        missing_in_screened=5), "frontier"),
+    ("main_job.json", lambda d: d["rows"][0].update(variant=["before"]), "main_job"),
+    ("frontier_studies.json", lambda d: d["gptoss120b_b200"].pop("settings"), "frontier"),
+])
+def test_odd_values_are_unreadable_not_a_traceback(bs, tmp_path, name, edit, target):
+    """Found by a breaker (2026-12-07): each of these used to end in a traceback (OverflowError,
+    TypeError) or, for a study without its settings, to be taken for an --exact event search."""
+    _parts(tmp_path)
+    _edit(tmp_path / name, edit)
+    rows = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}
+    assert rows[target]["status"] == "unreadable", rows[target]
+
+
+def test_deeply_nested_part_is_unreadable(bs, tmp_path):
+    _parts(tmp_path)
+    (tmp_path / "exhaustive.json").write_text("[" * 100000 + "]" * 100000)
+    rows = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}
+    assert rows["exhaustive"]["status"] == "unreadable"
+
+
+def test_evaluator_met_only_where_it_agrees_with_the_scan(bs, tmp_path):
+    """A rate above the target is met only when every reference row's makespans are within
+    ``evaluator_max_abs_diff_us`` of the scan evaluator's (a fast wrong kernel is not met), and
+    only when every row says how far they are."""
+    _parts(tmp_path)
+    fast = lambda d: [r.update(massive_evals_per_s=2e9) for r in d["rows"]]  # noqa: E731
+    _edit(tmp_path / "evaluator_pallas.json", fast)
+    ev = lambda: {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}["evaluator"]  # noqa
+    assert ev()["met"] is True and ev()["max_abs_diff_us"] == 0.004
+    _edit(tmp_path / "evaluator_pallas.json", lambda d: d["rows"][2].update(max_abs_diff_us=5e5))
+    assert ev()["met"] is False and ev()["max_abs_diff_us"] == 5e5
+    _edit(tmp_path / "evaluator_pallas.json", lambda d: d["rows"][2].pop("max_abs_diff_us"))
+    assert ev()["met"] is False and ev()["max_abs_diff_us"] is None
+
+
+@pytest.mark.parametrize("env", [None, {"cores_used": 16, "jax_platform": "cpu"},
+                                 {"cores_used": 2, "jax_platform": "cuda"}])
+def test_main_job_met_only_on_two_cores_on_the_cpu(bs, tmp_path, env):
+    """The target is the README's machine: a main job timed on 16 cores or with JAX on a GPU (or
+    without saying where) is reported, never met."""
+    _parts(tmp_path)
+    _edit(tmp_path / "main_job.json",
+          lambda d: d.pop("env") if env is None else d.update(env=env))
+    m = {r["target"]: r for r in bs.digest(str(tmp_path))["rows"]}["main_job"]
+    assert m["status"] == "measured" and m["met"] is False
+    assert m["on_the_target_machine"] is False
