@@ -182,6 +182,107 @@ def results_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "experiments" / "results"
 
 
+def _validation_files(d: Path) -> dict[str, Path]:
+    """The ``hw_validate_<gpu>.json`` files of folder ``d`` by upper-case GPU name (none when
+    ``d`` is not a folder)."""
+    files = {}
+    if d.is_dir():
+        for f in sorted(d.glob("hw_validate_*.json")):
+            m = re.fullmatch(r"hw_validate_([a-z0-9]+)\.json", f.name)
+            if m:
+                files[m.group(1).upper()] = f
+    return files
+
+
+def _read_validation(f: Path, batches: dict) -> dict:
+    """Read the validation file ``f`` and fill ``batches`` with its pipelined configurations'
+    best measured speedup, its name and the largest |error| per batch G, in batch order.
+
+    Returns:
+        the file's content.
+
+    Raises:
+        OSError, ValueError, KeyError, TypeError: an unreadable file (``batches`` keeps the
+            batches read before)."""
+    data = json.loads(f.read_text())
+    for G, b in sorted(data["batches"].items(), key=lambda kv: int(kv[0])):
+        pipe = [r for r in b["rows"] if r.get("D", 1) > 1]
+        best = max(pipe, key=lambda r: r["speedup_measured"])
+        batches[int(G)] = {
+            "best_speedup_measured": float(best["speedup_measured"]),
+            "best_name": best["name"],
+            "max_abs_error": max(abs(float(r["error"])) for r in pipe)}
+    return data
+
+
+def _measured_model(d: Path, data: dict) -> tuple[str | None, str]:
+    """``(model, what)``: the measured model named by the calibration file the validation
+    ``data`` used (a path relative to ``d``'s parent) and its text with the experts'
+    datatype; ``(None, "")`` when that file is absent or unreadable."""
+    try:  # the measured model: named by the calibration file the validation used
+        cal = json.loads((d.parent / str(data.get("calibration", ""))).read_text())
+        model = str(cal["model"])
+        what = f"{cal['model']}" + (f", {cal['expert_dtype']} experts"
+                                    if cal.get("expert_dtype") else "")
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, ""
+    return model, what
+
+
+def _fidelity_text(d: Path, gpu: str, out: dict) -> str:
+    """The text appended to the measured summary by the fidelity study of ``gpu``
+    (``hw_fidelity_<gpu>.json`` in ``d``), its figures stored as ``out["fidelity"]``; empty
+    without that file, a note when it is unreadable."""
+    fid = d / f"hw_fidelity_{gpu.lower()}.json"
+    if not fid.is_file():
+        return ""
+    try:  # the fidelity study (kernel-aware calibrated model, 5 workloads)
+        ws = json.loads(fid.read_text())["workloads"]
+        med = [float(v["median_abs_error"]) for v in ws.values() if v]
+        out["fidelity"] = {"file": f"experiments/results/{fid.name}", "workloads": len(med),
+                           "median_abs_error": med}
+        return (f"; the current kernel-aware calibrated model's median |error| is "
+                f"{min(med):.0%}-{max(med):.0%} over {len(med)} workloads "
+                f"(experiments/results/{fid.name})")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        return f"; experiments/results/{fid.name} unreadable ({e})"
+
+
+def _with_wins(d: Path, gpu: str, out: dict, measured: str) -> tuple[str, float | None]:
+    """``(measured, top)``: ``measured`` preceded by the wins study of ``gpu``
+    (``hw_wins_<gpu>.json`` in ``d``: the calibrated simulator's top picks, measured), its
+    figures stored as ``out["wins"]``, and its best measured speedup (None without a readable
+    file; an unreadable one is noted after ``measured``)."""
+    top = None
+    wins = d / f"hw_wins_{gpu.lower()}.json"
+    if wins.is_file():  # the wins study: the calibrated simulator's top picks, measured
+        try:
+            w = json.loads(wins.read_text())["workloads"]
+            top = max(float(v["best_of_k_measured_speedup"]) for v in w.values())
+            first = max(float(v["measured_speedup"]) for v in w.values())
+            out["wins"] = {"file": f"experiments/results/{wins.name}", "workloads": len(w),
+                           "best_measured_speedup": top, "best_first_choice_speedup": first}
+            wins_txt = (f"the calibrated simulator's top picks for {len(w)} workloads "
+                        f"measured at best {top:.3f}x temporal, its first choices at best "
+                        f"{first:.3f}x (experiments/results/{wins.name})")
+            measured = f"{wins_txt}; {measured}"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            measured += f"; experiments/results/{wins.name} unreadable ({e})"
+    return measured, top
+
+
+def _status_text(hardware: str, gpu: str, files: dict, measured: str) -> str:
+    """The sentence of ``validation_status``: ``measured`` as measured on ``hardware`` itself
+    (``gpu``), or saying it was never measured and quoting the GPUs that were (``files``)."""
+    if gpu == hardware.upper():
+        return f"measured on an {gpu}: {measured}"
+    return (f"not validated on a {hardware} (no hw_validate_{hardware.lower()}.json); "
+            f"on the {gpu}, the only GPU measured, {measured}"
+            if len(files) == 1 else
+            f"not validated on a {hardware}; measured on "
+            f"{', '.join(sorted(files))}. On the {gpu}: {measured}")
+
+
 def validation_status(hardware: str, folder: str | os.PathLike | None = None) -> dict:
     """The measured validation status of the simulator, from the committed
     ``hw_validate_<gpu>.json`` files (``experiments/hw_validate_h200.py``), with the fidelity study
@@ -201,12 +302,7 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
         quotes the GPUs that were.
     """
     d = Path(folder) if folder is not None else results_dir()
-    files = {}
-    if d.is_dir():
-        for f in sorted(d.glob("hw_validate_*.json")):
-            m = re.fullmatch(r"hw_validate_([a-z0-9]+)\.json", f.name)
-            if m:
-                files[m.group(1).upper()] = f
+    files = _validation_files(d)
     hw = hardware.upper()
     out = {"hardware": hardware, "validated_on": sorted(files), "file": None, "batches": {},
            "text": ""}
@@ -217,25 +313,13 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     gpu = hw if hw in files else sorted(files)[0]
     f = files[gpu]
     try:
-        data = json.loads(f.read_text())
-        for G, b in sorted(data["batches"].items(), key=lambda kv: int(kv[0])):
-            pipe = [r for r in b["rows"] if r.get("D", 1) > 1]
-            best = max(pipe, key=lambda r: r["speedup_measured"])
-            out["batches"][int(G)] = {
-                "best_speedup_measured": float(best["speedup_measured"]),
-                "best_name": best["name"],
-                "max_abs_error": max(abs(float(r["error"])) for r in pipe)}
+        data = _read_validation(f, out["batches"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         out["text"] = f"validation file {f} unreadable ({e})"
         return out
-    what = ""
-    try:  # the measured model: named by the calibration file the validation used
-        cal = json.loads((d.parent / str(data.get("calibration", ""))).read_text())
-        out["model"] = str(cal["model"])
-        what = f"{cal['model']}" + (f", {cal['expert_dtype']} experts"
-                                    if cal.get("expert_dtype") else "")
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    model, what = _measured_model(d, data)
+    if model is not None:
+        out["model"] = model
     rel = f"experiments/results/{f.name}"
     bs = out["batches"]
     beat = [G for G, v in bs.items() if v["best_speedup_measured"] > 1]
@@ -244,49 +328,17 @@ def validation_status(hardware: str, folder: str | os.PathLike | None = None) ->
     measured = (f"the first validation ({rel}, {what or 'one model'}) measured at best "
                 f"{best_txt}, the simulator of that time erring by up to {err:.0%} on pipelined "
                 f"configurations")
-    fid = d / f"hw_fidelity_{gpu.lower()}.json"
-    if fid.is_file():  # the fidelity study (kernel-aware calibrated model, 5 workloads)
-        try:
-            ws = json.loads(fid.read_text())["workloads"]
-            med = [float(v["median_abs_error"]) for v in ws.values() if v]
-            out["fidelity"] = {"file": f"experiments/results/{fid.name}", "workloads": len(med),
-                               "median_abs_error": med}
-            measured += (f"; the current kernel-aware calibrated model's median |error| is "
-                         f"{min(med):.0%}-{max(med):.0%} over {len(med)} workloads "
-                         f"(experiments/results/{fid.name})")
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            measured += f"; experiments/results/{fid.name} unreadable ({e})"
-    top = None
-    wins = d / f"hw_wins_{gpu.lower()}.json"
-    if wins.is_file():  # the wins study: the calibrated simulator's top picks, measured
-        try:
-            w = json.loads(wins.read_text())["workloads"]
-            top = max(float(v["best_of_k_measured_speedup"]) for v in w.values())
-            first = max(float(v["measured_speedup"]) for v in w.values())
-            out["wins"] = {"file": f"experiments/results/{wins.name}", "workloads": len(w),
-                           "best_measured_speedup": top, "best_first_choice_speedup": first}
-            wins_txt = (f"the calibrated simulator's top picks for {len(w)} workloads "
-                        f"measured at best {top:.3f}x temporal, its first choices at best "
-                        f"{first:.3f}x (experiments/results/{wins.name})")
-            measured = f"{wins_txt}; {measured}"
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            measured += f"; experiments/results/{wins.name} unreadable ({e})"
+    measured += _fidelity_text(d, gpu, out)
+    measured, top = _with_wins(d, gpu, out, measured)
     if beat or (top is not None and top > 1):
         verdict = ("SubGPU beat temporal in a measurement" +
                    (f" (at G={', '.join(f'{G:,}' for G in beat)})" if beat else ""))
     else:
         verdict = "no SubGPU configuration beat temporal"
     measured = f"{verdict}: {measured}"
-    on = gpu
     if gpu == hw:
         out["file"] = rel
-        out["text"] = f"measured on an {on}: {measured}"
-    else:
-        out["text"] = (f"not validated on a {hardware} (no hw_validate_{hardware.lower()}.json); "
-                       f"on the {on}, the only GPU measured, {measured}"
-                       if len(files) == 1 else
-                       f"not validated on a {hardware}; measured on "
-                       f"{', '.join(sorted(files))}. On the {gpu}: {measured}")
+    out["text"] = _status_text(hardware, gpu, files, measured)
     return out
 
 

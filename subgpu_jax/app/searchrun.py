@@ -163,6 +163,49 @@ def _report_store(store: SweepStore, points: Sequence[GridPoint],
         say(f"{store.read_only_why}: its finished sweep is summarised, no file is rewritten")
 
 
+def _sweep_meta(meta: dict, scorer: "PointScorer") -> dict:
+    """``meta`` with what defines the sweep beside it: the uncalibrated model version (it times
+    every kernel a calibration lacks: a folder made with another version is refused, never
+    reused under this one's name) and, with a contention timer, the contention model's co-run
+    fit."""
+    meta = {"duration_model": uncalibrated_model_id(scorer.hw), **meta}
+    if scorer.timer.contention:
+        meta = {"latency_load_gain": scorer.model.latency_gain, **meta}
+    return meta
+
+
+def _sweep_and_summarise(arch: ModelArch, points: Sequence[GridPoint], folder: str, meta: dict,
+                         scorer: "PointScorer", store, o: SearchOptions, cluster,
+                         distributed: bool, say: Callable[[str], None]
+                         ) -> tuple[dict, dict | None]:
+    """``run_search``'s work once its store is open: report the store, score the grid points
+    (over the cluster or in this process), add ``again``, ``dropped`` and ``read_only`` to the
+    sweep's stats and summarise it; a cluster's other processes (no store) return their stats
+    with summary None."""
+    if store is not None:
+        _report_store(store, points, say)
+    if distributed:
+        from subgpu_jax.app.distributed import run_sweep_distributed
+
+        stats = run_sweep_distributed(points, scorer, store, cluster, o.budget)
+        if store is None:
+            stats["dropped"], stats["again"] = [], 0
+            return stats, None
+    else:
+        stats = _run_local(points, scorer, store, o, say, folder)
+    if stats["remaining"] == 0:  # a Ctrl-C from here on leaves nothing to continue
+        from subgpu_jax.app.interrupt import set_message
+
+        set_message(f"interrupted after the last grid point: all {len(points)} are stored "
+                    f"in {folder}; the same command again computes none and writes the "
+                    "summary and figures")
+    stats["again"] = sum(k in store.done for k in store.report.again)
+    stats["dropped"] = store.report.lines()
+    stats["read_only"] = store.read_only
+    summary = _summarise(arch, points, folder, meta, scorer, store, o)
+    return stats, summary
+
+
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, options: SearchOptions | None = None, cluster=None,
                log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
@@ -198,19 +241,12 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
         Interrupted: Ctrl-C (:mod:`subgpu_jax.app.interrupt`); finished grid points are kept.
     """
     o = SearchOptions() if options is None else options
-    budget = o.budget
     _check_in_flight(o, cluster)
     say = log or (lambda line: None)
     scorer = PointScorer(arch, hw, o.timer, o.cache, o.L_sim, cut_strategy=o.cut_strategy,
                          cheap=o.cheap, alloc_strategy=o.alloc_strategy)
-    timer = scorer.timer
-    hw = scorer.hw
     distributed = cluster is not None and cluster.num_processes > 1
-    # the uncalibrated model version (it times every kernel a calibration lacks) defines the
-    # sweep: a folder made with another version is refused, never reused under this one's name
-    meta = {"duration_model": uncalibrated_model_id(hw), **meta}
-    if timer.contention:  # the contention model's co-run fit is part of what defines the sweep
-        meta = {"latency_load_gain": scorer.model.latency_gain, **meta}
+    meta = _sweep_meta(meta, scorer)
     store = None
     if not distributed or cluster.is_main:
         store = SweepStore(folder, meta, resume=o.resume, overwrite=o.overwrite,
@@ -219,29 +255,10 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
     # the compiled engine, compiled once in the background while this process and its workers
     # build their tables (every process needing it waits for that compilation, then loads it);
     # the one place a sweep starts it (subgpu search, the frontier studies, the benchmarks)
-    ahead = compile_ahead() if timer.compiled else None
+    ahead = compile_ahead() if scorer.timer.compiled else None
     try:
-        if store is not None:
-            _report_store(store, points, say)
-        if distributed:
-            from subgpu_jax.app.distributed import run_sweep_distributed
-
-            stats = run_sweep_distributed(points, scorer, store, cluster, budget)
-            if store is None:
-                stats["dropped"], stats["again"] = [], 0
-                return stats, None
-        else:
-            stats = _run_local(points, scorer, store, o, say, folder)
-        if stats["remaining"] == 0:  # a Ctrl-C from here on leaves nothing to continue
-            from subgpu_jax.app.interrupt import set_message
-
-            set_message(f"interrupted after the last grid point: all {len(points)} are stored "
-                        f"in {folder}; the same command again computes none and writes the "
-                        "summary and figures")
-        stats["again"] = sum(k in store.done for k in store.report.again)
-        stats["dropped"] = store.report.lines()
-        stats["read_only"] = store.read_only
-        summary = _summarise(arch, points, folder, meta, scorer, store, o)
+        return _sweep_and_summarise(arch, points, folder, meta, scorer, store, o, cluster,
+                                    distributed, say)
     except BaseException:   # a refused folder or Ctrl-C: no waiting for the compilation
         if ahead is not None:
             ahead.terminate()
@@ -251,4 +268,3 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
             store.close()
         if ahead is not None:
             ahead.wait()
-    return stats, summary

@@ -66,22 +66,10 @@ def _fmt_gain(r: dict, key: str, unit: str, fmt: str) -> str:
             f"({ns['rel_distance']:.1%} away)")
 
 
-def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
-    """A search summary as text, configuration-level speedups first: the best SubGPU
-    configuration per (parallelism, batch) against the temporal baseline at the same batch, the
-    frontiers, the matched gains where both frontiers have points nearby
-    (``report.matched_tables``), and which model made the predictions with the measured error
-    figures that apply to them (``summ["prediction"]``, ``provenance.prediction_note``).
-
-    Args:
-        summ: the summary of ``searchjob.write_outputs`` (``best_by_batch``,
-            ``best_speedup_record``, frontiers, ``matched``).
-        hardware: the GPU preset searched (used when ``summ`` has no ``prediction``).
-        timer: the search's exact scorer (``score.timer.Timer``), or None; a scorer that is
-            not the reference is named on the best configuration's line.
-    """
-    rows = summ.get("best_by_batch") or []
-    b = summ["best_speedup_record"]
+def _print_best_configurations(rows: list[dict], b: dict | None, timer) -> None:
+    """The best SubGPU configuration per (parallelism, batch) against the temporal baseline at
+    the same batch (``rows``), then the best (or least slow) one overall (``b``), naming a
+    scorer that is not the reference."""
     if rows:
         print("\nbest SubGPU configuration per batch, against the temporal baseline at the same "
               "batch (predicted)")
@@ -100,6 +88,10 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
         print(f"{word} SubGPU configuration: G={b['global_batch']} D={b['D']} w={b['w']} "
               f"m={b['microbatches']} SMs={b['sms']} cuts={b['cuts']}: {b['makespan_us']:.1f} µs, "
               f"{b['speedup_vs_temporal']:.3f}x the temporal baseline{whose}")
+
+
+def _print_frontiers(summ: dict) -> None:
+    """The temporal and the SubGPU Pareto frontiers of ``summ``, one table each."""
     for name in ("frontier_temporal", "frontier_subgpu"):
         fr = summ[name]
         print(f"\n{name.replace('_', ' ')} ({len(fr)} point{'s' if len(fr) != 1 else ''})")
@@ -109,9 +101,13 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
             print(f"{r['per_gpu_tok_s']:11.1f}{r['per_user_tok_s']:12.2f}{r['makespan_us']:10.1f}"
                   f"{r['global_batch']:6d}{str(r['attn_tp']) + 'x' + str(r['attn_dp']):>7s}"
                   f"{r['D']:3d}{r['w']:3d}{r['microbatches']:3d}  {r['sms']} / {r['cuts']}")
-    m = summ["matched"]
+
+
+def _print_matched_gains(m: dict, best_speedup: float) -> None:
+    """The matched-gain tables (``summ["matched"]``): the rows whose frontier points lie near
+    the matched point, how many are not shown and why, and the note on an amplified per-user
+    gain (``amplified_gain_note``, against ``best_speedup``)."""
     tol = m.get("tolerance", 0.05)
-    best_speedup = max((float(r["speedup_vs_temporal"]) for r in rows), default=1.0)
     print(f"\nmatched gains (frontier against frontier, each interpolated linearly between its "
           f"points, which lie at\ndifferent batches: shown only where both frontiers have a point "
           f"within {tol:.0%} of the matched point in both\nthroughputs)")
@@ -137,7 +133,11 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
         note = amplified_gain_note(near, best_speedup) if key == "per_gpu_tok_s" else None
         if note:
             print(note)
-    chk = summ.get("reference_check")
+
+
+def _print_reference_check(chk: dict | None) -> None:
+    """The event simulator's check of a non-reference scorer's best records
+    (``summ["reference_check"]``), when it has rows and an error; nothing otherwise."""
     if chk and chk.get("rows") and chk.get("max_abs_error") is not None:
         n = chk.get("checked", len(chk["rows"]))
         tol = chk.get("tolerance")
@@ -150,7 +150,11 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
               f"{'' if n == 1 else 's'} differ from it by a median "
               f"{chk['median_abs_error']:.2%}, at most {chk['max_abs_error']:.2%}{over} "
               "(summary.json: reference_check)")
-    eng = summ.get("engine_check")
+
+
+def _print_engine_check(eng: dict | None) -> None:
+    """The compiled engine's check against the event simulator (``summ["engine_check"]``),
+    with a warning when it exceeds its tolerance; nothing without rows."""
     if eng and eng.get("rows"):
         n = eng["checked"]
         print(f"\nthe event simulator's exact steps ran in its compiled engine; timed again there, "
@@ -163,7 +167,11 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
             print(f"warning: the compiled engine and the event simulator differ by more than "
                   f"{tol:.0e}, which they never should: a bug; --exact event-full searches "
                   "with the Python simulator alone")
-    scr = summ.get("screen_check")
+
+
+def _print_screen_check(scr: dict | None) -> None:
+    """The screened scorer's check against the event simulator (``summ["screen_check"]``);
+    nothing without one."""
     if scr:
         print(f"\nscreened: the batched screen's region makespans of the {scr['points']} chosen "
               f"SubGPU configurations differ from the event simulator's (the records') by a "
@@ -171,6 +179,31 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
               f"{scr['confirm_calls']:,} event simulations beside {scr['screen_calls']:,} "
               f"screened configurations; the screen's own best kept at "
               f"{scr['screen_best_kept']} of {scr['points']} points (summary.json: screen_check)")
+
+
+def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
+    """A search summary as text, configuration-level speedups first: the best SubGPU
+    configuration per (parallelism, batch) against the temporal baseline at the same batch, the
+    frontiers, the matched gains where both frontiers have points nearby
+    (``report.matched_tables``), and which model made the predictions with the measured error
+    figures that apply to them (``summ["prediction"]``, ``provenance.prediction_note``).
+
+    Args:
+        summ: the summary of ``searchjob.write_outputs`` (``best_by_batch``,
+            ``best_speedup_record``, frontiers, ``matched``).
+        hardware: the GPU preset searched (used when ``summ`` has no ``prediction``).
+        timer: the search's exact scorer (``score.timer.Timer``), or None; a scorer that is
+            not the reference is named on the best configuration's line.
+    """
+    rows = summ.get("best_by_batch") or []
+    _print_best_configurations(rows, summ["best_speedup_record"], timer)
+    _print_frontiers(summ)
+    m = summ["matched"]
+    best_speedup = max((float(r["speedup_vs_temporal"]) for r in rows), default=1.0)
+    _print_matched_gains(m, best_speedup)
+    _print_reference_check(summ.get("reference_check"))
+    _print_engine_check(summ.get("engine_check"))
+    _print_screen_check(summ.get("screen_check"))
     if timer is not None and not timer.contention:
         print("\nno verdict per batch: the three modes (multistream, SubGPU without link time) "
               "need a contention model (--exact event or vcontention)")

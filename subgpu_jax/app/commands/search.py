@@ -280,6 +280,75 @@ def _deployment_options(a, arch, hw, pars, batches) -> tuple[dict, dict]:
     return opts, serving
 
 
+def _check_out(a) -> None:
+    """Refuse ``--batch`` and an ``--out`` that is a file or cannot hold a results folder (a
+    read-only folder is accepted: a finished sweep is read where it is)."""
+    if a.batch is not None:
+        raise ValueError("batch: search takes a list of global batches, --batches; --batch is "
+                         "for simulate and run")
+    if os.path.exists(a.out) and not os.path.isdir(a.out):
+        raise ValueError(f"out: {a.out!r} is a file; --out names the results folder (created "
+                         "when missing)")
+    out_dir(a.out, "--out", read_only_ok=True)  # a finished sweep is read where it is
+
+
+def _workers(a, in_flight: int, pts) -> int:
+    """The worker processes of ``--workers`` for the grid ``pts`` (1 for ``auto`` with
+    ``--in-flight`` > 1), after checking that ``--in-flight`` > 1 has a timer that batches
+    steps (``time_many``), one worker and no cluster.
+
+    Raises:
+        ValueError: one line naming the flag at fault."""
+    from subgpu_jax.app.pool import search_workers
+
+    if in_flight > 1:
+        from subgpu_jax.score.timer import TIMERS
+
+        if getattr(TIMERS[a.exact], "time_many", None) is None:    # the timer's capability
+            batching = ", ".join(n for n, t in TIMERS.items() if hasattr(t, "time_many"))
+            raise ValueError(f"--in-flight {in_flight}: grid points in flight batch their exact "
+                             f"steps together, which --exact {a.exact} cannot; use --exact "
+                             f"{batching} or --in-flight 1")
+    try:
+        workers = (1 if in_flight > 1 and str(a.workers).strip().lower() == "auto" else
+                   search_workers(a.workers, a.cluster is not None, sum(p.D > 1 for p in pts)))
+    except ValueError as e:  # the library names its argument, the CLI user typed the flag
+        raise ValueError(f"--{e}") from None
+    if in_flight > 1 and (a.cluster is not None or workers > 1):   # --workers as it reads it
+        raise ValueError(f"--in-flight {in_flight}: grid points in flight share this "
+                         "process's timer; give --workers 1 (and no --cluster)")
+    return workers
+
+
+def _print_header(a, arch, hw, pts, skipped: list) -> None:
+    """The search's first lines: the model, GPUs, grid size, exact scorer and results folder,
+    then the first five combinations the grid left out and how many more."""
+    print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
+          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
+    for note in skipped[:5]:   # under the header: what the grid left out
+        print(f"skipped: {note}")
+    if len(skipped) > 5:
+        print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
+
+
+def _print_sweep_stats(stats: dict, in_flight: int, timer, workers: int) -> None:
+    """What the sweep did: grid points evaluated, skipped and remaining, the batched calls of
+    the grid points in flight, and the lockstep engine's share of the exact steps (one
+    worker)."""
+    again = f" ({stats['again']} again after dropped records)" if stats["again"] else ""
+    print(f"evaluated {stats['evaluated']} grid points{again}, skipped {stats['skipped']} already "
+          f"done, {stats['remaining']} remaining ({stats['seconds']:.1f} s)")
+    b = stats.get("batches")
+    if b and b["calls"]:
+        print(f"in flight: {min(in_flight, stats['evaluated'])} grid points at once, their exact "
+              f"steps in {b['calls']:,} batched calls of {b['rows'] / b['calls']:.1f} "
+              f"allocations on average, at most {b['largest']:,}")
+    if hasattr(timer, "lockstep_rows") and workers == 1:
+        print(f"{timer.name}: {timer.lockstep_rows:,} allocations simulated in lockstep, "
+              f"{timer.event_rows:,} by the event simulator (batches under {timer.min_batch} "
+              f"allocations, D = 1, or structures the loop does not cover)")
+
+
 def cmd_search(a) -> int:
     """Run ``subgpu search``: check the options, build the grid, run the search job
     (``app.searchrun.run_search``) and print its summary and next steps (process 0 of a
@@ -289,13 +358,7 @@ def cmd_search(a) -> int:
     from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.app.sweep import build_grid
 
-    if a.batch is not None:
-        raise ValueError("batch: search takes a list of global batches, --batches; --batch is "
-                         "for simulate and run")
-    if os.path.exists(a.out) and not os.path.isdir(a.out):
-        raise ValueError(f"out: {a.out!r} is a file; --out names the results folder (created "
-                         "when missing)")
-    out_dir(a.out, "--out", read_only_ok=True)  # a finished sweep is read where it is
+    _check_out(a)
     arch, ep = resolve_arch_ep(a)
     a.ep = ep
     hw = get_hardware(a.hardware)
@@ -315,31 +378,9 @@ def cmd_search(a) -> int:
     cut, alloc = strategies_from_args(a)
     meta = search_meta(a, arch, hw, pars, batches, stages, mbs, pols, ks, opts, serving,
                        cut, alloc)
-    from subgpu_jax.app.pool import search_workers
-
     in_flight = _in_flight(a.in_flight)
-    if in_flight > 1:
-        from subgpu_jax.score.timer import TIMERS
-
-        if getattr(TIMERS[a.exact], "time_many", None) is None:    # the timer's capability
-            batching = ", ".join(n for n, t in TIMERS.items() if hasattr(t, "time_many"))
-            raise ValueError(f"--in-flight {in_flight}: grid points in flight batch their exact "
-                             f"steps together, which --exact {a.exact} cannot; use --exact "
-                             f"{batching} or --in-flight 1")
-    try:
-        workers = (1 if in_flight > 1 and str(a.workers).strip().lower() == "auto" else
-                   search_workers(a.workers, a.cluster is not None, sum(p.D > 1 for p in pts)))
-    except ValueError as e:  # the library names its argument, the CLI user typed the flag
-        raise ValueError(f"--{e}") from None
-    if in_flight > 1 and (a.cluster is not None or workers > 1):   # --workers as it reads it
-        raise ValueError(f"--in-flight {in_flight}: grid points in flight share this "
-                         "process's timer; give --workers 1 (and no --cluster)")
-    print(f"search: {arch.name} on {a.gpus}x {hw.name}, {len(pts)} grid points "
-          f"({sum(p.D == 1 for p in pts)} temporal), exact scorer: {a.exact}; results in {a.out}")
-    for note in skipped[:5]:   # under the header: what the grid left out
-        print(f"skipped: {note}")
-    if len(skipped) > 5:
-        print(f"skipped: ... {len(skipped) - 5} more infeasible combinations")
+    workers = _workers(a, in_flight, pts)
+    _print_header(a, arch, hw, pts, skipped)
     setup = search_setup(a, arch, hw, shapes[0], pts, meta)
     cluster = search_cluster(a)
     hw = setup.hw
@@ -357,18 +398,7 @@ def cmd_search(a) -> int:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
               f"process 0 writes {a.out}")
         return 0
-    again = f" ({stats['again']} again after dropped records)" if stats["again"] else ""
-    print(f"evaluated {stats['evaluated']} grid points{again}, skipped {stats['skipped']} already "
-          f"done, {stats['remaining']} remaining ({stats['seconds']:.1f} s)")
-    b = stats.get("batches")
-    if b and b["calls"]:
-        print(f"in flight: {min(in_flight, stats['evaluated'])} grid points at once, their exact "
-              f"steps in {b['calls']:,} batched calls of {b['rows'] / b['calls']:.1f} "
-              f"allocations on average, at most {b['largest']:,}")
-    if hasattr(timer, "lockstep_rows") and workers == 1:
-        print(f"{timer.name}: {timer.lockstep_rows:,} allocations simulated in lockstep, "
-              f"{timer.event_rows:,} by the event simulator (batches under {timer.min_batch} "
-              f"allocations, D = 1, or structures the loop does not cover)")
+    _print_sweep_stats(stats, in_flight, timer, workers)
     from subgpu_jax.app.searchtext import print_next_steps, print_search_summary
 
     print_search_summary(summ, hw.name, timer)
