@@ -136,11 +136,6 @@ def _flag(d, *keys, where: str) -> bool:
     return v
 
 
-def _finite_or_none(v):
-    """``v`` when it is a finite number (not a bool), else None: an informative field."""
-    return _number(v)
-
-
 def _count(d, *keys, where: str, top: int | None = None) -> int:
     """An integer >= 0 (<= ``top``) at ``keys``.
 
@@ -303,7 +298,7 @@ def evaluator_row(parts: dict) -> dict:
         return {"target": "evaluator", "status": "missing"}
     kernel, r, dev, rows = best
     # against the scan evaluator, the worst of the reference rows (None: one lacks it)
-    diffs = [_finite_or_none(x.get("max_abs_diff_us")) for x in rows]
+    diffs = [_number(x.get("max_abs_diff_us")) for x in rows]
     diff = None if None in diffs else max(diffs)
     return {"target": "evaluator", "status": "measured",
             "what": f"static max-plus evaluator on the 36-layer reference, the slowest of m = "

@@ -9,6 +9,8 @@
   (``subgpu_jax.app.platform``), so that a GPU machine runs the same tests with the same values.
 * ``child_pythonpath``: the ``PYTHONPATH`` of a child interpreter (the checkout, then the
   caller's entries).
+* ``experiment_script``: loads ``experiments/<name>.py`` as a module (the scripts are not a
+  package), for the tests of an experiment's helpers.
 * ``calibration_dir``: ``tests/data``, the measured H200 calibration CSVs vendored into the repository
   (provenance in ``tests/data/CALIBRATION.md``).
 """
@@ -82,3 +84,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("why tests were skipped", sep="-")
         for reason, n in reasons.most_common():
             terminalreporter.write_line(f"{n:5d} skipped: {reason}")
+
+
+@pytest.fixture(scope="session")
+def experiment_script():
+    """``load(name)``: ``experiments/<name>.py`` loaded as a fresh module."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1] / "experiments"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, root / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    return load

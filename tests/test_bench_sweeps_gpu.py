@@ -16,22 +16,16 @@ are derived here:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def bs():
-    spec = importlib.util.spec_from_file_location(
-        "bench_sweeps_gpu", ROOT / "experiments" / "bench_sweeps_gpu.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def bs(experiment_script):
+    return experiment_script("bench_sweeps_gpu")
 
 
 def _ev_rows(rates, scan):

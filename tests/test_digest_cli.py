@@ -4,22 +4,14 @@ leaves no file behind (the probe is removed)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def dc():
-    spec = importlib.util.spec_from_file_location("digest_cli",
-                                                  ROOT / "experiments" / "digest_cli.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def dc(experiment_script):
+    return experiment_script("digest_cli")
 
 
 def test_good_out_leaves_nothing(dc, tmp_path):

@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def fs():
+def fs(experiment_script):
     """``experiments/frontier_study.py`` as a module (it is a script, not in a package)."""
-    spec = importlib.util.spec_from_file_location("frontier_study",
-                                                  ROOT / "experiments" / "frontier_study.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return experiment_script("frontier_study")

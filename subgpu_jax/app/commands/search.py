@@ -280,7 +280,7 @@ def _deployment_options(a, arch, hw, pars, batches) -> tuple[dict, dict]:
     return opts, serving
 
 
-def _check_out(a) -> None:
+def _check_batch_and_out(a) -> None:
     """Refuse ``--batch`` and an ``--out`` that is a file or cannot hold a results folder (a
     read-only folder is accepted: a finished sweep is read where it is)."""
     if a.batch is not None:
@@ -358,7 +358,7 @@ def cmd_search(a) -> int:
     from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.app.sweep import build_grid
 
-    _check_out(a)
+    _check_batch_and_out(a)
     arch, ep = resolve_arch_ep(a)
     a.ep = ep
     hw = get_hardware(a.hardware)
