@@ -557,6 +557,9 @@ class ScorerSpec:
         arch: the model. setup: the GPU (a ``GpuSetup``, calibrated or not; a ``Hardware`` is
             taken uncalibrated). timer: a name of ``score.timer.TIMERS``. cache: the L2 policy
             (None: the setup's). L_sim, cut_strategy, cheap, alloc_strategy: as ``PointScorer``.
+        compiled: False when the sweep's timer runs without its compiled engine
+            (``Timer.without_engine``: a small sweep's choice, ``app.searchrun``); the worker's
+            timer then does too.
     """
 
     arch: ModelArch
@@ -567,6 +570,7 @@ class ScorerSpec:
     cut_strategy: object = DEFAULT_CUT_STRATEGY
     cheap: object = DEFAULT_CHEAP
     alloc_strategy: object = DEFAULT_ALLOC_STRATEGY
+    compiled: bool = True
 
     @classmethod
     def like(cls, scorer: "PointScorer") -> "ScorerSpec":
@@ -578,7 +582,7 @@ class ScorerSpec:
                 with other physics than this process, so the records would depend on
                 ``workers``)."""
         spec = cls(scorer.arch, scorer.setup, scorer.timer.name, scorer.cache, scorer.L_sim,
-                   scorer.cut, scorer.cheap, scorer.alloc)
+                   scorer.cut, scorer.cheap, scorer.alloc, scorer.timer.compiled)
         t, made = scorer.timer, timer_for(scorer.setup, scorer.timer.name, scorer.cache)
         # confirm_top: a screened timer's budget (absent elsewhere: None on both sides)
         same = all(getattr(t, f, None) == getattr(made, f, None)
@@ -595,6 +599,8 @@ class ScorerSpec:
         setup = self.setup if isinstance(self.setup, GpuSetup) else \
             GpuSetup.uncalibrated(self.setup)
         timer = timer_for(setup, self.timer, self.cache)
+        if not self.compiled:
+            timer = timer.without_engine()
         return PointScorer(self.arch, setup, timer, self.cache, self.L_sim,
                            cut_strategy=self.cut_strategy, cheap=self.cheap,
                            alloc_strategy=self.alloc_strategy)

@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.models import ModelArch
 from subgpu_jax.model.setup import GpuSetup
-from subgpu_jax.sim.batchednb import compile_ahead
+from subgpu_jax.sim.batchednb import compile_ahead, compile_later, engine_ready
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.app.interrupt import Interrupted
 from subgpu_jax.app.provenance import prediction_note
@@ -18,7 +18,18 @@ from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, SearchOptions, wri
 from subgpu_jax.app.store import SweepStore
 from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
 
-__all__ = ["run_search", "structure_key"]
+__all__ = ["run_search", "structure_key", "ENGINE_MIN_POINTS", "engine_plan"]
+
+#: The fewest SubGPU grid points left to score for which a sweep that finds no compiled
+#: event-simulator engine compiles it before its exact steps (``sim.batchednb.compile_ahead``);
+#: a smaller sweep times with the Python simulator (the same makespans) and leaves the
+#: compilation to a detached low-priority process for the next run
+#: (``sim.batchednb.compile_later``). The compilation costs 6.7-6.8 s of a core
+#: (``compile_now`` on the 2-core box, 2026-12-07); on the main job's 12 SubGPU grid points the
+#: engine saved 3.2 s of CPU against the Python simulator (user CPU 34.3 s with a cold engine
+#: cache against 31.0 s with the Python simulator, the compilation included; search 16.7 s
+#: against 15.2 s), about 0.27 s a point: the compilation pays from about 25 such points.
+ENGINE_MIN_POINTS = 24
 
 
 def structure_key(p: GridPoint) -> tuple:
@@ -206,6 +217,21 @@ def _sweep_and_summarise(arch: ModelArch, points: Sequence[GridPoint], folder: s
     return stats, summary
 
 
+def engine_plan(timer, points_left: int) -> str:
+    """How a sweep's exact steps get the compiled event-simulator engine: ``"ready"`` (the timer
+    has none, or it is compiled already: ``sim.batchednb.engine_ready``), ``"compile"``
+    (``points_left`` >= ``ENGINE_MIN_POINTS`` SubGPU grid points to score: compiled once ahead
+    of them) or ``"python"`` (fewer: the sweep times with ``timer.without_engine()`` and
+    compiles the engine for the next run once its points are scored).
+
+    Args:
+        timer: the sweep's exact timer (``score.timing.Timer``).
+        points_left: SubGPU grid points (D > 1) this run scores (finished ones excluded)."""
+    if not timer.compiled or engine_ready():
+        return "ready"
+    return "compile" if points_left >= ENGINE_MIN_POINTS else "python"
+
+
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, options: SearchOptions | None = None, cluster=None,
                log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
@@ -254,15 +280,27 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
                            repair=o.repair)
     # the compiled engine, compiled once in the background while this process and its workers
     # build their tables (every process needing it waits for that compilation, then loads it);
-    # the one place a sweep starts it (subgpu search, the frontier studies, the benchmarks)
-    ahead = compile_ahead() if scorer.timer.compiled else None
+    # the one place a sweep starts it (subgpu search, the frontier studies, the benchmarks);
+    # a small sweep times with the Python simulator instead (engine_plan)
+    ahead = None
     try:
-        return _sweep_and_summarise(arch, points, folder, meta, scorer, store, o, cluster,
-                                    distributed, say)
+        left = sum(p.D > 1 and (store is None or p.key not in store.done) for p in points)
+        plan = engine_plan(scorer.timer, left)
+        if plan == "python":
+            scorer = PointScorer(arch, hw, scorer.timer.without_engine(), o.cache, o.L_sim,
+                                 cut_strategy=o.cut_strategy, cheap=o.cheap,
+                                 alloc_strategy=o.alloc_strategy)
+        ahead = compile_ahead() if plan == "compile" else None
+        out = _sweep_and_summarise(arch, points, folder, meta, scorer, store, o, cluster,
+                                   distributed, say)
     except BaseException:   # a refused folder or Ctrl-C: no waiting for the compilation
         if ahead is not None:
             ahead.terminate()
         raise
+    else:
+        if plan == "python":
+            compile_later()
+        return out
     finally:
         if store is not None:
             store.close()

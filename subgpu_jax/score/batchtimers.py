@@ -167,6 +167,10 @@ class BatchedEventTimer(EventTimer):
     def describe(self) -> str:
         return "lockstep batched event simulator"
 
+    def without_engine(self) -> "BatchedEventTimer":
+        """Itself: its batched engine is what this timer is (``engine`` chooses which one)."""
+        return self
+
     def engine_name(self) -> str:
         """The engine ``time_allocs`` runs: ``compiled``, ``numpy`` or ``jax``."""
         return self.batches.engine_name()

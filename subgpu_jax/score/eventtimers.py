@@ -79,6 +79,21 @@ class EventTimer:
     def describe(self) -> str:
         return "event simulator" + ("" if self.contention else " without contention")
 
+    def without_engine(self) -> "EventTimer":
+        """This timer with its makespan batches run by the Python simulator (``engine``
+        ``python``): the same model, L2 policy, mode and fast-forward, so the same makespans
+        (the engine equals the full simulation bit for bit, the fast-forward is within
+        ``sim.periodic.FORWARD_TOL`` of it), without the engine's one compilation. ``self``
+        when it has no engine. A copy: a subclass keeps its own fields (a screened timer its
+        screen)."""
+        if self.batches is None:
+            return self
+        import copy
+
+        t = copy.copy(self)
+        t.batches, t.engine, t.batched, t.compiled = None, "python", False, False
+        return t
+
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
         return self.time_many([(graph, cfg, allocs)])[0]
 

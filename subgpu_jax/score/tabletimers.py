@@ -63,6 +63,10 @@ class StaticTimer:
     def describe(self) -> str:
         return "static max-plus evaluator"
 
+    def without_engine(self):
+        """Itself: it has no compiled event-simulator engine (``Timer.without_engine``)."""
+        return self
+
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
         if cfg.D == 1:
             return np.array([self.time(graph, c).makespan_us for c in config_rows(cfg, allocs)])
@@ -136,6 +140,10 @@ class ContentionTimer:
 
     def describe(self) -> str:
         return "vectorised contention scorer (batched JAX)"
+
+    def without_engine(self):
+        """Itself: it has no compiled event-simulator engine (``Timer.without_engine``)."""
+        return self
 
     def _make(self, graph, seg_of, D, w, policy, k, table):
         from subgpu_jax.score.vcontention import ContentionEstimator

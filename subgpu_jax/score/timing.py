@@ -65,6 +65,12 @@ class Timer(Protocol):
         """What the timer is, in a user's words (printed beside its predictions)."""
         ...
 
+    def without_engine(self) -> "Timer":
+        """The same timer with its batches run by the Python event simulator instead of the
+        compiled engine (the same makespans, no compilation: a small sweep's choice,
+        ``app.searchrun``); itself when it has no compiled engine to drop."""
+        ...
+
     def time(self, graph: OpGraph, cfg: Config, record: bool = False,
              validate: bool = True) -> Timing:
         """Time ``graph`` (built for ``cfg``'s microbatch count) under ``cfg`` (µs); ``record``

@@ -38,7 +38,8 @@ from subgpu_jax.sim.contention import BoundModel
 from subgpu_jax.sim.eventsim import lone_makespan
 from subgpu_jax.sim.l2cache import check_policy
 
-__all__ = ["available", "simulate_stack_compiled", "compile_now", "compile_ahead", "ensure_compiled", "model_params"]
+__all__ = ["available", "simulate_stack_compiled", "compile_now", "compile_ahead", "compile_later",
+           "engine_ready", "ensure_compiled", "model_params"]
 
 
 def available() -> bool:
@@ -472,6 +473,21 @@ def ensure_compiled(wait_s: float = LOCK_WAIT_S) -> float:
     return time.perf_counter() - t0
 
 
+def engine_ready() -> bool:
+    """Whether the engine runs here without compiling: ready in this process, or its cache
+    folder holds the whole compiled engine (``COMPILED_MARK``; loading it takes about 0.3 s).
+    False where Numba is missing or there is no cache folder."""
+    if _READY:
+        return True
+    if not numba_available():
+        return False
+    import glob
+
+    d = engine_cache_dir()
+    return d is not None and bool(glob.glob(os.path.join(d, "**", COMPILED_MARK),
+                                            recursive=True))
+
+
 def compile_ahead():
     """Start compiling the engine in a background process, so that a sweep's worker processes,
     which each need it, wait for one compilation instead of each running their own (5-6 s of a
@@ -485,13 +501,28 @@ def compile_ahead():
     Returns:
         the ``subprocess.Popen`` of the compiling process (the caller ``wait()``s for it once
         its sweep ends), or None when nothing was started."""
-    if _READY or not numba_available():
-        return None
-    import glob
+    return _start_compile(detached=False)
 
-    d = engine_cache_dir()
-    if d is None or glob.glob(os.path.join(d, "**", COMPILED_MARK), recursive=True):
+
+def compile_later():
+    """Start compiling the engine for the NEXT run, in a detached process at the lowest CPU
+    priority (``nice`` 19, its own session: it outlives this command, which does not wait for
+    it, as ``git gc --auto`` does), under the same conditions and lock as ``compile_ahead``. A
+    small sweep that found no compiled engine times with the Python simulator (the compilation
+    would cost more than it saves there: ``app.searchrun.ENGINE_MIN_POINTS``) and calls this
+    once its grid points are scored, so the compilation runs on the core its outputs leave
+    idle.
+
+    Returns:
+        the ``subprocess.Popen`` of the compiling process, or None when nothing was started."""
+    return _start_compile(detached=True)
+
+
+def _start_compile(detached: bool):
+    """``compile_ahead`` (``detached`` False) and ``compile_later`` (True)."""
+    if engine_ready() or not numba_available():
         return None
+    d = engine_cache_dir()
     f = _lock_file(d)
     if f is None:
         return None
@@ -499,15 +530,17 @@ def compile_ahead():
     import subprocess
     import sys
 
+    code = ("from subgpu_jax.sim.batchednb import compile_now; compile_now()" if not detached
+            else "import os; os.nice(19); "
+                 "from subgpu_jax.sim.batchednb import compile_now; compile_now()")
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:     # another process compiles now, or no locks here
             return None
         return subprocess.Popen(
-            [sys.executable, "-c", "from subgpu_jax.sim.batchednb import compile_now; "
-             "compile_now()"], pass_fds=(f.fileno(),), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [sys.executable, "-c", code], pass_fds=(f.fileno(),), stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=detached)
 
 
 def compile_now() -> float:
