@@ -117,7 +117,8 @@ def _dispatch(parser: argparse.ArgumentParser, a) -> int:
         if getattr(a, "chain", None) is None:
             resolve_parallelism(a)
         resolve_context(a)
-        enable_compile_cache()  # compiled scorers kept between runs ($SUBGPU_JAX_CACHE)
+        if run is not cmd_search:  # search enables it once its workers start (they import
+            enable_compile_cache()  # JAX meanwhile); compiled scorers kept between runs
         rc = run(a)
         if requested():  # Ctrl-C after the last safe point: still 130
             raise Interrupted

@@ -43,7 +43,8 @@ from typing import Callable, Hashable, Sequence
 from subgpu_jax.app.platform import JAX_PLATFORM_ENV, SCORER_PLATFORM
 
 __all__ = ["WORKER_ENV", "WORKER_NICE", "MAX_AUTO_WORKERS", "MAX_WORKERS", "POINTS_PER_WORKER",
-           "WorkerError", "Scheduler", "compile_cache_env", "run_sweep_pool", "search_workers", "worker_main"]
+           "WorkerError", "WorkerPool", "Scheduler", "compile_cache_env", "run_sweep_pool",
+           "search_workers", "worker_main"]
 
 #: Environment of every worker process: JAX on the CPU, XLA's CPU client and the BLAS/OpenMP
 #: libraries on one thread each (N workers then load N cores, not N x cores). XLA flag names
@@ -131,21 +132,29 @@ class Scheduler:
         return pick
 
 
-def worker_main(wid: int, parent: int, make_scorer: Callable[[], Callable], tasks,
-                results) -> None:
+def worker_main(wid: int, parent: int, make_scorer: Callable[[], Callable] | None, tasks,
+                results, prepare: Callable[[], None] | None = None) -> None:
     """The worker process's entry (public for tests): build the scorer (``make_scorer()``,
     e.g. a ``searchjob.ScorerSpec``), then score ``(index, GridPoint)`` items of ``tasks``
     until a None; report ``("start", wid, i)``, then ``("done", wid, i, records, cpu_s,
     wall_s)`` or ``("error", wid, i, traceback text,
     the ValueError or None)`` on ``results`` (i = -1: building the scorer failed). ``parent``:
     the parent's PID; a worker whose parent died while it started (before the death signal was
-    armed) leaves at once."""
+    armed) leaves at once. A worker started ahead of its sweep (``WorkerPool``) gets
+    ``make_scorer`` None: it runs ``prepare()`` (its imports), then reads ``make_scorer`` as the
+    first item of ``tasks`` (None: the pool closed unused, it leaves)."""
     _die_with_parent()
     os.nice(WORKER_NICE)
     if os.getppid() != parent:   # the parent is gone already: nobody reads the results
         os._exit(0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     try:
+        if make_scorer is None:
+            if prepare is not None:
+                prepare()
+            make_scorer = tasks.get()
+            if make_scorer is None:
+                return
         scorer = make_scorer()
     except BaseException as e:  # reported to the parent, which stops the sweep
         results.put(("error", wid, -1, traceback.format_exc(),
@@ -252,7 +261,8 @@ def compile_cache_env(folder: str) -> dict:
             "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
 
 
-def _spawn_workers(ctx, make_scorer, tasks: list, results, compile_cache: str | None) -> list:
+def _spawn_workers(ctx, make_scorer, tasks: list, results, compile_cache: str | None,
+                   prepare: Callable[[], None] | None = None) -> list:
     """Start one ``worker_main`` process per queue of ``tasks`` (``ctx``: the ``spawn``
     context), with ``WORKER_ENV`` (and the shared compile cache's variables) in their
     environment and SIGINT ignored while they start (kept across exec, so a Ctrl-C while they
@@ -266,7 +276,8 @@ def _spawn_workers(ctx, make_scorer, tasks: list, results, compile_cache: str | 
         if threading.current_thread() is threading.main_thread() else None
     try:
         for w, q in enumerate(tasks):
-            pr = ctx.Process(target=worker_main, args=(w, os.getpid(), make_scorer, q, results),
+            pr = ctx.Process(target=worker_main,
+                             args=(w, os.getpid(), make_scorer, q, results, prepare),
                              daemon=True, name=f"sweep-worker-{w}")
             pr.start()
             procs.append(pr)
@@ -281,13 +292,83 @@ def _spawn_workers(ctx, make_scorer, tasks: list, results, compile_cache: str | 
     return procs
 
 
+class WorkerPool:
+    """Worker processes started before their sweep is known: each starts its interpreter and
+    runs ``prepare()`` (its imports: JAX and the scorer's modules, 2-3 s of a core a process)
+    while the parent still parses, imports and builds its grid (``subgpu search`` starts them
+    before it imports JAX), then waits for its scorer. ``run_sweep_pool(..., pool=)`` hands
+    the first workers their scorer (``make_scorer``, sent once to each) and their points, and
+    ends the others. Each pool serves one sweep; ``close()`` ends whatever is left (a sweep
+    that was refused, or used fewer workers).
+
+    Args:
+        workers: processes to start (>= 1).
+        compile_cache: as ``run_sweep_pool``'s (JAX's persistent cache folder shared by the
+            workers), or None.
+        prepare: a picklable function without arguments run by each worker while it waits
+            (unpickling it imports its module in the worker), or None.
+
+    Attributes:
+        procs, tasks, results: the processes, their task queues and the shared result queue.
+        used: whether a sweep took it.
+
+    Raises:
+        ValueError: ``workers`` < 1.
+    """
+
+    def __init__(self, workers: int, compile_cache: str | None = None,
+                 prepare: Callable[[], None] | None = None) -> None:
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an integer >= 1 processes, got {workers!r}")
+        self.ctx = mp.get_context("spawn")
+        self.compile_cache = compile_cache
+        self.tasks = [self.ctx.Queue() for _ in range(workers)]
+        self.results = self.ctx.Queue()
+        self.procs = _spawn_workers(self.ctx, None, self.tasks, self.results, compile_cache,
+                                    prepare)
+        self.used = False
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def take(self, n: int, make_scorer: Callable[[], Callable]) -> tuple[list, list, object]:
+        """The first ``n`` workers (at most all) with ``make_scorer`` sent to each; the others
+        are ended. Returns ``(procs, task queues, result queue)``.
+
+        Raises:
+            ValueError: a pool taken before."""
+        if self.used:
+            raise ValueError("WorkerPool: each pool serves one sweep")
+        self.used = True
+        n = min(n, len(self.procs))
+        for q in self.tasks[:n]:
+            q.put(make_scorer)
+        for q in self.tasks[n:]:
+            q.put(None)
+        return self.procs[:n], self.tasks[:n], self.results
+
+    def close(self) -> None:
+        """End every worker still running (terminated: a worker never used holds nothing, so a
+        refused command leaves at once instead of waiting for its workers' imports) and close
+        the queues."""
+        for pr in self.procs:
+            if pr.is_alive():
+                pr.terminate()
+        for pr in self.procs:
+            pr.join(timeout=10)
+        for q in (*self.tasks, self.results):
+            q.cancel_join_thread()
+            q.close()
+
+
 def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
                    workers: int,
                    budget: int | None = None, deadline: float | None = None,
                    on_point: Callable[[object, list, float], None] | None = None,
                    poll_s: float = 0.5, compile_cache: str | None = None,
                    own_sigint: bool = True,
-                   group: Callable[[object], Hashable] | None = None) -> dict:
+                   group: Callable[[object], Hashable] | None = None,
+                   pool: WorkerPool | None = None) -> dict:
     """Score the grid points not yet in ``store`` with ``workers`` processes.
 
     Args:
@@ -312,6 +393,9 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         group: ``point -> hashable``: points of one group go to the worker that scored the
             group before where it can (``Scheduler``; e.g. ``searchrun.structure_key``, points
             sharing compiled programs); None: the given order only.
+        pool: workers started ahead (``WorkerPool``, not used before): its first
+            ``min(workers, points, len(pool))`` workers score the points (``compile_cache`` is
+            then the pool's own); None: ``workers`` processes are started here.
 
     Returns:
         ``{"evaluated": n, "again": n, "skipped": n, "remaining": n, "seconds": wall s,
@@ -342,15 +426,23 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         out["remaining"] = sum(p.key not in store.done for p in points)
         out["seconds"] = time.monotonic() - t0
         return out
-    ctx = mp.get_context("spawn")
     n = min(workers, len(todo))
     # one queue per worker, fed by this process one point at a time (``Scheduler``), so no
     # point starts after a stop and each worker keeps to the groups it has compiled
-    run = _PoolRun(todo, again, store, out, Scheduler(todo, group),
-                   [ctx.Queue() for _ in range(n)], ctx.Queue(), deadline, on_point)
-    for w in range(n):
-        run.feed(w)
-    run.procs = _spawn_workers(ctx, make_scorer, run.tasks, run.results, compile_cache)
+    if pool is not None:
+        procs, tasks, results = pool.take(n, make_scorer)
+        run = _PoolRun(todo, again, store, out, Scheduler(todo, group), tasks, results,
+                       deadline, on_point)
+        run.procs = procs
+        for w in range(len(procs)):
+            run.feed(w)
+    else:
+        ctx = mp.get_context("spawn")
+        run = _PoolRun(todo, again, store, out, Scheduler(todo, group),
+                       [ctx.Queue() for _ in range(n)], ctx.Queue(), deadline, on_point)
+        for w in range(n):
+            run.feed(w)
+        run.procs = _spawn_workers(ctx, make_scorer, run.tasks, run.results, compile_cache)
     with (interrupt.sigint_as_flag(_STOP_MESSAGE, cooperative=True) if own_sigint
           else contextlib.nullcontext()):
         try:

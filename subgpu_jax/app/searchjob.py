@@ -85,6 +85,9 @@ class SearchOptions:
             steps timed together in one batched call (``score.coalesce.CoalescingTimer``; a
             timer with ``time_many``, ``event-batched``; the same configurations whatever
             the count, makespans equal to float rounding); 1: one point after the other.
+        pool: worker processes started ahead of the sweep (``app.pool.WorkerPool``; with
+            ``workers`` > 1 the sweep takes its first workers instead of starting its own), or
+            None. The caller closes it.
     """
 
     timer: Timer | None = None
@@ -101,6 +104,7 @@ class SearchOptions:
     repair: bool = False
     workers: int = 1
     in_flight: int = 1
+    pool: object = None
 
 
 #: The files a search job writes into its results folder (``SweepStore``: the manifest and the

@@ -23,7 +23,7 @@ __all__ = ["run_search", "structure_key", "ENGINE_MIN_POINTS", "engine_plan"]
 #: The fewest SubGPU grid points left to score for which a sweep that finds no compiled
 #: event-simulator engine compiles it before its exact steps (``sim.batchednb.compile_ahead``);
 #: a smaller sweep times with the Python simulator (the same makespans) and leaves the
-#: compilation to a detached low-priority process for the next run
+#: compilation to a detached process for the next run
 #: (``sim.batchednb.compile_later``). The compilation costs 6.7-6.8 s of a core
 #: (``compile_now`` on the 2-core box, 2026-12-07); on the main job's 12 SubGPU grid points the
 #: engine saved 3.2 s of CPU against the Python simulator (user CPU 34.3 s with a cold engine
@@ -49,7 +49,8 @@ def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: Sear
     """The sweep on ``o.workers`` local processes (``app.pool.run_sweep_pool``), with the same
     progress bar as ``run_sweep`` and one ``say`` line (how many processes); JAX's persistent
     compilation cache folder (``SUBGPU_JAX_CACHE`` or its default,
-    ``app.platform.compile_cache_dir``) is shared by the workers where it exists. Ctrl-C stops
+    ``app.platform.compile_cache_dir``) is shared by the workers where it exists; workers
+    started ahead (``o.pool``, ``app.pool.WorkerPool``) are used where given. Ctrl-C stops
     it (the finished points are stored) and raises ``Interrupted`` as ``run_sweep`` does."""
     from tqdm import tqdm
 
@@ -81,7 +82,7 @@ def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: Sear
     try:
         stats = run_sweep_pool(todo, ScorerSpec.like(scorer), store, o.workers, budget=None,
                                on_point=on_point, compile_cache=cache,
-                               own_sigint=False, group=structure_key)
+                               own_sigint=False, group=structure_key, pool=o.pool)
     finally:
         bar.close()
     if stats["stopped"] == "interrupt":

@@ -93,6 +93,9 @@ class Band:
         transferred: made for a GPU without its own validation from other GPUs' bands
             (``transfer_band``): it can say "loses" or "cannot decide", never "wins".
         widening: the factor ``transfer_band`` widened it by (1 for a GPU's own band).
+        gpus: the validated GPUs whose held-out rows it comes from (preset names; a
+            transferred band's several, in ``transfer_band``'s order; () when not known, e.g. a
+            band made in memory).
     """
 
     lo: float
@@ -104,6 +107,7 @@ class Band:
     source: str = "fit"
     transferred: bool = False
     widening: float = 1.0
+    gpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         lo = _pos(self.lo, "band.lo")
@@ -118,6 +122,10 @@ class Band:
                 not all(isinstance(w, str) and w for w in self.workloads):
             raise ValueError(f"band {self.regime!r}: workloads must be a non-empty tuple of "
                              f"names, got {self.workloads!r}")
+        if not isinstance(self.gpus, tuple) or not all(isinstance(g, str) and g
+                                                        for g in self.gpus):
+            raise ValueError(f"band {self.regime!r}: gpus must be a tuple of GPU names, got "
+                             f"{self.gpus!r}")
 
     def apply(self, speedup: float) -> tuple[float, float]:
         """The band ``(low, high)`` of a predicted ``speedup`` (dimensionless)."""
@@ -195,7 +203,8 @@ def fit_bands(rows: Iterable[Mapping], exclude: str | None = None) -> dict[str, 
     for k, v in groups.items():
         rs = [x for x, _ in v]
         out[k] = Band(lo=min(rs), hi=max(rs), median=statistics.median(rs), n=len(rs),
-                      workloads=tuple(sorted({w for _, w in v})), regime=k)
+                      workloads=tuple(sorted({w for _, w in v})), regime=k,
+                      gpus=(k.split("/")[0],))
     return out
 
 
@@ -246,7 +255,7 @@ def transfer_band(validated: Mapping[str, Mapping[str, Band]], calibrated: bool,
                 regime=f"transferred from {src}: "
                        + regime_key("any", calibrated, moe, mode, collectives).split("/", 1)[1],
                 source=", ".join(sorted({b.source for _, b in got})), transferred=True,
-                widening=float(widening))
+                widening=float(widening), gpus=tuple(g for g, _ in got))
 
 
 def validated_bands(exclude: str | None = None, model_id: str | None = None,
@@ -426,9 +435,13 @@ def _transferred_verdict(pr, bd, cls, bands, dec, src, tail) -> Verdict:
 
 def validated_gpus(band: Band) -> str:
     """The GPUs a transferred band comes from, in words: ``"the validated GPU (H200)"`` or
-    ``"the validated GPUs (H200 and H100)"`` (from its regime, ``"transferred from
-    H200+H100: ..."``)."""
-    names = band.regime.split(":")[0].replace("transferred from ", "").split("+")
+    ``"the validated GPUs (H200 and H100)"`` (``band.gpus``).
+
+    Raises:
+        ValueError: a band that does not name its GPUs (made without ``transfer_band``)."""
+    names = list(band.gpus)
+    if not names:
+        raise ValueError(f"band {band.regime!r} does not name the GPUs it comes from")
     if len(names) == 1:
         return f"the validated GPU ({names[0]})"
     return f"the validated GPUs ({', '.join(names[:-1])} and {names[-1]})"
@@ -551,7 +564,7 @@ def load_bands(gpu: str, folder: str | os.PathLike | None = None,
             if isinstance(n, bool) or not isinstance(n, int):
                 raise TypeError(f"{k}: n must be an integer")
             band = Band(lo=b["lo"], hi=b["hi"], median=b["median"], n=n,
-                        workloads=tuple(ws), regime=k, source=str(f.name))
+                        workloads=tuple(ws), regime=k, source=str(f.name), gpus=(gpu,))
             if k.split("/")[1] != "uncalibrated" or same_model:
                 out[k] = band
         return out

@@ -299,6 +299,11 @@ class EstimatorTimer:
         ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, pb.workload.m_of(cfg), cfg.policy)
         return Timing(float(ev.makespan(np.asarray([cfg.alloc]))[0]))
 
+    def without_engine(self):
+        """Itself: it has no compiled event-simulator engine of its own to drop
+        (``score.timing.Timer.without_engine``)."""
+        return self
+
     def head_us(self, kernels) -> float:
         return StaticTimer(self.hw).head_us(kernels)
 

@@ -505,13 +505,15 @@ def compile_ahead():
 
 
 def compile_later():
-    """Start compiling the engine for the NEXT run, in a detached process at the lowest CPU
-    priority (``nice`` 19, its own session: it outlives this command, which does not wait for
-    it, as ``git gc --auto`` does), under the same conditions and lock as ``compile_ahead``. A
-    small sweep that found no compiled engine times with the Python simulator (the compilation
-    would cost more than it saves there: ``app.searchrun.ENGINE_MIN_POINTS``) and calls this
-    once its grid points are scored, so the compilation runs on the core its outputs leave
-    idle.
+    """Start compiling the engine for the NEXT run, in a detached process (its own session: it
+    outlives this command, which does not wait for it, as ``git gc --auto`` does), under the
+    same conditions and lock as ``compile_ahead``. A small sweep that found no compiled engine
+    times with the Python simulator (the compilation would cost more than it saves there:
+    ``app.searchrun.ENGINE_MIN_POINTS``) and calls this once its grid points are scored, so the
+    compilation runs on the core its outputs leave idle. At the caller's priority, not lower:
+    a process that needs the engine meanwhile waits for the lock's holder
+    (``ensure_compiled``), and a holder at ``nice`` 19 starved by busy cores kept such waiters
+    for up to ``LOCK_WAIT_S`` (seen in the test suite on 2 cores).
 
     Returns:
         the ``subprocess.Popen`` of the compiling process, or None when nothing was started."""
@@ -530,9 +532,7 @@ def _start_compile(detached: bool):
     import subprocess
     import sys
 
-    code = ("from subgpu_jax.sim.batchednb import compile_now; compile_now()" if not detached
-            else "import os; os.nice(19); "
-                 "from subgpu_jax.sim.batchednb import compile_now; compile_now()")
+    code = "from subgpu_jax.sim.batchednb import compile_now; compile_now()"
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

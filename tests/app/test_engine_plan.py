@@ -125,7 +125,7 @@ def test_small_search_in_a_fresh_cache(tmp_path):
     p = _search(tmp_path / "a", cache)
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads((tmp_path / "a" / "summary.json").read_text()).get("engine_check") is None
-    t0 = time.monotonic()     # the detached compilation (nice 19) writes the engine's index
+    t0 = time.monotonic()     # the detached compilation writes the engine's index
     while not glob.glob(str(cache / "**" / "*_simulate_rows*.nbi"), recursive=True):
         assert time.monotonic() < t0 + 300, "the engine was not compiled for the next run"
         time.sleep(0.5)

@@ -251,6 +251,8 @@ def test_transfer_band_is_the_union_widened():
     assert b.transferred and b.lo == pytest.approx(0.80 / 1.126) and b.hi == pytest.approx(
         1.20 * 1.126)
     assert b.workloads == ("H100:c", "H100:d", "H200:a", "H200:b") and b.n == 8
+    assert b.gpus == ("H100", "H200")             # the band names its sources
+    assert "the validated GPUs (H100 and H200)" in format_band(0.9, b, "B200")
     assert transfer_band(val, False, True, "multistream", "sleep") is None
     assert classify(2.0, b) == "uncertain"           # low end 1.42 > 1: still not a win
     assert classify(0.70, b) == "loss"               # high end 0.70 x 1.3512 = 0.946 < 1
@@ -265,6 +267,25 @@ def test_transfer_band_is_the_union_widened():
     b15 = transfer_band(val, False, True, "green", "sleep", widening=1.5)
     assert b15.widening == 1.5
     assert "measured 0.80-1.20x, 0.53-1.80x with the 1.500x margin" in format_band(1.0, b15, "B200")
+
+
+def test_a_band_names_its_gpus():
+    """A GPU's own bands (fitted or loaded) name that GPU; a band made by hand names none, and
+    the transferred text refuses it instead of parsing its regime; bad names are refused."""
+    from subgpu_jax.app.verdict import fit_bands, load_bands, validated_gpus
+
+    assert all(b.gpus == ("H200",) for b in load_bands("H200").values())
+    row = {"gpu": "H100", "calibrated": False, "moe": True, "mode": "green",
+           "collectives": "sleep", "held_out": True, "workload": "w",
+           "predicted_speedup": 1.0, "measured_speedup": 0.9}
+    assert {b.gpus for b in fit_bands([row]).values()} == {("H100",)}
+    assert validated_gpus(Band(0.8, 0.9, 0.85, 1, ("a",), "r", gpus=("H200",))) == \
+        "the validated GPU (H200)"
+    with pytest.raises(ValueError, match="does not name the GPUs"):
+        validated_gpus(_band(0.8, 0.9, "H200"))
+    for bad in (["H200"], ("",), (3,)):
+        with pytest.raises(ValueError, match="gpus must be a tuple of GPU names"):
+            Band(0.8, 0.9, 0.85, 1, ("a",), "r", gpus=bad)
 
 
 def test_cross_gpu_widening_is_the_committed_measurement():

@@ -21,7 +21,8 @@ from subgpu_jax.app.args import (add_grid_args, add_scoring_args, add_topology_a
 from subgpu_jax.app.pool import MAX_AUTO_WORKERS, POINTS_PER_WORKER
 from subgpu_jax.app.options import check_grid_size, int_list, resolve_cache, str_list
 
-__all__ = ["add_search_parser", "cmd_search", "search_meta", "search_setup", "search_cluster"]
+__all__ = ["add_search_parser", "cmd_search", "search_meta", "search_setup", "search_cluster",
+           "start_search_workers", "prepare_worker"]
 
 
 def add_search_parser(sub: argparse._SubParsersAction) -> None:
@@ -349,13 +350,49 @@ def _print_sweep_stats(stats: dict, in_flight: int, timer, workers: int) -> None
               f"allocations, D = 1, or structures the loop does not cover)")
 
 
+def prepare_worker() -> None:
+    """What a search worker started ahead (``start_search_workers``) does while it waits for its
+    scorer: import the scorer's modules (JAX with them) and start JAX's CPU client (the
+    workers run JAX on the CPU, ``app.pool.WORKER_ENV``)."""
+    import jax
+
+    from subgpu_jax.app import searchjob
+
+    jax.devices()
+    del searchjob   # imported for its modules: the scorer's spec unpickles into them
+
+
+def start_search_workers(workers: int):
+    """The worker processes of a search (``workers`` > 1), started before this process imports
+    JAX (``cmd_search`` starts them once its grid gives their number, then enables JAX's
+    compile cache): each imports JAX and the scorers (``prepare_worker``, 2-3 s of a core)
+    while this process imports and sets up, instead of after. They share JAX's persistent
+    compile cache folder (``app.platform.compile_cache_dir``, created here) as the sweep's own
+    workers do.
+
+    Returns:
+        an ``app.pool.WorkerPool`` of ``workers`` processes (the caller closes it), or None for
+        ``workers`` <= 1."""
+    from subgpu_jax.app.platform import compile_cache_dir
+    from subgpu_jax.app.pool import WorkerPool
+
+    if workers <= 1:
+        return None
+    cache = compile_cache_dir()
+    if cache:
+        try:
+            os.makedirs(cache, exist_ok=True)
+        except OSError:
+            cache = None
+    return WorkerPool(workers, cache, prepare_worker)
+
+
 def cmd_search(a) -> int:
-    """Run ``subgpu search``: check the options, build the grid, run the search job
+    """Run ``subgpu search``: check the options, build the grid, start its worker processes
+    (``start_search_workers``), enable JAX's compile cache, run the search job
     (``app.searchrun.run_search``) and print its summary and next steps (process 0 of a
     cluster; the others print the share they scored)."""
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.app.searchjob import SearchOptions
-    from subgpu_jax.app.searchrun import run_search
     from subgpu_jax.app.sweep import build_grid
 
     _check_batch_and_out(a)
@@ -380,6 +417,35 @@ def cmd_search(a) -> int:
                        cut, alloc)
     in_flight = _in_flight(a.in_flight)
     workers = _workers(a, in_flight, pts)
+    pool = start_search_workers(_ahead_count(a, workers, pts))
+    try:
+        return _search_with(a, arch, hw, pts, skipped, shapes, meta, cut, alloc, in_flight,
+                            workers, pool)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _ahead_count(a, workers: int, pts) -> int:
+    """Worker processes ``cmd_search`` starts before it imports JAX: as many as the sweep runs
+    on a folder without records (one per grid point to score, at most ``--budget`` points);
+    none for a folder that may hold finished points (the sweep then starts as many as the
+    points left, as without this) or with one worker."""
+    if workers <= 1 or not (a.overwrite or not os.path.exists(
+            os.path.join(a.out, "records.jsonl"))):
+        return 0
+    return min(workers, len(pts) if a.budget is None else min(len(pts), a.budget))
+
+
+def _search_with(a, arch, hw, pts, skipped, shapes, meta, cut, alloc, in_flight: int,
+                 workers: int, pool) -> int:
+    """``cmd_search`` once its grid and workers are set: enable JAX's compile cache, make the
+    timer, run the search and print it (``pool``: workers started ahead, or None)."""
+    from subgpu_jax.app.platform import enable_compile_cache
+    from subgpu_jax.app.searchrun import run_search
+    from subgpu_jax.app.searchjob import SearchOptions
+
+    enable_compile_cache()  # compiled scorers kept between runs ($SUBGPU_JAX_CACHE)
     _print_header(a, arch, hw, pts, skipped)
     setup = search_setup(a, arch, hw, shapes[0], pts, meta)
     cluster = search_cluster(a)
@@ -392,7 +458,7 @@ def cmd_search(a) -> int:
                          alloc_strategy=alloc, resume=a.resume, budget=a.budget,
                          progress=not a.no_progress, min_tokens_per_user=a.min_tokens_per_user,
                          overwrite=a.overwrite, repair=a.repair, workers=workers,
-                         in_flight=in_flight)
+                         in_flight=in_flight, pool=pool)
     stats, summ = run_search(arch, setup, pts, a.out, meta, opts, cluster=cluster, log=print)
     if summ is None:
         print(f"process {a.process_id}: scored its share of {stats['evaluated']} grid points; "
