@@ -299,13 +299,16 @@ def search_reproduce_command(a, best: dict) -> list[str]:
     return cmd
 
 
-def print_next_steps(a, summ: dict, hardware: str) -> None:
+def print_next_steps(a, summ: dict, hardware: str, arch=None) -> None:
     """The files a search wrote and the commands that continue from it: ``subgpu simulate``
-    reproducing the best configuration, and ``subgpu run --from-search`` on a matching GPU.
+    reproducing the best configuration, and ``subgpu run --from-search`` on a matching GPU
+    (and, where the searched model's experts are in another dtype than bf16, a search with bf16
+    experts: the runtime runs them in bf16 only, ``hw_runtime/gpu/shapes.py``).
 
     Args:
         a: the parsed ``subgpu search`` options (``out``, ``model``, grid options).
         summ: the search summary (``best_speedup_record``). hardware: the GPU searched.
+        arch: the searched ``ModelArch`` (its experts' dtype), or None (taken as runnable).
     """
     files = [f for f in OUTPUT_FILES if os.path.isfile(os.path.join(a.out, f))]
     print(f"\nwrote {a.out}/: {', '.join(files)}")
@@ -327,11 +330,20 @@ def print_next_steps(a, summ: dict, hardware: str) -> None:
 
     version = analytic_model_of(get_hardware(a.hardware))
     suffix = "" if version == ANALYTIC_MODEL else f":{version}"
+    quantised = arch is not None and arch.is_moe and arch.expert_dtype != "bf16"
     if get_hardware(a.hardware).runtime:    # the runtime measures on H200s and H100s
         run = ["subgpu", "run", "--from-search", out, "--hardware", hardware + suffix, *model]
         print(f"  run it on a local {hardware} GPU (needs pip install -e \".[gpu]\"; add --top 3 "
               "to measure the 3 best of every batch):")
         print("    " + shlex.join(run))
+        if quantised:   # the runtime's experts are bf16 (hw_runtime/gpu/shapes.py)
+            print(f"  the runtime runs the experts in bf16 (this search predicted "
+                  f"{arch.expert_dtype} experts; `subgpu run` predicts its configuration again "
+                  "with bf16 ones); for the configurations that are best with bf16 experts, "
+                  "search with them first:")
+            print("    " + shlex.join(["subgpu", "search", "--hardware", hardware + suffix,
+                                       "--expert-dtype", "bf16", *search_grid_args(a),
+                                       "--out", out.rstrip("/") + "-bf16"]))
     else:
         from subgpu_jax.model.hardware import HARDWARE
 

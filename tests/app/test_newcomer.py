@@ -578,3 +578,36 @@ def test_a_matched_gain_far_above_the_speedups_is_explained():
     assert all(len(x) <= 100 for x in note.splitlines())
     assert amplified_gain_note([row(0.965, 512, 512)], 1.091) is None      # the same batch
     assert amplified_gain_note([row(0.20, 512, 256)], 1.091) is None       # within 3 x 9.1%
+
+
+def test_hopper_search_of_quantised_experts_also_prints_a_bf16_search(capsys):
+    """A GPT-OSS search on the H100 predicts its mxfp4 experts, which the runtime runs in bf16
+    (``subgpu run`` predicts the configuration again so): the next steps keep the run of this
+    search and add a search with bf16 experts (same grid, its own folder); a bf16 model gets
+    no such line."""
+    import dataclasses
+
+    from subgpu_jax.app.args import resolve_parallelism
+    from subgpu_jax.app.searchtext import print_next_steps
+    from subgpu_jax.model.models import get_model
+
+    a = build_parser().parse_args(["search", "--hardware", "H100", "--model", "gpt-oss-20b",
+                                   "--gpus", "8", "--batches", "256", "--out", "runs/h"])
+    resolve_parallelism(a)
+    a.ep = 8
+    best = dict(_rec("subgpu", 256, 10, 100), num_gpus=8, moe_ep=8, kv_history=32768,
+                microbatch=64, model="gpt-oss-20b")
+    arch = get_model("gpt-oss-20b")
+    assert arch.expert_dtype == "mxfp4"
+    print_next_steps(a, {"best_speedup_record": best}, "H100", arch)
+    out = capsys.readouterr().out
+    h = shlex.split(next(l for l in out.splitlines() if "--expert-dtype bf16" in l))
+    b = build_parser().parse_args(h[1:])
+    assert (b.hardware, b.expert_dtype, b.model, b.batches, b.out) == (
+        "H100", "bf16", "gpt-oss-20b", "256", "runs/h-bf16")
+    assert "subgpu run --from-search runs/h --hardware H100" in out
+    assert "the runtime runs the experts in bf16 (this search predicted mxfp4" in out
+    print_next_steps(a, {"best_speedup_record": best}, "H100",
+                     dataclasses.replace(arch, expert_dtype="bf16"))
+    out = capsys.readouterr().out
+    assert "--expert-dtype bf16" not in out and "subgpu run --from-search runs/h" in out

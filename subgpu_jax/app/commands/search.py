@@ -468,5 +468,5 @@ def _search_with(a, arch, hw, pts, skipped, shapes, meta, cut, alloc, in_flight:
     from subgpu_jax.app.searchtext import print_next_steps, print_search_summary
 
     print_search_summary(summ, hw.name, timer)
-    print_next_steps(a, summ, hw.name)
+    print_next_steps(a, summ, hw.name, arch)
     return 0
