@@ -16,7 +16,7 @@ from subgpu_jax.app.interrupt import Interrupted
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, SearchOptions, write_outputs
 from subgpu_jax.app.store import SweepStore
-from subgpu_jax.app.sweep import GridPoint, record_matches_key, run_sweep
+from subgpu_jax.app.sweep import GridPoint, pending_points, record_matches_key, run_sweep
 
 __all__ = ["run_search", "structure_key", "ENGINE_MIN_POINTS", "engine_plan"]
 
@@ -56,7 +56,6 @@ def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: Sear
 
     from subgpu_jax.app.platform import compile_cache_dir
     from subgpu_jax.app.pool import run_sweep_pool
-    from subgpu_jax.app.sweep import pending_points
 
     todo, skipped, _ = pending_points(points, store, o.budget)
     # longest first (stages x microbatches: the search's cost grows with both; a stable sort,
@@ -220,17 +219,22 @@ def _sweep_and_summarise(arch: ModelArch, points: Sequence[GridPoint], folder: s
 
 def engine_plan(timer, points_left: int) -> str:
     """How a sweep's exact steps get the compiled event-simulator engine: ``"ready"`` (the timer
-    has none, or it is compiled already: ``sim.batchednb.engine_ready``), ``"compile"``
-    (``points_left`` >= ``ENGINE_MIN_POINTS`` SubGPU grid points to score: compiled once ahead
-    of them) or ``"python"`` (fewer: the sweep times with ``timer.without_engine()`` and
-    compiles the engine for the next run once its points are scored).
+    has none, it is compiled already, ``sim.batchednb.engine_ready``, or no point is left to
+    score), ``"compile"`` (compiled once ahead of the points: ``points_left`` >=
+    ``ENGINE_MIN_POINTS`` SubGPU grid points to score, or a timer whose engine is what it is,
+    ``without_engine()`` keeping it: ``event-batched``) or ``"python"`` (fewer: the sweep times
+    with ``timer.without_engine()`` and compiles the engine for the next run once its points
+    are scored).
 
     Args:
         timer: the sweep's exact timer (``score.timing.Timer``).
-        points_left: SubGPU grid points (D > 1) this run scores (finished ones excluded)."""
-    if not timer.compiled or engine_ready():
+        points_left: SubGPU grid points (D > 1) this run scores (finished ones and those past
+            ``--budget`` excluded)."""
+    if not timer.compiled or points_left <= 0 or engine_ready():
         return "ready"
-    return "compile" if points_left >= ENGINE_MIN_POINTS else "python"
+    if points_left >= ENGINE_MIN_POINTS or timer.without_engine().compiled:
+        return "compile"
+    return "python"
 
 
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
@@ -285,8 +289,8 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
     # a small sweep times with the Python simulator instead (engine_plan)
     ahead = None
     try:
-        left = sum(p.D > 1 and (store is None or p.key not in store.done) for p in points)
-        plan = engine_plan(scorer.timer, left)
+        todo = points if store is None else pending_points(points, store, o.budget)[0]
+        plan = engine_plan(scorer.timer, sum(p.D > 1 for p in todo))
         if plan == "python":
             scorer = PointScorer(arch, hw, scorer.timer.without_engine(), o.cache, o.L_sim,
                                  cut_strategy=o.cut_strategy, cheap=o.cheap,
@@ -299,7 +303,9 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
             ahead.terminate()
         raise
     else:
-        if plan == "python":
+        from subgpu_jax.app.interrupt import requested
+
+        if plan == "python" and not requested():   # a Ctrl-C while it wrote: nothing started
             compile_later()
         return out
     finally:

@@ -533,24 +533,57 @@ def _start_compile(detached: bool):
     import sys
 
     code = "from subgpu_jax.sim.batchednb import compile_now; compile_now()"
+    # the child imports this copy of the package: this process's import path (a script or a
+    # notebook may have put a checkout first) as its PYTHONPATH
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     with f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:     # another process compiles now, or no locks here
             return None
-        return subprocess.Popen(
-            [sys.executable, "-c", code], pass_fds=(f.fileno(),), stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=detached)
+        try:
+            return subprocess.Popen(
+                [sys.executable, "-c", code], pass_fds=(f.fileno(),), env=env,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=detached)
+        except OSError:     # no process can be started (a process limit): compiled when needed
+            return None
 
 
 def compile_now() -> float:
     """Compile the engine (or load it from Numba's cache) by simulating one small structure (a
     Llama-3.1-8B region graph on the H200, two stages, two microbatches); returns the seconds it
     took. ``experiments/device/studies/frontier.sh`` calls it once before the study's workers
-    start, so that they read one cached compilation instead of each compiling its own.
+    start, so that they read one cached compilation instead of each compiling its own. A cache
+    file Numba cannot read (truncated: Numba renames its files into place without an fsync, so
+    a crash can leave one empty; it then raised ``EOFError`` in every later run) is deleted with
+    the folder's other engine files, said on stderr, and the engine compiled afresh.
 
     Raises:
         RuntimeError: Numba is not installed."""
+    import pickle
+
+    try:
+        return _compile_probe()
+    except (EOFError, pickle.UnpicklingError) as e:
+        import glob
+        import sys
+
+        d = engine_cache_dir()
+        if d is None:
+            raise
+        for f in glob.glob(os.path.join(d, "**", "*.nb[ic]"), recursive=True):
+            try:
+                os.remove(f)
+            except OSError:
+                pass
+        print(f"note: the compiled engine's cache in {d} was unreadable "
+              f"({type(e).__name__}: {e}); deleted and compiled again", file=sys.stderr)
+        return _compile_probe()
+
+
+def _compile_probe() -> float:
+    """``compile_now``'s simulation (no cache repair)."""
     import time
 
     from subgpu_jax.model.deployment import Deployment

@@ -39,16 +39,70 @@ H200 = get_hardware("H200")
 
 
 def test_the_rule(monkeypatch):
-    """No engine, or one compiled already: "ready"; else compiled ahead from
-    ENGINE_MIN_POINTS SubGPU points left, the Python simulator below."""
-    compiled, plain = SimpleNamespace(compiled=True), SimpleNamespace(compiled=False)
+    """No engine, one compiled already or no point left: "ready"; else compiled ahead from
+    ENGINE_MIN_POINTS SubGPU points left, or for a timer whose engine is what it is
+    (``without_engine`` keeps it: event-batched); the Python simulator below."""
+    plain = SimpleNamespace(compiled=False)
+    compiled = SimpleNamespace(compiled=True)
+    compiled.without_engine = lambda: plain
+    own = SimpleNamespace(compiled=True)
+    own.without_engine = lambda: own
     monkeypatch.setattr(searchrun, "engine_ready", lambda: False)
     assert engine_plan(plain, 10**6) == "ready"
     assert engine_plan(compiled, ENGINE_MIN_POINTS) == "compile"
     assert engine_plan(compiled, ENGINE_MIN_POINTS - 1) == "python"
-    assert engine_plan(compiled, 0) == "python"
+    assert engine_plan(compiled, 1) == "python"
+    assert engine_plan(compiled, 0) == "ready"          # nothing to time: nothing compiled
+    assert engine_plan(own, 1) == "compile"
+    assert engine_plan(BatchedEventTimer(H200), 1) == (
+        "compile" if BatchedEventTimer(H200).compiled else "ready")
     monkeypatch.setattr(searchrun, "engine_ready", lambda: True)
-    assert engine_plan(compiled, 0) == "ready" and engine_plan(compiled, 10**6) == "ready"
+    assert engine_plan(compiled, 1) == "ready" and engine_plan(compiled, 10**6) == "ready"
+
+
+def test_starting_a_compilation_is_best_effort(monkeypatch, tmp_path):
+    """The background compilation runs this process's copy of the package (its import path as
+    the child's PYTHONPATH); a process that cannot be started (a process limit) starts nothing
+    and raises nothing."""
+    import subprocess
+
+    from subgpu_jax.sim import batchednb
+
+    monkeypatch.setattr(batchednb, "engine_ready", lambda: False)
+    monkeypatch.setattr(batchednb, "numba_available", lambda: True)
+    monkeypatch.setattr(batchednb, "_lock_file", lambda d: open(tmp_path / "compile.lock", "a"))
+    seen = {}
+
+    def fake(cmd, **kw):
+        seen.update(kw)
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(subprocess, "Popen", fake)
+    assert batchednb.compile_later() is None and batchednb.compile_ahead() is None
+    assert seen["start_new_session"] is False         # compile_ahead's, the last call
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[:3] == [p for p in sys.path if p][:3]
+
+
+def test_a_truncated_cache_is_compiled_again(tmp_path):
+    """Numba's cache files of the engine emptied (a crash before the rename reached the disk):
+    the next run says so on stderr, deletes them and compiles, instead of failing with
+    EOFError in every run."""
+    pytest.importorskip("numba")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_DISABLE_JIT", None)
+    code = "from subgpu_jax.sim.batchednb import compile_now; print(compile_now())"
+    run = lambda: subprocess.run([sys.executable, "-c", code], env=env,  # noqa: E731
+                                 capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run().returncode == 0
+    files = glob.glob(str(tmp_path / "**" / "*_simulate_rows*"), recursive=True)
+    assert files
+    for f in files:
+        open(f, "w").close()
+    p = run()
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "was unreadable (EOFError" in p.stderr and "compiled again" in p.stderr
+    assert all(os.path.getsize(f) > 0 for f in glob.glob(
+        str(tmp_path / "**" / "*_simulate_rows*"), recursive=True))
 
 
 def test_timers_without_engine():
