@@ -292,6 +292,19 @@ def _spawn_workers(ctx, make_scorer, tasks: list, results, compile_cache: str | 
     return procs
 
 
+def _end(procs: Sequence, queues: Sequence) -> None:
+    """Terminate the processes still running, wait for them (at most 10 s each) and close the
+    queues without waiting for their feeder threads."""
+    for pr in procs:
+        if pr.is_alive():
+            pr.terminate()
+    for pr in procs:
+        pr.join(timeout=10)
+    for q in queues:
+        q.cancel_join_thread()
+        q.close()
+
+
 class WorkerPool:
     """Worker processes started before their sweep is known: each starts its interpreter and
     runs ``prepare()`` (its imports: JAX and the scorer's modules, 2-3 s of a core a process)
@@ -351,14 +364,7 @@ class WorkerPool:
         """End every worker still running (terminated: a worker never used holds nothing, so a
         refused command leaves at once instead of waiting for its workers' imports) and close
         the queues."""
-        for pr in self.procs:
-            if pr.is_alive():
-                pr.terminate()
-        for pr in self.procs:
-            pr.join(timeout=10)
-        for q in (*self.tasks, self.results):
-            q.cancel_join_thread()
-            q.close()
+        _end(self.procs, (*self.tasks, self.results))
 
 
 def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
@@ -566,11 +572,4 @@ class _PoolRun:
 
     def close(self) -> None:
         """End the workers still running and close the queues."""
-        for pr in self.procs:
-            if pr.is_alive():
-                pr.terminate()
-        for pr in self.procs:
-            pr.join(timeout=10)
-        for q in (*self.tasks, self.results):
-            q.cancel_join_thread()
-            q.close()
+        _end(self.procs, (*self.tasks, self.results))
