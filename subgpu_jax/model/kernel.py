@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["Kernel", "gemm_ctas", "stream_ctas"]
+__all__ = ["Kernel", "gemm_ctas", "stream_ctas", "work_signature"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +105,17 @@ def stream_ctas(nbytes: float, per_cta: float = 2**16) -> int:
     """CTA count of a streaming (elementwise/norm/copy) kernel: one CTA per 64 KiB (assumption)."""
     return int(max(1, math.ceil(nbytes / per_cta)))
 
+
+def work_signature(k: Kernel) -> tuple:
+    """What of kernel ``k`` its rate-model work depends on: every field but its name, layer and
+    the names of its objects (the L2 model's identities, which a lone kernel with the cache off
+    does not use). Kernels of different layers with equal shapes share one signature. The key of
+    every memo of work solved for a kernel (``sim.worksolve``, ``score.poolwork``,
+    ``score.vctables``): ``model.calibration.kernel_key`` names a measurement, not the work
+    (GPT-OSS 120B's o_proj at TP8 and at TP4, G = 4,096, share one key with other weight and
+    write bytes)."""
+    return (k.op, k.category, float(k.flops), k.dtype, bool(k.tensor),
+            tuple(float(b) for _, b in k.weight_objects),
+            tuple(float(b) for _, b in k.act_reads), tuple(float(b) for _, b in k.act_writes),
+            float(k.kv_bytes), float(k.comm_bytes), int(k.ctas), float(k.scaleout_bytes),
+            float(k.scaleout_Bps))

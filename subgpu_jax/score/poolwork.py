@@ -14,11 +14,10 @@ import threading
 import numpy as np
 
 from subgpu_jax.model.hardware import Hardware
-from subgpu_jax.model.kernel import Kernel
+from subgpu_jax.model.kernel import work_signature
 from subgpu_jax.model.lru import CountingLRU
 
-__all__ = ["calibrated_pools", "lone_static_pools", "work_signature", "LONE_POOLS",
-           "LONE_POOLS_SIZE"]
+__all__ = ["calibrated_pools", "lone_static_pools", "LONE_POOLS", "LONE_POOLS_SIZE"]
 
 #: Kernel signatures whose per-pool lone-static scales are kept (least recently used first out;
 #: two (N+1,) float arrays each, ~2 KiB: at most ~8 MiB).
@@ -30,17 +29,6 @@ LONE_POOLS_SIZE = 4096
 #: 18 pool solves 153,000 times (28 s of a 111 s profile).
 LONE_POOLS = CountingLRU(LONE_POOLS_SIZE)
 _LONE_POOLS_LOCK = threading.Lock()
-
-
-def work_signature(k: Kernel) -> tuple:
-    """What of kernel ``k`` its rate-model work depends on: every field but its name, layer and
-    the names of its objects (the L2 model's identities, which a lone kernel with the cache off
-    does not use). Kernels of different layers with equal shapes share one signature."""
-    return (k.op, k.category, float(k.flops), k.dtype, bool(k.tensor),
-            tuple(float(b) for _, b in k.weight_objects),
-            tuple(float(b) for _, b in k.act_reads), tuple(float(b) for _, b in k.act_writes),
-            float(k.kv_bytes), float(k.comm_bytes), int(k.ctas), float(k.scaleout_bytes),
-            float(k.scaleout_Bps))
 
 
 def lone_static_pools(bm, k, hw: Hardware) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,8 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.score.evaluator import validate_durations
-from subgpu_jax.score.poolwork import calibrated_pools, lone_static_pools, work_signature
+from subgpu_jax.model.kernel import work_signature
+from subgpu_jax.score.poolwork import calibrated_pools, lone_static_pools
 from subgpu_jax.score.programs import to_device
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import lone_makespan

@@ -17,6 +17,7 @@ from dataclasses import replace as _dc_replace
 
 from subgpu_jax.model.collective import proxy_plan
 from subgpu_jax.model.graph import Kernel
+from subgpu_jax.model.kernel import work_signature
 from subgpu_jax.model.hardware import DTYPE_BYTES
 from subgpu_jax.model.kernelcost import is_gemm, op_cost
 from subgpu_jax.sim.kernelwork import KernelWork
@@ -83,11 +84,11 @@ def lone_static_scale(bm, k: Kernel, pool_sms: int, w: KernelWork) -> tuple[floa
     fixed + s x work (+ a latency floor; up to four secant steps to 1e-4); a GEMM slower
     than its static time even at tiny s gives the excess up from its fixed phase (>= 0).
     Memoised. Raises ValueError without an injected ``lone_makespan``."""
-    from subgpu_jax.model.calibration import kernel_key
-
     hw = bm.hw
     mkey = bm.model_key
-    key = ("lone", id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
+    # keyed by the kernel's whole work: a measurement's key (kernel_key) is shared by kernels of
+    # other work, and a solve for one of them served the other in a process that met it first
+    key = ("lone", id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, work_signature(k), pool_sms)
     hit = LONE_SOLVES.get(key)
     if hit is not None:
         return hit[0]
@@ -121,14 +122,13 @@ def _calibrated(bm, k: Kernel, pool_sms: int, w: KernelWork, cal) -> KernelWork:
     time: a fixed latency when the model is faster than the measurement, else a work scale
     solved by a few secant steps on lone-kernel simulations (memoised per calibration,
     model parameters, hardware, kernel and pool)."""
-    from subgpu_jax.model.calibration import kernel_key
 
     t_meas = float(cal.kernel_time_us(k, pool_sms))
     if bm.model.isolated:
         return _dc_replace(w, static_us=t_meas)
     hw = bm.hw
     mkey = bm.model_key
-    key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, kernel_key(k), pool_sms)
+    key = (id(cal), id(hw), hw.bw_curve_y, hw.hbm_copy_Bps, mkey, work_signature(k), pool_sms)
     hit = LONE_SOLVES.get(key)
     if hit is None:
         if bm.lone_makespan is None:

@@ -15,6 +15,7 @@ from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.score import poolwork
+from subgpu_jax.model.kernel import work_signature
 from subgpu_jax.score.timer import (DEFAULT_TIMER, TIMERS, BatchedEventTimer, ContentionTimer,
                                     EventTimer,
                                     ScreenedTimer, StaticTimer, timer_for)
@@ -129,7 +130,7 @@ def test_lone_pool_memo_changes_no_number(g2, monkeypatch):
     different layers with equal shapes share one memo entry (``work_signature``)."""
     poolwork.LONE_POOLS.clear()
     with_memo = kernel_profiles(g2, H200)
-    sigs = {poolwork.work_signature(k) for k in g2.kernels}
+    sigs = {work_signature(k) for k in g2.kernels}
     assert len(sigs) < g2.n   # GPT-OSS 20B's region repeats kernels across its layers
 
     class Keep(dict):   # keeps nothing: the path before the memo
