@@ -432,23 +432,8 @@ def run_sweep_pool(points: Sequence, make_scorer: Callable[[], Callable], store,
         out["remaining"] = sum(p.key not in store.done for p in points)
         out["seconds"] = time.monotonic() - t0
         return out
-    n = min(workers, len(todo))
-    # one queue per worker, fed by this process one point at a time (``Scheduler``), so no
-    # point starts after a stop and each worker keeps to the groups it has compiled
-    if pool is not None:
-        procs, tasks, results = pool.take(n, make_scorer)
-        run = _PoolRun(todo, again, store, out, Scheduler(todo, group), tasks, results,
-                       deadline, on_point)
-        run.procs = procs
-        for w in range(len(procs)):
-            run.feed(w)
-    else:
-        ctx = mp.get_context("spawn")
-        run = _PoolRun(todo, again, store, out, Scheduler(todo, group),
-                       [ctx.Queue() for _ in range(n)], ctx.Queue(), deadline, on_point)
-        for w in range(n):
-            run.feed(w)
-        run.procs = _spawn_workers(ctx, make_scorer, run.tasks, run.results, compile_cache)
+    run = _PoolRun.start(todo, again, store, out, Scheduler(todo, group), deadline, on_point,
+                         min(workers, len(todo)), make_scorer, compile_cache, pool)
     with (interrupt.sigint_as_flag(_STOP_MESSAGE, cooperative=True) if own_sigint
           else contextlib.nullcontext()):
         try:
@@ -479,6 +464,29 @@ class _PoolRun:
         self.procs: list = []
         self.assigned: dict[int, int] = {}   # worker -> index of the point handed to it
         self.running: dict[int, int] = {}    # worker -> index of the point it has started
+
+    @classmethod
+    def start(cls, todo: list, again: set, store, out: dict, sched: Scheduler,
+              deadline: float | None, on_point, n: int, make_scorer, compile_cache: str | None,
+              pool: WorkerPool | None) -> "_PoolRun":
+        """A run with ``n`` workers scoring: taken from ``pool`` (sent ``make_scorer``) or
+        spawned here, each handed its first point. One queue per worker, fed by this process
+        one point at a time (``Scheduler``), so no point starts after a stop and each worker
+        keeps to the groups it has compiled."""
+        if pool is not None:
+            procs, tasks, results = pool.take(n, make_scorer)
+            run = cls(todo, again, store, out, sched, tasks, results, deadline, on_point)
+            run.procs = procs
+            for w in range(len(procs)):
+                run.feed(w)
+            return run
+        ctx = mp.get_context("spawn")
+        run = cls(todo, again, store, out, sched, [ctx.Queue() for _ in range(n)], ctx.Queue(),
+                  deadline, on_point)
+        for w in range(n):
+            run.feed(w)
+        run.procs = _spawn_workers(ctx, make_scorer, run.tasks, run.results, compile_cache)
+        return run
 
     def _past_deadline(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
