@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 
-__all__ = ["JAX_PLATFORM_ENV", "SCORER_PLATFORM", "pin_jax_to_cpu", "COMPILE_CACHE_ENV",
+__all__ = ["made_cache_folder", "JAX_PLATFORM_ENV", "SCORER_PLATFORM", "pin_jax_to_cpu", "COMPILE_CACHE_ENV",
            "compile_cache_dir", "enable_compile_cache"]
 
 #: The environment variable naming the folder of the scorers' persistent compile cache (empty:
@@ -81,6 +81,21 @@ def compile_cache_dir() -> str | None:
     return os.path.join(base, "subgpu", "jax")
 
 
+def made_cache_folder(folder: str | None = None) -> str | None:
+    """The persistent compile cache's folder (``folder``, default ``compile_cache_dir()``),
+    created when missing; None when disabled (``SUBGPU_JAX_CACHE=""``) or when it cannot be
+    created. What this process and its sweep workers share (``enable_compile_cache``,
+    ``app.commands.search.start_search_workers``)."""
+    folder = compile_cache_dir() if folder is None else folder
+    if not folder:
+        return None
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return None
+    return folder
+
+
 def enable_compile_cache(folder: str | None = None) -> str | None:
     """Keep the scorers' compiled JAX programs on disk between runs (JAX's persistent
     compilation cache): a second ``subgpu search`` of the same structures loads its vectorised
@@ -96,12 +111,8 @@ def enable_compile_cache(folder: str | None = None) -> str | None:
         the folder in use, or None when disabled (``SUBGPU_JAX_CACHE=""``) or when the folder
         cannot be created (then nothing is kept and nothing else changes).
     """
-    folder = compile_cache_dir() if folder is None else folder
-    if not folder:
-        return None
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError:
+    folder = made_cache_folder(folder)
+    if folder is None:
         return None
     import jax
 

@@ -232,7 +232,7 @@ def engine_plan(timer, points_left: int) -> str:
             ``--budget`` excluded)."""
     if not timer.compiled or points_left <= 0 or engine_ready():
         return "ready"
-    if points_left >= ENGINE_MIN_POINTS or timer.without_engine().compiled:
+    if points_left >= ENGINE_MIN_POINTS or timer.without_engine() is timer:
         return "compile"
     return "python"
 

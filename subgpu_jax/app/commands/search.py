@@ -373,18 +373,12 @@ def start_search_workers(workers: int):
     Returns:
         an ``app.pool.WorkerPool`` of ``workers`` processes (the caller closes it), or None for
         ``workers`` <= 1."""
-    from subgpu_jax.app.platform import compile_cache_dir
+    from subgpu_jax.app.platform import made_cache_folder
     from subgpu_jax.app.pool import WorkerPool
 
     if workers <= 1:
         return None
-    cache = compile_cache_dir()
-    if cache:
-        try:
-            os.makedirs(cache, exist_ok=True)
-        except OSError:
-            cache = None
-    return WorkerPool(workers, cache, prepare_worker)
+    return WorkerPool(workers, made_cache_folder(), prepare_worker)
 
 
 def cmd_search(a) -> int:
