@@ -545,6 +545,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     point of each kind. Returns the exit code."""
     from subgpu_jax.app.pool import run_sweep_pool
     from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, write_outputs
+    from subgpu_jax.app.searchrun import reuses_programs
     from subgpu_jax.app.sweep import record_matches_key
 
     a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
@@ -578,7 +579,10 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
                       f"{len(pts) - len(store.done)} left, {run['cpu_seconds']:.0f} CPU-s, "
                       f"{run['wall_seconds']:.0f} s", flush=True)
 
-        stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact), store, a.workers,
+        # the workers keep to structure families: their cheap estimator reuses its programs
+        cheap = scorer.cheap.for_sweep(reuses_programs([p for p in pts
+                                                        if p.key not in store.done]))
+        stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact, cheap=cheap), store, a.workers,
                                budget=a.budget, deadline=deadline, on_point=on_point,
                                compile_cache=a.compile_cache,
                                group=schedule_groups(a.schedule, pts))

@@ -18,7 +18,8 @@ from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, SearchOptions, wri
 from subgpu_jax.app.store import SweepStore
 from subgpu_jax.app.sweep import GridPoint, pending_points, record_matches_key, run_sweep
 
-__all__ = ["run_search", "structure_key", "ENGINE_MIN_POINTS", "engine_plan"]
+__all__ = ["run_search", "structure_key", "ENGINE_MIN_POINTS", "engine_plan",
+           "REUSE_MIN_POINTS", "reuses_programs"]
 
 #: The fewest SubGPU grid points left to score for which a sweep that finds no compiled
 #: event-simulator engine compiles it before its exact steps (``sim.batchednb.compile_ahead``);
@@ -237,6 +238,30 @@ def engine_plan(timer, points_left: int) -> str:
     return "python"
 
 
+#: The fewest SubGPU grid points of one structure family (``structure_key``) that make a sweep
+#: reuse its compiled programs (``reuses_programs``): its worker processes keep to a family
+#: (``app.pool.Scheduler``), so one process scores a family's points with one set of programs.
+#: Where the slices form is taken for that (``score.vcontention.GATHER_MIN_TRIPLES_REUSED``),
+#: its first point cost up to 1.1 s more than the gather form's and each later one 0.55-0.7 s
+#: less (D = 4-6, m = 4-8; ``experiments/results/bench_integrals_reuse_cpu.json``): repaid from
+#: the third point; 4 keeps a margin. The main job (3 batches per family) stays below it.
+REUSE_MIN_POINTS = 4
+
+
+def reuses_programs(points: Sequence[GridPoint]) -> bool:
+    """Whether a sweep of ``points`` (those it scores: finished ones and those past
+    ``--budget`` excluded) scores at least ``REUSE_MIN_POINTS`` SubGPU grid points of one
+    structure family, so that its processes reuse their compiled programs
+    (``search.strategies.CheapEstimator.for_sweep``, ``score.vcoptions.VCOptions.reuse``).
+    A frontier study does; a search of one grid point per (stages, microbatches) does not."""
+    counts: dict = {}
+    for p in points:
+        if p.D > 1:
+            k = structure_key(p)
+            counts[k] = counts.get(k, 0) + 1
+    return max(counts.values(), default=0) >= REUSE_MIN_POINTS
+
+
 def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPoint], folder: str,
                meta: dict, options: SearchOptions | None = None, cluster=None,
                log: Callable[[str], None] | None = None) -> tuple[dict, dict]:
@@ -291,10 +316,11 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
     try:
         todo = points if store is None else pending_points(points, store, o.budget)[0]
         plan = engine_plan(scorer.timer, sum(p.D > 1 for p in todo))
-        if plan == "python":
-            scorer = PointScorer(arch, hw, scorer.timer.without_engine(), o.cache, o.L_sim,
-                                 cut_strategy=o.cut_strategy, cheap=o.cheap,
-                                 alloc_strategy=o.alloc_strategy)
+        cheap = scorer.cheap.for_sweep(reuses_programs(todo))
+        if plan == "python" or cheap != scorer.cheap:
+            timer = scorer.timer.without_engine() if plan == "python" else scorer.timer
+            scorer = PointScorer(arch, hw, timer, o.cache, o.L_sim, cut_strategy=o.cut_strategy,
+                                 cheap=cheap, alloc_strategy=o.alloc_strategy)
         ahead = compile_ahead() if plan == "compile" else None
         out = _sweep_and_summarise(arch, points, folder, meta, scorer, store, o, cluster,
                                    distributed, say)

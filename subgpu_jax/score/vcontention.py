@@ -75,6 +75,7 @@ __all__ = ["SegTables", "uncovered_overlaps", "kernel_profiles", "segment_tables
            "reference_hits",
            "vc_makespan", "VContentionEvaluator", "ContentionEstimator", "CONC_GRID", "POWER_GRID",
            "fine_bucket", "VC_STATIC_ARGNUMS", "SCANS", "PAD_SMALL_MAX_TASKS", "GATHER_MIN_TRIPLES",
+           "GATHER_MIN_TRIPLES_REUSED",
            "HitCounter",
            "vc_batch", "vc_batch_impl", "bilinear_rows"]
 
@@ -311,6 +312,20 @@ def fine_bucket(x: int, minimum: int = 8) -> int:
 #: allocations of one plan and asks for it.
 GATHER_MIN_TRIPLES = 32
 
+#: Most lane-plan triples for which a CPU takes the slices form when the caller reuses its
+#: programs (``VCOptions.reuse``: a sweep's worker scoring many grid points of one structure
+#: family, ``app.searchrun.reuses_programs``). There the tracing is paid once per family and
+#: the calls decide. Measured on the 2-core box (2026-12-07,
+#: ``experiments/bench_integrals_reuse.py``, ``results/bench_integrals_reuse_cpu.json``: one
+#: process scoring the first 6 GPT-OSS 120B B200 frontier-study points of a family, warm JAX
+#: cache): up to 126 triples the slices form's points after the first cost 0.68-0.96x the
+#: gather form's (D = 2, m = 16; D = 4, m = 4 and 8; D = 6, m = 4; D = 3, m = 8) and its first
+#: point -1.4..+2.4 s, so the family cost 0.72-0.88x (1.15x at D = 3, m = 8); at 196-280
+#: triples its first point costs 2.0-2.1x (+7 to +15 s) and the later ones 0.86-1.31x, the
+#: family 1.35-1.68x. The same configurations throughout. (The frontier study on a 16-CPU host
+#: took 8,460 CPU-s with the slices for every plan and 10,329 with ``GATHER_MIN_TRIPLES``.)
+GATHER_MIN_TRIPLES_REUSED = 128
+
 #: Largest task DAG (tasks) whose small batches ``VContentionEvaluator`` pads to its chunk on a
 #: CPU by default (``pad_small``; measured: docs/results.md "Speed").
 PAD_SMALL_MAX_TASKS = 768
@@ -340,7 +355,7 @@ class VContentionEvaluator:
             [0, 1); chunk, block, level_unroll or workers not an integer >= 1 (bool, float,
             str, NaN refused); packed not True, False or None, or given with
             ``integrals="gather"``; inline_tables not True or False; integrals not in
-            ``vcbatch.INTEGRALS`` (every message names its argument).
+            ``vcbatch.INTEGRALS``; reuse not True or False (every message names its argument).
     """
 
     def __init__(self, graph: OpGraph, seg_of: Sequence[int], D: int, w: int, hw: Hardware,
@@ -353,6 +368,7 @@ class VContentionEvaluator:
         chunk, scan, workers, packed, block = o.chunk, o.scan, o.workers, o.packed, o.block
         inline_tables, level_unroll, pad_small, integrals = (o.inline_tables, o.level_unroll,
                                                              o.pad_small, o.integrals)
+        flag(o.reuse, "reuse")
         pad_lanes, pad_positions, pad_levels, pad_width = (o.pad_lanes, o.pad_positions,
                                                            o.pad_levels, o.pad_width)
         pad_preds, pad_segments, pad_tasks, pad_window = (o.pad_preds, o.pad_segments,
@@ -398,7 +414,8 @@ class VContentionEvaluator:
                              f"to scan='batched' only, got scan={scan!r}")
         self.level_unroll = 2 if level_unroll is None else level_unroll
         if integrals is None:  # a layout of the slices (packed) asks for the slices
-            small = len(self.plan.triples) <= GATHER_MIN_TRIPLES
+            limit = GATHER_MIN_TRIPLES_REUSED if o.reuse else GATHER_MIN_TRIPLES
+            small = len(self.plan.triples) <= limit
             integrals = "slices" if (cpu and small) or packed is not None else "gather"
         if integrals == "gather" and packed is not None:
             raise ValueError("packed applies to integrals='slices' only (the gathered form sums "

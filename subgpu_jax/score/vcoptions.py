@@ -60,6 +60,12 @@ class VCOptions:
             on the 2-core CPU it runs 2.3x and 5.1x slower than the slices in chunks of 64 and
             256 at m = 8, D = 5, as fast at m = 4, D = 3; docs/results.md "Speed").
             ``packed`` applies to the slices form only (``self.packed`` is None with the gather).
+        reuse: the caller scores many grid points of this structure in one process (a sweep's
+            worker keeping to a family of stages and microbatches, ``app.searchrun``), so the
+            slices form's tracing and compilation are paid once and its faster calls pay them
+            back: the default form on a CPU is then the slices up to
+            ``vcontention.GATHER_MIN_TRIPLES_REUSED`` triples instead of
+            ``GATHER_MIN_TRIPLES``. No effect where ``integrals`` is given.
         pad_small: pad a batch smaller than ``chunk`` to the full chunk (``run_in_chunks``):
             one compiled shape per lane structure instead of one per batch-size bucket (8,
             16, 32, 64; a compilation costs 0.7-1.4 s on the CPU). Default: True on a CPU for
@@ -93,3 +99,4 @@ class VCOptions:
     level_unroll: int | None = None
     pad_small: bool | None = None
     integrals: str | None = None
+    reuse: bool = False

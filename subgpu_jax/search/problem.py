@@ -329,16 +329,19 @@ class ContentionEstimators:
 
     Attributes:
         model: the event simulator's ``ContentionModel`` (None: the default); cache: its L2
-            policy. contention: True (the capability ``Problem.contention`` reads).
+            policy. contention: True (the capability ``Problem.contention`` reads). reuse:
+            ``score.vcoptions.VCOptions.reuse`` (the caller scores many grid points per
+            structure family).
     """
 
     model: object = None
     cache: str = "lru"
     contention: bool = True
+    reuse: bool = False
 
     def __call__(self, graph, seg_of, D: int, w: int, hw: Hardware, policy: str,
                  table: np.ndarray, streams_per_stage: int) -> ContentionEstimator:
         """The estimator of one structure (``Problem.evaluator`` caches it)."""
         return ContentionEstimator(graph, seg_of, D, w, hw, policy=policy, table=table,
                                    model=self.model, cache=self.cache,
-                                   streams_per_stage=streams_per_stage)
+                                   streams_per_stage=streams_per_stage, reuse=self.reuse)

@@ -254,6 +254,12 @@ class CheapEstimator(Protocol):
         search's exact scorer, whose tables it may share)."""
         ...
 
+    def for_sweep(self, reuse: bool) -> "CheapEstimator":
+        """This estimator for a sweep whose processes each score many grid points of one
+        structure family (``reuse`` True: ``app.searchrun.reuses_programs``), so compiled
+        programs are reused and their tracing is paid once, or not."""
+        ...
+
 
 @dataclass(frozen=True)
 class StaticCheap:
@@ -276,13 +282,21 @@ class StaticCheap:
         return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage,
                        source=timer.structures if share else None)
 
+    def for_sweep(self, reuse: bool) -> "StaticCheap":
+        """Itself: the static evaluator's programs take one form."""
+        return self
+
 
 @dataclass(frozen=True)
 class ContentionCheap:
     """Cheap estimator ``vcontention``: ``score.vcontention.ContentionEstimator``
-    (contention-aware, docs/method.md §3) with the event simulator's ``model`` and L2 ``cache``."""
+    (contention-aware, docs/method.md §3) with the event simulator's ``model`` and L2 ``cache``;
+    ``reuse``: the form of its overlap integrals for a sweep that reuses its compiled programs
+    (``for_sweep``; the same makespans up to float32 summation order)."""
 
     name: str = "vcontention"
+    #: the sweep reuses its programs (``score.vcoptions.VCOptions.reuse``, ``for_sweep``)
+    reuse: bool = False
 
     def resolve(self, timer) -> "ContentionCheap":
         """Itself (``timer`` is unused)."""
@@ -301,7 +315,18 @@ class ContentionCheap:
                  and timer.cache == cache)
         return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage,
                        source=timer.structures if share else None,
-                       estimator=ContentionEstimators(model, cache))
+                       estimator=ContentionEstimators(model, cache, reuse=self.reuse))
+
+    def for_sweep(self, reuse: bool) -> "ContentionCheap":
+        """This estimator with ``reuse`` (``score.vcoptions.VCOptions.reuse``).
+
+        Raises:
+            ValueError: ``reuse`` not True or False."""
+        from dataclasses import replace
+
+        from subgpu_jax.model.checks import flag
+
+        return replace(self, reuse=flag(reuse, "reuse"))
 
 
 @dataclass(frozen=True)
@@ -317,6 +342,10 @@ class AutoCheap:
 
     def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
                 timer=None):
+        """Refused: resolve the estimator first (``resolve``)."""
+        raise ValueError("cheap: 'auto' chooses by the exact scorer; resolve it first")
+
+    def for_sweep(self, reuse: bool) -> CheapEstimator:
         """Refused: resolve the estimator first (``resolve``)."""
         raise ValueError("cheap: 'auto' chooses by the exact scorer; resolve it first")
 

@@ -350,3 +350,32 @@ def test_default_integrals_by_plan_size(g2, monkeypatch):
     monkeypatch.setattr(vc.jax, "default_backend", lambda: "gpu")
     monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES", 10**9)
     assert vc.VContentionEvaluator(g2, cut, 3, 0, H200).integrals == "gather"
+
+
+def test_reuse_takes_the_reused_threshold(g2, monkeypatch):
+    """``VCOptions.reuse`` (a sweep's process scoring many points of one structure family)
+    compares the plan's triples with ``GATHER_MIN_TRIPLES_REUSED`` instead of
+    ``GATHER_MIN_TRIPLES``: a plan between the two takes the slices with reuse and the gather
+    without; an accelerator takes the gather either way; a given ``integrals`` wins; a
+    non-bool ``reuse`` is refused by name."""
+    cut = chain_cut(g2.n, [6, 15])
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "cpu")
+    n = len(vc.VContentionEvaluator(g2, cut, 3, 0, H200).plan.triples)
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES", n - 1)
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES_REUSED", n)
+    assert vc.VContentionEvaluator(g2, cut, 3, 0, H200).integrals == "gather"
+    assert vc.VContentionEvaluator.for_config(
+        g2, _cfg(g2, [6, 15], 0, (48, 40, 40)), H200, reuse=True).integrals == "slices"
+    with_reuse = vc.VContentionEvaluator(g2, cut, 3, 0, H200, options=VCOptions(reuse=True))
+    assert with_reuse.integrals == "slices"
+    assert vc.VContentionEvaluator(g2, cut, 3, 0, H200, options=VCOptions(
+        reuse=True, integrals="gather")).integrals == "gather"
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES_REUSED", n - 1)   # one over it: gather
+    assert vc.VContentionEvaluator(g2, cut, 3, 0, H200,
+                                   options=VCOptions(reuse=True)).integrals == "gather"
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES_REUSED", 10**9)
+    assert vc.VContentionEvaluator(g2, cut, 3, 0, H200,
+                                   options=VCOptions(reuse=True)).integrals == "gather"
+    with pytest.raises(ValueError, match="reuse must be True or False"):
+        vc.VContentionEvaluator(g2, cut, 3, 0, H200, options=VCOptions(reuse="yes"))
