@@ -19,8 +19,8 @@ experiments/results/frontier_studies.json): a few CPU-s per point at m <= 4, ten
 2,060 and 2,882 points) need CPU-hours, so every study is a resumable sweep: kill it, or let a
 budget stop it, and run the same command again: finished grid points are kept, never run twice.
 The points run in the order of ``order_points`` (temporal; the largest EP at m <= 8; the other
-EP degrees at m <= 8; m = 16; by microbatch and stage count within each), so a partial study
-covers whole axes first.
+EP degrees at m <= 8; m = 16; by microbatch and stage count within each, the stages descending
+in the last), so a partial study covers whole axes first.
 
 Budgets and processes: ``--budget N`` grid points, ``--cpu-budget S`` CPU-seconds (checked
 between chunks of ``--chunk`` points), ``--wall-budget S`` seconds from the start of the
@@ -620,9 +620,17 @@ def order_points(pts):
     covers whole axes: the temporal baselines first; then the SubGPU points in three tiers
     (``tier_of``); within a tier by microbatch count m and stage count D (the points of one
     (m, D) share the shapes of the cheap estimator's compiled functions, which are compiled
-    once for all of them)."""
+    once for all of them), ascending, except in the last tier (the larger microbatch counts,
+    the dearest points: the study's end), where D descends: the dearest points start first and
+    the workers' last points are the cheapest (longest-processing-time order; the D = 6,
+    m = 16 points cost 3-5x the D = 2 ones: results/bench_integrals_cpu.json)."""
     e_max = max((p.deploy.moe_ep for p in pts), default=1)
-    return sorted(pts, key=lambda p: (tier_of(p, e_max), p.microbatches, p.D))
+
+    def key(p):
+        t = tier_of(p, e_max)
+        return (t, p.microbatches, -p.D if t == 3 else p.D)
+
+    return sorted(pts, key=key)
 
 
 def schedule_groups(name: str, pts):

@@ -63,11 +63,11 @@ def _pts(fs):
 
 
 def test_order_and_coverage(fs):
-    """Temporal points come first, then (m, D) ascending (dense model: one EP degree, m = 16
-    last anyway); coverage counts finished / total per kind against a brute-force count over
+    """Temporal points come first, then (m, D) ascending, D descending at m = 16 (dense model:
+    one EP degree, m = 16 is the last tier); coverage counts finished / total per kind against a brute-force count over
     the same grid."""
     pts = fs.order_points(_pts(fs))
-    keys = [(p.D > 1, p.microbatches, p.D) for p in pts]
+    keys = [(p.D > 1, p.microbatches, -p.D if p.microbatches == 16 else p.D) for p in pts]
     assert keys == sorted(keys)
     done = {p.key for p in pts[::3]}
     cov = fs.coverage(pts, done)
@@ -91,8 +91,8 @@ def test_order_and_coverage(fs):
 
 def test_order_tiers_moe(fs):
     """MoE grid (GPT-OSS 20B, EP 1, 2, 4, 8): temporal, then the largest EP (8) at m <= 8, then
-    the other EP degrees at m <= 8, then m = 16; (m, D) ascending within each tier; a
-    permutation of the grid."""
+    the other EP degrees at m <= 8, then m = 16; (m, D) ascending within each tier but the
+    last, whose D descends (longest first at the study's end); a permutation of the grid."""
     arch, hw = get_model("gpt-oss-20b"), get_hardware("H200")
     st = {**fs.STUDIES["gptoss20b_h200"], **fs.WIDE}
     grid = build_grid(arch, 8, st["batches"], st["stages"], st["microbatches"],
@@ -106,9 +106,10 @@ def test_order_tiers_moe(fs):
 
     tiers = [tier(p) for p in pts]
     assert tiers == sorted(tiers) and set(tiers) == {0, 1, 2, 3}
-    for t in (1, 2, 3):
-        keys = [(p.microbatches, p.D) for p in pts if tier(p) == t]
+    for t in (1, 2, 3):   # the last tier (the study's end): dearest (most stages) first
+        keys = [(p.microbatches, -p.D if t == 3 else p.D) for p in pts if tier(p) == t]
         assert keys == sorted(keys)
+    assert [p.D for p in pts if tier(p) == 3][0] == max(st["stages"])
 
 
 def test_schedule_groups(fs):
