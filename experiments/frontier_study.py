@@ -544,7 +544,8 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     ``--chunk`` points and at the end; ``cpu_per_point`` is the workers' mean CPU time per
     point of each kind. Returns the exit code."""
     from subgpu_jax.app.pool import run_sweep_pool
-    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, write_outputs
+    from subgpu_jax.app.searchjob import PointScorer, ScorerSpec
+    from subgpu_jax.app.searchout import write_outputs
     from subgpu_jax.app.searchrun import reuses_programs
     from subgpu_jax.app.sweep import record_matches_key
 

@@ -14,7 +14,8 @@ from subgpu_jax.sim.batchednb import compile_ahead, compile_later, engine_ready
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.app.interrupt import Interrupted
 from subgpu_jax.app.provenance import prediction_note
-from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, SearchOptions, write_outputs
+from subgpu_jax.app.searchjob import PointScorer, ScorerSpec, SearchOptions
+from subgpu_jax.app.searchout import write_outputs
 from subgpu_jax.app.store import SweepStore
 from subgpu_jax.app.sweep import GridPoint, pending_points, record_matches_key, run_sweep
 

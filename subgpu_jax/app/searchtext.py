@@ -13,7 +13,7 @@ import textwrap
 from subgpu_jax.app.options import record_config_options, resolve_cache
 from subgpu_jax.app.args import serving_args, topology_args
 from subgpu_jax.app.provenance import prediction_note
-from subgpu_jax.app.searchjob import OUTPUT_FILES
+from subgpu_jax.app.searchout import OUTPUT_FILES
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
 from subgpu_jax.space.config import DEFAULT_POLICY
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
@@ -189,7 +189,7 @@ def print_search_summary(summ: dict, hardware: str, timer=None) -> None:
     figures that apply to them (``summ["prediction"]``, ``provenance.prediction_note``).
 
     Args:
-        summ: the summary of ``searchjob.write_outputs`` (``best_by_batch``,
+        summ: the summary of ``searchout.write_outputs`` (``best_by_batch``,
             ``best_speedup_record``, frontiers, ``matched``).
         hardware: the GPU preset searched (used when ``summ`` has no ``prediction``).
         timer: the search's exact scorer (``score.timer.Timer``), or None; a scorer that is

@@ -4,7 +4,7 @@ that meet the per-token latency bound; records.csv keeps them all."""
 import json
 
 from subgpu_jax.app.cli import main
-from subgpu_jax.app.searchjob import write_outputs
+from subgpu_jax.app.searchout import write_outputs
 
 
 def _rec(mode, per_user, per_gpu, D=1, speedup=1.0):

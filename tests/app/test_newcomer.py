@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from subgpu_jax.app import report, viz
 from subgpu_jax.app.cli import build_parser, main
-from subgpu_jax.app.searchjob import OUTPUT_FILES
+from subgpu_jax.app.searchout import OUTPUT_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--model", "gpt-oss-20b", "--hardware", "H200", "--gpus", "8", "--tp", "8", "--dp", "1",

@@ -12,6 +12,7 @@ import sys
 
 from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.app import searchjob as sj
+from subgpu_jax.app import searchout
 from subgpu_jax.app.sweep import GridPoint
 from subgpu_jax.model.graph import Deployment
 from subgpu_jax.model.hardware import get_hardware
@@ -52,7 +53,7 @@ def test_two_process_search_equals_single_process(tmp_path, child_pythonpath):
             for r in sc(pt)]
     ref = tmp_path / "single"
     ref.mkdir()
-    sj.write_outputs(recs, str(ref), "t", sc)
+    searchout.write_outputs(recs, str(ref), "t", sc)
     assert (out / "records.csv").read_text() == (ref / "records.csv").read_text()
 
 

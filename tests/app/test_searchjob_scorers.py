@@ -11,6 +11,7 @@ import pytest
 
 from subgpu_jax.score.timer import StaticTimer
 from subgpu_jax.app import searchjob as sj
+from subgpu_jax.app import searchout
 from subgpu_jax.app.sweep import GridPoint
 from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CHEAP_ESTIMATORS,
                                           CUT_STRATEGY_REGISTRY, RelaxAllocation)
@@ -102,7 +103,7 @@ def test_grid_point_through_search_job_records_scorers(tmp_path):
     assert sub["cheap_evals"] > 0 and sub["exact"] == "static"
     assert sub["speedup_vs_temporal"] == pytest.approx(
         recs[0]["makespan_us"] / sub["makespan_us"])
-    summ = sj.write_outputs(recs, str(tmp_path), "t", sc)
+    summ = searchout.write_outputs(recs, str(tmp_path), "t", sc)
     disk = json.loads((tmp_path / "summary.json").read_text())
     assert disk["scorers"] == summ["scorers"] == {"cheap": "vcontention", "exact": "static"}
     assert disk["strategies"] == {"cut": "proposal", "alloc": "relax", "cut_options": {},

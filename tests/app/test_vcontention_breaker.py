@@ -106,10 +106,10 @@ def test_gantt_best_of_a_vcontention_search_never_shows_a_region_longer_than_the
     timer its caption said "<event region> µs of the <batched timer's step> µs step", a main
     region longer than its whole step (4,705 of 4,517 µs here). It draws the event simulator's
     whole step (every run, then the head) and names the batched timer's step apart."""
-    from subgpu_jax.app import searchjob
+    from subgpu_jax.app import searchout
 
     seen = {}
-    monkeypatch.setattr(searchjob, "write_search_figures",
+    monkeypatch.setattr(searchout, "write_search_figures",
                         lambda folder, recs, title, best_run: seen.update(run=best_run))
     rc = main(["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
                "--exact", "vcontention", "--batches", "64", "--stages", "2",
