@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench_sweeps import timed_search  # noqa: E402  (one timed search process)
-from digest_cli import check_out, write_digest  # noqa: E402  (check --out, atomic JSON)
+from digest_cli import check_out, finish_digest  # noqa: E402  (check --out, atomic JSON)
 
 VARIANTS = {"slices": 10**9, "gather": -1, "auto": None}
 POINT = ["--model", "gpt-oss-120b", "--hardware", "B200", "--gpus", "32", "--tp", "8",
@@ -185,14 +185,7 @@ def main(argv=None) -> int:
               + " ".join(f"{r[f'{v}_{k}']['search_s']!s:>{11 if v == 'slices' else 7}s}"
                          for k in ("cold", "warm") for v in VARIANTS)
               + f" {r['records_identical']}")
-    try:
-        write_digest(a.out, doc)
-    except (OSError, ValueError) as e:     # the folder changed since the check at the start
-        print(f"bench_integrals.py: --out {a.out!r} cannot be written now ({e}); the table "
-              "above is the result", file=sys.stderr)
-        return 2
-    print(f"wrote {a.out}")
-    return 0
+    return finish_digest(a.out, doc, "bench_integrals.py")
 
 
 if __name__ == "__main__":

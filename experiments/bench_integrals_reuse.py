@@ -31,7 +31,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_integrals import point_arg  # noqa: E402  (D:M of the frontier grid)
-from digest_cli import check_out, write_digest  # noqa: E402  (check --out, atomic JSON)
+from digest_cli import check_out, finish_digest  # noqa: E402  (check --out, atomic JSON)
 
 #: Both thresholds forced: every plan in one form.
 FORMS = {"slices": 10**9, "gather": -1}
@@ -157,14 +157,7 @@ def main(argv=None) -> int:
               f" {sw['rest_mean_s']:5.2f}/{gw['rest_mean_s']:<6.2f}"
               f" {r['cold_total_slices_over_gather']:16.3f} {r['warm_total_slices_over_gather']:6.3f}"
               f" {r['same_records']}")
-    try:
-        write_digest(a.out, doc)
-    except (OSError, ValueError) as e:
-        print(f"bench_integrals_reuse.py: --out {a.out!r} cannot be written now ({e}); the "
-              "table above is the result", file=sys.stderr)
-        return 2
-    print(f"wrote {a.out}")
-    return 0
+    return finish_digest(a.out, doc, "bench_integrals_reuse.py")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, TypeVar
 
-__all__ = ["check_out", "check_seed_and_out", "run_digest", "write_digest"]
+__all__ = ["check_out", "check_seed_and_out", "run_digest", "write_digest", "finish_digest"]
 
 T = TypeVar("T")
 
@@ -81,3 +81,17 @@ def run_digest(work: Callable[[], T], out: str) -> tuple[int, T | None]:
     except OSError as e:
         print(f"error: --out {out!r}: cannot write ({e.strerror or e})", file=sys.stderr)
     return 2, None
+
+
+def finish_digest(path: str, doc: dict, script: str) -> int:
+    """The end of a benchmark that printed its table: ``write_digest(path, doc)`` and "wrote
+    PATH" (0), or, when ``--out`` cannot be written now (the folder changed since the check at
+    the start), one line on stderr saying the table above is the result (2)."""
+    try:
+        write_digest(path, doc)
+    except (OSError, ValueError) as e:
+        print(f"{script}: --out {path!r} cannot be written now ({e}); the table above is the "
+              "result", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
