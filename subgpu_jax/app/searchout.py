@@ -47,7 +47,7 @@ def _write_records_csv(recs: list[dict], folder: str) -> None:
     atomic_write(os.path.join(folder, "records.csv"), buf.getvalue())
 
 
-def _verdicts(scorer: "PointScorer", sub: list[dict]) -> list[dict]:
+def _verdicts(scorer: PointScorer, sub: list[dict]) -> list[dict]:
     """``modes.batch_verdicts`` of the best SubGPU record of each (batch, attention TP, DP)
     among ``sub``, in that order, on the step each was searched at."""
     from subgpu_jax.app.modes import batch_verdicts
@@ -66,7 +66,7 @@ def _verdicts(scorer: "PointScorer", sub: list[dict]) -> list[dict]:
                           reuse_subgpu=scorer.timer.reference)
 
 
-def _add_checks(summary: dict, scorer: "PointScorer", recs: list[dict]) -> None:
+def _add_checks(summary: dict, scorer: PointScorer, recs: list[dict]) -> None:
     """Add to ``summary`` the checks that apply to ``scorer``: the event simulator's check of
     a non-reference scorer (``reference_check``), the compiled engine's of the reference
     (``engine_check``, when it ran) and the screen's (``screen_check``)."""
@@ -82,7 +82,7 @@ def _add_checks(summary: dict, scorer: "PointScorer", recs: list[dict]) -> None:
         summary["screen_check"] = screen_check(recs)
 
 
-def _best_run(best: dict, scorer: "PointScorer") -> tuple:
+def _best_run(best: dict, scorer: PointScorer) -> tuple:
     """The best SubGPU record's whole step in the event simulator, as
     ``write_search_figures``'s ``best_run``: the main run, its title, the scope text, the head's
     run and every recorded run."""
@@ -108,7 +108,7 @@ def _best_run(best: dict, scorer: "PointScorer") -> tuple:
             head, recorded_runs(fp, cfg, st, scorer.event))
 
 
-def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: "PointScorer" | None,
+def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: PointScorer | None,
                   min_tokens_per_user: float | None = None, write: bool = True,
                   prediction: dict | None = None) -> dict:
     """Write records.csv, summary.json and the figures of a finished (or partial) sweep.

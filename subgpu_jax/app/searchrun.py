@@ -1,6 +1,7 @@
 """The main job's driver: ``run_search`` scores every grid point of a sweep (one process, worker
 processes, grid points in flight, or a cluster) into the results folder's store and writes its
-outputs (``app.searchjob``: the options, the grid point's scorer and the outputs)."""
+outputs (``app.searchjob``: the options and the grid point's scorer; ``app.searchout``: the
+outputs)."""
 
 from __future__ import annotations
 
@@ -243,9 +244,12 @@ def engine_plan(timer, points_left: int) -> str:
 #: reuse its compiled programs (``reuses_programs``): its worker processes keep to a family
 #: (``app.pool.Scheduler``), so one process scores a family's points with one set of programs.
 #: Where the slices form is taken for that (``score.vcontention.GATHER_MIN_TRIPLES_REUSED``),
-#: its first point cost up to 1.1 s more than the gather form's and each later one 0.55-0.7 s
-#: less (D = 4-6, m = 4-8; ``experiments/results/bench_integrals_reuse_cpu.json``): repaid from
-#: the third point; 4 keeps a margin. The main job (3 batches per family) stays below it.
+#: on a warm JAX cache its first point cost up to 1.1 s more than the gather form's and each
+#: later one 0.55-0.7 s less at D = 4-6, m = 4-8 (repaid from the third point; 4 keeps a
+#: margin), but D = 3, m = 8 lost 2.4 s on its first point and gained 0.07 s on the others, and
+#: cold caches cost more (docs/results.md "Speed", the reuse rule's table). The rule is a whole
+#: sweep's, not a family's: once one family has the points, every family takes the reused
+#: threshold. The main job (3 batches per family) stays below it.
 REUSE_MIN_POINTS = 4
 
 
@@ -317,7 +321,9 @@ def run_search(arch: ModelArch, hw: GpuSetup | Hardware, points: Sequence[GridPo
     try:
         todo = points if store is None else pending_points(points, store, o.budget)[0]
         plan = engine_plan(scorer.timer, sum(p.D > 1 for p in todo))
-        cheap = scorer.cheap.for_sweep(reuses_programs(todo))
+        # a cluster's processes take points round robin (no family per process) and only
+        # process 0 knows the finished ones: no reuse there, the same form on every process
+        cheap = scorer.cheap.for_sweep(not distributed and reuses_programs(todo))
         if plan == "python" or cheap != scorer.cheap:
             timer = scorer.timer.without_engine() if plan == "python" else scorer.timer
             scorer = PointScorer(arch, hw, timer, o.cache, o.L_sim, cut_strategy=o.cut_strategy,

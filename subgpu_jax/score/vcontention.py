@@ -316,7 +316,7 @@ GATHER_MIN_TRIPLES = 32
 #: programs (``VCOptions.reuse``: a sweep's worker scoring many grid points of one structure
 #: family, ``app.searchrun.reuses_programs``). There the tracing is paid once per family and
 #: the calls decide. Measured on the 2-core box (2026-12-07,
-#: ``experiments/bench_integrals_reuse.py``, ``results/bench_integrals_reuse_cpu.json``: one
+#: ``experiments/bench_integrals_reuse.py``, docs/results.md "Speed", the reuse rule: one
 #: process scoring the first 6 GPT-OSS 120B B200 frontier-study points of a family, warm JAX
 #: cache): up to 126 triples the slices form's points after the first cost 0.68-0.96x the
 #: gather form's (D = 2, m = 16; D = 4, m = 4 and 8; D = 6, m = 4; D = 3, m = 8) and its first

@@ -307,7 +307,8 @@ class ContentionCheap:
         """A ``Problem`` with ``ContentionEstimators`` (arguments as
         ``CheapEstimator.problem``); it shares the tables of ``timer`` when that is the batched
         contention timer of the same model and L2 policy (the exact polish then rebuilds
-        nothing)."""
+        nothing; its estimators are then the timer's, whose integral form does not follow
+        ``reuse``: ``--exact vcontention`` and ``screened`` keep the plan-size rule)."""
         from subgpu_jax.score.timer import ContentionTimer
         from subgpu_jax.search.problem import ContentionEstimators, Problem
 

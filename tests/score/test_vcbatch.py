@@ -379,3 +379,23 @@ def test_reuse_takes_the_reused_threshold(g2, monkeypatch):
                                    options=VCOptions(reuse=True)).integrals == "gather"
     with pytest.raises(ValueError, match="reuse must be True or False"):
         vc.VContentionEvaluator(g2, cut, 3, 0, H200, options=VCOptions(reuse="yes"))
+
+
+def test_contention_estimators_carry_reuse(g2, monkeypatch):
+    """The search's cheap-estimator factory (``search.problem.ContentionEstimators``, made by
+    ``ContentionCheap.for_sweep``) hands ``reuse`` to its evaluator's options: a plan between
+    the two thresholds is scored in the slices form with it and the gather without."""
+    from subgpu_jax.search.problem import ContentionEstimators
+    from subgpu_jax.search.strategies import ContentionCheap
+
+    cut = chain_cut(g2.n, [6, 15])
+    monkeypatch.setattr(vc.jax, "default_backend", lambda: "cpu")
+    n = len(vc.VContentionEvaluator(g2, cut, 3, 0, H200).plan.triples)
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES", n - 1)
+    monkeypatch.setattr(vc, "GATHER_MIN_TRIPLES_REUSED", n)
+    forms = {}
+    for reuse in (False, True):
+        est = ContentionEstimators(reuse=ContentionCheap().for_sweep(reuse).reuse)(
+            g2, cut, 3, 0, H200, "wavefront", None, 1)
+        forms[reuse] = est.contention.integrals
+    assert forms == {False: "gather", True: "slices"}

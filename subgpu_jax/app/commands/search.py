@@ -1,6 +1,6 @@
 """``subgpu search``: Algorithm 1 over the outer grid, its records, Pareto frontiers, matched
-gains and figures in a results folder (the job's driver: ``app.searchrun``; its options, grid
-point scorer and outputs: ``app.searchjob``)."""
+gains and figures in a results folder (the job's driver: ``app.searchrun``; its options and
+grid point scorer: ``app.searchjob``; its outputs: ``app.searchout``)."""
 
 from __future__ import annotations
 
