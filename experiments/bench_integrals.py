@@ -30,13 +30,12 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from bench_sweeps import timed_search  # noqa: E402  (one timed search process)
-from digest_cli import check_out, finish_digest  # noqa: E402  (check --out, atomic JSON)
+from digest_cli import check_out, finish_digest, run_stamp  # noqa: E402  (check --out, atomic JSON)
 
 VARIANTS = {"slices": 10**9, "gather": -1, "auto": None}
 POINT = ["--model", "gpt-oss-120b", "--hardware", "B200", "--gpus", "32", "--tp", "8",
@@ -167,16 +166,10 @@ def main(argv=None) -> int:
         jobs.append(("main job", []))
     with tempfile.TemporaryDirectory(prefix="bench_integrals_") as tmp:  # removed after
         rows = measure(jobs, tmp)
-    import platform
-
     doc = {"what": "search seconds of the vectorised contention scorer's two integral forms "
                    "and the default rule, one run (experiments/bench_integrals.py)",
            "gather_min_triples": default_threshold(),
-           "rows": rows, "date": time.strftime("%Y-%m-%d"),
-           "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip() or None,
-           "env": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
-                   "python": platform.python_version()}}
+           "rows": rows, **run_stamp(ROOT)}
     print(f"\n{'job':10s} {'triples':>7s} {'slices cold':>11s} {'gather':>7s} {'auto':>7s} "
           f"{'slices warm':>11s} {'gather':>7s} {'auto':>7s} same records")
     for r in rows:

@@ -26,12 +26,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_integrals import point_arg  # noqa: E402  (D:M of the frontier grid)
-from digest_cli import check_out, finish_digest  # noqa: E402  (check --out, atomic JSON)
+from digest_cli import check_out, finish_digest, run_stamp  # noqa: E402  (check --out, atomic JSON)
 
 #: Both thresholds forced: every plan in one form.
 FORMS = {"slices": 10**9, "gather": -1}
@@ -139,16 +138,10 @@ def main(argv=None) -> int:
             row["rest_slices_over_gather"] = round(row["slices_warm"]["rest_mean_s"]
                                                    / row["gather_warm"]["rest_mean_s"], 3)
             rows.append(row)
-    import platform
-
     doc = {"what": "CPU seconds per grid point of the overlap integrals' two forms when one "
                    "process scores several points of one structure family "
                    "(experiments/bench_integrals_reuse.py)",
-           "points_per_family": a.points, "rows": rows, "date": time.strftime("%Y-%m-%d"),
-           "commit": subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip() or None,
-           "env": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
-                   "python": platform.python_version()}}
+           "points_per_family": a.points, "rows": rows, **run_stamp(ROOT)}
     print(f"\n{'family':12s} {'triples':>7s} {'first s/g warm':>15s} {'rest s/g':>12s} "
           f"{'total ratio cold':>16s} {'warm':>6s} same")
     for r in rows:

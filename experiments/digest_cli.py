@@ -9,7 +9,8 @@ import os
 import sys
 from typing import Callable, TypeVar
 
-__all__ = ["check_out", "check_seed_and_out", "run_digest", "write_digest", "finish_digest"]
+__all__ = ["check_out", "check_seed_and_out", "run_digest", "write_digest", "finish_digest",
+           "run_stamp"]
 
 T = TypeVar("T")
 
@@ -95,3 +96,18 @@ def finish_digest(path: str, doc: dict, script: str) -> int:
         return 2
     print(f"wrote {path}")
     return 0
+
+
+def run_stamp(root: str) -> dict:
+    """What a digest records about its run: ``date`` (YYYY-MM-DD), ``commit`` (the short hash
+    of ``root``'s HEAD, None outside a git checkout) and ``env`` (CPU count, machine, Python)."""
+    import platform
+    import subprocess
+    import time
+
+    commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip() or None
+    return {"date": time.strftime("%Y-%m-%d"), "commit": commit,
+            "env": {"cpu_count": os.cpu_count(), "machine": platform.machine(),
+                    "python": platform.python_version()}}
+
