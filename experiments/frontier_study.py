@@ -547,7 +547,7 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
     from subgpu_jax.app.searchjob import PointScorer, ScorerSpec
     from subgpu_jax.app.searchout import write_outputs
     from subgpu_jax.app.searchrun import reuses_programs
-    from subgpu_jax.app.sweep import record_matches_key
+    from subgpu_jax.app.sweep import pending_points, record_matches_key
 
     a, pts, out, meta, run = ctx["a"], ctx["pts"], ctx["out"], ctx["meta"], ctx["run"]
     arch, hw = ctx["arch"], ctx["hw"]
@@ -581,8 +581,8 @@ def _run_pool(ctx: dict, deadline: float | None) -> int:
                       f"{run['wall_seconds']:.0f} s", flush=True)
 
         # the workers keep to structure families: their cheap estimator reuses its programs
-        cheap = scorer.cheap.for_sweep(reuses_programs([p for p in pts
-                                                        if p.key not in store.done]))
+        cheap = scorer.cheap.for_sweep(reuses_programs(pending_points(pts, store,
+                                                                      a.budget)[0]))
         stats = run_sweep_pool(pts, ScorerSpec(arch, hw, a.exact, cheap=cheap), store, a.workers,
                                budget=a.budget, deadline=deadline, on_point=on_point,
                                compile_cache=a.compile_cache,

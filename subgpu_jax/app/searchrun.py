@@ -6,6 +6,7 @@ outputs)."""
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import Callable, Sequence
 
 from subgpu_jax.model.hardware import Hardware
@@ -259,11 +260,7 @@ def reuses_programs(points: Sequence[GridPoint]) -> bool:
     structure family, so that its processes reuse their compiled programs
     (``search.strategies.CheapEstimator.for_sweep``, ``score.vcoptions.VCOptions.reuse``).
     A frontier study does; a search of one grid point per (stages, microbatches) does not."""
-    counts: dict = {}
-    for p in points:
-        if p.D > 1:
-            k = structure_key(p)
-            counts[k] = counts.get(k, 0) + 1
+    counts = Counter(structure_key(p) for p in points if p.D > 1)
     return max(counts.values(), default=0) >= REUSE_MIN_POINTS
 
 
