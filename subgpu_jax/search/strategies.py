@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, NamedTuple, Protocol, Sequence, TYPE_CHECKING
 
-from subgpu_jax.model.checks import pos_int
+from subgpu_jax.model.checks import flag, pos_int
 
 if TYPE_CHECKING:  # the search's modules load JAX: imported where used, so that the command
     # line reads the registries without it
@@ -323,11 +323,7 @@ class ContentionCheap:
 
         Raises:
             ValueError: ``reuse`` not True or False."""
-        from dataclasses import replace
-
-        from subgpu_jax.model.checks import flag
-
-        return replace(self, reuse=flag(reuse, "reuse"))
+        return dataclasses.replace(self, reuse=flag(reuse, "reuse"))
 
 
 @dataclass(frozen=True)
