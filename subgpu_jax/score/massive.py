@@ -57,7 +57,7 @@ __all__ = [
     "DagProgram", "dag_makespan", "chain_segment_table", "cut_segment_table", "BlockPlan",
     "plan_blocks", "bytes_per_candidate", "MassiveEvaluator", "TopK", "StreamingPareto",
     "ExhaustiveChainResult", "exhaustive_chain", "numpy_makespans",
-    "MIN_BLOCK", "TOPK_ROW", "PRECOMPUTED_ALLOCS_BYTES", "block_topk",
+    "MIN_BLOCK", "TOPK_ROW", "ALLOC_ALIGN", "PRECOMPUTED_ALLOCS_BYTES", "block_topk",
 ]
 
 #: Smallest block (candidates per compiled call) a memory budget must allow.
@@ -204,12 +204,25 @@ def _pow2_floor(x: int) -> int:
     return 1 << (max(int(x), 1).bit_length() - 1)
 
 
+#: The allocation axis of a block is a multiple of this many allocations (``plan_blocks``):
+#: the two-stage top-k's row (``TOPK_ROW``, 1,024) and a multiple of every Pallas program's
+#: block (``score.maxplus.PallasMaxPlus.block``, a power of two up to 1,024).
+ALLOC_ALIGN = 1024
+
+
 def plan_blocks(n_cuts: int, n_allocs: int, per_cand: int, fixed_bytes: int,
                 memory_budget: int | None = None, max_block: int | None = None,
                 topk: int = 1) -> BlockPlan:
-    """Largest power-of-two block whose estimated bytes fit ``memory_budget``.
+    """The block of one compiled call: the most candidates whose estimated bytes fit
+    ``memory_budget`` (and ``max_block``), with as little padding as the space allows.
 
-    Allocations fill the block first (unranked once per block, shared by its cuts), then cuts.
+    Allocations fill the block first (unranked or sliced once per block, shared by its cuts),
+    then cuts. The allocation axis covers the space in the fewest blocks that fit the cap,
+    split evenly and rounded up to ``ALLOC_ALIGN``: a space of 1,088,430 allocations (D = 5 on
+    148 SMs) takes one block of 1,088,512, where the next power of two (2,097,152, the rule
+    before 2026-12-08) computed 48% masked padding in every call. The cut axis takes what the
+    cap leaves (at most the power of two of ``n_cuts``). The records do not depend on the
+    block (``TopK`` orders ties by rank).
 
     Args:
         n_cuts, n_allocs: the space (>= 1 each). per_cand: ``bytes_per_candidate``.
@@ -231,10 +244,17 @@ def plan_blocks(n_cuts: int, n_allocs: int, per_cand: int, fixed_bytes: int,
                              f"a chunk of {min_cands} candidates needs at least {need} bytes "
                              f"({per_cand} bytes/candidate + {fixed_bytes} bytes of tables)")
         cap = min(cap, (memory_budget - fixed_bytes) // per_cand)
-    cap = max(_pow2_floor(cap), 1)
-    ab = min(_pow2_floor(cap), 1 << max(int(n_allocs) - 1, 0).bit_length())
+    cap = max(int(cap), 1)
+    n_allocs, n_cuts = max(int(n_allocs), 1), max(int(n_cuts), 1)
+    if cap >= ALLOC_ALIGN:
+        parts = -(-n_allocs // (cap // ALLOC_ALIGN * ALLOC_ALIGN))      # fewest blocks that fit
+        ab = -(-(-(-n_allocs // parts)) // ALLOC_ALIGN) * ALLOC_ALIGN
+        if ab >= n_allocs:          # one block: no more than the space's power of two before
+            ab = min(ab, 1 << (n_allocs - 1).bit_length())
+    else:                           # a small cap: a power of two, as before
+        ab = min(_pow2_floor(cap), 1 << (n_allocs - 1).bit_length())
     ab = max(ab, 1)
-    cb = max(1, min(cap // ab, 1 << max(int(n_cuts) - 1, 0).bit_length()))
+    cb = max(1, min(cap // ab, 1 << (n_cuts - 1).bit_length()))
     if cb * ab < min_cands:   # tiny spaces: pad the allocation axis up to the minimum block
         ab = 1 << max(min_cands // cb - 1, 0).bit_length()
     return BlockPlan(cut_block=int(cb), alloc_block=int(ab), est_bytes=int(fixed_bytes +

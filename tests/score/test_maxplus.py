@@ -6,6 +6,7 @@ same top records; the registry makes each kernel by name and refuses bad names a
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -15,7 +16,8 @@ from subgpu_jax.model.synthetic import coarse_hardware, synthetic_workload
 from subgpu_jax.score.evaluator import Evaluator
 from subgpu_jax.score.massive import MassiveEvaluator
 from subgpu_jax.score.maxplus import (DEFAULT_MAXPLUS_KERNEL, MAXPLUS_KERNELS, DagProgram,
-                                      PallasMaxPlus, XlaMaxPlus, maxplus_kernel)
+                                      PallasMaxPlus, XlaMaxPlus, dag_makespan,
+                                      maxplus_kernel)
 from subgpu_jax.space.config import chain_cut, enumerate_allocations
 from subgpu_jax.space.taskdag import build_task_dag
 
@@ -121,3 +123,44 @@ def test_blocks_as_before_give_the_same_records():
     np.testing.assert_array_equal(new.values, old.values)
     np.testing.assert_array_equal(new.cut_ranks, old.cut_ranks)
     np.testing.assert_array_equal(new.alloc_ranks, old.alloc_ranks)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.sampled_from([2, 4]), D=st.sampled_from([2, 3]), w=st.sampled_from([0, 1]),
+       seed=st.integers(0, 2**16), zeros=st.booleans())
+def test_transitive_reduction_keeps_the_makespans_bit_for_bit(m, D, w, seed, zeros):
+    """``DagProgram.from_dag`` keeps only the transitive reduction's edges (networkx); on random
+    float32 durations >= 0 (some exactly 0 when ``zeros``) the reduced program's makespans equal
+    the program over every data and stage edge bit for bit, and the reduction is a subset of
+    those edges with the same sinks."""
+    g, _ = _instance(L=3, m=m)
+    dag = build_task_dag(g.n, g.edges, g.cross_edges, chain_cut(g.n, range(1, D + w)), D, w,
+                         g.num_regions, g.microbatches)
+    red = DagProgram.from_dag(dag)
+    full = DagProgram(preds=tuple(dag.preds(i) for i in range(dag.T)), seg=red.seg,
+                      sinks=red.sinks, levels=red.levels, K=red.K)
+    assert all(set(r) <= set(f) for r, f in zip(red.preds, full.preds))
+    rng = np.random.default_rng(seed)
+    tau = rng.uniform(0.0, 1e4, size=(64, red.K)).astype(np.float32)
+    if zeros:
+        tau[rng.random(tau.shape) < 0.3] = 0.0
+    t = jnp.asarray(tau)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(lambda x: dag_makespan(red, x))(t)),
+                                  np.asarray(jax.vmap(lambda x: dag_makespan(full, x))(t)))
+
+
+def test_transitive_reduction_drops_the_implied_stage_edges():
+    """The synthetic chain of 3 regions, m = 4, D = 3, w = 1 (counted with
+    ``TaskDAG.preds``: 85 data and stage edges) keeps 81: four edges are implied by longer
+    paths. At m = 2 or w = 0 with D = 2 no edge is implied (20 of 20, 42 of 42)."""
+    counts = {}
+    for m, D, w in ((4, 3, 1), (2, 2, 0), (4, 2, 0)):
+        g, _ = _instance(L=3, m=m)
+        dag = build_task_dag(g.n, g.edges, g.cross_edges, chain_cut(g.n, range(1, D + w)), D,
+                             w, g.num_regions, g.microbatches)
+        counts[m, D, w] = (sum(map(len, DagProgram.from_dag(dag).preds)),
+                           sum(len(dag.preds(i)) for i in range(dag.T)))
+    assert counts == {(4, 3, 1): (81, 85), (2, 2, 0): (20, 20), (4, 2, 0): (42, 42)}
