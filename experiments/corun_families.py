@@ -93,10 +93,12 @@ def family_torch_workload(name: str, microbatches: int):
     """The CUDA ``TorchWorkload`` both device phases measure: ``name``'s region graph at
     ``microbatches`` microbatches, ``INSTANCES`` region instances, a shared KV cache, the
     runtime's fused elementwise kernels (needs a GPU)."""
+    from hw_runtime.gpu.policies import KernelSettings
     from hw_runtime.gpu.workload import TorchWorkload
 
     return TorchWorkload(sim_workload(name).graph(microbatches), device="cuda",
-                         instances=INSTANCES, kv_cache="shared", elementwise="auto")
+                         instances=INSTANCES, kv_cache="shared",
+                         kernels=KernelSettings(elementwise="auto"))
 
 
 def device_phase(args) -> int:

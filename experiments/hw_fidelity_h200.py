@@ -185,9 +185,12 @@ ATTENTION_POLICY = "auto"
 
 def _torch_workload(wl, m: int = 1):
     from hw_runtime.gpu.kernels import collective_kwargs
+    from hw_runtime.gpu.policies import KernelSettings
     from hw_runtime.gpu.workload import TorchWorkload
-    return TorchWorkload(wl.graph(m), device="cuda", elementwise=ELEMENTWISE,
-                         attention=ATTENTION_POLICY, **collective_kwargs(COLLECTIVES))
+    return TorchWorkload(wl.graph(m), device="cuda",
+                         kernels=KernelSettings(elementwise=ELEMENTWISE,
+                                                attention=ATTENTION_POLICY),
+                         **collective_kwargs(COLLECTIVES))
 
 
 def _free():

@@ -360,10 +360,11 @@ class GpuMachine:
         """An executor of ``wl`` (the simulator's workload) with the collectives as asked."""
         from hw_runtime.gpu.executor import Executor
         from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
+        from hw_runtime.gpu.policies import KernelSettings
         from hw_runtime.gpu.workload import TorchWorkload
 
-        hwl = TorchWorkload(wl.graph(1), device="cuda", elementwise="auto",
-                            attention=self.attention, moe_gemm=self.moe_gemm,
+        ks = KernelSettings(elementwise="auto", attention=self.attention, moe_gemm=self.moe_gemm)
+        hwl = TorchWorkload(wl.graph(1), device="cuda", kernels=ks,
                             **collective_kwargs(collectives),
                             **link_kwargs(wl.hw))
         ex = Executor(hwl, gemm="tuned")

@@ -5,10 +5,12 @@ the parsed options (``RunRequest.from_args``, in ``commands.cmd_run``) or, for
 never the ``argparse.Namespace``; the request is frozen, so what ``prepare_run`` resolves (the
 record's options, the L2 policy) comes back in its result (``run.PreparedRun``).
 
-Each default is written once. The kernel choices take theirs from the registry that owns them
-(``hw_runtime.gpu.policies.KERNEL_DEFAULTS``, ``hw_runtime.gpu.executor.DEFAULT_LANE_PRIORITY``),
-the collectives from ``subgpu_jax.model.collective.DEFAULT_COLLECTIVES``, the dispatch policy
-and the streams per stage from ``subgpu_jax.space.config.Config``; the run's own options
+Each default is written once. The kernel choices (``KernelSettings``, defined with the registry
+that owns their defaults, ``hw_runtime.gpu.policies``, and re-exported here: the runtime core
+builds its workloads from it and never imports this module) take theirs from
+``hw_runtime.gpu.policies.KERNEL_DEFAULTS`` and ``DEFAULT_LANE_PRIORITY``, the collectives from
+``subgpu_jax.model.collective.DEFAULT_COLLECTIVES``, the dispatch policy and the streams per
+stage from ``subgpu_jax.space.config.Config``; the run's own options
 (``RUN_MODES``, ``Timing``) are owned here and the ``run`` parser (``commands.add_commands``)
 reads its defaults from here. The workload options have no defaults here: the parser
 (``subgpu_jax.app.args.add_workload_args``) and the CLI's resolution of ``--tp/--dp`` and
@@ -23,8 +25,8 @@ import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, MODES
-from hw_runtime.gpu.policies import KERNEL_DEFAULTS, KERNEL_POLICIES
+from hw_runtime.gpu.executor import MODES
+from hw_runtime.gpu.policies import KernelSettings
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.space.config import Config
 
@@ -111,46 +113,6 @@ class ConfigOptions:
     policy: str = Config.policy
     streams_per_stage: int = Config.streams_per_stage
     record: Mapping | None = None
-
-
-@dataclass(frozen=True)
-class KernelSettings:
-    """The runtime's kernel choices, the same for the temporal and the pipelined runs.
-
-    Fields:
-        gemm, elementwise, attention, moe_gemm: the kernel policies of
-            ``hw_runtime.gpu.policies.KERNEL_POLICIES`` (``--gemm``, ``--elementwise``,
-            ``--attention``, ``--moe-gemm``; their choices and defaults are the registry's).
-        lane_priority: CUDA priorities for the streams of a stage (``--lane-priority``, one of
-            ``hw_runtime.gpu.executor.LANE_PRIORITY``).
-    """
-
-    gemm: str = KERNEL_DEFAULTS["gemm"]
-    elementwise: str = KERNEL_DEFAULTS["elementwise"]
-    attention: str = KERNEL_DEFAULTS["attention"]
-    moe_gemm: str = KERNEL_DEFAULTS["moe_gemm"]
-    lane_priority: str = DEFAULT_LANE_PRIORITY
-
-    @classmethod
-    def from_args(cls, a: argparse.Namespace, lanes: bool = True) -> "KernelSettings":
-        """The kernel settings of parsed arguments ``a``: every ``KERNEL_POLICIES`` option and,
-        with ``lanes``, ``--lane-priority`` (``subgpu calibrate`` has none: the default)."""
-        opts = vars(a)
-        kw = {p.dest: opts[p.dest] for p in KERNEL_POLICIES}
-        if lanes:
-            kw["lane_priority"] = opts["lane_priority"]
-        return cls(**kw)
-
-    def policies(self) -> dict[str, str]:
-        """``{dest: value}`` of the ``KERNEL_POLICIES`` options (``gpu.calibrate.calibrate``'s
-        keyword arguments)."""
-        return {p.dest: getattr(self, p.dest) for p in KERNEL_POLICIES}
-
-    def workload_kwargs(self) -> dict[str, str]:
-        """``TorchWorkload``'s kernel arguments: ``elementwise``, ``attention``, ``moe_gemm``
-        (the GEMM policy goes to the ``Executor``)."""
-        return {"elementwise": self.elementwise, "attention": self.attention,
-                "moe_gemm": self.moe_gemm}
 
 
 @dataclass(frozen=True)

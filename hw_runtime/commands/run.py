@@ -216,7 +216,8 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> RunReport:
     Args:
         prep: from ``prepare_run`` (its request's mode, timing, streams per stage, kernel
             choices, collectives and calibration; its resolved L2 policy).
-        ex: executor (``measure``, ``temporal_config``, ``check_output``; ``profile`` and
+        ex: executor (``measure``, ``temporal_config``, ``check_output``; the resolved kernel
+            choices ``elementwise``, ``attention`` and ``moe_gemm``; ``profile`` and
             ``activity_counts`` when tracing).
         make_trace: profile a replay and add the timeline fields (and write the request's
             ``trace``).
@@ -245,9 +246,8 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> RunReport:
     step_c = time_step(build_forward(wl.arch, dep, m), cfg,
                        EventTimer(hw_sim, model, prep.cache, req.mode), record=False)
     sim_c, pred_c = step_c.main, step_c.makespan_us
-    elementwise = getattr(ex, "elementwise", "torch")
-    attention = getattr(ex, "attention", "sdpa")
-    moe_gemm = getattr(ex, "moe_gemm", None)
+    # the kernels the executor's workload resolved (``Executor.elementwise`` ...)
+    elementwise, attention, moe_gemm = ex.elementwise, ex.attention, ex.moe_gemm
     from subgpu_jax.sim.ceiling import overlap_ceiling
     return RunReport(
         workload={"model": wl.arch.name, "hardware": wl.hw.name, **dep.__dict__},
@@ -427,9 +427,8 @@ class GpuMeasurer:
             return self._ex
         self.release()
         try:
-            hwl = TorchWorkload(wl.graph(1), device="cuda", dist=self.dist,
-                                **kernels.workload_kwargs(), **collective_kwargs(collectives),
-                                **link_kwargs(wl.hw))
+            hwl = TorchWorkload(wl.graph(1), device="cuda", dist=self.dist, kernels=kernels,
+                                **collective_kwargs(collectives), **link_kwargs(wl.hw))
         except WorkloadMemoryError as e:
             raise ValueError(str(e)) from None
         ex = Executor(hwl, gemm=kernels.gemm)

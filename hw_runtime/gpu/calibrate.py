@@ -139,22 +139,21 @@ def corun_pairs(torch, wl, part, reps: int = 5) -> list[dict]:
     C_ = torch.empty(n, n, dtype=torch.bfloat16, device="cuda")
     L = min(4, g.num_regions)
     pa, pb = int(part.granted[0]), int(part.granted[1])
-    with wl.issuing(pa, 0):          # A on pool 0, lane 0; B on pool 1, lane 1
-        ga = capture_graph(torch, s0, lambda r=0: wl.launch(ia, 0, r % L), L)
+    # A on pool 0, lane 0; B on pool 1, lane 1 (the pool-sized kernels size for their pool)
+    ga = capture_graph(torch, s0, lambda r=0: wl.launch(ia, 0, r % L, sms=pa, lane=0), L)
     cands = [
-        (up, lambda r=0: wl.launch(iu, m - 1, r % g.num_regions),
+        (up, lambda r=0: wl.launch(iu, m - 1, r % g.num_regions, sms=pb, lane=1),
          {"name": g.kernels[iu].name, "key": kernel_key(g.kernels[iu])}, 8),
         ("gemm8192", lambda r=0: torch.mm(A_, B_, out=C_),
          {"name": "mm8192_bf16", "key": kernel_key(probe_kernels()[0]), "analytical": True}, 1),
-        (attn, lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions),
+        (attn, lambda r=0: wl.launch(ia, m - 1, (r + L) % g.num_regions, sms=pb, lane=1),
          {"name": g.kernels[ia].name + f"(mb{m - 1})", "key": kernel_key(g.kernels[ia])}, 1),
     ]
 
     a_alone = time_alone(torch, ga, s0, reps) / 1e3   # ms
     out = []
     for label, fn, info, nb in cands:
-        with wl.issuing(pb, 1):
-            gb = capture_graph(torch, s1, fn, nb)
+        gb = capture_graph(torch, s1, fn, nb)
         b_alone = time_alone(torch, gb, s1, reps) / 1e3
         rb = max(2, int(math.ceil(a_alone / b_alone)) + 2)
         a_co, b_co = time_corun(torch, ga, s0, gb, s1, rb, reps)   # µs, spin-gated start
@@ -219,6 +218,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     from hw_runtime.gpu.executor import cuda_torch, derive_workload
     from hw_runtime.gpu.partition import GreenPartition, device_sm_info
     from hw_runtime.gpu.kernels import collective_kwargs, link_kwargs
+    from hw_runtime.gpu.policies import KernelSettings
     from hw_runtime.gpu.workload import TorchWorkload
     from hw_runtime.gpu.kerneltime import time_kernels
     from subgpu_jax.model.hardware import get_hardware
@@ -230,6 +230,8 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
     link.update(collective_kwargs(collectives))
     torch = cuda_torch()
     policy = GemmPolicy(torch, gemm)
+    kernels = KernelSettings(gemm=gemm, elementwise=elementwise, attention=attention,
+                             moe_gemm=moe_gemm)
     info = device_sm_info(0)
     if not batches or not microbatches or not pools:
         raise ValueError("calibrate: batches, microbatches and pools must be non-empty")
@@ -246,11 +248,9 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         dep.validate(arch)
         R = dep.requests_per_gpu
         ms = [m for m in microbatches if R % m == 0]
-        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=elementwise,
-                             attention=attention, moe_gemm=moe_gemm, **link)
-        resolved = base.elementwise
-        resolved_attention = getattr(base, "attention", "sdpa")
-        resolved_moe[str(int(G))] = getattr(base, "moe_gemm", None)
+        base = TorchWorkload(build_graph(arch, dep, 1), device="cuda", kernels=kernels, **link)
+        resolved, resolved_attention = base.elementwise, base.attention
+        resolved_moe[str(int(G))] = base.moe_gemm
         log(f"calibrate: G={G} R={R} workload {base.memory['total'] / 1e9:.1f} GB "
             f"({base.kv_cache} KV) m={ms} ({time.time() - t0:.0f} s)")
         wls = {}
@@ -260,8 +260,7 @@ def calibrate(arch, deploy: Deployment, batches: Sequence[int] = (2048, 512),
         for rk in dict.fromkeys(g.region_kinds for g, _ in build_forward(arch, dep, 1).runs):
             if rk != base.graph.region_kinds:
                 kb = TorchWorkload(build_graph(arch, dep, 1, region=rk), device="cuda",
-                                   elementwise=elementwise, attention=attention,
-                                   moe_gemm=moe_gemm, **link)
+                                   kernels=kernels, **link)
                 others += [(m, derive_workload(kb, build_graph(arch, dep, m, region=rk)))
                            for m in ms]
         todo = []  # (wl, [kernel ids]) of keys not measured yet

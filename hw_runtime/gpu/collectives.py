@@ -18,8 +18,10 @@ Each collective has a staging buffer of ``Kernel.comm_bytes`` bytes. By mode:
 * ``none``: the copy only.
 
 ``VirtualCollectives`` is the part of ``TorchWorkload`` that does this (a mixin: it reads the
-workload's ``spin``, ``proxy``, ``is_cuda``, ``torch``, ``device``, ``deployment``,
+workload's ``spin``, ``proxy``, ``dist``, ``is_cuda``, ``torch``, ``device``, ``deployment``,
 ``comm_floor_us``, ``link_Bps``, ``copy_Bps`` and ``_cycles_per_us``, the sleep's calibration).
+The issuing stream's index (``lane``) is an argument of ``endpoint_``, passed down by the kernel
+callables (``kernels``).
 Needs torch, and Triton for the proxy, only when a collective runs.
 
 Units: µs, bytes, CTAs.
@@ -164,20 +166,21 @@ class VirtualCollectives:
         if rem:
             dst[full * m:].copy_(src[:rem])
 
-    def endpoint_(self, kernel, dst, src) -> None:
+    def endpoint_(self, kernel, dst, src, lane: int = 0) -> None:
         """The payload of collective ``kernel`` into its staging buffer ``dst`` from ``src``
-        (flat): with a ``dist`` context (``--collectives nccl``) the real collective on ``dst``
-        (``distributed.collective_``, the groups of the issuing stream's ``lane``); the
-        paced proxy with ``proxy`` on a CUDA device (``dst`` then a contiguous 1-D bf16 tensor;
-        the CTA count of ``proxy_plan`` for the deployment's attention TP); else the full-speed
-        copy.
+        (flat), issued from the stream of index ``lane``: with a ``dist`` context
+        (``--collectives nccl``) the real collective on ``dst`` (``distributed.collective_``,
+        the groups of ``lane``); the paced proxy with ``proxy`` on a CUDA device (``dst`` then
+        a contiguous 1-D bf16 tensor; the CTA count of ``proxy_plan`` for the deployment's
+        attention TP); else the full-speed copy (``lane`` unused by both).
 
         Raises:
-            ValueError: from ``proxy_`` (a buffer it cannot run on) or ``cycle_copy``.
+            ValueError: from ``proxy_`` (a buffer it cannot run on) or ``cycle_copy``; from
+                ``collective_``: a lane without communicators of its own.
         """
-        dist = getattr(self, "dist", None)
+        dist = self.dist
         if dist is not None:         # --collectives nccl: the real collective, this lane's group
-            collective_(dist, kernel, dst, getattr(self, "lane", 0))
+            collective_(dist, kernel, dst, lane)
         elif self.proxy:             # (CUDA only: TorchWorkload sets it so)
             proxy_(dst, *self.proxy_args(kernel))
         else:

@@ -283,13 +283,16 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
     src = [torch.randn(nc, dtype=torch.bfloat16, device=wl.device) for _ in range(4)]
     dst = torch.empty(nc, dtype=torch.bfloat16, device=wl.device)
 
-    def fn_of(c: str) -> Callable[[int], Any]:
+    def fn_of(c: str) -> Callable[..., Any]:
+        """``f(r, sms=None, lane=0)``: launch r of class ``c`` issued on a pool of ``sms`` SMs
+        (None: the whole GPU) from stream ``lane`` (read by the workload's kernels only)."""
         if c in idx:
             i = idx[c]
-            return lambda r, i=i: wl.launch(i, microbatch, r % L)
+            return lambda r, sms=None, lane=0, i=i: wl.launch(i, microbatch, r % L, sms=sms,
+                                                              lane=lane)
         if c == "dense_gemm":
-            return lambda r: torch.mm(Xg, Wg, out=Yg)
-        return lambda r: dst.copy_(src[r % len(src)])
+            return lambda r, sms=None, lane=0: torch.mm(Xg, Wg, out=Yg)
+        return lambda r, sms=None, lane=0: dst.copy_(src[r % len(src)])
 
     syn = synthetic_kernels()
     kinfo = {c: ({"name": g.kernels[idx[c]].name, "key": kernel_key(g.kernels[idx[c]])}
@@ -307,16 +310,15 @@ def corun_matrix(wl, splits: Sequence[tuple[int, int]] = ((32, 96), (64, 64), (9
                 # launches sized on a one-launch probe on pool a
                 pa, pb = int(part.granted[0]), int(part.granted[1])
                 fc, kc = fn_of(c), kinfo[c]["key"]
-                pol.prepare(kc, pa, lambda: fc(0), sa)
-                with wl.issuing(pa, 0):      # pool-sized kernels: pool a, lane 0
-                    g1 = capture_graph(torch, sa, fc, 1)
-                    t1 = time_alone(torch, g1, sa, 3)
-                    del g1
-                    n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
-                    ga_[c] = capture_graph(torch, sa, fc, n)
+                pol.prepare(kc, pa, lambda: fc(0), sa)     # (timed as issued on the whole GPU)
+                # pool-sized kernels: pool a, lane 0
+                g1 = capture_graph(torch, sa, lambda r: fc(r, pa, 0), 1)
+                t1 = time_alone(torch, g1, sa, 3)
+                del g1
+                n = out["launches"].setdefault(c, max(1, min(64, int(round(target_us / t1)))))
+                ga_[c] = capture_graph(torch, sa, lambda r: fc(r, pa, 0), n)
                 pol.prepare(kc, pb, lambda: fc(0), sb)
-                with wl.issuing(pb, 1):      # pool b, lane 1
-                    gb_[c] = capture_graph(torch, sb, fc, n)
+                gb_[c] = capture_graph(torch, sb, lambda r: fc(r, pb, 1), n)   # pool b, lane 1
                 pol.reset()
                 ta_[c] = time_alone(torch, ga_[c], sa, reps)
                 tb_[c] = time_alone(torch, gb_[c], sb, reps)
@@ -449,11 +451,12 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
     Xg = torch.randn(M, K, dtype=torch.bfloat16, device=wl.device)
     Yg = [torch.empty(M, N, dtype=torch.bfloat16, device=wl.device) for _ in range(2)]
 
-    def fn_of(c: str, lane: int) -> Callable[[int], Any]:
+    def fn_of(c: str, lane: int, sms: int) -> Callable[[int], Any]:
+        """``f(r)``: launch r of class ``c`` on a pool of ``sms`` SMs from stream ``lane``."""
         if c == "dense_gemm" and c not in idx:
             return lambda r: torch.mm(Xg, Wg, out=Yg[lane])
         i = idx[c]
-        return lambda r, i=i: wl.launch(i, microbatch, (r + lane) % L)
+        return lambda r, i=i: wl.launch(i, microbatch, (r + lane) % L, sms=sms, lane=lane)
 
     out: dict = {"sms": int(sms), "pairs": [],
                  "protocol": "one launch each; B enqueued %d cycles after A from a common "
@@ -465,10 +468,8 @@ def lane_sharing(wl, sms: int = 64, pairs: Sequence[tuple[str, str]] = LANE_PAIR
             s0, s1 = s1, s0
         out["sms"] = int(part.granted[0])
         for a, b in pairs:
-            with wl.issuing(out["sms"], 0):
-                ga = capture_graph(torch, s0, fn_of(a, 0), 1)
-            with wl.issuing(out["sms"], 1):
-                gb = capture_graph(torch, s1, fn_of(b, 1), 1)
+            ga = capture_graph(torch, s0, fn_of(a, 0, out["sms"]), 1)
+            gb = capture_graph(torch, s1, fn_of(b, 1, out["sms"]), 1)
             ta, tb = time_alone(torch, ga, s0, reps), time_alone(torch, gb, s1, reps)
             a_end, b_end = time_corun(torch, ga, s0, gb, s1, 1, reps,
                                        b_delay_cycles=SECOND_DELAY_CYCLES)

@@ -3,8 +3,9 @@ kernel in one registry, as vLLM's attention-backend registry.
 
 ``ATTENTION_BACKENDS`` maps a name to an ``AttentionBackend`` subclass, registered where it is
 defined (``@register_attention_backend``). Its capabilities are class attributes
-(``supports_gqa``, ``supports_mla``, ``pool_sized``: sizes its grid by the issuing pool,
-``per_lane``: keeps state per issuing stream), its refusals ``check``, its per-workload state
+(``supports_gqa``, ``supports_mla``, ``pool_sized``: sizes its grid by the issuing pool's
+``sms``, ``per_lane``: keeps state per issuing stream, its ``lane``), its refusals ``check``, its
+per-workload state
 ``workload_consts`` and its launches ``gqa``/``mla`` (``kernels._attn``, ``kernels._mla_attn``);
 the runtime asks these, never a kernel's name. The backends:
 
@@ -78,10 +79,11 @@ class AttentionBackend:
         name: the ``--attention`` value. help: its part of ``subgpu run --help``.
         supports_gqa, supports_mla: the GQA/MHA (``kernels._attn``) and the multi-head latent
             (``kernels._mla_attn``) builders run it; anything else is refused there.
-        pool_sized: sizes its grid (KV split) by the SMs of the issuing pool: the executor sets
-            the workload's ``pool_sms`` before each of its launches.
+        pool_sized: sizes its grid (KV split) by the SMs of the issuing pool, the ``sms`` its
+            ``attend`` gets (every launcher passes the pool it issues on: the executor per
+            launch, ``time_kernels`` and the co-runs theirs).
         per_lane: keeps state per issuing stream (FlashInfer's workspace holds the split
-            partials): the executor sets the workload's ``lane`` before each launch.
+            partials), keyed by the ``lane`` its ``attend`` gets.
     """
 
     name: ClassVar[str] = ""
@@ -121,11 +123,13 @@ class AttentionBackend:
         return {}
 
     @classmethod
-    def gqa(cls, c: Any) -> Callable[[Any, Any, Any, Any, Any], None]:
+    def gqa(cls, c: Any) -> Callable[..., None]:
         """The GQA/MHA launch of kernel context ``c`` (``kernelctx.KernelContext``):
-        ``attend(q, k, v, out, sink)`` with ``q``, ``out`` ``(Rm, qh, 1, hd)`` bf16 views, ``k``,
-        ``v`` the ``(Rm, kvh, L, hd)`` caches, ``sink`` the per-head scale ``(1, qh, 1, 1)`` of
-        GPT-OSS's sinks or None; writes ``out`` only (capturable in a CUDA graph).
+        ``attend(q, k, v, out, sink, sms, lane)`` with ``q``, ``out`` ``(Rm, qh, 1, hd)`` bf16
+        views, ``k``, ``v`` the ``(Rm, kvh, L, hd)`` caches, ``sink`` the per-head scale
+        ``(1, qh, 1, 1)`` of GPT-OSS's sinks or None, ``sms`` the SMs of the issuing pool (an
+        int, the whole GPU's outside a partition) and ``lane`` the index of the issuing stream
+        (an int >= 0); writes ``out`` only (capturable in a CUDA graph).
 
         Raises:
             NotImplementedError: a backend without ``supports_gqa``.
@@ -133,10 +137,11 @@ class AttentionBackend:
         raise NotImplementedError(f"{cls.__name__} does not run GQA/MHA")
 
     @classmethod
-    def mla(cls, c: Any, scale: float) -> Callable[[Any, Any, Any], None]:
-        """The absorbed MLA launch of ``c``: ``attend(q, cache, out)`` with ``q`` the
+    def mla(cls, c: Any, scale: float) -> Callable[..., None]:
+        """The absorbed MLA launch of ``c``: ``attend(q, cache, out, sms, lane)`` with ``q`` the
         ``(Rm, qh, c + r)`` query buffer, ``cache`` ``(Rm, 1, L, c + r)``, ``out`` the
-        ``(Rm, qh, c)`` latent output buffer; ``scale`` the softmax scale.
+        ``(Rm, qh, c)`` latent output buffer, ``sms`` and ``lane`` as in ``gqa``; ``scale`` the
+        softmax scale.
 
         Raises:
             NotImplementedError: a backend without ``supports_mla``.
@@ -144,14 +149,14 @@ class AttentionBackend:
         raise NotImplementedError(f"{cls.__name__} does not run MLA")
 
 
-def _split_kv(c: Any, run: Callable[[Any, Any, Any, Any], None]
-              ) -> Callable[[Any, Any, Any, Any, Any], None]:
+def _split_kv(c: Any, run: Callable[[Any, Any, Any, Any, int, int], None]
+              ) -> Callable[..., None]:
     """``AttentionBackend.gqa``'s ``attend`` of a kernel that writes ``(Rm, qh, hd)``: ``run(q,
-    k, v, out)``, then the sink scale in place."""
+    k, v, out, sms, lane)``, then the sink scale in place."""
     Rm, qh, hd = c.Rm, c.qh, c.hd
 
-    def attend(q, k, v, out, sink):
-        run(q.view(Rm, qh, hd), k, v, out.view(Rm, qh, hd))
+    def attend(q, k, v, out, sink, sms, lane):
+        run(q.view(Rm, qh, hd), k, v, out.view(Rm, qh, hd), sms, lane)
         if sink is not None:
             out.mul_(sink)
     return attend
@@ -171,7 +176,7 @@ class SdpaAttention(AttentionBackend):
         t, F_ = c.t, c.F_
         gqa = c.qh != c.kvh
 
-        def attend(q, k, v, out, sink):
+        def attend(q, k, v, out, sink, sms, lane):   # (SDPA: neither sized nor per lane)
             o = F_.scaled_dot_product_attention(q, k, v, enable_gqa=gqa) if gqa else \
                 F_.scaled_dot_product_attention(q, k, v)
             if sink is not None:
@@ -185,7 +190,7 @@ class SdpaAttention(AttentionBackend):
         F_, s = c.F_, c.s
         Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
 
-        def attend(q, cache, out):
+        def attend(q, cache, out, sms, lane):
             o = F_.scaled_dot_product_attention(q.view(Rm, 1, qh, cl + r), cache,
                                                 cache[..., :cl], scale=scale)
             out.view(Rm, 1, qh, cl).copy_(o)
@@ -219,16 +224,17 @@ class TritonAttention(AttentionBackend):
 
     @classmethod
     def gqa(cls, c):
-        return _split_kv(c, lambda q, k, v, out: decode_attention(q, k, v, out, c.pool_sms()))
+        return _split_kv(c, lambda q, k, v, out, sms, lane: decode_attention(q, k, v, out, sms))
 
     @classmethod
     def mla(cls, c, scale):
         s = c.s
         Rm, qh, cl, r = s.Rm, s.qh, s.c, s.r
 
-        def attend(q, cache, out):   # split-KV latent attention, all heads of a request per program
+        def attend(q, cache, out, sms, lane):   # split-KV latent attention, all heads of a
+            # request per program, the splits sized for the pool
             mla_decode_attention(q.view(Rm, qh, cl + r), cache[:, 0], out.view(Rm, qh, cl),
-                                 c.pool_sms(), scale, cl)
+                                 sms, scale, cl)
         return attend
 
 
@@ -266,7 +272,7 @@ class FlashInferAttention(AttentionBackend):
     @classmethod
     def gqa(cls, c):
         dec = c.wl.consts.attn_decoders[c.s.kv_len[c.kern.layer]]
-        return _split_kv(c, lambda q, k, v, out: dec(q, k, v, out, c.pool_sms(), lane=c.lane()))
+        return _split_kv(c, lambda q, k, v, out, sms, lane: dec(q, k, v, out, sms, lane=lane))
 
 
 #: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take:

@@ -45,24 +45,16 @@ from typing import Any, Sequence
 from subgpu_jax.model.graph import OpGraph
 from subgpu_jax.space.config import Config, temporal_config
 
-from hw_runtime.gpu.decode_attn import ATTENTION_BACKENDS
+# (the stream-priority policies live with the kernel policies; re-exported here)
+from hw_runtime.gpu.policies import DEFAULT_LANE_PRIORITY, LANE_PRIORITY, LANE_PRIORITY_HELP
 from hw_runtime.plan import (LaunchPlan, PlanTask, StepPlan, build_launch_plan, build_step_plan,
                              issue_plan)
 
-__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "launch_settings", "MODES", "cuda_torch",
-           "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY", "LANE_PRIORITY_HELP"]
+__all__ = ["ExecutorUnavailable", "Executor", "Measurement", "derive_workload", "MODES",
+           "cuda_torch", "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY", "LANE_PRIORITY_HELP"]
 
 #: Execution modes: SM-partitioned stages, the same schedule on plain streams, one stream.
 MODES: tuple[str, ...] = ("green", "multistream", "temporal")
-#: Stream-priority policies of ``Executor.lane_priority`` (``Executor.priority_for``).
-LANE_PRIORITY: tuple[str, ...] = ("auto", "on", "off")
-#: The default of ``Executor.lane_priority`` and ``--lane-priority``: ``auto``.
-DEFAULT_LANE_PRIORITY = LANE_PRIORITY[0]
-#: ``--lane-priority``'s help (``subgpu run``, ``calibrate`` and ``tune``).
-LANE_PRIORITY_HELP = ("CUDA priorities for the streams of a stage (lane 0 highest): auto (on "
-                      "when each lane holds at most one microbatch, m <= K, which keeps both "
-                      "microbatches from locking onto one stage), on or off. Default: "
-                      f"{DEFAULT_LANE_PRIORITY}")
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -94,25 +86,16 @@ def derive_workload(base, graph: OpGraph):
     return base.derive(graph)
 
 
-def launch_settings(workloads: Sequence) -> tuple[bool, bool]:
-    """``(pool_sized, lanes)``: whether the executor sets ``pool_sms`` (the issuing pool's SMs)
-    and ``lane`` (the issuing stream's index) on the workloads before each launch. Pool-sized:
-    a decode attention that sizes its KV split by the pool (a ``decode_attn`` backend's
-    ``pool_sized``; an unknown name: neither). Lanes: real collectives (one communicator per
-    lane, ``distributed.py``) or an attention with per-stream state (``per_lane``)."""
-    att = [ATTENTION_BACKENDS.get(getattr(w, "attention", "sdpa")) for w in workloads]
-    return (any(b is not None and b.pool_sized for b in att),
-            any(getattr(w, "dist", None) is not None for w in workloads)
-            or any(b is not None and b.per_lane for b in att))
-
-
 class _TorchBackend:
     """``StreamBackend`` over torch streams: one ``torch.cuda.Event`` per recorded task.
 
     ``wl`` is the workload of a ``LaunchPlan``, or for a ``StepPlan`` the list of each run's
     workload; ``offsets`` the runs' first region instances; ``head`` the ``TorchHead``;
     ``gemm`` the GEMM launch policy (``hw_runtime.gpu.blas``) and ``pool_of`` each stream's
-    pool size."""
+    pool size (SMs, by ``cuda_stream`` handle). Every launch is issued with the SMs of its
+    stream's pool (None: the whole GPU) and the stream's index as its lane
+    (``StepWorkloads.resolve``): the pool-sized decode attentions size their KV split by the
+    first, real collectives and FlashInfer's workspaces are per lane."""
 
     def __init__(self, torch, streams: Sequence, wl, gemm=None, pool_of=None,
                  offsets: Sequence[int] = (0,), head=None) -> None:
@@ -120,7 +103,6 @@ class _TorchBackend:
         self.wls = list(wl) if isinstance(wl, (list, tuple)) else [wl]
         self.offsets, self.head = list(offsets), head
         self.gemm, self.pool_of = gemm, (pool_of or {})
-        self._pool_sized, self._lanes = launch_settings(self.wls)
         self._keys: dict[tuple[int, int], str] = {}
         self.ev: dict[int, Any] = {}
         self._cur = None
@@ -143,14 +125,9 @@ class _TorchBackend:
             if (task.run, kernel) not in self._keys:
                 from subgpu_jax.model.calibration import kernel_key
                 self._keys[(task.run, kernel)] = kernel_key(kern)
-            self.gemm.prepare(self._keys[(task.run, kernel)], pool, call, s)
-        if self._lanes:
-            for w in self.wls:
-                w.lane = stream
-        if self._pool_sized:                     # the decode attention sizes its grid by it
-            for w in self.wls:
-                w.pool_sms = pool
-        call()
+            self.gemm.prepare(self._keys[(task.run, kernel)], pool,
+                              lambda: call(pool, stream), s)
+        call(pool, stream)                       # this pool's SMs, this stream's lane
 
     def record(self, stream: int, task: int) -> None:
         e = self.t.cuda.Event()
@@ -227,9 +204,10 @@ class Executor:
         self.base = workload
         self.device = device
         self.gemm = GemmPolicy(self.torch, gemm, device)
-        self.elementwise = workload.elementwise   # the workload's resolved choice (fused.py)
-        self.attention = getattr(workload, "attention", "sdpa")  # (decode_attn.py)
-        self.moe_gemm = getattr(workload, "moe_gemm", None)      # (moe_gemm.py; None: dense)
+        # the workload's resolved kernel choices (fused.py, decode_attn.py, moe_gemm.py; the
+        # expert GEMMs None for a dense region)
+        self.elementwise, self.attention = workload.elementwise, workload.attention
+        self.moe_gemm = workload.moe_gemm
         # Stream priorities of the pipelined runs (``LANE_PRIORITY``): "auto" turns them on
         # when every lane holds at most one microbatch (m <= k).
         self.lane_priority = DEFAULT_LANE_PRIORITY

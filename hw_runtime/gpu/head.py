@@ -4,7 +4,8 @@ sampled token, for the whole per-GPU batch R after the last region.
 
 ``TorchHead(workload)`` allocates the head's weights and buffers next to a ``TorchWorkload``
 (same device, random weights, nothing downloaded) and ``launch()`` runs the four kernels on the
-current torch stream, writing only into preallocated tensors (capturable in a CUDA graph):
+current torch stream (``lane``: that stream's index, for the exchange's real collective under
+``--collectives nccl``), writing only into preallocated tensors (capturable in a CUDA graph):
 
 ==========  ==================================================================================
 final_norm  RMSNorm of each microbatch's last residual (``resid.0``, the region output) into
@@ -92,49 +93,51 @@ class TorchHead:
         """The head kernels' names in launch order."""
         return tuple(k.name for k in self.kernels)
 
-    def launch(self, name: str | None = None) -> None:
-        """Run one head kernel (``name``) or all four in order on the current torch stream.
+    def launch(self, name: str | None = None, lane: int = 0) -> None:
+        """Run one head kernel (``name``) or all four in order on the current torch stream,
+        whose index is ``lane`` (an int >= 0: the groups of the sample/embed exchange under
+        ``--collectives nccl``; unused otherwise).
 
         Raises:
             ValueError: an unknown kernel name (lists the names).
         """
         if name is None:
             for nm in self.names:
-                self._fns[nm]()
+                self._fns[nm](lane)
             return
         if name not in self._fns:
             raise ValueError(f"head kernel must be one of {', '.join(self.names)}, got {name!r}")
-        self._fns[name]()
+        self._fns[name](lane)
 
     # ------------------------------------------------------------------ kernels
-    def _comm(self, name: str, src) -> None:
+    def _comm(self, name: str, src, lane: int) -> None:
         buf = self.acts.get("stage." + name)
         if buf is not None:
-            self.wl.endpoint_(self._by_name[name], buf, src.reshape(-1))
+            self.wl.endpoint_(self._by_name[name], buf, src.reshape(-1), lane)
         if self._spin[name]:
             self.t.cuda._sleep(self._spin[name])
 
-    def _final_norm(self) -> None:
+    def _final_norm(self, lane: int) -> None:
         F_ = self.t.nn.functional
         w, xn, Rm = self.weights["final_norm.w"], self.acts["final_xn"], self.Rm
         for mu in range(self.m):
             x = self.wl.acts[mu]["resid.0"]
             xn[mu * Rm:(mu + 1) * Rm].copy_(F_.rms_norm(x, (self.H,), w, 1e-5))
 
-    def _lm_head(self) -> None:
+    def _lm_head(self, lane: int) -> None:
         self.t.mm(self.acts["final_xn"], self.weights["lm_head.w"], out=self.acts["logits"])
 
-    def _sample(self) -> None:
+    def _sample(self, lane: int) -> None:
         a = self.acts
         self.t.add(a["logits"], a["gumbel"], out=a["scores"])
         self.t.max(a["scores"], dim=-1, out=(a["best"], a["tokens"]))
-        self._comm("sample", a["best"])
+        self._comm("sample", a["best"], lane)
 
-    def _embed(self) -> None:
+    def _embed(self, lane: int) -> None:
         t, a, Rm = self.t, self.acts, self.Rm
         rows = max(1, math.ceil(Rm / self.tp))
         W = self.weights["embed.w"]
         for mu in range(self.m):
             dst = self.wl.acts[mu]["resid.0"]
             t.index_select(W, 0, a["tokens"][mu * Rm:mu * Rm + rows], out=dst[:rows])
-        self._comm("embed", a["final_xn"])
+        self._comm("embed", a["final_xn"], lane)

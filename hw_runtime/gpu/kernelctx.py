@@ -35,10 +35,14 @@ class KernelContext:
         H, Rm, hd, qh, kvh: hidden size, requests per microbatch, head dim, query and KV heads;
         eps: RMSNorm epsilon; fused: the workload's elementwise kernels are the Triton ones
         (``hw_runtime.gpu.fused``); attention: its resolved decode attention (a name of
-        ``decode_attn.ATTENTION_BACKENDS``); spin: spin cycles after a virtual
-        collective; stage: the name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV, ACT: weight,
-        KV-cache and activation tensor dicts (per region instance / microbatch), nW, nKV their
-        counts; resid_in, resid_out: residual-stream tensor names of the layer.
+        ``decode_attn.ATTENTION_BACKENDS``); device_sms: the GPU's SMs (the pool of a launch
+        issued with ``sms=None``); spin: spin cycles after a virtual collective; stage: the
+        name of its communication buffer; kv_pos: the KV-cache slot of the new token; W, KV,
+        ACT: weight, KV-cache and activation tensor dicts (per region instance / microbatch),
+        nW, nKV their counts; resid_in, resid_out: residual-stream tensor names of the layer.
+
+    The pool and the stream of a launch are not here: a kernel callable gets them as its
+    arguments ``sms`` and ``lane`` (``kernels`` module docstring).
     """
 
     def __init__(self, wl: Any, i: int, kern: Any) -> None:
@@ -55,16 +59,14 @@ class KernelContext:
         self.W, self.KV, self.ACT = wl.weights, wl.kv, wl.acts
         self.nW, self.nKV = len(self.W), len(self.KV)
         self.resid_in, self.resid_out = f"resid.{j}", f"resid.{j + 1}"
-        self.fused = getattr(wl, "elementwise", "torch") == "triton"
-        self.attention = getattr(wl, "attention", "sdpa")
+        self.fused = wl.elementwise == "triton"
+        self.attention = wl.attention
+        self.device_sms = int(wl.device_sms)
 
-    def pool_sms(self) -> int:
-        """SMs of the pool the kernel is being issued on (the whole GPU outside a partition)."""
-        return int(getattr(self.wl, "pool_sms", None) or getattr(self.wl, "device_sms", 1))
-
-    def lane(self) -> int:
-        """Index of the stream issuing the kernel (0 outside the executor's plans)."""
-        return int(getattr(self.wl, "lane", 0) or 0)
+    def pool(self, sms: int | None) -> int:
+        """The SMs of the issuing pool from a launch's ``sms`` argument: ``sms``, or the whole
+        GPU (``device_sms``) for None."""
+        return self.device_sms if sms is None else int(sms)
 
     def norm_into(self, dst, x, w) -> None:
         """dst <- RMSNorm(x) * w over the last axis (one Triton kernel when ``fused``)."""
@@ -81,10 +83,12 @@ class KernelContext:
         self.t.add(a, b, out=h)
         self.norm_into(hn, h, w)
 
-    def comm(self, a, src) -> None:
-        """The endpoint work of a virtual collective: copy ``src`` into the stage's buffer."""
+    def comm(self, a, src, lane: int = 0) -> None:
+        """The endpoint work of a collective issued from stream ``lane`` (its index): ``src``
+        into the stage's buffer (``VirtualCollectives.endpoint_``: a copy, the paced proxy, or
+        with ``--collectives nccl`` the real collective over that lane's groups)."""
         if self.stage in a:
-            self.wl.endpoint_(self.kern, a[self.stage], src.reshape(-1))
+            self.wl.endpoint_(self.kern, a[self.stage], src.reshape(-1), lane)
 
     def spin_end(self) -> None:
         """The ``sleep`` mode's wait to the modelled link time of a virtual collective (a

@@ -2,9 +2,13 @@
 
 ``kernel_builder(kernel)`` returns the builder of a graph kernel's op; a builder takes the
 ``KernelContext`` (``kernelctx``) of one kernel of a ``TorchWorkload`` (its tensors, shapes and
-helpers) and returns ``f(mu, l)``, which launches the kernel for microbatch ``mu`` on region
-instance ``l`` (writes only into preallocated tensors, so it can be captured in a CUDA graph). Virtual
-collectives stand in for a TP/EP collective as ``--collectives`` says
+helpers) and returns the kernel callable ``f(mu, l, sms=None, lane=0)`` (``KernelFn``), which
+launches the kernel on the current torch stream for microbatch ``mu`` (0..m-1) on region
+instance ``l`` (0..num_regions-1), issued on a pool of ``sms`` SMs (a count; None: the whole
+GPU) from the stream of index ``lane`` (0..): the pool-sized decode attentions size their KV
+split by ``sms``, the collectives and FlashInfer's workspaces are per ``lane``; every other
+kernel ignores both. It writes only into preallocated tensors, so it can be captured in a CUDA
+graph. Virtual collectives stand in for a TP/EP collective as ``--collectives`` says
 (``hw_runtime.gpu.collectives``).
 Needs torch only when a builder runs.
 """
@@ -21,8 +25,11 @@ from hw_runtime.gpu import moe_gemm
 from hw_runtime.gpu.decode_attn import attention_backend
 from hw_runtime.gpu.kernelctx import KernelContext, rotate_into
 
-__all__ = ["KernelContext", "KERNELS", "kernel_builder", "SWIGLU_ALPHA", "SWIGLU_LIMIT",
-           "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
+__all__ = ["KernelContext", "KernelFn", "KERNELS", "kernel_builder", "SWIGLU_ALPHA",
+           "SWIGLU_LIMIT", "COLLECTIVES", "spin_of", "collective_kwargs", "link_kwargs"]
+
+#: A kernel callable ``f(mu, l, sms=None, lane=0)`` (module docstring).
+KernelFn = Callable[..., None]
 
 #: GPT-OSS clamped SwiGLU constants (public reference implementation).
 SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0
@@ -66,24 +73,24 @@ def collective_kwargs(collectives: str) -> dict:
     return collective_mode(collectives).workload_kwargs()
 
 
-def _rmsnorm(c: KernelContext) -> Callable[[int, int], None]:
+def _rmsnorm(c: KernelContext) -> KernelFn:
     """RMSNorm of the residual stream before attention."""
     W, nW, ACT, p, resid_in = c.W, c.nW, c.ACT, c.p, c.resid_in
     norm_into = c.norm_into
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         norm_into(a[p + "xn"], a[resid_in], W[l % nW][p + "attn_norm.w"])
     return f
 
 
-def _linear(c: KernelContext, src: str, weight: str, dst: str) -> Callable[[int, int], None]:
+def _linear(c: KernelContext, src: str, weight: str, dst: str) -> KernelFn:
     """``dst <- src @ W[weight.w] (+ W[weight.b] where the layer has a bias)``: one GEMM (names
     relative to the layer's prefix)."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
     src, dst, wn, bn = p + src, p + dst, p + weight + ".w", p + weight + ".b"
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         if bn in w:
             t.addmm(w[bn], a[src], w[wn], out=a[dst])
@@ -92,12 +99,12 @@ def _linear(c: KernelContext, src: str, weight: str, dst: str) -> Callable[[int,
     return f
 
 
-def _qkv(c: KernelContext) -> Callable[[int, int], None]:
+def _qkv(c: KernelContext) -> KernelFn:
     """QKV projection (GEMM, optional bias)."""
     return _linear(c, "xn", "qkv", "qkv")
 
 
-def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
+def _rope_kv(c: KernelContext) -> KernelFn:
     """RoPE on q and k (optional q/k norm) and the KV-cache append."""
     F_, Rm, hd, qh, kvh = c.F_, c.Rm, c.hd, c.qh, c.kvh
     eps, W, nW, KV, nKV = c.eps, c.W, c.nW, c.KV, c.nKV
@@ -105,7 +112,7 @@ def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
     wl = c.wl
     one_kernel = c.fused   # q/k norm (Qwen3) included: fused.rope_kv_ normalises per head
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         if one_kernel:
             sl = slice(mu * Rm, (mu + 1) * Rm)
@@ -126,50 +133,50 @@ def _rope_kv(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _attn(c: KernelContext) -> Callable[[int, int], None]:
+def _attn(c: KernelContext) -> KernelFn:
     """Decode attention (FMHA; GQA when fewer KV heads), optional sink scale: the workload's
     ``decode_attn`` backend (``AttentionBackend.gqa``)."""
     Rm, hd, qh = c.Rm, c.hd, c.qh
     W, nW, KV, nKV = c.W, c.nW, c.KV, c.nKV
     ACT, p = c.ACT, c.p
 
-    attend = attention_backend(c.attention).gqa(c)
+    attend, pool = attention_backend(c.attention).gqa(c), c.pool
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         sl = slice(mu * Rm, (mu + 1) * Rm)
         kk, vv = kv[p + "k_cache"][sl], kv[p + "v_cache"][sl]
         sink = w[p + "sink_scale"] if p + "sink_scale" in w else None
         attend(a[p + "q"].view(Rm, qh, 1, hd), kk, vv, a[p + "attn_out"].view(Rm, qh, 1, hd),
-               sink)
+               sink, pool(sms), lane)
     return f
 
 
-def _o_proj(c: KernelContext) -> Callable[[int, int], None]:
+def _o_proj(c: KernelContext) -> KernelFn:
     """Attention output projection (GEMM, optional bias)."""
     return _linear(c, "attn_out", "o", "o_part")
 
 
-def _out_residual(c: KernelContext) -> Callable[[int, int], None]:
+def _out_residual(c: KernelContext) -> KernelFn:
     """Attention all-reduce (virtual: a copy of the payload) + residual add + MLP norm."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
     resid_in, add_norm_into, comm, spin_end = c.resid_in, c.add_norm_into, c.comm, c.spin_end
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
-        comm(a, a[p + "o_part"])
+        comm(a, a[p + "o_part"], lane)
         add_norm_into(a[p + "h"], a[p + "hn"], a[p + "o_part"], a[resid_in], w[p + "mlp_norm.w"])
         spin_end()
     return f
 
 
-def _router(c: KernelContext) -> Callable[[int, int], None]:
+def _router(c: KernelContext) -> KernelFn:
     """MoE router GEMM (optional bias)."""
     t, s, W, nW, ACT = c.t, c.s, c.W, c.nW, c.ACT
     p = c.p
     Tr = s.Tr
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         z = t.mm(a[p + "hn"][:Tr], w[p + "router.w"])
         if p + "router.b" in w:
@@ -179,19 +186,19 @@ def _router(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _topk(c: KernelContext) -> Callable[[int, int], None]:
+def _topk(c: KernelContext) -> KernelFn:
     """Top-k expert selection and softmax of the selected logits."""
     t, s, ACT, p = c.t, c.s, c.ACT, c.p
     k_ = s.k
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         t.topk(a[p + "logits"], k_, dim=-1, out=(a[p + "topk_w"], a[p + "topk_i"]))
         a[p + "topk_w"].copy_(t.softmax(a[p + "topk_w"], dim=-1))
     return f
 
 
-def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
+def _dispatch(c: KernelContext) -> KernelFn:
     """MoE dispatch all-to-all (virtual) and the gather into expert order."""
     t, s, H, ACT, p = c.t, c.s, c.H, c.ACT, c.p
     comm, spin_end, wl = c.comm, c.spin_end, c.wl
@@ -199,10 +206,10 @@ def _dispatch(c: KernelContext) -> Callable[[int, int], None]:
 
     grouped = wl.moe_gemm == "triton"
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         src = a[p + "hn"][:Tr]
-        comm(a, src)
+        comm(a, src, lane)
         if not grouped:   # the grouped expert GEMM reads the routed rows itself
             t.index_select(src, 0, wl.consts.disp_idx, out=a[p + "x_exp"].view(-1, H))
         spin_end()
@@ -215,7 +222,7 @@ def _first(x, n: int):
     return None if x is None else x[:n]
 
 
-def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
+def _expert_up(c: KernelContext) -> KernelFn:
     """Expert up-projection (batched GEMM) with SwiGLU (clamped for GPT-OSS)."""
     t, F_, s, arch, W = c.t, c.F_, c.s, c.arch, c.W
     nW, ACT, p = c.nW, c.ACT, c.p
@@ -227,7 +234,7 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
     rt = c.wl.consts.routing
     Tr = s.Tr
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         wu = w[p + "experts_up.w"][:nh]
         if rt is not None:   # one grouped launch: gather, gate/up GEMM, bias, activation
@@ -260,7 +267,7 @@ def _expert_up(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
+def _expert_down(c: KernelContext) -> KernelFn:
     """Expert down-projection (batched GEMM)."""
     t, s, W, nW, ACT = c.t, c.s, c.W, c.nW, c.ACT
     p = c.p
@@ -268,7 +275,7 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
 
     rt = c.wl.consts.routing
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         wd = w[p + "experts_down.w"][:nh]
         if rt is not None:   # one grouped launch over the routed slots
@@ -284,7 +291,7 @@ def _expert_down(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _combine(c: KernelContext, shared: bool = False) -> Callable[[int, int], None]:
+def _combine(c: KernelContext, shared: bool = False) -> KernelFn:
     """MoE combine all-to-all (virtual) + weighted sum + residual:
     resid_out = h (+ shared_y with shared experts) + sum_k w_k * y_k."""
     t, s, H, Rm, ACT = c.t, c.s, c.H, c.Rm, c.ACT
@@ -293,10 +300,10 @@ def _combine(c: KernelContext, shared: bool = False) -> Callable[[int, int], Non
     one_kernel = c.fused and all(ACT[mu][nm].dim() == 2 and ACT[mu][nm].stride(-1) == 1
                                  for mu in range(len(ACT)) for nm in (p + "h", resid_out))
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         y = a[p + "y_exp"].view(-1, H)
-        comm(a, y)
+        comm(a, y, lane)
         if one_kernel:   # gather, weights, residual (and shared experts) in one kernel
             fused.moe_combine_(a[resid_out], a[p + "h"], y, wl.consts.comb_idx,
                                a[p + "topk_w"], wl.consts.wsel_idx,
@@ -315,14 +322,14 @@ def _combine(c: KernelContext, shared: bool = False) -> Callable[[int, int], Non
     return f
 
 
-def _mlp_up(c: KernelContext) -> Callable[[int, int], None]:
+def _mlp_up(c: KernelContext) -> KernelFn:
     """Dense MLP up/gate projection with SiLU gating."""
     t, F_, s, W, nW = c.t, c.F_, c.s, c.W, c.nW
     ACT, p = c.ACT, c.p
     I = s.I
     one_kernel = c.fused
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         t.mm(a[p + "hn"], w[p + "mlp_up.w"], out=a[p + "gu"])
         if one_kernel:
@@ -332,24 +339,24 @@ def _mlp_up(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _mlp_down(c: KernelContext) -> Callable[[int, int], None]:
+def _mlp_down(c: KernelContext) -> KernelFn:
     """Dense MLP down projection."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         t.mm(a[p + "act"], w[p + "mlp_down.w"], out=a[p + "y"])
     return f
 
 
-def _dense_residual(c: KernelContext) -> Callable[[int, int], None]:
+def _dense_residual(c: KernelContext) -> KernelFn:
     """Dense MLP's all-reduce (virtual) + residual add."""
     t, ACT, p, resid_out, comm = c.t, c.ACT, c.p, c.resid_out, c.comm
     spin_end = c.spin_end
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
-        comm(a, a[p + "y"])
+        comm(a, a[p + "y"], lane)
         t.add(a[p + "y"], a[p + "h"], out=a[resid_out])
         spin_end()
     return f
@@ -361,18 +368,18 @@ def _rope_r_into(c: KernelContext, dst, x) -> None:
     rotate_into(c.t, dst, x, c.wl.consts.rope_cos_r, c.wl.consts.rope_sin_r)
 
 
-def _mla_down(c: KernelContext) -> Callable[[int, int], None]:
+def _mla_down(c: KernelContext) -> KernelFn:
     """MLA down-projection: latent [Rm, ql + c + r] = xn @ W_down (the query latent, the KV
     latent and the shared rope key, one GEMM)."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         t.mm(a[p + "xn"], W[l % nW][p + "mla_down.w"], out=a[p + "latent"])
     return f
 
 
-def _mla_q_up(c: KernelContext) -> Callable[[int, int], None]:
+def _mla_q_up(c: KernelContext) -> KernelFn:
     """MLA query up-projection and absorption: cq = RMSNorm(latent[:, :ql]) (xn when q_lora is
     0), q = cq @ W_UQ [Rm, qh, nope + r], then the nope part absorbed into latent space per head,
     q_nope @ W_UK [qh, nope, c] -> ``q_lat[..., :c]``; ``q_lat[..., c:]`` = the (not yet
@@ -380,7 +387,7 @@ def _mla_q_up(c: KernelContext) -> Callable[[int, int], None]:
     t, F_, s, W, nW, ACT, p, eps = c.t, c.F_, c.s, c.W, c.nW, c.ACT, c.p, c.eps
     Rm, qh, ql, nope, r, cl = s.Rm, s.qh, s.ql, s.nope, s.r, s.c
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         cq = F_.rms_norm(a[p + "latent"][:, :ql], (ql,), w[p + "q_a_norm.w"], eps) if ql \
             else a[p + "xn"]
@@ -392,7 +399,7 @@ def _mla_q_up(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _mla_rope_kv(c: KernelContext) -> Callable[[int, int], None]:
+def _mla_rope_kv(c: KernelContext) -> KernelFn:
     """MLA RoPE and compressed-KV append: the cache slot of the new token gets
     [RMSNorm(kv latent), RoPE(k_rope)] (c + r elements, one head shared by all query heads);
     q = [q_lat[..., :c], RoPE(q_lat[..., c:])]."""
@@ -400,7 +407,7 @@ def _mla_rope_kv(c: KernelContext) -> Callable[[int, int], None]:
     ACT, p, kv_pos, eps = c.ACT, c.p, c.kv_pos, c.eps
     Rm, ql, cl = s.Rm, s.ql, s.c
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w, kv = ACT[mu], W[l % nW], KV[l % nKV]
         lat = a[p + "latent"]
         dst = kv[p + "ckv_cache"][mu * Rm:(mu + 1) * Rm, 0, kv_pos, :]
@@ -412,7 +419,7 @@ def _mla_rope_kv(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _mla_attn(c: KernelContext) -> Callable[[int, int], None]:
+def _mla_attn(c: KernelContext) -> KernelFn:
     """Absorbed MLA decode attention: the qh query heads of one request attend as qh queries of
     ONE head over its compressed cache [L, c + r] (keys: latent + rope key; values: the
     latent, the first c elements), softmax scale 1/sqrt(nope + r) (the head's q.k width);
@@ -423,29 +430,29 @@ def _mla_attn(c: KernelContext) -> Callable[[int, int], None]:
     Rm = s.Rm
     scale = 1.0 / math.sqrt(s.nope + s.r)
 
-    attend = attention_backend(c.attention, mla=True).mla(c, scale)
+    attend, pool = attention_backend(c.attention, mla=True).mla(c, scale), c.pool
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, kv = ACT[mu], KV[l % nKV]
         cache = kv[p + "ckv_cache"][mu * Rm:(mu + 1) * Rm]  # [Rm, 1, L, c + r]
-        attend(a[p + "q"], cache, a[p + "attn_lat"])
+        attend(a[p + "q"], cache, a[p + "attn_lat"], pool(sms), lane)
     return f
 
 
-def _mla_v_up(c: KernelContext) -> Callable[[int, int], None]:
+def _mla_v_up(c: KernelContext) -> KernelFn:
     """MLA value up-projection after attention, per head: attn_lat [qh, Rm, c] @ W_UV
     [qh, c, v] -> ``attn_out`` [Rm, qh * v]."""
     t, s, W, nW, ACT, p = c.t, c.s, c.W, c.nW, c.ACT, c.p
     Rm, qh, v = s.Rm, s.qh, s.v
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         t.bmm(a[p + "attn_lat"].transpose(0, 1), W[l % nW][p + "uv.w"], out=a[p + "o_heads"])
         a[p + "attn_out"].view(Rm, qh, v).copy_(a[p + "o_heads"].transpose(0, 1))
     return f
 
 
-def _topk_grouped(c: KernelContext) -> Callable[[int, int], None]:
+def _topk_grouped(c: KernelContext) -> KernelFn:
     """Group-limited routing (DeepSeek-V3): sigmoid scores, + the correction bias for the
     choice only; groups ranked by the sum of their two best scores, the top ``topk_group``
     groups eligible; top-k experts among them; weights = their sigmoid scores normalised to
@@ -454,7 +461,7 @@ def _topk_grouped(c: KernelContext) -> Callable[[int, int], None]:
     Tr, E, k_, ng, kg = s.Tr, s.E, s.k, arch.n_group, arch.topk_group
     per = E // ng
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a, w = ACT[mu], W[l % nW]
         sc = t.sigmoid(a[p + "logits"])
         sel = sc + w[p + "router.corr"]
@@ -468,12 +475,12 @@ def _topk_grouped(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _shared_up(c: KernelContext) -> Callable[[int, int], None]:
+def _shared_up(c: KernelContext) -> KernelFn:
     """Shared experts' up/gate projection (this GPU's 1/t share of n_shared * F) with SiLU
     gating: hn @ W [h, 2 Fs] -> ``shared_act`` [Rm, Fs]."""
     t, F_, W, nW, ACT, p, Fs = c.t, c.F_, c.W, c.nW, c.ACT, c.p, c.s.Fs
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         gu = a[p + "shared_gu"]
         t.mm(a[p + "hn"], W[l % nW][p + "shared_up.w"], out=gu)
@@ -481,18 +488,18 @@ def _shared_up(c: KernelContext) -> Callable[[int, int], None]:
     return f
 
 
-def _shared_down(c: KernelContext) -> Callable[[int, int], None]:
+def _shared_down(c: KernelContext) -> KernelFn:
     """Shared experts' down projection -> ``shared_y`` [Rm, h] (reduced with the combine)."""
     t, W, nW, ACT, p = c.t, c.W, c.nW, c.ACT, c.p
 
-    def f(mu, l):
+    def f(mu, l, sms=None, lane=0):
         a = ACT[mu]
         t.mm(a[p + "shared_act"], W[l % nW][p + "shared_down.w"], out=a[p + "shared_y"])
     return f
 
 
 #: op (or ``"out_residual"`` / ``"dense_residual"`` for the collectives) -> builder.
-KERNELS: dict[str, Callable[[KernelContext], Callable[[int, int], None]]] = {
+KERNELS: dict[str, Callable[[KernelContext], KernelFn]] = {
     "rmsnorm": _rmsnorm, "qkv": _qkv, "rope_kv": _rope_kv, "attn": _attn, "o_proj": _o_proj,
     "out_residual": _out_residual, "router": _router, "topk": _topk, "dispatch": _dispatch,
     "expert_up": _expert_up, "expert_down": _expert_down, "combine": _combine,
@@ -524,8 +531,7 @@ def _key(kern: Any, arch: Any = None) -> str:
     return kern.op
 
 
-def kernel_builder(kern: Any, arch: Any = None
-                   ) -> Callable[[KernelContext], Callable[[int, int], None]]:
+def kernel_builder(kern: Any, arch: Any = None) -> Callable[[KernelContext], KernelFn]:
     """The builder of a graph kernel's op (``KERNELS``); ``arch`` (the graph's ``ModelArch``)
     picks variants the kernel alone does not name (grouped routing).
 

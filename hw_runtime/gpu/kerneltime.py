@@ -4,7 +4,6 @@ probes' protocol) and counting a captured CUDA graph's nodes (``graph_nodes``). 
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from typing import TYPE_CHECKING, Sequence
 
@@ -34,7 +33,9 @@ def time_kernels(wl: "TorchWorkload", kernels: Sequence[int] | None = None, micr
 
     Args:
         gemm: a ``hw_runtime.gpu.blas.GemmPolicy`` (None: stock); sms: SMs of ``stream``'s pool
-            (None: the whole GPU), so a ``pool`` policy plans the GEMMs for that pool.
+            (a count; None: the whole GPU), so a ``pool`` policy plans the GEMMs for that pool
+            and the pool-sized decode attentions size their KV split for it; every launch is
+            issued as lane 0.
 
     Returns:
         one dict per kernel: ``kernel_info`` plus ``us`` (median), ``us_min``, ``us_max``,
@@ -47,23 +48,23 @@ def time_kernels(wl: "TorchWorkload", kernels: Sequence[int] | None = None, micr
         raise ValueError("time_kernels needs a CUDA workload")
     s = stream if stream is not None else t.cuda.Stream(device=wl.device)
     # pool-sized kernels (the decode attentions) size their split for this pool, lane 0
-    with (wl.issuing(sms, 0) if sms is not None else contextlib.nullcontext()):
-        if gemm is None or not gemm.active:
-            return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs)
-        from subgpu_jax.model.calibration import kernel_key
+    if gemm is None or not gemm.active:
+        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
+                             sms=sms)
+    from subgpu_jax.model.calibration import kernel_key
 
-        def before(i: int) -> None:
-            gemm.prepare(kernel_key(wl.graph.kernels[i]), sms,
-                         lambda: wl.launch(i, microbatch, 0), s)
-        try:
-            return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
-                                 before)
-        finally:
-            gemm.reset()
+    def before(i: int) -> None:
+        gemm.prepare(kernel_key(wl.graph.kernels[i]), sms,
+                     lambda: wl.launch(i, microbatch, 0, sms=sms), s)
+    try:
+        return _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs,
+                             before, sms)
+    finally:
+        gemm.reset()
 
 
-def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, before=None
-                  ) -> list[dict]:
+def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, before=None,
+                  sms=None) -> list[dict]:
     t = wl.torch
     nrot = min(wl.graph.num_regions, rotate or wl.instances)
     ids = list(range(wl.n)) if kernels is None else [wl.graph.index(k) for k in kernels]
@@ -75,7 +76,7 @@ def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, 
             if before is not None:
                 before(i)
             for l in range(nrot):
-                wl.launch(i, microbatch, l)
+                wl.launch(i, microbatch, l, sms=sms)
     s.synchronize()
     for i in ids:
         times = []
@@ -87,14 +88,14 @@ def _time_kernels(wl, kernels, microbatch, reps, warmup, rotate, s, use_graphs, 
                 g = t.cuda.CUDAGraph(keep_graph=True)
                 with t.cuda.graph(g, stream=s, pool=pool):
                     for l in range(nrot):
-                        wl.launch(i, microbatch, l)
+                        wl.launch(i, microbatch, l, sms=sms)
                 nodes = graph_nodes(g)
                 g.instantiate()
                 run = g.replay
             else:
                 def run(i=i):
                     for l in range(nrot):
-                        wl.launch(i, microbatch, l)
+                        wl.launch(i, microbatch, l, sms=sms)
             for _ in range(warmup):
                 run()
             evs = []

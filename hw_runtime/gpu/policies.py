@@ -8,11 +8,14 @@ what ``run.calibration_mismatch`` assumes when ``meta`` lacks the field), and it
 parsers take their options from ``add_kernel_args``; ``check_policies`` refuses a bad value
 where no parser stands in the way (``TuneSpec``). How a policy resolves to a kernel stays with
 its module (``fused.resolve``, ``decode_attn.resolve``, ``moe_gemm.resolve``,
-``blas.GemmPolicy``). Pure Python.
+``blas.GemmPolicy``). ``KernelSettings`` holds one value of each option (and the stream
+priorities, ``LANE_PRIORITY``): what a ``TorchWorkload`` and an ``Executor`` are built with; each
+default is written once, here. Pure Python.
 """
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 
 from subgpu_jax.model.checks import choice
@@ -23,7 +26,18 @@ from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 
 __all__ = ["KernelPolicy", "KERNEL_POLICIES", "add_kernel_args", "check_policies", "LEGACY",
-           "KERNEL_DEFAULTS"]
+           "KERNEL_DEFAULTS", "KernelSettings", "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY",
+           "LANE_PRIORITY_HELP"]
+
+#: Stream-priority policies of ``Executor.lane_priority`` (``Executor.priority_for``).
+LANE_PRIORITY: tuple[str, ...] = ("auto", "on", "off")
+#: The default of ``Executor.lane_priority`` and ``--lane-priority``: ``auto``.
+DEFAULT_LANE_PRIORITY = LANE_PRIORITY[0]
+#: ``--lane-priority``'s help (``subgpu run``, ``calibrate`` and ``tune``).
+LANE_PRIORITY_HELP = ("CUDA priorities for the streams of a stage (lane 0 highest): auto (on "
+                      "when each lane holds at most one microbatch, m <= K, which keeps both "
+                      "microbatches from locking onto one stage), on or off. Default: "
+                      f"{DEFAULT_LANE_PRIORITY}")
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,7 @@ KERNEL_POLICIES: tuple[KernelPolicy, ...] = (
 #: ``dest -> legacy``: what a calibration without the field was measured with.
 LEGACY: dict[str, str | None] = {p.dest: p.legacy for p in KERNEL_POLICIES}
 
-#: ``dest -> default``: each option's default (``commands.request.KernelSettings``'s fields).
+#: ``dest -> default``: each option's default (``KernelSettings``'s fields).
 KERNEL_DEFAULTS: dict[str, str] = {p.dest: p.default for p in KERNEL_POLICIES}
 
 
@@ -93,3 +107,40 @@ def check_policies(values: dict) -> None:
     for p in KERNEL_POLICIES:
         if p.dest in values:
             choice(values[p.dest], p.flag, p.choices)
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """The runtime's kernel choices, the same for the temporal and the pipelined runs: what
+    ``TorchWorkload(kernels=...)`` resolves (``elementwise``, ``attention``, ``moe_gemm``) and
+    what the ``Executor`` takes (``gemm``, ``lane_priority``). Re-exported by
+    ``hw_runtime.commands.request`` (``RunRequest.kernels``).
+
+    Fields:
+        gemm, elementwise, attention, moe_gemm: the kernel policies of ``KERNEL_POLICIES``
+            (``--gemm``, ``--elementwise``, ``--attention``, ``--moe-gemm``; their choices and
+            defaults are the registry's: ``KERNEL_DEFAULTS``).
+        lane_priority: CUDA priorities for the streams of a stage (``--lane-priority``, one of
+            ``LANE_PRIORITY``).
+    """
+
+    gemm: str = KERNEL_DEFAULTS["gemm"]
+    elementwise: str = KERNEL_DEFAULTS["elementwise"]
+    attention: str = KERNEL_DEFAULTS["attention"]
+    moe_gemm: str = KERNEL_DEFAULTS["moe_gemm"]
+    lane_priority: str = DEFAULT_LANE_PRIORITY
+
+    @classmethod
+    def from_args(cls, a: argparse.Namespace, lanes: bool = True) -> "KernelSettings":
+        """The kernel settings of parsed arguments ``a``: every ``KERNEL_POLICIES`` option and,
+        with ``lanes``, ``--lane-priority`` (``subgpu calibrate`` has none: the default)."""
+        opts = vars(a)
+        kw = {p.dest: opts[p.dest] for p in KERNEL_POLICIES}
+        if lanes:
+            kw["lane_priority"] = opts["lane_priority"]
+        return cls(**kw)
+
+    def policies(self) -> dict[str, str]:
+        """``{dest: value}`` of the ``KERNEL_POLICIES`` options (``gpu.calibrate.calibrate``'s
+        keyword arguments)."""
+        return {p.dest: getattr(self, p.dest) for p in KERNEL_POLICIES}

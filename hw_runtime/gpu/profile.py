@@ -82,7 +82,9 @@ def op_activity_names(wl, microbatch: int = 0, region: int = 0, gemm=None,
         gemm: the ``hw_runtime.gpu.blas.GemmPolicy`` the graph was captured with (None: stock);
         sms_of: (n,) SMs of the pool each op runs on (None entries or None: the whole GPU), so
             each op is launched with the GEMM plan it has in the graph (a GEMM planned for a
-            pool may issue another number of kernels, e.g. a split-K reduction).
+            pool may issue another number of kernels, e.g. a split-K reduction) and issued with
+            that pool as its ``sms`` (a pool-sized decode attention's KV split); every launch
+            is issued as lane 0.
 
     Returns:
         n lists of activity names (kernel names, memcpy/memset labels).
@@ -90,25 +92,28 @@ def op_activity_names(wl, microbatch: int = 0, region: int = 0, gemm=None,
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    def sms(i: int) -> int | None:
+        return None if sms_of is None else sms_of[i]
+
     def prep(i: int) -> None:
         if gemm is not None and gemm.active:
             from subgpu_jax.model.calibration import kernel_key
-            gemm.prepare(kernel_key(wl.graph.kernels[i]), None if sms_of is None else sms_of[i],
-                         lambda: wl.launch(i, microbatch, region), s)
+            gemm.prepare(kernel_key(wl.graph.kernels[i]), sms(i),
+                         lambda: wl.launch(i, microbatch, region, sms=sms(i)), s)
 
     counts = []
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         for i in range(wl.n):          # warm every op first (handles, kernel choice)
             prep(i)
-            wl.launch(i, microbatch, region)
+            wl.launch(i, microbatch, region, sms=sms(i))
     torch.cuda.synchronize()
     try:
         for i in range(wl.n):
             prep(i)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 with torch.cuda.stream(s):
-                    wl.launch(i, microbatch, region)
+                    wl.launch(i, microbatch, region, sms=sms(i))
                 torch.cuda.synchronize()
             counts.append([a["name"] for a in _kineto_events(prof)])
     finally:

@@ -8,9 +8,9 @@ region graph (weights of all of that kind's instances, its KV caches, its activa
 one reading and writing the residual stream of ``base`` (the main region's workload,
 ``TorchWorkload.share_residual``), so the runs of a ``hw_runtime.plan.StepPlan`` execute one
 after the other on the same tokens, and a ``TorchHead`` whose weights are shared by every
-microbatch count. ``launch(task, kernel)`` runs one kernel of a plan task (a region kernel of
-its run's workload at instance ``offset + region``, or a head kernel). Works on CPU (tests) and
-CUDA (the executor).
+microbatch count. ``launch(task, kernel, sms, lane)`` runs one kernel of a plan task (a region
+kernel of its run's workload at instance ``offset + region``, or a head kernel) issued on a pool
+of ``sms`` SMs from stream ``lane``. Works on CPU (tests) and CUDA (the executor).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ class StepWorkloads:
 
     Args:
         base: the main region's ``TorchWorkload`` (any microbatch count); its device, KV-cache
-            mode and collective settings are used for the other region kinds.
+            mode, kernel choices (``kernels``) and collective settings are used for the other
+            region kinds.
         workload_for: ``m -> TorchWorkload`` of the main region at m microbatches sharing the
             base's weights (``Executor.workload_for``); default: ``base`` only (m must then be
             the base's microbatch count).
@@ -86,12 +87,8 @@ class StepWorkloads:
                         self._kind_base[key] = TorchWorkload(
                             g, device=str(b.device), kv_cache=b.kv_cache,
                             comm_floor_us=b.comm_floor_us, link_Bps=b.link_Bps,
-                            copy_Bps=b.copy_Bps, spin=b.spin, proxy=b.proxy,
-                            dist=getattr(b, "dist", None),
-                            seed=1 + len(self._kind_base),
-                            elementwise=b.elementwise,
-                            attention=getattr(b, "attention", "sdpa"),
-                            moe_gemm=getattr(b, "moe_gemm_policy", "auto"))
+                            copy_Bps=b.copy_Bps, spin=b.spin, proxy=b.proxy, dist=b.dist,
+                            seed=1 + len(self._kind_base), kernels=b.kernels)
                     wl = self._derive(self._kind_base[key], g)
                     wl.share_residual(main)
                 per_kind[key] = wl
@@ -104,17 +101,20 @@ class StepWorkloads:
     @staticmethod
     def resolve(wls: list, offsets, head: Any, task: PlanTask, kernel: int) -> tuple[Any, Any]:
         """``(graph kernel, call)`` of kernel ``kernel`` of ``task`` (a ``StepPlan`` or
-        ``LaunchPlan`` task): ``call()`` launches it on the current stream, a head kernel for
-        ``HEAD_RUN``, else the run's workload at region instance ``offsets[run] +
-        task.region``."""
+        ``LaunchPlan`` task): ``call(sms, lane)`` launches it on the current stream, issued on
+        a pool of ``sms`` SMs (a count; None: the whole GPU) from the stream of index ``lane``
+        (an int >= 0): a head kernel for ``HEAD_RUN`` (which reads only the lane), else the
+        run's workload at region instance ``offsets[run] + task.region``."""
         if task.run == HEAD_RUN:
             kern = head.kernels[kernel]
-            return kern, lambda: head.launch(kern.name)
+            return kern, lambda sms=None, lane=0: head.launch(kern.name, lane)
         wl, mu, r = wls[task.run], task.microbatch, offsets[task.run] + task.region
         fn = wl.kernel_fn(kernel)
-        return wl.graph.kernels[kernel], lambda: fn(mu, r)
+        return wl.graph.kernels[kernel], lambda sms=None, lane=0: fn(mu, r, sms, lane)
 
     @staticmethod
-    def launch(wls: list, offsets, head: Any, task: PlanTask, kernel: int) -> None:
-        """Run kernel ``kernel`` of ``task`` on the current stream (``resolve``)."""
-        StepWorkloads.resolve(wls, offsets, head, task, kernel)[1]()
+    def launch(wls: list, offsets, head: Any, task: PlanTask, kernel: int,
+               sms: int | None = None, lane: int = 0) -> None:
+        """Run kernel ``kernel`` of ``task`` on the current stream, issued on a pool of ``sms``
+        SMs (None: the whole GPU) from stream ``lane`` (``resolve``)."""
+        StepWorkloads.resolve(wls, offsets, head, task, kernel)[1](sms, lane)

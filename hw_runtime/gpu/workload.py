@@ -2,9 +2,11 @@
 
 ``TorchWorkload(graph)`` allocates, once, random weights (nothing is downloaded), KV caches and per-
 microbatch activation buffers at the graph's exact per-GPU shapes, and
-``workload.launch(kernel_index, microbatch, region_instance)`` runs that kernel's work on the
-current torch stream (wrap it in ``torch.cuda.stream(s)`` to place it on a green-context pool).
-Every launch writes into preallocated buffers, so launches can be captured in CUDA graphs.
+``workload.launch(kernel_index, microbatch, region_instance, sms=None, lane=0)`` runs that
+kernel's work on the current torch stream (wrap it in ``torch.cuda.stream(s)`` to place it on a
+green-context pool; ``sms``, the SMs of that pool, and ``lane``, the index of the issuing stream,
+are what the pool-sized decode attentions and the per-stream state read). Every launch writes
+into preallocated buffers, so launches can be captured in CUDA graphs.
 
 Kernels (``Kernel.op``) and what runs:
 
@@ -76,7 +78,6 @@ allocation and a workload that does not fit in the GPU's free memory is refused.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Any, Sequence
 
@@ -90,6 +91,7 @@ from hw_runtime.gpu.moe_gemm import (deinterleave_gate_up, resolve as resolve_mo
                                      routed_tokens, static_routing)
 from hw_runtime.gpu.fused import resolve as resolve_elementwise
 from hw_runtime.gpu.kernels import KernelContext, kernel_builder
+from hw_runtime.gpu.policies import KernelSettings
 from hw_runtime.gpu.shapes import (GIB, WorkloadConsts, WorkloadShapes, act_specs, estimate_bytes,
                                    kv_specs, need_graph, region_instances, weight_specs,
                                    workload_shapes)
@@ -145,15 +147,18 @@ class TorchWorkload(VirtualCollectives):
             (``hw_runtime.gpu.collectives``, ``--collectives proxy``; CUDA only; not with spin).
             dist: a ``distributed.DistContext``: each collective is a real one over this
             rank's groups (``--collectives nccl``; not with spin or proxy).
-        elementwise, attention: the elementwise kernels (``"auto"``, ``"triton"``, ``"torch"``:
-            ``fused.resolve``) and the decode attention (``"auto"``, ``"sdpa"``, ``"triton"``,
-            ``"flashinfer"``: ``decode_attn.resolve``); ``self.elementwise``/``self.attention``: resolved.
-        moe_gemm: the expert GEMMs (``"auto"``, ``"triton"``: one grouped launch over the
-            routed tokens with the gather and activation fused, ``"bmm"``: gather + batched
-            GEMMs over padded expert batches; ``moe_gemm.resolve``); ``self.moe_gemm``:
-            resolved (``"bmm"`` or ``"triton"``; None for a region without MoE layers). With Triton,
-            GPT-OSS's interleaved gate/up columns are stored as gate then up halves (once, at
-            allocation, as vLLM loads them).
+        kernels: the kernel choices (``policies.KernelSettings``; default: every policy's
+            default), kept as ``self.kernels``. This workload reads three of them, each resolved
+            once here: ``elementwise`` (``"auto"``, ``"triton"``, ``"torch"``: ``fused.resolve``)
+            -> ``self.elementwise``; ``attention``, the decode attention (``"auto"``,
+            ``"sdpa"``, ``"triton"``, ``"flashinfer"``: ``decode_attn.resolve``) ->
+            ``self.attention``; ``moe_gemm``, the expert GEMMs (``"auto"``, ``"triton"``: one
+            grouped launch over the routed tokens with the gather and activation fused,
+            ``"bmm"``: gather + batched GEMMs over padded expert batches;
+            ``moe_gemm.resolve``) -> ``self.moe_gemm`` (``"bmm"`` or ``"triton"``; None for a
+            region without MoE layers). With Triton, GPT-OSS's interleaved gate/up columns are
+            stored as gate then up halves (once, at allocation, as vLLM loads them). ``gemm``
+            and ``lane_priority`` are the ``Executor``'s.
         workspace_bytes: memory kept free for workspaces/temporaries.
         residual_of: another region kind's workload of the same model, deployment and
             microbatch count whose residual stream this one reads and writes
@@ -172,8 +177,7 @@ class TorchWorkload(VirtualCollectives):
                  link_Bps: float = 450e9, copy_Bps: float = 4245e9, spin: bool = True,
                  proxy: bool = False, dist: Any = None,
                  workspace_bytes: float = 2 * GIB, residual_of: "TorchWorkload | None" = None,
-                 elementwise: str = "auto", attention: str = "auto",
-                 moe_gemm: str = "auto") -> None:
+                 kernels: KernelSettings = KernelSettings()) -> None:
         torch = _torch()
         self.torch = torch
         self.graph = graph
@@ -195,16 +199,18 @@ class TorchWorkload(VirtualCollectives):
         if dist is not None and (spin or proxy):
             raise ValueError("TorchWorkload: dist (--collectives nccl) runs real collectives; "
                              "it excludes spin and proxy")
-        # the index of the stream issuing the next launch (set by the executor where it matters:
-        # real collectives keep one communicator per lane, FlashInfer one workspace per lane)
-        self.dist, self.lane = dist, 0
-        self.elementwise = resolve_elementwise(elementwise, self.is_cuda)
-        self.attention = resolve_attention(attention, self.is_cuda, self.arch.is_mla)
-        self.moe_gemm_policy = moe_gemm       # as asked: other region kinds resolve it too
-        self.moe_gemm = resolve_moe_gemm(moe_gemm, self.is_cuda, s.cap) if s.moe else None
-        # the GPU's SMs; the pool of the next launch (set by the executor; None: whole GPU)
-        self.device_sms, self.pool_sms = (torch.cuda.get_device_properties(
-            self.device).multi_processor_count if self.is_cuda else 1), None
+        if not isinstance(kernels, KernelSettings):
+            raise ValueError(f"TorchWorkload: kernels must be a KernelSettings, got "
+                             f"{type(kernels).__name__}")
+        self.dist = dist
+        self.kernels = kernels                # as asked: other region kinds resolve it too
+        self.elementwise = resolve_elementwise(kernels.elementwise, self.is_cuda)
+        self.attention = resolve_attention(kernels.attention, self.is_cuda, self.arch.is_mla)
+        self.moe_gemm = (resolve_moe_gemm(kernels.moe_gemm, self.is_cuda, s.cap) if s.moe
+                         else None)
+        # the GPU's SMs: the pool of a launch issued with sms=None (the whole GPU)
+        self.device_sms = (torch.cuda.get_device_properties(self.device).multi_processor_count
+                           if self.is_cuda else 1)
         # ---- memory check before allocating anything
         free = None
         if self.is_cuda:
@@ -307,7 +313,8 @@ class TorchWorkload(VirtualCollectives):
 
     # ---------------------------------------------------------------- kernels
     def _make(self, i: int, kern: Kernel):
-        """The callable ``f(mu, l)`` of kernel ``i`` (built by its op's ``kernels.KERNELS`` entry).
+        """The callable ``f(mu, l, sms=None, lane=0)`` of kernel ``i`` (built by its op's
+        ``kernels.KERNELS`` entry; ``kernels`` module docstring).
 
         Raises:
             ValueError: an op the workload does not implement.
@@ -328,28 +335,6 @@ class TorchWorkload(VirtualCollectives):
         for a, b in zip(self.acts, src.acts):
             a["resid.0"] = a[f"resid.{self.shapes.P}"] = b["resid.0"]
 
-    @contextlib.contextmanager
-    def issuing(self, sms: int | None = None, lane: int = 0):
-        """Within the block, launches are issued on a pool of ``sms`` SMs (None: the whole GPU)
-        from stream ``lane``: what the pool-sized decode attentions size their KV split by and
-        FlashInfer keys its workspace by (``pool_sms``, ``lane``; the executor sets them per
-        launch itself). Restores the previous values on exit. For launchers outside the
-        executor that capture kernels on a pool (calibration co-runs, ``time_kernels``).
-
-        Raises:
-            ValueError: ``sms`` not a positive int or None, ``lane`` not an int >= 0.
-        """
-        if sms is not None:
-            pos_int(sms, "TorchWorkload.issuing: sms")
-        if isinstance(lane, bool) or not isinstance(lane, int) or lane < 0:
-            raise ValueError(f"TorchWorkload.issuing: lane must be an int >= 0, got {lane!r}")
-        old = (self.pool_sms, self.lane)
-        self.pool_sms, self.lane = (None if sms is None else int(sms)), lane
-        try:
-            yield self
-        finally:
-            self.pool_sms, self.lane = old
-
     def derive(self, graph: OpGraph) -> "TorchWorkload":
         """A workload for ``graph`` that SHARES this one's weights and KV caches and owns new
         activation buffers (one device copy of the weights and caches serves every microbatch
@@ -357,7 +342,8 @@ class TorchWorkload(VirtualCollectives):
 
         ``graph`` must be the same model and deployment (any microbatch count). KV rows of
         microbatch mu are rows ``mu*R/m .. (mu+1)*R/m`` of the shared caches, as here. Every
-        kernel choice and collective setting is this workload's. Activation memory:
+        kernel choice (``kernels`` and the resolved ones) and collective setting is this
+        workload's. Activation memory:
         ``estimate_bytes(graph)["activations"]`` (tens of MB).
 
         Raises:
@@ -370,12 +356,12 @@ class TorchWorkload(VirtualCollectives):
             return self
         W = object.__new__(TorchWorkload)
         keep = ("torch", "arch", "deployment", "instances", "device", "is_cuda", "comm_floor_us",
-                "link_Bps", "copy_Bps", "spin", "proxy", "dist", "elementwise", "attention",
-                "moe_gemm", "moe_gemm_policy", "device_sms", "kv_cache", "weights", "kv",
+                "link_Bps", "copy_Bps", "spin", "proxy", "dist", "kernels", "elementwise",
+                "attention", "moe_gemm", "device_sms", "kv_cache", "weights", "kv",
                 "_cycles_per_us")
         for name in keep:
             setattr(W, name, getattr(self, name))
-        W.graph, W.lane, W.pool_sms = graph, 0, None
+        W.graph = graph
         W.shapes = s = workload_shapes(graph)
         W.memory = estimate_bytes(graph, self.instances, self.kv_cache)
         W.generator = self.torch.Generator(device=self.device)
@@ -391,7 +377,8 @@ class TorchWorkload(VirtualCollectives):
 
     # ---------------------------------------------------------------- public API
     def kernel_fn(self, i: int):
-        """The callable ``f(mu, l)`` that issues kernel ``i`` (``launch`` without its checks)."""
+        """The callable ``f(mu, l, sms=None, lane=0)`` that issues kernel ``i`` (``launch``
+        without its checks; ``sms`` None: the whole GPU)."""
         return self._fns[i]
 
     @property
@@ -399,17 +386,23 @@ class TorchWorkload(VirtualCollectives):
         """Kernels in the region."""
         return self.graph.n
 
-    def launch(self, kernel_index: int | str, microbatch: int = 0, region_instance: int = 0
-               ) -> None:
+    def launch(self, kernel_index: int | str, microbatch: int = 0, region_instance: int = 0,
+               sms: int | None = None, lane: int = 0) -> None:
         """Run one kernel's work on the current torch stream (asynchronously).
 
         Args:
             kernel_index: index (or name, e.g. ``"L1.attn"``) of the kernel in the region.
             microbatch: 0..m-1 (selects the activation buffers and the KV rows).
             region_instance: 0..num_regions-1 (selects the weights/KV copy ``l % instances``).
+            sms: the number of SMs of the pool the current stream runs on (None: the whole
+                GPU, ``device_sms``): the pool-sized decode attentions size their KV split by
+                it. It places nothing: the stream does.
+            lane: the index of the issuing stream (0..): real collectives use this lane's
+                communicators, FlashInfer this lane's workspace.
 
         Raises:
-            ValueError: an index out of range (names the valid range).
+            ValueError: an index out of range (names the valid range), ``sms`` not a positive
+                int or None, ``lane`` not an int >= 0.
         """
         i = self.graph.index(kernel_index)
         m, L = self.shapes.m, self.graph.num_regions
@@ -419,13 +412,21 @@ class TorchWorkload(VirtualCollectives):
         if isinstance(region_instance, bool) or not 0 <= int(region_instance) < L:
             raise ValueError(f"TorchWorkload.launch: region_instance must be in 0..{L - 1}, got "
                              f"{region_instance!r}")
-        self._fns[i](int(microbatch), int(region_instance))
+        if sms is not None:
+            pos_int(sms, "TorchWorkload.launch: sms")
+        if isinstance(lane, bool) or not isinstance(lane, int) or lane < 0:
+            raise ValueError(f"TorchWorkload.launch: lane must be an int >= 0, got {lane!r}")
+        self._fns[i](int(microbatch), int(region_instance),
+                     None if sms is None else int(sms), lane)
 
     def launch_region(self, microbatch: int = 0, region_instance: int = 0,
-                      kernels: Sequence[int] | None = None) -> None:
-        """Launch kernels (default: all, in order) of one region instance for one microbatch."""
+                      kernels: Sequence[int] | None = None, sms: int | None = None,
+                      lane: int = 0) -> None:
+        """Launch kernels (default: all, in order) of one region instance for one microbatch,
+        issued on a pool of ``sms`` SMs (None: the whole GPU) from stream ``lane`` (``launch``).
+        """
         for i in (range(self.n) if kernels is None else kernels):
-            self.launch(i, microbatch, region_instance)
+            self.launch(i, microbatch, region_instance, sms, lane)
 
     def output(self, microbatch: int = 0):
         """The residual stream of a microbatch (the region's input and output buffer)."""

@@ -61,14 +61,17 @@ def gqa_reference():
 def region_output(arch, kv: int = 32, batch: int = 16, **kw):
     """The float32 residual-stream output of one launch of ``arch``'s first region on the GPU
     (one GPU, TP1, EP1, ``batch`` requests, ``kv`` tokens of history), from the same seed
-    every call; ``kw`` go to ``TorchWorkload`` and are checked to have taken effect."""
+    every call; ``kw`` are kernel choices (``KernelSettings`` fields: ``elementwise``,
+    ``attention``, ``moe_gemm``) for ``TorchWorkload(kernels=...)``, checked to have taken
+    effect (the workload resolved each to the value asked)."""
     import torch
 
+    from hw_runtime.gpu.policies import KernelSettings
     from hw_runtime.gpu.workload import TorchWorkload
     from subgpu_jax.model.graph import Deployment, build_graph
     dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=batch,
                      input_len=kv, kv_history=kv)
-    wl = TorchWorkload(build_graph(arch, dep, 1), device="cuda", **kw)
+    wl = TorchWorkload(build_graph(arch, dep, 1), device="cuda", kernels=KernelSettings(**kw))
     for k, v in kw.items():
         assert getattr(wl, k) == v, (k, getattr(wl, k))
     wl.launch_region(0, 0)
@@ -78,7 +81,7 @@ def region_output(arch, kv: int = 32, batch: int = 16, **kw):
 
 @pytest.fixture
 def dense_region_output():
-    """``f(kv=32, **workload_kwargs)``: ``region_output`` of a small dense GQA region
+    """``f(kv=32, **kernel_choices)``: ``region_output`` of a small dense GQA region
     (Llama-like: hidden 256, 8 query and 2 KV heads of 32, 16 requests, ``kv`` tokens of
     history), so that two kernel choices can be compared on identical weights and caches."""
     def run(kv: int = 32, **kw):
@@ -91,14 +94,14 @@ def dense_region_output():
 
 @pytest.fixture
 def region_run():
-    """``region_output`` (above) as a fixture: ``f(arch, kv=32, batch=16, **workload_kwargs)
+    """``region_output`` (above) as a fixture: ``f(arch, kv=32, batch=16, **kernel_choices)
     -> (output, workload)``."""
     return region_output
 
 
 @pytest.fixture
 def mla_region_output():
-    """``f(**workload_kwargs)``: ``region_output`` of a tiny DeepSeek-V3 MoE region (MLA with
+    """``f(**kernel_choices)``: ``region_output`` of a tiny DeepSeek-V3 MoE region (MLA with
     latent 64 and rope 16, 4 heads, 8 experts top-2, one shared expert), 300 tokens of history."""
     def run(**kw):
         from subgpu_jax.model.models import ModelArch

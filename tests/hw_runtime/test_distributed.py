@@ -143,22 +143,19 @@ def test_fake_process_group_region_issues_the_graph_collectives(monkeypatch):
         monkeypatch.setattr(dist, "all_to_all_single", a2a)
         g = build_graph(TINY, dep, 1)
         wl = TorchWorkload(g, device="cpu", spin=False, proxy=False, dist=ctx)
-        wl.lane = 3
-        wl.launch_region(0, 0)
+        wl.launch_region(0, 0, lane=3)
         want = [(kind, n, 4) for kind, n in (D.collective_plan(k, 4, 4) for k in g.kernels
                                               if k.is_comm)]
         assert calls == want and {c[0] for c in calls} == {"all_reduce", "all_to_all"}
         w2 = derive_workload(wl, build_graph(TINY, dep, 2))   # m = 2, same lane
-        w2.lane = 3
         calls.clear()
-        w2.launch_region(0, 0)
+        w2.launch_region(0, 0, lane=3)
         g2 = w2.graph
         assert calls == [(kind, n, 4) for kind, n in (D.collective_plan(k, 4, 4)
                                                       for k in g2.kernels if k.is_comm)]
         assert {k[2] for k in ctx.recv} == {3}
-        wl.lane = 4
         with pytest.raises(ValueError, match="stream 4 has no communicator of its own"):
-            wl.launch_region(0, 0)
+            wl.launch_region(0, 0, lane=4)
         assert D.reduce_max(ctx, 7.5) == 7.5
         rec = ctx.record()
         assert rec["backend"] == "fake" and rec["world_size"] == 4 and rec["lanes"] == 4

@@ -111,19 +111,44 @@ def test_page_indices_refuse_bad_input():
         fi.split_pages(2, 1, 0, 132)
 
 
-def test_executor_sizes_and_lanes_flashinfer():
-    """The executor sets the pool size before the launches of both pool-sized attentions and
-    the issuing lane for FlashInfer (its workspace is per lane), not for SDPA."""
+def test_executor_issues_each_launch_with_its_pool_and_lane():
+    """Both pool-sized attentions and FlashInfer's per-lane state are declared; the executor's
+    stream backend issues every launch with the SMs of its stream's pool (None: a stream
+    outside a partition, the whole GPU) and the stream's index as its lane, for a region kernel
+    (its kernel callable's ``sms``, ``lane``) and a head kernel (``TorchHead.launch``'s
+    ``lane``). Fakes stand in for torch, the streams and the workload (pure Python)."""
+    import contextlib
     from types import SimpleNamespace as NS
+
+    from hw_runtime.gpu.executor import _TorchBackend
+    from hw_runtime.plan import HEAD_RUN, PlanTask
 
     B = da.ATTENTION_BACKENDS
     assert {n for n, b in B.items() if b.pool_sized} == {"triton", "flashinfer"}
     assert tuple(n for n, b in B.items() if b.per_lane) == ("flashinfer",)
-    from hw_runtime.gpu.executor import launch_settings
-    assert launch_settings([NS(attention="flashinfer", dist=None)]) == (True, True)
-    assert launch_settings([NS(attention="triton", dist=None)]) == (True, False)
-    assert launch_settings([NS(attention="sdpa", dist=None)]) == (False, False)
-    assert launch_settings([NS(attention="sdpa", dist=object())]) == (False, True)
+    calls = []
+
+    def kernel_fn(i):
+        return lambda mu, l, sms=None, lane=0: calls.append(("region", i, mu, l, sms, lane))
+
+    wl = NS(kernel_fn=kernel_fn, graph=NS(kernels=["k0", "k1"]))
+    head = NS(kernels=[NS(name="sample")],
+              launch=lambda name, lane=0: calls.append(("head", name, lane)))
+    torch = NS(cuda=NS(stream=lambda s: contextlib.nullcontext()))
+    streams = [NS(cuda_stream=101), NS(cuda_stream=202), NS(cuda_stream=303)]
+    be = _TorchBackend(torch, streams, [wl], pool_of={101: 64, 202: 48}, offsets=(2,),
+                       head=head)
+
+    def task(run, mu=1, region=0):
+        return PlanTask(index=0, region=region, microbatch=mu, segment=0, stage=0, kernels=(1,),
+                        data_preds=(), stage_pred=-1, waits=(), record=False, run=run)
+    be.launch(1, task(0, mu=1, region=3), 1)
+    be.launch(0, task(0, mu=0, region=0), 0)
+    be.launch(2, task(0), 1)
+    be.launch(1, task(HEAD_RUN), 0)
+    be.close()
+    assert calls == [("region", 1, 1, 5, 48, 1), ("region", 0, 0, 2, 64, 0),
+                     ("region", 1, 1, 2, None, 2), ("head", "sample", 1)]
 
 
 # --------------------------------------------------------------------------- torch
@@ -152,10 +177,12 @@ def test_paged_view_is_the_cache_in_place():
         assert fi.page_index_tensor(torch, *args).dtype == torch.int32
 
 
-def test_issuing_sets_and_restores_the_pool_and_lane():
-    """``TorchWorkload.issuing(sms, lane)`` sets what pool-sized kernels read and restores the
-    previous values (also after an error); bad values are refused in one line. And a workload
-    whose attention is not one the builders run is refused when its kernels are built."""
+def test_launch_passes_the_pool_and_lane_to_the_attention():
+    """``TorchWorkload.launch(..., sms, lane)`` hands the pool's SMs (None: the whole GPU,
+    ``device_sms``) and the issuing lane to the decode attention's ``attend`` (a recording
+    backend stands in for a pool-sized, per-lane one); the workload keeps no pool or lane
+    between launches; bad values are refused in one line. And a workload whose attention is
+    not one the builders run is refused when its kernels are built."""
     pytest.importorskip("torch")
     from subgpu_jax.model.graph import Deployment, build_graph
     from subgpu_jax.model.models import ModelArch
@@ -167,19 +194,32 @@ def test_issuing_sets_and_restores_the_pool_and_lane():
     dep = Deployment(num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1, global_batch=4,
                      input_len=16, kv_history=16)
     wl = TorchWorkload(build_graph(arch, dep, 1), device="cpu")
-    assert (wl.pool_sms, wl.lane) == (None, 0)
-    with wl.issuing(32, 1):
-        assert (wl.pool_sms, wl.lane) == (32, 1)
-        with pytest.raises(RuntimeError):
-            with wl.issuing(64, 0):
-                raise RuntimeError("boom")
-        assert (wl.pool_sms, wl.lane) == (32, 1)
-    assert (wl.pool_sms, wl.lane) == (None, 0)
+    assert not hasattr(wl, "pool_sms") and not hasattr(wl, "lane")
+    assert not hasattr(wl, "issuing") and wl.device_sms == 1
+    i = next(i for i, k in enumerate(wl.graph.kernels) if k.op == "attn")
+    seen = []
+
+    class Recording(da.AttentionBackend):
+        name, supports_gqa, pool_sized, per_lane = "recording", True, True, True
+
+        @classmethod
+        def gqa(cls, c):
+            return lambda q, k, v, out, sink, sms, lane: seen.append((sms, lane))
+
+    import unittest.mock as um
+    with um.patch.dict(da.ATTENTION_BACKENDS, {"recording": Recording}):
+        wl.attention = "recording"
+        fn = kernel_builder(wl.graph.kernels[i], wl.arch)(KernelContext(wl, i, wl.graph.kernels[i]))
+        fn(0, 0, 32, 1)
+        fn(0, 0)
+        wl.attention = "sdpa"
+    assert seen == [(32, 1), (1, 0)]
     for kw, word in (({"sms": 0}, "sms"), ({"lane": -1}, "lane"), ({"lane": True}, "lane")):
         with pytest.raises(ValueError, match=word):
-            with wl.issuing(**kw):
-                pass
-    i = next(i for i, k in enumerate(wl.graph.kernels) if k.op == "attn")
+            wl.launch(i, 0, 0, **kw)
+        with pytest.raises(ValueError, match=word):
+            wl.launch_region(0, 0, **kw)
+    wl.launch(i, 0, 0, sms=32, lane=1)        # SDPA ignores both
     wl.attention = "mykernel"
     with pytest.raises(ValueError, match="decode attention"):
         kernel_builder(wl.graph.kernels[i], wl.arch)(KernelContext(wl, i, wl.graph.kernels[i]))

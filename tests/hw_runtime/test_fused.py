@@ -23,6 +23,7 @@ def test_resolve_policies():
 
 def test_cpu_workload_resolves_to_torch():
     torch = pytest.importorskip("torch")
+    from hw_runtime.gpu.policies import KernelSettings
     from hw_runtime.gpu.workload import TorchWorkload
     from subgpu_jax.model.graph import Deployment, build_graph
     from subgpu_jax.model.models import ModelArch
@@ -33,7 +34,8 @@ def test_cpu_workload_resolves_to_torch():
     wl = TorchWorkload(build_graph(arch, dep, 1), device="cpu")
     assert wl.elementwise == "torch" and torch is not None
     with pytest.raises(ValueError, match="--elementwise triton needs Triton"):
-        TorchWorkload(build_graph(arch, dep, 1), device="cpu", elementwise="triton")
+        TorchWorkload(build_graph(arch, dep, 1), device="cpu",
+                      kernels=KernelSettings(elementwise="triton"))
 
 
 # --------------------------------------------------------------------------- GPU
@@ -204,6 +206,7 @@ def test_gpu_moe_region_triton_vs_torch(family):
     fused kernels (the combine included) against the PyTorch chains: the same seed, outputs
     within bfloat16 rounding."""
     torch = _cuda_triton()
+    from hw_runtime.gpu.policies import KernelSettings
     from hw_runtime.gpu.workload import TorchWorkload
     from subgpu_jax.model.graph import Deployment, build_graph
     from subgpu_jax.model.models import ModelArch
@@ -221,7 +224,8 @@ def test_gpu_moe_region_triton_vs_torch(family):
                      input_len=32, kv_history=32)
     outs = {}
     for mode in ("torch", "triton"):
-        wl = TorchWorkload(build_graph(arch, dep, 1), device="cuda", elementwise=mode)
+        wl = TorchWorkload(build_graph(arch, dep, 1), device="cuda",
+                           kernels=KernelSettings(elementwise=mode))
         wl.launch_region(0, 0)
         torch.cuda.synchronize()
         outs[mode] = wl.acts[0][f"resid.{wl.shapes.P}"].float().clone()

@@ -9,8 +9,6 @@ looked for an ``expert_up`` kernel; ``subgpu run --json --trace`` wrote ``NaN`` 
 
 from __future__ import annotations
 
-import contextlib
-
 import json
 import math
 import os
@@ -130,31 +128,23 @@ class FakeTorch:
 
 
 class FakeTorchWorkload:
-    """``TorchWorkload`` stand-in: the graph, its shapes and a launch that does nothing; every
-    launch's (pool SMs, lane) set through ``issuing`` is collected in ``issued``."""
+    """``TorchWorkload`` stand-in: the graph, its shapes, the resolved kernels (PyTorch chains,
+    SDPA, no expert GEMMs) and a launch that does nothing; every launch's (pool SMs, lane)
+    arguments are collected in ``issued``."""
 
     issued: set = set()
 
-    def __init__(self, graph, device="cuda", elementwise="auto", **kw):
+    def __init__(self, graph, device="cuda", **kw):
         self.graph, self.elementwise = graph, "torch"
+        self.attention, self.moe_gemm = "sdpa", None
         self.deployment = graph.deployment
         self.memory, self.kv_cache = {"total": 1e9}, "bf16"
         self.shapes = SimpleNamespace(m=graph.microbatches)
         self.launches = []
-        self.pool_sms, self.lane = None, 0
 
-    @contextlib.contextmanager
-    def issuing(self, sms=None, lane=0):
-        old = (self.pool_sms, self.lane)
-        self.pool_sms, self.lane = sms, lane
-        try:
-            yield self
-        finally:
-            self.pool_sms, self.lane = old
-
-    def launch(self, i, mb, region):
+    def launch(self, i, mb, region, sms=None, lane=0):
         self.launches.append((i, mb, region))
-        FakeTorchWorkload.issued.add((self.pool_sms, self.lane))
+        FakeTorchWorkload.issued.add((sms, lane))
 
 
 class FakePartition:
@@ -309,6 +299,8 @@ class StepFakeExecutor:
     ``FakeStreamBackend`` with static durations; the workload comes from ``prepare_run``."""
 
     current: dict = {}
+    #: the kernels the workload resolved (``run_report`` reads them)
+    elementwise, attention, moe_gemm = "torch", "sdpa", None
 
     def __init__(self, hwl, gemm="tuned"):
         self.wl, self.dep = self.current["wl"], self.current["dep"]

@@ -410,6 +410,8 @@ def test_run_report_predicts_and_measures_whole_steps(tmp_path):
     sd = StaticDurationModel(H200)
 
     class StepFake:
+        elementwise, attention, moe_gemm = "torch", "sdpa", None   # (read by run_report)
+
         def temporal_config(self):
             return temporal_of(wl)
 

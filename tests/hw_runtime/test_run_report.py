@@ -26,6 +26,8 @@ class FakeExecutor:
     modelled by ``FakeStreamBackend``; ``COUNTS`` device activities per op launch."""
 
     COUNTS = 2
+    #: the kernels the workload resolved (``run_report`` reads them)
+    elementwise, attention, moe_gemm = "torch", "sdpa", None
 
     def __init__(self, wl, slow: float = 1.0) -> None:
         self.wl, self.slow = wl, slow
