@@ -28,7 +28,7 @@ import numpy as np
 from subgpu_jax.model.lru import CountingLRU
 
 __all__ = ["ProgramCache", "to_device", "PROGRAM_CACHE_SIZE", "JAX_CACHE_CLEAR_EVERY",
-           "release_compiled"]
+           "FAST_COMPILE", "release_compiled"]
 
 #: Default number of compiled structures each ``ProgramCache`` keeps. A grid point of the
 #: search compiles 2-3 structures of the batch kernel (one to ~15 MiB each on the CPU); 16 hold
@@ -44,6 +44,14 @@ PROGRAM_CACHE_SIZE = 16
 #: (docs/reliability.md, "Memory"); the default search grid (4 points per deployment)
 #: recompiles its few structures at most once per 16.
 JAX_CACHE_CLEAR_EVERY = 16
+
+#: XLA compile options for programs compiled once and called a few times (``ProgramCache``'s
+#: ``compiler_options``): LLVM's optimisation level 0 for the CPU backend
+#: (``xla_backend_optimization_level``, a flag of XLA's ``xla/debug_options_flags.cc``). On the
+#: main job's first run (one process, empty caches, 2026-12-08) its 8 programs compiled in
+#: 7.5 s instead of 17.5 s of a loaded 2-core box, their calls took no longer and the records
+#: were byte-identical (docs/results.md "Speed").
+FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 #: Every live ``ProgramCache`` (weakly: a cache that is no longer referenced is not kept).
 _LIVE: "weakref.WeakSet[ProgramCache]" = weakref.WeakSet()
@@ -92,6 +100,8 @@ class ProgramCache:
         fn: the function to compile (positional arguments).
         static_argnums: its static arguments (hashable), as ``jax.jit``'s.
         maxsize: structures kept (>= 1).
+        compiler_options: XLA compile options of every program (``jax.jit``'s, e.g.
+            ``FAST_COMPILE``); None: XLA's defaults.
 
     Calling it is calling ``jax.jit(fn, static_argnums=...)``; the values are identical.
     Thread-safe (two threads calling one new structure may both compile it once).
@@ -101,11 +111,13 @@ class ProgramCache:
     """
 
     def __init__(self, fn: Callable, static_argnums: Sequence[int] = (),
-                 maxsize: int = PROGRAM_CACHE_SIZE) -> None:
+                 maxsize: int = PROGRAM_CACHE_SIZE,
+                 compiler_options: dict | None = None) -> None:
         if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 1:
             raise ValueError(f"maxsize must be an integer >= 1, got {maxsize!r}")
         self.fn = fn
         self.static_argnums = tuple(static_argnums)
+        self.compiler_options = None if compiler_options is None else dict(compiler_options)
         self._static = frozenset(self.static_argnums)
         self._progs = CountingLRU(maxsize)
         self._lock = threading.Lock()
@@ -128,7 +140,8 @@ class ProgramCache:
             if prog is None:
                 # a new function object per structure: JAX's caches hold its executables only
                 # while this wrapper lives
-                prog = jax.jit(functools.partial(self.fn), static_argnums=self.static_argnums)
+                prog = jax.jit(functools.partial(self.fn), static_argnums=self.static_argnums,
+                               compiler_options=self.compiler_options)
                 self._progs[key] = prog
                 self.compiles += 1
         return prog

@@ -40,12 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from subgpu_jax.score.lanes import UNROLL_MAX_TRIPLES, LanePlan, LevelProgram
-from subgpu_jax.score.programs import ProgramCache, to_device
+from subgpu_jax.score.programs import FAST_COMPILE, ProgramCache, to_device
 from subgpu_jax.score.vctables import fill_cells
 
 __all__ = ["cell_table", "grid_spec", "batched_start_completion", "partner_table",
            "batched_integrals", "vcb_makespans", "INTEGRALS", "check_integrals",
-           "VCB_STATIC_ARGNUMS", "interp_weights", "vcb_batch", "vcb_batch_impl"]
+           "VCB_STATIC_ARGNUMS", "interp_weights", "vcb_batch", "vcb_batch_fast", "vcb_batch_impl"]
 
 #: Forms of the overlap integrals (``batched_integrals``): static slices per (row, partner
 #: row, offset) triple, or one gather of every task's partners reduced over the partner axis.
@@ -370,3 +370,7 @@ def vcb_batch_impl(tabs, cells, plan, allocs, iters, damping, isolated, packed, 
 #: unroll, integrals).
 VCB_STATIC_ARGNUMS = (4, 5, 6, 7, 8, 9, 10, 11)
 vcb_batch = ProgramCache(vcb_batch_impl, VCB_STATIC_ARGNUMS)  # bounded (programs.py)
+#: The same programs compiled for a caller that does not reuse them (``VCOptions.reuse``
+#: False: a search of few grid points per structure), where compiling is most of their cost:
+#: ``programs.FAST_COMPILE``.
+vcb_batch_fast = ProgramCache(vcb_batch_impl, VCB_STATIC_ARGNUMS, compiler_options=FAST_COMPILE)

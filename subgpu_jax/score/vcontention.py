@@ -61,11 +61,11 @@ from subgpu_jax.space.config import DEFAULT_POLICY, Config, check_cut, even_allo
 from subgpu_jax.sim.eventsim import EventSimulator
 from subgpu_jax.space.config import check_config
 from subgpu_jax.sim.l2cache import check_policy
-from subgpu_jax.score.programs import ProgramCache, to_device
+from subgpu_jax.score.programs import FAST_COMPILE, ProgramCache, to_device
 from subgpu_jax.score.lanes import LanePlan, incomparable_pairs, lane_integrals, level_completion_times
 from subgpu_jax.score.vcoptions import VCOptions
 from subgpu_jax.score.vcbatch import (check_integrals, grid_spec, interp_weights, vcb_batch,
-                                     vcb_batch_impl)
+                                     vcb_batch_fast, vcb_batch_impl)
 from subgpu_jax.space.taskdag import TaskDAG, build_task_dag
 # the host tables (re-exported: ``vcontention.kernel_profiles`` etc. stay valid)
 from subgpu_jax.score.vctables import (CONC_GRID, POWER_GRID, PoolTables, SegTables,
@@ -421,6 +421,9 @@ class VContentionEvaluator:
             raise ValueError("packed applies to integrals='slices' only (the gathered form sums "
                              f"the three rates in one reduction), got packed={packed!r}")
         self.integrals = integrals
+        # programs a sweep reuses keep XLA's optimisations; the others compile fast
+        # (``programs.FAST_COMPILE``: compiling is most of their cost)
+        self.reuse = o.reuse
         if workers is None:
             workers = min(2, os.cpu_count() or 1) if cpu else 1
         self.workers = workers
@@ -499,14 +502,16 @@ class VContentionEvaluator:
             if self.inline_tables:
                 if self._inline is None:  # this evaluator's own program, tables as constants
                     tabs, cells, plan = self.tabs, self.cells, self.plan
-                    self._inline = jax.jit(lambda c: vcb_batch_impl(tabs, cells, plan, c,
-                                                                     *static))
+                    self._inline = jax.jit(
+                        lambda c: vcb_batch_impl(tabs, cells, plan, c, *static),
+                        compiler_options=None if self.reuse else FAST_COMPILE)
                 return run_in_chunks(a, self.chunk, lambda c: self._inline(to_device(c)),
                                      self.workers, self.pad_small)
             pt = self.pool_tables
             pt.fill(a)
             index, cells = pt.index, pt.cells()
-            return run_in_chunks(a, self.chunk, lambda c: vcb_batch(
+            prog = vcb_batch if self.reuse else vcb_batch_fast
+            return run_in_chunks(a, self.chunk, lambda c: prog(
                 index, cells, self.plan, to_device(c), *static), self.workers,
                 self.pad_small)
         return run_in_chunks(a, self.chunk, lambda c: vc_batch(

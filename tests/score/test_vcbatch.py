@@ -38,8 +38,9 @@ def _fresh_jits(monkeypatch):
     reuse the executables compiled before a patched constant)."""
     import jax
 
-    monkeypatch.setattr(vc, "vcb_batch", jax.jit(lambda *a: vb.vcb_batch_impl(*a),
-                                                  static_argnums=vb.VCB_STATIC_ARGNUMS))
+    for name in ("vcb_batch", "vcb_batch_fast"):     # the reused and the fast-compiled set
+        monkeypatch.setattr(vc, name, jax.jit(lambda *a: vb.vcb_batch_impl(*a),
+                                              static_argnums=vb.VCB_STATIC_ARGNUMS))
     monkeypatch.setattr(vc, "vc_batch", jax.jit(lambda *a: vc.vc_batch_impl(*a),
                                                  static_argnums=vc.VC_STATIC_ARGNUMS))
 
@@ -165,8 +166,10 @@ def test_no_recompilation_same_shape(g2, monkeypatch):
 
     pads = dict(pad_tasks=256, pad_preds=4, pad_window=16, pad_segments=8, pad_positions=48,
                 pad_levels=64, pad_width=8)
-    monkeypatch.setattr(vc, "vcb_batch", jax.jit(chex.assert_max_traces(vb.vcb_batch_impl, n=1),
-                                                  static_argnums=vb.VCB_STATIC_ARGNUMS))
+    once = jax.jit(chex.assert_max_traces(vb.vcb_batch_impl, n=1),
+                   static_argnums=vb.VCB_STATIC_ARGNUMS)
+    monkeypatch.setattr(vc, "vcb_batch", once)
+    monkeypatch.setattr(vc, "vcb_batch_fast", once)   # VCOptions.reuse False takes this set
     e1 = vc.VContentionEvaluator.for_config(g2, _cfg(g2, [6, 15], 0, (40, 56, 32)), H200,
                                             scan="batched", **pads)
     e1.makespan([[40, 56, 32]])
@@ -316,8 +319,10 @@ def test_pad_small_one_shape_same_numbers(g2, monkeypatch):
     cfg = _cfg(g2, [6, 15], 0, ALLOCS[0])
     ref = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", pad_small=False)
     want = {n: ref.makespan(pool[:n]) for n in (1, 5, 9, 20, 50)}
-    monkeypatch.setattr(vc, "vcb_batch", jax.jit(chex.assert_max_traces(vb.vcb_batch_impl, n=1),
-                                                  static_argnums=vb.VCB_STATIC_ARGNUMS))
+    once = jax.jit(chex.assert_max_traces(vb.vcb_batch_impl, n=1),
+                   static_argnums=vb.VCB_STATIC_ARGNUMS)
+    monkeypatch.setattr(vc, "vcb_batch", once)
+    monkeypatch.setattr(vc, "vcb_batch_fast", once)   # VCOptions.reuse False takes this set
     ev = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", hits=ref.hits,
                                             pad_small=True)
     for n, w in want.items():
@@ -399,3 +404,28 @@ def test_contention_estimators_carry_reuse(g2, monkeypatch):
             g2, cut, 3, 0, H200, "wavefront", None, 1)
         forms[reuse] = est.contention.integrals
     assert forms == {False: "gather", True: "slices"}
+
+
+def test_reuse_keeps_xla_optimisations_and_the_rest_compiles_fast(g2):
+    """``VCOptions.reuse`` picks the program set: a sweep that reuses its programs calls
+    ``vcb_batch`` (XLA's default compile options), any other caller ``vcb_batch_fast``
+    (``programs.FAST_COMPILE``, LLVM level 0). Both compute the same float32 sums in the same
+    order, but LLVM's code at level 0 rounds differently in places: here 1 of 5 makespans
+    differs by one float32 ulp (42,102.539 against 42,102.543 µs, 9.3e-8 relative), so they
+    are compared to 2.5e-7 relative (two ulps)."""
+    from subgpu_jax.score.programs import FAST_COMPILE
+
+    assert vc.vcb_batch.compiler_options is None
+    assert vc.vcb_batch_fast.compiler_options == FAST_COMPILE
+    cfg = _cfg(g2, [6, 15], 0, ALLOCS[0])
+    pads = dict(pad_tasks=224, pad_preds=4, pad_window=16, pad_segments=8, pad_positions=40,
+                pad_levels=56, pad_width=8)           # a structure no other test compiled
+    got = {}
+    for reuse, prog in ((False, vc.vcb_batch_fast), (True, vc.vcb_batch)):
+        n0, other = prog.compiles, (vc.vcb_batch if not reuse else vc.vcb_batch_fast).compiles
+        ev = vc.VContentionEvaluator.for_config(g2, cfg, H200, scan="batched", reuse=reuse,
+                                                integrals="gather", **pads)
+        got[reuse] = ev.makespan(ALLOCS)
+        assert prog.compiles == n0 + 1
+        assert (vc.vcb_batch if not reuse else vc.vcb_batch_fast).compiles == other
+    np.testing.assert_allclose(got[False], got[True], rtol=2.5e-7)
