@@ -346,5 +346,5 @@ def _result(a, wl, full, mem, fp1, setup, timer, t: _Timed, m, gen) -> dict:
         res["trace_shows"] = t.trace_shows
     res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, timer,
                                         model_id=uncalibrated_model_id(
-                                            hw, getattr(timer, "model", None)))
+                                            hw, timer.model))
     return res
