@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from hw_runtime.commands.request import KernelSettings
+from hw_runtime.commands.request import KernelSettings, Timing as RunTiming
 from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY
 from hw_runtime.gpu.policies import KERNEL_DEFAULTS
 from subgpu_jax.app.args import DEFAULT_L_SIM, grid_default
@@ -61,8 +61,9 @@ class TuneSpec:
         collectives: ``sleep``, ``proxy`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
             attention, moe_gemm,
             lane_priority: the runtime's kernel choices; rounds, replays, warmup: the timing
-            protocol of one measurement. model_arg: ``--model`` as given (for the printed
-            commands; default the model's name).
+            protocol of one measurement (rounds and warm-up default to ``subgpu run``'s,
+            ``commands.request.Timing``; fewer replays). model_arg: ``--model`` as given (for
+            the printed commands; default the model's name).
 
     Raises:
         ValueError: a bad value, one line naming the ``subgpu tune`` flag.
@@ -102,9 +103,9 @@ class TuneSpec:
     attention: str = KERNEL_DEFAULTS["attention"]
     moe_gemm: str = KERNEL_DEFAULTS["moe_gemm"]
     lane_priority: str = DEFAULT_LANE_PRIORITY
-    rounds: int = 3
+    rounds: int = RunTiming.rounds
     replays: int = 20
-    warmup: int = 3
+    warmup: int = RunTiming.warmup
     model_arg: str = ""
 
     def __post_init__(self) -> None:
