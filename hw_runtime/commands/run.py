@@ -241,10 +241,11 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> RunReport:
     from subgpu_jax.score.step import time_step
     from subgpu_jax.score.timer import EventTimer
     from subgpu_jax.model.graph import build_forward
+    timer = EventTimer(hw_sim, model, prep.cache)   # the predicting simulator, made once
     pred_t = time_step(build_forward(wl.arch, dep, 1), temporal_of(wl),
-                       EventTimer(hw_sim, model, prep.cache), record=False).makespan_us
+                       timer, record=False).makespan_us
     step_c = time_step(build_forward(wl.arch, dep, m), cfg,
-                       EventTimer(hw_sim, model, prep.cache, req.mode), record=False)
+                       timer.in_mode(req.mode), record=False)
     sim_c, pred_c = step_c.main, step_c.makespan_us
     # the kernels the executor's workload resolved (``Executor.elementwise`` ...)
     elementwise, attention, moe_gemm = ex.elementwise, ex.attention, ex.moe_gemm

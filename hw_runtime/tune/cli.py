@@ -92,7 +92,8 @@ def spec_from_args(a, hardware: str | None = None):
     from subgpu_jax.app.options import int_list
     from subgpu_jax.app.args import resolve_arch_ep
     from subgpu_jax.model.hardware import get_hardware
-    from subgpu_jax.score.timer import TIMERS
+    from subgpu_jax.model.setup import GpuSetup
+    from subgpu_jax.score.timer import TIMERS, timer_for
     from subgpu_jax.space.config import DISPATCH_POLICIES
 
     from hw_runtime.gpu.workload import hopper_arch
@@ -116,6 +117,9 @@ def spec_from_args(a, hardware: str | None = None):
     if not preset.runtime:
         raise ValueError(f"--hardware: tune measures on the local GPU, an H200 or H100 "
                          f"preset; got {hardware}")
+    # the exact scorer, made once here as `subgpu search` makes its own (a name not registered
+    # goes to TuneSpec as it is: its one line)
+    exact = timer_for(GpuSetup.uncalibrated(preset), a.exact) if a.exact in TIMERS else a.exact
     return TuneSpec(
         arch=hopper_arch(arch), hardware=hardware, num_gpus=a.gpus, attn_tp=a.tp,
         attn_dp=a.dp, moe_ep=ep, kv_history=a.kv_history, input_len=a.input_len,
@@ -123,7 +127,7 @@ def spec_from_args(a, hardware: str | None = None):
         stages=tuple(int_list(a.stages, "stages")),
         microbatches=tuple(int_list(a.microbatches, "microbatches")), policies=pols,
         streams=tuple(int_list(a.streams_per_stage, "streams-per-stage")),
-        exact=TIMERS.get(a.exact, a.exact),   # a name not registered: TuneSpec's one line
+        exact=exact,
         cheap=a.cheap, cut_strategy=a.cut_strategy, alloc_strategy=a.alloc_strategy,
         cut_options=a.cut_options or None, alloc_options=a.alloc_options or None,
         l_sim=a.l_sim, cache=a.cache, calibration=a.calibration, top=a.top,

@@ -187,6 +187,7 @@ class Tuner:
         from subgpu_jax.app.searchjob import SearchOptions
         from subgpu_jax.app.searchrun import run_search
         from subgpu_jax.app.sweep import build_grid
+        from subgpu_jax.score.timer import timer_for
 
         s = self.spec
         from subgpu_jax.model.setup import GpuSetup
@@ -215,7 +216,9 @@ class Tuner:
         meta["cut_strategy"] = strategy_meta(cut, CUT_STRATEGY_REGISTRY)
         meta["alloc_strategy"] = strategy_meta(alloc, ALLOC_STRATEGIES)
         t0 = time.perf_counter()
-        opts = SearchOptions(timer=s.exact.of(setup, cache), cache=cache, L_sim=s.l_sim,
+        # the exact scorer made again by its name for this round's calibration (timer_for)
+        opts = SearchOptions(timer=timer_for(setup, s.exact.name, cache), cache=cache,
+                             L_sim=s.l_sim,
                              progress=False,
                              cut_strategy=cut, cheap=s.cheap, alloc_strategy=alloc)
         run_search(s.arch, setup, pts, folder, meta, opts, log=self.log)

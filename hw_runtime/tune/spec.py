@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from hw_runtime.commands.request import KernelSettings
+from hw_runtime.commands.request import KernelSettings, Timing as RunTiming
 from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY
 from hw_runtime.gpu.policies import KERNEL_DEFAULTS
 from subgpu_jax.app.args import DEFAULT_L_SIM, grid_default
@@ -19,7 +19,7 @@ from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.model.graph import Deployment, OpGraph
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.models import ModelArch
-from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
+from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, Timer
 from subgpu_jax.search.strategies import (DEFAULT_ALLOC_STRATEGY, DEFAULT_CHEAP,
                                           DEFAULT_CUT_STRATEGY)
 from subgpu_jax.space.config import DEFAULT_POLICY, Config
@@ -28,6 +28,10 @@ __all__ = ["TuneSpec", "Candidate", "Predictor", "RUN_MODES"]
 
 #: How a candidate runs on the GPU (``hw_runtime.gpu.executor.MODES``).
 RUN_MODES = ("temporal", "green", "multistream")
+
+#: ``TuneSpec.exact`` left out: the default timer (``score.timer.DEFAULT_TIMER``), made for the
+#: spec's GPU (uncalibrated) when the spec is made.
+_DEFAULT_EXACT: Timer = object()   # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -40,10 +44,14 @@ class TuneSpec:
             kv_history, input_len: the deployment (tokens for the lengths).
         batches: global batches G; stages: stage counts D (>= 2); microbatches: counts m;
             policies: dispatch policies; streams: streams per stage k: the search grid.
-        exact: the search's exact scorer, a timer class of ``score.timer.TIMERS`` (its
-            ``of(setup, cache)`` makes the timer of each round's calibration; ``meta`` writes
-            its name). cheap, cut_strategy, alloc_strategy, l_sim: the search's cheap estimator
-            and strategies (``subgpu_jax.app.searchjob.PointScorer``).
+        exact: the search's exact scorer, a ``score.timer.Timer`` of the registry
+            (``TIMERS``) made once at the command line's edge (``timer_for``, as ``subgpu
+            search`` makes its own; default: ``DEFAULT_TIMER`` for this GPU, uncalibrated).
+            Each round's search makes it again by its name for that round's calibration
+            (``timer_for``); ``meta`` writes the name; ``Predictor`` asks it whether it models
+            contention (``score.timer.predicting_timer``). cheap, cut_strategy,
+            alloc_strategy, l_sim: the search's cheap estimator and strategies
+            (``subgpu_jax.app.searchjob.PointScorer``).
         cache: the L2 policy asked for (None: ``none`` once a calibration is in use, else lru).
         calibration: path of the starting calibration (None: the uncalibrated model).
         top: candidates K measured per batch and round. budget_s: GPU seconds for the whole
@@ -53,8 +61,9 @@ class TuneSpec:
         collectives: ``sleep``, ``proxy`` or ``none`` (``subgpu run --collectives``); gemm, elementwise,
             attention, moe_gemm,
             lane_priority: the runtime's kernel choices; rounds, replays, warmup: the timing
-            protocol of one measurement. model_arg: ``--model`` as given (for the printed
-            commands; default the model's name).
+            protocol of one measurement (rounds and warm-up default to ``subgpu run``'s,
+            ``commands.request.Timing``; fewer replays). model_arg: ``--model`` as given (for
+            the printed commands; default the model's name).
 
     Raises:
         ValueError: a bad value, one line naming the ``subgpu tune`` flag.
@@ -73,7 +82,7 @@ class TuneSpec:
     microbatches: tuple[int, ...] = grid_default("microbatches")
     policies: tuple[str, ...] = (DEFAULT_POLICY,)
     streams: tuple[int, ...] = grid_default("streams_per_stage")
-    exact: type = TIMERS[DEFAULT_TIMER]
+    exact: Timer = _DEFAULT_EXACT
     cheap: str = DEFAULT_CHEAP
     cut_strategy: str = DEFAULT_CUT_STRATEGY
     alloc_strategy: str = DEFAULT_ALLOC_STRATEGY
@@ -94,9 +103,9 @@ class TuneSpec:
     attention: str = KERNEL_DEFAULTS["attention"]
     moe_gemm: str = KERNEL_DEFAULTS["moe_gemm"]
     lane_priority: str = DEFAULT_LANE_PRIORITY
-    rounds: int = 3
+    rounds: int = RunTiming.rounds
     replays: int = 20
-    warmup: int = 3
+    warmup: int = RunTiming.warmup
     model_arg: str = ""
 
     def __post_init__(self) -> None:
@@ -126,9 +135,17 @@ class TuneSpec:
         check_policies({"gemm": self.gemm, "elementwise": self.elementwise,
                         "attention": self.attention, "moe_gemm": self.moe_gemm})
         choice(self.lane_priority, "--lane-priority", LANE_PRIORITY)
-        if not any(self.exact is t for t in TIMERS.values()):
+        if self.exact is _DEFAULT_EXACT:
+            from subgpu_jax.model.setup import GpuSetup
+            from subgpu_jax.score.timer import timer_for
+
+            object.__setattr__(self, "exact", timer_for(GpuSetup.uncalibrated(self.hw),
+                                                        DEFAULT_TIMER))
+        if not isinstance(self.exact, Timer) or TIMERS.get(self.exact.name) is not type(
+                self.exact):
             raise ValueError(f"--exact must be one of {', '.join(TIMERS)} (a timer class of "
-                             f"score.timer.TIMERS), got {self.exact!r}")
+                             f"score.timer.TIMERS made for the GPU: timer_for), got "
+                             f"{self.exact!r}")
         if self.moe_gemm != "auto" and not self.arch.is_moe:
             raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
                              f"GEMMs (leave it at auto)")
@@ -349,7 +366,8 @@ class Candidate:
 @dataclass
 class Predictor:
     """The model's whole-step makespan of a candidate as it runs (``mode``), for one
-    calibration (None: the uncalibrated model), with the search's exact scorer.
+    calibration (None: the uncalibrated model), with the timer that predicts runs for the
+    tune's exact scorer (``timer``: ``score.timer.predicting_timer``).
 
     The event simulator predicts every mode; the static max-plus evaluator has no shared-pool
     model, so its multistream prediction is None.
@@ -363,6 +381,7 @@ class Predictor:
     _wl: dict = field(default_factory=dict, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)
     _setup: object = field(default=None, repr=False)
+    _timers: dict = field(default_factory=dict, repr=False)
 
     @property
     def setup(self):
@@ -382,9 +401,9 @@ class Predictor:
 
     @property
     def contention(self) -> bool:
-        """Whether the tune's exact scorer (``spec.exact``, a timer class of ``TIMERS``)
-        models contention: then candidates are predicted by the event simulator (the
-        reference), else by the static max-plus evaluator."""
+        """Whether the tune's exact scorer (``spec.exact``, a timer of ``TIMERS``) models
+        contention: then candidates are predicted by the event simulator (the reference), else
+        by the static max-plus evaluator (``timer``)."""
         return bool(self.spec.exact.contention)
 
     @property
@@ -400,6 +419,22 @@ class Predictor:
 
         return ContentionModel(calibration=self.calibration,
                                **collective_mode(self.spec.collectives).contention_kwargs())
+
+    def timer(self, mode: str = "green"):
+        """The timer that predicts this model's runs in SM ``mode`` (``green`` or
+        ``multistream``; cached): ``score.timer.predicting_timer`` of the tune's exact scorer
+        for this calibration's setup, ``model()`` and ``cache`` (``Timer.in_mode``).
+
+        Raises:
+            ValueError: ``multistream`` with the static evaluator (no shared-pool model)."""
+        if mode not in self._timers:
+            from subgpu_jax.score.timer import predicting_timer
+
+            if "green" not in self._timers:
+                self._timers["green"] = predicting_timer(self.spec.exact, self.setup,
+                                                         self.model(), self.cache)
+            self._timers[mode] = self._timers["green"].in_mode(mode)
+        return self._timers[mode]
 
     def workload(self, G: int):
         """The simulator's ``Workload`` of batch ``G`` (memory-checked; cached)."""
@@ -440,72 +475,34 @@ class Predictor:
         if c.key in self._memo:
             return self._memo[c.key]
         from subgpu_jax.score.step import time_step
-        from subgpu_jax.score.timer import EventTimer, StaticTimer
         from subgpu_jax.model.graph import build_forward
 
         cfg, m = self.config(c)
         fp = build_forward(self.spec.arch, self.spec.deployment(c.G), m)
         mode = "multistream" if c.mode == "multistream" else "green"
-        if self.contention:
-            out = float(time_step(fp, cfg, EventTimer(self.hw, self.model(), self.cache, mode),
-                                  record=False).makespan_us)
-        elif mode == "multistream":
+        if mode == "multistream" and not self.contention:
             out = None
         else:
-            out = float(time_step(fp, cfg, StaticTimer.of(self.setup),
-                                  record=False).makespan_us)
+            out = float(time_step(fp, cfg, self.timer(mode), record=False).makespan_us)
         self._memo[c.key] = out
         return out
 
     def kernel_times(self, c: Candidate) -> dict[tuple[str, int], float]:
         """The model's mean duration (µs) of each kernel of the main region's run of ``c``, per
         (kernel key, pool SMs): in context (co-running) under the event simulator, alone
-        under the static evaluator. The pool of a temporal run is the whole GPU.
+        under the static evaluator (``timer().kernel_times``). The pool of a temporal run is
+        the whole GPU.
 
         Raises:
             ValueError: a multistream candidate (its kernels have no pool of their own).
         """
-        import numpy as np
-
-        from subgpu_jax.model.calibration import kernel_key
-
         if c.mode == "multistream":
             raise ValueError("kernel_times: multistream runs have no pools")
         cfg, m = self.config(c)
-        g = self.workload(c.G).graph(m)
-        pools = [self.spec.hw.num_sms] if cfg.D == 1 else list(cfg.alloc)
-        acc: dict[tuple[str, int], list[float]] = {}
-        if self.contention:
-            from subgpu_jax.sim.eventsim import simulate
-
-            r = simulate(g, cfg, self.hw, self.model(), cache=self.cache, record=False,
-                         validate=False)
-            for i in range(len(r.kernel_start)):
-                op, st = int(r.kernel_index[i]), int(r.kernel_stage[i])
-                acc.setdefault((kernel_key(g.kernels[op]), pools[st]), []).append(
-                    float(r.kernel_end[i] - r.kernel_start[i]))
-        else:
-            st = cfg.stage_of_segment()
-            for i, kern in enumerate(g.kernels):
-                p = pools[st[cfg.seg_of[i]]] if cfg.D > 1 else pools[0]
-                acc[(kernel_key(kern), p)] = [float(self.alone_us(kern, p))]
-        return {k: float(np.mean(v)) for k, v in acc.items()}
+        return self.timer().kernel_times(self.workload(c.G).graph(m), cfg)
 
     def alone_us(self, kern, sms: int) -> float:
-        """The model's time (µs) of one kernel alone on ``sms`` SMs: the calibration's table
-        when it has the kernel, else the event simulator's lone run (event scorer) or the
-        static duration model (static scorer)."""
-        import numpy as np
-
-        cal = self.calibration
-        if cal is not None and cal.has(kern):
-            return float(cal.kernel_time_us(kern, sms))
-        if self.contention:
-            from subgpu_jax.sim.eventsim import simulate_streams
-
-            return float(simulate_streams([(int(sms), [kern])], self.hw,
-                                          self.model().replace(calibration=None), "none",
-                                          record=False).makespan)
-        from subgpu_jax.model.graph import StaticDurationModel
-
-        return float(np.ravel(StaticDurationModel(self.hw).kernel_time_us(kern, float(sms)))[0])
+        """The model's time (µs) of one kernel alone on ``sms`` SMs (``timer().alone_us``):
+        the calibration's table when it has the kernel, else the event simulator's lone run
+        (event scorer) or the static duration model (static scorer)."""
+        return self.timer().alone_us(kern, sms)

@@ -2,11 +2,13 @@
 ``run``, ``calibrate``, ``tune``): the options each command declares (workload, strategies,
 grid, scoring, serving, topology and traffic) and the functions that read or complete a parsed
 ``Namespace`` (``resolve_context``, ``resolve_parallelism``, ``resolve_arch_ep``,
-``serving_options``, ``topology_options``, ``check_bounds``, and the flags a search prints back:
-``serving_args``, ``topology_args``). Imported by every parser that takes them, so the runtime's
-commands never import the CLI module itself (under ``python -m subgpu_jax.app.cli`` that module
-is ``__main__``, and importing it again would load it twice). Typed values and parsing of single
-values (lists, ``ArchOptions``, the SM split of ``simulate``) live in ``app/options.py``.
+``serving_options``, ``topology_options``, ``check_bounds``, ``workload_of``: their checked
+workload, and the flags a search prints back: ``serving_args``, ``topology_args``). Imported by
+every parser that takes them, so the runtime's commands never import the CLI module itself
+(under ``python -m subgpu_jax.app.cli`` that module is ``__main__``, and importing it again
+would load it twice). Typed values and parsing of single values (lists, ``ArchOptions``, the SM
+split of ``simulate``) live in ``app/options.py``, with ``model_of`` (``options.resolve_arch``
+reads it, and ``args`` imports ``options``: here it would close a cycle).
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ from __future__ import annotations
 import argparse
 
 from subgpu_jax.model.hardware import HARDWARE
-from subgpu_jax.model.models import MODEL_TYPES, MODELS
-from subgpu_jax.app.options import ArchOptions, int_list, model_of, resolve_arch
+from subgpu_jax.model.deployment import DEFAULT_CONTEXT
+from subgpu_jax.model.models import DEFAULT_MODEL, MODEL_TYPES, MODELS
+from subgpu_jax.app.options import (ArchOptions, int_list, kv_lengths_from, model_of,
+                                   resolve_arch)
 
 __all__ = ["DEFAULT_L_SIM", "add_workload_args", "add_strategy_args", "strategies_from_args",
            "GRID_DEFAULTS", "grid_default", "add_grid_args", "add_scoring_args", "KV_DTYPES",
@@ -23,7 +27,7 @@ __all__ = ["DEFAULT_L_SIM", "add_workload_args", "add_strategy_args", "strategie
            "serving_options", "serving_args", "TOPOLOGY_DEFAULTS", "topology_args", "INT_OPTIONS",
            "LIST_OPTIONS", "FLOAT_OPTIONS", "check_bounds", "resolve_arch_ep",
            "resolve_parallelism", "TOPOLOGIES", "add_topology_args", "topology_options",
-           "given_tp_ep"]
+           "given_tp_ep", "workload_of"]
 
 #: The search grid's defaults, written once: ``subgpu search`` and ``subgpu tune`` take them
 #: (``add_grid_args``), ``hw_runtime.tune.spec.TuneSpec`` too. Comma-separated, as typed.
@@ -56,10 +60,10 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str | None = "B200",
             ``--batches`` and refuses ``--batch`` naming it).
     """
     g = p.add_argument_group("workload (defaults: the reference workload, docs/method.md §5)")
-    g.add_argument("--model", "--config", dest="model", default="gpt-oss-120b",
+    g.add_argument("--model", "--config", dest="model", default=DEFAULT_MODEL,
                    help=f"model preset ({', '.join(MODELS)}) or path to a Hugging Face "
                         f"config.json (model_type {', '.join(MODEL_TYPES)}); --config FILE is "
-                        "the same. Default: gpt-oss-120b")
+                        f"the same. Default: {DEFAULT_MODEL}")
     g.add_argument("--name", default=None,
                    help="name of a model read from a config.json (what the output and the "
                         "results call it). Default: the file's _name_or_path or name_or_path "
@@ -89,11 +93,11 @@ def add_workload_args(p: argparse.ArgumentParser, hardware: str | None = "B200",
                    help="global decode batch G (requests = tokens per step). Default: 2048"
                    if batch else argparse.SUPPRESS)
     g.add_argument("--input-len", type=int, default=None,
-                   help="prompt length (tokens). Default: --kv-history, or 32768")
+                   help=f"prompt length (tokens). Default: --kv-history, or {DEFAULT_CONTEXT}")
     g.add_argument("--kv-history", type=int, default=None,
                    help="tokens in each request's KV cache at the decode step timed (>= "
                         "--input-len). Default: --input-len (the first step after the prompt), "
-                        "or 32768")
+                        f"or {DEFAULT_CONTEXT}")
     if serving:
         add_serving_args(g)
 
@@ -239,8 +243,6 @@ def resolve_context(a) -> None:
             ``--output-len`` (the generation starts at the prompt), ``--output-len`` < 1, or a
             utilization outside (0, 1] (one line naming the flag).
     """
-    from subgpu_jax.model.deployment import DEFAULT_CONTEXT
-
     if not hasattr(a, "input_len"):
         return
     out = getattr(a, "output_len", None)
@@ -460,3 +462,22 @@ def given_tp_ep(a) -> tuple[int | None, int | None]:
     ``app.fit.checked_workload``'s advice on what makes a deployment fit."""
     tp = a.tp if "tp" in (getattr(a, "parallelism_given", None) or []) else None
     return tp, getattr(a, "ep", None)
+
+
+def workload_of(a):
+    """The checked ``Workload`` of parsed workload options (``app.fit.checked_workload``: a
+    deployment that does not fit the GPU's memory is refused naming the flags that make it fit),
+    with the topology and traffic options where the command has them."""
+    from subgpu_jax.app.fit import checked_workload
+    from subgpu_jax.model.graph import Deployment
+    from subgpu_jax.model.hardware import get_hardware
+
+    arch, ep = resolve_arch_ep(a)
+    topo = {}
+    if hasattr(a, "topology"):
+        topo = topology_options(a)
+        if a.kv_lengths:
+            topo["kv_lengths"] = kv_lengths_from(a.kv_lengths, a.batch)
+    dep = Deployment(num_gpus=a.gpus, attn_tp=a.tp, attn_dp=a.dp, moe_ep=ep,
+                     global_batch=a.batch, **serving_options(a), **topo)
+    return checked_workload(arch, dep, get_hardware(a.hardware), *given_tp_ep(a))

@@ -115,18 +115,18 @@ def predict_modes(arch: ModelArch, dep: Deployment, cfg: Config, hw: Hardware,
     m = R // cfg.microbatch
     out = {}
     for suffix, md in (("", model), ("_nolink", model.replace(link_time=False))):
+        timer = EventTimer(hw, md, cache)   # once per model; its multistream copy: in_mode
         for name, c, mode in (("temporal", None, "green"), ("subgpu", cfg, "green"),
                               ("multistream", cfg, "multistream")):
             key = f"{name}{suffix}_us"
             if key in known:
                 out[key] = float(known[key])
                 continue
-            t = 0.0
-            timer = EventTimer(hw, md, cache, mode)
+            t, tm = 0.0, timer.in_mode(mode)
             for d, w in steps:
                 fp = build_forward(arch, d, 1 if c is None else m)
                 cc = temporal_config(fp.main.n, hw, R) if c is None else c
-                t += w * float(time_step(fp, cc, timer, record=False).makespan_us)
+                t += w * float(time_step(fp, cc, tm, record=False).makespan_us)
             out[key] = t
     return ModePrediction(**out)
 

@@ -10,18 +10,19 @@ from __future__ import annotations
 import numpy as np
 
 from subgpu_jax.model.graph import Deployment
-from subgpu_jax.score.timing import Timing, config_rows
+from subgpu_jax.score.timing import TimerBase, Timing, config_rows
 from subgpu_jax.space.config import Config
 
 __all__ = ["RecordingTimer"]
 
 
-class RecordingTimer:
+class RecordingTimer(TimerBase):
     """An observer of the search job's event timer (a ``score.timer.Timer``): a configuration
     timed alone goes to ``PointScorer.simulate``, which keeps the run's per-category times and L2
     hit rate for its record and honours Ctrl-C around each simulation; batches of allocations
     go to the observed timer's compiled engine where it has one (makespans alone: a record then
-    re-simulates its configuration). Its capabilities are the observed timer's.
+    re-simulates its configuration). Its capabilities are the observed timer's; its
+    ``time_many`` is its own (``batches_structures``), and it has no screen.
 
     Args:
         scorer: the ``PointScorer`` (its ``timer`` is the observed event timer). dep: the
@@ -34,6 +35,9 @@ class RecordingTimer:
         self.contention, self.reference = self.observed.contention, self.observed.reference
         self.batched, self.screen = self.observed.batched, None
         self.compiled = self.observed.compiled
+        self.model, self.mode, self.cache = (self.observed.model, self.observed.mode,
+                                             self.observed.cache)
+        self.batches_structures = True   # time_many below: the engine's, or simulations
 
     def describe(self) -> str:
         return self.observed.describe()
@@ -53,11 +57,6 @@ class RecordingTimer:
             return self.observed.time_many(items)
         return [np.array([self.time(graph, c).makespan_us for c in config_rows(cfg, allocs)])
                 for graph, cfg, allocs in items]
-
-    def without_engine(self):
-        """Itself: it has no compiled event-simulator engine of its own to drop
-        (``score.timing.Timer.without_engine``)."""
-        return self
 
     def head_us(self, kernels) -> float:
         return self.observed.head_us(kernels)

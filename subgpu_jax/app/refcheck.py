@@ -41,7 +41,7 @@ def reference_check(scorer, records: Sequence[dict]) -> dict:
         "max_abs_error", "checked", "tolerance"}`` with error = timer / event simulator - 1;
         the median and maximum over the SubGPU rows (``checked`` of them; temporal rows are
         the event simulator's own under a contention timer), None when no SubGPU row; ``tolerance``
-        the timer's ``TOLERANCE`` (None without one).
+        the timer's ``TOLERANCE`` (None without one: ``Timer.TOLERANCE``).
     """
     import statistics
 
@@ -64,7 +64,7 @@ def reference_check(scorer, records: Sequence[dict]) -> dict:
             "rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
             "max_abs_error": max(errs) if errs else None,
             "checked": sum(x["mode"] == "subgpu" for x in rows),
-            "tolerance": getattr(scorer.timer, "TOLERANCE", None)}
+            "tolerance": scorer.timer.TOLERANCE}
 
 
 def engine_check(scorer, records: Sequence[dict]) -> dict | None:

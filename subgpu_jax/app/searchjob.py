@@ -440,8 +440,8 @@ class ScorerSpec:
         spec = cls(scorer.arch, scorer.setup, scorer.timer.name, scorer.cache, scorer.L_sim,
                    scorer.cut, scorer.cheap, scorer.alloc, scorer.timer.compiled)
         t, made = scorer.timer, timer_for(scorer.setup, scorer.timer.name, scorer.cache)
-        # confirm_top: a screened timer's budget (absent elsewhere: None on both sides)
-        same = all(getattr(t, f, None) == getattr(made, f, None)
+        # confirm_top: a screened timer's budget (None elsewhere: Timer's optional capabilities)
+        same = all(getattr(t, f) == getattr(made, f)
                    for f in ("model", "cache", "mode", "contention", "hw", "confirm_top"))
         if not same:
             raise ValueError(f"workers: the exact scorer {t.name!r} was made with other settings "

@@ -97,14 +97,14 @@ def _run_pool(points: Sequence[GridPoint], scorer: "PointScorer", store, o: Sear
 
 def _check_in_flight(o: SearchOptions, cluster) -> None:
     """Refuse ``o.in_flight > 1`` where grid points in flight cannot share one timer's batches
-    (a timer without ``time_many``, worker processes or a cluster); ValueError naming
-    ``--in-flight``."""
+    (no timer given, a timer whose ``time_many`` is not its own: ``batches_structures``,
+    worker processes or a cluster); ValueError naming ``--in-flight``."""
     if o.in_flight <= 1:
         return
-    if getattr(o.timer, "time_many", None) is None:
+    if o.timer is None or not o.timer.batches_structures:
         raise ValueError(f"in-flight: grid points in flight batch their exact steps "
-                         f"together, which the {getattr(o.timer, 'name', 'event')!r} timer "
-                         "cannot; use --exact event-batched or --in-flight 1")
+                         f"together, which the {'event' if o.timer is None else o.timer.name!r}"
+                         " timer cannot; use --exact event-batched or --in-flight 1")
     if o.workers > 1 or (cluster is not None and cluster.num_processes > 1):
         raise ValueError("in-flight: grid points in flight share this process's timer; "
                          "give --workers 1 (and no --cluster) with --in-flight > 1")

@@ -14,6 +14,8 @@ from subgpu_jax.app.options import record_config_options, resolve_cache
 from subgpu_jax.app.args import serving_args, topology_args
 from subgpu_jax.app.provenance import prediction_note
 from subgpu_jax.app.searchout import OUTPUT_FILES
+from subgpu_jax.model.deployment import DEFAULT_CONTEXT
+from subgpu_jax.model.models import DEFAULT_MODEL
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS
 from subgpu_jax.space.config import DEFAULT_POLICY
 from subgpu_jax.search.strategies import DEFAULT_ALLOC_STRATEGY, DEFAULT_CUT_STRATEGY
@@ -280,7 +282,7 @@ def search_reproduce_command(a, best: dict) -> list[str]:
         cmd += ["--kv-history", str(best["kv_history"])]
     if a.expert_dtype:
         cmd += ["--expert-dtype", a.expert_dtype]
-    if a.input_len not in (None, 32768) or best.get("output_len"):
+    if a.input_len not in (None, DEFAULT_CONTEXT) or best.get("output_len"):
         cmd += ["--input-len", str(best.get("input_len") or a.input_len)]
     cmd += serving_args(a) + topology_args(a, path_arg)
     o = record_config_options(best)
@@ -323,7 +325,7 @@ def print_next_steps(a, summ: dict, hardware: str, arch=None) -> None:
     print(f"  reproduce the best configuration (--microbatch is a size: {b['microbatch']} "
           f"requests per microbatch, m = {b['microbatches']}; {see}):")
     print("    " + shlex.join(search_reproduce_command(a, b)))
-    model = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model), *name_args(a)]
+    model = [] if a.model == DEFAULT_MODEL else ["--model", path_arg(a.model), *name_args(a)]
     # every command keeps the model version of the search's --hardware (NAME:VERSION)
     from subgpu_jax.model.hardware import get_hardware
     from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
@@ -365,14 +367,14 @@ def search_grid_args(a) -> list[str]:
     """The workload and grid options of a parsed ``subgpu search`` (except ``--hardware``,
     ``--expert-dtype``, ``--calibration`` and ``--out``), for a command that repeats the
     search on another GPU; options at their defaults are left out."""
-    args = [] if a.model == "gpt-oss-120b" else ["--model", path_arg(a.model), *name_args(a)]
+    args = [] if a.model == DEFAULT_MODEL else ["--model", path_arg(a.model), *name_args(a)]
     args += ["--gpus", str(a.gpus)]
     args += ["--all-parallelisms"] if a.all_parallelisms else ["--tp", str(a.tp), "--dp",
                                                                  str(a.dp)]
     args += ["--ep", str(a.ep)]
     for opt in ("kv_history", "input_len"):
-        if getattr(a, opt) not in (None, 32768) and not (opt == "kv_history" and
-                                                         getattr(a, "output_len", None)):
+        if getattr(a, opt) not in (None, DEFAULT_CONTEXT) and not (
+                opt == "kv_history" and getattr(a, "output_len", None)):
             args += ["--" + opt.replace("_", "-"), str(getattr(a, opt))]
     args += serving_args(a)
     args += ["--batches", _csv(a.batches), "--stages", _csv(a.stages),

@@ -18,8 +18,8 @@ from subgpu_jax.model.arch import ModelArch, alternating
 from subgpu_jax.model.hfconfig import FAMILIES, MODEL_TYPES, load_hf_config
 from subgpu_jax.model.routing import expected_distinct
 
-__all__ = ["ModelArch", "MODELS", "FAMILIES", "MODEL_TYPES", "get_model", "load_hf_config",
-           "resolve_model", "expected_distinct"]
+__all__ = ["ModelArch", "MODELS", "DEFAULT_MODEL", "FAMILIES", "MODEL_TYPES", "get_model",
+           "load_hf_config", "resolve_model", "expected_distinct"]
 
 
 #: Presets, copied from the public config.json of each model on the Hugging Face hub:
@@ -74,6 +74,9 @@ MODELS: Mapping[str, ModelArch] = MappingProxyType({
         expert_act_dtype="fp8", attn_dtype="fp8", attn_act_dtype="fp8", mlp_dtype="fp8",
         mlp_act_dtype="fp8"),
 })
+#: The model of the reference workload (docs/method.md §5): the default of ``--model`` and
+#: ``Workload.from_names``.
+DEFAULT_MODEL: str = "gpt-oss-120b"
 
 
 def get_model(name: str) -> ModelArch:

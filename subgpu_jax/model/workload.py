@@ -14,7 +14,7 @@ from subgpu_jax.model.checks import finite, pos_int
 from subgpu_jax.model.graph import Deployment, OpGraph, build_graph
 from subgpu_jax.model.hardware import Hardware, get_hardware
 from subgpu_jax.model.memory import check_memory
-from subgpu_jax.model.models import ModelArch, resolve_model
+from subgpu_jax.model.models import DEFAULT_MODEL, ModelArch, resolve_model
 
 __all__ = ["Workload"]
 
@@ -65,7 +65,7 @@ class Workload:
                    deploy.tokens_per_gpu, name=f"{arch.name}", arch=arch, deploy=deploy, hw=hw)
 
     @classmethod
-    def from_names(cls, model: str = "gpt-oss-120b", hardware: str = "B200",
+    def from_names(cls, model: str = DEFAULT_MODEL, hardware: str = "B200",
                    deploy: Deployment | None = None) -> "Workload":
         """Build from a model name or config.json path and a hardware preset name.
 

@@ -53,7 +53,8 @@ class CoalescingTimer:
     docstring); every other attribute is the wrapped timer's.
 
     Args:
-        timer: a timer with ``time_many`` (``score.timer.BatchedEventTimer``).
+        timer: a timer whose ``time_many`` is its own (``batches_structures``: the event
+            timers, ``score.timer.BatchedEventTimer``).
 
     Attributes:
         timer: the wrapped timer. coalesces: True (``search.problem.TimerExact`` sends single
@@ -61,13 +62,14 @@ class CoalescingTimer:
             timed through them; largest: the most rows of one call.
 
     Raises:
-        ValueError: a timer without ``time_many``.
+        ValueError: a timer that does not batch several structures (``batches_structures``
+            False: its ``time_many`` is a loop of ``time_allocs``).
     """
 
     def __init__(self, timer) -> None:
-        if getattr(timer, "time_many", None) is None:
-            raise ValueError(f"the {getattr(timer, 'name', timer)!r} timer cannot batch "
-                             "several structures (no time_many); use event-batched")
+        if not timer.batches_structures:
+            raise ValueError(f"the {timer.name!r} timer cannot batch several structures (no "
+                             "time_many of its own); use event-batched")
         self.timer = timer
         self._cv = threading.Condition()
         self._active = 0

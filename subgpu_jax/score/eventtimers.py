@@ -14,7 +14,7 @@ from subgpu_jax.model.graph import Kernel, OpGraph
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.score.lockstep import LockstepBatches, compiled_available
-from subgpu_jax.score.timing import Timing, config_rows
+from subgpu_jax.score.timing import TimerBase, Timing, config_rows
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import check_sm_mode, simulate, simulate_streams
 from subgpu_jax.sim.l2cache import check_policy
@@ -23,7 +23,7 @@ from subgpu_jax.space.config import Config
 __all__ = ["EventTimer", "FullEventTimer", "green_contention_event"]
 
 
-class EventTimer:
+class EventTimer(TimerBase):
     """The event simulator as a timer.
 
     Args:
@@ -50,6 +50,7 @@ class EventTimer:
     reference, batched, screen = True, False, None
     contention = True   # per instance: False with ContentionModel.off()
     compiled = True     # per instance: False with the Python engine (or where Numba is missing)
+    batches_structures = True   # its time_many: one engine call (a Python loop without one)
 
     #: The engines of ``time_allocs``/``time_many`` (makespans alone): ``compiled`` (the
     #: batched simulator's compiled engine, ``sim.batchednb``, where it covers the structure;
@@ -133,6 +134,52 @@ class EventTimer:
         r = simulate_streams([(self.hw.num_sms, list(kernels))], self.hw, self.model,
                              cache=self.cache, record=False)
         return float(r.makespan)
+
+    def in_mode(self, mode: str) -> "EventTimer":
+        """This timer in SM mode ``mode`` (``sim.eventsim.SM_MODES``): itself when that is its
+        mode, else an ``EventTimer`` of the same GPU, model, L2 policy, fast-forward and
+        engine.
+
+        Raises:
+            ValueError: an unknown mode."""
+        if check_sm_mode(mode) == self.mode:
+            return self
+        return EventTimer(self.hw, self.model, self.cache, mode, self.forward, self.engine)
+
+    def kernel_times(self, graph: OpGraph, cfg: Config) -> dict[tuple[str, int], float]:
+        """The mean duration (µs) of each kernel of one simulated pass of ``graph`` under
+        ``cfg`` (green contexts), in context (co-running kernels slow each other), per (kernel
+        key, ``model.calibration.kernel_key``; its pool's SMs): the whole GPU for a temporal
+        configuration (D = 1). Every region is simulated (no fast-forward); ``cfg`` is taken
+        as checked.
+
+        Raises:
+            ValueError: a timer in another mode than green (the kernels have no pool of
+                their own)."""
+        from subgpu_jax.model.calibration import kernel_key
+
+        if self.mode != "green":
+            raise ValueError("kernel_times: multistream runs have no pools")
+        pools = [self.hw.num_sms] if cfg.D == 1 else list(cfg.alloc)
+        r = simulate(graph, cfg, self.hw, self.model, cache=self.cache, record=False,
+                     validate=False)
+        acc: dict[tuple[str, int], list[float]] = {}
+        for i in range(len(r.kernel_start)):
+            op, st = int(r.kernel_index[i]), int(r.kernel_stage[i])
+            acc.setdefault((kernel_key(graph.kernels[op]), pools[st]), []).append(
+                float(r.kernel_end[i] - r.kernel_start[i]))
+        return {k: float(np.mean(v)) for k, v in acc.items()}
+
+    def alone_us(self, kernel: Kernel, sms: int) -> float:
+        """The time (µs) of ``kernel`` alone on a pool of ``sms`` SMs: the model's calibration
+        table when it measured the kernel (``Calibration.kernel_time_us``), else the event
+        simulator's lone run of it (the model without its calibration, no L2 model)."""
+        cal = self.model.calibration
+        if cal is not None and cal.has(kernel):
+            return float(cal.kernel_time_us(kernel, sms))
+        return float(simulate_streams([(int(sms), [kernel])], self.hw,
+                                      self.model.replace(calibration=None), "none",
+                                      record=False).makespan)
 
 
 class FullEventTimer(EventTimer):

@@ -12,7 +12,7 @@ from subgpu_jax.model.graph import Kernel, OpGraph, StaticDurationModel
 from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.setup import DurationModel, GpuSetup
 from subgpu_jax.score.eventtimers import EventTimer, green_contention_event
-from subgpu_jax.score.timing import StructureCache, Timing, config_rows
+from subgpu_jax.score.timing import StructureCache, TimerBase, Timing, config_rows
 from subgpu_jax.sim.contention import ContentionModel
 from subgpu_jax.sim.eventsim import check_sm_mode
 from subgpu_jax.space.config import Config, check_config
@@ -20,23 +20,26 @@ from subgpu_jax.space.config import Config, check_config
 __all__ = ["StaticTimer", "ContentionTimer"]
 
 
-class StaticTimer:
+class StaticTimer(TimerBase):
     """The max-plus evaluator on isolated kernel durations as a timer (no contention; D = 1 is
     the sum of full-GPU times, ``score.evaluator.temporal_makespan``).
 
     Args:
         hw: the GPU. duration_model: ``table(graph)`` -> (n, N+1) µs (default
             ``StaticDurationModel(hw)``); head kernels always use the analytical model (they are
-            not calibrated).
+            not calibrated). calibration: the ``Calibration`` whose measured kernels
+            ``alone_us`` reads (``of``: the setup's), or None.
     """
 
     name = "static"
     summary = "the max-plus evaluator on isolated per-kernel durations (no contention, no cache)"
     contention = reference = compiled = False
     batched, screen = True, None
+    cheap_tables = "static"     # its structures: the static cheap estimator's evaluators
 
-    def __init__(self, hw: Hardware, duration_model: DurationModel | None = None) -> None:
-        self.hw, self.duration_model = hw, duration_model
+    def __init__(self, hw: Hardware, duration_model: DurationModel | None = None,
+                 calibration=None) -> None:
+        self.hw, self.duration_model, self.calibration = hw, duration_model, calibration
         self.structures = StructureCache(self._make)
 
     def _make(self, graph, seg_of, D, w, policy, k, table):
@@ -58,14 +61,10 @@ class StaticTimer:
             ValueError: a mode other than green (it has no shared-pool model)."""
         if check_sm_mode(mode) != "green":
             raise ValueError(f"mode {mode!r} needs the event simulator (--simulator event)")
-        return cls(setup.hw, setup.duration_model)
+        return cls(setup.hw, setup.duration_model, setup.calibration)
 
     def describe(self) -> str:
         return "static max-plus evaluator"
-
-    def without_engine(self):
-        """Itself: it has no compiled event-simulator engine (``Timer.without_engine``)."""
-        return self
 
     def time_allocs(self, graph: OpGraph, cfg: Config, allocs: np.ndarray) -> np.ndarray:
         if cfg.D == 1:
@@ -87,7 +86,32 @@ class StaticTimer:
         return float(sum(float(np.asarray(sd.kernel_time_us(k, self.hw.num_sms)).ravel()[0])
                          for k in kernels))
 
-class ContentionTimer:
+    def kernel_times(self, graph: OpGraph, cfg: Config) -> dict[tuple[str, int], float]:
+        """The duration (µs) of each kernel of ``graph`` under ``cfg``, alone on its stage's
+        pool (``alone_us``; nothing co-runs in this model), per (kernel key,
+        ``model.calibration.kernel_key``; the pool's SMs): the whole GPU for a temporal
+        configuration (D = 1). ``cfg`` is taken as checked."""
+        from subgpu_jax.model.calibration import kernel_key
+
+        pools = [self.hw.num_sms] if cfg.D == 1 else list(cfg.alloc)
+        st = cfg.stage_of_segment()
+        out: dict[tuple[str, int], float] = {}
+        for i, kern in enumerate(graph.kernels):
+            p = pools[st[cfg.seg_of[i]]] if cfg.D > 1 else pools[0]
+            out[(kernel_key(kern), p)] = float(self.alone_us(kern, p))
+        return out
+
+    def alone_us(self, kernel: Kernel, sms: int) -> float:
+        """The time (µs) of ``kernel`` alone on a pool of ``sms`` SMs: the calibration's table
+        when it measured the kernel (``Calibration.kernel_time_us``), else the analytical
+        model (``StaticDurationModel``)."""
+        cal = self.calibration
+        if cal is not None and cal.has(kernel):
+            return float(cal.kernel_time_us(kernel, sms))
+        return float(np.ravel(StaticDurationModel(self.hw).kernel_time_us(kernel,
+                                                                          float(sms)))[0])
+
+class ContentionTimer(TimerBase):
     """The vectorised contention scorer as a batched timer (``vcontention``): the event
     simulator's rate model as a fixed-point iteration in JAX (``score.vcontention``), one call
     per batch of allocations of one structure (graph, cut, stages, reuse, policy, streams).
@@ -113,6 +137,7 @@ class ContentionTimer:
                "error), its best records and verdicts re-simulated by the event simulator; no "
                "--trace/--gantt/--utilization")
     contention, reference, batched, screen, compiled = True, False, True, None, False
+    cheap_tables = "vcontention"    # its structures: the contention cheap estimator's
     #: Relative disagreement with the event simulator above which a search's reference check
     #: warns: about the median measured on search-visited configurations (2.3%,
     #: results/vc_agreement_presets.json); single configurations reach 14%, so it is a warning
@@ -140,10 +165,6 @@ class ContentionTimer:
 
     def describe(self) -> str:
         return "vectorised contention scorer (batched JAX)"
-
-    def without_engine(self):
-        """Itself: it has no compiled event-simulator engine (``Timer.without_engine``)."""
-        return self
 
     def _make(self, graph, seg_of, D, w, policy, k, table):
         from subgpu_jax.score.vcontention import ContentionEstimator

@@ -40,9 +40,15 @@ per-category times, the verdict's model), ``batched`` (``time_allocs`` is one ve
 not a loop), ``screen`` (a batched timer a search may rank with before confirming with this
 one, or None) and ``describe()`` (what it is, in words a user reads). All also time the head
 kernels (``head_us``: final norm, LM head, sampling, embedding, on the whole GPU).
+The optional capabilities (``time_many``, ``batches_structures``, ``coalesces``,
+``lockstep_rows``, ``model``, ``confirm_top``, ``cheap_tables``, ``TOLERANCE``, ``in_mode``) have
+their defaults in ``score.timing.TimerBase``, which every timer inherits, so callers read them
+as attributes. The event and static timers also answer per-kernel questions of the model
+(``kernel_times``, ``alone_us``: µs, pools in SMs), which ``subgpu tune`` refits from.
 ``score.step.time_step`` times a whole decode step with any timer; the search's exact scorer
 (``search.problem.TimerExact``) wraps one. ``timer_for(setup, name, ...)`` makes one from its
-registry name, once, at the command line's edge.
+registry name, once, at the command line's edge; ``predicting_timer`` is the timer that predicts
+runs on the GPU for searches made with a given one.
 """
 
 from __future__ import annotations
@@ -51,12 +57,13 @@ from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.score.batchtimers import BatchedEventTimer, ScreenedTimer
 from subgpu_jax.score.eventtimers import EventTimer, FullEventTimer
 from subgpu_jax.score.tabletimers import ContentionTimer, StaticTimer
-from subgpu_jax.score.timing import StructureCache, Timer, Timing
+from subgpu_jax.score.timing import StructureCache, Timer, TimerBase, Timing
+from subgpu_jax.sim.contention import ContentionModel
 
-__all__ = ["Timing", "Timer", "EventTimer", "FullEventTimer", "StaticTimer", "ContentionTimer",
-           "ScreenedTimer", "BatchedEventTimer", "StructureCache",
+__all__ = ["Timing", "Timer", "TimerBase", "EventTimer", "FullEventTimer", "StaticTimer",
+           "ContentionTimer", "ScreenedTimer", "BatchedEventTimer", "StructureCache",
            "TIMERS",
-           "DEFAULT_TIMER", "timer_for", "timer_help"]
+           "DEFAULT_TIMER", "timer_for", "timer_help", "predicting_timer"]
 
 
 #: The timers by name: ``subgpu search --exact`` and ``subgpu simulate --simulator`` take their
@@ -87,3 +94,18 @@ def timer_for(setup: GpuSetup, name: str, cache: str | None = None, contention: 
     if name not in TIMERS:
         raise ValueError(f"simulator must be one of {', '.join(TIMERS)}, got {name!r}")
     return TIMERS[name].of(setup, cache, contention, mode)
+
+
+def predicting_timer(exact: Timer, setup: GpuSetup, model: ContentionModel,
+                     cache: str) -> Timer:
+    """The timer that predicts runs on the GPU for searches made with ``exact`` (``subgpu
+    tune``'s ``Predictor``), made for ``setup``: the event simulator (the reference) with
+    ``model`` (its calibration and the ``--collectives`` link time) and L2 policy ``cache``
+    when ``exact`` models contention; else ``exact``'s own registry kind made for ``setup``
+    (the static evaluator: green contexts only, ``Timer.in_mode``).
+
+    Raises:
+        ValueError: as ``timer_for``."""
+    if exact.contention:
+        return EventTimer(setup.hw, model, cache)
+    return timer_for(setup, exact.name, cache, contention=False)

@@ -23,7 +23,7 @@ from subgpu_jax.model.hardware import Hardware
 from subgpu_jax.model.lru import ByteLRU
 from subgpu_jax.model.workload import Workload
 from subgpu_jax.score.evaluator import Evaluator, temporal_makespan
-from subgpu_jax.score.timer import StaticTimer, Timer, Timing
+from subgpu_jax.score.timer import StaticTimer, Timer, TimerBase, Timing
 from subgpu_jax.score.vcontention import ContentionEstimator
 from subgpu_jax.space.config import DEFAULT_POLICY, AllocSpace, check_dispatch_policy, Config
 
@@ -218,15 +218,15 @@ class TimerExact:
 
     Call: ``exact(cfg) -> float`` µs (through ``many`` when the timer ``coalesces``: a
     ``score.coalesce.CoalescingTimer`` batches single configurations with the other grid
-    points' requests). Raises ValueError for an infeasible ``cfg`` (as ``Config.check``).
+    points' requests; or ``batches_structures``: an event timer's ``time_many``). Raises
+    ValueError for an infeasible ``cfg`` (as ``Config.check``).
     """
 
     def __init__(self, problem: Problem, timer: Timer) -> None:
         self.problem, self.timer = problem, timer
 
     def __call__(self, cfg: Config) -> float:
-        if (getattr(self.timer, "coalesces", False)     # one row of a shared batch
-                or getattr(self.timer, "time_many", None) is not None):    # a batched engine
+        if self.timer.coalesces or self.timer.batches_structures:  # a shared batch, an engine
             return self.many([cfg])[0]
         pb = self.problem
         m = pb.workload.m_of(cfg)
@@ -238,7 +238,7 @@ class TimerExact:
         """Makespans (µs) of ``cfgs``: configurations of one structure (cut, stages, reuse,
         microbatch, policy, streams) go to the timer's ``time_allocs`` together (one
         vectorised call for a batched timer), or every structure to its ``time_many`` in one
-        call where the timer has it (``BatchedEventTimer``), each checked first.
+        call where the timer ``batches_structures`` (the event timers), each checked first.
 
         Raises:
             ValueError: an infeasible configuration (as ``Config.check``)."""
@@ -254,18 +254,14 @@ class TimerExact:
             for i in idx:
                 cfgs[i].check(g.n, g.edges, pb.hw, pb.workload.batch)
             items.append((g, c0, np.array([cfgs[i].alloc for i in idx])))
-        many = getattr(self.timer, "time_many", None)
-        if many is not None:        # every structure in one batched call
-            vals_of = many(items)
-        else:
-            vals_of = [self.timer.time_allocs(g, c0, A) for g, c0, A in items]
+        vals_of = self.timer.time_many(items)   # one call, or time_allocs per structure
         for idx, vals in zip(groups.values(), vals_of):
             for i, v in zip(idx, np.asarray(vals, dtype=float).tolist()):
                 out[i] = v
         return out
 
 
-class EstimatorTimer:
+class EstimatorTimer(TimerBase):
     """The problem's cheap estimator as a ``score.timer.Timer``: the vectorised evaluator's hard
     makespan (µs) of a configuration of the problem's graphs, from the problem's cached
     estimators (``Problem.evaluator``).
@@ -298,11 +294,6 @@ class EstimatorTimer:
             cfg.check(graph.n, graph.edges, pb.hw, pb.workload.batch)
         ev = pb.evaluator(cfg.seg_of, cfg.D, cfg.w, pb.workload.m_of(cfg), cfg.policy)
         return Timing(float(ev.makespan(np.asarray([cfg.alloc]))[0]))
-
-    def without_engine(self):
-        """Itself: it has no compiled event-simulator engine of its own to drop
-        (``score.timing.Timer.without_engine``)."""
-        return self
 
     def head_us(self, kernels) -> float:
         return StaticTimer(self.hw).head_us(kernels)

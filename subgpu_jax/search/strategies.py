@@ -274,11 +274,12 @@ class StaticCheap:
     def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
                 timer=None):
         """A static ``Problem`` (``model`` and ``cache`` are unused); it shares the tables of
-        ``timer`` when that is the static timer of the same duration model."""
-        from subgpu_jax.score.timer import StaticTimer
+        ``timer`` when that holds this estimator's (``Timer.cheap_tables``: the static timer)
+        for the same duration model."""
         from subgpu_jax.search.problem import Problem
 
-        share = isinstance(timer, StaticTimer) and timer.duration_model is duration_model
+        share = (timer is not None and timer.cheap_tables == "static"
+                 and timer.duration_model is duration_model)
         return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage,
                        source=timer.structures if share else None)
 
@@ -305,15 +306,15 @@ class ContentionCheap:
     def problem(self, workload, hw, duration_model, model, cache, streams_per_stage,
                 timer=None):
         """A ``Problem`` with ``ContentionEstimators`` (arguments as
-        ``CheapEstimator.problem``); it shares the tables of ``timer`` when that is the batched
-        contention timer of the same model and L2 policy (the exact polish then rebuilds
-        nothing; its estimators are then the timer's, whose integral form does not follow
-        ``reuse``: ``--exact vcontention`` and ``screened`` keep the plan-size rule)."""
-        from subgpu_jax.score.timer import ContentionTimer
+        ``CheapEstimator.problem``); it shares the tables of ``timer`` when that holds this
+        estimator's (``Timer.cheap_tables``: the batched contention timer) for the same model
+        and L2 policy (the exact polish then rebuilds nothing; its estimators are then the
+        timer's, whose integral form does not follow ``reuse``: ``--exact vcontention`` and
+        ``screened`` keep the plan-size rule)."""
         from subgpu_jax.search.problem import ContentionEstimators, Problem
 
-        share = (isinstance(timer, ContentionTimer) and timer.model == model
-                 and timer.cache == cache)
+        share = (timer is not None and timer.cheap_tables == "vcontention"
+                 and timer.model == model and timer.cache == cache)
         return Problem(workload, hw, duration_model, streams_per_stage=streams_per_stage,
                        source=timer.structures if share else None,
                        estimator=ContentionEstimators(model, cache, reuse=self.reuse))

@@ -30,7 +30,7 @@ def test_simulate_vcontention_times_the_config_with_the_batched_timer(capsys):
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     from subgpu_jax.app.cli import build_parser
-    from subgpu_jax.app.commands.common import workload_of
+    from subgpu_jax.app.args import workload_of
     from subgpu_jax.space.config import config_from_options
 
     wl = workload_of(build_parser().parse_args(["simulate", *ARGS]))

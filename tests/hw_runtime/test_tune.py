@@ -34,7 +34,8 @@ from subgpu_jax.model.graph import StaticDurationModel, build_forward
 from subgpu_jax.model.hardware import get_hardware
 from subgpu_jax.model.models import get_model
 from subgpu_jax.model.workload import Workload
-from subgpu_jax.score.timer import TIMERS
+from subgpu_jax.model.setup import GpuSetup
+from subgpu_jax.score.timer import timer_for
 
 #: The tune's tests run on analytic-v2's constants: with analytic-v3 (the default) the refit on
 #: the SKEWED machine ends at 5.2% speedup error, above the 3% tolerance (an open finding,
@@ -44,10 +45,15 @@ H200 = get_hardware(SPEC_HW)
 ARCH = get_model("llama-3.1-8b")
 
 
+def _timer(name: str):
+    """The exact scorer ``name`` made as ``subgpu tune`` makes it (``timer_for``)."""
+    return timer_for(GpuSetup.uncalibrated(H200), name)
+
+
 def _spec(**kw) -> TuneSpec:
     base = dict(arch=ARCH, hardware=SPEC_HW, num_gpus=1, attn_tp=1, attn_dp=1, moe_ep=1,
                 kv_history=1024, input_len=1024, batches=(64,), stages=(2,),
-                microbatches=(2, 4), exact=TIMERS["static"], top=2, budget_s=1e6,
+                microbatches=(2, 4), exact=_timer("static"), top=2, budget_s=1e6,
                 max_rounds=3, refine=False)
     base.update(kw)
     return TuneSpec(**base)
@@ -324,7 +330,7 @@ def test_event_scorer_refit_reduces_the_error(tmp_path):
     """The GPU default, the event simulator: the refit of one round's traces (kernel durations
     in context against the simulator's, alone times from lone simulations) predicts the measured
     speedups of that round's candidates at least three times better than the round's model."""
-    spec = _spec(exact=TIMERS["event"], max_rounds=1)
+    spec = _spec(exact=_timer("event"), max_rounds=1)
     rep = Tuner(spec, FakeMachine(spec, **SKEWED), str(tmp_path)).run()
     pe = rep["prediction_error"]
     assert rep["stop"] == "max_rounds" and pe["first_round"]["median_abs_speedup_error"] > 0.1

@@ -1,6 +1,7 @@
 """Breaker review: a ``TuneSpec`` refuses an exact scorer outside the timer registry at once
 (one line naming --exact), as it does every other option, instead of a KeyError from
-``Predictor.contention`` rounds later; every registered timer is accepted."""
+``Predictor.contention`` rounds later; every registered timer is accepted, made as the command
+line makes it (``timer_for``), and a timer class or name is not a timer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pytest
 
 from hw_runtime.tune.spec import TuneSpec
 from subgpu_jax.model.models import get_model
-from subgpu_jax.score.timer import TIMERS
+from subgpu_jax.model.hardware import get_hardware
+from subgpu_jax.model.setup import GpuSetup
+from subgpu_jax.score.timer import TIMERS, timer_for
 
 
 def _spec(**kw) -> TuneSpec:
@@ -21,14 +24,17 @@ def _spec(**kw) -> TuneSpec:
 
 
 def test_unknown_exact_scorer_is_one_line():
-    for bad in ("fast", "event", None, object):   # a name is not a timer: the CLI looks it up
+    for bad in ("fast", "event", None, object, TIMERS["event"]):  # the CLI makes the timer
         with pytest.raises(ValueError, match="^--exact must be one of event, event-full, static, "
                                              "vcontention, screened, event-batched \\(a timer "
                                              "class"):
             _spec(exact=bad)
-    for name, timer in TIMERS.items():
+    setup = GpuSetup.uncalibrated(get_hardware("H200"))
+    for name in TIMERS:
+        timer = timer_for(setup, name)
         spec = _spec(exact=timer)
         assert spec.exact is timer and spec.meta()["exact"] == name
+    assert _spec().exact.name == "event" and _spec().meta()["exact"] == "event"
 
 
 def test_strategy_options_checked_and_fingerprinted_only_when_set():

@@ -296,7 +296,7 @@ def _check_batch_and_out(a) -> None:
 def _workers(a, in_flight: int, pts) -> int:
     """The worker processes of ``--workers`` for the grid ``pts`` (1 for ``auto`` with
     ``--in-flight`` > 1), after checking that ``--in-flight`` > 1 has a timer that batches
-    steps (``time_many``), one worker and no cluster.
+    steps (``batches_structures``: its own ``time_many``), one worker and no cluster.
 
     Raises:
         ValueError: one line naming the flag at fault."""
@@ -305,8 +305,8 @@ def _workers(a, in_flight: int, pts) -> int:
     if in_flight > 1:
         from subgpu_jax.score.timer import TIMERS
 
-        if getattr(TIMERS[a.exact], "time_many", None) is None:    # the timer's capability
-            batching = ", ".join(n for n, t in TIMERS.items() if hasattr(t, "time_many"))
+        if not TIMERS[a.exact].batches_structures:    # the timer's capability
+            batching = ", ".join(n for n, t in TIMERS.items() if t.batches_structures)
             raise ValueError(f"--in-flight {in_flight}: grid points in flight batch their exact "
                              f"steps together, which --exact {a.exact} cannot; use --exact "
                              f"{batching} or --in-flight 1")
@@ -344,7 +344,7 @@ def _print_sweep_stats(stats: dict, in_flight: int, timer, workers: int) -> None
         print(f"in flight: {min(in_flight, stats['evaluated'])} grid points at once, their exact "
               f"steps in {b['calls']:,} batched calls of {b['rows'] / b['calls']:.1f} "
               f"allocations on average, at most {b['largest']:,}")
-    if hasattr(timer, "lockstep_rows") and workers == 1:
+    if timer.lockstep_rows is not None and workers == 1:
         print(f"{timer.name}: {timer.lockstep_rows:,} allocations simulated in lockstep, "
               f"{timer.event_rows:,} by the event simulator (batches under {timer.min_batch} "
               f"allocations, D = 1, or structures the loop does not cover)")

@@ -14,10 +14,9 @@ from subgpu_jax.model.setup import GpuSetup
 from subgpu_jax.sim.contention import uncalibrated_model_id
 from subgpu_jax.score.timer import DEFAULT_TIMER, TIMERS, timer_help
 from subgpu_jax.space.config import DEFAULT_POLICY, Config, config_from_options, temporal_of
-from subgpu_jax.app.args import add_topology_args, add_workload_args
+from subgpu_jax.app.args import add_topology_args, add_workload_args, workload_of
 from subgpu_jax.app.wholestep import head_run, recorded_runs, whole_step_text
 from subgpu_jax.app.options import choose_split, int_list, str_list
-from subgpu_jax.app.commands.common import workload_of
 
 __all__ = ["add_simulate_parser", "cmd_simulate"]
 
@@ -346,5 +345,5 @@ def _result(a, wl, full, mem, fp1, setup, timer, t: _Timed, m, gen) -> dict:
         res["trace_shows"] = t.trace_shows
     res["prediction"] = prediction_note(hw.name, a.calibration, wl.arch.name, timer,
                                         model_id=uncalibrated_model_id(
-                                            hw, getattr(timer, "model", None)))
+                                            hw, timer.model))
     return res
