@@ -159,6 +159,15 @@ class PreparedRun:
     m: int
     cache: str
 
+    def timer(self):
+        """A new predicting timer of this run: the event simulator (``score.timer.EventTimer``)
+        of ``hw_sim``, ``model`` and ``cache`` in green contexts; its other SM modes come from
+        it (``in_mode``). Built once by a caller that predicts this run several times
+        (``run_report``; ``repredict``'s ``timer=``)."""
+        from subgpu_jax.score.timer import EventTimer
+
+        return EventTimer(self.hw_sim, self.model, self.cache)
+
 
 def prepare_run(req: RunRequest) -> PreparedRun:
     """The CPU part of ``subgpu run``: the workload, the Config, the predicting model.
@@ -227,8 +236,6 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> RunReport:
         µs (measured, simulated), per-category residence µs (measured, simulated) and the error
         breakdown (``hw_runtime.timeline.error_breakdown``).
     """
-    from subgpu_jax.space.config import temporal_of
-
     req, wl, cfg, dep, model, hw_sim, m = (prep.request, prep.wl, prep.cfg, prep.dep, prep.model,
                                            prep.hw_sim, prep.m)
     k, t, ks = req.config.streams_per_stage, req.timing, req.kernels
@@ -239,11 +246,9 @@ def run_report(prep: PreparedRun, ex, make_trace: bool = False) -> RunReport:
     g = wl.graph(m)
     # predicted whole steps (every run of region instances + the head), as the executor times
     from subgpu_jax.score.step import time_step
-    from subgpu_jax.score.timer import EventTimer
     from subgpu_jax.model.graph import build_forward
-    timer = EventTimer(hw_sim, model, prep.cache)   # the predicting simulator, made once
-    pred_t = time_step(build_forward(wl.arch, dep, 1), temporal_of(wl),
-                       timer, record=False).makespan_us
+    timer = prep.timer()   # the predicting simulator, made once; its other modes: in_mode
+    pred_t = repredict(wl, cfg, dep, model, hw_sim, m, prep.cache, "temporal", timer=timer)
     step_c = time_step(build_forward(wl.arch, dep, m), cfg,
                        timer.in_mode(req.mode), record=False)
     sim_c, pred_c = step_c.main, step_c.makespan_us
@@ -381,20 +386,38 @@ def timeline_report(prep: PreparedRun, ex, sim) -> dict:
                     "times are unknown, so the error breakdown needs a calibration file"}
 
 
-def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str) -> float:
+def repredict(wl, cfg, dep, model, hw_sim, m: int, cache: str, mode: str,
+              timer=None) -> float:
     """The event simulator's whole-step makespan (µs) of a run as ``subgpu run`` executes it:
     ``mode`` ``"temporal"`` (the temporal baseline, whatever ``cfg`` is), ``"green"`` or
     ``"multistream"`` (``cfg`` at ``m`` microbatches); ``model`` carries the
-    ``--collectives`` choice (``ContentionModel.link_time``)."""
+    ``--collectives`` choice (``ContentionModel.link_time``).
+
+    Args:
+        timer: the predicting timer of ``hw_sim``, ``model`` and ``cache`` (an ``EventTimer``,
+            ``PreparedRun.timer``), made once by a caller that predicts the same run in several
+            modes; ``mode`` is its ``in_mode``. None: one made for this call.
+
+    Raises:
+        ValueError: a ``timer`` of another GPU, model or L2 policy than ``hw_sim``, ``model``
+            and ``cache``."""
     from subgpu_jax.score.step import time_step
-    from subgpu_jax.score.timer import EventTimer
     from subgpu_jax.model.graph import build_forward
+    from subgpu_jax.sim.l2cache import check_policy
     from subgpu_jax.space.config import temporal_of
 
+    if timer is None:
+        from subgpu_jax.score.timer import EventTimer
+
+        timer = EventTimer(hw_sim, model, cache)
+    elif (timer.hw is not hw_sim or timer.model is not model
+          or timer.cache != check_policy(cache)):
+        raise ValueError("repredict: timer must be the event timer of hw_sim, model and cache "
+                         "(PreparedRun.timer)")
     if mode == "temporal" or cfg.D == 1:
         cfg, m, mode = temporal_of(wl), 1, "green"
-    return float(time_step(build_forward(wl.arch, dep, m), cfg,
-                           EventTimer(hw_sim, model, cache, mode), record=False).makespan_us)
+    return float(time_step(build_forward(wl.arch, dep, m), cfg, timer.in_mode(mode),
+                           record=False).makespan_us)
 
 
 class GpuMeasurer:

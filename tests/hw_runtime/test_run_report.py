@@ -399,17 +399,25 @@ def test_collectives_none_predicts_without_link_time_and_is_recorded(tmp_path):
 
 def test_multistream_run_is_predicted_as_multistream(tmp_path):
     """``--mode multistream``: the prediction is the simulator's multistream mode, not the
-    green-context split (the two differ on this configuration)."""
+    green-context split (the two differ on this configuration). ``repredict`` with one timer
+    made once (``PreparedRun.timer``, its modes by ``in_mode``) gives the numbers it gives
+    with a timer of its own; a timer of another model is refused."""
     from hw_runtime.commands.run import repredict
 
     prep = prepare_run(_args(tmp_path, trace=None, check=False, mode="multistream"))
     r = run_report(prep, FakeExecutor(prep.wl))
     args = (prep.wl, prep.cfg, prep.dep, prep.model, prep.hw_sim, prep.m, prep.cache)
-    ms = repredict(*args, "multistream")
-    gr = repredict(*args, "green")
+    timer = prep.timer()
+    ms = repredict(*args, "multistream", timer=timer)
+    gr = repredict(*args, "green", timer=timer)
     assert r.run.predicted_us == pytest.approx(ms)
     assert ms != pytest.approx(gr)
-    assert repredict(*args, "temporal") == pytest.approx(r.temporal.predicted_us)
+    assert repredict(*args, "temporal", timer=timer) == pytest.approx(r.temporal.predicted_us)
+    for mode, us in (("multistream", ms), ("green", gr)):
+        assert repredict(*args, mode) == us   # bit for bit: the timer changes no number
+    other = prepare_run(_args(tmp_path, trace=None, check=False, mode="multistream"))
+    with pytest.raises(ValueError, match="repredict: timer must be the event timer"):
+        repredict(*args, "green", timer=other.timer())
 
 
 def test_a_record_runs_the_configuration_its_options_name(tmp_path):
