@@ -26,11 +26,11 @@ from dataclasses import replace
 from hw_runtime.commands.calibrate import cmd_calibrate
 from hw_runtime.commands.common import gpu_check, json_safe
 from hw_runtime.commands.device import DEFAULT_HELP, resolve_hardware
-from hw_runtime.commands.request import RUN_MODES, ConfigOptions, RunRequest, Timing
+from hw_runtime.commands.request import (RUN_MODES, ConfigOptions, RunRequest, Timing,
+                                         add_kernel_args)
 from hw_runtime.commands.run import config_from_search, rank_gpu, run_one
 from hw_runtime.commands.top import run_top
 from hw_runtime.gpu.executor import DEFAULT_LANE_PRIORITY, LANE_PRIORITY, LANE_PRIORITY_HELP
-from hw_runtime.gpu.policies import add_kernel_args
 from subgpu_jax.model.collective import COLLECTIVES, DEFAULT_COLLECTIVES, ONE_GPU_COLLECTIVES
 from subgpu_jax.space.config import DISPATCH_POLICIES
 

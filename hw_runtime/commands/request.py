@@ -12,9 +12,10 @@ builds its workloads from it and never imports this module) take theirs from
 ``subgpu_jax.model.collective.DEFAULT_COLLECTIVES``, the dispatch policy and the streams per
 stage from ``subgpu_jax.space.config.Config``; the run's own options
 (``RUN_MODES``, ``Timing``) are owned here and the ``run`` parser (``commands.add_commands``)
-reads its defaults from here. The workload options have no defaults here: the parser
-(``subgpu_jax.app.args.add_workload_args``) and the CLI's resolution of ``--tp/--dp`` and
-``--input-len/--kv-history`` own them.
+reads its defaults from here. The kernel options' flags are added by ``add_kernel_args`` (the
+``run``, ``calibrate`` and ``tune`` parsers) from the registry ``KERNEL_POLICIES``. The workload
+options have no defaults here: the parser (``subgpu_jax.app.args.add_workload_args``) and the
+CLI's resolution of ``--tp/--dp`` and ``--input-len/--kv-history`` own them.
 
 Pure Python: importable without torch or a GPU.
 """
@@ -26,12 +27,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from hw_runtime.gpu.executor import MODES
-from hw_runtime.gpu.policies import KernelSettings
+from hw_runtime.gpu.policies import KERNEL_POLICIES, KernelSettings
 from subgpu_jax.model.collective import DEFAULT_COLLECTIVES
 from subgpu_jax.space.config import Config
 
 __all__ = ["RUN_MODES", "WorkloadOptions", "ConfigOptions", "KernelSettings", "Timing",
-           "RunRequest", "check_stage_pools"]
+           "RunRequest", "check_stage_pools", "add_kernel_args"]
 
 #: ``subgpu run --mode``: the executor's pipelined modes (``hw_runtime.gpu.executor.MODES``
 #: without the temporal baseline, which every run measures too): ``green`` (one green-context
@@ -224,3 +225,19 @@ def check_stage_pools(alloc, hw, flag: str = "--sms") -> None:
                          f"needs at least {hw.stage_min_sms} per stage (cuBLAS failed on the "
                          f"smallest pools of an H100: docs/verdicts.md); a search made today "
                          f"never proposes fewer")
+
+
+def add_kernel_args(group, command: str) -> None:
+    """Add every ``KERNEL_POLICIES`` option (``hw_runtime.gpu.policies``: flags, choices,
+    defaults and help are the registry's) to an argparse group of ``command`` (``"run"``: the
+    full help; ``"calibrate"``/``"tune"``: a pointer to it)."""
+    for p in KERNEL_POLICIES:
+        if command == "run":
+            text = f"{p.what}, the same for temporal and pipelined runs: {p.help}"
+        elif command == "calibrate":
+            text = (f"{p.what} to calibrate (use the same with `subgpu run`): "
+                    f"{', '.join(p.choices)} (see `subgpu run --help`)")
+        else:
+            text = f"{p.what} (see `subgpu run --help`)"
+        group.add_argument(p.flag, default=p.default, choices=p.choices,
+                           help=f"{text}. Default: {p.default}")

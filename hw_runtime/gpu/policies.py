@@ -5,7 +5,8 @@ Each ``KernelPolicy`` names its flag, its choices (the owning kernel module's tu
 ``--attention``'s and its help come from ``decode_attn.ATTENTION_BACKENDS``), its
 default, the value a calibration made before the option existed was measured with (``legacy``,
 what ``run.calibration_mismatch`` assumes when ``meta`` lacks the field), and its help. The
-parsers take their options from ``add_kernel_args``; ``check_policies`` refuses a bad value
+parsers take their options from this registry (the workflows' flag helper
+``hw_runtime.commands.request.add_kernel_args``); ``check_policies`` refuses a bad value
 where no parser stands in the way (``TuneSpec``). How a policy resolves to a kernel stays with
 its module (``fused.resolve``, ``decode_attn.resolve``, ``moe_gemm.resolve``,
 ``blas.GemmPolicy``). ``KernelSettings`` holds one value of each option (and the stream
@@ -25,7 +26,7 @@ from hw_runtime.gpu.decode_attn import ATTENTION, attention_help
 from hw_runtime.gpu.fused import ELEMENTWISE
 from hw_runtime.gpu.moe_gemm import MOE_GEMM
 
-__all__ = ["KernelPolicy", "KERNEL_POLICIES", "add_kernel_args", "check_policies", "LEGACY",
+__all__ = ["KernelPolicy", "KERNEL_POLICIES", "check_policies", "LEGACY",
            "KERNEL_DEFAULTS", "KernelSettings", "LANE_PRIORITY", "DEFAULT_LANE_PRIORITY",
            "LANE_PRIORITY_HELP"]
 
@@ -80,21 +81,6 @@ LEGACY: dict[str, str | None] = {p.dest: p.legacy for p in KERNEL_POLICIES}
 
 #: ``dest -> default``: each option's default (``KernelSettings``'s fields).
 KERNEL_DEFAULTS: dict[str, str] = {p.dest: p.default for p in KERNEL_POLICIES}
-
-
-def add_kernel_args(group, command: str) -> None:
-    """Add every ``KERNEL_POLICIES`` option to an argparse group of ``command`` (``"run"``: the
-    full help; ``"calibrate"``/``"tune"``: a pointer to it)."""
-    for p in KERNEL_POLICIES:
-        if command == "run":
-            text = f"{p.what}, the same for temporal and pipelined runs: {p.help}"
-        elif command == "calibrate":
-            text = (f"{p.what} to calibrate (use the same with `subgpu run`): "
-                    f"{', '.join(p.choices)} (see `subgpu run --help`)")
-        else:
-            text = f"{p.what} (see `subgpu run --help`)"
-        group.add_argument(p.flag, default=p.default, choices=p.choices,
-                           help=f"{text}. Default: {p.default}")
 
 
 def check_policies(values: dict) -> None:

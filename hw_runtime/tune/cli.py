@@ -14,8 +14,8 @@ import dataclasses
 import os
 
 from hw_runtime.commands.device import DEFAULT_HELP
+from hw_runtime.commands.request import add_kernel_args
 from hw_runtime.gpu.executor import LANE_PRIORITY, LANE_PRIORITY_HELP
-from hw_runtime.gpu.policies import add_kernel_args
 from hw_runtime.tune.spec import TuneSpec
 from subgpu_jax.model.collective import ONE_GPU_COLLECTIVES
 
