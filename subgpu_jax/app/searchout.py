@@ -15,7 +15,7 @@ from subgpu_jax.model.kernelcost import ANALYTIC_MODEL, analytic_model_of
 from subgpu_jax.app.report import best_by_batch, frontiers, matched_tables, write_search_figures
 from subgpu_jax.app.store import atomic_write
 from subgpu_jax.score.step import time_step
-from subgpu_jax.search.strategies import strategy_options
+from subgpu_jax.search.strategies import meta_of
 from subgpu_jax.space.config import Config
 
 if TYPE_CHECKING:
@@ -151,9 +151,9 @@ def write_outputs(records: Sequence[dict], folder: str, title: str, scorer: Poin
         _add_checks(summary, scorer, recs)
     if scorer is not None:
         summary["scorers"] = dict(scorer.scorers)
-        summary["strategies"] = {"cut": scorer.cut.name, "alloc": scorer.alloc.name,
-                                 "cut_options": strategy_options(scorer.cut),
-                                 "alloc_options": strategy_options(scorer.alloc)}
+        cut, alloc = meta_of(scorer.cut), meta_of(scorer.alloc)   # StrategyMeta.meta
+        summary["strategies"] = {"cut": cut["name"], "alloc": alloc["name"],
+                                 "cut_options": cut["options"], "alloc_options": alloc["options"]}
     if not write:
         return summary
     atomic_write(os.path.join(folder, "summary.json"), json.dumps(summary, indent=2))

@@ -22,13 +22,13 @@ EXPORTS: dict[str, str] = {
     "EstimatorTimer": "problem", "MemoScorer": "problem", "memoised": "problem",
     "RankedCut": "cuts", "rank_cuts": "cuts", "choose_cut": "cuts", "cut_neighbours": "cuts",
     "refine_cut": "cuts", "screen_cuts": "cuts",
-    "CutChoice": "strategies", "CutStrategy": "strategies", "ProposalCut": "strategies",
-    "LocalSearchCut": "strategies", "ScreenCut": "strategies", "CUT_STRATEGY_REGISTRY":
-    "strategies", "CUT_STRATEGIES": "strategies", "AllocationStrategy": "strategies",
-    "PairwiseAllocation": "strategies", "RelaxAllocation": "strategies", "ALLOC_STRATEGIES":
-    "strategies", "CheapEstimator": "strategies", "StaticCheap": "strategies", "ContentionCheap":
-    "strategies", "AutoCheap": "strategies", "CHEAP_ESTIMATORS": "strategies", "by_name":
-    "strategies", "distinct_layouts": "strategies",
+    "StrategyMeta": "strategies", "CutChoice": "strategies", "CutStrategy": "strategies",
+    "ProposalCut": "strategies", "LocalSearchCut": "strategies", "ScreenCut": "strategies",
+    "CUT_STRATEGY_REGISTRY": "strategies", "CUT_STRATEGIES": "strategies",
+    "AllocationStrategy": "strategies", "PairwiseAllocation": "strategies", "RelaxAllocation":
+    "strategies", "ALLOC_STRATEGIES": "strategies", "CheapEstimator": "strategies",
+    "StaticCheap": "strategies", "ContentionCheap": "strategies", "AutoCheap": "strategies",
+    "CHEAP_ESTIMATORS": "strategies", "by_name": "strategies", "distinct_layouts": "strategies",
     "Record": "algorithm1", "SearchResult": "algorithm1", "pareto_records": "algorithm1",
     "Algorithm1Options": "algorithm1", "algorithm1": "algorithm1",
     "RelaxResult": "relax", "relax_allocation": "relax", "relax_and_polish": "relax",

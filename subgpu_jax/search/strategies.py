@@ -13,7 +13,9 @@
 
 The command line's ``choices=`` are the registries' keys (``app.args``,
 ``app.commands.search``); ``by_name`` turns a name (or a strategy object) into the object with
-one-line errors.
+one-line errors. Every cut and allocation strategy is a ``StrategyMeta``: its ``options()``
+are what ``--cut-options``/``--alloc-options`` set (``with_options``), its ``meta()`` (name and
+options) what a sweep's ``summary.json`` records (``meta_of``).
 """
 
 from __future__ import annotations
@@ -32,13 +34,12 @@ if TYPE_CHECKING:  # the search's modules load JAX: imported where used, so that
     from subgpu_jax.search.problem import Problem
     from subgpu_jax.space.config import Config
 
-__all__ = ["CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut", "ScreenCut",
-           "CUT_STRATEGY_REGISTRY", "CUT_STRATEGIES", "AllocationStrategy", "PairwiseAllocation",
-           "RelaxAllocation", "ALLOC_STRATEGIES", "CheapEstimator", "StaticCheap",
-           "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name", "distinct_layouts",
-           "strategy_options", "strategies_help", "with_options", "changed_options",
-           "strategy_meta",
-           "make_strategies", "DEFAULT_CUT_STRATEGY",
+__all__ = ["StrategyMeta", "CutChoice", "CutStrategy", "ProposalCut", "LocalSearchCut",
+           "ScreenCut", "CUT_STRATEGY_REGISTRY", "CUT_STRATEGIES", "AllocationStrategy",
+           "PairwiseAllocation", "RelaxAllocation", "ALLOC_STRATEGIES", "CheapEstimator",
+           "StaticCheap", "ContentionCheap", "AutoCheap", "CHEAP_ESTIMATORS", "by_name",
+           "distinct_layouts", "meta_of", "strategy_options", "strategies_help", "with_options",
+           "changed_options", "strategy_meta", "make_strategies", "DEFAULT_CUT_STRATEGY",
            "DEFAULT_ALLOC_STRATEGY", "DEFAULT_CHEAP"]
 
 
@@ -50,6 +51,33 @@ def distinct_layouts(cands: Sequence[RankedCut]) -> list[RankedCut]:
             seen.add((rc.cand.seg_of, rc.cand.w))
             out.append(rc)
     return out
+
+
+def _field_options(strategy) -> dict:
+    """The options of a dataclass strategy: its fields holding an int or a bool (not ``name``,
+    not nested strategies such as ``ScreenCut.fallback``), with their current values; {} for
+    anything else (``strategy_options``)."""
+    if not dataclasses.is_dataclass(strategy):
+        return {}
+    return {f.name: getattr(strategy, f.name) for f in dataclasses.fields(strategy)
+            if f.name != "name" and isinstance(getattr(strategy, f.name), (bool, int))}
+
+
+class StrategyMeta:
+    """What a cut or allocation strategy (a frozen dataclass) tells the store and the command
+    line about itself, written once for all of them: ``options()``, the options it takes from
+    ``--cut-options``/``--alloc-options`` (its int and bool fields, with their values), and
+    ``meta()``, its name and those options (what ``summary.json`` records)."""
+
+    def options(self) -> dict:
+        """``{option: value}``: the int and bool fields of this strategy (not ``name``, not a
+        nested strategy such as ``ScreenCut.fallback``), in field order."""
+        return _field_options(self)
+
+    def meta(self) -> dict:
+        """``{"name": name, "options": options()}``: how a sweep's ``summary.json`` records
+        this strategy (``app.searchout``)."""
+        return {"name": self.name, "options": self.options()}
 
 
 class CutChoice(NamedTuple):
@@ -69,7 +97,8 @@ class CutChoice(NamedTuple):
 
 
 class CutStrategy(Protocol):
-    """How Algorithm 1 chooses the cut at a grid point, after ``rank_cuts``."""
+    """How Algorithm 1 chooses the cut at a grid point, after ``rank_cuts`` (the registry's
+    are also ``StrategyMeta``: ``options()``, ``meta()``)."""
 
     name: str
 
@@ -80,7 +109,7 @@ class CutStrategy(Protocol):
 
 
 @dataclass(frozen=True)
-class ProposalCut:
+class ProposalCut(StrategyMeta):
     """Cut strategy ``proposal``: Algorithm 1 of docs/method.md §4 (the best of ``rank_cuts``)."""
 
     #: one line for the command-line help (``app.args.add_strategy_args``)
@@ -94,7 +123,7 @@ class ProposalCut:
 
 
 @dataclass(frozen=True)
-class LocalSearchCut:
+class LocalSearchCut(StrategyMeta):
     """Cut strategy ``local_search`` (extension): the ranked proposal, then ``refine_cut``
     (cheap-estimator local search over single-kernel moves and boundary-reuse toggles) from the
     ``starts`` best ranked layouts, refining ``top`` neighbours per iteration."""
@@ -123,7 +152,7 @@ class LocalSearchCut:
 
 
 @dataclass(frozen=True)
-class ScreenCut:
+class ScreenCut(StrategyMeta):
     """Cut strategy ``screen`` (extension): when the legal layouts (w = 0 and w = 1) number at
     most ``max_cuts``, ``screen_cuts`` scores every one at three seeds with the cheap estimator,
     prunes them by successive halving with line-move descent steps and refines the ``top``
@@ -176,7 +205,8 @@ DEFAULT_CUT_STRATEGY: str = ProposalCut.name
 
 
 class AllocationStrategy(Protocol):
-    """The allocation search of one structure, returning an ``AllocResult``."""
+    """The allocation search of one structure, returning an ``AllocResult`` (the registry's
+    are also ``StrategyMeta``: ``options()``, ``meta()``)."""
 
     name: str
 
@@ -187,7 +217,7 @@ class AllocationStrategy(Protocol):
 
 
 @dataclass(frozen=True)
-class PairwiseAllocation:
+class PairwiseAllocation(StrategyMeta):
     """Allocation strategy ``pairwise``: steps 4-5 of Algorithm 1 in docs/method.md §4 (seeds,
     Algorithm 2's pairwise-line refinement with the cheap estimator, exact polish:
     ``search.pairwise.allocate_pairwise``)."""
@@ -206,7 +236,7 @@ class PairwiseAllocation:
 
 
 @dataclass(frozen=True)
-class RelaxAllocation:
+class RelaxAllocation(StrategyMeta):
     """Allocation strategy ``relax``: the optax relaxation of the smooth makespan, rounding and
     exact polish (``search.relax.relax_and_polish``; our extension of docs/method.md §4).
 
@@ -376,14 +406,23 @@ def by_name(registry: dict, value, field_name: str):
     return value
 
 
+def meta_of(strategy) -> dict:
+    """What a sweep's ``summary.json`` records of a strategy: its ``meta()``
+    (``StrategyMeta``); for an object without ``meta`` (a strategy object of the caller's own,
+    which ``by_name`` accepts), its ``name`` and its dataclass fields holding an int or a bool
+    (``{"name", "options"}``)."""
+    meta = getattr(strategy, "meta", None)
+    return meta() if callable(meta) else {"name": strategy.name,
+                                          "options": _field_options(strategy)}
+
+
 def strategy_options(strategy) -> dict:
     """The options a strategy takes from the command line (``--cut-options``,
-    ``--alloc-options``): its dataclass fields holding an int or a bool (not ``name``, not
-    nested strategies such as ``ScreenCut.fallback``), with their current values."""
-    if not dataclasses.is_dataclass(strategy):
-        return {}
-    return {f.name: getattr(strategy, f.name) for f in dataclasses.fields(strategy)
-            if f.name != "name" and isinstance(getattr(strategy, f.name), (bool, int))}
+    ``--alloc-options``), with their current values: its ``meta()``'s (``StrategyMeta``); for
+    an object without ``meta`` (a strategy object of the caller's own, which ``by_name``
+    accepts), its dataclass fields holding an int or a bool, or {}."""
+    meta = getattr(strategy, "meta", None)
+    return meta()["options"] if callable(meta) else _field_options(strategy)
 
 
 def strategies_help(registry: dict, default: str) -> str:

@@ -12,8 +12,10 @@ import json
 import pytest
 
 from subgpu_jax.app.cli import main
-from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY, ScreenCut,
-                                          changed_options, strategy_options, with_options)
+from subgpu_jax.search.strategies import (ALLOC_STRATEGIES, CUT_STRATEGY_REGISTRY,
+                                          RelaxAllocation, ScreenCut, StrategyMeta,
+                                          changed_options, meta_of, strategy_options,
+                                          with_options)
 
 SMALL = ["search", "--model", "gpt-oss-20b", "--gpus", "8", "--tp", "8", "--dp", "1",
          "--exact", "static", "--batches", "64", "--stages", "2", "--microbatches", "2",
@@ -29,6 +31,34 @@ def test_with_options_by_hand():
         CUT_STRATEGY_REGISTRY["screen"]
     assert strategy_options(CUT_STRATEGY_REGISTRY["proposal"]) == {}
     assert strategy_options(ALLOC_STRATEGIES["relax"]) == {"restarts": 8, "steps": 150}
+
+
+def test_every_strategy_has_meta():
+    """Every registered cut and allocation strategy is a ``StrategyMeta``: ``meta()`` is its
+    name and its options (``strategy_options``, what ``summary.json`` records); a strategy
+    object of the caller's own without ``meta`` gets the same from its dataclass fields.
+    Oracle: the dataclasses' int and bool fields, written out."""
+    from dataclasses import dataclass
+
+    want = {"proposal": {}, "local_search": {"starts": 3, "top": 8},
+            "screen": {"max_cuts": 20_000, "top": 8, "polish": 1, "keep_proposal": True},
+            "pairwise": {}, "relax": {"restarts": 8, "steps": 150}}
+    for reg in (CUT_STRATEGY_REGISTRY, ALLOC_STRATEGIES):
+        for name, st in reg.items():
+            assert isinstance(st, StrategyMeta)
+            assert st.meta() == meta_of(st) == {"name": name, "options": want[name]}
+            assert strategy_options(st) == st.options() == want[name]
+    assert RelaxAllocation(restarts=2, steps=20).meta() == {
+        "name": "relax", "options": {"restarts": 2, "steps": 20}}
+
+    @dataclass(frozen=True)
+    class Mine:
+        name: str = "mine"
+        tries: int = 4
+        label: str = "x"
+
+    assert meta_of(Mine()) == {"name": "mine", "options": {"tries": 4}}
+    assert strategy_options(Mine()) == {"tries": 4} and strategy_options(None) == {}
 
 
 @pytest.mark.parametrize("name,text,msg", [
