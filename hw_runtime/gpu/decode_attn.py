@@ -275,8 +275,8 @@ class FlashInferAttention(AttentionBackend):
         return _split_kv(c, lambda q, k, v, out, sms, lane: dec(q, k, v, out, sms, lane=lane))
 
 
-#: The decode-attention policies ``TorchWorkload(attention=...)`` and ``--attention`` take:
-#: ``"auto"`` and the registry's names.
+#: The decode-attention policies ``KernelSettings(attention=...)`` (``TorchWorkload(kernels=...)``)
+#: and ``--attention`` take: ``"auto"`` and the registry's names.
 ATTENTION: tuple[str, ...] = ("auto", *ATTENTION_BACKENDS)
 
 #: ``--attention auto``'s part of the help (``attention_help``).

@@ -35,7 +35,8 @@ from subgpu_jax.model.checks import choice
 __all__ = ["ELEMENTWISE", "resolve", "resolve_triton_policy", "triton_available", "rmsnorm_", "add_rmsnorm_",
            "rope_kv_", "silu_mul_", "swiglu_oss_"]
 
-#: The elementwise-kernel policies ``TorchWorkload(elementwise=...)`` and ``--elementwise`` take.
+#: The elementwise-kernel policies ``KernelSettings(elementwise=...)``
+#: (``TorchWorkload(kernels=...)``) and ``--elementwise`` take.
 ELEMENTWISE = ("auto", "triton", "torch")
 
 

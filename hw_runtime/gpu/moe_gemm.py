@@ -49,7 +49,8 @@ __all__ = ["MOE_GEMM", "AUTO_TRITON", "AUTO_MAX_ROWS", "FP8_MAX", "MoeConfig", "
            "moe_config", "balanced_counts", "static_routing", "block_table", "routed_tokens", "expert_up_act",
            "expert_down", "deinterleave_gate_up", "quantize_fp8"]
 
-#: The expert-GEMM policies ``TorchWorkload(moe_gemm=...)`` and ``--moe-gemm`` take.
+#: The expert-GEMM policies ``KernelSettings(moe_gemm=...)`` (``TorchWorkload(kernels=...)``)
+#: and ``--moe-gemm`` take.
 MOE_GEMM = ("auto", "triton", "bmm")
 #: ``"auto"`` may resolve to Triton (docs/results.md, "Kernel choices") ...
 AUTO_TRITON = True

@@ -143,9 +143,9 @@ class TuneSpec:
                                                         DEFAULT_TIMER))
         if not isinstance(self.exact, Timer) or TIMERS.get(self.exact.name) is not type(
                 self.exact):
-            raise ValueError(f"--exact must be one of {', '.join(TIMERS)} (a timer class of "
-                             f"score.timer.TIMERS made for the GPU: timer_for), got "
-                             f"{self.exact!r}")
+            raise ValueError(f"--exact must be one of {', '.join(TIMERS)} (a timer made "
+                             f"for the GPU by score.timer.timer_for), got "
+                             f"{getattr(self.exact, '__name__', None) or repr(self.exact)}")
         if self.moe_gemm != "auto" and not self.arch.is_moe:
             raise ValueError(f"--moe-gemm: {self.arch.name} is a dense model without expert "
                              f"GEMMs (leave it at auto)")

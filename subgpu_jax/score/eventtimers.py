@@ -144,7 +144,10 @@ class EventTimer(TimerBase):
             ValueError: an unknown mode."""
         if check_sm_mode(mode) == self.mode:
             return self
-        return EventTimer(self.hw, self.model, self.cache, mode, self.forward, self.engine)
+        # a subclass's engine may be a batch engine (``event-batched``: "auto"): the copy
+        # takes the compiled engine where this timer has it, else the Python simulator
+        return EventTimer(self.hw, self.model, self.cache, mode, self.forward,
+                          "compiled" if self.compiled else "python")
 
     def kernel_times(self, graph: OpGraph, cfg: Config) -> dict[tuple[str, int], float]:
         """The mean duration (µs) of each kernel of one simulated pass of ``graph`` under

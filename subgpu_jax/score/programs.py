@@ -46,11 +46,11 @@ PROGRAM_CACHE_SIZE = 16
 JAX_CACHE_CLEAR_EVERY = 16
 
 #: XLA compile options for programs compiled once and called a few times (``ProgramCache``'s
-#: ``compiler_options``): LLVM's optimisation level 0 for the CPU backend
-#: (``xla_backend_optimization_level``, a flag of XLA's ``xla/debug_options_flags.cc``). On the
-#: main job's first run (one process, empty caches, 2026-12-08) its 8 programs compiled in
-#: 7.5 s instead of 17.5 s of a loaded 2-core box, their calls took no longer and the records
-#: were byte-identical (docs/results.md "Speed").
+#: ``compiler_options``; ``score.vcontention`` takes them on a CPU only): LLVM's optimisation
+#: level 0 (``xla_backend_optimization_level``, a flag of XLA's ``xla/debug_options_flags.cc``).
+#: The main job's 8 contention programs, one process, empty caches, a loaded 2-core box
+#: (2026-12-08): 7.8 and 8.4 s of compilation against 12.1 and 17.1 s, calls no slower, the
+#: records identical (docs/results.md "Speed").
 FAST_COMPILE = {"xla_backend_optimization_level": 0}
 
 #: Every live ``ProgramCache`` (weakly: a cache that is no longer referenced is not kept).

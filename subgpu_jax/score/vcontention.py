@@ -421,9 +421,11 @@ class VContentionEvaluator:
             raise ValueError("packed applies to integrals='slices' only (the gathered form sums "
                              f"the three rates in one reduction), got packed={packed!r}")
         self.integrals = integrals
-        # programs a sweep reuses keep XLA's optimisations; the others compile fast
-        # (``programs.FAST_COMPILE``: compiling is most of their cost)
+        # on a CPU, programs a sweep reuses keep XLA's optimisations and the others compile
+        # fast (``programs.FAST_COMPILE``: compiling is most of their cost); an accelerator
+        # keeps XLA's defaults (level 0 was never measured there)
         self.reuse = o.reuse
+        self.fast_compile = cpu and not o.reuse
         if workers is None:
             workers = min(2, os.cpu_count() or 1) if cpu else 1
         self.workers = workers
@@ -504,13 +506,13 @@ class VContentionEvaluator:
                     tabs, cells, plan = self.tabs, self.cells, self.plan
                     self._inline = jax.jit(
                         lambda c: vcb_batch_impl(tabs, cells, plan, c, *static),
-                        compiler_options=None if self.reuse else FAST_COMPILE)
+                        compiler_options=FAST_COMPILE if self.fast_compile else None)
                 return run_in_chunks(a, self.chunk, lambda c: self._inline(to_device(c)),
                                      self.workers, self.pad_small)
             pt = self.pool_tables
             pt.fill(a)
             index, cells = pt.index, pt.cells()
-            prog = vcb_batch if self.reuse else vcb_batch_fast
+            prog = vcb_batch_fast if self.fast_compile else vcb_batch
             return run_in_chunks(a, self.chunk, lambda c: prog(
                 index, cells, self.plan, to_device(c), *static), self.workers,
                 self.pad_small)

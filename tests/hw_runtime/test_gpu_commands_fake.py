@@ -169,6 +169,7 @@ def fake_gpu(monkeypatch):
     """Torch, green contexts, kernel timing and co-runs replaced by fakes: a kernel "takes"
     its static-model time on the pool, so the calibration written is a valid one."""
     sd = StaticDurationModel(H200)
+    FakeTorchWorkload.issued.clear()   # each test asserts on its own launches only
     for mod in (hwcal, hwrun, hwtop):
         monkeypatch.setattr(mod, "gpu_check", lambda: None)
     monkeypatch.setattr(device, "device_name", lambda: "NVIDIA H200")

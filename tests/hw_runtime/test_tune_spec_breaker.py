@@ -27,7 +27,7 @@ def test_unknown_exact_scorer_is_one_line():
     for bad in ("fast", "event", None, object, TIMERS["event"]):  # the CLI makes the timer
         with pytest.raises(ValueError, match="^--exact must be one of event, event-full, static, "
                                              "vcontention, screened, event-batched \\(a timer "
-                                             "class"):
+                                             "made"):
             _spec(exact=bad)
     setup = GpuSetup.uncalibrated(get_hardware("H200"))
     for name in TIMERS:

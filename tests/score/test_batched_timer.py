@@ -109,3 +109,24 @@ def test_event_search_checks_its_engine_only_where_the_engine_ran(tmp_path, caps
     assert main(base + ["--streams-per-stage", "2", "--out", str(tmp_path / "two")]) == 0
     assert "compiled engine" not in capsys.readouterr().out
     assert "engine_check" not in json.loads((tmp_path / "two" / "summary.json").read_text())
+
+
+def test_every_event_timer_changes_mode():
+    """``in_mode`` of every event-simulator timer of ``TIMERS`` (a batch engine's ``auto``
+    included) gives a plain ``EventTimer`` of that mode with the same fast-forward, on the
+    compiled engine where the timer had it; the table timers refuse multistream in one line."""
+    from subgpu_jax.model.calibration import GpuSetup
+    from subgpu_jax.score.eventtimers import EventTimer
+    from subgpu_jax.score.timer import TIMERS, timer_for
+
+    setup = GpuSetup.uncalibrated(get_hardware("H200"))
+    for name in TIMERS:
+        t = timer_for(setup, name)
+        if not t.reference and t.screen is None and not isinstance(t, EventTimer):
+            with pytest.raises(ValueError, match="needs the event simulator"):
+                t.in_mode("multistream")
+            continue
+        m = t.in_mode("multistream")
+        assert type(m) is EventTimer and m.mode == "multistream", name
+        assert m.forward == t.forward and m.compiled == t.compiled, name
+        assert m.in_mode("green").mode == "green"

@@ -318,5 +318,9 @@ def test_plan_blocks_invariants(n_cuts, n_allocs, log_cap, topk):
     assert p.cut_block <= 1 << (n_cuts - 1).bit_length()
     blocks = -(-n_allocs // p.alloc_block)
     waste = blocks * p.alloc_block - n_allocs
-    assert waste < blocks * ALLOC_ALIGN or p.alloc_block <= 1 << (n_allocs - 1).bit_length() \
-        or p.size == max(MIN_BLOCK, topk) or p.alloc_block < 2 * max(MIN_BLOCK, topk)
+    if cap >= ALLOC_ALIGN and p.size > max(MIN_BLOCK, topk):
+        # the fitted rule: less than one ALLOC_ALIGN of padding per block, or a space smaller
+        # than ALLOC_ALIGN in one block of its power of two
+        assert waste < blocks * ALLOC_ALIGN or (
+            blocks == 1 and n_allocs < ALLOC_ALIGN
+            and p.alloc_block == 1 << (n_allocs - 1).bit_length())
